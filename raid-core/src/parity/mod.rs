@@ -1,0 +1,256 @@
+//! The parity engine: RAID5's P and RAID6's md-compatible P+Q, generation and
+//! recovery, single stripe and batched.
+//!
+//! A stripe is handed over as its chunks in a fixed order: the data chunks
+//! `D0..Dn-1`, then `P`, then (RAID6) `Q`. `P = D0 ^ D1 ^ ... ^ Dn-1` and
+//! `Q = g^0*D0 ^ g^1*D1 ^ ... ^ g^(n-1)*Dn-1` over GF(2^8) with polynomial
+//! 0x11d, exactly as Linux md and ISA-L compute them, so a member written by
+//! either can be read by the other.
+//!
+//! [`ParityEngine`] is the contract the CPU engine ([`CpuEngine`]) and the GPU
+//! engine (crate `raid-gpu`) both fulfil, bit for bit. The rules on what a
+//! valid request is live in [`validate`] alone, so every engine refuses the
+//! same inputs with the same error.
+
+mod cpu;
+pub mod gf;
+mod kernels;
+mod recover;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use cpu::CpuEngine;
+pub use kernels::SimdLevel;
+
+use rayon::prelude::*;
+
+/// Chunk lengths must be a non-zero multiple of this: the widest vector the
+/// kernels use (AVX-512) and a cache line. Array chunks are 4 KiB multiples,
+/// so this never binds in practice.
+pub const LEN_MULTIPLE: usize = 64;
+
+/// Q's coefficients g^i repeat after 255 chunks, so Q cannot tell more apart.
+pub const MAX_DATA_CHUNKS_PQ: usize = 255;
+
+/// What parity a stripe carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ParityKind {
+    /// RAID5: P only; tolerates one missing chunk.
+    P,
+    /// RAID6: P and Q; tolerates any two missing chunks.
+    PQ,
+}
+
+impl ParityKind {
+    /// Parity chunks per stripe.
+    pub fn parity_chunks(self) -> usize {
+        match self {
+            ParityKind::P => 1,
+            ParityKind::PQ => 2,
+        }
+    }
+
+    /// Fewest data chunks a stripe may have: RAID5 of 2 members is 1 data
+    /// chunk + P; RAID6 of 4 members is 2 data chunks + P + Q.
+    pub fn min_data_chunks(self) -> usize {
+        match self {
+            ParityKind::P => 1,
+            ParityKind::PQ => 2,
+        }
+    }
+
+    /// Most data chunks a stripe may have.
+    pub fn max_data_chunks(self) -> usize {
+        match self {
+            ParityKind::P => usize::MAX,
+            ParityKind::PQ => MAX_DATA_CHUNKS_PQ,
+        }
+    }
+}
+
+impl std::fmt::Display for ParityKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ParityKind::P => "P (RAID5)",
+            ParityKind::PQ => "P+Q (RAID6)",
+        })
+    }
+}
+
+/// Why a parity request was refused. Nothing is written when one is returned.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum ParityError {
+    #[error("chunk {index} is {len} bytes but chunk 0 is {expected}: every chunk of a stripe must be the same length")]
+    UnequalLengths {
+        index: usize,
+        len: usize,
+        expected: usize,
+    },
+    #[error("chunk length {len} is not a non-zero multiple of {LEN_MULTIPLE} bytes: pad chunks to a multiple of {LEN_MULTIPLE}")]
+    BadLength { len: usize },
+    #[error("{kind} needs at least {min} data chunks, got {got}")]
+    TooFewDataChunks {
+        kind: ParityKind,
+        got: usize,
+        min: usize,
+    },
+    #[error(
+        "{kind} takes at most {max} data chunks, got {got}: split the array into narrower stripes"
+    )]
+    TooManyDataChunks {
+        kind: ParityKind,
+        got: usize,
+        max: usize,
+    },
+    #[error("{kind} tolerates {tolerated} missing chunks, {missing} were given: the stripe cannot be recovered")]
+    TooManyMissing {
+        kind: ParityKind,
+        missing: usize,
+        tolerated: usize,
+    },
+    #[error("missing chunk index {index} is out of range: the stripe has {chunks} chunks")]
+    MissingOutOfRange { index: usize, chunks: usize },
+    #[error("missing chunk index {index} is listed twice")]
+    DuplicateMissing { index: usize },
+    #[error("SIMD level {level} is not supported by this CPU (available: {available})")]
+    UnsupportedLevel { level: SimdLevel, available: String },
+}
+
+/// One stripe to recover: all its chunks (`D0..Dn-1, P[, Q]`) and the indices
+/// of the ones to rebuild. The missing chunks' contents on entry are ignored.
+pub struct RecoverJob<'a> {
+    pub chunks: Vec<&'a mut [u8]>,
+    pub missing: Vec<usize>,
+}
+
+/// The parity maths of the array, on whatever hardware runs it.
+///
+/// Implementations must give bit-identical results and refuse exactly what
+/// [`validate`] refuses. Batch forms exist because a GPU only pays off over
+/// many stripes per dispatch, and because rebuild and scrub have many stripes
+/// at hand; the defaults spread the stripes over rayon's threads.
+pub trait ParityEngine: Send + Sync {
+    /// A short human name, e.g. "cpu/avx512-gfni".
+    fn name(&self) -> String;
+
+    /// P = XOR of the data chunks.
+    fn gen_p(&self, data: &[&[u8]], p: &mut [u8]) -> Result<(), ParityError>;
+
+    /// P and Q of the data chunks.
+    fn gen_pq(&self, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) -> Result<(), ParityError>;
+
+    /// Rebuilds `missing` chunks of one stripe in place from the others.
+    fn recover(
+        &self,
+        kind: ParityKind,
+        chunks: &mut [&mut [u8]],
+        missing: &[usize],
+    ) -> Result<(), ParityError>;
+
+    /// Writes the parity chunks of many stripes (each `D0..Dn-1, P[, Q]`).
+    /// Stripes may differ in width and chunk length.
+    fn gen_batch(
+        &self,
+        kind: ParityKind,
+        stripes: &mut [Vec<&mut [u8]>],
+    ) -> Result<(), ParityError> {
+        for s in stripes.iter() {
+            validate(kind, &ro(s), &[])?;
+        }
+        stripes.par_iter_mut().try_for_each(|s| {
+            let n = s.len() - kind.parity_chunks();
+            let (data, parity) = s.split_at_mut(n);
+            let data = ro(data);
+            match (kind, parity) {
+                (ParityKind::P, [p]) => self.gen_p(&data, p),
+                (ParityKind::PQ, [p, q]) => self.gen_pq(&data, p, q),
+                _ => unreachable!("validated above"),
+            }
+        })
+    }
+
+    /// Recovers many stripes, each with its own missing set.
+    fn recover_batch(
+        &self,
+        kind: ParityKind,
+        jobs: &mut [RecoverJob<'_>],
+    ) -> Result<(), ParityError> {
+        for j in jobs.iter() {
+            validate(kind, &ro(&j.chunks), &j.missing)?;
+        }
+        jobs.par_iter_mut()
+            .try_for_each(|j| self.recover(kind, &mut j.chunks, &j.missing))
+    }
+}
+
+/// Reborrows a stripe's chunks as shared slices.
+pub fn ro<'a>(chunks: &'a [&mut [u8]]) -> Vec<&'a [u8]> {
+    chunks.iter().map(|c| &**c).collect()
+}
+
+/// The one place that says what a valid stripe is. `chunks` is the whole
+/// stripe (`D0..Dn-1, P[, Q]`); `missing` the indices to recover (empty for
+/// generation).
+pub fn validate(kind: ParityKind, chunks: &[&[u8]], missing: &[usize]) -> Result<(), ParityError> {
+    let n_data = chunks.len().saturating_sub(kind.parity_chunks());
+    if chunks.len() < kind.parity_chunks() + kind.min_data_chunks() {
+        return Err(ParityError::TooFewDataChunks {
+            kind,
+            got: n_data,
+            min: kind.min_data_chunks(),
+        });
+    }
+    if n_data > kind.max_data_chunks() {
+        return Err(ParityError::TooManyDataChunks {
+            kind,
+            got: n_data,
+            max: kind.max_data_chunks(),
+        });
+    }
+    check_lengths(chunks.iter().map(|c| c.len()))?;
+    if missing.len() > kind.parity_chunks() {
+        return Err(ParityError::TooManyMissing {
+            kind,
+            missing: missing.len(),
+            tolerated: kind.parity_chunks(),
+        });
+    }
+    for (k, &m) in missing.iter().enumerate() {
+        if m >= chunks.len() {
+            return Err(ParityError::MissingOutOfRange {
+                index: m,
+                chunks: chunks.len(),
+            });
+        }
+        if missing[..k].contains(&m) {
+            return Err(ParityError::DuplicateMissing { index: m });
+        }
+    }
+    Ok(())
+}
+
+/// Every length equal to the first, and a non-zero multiple of [`LEN_MULTIPLE`].
+fn check_lengths(mut lens: impl Iterator<Item = usize>) -> Result<(), ParityError> {
+    let expected = lens.next().unwrap_or(0);
+    if expected == 0 || expected % LEN_MULTIPLE != 0 {
+        return Err(ParityError::BadLength { len: expected });
+    }
+    for (i, len) in lens.enumerate() {
+        if len != expected {
+            return Err(ParityError::UnequalLengths {
+                index: i + 1,
+                len,
+                expected,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Validates a generation request given as separate data and parity slices.
+pub fn validate_gen(kind: ParityKind, data: &[&[u8]], parity: &[&[u8]]) -> Result<(), ParityError> {
+    let mut all: Vec<&[u8]> = data.to_vec();
+    all.extend_from_slice(parity);
+    validate(kind, &all, &[])
+}

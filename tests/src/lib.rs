@@ -1,0 +1,1 @@
+//! End-to-end tests live in tests/tests/*.rs; this crate has no library code.

@@ -83,7 +83,7 @@ fn missing_strategy(chunks: usize, max_missing: usize) -> impl Strategy<Value = 
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     /// RAID5, 2..32 members: every level equals the definition, and any one
     /// missing chunk comes back.

@@ -53,7 +53,7 @@ impl CpuEngine {
     /// The column ranges one call is cut into.
     fn columns(&self, len: usize) -> Vec<Range<usize>> {
         if !self.parallel || len <= COLUMN {
-            return vec![0..len];
+            return std::iter::once(0..len).collect();
         }
         (0..len)
             .step_by(COLUMN)

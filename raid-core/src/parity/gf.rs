@@ -95,16 +95,20 @@ pub fn nibble_tables(c: u8) -> ([u8; 16], [u8; 16]) {
 /// the matrix). Multiplying by c is linear: output bit i is the XOR, over the
 /// set bits j of x, of bit i of c * 2^j. So row i has bit j set when bit i of
 /// c * 2^j is set, and it lives in byte 7 - i.
-pub fn affine_matrix(c: u8) -> u64 {
+pub const fn affine_matrix(c: u8) -> u64 {
     let mut m = 0u64;
-    for i in 0..8 {
+    let mut i = 0;
+    while i < 8 {
         let mut row = 0u8;
-        for j in 0..8 {
-            if (mul(c, 1 << j) >> i) & 1 != 0 {
+        let mut j = 0;
+        while j < 8 {
+            if (mul_slow(c, 1 << j) >> i) & 1 != 0 {
                 row |= 1 << j;
             }
+            j += 1;
         }
         m |= (row as u64) << (8 * (7 - i));
+        i += 1;
     }
     m
 }

@@ -171,7 +171,7 @@ impl Kernels {
     /// dst = XOR of srcs (at least one).
     pub fn xor_gen(&self, srcs: &[&[u8]], dst: &mut [u8]) {
         assert!(!srcs.is_empty() && srcs.iter().all(|s| s.len() == dst.len()));
-        assert!(dst.len() % super::LEN_MULTIPLE == 0);
+        assert!(dst.len().is_multiple_of(super::LEN_MULTIPLE));
         // SAFETY: the level is supported (checked in `new`) and every source is
         // exactly as long as dst, a multiple of every vector width.
         unsafe { (self.xor_gen)(srcs, dst) }
@@ -180,14 +180,14 @@ impl Kernels {
     /// P and Q of srcs (at least one).
     pub fn pq_gen(&self, srcs: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
         assert!(!srcs.is_empty() && srcs.iter().all(|s| s.len() == p.len()) && q.len() == p.len());
-        assert!(p.len() % super::LEN_MULTIPLE == 0);
+        assert!(p.len().is_multiple_of(super::LEN_MULTIPLE));
         // SAFETY: as in xor_gen.
         unsafe { (self.pq_gen)(srcs, p, q) }
     }
 
     /// dst = c * (src ^ dst).
     pub fn mul_xor(&self, c: u8, src: &[u8], dst: &mut [u8]) {
-        assert!(src.len() == dst.len() && dst.len() % super::LEN_MULTIPLE == 0);
+        assert!(src.len() == dst.len() && dst.len().is_multiple_of(super::LEN_MULTIPLE));
         // SAFETY: as in xor_gen.
         unsafe { (self.mul_xor)(c, src, dst) }
     }
@@ -195,7 +195,9 @@ impl Kernels {
     /// See `scalar::two_data`.
     pub fn two_data(&self, a: u8, b: u8, p: &[u8], q: &[u8], dx: &mut [u8], dy: &mut [u8]) {
         let n = p.len();
-        assert!(q.len() == n && dx.len() == n && dy.len() == n && n % super::LEN_MULTIPLE == 0);
+        assert!(
+            q.len() == n && dx.len() == n && dy.len() == n && n.is_multiple_of(super::LEN_MULTIPLE)
+        );
         // SAFETY: as in xor_gen.
         unsafe { (self.two_data)(a, b, p, q, dx, dy) }
     }

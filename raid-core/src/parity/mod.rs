@@ -233,7 +233,7 @@ pub fn validate(kind: ParityKind, chunks: &[&[u8]], missing: &[usize]) -> Result
 /// Every length equal to the first, and a non-zero multiple of [`LEN_MULTIPLE`].
 fn check_lengths(mut lens: impl Iterator<Item = usize>) -> Result<(), ParityError> {
     let expected = lens.next().unwrap_or(0);
-    if expected == 0 || expected % LEN_MULTIPLE != 0 {
+    if expected == 0 || !expected.is_multiple_of(LEN_MULTIPLE) {
         return Err(ParityError::BadLength { len: expected });
     }
     for (i, len) in lens.enumerate() {

@@ -11,6 +11,10 @@ use super::gf;
 use super::kernels::Vector;
 use std::arch::x86_64::*;
 
+/// The bit matrix of multiplication by 2, fixed at compile time: `mul2` is
+/// the innermost step of Q and must not rebuild it per vector.
+const AFFINE_MUL2: i64 = gf::affine_matrix(2) as i64;
+
 /// Loads a 16-byte shuffle table.
 #[inline(always)]
 fn table16(t: &[u8; 16]) -> __m128i {
@@ -149,7 +153,7 @@ impl Vector for Avx2Gfni {
     }
     #[inline(always)]
     unsafe fn mul2(self) -> Self {
-        unsafe { self.mul(Self::mul_prep(2)) }
+        unsafe { self.mul(_mm256_set1_epi64x(AFFINE_MUL2)) }
     }
     #[inline(always)]
     unsafe fn mul_prep(c: u8) -> Self::Mul {
@@ -236,7 +240,7 @@ impl Vector for Avx512Gfni {
     }
     #[inline(always)]
     unsafe fn mul2(self) -> Self {
-        unsafe { self.mul(Self::mul_prep(2)) }
+        unsafe { self.mul(_mm512_set1_epi64(AFFINE_MUL2)) }
     }
     #[inline(always)]
     unsafe fn mul_prep(c: u8) -> Self::Mul {

@@ -14,7 +14,7 @@ pub fn isal_xor(data: &[&[u8]], p: &mut [u8]) {
     let mut ptrs: Vec<*mut c_void> = data.iter().map(|d| d.as_ptr() as *mut c_void).collect();
     ptrs.push(p.as_mut_ptr() as *mut c_void);
     assert!(
-        ptrs.iter().all(|&x| x as usize % 32 == 0),
+        ptrs.iter().all(|&x| (x as usize).is_multiple_of(32)),
         "ISA-L needs 32-byte alignment"
     );
     // SAFETY: every pointer addresses p.len() bytes; ISA-L reads the sources
@@ -29,7 +29,7 @@ pub fn isal_pq(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
     ptrs.push(p.as_mut_ptr() as *mut c_void);
     ptrs.push(q.as_mut_ptr() as *mut c_void);
     assert!(
-        ptrs.iter().all(|&x| x as usize % 32 == 0),
+        ptrs.iter().all(|&x| (x as usize).is_multiple_of(32)),
         "ISA-L needs 32-byte alignment"
     );
     // SAFETY: as in isal_xor; the last two pointers are written.

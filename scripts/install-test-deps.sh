@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs on a Debian/Ubuntu machine.
+# - libisal-dev + pkg-config: ISA-L, the independent P/Q the tests cross-check
+#   and the benchmark compares against (tests still pass without it, with the
+#   live cross-check skipped and a message).
+set -euo pipefail
+pkgs=(libisal-dev pkg-config)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "test dependencies present: ${pkgs[*]}"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "error: missing packages ${missing[*]}; run this script as root (sudo $0) or install them with apt-get" >&2
+  exit 1
+fi
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

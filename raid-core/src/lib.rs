@@ -6,4 +6,9 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod array;
+pub mod buf;
+pub mod layout;
+pub mod member;
+pub mod metadata;
 pub mod parity;

@@ -4,6 +4,8 @@
 #[cfg(have_isal)]
 pub mod isal;
 
+pub mod array;
+
 /// A 64-byte-aligned zeroed buffer (Vec<u8> gives no alignment promise).
 pub struct Aligned {
     buf: Vec<u8>,

@@ -1,0 +1,39 @@
+//! Stripe locks: writers to one stripe (or mirrored chunk) never interleave,
+//! while writers to different stripes run in parallel.
+//!
+//! A fixed table of mutexes indexed by key modulo its size. Whoever needs
+//! several keys takes their shards in ascending shard order, so two lockers
+//! can never wait on each other in a cycle.
+
+use parking_lot::{Mutex, MutexGuard};
+
+const SHARDS: usize = 4096;
+
+pub struct StripeLocks {
+    shards: Box<[Mutex<()>]>,
+}
+
+pub struct Held<'a> {
+    _guards: Vec<MutexGuard<'a, ()>>,
+}
+
+impl StripeLocks {
+    pub fn new() -> StripeLocks {
+        StripeLocks {
+            shards: (0..SHARDS).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    /// Locks every key's shard, ascending, each once.
+    pub fn lock<I: IntoIterator<Item = u64>>(&self, keys: I) -> Held<'_> {
+        let mut idx: Vec<usize> = keys
+            .into_iter()
+            .map(|k| (k % SHARDS as u64) as usize)
+            .collect();
+        idx.sort_unstable();
+        idx.dedup();
+        Held {
+            _guards: idx.into_iter().map(|i| self.shards[i].lock()).collect(),
+        }
+    }
+}

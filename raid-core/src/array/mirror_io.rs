@@ -1,0 +1,179 @@
+//! RAID0, RAID1 and RAID10 data paths: every logical chunk has one (RAID0)
+//! or several copies; reads take one readable copy, writes go to every
+//! readable copy. Writes to one chunk hold its lock so concurrent writers
+//! cannot leave the copies different.
+
+use super::*;
+use crate::buf::AlignedBuf;
+use crate::layout::Place;
+use crate::member::{submit, IoOp, MemberIo};
+
+#[derive(Clone, Copy)]
+struct Piece {
+    chunk: u64,
+    within: u64,
+    len: u64,
+    pos: usize,
+}
+
+impl Array {
+    fn chunk_pieces(&self, offset: u64, len: u64) -> Vec<Piece> {
+        let chunk = self.geo.chunk;
+        let mut out = Vec::new();
+        let mut pos = 0;
+        while pos < len {
+            let at = offset + pos;
+            let n = (chunk - at % chunk).min(len - pos);
+            out.push(Piece {
+                chunk: at / chunk,
+                within: at % chunk,
+                len: n,
+                pos: pos as usize,
+            });
+            pos += n;
+        }
+        out
+    }
+
+    fn copy_readable(&self, p: &Place) -> bool {
+        self.readable(p.member, p.offset / self.geo.chunk)
+    }
+
+    pub(super) fn mirror_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let pieces = self.chunk_pieces(offset, buf.len() as u64);
+        let mut bounce = AlignedBuf::new(buf.len());
+        let mut pending: Vec<usize> = (0..pieces.len()).collect();
+        while !pending.is_empty() {
+            let handles = self.member_handles();
+            let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
+            let start = self.rr.fetch_add(1, Ordering::Relaxed);
+            let mut plan = Vec::new();
+            for &k in &pending {
+                let p = pieces[k];
+                let copies = self.geo.chunk_copies(p.chunk);
+                let n = copies.len();
+                let pick = (0..n)
+                    .map(|j| copies[(start + j) % n])
+                    .find(|c| self.copy_readable(c));
+                match pick {
+                    Some(c) => plan.push((k, c)),
+                    None => return Err(self.failed_error()),
+                }
+            }
+            // Hand out disjoint slices of the bounce buffer, in request order.
+            plan.sort_by_key(|(k, _)| *k);
+            let mut ios = Vec::new();
+            let mut rest: &mut [u8] = &mut bounce;
+            let mut at = 0usize;
+            for &(k, c) in &plan {
+                let p = pieces[k];
+                let (_, r) = std::mem::take(&mut rest).split_at_mut(p.pos - at);
+                let (head, tail) = r.split_at_mut(p.len as usize);
+                rest = tail;
+                at = p.pos + p.len as usize;
+                ios.push(MemberIo {
+                    member: c.member,
+                    offset: DATA_OFFSET + c.offset + p.within,
+                    op: IoOp::Read(head),
+                });
+            }
+            let results = submit(&members, &mut ios);
+            pending.clear();
+            for ((k, c), r) in plan.iter().zip(results) {
+                if let Err(e) = r {
+                    self.fail_slot(c.member, &format!("read error: {e}"));
+                    pending.push(*k);
+                }
+            }
+        }
+        buf.copy_from_slice(&bounce);
+        Ok(())
+    }
+
+    /// Keys for the chunk locks; RAID0 has one copy and needs none.
+    fn mirror_lock_keys(&self, pieces: &[Piece]) -> Vec<u64> {
+        if self.geo.level == Level::Raid0 {
+            Vec::new()
+        } else {
+            pieces.iter().map(|p| p.chunk).collect()
+        }
+    }
+
+    pub(super) fn mirror_write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let pieces = self.chunk_pieces(offset, data.len() as u64);
+        let _held = self.locks.lock(self.mirror_lock_keys(&pieces));
+        let mut bounce = AlignedBuf::new(data.len());
+        bounce.copy_from_slice(data);
+        let handles = self.member_handles();
+        let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
+        let mut ios = Vec::new();
+        let mut owner = Vec::new();
+        for (k, p) in pieces.iter().enumerate() {
+            for c in self.geo.chunk_copies(p.chunk) {
+                if self.copy_readable(&c) {
+                    ios.push(MemberIo {
+                        member: c.member,
+                        offset: DATA_OFFSET + c.offset + p.within,
+                        op: IoOp::Write(&bounce[p.pos..p.pos + p.len as usize]),
+                    });
+                    owner.push(k);
+                }
+            }
+        }
+        let results = submit(&members, &mut ios);
+        let mut written = vec![false; pieces.len()];
+        for ((io, k), r) in ios.iter().zip(&owner).zip(results) {
+            match r {
+                Ok(()) => written[*k] = true,
+                Err(e) => self.fail_slot(io.member, &format!("write error: {e}")),
+            }
+        }
+        if written.iter().all(|&w| w) {
+            Ok(())
+        } else {
+            Err(self.failed_error())
+        }
+    }
+
+    pub(super) fn mirror_zero(&self, offset: u64, len: u64) -> Result<()> {
+        // In groups of chunks, so the lock set and plan stay small.
+        let group = 4096 * self.geo.chunk;
+        let mut at = offset;
+        while at < offset + len {
+            let n = (offset + len - at).min(group - at % group);
+            let pieces = self.chunk_pieces(at, n);
+            let _held = self.locks.lock(self.mirror_lock_keys(&pieces));
+            // (member, offset, len), merged where contiguous on a member.
+            let mut ranges: Vec<(usize, u64, u64)> = Vec::new();
+            for p in &pieces {
+                for c in self.geo.chunk_copies(p.chunk) {
+                    if self.copy_readable(&c) {
+                        ranges.push((c.member, DATA_OFFSET + c.offset + p.within, p.len));
+                    }
+                }
+            }
+            ranges.sort_unstable();
+            let mut merged: Vec<(usize, u64, u64)> = Vec::new();
+            for r in ranges {
+                match merged.last_mut() {
+                    Some(l) if l.0 == r.0 && l.1 + l.2 == r.1 => l.2 += r.2,
+                    _ => merged.push(r),
+                }
+            }
+            let handles = self.member_handles();
+            for (m, off, l) in merged {
+                if self.slots[m].state() == SlotState::Failed {
+                    continue;
+                }
+                if let Err(e) = handles[m].write_zeroes(off, l) {
+                    self.fail_slot(m, &format!("zeroing failed: {e}"));
+                }
+            }
+            if !self.within_redundancy() {
+                return Err(self.failed_error());
+            }
+            at += n;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,798 @@
+//! The array: members in slots, their states, metadata updates, and the
+//! public I/O entry points. The per-level data paths live in `parity_io`
+//! (RAID5/6) and `mirror_io` (RAID0/1/10); rebuild in `rebuild`.
+//!
+//! I/O is in 4 KiB logical blocks. Durability: a write that returned Ok may
+//! still sit in member caches; once `flush` returns Ok, every write that
+//! completed before the flush began is durable on every in-sync member.
+
+mod assemble;
+mod locks;
+mod mirror_io;
+mod parity_io;
+mod rebuild;
+
+pub use assemble::Assembly;
+pub use rebuild::{RebuildEnd, RebuildOptions};
+
+use crate::layout::{Geometry, GeometryError, Level};
+use crate::member::{Member, MemberRef};
+use crate::metadata::{self, SlotEntry, SlotState, Superblock, Uuid, DATA_OFFSET, ROLE_SPARE};
+use crate::parity::{CpuEngine, ParityEngine, ParityError};
+use locks::StripeLocks;
+use parking_lot::{Mutex, RwLock};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// The logical block size: every offset and length is a multiple of it.
+pub const BLOCK: u64 = 4096;
+
+/// Why an array operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ArrayError {
+    #[error("request at byte {offset}, {len} bytes, is not aligned to {BLOCK}-byte blocks: align offset and length to {BLOCK}")]
+    Unaligned { offset: u64, len: u64 },
+    #[error(
+        "request at byte {offset}, {len} bytes, ends past the end of the array ({capacity} bytes)"
+    )]
+    OutOfRange {
+        offset: u64,
+        len: u64,
+        capacity: u64,
+    },
+    #[error("array '{name}' has failed: {detail}; data that depends on the lost members cannot be served. Reassemble with the missing members if they can be brought back")]
+    Failed { name: String, detail: String },
+    #[error("member {member}: {source}")]
+    Member { member: String, source: io::Error },
+    #[error(transparent)]
+    Geometry(#[from] GeometryError),
+    #[error(transparent)]
+    Parity(#[from] ParityError),
+    #[error("{0}")]
+    Assembly(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T> = std::result::Result<T, ArrayError>;
+
+/// What the array reports about itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArrayState {
+    Optimal,
+    Degraded,
+    Rebuilding,
+    Failed,
+}
+
+impl ArrayState {
+    pub fn name(self) -> &'static str {
+        match self {
+            ArrayState::Optimal => "optimal",
+            ArrayState::Degraded => "degraded",
+            ArrayState::Rebuilding => "rebuilding",
+            ArrayState::Failed => "failed",
+        }
+    }
+}
+
+/// Something that happened to the array, for logs and alerts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArrayEvent {
+    MemberFailed {
+        slot: usize,
+        member: String,
+        reason: String,
+    },
+    MemberMissing {
+        slot: usize,
+    },
+    ArrayDegraded,
+    ArrayFailed,
+    RebuildStarted {
+        slot: usize,
+        member: String,
+    },
+    RebuildFinished {
+        slot: usize,
+    },
+    RebuildFailed {
+        slot: usize,
+        reason: String,
+    },
+    SpareActivated {
+        slot: usize,
+        member: String,
+    },
+}
+
+/// A slot: one position of the layout, and the member in it.
+struct Slot {
+    member: RwLock<Option<MemberRef>>,
+    uuid: RwLock<Uuid>,
+    state: AtomicU8,
+    /// For a rebuilding member: rows (chunks) already in sync.
+    rebuild_row: AtomicU64,
+}
+
+const ST_ACTIVE: u8 = 0;
+const ST_FAILED: u8 = 1;
+const ST_REBUILDING: u8 = 2;
+
+impl Slot {
+    fn state(&self) -> SlotState {
+        match self.state.load(Ordering::Acquire) {
+            ST_ACTIVE => SlotState::Active,
+            ST_REBUILDING => SlotState::Rebuilding,
+            _ => SlotState::Failed,
+        }
+    }
+    fn set_state(&self, s: SlotState) {
+        let code = match s {
+            SlotState::Active => ST_ACTIVE,
+            SlotState::Failed => ST_FAILED,
+            SlotState::Rebuilding => ST_REBUILDING,
+        };
+        self.state.store(code, Ordering::Release);
+    }
+}
+
+/// Metadata that changes: serialised by one lock so event counters only grow.
+struct Meta {
+    events: u64,
+    clean: bool,
+    spares: Vec<(Uuid, MemberRef)>,
+    log: Vec<(SystemTime, ArrayEvent)>,
+}
+
+/// Options for `Array::create`.
+pub struct CreateOptions {
+    pub name: String,
+    pub level: Level,
+    pub chunk: u64,
+}
+
+/// A member slot's state as reported.
+#[derive(Clone, Debug)]
+pub struct SlotStatus {
+    pub slot: usize,
+    pub member: Option<String>,
+    pub uuid: Uuid,
+    pub state: SlotState,
+    pub rebuild_row: u64,
+}
+
+/// One assembled, running array.
+pub struct Array {
+    geo: Geometry,
+    name: String,
+    uuid: Uuid,
+    ctime: u64,
+    engine: Arc<dyn ParityEngine>,
+    slots: Vec<Slot>,
+    locks: StripeLocks,
+    meta: Mutex<Meta>,
+    dirty_marked: AtomicBool,
+    /// Spreads mirror reads over the copies.
+    rr: AtomicUsize,
+}
+
+/// Stands in for a missing member in I/O batches: never called, because
+/// I/O is only planned for readable slots.
+struct Absent;
+impl Member for Absent {
+    fn identity(&self) -> &str {
+        "(missing)"
+    }
+    fn size(&self) -> u64 {
+        0
+    }
+    fn read_at(&self, _: &mut [u8], _: u64) -> io::Result<()> {
+        Err(io::Error::other("member is missing"))
+    }
+    fn write_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+        Err(io::Error::other("member is missing"))
+    }
+    fn flush(&self) -> io::Result<()> {
+        Err(io::Error::other("member is missing"))
+    }
+    fn write_zeroes(&self, _: u64, _: u64) -> io::Result<()> {
+        Err(io::Error::other("member is missing"))
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Array {
+    /// Writes fresh metadata on `members` (slot order = list order) and
+    /// `spares`, and returns the running array. The data areas of redundant
+    /// levels are zeroed (hole-punched where possible), which makes every
+    /// stripe's parity and every mirror consistent from the start without a
+    /// resync.
+    pub fn create(
+        members: Vec<MemberRef>,
+        spares: Vec<MemberRef>,
+        opts: CreateOptions,
+    ) -> Result<Array> {
+        let mut seen = std::collections::HashSet::new();
+        for m in members.iter().chain(&spares) {
+            if !seen.insert(m.identity().to_string()) {
+                return Err(ArrayError::Invalid(format!(
+                    "member {} is listed twice: list each device once",
+                    m.identity()
+                )));
+            }
+        }
+        if opts.name.is_empty() || opts.name.len() > metadata::NAME_LEN {
+            return Err(ArrayError::Invalid(format!(
+                "array name must be 1 to {} bytes",
+                metadata::NAME_LEN
+            )));
+        }
+        if spares.len() > metadata::MAX_SPARES {
+            return Err(ArrayError::Invalid(format!(
+                "at most {} spares",
+                metadata::MAX_SPARES
+            )));
+        }
+        let smallest = members.iter().map(|m| m.size()).min().unwrap_or(0);
+        let usable = smallest.saturating_sub(DATA_OFFSET);
+        let geo = Geometry::new(opts.level, members.len(), opts.chunk, usable)?;
+        for s in &spares {
+            if s.size() < DATA_OFFSET + geo.member_size {
+                return Err(ArrayError::Invalid(format!(
+                    "spare {} is {} bytes, smaller than the {} bytes each member needs",
+                    s.identity(),
+                    s.size(),
+                    DATA_OFFSET + geo.member_size
+                )));
+            }
+        }
+        if opts.level != Level::Raid0 {
+            for m in &members {
+                m.write_zeroes(DATA_OFFSET, geo.member_size)
+                    .map_err(|e| ArrayError::Member {
+                        member: m.identity().into(),
+                        source: e,
+                    })?;
+            }
+        }
+        let slots: Vec<Slot> = members
+            .into_iter()
+            .map(|m| Slot {
+                member: RwLock::new(Some(m)),
+                uuid: RwLock::new(Uuid::random()),
+                state: AtomicU8::new(ST_ACTIVE),
+                rebuild_row: AtomicU64::new(0),
+            })
+            .collect();
+        let array = Array {
+            geo,
+            name: opts.name,
+            uuid: Uuid::random(),
+            ctime: now_secs(),
+            engine: Arc::new(CpuEngine::new()),
+            slots,
+            locks: StripeLocks::new(),
+            meta: Mutex::new(Meta {
+                events: 0,
+                clean: true,
+                spares: spares.into_iter().map(|s| (Uuid::random(), s)).collect(),
+                log: Vec::new(),
+            }),
+            dirty_marked: AtomicBool::new(false),
+            rr: AtomicUsize::new(0),
+        };
+        array.write_metadata_strict()?;
+        tracing::info!(array = %array.name, level = %geo.level, members = geo.members, chunk = geo.chunk,
+            capacity = geo.capacity(), "array created");
+        Ok(array)
+    }
+
+    /// Assembles from members that carry this array's metadata (any order).
+    pub fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
+        assemble::assemble(members)
+    }
+
+    /// Uses `engine` for parity from now on (e.g. the GPU engine).
+    pub fn set_engine(&mut self, engine: Arc<dyn ParityEngine>) {
+        self.engine = engine;
+    }
+
+    pub fn engine_name(&self) -> String {
+        self.engine.name()
+    }
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+    pub fn capacity(&self) -> u64 {
+        self.geo.capacity()
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn uuid(&self) -> Uuid {
+        self.uuid
+    }
+    pub fn events(&self) -> u64 {
+        self.meta.lock().events
+    }
+    /// Events seen since assembly, oldest first.
+    pub fn event_log(&self) -> Vec<(SystemTime, ArrayEvent)> {
+        self.meta.lock().log.clone()
+    }
+
+    pub fn slots(&self) -> Vec<SlotStatus> {
+        self.slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| SlotStatus {
+                slot: i,
+                member: s.member.read().as_ref().map(|m| m.identity().to_string()),
+                uuid: *s.uuid.read(),
+                state: s.state(),
+                rebuild_row: s.rebuild_row.load(Ordering::Acquire),
+            })
+            .collect()
+    }
+
+    pub fn spares(&self) -> Vec<String> {
+        self.meta
+            .lock()
+            .spares
+            .iter()
+            .map(|(_, m)| m.identity().to_string())
+            .collect()
+    }
+
+    pub fn state(&self) -> ArrayState {
+        let failed = self
+            .slots
+            .iter()
+            .filter(|s| s.state() == SlotState::Failed)
+            .count();
+        let rebuilding = self
+            .slots
+            .iter()
+            .filter(|s| s.state() == SlotState::Rebuilding)
+            .count();
+        if !self.within_redundancy() {
+            ArrayState::Failed
+        } else if rebuilding > 0 {
+            ArrayState::Rebuilding
+        } else if failed > 0 {
+            ArrayState::Degraded
+        } else {
+            ArrayState::Optimal
+        }
+    }
+
+    /// Whether every byte can still be served. RAID10 is judged pair by pair
+    /// (chunk copies), the others by count.
+    fn within_redundancy(&self) -> bool {
+        let down: Vec<bool> = self
+            .slots
+            .iter()
+            .map(|s| s.state() != SlotState::Active)
+            .collect();
+        let n_down = down.iter().filter(|&&d| d).count();
+        match self.geo.level {
+            Level::Raid10 => {
+                // Every chunk needs one active copy; the copy pattern repeats
+                // every `members` chunks.
+                (0..self.geo.members as u64)
+                    .all(|c| self.geo.chunk_copies(c).iter().any(|p| !down[p.member]))
+            }
+            l => n_down <= l.tolerated_failures(self.geo.members),
+        }
+    }
+
+    /// Whether slot `slot` holds valid data at `row` (chunk row of the member).
+    fn readable(&self, slot: usize, row: u64) -> bool {
+        let s = &self.slots[slot];
+        match s.state() {
+            SlotState::Active => true,
+            SlotState::Rebuilding => row < s.rebuild_row.load(Ordering::Acquire),
+            SlotState::Failed => false,
+        }
+    }
+
+    /// The members as a slice for batch submission (missing ones stand in).
+    fn member_handles(&self) -> Vec<MemberRef> {
+        self.slots
+            .iter()
+            .map(|s| {
+                s.member
+                    .read()
+                    .clone()
+                    .unwrap_or_else(|| Arc::new(Absent) as MemberRef)
+            })
+            .collect()
+    }
+
+    fn failed_error(&self) -> ArrayError {
+        let down: Vec<String> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.state() != SlotState::Active)
+            .map(|(i, s)| match s.member.read().as_ref() {
+                Some(m) => format!("slot {i} ({})", m.identity()),
+                None => format!("slot {i} (missing)"),
+            })
+            .collect();
+        ArrayError::Failed {
+            name: self.name.clone(),
+            detail: format!(
+                "{} is down ({}), more than {} tolerates",
+                down.join(", "),
+                down.len(),
+                self.geo.level
+            ),
+        }
+    }
+
+    fn record(&self, meta: &mut Meta, ev: ArrayEvent) {
+        tracing::warn!(array = %self.name, event = ?ev, "array event");
+        meta.log.push((SystemTime::now(), ev));
+    }
+
+    /// Marks a slot failed, for ever (until rebuilt): recorded in the
+    /// metadata of every other member with the event counter bumped.
+    pub fn fail_slot(&self, slot: usize, reason: &str) {
+        let s = &self.slots[slot];
+        if s.state() == SlotState::Failed {
+            return;
+        }
+        let was_ok = self.within_redundancy();
+        s.set_state(SlotState::Failed);
+        let member = s
+            .member
+            .read()
+            .as_ref()
+            .map(|m| m.identity().to_string())
+            .unwrap_or_default();
+        tracing::error!(array = %self.name, slot, member = %member, reason, "member failed");
+        {
+            let mut meta = self.meta.lock();
+            self.record(
+                &mut meta,
+                ArrayEvent::MemberFailed {
+                    slot,
+                    member,
+                    reason: reason.into(),
+                },
+            );
+            if !self.within_redundancy() {
+                if was_ok {
+                    self.record(&mut meta, ArrayEvent::ArrayFailed);
+                }
+            } else {
+                self.record(&mut meta, ArrayEvent::ArrayDegraded);
+            }
+        }
+        self.write_metadata();
+    }
+
+    /// Fails the slot holding the member named `identity` (operator's `fail`).
+    pub fn fail_member(&self, identity: &str) -> Result<usize> {
+        let slot = self.slot_of(identity)?;
+        if self.slots[slot].state() == SlotState::Failed {
+            return Err(ArrayError::Invalid(format!(
+                "member {identity} is already failed"
+            )));
+        }
+        self.fail_slot(slot, "failed by operator");
+        Ok(slot)
+    }
+
+    pub fn slot_of(&self, identity: &str) -> Result<usize> {
+        self.slots
+            .iter()
+            .position(|s| {
+                s.member
+                    .read()
+                    .as_ref()
+                    .is_some_and(|m| m.identity() == identity)
+            })
+            .ok_or_else(|| {
+                ArrayError::Invalid(format!(
+                    "{identity} is not a member of array '{}'",
+                    self.name
+                ))
+            })
+    }
+
+    /// The superblock this array writes to the member in `role`.
+    fn superblock(&self, meta: &Meta, role: u32, member_uuid: Uuid) -> Superblock {
+        Superblock {
+            array_uuid: self.uuid,
+            member_uuid,
+            role,
+            level: self.geo.level,
+            layout: metadata::LAYOUT_DEFAULT,
+            chunk: self.geo.chunk as u32,
+            clean: meta.clean,
+            data_offset: DATA_OFFSET,
+            data_size: self.geo.member_size,
+            events: meta.events,
+            ctime: self.ctime,
+            name: self.name.clone(),
+            slots: self
+                .slots
+                .iter()
+                .map(|s| SlotEntry {
+                    uuid: *s.uuid.read(),
+                    state: s.state(),
+                    rebuild_row: s.rebuild_row.load(Ordering::Acquire),
+                })
+                .collect(),
+            spares: meta.spares.iter().map(|(u, _)| *u).collect(),
+        }
+    }
+
+    /// Bumps the event counter and writes metadata to every member that is
+    /// not failed, and to the spares. A member that cannot take its
+    /// metadata is failed, and the round repeats so the survivors record it.
+    fn write_metadata(&self) {
+        let mut meta = self.meta.lock();
+        meta.events += 1;
+        for (i, s) in self.slots.iter().enumerate() {
+            if s.state() == SlotState::Failed {
+                continue;
+            }
+            let Some(m) = s.member.read().clone() else {
+                continue;
+            };
+            let sb = self.superblock(&meta, i as u32, *s.uuid.read());
+            if let Err(e) = metadata::write_superblock(m.as_ref(), &sb) {
+                drop(meta);
+                // fail_slot writes the metadata again, without this member.
+                self.fail_slot(i, &format!("metadata write failed: {e}"));
+                return;
+            }
+        }
+        for (u, m) in meta.spares.clone() {
+            let sb = self.superblock(&meta, ROLE_SPARE, u);
+            if let Err(e) = metadata::write_superblock(m.as_ref(), &sb) {
+                tracing::error!(array = %self.name, spare = m.identity(), "spare cannot take metadata ({e}); dropping it");
+                meta.spares.retain(|(x, _)| *x != u);
+            }
+        }
+    }
+
+    /// Like `write_metadata`, but any failure is an error (used at create).
+    fn write_metadata_strict(&self) -> Result<()> {
+        let mut meta = self.meta.lock();
+        meta.events += 1;
+        for (i, s) in self.slots.iter().enumerate() {
+            let m = s.member.read().clone().expect("create fills every slot");
+            let sb = self.superblock(&meta, i as u32, *s.uuid.read());
+            metadata::write_superblock(m.as_ref(), &sb).map_err(|e| ArrayError::Member {
+                member: m.identity().into(),
+                source: e,
+            })?;
+        }
+        for (u, m) in meta.spares.clone() {
+            let sb = self.superblock(&meta, ROLE_SPARE, u);
+            metadata::write_superblock(m.as_ref(), &sb).map_err(|e| ArrayError::Member {
+                member: m.identity().into(),
+                source: e,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Marks the array dirty (once) before its first write since it was
+    /// last clean, so a crash is known at the next start.
+    fn mark_dirty(&self) {
+        if self.dirty_marked.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.meta.lock().clean = false;
+        self.write_metadata();
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> Result<()> {
+        if !offset.is_multiple_of(BLOCK) || !len.is_multiple_of(BLOCK) {
+            return Err(ArrayError::Unaligned { offset, len });
+        }
+        if offset.checked_add(len).is_none_or(|e| e > self.capacity()) {
+            return Err(ArrayError::OutOfRange {
+                offset,
+                len,
+                capacity: self.capacity(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes at `offset`.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_range(offset, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        match self.geo.level {
+            Level::Raid5 | Level::Raid6 => self.parity_read(offset, buf),
+            _ => self.mirror_read(offset, buf),
+        }
+    }
+
+    /// Writes `data` at `offset`.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.check_range(offset, data.len() as u64)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        if !self.within_redundancy() {
+            return Err(self.failed_error());
+        }
+        self.mark_dirty();
+        match self.geo.level {
+            Level::Raid5 | Level::Raid6 => self.parity_write(offset, data),
+            _ => self.mirror_write(offset, data),
+        }
+    }
+
+    /// Makes every write completed before this call durable.
+    pub fn flush(&self) -> Result<()> {
+        let members = self.member_handles();
+        let failures: Vec<(usize, io::Error)> = std::thread::scope(|sc| {
+            let handles: Vec<_> = members
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| self.slots[*i].state() != SlotState::Failed)
+                .map(|(i, m)| (i, sc.spawn(move || m.flush())))
+                .collect();
+            handles
+                .into_iter()
+                .filter_map(|(i, h)| h.join().expect("flush thread").err().map(|e| (i, e)))
+                .collect()
+        });
+        for (i, e) in failures {
+            self.fail_slot(i, &format!("flush failed: {e}"));
+        }
+        if !self.within_redundancy() {
+            return Err(self.failed_error());
+        }
+        Ok(())
+    }
+
+    /// Makes the range read back as zeros, discarding it on the members
+    /// where whole chunks (or whole stripes) are covered.
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
+        self.check_range(offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if !self.within_redundancy() {
+            return Err(self.failed_error());
+        }
+        self.mark_dirty();
+        match self.geo.level {
+            Level::Raid5 | Level::Raid6 => self.parity_zero(offset, len),
+            _ => self.mirror_zero(offset, len),
+        }
+    }
+
+    /// Discard: the same as write_zeroes here (a discarded range reads as
+    /// zeros, which keeps parity and mirrors consistent).
+    pub fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        self.write_zeroes(offset, len)
+    }
+
+    /// Flushes and marks the array clean: the orderly stop.
+    pub fn close(&self) -> Result<()> {
+        self.flush()?;
+        self.meta.lock().clean = true;
+        self.dirty_marked.store(false, Ordering::Release);
+        self.write_metadata();
+        tracing::info!(array = %self.name, "array stopped clean");
+        Ok(())
+    }
+
+    /// Adds a hot spare (its metadata is written now).
+    pub fn add_spare(&self, m: MemberRef) -> Result<()> {
+        if m.size() < DATA_OFFSET + self.geo.member_size {
+            return Err(ArrayError::Invalid(format!(
+                "{} is {} bytes; each member of '{}' needs {}",
+                m.identity(),
+                m.size(),
+                self.name,
+                DATA_OFFSET + self.geo.member_size
+            )));
+        }
+        if self.slots.iter().any(|s| {
+            s.member
+                .read()
+                .as_ref()
+                .is_some_and(|x| x.identity() == m.identity())
+        }) || self.spares().iter().any(|s| s == m.identity())
+        {
+            return Err(ArrayError::Invalid(format!(
+                "{} is already part of array '{}'",
+                m.identity(),
+                self.name
+            )));
+        }
+        {
+            let mut meta = self.meta.lock();
+            if meta.spares.len() >= metadata::MAX_SPARES {
+                return Err(ArrayError::Invalid(format!(
+                    "array '{}' already has {} spares",
+                    self.name,
+                    metadata::MAX_SPARES
+                )));
+            }
+            meta.spares.push((Uuid::random(), m));
+        }
+        self.write_metadata();
+        Ok(())
+    }
+
+    /// Puts `new` into failed slot `slot` as a rebuilding member (position
+    /// 0). Call `rebuild` to bring it in sync.
+    pub fn replace(&self, slot: usize, new: MemberRef) -> Result<()> {
+        let s = self
+            .slots
+            .get(slot)
+            .ok_or_else(|| ArrayError::Invalid(format!("no slot {slot}")))?;
+        if s.state() != SlotState::Failed {
+            return Err(ArrayError::Invalid(format!(
+                "slot {slot} is {}, not failed: fail the member first (raidctl fail)",
+                s.state().name()
+            )));
+        }
+        if new.size() < DATA_OFFSET + self.geo.member_size {
+            return Err(ArrayError::Invalid(format!(
+                "{} is {} bytes; each member of '{}' needs {}",
+                new.identity(),
+                new.size(),
+                self.name,
+                DATA_OFFSET + self.geo.member_size
+            )));
+        }
+        if self.geo.level == Level::Raid0 {
+            return Err(ArrayError::Invalid(
+                "RAID0 has no redundancy to rebuild from".into(),
+            ));
+        }
+        let ident = new.identity().to_string();
+        {
+            let mut meta = self.meta.lock();
+            meta.spares.retain(|(_, m)| m.identity() != ident);
+            *s.member.write() = Some(new);
+            *s.uuid.write() = Uuid::random();
+            s.rebuild_row.store(0, Ordering::Release);
+            s.set_state(SlotState::Rebuilding);
+        }
+        self.write_metadata();
+        tracing::info!(array = %self.name, slot, member = %ident, "replacement member added; rebuild pending");
+        Ok(())
+    }
+
+    /// Moves the first spare into failed slot `slot`, if there is one.
+    pub fn activate_spare(&self, slot: usize) -> Result<Option<String>> {
+        let spare = self.meta.lock().spares.first().map(|(_, m)| m.clone());
+        let Some(m) = spare else { return Ok(None) };
+        let ident = m.identity().to_string();
+        self.replace(slot, m)?;
+        let mut meta = self.meta.lock();
+        self.record(
+            &mut meta,
+            ArrayEvent::SpareActivated {
+                slot,
+                member: ident.clone(),
+            },
+        );
+        Ok(Some(ident))
+    }
+}

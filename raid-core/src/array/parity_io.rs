@@ -1,0 +1,472 @@
+//! RAID5/6 data paths: reads (with reconstruction when a chunk is
+//! unreadable), writes by read-modify-write or reconstruct-write, chosen by
+//! the number of member reads each needs, and zeroing.
+//!
+//! A write holds its stripe's lock from the first read to the last write,
+//! so two writers never compute parity from each other's half-written data.
+//! A member error during a read fails the member and the stripe is tried
+//! again without it; a member error during a write fails the member and the
+//! write stands as long as the stripe is within its redundancy (the lost
+//! chunk is implied by the parity that was written with it).
+
+use super::*;
+use crate::buf::AlignedBuf;
+use crate::member::{submit, IoOp, MemberIo};
+use crate::parity::ParityKind;
+
+/// A piece of a request that falls in one chunk.
+#[derive(Clone, Copy, Debug)]
+struct Piece {
+    stripe: u64,
+    /// Data chunk index within the stripe.
+    idx: usize,
+    /// Byte offset within the chunk.
+    within: u64,
+    len: u64,
+    /// Byte offset within the request.
+    pos: usize,
+}
+
+/// What went wrong inside one stripe attempt.
+enum StepErr {
+    /// A member failed during reads: plan the stripe again without it.
+    Retry,
+    Fatal(ArrayError),
+}
+
+impl From<ArrayError> for StepErr {
+    fn from(e: ArrayError) -> Self {
+        StepErr::Fatal(e)
+    }
+}
+
+pub(super) fn xor_into(dst: &mut [u8], src: &[u8]) {
+    for (d, s) in dst.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
+        let v =
+            u64::from_ne_bytes(d.try_into().unwrap()) ^ u64::from_ne_bytes(s.try_into().unwrap());
+        d.copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
+impl Array {
+    fn kind(&self) -> ParityKind {
+        if self.geo.level == Level::Raid6 {
+            ParityKind::PQ
+        } else {
+            ParityKind::P
+        }
+    }
+
+    /// Member byte offset of row `s`, plus `within`.
+    fn row_offset(&self, s: u64, within: u64) -> u64 {
+        DATA_OFFSET + s * self.geo.chunk + within
+    }
+
+    fn pieces(&self, offset: u64, len: u64) -> Vec<Piece> {
+        let chunk = self.geo.chunk;
+        let nd = self.geo.data_chunks() as u64;
+        let mut out = Vec::new();
+        let mut pos = 0u64;
+        while pos < len {
+            let at = offset + pos;
+            let c = at / chunk;
+            let within = at % chunk;
+            let n = (chunk - within).min(len - pos);
+            out.push(Piece {
+                stripe: c / nd,
+                idx: (c % nd) as usize,
+                within,
+                len: n,
+                pos: pos as usize,
+            });
+            pos += n;
+        }
+        out
+    }
+
+    pub(super) fn parity_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let pieces = self.pieces(offset, buf.len() as u64);
+        let handles = self.member_handles();
+        let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
+        let mut bounce = AlignedBuf::new(buf.len());
+        let mut degraded: Vec<u64> = Vec::new();
+        {
+            let mut ios = Vec::new();
+            let mut owner = Vec::new();
+            let mut rest: &mut [u8] = &mut bounce;
+            for p in &pieces {
+                let (head, tail) = std::mem::take(&mut rest).split_at_mut(p.len as usize);
+                rest = tail;
+                let m = self.geo.stripe_map(p.stripe).members[p.idx];
+                if self.readable(m, p.stripe) {
+                    ios.push(MemberIo {
+                        member: m,
+                        offset: self.row_offset(p.stripe, p.within),
+                        op: IoOp::Read(head),
+                    });
+                    owner.push(*p);
+                } else {
+                    degraded.push(p.stripe);
+                }
+            }
+            for (r, (io, p)) in submit(&members, &mut ios)
+                .into_iter()
+                .zip(ios.iter().zip(&owner))
+            {
+                if let Err(e) = r {
+                    self.fail_slot(io.member, &format!("read error: {e}"));
+                    degraded.push(p.stripe);
+                }
+            }
+        }
+        degraded.sort_unstable();
+        degraded.dedup();
+        for s in degraded {
+            let _held = self.locks.lock([s]);
+            let ps: Vec<Piece> = pieces.iter().filter(|p| p.stripe == s).copied().collect();
+            let lo = ps.iter().map(|p| p.within).min().unwrap();
+            let hi = ps.iter().map(|p| p.within + p.len).max().unwrap();
+            let cols = self.stripe_columns(s, lo, hi)?;
+            for p in ps {
+                let from = (p.within - lo) as usize;
+                bounce[p.pos..p.pos + p.len as usize]
+                    .copy_from_slice(&cols[p.idx][from..from + p.len as usize]);
+            }
+        }
+        buf.copy_from_slice(&bounce);
+        Ok(())
+    }
+
+    /// Every chunk of stripe `s`, columns [lo, hi), with unreadable chunks
+    /// recovered. The caller holds the stripe lock.
+    fn stripe_columns(&self, s: u64, lo: u64, hi: u64) -> Result<Vec<AlignedBuf>> {
+        let width = (hi - lo) as usize;
+        loop {
+            let map = self.geo.stripe_map(s);
+            let missing: Vec<usize> = (0..map.members.len())
+                .filter(|&i| !self.readable(map.members[i], s))
+                .collect();
+            if missing.len() > self.geo.level.parity_chunks() {
+                return Err(self.failed_error());
+            }
+            let handles = self.member_handles();
+            let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
+            let mut bufs: Vec<AlignedBuf> = (0..map.members.len())
+                .map(|_| AlignedBuf::new(width))
+                .collect();
+            let mut ios: Vec<MemberIo> = bufs
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| !missing.contains(i))
+                .map(|(i, b)| MemberIo {
+                    member: map.members[i],
+                    offset: self.row_offset(s, lo),
+                    op: IoOp::Read(&mut b[..]),
+                })
+                .collect();
+            let results = submit(&members, &mut ios);
+            let failed: Vec<(usize, io::Error)> = ios
+                .iter()
+                .zip(results)
+                .filter_map(|(io, r)| r.err().map(|e| (io.member, e)))
+                .collect();
+            drop(ios);
+            if !failed.is_empty() {
+                for (m, e) in failed {
+                    self.fail_slot(m, &format!("read error: {e}"));
+                }
+                continue;
+            }
+            if !missing.is_empty() {
+                let mut chunks: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+                self.engine.recover(self.kind(), &mut chunks, &missing)?;
+            }
+            return Ok(bufs);
+        }
+    }
+
+    pub(super) fn parity_write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let pieces = self.pieces(offset, data.len() as u64);
+        let mut start = 0;
+        while start < pieces.len() {
+            let s = pieces[start].stripe;
+            let end = start + pieces[start..].iter().take_while(|p| p.stripe == s).count();
+            let _held = self.locks.lock([s]);
+            self.write_stripe(s, &pieces[start..end], data)?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn write_stripe(&self, s: u64, ps: &[Piece], data: &[u8]) -> Result<()> {
+        let nd = self.geo.data_chunks();
+        let np = self.geo.level.parity_chunks();
+        let lo = ps.iter().map(|p| p.within).min().unwrap();
+        let hi = ps.iter().map(|p| p.within + p.len).max().unwrap();
+        let full = |i: usize| {
+            ps.iter()
+                .any(|p| p.idx == i && p.within == lo && p.within + p.len == hi)
+        };
+        loop {
+            let map = self.geo.stripe_map(s);
+            let missing = (0..nd + np)
+                .filter(|&i| !self.readable(map.members[i], s))
+                .count();
+            if missing > np {
+                return Err(self.failed_error());
+            }
+            let rmw_reads = ps.len() + np;
+            let rcw_reads = (0..nd).filter(|&i| !full(i)).count();
+            let step = if missing == 0 && rmw_reads < rcw_reads {
+                self.read_modify_write(s, ps, data, lo, hi)
+            } else {
+                self.reconstruct_write(s, ps, data, lo, hi)
+            };
+            match step {
+                Ok(()) => return Ok(()),
+                Err(StepErr::Retry) => continue,
+                Err(StepErr::Fatal(e)) => return Err(e),
+            }
+        }
+    }
+
+    /// Reads the chunks at `idxs` of stripe `s`, columns [lo, hi). A read
+    /// error fails the member and asks for a retry.
+    fn read_chunks(
+        &self,
+        s: u64,
+        idxs: &[usize],
+        lo: u64,
+        hi: u64,
+    ) -> std::result::Result<Vec<AlignedBuf>, StepErr> {
+        let map = self.geo.stripe_map(s);
+        let handles = self.member_handles();
+        let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
+        let mut bufs: Vec<AlignedBuf> = idxs
+            .iter()
+            .map(|_| AlignedBuf::new((hi - lo) as usize))
+            .collect();
+        let mut ios: Vec<MemberIo> = bufs
+            .iter_mut()
+            .zip(idxs)
+            .map(|(b, &i)| MemberIo {
+                member: map.members[i],
+                offset: self.row_offset(s, lo),
+                op: IoOp::Read(&mut b[..]),
+            })
+            .collect();
+        let results = submit(&members, &mut ios);
+        let failed: Vec<(usize, io::Error)> = ios
+            .iter()
+            .zip(results)
+            .filter_map(|(io, r)| r.err().map(|e| (io.member, e)))
+            .collect();
+        drop(ios);
+        if failed.is_empty() {
+            return Ok(bufs);
+        }
+        for (m, e) in failed {
+            self.fail_slot(m, &format!("read error: {e}"));
+        }
+        Err(StepErr::Retry)
+    }
+
+    /// Writes chunk buffers (by stripe index) to the members that are
+    /// readable; failures fail the member. Ok while the stripe stays within
+    /// its redundancy.
+    fn write_chunks(
+        &self,
+        s: u64,
+        chunks: &[(usize, &[u8])],
+        lo: u64,
+    ) -> std::result::Result<(), StepErr> {
+        let map = self.geo.stripe_map(s);
+        let handles = self.member_handles();
+        let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
+        let mut ios: Vec<MemberIo> = chunks
+            .iter()
+            .filter(|(i, _)| self.readable(map.members[*i], s))
+            .map(|&(i, b)| MemberIo {
+                member: map.members[i],
+                offset: self.row_offset(s, lo),
+                op: IoOp::Write(b),
+            })
+            .collect();
+        let results = submit(&members, &mut ios);
+        for (io, r) in ios.iter().zip(results) {
+            if let Err(e) = r {
+                self.fail_slot(io.member, &format!("write error: {e}"));
+            }
+        }
+        let missing = map
+            .members
+            .iter()
+            .filter(|&&m| !self.readable(m, s))
+            .count();
+        if missing > self.geo.level.parity_chunks() {
+            return Err(StepErr::Fatal(self.failed_error()));
+        }
+        Ok(())
+    }
+
+    /// Old data and parity in, new parity = old parity + the change.
+    fn read_modify_write(
+        &self,
+        s: u64,
+        ps: &[Piece],
+        data: &[u8],
+        lo: u64,
+        hi: u64,
+    ) -> std::result::Result<(), StepErr> {
+        let nd = self.geo.data_chunks();
+        let np = self.geo.level.parity_chunks();
+        let width = (hi - lo) as usize;
+        let mut idxs: Vec<usize> = ps.iter().map(|p| p.idx).collect();
+        idxs.extend(nd..nd + np);
+        let mut old = self.read_chunks(s, &idxs, lo, hi)?;
+        let (old_data, old_parity) = old.split_at_mut(ps.len());
+        // New data: the old columns with the request laid over them.
+        let mut new: Vec<AlignedBuf> = old_data.to_vec();
+        for (p, nb) in ps.iter().zip(new.iter_mut()) {
+            let at = (p.within - lo) as usize;
+            nb[at..at + p.len as usize].copy_from_slice(&data[p.pos..p.pos + p.len as usize]);
+        }
+        // old_data becomes the delta old ^ new.
+        for (o, n) in old_data.iter_mut().zip(&new) {
+            xor_into(o, n);
+        }
+        let mut pd = AlignedBuf::new(width);
+        match self.kind() {
+            ParityKind::P => {
+                let deltas: Vec<&[u8]> = old_data.iter().map(|b| &b[..]).collect();
+                self.engine
+                    .gen_p(&deltas, &mut pd)
+                    .map_err(ArrayError::from)?;
+                xor_into(&mut old_parity[0], &pd);
+            }
+            ParityKind::PQ => {
+                let zero = AlignedBuf::new(width);
+                let srcs: Vec<&[u8]> = (0..nd)
+                    .map(|i| match ps.iter().position(|p| p.idx == i) {
+                        Some(k) => &old_data[k][..],
+                        None => &zero[..],
+                    })
+                    .collect();
+                let mut qd = AlignedBuf::new(width);
+                self.engine
+                    .gen_pq(&srcs, &mut pd, &mut qd)
+                    .map_err(ArrayError::from)?;
+                xor_into(&mut old_parity[0], &pd);
+                xor_into(&mut old_parity[1], &qd);
+            }
+        }
+        let mut writes: Vec<(usize, &[u8])> =
+            ps.iter().zip(&new).map(|(p, b)| (p.idx, &b[..])).collect();
+        writes.extend(old_parity.iter().enumerate().map(|(k, b)| (nd + k, &b[..])));
+        self.write_chunks(s, &writes, lo)
+    }
+
+    /// Every data chunk's new columns in hand (read, recovered or written),
+    /// parity computed from scratch. Also the degraded path.
+    fn reconstruct_write(
+        &self,
+        s: u64,
+        ps: &[Piece],
+        data: &[u8],
+        lo: u64,
+        hi: u64,
+    ) -> std::result::Result<(), StepErr> {
+        let nd = self.geo.data_chunks();
+        let np = self.geo.level.parity_chunks();
+        let width = (hi - lo) as usize;
+        let map = self.geo.stripe_map(s);
+        let full = |i: usize| {
+            ps.iter()
+                .any(|p| p.idx == i && p.within == lo && p.within + p.len == hi)
+        };
+        let need: Vec<usize> = (0..nd).filter(|&i| !full(i)).collect();
+        let mut cols: Vec<AlignedBuf> = if need.iter().any(|&i| !self.readable(map.members[i], s)) {
+            self.stripe_columns(s, lo, hi)?
+        } else {
+            let got = self.read_chunks(s, &need, lo, hi)?;
+            let mut cols: Vec<AlignedBuf> = (0..nd + np).map(|_| AlignedBuf::new(width)).collect();
+            for (i, b) in need.iter().zip(got) {
+                cols[*i] = b;
+            }
+            cols
+        };
+        for p in ps {
+            let at = (p.within - lo) as usize;
+            cols[p.idx][at..at + p.len as usize]
+                .copy_from_slice(&data[p.pos..p.pos + p.len as usize]);
+        }
+        {
+            let (d, par) = cols.split_at_mut(nd);
+            let srcs: Vec<&[u8]> = d.iter().map(|b| &b[..]).collect();
+            match par {
+                [p] => self.engine.gen_p(&srcs, p),
+                [p, q] => self.engine.gen_pq(&srcs, p, q),
+                _ => unreachable!(),
+            }
+            .map_err(ArrayError::from)?;
+        }
+        let mut writes: Vec<(usize, &[u8])> =
+            ps.iter().map(|p| (p.idx, &cols[p.idx][..])).collect();
+        writes.extend((nd..nd + np).map(|i| (i, &cols[i][..])));
+        self.write_chunks(s, &writes, lo)
+    }
+
+    pub(super) fn parity_zero(&self, offset: u64, len: u64) -> Result<()> {
+        let sdb = self.geo.stripe_data_bytes();
+        let first_full = offset.div_ceil(sdb);
+        let end_full = (offset + len) / sdb;
+        if first_full >= end_full {
+            return self.zero_by_writing(offset, len);
+        }
+        self.zero_by_writing(offset, first_full * sdb - offset)?;
+        // Whole stripes: every chunk, parity included, becomes zero, which is
+        // consistent parity. Groups of stripes under their locks.
+        const GROUP: u64 = 256;
+        let mut s = first_full;
+        while s < end_full {
+            let e = (s + GROUP).min(end_full);
+            let _held = self.locks.lock(s..e);
+            let handles = self.member_handles();
+            for (slot, m) in handles.iter().enumerate() {
+                // Rows of this member that hold valid data.
+                let upto = match self.slots[slot].state() {
+                    SlotState::Active => e,
+                    SlotState::Rebuilding => {
+                        e.min(self.slots[slot].rebuild_row.load(Ordering::Acquire))
+                    }
+                    SlotState::Failed => continue,
+                };
+                if upto <= s {
+                    continue;
+                }
+                if let Err(err) = m.write_zeroes(self.row_offset(s, 0), (upto - s) * self.geo.chunk)
+                {
+                    self.fail_slot(slot, &format!("zeroing failed: {err}"));
+                }
+            }
+            if !self.within_redundancy() {
+                return Err(self.failed_error());
+            }
+            s = e;
+        }
+        self.zero_by_writing(end_full * sdb, offset + len - end_full * sdb)
+    }
+
+    /// Zeroes a range by writing zero blocks through the normal write path.
+    pub(super) fn zero_by_writing(&self, offset: u64, len: u64) -> Result<()> {
+        const STEP: u64 = 1 << 20;
+        let zeros = AlignedBuf::new(STEP.min(len) as usize);
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(STEP);
+            self.write(offset + done, &zeros[..n as usize])?;
+            done += n;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,372 @@
+//! Rebuild: bring a replacement member in sync, online, batch by batch.
+//!
+//! Each batch of rows is rebuilt under the locks of its stripes (or mirrored
+//! chunks), then the member's in-sync position moves past it, so a writer
+//! either finds the rows not yet rebuilt (and skips the member: the rebuild
+//! will compute them) or rebuilt (and writes the member). The position is
+//! saved in the metadata every `checkpoint_bytes`, after a flush of the new
+//! member, so a stop or crash resumes from there.
+
+use super::*;
+use crate::buf::AlignedBuf;
+use crate::layout::ChunkRole;
+use crate::member::{submit, IoOp, MemberIo};
+use crate::parity::RecoverJob;
+use std::time::{Duration, Instant};
+
+/// How a rebuild runs.
+#[derive(Clone, Debug)]
+pub struct RebuildOptions {
+    /// Most bytes written to the new member per second (None: as fast as it goes).
+    pub rate_limit: Option<u64>,
+    /// Rows (stripes) per batch: the parity engine's batch size.
+    pub batch_rows: u64,
+    /// Save the restart position at least this often.
+    pub checkpoint_bytes: u64,
+}
+
+impl Default for RebuildOptions {
+    fn default() -> Self {
+        RebuildOptions {
+            rate_limit: None,
+            batch_rows: 32,
+            checkpoint_bytes: 256 << 20,
+        }
+    }
+}
+
+/// How a rebuild ended without error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RebuildEnd {
+    Finished,
+    /// Stopped by the caller; resumes from the saved position.
+    Interrupted,
+}
+
+impl Array {
+    /// Rebuilt rows and total rows of a rebuilding slot.
+    pub fn rebuild_progress(&self, slot: usize) -> Option<(u64, u64)> {
+        let s = self.slots.get(slot)?;
+        (s.state() == SlotState::Rebuilding)
+            .then(|| (s.rebuild_row.load(Ordering::Acquire), self.geo.rows()))
+    }
+
+    /// Slots waiting for or in rebuild.
+    pub fn rebuilding_slots(&self) -> Vec<usize> {
+        (0..self.slots.len())
+            .filter(|&i| self.slots[i].state() == SlotState::Rebuilding)
+            .collect()
+    }
+
+    /// Rebuilds `slot` from its saved position to the end. Blocks; run it
+    /// on its own thread to keep serving I/O. `stop` interrupts it.
+    pub fn rebuild(
+        &self,
+        slot: usize,
+        opts: &RebuildOptions,
+        stop: &AtomicBool,
+    ) -> Result<RebuildEnd> {
+        let s = self
+            .slots
+            .get(slot)
+            .ok_or_else(|| ArrayError::Invalid(format!("no slot {slot}")))?;
+        if s.state() != SlotState::Rebuilding {
+            return Err(ArrayError::Invalid(format!(
+                "slot {slot} is {}, not rebuilding",
+                s.state().name()
+            )));
+        }
+        let target = s
+            .member
+            .read()
+            .clone()
+            .expect("a rebuilding slot has a member");
+        let total = self.geo.rows();
+        let chunk = self.geo.chunk;
+        let mut row = s.rebuild_row.load(Ordering::Acquire);
+        {
+            let mut meta = self.meta.lock();
+            self.record(
+                &mut meta,
+                ArrayEvent::RebuildStarted {
+                    slot,
+                    member: target.identity().into(),
+                },
+            );
+        }
+        tracing::info!(array = %self.name, slot, member = target.identity(), from_row = row, rows = total, "rebuild started");
+        let started = Instant::now();
+        let first_row = row;
+        let mut saved = row;
+        let mut next_report = 0u64;
+        let batch = opts.batch_rows.clamp(1, 256);
+        let ckpt_rows = (opts.checkpoint_bytes / chunk).max(1);
+        while row < total {
+            if stop.load(Ordering::Acquire) {
+                self.save_rebuild_position(&target)?;
+                tracing::info!(array = %self.name, slot, row, "rebuild interrupted; will resume here");
+                return Ok(RebuildEnd::Interrupted);
+            }
+            let end = (row + batch).min(total);
+            let step = {
+                let _held = self.locks.lock(self.rebuild_lock_keys(slot, row, end));
+                let r = match self.geo.level {
+                    Level::Raid5 | Level::Raid6 => {
+                        self.rebuild_parity_rows(slot, &target, row, end)
+                    }
+                    _ => self.rebuild_mirror_rows(slot, &target, row, end),
+                };
+                if r.is_ok() {
+                    s.rebuild_row.store(end, Ordering::Release);
+                }
+                r
+            };
+            if let Err(e) = step {
+                let mut meta = self.meta.lock();
+                self.record(
+                    &mut meta,
+                    ArrayEvent::RebuildFailed {
+                        slot,
+                        reason: e.to_string(),
+                    },
+                );
+                return Err(e);
+            }
+            row = end;
+            if row - saved >= ckpt_rows {
+                self.save_rebuild_position(&target)?;
+                saved = row;
+            }
+            let pct = row * 100 / total;
+            if pct >= next_report {
+                let secs = started.elapsed().as_secs_f64().max(1e-9);
+                let rate = ((row - first_row) * chunk) as f64 / secs;
+                let left = ((total - row) * chunk) as f64 / rate.max(1.0);
+                tracing::info!(array = %self.name, slot, percent = pct, rate_mib_s = format!("{:.1}", rate / 1048576.0),
+                    eta_s = format!("{left:.0}"), "rebuild progress");
+                next_report = pct + 5;
+            }
+            if let Some(limit) = opts.rate_limit {
+                let due =
+                    Duration::from_secs_f64(((row - first_row) * chunk) as f64 / limit as f64);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        }
+        target.flush().map_err(|e| {
+            self.fail_slot(slot, &format!("flush failed: {e}"));
+            ArrayError::Member {
+                member: target.identity().into(),
+                source: e,
+            }
+        })?;
+        s.set_state(SlotState::Active);
+        s.rebuild_row.store(0, Ordering::Release);
+        {
+            let mut meta = self.meta.lock();
+            self.record(&mut meta, ArrayEvent::RebuildFinished { slot });
+        }
+        self.write_metadata();
+        tracing::info!(array = %self.name, slot, secs = started.elapsed().as_secs_f64(), "rebuild finished");
+        Ok(RebuildEnd::Finished)
+    }
+
+    fn save_rebuild_position(&self, target: &MemberRef) -> Result<()> {
+        target.flush().map_err(|e| ArrayError::Member {
+            member: target.identity().into(),
+            source: e,
+        })?;
+        self.write_metadata();
+        Ok(())
+    }
+
+    /// The same lock keys the writers of these rows take.
+    fn rebuild_lock_keys(&self, slot: usize, row: u64, end: u64) -> Vec<u64> {
+        match self.geo.level {
+            Level::Raid5 | Level::Raid6 => (row..end).collect(),
+            _ => (row..end)
+                .map(|r| match self.geo.chunk_at(slot, r) {
+                    ChunkRole::Data(c) => c,
+                    _ => unreachable!("mirrors hold data only"),
+                })
+                .collect(),
+        }
+    }
+
+    fn rebuild_parity_rows(
+        &self,
+        slot: usize,
+        target: &MemberRef,
+        row: u64,
+        end: u64,
+    ) -> Result<()> {
+        let chunk = self.geo.chunk as usize;
+        loop {
+            let handles = self.member_handles();
+            let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
+            let n = self.geo.members;
+            let maps: Vec<_> = (row..end).map(|s| self.geo.stripe_map(s)).collect();
+            let missing: Vec<Vec<usize>> = maps
+                .iter()
+                .zip(row..end)
+                .map(|(m, s)| {
+                    (0..n)
+                        .filter(|&i| !self.readable(m.members[i], s))
+                        .collect()
+                })
+                .collect();
+            if missing
+                .iter()
+                .any(|m| m.len() > self.geo.level.parity_chunks())
+            {
+                return Err(self.failed_error());
+            }
+            let mut bufs: Vec<Vec<AlignedBuf>> = maps
+                .iter()
+                .map(|_| (0..n).map(|_| AlignedBuf::new(chunk)).collect())
+                .collect();
+            let mut failed = Vec::new();
+            {
+                let mut ios = Vec::new();
+                for (k, stripe) in bufs.iter_mut().enumerate() {
+                    let s = row + k as u64;
+                    for (i, b) in stripe.iter_mut().enumerate() {
+                        if !missing[k].contains(&i) {
+                            ios.push(MemberIo {
+                                member: maps[k].members[i],
+                                offset: self.row_offset_of(s),
+                                op: IoOp::Read(&mut b[..]),
+                            });
+                        }
+                    }
+                }
+                let results = submit(&members, &mut ios);
+                for (io, r) in ios.iter().zip(results) {
+                    if let Err(e) = r {
+                        failed.push((io.member, e));
+                    }
+                }
+            }
+            if !failed.is_empty() {
+                for (m, e) in failed {
+                    self.fail_slot(m, &format!("read error during rebuild: {e}"));
+                }
+                continue;
+            }
+            {
+                let mut jobs: Vec<RecoverJob> = bufs
+                    .iter_mut()
+                    .zip(&missing)
+                    .map(|(stripe, miss)| RecoverJob {
+                        chunks: stripe.iter_mut().map(|b| &mut b[..]).collect(),
+                        missing: miss.clone(),
+                    })
+                    .collect();
+                let kind = if self.geo.level == Level::Raid6 {
+                    crate::parity::ParityKind::PQ
+                } else {
+                    crate::parity::ParityKind::P
+                };
+                self.engine.recover_batch(kind, &mut jobs)?;
+            }
+            let tmembers: Vec<&dyn Member> = vec![target.as_ref()];
+            let mut writes: Vec<MemberIo> = bufs
+                .iter()
+                .zip(&maps)
+                .enumerate()
+                .map(|(k, (stripe, map))| {
+                    let i = map.members.iter().position(|&m| m == slot).unwrap();
+                    MemberIo {
+                        member: 0,
+                        offset: self.row_offset_of(row + k as u64),
+                        op: IoOp::Write(&stripe[i][..]),
+                    }
+                })
+                .collect();
+            for r in submit(&tmembers, &mut writes) {
+                if let Err(e) = r {
+                    self.fail_slot(slot, &format!("write error during rebuild: {e}"));
+                    return Err(ArrayError::Member {
+                        member: target.identity().into(),
+                        source: e,
+                    });
+                }
+            }
+            return Ok(());
+        }
+    }
+
+    fn row_offset_of(&self, row: u64) -> u64 {
+        DATA_OFFSET + row * self.geo.chunk
+    }
+
+    fn rebuild_mirror_rows(
+        &self,
+        slot: usize,
+        target: &MemberRef,
+        row: u64,
+        end: u64,
+    ) -> Result<()> {
+        let chunk = self.geo.chunk as usize;
+        loop {
+            let handles = self.member_handles();
+            let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
+            let mut bufs: Vec<AlignedBuf> = (row..end).map(|_| AlignedBuf::new(chunk)).collect();
+            let mut failed = Vec::new();
+            {
+                let mut ios = Vec::new();
+                for (r, b) in (row..end).zip(bufs.iter_mut()) {
+                    let ChunkRole::Data(c) = self.geo.chunk_at(slot, r) else {
+                        unreachable!()
+                    };
+                    let src = self
+                        .geo
+                        .chunk_copies(c)
+                        .into_iter()
+                        .find(|p| {
+                            p.member != slot && self.readable(p.member, p.offset / self.geo.chunk)
+                        })
+                        .ok_or_else(|| self.failed_error())?;
+                    ios.push(MemberIo {
+                        member: src.member,
+                        offset: DATA_OFFSET + src.offset,
+                        op: IoOp::Read(&mut b[..]),
+                    });
+                }
+                let results = submit(&members, &mut ios);
+                for (io, r) in ios.iter().zip(results) {
+                    if let Err(e) = r {
+                        failed.push((io.member, e));
+                    }
+                }
+            }
+            if !failed.is_empty() {
+                for (m, e) in failed {
+                    self.fail_slot(m, &format!("read error during rebuild: {e}"));
+                }
+                continue;
+            }
+            let tmembers: Vec<&dyn Member> = vec![target.as_ref()];
+            let mut writes: Vec<MemberIo> = bufs
+                .iter()
+                .zip(row..end)
+                .map(|(b, r)| MemberIo {
+                    member: 0,
+                    offset: self.row_offset_of(r),
+                    op: IoOp::Write(&b[..]),
+                })
+                .collect();
+            for r in submit(&tmembers, &mut writes) {
+                if let Err(e) = r {
+                    self.fail_slot(slot, &format!("write error during rebuild: {e}"));
+                    return Err(ArrayError::Member {
+                        member: target.identity().into(),
+                        source: e,
+                    });
+                }
+            }
+            return Ok(());
+        }
+    }
+}

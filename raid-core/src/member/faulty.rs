@@ -1,0 +1,166 @@
+//! A fault-injecting wrapper for tests: fail after N I/Os, fail a range,
+//! fail everything, add latency, and a power cut that drops every write not
+//! yet flushed.
+
+use super::{Member, MemberRef};
+use parking_lot::Mutex;
+use std::io;
+use std::time::Duration;
+
+/// The faults currently armed.
+#[derive(Default, Clone, Debug)]
+pub struct Faults {
+    /// Fail every I/O once this many more have succeeded.
+    pub fail_after: Option<u64>,
+    /// Fail I/O that touches any of these byte ranges [start, end).
+    pub fail_ranges: Vec<(u64, u64)>,
+    /// Fail every I/O (a drive that vanished).
+    pub fail_all: bool,
+    /// Sleep before each I/O (a slow drive).
+    pub latency: Duration,
+}
+
+struct State {
+    faults: Faults,
+    /// (offset, previous contents) of writes since the last flush, oldest
+    /// first, kept only while power-cut tracking is on.
+    unflushed: Vec<(u64, Vec<u8>)>,
+    track_power: bool,
+    powered_off: bool,
+}
+
+pub struct FaultyMember {
+    inner: MemberRef,
+    state: Mutex<State>,
+}
+
+fn injected(what: &str, name: &str) -> io::Error {
+    io::Error::other(format!("{name}: injected fault ({what})"))
+}
+
+impl FaultyMember {
+    pub fn new(inner: MemberRef) -> FaultyMember {
+        FaultyMember {
+            inner,
+            state: Mutex::new(State {
+                faults: Faults::default(),
+                unflushed: Vec::new(),
+                track_power: false,
+                powered_off: false,
+            }),
+        }
+    }
+
+    pub fn set_faults(&self, f: Faults) {
+        self.state.lock().faults = f;
+    }
+
+    pub fn fail_all(&self) {
+        self.state.lock().faults.fail_all = true;
+    }
+
+    pub fn heal(&self) {
+        self.state.lock().faults = Faults::default();
+    }
+
+    /// From now on, remember what each write overwrote until the next flush.
+    pub fn track_power_cut(&self) {
+        let mut s = self.state.lock();
+        s.track_power = true;
+        s.unflushed.clear();
+    }
+
+    /// Drops every write since the last flush (newest first, so overlapping
+    /// writes unwind correctly) and fails all I/O until `power_on`.
+    pub fn power_cut(&self) -> io::Result<()> {
+        let mut s = self.state.lock();
+        while let Some((off, old)) = s.unflushed.pop() {
+            self.inner.write_at(&old, off)?;
+        }
+        s.powered_off = true;
+        Ok(())
+    }
+
+    pub fn power_on(&self) {
+        self.state.lock().powered_off = false;
+    }
+
+    /// Counts an I/O against the faults; Err if it must fail.
+    fn gate(&self, s: &mut State, offset: u64, len: u64) -> io::Result<()> {
+        let name = self.inner.identity();
+        if s.powered_off {
+            return Err(injected("power is off", name));
+        }
+        if s.faults.fail_all {
+            return Err(injected("member gone", name));
+        }
+        if let Some(n) = s.faults.fail_after.as_mut() {
+            if *n == 0 {
+                return Err(injected("failed after N I/Os", name));
+            }
+            *n -= 1;
+        }
+        if s.faults
+            .fail_ranges
+            .iter()
+            .any(|&(a, b)| offset < b && offset + len > a)
+        {
+            return Err(injected("bad range", name));
+        }
+        Ok(())
+    }
+
+    fn delay(&self) {
+        let d = self.state.lock().faults.latency;
+        if !d.is_zero() {
+            std::thread::sleep(d);
+        }
+    }
+}
+
+impl Member for FaultyMember {
+    fn identity(&self) -> &str {
+        self.inner.identity()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.delay();
+        let mut s = self.state.lock();
+        self.gate(&mut s, offset, buf.len() as u64)?;
+        drop(s);
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.delay();
+        let mut s = self.state.lock();
+        self.gate(&mut s, offset, buf.len() as u64)?;
+        if s.track_power {
+            // Held under the lock so the undo log matches the write order.
+            let mut old = vec![0u8; buf.len()];
+            self.inner.read_at(&mut old, offset)?;
+            s.unflushed.push((offset, old));
+            return self.inner.write_at(buf, offset);
+        }
+        drop(s);
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        let mut s = self.state.lock();
+        self.gate(&mut s, 0, 0)?;
+        self.inner.flush()?;
+        s.unflushed.clear();
+        Ok(())
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        let mut s = self.state.lock();
+        self.gate(&mut s, offset, len)?;
+        if s.track_power {
+            let mut old = vec![0u8; len as usize];
+            self.inner.read_at(&mut old, offset)?;
+            s.unflushed.push((offset, old));
+        }
+        self.inner.write_zeroes(offset, len)
+    }
+}

@@ -1,0 +1,119 @@
+//! Members: the drives (or files, or RAM) an array is made of, behind one
+//! trait, and the batch submission that puts one request's member I/Os in
+//! flight together.
+
+mod faulty;
+mod file;
+mod ram;
+mod uring;
+
+pub use faulty::{Faults, FaultyMember};
+pub use file::FileMember;
+pub use ram::RamMember;
+pub use uring::{io_path, IoPath};
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+/// One member device. Offsets are absolute byte offsets on the device.
+///
+/// Durability: a completed `write_at` may sit in a volatile cache (the
+/// drive's, or the page cache of a file opened without O_DIRECT) until
+/// `flush` returns.
+pub trait Member: Send + Sync {
+    /// How the operator names it: a path, or "ram:N".
+    fn identity(&self) -> &str;
+    /// Size in bytes.
+    fn size(&self) -> u64;
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Makes every completed write durable.
+    fn flush(&self) -> io::Result<()>;
+    /// Makes the range read back as zeros, discarding it where the device
+    /// can (hole punch, discard-with-zeroes).
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// The file descriptor for the io_uring path, when I/O on this member is
+    /// plain reads and writes of an fd. `None` sends its I/O through
+    /// `read_at`/`write_at`.
+    fn uring_fd(&self) -> Option<RawFd> {
+        None
+    }
+    /// Whether the fd was opened with O_DIRECT (buffers must then be aligned).
+    fn is_direct(&self) -> bool {
+        false
+    }
+}
+
+/// A shared member handle.
+pub type MemberRef = Arc<dyn Member>;
+
+/// One member I/O of a batch.
+pub struct MemberIo<'a> {
+    /// Index into the member slice given to `submit`.
+    pub member: usize,
+    pub offset: u64,
+    pub op: IoOp<'a>,
+}
+
+pub enum IoOp<'a> {
+    Read(&'a mut [u8]),
+    Write(&'a [u8]),
+}
+
+impl MemberIo<'_> {
+    pub fn len(&self) -> usize {
+        match &self.op {
+            IoOp::Read(b) => b.len(),
+            IoOp::Write(b) => b.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs this one I/O through the member's synchronous path.
+    fn run_sync(&mut self, m: &dyn Member) -> io::Result<()> {
+        match &mut self.op {
+            IoOp::Read(b) => m.read_at(b, self.offset),
+            IoOp::Write(b) => m.write_at(b, self.offset),
+        }
+    }
+}
+
+/// Submits a batch of member I/Os and waits for all of them. Members with an
+/// fd go through this thread's io_uring together (one submission for the
+/// whole batch); the rest run through their own `read_at`/`write_at`. The
+/// result for each I/O is returned in order, so a caller knows exactly which
+/// member failed.
+pub fn submit(members: &[&dyn Member], ios: &mut [MemberIo<'_>]) -> Vec<io::Result<()>> {
+    let mut results: Vec<Option<io::Result<()>>> = (0..ios.len()).map(|_| None).collect();
+    let mut ring_ios: Vec<usize> = Vec::new();
+    for (i, io) in ios.iter().enumerate() {
+        let m = members[io.member];
+        let buf_ok = !m.is_direct()
+            || match &io.op {
+                IoOp::Read(b) => crate::buf::is_aligned(b),
+                IoOp::Write(b) => crate::buf::is_aligned(b),
+            };
+        if m.uring_fd().is_some() && buf_ok && io_path() == IoPath::IoUring {
+            ring_ios.push(i);
+        }
+    }
+    if ring_ios.len() > 1 {
+        let done = uring::run_batch(members, ios, &ring_ios);
+        for (k, r) in ring_ios.iter().zip(done) {
+            results[*k] = Some(r);
+        }
+    }
+    for (i, io) in ios.iter_mut().enumerate() {
+        if results[i].is_none() {
+            results[i] = Some(io.run_sync(members[io.member]));
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.expect("every I/O ran"))
+        .collect()
+}

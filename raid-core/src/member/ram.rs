@@ -1,0 +1,94 @@
+//! A member in RAM (like SPDK's malloc bdev): for measuring the engine alone
+//! and for fast model tests.
+
+use super::Member;
+use parking_lot::Mutex;
+use std::io;
+
+/// Segment size: concurrent I/O to different segments runs in parallel.
+const SEG: u64 = 64 * 1024;
+
+pub struct RamMember {
+    name: String,
+    size: u64,
+    segs: Vec<Mutex<Box<[u8]>>>,
+}
+
+impl RamMember {
+    pub fn new(name: impl Into<String>, size: u64) -> RamMember {
+        let n = size.div_ceil(SEG);
+        let segs = (0..n)
+            .map(|i| {
+                let len = (size - i * SEG).min(SEG) as usize;
+                Mutex::new(vec![0u8; len].into_boxed_slice())
+            })
+            .collect();
+        RamMember {
+            name: name.into(),
+            size,
+            segs,
+        }
+    }
+
+    fn check(&self, offset: u64, len: usize) -> io::Result<()> {
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > self.size)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: I/O at {offset}+{len} past the end ({})",
+                    self.name, self.size
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Calls f(segment bytes, range within segment, range within buffer)
+    /// for every segment the I/O touches.
+    fn each(&self, offset: u64, len: usize, mut f: impl FnMut(&mut [u8], usize)) {
+        let mut done = 0usize;
+        while done < len {
+            let pos = offset + done as u64;
+            let seg = (pos / SEG) as usize;
+            let within = (pos % SEG) as usize;
+            let mut s = self.segs[seg].lock();
+            let n = (s.len() - within).min(len - done);
+            f(&mut s[within..within + n], done);
+            done += n;
+        }
+    }
+}
+
+impl Member for RamMember {
+    fn identity(&self) -> &str {
+        &self.name
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check(offset, buf.len())?;
+        self.each(offset, buf.len(), |seg, at| {
+            buf[at..at + seg.len()].copy_from_slice(seg)
+        });
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.check(offset, buf.len())?;
+        self.each(offset, buf.len(), |seg, at| {
+            seg.copy_from_slice(&buf[at..at + seg.len()])
+        });
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.check(offset, len as usize)?;
+        self.each(offset, len as usize, |seg, _| seg.fill(0));
+        Ok(())
+    }
+}

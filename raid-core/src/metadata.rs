@@ -1,0 +1,468 @@
+//! On-disk metadata: one 4 KiB superblock per member, kept in two copies (at
+//! byte 0 and byte 4096) so a torn write of one leaves the other valid.
+//! The byte layout is documented in docs/on-disk-format.md; the constants
+//! below are the single source of it.
+
+use crate::layout::{Geometry, Level, MAX_MEMBERS};
+use std::fmt;
+
+pub const MAGIC: [u8; 8] = *b"NVRAIDSB";
+pub const VERSION: u32 = 1;
+pub const SB_SIZE: usize = 4096;
+/// Where the two copies live on each member.
+pub const SB_OFFSETS: [u64; 2] = [0, 4096];
+/// Where member data starts: 1 MiB, leaving room after the superblocks for
+/// a write-intent bitmap and journal, and keeping data 1 MiB-aligned.
+pub const DATA_OFFSET: u64 = 1 << 20;
+/// Spare slots recorded in the superblock.
+pub const MAX_SPARES: usize = 16;
+/// `role` of a spare.
+pub const ROLE_SPARE: u32 = u32::MAX;
+/// Layout code of the layouts in `layout.rs` (md left-symmetric, near-2).
+pub const LAYOUT_DEFAULT: u32 = 0;
+/// Name field length.
+pub const NAME_LEN: usize = 64;
+
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = 8;
+const OFF_FLAGS: usize = 12;
+const OFF_ARRAY_UUID: usize = 16;
+const OFF_MEMBER_UUID: usize = 32;
+const OFF_ROLE: usize = 48;
+const OFF_LEVEL: usize = 52;
+const OFF_LAYOUT: usize = 56;
+const OFF_CHUNK: usize = 60;
+const OFF_MEMBERS: usize = 64;
+const OFF_SPARES: usize = 68;
+const OFF_DATA_OFFSET: usize = 72;
+const OFF_DATA_SIZE: usize = 80;
+const OFF_EVENTS: usize = 88;
+const OFF_CTIME: usize = 96;
+const OFF_NAME: usize = 104;
+const OFF_TABLE: usize = 256;
+const ENTRY: usize = 32;
+const OFF_SPARE_TABLE: usize = OFF_TABLE + MAX_MEMBERS * ENTRY; // 2304
+const OFF_CRC: usize = SB_SIZE - 4; // 4092
+
+const FLAG_CLEAN: u32 = 1;
+
+/// The state of a member slot as recorded in metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotState {
+    /// In sync, trusted.
+    Active,
+    /// Failed or missing: never read until rebuilt.
+    Failed,
+    /// Being rebuilt; rows below `rebuild_row` are in sync.
+    Rebuilding,
+}
+
+impl SlotState {
+    fn code(self) -> u32 {
+        match self {
+            SlotState::Active => 1,
+            SlotState::Failed => 2,
+            SlotState::Rebuilding => 3,
+        }
+    }
+    fn from_code(c: u32) -> Option<SlotState> {
+        Some(match c {
+            1 => SlotState::Active,
+            2 => SlotState::Failed,
+            3 => SlotState::Rebuilding,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            SlotState::Active => "active",
+            SlotState::Failed => "failed",
+            SlotState::Rebuilding => "rebuilding",
+        }
+    }
+}
+
+/// One member slot of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotEntry {
+    pub uuid: Uuid,
+    pub state: SlotState,
+    /// For Rebuilding: rows (chunks of the member) already in sync.
+    pub rebuild_row: u64,
+}
+
+/// A 16-byte UUID, printed in the usual 8-4-4-4-12 form.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct Uuid(pub [u8; 16]);
+
+impl Uuid {
+    pub fn random() -> Uuid {
+        Uuid(*uuid::Uuid::new_v4().as_bytes())
+    }
+    pub fn is_nil(&self) -> bool {
+        self.0 == [0; 16]
+    }
+}
+
+impl fmt::Display for Uuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", uuid::Uuid::from_bytes(self.0).hyphenated())
+    }
+}
+
+impl fmt::Debug for Uuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Everything one superblock says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub array_uuid: Uuid,
+    pub member_uuid: Uuid,
+    /// Slot index of this member, or ROLE_SPARE.
+    pub role: u32,
+    pub level: Level,
+    pub layout: u32,
+    pub chunk: u32,
+    pub clean: bool,
+    pub data_offset: u64,
+    /// Bytes of each member's data area in use.
+    pub data_size: u64,
+    /// Bumped on every metadata change: the newest copy across members wins.
+    pub events: u64,
+    /// Creation time, seconds since the Unix epoch.
+    pub ctime: u64,
+    pub name: String,
+    pub slots: Vec<SlotEntry>,
+    pub spares: Vec<Uuid>,
+}
+
+/// Why a superblock was not accepted.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MetaError {
+    #[error("no array metadata (magic not found)")]
+    NoMagic,
+    #[error("metadata checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): the block is corrupt")]
+    BadChecksum { stored: u32, computed: u32 },
+    #[error("metadata format version {0} is not supported (this build reads version {VERSION})")]
+    BadVersion(u32),
+    #[error("metadata field {field} is invalid: {why}")]
+    BadField { field: &'static str, why: String },
+}
+
+fn get_u32(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+}
+fn get_u64(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
+}
+fn get_uuid(b: &[u8], o: usize) -> Uuid {
+    Uuid(b[o..o + 16].try_into().unwrap())
+}
+fn put_u32(b: &mut [u8], o: usize, v: u32) {
+    b[o..o + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn put_u64(b: &mut [u8], o: usize, v: u64) {
+    b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn bad(field: &'static str, why: impl Into<String>) -> MetaError {
+    MetaError::BadField {
+        field,
+        why: why.into(),
+    }
+}
+
+impl Superblock {
+    /// The geometry this superblock describes.
+    pub fn geometry(&self) -> Geometry {
+        Geometry {
+            level: self.level,
+            members: self.slots.len(),
+            chunk: self.chunk as u64,
+            member_size: self.data_size,
+        }
+    }
+
+    /// Serialises into one 4 KiB block with its checksum.
+    pub fn encode(&self) -> [u8; SB_SIZE] {
+        assert!(self.slots.len() <= MAX_MEMBERS && self.spares.len() <= MAX_SPARES);
+        let mut b = [0u8; SB_SIZE];
+        b[OFF_MAGIC..OFF_MAGIC + 8].copy_from_slice(&MAGIC);
+        put_u32(&mut b, OFF_VERSION, VERSION);
+        put_u32(&mut b, OFF_FLAGS, if self.clean { FLAG_CLEAN } else { 0 });
+        b[OFF_ARRAY_UUID..OFF_ARRAY_UUID + 16].copy_from_slice(&self.array_uuid.0);
+        b[OFF_MEMBER_UUID..OFF_MEMBER_UUID + 16].copy_from_slice(&self.member_uuid.0);
+        put_u32(&mut b, OFF_ROLE, self.role);
+        put_u32(&mut b, OFF_LEVEL, self.level.number());
+        put_u32(&mut b, OFF_LAYOUT, self.layout);
+        put_u32(&mut b, OFF_CHUNK, self.chunk);
+        put_u32(&mut b, OFF_MEMBERS, self.slots.len() as u32);
+        put_u32(&mut b, OFF_SPARES, self.spares.len() as u32);
+        put_u64(&mut b, OFF_DATA_OFFSET, self.data_offset);
+        put_u64(&mut b, OFF_DATA_SIZE, self.data_size);
+        put_u64(&mut b, OFF_EVENTS, self.events);
+        put_u64(&mut b, OFF_CTIME, self.ctime);
+        let name = self.name.as_bytes();
+        let n = name.len().min(NAME_LEN);
+        b[OFF_NAME..OFF_NAME + n].copy_from_slice(&name[..n]);
+        for (i, s) in self.slots.iter().enumerate() {
+            let o = OFF_TABLE + i * ENTRY;
+            b[o..o + 16].copy_from_slice(&s.uuid.0);
+            put_u32(&mut b, o + 16, s.state.code());
+            put_u64(&mut b, o + 24, s.rebuild_row);
+        }
+        for (i, u) in self.spares.iter().enumerate() {
+            let o = OFF_SPARE_TABLE + i * 16;
+            b[o..o + 16].copy_from_slice(&u.0);
+        }
+        let crc = crc32c::crc32c(&b[..OFF_CRC]);
+        put_u32(&mut b, OFF_CRC, crc);
+        b
+    }
+
+    /// Parses and validates one block. Never panics, whatever the bytes.
+    pub fn decode(b: &[u8]) -> Result<Superblock, MetaError> {
+        if b.len() < SB_SIZE || b[..8] != MAGIC {
+            return Err(MetaError::NoMagic);
+        }
+        let stored = get_u32(b, OFF_CRC);
+        let computed = crc32c::crc32c(&b[..OFF_CRC]);
+        if stored != computed {
+            return Err(MetaError::BadChecksum { stored, computed });
+        }
+        let version = get_u32(b, OFF_VERSION);
+        if version != VERSION {
+            return Err(MetaError::BadVersion(version));
+        }
+        let level_n = get_u32(b, OFF_LEVEL);
+        let level = Level::from_number(level_n)
+            .ok_or_else(|| bad("level", format!("{level_n} is not 0, 1, 5, 6 or 10")))?;
+        let layout = get_u32(b, OFF_LAYOUT);
+        if layout != LAYOUT_DEFAULT {
+            return Err(bad("layout", format!("unknown layout code {layout}")));
+        }
+        let members = get_u32(b, OFF_MEMBERS) as usize;
+        if members < level.min_members() || members > MAX_MEMBERS {
+            return Err(bad(
+                "member count",
+                format!("{members} members for {level}"),
+            ));
+        }
+        let spares = get_u32(b, OFF_SPARES) as usize;
+        if spares > MAX_SPARES {
+            return Err(bad("spare count", format!("{spares} > {MAX_SPARES}")));
+        }
+        let chunk = get_u32(b, OFF_CHUNK);
+        let data_size = get_u64(b, OFF_DATA_SIZE);
+        let geo = Geometry::new(level, members, chunk as u64, data_size)
+            .map_err(|e| bad("geometry", e.to_string()))?;
+        if geo.member_size != data_size {
+            return Err(bad(
+                "data size",
+                format!("{data_size} is not a whole number of rows"),
+            ));
+        }
+        let data_offset = get_u64(b, OFF_DATA_OFFSET);
+        if data_offset < (SB_OFFSETS[1] + SB_SIZE as u64) || !data_offset.is_multiple_of(4096) {
+            return Err(bad("data offset", format!("{data_offset}")));
+        }
+        let role = get_u32(b, OFF_ROLE);
+        if role != ROLE_SPARE && role as usize >= members {
+            return Err(bad("role", format!("slot {role} of {members}")));
+        }
+        let name_raw = &b[OFF_NAME..OFF_NAME + NAME_LEN];
+        let name_end = name_raw.iter().position(|&c| c == 0).unwrap_or(NAME_LEN);
+        let name = std::str::from_utf8(&name_raw[..name_end])
+            .map_err(|_| bad("name", "not UTF-8"))?
+            .to_string();
+        let mut slots = Vec::with_capacity(members);
+        for i in 0..members {
+            let o = OFF_TABLE + i * ENTRY;
+            let code = get_u32(b, o + 16);
+            let state = SlotState::from_code(code)
+                .ok_or_else(|| bad("slot state", format!("slot {i}: code {code}")))?;
+            let rebuild_row = get_u64(b, o + 24);
+            if rebuild_row > geo.rows() {
+                return Err(bad(
+                    "rebuild position",
+                    format!("slot {i}: row {rebuild_row} > {}", geo.rows()),
+                ));
+            }
+            slots.push(SlotEntry {
+                uuid: get_uuid(b, o),
+                state,
+                rebuild_row,
+            });
+        }
+        let spares = (0..spares)
+            .map(|i| get_uuid(b, OFF_SPARE_TABLE + i * 16))
+            .collect();
+        Ok(Superblock {
+            array_uuid: get_uuid(b, OFF_ARRAY_UUID),
+            member_uuid: get_uuid(b, OFF_MEMBER_UUID),
+            role,
+            level,
+            layout,
+            chunk,
+            clean: get_u32(b, OFF_FLAGS) & FLAG_CLEAN != 0,
+            data_offset,
+            data_size,
+            events: get_u64(b, OFF_EVENTS),
+            ctime: get_u64(b, OFF_CTIME),
+            name,
+            slots,
+            spares,
+        })
+    }
+}
+
+/// Reads both copies from a member and returns the valid one with the
+/// highest event counter, or the first copy's error when neither is valid.
+pub fn read_superblock(m: &dyn crate::member::Member) -> Result<Superblock, ReadError> {
+    let mut buf = crate::buf::AlignedBuf::new(SB_SIZE);
+    let mut best: Option<Superblock> = None;
+    let mut first_err = None;
+    for off in SB_OFFSETS {
+        if m.size() < off + SB_SIZE as u64 {
+            first_err.get_or_insert(ReadError::Meta(MetaError::NoMagic));
+            continue;
+        }
+        match m.read_at(&mut buf, off) {
+            Err(e) => {
+                first_err.get_or_insert(ReadError::Io(e.to_string()));
+            }
+            Ok(()) => match Superblock::decode(&buf) {
+                Ok(sb) => {
+                    if best.as_ref().is_none_or(|b| sb.events > b.events) {
+                        best = Some(sb);
+                    }
+                }
+                Err(e) => {
+                    first_err.get_or_insert(ReadError::Meta(e));
+                }
+            },
+        }
+    }
+    best.ok_or_else(|| first_err.unwrap())
+}
+
+/// Why a member's metadata could not be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReadError {
+    #[error("{0}")]
+    Meta(MetaError),
+    #[error("read error: {0}")]
+    Io(String),
+}
+
+/// Writes a superblock to one member: copy 0, flush, copy 1, flush. A crash
+/// between the two leaves one complete copy, old or new.
+pub fn write_superblock(m: &dyn crate::member::Member, sb: &Superblock) -> std::io::Result<()> {
+    let mut buf = crate::buf::AlignedBuf::new(SB_SIZE);
+    buf.copy_from_slice(&sb.encode());
+    for off in SB_OFFSETS {
+        m.write_at(&buf, off)?;
+        m.flush()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Superblock {
+        Superblock {
+            array_uuid: Uuid([1; 16]),
+            member_uuid: Uuid([2; 16]),
+            role: 1,
+            level: Level::Raid6,
+            layout: LAYOUT_DEFAULT,
+            chunk: 65536,
+            clean: true,
+            data_offset: DATA_OFFSET,
+            data_size: 65536 * 100,
+            events: 42,
+            ctime: 1_700_000_000,
+            name: "data".into(),
+            slots: (0..5)
+                .map(|i| SlotEntry {
+                    uuid: Uuid([10 + i as u8; 16]),
+                    state: if i == 3 {
+                        SlotState::Rebuilding
+                    } else {
+                        SlotState::Active
+                    },
+                    rebuild_row: if i == 3 { 7 } else { 0 },
+                })
+                .collect(),
+            spares: vec![Uuid([99; 16])],
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let sb = sample();
+        assert_eq!(Superblock::decode(&sb.encode()), Ok(sb));
+    }
+
+    /// The documented byte positions (docs/on-disk-format.md), pinned.
+    #[test]
+    fn byte_layout_is_as_documented() {
+        let b = sample().encode();
+        assert_eq!(&b[0..8], b"NVRAIDSB");
+        assert_eq!(get_u32(&b, 8), 1);
+        assert_eq!(get_u32(&b, 12), 1); // clean
+        assert_eq!(&b[16..32], &[1; 16]);
+        assert_eq!(&b[32..48], &[2; 16]);
+        assert_eq!(get_u32(&b, 48), 1);
+        assert_eq!(get_u32(&b, 52), 6);
+        assert_eq!(get_u32(&b, 60), 65536);
+        assert_eq!(get_u32(&b, 64), 5);
+        assert_eq!(get_u32(&b, 68), 1);
+        assert_eq!(get_u64(&b, 72), 1 << 20);
+        assert_eq!(get_u64(&b, 80), 65536 * 100);
+        assert_eq!(get_u64(&b, 88), 42);
+        assert_eq!(&b[104..108], b"data");
+        assert_eq!(&b[256 + 3 * 32..256 + 3 * 32 + 16], &[13; 16]);
+        assert_eq!(get_u32(&b, 256 + 3 * 32 + 16), 3);
+        assert_eq!(get_u64(&b, 256 + 3 * 32 + 24), 7);
+        assert_eq!(&b[2304..2320], &[99; 16]);
+        assert_eq!(get_u32(&b, 4092), crc32c::crc32c(&b[..4092]));
+    }
+
+    #[test]
+    fn every_flipped_bit_is_caught() {
+        let good = sample().encode();
+        for byte in (0..SB_SIZE).step_by(7) {
+            let mut b = good;
+            b[byte] ^= 0x10;
+            assert!(Superblock::decode(&b).is_err(), "flip at {byte} accepted");
+        }
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let mut x: u64 = 1;
+        for _ in 0..2000 {
+            let mut b = [0u8; SB_SIZE];
+            for c in b.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *c = x as u8;
+            }
+            // Valid magic and checksum over garbage fields: must be refused
+            // field by field, never panic.
+            b[..8].copy_from_slice(&MAGIC);
+            put_u32(&mut b, OFF_VERSION, VERSION);
+            let crc = crc32c::crc32c(&b[..OFF_CRC]);
+            put_u32(&mut b, OFF_CRC, crc);
+            let _ = Superblock::decode(&b);
+        }
+        assert_eq!(Superblock::decode(&[0u8; 10]), Err(MetaError::NoMagic));
+    }
+}

@@ -320,43 +320,38 @@ impl Superblock {
 }
 
 /// Reads both copies from a member and returns the valid one with the
-/// highest event counter, or the first copy's error when neither is valid.
+/// highest event counter; when neither is valid, says what is wrong with each.
 pub fn read_superblock(m: &dyn crate::member::Member) -> Result<Superblock, ReadError> {
     let mut buf = crate::buf::AlignedBuf::new(SB_SIZE);
     let mut best: Option<Superblock> = None;
-    let mut first_err = None;
+    let mut errors = Vec::new();
     for off in SB_OFFSETS {
-        if m.size() < off + SB_SIZE as u64 {
-            first_err.get_or_insert(ReadError::Meta(MetaError::NoMagic));
-            continue;
-        }
-        match m.read_at(&mut buf, off) {
-            Err(e) => {
-                first_err.get_or_insert(ReadError::Io(e.to_string()));
+        let r = if m.size() < off + SB_SIZE as u64 {
+            Err(format!(
+                "copy at byte {off}: the device is too small to hold it"
+            ))
+        } else {
+            match m.read_at(&mut buf, off) {
+                Err(e) => Err(format!("copy at byte {off}: read error: {e}")),
+                Ok(()) => Superblock::decode(&buf).map_err(|e| format!("copy at byte {off}: {e}")),
             }
-            Ok(()) => match Superblock::decode(&buf) {
-                Ok(sb) => {
-                    if best.as_ref().is_none_or(|b| sb.events > b.events) {
-                        best = Some(sb);
-                    }
+        };
+        match r {
+            Ok(sb) => {
+                if best.as_ref().is_none_or(|b| sb.events > b.events) {
+                    best = Some(sb);
                 }
-                Err(e) => {
-                    first_err.get_or_insert(ReadError::Meta(e));
-                }
-            },
+            }
+            Err(e) => errors.push(e),
         }
     }
-    best.ok_or_else(|| first_err.unwrap())
+    best.ok_or(ReadError(errors.join("; ")))
 }
 
-/// Why a member's metadata could not be read.
+/// Why no copy of a member's metadata could be used (one reason per copy).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ReadError {
-    #[error("{0}")]
-    Meta(MetaError),
-    #[error("read error: {0}")]
-    Io(String),
-}
+#[error("{0}")]
+pub struct ReadError(pub String);
 
 /// Writes a superblock to one member: copy 0, flush, copy 1, flush. A crash
 /// between the two leaves one complete copy, old or new.

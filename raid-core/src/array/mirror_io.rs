@@ -48,13 +48,20 @@ impl Array {
             let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
             let start = self.rr.fetch_add(1, Ordering::Relaxed);
             let mut plan = Vec::new();
+            let mut load = vec![0usize; self.geo.members];
             for &k in &pending {
                 let p = pieces[k];
                 let copies = self.geo.chunk_copies(p.chunk);
                 let n = copies.len();
+                // The readable copy on the least-used member so far, so one
+                // large read spreads over every mirror.
                 let pick = (0..n)
                     .map(|j| copies[(start + j) % n])
-                    .find(|c| self.copy_readable(c));
+                    .filter(|c| self.copy_readable(c))
+                    .min_by_key(|c| load[c.member]);
+                if let Some(c) = pick {
+                    load[c.member] += 1;
+                }
                 match pick {
                     Some(c) => plan.push((k, c)),
                     None => return Err(self.failed_error()),

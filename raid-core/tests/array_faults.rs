@@ -1,0 +1,431 @@
+//! The array under member faults, bad input and awkward assemblies.
+
+mod support;
+
+use raid_core::array::{
+    Array, ArrayError, ArrayEvent, ArrayState, CreateOptions, RebuildEnd, RebuildOptions,
+};
+use raid_core::layout::Level;
+use raid_core::member::{Faults, Member, MemberRef, RamMember};
+use raid_core::metadata::{SlotState, DATA_OFFSET, SB_OFFSETS};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use support::array::{assert_consistent, assert_matches, create, Members};
+
+const DATA: u64 = 64 * 16384;
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8)
+        .collect()
+}
+
+fn filled(level: Level, n: usize, tag: &str) -> (Members, Array, Vec<u8>) {
+    let m = Members::ram(n, DATA, tag);
+    let a = create(level, &m, 16384);
+    let img = pattern(a.capacity() as usize, 7);
+    a.write(0, &img).unwrap();
+    (m, a, img)
+}
+
+#[test]
+fn read_errors_are_served_from_redundancy_and_fail_the_member() {
+    for &(level, n) in &[
+        (Level::Raid1, 2),
+        (Level::Raid5, 4),
+        (Level::Raid6, 5),
+        (Level::Raid10, 4),
+    ] {
+        let (m, a, img) = filled(level, n, &format!("re-{level}"));
+        m.faulty[1].set_faults(Faults {
+            fail_ranges: vec![(DATA_OFFSET, DATA_OFFSET + DATA)],
+            ..Default::default()
+        });
+        assert_matches(&a, &img);
+        assert_eq!(a.slots()[1].state, SlotState::Failed, "{level}");
+        assert_eq!(a.state(), ArrayState::Degraded);
+        assert!(a
+            .event_log()
+            .iter()
+            .any(|(_, e)| matches!(e, ArrayEvent::MemberFailed { slot: 1, .. })));
+        // The other members recorded the failure with a newer event counter.
+        let sb = raid_core::metadata::read_superblock(m.faulty[0].as_ref()).unwrap();
+        assert_eq!(sb.slots[1].state, SlotState::Failed);
+        assert_eq!(sb.events, a.events());
+    }
+}
+
+#[test]
+fn write_errors_mid_request_keep_the_write() {
+    for &(level, n) in &[
+        (Level::Raid1, 3),
+        (Level::Raid5, 5),
+        (Level::Raid6, 6),
+        (Level::Raid10, 4),
+    ] {
+        let (m, a, mut img) = filled(level, n, &format!("we-{level}"));
+        // Member 2 dies after a few more I/Os, in the middle of this write.
+        m.faulty[2].set_faults(Faults {
+            fail_after: Some(3),
+            ..Default::default()
+        });
+        let data = pattern(512 * 1024, 99);
+        a.write(40960, &data).unwrap();
+        img[40960..40960 + data.len()].copy_from_slice(&data);
+        assert_eq!(a.slots()[2].state, SlotState::Failed, "{level}");
+        assert_matches(&a, &img);
+    }
+}
+
+#[test]
+fn beyond_redundancy_is_an_error_never_wrong_data() {
+    let (m, a, _) = filled(Level::Raid5, 4, "beyond");
+    m.faulty[0].fail_all();
+    m.faulty[3].fail_all();
+    let mut buf = vec![0u8; 65536 * 3];
+    let r = a.read(0, &mut buf);
+    assert!(matches!(r, Err(ArrayError::Failed { .. })), "{r:?}");
+    assert!(a.write(0, &buf).is_err());
+    assert_eq!(a.state(), ArrayState::Failed);
+    let msg = a.write(0, &buf).unwrap_err().to_string();
+    assert!(msg.contains("has failed") && msg.contains("raid5"), "{msg}");
+
+    // RAID0: any member lost is the array lost.
+    let (m, a, _) = filled(Level::Raid0, 3, "beyond0");
+    m.faulty[1].fail_all();
+    assert!(a.read(0, &mut vec![0u8; 3 * 16384]).is_err());
+}
+
+#[test]
+fn bad_requests_are_refused_and_change_nothing() {
+    let (_m, a, img) = filled(Level::Raid6, 5, "bad");
+    let cap = a.capacity();
+    assert!(matches!(
+        a.write(100, &[0u8; 4096]),
+        Err(ArrayError::Unaligned { .. })
+    ));
+    assert!(matches!(
+        a.write(4096, &[0u8; 100]),
+        Err(ArrayError::Unaligned { .. })
+    ));
+    assert!(matches!(
+        a.write(cap, &[0u8; 4096]),
+        Err(ArrayError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        a.write(cap - 4096, &[0u8; 8192]),
+        Err(ArrayError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        a.read(u64::MAX - 4095, &mut [0u8; 4096]),
+        Err(ArrayError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        a.write_zeroes(cap, 4096),
+        Err(ArrayError::OutOfRange { .. })
+    ));
+    assert_matches(&a, &img);
+}
+
+#[test]
+fn create_refuses_bad_shapes() {
+    let m = Members::ram(3, DATA, "cr");
+    let e = Array::create(
+        m.refs(),
+        vec![],
+        CreateOptions {
+            name: "x".into(),
+            level: Level::Raid6,
+            chunk: 65536,
+        },
+    );
+    assert!(
+        e.as_ref()
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("raid6 needs at least 4 members, 3 given"),
+        "{:?}",
+        e.err()
+    );
+    let mut dup = m.refs();
+    dup.push(dup[0].clone());
+    let e = Array::create(
+        dup,
+        vec![],
+        CreateOptions {
+            name: "x".into(),
+            level: Level::Raid5,
+            chunk: 65536,
+        },
+    );
+    assert!(e.err().unwrap().to_string().contains("listed twice"));
+    let tiny: Vec<MemberRef> = (0..3)
+        .map(|i| Arc::new(RamMember::new(format!("t{i}"), DATA_OFFSET + 4096)) as MemberRef)
+        .collect();
+    let e = Array::create(
+        tiny,
+        vec![],
+        CreateOptions {
+            name: "x".into(),
+            level: Level::Raid5,
+            chunk: 65536,
+        },
+    );
+    assert!(e.err().unwrap().to_string().contains("too small"));
+    let e = Array::create(
+        m.refs(),
+        vec![],
+        CreateOptions {
+            name: "x".into(),
+            level: Level::Raid5,
+            chunk: 3000,
+        },
+    );
+    assert!(e.err().unwrap().to_string().contains("power of two"));
+}
+
+#[test]
+fn members_of_different_sizes_use_the_smallest() {
+    let sizes = [DATA, DATA * 2, DATA + 65536];
+    let ms: Vec<MemberRef> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Arc::new(RamMember::new(format!("sz{i}"), DATA_OFFSET + s)) as MemberRef)
+        .collect();
+    let a = Array::create(
+        ms,
+        vec![],
+        CreateOptions {
+            name: "x".into(),
+            level: Level::Raid5,
+            chunk: 65536,
+        },
+    )
+    .unwrap();
+    assert_eq!(a.capacity(), 2 * DATA);
+}
+
+#[test]
+fn assembly_trusts_the_newest_metadata_and_refuses_stale_members() {
+    let (m, a, img) = filled(Level::Raid5, 4, "stale");
+    a.fail_slot(2, "test");
+    // Writes continue degraded: member 2 no longer has them.
+    let newer = pattern(65536, 3);
+    a.write(0, &newer).unwrap();
+    a.close().unwrap();
+    drop(a);
+    // Member 2 "comes back" with its old metadata.
+    let asm = Array::assemble(m.refs()).unwrap();
+    assert_eq!(asm.refused.len(), 1);
+    assert!(asm.refused[0].0.contains("stale2"), "{:?}", asm.refused);
+    assert!(
+        asm.refused[0].1.contains("not used until rebuilt"),
+        "{:?}",
+        asm.refused
+    );
+    assert_eq!(asm.array.state(), ArrayState::Degraded);
+    let mut want = img.clone();
+    want[..65536].copy_from_slice(&newer);
+    assert_matches(&asm.array, &want);
+}
+
+#[test]
+fn assembly_starts_degraded_with_a_member_missing_and_refuses_too_few() {
+    let (m, a, img) = filled(Level::Raid6, 5, "miss");
+    a.close().unwrap();
+    drop(a);
+    let mut refs = m.refs();
+    refs.remove(4);
+    let asm = Array::assemble(refs.clone()).unwrap();
+    assert_eq!(asm.array.state(), ArrayState::Degraded);
+    assert!(asm
+        .array
+        .event_log()
+        .iter()
+        .any(|(_, e)| *e == ArrayEvent::MemberMissing { slot: 4 }));
+    assert_matches(&asm.array, &img);
+    asm.array.close().unwrap();
+    drop(asm);
+    refs.truncate(2);
+    let e = Array::assemble(refs).err().unwrap().to_string();
+    assert!(e.contains("cannot start"), "{e}");
+}
+
+#[test]
+fn assembly_refuses_a_foreign_member_by_name() {
+    let (m1, a1, _) = filled(Level::Raid5, 3, "fa");
+    let (m2, a2, _) = filled(Level::Raid5, 3, "fb");
+    a1.close().unwrap();
+    a2.close().unwrap();
+    let mut refs = m1.refs();
+    refs[1] = m2.refs()[1].clone();
+    let e = Array::assemble(refs).err().unwrap().to_string();
+    assert!(
+        e.contains("ram:fb1") && e.contains("belongs to array"),
+        "{e}"
+    );
+    // A member without any metadata is named too.
+    let blank: MemberRef = Arc::new(RamMember::new("blank0", DATA_OFFSET + DATA));
+    let mut refs = m1.refs();
+    refs.push(blank);
+    let e = Array::assemble(refs).err().unwrap().to_string();
+    assert!(
+        e.contains("blank0") && e.contains("no usable array metadata"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_torn_metadata_copy_leaves_the_other_one() {
+    let (m, a, img) = filled(Level::Raid1, 2, "torn");
+    a.close().unwrap();
+    drop(a);
+    // Tear copy 0 of member 0: half new bytes, half garbage.
+    m.faulty[0]
+        .write_at(&[0xEE; 2048], SB_OFFSETS[0] + 1024)
+        .unwrap();
+    let asm = Array::assemble(m.refs()).unwrap();
+    assert_eq!(asm.array.state(), ArrayState::Optimal);
+    assert_matches(&asm.array, &img);
+    asm.array.close().unwrap();
+    drop(asm);
+    // Both copies gone: the member is named as unusable.
+    m.faulty[0].write_at(&[0xEE; 4096], SB_OFFSETS[0]).unwrap();
+    m.faulty[0].write_at(&[0xEE; 4096], SB_OFFSETS[1]).unwrap();
+    let e = Array::assemble(m.refs()).err().unwrap().to_string();
+    assert!(
+        e.contains("ram:torn0") && e.contains("copy at byte 0: no array metadata"),
+        "{e}"
+    );
+    assert!(e.contains("copy at byte 4096"), "{e}");
+}
+
+#[test]
+fn rebuild_resumes_from_its_saved_position_after_a_stop() {
+    let (m, a, img) = filled(Level::Raid6, 5, "resume");
+    a.fail_slot(3, "test");
+    let new: MemberRef = Arc::new(RamMember::new("ram:resume-new", DATA_OFFSET + DATA));
+    a.replace(3, new.clone()).unwrap();
+    let a = Arc::new(a);
+    let stop = Arc::new(AtomicBool::new(false));
+    let opts = RebuildOptions {
+        rate_limit: Some(2 << 20),
+        batch_rows: 2,
+        checkpoint_bytes: 65536,
+    };
+    let h = {
+        let (a, stop, opts) = (a.clone(), stop.clone(), opts.clone());
+        std::thread::spawn(move || a.rebuild(3, &opts, &stop))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    stop.store(true, Ordering::Release);
+    assert_eq!(h.join().unwrap().unwrap(), RebuildEnd::Interrupted);
+    let (done, total) = a.rebuild_progress(3).unwrap();
+    assert!(done > 0 && done < total, "{done}/{total}");
+    a.close().unwrap();
+    drop(a);
+    let mut refs = m.refs();
+    refs[3] = new.clone();
+    let asm = Array::assemble(refs.clone()).unwrap();
+    let a = asm.array;
+    assert_eq!(a.state(), ArrayState::Rebuilding);
+    let (resumed, _) = a.rebuild_progress(3).unwrap();
+    assert!(
+        resumed > 0 && resumed <= done,
+        "saved {resumed}, reached {done}"
+    );
+    assert_matches(&a, &img);
+    assert_eq!(
+        a.rebuild(3, &RebuildOptions::default(), &AtomicBool::new(false))
+            .unwrap(),
+        RebuildEnd::Finished
+    );
+    assert_eq!(a.state(), ArrayState::Optimal);
+    assert_matches(&a, &img);
+    assert_consistent(&a, &refs);
+}
+
+#[test]
+fn spare_takes_over_and_rebuilds() {
+    let m = Members::ram(4, DATA, "spare");
+    let spare: MemberRef = Arc::new(RamMember::new("ram:spare-s", DATA_OFFSET + DATA));
+    let a = Array::create(
+        m.refs(),
+        vec![spare.clone()],
+        CreateOptions {
+            name: "s".into(),
+            level: Level::Raid5,
+            chunk: 16384,
+        },
+    )
+    .unwrap();
+    let img = pattern(a.capacity() as usize, 1);
+    a.write(0, &img).unwrap();
+    m.faulty[0].fail_all();
+    assert_matches(&a, &img);
+    assert_eq!(a.activate_spare(0).unwrap().as_deref(), Some("ram:spare-s"));
+    a.rebuild(0, &RebuildOptions::default(), &AtomicBool::new(false))
+        .unwrap();
+    assert_eq!(a.state(), ArrayState::Optimal);
+    assert!(a.spares().is_empty());
+    let mut refs = m.refs();
+    refs[0] = spare;
+    assert_consistent(&a, &refs);
+    assert_matches(&a, &img);
+}
+
+#[test]
+fn flushed_writes_survive_a_power_cut() {
+    let (m, a, mut img) = filled(Level::Raid5, 3, "power");
+    a.flush().unwrap();
+    for f in &m.faulty {
+        f.track_power_cut();
+    }
+    let flushed = pattern(65536, 5);
+    a.write(65536, &flushed).unwrap();
+    img[65536..131072].copy_from_slice(&flushed);
+    a.flush().unwrap();
+    // Written but never flushed: may be lost, must not harm the rest.
+    a.write(4 * 65536, &pattern(65536, 6)).unwrap();
+    for f in &m.faulty {
+        f.power_cut().unwrap();
+    }
+    drop(a);
+    for f in &m.faulty {
+        f.power_on();
+    }
+    let asm = Array::assemble(m.refs()).unwrap();
+    let mut got = vec![0u8; 65536];
+    asm.array.read(65536, &mut got).unwrap();
+    assert_eq!(got, flushed);
+    let mut got = vec![0u8; 65536];
+    asm.array.read(0, &mut got).unwrap();
+    assert_eq!(got, img[..65536]);
+}
+
+#[test]
+fn operator_fail_and_replace_errors_say_what_to_do() {
+    let (_m, a, _) = filled(Level::Raid5, 3, "op");
+    let e = a
+        .replace(0, Arc::new(RamMember::new("x", DATA_OFFSET + DATA)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("fail the member first"), "{e}");
+    a.fail_member("ram:op1").unwrap();
+    assert!(a
+        .fail_member("ram:op1")
+        .unwrap_err()
+        .to_string()
+        .contains("already failed"));
+    assert!(a
+        .fail_member("nope")
+        .unwrap_err()
+        .to_string()
+        .contains("not a member"));
+    let e = a
+        .replace(1, Arc::new(RamMember::new("small", 4096)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs"), "{e}");
+}

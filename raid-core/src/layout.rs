@@ -235,6 +235,52 @@ impl Geometry {
         StripeMap { members }
     }
 
+    /// Member holding data chunk `idx` of parity stripe `s` (RAID5/6), the
+    /// same answer as `stripe_map(s).members[idx]` without building the map.
+    #[inline]
+    pub fn stripe_member(&self, s: u64, idx: usize) -> usize {
+        let n = self.members;
+        let p = n - 1 - (s % n as u64) as usize;
+        if idx < self.data_chunks() {
+            (p + self.level.parity_chunks() + idx) % n
+        } else {
+            (p + idx - self.data_chunks()) % n
+        }
+    }
+
+    /// Copy `k` of logical chunk `c` for RAID0 (k = 0), RAID1 and RAID10:
+    /// `chunk_copies(c)[k]` without the vector.
+    #[inline]
+    pub fn copy_place(&self, c: u64, k: usize) -> Place {
+        let n = self.members as u64;
+        match self.level {
+            Level::Raid1 => Place {
+                member: k,
+                offset: c * self.chunk,
+            },
+            Level::Raid10 => {
+                let slot = 2 * c + k as u64;
+                Place {
+                    member: (slot % n) as usize,
+                    offset: slot / n * self.chunk,
+                }
+            }
+            _ => Place {
+                member: (c % n) as usize,
+                offset: c / n * self.chunk,
+            },
+        }
+    }
+
+    /// Copies per logical chunk.
+    pub fn copies(&self) -> usize {
+        match self.level {
+            Level::Raid1 => self.members,
+            Level::Raid10 => 2,
+            _ => 1,
+        }
+    }
+
     /// Every copy of logical chunk `c` (RAID0: one, RAID1: all members,
     /// RAID10: two). For RAID5/6 use `stripe_map`.
     pub fn chunk_copies(&self, c: u64) -> Vec<Place> {
@@ -372,6 +418,31 @@ mod tests {
                 }
                 // Every member row holds something (RAID1: each row of each member).
                 assert_eq!(owner.len() as u64, g.rows() * n as u64, "{level} n={n}");
+            }
+        }
+    }
+
+    #[test]
+    fn shortcuts_agree_with_the_maps() {
+        for level in LEVELS {
+            for n in level.min_members()..=9 {
+                let g = Geometry::new(level, n, 4096, 4096 * 36).unwrap();
+                if level.parity_chunks() > 0 {
+                    for s in 0..g.rows() {
+                        let map = g.stripe_map(s);
+                        for (i, &m) in map.members.iter().enumerate() {
+                            assert_eq!(g.stripe_member(s, i), m);
+                        }
+                    }
+                } else {
+                    for c in 0..g.capacity() / g.chunk {
+                        let copies = g.chunk_copies(c);
+                        assert_eq!(copies.len(), g.copies());
+                        for (k, p) in copies.iter().enumerate() {
+                            assert_eq!(g.copy_place(c, k), *p);
+                        }
+                    }
+                }
             }
         }
     }

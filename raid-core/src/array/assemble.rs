@@ -120,6 +120,7 @@ pub(super) fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
         uuid: truth.array_uuid,
         ctime: truth.ctime,
         engine: Arc::new(CpuEngine::new()),
+        handles: Array::handles_of(&slots),
         slots,
         locks: StripeLocks::new(),
         meta: Mutex::new(Meta {

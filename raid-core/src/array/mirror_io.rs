@@ -8,6 +8,12 @@ use crate::buf::AlignedBuf;
 use crate::layout::Place;
 use crate::member::{submit, IoOp, MemberIo};
 
+fn aligned_copy(data: &[u8]) -> AlignedBuf {
+    let mut b = AlignedBuf::new(data.len());
+    b.copy_from_slice(data);
+    b
+}
+
 #[derive(Clone, Copy)]
 struct Piece {
     chunk: u64,
@@ -41,11 +47,21 @@ impl Array {
 
     pub(super) fn mirror_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let pieces = self.chunk_pieces(offset, buf.len() as u64);
-        let mut bounce = AlignedBuf::new(buf.len());
+        // Straight into the caller's buffer unless O_DIRECT needs alignment.
+        let mut bounce = if self.member_handles().iter().any(|m| m.is_direct())
+            && !crate::buf::is_aligned(buf)
+        {
+            Some(AlignedBuf::new(buf.len()))
+        } else {
+            None
+        };
+        let target: &mut [u8] = match bounce.as_mut() {
+            Some(b) => b,
+            None => buf,
+        };
         let mut pending: Vec<usize> = (0..pieces.len()).collect();
         while !pending.is_empty() {
             let handles = self.member_handles();
-            let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
             let start = self.rr.fetch_add(1, Ordering::Relaxed);
             let mut plan = Vec::new();
             let mut load = vec![0usize; self.geo.members];
@@ -70,7 +86,7 @@ impl Array {
             // Hand out disjoint slices of the bounce buffer, in request order.
             plan.sort_by_key(|(k, _)| *k);
             let mut ios = Vec::new();
-            let mut rest: &mut [u8] = &mut bounce;
+            let mut rest: &mut [u8] = &mut *target;
             let mut at = 0usize;
             for &(k, c) in &plan {
                 let p = pieces[k];
@@ -84,7 +100,7 @@ impl Array {
                     op: IoOp::Read(head),
                 });
             }
-            let results = submit(&members, &mut ios);
+            let results = submit(&handles, &mut ios);
             pending.clear();
             for ((k, c), r) in plan.iter().zip(results) {
                 if let Err(e) = r {
@@ -93,7 +109,9 @@ impl Array {
                 }
             }
         }
-        buf.copy_from_slice(&bounce);
+        if let Some(b) = bounce {
+            buf.copy_from_slice(&b);
+        }
         Ok(())
     }
 
@@ -109,10 +127,16 @@ impl Array {
     pub(super) fn mirror_write(&self, offset: u64, data: &[u8]) -> Result<()> {
         let pieces = self.chunk_pieces(offset, data.len() as u64);
         let _held = self.locks.lock(self.mirror_lock_keys(&pieces));
-        let mut bounce = AlignedBuf::new(data.len());
-        bounce.copy_from_slice(data);
         let handles = self.member_handles();
-        let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
+        // O_DIRECT members need aligned memory: copy only then.
+        let bounce;
+        let data: &[u8] = if handles.iter().any(|m| m.is_direct()) && !crate::buf::is_aligned(data)
+        {
+            bounce = aligned_copy(data);
+            &bounce
+        } else {
+            data
+        };
         let mut ios = Vec::new();
         let mut owner = Vec::new();
         for (k, p) in pieces.iter().enumerate() {
@@ -121,13 +145,13 @@ impl Array {
                     ios.push(MemberIo {
                         member: c.member,
                         offset: DATA_OFFSET + c.offset + p.within,
-                        op: IoOp::Write(&bounce[p.pos..p.pos + p.len as usize]),
+                        op: IoOp::Write(&data[p.pos..p.pos + p.len as usize]),
                     });
                     owner.push(k);
                 }
             }
         }
-        let results = submit(&members, &mut ios);
+        let results = submit(&handles, &mut ios);
         let mut written = vec![false; pieces.len()];
         for ((io, k), r) in ios.iter().zip(&owner).zip(results) {
             match r {

@@ -172,6 +172,10 @@ pub struct Array {
     ctime: u64,
     engine: Arc<dyn ParityEngine>,
     slots: Vec<Slot>,
+    /// The slots' members as one vector for the data path; see `set_member`.
+    /// Swapped whole on the rare change, so the data path reads it without
+    /// taking a lock or touching a shared counter.
+    handles: arc_swap::ArcSwap<Vec<MemberRef>>,
     locks: StripeLocks,
     meta: Mutex<Meta>,
     dirty_marked: AtomicBool,
@@ -279,6 +283,7 @@ impl Array {
             uuid: Uuid::random(),
             ctime: now_secs(),
             engine: Arc::new(CpuEngine::new()),
+            handles: Array::handles_of(&slots),
             slots,
             locks: StripeLocks::new(),
             meta: Mutex::new(Meta {
@@ -404,17 +409,31 @@ impl Array {
         }
     }
 
-    /// The members as a slice for batch submission (missing ones stand in).
-    fn member_handles(&self) -> Vec<MemberRef> {
-        self.slots
-            .iter()
-            .map(|s| {
-                s.member
-                    .read()
-                    .clone()
-                    .unwrap_or_else(|| Arc::new(Absent) as MemberRef)
-            })
-            .collect()
+    /// The members by slot, for the data path (missing ones stand in).
+    fn member_handles(&self) -> arc_swap::Guard<Arc<Vec<MemberRef>>> {
+        self.handles.load()
+    }
+
+    /// Puts a member into a slot: control plane and data path together.
+    fn set_member(&self, slot: usize, m: MemberRef) {
+        *self.slots[slot].member.write() = Some(m.clone());
+        let mut v: Vec<MemberRef> = self.handles.load().as_ref().clone();
+        v[slot] = m;
+        self.handles.store(Arc::new(v));
+    }
+
+    fn handles_of(slots: &[Slot]) -> arc_swap::ArcSwap<Vec<MemberRef>> {
+        arc_swap::ArcSwap::from_pointee(
+            slots
+                .iter()
+                .map(|s| {
+                    s.member
+                        .read()
+                        .clone()
+                        .unwrap_or_else(|| Arc::new(Absent) as MemberRef)
+                })
+                .collect(),
+        )
     }
 
     fn failed_error(&self) -> ArrayError {
@@ -614,11 +633,53 @@ impl Array {
         Ok(())
     }
 
+    /// Where a request that lies inside one chunk can be read directly: the
+    /// slot and member byte offset of a readable copy. None sends it down
+    /// the general path.
+    fn direct_target(&self, offset: u64, len: u64) -> Option<(usize, u64)> {
+        let chunk = self.geo.chunk;
+        let c = offset / chunk;
+        if (offset + len - 1) / chunk != c {
+            return None;
+        }
+        let within = offset % chunk;
+        match self.geo.level {
+            Level::Raid5 | Level::Raid6 => {
+                let nd = self.geo.data_chunks() as u64;
+                let s = c / nd;
+                let m = self.geo.stripe_member(s, (c % nd) as usize);
+                self.readable(m, s)
+                    .then_some((m, DATA_OFFSET + s * chunk + within))
+            }
+            _ => {
+                let n = self.geo.copies();
+                (0..n)
+                    .map(|j| self.geo.copy_place(c, (c as usize + j) % n))
+                    .find_map(|p| {
+                        self.readable(p.member, p.offset / chunk)
+                            .then_some((p.member, DATA_OFFSET + p.offset + within))
+                    })
+            }
+        }
+    }
+
     /// Reads `buf.len()` bytes at `offset`.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check_range(offset, buf.len() as u64)?;
         if buf.is_empty() {
             return Ok(());
+        }
+        // Fast path: inside one chunk, straight to a readable member.
+        if let Some((slot, at)) = self.direct_target(offset, buf.len() as u64) {
+            let handles = self.member_handles();
+            let m = &handles[slot];
+            if !m.is_direct() || crate::buf::is_aligned(buf) {
+                match m.read_at(buf, at) {
+                    Ok(()) => return Ok(()),
+                    // Fail it and let the general path serve the read.
+                    Err(e) => self.fail_slot(slot, &format!("read error: {e}")),
+                }
+            }
         }
         match self.geo.level {
             Level::Raid5 | Level::Raid6 => self.parity_read(offset, buf),
@@ -636,6 +697,19 @@ impl Array {
             return Err(self.failed_error());
         }
         self.mark_dirty();
+        if self.geo.level == Level::Raid0 {
+            // Fast path: one chunk, one copy, no lock needed.
+            if let Some((slot, at)) = self.direct_target(offset, data.len() as u64) {
+                let handles = self.member_handles();
+                let m = &handles[slot];
+                if !m.is_direct() || crate::buf::is_aligned(data) {
+                    return m.write_at(data, at).map_err(|e| {
+                        self.fail_slot(slot, &format!("write error: {e}"));
+                        self.failed_error()
+                    });
+                }
+            }
+        }
         match self.geo.level {
             Level::Raid5 | Level::Raid6 => self.parity_write(offset, data),
             _ => self.mirror_write(offset, data),
@@ -769,7 +843,7 @@ impl Array {
         {
             let mut meta = self.meta.lock();
             meta.spares.retain(|(_, m)| m.identity() != ident);
-            *s.member.write() = Some(new);
+            self.set_member(slot, new);
             *s.uuid.write() = Uuid::random();
             s.rebuild_row.store(0, Ordering::Release);
             s.set_state(SlotState::Rebuilding);

@@ -87,13 +87,21 @@ impl Array {
     pub(super) fn parity_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let pieces = self.pieces(offset, buf.len() as u64);
         let handles = self.member_handles();
-        let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
-        let mut bounce = AlignedBuf::new(buf.len());
+        // Straight into the caller's buffer unless O_DIRECT needs alignment.
+        let mut bounce = if handles.iter().any(|m| m.is_direct()) && !crate::buf::is_aligned(buf) {
+            Some(AlignedBuf::new(buf.len()))
+        } else {
+            None
+        };
+        let target: &mut [u8] = match bounce.as_mut() {
+            Some(b) => b,
+            None => buf,
+        };
         let mut degraded: Vec<u64> = Vec::new();
         {
             let mut ios = Vec::new();
             let mut owner = Vec::new();
-            let mut rest: &mut [u8] = &mut bounce;
+            let mut rest: &mut [u8] = &mut *target;
             for p in &pieces {
                 let (head, tail) = std::mem::take(&mut rest).split_at_mut(p.len as usize);
                 rest = tail;
@@ -109,7 +117,7 @@ impl Array {
                     degraded.push(p.stripe);
                 }
             }
-            for (r, (io, p)) in submit(&members, &mut ios)
+            for (r, (io, p)) in submit(&handles, &mut ios)
                 .into_iter()
                 .zip(ios.iter().zip(&owner))
             {
@@ -129,11 +137,13 @@ impl Array {
             let cols = self.stripe_columns(s, lo, hi)?;
             for p in ps {
                 let from = (p.within - lo) as usize;
-                bounce[p.pos..p.pos + p.len as usize]
+                target[p.pos..p.pos + p.len as usize]
                     .copy_from_slice(&cols[p.idx][from..from + p.len as usize]);
             }
         }
-        buf.copy_from_slice(&bounce);
+        if let Some(b) = bounce {
+            buf.copy_from_slice(&b);
+        }
         Ok(())
     }
 
@@ -150,7 +160,6 @@ impl Array {
                 return Err(self.failed_error());
             }
             let handles = self.member_handles();
-            let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
             let mut bufs: Vec<AlignedBuf> = (0..map.members.len())
                 .map(|_| AlignedBuf::new(width))
                 .collect();
@@ -164,7 +173,7 @@ impl Array {
                     op: IoOp::Read(&mut b[..]),
                 })
                 .collect();
-            let results = submit(&members, &mut ios);
+            let results = submit(&handles, &mut ios);
             let failed: Vec<(usize, io::Error)> = ios
                 .iter()
                 .zip(results)
@@ -186,6 +195,21 @@ impl Array {
     }
 
     pub(super) fn parity_write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        // O_DIRECT members need aligned memory; chunks written straight from
+        // the request need it too, so copy the request once if it is not.
+        let bounce;
+        let data: &[u8] = if self.member_handles().iter().any(|m| m.is_direct())
+            && !crate::buf::is_aligned(data)
+        {
+            bounce = {
+                let mut b = AlignedBuf::new(data.len());
+                b.copy_from_slice(data);
+                b
+            };
+            &bounce
+        } else {
+            data
+        };
         let pieces = self.pieces(offset, data.len() as u64);
         let mut start = 0;
         while start < pieces.len() {
@@ -241,7 +265,6 @@ impl Array {
     ) -> std::result::Result<Vec<AlignedBuf>, StepErr> {
         let map = self.geo.stripe_map(s);
         let handles = self.member_handles();
-        let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
         let mut bufs: Vec<AlignedBuf> = idxs
             .iter()
             .map(|_| AlignedBuf::new((hi - lo) as usize))
@@ -255,7 +278,7 @@ impl Array {
                 op: IoOp::Read(&mut b[..]),
             })
             .collect();
-        let results = submit(&members, &mut ios);
+        let results = submit(&handles, &mut ios);
         let failed: Vec<(usize, io::Error)> = ios
             .iter()
             .zip(results)
@@ -282,7 +305,6 @@ impl Array {
     ) -> std::result::Result<(), StepErr> {
         let map = self.geo.stripe_map(s);
         let handles = self.member_handles();
-        let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
         let mut ios: Vec<MemberIo> = chunks
             .iter()
             .filter(|(i, _)| self.readable(map.members[*i], s))
@@ -292,7 +314,7 @@ impl Array {
                 op: IoOp::Write(b),
             })
             .collect();
-        let results = submit(&members, &mut ios);
+        let results = submit(&handles, &mut ios);
         for (io, r) in ios.iter().zip(results) {
             if let Err(e) = r {
                 self.fail_slot(io.member, &format!("write error: {e}"));
@@ -380,39 +402,53 @@ impl Array {
         let np = self.geo.level.parity_chunks();
         let width = (hi - lo) as usize;
         let map = self.geo.stripe_map(s);
-        let full = |i: usize| {
+        // Chunks the request covers entirely are used straight from the
+        // caller's buffer; the rest are read (or recovered) and merged.
+        let full_piece = |i: usize| {
             ps.iter()
-                .any(|p| p.idx == i && p.within == lo && p.within + p.len == hi)
+                .find(|p| p.idx == i && p.within == lo && p.within + p.len == hi)
         };
-        let need: Vec<usize> = (0..nd).filter(|&i| !full(i)).collect();
-        let mut cols: Vec<AlignedBuf> = if need.iter().any(|&i| !self.readable(map.members[i], s)) {
-            self.stripe_columns(s, lo, hi)?
+        let need: Vec<usize> = (0..nd).filter(|&i| full_piece(i).is_none()).collect();
+        let mut cols: Vec<Option<AlignedBuf>> = (0..nd).map(|_| None).collect();
+        if need.iter().any(|&i| !self.readable(map.members[i], s)) {
+            for (i, b) in self
+                .stripe_columns(s, lo, hi)?
+                .into_iter()
+                .enumerate()
+                .take(nd)
+            {
+                if full_piece(i).is_none() {
+                    cols[i] = Some(b);
+                }
+            }
         } else {
-            let got = self.read_chunks(s, &need, lo, hi)?;
-            let mut cols: Vec<AlignedBuf> = (0..nd + np).map(|_| AlignedBuf::new(width)).collect();
-            for (i, b) in need.iter().zip(got) {
-                cols[*i] = b;
+            for (i, b) in need.iter().zip(self.read_chunks(s, &need, lo, hi)?) {
+                cols[*i] = Some(b);
             }
-            cols
-        };
+        }
         for p in ps {
-            let at = (p.within - lo) as usize;
-            cols[p.idx][at..at + p.len as usize]
-                .copy_from_slice(&data[p.pos..p.pos + p.len as usize]);
-        }
-        {
-            let (d, par) = cols.split_at_mut(nd);
-            let srcs: Vec<&[u8]> = d.iter().map(|b| &b[..]).collect();
-            match par {
-                [p] => self.engine.gen_p(&srcs, p),
-                [p, q] => self.engine.gen_pq(&srcs, p, q),
-                _ => unreachable!(),
+            if let Some(b) = cols[p.idx].as_mut() {
+                let at = (p.within - lo) as usize;
+                b[at..at + p.len as usize].copy_from_slice(&data[p.pos..p.pos + p.len as usize]);
             }
-            .map_err(ArrayError::from)?;
         }
-        let mut writes: Vec<(usize, &[u8])> =
-            ps.iter().map(|p| (p.idx, &cols[p.idx][..])).collect();
-        writes.extend((nd..nd + np).map(|i| (i, &cols[i][..])));
+        let src = |i: usize| -> &[u8] {
+            match (&cols[i], full_piece(i)) {
+                (Some(b), _) => &b[..],
+                (None, Some(p)) => &data[p.pos..p.pos + p.len as usize],
+                (None, None) => unreachable!("every data chunk is covered or read"),
+            }
+        };
+        let srcs: Vec<&[u8]> = (0..nd).map(src).collect();
+        let mut parity: Vec<AlignedBuf> = (0..np).map(|_| AlignedBuf::new(width)).collect();
+        match &mut parity[..] {
+            [p] => self.engine.gen_p(&srcs, p),
+            [p, q] => self.engine.gen_pq(&srcs, p, q),
+            _ => unreachable!(),
+        }
+        .map_err(ArrayError::from)?;
+        let mut writes: Vec<(usize, &[u8])> = ps.iter().map(|p| (p.idx, src(p.idx))).collect();
+        writes.extend(parity.iter().enumerate().map(|(k, b)| (nd + k, &b[..])));
         self.write_chunks(s, &writes, lo)
     }
 

@@ -204,7 +204,6 @@ impl Array {
         let chunk = self.geo.chunk as usize;
         loop {
             let handles = self.member_handles();
-            let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
             let n = self.geo.members;
             let maps: Vec<_> = (row..end).map(|s| self.geo.stripe_map(s)).collect();
             let missing: Vec<Vec<usize>> = maps
@@ -241,7 +240,7 @@ impl Array {
                         }
                     }
                 }
-                let results = submit(&members, &mut ios);
+                let results = submit(&handles, &mut ios);
                 for (io, r) in ios.iter().zip(results) {
                     if let Err(e) = r {
                         failed.push((io.member, e));
@@ -270,7 +269,7 @@ impl Array {
                 };
                 self.engine.recover_batch(kind, &mut jobs)?;
             }
-            let tmembers: Vec<&dyn Member> = vec![target.as_ref()];
+            let tmembers = std::slice::from_ref(target);
             let mut writes: Vec<MemberIo> = bufs
                 .iter()
                 .zip(&maps)
@@ -284,7 +283,7 @@ impl Array {
                     }
                 })
                 .collect();
-            for r in submit(&tmembers, &mut writes) {
+            for r in submit(tmembers, &mut writes) {
                 if let Err(e) = r {
                     self.fail_slot(slot, &format!("write error during rebuild: {e}"));
                     return Err(ArrayError::Member {
@@ -311,7 +310,6 @@ impl Array {
         let chunk = self.geo.chunk as usize;
         loop {
             let handles = self.member_handles();
-            let members: Vec<&dyn Member> = handles.iter().map(|m| m.as_ref()).collect();
             let mut bufs: Vec<AlignedBuf> = (row..end).map(|_| AlignedBuf::new(chunk)).collect();
             let mut failed = Vec::new();
             {
@@ -334,7 +332,7 @@ impl Array {
                         op: IoOp::Read(&mut b[..]),
                     });
                 }
-                let results = submit(&members, &mut ios);
+                let results = submit(&handles, &mut ios);
                 for (io, r) in ios.iter().zip(results) {
                     if let Err(e) = r {
                         failed.push((io.member, e));
@@ -347,7 +345,7 @@ impl Array {
                 }
                 continue;
             }
-            let tmembers: Vec<&dyn Member> = vec![target.as_ref()];
+            let tmembers = std::slice::from_ref(target);
             let mut writes: Vec<MemberIo> = bufs
                 .iter()
                 .zip(row..end)
@@ -357,7 +355,7 @@ impl Array {
                     op: IoOp::Write(&b[..]),
                 })
                 .collect();
-            for r in submit(&tmembers, &mut writes) {
+            for r in submit(tmembers, &mut writes) {
                 if let Err(e) = r {
                     self.fail_slot(slot, &format!("write error during rebuild: {e}"));
                     return Err(ArrayError::Member {

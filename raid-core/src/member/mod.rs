@@ -82,16 +82,20 @@ impl MemberIo<'_> {
     }
 }
 
+/// Synchronous batches at least this large are spread over threads; below
+/// it, a thread hand-off costs more than it saves.
+const PARALLEL_SYNC_BYTES: usize = 1 << 20;
+
 /// Submits a batch of member I/Os and waits for all of them. Members with an
 /// fd go through this thread's io_uring together (one submission for the
 /// whole batch); the rest run through their own `read_at`/`write_at`. The
 /// result for each I/O is returned in order, so a caller knows exactly which
 /// member failed.
-pub fn submit(members: &[&dyn Member], ios: &mut [MemberIo<'_>]) -> Vec<io::Result<()>> {
+pub fn submit(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<io::Result<()>> {
     let mut results: Vec<Option<io::Result<()>>> = (0..ios.len()).map(|_| None).collect();
     let mut ring_ios: Vec<usize> = Vec::new();
     for (i, io) in ios.iter().enumerate() {
-        let m = members[io.member];
+        let m = members[io.member].as_ref();
         let buf_ok = !m.is_direct()
             || match &io.op {
                 IoOp::Read(b) => crate::buf::is_aligned(b),
@@ -107,9 +111,29 @@ pub fn submit(members: &[&dyn Member], ios: &mut [MemberIo<'_>]) -> Vec<io::Resu
             results[*k] = Some(r);
         }
     }
-    for (i, io) in ios.iter_mut().enumerate() {
-        if results[i].is_none() {
-            results[i] = Some(io.run_sync(members[io.member]));
+    // The rest run through the members' own calls: in parallel when the
+    // batch is large (a rebuild's reads, the pread/pwrite fallback), since
+    // running them one after another would serialise the members.
+    let sync_bytes: usize = ios
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| r.is_none())
+        .map(|(io, _)| io.len())
+        .sum();
+    if sync_bytes >= PARALLEL_SYNC_BYTES {
+        use rayon::prelude::*;
+        ios.par_iter_mut()
+            .zip(results.par_iter_mut())
+            .for_each(|(io, r)| {
+                if r.is_none() {
+                    *r = Some(io.run_sync(members[io.member].as_ref()));
+                }
+            });
+    } else {
+        for (i, io) in ios.iter_mut().enumerate() {
+            if results[i].is_none() {
+                results[i] = Some(io.run_sync(members[io.member].as_ref()));
+            }
         }
     }
     results

@@ -2,7 +2,7 @@
 //! pushed in one submission. Falls back to pread/pwrite when the kernel (or a
 //! seccomp policy) refuses io_uring, or when RAID_NO_URING=1 is set.
 
-use super::{IoOp, Member, MemberIo};
+use super::{IoOp, Member, MemberIo, MemberRef};
 use io_uring::{opcode, types, IoUring};
 use std::cell::RefCell;
 use std::io;
@@ -54,7 +54,7 @@ thread_local! {
 /// Runs `ios[k]` for every k in `which` on this thread's ring. Short
 /// transfers are finished through the synchronous path.
 pub(super) fn run_batch(
-    members: &[&dyn Member],
+    members: &[MemberRef],
     ios: &mut [MemberIo<'_>],
     which: &[usize],
 ) -> Vec<io::Result<()>> {
@@ -123,7 +123,7 @@ pub(super) fn run_batch(
                     results[w] = Some(if res < 0 {
                         Err(io::Error::from_raw_os_error(-res))
                     } else if (res as usize) < want {
-                        finish_short(members[io.member], io, res as usize)
+                        finish_short(members[io.member].as_ref(), io, res as usize)
                     } else {
                         Ok(())
                     });
@@ -143,7 +143,7 @@ pub(super) fn run_batch(
                 Some(r) => r,
                 None => {
                     let io = &mut ios[k];
-                    let m = members[io.member];
+                    let m = members[io.member].as_ref();
                     match &mut io.op {
                         IoOp::Read(b) => m.read_at(b, io.offset),
                         IoOp::Write(b) => m.write_at(b, io.offset),

@@ -50,11 +50,15 @@ impl CpuEngine {
         self.kernels.level()
     }
 
+    /// Whether a call on chunks of `len` bytes is cut over threads. Small
+    /// calls run on the caller's thread: handing them to rayon's pool would
+    /// cost a cross-thread wake-up, more than the parity itself.
+    fn split(&self, len: usize) -> bool {
+        self.parallel && len > COLUMN
+    }
+
     /// The column ranges one call is cut into.
     fn columns(&self, len: usize) -> Vec<Range<usize>> {
-        if !self.parallel || len <= COLUMN {
-            return std::iter::once(0..len).collect();
-        }
         (0..len)
             .step_by(COLUMN)
             .map(|s| s..(s + COLUMN).min(len))
@@ -87,6 +91,10 @@ impl ParityEngine for CpuEngine {
 
     fn gen_p(&self, data: &[&[u8]], p: &mut [u8]) -> Result<(), ParityError> {
         validate_gen(ParityKind::P, data, &[p])?;
+        if !self.split(p.len()) {
+            self.kernels.xor_gen(data, p);
+            return Ok(());
+        }
         let cols = self.columns(p.len());
         let mut outs = [p];
         let mut ps = split_mut(&mut outs, &cols);
@@ -99,6 +107,10 @@ impl ParityEngine for CpuEngine {
 
     fn gen_pq(&self, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) -> Result<(), ParityError> {
         validate_gen(ParityKind::PQ, data, &[p, q])?;
+        if !self.split(p.len()) {
+            self.kernels.pq_gen(data, p, q);
+            return Ok(());
+        }
         let cols = self.columns(p.len());
         let mut outs = [p, q];
         let mut pqs = split_mut(&mut outs, &cols);
@@ -119,6 +131,10 @@ impl ParityEngine for CpuEngine {
         missing: &[usize],
     ) -> Result<(), ParityError> {
         validate(kind, &super::ro(chunks), missing)?;
+        if !self.split(chunks[0].len()) {
+            recover::recover(&self.kernels, kind, chunks, missing);
+            return Ok(());
+        }
         let cols = self.columns(chunks[0].len());
         let mut parts = split_mut(chunks, &cols);
         parts

@@ -250,7 +250,19 @@ fn check_lengths(mut lens: impl Iterator<Item = usize>) -> Result<(), ParityErro
 
 /// Validates a generation request given as separate data and parity slices.
 pub fn validate_gen(kind: ParityKind, data: &[&[u8]], parity: &[&[u8]]) -> Result<(), ParityError> {
-    let mut all: Vec<&[u8]> = data.to_vec();
-    all.extend_from_slice(parity);
-    validate(kind, &all, &[])
+    if data.len() < kind.min_data_chunks() {
+        return Err(ParityError::TooFewDataChunks {
+            kind,
+            got: data.len(),
+            min: kind.min_data_chunks(),
+        });
+    }
+    if data.len() > kind.max_data_chunks() {
+        return Err(ParityError::TooManyDataChunks {
+            kind,
+            got: data.len(),
+            max: kind.max_data_chunks(),
+        });
+    }
+    check_lengths(data.iter().chain(parity).map(|c| c.len()))
 }

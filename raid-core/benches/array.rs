@@ -1,0 +1,297 @@
+//! Array engine benchmark: the array in-process over N RAM members, each
+//! level, side by side with the same I/O sent straight to the bare members
+//! in the same run. 4 KiB random read/write, 128 KiB sequential read/write,
+//! full-stripe writes, degraded reads and rebuild rate.
+//!
+//! `cargo bench -p raid-core --bench array [-- --quick] [-- --qd N]`
+//!
+//! Queue depth is the number of threads submitting at once (the array's API
+//! is synchronous). RAM members make this a measure of the engine's own cost:
+//! locking, planning, parity and copies, with no device latency to hide it.
+
+use raid_core::array::{Array, CreateOptions, RebuildOptions};
+use raid_core::buf::AlignedBuf;
+use raid_core::layout::Level;
+use raid_core::member::{MemberRef, RamMember};
+use raid_core::metadata::DATA_OFFSET;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MEMBERS: usize = 5;
+const MEMBER_DATA: u64 = 256 << 20;
+const CHUNK: u64 = 64 * 1024;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Work {
+    RandRead4k,
+    RandWrite4k,
+    SeqRead128k,
+    SeqWrite128k,
+    FullStripeWrite,
+}
+
+impl Work {
+    fn name(self) -> &'static str {
+        match self {
+            Work::RandRead4k => "4k randread",
+            Work::RandWrite4k => "4k randwrite",
+            Work::SeqRead128k => "128k seqread",
+            Work::SeqWrite128k => "128k seqwrite",
+            Work::FullStripeWrite => "full-stripe write",
+        }
+    }
+}
+
+/// Something that takes block I/O: the array, or the bare members.
+trait Target: Sync {
+    fn size(&self) -> u64;
+    fn read(&self, off: u64, buf: &mut [u8]);
+    fn write(&self, off: u64, buf: &[u8]);
+}
+
+impl Target for Array {
+    fn size(&self) -> u64 {
+        self.capacity()
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) {
+        Array::read(self, off, buf).unwrap()
+    }
+    fn write(&self, off: u64, buf: &[u8]) {
+        Array::write(self, off, buf).unwrap()
+    }
+}
+
+/// The bare members as one address space, member after member: every
+/// request goes to exactly one member, as RAID0 would at its best.
+struct Bare(Vec<MemberRef>);
+impl Target for Bare {
+    fn size(&self) -> u64 {
+        MEMBER_DATA * self.0.len() as u64
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) {
+        let m = (off / MEMBER_DATA) as usize;
+        self.0[m]
+            .read_at(buf, DATA_OFFSET + off % MEMBER_DATA)
+            .unwrap()
+    }
+    fn write(&self, off: u64, buf: &[u8]) {
+        let m = (off / MEMBER_DATA) as usize;
+        self.0[m]
+            .write_at(buf, DATA_OFFSET + off % MEMBER_DATA)
+            .unwrap()
+    }
+}
+
+/// Runs `work` from `qd` threads for `dur`; returns (IOPS, MB/s).
+fn run(t: &dyn Target, work: Work, bs: u64, qd: usize, dur: Duration) -> (f64, f64) {
+    let ops = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let size = t.size() / bs * bs;
+    let started = Instant::now();
+    std::thread::scope(|sc| {
+        for k in 0..qd {
+            let (ops, stop) = (&ops, &stop);
+            sc.spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(k as u64 + 1);
+                let mut buf = AlignedBuf::new(bs as usize);
+                rng.fill(&mut buf[..]);
+                // Sequential streams: each thread its own region.
+                let region = size / qd as u64 / bs * bs;
+                let mut seq = region * k as u64;
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let off = match work {
+                        Work::RandRead4k | Work::RandWrite4k => rng.gen_range(0..size / bs) * bs,
+                        _ => {
+                            let o = seq;
+                            seq += bs;
+                            if seq >= region * (k as u64 + 1) {
+                                seq = region * k as u64;
+                            }
+                            o
+                        }
+                    };
+                    match work {
+                        Work::RandRead4k | Work::SeqRead128k => t.read(off, &mut buf),
+                        _ => t.write(off, &buf),
+                    }
+                    n += 1;
+                }
+                ops.fetch_add(n, Ordering::Relaxed);
+            });
+        }
+        std::thread::sleep(dur);
+        stop.store(true, Ordering::Relaxed);
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let iops = ops.load(Ordering::Relaxed) as f64 / secs;
+    (iops, iops * bs as f64 / 1e6)
+}
+
+fn members(tag: &str) -> Vec<MemberRef> {
+    (0..MEMBERS)
+        .map(|i| {
+            Arc::new(RamMember::new(
+                format!("ram:{tag}{i}"),
+                DATA_OFFSET + MEMBER_DATA,
+            )) as MemberRef
+        })
+        .collect()
+}
+
+fn block_size(work: Work, a: Option<&Array>) -> u64 {
+    match work {
+        Work::RandRead4k | Work::RandWrite4k => 4096,
+        Work::SeqRead128k | Work::SeqWrite128k => 128 * 1024,
+        Work::FullStripeWrite => a
+            .map(|a| a.geometry().stripe_data_bytes())
+            .unwrap_or(CHUNK * (MEMBERS as u64 - 1)),
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let qd: usize = args
+        .iter()
+        .position(|a| a == "--qd")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(32);
+    let dur = Duration::from_millis(if quick { 300 } else { 1500 });
+    eprintln!(
+        "array bench: {MEMBERS} RAM members of {} MiB, chunk {} KiB, QD {qd} (threads), {} cores",
+        MEMBER_DATA >> 20,
+        CHUNK >> 10,
+        rayon::current_num_threads()
+    );
+
+    let bare = Bare(members("bare"));
+    // Pre-fill so reads touch real data.
+    for m in &bare.0 {
+        m.write_at(&vec![0x5a; MEMBER_DATA as usize], DATA_OFFSET)
+            .unwrap();
+    }
+    let works = [
+        Work::RandRead4k,
+        Work::RandWrite4k,
+        Work::SeqRead128k,
+        Work::SeqWrite128k,
+        Work::FullStripeWrite,
+    ];
+    let mut bare_rates = Vec::new();
+    for w in works {
+        let bs = block_size(w, None);
+        let r = run(&bare, w, bs, qd, dur);
+        eprintln!(
+            "  bare members   {:<18} {:>10.0} IOPS {:>8.0} MB/s",
+            w.name(),
+            r.0,
+            r.1
+        );
+        bare_rates.push(r);
+    }
+
+    println!(
+        "\n| level | workload | array IOPS | array MB/s | bare IOPS | bare MB/s | ratio | target |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut raid5_randread = 0.0;
+    for level in [
+        Level::Raid0,
+        Level::Raid1,
+        Level::Raid5,
+        Level::Raid6,
+        Level::Raid10,
+    ] {
+        let a = Array::create(
+            members(&format!("{level}-")),
+            vec![],
+            CreateOptions {
+                name: "bench".into(),
+                level,
+                chunk: CHUNK,
+            },
+        )
+        .unwrap();
+        a.write(0, &vec![0x5a; a.capacity() as usize]).unwrap();
+        let nd = a.geometry().data_chunks() as f64;
+        for (wi, w) in works.iter().enumerate() {
+            if *w == Work::FullStripeWrite && !matches!(level, Level::Raid5 | Level::Raid6) {
+                continue;
+            }
+            let bs = block_size(*w, Some(&a));
+            let r = run(&a, *w, bs, qd, dur);
+            eprintln!(
+                "  {level:<14} {:<18} {:>10.0} IOPS {:>8.0} MB/s",
+                w.name(),
+                r.0,
+                r.1
+            );
+            let b = bare_rates[wi];
+            let ratio = r.1 / b.1;
+            let target = match (level, w) {
+                (Level::Raid0, Work::RandRead4k) => format!(">= 0.9x bare: {}", ok(ratio >= 0.9)),
+                (Level::Raid5, Work::FullStripeWrite) => {
+                    let want = 0.8 * nd / MEMBERS as f64;
+                    format!(">= {want:.2}x bare (0.8 x (N-1)/N): {}", ok(ratio >= want))
+                }
+                (Level::Raid5, Work::RandWrite4k) => {
+                    format!(">= 0.20x bare (0.8 x 1/4): {}", ok(ratio >= 0.2))
+                }
+                _ => String::new(),
+            };
+            if level == Level::Raid5 && *w == Work::RandRead4k {
+                raid5_randread = r.0;
+            }
+            println!(
+                "| {level} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2}x | {target} |",
+                w.name(),
+                r.0,
+                r.1,
+                b.0,
+                b.1,
+                ratio
+            );
+        }
+        if level == Level::Raid5 {
+            // Degraded reads: one member failed.
+            a.fail_slot(2, "bench");
+            let r = run(&a, Work::RandRead4k, 4096, qd, dur);
+            let ratio = r.0 / raid5_randread;
+            println!(
+                "| raid5 degraded | 4k randread | {:.0} | {:.0} | {raid5_randread:.0} (optimal) | - | {ratio:.2}x | >= 0.5x optimal: {} |",
+                r.0,
+                r.1,
+                ok(ratio >= 0.5)
+            );
+            // Rebuild onto a fresh member, idle, against one member's
+            // sequential write rate.
+            let new: MemberRef =
+                Arc::new(RamMember::new("ram:rebuild-new", DATA_OFFSET + MEMBER_DATA));
+            let one = Bare(vec![new.clone()]);
+            let seq1 = run(&one, Work::SeqWrite128k, 1 << 20, 1, dur).1;
+            a.replace(2, new).unwrap();
+            let t = Instant::now();
+            a.rebuild(2, &RebuildOptions::default(), &AtomicBool::new(false))
+                .unwrap();
+            let rate = MEMBER_DATA as f64 / t.elapsed().as_secs_f64() / 1e6;
+            let ratio = rate / seq1;
+            println!(
+                "| raid5 rebuild | idle, 1 member | - | {rate:.0} | - | {seq1:.0} (1 member seq write) | {ratio:.2}x | >= 0.8x: {} |",
+                ok(ratio >= 0.8)
+            );
+        }
+    }
+}
+
+fn ok(b: bool) -> &'static str {
+    if b {
+        "met"
+    } else {
+        "NOT met"
+    }
+}

@@ -1,9 +1,20 @@
-//! raidctl: the operator's CLI over raid-core and raid-gpu. No RAID logic
-//! lives here: commands parse arguments, call the libraries and print.
+//! raidctl: the operator's CLI over raid-core and raid-gpu, and the daemon
+//! that serves arrays. No RAID logic lives here: commands parse arguments,
+//! call the libraries or the daemon, and print.
 
+mod commands;
+mod daemon;
+mod error;
+mod export;
+mod inspect;
+mod nbd;
+mod protocol;
+mod registry;
 mod selftest;
+mod status;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -12,15 +23,107 @@ use std::process::ExitCode;
     version,
     about = "Software RAID for NVMe with GPU parity offload"
 )]
-struct Cli {
+pub struct Cli {
+    /// Where arrays are recorded and the daemon keeps its socket
+    /// [default: $RAIDCTL_STATE_DIR, else /var/lib/raidctl].
+    #[arg(long, global = true, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Output format of read commands.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
+    format: Format,
     #[command(subcommand)]
     command: Command,
 }
 
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+pub enum Parity {
+    Cpu,
+    Gpu,
+    Auto,
+}
+
 #[derive(Subcommand)]
-enum Command {
-    /// Check every parity kernel this CPU has against the scalar oracle
-    /// (generation and every recovery case), and show each level's speed.
+pub enum Command {
+    /// Create an array: write metadata on the members and record it.
+    Create {
+        name: String,
+        /// RAID level: 0, 1, 5, 6 or 10.
+        #[arg(long)]
+        level: u32,
+        /// Chunk size, a power of two from 4K to 1M.
+        #[arg(long, default_value = "64K")]
+        chunk: String,
+        /// Parity engine.
+        #[arg(long, value_enum, default_value_t = Parity::Auto)]
+        parity: Parity,
+        /// A hot spare (repeatable).
+        #[arg(long = "spare", value_name = "DEV")]
+        spares: Vec<PathBuf>,
+        /// Overwrite members that hold a filesystem, a partition table or
+        /// another array's metadata.
+        #[arg(long)]
+        force: bool,
+        /// Member devices or files, in slot order.
+        #[arg(required = true, value_name = "DEV")]
+        members: Vec<PathBuf>,
+    },
+    /// Assemble an array and serve it (in a background daemon unless --foreground).
+    Start {
+        name: String,
+        /// Assemble from these members instead of the recorded ones (an
+        /// array moved from another host); records them.
+        #[arg(long, num_args = 1.., value_name = "DEV")]
+        members: Vec<PathBuf>,
+        /// Serve over NBD: unix:PATH, tcp:PORT (loopback) or tcp:HOST:PORT.
+        #[arg(long)]
+        nbd: Option<String>,
+        /// Run the daemon in this process (for systemd).
+        #[arg(long)]
+        foreground: bool,
+    },
+    /// Flush and stop a running array; no data is lost.
+    Stop { name: String },
+    /// The known arrays, one line each.
+    List,
+    /// State of one array or all.
+    Status { name: Option<String> },
+    /// Everything about one array.
+    Detail { name: String },
+    /// Mark a member failed.
+    Fail { name: String, member: PathBuf },
+    /// Take a failed member or a spare out of the array.
+    Remove { name: String, member: PathBuf },
+    /// Add a hot spare.
+    Add { name: String, member: PathBuf },
+    /// Put NEW in place of failed OLD and rebuild onto it.
+    Replace {
+        name: String,
+        old: PathBuf,
+        new: PathBuf,
+    },
+    /// Wait until an array's rebuild ends (or a timeout).
+    Wait {
+        name: String,
+        /// Seconds to wait at most.
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+    },
+    /// Run the daemon in the foreground (what `start` spawns; for systemd).
+    Daemon {
+        /// TOML file declaring arrays to start and their exports.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Exit once no array has been served for a few seconds.
+        #[arg(long, hide = true)]
+        exit_when_idle: bool,
+    },
+    /// Check every parity kernel this CPU has against the scalar oracle.
     Selftest {
         /// Data chunks per stripe.
         #[arg(long, default_value_t = 8)]
@@ -38,16 +141,14 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Selftest { width, chunk_kib } => selftest::run(width, chunk_kib * 1024),
-    };
-    match result {
+    match commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("raidctl: error: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.code)
         }
     }
 }

@@ -853,6 +853,34 @@ impl Array {
         Ok(())
     }
 
+    /// Takes a spare out of the array, or a failed member out of its slot
+    /// (the slot stays failed, waiting for a replacement).
+    pub fn remove_member(&self, identity: &str) -> Result<()> {
+        let removed_spare = {
+            let mut meta = self.meta.lock();
+            let before = meta.spares.len();
+            meta.spares.retain(|(_, m)| m.identity() != identity);
+            meta.spares.len() != before
+        };
+        if !removed_spare {
+            let slot = self.slot_of(identity)?;
+            let state = self.slots[slot].state();
+            if state != SlotState::Failed {
+                return Err(ArrayError::Invalid(format!(
+                    "member {identity} is {}: fail it first (raidctl fail {} {identity})",
+                    state.name(),
+                    self.name
+                )));
+            }
+            *self.slots[slot].member.write() = None;
+            let mut v: Vec<MemberRef> = self.handles.load().as_ref().clone();
+            v[slot] = Arc::new(Absent);
+            self.handles.store(Arc::new(v));
+        }
+        self.write_metadata();
+        Ok(())
+    }
+
     /// Moves the first spare into failed slot `slot`, if there is one.
     pub fn activate_spare(&self, slot: usize) -> Result<Option<String>> {
         let spare = self.meta.lock().spares.first().map(|(_, m)| m.clone());

@@ -1,0 +1,504 @@
+//! One function per command: argument checks, then raid-core or the daemon.
+
+use crate::daemon::{describe, parse_size, Daemon, DaemonOptions};
+use crate::error::{CliError, Result};
+use crate::inspect::{probe, Content};
+use crate::protocol::{call, Request, Response};
+use crate::registry::{check_name, ArrayRecord, StateDir};
+use crate::status::{self, render, ArrayStatus};
+use crate::{Cli, Command, Format, Parity};
+use raid_core::array::{Array, CreateOptions};
+use raid_core::layout::Level;
+use raid_core::member::{FileMember, MemberRef};
+use serde::Deserialize;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub fn run(cli: Cli) -> Result<()> {
+    let st = StateDir::resolve(cli.state_dir);
+    let fmt = cli.format;
+    match cli.command {
+        Command::Create {
+            name,
+            level,
+            chunk,
+            parity,
+            spares,
+            force,
+            members,
+        } => create(&st, &name, level, &chunk, parity, &spares, force, &members),
+        Command::Start {
+            name,
+            members,
+            nbd,
+            foreground,
+        } => start(&st, &name, members, nbd, foreground),
+        Command::Stop { name } => {
+            let r = daemon_call(&st, &name, Request::Stop { name: name.clone() })?;
+            print_message(&r);
+            Ok(())
+        }
+        Command::List => list(&st, fmt),
+        Command::Status { name } => show(&st, name.as_deref(), fmt, false),
+        Command::Detail { name } => show(&st, Some(&name), fmt, true),
+        Command::Fail { name, member } => {
+            let member = absolute(&member);
+            print_message(&daemon_call(
+                &st,
+                &name,
+                Request::Fail {
+                    name: name.clone(),
+                    member,
+                },
+            )?);
+            Ok(())
+        }
+        Command::Remove { name, member } => {
+            let member = absolute(&member);
+            print_message(&daemon_call(
+                &st,
+                &name,
+                Request::Remove {
+                    name: name.clone(),
+                    member,
+                },
+            )?);
+            Ok(())
+        }
+        Command::Add { name, member } => {
+            let member = existing(&member)?;
+            print_message(&daemon_call(
+                &st,
+                &name,
+                Request::Add {
+                    name: name.clone(),
+                    member,
+                },
+            )?);
+            Ok(())
+        }
+        Command::Replace { name, old, new } => {
+            let (old, new) = (absolute(&old), existing(&new)?);
+            print_message(&daemon_call(
+                &st,
+                &name,
+                Request::Replace {
+                    name: name.clone(),
+                    old,
+                    new,
+                },
+            )?);
+            Ok(())
+        }
+        Command::Wait { name, timeout } => wait(&st, &name, timeout),
+        Command::Daemon {
+            config,
+            exit_when_idle,
+        } => {
+            let start = match config {
+                Some(p) => config_starts(&p)?,
+                None => vec![],
+            };
+            Daemon::run(
+                st,
+                DaemonOptions {
+                    exit_when_idle,
+                    start,
+                },
+            )
+        }
+        Command::Selftest { width, chunk_kib } => {
+            crate::selftest::run(width, chunk_kib * 1024).map_err(CliError::failed)
+        }
+    }
+}
+
+fn print_message(r: &Response) {
+    if let Some(m) = &r.message {
+        println!("{m}");
+    }
+}
+
+/// An absolute path without requiring it to exist (a vanished member).
+fn absolute(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p)
+        .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+}
+
+/// A path that must exist, made canonical.
+fn existing(p: &Path) -> Result<PathBuf> {
+    std::fs::canonicalize(p).map_err(|_| {
+        CliError::not_found(format!(
+            "no such file or device: {} (for an array on files, create it first: truncate -s 10G {})",
+            p.display(),
+            p.display()
+        ))
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn create(
+    st: &StateDir,
+    name: &str,
+    level: u32,
+    chunk: &str,
+    parity: Parity,
+    spares: &[PathBuf],
+    force: bool,
+    members: &[PathBuf],
+) -> Result<()> {
+    check_name(name)?;
+    let level = Level::from_number(level).ok_or_else(|| {
+        CliError::usage(format!(
+            "RAID level {level} is not supported: use 0, 1, 5, 6 or 10"
+        ))
+    })?;
+    let chunk = parse_size(chunk).map_err(CliError::usage)?;
+    if !chunk.is_power_of_two() || !(4096..=1 << 20).contains(&chunk) {
+        return Err(CliError::usage(format!(
+            "chunk {chunk} bytes is not a power of two between 4K and 1M"
+        )));
+    }
+    if parity == Parity::Gpu {
+        return Err(CliError::usage(
+            "the GPU parity engine is not part of this build yet: use --parity cpu or --parity auto",
+        ));
+    }
+    if st.exists(name) && !force {
+        return Err(CliError::refused(format!(
+            "an array named '{name}' is already recorded in {}: choose another name (or --force to replace the record)",
+            st.root.display()
+        )));
+    }
+    if members.len() < level.min_members() {
+        return Err(CliError::usage(format!(
+            "{level} needs at least {} members, {} given",
+            level.min_members(),
+            members.len()
+        )));
+    }
+    let members: Vec<PathBuf> = members.iter().map(|p| existing(p)).collect::<Result<_>>()?;
+    let spares: Vec<PathBuf> = spares.iter().map(|p| existing(p)).collect::<Result<_>>()?;
+    let mut seen = std::collections::HashSet::new();
+    for p in members.iter().chain(&spares) {
+        if !seen.insert(p.clone()) {
+            return Err(CliError::refused(format!(
+                "{} is listed twice: list each device once",
+                p.display()
+            )));
+        }
+    }
+    for p in members.iter().chain(&spares) {
+        let content = probe(p)
+            .map_err(|e| CliError::not_found(format!("cannot read {}: {e}", p.display())))?;
+        if force {
+            continue;
+        }
+        match content {
+            Content::Nothing => {}
+            Content::Array { name: other, uuid } => {
+                return Err(CliError::refused(format!(
+                    "member {} is part of array '{other}' (uuid {uuid}): use --force to overwrite, or raidctl stop {other}",
+                    p.display()
+                )))
+            }
+            c => {
+                return Err(CliError::refused(format!(
+                    "member {} holds {}: use --force to overwrite it",
+                    p.display(),
+                    describe(&c)
+                )))
+            }
+        }
+        if let Some(owner) = st.owner_of(p, Some(name)) {
+            return Err(CliError::refused(format!(
+                "member {} is recorded as part of array '{}': use --force to overwrite, or raidctl stop {}",
+                p.display(),
+                owner.name,
+                owner.name
+            )));
+        }
+    }
+    let open = |p: &PathBuf| -> Result<MemberRef> {
+        FileMember::open(p)
+            .map(|m| Arc::new(m) as MemberRef)
+            .map_err(|e| CliError::failed(format!("cannot open {}: {e}", p.display())))
+    };
+    let m: Vec<MemberRef> = members.iter().map(open).collect::<Result<_>>()?;
+    let s: Vec<MemberRef> = spares.iter().map(open).collect::<Result<_>>()?;
+    st.ensure()?;
+    let array = Array::create(
+        m,
+        s,
+        CreateOptions {
+            name: name.into(),
+            level,
+            chunk,
+        },
+    )?;
+    array.close()?;
+    let g = array.geometry();
+    st.save(&ArrayRecord {
+        name: name.into(),
+        uuid: array.uuid().to_string(),
+        level: level.number(),
+        chunk,
+        members: members.clone(),
+        spares: spares.clone(),
+        parity: format!("{parity:?}").to_lowercase(),
+    })?;
+    println!(
+        "created {level} '{name}': {} members, chunk {}, capacity {}, parity {}",
+        members.len(),
+        status::human_bytes(chunk),
+        status::human_bytes(g.capacity()),
+        array.engine_name()
+    );
+    for (i, p) in members.iter().enumerate() {
+        println!("  slot {i}: {}", p.display());
+    }
+    for p in &spares {
+        println!("  spare: {}", p.display());
+    }
+    println!("start it with: raidctl start {name}");
+    Ok(())
+}
+
+/// Calls the daemon about array `name`; no daemon means it is not running.
+fn daemon_call(st: &StateDir, name: &str, req: Request) -> Result<Response> {
+    match call(&st.socket(), &req)? {
+        Some(r) => r.into_result(),
+        None => {
+            st.load(name)?;
+            Err(CliError::refused(format!(
+                "array '{name}' is not running (raidctl start {name})"
+            )))
+        }
+    }
+}
+
+fn start(
+    st: &StateDir,
+    name: &str,
+    members: Vec<PathBuf>,
+    nbd: Option<String>,
+    foreground: bool,
+) -> Result<()> {
+    check_name(name)?;
+    let members: Vec<PathBuf> = members.iter().map(|p| existing(p)).collect::<Result<_>>()?;
+    if members.is_empty() {
+        st.load(name)?;
+    }
+    let req = Request::Start {
+        name: name.into(),
+        members,
+        nbd,
+    };
+    if foreground {
+        return Daemon::run(
+            st.clone(),
+            DaemonOptions {
+                exit_when_idle: false,
+                start: vec![req],
+            },
+        );
+    }
+    ensure_daemon(st)?;
+    let r = call(&st.socket(), &req)?
+        .ok_or_else(|| CliError::daemon("the daemon went away"))?
+        .into_result()?;
+    print_message(&r);
+    Ok(())
+}
+
+/// Starts a background daemon for this state directory if none answers.
+fn ensure_daemon(st: &StateDir) -> Result<()> {
+    if call(&st.socket(), &Request::Ping)?.is_some() {
+        return Ok(());
+    }
+    st.ensure()?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(st.log())
+        .map_err(|e| CliError::failed(format!("cannot open {}: {e}", st.log().display())))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::failed(format!("cannot find raidctl itself: {e}")))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("--state-dir")
+        .arg(&st.root)
+        .arg("daemon")
+        .arg("--exit-when-idle")
+        .stdin(std::process::Stdio::null())
+        .stdout(
+            log.try_clone()
+                .map_err(|e| CliError::failed(e.to_string()))?,
+        )
+        .stderr(log);
+    // SAFETY: setsid is async-signal-safe; it detaches the daemon from the
+    // caller's session so it outlives the terminal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .map_err(|e| CliError::failed(format!("cannot start the daemon: {e}")))?;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        if call(&st.socket(), &Request::Ping)?.is_some() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(CliError::daemon(format!(
+        "the daemon did not come up; see {}",
+        st.log().display()
+    )))
+}
+
+/// Every known array's status: running ones from the daemon, the rest from disk.
+fn statuses(st: &StateDir) -> Result<Vec<ArrayStatus>> {
+    let running = match call(&st.socket(), &Request::Status { name: None })? {
+        Some(r) => r.into_result()?.arrays,
+        None => vec![],
+    };
+    let mut out = running.clone();
+    for r in st.list() {
+        if !running.iter().any(|s| s.name == r.name) {
+            out.push(status::of_stopped(&r));
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+fn print_json<T: serde::Serialize>(v: &T) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).expect("status serialises")
+    );
+}
+
+fn list(st: &StateDir, fmt: Format) -> Result<()> {
+    let all = statuses(st)?;
+    if fmt == Format::Json {
+        print_json(&all);
+        return Ok(());
+    }
+    if all.is_empty() {
+        println!("no arrays recorded in {}", st.root.display());
+    }
+    for s in &all {
+        let state = if s.running {
+            s.state.clone()
+        } else {
+            format!("stopped ({})", s.health)
+        };
+        println!(
+            "{:<16} {:<7} {:<22} {:>10} {} members",
+            s.name,
+            s.level,
+            state,
+            status::human_bytes(s.capacity_bytes),
+            s.members.len()
+        );
+    }
+    Ok(())
+}
+
+fn show(st: &StateDir, name: Option<&str>, fmt: Format, detail: bool) -> Result<()> {
+    if let Some(n) = name {
+        st.load(n)?;
+    }
+    let all: Vec<ArrayStatus> = statuses(st)?
+        .into_iter()
+        .filter(|s| name.is_none_or(|n| s.name == n))
+        .collect();
+    match (fmt, name) {
+        (Format::Json, Some(_)) => print_json(&all[0]),
+        (Format::Json, None) => print_json(&all),
+        (Format::Text, _) => {
+            if all.is_empty() {
+                println!("no arrays recorded in {}", st.root.display());
+            }
+            for s in &all {
+                print!("{}", render(s, detail));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
+    let t = Instant::now();
+    let mut last = -1.0;
+    loop {
+        let r = daemon_call(
+            st,
+            name,
+            Request::Status {
+                name: Some(name.into()),
+            },
+        )?;
+        let s = r
+            .arrays
+            .into_iter()
+            .next()
+            .ok_or_else(|| CliError::not_found(format!("array '{name}' is not running")))?;
+        match &s.rebuild {
+            None if s.state != "rebuilding" => {
+                println!("{name}: {}", s.state);
+                return Ok(());
+            }
+            Some(rb) if rb.percent - last >= 10.0 => {
+                println!("{name}: rebuilding slot {} {:.0}%", rb.slot, rb.percent);
+                last = rb.percent;
+            }
+            _ => {}
+        }
+        if t.elapsed() > Duration::from_secs(timeout) {
+            return Err(CliError::failed(format!(
+                "array '{name}' is still {} after {timeout} s",
+                s.state
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The daemon's config file: arrays to start, with their exports.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    #[serde(default)]
+    array: Vec<ConfigArray>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigArray {
+    name: String,
+    #[serde(default)]
+    nbd: Option<String>,
+    #[serde(default)]
+    members: Vec<PathBuf>,
+}
+
+fn config_starts(p: &Path) -> Result<Vec<Request>> {
+    let text = std::fs::read_to_string(p)
+        .map_err(|e| CliError::not_found(format!("cannot read {}: {e}", p.display())))?;
+    let c: Config = toml::from_str(&text)
+        .map_err(|e| CliError::usage(format!("{} is not a valid config: {e}", p.display())))?;
+    Ok(c.array
+        .into_iter()
+        .map(|a| Request::Start {
+            name: a.name,
+            members: a.members,
+            nbd: a.nbd,
+        })
+        .collect())
+}

@@ -1,0 +1,528 @@
+//! The daemon: serves one or more arrays, answers the control socket,
+//! watches for failed members (activating spares, running rebuilds), and
+//! stops every array cleanly on SIGTERM or SIGINT.
+
+use crate::error::{code, CliError, Result};
+use crate::inspect::{probe, Content};
+use crate::protocol::{Request, Response};
+use crate::registry::{ArrayRecord, StateDir};
+use crate::status;
+use parking_lot::Mutex;
+use raid_core::array::{Array, RebuildEnd, RebuildOptions};
+use raid_core::member::{FileMember, MemberRef};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A rebuild thread and what status needs to show its rate.
+struct RebuildRun {
+    slot: usize,
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<()>,
+    started: Instant,
+    start_row: u64,
+}
+
+/// One served array.
+struct Served {
+    array: Arc<Array>,
+    record: Mutex<ArrayRecord>,
+    rebuild: Mutex<Option<RebuildRun>>,
+    exports: Mutex<Vec<crate::export::Export>>,
+}
+
+pub struct Daemon {
+    state: StateDir,
+    arrays: Mutex<HashMap<String, Arc<Served>>>,
+    term: Arc<AtomicBool>,
+    rebuild_opts: RebuildOptions,
+}
+
+/// How the daemon runs.
+pub struct DaemonOptions {
+    /// Exit once no array has been served for a few seconds (a daemon the
+    /// CLI started on demand).
+    pub exit_when_idle: bool,
+    /// Arrays to start at once (from --foreground or a config file).
+    pub start: Vec<Request>,
+}
+
+impl Daemon {
+    pub fn run(state: StateDir, opts: DaemonOptions) -> Result<()> {
+        state.ensure()?;
+        let sock = state.socket();
+        if UnixStream::connect(&sock).is_ok() {
+            return Err(CliError::refused(format!(
+                "a daemon already serves {} (socket {})",
+                state.root.display(),
+                sock.display()
+            )));
+        }
+        let _ = std::fs::remove_file(&sock);
+        let listener = UnixListener::bind(&sock)
+            .map_err(|e| CliError::failed(format!("cannot listen on {}: {e}", sock.display())))?;
+        std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| CliError::failed(format!("cannot restrict {}: {e}", sock.display())))?;
+        let term = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            signal_hook::flag::register(sig, term.clone())
+                .map_err(|e| CliError::failed(format!("signal handler: {e}")))?;
+        }
+        let rate = std::env::var("RAIDCTL_REBUILD_RATE")
+            .ok()
+            .and_then(|v| parse_size(&v).ok());
+        let d = Arc::new(Daemon {
+            state,
+            arrays: Mutex::new(HashMap::new()),
+            term,
+            rebuild_opts: RebuildOptions {
+                rate_limit: rate,
+                ..Default::default()
+            },
+        });
+        tracing::info!(socket = %sock.display(), pid = std::process::id(), "daemon listening");
+        for req in opts.start {
+            let r = d.handle(req);
+            if !r.ok {
+                d.shutdown();
+                let _ = std::fs::remove_file(&sock);
+                return Err(CliError::new(
+                    r.code.unwrap_or(code::FAILED),
+                    r.error.unwrap_or_default(),
+                ));
+            }
+            if let Some(m) = r.message {
+                println!("{m}");
+            }
+        }
+        {
+            let d = d.clone();
+            std::thread::spawn(move || d.monitor());
+        }
+        listener.set_nonblocking(true).ok();
+        let mut idle_since = Instant::now();
+        while !d.term.load(Ordering::Acquire) {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let d = d.clone();
+                    std::thread::spawn(move || d.serve_connection(stream));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err(e) => tracing::warn!("accept: {e}"),
+            }
+            if !d.arrays.lock().is_empty() {
+                idle_since = Instant::now();
+            } else if opts.exit_when_idle && idle_since.elapsed() > Duration::from_secs(5) {
+                tracing::info!("no array served: daemon exits");
+                break;
+            }
+        }
+        if d.term.load(Ordering::Acquire) {
+            tracing::info!("signal received: stopping every array cleanly");
+        }
+        d.shutdown();
+        let _ = std::fs::remove_file(&sock);
+        Ok(())
+    }
+
+    /// Stops every array: rebuilds paused at their checkpoint, exports
+    /// closed, data flushed, metadata marked clean.
+    fn shutdown(&self) {
+        let names: Vec<String> = self.arrays.lock().keys().cloned().collect();
+        for n in names {
+            if let Err(e) = self.stop(&n) {
+                tracing::error!(array = %n, "stop failed: {e}");
+            }
+        }
+    }
+
+    fn serve_connection(&self, stream: UnixStream) {
+        stream.set_nonblocking(false).ok();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).ok();
+        let mut line = String::new();
+        let mut reader = BufReader::new(&stream);
+        // One request per connection, at most 64 KiB.
+        let resp = match reader.by_ref().take(64 * 1024).read_line(&mut line) {
+            Ok(0) => return,
+            Ok(_) => match serde_json::from_str::<Request>(&line) {
+                Ok(req) => self.handle(req),
+                Err(e) => Response::err(&CliError::usage(format!("malformed request: {e}"))),
+            },
+            Err(e) => Response::err(&CliError::usage(format!("unreadable request: {e}"))),
+        };
+        let mut w = &stream;
+        let _ = w
+            .write_all(serde_json::to_string(&resp).unwrap().as_bytes())
+            .and_then(|_| w.write_all(b"\n"));
+    }
+
+    fn handle(&self, req: Request) -> Response {
+        let r = match req {
+            Request::Ping => Ok(Response::ok("pong")),
+            Request::Start { name, members, nbd } => {
+                self.start(&name, members, nbd).map(Response::ok)
+            }
+            Request::Stop { name } => self.stop(&name).map(Response::ok),
+            Request::Status { name } => self.status(name.as_deref()),
+            Request::Fail { name, member } => self.fail(&name, &member).map(Response::ok),
+            Request::Remove { name, member } => self.remove(&name, &member).map(Response::ok),
+            Request::Add { name, member } => self.add(&name, &member).map(Response::ok),
+            Request::Replace { name, old, new } => {
+                self.replace(&name, &old, &new).map(Response::ok)
+            }
+        };
+        r.unwrap_or_else(|e| Response::err(&e))
+    }
+
+    fn served(&self, name: &str) -> Result<Arc<Served>> {
+        self.arrays.lock().get(name).cloned().ok_or_else(|| {
+            CliError::refused(format!(
+                "array '{name}' is not running (raidctl start {name})"
+            ))
+        })
+    }
+
+    fn start(&self, name: &str, members: Vec<PathBuf>, nbd: Option<String>) -> Result<String> {
+        if self.arrays.lock().contains_key(name) {
+            return Err(CliError::refused(format!(
+                "array '{name}' is already running"
+            )));
+        }
+        let recorded = self.state.load(name);
+        let importing = !members.is_empty();
+        let (paths, spares, parity) = match (&recorded, importing) {
+            (_, true) => (
+                members.clone(),
+                vec![],
+                recorded
+                    .as_ref()
+                    .map(|r| r.parity.clone())
+                    .unwrap_or("auto".into()),
+            ),
+            (Ok(r), false) => (r.members.clone(), r.spares.clone(), r.parity.clone()),
+            (Err(e), false) => return Err(e.clone()),
+        };
+        let mut opened: Vec<MemberRef> = Vec::new();
+        let mut notes = Vec::new();
+        for p in paths.iter().chain(&spares) {
+            match FileMember::open(p) {
+                Ok(m) => opened.push(Arc::new(m)),
+                Err(e) if importing => {
+                    return Err(CliError::not_found(format!(
+                        "member {} cannot be opened: {e}",
+                        p.display()
+                    )))
+                }
+                Err(e) => notes.push(format!("member {} is missing ({e})", p.display())),
+            }
+        }
+        let asm = Array::assemble(opened)?;
+        let array = asm.array;
+        if array.name() != name {
+            return Err(CliError::refused(format!(
+                "the members given carry array '{}', not '{name}': start it as raidctl start {} --members ...",
+                array.name(),
+                array.name()
+            )));
+        }
+        if let Ok(r) = &recorded {
+            if r.uuid != array.uuid().to_string() {
+                return Err(CliError::refused(format!(
+                    "the members carry array '{name}' uuid {}, but {} records '{name}' uuid {}: a different array of the same name",
+                    array.uuid(),
+                    self.state.root.display(),
+                    r.uuid
+                )));
+            }
+        }
+        for (m, why) in &asm.refused {
+            notes.push(format!("member {m} not used: {why}"));
+        }
+        let g = array.geometry();
+        let record = ArrayRecord {
+            name: name.to_string(),
+            uuid: array.uuid().to_string(),
+            level: g.level.number(),
+            chunk: g.chunk,
+            members: array
+                .slots()
+                .iter()
+                .map(|s| {
+                    s.member
+                        .as_ref()
+                        .map(PathBuf::from)
+                        .or_else(|| {
+                            recorded
+                                .as_ref()
+                                .ok()
+                                .and_then(|r| r.members.get(s.slot).cloned())
+                        })
+                        .unwrap_or_default()
+                })
+                .collect(),
+            spares: array.spares().into_iter().map(PathBuf::from).collect(),
+            parity,
+        };
+        self.state.save(&record)?;
+        let array = Arc::new(array);
+        let mut exports = Vec::new();
+        if let Some(spec) = nbd {
+            exports.push(crate::export::Export::start_nbd(array.clone(), &spec)?);
+        }
+        let served = Arc::new(Served {
+            array: array.clone(),
+            record: Mutex::new(record),
+            rebuild: Mutex::new(None),
+            exports: Mutex::new(exports),
+        });
+        self.arrays.lock().insert(name.to_string(), served.clone());
+        self.kick_rebuild(&served);
+        let mut msg = format!(
+            "array '{name}' started: {} {}, {} usable",
+            g.level,
+            array.state().name(),
+            status::human_bytes(g.capacity())
+        );
+        for e in served.exports.lock().iter() {
+            msg.push_str(&format!("\nexport: {}", e.describe()));
+        }
+        for n in notes {
+            msg.push_str(&format!("\nnote: {n}"));
+        }
+        tracing::info!("{msg}");
+        Ok(msg)
+    }
+
+    fn stop(&self, name: &str) -> Result<String> {
+        let served = self.served(name)?;
+        for e in served.exports.lock().drain(..) {
+            e.stop();
+        }
+        if let Some(run) = served.rebuild.lock().take() {
+            run.stop.store(true, Ordering::Release);
+            let _ = run.handle.join();
+        }
+        served.array.close()?;
+        self.arrays.lock().remove(name);
+        Ok(format!("array '{name}' stopped (flushed, marked clean)"))
+    }
+
+    fn status(&self, name: Option<&str>) -> Result<Response> {
+        let arrays = self.arrays.lock().clone();
+        let mut out = Vec::new();
+        for (n, s) in arrays.iter() {
+            if name.is_some_and(|x| x != n) {
+                continue;
+            }
+            let rate = s.rebuild.lock().as_ref().map(|r| {
+                let (done, _) = s.array.rebuild_progress(r.slot).unwrap_or((r.start_row, 0));
+                let secs = r.started.elapsed().as_secs_f64().max(1e-3);
+                (
+                    r.slot,
+                    (done.saturating_sub(r.start_row) * s.array.geometry().chunk) as f64 / secs,
+                )
+            });
+            let exports = s.exports.lock().iter().map(|e| e.describe()).collect();
+            out.push(status::of_running(&s.array, rate, exports));
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Response {
+            ok: true,
+            arrays: out,
+            ..Default::default()
+        })
+    }
+
+    fn fail(&self, name: &str, member: &Path) -> Result<String> {
+        let s = self.served(name)?;
+        let slot = s.array.fail_member(&member.display().to_string())?;
+        Ok(format!(
+            "member {} (slot {slot}) of '{name}' marked failed; array is {}",
+            member.display(),
+            s.array.state().name()
+        ))
+    }
+
+    fn remove(&self, name: &str, member: &Path) -> Result<String> {
+        let s = self.served(name)?;
+        s.array.remove_member(&member.display().to_string())?;
+        s.record.lock().spares.retain(|p| p != member);
+        self.state.save(&s.record.lock())?;
+        Ok(format!("member {} removed from '{name}'", member.display()))
+    }
+
+    /// Opens a device that is to join the array, refusing one that holds
+    /// data or another array's metadata.
+    fn open_new_member(&self, served: &Served, path: &Path) -> Result<MemberRef> {
+        match probe(path) {
+            Err(e) => return Err(CliError::not_found(format!("{} cannot be read: {e}", path.display()))),
+            Ok(Content::Nothing) => {}
+            Ok(Content::Array { uuid, .. }) if uuid == served.array.uuid().to_string() => {}
+            Ok(Content::Array { name, uuid }) => {
+                return Err(CliError::refused(format!(
+                    "{} is part of array '{name}' (uuid {uuid}): stop that array, or wipe the device first",
+                    path.display()
+                )))
+            }
+            Ok(other) => {
+                return Err(CliError::refused(format!(
+                    "{} holds {}: wipe it first (wipefs -a) if its data is not wanted",
+                    path.display(),
+                    describe(&other)
+                )))
+            }
+        }
+        if let Some(owner) = self.state.owner_of(path, Some(served.array.name())) {
+            return Err(CliError::refused(format!(
+                "{} is recorded as a member of array '{}'",
+                path.display(),
+                owner.name
+            )));
+        }
+        FileMember::open(path)
+            .map(|m| Arc::new(m) as MemberRef)
+            .map_err(|e| CliError::not_found(format!("{} cannot be opened: {e}", path.display())))
+    }
+
+    fn add(&self, name: &str, member: &Path) -> Result<String> {
+        let s = self.served(name)?;
+        let m = self.open_new_member(&s, member)?;
+        s.array.add_spare(m)?;
+        s.record.lock().spares.push(member.to_path_buf());
+        self.state.save(&s.record.lock())?;
+        Ok(format!("{} added to '{name}' as a spare", member.display()))
+    }
+
+    fn replace(&self, name: &str, old: &Path, new: &Path) -> Result<String> {
+        let s = self.served(name)?;
+        let slot = s.array.slot_of(&old.display().to_string())?;
+        let state = s.array.slots()[slot].state;
+        if state != raid_core::metadata::SlotState::Failed {
+            return Err(CliError::refused(format!(
+                "{} is {}: fail it first (raidctl fail {name} {}); the array runs degraded until the rebuild ends",
+                old.display(),
+                state.name(),
+                old.display()
+            )));
+        }
+        let m = self.open_new_member(&s, new)?;
+        s.array.replace(slot, m)?;
+        s.record.lock().members[slot] = new.to_path_buf();
+        self.state.save(&s.record.lock())?;
+        self.kick_rebuild(&s);
+        Ok(format!(
+            "{} replaces {} in slot {slot} of '{name}'; rebuild started",
+            new.display(),
+            old.display()
+        ))
+    }
+
+    /// Starts a rebuild thread if a slot is rebuilding and none runs.
+    fn kick_rebuild(&self, s: &Arc<Served>) {
+        let mut run = s.rebuild.lock();
+        if run.as_ref().is_some_and(|r| !r.handle.is_finished()) {
+            return;
+        }
+        if let Some(r) = run.take() {
+            let _ = r.handle.join();
+        }
+        let Some(&slot) = s.array.rebuilding_slots().first() else {
+            return;
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let (array, st, opts) = (s.array.clone(), stop.clone(), self.rebuild_opts.clone());
+        let start_row = array.rebuild_progress(slot).map(|p| p.0).unwrap_or(0);
+        let handle = std::thread::spawn(move || match array.rebuild(slot, &opts, &st) {
+            Ok(RebuildEnd::Finished) => {
+                tracing::info!(array = array.name(), slot, "rebuild finished")
+            }
+            Ok(RebuildEnd::Interrupted) => {
+                tracing::info!(array = array.name(), slot, "rebuild paused")
+            }
+            Err(e) => tracing::error!(array = array.name(), slot, "rebuild failed: {e}"),
+        });
+        *run = Some(RebuildRun {
+            slot,
+            stop,
+            handle,
+            started: Instant::now(),
+            start_row,
+        });
+    }
+
+    /// Every quarter second: a failed slot with a spare at hand gets the
+    /// spare; a rebuilding slot gets a rebuild thread.
+    fn monitor(&self) {
+        while !self.term.load(Ordering::Acquire) {
+            let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
+            for s in arrays {
+                let idle = s
+                    .rebuild
+                    .lock()
+                    .as_ref()
+                    .is_none_or(|r| r.handle.is_finished());
+                if !idle {
+                    continue;
+                }
+                if s.array.rebuilding_slots().is_empty() && !s.array.spares().is_empty() {
+                    let failed = s
+                        .array
+                        .slots()
+                        .into_iter()
+                        .find(|x| x.state == raid_core::metadata::SlotState::Failed);
+                    if let Some(f) = failed {
+                        match s.array.activate_spare(f.slot) {
+                            Ok(Some(spare)) => {
+                                tracing::warn!(array = s.array.name(), slot = f.slot, spare = %spare, "spare activated");
+                                let mut r = s.record.lock();
+                                r.members[f.slot] = PathBuf::from(&spare);
+                                r.spares.retain(|p| p != Path::new(&spare));
+                                let _ = self.state.save(&r);
+                            }
+                            Ok(None) => {}
+                            Err(e) => tracing::error!(
+                                array = s.array.name(),
+                                "spare activation failed: {e}"
+                            ),
+                        }
+                    }
+                }
+                self.kick_rebuild(&s);
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+pub fn describe(c: &Content) -> String {
+    match c {
+        Content::Nothing => "nothing recognisable".into(),
+        Content::Filesystem(k) => format!("a {k} filesystem"),
+        Content::PartitionTable(k) => format!("a {k} partition table"),
+        Content::Array { name, uuid } => format!("metadata of array '{name}' (uuid {uuid})"),
+    }
+}
+
+/// "64K", "1M", "4096", "2G" -> bytes.
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M') => (&t[..t.len() - 1], 1 << 20),
+        Some('G') => (&t[..t.len() - 1], 1 << 30),
+        Some('T') => (&t[..t.len() - 1], 1 << 40),
+        _ => (t, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("'{s}' is not a size: write a number with an optional K, M, G or T suffix (64K, 1M)"))
+}

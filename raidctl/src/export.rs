@@ -1,0 +1,465 @@
+//! Exports: the array served over NBD on a Unix socket or TCP (loopback
+//! unless an address is given). Each connection has a reader that decodes
+//! requests and a few workers that run them against the array, so many
+//! requests are in flight per connection; replies go out as they finish.
+
+use crate::error::{CliError, Result};
+use crate::nbd::{self, Check, Request};
+use raid_core::array::{Array, ArrayError, BLOCK};
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Requests run at once per connection.
+const WORKERS: usize = 8;
+
+/// A stream NBD can run over.
+trait Conn: Read + Write + Send + Sync + 'static {
+    fn try_clone_box(&self) -> io::Result<Box<dyn Conn>>;
+    fn shutdown_both(&self);
+}
+impl Conn for UnixStream {
+    fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
+        Ok(Box::new(self.try_clone()?))
+    }
+    fn shutdown_both(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+}
+impl Conn for TcpStream {
+    fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
+        Ok(Box::new(self.try_clone()?))
+    }
+    fn shutdown_both(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+enum Listener {
+    Unix(UnixListener, PathBuf),
+    Tcp(TcpListener),
+}
+
+/// A running export.
+pub struct Export {
+    desc: String,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    conns: Arc<Mutex<Vec<Box<dyn Conn>>>>,
+    socket_path: Option<PathBuf>,
+}
+
+impl Export {
+    /// `spec`: `unix:PATH`, `tcp:PORT` (loopback) or `tcp:HOST:PORT`.
+    pub fn start_nbd(array: Arc<Array>, spec: &str) -> Result<Export> {
+        let (listener, desc) = if let Some(path) = spec.strip_prefix("unix:") {
+            let path = PathBuf::from(path);
+            if UnixStream::connect(&path).is_ok() {
+                return Err(CliError::refused(format!(
+                    "{} is in use by another server",
+                    path.display()
+                )));
+            }
+            let _ = std::fs::remove_file(&path);
+            let l = UnixListener::bind(&path).map_err(|e| {
+                CliError::failed(format!("cannot listen on {}: {e}", path.display()))
+            })?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).ok();
+            (
+                Listener::Unix(l, path.clone()),
+                format!("nbd unix:{} export '{}'", path.display(), array.name()),
+            )
+        } else if let Some(addr) = spec.strip_prefix("tcp:") {
+            let addr = if addr.contains(':') {
+                addr.to_string()
+            } else {
+                format!("127.0.0.1:{addr}")
+            };
+            let l = TcpListener::bind(&addr)
+                .map_err(|e| CliError::failed(format!("cannot listen on {addr}: {e}")))?;
+            (
+                Listener::Tcp(l),
+                format!("nbd tcp:{addr} export '{}'", array.name()),
+            )
+        } else {
+            return Err(CliError::usage(format!(
+                "export '{spec}' is not understood: use unix:PATH, tcp:PORT (loopback) or tcp:HOST:PORT"
+            )));
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<Box<dyn Conn>>>> = Arc::new(Mutex::new(Vec::new()));
+        let socket_path = match &listener {
+            Listener::Unix(_, p) => Some(p.clone()),
+            Listener::Tcp(_) => None,
+        };
+        let thread = {
+            let (stop, conns) = (stop.clone(), conns.clone());
+            std::thread::spawn(move || accept_loop(listener, array, stop, conns))
+        };
+        Ok(Export {
+            desc,
+            stop,
+            thread: Some(thread),
+            conns,
+            socket_path,
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        self.desc.clone()
+    }
+
+    /// Stops accepting, closes every connection, waits for the acceptor.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Release);
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.shutdown_both();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(p) = &self.socket_path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn accept_loop(
+    listener: Listener,
+    array: Arc<Array>,
+    stop: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<Box<dyn Conn>>>>,
+) {
+    match &listener {
+        Listener::Unix(l, _) => l.set_nonblocking(true).ok(),
+        Listener::Tcp(l) => l.set_nonblocking(true).ok(),
+    };
+    while !stop.load(Ordering::Acquire) {
+        let accepted: io::Result<Box<dyn Conn>> = match &listener {
+            Listener::Unix(l, _) => l.accept().map(|(s, _)| {
+                s.set_nonblocking(false).ok();
+                Box::new(s) as Box<dyn Conn>
+            }),
+            Listener::Tcp(l) => l.accept().map(|(s, _)| {
+                s.set_nonblocking(false).ok();
+                s.set_nodelay(true).ok();
+                Box::new(s) as Box<dyn Conn>
+            }),
+        };
+        match accepted {
+            Ok(c) => {
+                if let Ok(clone) = c.try_clone_box() {
+                    conns.lock().unwrap().push(clone);
+                }
+                let array = array.clone();
+                std::thread::spawn(move || {
+                    if let Err(e) = serve(c, array) {
+                        tracing::debug!("nbd connection ended: {e}");
+                    }
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => {
+                tracing::warn!("nbd accept: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn read_u32(c: &mut dyn Conn) -> io::Result<u32> {
+    let mut b = [0u8; 4];
+    c.read_exact(&mut b)?;
+    Ok(u32::from_be_bytes(b))
+}
+fn read_u64(c: &mut dyn Conn) -> io::Result<u64> {
+    let mut b = [0u8; 8];
+    c.read_exact(&mut b)?;
+    Ok(u64::from_be_bytes(b))
+}
+
+fn option_reply(c: &mut dyn Conn, opt: u32, kind: u32, data: &[u8]) -> io::Result<()> {
+    let mut b = Vec::with_capacity(20 + data.len());
+    b.extend_from_slice(&nbd::REPLY_MAGIC.to_be_bytes());
+    b.extend_from_slice(&opt.to_be_bytes());
+    b.extend_from_slice(&kind.to_be_bytes());
+    b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    b.extend_from_slice(data);
+    c.write_all(&b)
+}
+
+fn protocol_error(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+/// The transmission flags and block sizes of an array export.
+fn tflags(a: &Array) -> u16 {
+    // An array beyond its redundancy takes no writes.
+    let ro = if a.state() == raid_core::array::ArrayState::Failed {
+        nbd::TFLAG_READ_ONLY
+    } else {
+        0
+    };
+    // Flush flushes every member, so a flush on any connection covers the
+    // writes completed on all of them: multi-conn is safe.
+    ro | nbd::TFLAG_HAS_FLAGS
+        | nbd::TFLAG_SEND_FLUSH
+        | nbd::TFLAG_SEND_FUA
+        | nbd::TFLAG_SEND_TRIM
+        | nbd::TFLAG_SEND_WRITE_ZEROES
+        | nbd::TFLAG_CAN_MULTI_CONN
+}
+
+fn preferred_block(a: &Array) -> u32 {
+    let g = a.geometry();
+    let stripe = g.stripe_data_bytes();
+    let p = if stripe.is_power_of_two() {
+        stripe
+    } else {
+        g.chunk
+    };
+    p.min(nbd::MAX_REQUEST as u64) as u32
+}
+
+/// Handshake, then transmission.
+fn serve(mut c: Box<dyn Conn>, array: Arc<Array>) -> io::Result<()> {
+    let mut hello = Vec::new();
+    hello.extend_from_slice(&nbd::NBDMAGIC.to_be_bytes());
+    hello.extend_from_slice(&nbd::IHAVEOPT.to_be_bytes());
+    hello.extend_from_slice(&(nbd::FLAG_FIXED_NEWSTYLE | nbd::FLAG_NO_ZEROES).to_be_bytes());
+    c.write_all(&hello)?;
+    let cflags = read_u32(c.as_mut())?;
+    if cflags & nbd::FLAG_C_FIXED_NEWSTYLE == 0 {
+        return Err(protocol_error("client does not speak fixed newstyle"));
+    }
+    let no_zeroes = cflags & nbd::FLAG_C_NO_ZEROES != 0;
+    let size = array.capacity();
+    let name = array.name().to_string();
+    loop {
+        if read_u64(c.as_mut())? != nbd::IHAVEOPT {
+            return Err(protocol_error("bad option magic"));
+        }
+        let opt = read_u32(c.as_mut())?;
+        let len = read_u32(c.as_mut())?;
+        if len > nbd::MAX_OPTION {
+            return Err(protocol_error("option too long"));
+        }
+        let mut data = vec![0u8; len as usize];
+        c.read_exact(&mut data)?;
+        match opt {
+            nbd::OPT_EXPORT_NAME => {
+                let want = String::from_utf8_lossy(&data);
+                if !want.is_empty() && want != name {
+                    return Err(protocol_error(format!("unknown export '{want}'")));
+                }
+                let mut b = Vec::new();
+                b.extend_from_slice(&size.to_be_bytes());
+                b.extend_from_slice(&tflags(&array).to_be_bytes());
+                if !no_zeroes {
+                    b.extend_from_slice(&[0u8; 124]);
+                }
+                c.write_all(&b)?;
+                break;
+            }
+            nbd::OPT_ABORT => {
+                option_reply(c.as_mut(), opt, nbd::REP_ACK, &[])?;
+                return Ok(());
+            }
+            nbd::OPT_LIST => {
+                if !data.is_empty() {
+                    option_reply(c.as_mut(), opt, nbd::REP_ERR_INVALID, b"LIST takes no data")?;
+                    continue;
+                }
+                let mut d = (name.len() as u32).to_be_bytes().to_vec();
+                d.extend_from_slice(name.as_bytes());
+                option_reply(c.as_mut(), opt, nbd::REP_SERVER, &d)?;
+                option_reply(c.as_mut(), opt, nbd::REP_ACK, &[])?;
+            }
+            nbd::OPT_INFO | nbd::OPT_GO => {
+                let Some((want, infos)) = nbd::parse_info_request(&data) else {
+                    option_reply(
+                        c.as_mut(),
+                        opt,
+                        nbd::REP_ERR_INVALID,
+                        b"malformed INFO/GO request",
+                    )?;
+                    continue;
+                };
+                if !want.is_empty() && want != name {
+                    option_reply(
+                        c.as_mut(),
+                        opt,
+                        nbd::REP_ERR_UNKNOWN,
+                        format!("no export '{want}'").as_bytes(),
+                    )?;
+                    continue;
+                }
+                let mut e = nbd::INFO_EXPORT.to_be_bytes().to_vec();
+                e.extend_from_slice(&size.to_be_bytes());
+                e.extend_from_slice(&tflags(&array).to_be_bytes());
+                option_reply(c.as_mut(), opt, nbd::REP_INFO, &e)?;
+                let mut bs = nbd::INFO_BLOCK_SIZE.to_be_bytes().to_vec();
+                bs.extend_from_slice(&(BLOCK as u32).to_be_bytes());
+                bs.extend_from_slice(&preferred_block(&array).to_be_bytes());
+                bs.extend_from_slice(&nbd::MAX_REQUEST.to_be_bytes());
+                option_reply(c.as_mut(), opt, nbd::REP_INFO, &bs)?;
+                if infos.contains(&nbd::INFO_NAME) {
+                    let mut n = nbd::INFO_NAME.to_be_bytes().to_vec();
+                    n.extend_from_slice(name.as_bytes());
+                    option_reply(c.as_mut(), opt, nbd::REP_INFO, &n)?;
+                }
+                option_reply(c.as_mut(), opt, nbd::REP_ACK, &[])?;
+                if opt == nbd::OPT_GO {
+                    break;
+                }
+            }
+            _ => option_reply(c.as_mut(), opt, nbd::REP_ERR_UNSUP, b"unsupported option")?,
+        }
+    }
+    transmission(c, array)
+}
+
+/// A decoded request with its write payload, for a worker.
+struct Job {
+    req: Request,
+    payload: Vec<u8>,
+}
+
+fn transmission(mut c: Box<dyn Conn>, array: Arc<Array>) -> io::Result<()> {
+    let writer = Arc::new(Mutex::new(c.try_clone_box()?));
+    let (tx, rx) = mpsc::sync_channel::<Job>(WORKERS * 2);
+    let rx = Arc::new(Mutex::new(rx));
+    let workers: Vec<JoinHandle<()>> = (0..WORKERS)
+        .map(|_| {
+            let (rx, writer, array) = (rx.clone(), writer.clone(), array.clone());
+            std::thread::spawn(move || loop {
+                let job = match rx.lock().unwrap().recv() {
+                    Ok(j) => j,
+                    Err(_) => return,
+                };
+                let (err, data) = execute(&array, &job);
+                if reply(&writer, job.req.cookie, err, &data).is_err() {
+                    return;
+                }
+            })
+        })
+        .collect();
+    let size = array.capacity();
+    let result = loop {
+        let mut h = [0u8; Request::LEN];
+        if let Err(e) = c.read_exact(&mut h) {
+            break if e.kind() == io::ErrorKind::UnexpectedEof {
+                Ok(())
+            } else {
+                Err(e)
+            };
+        }
+        let req = match Request::decode(&h) {
+            Ok(r) => r,
+            Err(e) => break Err(protocol_error(format!("{e:?}"))),
+        };
+        if req.kind == nbd::CMD_DISC {
+            break Ok(());
+        }
+        let read_only = tflags(&array) & nbd::TFLAG_READ_ONLY != 0;
+        match nbd::check(&req, size, BLOCK, read_only) {
+            Check::Disconnect(why) => break Err(protocol_error(why)),
+            Check::Error(errno) => {
+                if req.kind == nbd::CMD_WRITE {
+                    // Drain the payload so the stream stays in step.
+                    let mut sink = vec![0u8; req.length as usize];
+                    if let Err(e) = c.read_exact(&mut sink) {
+                        break Err(e);
+                    }
+                }
+                if reply(&writer, req.cookie, errno, &[]).is_err() {
+                    break Ok(());
+                }
+            }
+            Check::Ok => {
+                let mut payload = Vec::new();
+                if req.kind == nbd::CMD_WRITE {
+                    payload = vec![0u8; req.length as usize];
+                    if let Err(e) = c.read_exact(&mut payload) {
+                        break Err(e);
+                    }
+                }
+                if tx.send(Job { req, payload }).is_err() {
+                    break Ok(());
+                }
+            }
+        }
+    };
+    drop(tx);
+    for w in workers {
+        let _ = w.join();
+    }
+    // A client that disconnects without FLUSH still gets its writes made
+    // durable, as a clean close would.
+    let _ = array.flush();
+    result
+}
+
+fn errno_of(e: &ArrayError) -> u32 {
+    match e {
+        ArrayError::Unaligned { .. } => nbd::EINVAL,
+        ArrayError::OutOfRange { .. } => nbd::EINVAL,
+        _ => nbd::EIO,
+    }
+}
+
+/// Runs one request; (error, read data).
+fn execute(a: &Array, job: &Job) -> (u32, Vec<u8>) {
+    let r = &job.req;
+    let res = match r.kind {
+        nbd::CMD_READ => {
+            let mut buf = vec![0u8; r.length as usize];
+            return match a.read(r.offset, &mut buf) {
+                Ok(()) => (0, buf),
+                Err(e) => {
+                    tracing::warn!("nbd read {}+{}: {e}", r.offset, r.length);
+                    (errno_of(&e), Vec::new())
+                }
+            };
+        }
+        nbd::CMD_WRITE => a.write(r.offset, &job.payload),
+        nbd::CMD_FLUSH => a.flush(),
+        nbd::CMD_TRIM | nbd::CMD_WRITE_ZEROES => a.write_zeroes(r.offset, r.length as u64),
+        _ => return (nbd::ENOTSUP, Vec::new()),
+    };
+    let res = res.and_then(|_| {
+        if r.flags & nbd::CMD_FLAG_FUA != 0 && r.kind != nbd::CMD_FLUSH {
+            a.flush()
+        } else {
+            Ok(())
+        }
+    });
+    match res {
+        Ok(()) => (0, Vec::new()),
+        Err(e) => {
+            tracing::warn!("nbd command {} at {}+{}: {e}", r.kind, r.offset, r.length);
+            (errno_of(&e), Vec::new())
+        }
+    }
+}
+
+fn reply(w: &Mutex<Box<dyn Conn>>, cookie: u64, err: u32, data: &[u8]) -> io::Result<()> {
+    let mut h = [0u8; 16];
+    h[0..4].copy_from_slice(&nbd::SIMPLE_REPLY_MAGIC.to_be_bytes());
+    h[4..8].copy_from_slice(&err.to_be_bytes());
+    h[8..16].copy_from_slice(&cookie.to_be_bytes());
+    let mut w = w.lock().unwrap();
+    w.write_all(&h)?;
+    if err == 0 && !data.is_empty() {
+        w.write_all(data)?;
+    }
+    Ok(())
+}

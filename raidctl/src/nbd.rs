@@ -1,0 +1,257 @@
+//! The NBD protocol, fixed newstyle (https://github.com/NetworkBlockDevice/nbd,
+//! doc/proto.md): constants, and the decoding of what clients send, kept
+//! free of I/O so it can be tested and fuzzed on its own.
+
+pub const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
+pub const IHAVEOPT: u64 = 0x4948_4156_454f_5054;
+pub const REPLY_MAGIC: u64 = 0x0003_e889_0455_65a9;
+pub const REQUEST_MAGIC: u32 = 0x2560_9513;
+pub const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
+
+pub const FLAG_FIXED_NEWSTYLE: u16 = 1;
+pub const FLAG_NO_ZEROES: u16 = 2;
+pub const FLAG_C_FIXED_NEWSTYLE: u32 = 1;
+pub const FLAG_C_NO_ZEROES: u32 = 2;
+
+pub const OPT_EXPORT_NAME: u32 = 1;
+pub const OPT_ABORT: u32 = 2;
+pub const OPT_LIST: u32 = 3;
+pub const OPT_INFO: u32 = 6;
+pub const OPT_GO: u32 = 7;
+
+pub const REP_ACK: u32 = 1;
+pub const REP_SERVER: u32 = 2;
+pub const REP_INFO: u32 = 3;
+pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
+pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
+pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
+
+pub const INFO_EXPORT: u16 = 0;
+pub const INFO_NAME: u16 = 1;
+pub const INFO_BLOCK_SIZE: u16 = 3;
+
+pub const TFLAG_HAS_FLAGS: u16 = 1;
+pub const TFLAG_READ_ONLY: u16 = 1 << 1;
+pub const TFLAG_SEND_FLUSH: u16 = 1 << 2;
+pub const TFLAG_SEND_FUA: u16 = 1 << 3;
+pub const TFLAG_SEND_TRIM: u16 = 1 << 5;
+pub const TFLAG_SEND_WRITE_ZEROES: u16 = 1 << 6;
+pub const TFLAG_CAN_MULTI_CONN: u16 = 1 << 8;
+
+pub const CMD_READ: u16 = 0;
+pub const CMD_WRITE: u16 = 1;
+pub const CMD_DISC: u16 = 2;
+pub const CMD_FLUSH: u16 = 3;
+pub const CMD_TRIM: u16 = 4;
+pub const CMD_WRITE_ZEROES: u16 = 6;
+
+pub const CMD_FLAG_FUA: u16 = 1;
+
+pub const EPERM: u32 = 1;
+pub const EIO: u32 = 5;
+pub const EINVAL: u32 = 22;
+pub const ENOSPC: u32 = 28;
+pub const ENOTSUP: u32 = 95;
+
+/// Largest request payload accepted (the NBD spec's recommended maximum).
+pub const MAX_REQUEST: u32 = 32 << 20;
+/// Longest option payload read during the handshake.
+pub const MAX_OPTION: u32 = 64 * 1024;
+
+/// One transmission-phase request header (28 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub flags: u16,
+    pub kind: u16,
+    pub cookie: u64,
+    pub offset: u64,
+    pub length: u32,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    BadMagic(u32),
+}
+
+impl Request {
+    pub const LEN: usize = 28;
+
+    pub fn decode(b: &[u8; 28]) -> Result<Request, DecodeError> {
+        let magic = u32::from_be_bytes(b[0..4].try_into().unwrap());
+        if magic != REQUEST_MAGIC {
+            return Err(DecodeError::BadMagic(magic));
+        }
+        Ok(Request {
+            flags: u16::from_be_bytes(b[4..6].try_into().unwrap()),
+            kind: u16::from_be_bytes(b[6..8].try_into().unwrap()),
+            cookie: u64::from_be_bytes(b[8..16].try_into().unwrap()),
+            offset: u64::from_be_bytes(b[16..24].try_into().unwrap()),
+            length: u32::from_be_bytes(b[24..28].try_into().unwrap()),
+        })
+    }
+}
+
+/// What the server does with a decoded request before touching the array.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Check {
+    Ok,
+    /// Reply with this error; for a write, its payload must still be read
+    /// (it is no larger than MAX_REQUEST).
+    Error(u32),
+    /// A protocol violation the connection cannot recover from: close it.
+    Disconnect(&'static str),
+}
+
+/// Validates a request against the export: known command, length limits,
+/// 4 KiB alignment, range. One place for every rule, shared by the server
+/// and the fuzz target.
+pub fn check(r: &Request, size: u64, block: u64, read_only: bool) -> Check {
+    match r.kind {
+        CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES => {}
+        CMD_FLUSH => {
+            return if r.offset == 0 && r.length == 0 {
+                Check::Ok
+            } else {
+                Check::Error(EINVAL)
+            }
+        }
+        CMD_DISC => return Check::Ok,
+        _ => return Check::Error(EINVAL),
+    }
+    if r.kind == CMD_WRITE && r.length > MAX_REQUEST {
+        return Check::Disconnect("write payload larger than the 32 MiB maximum");
+    }
+    if r.kind == CMD_READ && r.length > MAX_REQUEST {
+        return Check::Error(EINVAL);
+    }
+    if read_only && r.kind != CMD_READ {
+        return Check::Error(EPERM);
+    }
+    if r.length == 0 || !r.offset.is_multiple_of(block) || !(r.length as u64).is_multiple_of(block)
+    {
+        return Check::Error(EINVAL);
+    }
+    match r.offset.checked_add(r.length as u64) {
+        Some(end) if end <= size => Check::Ok,
+        _ if r.kind == CMD_READ => Check::Error(EINVAL),
+        _ => Check::Error(ENOSPC),
+    }
+}
+
+/// An option request's payload for INFO and GO: the export name and the
+/// information types asked for.
+pub fn parse_info_request(data: &[u8]) -> Option<(String, Vec<u16>)> {
+    let n = u32::from_be_bytes(data.get(0..4)?.try_into().ok()?) as usize;
+    let name = std::str::from_utf8(data.get(4..4usize.checked_add(n)?)?)
+        .ok()?
+        .to_string();
+    let rest = data.get(4 + n..)?;
+    let count = u16::from_be_bytes(rest.get(0..2)?.try_into().ok()?) as usize;
+    let list = rest.get(2..2 + count * 2)?;
+    if rest.len() != 2 + count * 2 {
+        return None;
+    }
+    Some((
+        name,
+        list.chunks(2)
+            .map(|c| u16::from_be_bytes([c[0], c[1]]))
+            .collect(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(kind: u16, offset: u64, length: u32) -> Request {
+        Request {
+            flags: 0,
+            kind,
+            cookie: 1,
+            offset,
+            length,
+        }
+    }
+
+    #[test]
+    fn decode_round_trip_and_bad_magic() {
+        let mut b = [0u8; 28];
+        b[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
+        b[6..8].copy_from_slice(&CMD_WRITE.to_be_bytes());
+        b[8..16].copy_from_slice(&7u64.to_be_bytes());
+        b[16..24].copy_from_slice(&4096u64.to_be_bytes());
+        b[24..28].copy_from_slice(&8192u32.to_be_bytes());
+        assert_eq!(
+            Request::decode(&b),
+            Ok(Request {
+                flags: 0,
+                kind: CMD_WRITE,
+                cookie: 7,
+                offset: 4096,
+                length: 8192
+            })
+        );
+        b[0] = 0;
+        assert!(Request::decode(&b).is_err());
+    }
+
+    #[test]
+    fn checks() {
+        let size = 1 << 20;
+        assert_eq!(check(&req(CMD_READ, 0, 4096), size, 4096, false), Check::Ok);
+        assert_eq!(
+            check(&req(CMD_READ, 100, 4096), size, 4096, false),
+            Check::Error(EINVAL)
+        );
+        assert_eq!(
+            check(&req(CMD_READ, size, 4096), size, 4096, false),
+            Check::Error(EINVAL)
+        );
+        assert_eq!(
+            check(&req(CMD_WRITE, size - 4096, 8192), size, 4096, false),
+            Check::Error(ENOSPC)
+        );
+        assert_eq!(
+            check(&req(CMD_WRITE, u64::MAX - 4095, 4096), size, 4096, false),
+            Check::Error(ENOSPC)
+        );
+        assert!(matches!(
+            check(&req(CMD_WRITE, 0, MAX_REQUEST + 4096), size, 4096, false),
+            Check::Disconnect(_)
+        ));
+        assert_eq!(
+            check(&req(CMD_READ, 0, MAX_REQUEST + 4096), size, 4096, false),
+            Check::Error(EINVAL)
+        );
+        assert_eq!(
+            check(&req(99, 0, 0), size, 4096, false),
+            Check::Error(EINVAL)
+        );
+        assert_eq!(
+            check(&req(CMD_WRITE, 0, 4096), size, 4096, true),
+            Check::Error(EPERM)
+        );
+        assert_eq!(check(&req(CMD_FLUSH, 0, 0), size, 4096, false), Check::Ok);
+        assert_eq!(
+            check(&req(CMD_READ, 0, 0), size, 4096, false),
+            Check::Error(EINVAL)
+        );
+    }
+
+    #[test]
+    fn info_request_parsing() {
+        let mut d = Vec::new();
+        d.extend_from_slice(&4u32.to_be_bytes());
+        d.extend_from_slice(b"data");
+        d.extend_from_slice(&1u16.to_be_bytes());
+        d.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+        assert_eq!(
+            parse_info_request(&d),
+            Some(("data".into(), vec![INFO_BLOCK_SIZE]))
+        );
+        assert_eq!(parse_info_request(&d[..5]), None);
+        let mut bad = d.clone();
+        bad[0..4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(parse_info_request(&bad), None);
+    }
+}

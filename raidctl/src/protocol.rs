@@ -1,0 +1,126 @@
+//! The control protocol between the CLI and the daemon: one JSON object per
+//! line over a Unix socket (mode 0600), a request then its response. Schema
+//! in docs/operations.md.
+
+use crate::error::{code, CliError, Result};
+use crate::status::ArrayStatus;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Request {
+    Ping,
+    /// Assemble and serve an array. `members` overrides the recorded ones
+    /// (an array moved to another host).
+    Start {
+        name: String,
+        #[serde(default)]
+        members: Vec<PathBuf>,
+        #[serde(default)]
+        nbd: Option<String>,
+    },
+    Stop {
+        name: String,
+    },
+    Status {
+        #[serde(default)]
+        name: Option<String>,
+    },
+    Fail {
+        name: String,
+        member: PathBuf,
+    },
+    Remove {
+        name: String,
+        member: PathBuf,
+    },
+    Add {
+        name: String,
+        member: PathBuf,
+    },
+    Replace {
+        name: String,
+        old: PathBuf,
+        new: PathBuf,
+    },
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    /// On failure: the message and the exit code the CLI should use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arrays: Vec<ArrayStatus>,
+}
+
+impl Response {
+    pub fn ok(message: impl Into<String>) -> Response {
+        Response {
+            ok: true,
+            message: Some(message.into()),
+            ..Default::default()
+        }
+    }
+    pub fn err(e: &CliError) -> Response {
+        Response {
+            ok: false,
+            error: Some(e.msg.clone()),
+            code: Some(e.code),
+            ..Default::default()
+        }
+    }
+    pub fn into_result(self) -> Result<Response> {
+        if self.ok {
+            Ok(self)
+        } else {
+            Err(CliError::new(
+                self.code.unwrap_or(code::FAILED),
+                self.error.unwrap_or_else(|| "daemon error".into()),
+            ))
+        }
+    }
+}
+
+/// Sends one request; None when no daemon listens on `socket`.
+pub fn call(socket: &Path, req: &Request) -> Result<Option<Response>> {
+    let stream = match UnixStream::connect(socket) {
+        Ok(s) => s,
+        Err(_) => return Ok(None),
+    };
+    stream.set_read_timeout(Some(Duration::from_secs(600))).ok();
+    let mut w = &stream;
+    let line = serde_json::to_string(req).expect("request serialises");
+    w.write_all(line.as_bytes())
+        .and_then(|_| w.write_all(b"\n"))
+        .map_err(|e| {
+            CliError::daemon(format!(
+                "cannot talk to the daemon at {}: {e}",
+                socket.display()
+            ))
+        })?;
+    let mut answer = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut answer)
+        .map_err(|e| {
+            CliError::daemon(format!(
+                "no answer from the daemon at {}: {e}",
+                socket.display()
+            ))
+        })?;
+    let resp: Response = serde_json::from_str(&answer).map_err(|e| {
+        CliError::daemon(format!(
+            "the daemon answered something unreadable ({e}): {answer:?}"
+        ))
+    })?;
+    Ok(Some(resp))
+}

@@ -1,0 +1,291 @@
+//! What `status`, `list` and `detail` show, for running arrays (from the
+//! daemon) and stopped ones (from the members' metadata). The JSON form is
+//! these structs, documented in docs/operations.md.
+
+use crate::registry::ArrayRecord;
+use raid_core::array::Array;
+use raid_core::member::{FileMember, Member};
+use raid_core::metadata::{read_superblock, SlotState, Superblock};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct MemberStatus {
+    pub slot: usize,
+    /// Path of the member in the slot; null when missing.
+    pub path: Option<String>,
+    pub uuid: String,
+    /// active, failed, rebuilding or missing.
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RebuildStatus {
+    pub slot: usize,
+    pub member: String,
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    pub percent: f64,
+    /// Bytes per second since the rebuild (re)started; 0 until measurable.
+    pub rate_bytes_per_sec: f64,
+    /// Seconds left at that rate; null until measurable.
+    pub eta_seconds: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ArrayStatus {
+    pub name: String,
+    pub uuid: String,
+    /// optimal, degraded, rebuilding, failed; or stopped.
+    pub state: String,
+    /// optimal, degraded, rebuilding or failed, also for a stopped array.
+    pub health: String,
+    pub running: bool,
+    pub level: String,
+    pub chunk_bytes: u64,
+    pub capacity_bytes: u64,
+    /// The parity engine in use ("cpu/avx512-gfni"); the configured one when stopped.
+    pub parity_engine: String,
+    pub events: u64,
+    pub members: Vec<MemberStatus>,
+    pub spares: Vec<String>,
+    pub rebuild: Option<RebuildStatus>,
+    pub exports: Vec<String>,
+}
+
+/// Status of a running array.
+pub fn of_running(
+    a: &Array,
+    rebuild_rate: Option<(usize, f64)>,
+    exports: Vec<String>,
+) -> ArrayStatus {
+    let g = a.geometry();
+    let members: Vec<MemberStatus> = a
+        .slots()
+        .into_iter()
+        .map(|s| MemberStatus {
+            slot: s.slot,
+            state: if s.member.is_none() {
+                "missing".into()
+            } else {
+                s.state.name().into()
+            },
+            path: s.member,
+            uuid: s.uuid.to_string(),
+        })
+        .collect();
+    let rebuild = a.rebuilding_slots().first().and_then(|&slot| {
+        let (done, total) = a.rebuild_progress(slot)?;
+        let rate = rebuild_rate
+            .filter(|(s, _)| *s == slot)
+            .map(|(_, r)| r)
+            .unwrap_or(0.0);
+        let left = ((total - done) * g.chunk) as f64;
+        Some(RebuildStatus {
+            slot,
+            member: members[slot].path.clone().unwrap_or_default(),
+            done_bytes: done * g.chunk,
+            total_bytes: total * g.chunk,
+            percent: done as f64 * 100.0 / total as f64,
+            rate_bytes_per_sec: rate,
+            eta_seconds: (rate > 0.0).then(|| left / rate),
+        })
+    });
+    ArrayStatus {
+        name: a.name().into(),
+        uuid: a.uuid().to_string(),
+        state: a.state().name().into(),
+        health: a.state().name().into(),
+        running: true,
+        level: g.level.to_string(),
+        chunk_bytes: g.chunk,
+        capacity_bytes: g.capacity(),
+        parity_engine: a.engine_name(),
+        events: a.events(),
+        members,
+        spares: a.spares(),
+        rebuild,
+        exports,
+    }
+}
+
+/// Status of a stopped array, from the newest metadata on its members.
+pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
+    let found: Vec<(String, Option<Superblock>)> = r
+        .members
+        .iter()
+        .chain(&r.spares)
+        .map(|p| {
+            let sb = FileMember::open(p)
+                .ok()
+                .and_then(|m| read_superblock(&m as &dyn Member).ok());
+            (
+                p.display().to_string(),
+                sb.filter(|sb| sb.array_uuid.to_string() == r.uuid),
+            )
+        })
+        .collect();
+    let newest = found
+        .iter()
+        .filter_map(|(_, sb)| sb.as_ref())
+        .max_by_key(|sb| sb.events)
+        .cloned();
+    let Some(truth) = newest else {
+        return ArrayStatus {
+            name: r.name.clone(),
+            uuid: r.uuid.clone(),
+            state: "stopped".into(),
+            health: "failed".into(),
+            running: false,
+            level: format!("raid{}", r.level),
+            chunk_bytes: r.chunk,
+            capacity_bytes: 0,
+            parity_engine: r.parity.clone(),
+            events: 0,
+            members: r
+                .members
+                .iter()
+                .enumerate()
+                .map(|(i, p)| MemberStatus {
+                    slot: i,
+                    path: Some(p.display().to_string()),
+                    uuid: String::new(),
+                    state: "missing".into(),
+                })
+                .collect(),
+            spares: vec![],
+            rebuild: None,
+            exports: vec![],
+        };
+    };
+    let g = truth.geometry();
+    let members: Vec<MemberStatus> = truth
+        .slots
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let path = found
+                .iter()
+                .find(|(_, sb)| sb.as_ref().is_some_and(|sb| sb.member_uuid == e.uuid))
+                .map(|(p, _)| p.clone());
+            let state = match (&path, e.state) {
+                (None, SlotState::Failed) => "failed",
+                (None, _) => "missing",
+                (Some(_), s) => s.name(),
+            };
+            MemberStatus {
+                slot: i,
+                path,
+                uuid: e.uuid.to_string(),
+                state: state.into(),
+            }
+        })
+        .collect();
+    let down = members.iter().filter(|m| m.state != "active").count();
+    let rebuilding = members.iter().any(|m| m.state == "rebuilding");
+    let tolerated = g.level.tolerated_failures(g.members);
+    let health = if down == 0 {
+        "optimal"
+    } else if down > tolerated {
+        "failed"
+    } else if rebuilding {
+        "rebuilding"
+    } else {
+        "degraded"
+    };
+    let spares = found
+        .iter()
+        .filter(|(_, sb)| {
+            sb.as_ref()
+                .is_some_and(|sb| truth.spares.contains(&sb.member_uuid))
+        })
+        .map(|(p, _)| p.clone())
+        .collect();
+    ArrayStatus {
+        name: r.name.clone(),
+        uuid: r.uuid.clone(),
+        state: "stopped".into(),
+        health: health.into(),
+        running: false,
+        level: g.level.to_string(),
+        chunk_bytes: g.chunk,
+        capacity_bytes: g.capacity(),
+        parity_engine: r.parity.clone(),
+        events: truth.events,
+        members,
+        spares,
+        rebuild: None,
+        exports: vec![],
+    }
+}
+
+pub fn human_bytes(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < units.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+/// The text form of `status` / `detail`.
+pub fn render(s: &ArrayStatus, detail: bool) -> String {
+    let mut out = String::new();
+    let state = if s.running {
+        s.state.clone()
+    } else {
+        format!("stopped ({})", s.health)
+    };
+    out.push_str(&format!(
+        "{}: {} {} chunk {} capacity {} engine {}\n",
+        s.name,
+        s.level,
+        state,
+        human_bytes(s.chunk_bytes),
+        human_bytes(s.capacity_bytes),
+        s.parity_engine
+    ));
+    for m in &s.members {
+        out.push_str(&format!(
+            "  slot {:<3} {:<11} {}{}\n",
+            m.slot,
+            m.state,
+            m.path.as_deref().unwrap_or("-"),
+            if detail {
+                format!("  uuid {}", m.uuid)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    for sp in &s.spares {
+        out.push_str(&format!("  spare    {:<11} {sp}\n", "spare"));
+    }
+    if let Some(r) = &s.rebuild {
+        let rate = if r.rate_bytes_per_sec > 0.0 {
+            format!(
+                " at {}/s, {:.0} s left",
+                human_bytes(r.rate_bytes_per_sec as u64),
+                r.eta_seconds.unwrap_or(0.0)
+            )
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "  rebuild: slot {} {:.1}%{rate}\n",
+            r.slot, r.percent
+        ));
+    }
+    for e in &s.exports {
+        out.push_str(&format!("  export: {e}\n"));
+    }
+    if detail {
+        out.push_str(&format!("  uuid: {}\n  events: {}\n", s.uuid, s.events));
+    }
+    out
+}

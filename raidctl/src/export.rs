@@ -55,6 +55,17 @@ pub struct Export {
     socket_path: Option<PathBuf>,
 }
 
+/// Checks an export spec before anything is assembled.
+pub fn check_spec(spec: &str) -> Result<()> {
+    match spec.split_once(':') {
+        Some(("unix", p)) if !p.is_empty() => Ok(()),
+        Some(("tcp", a)) if !a.is_empty() => Ok(()),
+        _ => Err(CliError::usage(format!(
+            "export '{spec}' is not understood: use unix:PATH, tcp:PORT (loopback) or tcp:HOST:PORT"
+        ))),
+    }
+}
+
 impl Export {
     /// `spec`: `unix:PATH`, `tcp:PORT` (loopback) or `tcp:HOST:PORT`.
     pub fn start_nbd(array: Arc<Array>, spec: &str) -> Result<Export> {

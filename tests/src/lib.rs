@@ -1,19 +1,18 @@
 //! Helpers for the end-to-end tests in `tests/tests/`: they drive the real
-//! `raidctl` binary, built by the same `cargo test` run.
+//! `raidctl` binary (built by the same `cargo test` run) in a private state
+//! directory, with sparse member files in a temporary folder.
 
-use std::path::PathBuf;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::Hasher;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The `raidctl` binary of the profile these tests were built with. Cargo
-/// builds every binary of the workspace before it runs any test; if this test
-/// crate was built alone, the binary is built here.
+/// The `raidctl` binary of the profile these tests were built with.
 pub fn raidctl_path() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     // target/<profile>/deps/<test> -> target/<profile>/raidctl
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
     let bin = dir.join("raidctl");
     if !bin.exists() {
         let release = dir.ends_with("release");
@@ -23,16 +22,117 @@ pub fn raidctl_path() -> PathBuf {
         if release {
             cmd.arg("--release");
         }
-        let st = cmd.status().expect("run cargo build -p raidctl");
-        assert!(st.success(), "building raidctl failed");
+        assert!(cmd.status().expect("cargo build").success(), "building raidctl failed");
     }
     bin
 }
 
-/// Runs raidctl with arguments and returns its output.
+/// Runs raidctl with arguments (no state dir of its own).
 pub fn raidctl(args: &[&str]) -> Output {
-    Command::new(raidctl_path())
-        .args(args)
-        .output()
-        .expect("run raidctl")
+    Command::new(raidctl_path()).args(args).output().expect("run raidctl")
+}
+
+/// A test's world: a temporary folder for members and a private state dir.
+/// Dropping it stops any array still running and removes the folder.
+pub struct World {
+    pub dir: PathBuf,
+    started: std::cell::RefCell<Vec<String>>,
+}
+
+impl World {
+    pub fn new(tag: &str) -> World {
+        let dir = std::env::temp_dir().join(format!("raid-e2e-{tag}-{}-{}", std::process::id(), nanos()));
+        std::fs::create_dir_all(&dir).unwrap();
+        World { dir, started: Default::default() }
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    /// A sparse file of `size` bytes.
+    pub fn sparse(&self, name: &str, size: u64) -> PathBuf {
+        let p = self.dir.join(name);
+        std::fs::File::create(&p).unwrap().set_len(size).unwrap();
+        p
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        if args.first() == Some(&"start") {
+            if let Some(n) = args.get(1) {
+                self.started.borrow_mut().push(n.to_string());
+            }
+        }
+        Command::new(raidctl_path())
+            .env("RAIDCTL_STATE_DIR", self.state())
+            .env("RAIDCTL_LOG", "warn")
+            .args(args)
+            .output()
+            .expect("run raidctl")
+    }
+
+    /// Runs and requires success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "raidctl {args:?} failed ({:?}):\n{}\n{}",
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// `status NAME --format json`, parsed.
+    pub fn status_json(&self, name: &str) -> serde_json::Value {
+        let out = self.ok(&["status", name, "--format", "json"]);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("status JSON does not parse ({e}):\n{out}"))
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for n in self.started.borrow().iter() {
+            let _ = self.run(&["stop", n]);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn nanos() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+}
+
+/// A hash of a whole file, to prove it was not modified.
+pub fn file_hash(p: &Path) -> u64 {
+    let mut f = std::fs::File::open(p).unwrap();
+    let mut h = DefaultHasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        h.write(&buf[..n]);
+    }
+    h.finish()
+}
+
+/// qemu-io against an NBD Unix socket; returns (success, output).
+pub fn qemu_io(sock: &Path, export: &str, cmds: &[&str]) -> (bool, String) {
+    let opts = format!(
+        "driver=raw,file.driver=nbd,file.server.type=unix,file.server.path={},file.export={export}",
+        sock.display()
+    );
+    let mut c = Command::new("qemu-io");
+    c.arg("--image-opts").arg(opts);
+    for cmd in cmds {
+        c.arg("-c").arg(cmd);
+    }
+    let o = c.output().expect("qemu-io is installed (qemu-utils)");
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    // qemu-io exits 0 even when a pattern check fails: look for its words.
+    let ok = o.status.success() && !text.contains("Pattern verification failed") && !text.contains("failed:");
+    (ok, text)
 }

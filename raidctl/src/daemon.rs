@@ -196,6 +196,9 @@ impl Daemon {
                 "array '{name}' is already running"
             )));
         }
+        if let Some(spec) = &nbd {
+            crate::export::check_spec(spec)?;
+        }
         let recorded = self.state.load(name);
         let importing = !members.is_empty();
         let (paths, spares, parity) = match (&recorded, importing) {

@@ -92,6 +92,31 @@ pub fn run(cli: Cli) -> Result<()> {
             )?);
             Ok(())
         }
+        Command::Mount {
+            name,
+            with_loop,
+            dir,
+        } => {
+            let dir = dir.map(|d| absolute(&d));
+            print_message(&daemon_call(
+                &st,
+                &name,
+                Request::Mount {
+                    name: name.clone(),
+                    dir,
+                    loop_dev: with_loop,
+                },
+            )?);
+            Ok(())
+        }
+        Command::Unmount { name } => {
+            print_message(&daemon_call(
+                &st,
+                &name,
+                Request::Unmount { name: name.clone() },
+            )?);
+            Ok(())
+        }
         Command::Wait { name, timeout } => wait(&st, &name, timeout),
         Command::Daemon {
             config,

@@ -35,6 +35,7 @@ struct Served {
     record: Mutex<ArrayRecord>,
     rebuild: Mutex<Option<RebuildRun>>,
     exports: Mutex<Vec<crate::export::Export>>,
+    mount: Mutex<Option<crate::fuse::Mounted>>,
 }
 
 pub struct Daemon {
@@ -178,6 +179,12 @@ impl Daemon {
             Request::Replace { name, old, new } => {
                 self.replace(&name, &old, &new).map(Response::ok)
             }
+            Request::Mount {
+                name,
+                dir,
+                loop_dev,
+            } => self.mount(&name, dir, loop_dev).map(Response::ok),
+            Request::Unmount { name } => self.unmount(&name).map(Response::ok),
         };
         r.unwrap_or_else(|e| Response::err(&e))
     }
@@ -285,6 +292,7 @@ impl Daemon {
             record: Mutex::new(record),
             rebuild: Mutex::new(None),
             exports: Mutex::new(exports),
+            mount: Mutex::new(None),
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
@@ -306,6 +314,9 @@ impl Daemon {
 
     fn stop(&self, name: &str) -> Result<String> {
         let served = self.served(name)?;
+        if served.mount.lock().is_some() {
+            self.unmount(name)?;
+        }
         for e in served.exports.lock().drain(..) {
             e.stop();
         }
@@ -316,6 +327,48 @@ impl Daemon {
         served.array.close()?;
         self.arrays.lock().remove(name);
         Ok(format!("array '{name}' stopped (flushed, marked clean)"))
+    }
+
+    fn mount(&self, name: &str, dir: Option<PathBuf>, with_loop: bool) -> Result<String> {
+        let s = self.served(name)?;
+        let mut slot = s.mount.lock();
+        if let Some(m) = slot.as_ref() {
+            return Err(CliError::refused(format!(
+                "array '{name}' is already mounted at {} (raidctl unmount {name})",
+                m.dir.display()
+            )));
+        }
+        let dir = dir.unwrap_or_else(|| self.state.root.join("mnt").join(name));
+        let m = crate::fuse::Mounted::mount(s.array.clone(), &dir, with_loop)
+            .map_err(CliError::failed)?;
+        let mut msg = format!("array '{name}' is the file {}", m.file.display());
+        if let Some(d) = &m.loop_dev {
+            msg = format!("{d}\n{msg}, attached to {d}");
+        }
+        *slot = Some(m);
+        Ok(msg)
+    }
+
+    fn unmount(&self, name: &str) -> Result<String> {
+        let s = self.served(name)?;
+        let m = s
+            .mount
+            .lock()
+            .take()
+            .ok_or_else(|| CliError::refused(format!("array '{name}' is not mounted")))?;
+        let dir = m.dir.clone();
+        let loop_dev = m.loop_dev.clone();
+        if let Some(dev) = &loop_dev {
+            if let Some(mp) = crate::fuse::mounted_at(dev) {
+                *s.mount.lock() = Some(m);
+                return Err(CliError::refused(format!(
+                    "{dev} is mounted on {mp}: umount {mp} first"
+                )));
+            }
+        }
+        m.unmount().map_err(CliError::failed)?;
+        s.array.flush()?;
+        Ok(format!("array '{name}' unmounted from {}", dir.display()))
     }
 
     fn status(&self, name: Option<&str>) -> Result<Response> {
@@ -333,7 +386,13 @@ impl Daemon {
                     (done.saturating_sub(r.start_row) * s.array.geometry().chunk) as f64 / secs,
                 )
             });
-            let exports = s.exports.lock().iter().map(|e| e.describe()).collect();
+            let mut exports: Vec<String> = s.exports.lock().iter().map(|e| e.describe()).collect();
+            if let Some(m) = s.mount.lock().as_ref() {
+                exports.push(format!("fuse file {}", m.file.display()));
+                if let Some(d) = &m.loop_dev {
+                    exports.push(format!("loop {d}"));
+                }
+            }
             out.push(status::of_running(&s.array, rate, exports));
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));

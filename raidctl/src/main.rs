@@ -6,6 +6,7 @@ mod commands;
 mod daemon;
 mod error;
 mod export;
+mod fuse;
 mod inspect;
 mod nbd;
 mod protocol;
@@ -107,6 +108,19 @@ pub enum Command {
         old: PathBuf,
         new: PathBuf,
     },
+    /// Expose a running array as one file in a FUSE mount; with --loop, also
+    /// as a loop block device (printed on the first line).
+    Mount {
+        name: String,
+        /// Attach a loop device (direct I/O) to the file.
+        #[arg(long = "loop")]
+        with_loop: bool,
+        /// Mount point [default: STATE_DIR/mnt/NAME].
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Undo `mount`: detach the loop device and unmount.
+    Unmount { name: String },
     /// Wait until an array's rebuild ends (or a timeout).
     Wait {
         name: String,

@@ -47,6 +47,17 @@ pub enum Request {
         old: PathBuf,
         new: PathBuf,
     },
+    /// FUSE-mount the array as one file, optionally with a loop device on it.
+    Mount {
+        name: String,
+        #[serde(default)]
+        dir: Option<PathBuf>,
+        #[serde(default)]
+        loop_dev: bool,
+    },
+    Unmount {
+        name: String,
+    },
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]

@@ -12,7 +12,10 @@ use std::process::{Command, Output};
 pub fn raidctl_path() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     // target/<profile>/deps/<test> -> target/<profile>/raidctl
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>");
     let bin = dir.join("raidctl");
     if !bin.exists() {
         let release = dir.ends_with("release");
@@ -22,14 +25,20 @@ pub fn raidctl_path() -> PathBuf {
         if release {
             cmd.arg("--release");
         }
-        assert!(cmd.status().expect("cargo build").success(), "building raidctl failed");
+        assert!(
+            cmd.status().expect("cargo build").success(),
+            "building raidctl failed"
+        );
     }
     bin
 }
 
 /// Runs raidctl with arguments (no state dir of its own).
 pub fn raidctl(args: &[&str]) -> Output {
-    Command::new(raidctl_path()).args(args).output().expect("run raidctl")
+    Command::new(raidctl_path())
+        .args(args)
+        .output()
+        .expect("run raidctl")
 }
 
 /// A test's world: a temporary folder for members and a private state dir.
@@ -41,9 +50,13 @@ pub struct World {
 
 impl World {
     pub fn new(tag: &str) -> World {
-        let dir = std::env::temp_dir().join(format!("raid-e2e-{tag}-{}-{}", std::process::id(), nanos()));
+        let dir =
+            std::env::temp_dir().join(format!("raid-e2e-{tag}-{}-{}", std::process::id(), nanos()));
         std::fs::create_dir_all(&dir).unwrap();
-        World { dir, started: Default::default() }
+        World {
+            dir,
+            started: Default::default(),
+        }
     }
 
     pub fn state(&self) -> PathBuf {
@@ -87,7 +100,8 @@ impl World {
     /// `status NAME --format json`, parsed.
     pub fn status_json(&self, name: &str) -> serde_json::Value {
         let out = self.ok(&["status", name, "--format", "json"]);
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("status JSON does not parse ({e}):\n{out}"))
+        serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("status JSON does not parse ({e}):\n{out}"))
     }
 }
 
@@ -101,7 +115,10 @@ impl Drop for World {
 }
 
 fn nanos() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
 }
 
 /// A hash of a whole file, to prove it was not modified.
@@ -131,8 +148,14 @@ pub fn qemu_io(sock: &Path, export: &str, cmds: &[&str]) -> (bool, String) {
         c.arg("-c").arg(cmd);
     }
     let o = c.output().expect("qemu-io is installed (qemu-utils)");
-    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     // qemu-io exits 0 even when a pattern check fails: look for its words.
-    let ok = o.status.success() && !text.contains("Pattern verification failed") && !text.contains("failed:");
+    let ok = o.status.success()
+        && !text.contains("Pattern verification failed")
+        && !text.contains("failed:");
     (ok, text)
 }

@@ -14,14 +14,32 @@ fn s(p: &std::path::Path) -> &str {
 #[test]
 fn create_start_fail_replace_rebuild_stop_and_start_again() {
     let w = World::new("flow");
-    let m: Vec<PathBuf> = (0..5).map(|i| w.sparse(&format!("m{i}.img"), 64 * MIB)).collect();
-    let out = w.ok(&["create", "flow", "--level", "6", "--chunk", "16K", s(&m[0]), s(&m[1]), s(&m[2]), s(&m[3])]);
+    let m: Vec<PathBuf> = (0..5)
+        .map(|i| w.sparse(&format!("m{i}.img"), 64 * MIB))
+        .collect();
+    let out = w.ok(&[
+        "create",
+        "flow",
+        "--level",
+        "6",
+        "--chunk",
+        "16K",
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+        s(&m[3]),
+    ]);
     assert!(out.contains("created raid6 'flow'"), "{out}");
     let st = w.status_json("flow");
     assert_eq!(st["state"], "stopped");
     assert_eq!(st["health"], "optimal");
     let sock = w.dir.join("flow.sock");
-    let out = w.ok(&["start", "flow", "--nbd", &format!("unix:{}", sock.display())]);
+    let out = w.ok(&[
+        "start",
+        "flow",
+        "--nbd",
+        &format!("unix:{}", sock.display()),
+    ]);
     assert!(out.contains("started"), "{out}");
     let st = w.status_json("flow");
     assert_eq!(st["state"], "optimal");
@@ -33,14 +51,26 @@ fn create_start_fail_replace_rebuild_stop_and_start_again() {
     assert!(st["parity_engine"].as_str().unwrap().starts_with("cpu/"));
     assert!(st["exports"][0].as_str().unwrap().contains("nbd unix:"));
 
-    let (ok, text) = qemu_io(&sock, "flow", &["write -P 0x3c 0 40M", "write -P 0xc3 40M 20M", "read -P 0x3c 0 40M"]);
+    let (ok, text) = qemu_io(
+        &sock,
+        "flow",
+        &[
+            "write -P 0x3c 0 40M",
+            "write -P 0xc3 40M 20M",
+            "read -P 0x3c 0 40M",
+        ],
+    );
     assert!(ok, "{text}");
 
     w.ok(&["fail", "flow", s(&m[2])]);
     let st = w.status_json("flow");
     assert_eq!(st["state"], "degraded");
     assert_eq!(st["members"][2]["state"], "failed");
-    let (ok, text) = qemu_io(&sock, "flow", &["read -P 0x3c 0 40M", "read -P 0xc3 40M 20M"]);
+    let (ok, text) = qemu_io(
+        &sock,
+        "flow",
+        &["read -P 0x3c 0 40M", "read -P 0xc3 40M 20M"],
+    );
     assert!(ok, "degraded read: {text}");
 
     let out = w.ok(&["replace", "flow", s(&m[2]), s(&m[4])]);
@@ -58,10 +88,19 @@ fn create_start_fail_replace_rebuild_stop_and_start_again() {
     assert_eq!(st["members"][2]["path"], s(&m[4]));
 
     // Start again: the state and the data are still there.
-    w.ok(&["start", "flow", "--nbd", &format!("unix:{}", sock.display())]);
+    w.ok(&[
+        "start",
+        "flow",
+        "--nbd",
+        &format!("unix:{}", sock.display()),
+    ]);
     let st = w.status_json("flow");
     assert_eq!(st["state"], "optimal");
-    let (ok, text) = qemu_io(&sock, "flow", &["read -P 0x3c 0 40M", "read -P 0xc3 40M 20M"]);
+    let (ok, text) = qemu_io(
+        &sock,
+        "flow",
+        &["read -P 0x3c 0 40M", "read -P 0xc3 40M 20M"],
+    );
     assert!(ok, "after restart: {text}");
     let list = w.ok(&["list"]);
     assert!(list.contains("flow") && list.contains("optimal"), "{list}");
@@ -71,7 +110,9 @@ fn create_start_fail_replace_rebuild_stop_and_start_again() {
 #[test]
 fn members_moved_to_another_host_start_with_members() {
     let w = World::new("move");
-    let m: Vec<PathBuf> = (0..3).map(|i| w.sparse(&format!("m{i}.img"), 32 * MIB)).collect();
+    let m: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("m{i}.img"), 32 * MIB))
+        .collect();
     w.ok(&["create", "mv", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
     // "Another host": a fresh state directory that has never heard of it.
     std::fs::remove_dir_all(w.state()).unwrap();
@@ -79,7 +120,11 @@ fn members_moved_to_another_host_start_with_members() {
     assert!(out.contains("started"), "{out}");
     let st = w.status_json("mv");
     assert_eq!(st["state"], "optimal");
-    assert_eq!(st["members"][0]["path"], s(&m[0]), "slots follow the metadata, not the argument order");
+    assert_eq!(
+        st["members"][0]["path"],
+        s(&m[0]),
+        "slots follow the metadata, not the argument order"
+    );
     w.ok(&["stop", "mv"]);
 }
 
@@ -94,7 +139,9 @@ struct Wrong {
 #[test]
 fn wrong_invocations_exit_with_their_code_and_change_nothing() {
     let w = World::new("wrong");
-    let m: Vec<PathBuf> = (0..6).map(|i| w.sparse(&format!("m{i}.img"), 32 * MIB)).collect();
+    let m: Vec<PathBuf> = (0..6)
+        .map(|i| w.sparse(&format!("m{i}.img"), 32 * MIB))
+        .collect();
     let tiny = w.sparse("tiny.img", MIB / 2);
     // A member with an ext4 superblock magic, one with a GPT header.
     let ext4 = w.sparse("ext4.img", 32 * MIB);
@@ -102,48 +149,205 @@ fn wrong_invocations_exit_with_their_code_and_change_nothing() {
     let gpt = w.sparse("gpt.img", 32 * MIB);
     write_at(&gpt, 512, b"EFI PART");
     // A running array, "live", on m0..m2, and a stopped one, "other", on m3..m5.
-    w.ok(&["create", "live", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
-    w.ok(&["create", "other", "--level", "5", s(&m[3]), s(&m[4]), s(&m[5])]);
+    w.ok(&[
+        "create",
+        "live",
+        "--level",
+        "5",
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+    ]);
+    w.ok(&[
+        "create",
+        "other",
+        "--level",
+        "5",
+        s(&m[3]),
+        s(&m[4]),
+        s(&m[5]),
+    ]);
     w.ok(&["start", "live"]);
-    let fresh: Vec<PathBuf> = (0..4).map(|i| w.sparse(&format!("f{i}.img"), 32 * MIB)).collect();
+    let fresh: Vec<PathBuf> = (0..4)
+        .map(|i| w.sparse(&format!("f{i}.img"), 32 * MIB))
+        .collect();
     let f = |i: usize| s(&fresh[i]).to_string();
     let a = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let missing = w.dir.join("nope.img");
     let cases = vec![
-        Wrong { args: a(&["create", "x", "--level", "7", &f(0), &f(1), &f(2)]), code: 2, says: "RAID level 7 is not supported" },
-        Wrong { args: a(&["create", "x", "--level", "6", &f(0), &f(1), &f(2)]), code: 2, says: "raid6 needs at least 4 members, 3 given" },
-        Wrong { args: a(&["create", "x", "--level", "5", &f(0), &f(1), s(&missing)]), code: 3, says: "no such file or device" },
-        Wrong { args: a(&["create", "x", "--level", "5", &f(0), &f(1), &f(0)]), code: 4, says: "listed twice" },
-        Wrong { args: a(&["create", "x", "--level", "5", "--chunk", "3000", &f(0), &f(1), &f(2)]), code: 2, says: "not a power of two" },
-        Wrong { args: a(&["create", "x", "--level", "5", "--chunk", "lots", &f(0), &f(1), &f(2)]), code: 2, says: "is not a size" },
-        Wrong { args: a(&["create", "x", "--level", "5", &f(0), &f(1), s(&ext4)]), code: 4, says: "holds a ext2/3/4 filesystem: use --force" },
-        Wrong { args: a(&["create", "x", "--level", "5", &f(0), &f(1), s(&gpt)]), code: 4, says: "partition table" },
-        Wrong { args: a(&["create", "x", "--level", "5", &f(0), &f(1), s(&m[4])]), code: 4, says: "is part of array 'other'" },
-        Wrong { args: a(&["create", "bad/name", "--level", "5", &f(0), &f(1), &f(2)]), code: 2, says: "array name 'bad/name' is invalid" },
-        Wrong { args: a(&["create", "other", "--level", "5", &f(0), &f(1), &f(2)]), code: 4, says: "already recorded" },
-        Wrong { args: a(&["create", "x", "--level", "5", "--parity", "gpu", &f(0), &f(1), &f(2)]), code: 2, says: "GPU parity engine" },
-        Wrong { args: a(&["create", "x", "--level", "5", &f(0), &f(1), s(&tiny)]), code: 2, says: "too small" },
-        Wrong { args: a(&["create", "x", "--level", "5"]), code: 2, says: "required" },
-        Wrong { args: a(&["start", "ghost"]), code: 3, says: "no array named 'ghost'" },
-        Wrong { args: a(&["stop", "other"]), code: 4, says: "array 'other' is not running" },
-        Wrong { args: a(&["fail", "other", s(&m[3])]), code: 4, says: "is not running" },
-        Wrong { args: a(&["status", "ghost"]), code: 3, says: "no array named 'ghost'" },
-        Wrong { args: a(&["start", "live"]), code: 4, says: "already running" },
-        Wrong { args: a(&["fail", "live", &f(3)]), code: 4, says: "is not a member of array 'live'" },
-        Wrong { args: a(&["replace", "live", s(&m[0]), &f(3)]), code: 4, says: "fail it first" },
-        Wrong { args: a(&["add", "live", s(&m[3])]), code: 4, says: "is part of array 'other'" },
-        Wrong { args: a(&["start", "other", "--nbd", "carrier-pigeon:1"]), code: 2, says: "is not understood" },
-        Wrong { args: a(&["start", "other", "--members", s(&m[3]), s(&m[4]), s(&m[1])]), code: 4, says: "belongs to array" },
+        Wrong {
+            args: a(&["create", "x", "--level", "7", &f(0), &f(1), &f(2)]),
+            code: 2,
+            says: "RAID level 7 is not supported",
+        },
+        Wrong {
+            args: a(&["create", "x", "--level", "6", &f(0), &f(1), &f(2)]),
+            code: 2,
+            says: "raid6 needs at least 4 members, 3 given",
+        },
+        Wrong {
+            args: a(&["create", "x", "--level", "5", &f(0), &f(1), s(&missing)]),
+            code: 3,
+            says: "no such file or device",
+        },
+        Wrong {
+            args: a(&["create", "x", "--level", "5", &f(0), &f(1), &f(0)]),
+            code: 4,
+            says: "listed twice",
+        },
+        Wrong {
+            args: a(&[
+                "create",
+                "x",
+                "--level",
+                "5",
+                "--chunk",
+                "3000",
+                &f(0),
+                &f(1),
+                &f(2),
+            ]),
+            code: 2,
+            says: "not a power of two",
+        },
+        Wrong {
+            args: a(&[
+                "create",
+                "x",
+                "--level",
+                "5",
+                "--chunk",
+                "lots",
+                &f(0),
+                &f(1),
+                &f(2),
+            ]),
+            code: 2,
+            says: "is not a size",
+        },
+        Wrong {
+            args: a(&["create", "x", "--level", "5", &f(0), &f(1), s(&ext4)]),
+            code: 4,
+            says: "holds a ext2/3/4 filesystem: use --force",
+        },
+        Wrong {
+            args: a(&["create", "x", "--level", "5", &f(0), &f(1), s(&gpt)]),
+            code: 4,
+            says: "partition table",
+        },
+        Wrong {
+            args: a(&["create", "x", "--level", "5", &f(0), &f(1), s(&m[4])]),
+            code: 4,
+            says: "is part of array 'other'",
+        },
+        Wrong {
+            args: a(&["create", "bad/name", "--level", "5", &f(0), &f(1), &f(2)]),
+            code: 2,
+            says: "array name 'bad/name' is invalid",
+        },
+        Wrong {
+            args: a(&["create", "other", "--level", "5", &f(0), &f(1), &f(2)]),
+            code: 4,
+            says: "already recorded",
+        },
+        Wrong {
+            args: a(&[
+                "create",
+                "x",
+                "--level",
+                "5",
+                "--parity",
+                "gpu",
+                &f(0),
+                &f(1),
+                &f(2),
+            ]),
+            code: 2,
+            says: "GPU parity engine",
+        },
+        Wrong {
+            args: a(&["create", "x", "--level", "5", &f(0), &f(1), s(&tiny)]),
+            code: 2,
+            says: "too small",
+        },
+        Wrong {
+            args: a(&["create", "x", "--level", "5"]),
+            code: 2,
+            says: "required",
+        },
+        Wrong {
+            args: a(&["start", "ghost"]),
+            code: 3,
+            says: "no array named 'ghost'",
+        },
+        Wrong {
+            args: a(&["stop", "other"]),
+            code: 4,
+            says: "array 'other' is not running",
+        },
+        Wrong {
+            args: a(&["fail", "other", s(&m[3])]),
+            code: 4,
+            says: "is not running",
+        },
+        Wrong {
+            args: a(&["status", "ghost"]),
+            code: 3,
+            says: "no array named 'ghost'",
+        },
+        Wrong {
+            args: a(&["start", "live"]),
+            code: 4,
+            says: "already running",
+        },
+        Wrong {
+            args: a(&["fail", "live", &f(3)]),
+            code: 4,
+            says: "is not a member of array 'live'",
+        },
+        Wrong {
+            args: a(&["replace", "live", s(&m[0]), &f(3)]),
+            code: 4,
+            says: "fail it first",
+        },
+        Wrong {
+            args: a(&["add", "live", s(&m[3])]),
+            code: 4,
+            says: "is part of array 'other'",
+        },
+        Wrong {
+            args: a(&["start", "other", "--nbd", "carrier-pigeon:1"]),
+            code: 2,
+            says: "is not understood",
+        },
+        Wrong {
+            args: a(&["start", "other", "--members", s(&m[3]), s(&m[4]), s(&m[1])]),
+            code: 4,
+            says: "belongs to array",
+        },
     ];
     assert!(cases.len() >= 15);
-    let watched: Vec<PathBuf> = m.iter().chain(&fresh).chain([&ext4, &gpt, &tiny]).cloned().collect();
+    let watched: Vec<PathBuf> = m
+        .iter()
+        .chain(&fresh)
+        .chain([&ext4, &gpt, &tiny])
+        .cloned()
+        .collect();
     for c in &cases {
         let before: Vec<u64> = watched.iter().map(|p| file_hash(p)).collect();
         let args: Vec<&str> = c.args.iter().map(|x| x.as_str()).collect();
         let o = w.run(&args);
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(c.code), "raidctl {args:?}: wrong exit code; stderr:\n{err}");
-        assert!(err.contains(c.says), "raidctl {args:?}: message lacks {:?}:\n{err}", c.says);
+        assert_eq!(
+            o.status.code(),
+            Some(c.code),
+            "raidctl {args:?}: wrong exit code; stderr:\n{err}"
+        );
+        assert!(
+            err.contains(c.says),
+            "raidctl {args:?}: message lacks {:?}:\n{err}",
+            c.says
+        );
         let after: Vec<u64> = watched.iter().map(|p| file_hash(p)).collect();
         for (i, (b, a)) in before.iter().zip(&after).enumerate() {
             // The running array's members may take metadata updates of its own.
@@ -160,5 +364,10 @@ fn wrong_invocations_exit_with_their_code_and_change_nothing() {
 
 fn write_at(p: &std::path::Path, off: u64, data: &[u8]) {
     use std::os::unix::fs::FileExt;
-    std::fs::OpenOptions::new().write(true).open(p).unwrap().write_all_at(data, off).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(p)
+        .unwrap()
+        .write_all_at(data, off)
+        .unwrap();
 }

@@ -1,0 +1,390 @@
+//! The FUSE export: the array as one file in a FUSE mount, so that a loop
+//! device (`losetup --direct-io=on`) turns it into a real block device on
+//! hosts without the NBD or ublk drivers (containers, these test machines).
+//!
+//! fsync is the array's flush; fallocate(PUNCH_HOLE) and
+//! fallocate(ZERO_RANGE) are discard / write-zeroes. Requests need not be
+//! block aligned: partial blocks are read, merged and written back under a
+//! lock so two partial writes to one block cannot undo each other.
+
+use parking_lot::Mutex;
+use raid_core::array::{Array, BLOCK};
+use std::ffi::OsStr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    FileAttr, FileType, Filesystem, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyWrite, Request,
+};
+
+const ROOT: u64 = 1;
+const FILE: u64 = 2;
+const TTL: Duration = Duration::from_secs(1);
+
+pub struct ArrayFs {
+    array: Arc<Array>,
+    name: String,
+    /// Serialises read-merge-write of partial blocks.
+    partial: Mutex<()>,
+    ctime: SystemTime,
+}
+
+impl ArrayFs {
+    pub fn new(array: Arc<Array>) -> ArrayFs {
+        let name = array.name().to_string();
+        ArrayFs {
+            array,
+            name,
+            partial: Mutex::new(()),
+            ctime: SystemTime::now(),
+        }
+    }
+
+    fn attr(&self, ino: u64) -> FileAttr {
+        let (kind, perm, size, nlink) = if ino == ROOT {
+            (FileType::Directory, 0o755, 0, 2)
+        } else {
+            (FileType::RegularFile, 0o600, self.array.capacity(), 1)
+        };
+        FileAttr {
+            ino,
+            size,
+            blocks: size / 512,
+            atime: self.ctime,
+            mtime: self.ctime,
+            ctime: self.ctime,
+            crtime: self.ctime,
+            kind,
+            perm,
+            nlink,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: BLOCK as u32,
+            flags: 0,
+        }
+    }
+
+    /// Reads any byte range inside the array.
+    fn read_any(&self, offset: u64, len: usize) -> Result<Vec<u8>, i32> {
+        let start = offset / BLOCK * BLOCK;
+        let end = (offset + len as u64).div_ceil(BLOCK) * BLOCK;
+        let mut buf = vec![0u8; (end - start) as usize];
+        self.array.read(start, &mut buf).map_err(|_| libc::EIO)?;
+        let from = (offset - start) as usize;
+        Ok(buf[from..from + len].to_vec())
+    }
+
+    /// Writes any byte range inside the array.
+    fn write_any(&self, offset: u64, data: &[u8]) -> Result<(), i32> {
+        let end = offset + data.len() as u64;
+        if offset.is_multiple_of(BLOCK) && end.is_multiple_of(BLOCK) {
+            return self.array.write(offset, data).map_err(|_| libc::EIO);
+        }
+        let _g = self.partial.lock();
+        let start = offset / BLOCK * BLOCK;
+        let aend = end.div_ceil(BLOCK) * BLOCK;
+        let mut buf = vec![0u8; (aend - start) as usize];
+        // Only the first and last blocks need their old contents.
+        self.array
+            .read(start, &mut buf[..BLOCK as usize])
+            .map_err(|_| libc::EIO)?;
+        let last = (aend - BLOCK - start) as usize;
+        self.array
+            .read(aend - BLOCK, &mut buf[last..])
+            .map_err(|_| libc::EIO)?;
+        let from = (offset - start) as usize;
+        buf[from..from + data.len()].copy_from_slice(data);
+        self.array.write(start, &buf).map_err(|_| libc::EIO)
+    }
+
+    /// Zeroes any byte range: whole blocks through the array's
+    /// write-zeroes (a discard on the members), edges by writing zeros.
+    fn zero_any(&self, offset: u64, len: u64) -> Result<(), i32> {
+        let end = offset + len;
+        let a = offset.div_ceil(BLOCK) * BLOCK;
+        let b = end / BLOCK * BLOCK;
+        if a >= b {
+            return self.write_any(offset, &vec![0u8; len as usize]);
+        }
+        if a > offset {
+            self.write_any(offset, &vec![0u8; (a - offset) as usize])?;
+        }
+        self.array.write_zeroes(a, b - a).map_err(|_| libc::EIO)?;
+        if end > b {
+            self.write_any(b, &vec![0u8; (end - b) as usize])?;
+        }
+        Ok(())
+    }
+}
+
+impl Filesystem for ArrayFs {
+    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+        if parent == ROOT && name == OsStr::new(&self.name) {
+            reply.entry(&TTL, &self.attr(FILE), 0);
+        } else {
+            reply.error(libc::ENOENT);
+        }
+    }
+
+    fn getattr(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyAttr) {
+        match ino {
+            ROOT | FILE => reply.attr(&TTL, &self.attr(ino)),
+            _ => reply.error(libc::ENOENT),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn setattr(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<fuser::TimeOrNow>,
+        _mtime: Option<fuser::TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<u64>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<u32>,
+        reply: ReplyAttr,
+    ) {
+        // The file is the array: its size cannot change.
+        if size.is_some_and(|s| s != self.array.capacity()) {
+            reply.error(libc::EPERM);
+            return;
+        }
+        reply.attr(&TTL, &self.attr(ino));
+    }
+
+    fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+        if ino != FILE {
+            reply.error(libc::EISDIR);
+            return;
+        }
+        // Direct I/O: no second cache in front of the array, so fsync and
+        // the loop device see exactly what the array holds.
+        reply.opened(0, fuser::consts::FOPEN_DIRECT_IO);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        _fh: u64,
+        offset: i64,
+        size: u32,
+        _flags: i32,
+        _lock: Option<u64>,
+        reply: ReplyData,
+    ) {
+        let cap = self.array.capacity();
+        let off = offset.max(0) as u64;
+        if off >= cap {
+            reply.data(&[]);
+            return;
+        }
+        let len = (size as u64).min(cap - off) as usize;
+        match self.read_any(off, len) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        _fh: u64,
+        offset: i64,
+        data: &[u8],
+        _write_flags: u32,
+        _flags: i32,
+        _lock: Option<u64>,
+        reply: ReplyWrite,
+    ) {
+        let off = offset.max(0) as u64;
+        if off + data.len() as u64 > self.array.capacity() {
+            reply.error(libc::ENOSPC);
+            return;
+        }
+        match self.write_any(off, data) {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _lock: u64, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn fsync(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        _fh: u64,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.array.flush() {
+            Ok(()) => reply.ok(),
+            Err(_) => reply.error(libc::EIO),
+        }
+    }
+
+    fn fallocate(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        _fh: u64,
+        offset: i64,
+        length: i64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let (off, len) = (offset.max(0) as u64, length.max(0) as u64);
+        if off + len > self.array.capacity() {
+            reply.error(libc::ENOSPC);
+            return;
+        }
+        let r = if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
+            self.zero_any(off, len)
+        } else {
+            Ok(()) // plain allocation: every byte of the array already exists
+        };
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        mut reply: ReplyDirectory,
+    ) {
+        if ino != ROOT {
+            reply.error(libc::ENOTDIR);
+            return;
+        }
+        let entries = [
+            (ROOT, FileType::Directory, "."),
+            (ROOT, FileType::Directory, ".."),
+            (FILE, FileType::RegularFile, self.name.as_str()),
+        ];
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(*ino, (i + 1) as i64, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+}
+
+/// A FUSE mount of an array, and the loop device on it if any.
+pub struct Mounted {
+    session: Option<fuser::BackgroundSession>,
+    pub dir: std::path::PathBuf,
+    pub file: std::path::PathBuf,
+    pub loop_dev: Option<String>,
+}
+
+impl Mounted {
+    pub fn mount(
+        array: Arc<Array>,
+        dir: &std::path::Path,
+        with_loop: bool,
+    ) -> Result<Mounted, String> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create mount point {}: {e}", dir.display()))?;
+        let file = dir.join(array.name());
+        let opts = [
+            fuser::MountOption::FSName(format!("raidctl:{}", array.name())),
+            fuser::MountOption::AllowOther,
+        ];
+        let session = fuser::spawn_mount2(ArrayFs::new(array), dir, &opts).map_err(|e| {
+            format!(
+                "FUSE mount on {} failed: {e} (is /dev/fuse there? are you root?)",
+                dir.display()
+            )
+        })?;
+        let mut m = Mounted {
+            session: Some(session),
+            dir: dir.to_path_buf(),
+            file,
+            loop_dev: None,
+        };
+        if with_loop {
+            m.loop_dev = Some(attach_loop(&m.file)?);
+        }
+        Ok(m)
+    }
+
+    /// Detaches the loop device and unmounts; refuses while the loop
+    /// device is mounted somewhere.
+    pub fn unmount(mut self) -> Result<(), String> {
+        if let Some(dev) = &self.loop_dev {
+            if let Some(mp) = mounted_at(dev) {
+                return Err(format!("{dev} is mounted on {mp}: umount {mp} first"));
+            }
+            let out = std::process::Command::new("losetup")
+                .arg("-d")
+                .arg(dev)
+                .output()
+                .map_err(|e| format!("losetup: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "losetup -d {dev}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            self.loop_dev = None;
+        }
+        drop(self.session.take());
+        Ok(())
+    }
+}
+
+/// Where a block device is mounted, from /proc/mounts.
+pub fn mounted_at(dev: &str) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/mounts").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        (f.next()? == dev).then(|| f.next().unwrap_or("").to_string())
+    })
+}
+
+fn attach_loop(file: &std::path::Path) -> Result<String, String> {
+    let run = |direct: bool| {
+        let mut c = std::process::Command::new("losetup");
+        c.args(["--find", "--show", "--sector-size", "4096"]);
+        if direct {
+            c.arg("--direct-io=on");
+        }
+        c.arg(file).output()
+    };
+    let out = run(true).map_err(|e| format!("losetup: {e} (package util-linux / mount)"))?;
+    let out = if out.status.success() {
+        out
+    } else {
+        run(false).map_err(|e| format!("losetup: {e}"))?
+    };
+    if !out.status.success() {
+        return Err(format!(
+            "losetup {}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a Debian/Ubuntu machine.
-# - libisal-dev + pkg-config: ISA-L, the independent P/Q the tests cross-check
-#   and the benchmark compares against (tests still pass without it, with the
-#   live cross-check skipped and a message).
+# - libisal-dev, pkg-config: ISA-L, the independent P/Q the tests cross-check
+#   and the benchmark compares against.
+# - libnbd-bin (nbdinfo, nbdcopy), fio (its nbd engine), qemu-utils (qemu-io,
+#   qemu-nbd), nbdkit: NBD clients and servers nobody here wrote, for the
+#   export tests and the export benchmark.
+# - fuse3, util-linux (losetup), e2fsprogs (mkfs.ext4): raidctl mount --loop
+#   and a real filesystem on the array.
 set -euo pipefail
-pkgs=(libisal-dev pkg-config)
+pkgs=(libisal-dev pkg-config libnbd-bin fio nbdkit fuse3 e2fsprogs util-linux qemu-utils)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

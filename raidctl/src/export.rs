@@ -46,12 +46,16 @@ enum Listener {
     Tcp(TcpListener),
 }
 
+/// Clones of the open connections, so `stop` can close them; each
+/// connection removes its own entry when it ends.
+type Conns = Arc<Mutex<std::collections::HashMap<u64, Box<dyn Conn>>>>;
+
 /// A running export.
 pub struct Export {
     desc: String,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
-    conns: Arc<Mutex<Vec<Box<dyn Conn>>>>,
+    conns: Conns,
     socket_path: Option<PathBuf>,
 }
 
@@ -104,7 +108,7 @@ impl Export {
             )));
         };
         let stop = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<Box<dyn Conn>>>> = Arc::new(Mutex::new(Vec::new()));
+        let conns: Conns = Arc::new(Mutex::new(std::collections::HashMap::new()));
         let socket_path = match &listener {
             Listener::Unix(_, p) => Some(p.clone()),
             Listener::Tcp(_) => None,
@@ -129,7 +133,7 @@ impl Export {
     /// Stops accepting, closes every connection, waits for the acceptor.
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Release);
-        for c in self.conns.lock().unwrap().drain(..) {
+        for (_, c) in self.conns.lock().unwrap().drain() {
             c.shutdown_both();
         }
         if let Some(t) = self.thread.take() {
@@ -141,12 +145,8 @@ impl Export {
     }
 }
 
-fn accept_loop(
-    listener: Listener,
-    array: Arc<Array>,
-    stop: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<Box<dyn Conn>>>>,
-) {
+fn accept_loop(listener: Listener, array: Arc<Array>, stop: Arc<AtomicBool>, conns: Conns) {
+    let mut next_id = 0u64;
     match &listener {
         Listener::Unix(l, _) => l.set_nonblocking(true).ok(),
         Listener::Tcp(l) => l.set_nonblocking(true).ok(),
@@ -165,13 +165,20 @@ fn accept_loop(
         };
         match accepted {
             Ok(c) => {
+                next_id += 1;
+                let id = next_id;
                 if let Ok(clone) = c.try_clone_box() {
-                    conns.lock().unwrap().push(clone);
+                    conns.lock().unwrap().insert(id, clone);
                 }
-                let array = array.clone();
+                let (array, conns) = (array.clone(), conns.clone());
                 std::thread::spawn(move || {
                     if let Err(e) = serve(c, array) {
                         tracing::debug!("nbd connection ended: {e}");
+                    }
+                    // Close it for the client too (the reader's clone would
+                    // otherwise keep it open), and forget it.
+                    if let Some(c) = conns.lock().unwrap().remove(&id) {
+                        c.shutdown_both();
                     }
                 });
             }

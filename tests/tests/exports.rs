@@ -1,0 +1,339 @@
+//! The array's exports against clients nobody here wrote: qemu-io, nbdinfo,
+//! nbdcopy and fio over NBD; mkfs.ext4 and a mounted filesystem through
+//! `raidctl mount --loop`. The tools come from scripts/install-test-deps.sh.
+
+use raid_e2e::{file_hash, qemu_io, World};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn need(tool: &str) {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .unwrap()
+        .status
+        .success();
+    assert!(
+        found,
+        "{tool} is not installed: run scripts/install-test-deps.sh (as root)"
+    );
+}
+
+fn run(cmd: &mut Command) -> String {
+    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{cmd:?} failed:\n{text}");
+    text
+}
+
+/// A started RAID5 of four 128 MiB sparse members served on a Unix socket.
+fn served(w: &World, name: &str) -> (Vec<PathBuf>, PathBuf, String) {
+    let m: Vec<PathBuf> = (0..4)
+        .map(|i| w.sparse(&format!("m{i}.img"), 128 * MIB))
+        .collect();
+    w.ok(&[
+        "create",
+        name,
+        "--level",
+        "5",
+        "--chunk",
+        "64K",
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+        s(&m[3]),
+    ]);
+    let sock = w.dir.join(format!("{name}.sock"));
+    w.ok(&["start", name, "--nbd", &format!("unix:{}", sock.display())]);
+    let uri = format!("nbd+unix:///{name}?socket={}", sock.display());
+    (m, sock, uri)
+}
+
+#[test]
+fn qemu_io_patterns_at_many_offsets() {
+    need("qemu-io");
+    let w = World::new("qio");
+    let (_m, sock, _) = served(&w, "qio");
+    let (ok, text) = qemu_io(
+        &sock,
+        "qio",
+        &[
+            "write -P 0x11 0 4k",
+            "write -P 0x22 4k 188k",
+            "write -P 0x33 1M 3M",
+            "write -z 2M 64k",
+            "read -P 0x11 0 4k",
+            "read -P 0x22 4k 188k",
+            "read -P 0x33 1M 1M",
+            "read -P 0x00 2M 64k",
+            "read -P 0x33 2112k 1984k",
+            "flush",
+            "discard 64M 8M",
+            "read -P 0x00 64M 8M",
+        ],
+    );
+    assert!(ok, "{text}");
+    // qemu honours the 4 KiB minimum block size we advertise: a 200-byte
+    // write becomes its read-modify-write of one block, and the neighbours
+    // keep their bytes.
+    let (ok, text) = qemu_io(
+        &sock,
+        "qio",
+        &[
+            "write -P 0x44 100 200",
+            "read -P 0x11 0 100",
+            "read -P 0x44 100 200",
+            "read -P 0x11 300 3796",
+        ],
+    );
+    assert!(ok, "{text}");
+    w.ok(&["stop", "qio"]);
+}
+
+/// A client that breaks the rules, spoken to byte by byte: every bad
+/// request gets the protocol's error or a clean disconnect, and the server
+/// keeps serving others.
+#[test]
+fn hostile_nbd_requests_get_errors_or_a_disconnect() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let w = World::new("hostile");
+    let (_m, sock, _) = served(&w, "hostile");
+    let connect = || {
+        let mut c = UnixStream::connect(&sock).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut hello = [0u8; 18];
+        c.read_exact(&mut hello).unwrap();
+        assert_eq!(&hello[..8], b"NBDMAGIC");
+        c.write_all(&3u32.to_be_bytes()).unwrap(); // fixed newstyle, no zeroes
+        let mut opt = b"IHAVEOPT".to_vec();
+        opt.extend_from_slice(&1u32.to_be_bytes()); // EXPORT_NAME
+        opt.extend_from_slice(&7u32.to_be_bytes());
+        opt.extend_from_slice(b"hostile");
+        c.write_all(&opt).unwrap();
+        let mut info = [0u8; 10];
+        c.read_exact(&mut info).unwrap();
+        (c, u64::from_be_bytes(info[..8].try_into().unwrap()))
+    };
+    let request = |c: &mut UnixStream, kind: u16, cookie: u64, offset: u64, len: u32| {
+        let mut r = 0x2560_9513u32.to_be_bytes().to_vec();
+        r.extend_from_slice(&0u16.to_be_bytes());
+        r.extend_from_slice(&kind.to_be_bytes());
+        r.extend_from_slice(&cookie.to_be_bytes());
+        r.extend_from_slice(&offset.to_be_bytes());
+        r.extend_from_slice(&len.to_be_bytes());
+        c.write_all(&r).unwrap();
+    };
+    let reply = |c: &mut UnixStream| -> Option<(u32, u64)> {
+        let mut h = [0u8; 16];
+        c.read_exact(&mut h).ok()?;
+        assert_eq!(u32::from_be_bytes(h[..4].try_into().unwrap()), 0x6744_6698);
+        Some((
+            u32::from_be_bytes(h[4..8].try_into().unwrap()),
+            u64::from_be_bytes(h[8..].try_into().unwrap()),
+        ))
+    };
+    let (mut c, size) = connect();
+    assert_eq!(size, 3 * 127 * MIB);
+    request(&mut c, 0, 1, 100, 200); // unaligned read
+    assert_eq!(reply(&mut c), Some((22, 1)));
+    request(&mut c, 0, 2, size, 4096); // past the end
+    assert_eq!(reply(&mut c), Some((22, 2)));
+    request(&mut c, 1, 3, size - 4096, 8192); // write past the end, with its payload
+    c.write_all(&vec![0xEE; 8192]).unwrap();
+    assert_eq!(reply(&mut c), Some((28, 3)));
+    request(&mut c, 99, 4, 0, 0); // unknown command
+    assert_eq!(reply(&mut c), Some((22, 4)));
+    request(&mut c, 0, 5, 0, 4096); // still serving
+    assert_eq!(reply(&mut c), Some((0, 5)));
+    let mut data = vec![0u8; 4096];
+    c.read_exact(&mut data).unwrap();
+    request(&mut c, 1, 6, 0, 64 << 20); // a 64 MiB write: over the limit
+    assert_eq!(
+        reply(&mut c),
+        None,
+        "an oversized write must end the connection"
+    );
+    let (mut c, _) = connect();
+    c.write_all(&[0xAB; 28]).unwrap(); // garbage magic
+    assert_eq!(reply(&mut c), None, "a bad magic must end the connection");
+    // The server is still there for well-behaved clients, and nothing
+    // was written past the end.
+    let (mut c, _) = connect();
+    request(&mut c, 0, 7, size - 4096, 4096);
+    assert_eq!(reply(&mut c), Some((0, 7)));
+    let mut last = vec![0u8; 4096];
+    c.read_exact(&mut last).unwrap();
+    assert!(
+        last.iter().all(|&b| b == 0),
+        "the refused write left bytes behind"
+    );
+    assert_eq!(w.status_json("hostile")["state"], "optimal");
+    w.ok(&["stop", "hostile"]);
+}
+
+#[test]
+fn nbdinfo_sees_size_block_sizes_and_flags() {
+    need("nbdinfo");
+    let w = World::new("info");
+    let (_m, _sock, uri) = served(&w, "info");
+    let out = run(Command::new("nbdinfo").arg("--json").arg(&uri));
+    let v: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("nbdinfo JSON ({e}):\n{out}"));
+    let e = &v["exports"][0];
+    assert_eq!(e["export-name"], "info");
+    assert_eq!(e["export-size"], 3 * 127 * MIB);
+    assert_eq!(e["block_size_minimum"], 4096);
+    // RAID5 of 4: full stripe 192 KiB is not a power of two: preferred = chunk.
+    assert_eq!(e["block_size_preferred"], 65536);
+    assert_eq!(e["block_size_maximum"], 32 * MIB);
+    for flag in [
+        "can_flush",
+        "can_fua",
+        "can_trim",
+        "can_zero",
+        "can_multi_conn",
+    ] {
+        assert_eq!(e[flag], true, "{flag}: {out}");
+    }
+    assert_eq!(e["is_read_only"], false);
+    let list = run(Command::new("nbdinfo").arg("--list").arg(&uri));
+    assert!(list.contains("info"), "{list}");
+    w.ok(&["stop", "info"]);
+}
+
+#[test]
+fn nbdcopy_256_mib_in_and_out() {
+    need("nbdcopy");
+    let w = World::new("copy");
+    let (_m, _sock, uri) = served(&w, "copy");
+    let src = w.dir.join("random.bin");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&src).unwrap();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut block = vec![0u8; MIB as usize];
+        for _ in 0..256 {
+            for c in block.chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                c.copy_from_slice(&x.to_le_bytes());
+            }
+            f.write_all(&block).unwrap();
+        }
+    }
+    run(Command::new("nbdcopy").arg(&src).arg(&uri));
+    let out = w.dir.join("back.bin");
+    run(Command::new("nbdcopy").arg(&uri).arg(&out));
+    // The export is larger than the file: compare the first 256 MiB.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&out)
+        .unwrap()
+        .set_len(256 * MIB)
+        .unwrap();
+    assert_eq!(
+        file_hash(&src),
+        file_hash(&out),
+        "data copied out differs from what was copied in"
+    );
+    w.ok(&["stop", "copy"]);
+}
+
+#[test]
+fn fio_nbd_engine_random_writes_verify() {
+    need("fio");
+    let w = World::new("fio");
+    let (_m, _sock, uri) = served(&w, "fio");
+    let out = run(Command::new("fio").args([
+        "--name=verify",
+        "--ioengine=nbd",
+        &format!("--uri={uri}"),
+        "--rw=randwrite",
+        "--bs=4k",
+        "--size=48M",
+        "--iodepth=16",
+        "--verify=crc32c",
+        "--do_verify=1",
+        "--verify_fatal=1",
+        "--randrepeat=1",
+        "--output-format=json",
+    ]));
+    let json = &out[out.find('{').expect("fio JSON")..];
+    let v: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("fio JSON ({e}):\n{out}"));
+    let job = &v["jobs"][0];
+    assert_eq!(job["error"], 0, "{out}");
+    assert!(
+        job["write"]["io_bytes"].as_u64().unwrap() >= 48 * MIB,
+        "{out}"
+    );
+    assert!(
+        job["read"]["io_bytes"].as_u64().unwrap() >= 48 * MIB,
+        "verify read nothing: {out}"
+    );
+    w.ok(&["stop", "fio"]);
+}
+
+#[test]
+fn ext4_on_the_loop_device_survives_a_member_failure() {
+    for t in ["losetup", "mkfs.ext4", "mount"] {
+        need(t);
+    }
+    let w = World::new("ext4");
+    let (m, _sock, _uri) = served(&w, "fsx");
+    let out = w.ok(&["mount", "fsx", "--loop"]);
+    let dev = out.lines().next().unwrap().trim().to_string();
+    assert!(dev.starts_with("/dev/loop"), "{out}");
+    let mnt = w.dir.join("fs");
+    std::fs::create_dir_all(&mnt).unwrap();
+    run(Command::new("mkfs.ext4").args(["-q", "-F", &dev]));
+    run(Command::new("mount").arg(&dev).arg(&mnt));
+    // Files of assorted sizes, with their contents remembered.
+    let mut files = Vec::new();
+    let mut x: u64 = 12345;
+    for i in 0..40 {
+        let len = 1000 + (i * 7919 * 13) % (3 << 20);
+        let data: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let p = mnt.join(format!("f{i}.bin"));
+        std::fs::write(&p, &data).unwrap();
+        files.push((p, data));
+    }
+    run(&mut Command::new("sync"));
+    w.ok(&["fail", "fsx", s(&m[1])]);
+    std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    for (p, data) in &files {
+        let got = std::fs::read(p).unwrap();
+        assert!(
+            got == *data,
+            "{} differs after the member failure",
+            p.display()
+        );
+    }
+    // Stopping with the filesystem mounted is refused, not a data loss.
+    let o = w.run(&["stop", "fsx"]);
+    assert_eq!(o.status.code(), Some(4));
+    run(Command::new("umount").arg(&mnt));
+    w.ok(&["unmount", "fsx"]);
+    w.ok(&["stop", "fsx"]);
+}

@@ -68,6 +68,7 @@ impl Daemon {
         let _ = std::fs::remove_file(&sock);
         let listener = UnixListener::bind(&sock)
             .map_err(|e| CliError::failed(format!("cannot listen on {}: {e}", sock.display())))?;
+        let own_ino = std::fs::metadata(&sock).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0);
         std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| CliError::failed(format!("cannot restrict {}: {e}", sock.display())))?;
         let term = Arc::new(AtomicBool::new(false));
@@ -92,7 +93,7 @@ impl Daemon {
             let r = d.handle(req);
             if !r.ok {
                 d.shutdown();
-                let _ = std::fs::remove_file(&sock);
+                remove_own_socket(&sock, own_ino);
                 return Err(CliError::new(
                     r.code.unwrap_or(code::FAILED),
                     r.error.unwrap_or_default(),
@@ -130,7 +131,7 @@ impl Daemon {
             tracing::info!("signal received: stopping every array cleanly");
         }
         d.shutdown();
-        let _ = std::fs::remove_file(&sock);
+        remove_own_socket(&sock, own_ino);
         Ok(())
     }
 
@@ -561,6 +562,15 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
+    }
+}
+
+/// Removes the control socket only if it is still the one this daemon
+/// created: a new daemon may have taken the path over meanwhile.
+fn remove_own_socket(sock: &Path, ino: u64) {
+    let same = std::fs::metadata(sock).is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == ino);
+    if same {
+        let _ = std::fs::remove_file(sock);
     }
 }
 

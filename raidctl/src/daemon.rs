@@ -68,7 +68,9 @@ impl Daemon {
         let _ = std::fs::remove_file(&sock);
         let listener = UnixListener::bind(&sock)
             .map_err(|e| CliError::failed(format!("cannot listen on {}: {e}", sock.display())))?;
-        let own_ino = std::fs::metadata(&sock).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0);
+        let own_ino = std::fs::metadata(&sock)
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+            .unwrap_or(0);
         std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| CliError::failed(format!("cannot restrict {}: {e}", sock.display())))?;
         let term = Arc::new(AtomicBool::new(false));
@@ -568,7 +570,8 @@ impl Daemon {
 /// Removes the control socket only if it is still the one this daemon
 /// created: a new daemon may have taken the path over meanwhile.
 fn remove_own_socket(sock: &Path, ino: u64) {
-    let same = std::fs::metadata(sock).is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == ino);
+    let same =
+        std::fs::metadata(sock).is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == ino);
     if same {
         let _ = std::fs::remove_file(sock);
     }

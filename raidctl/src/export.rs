@@ -6,13 +6,14 @@
 use crate::error::{CliError, Result};
 use crate::nbd::{self, Check, Request};
 use raid_core::array::{Array, ArrayError, BLOCK};
+use raid_core::buf::AlignedBuf;
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ const WORKERS: usize = 8;
 trait Conn: Read + Write + Send + Sync + 'static {
     fn try_clone_box(&self) -> io::Result<Box<dyn Conn>>;
     fn shutdown_both(&self);
+    fn shutdown_read(&self);
 }
 impl Conn for UnixStream {
     fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
@@ -31,6 +33,9 @@ impl Conn for UnixStream {
     fn shutdown_both(&self) {
         let _ = self.shutdown(std::net::Shutdown::Both);
     }
+    fn shutdown_read(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Read);
+    }
 }
 impl Conn for TcpStream {
     fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
@@ -38,6 +43,9 @@ impl Conn for TcpStream {
     }
     fn shutdown_both(&self) {
         let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+    fn shutdown_read(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Read);
     }
 }
 
@@ -345,85 +353,132 @@ fn serve(mut c: Box<dyn Conn>, array: Arc<Array>) -> io::Result<()> {
     transmission(c, array)
 }
 
-/// A decoded request with its write payload, for a worker.
+/// A decoded request (its write payload is in the worker's buffer).
 struct Job {
     req: Request,
-    payload: Vec<u8>,
 }
 
-fn transmission(mut c: Box<dyn Conn>, array: Arc<Array>) -> io::Result<()> {
-    let writer = Arc::new(Mutex::new(c.try_clone_box()?));
-    let (tx, rx) = mpsc::sync_channel::<Job>(WORKERS * 2);
-    let rx = Arc::new(Mutex::new(rx));
-    let workers: Vec<JoinHandle<()>> = (0..WORKERS)
-        .map(|_| {
-            let (rx, writer, array) = (rx.clone(), writer.clone(), array.clone());
-            std::thread::spawn(move || loop {
-                let job = match rx.lock().unwrap().recv() {
-                    Ok(j) => j,
-                    Err(_) => return,
-                };
-                let (err, data) = execute(&array, &job);
-                if reply(&writer, job.req.cookie, err, &data).is_err() {
-                    return;
-                }
-            })
-        })
-        .collect();
-    let size = array.capacity();
-    let result = loop {
-        let mut h = [0u8; Request::LEN];
-        if let Err(e) = c.read_exact(&mut h) {
-            break if e.kind() == io::ErrorKind::UnexpectedEof {
-                Ok(())
-            } else {
-                Err(e)
-            };
+/// A worker's reusable page-aligned buffer: requests up to 32 MiB would
+/// otherwise cost an allocation (and for large ones an mmap and page
+/// faults) each.
+struct Scratch(AlignedBuf);
+
+impl Scratch {
+    fn get(&mut self, len: usize) -> &mut [u8] {
+        if self.0.len() < len {
+            self.0 = AlignedBuf::new(len.next_multiple_of(64 * 1024));
         }
-        let req = match Request::decode(&h) {
-            Ok(r) => r,
-            Err(e) => break Err(protocol_error(format!("{e:?}"))),
-        };
-        if req.kind == nbd::CMD_DISC {
-            break Ok(());
-        }
-        let read_only = tflags(&array) & nbd::TFLAG_READ_ONLY != 0;
-        match nbd::check(&req, size, BLOCK, read_only) {
-            Check::Disconnect(why) => break Err(protocol_error(why)),
-            Check::Error(errno) => {
-                if req.kind == nbd::CMD_WRITE {
-                    // Drain the payload so the stream stays in step.
-                    let mut sink = vec![0u8; req.length as usize];
-                    if let Err(e) = c.read_exact(&mut sink) {
-                        break Err(e);
-                    }
-                }
-                if reply(&writer, req.cookie, errno, &[]).is_err() {
-                    break Ok(());
-                }
-            }
-            Check::Ok => {
-                let mut payload = Vec::new();
-                if req.kind == nbd::CMD_WRITE {
-                    payload = vec![0u8; req.length as usize];
-                    if let Err(e) = c.read_exact(&mut payload) {
-                        break Err(e);
-                    }
-                }
-                if tx.send(Job { req, payload }).is_err() {
-                    break Ok(());
-                }
-            }
-        }
-    };
-    drop(tx);
-    for w in workers {
-        let _ = w.join();
+        &mut self.0[..len]
     }
+}
+
+/// What a worker does after taking the reader.
+enum Next {
+    Run(Job),
+    /// A refused request: reply with this error, touch nothing.
+    Refuse(Request, u32),
+    End(io::Result<()>),
+}
+
+/// Transmission phase. Each of WORKERS threads takes the (buffered) reader,
+/// reads one request and its payload, lets go, runs it and writes the reply
+/// under the writer lock: requests run in parallel with no hand-off between
+/// threads (nbdkit's "parallel" model).
+fn transmission(c: Box<dyn Conn>, array: Arc<Array>) -> io::Result<()> {
+    let reader = Mutex::new(io::BufReader::with_capacity(256 * 1024, c.try_clone_box()?));
+    let writer = Mutex::new(c);
+    let done = AtomicBool::new(false);
+    let outcome: Mutex<io::Result<()>> = Mutex::new(Ok(()));
+    std::thread::scope(|sc| {
+        for _ in 0..WORKERS {
+            sc.spawn(|| {
+                let mut payload = Scratch(AlignedBuf::new(0));
+                let mut data = Scratch(AlignedBuf::new(0));
+                while !done.load(Ordering::Acquire) {
+                    let next = {
+                        let mut r = reader.lock().unwrap();
+                        if done.load(Ordering::Acquire) {
+                            return;
+                        }
+                        next_request(&mut *r, &array, &mut payload)
+                    };
+                    let sent = match next {
+                        Next::Run(job) => {
+                            let len = job.req.length as usize;
+                            let input = &payload.0[..if job.req.kind == nbd::CMD_WRITE {
+                                len
+                            } else {
+                                0
+                            }];
+                            let out = data.get(if job.req.kind == nbd::CMD_READ {
+                                len
+                            } else {
+                                0
+                            });
+                            let err = execute(&array, &job.req, input, out);
+                            reply(&writer, job.req.cookie, err, Some(out))
+                        }
+                        Next::Refuse(req, errno) => reply(&writer, req.cookie, errno, None),
+                        Next::End(r) => {
+                            done.store(true, Ordering::Release);
+                            // Wake the others blocked on the reader.
+                            writer.lock().unwrap().shutdown_read();
+                            *outcome.lock().unwrap() = r;
+                            return;
+                        }
+                    };
+                    if sent.is_err() {
+                        done.store(true, Ordering::Release);
+                        writer.lock().unwrap().shutdown_read();
+                        return;
+                    }
+                }
+            });
+        }
+    });
     // A client that disconnects without FLUSH still gets its writes made
     // durable, as a clean close would.
     let _ = array.flush();
-    result
+    outcome.into_inner().unwrap()
+}
+
+/// Reads and checks the next request (and a write's payload).
+fn next_request(r: &mut impl Read, array: &Array, payload: &mut Scratch) -> Next {
+    let mut h = [0u8; Request::LEN];
+    if let Err(e) = r.read_exact(&mut h) {
+        return Next::End(if e.kind() == io::ErrorKind::UnexpectedEof {
+            Ok(())
+        } else {
+            Err(e)
+        });
+    }
+    let req = match Request::decode(&h) {
+        Ok(r) => r,
+        Err(e) => return Next::End(Err(protocol_error(format!("{e:?}")))),
+    };
+    if req.kind == nbd::CMD_DISC {
+        return Next::End(Ok(()));
+    }
+    let read_only = tflags(array) & nbd::TFLAG_READ_ONLY != 0;
+    let check = nbd::check(&req, array.capacity(), BLOCK, read_only);
+    if let Check::Disconnect(why) = check {
+        return Next::End(Err(protocol_error(why)));
+    }
+    // A write's payload is read even when the write is refused, so the
+    // stream stays in step (its size is bounded by `check`).
+    let payload = payload.get(if req.kind == nbd::CMD_WRITE {
+        req.length as usize
+    } else {
+        0
+    });
+    if let Err(e) = r.read_exact(payload) {
+        return Next::End(Err(e));
+    }
+    match check {
+        Check::Ok => Next::Run(Job { req }),
+        Check::Error(errno) => Next::Refuse(req, errno),
+        Check::Disconnect(_) => unreachable!(),
+    }
 }
 
 fn errno_of(e: &ArrayError) -> u32 {
@@ -434,50 +489,50 @@ fn errno_of(e: &ArrayError) -> u32 {
     }
 }
 
-/// Runs one request; (error, read data).
-fn execute(a: &Array, job: &Job) -> (u32, Vec<u8>) {
-    let r = &job.req;
+/// Runs one request: `input` is a write's payload, `out` receives a read's
+/// data; returns the NBD error (0 for success). Buffers are page aligned so
+/// O_DIRECT members take them without a bounce copy.
+fn execute(a: &Array, r: &Request, input: &[u8], out: &mut [u8]) -> u32 {
     let res = match r.kind {
-        nbd::CMD_READ => {
-            let mut buf = vec![0u8; r.length as usize];
-            return match a.read(r.offset, &mut buf) {
-                Ok(()) => (0, buf),
-                Err(e) => {
-                    tracing::warn!("nbd read {}+{}: {e}", r.offset, r.length);
-                    (errno_of(&e), Vec::new())
-                }
-            };
-        }
-        nbd::CMD_WRITE => a.write(r.offset, &job.payload),
+        nbd::CMD_READ => a.read(r.offset, out),
+        nbd::CMD_WRITE => a.write(r.offset, input),
         nbd::CMD_FLUSH => a.flush(),
         nbd::CMD_TRIM | nbd::CMD_WRITE_ZEROES => a.write_zeroes(r.offset, r.length as u64),
-        _ => return (nbd::ENOTSUP, Vec::new()),
+        _ => return nbd::ENOTSUP,
     };
     let res = res.and_then(|_| {
-        if r.flags & nbd::CMD_FLAG_FUA != 0 && r.kind != nbd::CMD_FLUSH {
+        if r.flags & nbd::CMD_FLAG_FUA != 0 && r.kind != nbd::CMD_FLUSH && r.kind != nbd::CMD_READ {
             a.flush()
         } else {
             Ok(())
         }
     });
     match res {
-        Ok(()) => (0, Vec::new()),
+        Ok(()) => 0,
         Err(e) => {
             tracing::warn!("nbd command {} at {}+{}: {e}", r.kind, r.offset, r.length);
-            (errno_of(&e), Vec::new())
+            errno_of(&e)
         }
     }
 }
 
-fn reply(w: &Mutex<Box<dyn Conn>>, cookie: u64, err: u32, data: &[u8]) -> io::Result<()> {
+/// Writes one simple reply, header and data in one system call.
+fn reply(w: &Mutex<Box<dyn Conn>>, cookie: u64, err: u32, data: Option<&[u8]>) -> io::Result<()> {
     let mut h = [0u8; 16];
     h[0..4].copy_from_slice(&nbd::SIMPLE_REPLY_MAGIC.to_be_bytes());
     h[4..8].copy_from_slice(&err.to_be_bytes());
     h[8..16].copy_from_slice(&cookie.to_be_bytes());
+    let data = if err == 0 { data.unwrap_or(&[]) } else { &[] };
     let mut w = w.lock().unwrap();
-    w.write_all(&h)?;
-    if err == 0 && !data.is_empty() {
-        w.write_all(data)?;
+    let (mut hd, mut dd) = (&h[..], data);
+    while !hd.is_empty() || !dd.is_empty() {
+        let n = w.write_vectored(&[io::IoSlice::new(hd), io::IoSlice::new(dd)])?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let from_h = n.min(hd.len());
+        hd = &hd[from_h..];
+        dd = &dd[n - from_h..];
     }
     Ok(())
 }

@@ -67,21 +67,25 @@ impl Target for Array {
 /// The bare members as one address space, member after member: every
 /// request goes to exactly one member, as RAID0 would at its best.
 struct Bare(Vec<MemberRef>);
+impl Bare {
+    /// Member and byte offset; a request that would cross a member's end
+    /// is pulled back inside it.
+    fn place(&self, off: u64, len: usize) -> (usize, u64) {
+        let m = (off / MEMBER_DATA) as usize;
+        (m, DATA_OFFSET + (off % MEMBER_DATA).min(MEMBER_DATA - len as u64))
+    }
+}
 impl Target for Bare {
     fn size(&self) -> u64 {
         MEMBER_DATA * self.0.len() as u64
     }
     fn read(&self, off: u64, buf: &mut [u8]) {
-        let m = (off / MEMBER_DATA) as usize;
-        self.0[m]
-            .read_at(buf, DATA_OFFSET + off % MEMBER_DATA)
-            .unwrap()
+        let (m, at) = self.place(off, buf.len());
+        self.0[m].read_at(buf, at).unwrap()
     }
     fn write(&self, off: u64, buf: &[u8]) {
-        let m = (off / MEMBER_DATA) as usize;
-        self.0[m]
-            .write_at(buf, DATA_OFFSET + off % MEMBER_DATA)
-            .unwrap()
+        let (m, at) = self.place(off, buf.len());
+        self.0[m].write_at(buf, at).unwrap()
     }
 }
 

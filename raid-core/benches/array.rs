@@ -72,7 +72,10 @@ impl Bare {
     /// is pulled back inside it.
     fn place(&self, off: u64, len: usize) -> (usize, u64) {
         let m = (off / MEMBER_DATA) as usize;
-        (m, DATA_OFFSET + (off % MEMBER_DATA).min(MEMBER_DATA - len as u64))
+        (
+            m,
+            DATA_OFFSET + (off % MEMBER_DATA).min(MEMBER_DATA - len as u64),
+        )
     }
 }
 impl Target for Bare {

@@ -1,16 +1,16 @@
 //! One function per command: argument checks, then raid-core or the daemon.
 
+use crate::config::Config;
 use crate::daemon::{describe, parse_size, Daemon, DaemonOptions};
 use crate::error::{CliError, Result};
 use crate::inspect::{probe, Content};
 use crate::protocol::{call, Request, Response};
 use crate::registry::{check_name, ArrayRecord, StateDir};
 use crate::status::{self, render, ArrayStatus};
-use crate::{Cli, Command, Format, Parity};
+use crate::{AlertCmd, Cli, Command, Format, Parity};
 use raid_core::array::{Array, CreateOptions};
 use raid_core::layout::Level;
 use raid_core::member::{FileMember, MemberRef};
-use serde::Deserialize;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -122,18 +122,20 @@ pub fn run(cli: Cli) -> Result<()> {
             config,
             exit_when_idle,
         } => {
-            let start = match config {
-                Some(p) => config_starts(&p)?,
-                None => vec![],
-            };
+            let c = Config::load(&st, config.as_deref())?;
             Daemon::run(
                 st,
                 DaemonOptions {
                     exit_when_idle,
-                    start,
+                    start: c.starts(),
+                    alerts: c.alerts,
                 },
             )
         }
+        Command::Events { name } => events(&st, &name, fmt),
+        Command::Alert {
+            what: AlertCmd::Test { config },
+        } => alert_test(&st, config.as_deref()),
         Command::Selftest { width, chunk_kib } => {
             crate::selftest::run(width, chunk_kib * 1024).map_err(CliError::failed)
         }
@@ -322,11 +324,13 @@ fn start(
         nbd,
     };
     if foreground {
+        let alerts = Config::load(st, None)?.alerts;
         return Daemon::run(
             st.clone(),
             DaemonOptions {
                 exit_when_idle: false,
                 start: vec![req],
+                alerts,
             },
         );
     }
@@ -495,35 +499,44 @@ fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
     }
 }
 
-/// The daemon's config file: arrays to start, with their exports.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Config {
-    #[serde(default)]
-    array: Vec<ConfigArray>,
+fn events(st: &StateDir, name: &str, fmt: Format) -> Result<()> {
+    st.load(name)?;
+    let all = crate::eventlog::read(st, name);
+    if fmt == Format::Json {
+        print_json(&all);
+        return Ok(());
+    }
+    if all.is_empty() {
+        println!("no events recorded for '{name}'");
+    }
+    for e in all {
+        print!("{} {:<8} {:<17} {}", e.time, e.severity, e.event, e.message);
+        if let Some(n) = &e.next {
+            print!("  (next: {n})");
+        }
+        println!();
+    }
+    Ok(())
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConfigArray {
-    name: String,
-    #[serde(default)]
-    nbd: Option<String>,
-    #[serde(default)]
-    members: Vec<PathBuf>,
-}
-
-fn config_starts(p: &Path) -> Result<Vec<Request>> {
-    let text = std::fs::read_to_string(p)
-        .map_err(|e| CliError::not_found(format!("cannot read {}: {e}", p.display())))?;
-    let c: Config = toml::from_str(&text)
-        .map_err(|e| CliError::usage(format!("{} is not a valid config: {e}", p.display())))?;
-    Ok(c.array
-        .into_iter()
-        .map(|a| Request::Start {
-            name: a.name,
-            members: a.members,
-            nbd: a.nbd,
-        })
-        .collect())
+fn alert_test(st: &StateDir, config: Option<&Path>) -> Result<()> {
+    let c = Config::load(st, config)?;
+    let a = c.alerts.ok_or_else(|| {
+        CliError::not_found(format!(
+            "no [alerts] section in {}: see docs/alerts.md",
+            config.map(|p| p.display().to_string()).unwrap_or_else(|| st
+                .root
+                .join("raidctl.toml")
+                .display()
+                .to_string())
+        ))
+    })?;
+    let r = crate::eventlog::record_for_test();
+    let (subject, body) = crate::alerts::compose(&[r]);
+    let answer = a.send(&subject, &body)?;
+    println!(
+        "test message sent to {}: server answered {answer}",
+        a.to.join(", ")
+    );
+    Ok(())
 }

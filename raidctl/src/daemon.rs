@@ -36,6 +36,8 @@ struct Served {
     rebuild: Mutex<Option<RebuildRun>>,
     exports: Mutex<Vec<crate::export::Export>>,
     mount: Mutex<Option<crate::fuse::Mounted>>,
+    /// How many of the array's events the daemon has logged and alerted.
+    events_seen: std::sync::atomic::AtomicUsize,
 }
 
 pub struct Daemon {
@@ -43,6 +45,8 @@ pub struct Daemon {
     arrays: Mutex<HashMap<String, Arc<Served>>>,
     term: Arc<AtomicBool>,
     rebuild_opts: RebuildOptions,
+    alerts: Option<crate::alerts::AlertConfig>,
+    alert_seq: std::sync::atomic::AtomicU64,
 }
 
 /// How the daemon runs.
@@ -52,6 +56,8 @@ pub struct DaemonOptions {
     pub exit_when_idle: bool,
     /// Arrays to start at once (from --foreground or a config file).
     pub start: Vec<Request>,
+    /// Where alerts go; None: events are logged only.
+    pub alerts: Option<crate::alerts::AlertConfig>,
 }
 
 impl Daemon {
@@ -89,6 +95,14 @@ impl Daemon {
                 rate_limit: rate,
                 ..Default::default()
             },
+            alerts: opts.alerts.clone(),
+            alert_seq: std::sync::atomic::AtomicU64::new(0),
+        });
+        let sender_stop = Arc::new(AtomicBool::new(false));
+        let sender = d.alerts.clone().map(|cfg| {
+            let (st, stop) = (d.state.clone(), sender_stop.clone());
+            tracing::info!(?cfg, "alerts enabled");
+            std::thread::spawn(move || crate::alerts::sender(st, cfg, stop))
         });
         tracing::info!(socket = %sock.display(), pid = std::process::id(), "daemon listening");
         for req in opts.start {
@@ -133,6 +147,19 @@ impl Daemon {
             tracing::info!("signal received: stopping every array cleanly");
         }
         d.shutdown();
+        d.process_events();
+        // Give queued alerts a moment to go out; what does not stays queued
+        // for the next start.
+        if let Some(cfg) = &d.alerts {
+            let until = Instant::now() + Duration::from_secs(cfg.coalesce_seconds + 5);
+            while !crate::alerts::queue_is_empty(&d.state) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        sender_stop.store(true, Ordering::Release);
+        if let Some(s) = sender {
+            let _ = s.join();
+        }
         remove_own_socket(&sock, own_ino);
         Ok(())
     }
@@ -296,6 +323,7 @@ impl Daemon {
             rebuild: Mutex::new(None),
             exports: Mutex::new(exports),
             mount: Mutex::new(None),
+            events_seen: std::sync::atomic::AtomicUsize::new(0),
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
@@ -328,6 +356,7 @@ impl Daemon {
             let _ = run.handle.join();
         }
         served.array.close()?;
+        self.process_events_of(&served);
         self.arrays.lock().remove(name);
         Ok(format!("array '{name}' stopped (flushed, marked clean)"))
     }
@@ -523,10 +552,51 @@ impl Daemon {
         });
     }
 
-    /// Every quarter second: a failed slot with a spare at hand gets the
-    /// spare; a rebuilding slot gets a rebuild thread.
+    /// Logs every new event of every array, queues the alert-worthy ones
+    /// and runs the hook.
+    fn process_events(&self) {
+        let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
+        for s in arrays {
+            self.process_events_of(&s);
+        }
+    }
+
+    fn process_events_of(&self, s: &Served) {
+        let log = s.array.event_log();
+        let seen = s.events_seen.swap(log.len(), Ordering::AcqRel);
+        for (t, ev) in log.iter().skip(seen) {
+            let unix = t
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            let members = s.record.lock().members.clone();
+            let r = crate::eventlog::record_of(&s.array, ev, unix, &members);
+            if let Err(e) = crate::eventlog::append(&self.state, &r) {
+                tracing::error!("event log: {e}");
+            }
+            if let Some(cfg) = &self.alerts {
+                let min = cfg
+                    .min_severity()
+                    .unwrap_or(raid_core::array::Severity::Warning);
+                if ev.severity() >= min {
+                    let seq = self.alert_seq.fetch_add(1, Ordering::Relaxed);
+                    if let Err(e) = crate::alerts::enqueue(&self.state, &r, seq) {
+                        tracing::error!("alert queue: {e}");
+                    }
+                }
+                if let Some(hook) = cfg.hook.clone() {
+                    std::thread::spawn(move || crate::alerts::run_hook(&hook, &r));
+                }
+            }
+        }
+    }
+
+    /// Every quarter second: new events are logged and alerted; a failed
+    /// slot with a spare at hand gets the spare; a rebuilding slot gets a
+    /// rebuild thread.
     fn monitor(&self) {
         while !self.term.load(Ordering::Acquire) {
+            self.process_events();
             let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
             for s in arrays {
                 let idle = s

@@ -2,9 +2,12 @@
 //! that serves arrays. No RAID logic lives here: commands parse arguments,
 //! call the libraries or the daemon, and print.
 
+mod alerts;
 mod commands;
+mod config;
 mod daemon;
 mod error;
+mod eventlog;
 mod export;
 mod fuse;
 mod inspect;
@@ -128,6 +131,13 @@ pub enum Command {
         #[arg(long, default_value_t = 3600)]
         timeout: u64,
     },
+    /// The array's event log (failures, rebuilds, ...), oldest first.
+    Events { name: String },
+    /// Email alerts.
+    Alert {
+        #[command(subcommand)]
+        what: AlertCmd,
+    },
     /// Run the daemon in the foreground (what `start` spawns; for systemd).
     Daemon {
         /// TOML file declaring arrays to start and their exports.
@@ -145,6 +155,17 @@ pub enum Command {
         /// Chunk size in KiB.
         #[arg(long, default_value_t = 64)]
         chunk_kib: usize,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum AlertCmd {
+    /// Send a test message with the configured settings and print the
+    /// server's answer.
+    Test {
+        /// Config file [default: STATE_DIR/raidctl.toml].
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
 }
 

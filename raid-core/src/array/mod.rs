@@ -7,12 +7,14 @@
 //! completed before the flush began is durable on every in-sync member.
 
 mod assemble;
+mod events;
 mod locks;
 mod mirror_io;
 mod parity_io;
 mod rebuild;
 
 pub use assemble::Assembly;
+pub use events::{ArrayEvent, Severity};
 pub use rebuild::{RebuildEnd, RebuildOptions};
 
 use crate::layout::{Geometry, GeometryError, Level};
@@ -76,36 +78,6 @@ impl ArrayState {
             ArrayState::Failed => "failed",
         }
     }
-}
-
-/// Something that happened to the array, for logs and alerts.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ArrayEvent {
-    MemberFailed {
-        slot: usize,
-        member: String,
-        reason: String,
-    },
-    MemberMissing {
-        slot: usize,
-    },
-    ArrayDegraded,
-    ArrayFailed,
-    RebuildStarted {
-        slot: usize,
-        member: String,
-    },
-    RebuildFinished {
-        slot: usize,
-    },
-    RebuildFailed {
-        slot: usize,
-        reason: String,
-    },
-    SpareActivated {
-        slot: usize,
-        member: String,
-    },
 }
 
 /// A slot: one position of the layout, and the member in it.

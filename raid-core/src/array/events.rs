@@ -1,0 +1,167 @@
+//! What happens to an array, with a severity: logged with tracing, kept in
+//! the array's event log, and turned into alerts by the daemon.
+
+use std::fmt;
+
+/// How urgent an event is. Ordered: Info < Warning < Critical.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Severity> {
+        [Severity::Info, Severity::Warning, Severity::Critical]
+            .into_iter()
+            .find(|v| v.name() == s)
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Something that happened to the array.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArrayEvent {
+    MemberFailed {
+        slot: usize,
+        member: String,
+        reason: String,
+    },
+    MemberMissing {
+        slot: usize,
+    },
+    ArrayDegraded,
+    ArrayFailed,
+    RebuildStarted {
+        slot: usize,
+        member: String,
+    },
+    RebuildFinished {
+        slot: usize,
+    },
+    RebuildFailed {
+        slot: usize,
+        reason: String,
+    },
+    SpareActivated {
+        slot: usize,
+        member: String,
+    },
+    ScrubMismatch {
+        stripe: u64,
+        slot: usize,
+    },
+    /// `raidctl alert test`.
+    Test,
+}
+
+impl ArrayEvent {
+    pub fn severity(&self) -> Severity {
+        match self {
+            ArrayEvent::MemberFailed { .. }
+            | ArrayEvent::ArrayDegraded
+            | ArrayEvent::ArrayFailed
+            | ArrayEvent::RebuildFailed { .. } => Severity::Critical,
+            ArrayEvent::MemberMissing { .. }
+            | ArrayEvent::SpareActivated { .. }
+            | ArrayEvent::ScrubMismatch { .. } => Severity::Warning,
+            ArrayEvent::RebuildStarted { .. }
+            | ArrayEvent::RebuildFinished { .. }
+            | ArrayEvent::Test => Severity::Info,
+        }
+    }
+
+    /// A stable machine name ("member_failed").
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ArrayEvent::MemberFailed { .. } => "member_failed",
+            ArrayEvent::MemberMissing { .. } => "member_missing",
+            ArrayEvent::ArrayDegraded => "array_degraded",
+            ArrayEvent::ArrayFailed => "array_failed",
+            ArrayEvent::RebuildStarted { .. } => "rebuild_started",
+            ArrayEvent::RebuildFinished { .. } => "rebuild_finished",
+            ArrayEvent::RebuildFailed { .. } => "rebuild_failed",
+            ArrayEvent::SpareActivated { .. } => "spare_activated",
+            ArrayEvent::ScrubMismatch { .. } => "scrub_mismatch",
+            ArrayEvent::Test => "test",
+        }
+    }
+
+    /// The slot the event is about, if any.
+    pub fn slot(&self) -> Option<usize> {
+        match self {
+            ArrayEvent::MemberFailed { slot, .. }
+            | ArrayEvent::MemberMissing { slot }
+            | ArrayEvent::RebuildStarted { slot, .. }
+            | ArrayEvent::RebuildFinished { slot }
+            | ArrayEvent::RebuildFailed { slot, .. }
+            | ArrayEvent::SpareActivated { slot, .. }
+            | ArrayEvent::ScrubMismatch { slot, .. } => Some(*slot),
+            _ => None,
+        }
+    }
+
+    /// One line for people.
+    pub fn describe(&self) -> String {
+        match self {
+            ArrayEvent::MemberFailed {
+                slot,
+                member,
+                reason,
+            } => format!("member {member} (slot {slot}) failed: {reason}"),
+            ArrayEvent::MemberMissing { slot } => {
+                format!("the member of slot {slot} was missing at start")
+            }
+            ArrayEvent::ArrayDegraded => {
+                "the array is degraded: it runs with less redundancy".into()
+            }
+            ArrayEvent::ArrayFailed => {
+                "the array has failed: more members are lost than its level tolerates".into()
+            }
+            ArrayEvent::RebuildStarted { slot, member } => {
+                format!("rebuild of slot {slot} onto {member} started")
+            }
+            ArrayEvent::RebuildFinished { slot } => format!("rebuild of slot {slot} finished"),
+            ArrayEvent::RebuildFailed { slot, reason } => {
+                format!("rebuild of slot {slot} failed: {reason}")
+            }
+            ArrayEvent::SpareActivated { slot, member } => {
+                format!("spare {member} took slot {slot}")
+            }
+            ArrayEvent::ScrubMismatch { stripe, slot } => {
+                format!("scrub found a mismatch in stripe {stripe}, slot {slot}")
+            }
+            ArrayEvent::Test => "test message".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn severities_order_and_names() {
+        assert!(Severity::Info < Severity::Warning && Severity::Warning < Severity::Critical);
+        assert_eq!(Severity::from_name("warning"), Some(Severity::Warning));
+        assert_eq!(ArrayEvent::ArrayFailed.severity(), Severity::Critical);
+        assert_eq!(
+            ArrayEvent::MemberMissing { slot: 2 }.kind(),
+            "member_missing"
+        );
+    }
+}

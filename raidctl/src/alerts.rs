@@ -1,0 +1,377 @@
+//! Alerts: email straight to an SMTP server (no local MTA), through an
+//! on-disk queue that survives a down server and a daemon restart, plus an
+//! optional program hook per event (like mdadm's PROGRAM).
+//!
+//! Delivery: each event worth alerting is written to STATE_DIR/alerts/queue
+//! before anything is sent. A sender thread waits a short coalescing window,
+//! then mails all queued events of an array in one message (a flapping member
+//! makes one message, not a storm) and deletes them once the server accepted
+//! it; on failure it retries with exponential backoff. A crash between the
+//! server's acceptance and the deletion can repeat one message; nothing is
+//! dropped.
+
+use crate::error::{CliError, Result};
+use crate::eventlog::EventRecord;
+use crate::registry::StateDir;
+use lettre::message::header::ContentType;
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
+use lettre::{Message, SmtpTransport, Transport};
+use raid_core::array::Severity;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How to reach the SMTP server.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Security {
+    /// Plain connection upgraded with STARTTLS; refuses if the server cannot.
+    Starttls,
+    /// TLS from the first byte (port 465).
+    Tls,
+    /// No encryption at all: only when asked for.
+    Plain,
+}
+
+/// The `[alerts]` section of the config file.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertConfig {
+    pub smtp_host: String,
+    pub smtp_port: Option<u16>,
+    pub security: Security,
+    pub username: Option<String>,
+    /// A file holding the SMTP password (first line).
+    pub password_file: Option<PathBuf>,
+    /// Or an environment variable holding it.
+    pub password_env: Option<String>,
+    /// Extra trusted root certificate (PEM), for a server with its own CA.
+    pub ca_file: Option<PathBuf>,
+    pub from: String,
+    pub to: Vec<String>,
+    #[serde(default = "default_min")]
+    pub min_severity: String,
+    /// A program run for every event, with the details in its environment.
+    pub hook: Option<PathBuf>,
+    /// Seconds to gather events into one message.
+    #[serde(default = "default_coalesce")]
+    pub coalesce_seconds: u64,
+}
+
+fn default_min() -> String {
+    "warning".into()
+}
+fn default_coalesce() -> u64 {
+    2
+}
+
+// The password never appears in logs, status or JSON: Debug shows where it
+// comes from, not what it is.
+impl std::fmt::Debug for AlertConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlertConfig")
+            .field("smtp_host", &self.smtp_host)
+            .field("smtp_port", &self.smtp_port)
+            .field("security", &self.security)
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .field("to", &self.to)
+            .finish()
+    }
+}
+
+impl AlertConfig {
+    pub fn min_severity(&self) -> Result<Severity> {
+        Severity::from_name(&self.min_severity).ok_or_else(|| {
+            CliError::usage(format!(
+                "min_severity '{}' is not info, warning or critical",
+                self.min_severity
+            ))
+        })
+    }
+
+    fn port(&self) -> u16 {
+        self.smtp_port.unwrap_or(match self.security {
+            Security::Starttls => 587,
+            Security::Tls => 465,
+            Security::Plain => 25,
+        })
+    }
+
+    fn password(&self) -> Result<Option<String>> {
+        if let Some(p) = &self.password_file {
+            let text = std::fs::read_to_string(p).map_err(|e| {
+                CliError::not_found(format!("cannot read password_file {}: {e}", p.display()))
+            })?;
+            return Ok(Some(text.lines().next().unwrap_or("").to_string()));
+        }
+        if let Some(v) = &self.password_env {
+            return std::env::var(v).map(Some).map_err(|_| {
+                CliError::not_found(format!("password_env names ${v}, which is not set"))
+            });
+        }
+        Ok(None)
+    }
+
+    fn transport(&self) -> Result<SmtpTransport> {
+        let tls_params = || -> Result<TlsParameters> {
+            let mut b = TlsParameters::builder(self.smtp_host.clone());
+            if let Some(ca) = &self.ca_file {
+                let pem = std::fs::read(ca).map_err(|e| {
+                    CliError::not_found(format!("cannot read ca_file {}: {e}", ca.display()))
+                })?;
+                let cert = Certificate::from_pem(&pem).map_err(|e| {
+                    CliError::usage(format!(
+                        "ca_file {} is not a PEM certificate: {e}",
+                        ca.display()
+                    ))
+                })?;
+                b = b.add_root_certificate(cert);
+            }
+            b.build_rustls()
+                .map_err(|e| CliError::failed(format!("TLS setup: {e}")))
+        };
+        let tls = match self.security {
+            Security::Plain => Tls::None,
+            Security::Starttls => Tls::Required(tls_params()?),
+            Security::Tls => Tls::Wrapper(tls_params()?),
+        };
+        let mut t = SmtpTransport::builder_dangerous(&self.smtp_host)
+            .port(self.port())
+            .tls(tls)
+            .timeout(Some(Duration::from_secs(20)));
+        if let Some(user) = &self.username {
+            let pw = self.password()?.ok_or_else(|| {
+                CliError::usage("username is set but neither password_file nor password_env is: say where the password is")
+            })?;
+            t = t.credentials(Credentials::new(user.clone(), pw));
+        }
+        Ok(t.build())
+    }
+
+    /// Sends one message; returns the server's answer.
+    pub fn send(&self, subject: &str, body: &str) -> Result<String> {
+        let from = self
+            .from
+            .parse()
+            .map_err(|e| CliError::usage(format!("from address '{}': {e}", self.from)))?;
+        let mut b = Message::builder()
+            .from(from)
+            .subject(subject)
+            .header(ContentType::TEXT_PLAIN);
+        if self.to.is_empty() {
+            return Err(CliError::usage(
+                "alerts have no recipient: set to = [\"ops@example.com\"]",
+            ));
+        }
+        for t in &self.to {
+            b = b.to(t
+                .parse()
+                .map_err(|e| CliError::usage(format!("recipient '{t}': {e}")))?);
+        }
+        let msg = b
+            .body(body.to_string())
+            .map_err(|e| CliError::failed(format!("building the message: {e}")))?;
+        let t = self.transport()?;
+        match t.send(&msg) {
+            Ok(r) => Ok(format!(
+                "{} {}",
+                r.code(),
+                r.message().collect::<Vec<_>>().join(" ")
+            )),
+            Err(e) => Err(CliError::failed(explain(&e, self))),
+        }
+    }
+}
+
+/// Turns lettre's error into what the operator should check.
+fn explain(e: &lettre::transport::smtp::Error, c: &AlertConfig) -> String {
+    let text = e.to_string();
+    let server = format!("{}:{}", c.smtp_host, c.port());
+    if e.is_permanent() && (text.contains("535") || text.to_lowercase().contains("auth")) {
+        return format!(
+            "SMTP server {server} refused the login for user '{}': {text} (check the password in {})",
+            c.username.as_deref().unwrap_or(""),
+            c.password_file.as_ref().map(|p| p.display().to_string()).or(c.password_env.as_ref().map(|v| format!("${v}"))).unwrap_or_default()
+        );
+    }
+    if e.is_permanent() || e.is_transient() {
+        return format!("SMTP server {server} refused the message: {text}");
+    }
+    format!("cannot deliver through {server} ({:?}): {text}", c.security)
+}
+
+/// The subject and body of a message about some events of one array.
+pub fn compose(events: &[EventRecord]) -> (String, String) {
+    // The subject names the first of the most severe events.
+    let top = events
+        .iter()
+        .filter_map(|e| Severity::from_name(&e.severity))
+        .max();
+    let first = events
+        .iter()
+        .find(|e| Severity::from_name(&e.severity) == top)
+        .unwrap_or(&events[0]);
+    let more = if events.len() > 1 {
+        format!(" (+{} more)", events.len() - 1)
+    } else {
+        String::new()
+    };
+    let subject = format!(
+        "[raidctl] {} array {}: {} ({}){more}",
+        first.host,
+        first.array,
+        first.event.replace('_', " "),
+        first.severity
+    );
+    let mut body = format!(
+        "Host: {}\nArray: {}\nArray state: {}\n\n",
+        first.host,
+        first.array,
+        events.last().map(|e| e.array_state.as_str()).unwrap_or("")
+    );
+    for e in events {
+        body.push_str(&format!(
+            "{} [{}] {}: {}\n",
+            e.time, e.severity, e.event, e.message
+        ));
+        if let Some(m) = &e.member {
+            body.push_str(&format!("  member: {m}\n"));
+        }
+        if let Some(u) = &e.member_uuid {
+            body.push_str(&format!("  member uuid: {u}\n"));
+        }
+        if let Some(s) = &e.member_serial {
+            body.push_str(&format!("  serial: {s}\n"));
+        }
+        if let Some(n) = &e.next {
+            body.push_str(&format!("  next: {n}\n"));
+        }
+    }
+    body.push_str("\n-- raidctl\n");
+    (subject, body)
+}
+
+fn queue_dir(st: &StateDir) -> PathBuf {
+    st.root.join("alerts").join("queue")
+}
+
+/// Puts an event in the outgoing queue (durably, before any send).
+pub fn enqueue(st: &StateDir, r: &EventRecord, seq: u64) -> Result<()> {
+    let dir = queue_dir(st);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| CliError::failed(format!("{}: {e}", dir.display())))?;
+    let p = dir.join(format!("{:020}-{seq:06}.json", r.unix));
+    let tmp = p.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec(r).unwrap())
+        .and_then(|_| std::fs::rename(&tmp, &p))
+        .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))
+}
+
+/// Runs the hook for one event, details in the environment.
+pub fn run_hook(hook: &Path, r: &EventRecord) {
+    let mut c = std::process::Command::new(hook);
+    c.env("RAIDCTL_EVENT", &r.event)
+        .env("RAIDCTL_SEVERITY", &r.severity)
+        .env("RAIDCTL_ARRAY", &r.array)
+        .env("RAIDCTL_ARRAY_STATE", &r.array_state)
+        .env("RAIDCTL_MESSAGE", &r.message)
+        .env("RAIDCTL_TIME", &r.time)
+        .env("RAIDCTL_MEMBER", r.member.as_deref().unwrap_or(""))
+        .env(
+            "RAIDCTL_MEMBER_UUID",
+            r.member_uuid.as_deref().unwrap_or(""),
+        )
+        .env("RAIDCTL_NEXT", r.next.as_deref().unwrap_or(""))
+        .stdin(std::process::Stdio::null());
+    match c.status() {
+        Ok(s) if s.success() => {}
+        Ok(s) => tracing::warn!(hook = %hook.display(), "event hook exited with {s}"),
+        Err(e) => tracing::warn!(hook = %hook.display(), "event hook could not run: {e}"),
+    }
+}
+
+/// Whether alerts are still waiting to go out.
+pub fn queue_is_empty(st: &StateDir) -> bool {
+    std::fs::read_dir(queue_dir(st))
+        .map(|d| {
+            !d.flatten()
+                .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+        })
+        .unwrap_or(true)
+}
+
+/// The sender: drains the queue until `stop`, with backoff on failure.
+pub fn sender(st: StateDir, cfg: AlertConfig, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::Ordering;
+    let mut backoff = Duration::from_secs(1);
+    let mut next_try = Instant::now();
+    let window = Duration::from_secs(cfg.coalesce_seconds);
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(200));
+        if Instant::now() < next_try {
+            continue;
+        }
+        let mut files: Vec<PathBuf> = std::fs::read_dir(queue_dir(&st))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        if files.is_empty() {
+            continue;
+        }
+        files.sort();
+        let events: Vec<(PathBuf, EventRecord)> = files
+            .into_iter()
+            .filter_map(|p| {
+                let r = std::fs::read(&p).ok().and_then(|b| serde_json::from_slice(&b).ok());
+                if r.is_none() {
+                    tracing::error!(file = %p.display(), "unreadable queued alert; moving it aside");
+                    let _ = std::fs::rename(&p, p.with_extension("bad"));
+                }
+                r.map(|r| (p, r))
+            })
+            .collect();
+        // Wait for the coalescing window after the oldest event.
+        let oldest = events.iter().map(|(_, r)| r.unix).min().unwrap_or(0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        if now < oldest + window.as_secs() {
+            continue;
+        }
+        let mut arrays: Vec<String> = events.iter().map(|(_, r)| r.array.clone()).collect();
+        arrays.dedup();
+        arrays.sort();
+        arrays.dedup();
+        let mut failed = false;
+        for a in arrays {
+            let batch: Vec<&(PathBuf, EventRecord)> =
+                events.iter().filter(|(_, r)| r.array == a).collect();
+            let records: Vec<EventRecord> = batch.iter().map(|(_, r)| r.clone()).collect();
+            let (subject, body) = compose(&records);
+            match cfg.send(&subject, &body) {
+                Ok(answer) => {
+                    tracing::info!(array = %a, events = records.len(), "alert sent: {answer}");
+                    for (p, _) in batch {
+                        let _ = std::fs::remove_file(p);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(array = %a, "alert not sent, will retry in {backoff:?}: {e}");
+                    failed = true;
+                }
+            }
+        }
+        if failed {
+            next_try = Instant::now() + backoff;
+            backoff = (backoff * 2).min(Duration::from_secs(60));
+        } else {
+            backoff = Duration::from_secs(1);
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! The daemon's config file (TOML): arrays to start with their exports, and
+//! alert settings. `raidctl daemon --config FILE`; a daemon started on
+//! demand by `raidctl start` reads STATE_DIR/raidctl.toml when it exists.
+
+use crate::alerts::AlertConfig;
+use crate::error::{CliError, Result};
+use crate::protocol::Request;
+use crate::registry::StateDir;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub array: Vec<ConfigArray>,
+    pub alerts: Option<AlertConfig>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigArray {
+    pub name: String,
+    #[serde(default)]
+    pub nbd: Option<String>,
+    /// Only to import an array not yet recorded.
+    #[serde(default)]
+    pub members: Vec<PathBuf>,
+}
+
+impl Config {
+    /// The file named, else STATE_DIR/raidctl.toml if present, else empty.
+    pub fn load(st: &StateDir, path: Option<&Path>) -> Result<Config> {
+        let default = st.root.join("raidctl.toml");
+        let p = match path {
+            Some(p) => p.to_path_buf(),
+            None if default.exists() => default,
+            None => return Ok(Config::default()),
+        };
+        let text = std::fs::read_to_string(&p)
+            .map_err(|e| CliError::not_found(format!("cannot read {}: {e}", p.display())))?;
+        let c: Config = toml::from_str(&text)
+            .map_err(|e| CliError::usage(format!("{} is not a valid config: {e}", p.display())))?;
+        if let Some(a) = &c.alerts {
+            a.min_severity()?;
+        }
+        Ok(c)
+    }
+
+    pub fn starts(&self) -> Vec<Request> {
+        self.array
+            .iter()
+            .map(|a| Request::Start {
+                name: a.name.clone(),
+                members: a.members.clone(),
+                nbd: a.nbd.clone(),
+            })
+            .collect()
+    }
+}

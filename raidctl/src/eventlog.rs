@@ -1,0 +1,201 @@
+//! The persistent per-array event log: one JSON object per line in
+//! STATE_DIR/events/NAME.jsonl, appended by the daemon, read by
+//! `raidctl events` (with or without a daemon).
+
+use crate::error::{CliError, Result};
+use crate::registry::StateDir;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+
+/// One event as logged, mailed and handed to the hook.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EventRecord {
+    /// RFC 3339, UTC.
+    pub time: String,
+    pub unix: u64,
+    pub host: String,
+    pub array: String,
+    /// member_failed, array_degraded, ... (see docs/alerts.md).
+    pub event: String,
+    /// info, warning or critical.
+    pub severity: String,
+    pub message: String,
+    /// The array's state when the event was recorded.
+    pub array_state: String,
+    pub slot: Option<usize>,
+    pub member: Option<String>,
+    pub member_uuid: Option<String>,
+    pub member_serial: Option<String>,
+    /// The command to run next, when there is an obvious one.
+    pub next: Option<String>,
+}
+
+fn path(st: &StateDir, array: &str) -> std::path::PathBuf {
+    st.root.join("events").join(format!("{array}.jsonl"))
+}
+
+pub fn append(st: &StateDir, r: &EventRecord) -> Result<()> {
+    let p = path(st, &r.array);
+    std::fs::create_dir_all(p.parent().unwrap())
+        .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&p)
+        .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))?;
+    let line = serde_json::to_string(r).expect("event serialises");
+    f.write_all(format!("{line}\n").as_bytes())
+        .and_then(|_| f.sync_data())
+        .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))
+}
+
+pub fn read(st: &StateDir, array: &str) -> Vec<EventRecord> {
+    std::fs::read_to_string(path(st, array))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The record of `raidctl alert test`.
+pub fn record_for_test() -> EventRecord {
+    let unix = now();
+    EventRecord {
+        time: rfc3339(unix),
+        unix,
+        host: hostname(),
+        array: "(test)".into(),
+        event: "test".into(),
+        severity: "info".into(),
+        message: "test message from raidctl alert test: alerts reach you".into(),
+        array_state: "-".into(),
+        slot: None,
+        member: None,
+        member_uuid: None,
+        member_serial: None,
+        next: None,
+    }
+}
+
+/// The record of an array event, with the member's details and the
+/// command to run next.
+pub fn record_of(
+    a: &raid_core::array::Array,
+    ev: &raid_core::array::ArrayEvent,
+    unix: u64,
+    record_members: &[std::path::PathBuf],
+) -> EventRecord {
+    use raid_core::array::ArrayEvent as E;
+    let slots = a.slots();
+    let slot = ev.slot();
+    let s = slot.and_then(|i| slots.get(i));
+    let member = match ev {
+        E::MemberFailed { member, .. }
+        | E::RebuildStarted { member, .. }
+        | E::SpareActivated { member, .. } => Some(member.clone()),
+        _ => s.and_then(|s| s.member.clone()).or_else(|| {
+            slot.and_then(|i| record_members.get(i))
+                .map(|p| p.display().to_string())
+        }),
+    };
+    let name = a.name();
+    let next = match ev {
+        E::MemberFailed { member, .. } => {
+            Some(format!("raidctl replace {name} {member} NEW_DEVICE"))
+        }
+        E::MemberMissing { .. } => member
+            .as_ref()
+            .map(|m| format!("reconnect {m}, or raidctl replace {name} {m} NEW_DEVICE")),
+        E::ArrayFailed => Some(format!(
+            "bring the lost members back, then raidctl start {name}; do not write to it"
+        )),
+        E::RebuildFailed { .. } => member
+            .as_ref()
+            .map(|m| format!("check {m}; raidctl replace {name} {m} NEW_DEVICE")),
+        _ => None,
+    };
+    EventRecord {
+        time: rfc3339(unix),
+        unix,
+        host: hostname(),
+        array: name.to_string(),
+        event: ev.kind().into(),
+        severity: ev.severity().name().into(),
+        message: ev.describe(),
+        array_state: a.state().name().into(),
+        slot,
+        member_uuid: s.map(|s| s.uuid.to_string()),
+        member_serial: member.as_deref().and_then(serial_of),
+        member,
+        next,
+    }
+}
+
+/// Seconds since the epoch as RFC 3339 UTC (no time-zone database needed).
+pub fn rfc3339(unix: u64) -> String {
+    let days = (unix / 86400) as i64;
+    let secs = unix % 86400;
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// The serial number of a block device, from sysfs; None for files.
+pub fn serial_of(path: &str) -> Option<String> {
+    let real = std::fs::canonicalize(path).ok()?;
+    let name = real.file_name()?.to_str()?.to_string();
+    if !real.starts_with("/dev") {
+        return None;
+    }
+    for p in [
+        format!("/sys/class/block/{name}/device/serial"),
+        format!("/sys/class/block/{name}/serial"),
+    ] {
+        if let Ok(s) = std::fs::read_to_string(p) {
+            let s = s.trim().to_string();
+            if !s.is_empty() {
+                return Some(s);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_known_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_796_008_845), "2026-11-30T03:20:45Z");
+    }
+}

@@ -1,0 +1,304 @@
+//! Alerts against a real SMTP server on loopback (Debian's python3-aiosmtpd,
+//! started by the test): a member failure arrives as one message with the
+//! fields an operator needs; a server that is down then up gets the alert
+//! exactly once; STARTTLS with a self-signed certificate; a wrong password
+//! is a clear error that does not show the password.
+
+use raid_e2e::World;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+/// The SMTP sink; killed on drop.
+struct Sink {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Sink {
+    fn start(port: u16, dir: &Path, extra: &[&str]) -> Sink {
+        std::fs::create_dir_all(dir).unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("support/smtp_sink.py");
+        // Debian's interpreter: python3-aiosmtpd is installed for it.
+        let mut child = Command::new("/usr/bin/python3")
+            .arg(script)
+            .arg(port.to_string())
+            .arg(dir)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("/usr/bin/python3 with python3-aiosmtpd (scripts/install-test-deps.sh)");
+        let mut out = child.stdout.take().unwrap();
+        let mut buf = [0u8; 6];
+        use std::io::Read;
+        out.read_exact(&mut buf)
+            .expect("the SMTP sink did not start: is python3-aiosmtpd installed?");
+        assert_eq!(&buf, b"ready\n");
+        Sink {
+            child,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn messages(&self) -> Vec<String> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "eml"))
+            .collect();
+        v.sort();
+        v.iter()
+            .map(|p| unfold(&std::fs::read_to_string(p).unwrap()))
+            .collect()
+    }
+
+    fn wait_for(&self, n: usize, secs: u64) -> Vec<String> {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(secs) {
+            let m = self.messages();
+            if m.len() >= n {
+                return m;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.messages()
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Undoes quoted-printable soft line breaks and =3D.
+fn unfold(s: &str) -> String {
+    s.replace("=\r\n", "")
+        .replace("=\n", "")
+        .replace("=3D", "=")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn write_config(w: &World, port: u16, extra: &str) {
+    std::fs::create_dir_all(w.state()).unwrap();
+    std::fs::write(
+        w.state().join("raidctl.toml"),
+        format!(
+            "[alerts]\nsmtp_host = \"127.0.0.1\"\nsmtp_port = {port}\nfrom = \"raid@localhost\"\nto = [\"ops@example.com\", \"oncall@example.com\"]\ncoalesce_seconds = 1\n{extra}"
+        ),
+    )
+    .unwrap();
+}
+
+fn array(w: &World, name: &str) -> Vec<PathBuf> {
+    let m: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("{name}{i}.img"), 32 * MIB))
+        .collect();
+    let p: Vec<&str> = m.iter().map(|p| p.to_str().unwrap()).collect();
+    w.ok(&["create", name, "--level", "5", p[0], p[1], p[2]]);
+    m
+}
+
+#[test]
+fn member_failure_arrives_as_one_message_with_what_to_do() {
+    let w = World::new("mail");
+    let port = free_port();
+    let sink = Sink::start(port, &w.dir.join("mail"), &[]);
+    // A hook that appends what it is told to a file.
+    let hook = w.dir.join("hook.sh");
+    let hook_out = w.dir.join("hook.out");
+    std::fs::write(&hook, format!("#!/bin/sh\necho \"$RAIDCTL_EVENT $RAIDCTL_SEVERITY $RAIDCTL_ARRAY $RAIDCTL_MEMBER\" >> {}\n", hook_out.display())).unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    write_config(
+        &w,
+        port,
+        &format!("security = \"plain\"\nhook = \"{}\"\n", hook.display()),
+    );
+    let m = array(&w, "mailarr");
+    w.ok(&["start", "mailarr"]);
+    let victim = m[1].to_str().unwrap();
+    w.ok(&["fail", "mailarr", victim]);
+    let msgs = sink.wait_for(1, 30);
+    assert_eq!(
+        msgs.len(),
+        1,
+        "member failure + degraded should coalesce into one message: {msgs:#?}"
+    );
+    let msg = &msgs[0];
+    let subject = msg.lines().find(|l| l.starts_with("Subject:")).unwrap();
+    assert!(
+        subject.contains("array mailarr")
+            && subject.contains("member failed")
+            && subject.contains("critical"),
+        "{subject}"
+    );
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert!(
+        subject.contains(host.trim()),
+        "subject lacks the host: {subject}"
+    );
+    assert!(
+        msg.contains("To: ops@example.com, oncall@example.com"),
+        "{msg}"
+    );
+    assert!(msg.contains(&format!("member: {victim}")), "{msg}");
+    assert!(msg.contains("member uuid: "), "{msg}");
+    assert!(msg.contains("Array state: degraded"), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "next: raidctl replace mailarr {victim} NEW_DEVICE"
+        )),
+        "{msg}"
+    );
+    assert!(msg.contains("array_degraded"), "{msg}");
+    // The event log has them too.
+    let ev: serde_json::Value =
+        serde_json::from_str(&w.ok(&["events", "mailarr", "--format", "json"])).unwrap();
+    let kinds: Vec<&str> = ev
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"member_failed") && kinds.contains(&"array_degraded"),
+        "{kinds:?}"
+    );
+    let hooked = std::fs::read_to_string(&hook_out).unwrap_or_default();
+    assert!(
+        hooked.contains(&format!("member_failed critical mailarr {victim}")),
+        "hook saw: {hooked}"
+    );
+    w.ok(&["stop", "mailarr"]);
+}
+
+#[test]
+fn server_down_then_up_delivers_exactly_once() {
+    let w = World::new("retry");
+    let port = free_port();
+    write_config(&w, port, "security = \"plain\"\n");
+    let m = array(&w, "retryarr");
+    w.ok(&["start", "retryarr"]);
+    w.ok(&["fail", "retryarr", m[0].to_str().unwrap()]);
+    // Nobody listens yet: the alert waits in the queue.
+    std::thread::sleep(Duration::from_secs(3));
+    let queued = std::fs::read_dir(w.state().join("alerts/queue"))
+        .unwrap()
+        .count();
+    assert!(queued >= 1, "the alert is not queued");
+    let sink = Sink::start(port, &w.dir.join("mail"), &[]);
+    let msgs = sink.wait_for(1, 60);
+    assert_eq!(msgs.len(), 1);
+    // And no second copy comes later.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(sink.messages().len(), 1, "delivered more than once");
+    assert!(msgs[0].contains("member failed"));
+    w.ok(&["stop", "retryarr"]);
+}
+
+#[test]
+fn starttls_with_a_self_signed_certificate() {
+    let w = World::new("tls");
+    let (cert, key) = (w.dir.join("cert.pem"), w.dir.join("key.pem"));
+    let o = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+        ])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
+        // A server certificate, not a CA: rustls refuses a CA certificate
+        // presented as the server's own.
+        .args([
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+            "-addext",
+            "extendedKeyUsage=serverAuth",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let port = free_port();
+    let sink = Sink::start(
+        port,
+        &w.dir.join("mail"),
+        &["--tls", cert.to_str().unwrap(), key.to_str().unwrap()],
+    );
+    // Without trusting the certificate, STARTTLS must fail: never plain text.
+    write_config(&w, port, "security = \"starttls\"\n");
+    let o = w.run(&["alert", "test"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Trusting it, the message goes through.
+    write_config(
+        &w,
+        port,
+        &format!(
+            "security = \"starttls\"\nca_file = \"{}\"\n",
+            cert.display()
+        ),
+    );
+    let out = w.ok(&["alert", "test"]);
+    assert!(out.contains("250"), "{out}");
+    let msgs = sink.wait_for(1, 10);
+    assert_eq!(msgs.len(), 1);
+    assert!(msgs[0].contains("test message"), "{}", msgs[0]);
+}
+
+#[test]
+fn a_wrong_password_is_a_clear_error_and_stays_secret() {
+    let w = World::new("auth");
+    let port = free_port();
+    let _sink = Sink::start(
+        port,
+        &w.dir.join("mail"),
+        &["--auth", "raid", "right-horse"],
+    );
+    let pw = w.dir.join("password");
+    std::fs::write(&pw, "wrong-battery\n").unwrap();
+    write_config(
+        &w,
+        port,
+        &format!(
+            "security = \"plain\"\nusername = \"raid\"\npassword_file = \"{}\"\n",
+            pw.display()
+        ),
+    );
+    let o = w.run(&["alert", "test"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("refused the login for user 'raid'") && err.contains(pw.to_str().unwrap()),
+        "{err}"
+    );
+    assert!(!err.contains("wrong-battery"), "the password leaked: {err}");
+    std::fs::write(&pw, "right-horse\n").unwrap();
+    let out = w.ok(&["alert", "test"]);
+    assert!(out.contains("250"), "{out}");
+}

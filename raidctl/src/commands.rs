@@ -133,6 +133,45 @@ pub fn run(cli: Cli) -> Result<()> {
             )
         }
         Command::Events { name } => events(&st, &name, fmt),
+        Command::Scrub { name, repair } => {
+            let r = daemon_call(
+                &st,
+                &name,
+                Request::Scrub {
+                    name: name.clone(),
+                    repair,
+                },
+            )?;
+            let s = r
+                .scrub
+                .ok_or_else(|| CliError::daemon("the daemon sent no scrub report"))?;
+            if fmt == Format::Json {
+                print_json(&s);
+            } else {
+                println!(
+                    "scrub of '{}': {} rows, {} read, {} mismatches{}",
+                    s.array,
+                    s.rows_checked,
+                    status::human_bytes(s.bytes_read),
+                    s.mismatches.len(),
+                    if s.repair {
+                        " (repaired)"
+                    } else {
+                        " (check only: raidctl scrub --repair fixes them)"
+                    }
+                );
+                for m in &s.mismatches {
+                    println!(
+                        "  stripe {} slot {} {}: {}",
+                        m.stripe,
+                        m.slot,
+                        m.member.as_deref().unwrap_or("-"),
+                        m.what
+                    );
+                }
+            }
+            Ok(())
+        }
         Command::Alert {
             what: AlertCmd::Test { config },
         } => alert_test(&st, config.as_deref()),

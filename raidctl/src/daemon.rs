@@ -215,6 +215,7 @@ impl Daemon {
                 loop_dev,
             } => self.mount(&name, dir, loop_dev).map(Response::ok),
             Request::Unmount { name } => self.unmount(&name).map(Response::ok),
+            Request::Scrub { name, repair } => self.scrub(&name, repair),
         };
         r.unwrap_or_else(|e| Response::err(&e))
     }
@@ -401,6 +402,42 @@ impl Daemon {
         m.unmount().map_err(CliError::failed)?;
         s.array.flush()?;
         Ok(format!("array '{name}' unmounted from {}", dir.display()))
+    }
+
+    fn scrub(&self, name: &str, repair: bool) -> Result<Response> {
+        let s = self.served(name)?;
+        let rate = std::env::var("RAIDCTL_SCRUB_RATE")
+            .ok()
+            .and_then(|v| parse_size(&v).ok());
+        let opts = raid_core::array::ScrubOptions {
+            repair,
+            rate_limit: rate,
+            ..Default::default()
+        };
+        let r = s.array.scrub(&opts, &self.term)?;
+        let slots = s.array.slots();
+        let result = crate::protocol::ScrubResult {
+            array: name.into(),
+            repair,
+            rows_checked: r.rows,
+            bytes_read: r.bytes_read,
+            mismatches: r
+                .mismatches
+                .iter()
+                .map(|m| crate::protocol::ScrubMismatch {
+                    stripe: m.stripe,
+                    slot: m.slot,
+                    member: slots.get(m.slot).and_then(|x| x.member.clone()),
+                    what: m.what.clone(),
+                    repaired: m.repaired,
+                })
+                .collect(),
+        };
+        Ok(Response {
+            ok: true,
+            scrub: Some(result),
+            ..Default::default()
+        })
     }
 
     fn status(&self, name: Option<&str>) -> Result<Response> {

@@ -122,6 +122,13 @@ pub enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Check every stripe's redundancy against its data, online; with
+    /// --repair, fix what disagrees (docs/reliability.md gives the rules).
+    Scrub {
+        name: String,
+        #[arg(long)]
+        repair: bool,
+    },
     /// Undo `mount`: detach the loop device and unmount.
     Unmount { name: String },
     /// Wait until an array's rebuild ends (or a timeout).

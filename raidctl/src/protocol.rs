@@ -58,6 +58,12 @@ pub enum Request {
     Unmount {
         name: String,
     },
+    /// Check redundancy against data; with `repair`, fix what disagrees.
+    Scrub {
+        name: String,
+        #[serde(default)]
+        repair: bool,
+    },
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -72,6 +78,28 @@ pub struct Response {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub arrays: Vec<ArrayStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrub: Option<ScrubResult>,
+}
+
+/// What `scrub` reports (also its JSON form).
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct ScrubResult {
+    pub array: String,
+    pub repair: bool,
+    pub rows_checked: u64,
+    pub bytes_read: u64,
+    pub mismatches: Vec<ScrubMismatch>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScrubMismatch {
+    /// Stripe (RAID5/6) or logical chunk (RAID1/10).
+    pub stripe: u64,
+    pub slot: usize,
+    pub member: Option<String>,
+    pub what: String,
+    pub repaired: bool,
 }
 
 impl Response {

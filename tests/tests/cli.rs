@@ -371,3 +371,50 @@ fn write_at(p: &std::path::Path, off: u64, data: &[u8]) {
         .write_all_at(data, off)
         .unwrap();
 }
+
+#[test]
+fn scrub_finds_and_repairs_silent_corruption() {
+    use std::os::unix::fs::FileExt;
+    let w = World::new("scrub");
+    let m: Vec<PathBuf> = (0..5)
+        .map(|i| w.sparse(&format!("m{i}.img"), 16 * MIB))
+        .collect();
+    w.ok(&[
+        "create",
+        "sc",
+        "--level",
+        "6",
+        "--chunk",
+        "16K",
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+        s(&m[3]),
+        s(&m[4]),
+    ]);
+    let sock = w.dir.join("sc.sock");
+    w.ok(&["start", "sc", "--nbd", &format!("unix:{}", sock.display())]);
+    let (ok, text) = qemu_io(&sock, "sc", &["write -P 0x77 0 8M"]);
+    assert!(ok, "{text}");
+    let clean: serde_json::Value =
+        serde_json::from_str(&w.ok(&["scrub", "sc", "--format", "json"])).unwrap();
+    assert_eq!(clean["mismatches"].as_array().unwrap().len(), 0, "{clean}");
+    // Rot on member 3, 1 MiB + 5000 bytes into its data area.
+    let f = std::fs::OpenOptions::new().write(true).open(&m[3]).unwrap();
+    f.write_all_at(b"bit rot", MIB + MIB + 5000).unwrap();
+    let found: serde_json::Value =
+        serde_json::from_str(&w.ok(&["scrub", "sc", "--format", "json"])).unwrap();
+    let mm = found["mismatches"].as_array().unwrap();
+    assert_eq!(mm.len(), 1, "{found}");
+    assert_eq!(mm[0]["member"], s(&m[3]));
+    let out = w.ok(&["scrub", "sc", "--repair"]);
+    assert!(out.contains("1 mismatches (repaired)"), "{out}");
+    let after: serde_json::Value =
+        serde_json::from_str(&w.ok(&["scrub", "sc", "--format", "json"])).unwrap();
+    assert_eq!(after["mismatches"].as_array().unwrap().len(), 0, "{after}");
+    let (ok, text) = qemu_io(&sock, "sc", &["read -P 0x77 0 8M"]);
+    assert!(ok, "{text}");
+    let events = w.ok(&["events", "sc"]);
+    assert!(events.contains("scrub_mismatch"), "{events}");
+    w.ok(&["stop", "sc"]);
+}

@@ -12,10 +12,12 @@ mod locks;
 mod mirror_io;
 mod parity_io;
 mod rebuild;
+mod scrub;
 
 pub use assemble::Assembly;
 pub use events::{ArrayEvent, Severity};
 pub use rebuild::{RebuildEnd, RebuildOptions};
+pub use scrub::{Mismatch, ScrubOptions, ScrubReport};
 
 use crate::layout::{Geometry, GeometryError, Level};
 use crate::member::{Member, MemberRef};

@@ -1,0 +1,328 @@
+//! Scrub: read every stripe (or mirrored chunk), check that redundancy
+//! agrees with data, report mismatches by stripe and member, and with
+//! `repair` fix them. Online: each batch holds its stripe locks, so writers
+//! wait only for the batch being checked.
+//!
+//! Repair rules:
+//! - RAID6: the syndromes locate a single bad chunk. With Pd = P ^ P(data)
+//!   and Qd = Q ^ Q(data): only Pd set -> P is bad; only Qd set -> Q is bad;
+//!   both set and Qd = g^z * Pd in every byte for one z < n -> data chunk z
+//!   is bad and is repaired as Dz ^ Pd. Anything else (several bad chunks)
+//!   cannot be located: the parity is rewritten from the data.
+//! - RAID5: one parity cannot say which chunk is wrong: the parity is
+//!   rewritten from the data (md's rule).
+//! - RAID1/10: the first readable copy is taken as the truth and copied over
+//!   the others (md's rule).
+
+use super::*;
+use crate::buf::AlignedBuf;
+use crate::member::{submit, IoOp, MemberIo};
+use crate::parity::gf;
+use std::time::{Duration, Instant};
+
+/// How a scrub runs.
+#[derive(Clone, Debug)]
+pub struct ScrubOptions {
+    pub repair: bool,
+    /// Most bytes read per second from all members together (None: no limit).
+    pub rate_limit: Option<u64>,
+    pub batch_rows: u64,
+}
+
+impl Default for ScrubOptions {
+    fn default() -> Self {
+        ScrubOptions {
+            repair: false,
+            rate_limit: None,
+            batch_rows: 16,
+        }
+    }
+}
+
+/// One inconsistency found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    /// Stripe (RAID5/6) or logical chunk (mirrors).
+    pub stripe: u64,
+    /// The slot found (or ruled) to hold the wrong chunk.
+    pub slot: usize,
+    /// What was decided.
+    pub what: String,
+    pub repaired: bool,
+}
+
+/// What a scrub found.
+#[derive(Clone, Debug, Default)]
+pub struct ScrubReport {
+    pub rows: u64,
+    pub bytes_read: u64,
+    pub mismatches: Vec<Mismatch>,
+    pub interrupted: bool,
+}
+
+impl Array {
+    /// Checks (and with `repair`, fixes) every stripe. The array must be
+    /// optimal: with a member missing, there is nothing to check against.
+    pub fn scrub(&self, opts: &ScrubOptions, stop: &AtomicBool) -> Result<ScrubReport> {
+        if self.state() != ArrayState::Optimal {
+            return Err(ArrayError::Invalid(format!(
+                "array '{}' is {}: scrub needs every member in sync (rebuild first)",
+                self.name,
+                self.state().name()
+            )));
+        }
+        if self.geo.level == Level::Raid0 {
+            return Err(ArrayError::Invalid(
+                "RAID0 has no redundancy to check".into(),
+            ));
+        }
+        let mut report = ScrubReport::default();
+        let rows = match self.geo.level {
+            Level::Raid5 | Level::Raid6 => self.geo.rows(),
+            _ => self.capacity() / self.geo.chunk,
+        };
+        let started = Instant::now();
+        let mut next_report = 0;
+        let mut row = 0;
+        tracing::info!(array = %self.name, rows, repair = opts.repair, "scrub started");
+        while row < rows {
+            if stop.load(Ordering::Acquire) {
+                report.interrupted = true;
+                break;
+            }
+            let end = (row + opts.batch_rows.max(1)).min(rows);
+            {
+                let _held = self.locks.lock(row..end);
+                for r in row..end {
+                    match self.geo.level {
+                        Level::Raid5 | Level::Raid6 => {
+                            self.scrub_stripe(r, opts.repair, &mut report)?
+                        }
+                        _ => self.scrub_chunk(r, opts.repair, &mut report)?,
+                    }
+                }
+            }
+            report.rows = end;
+            row = end;
+            let pct = row * 100 / rows;
+            if pct >= next_report {
+                tracing::info!(array = %self.name, percent = pct, mismatches = report.mismatches.len(), "scrub progress");
+                next_report = pct + 10;
+            }
+            if let Some(limit) = opts.rate_limit {
+                let due = Duration::from_secs_f64(report.bytes_read as f64 / limit as f64);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        }
+        {
+            let mut meta = self.meta.lock();
+            for m in &report.mismatches {
+                self.record(
+                    &mut meta,
+                    ArrayEvent::ScrubMismatch {
+                        stripe: m.stripe,
+                        slot: m.slot,
+                    },
+                );
+            }
+        }
+        tracing::info!(array = %self.name, rows = report.rows, mismatches = report.mismatches.len(), "scrub finished");
+        Ok(report)
+    }
+
+    /// Reads `(slot, offset)` chunk-sized pieces; a read error fails the
+    /// member and ends the scrub with an error (the array is no longer
+    /// optimal).
+    fn scrub_read(&self, places: &[(usize, u64)]) -> Result<Vec<AlignedBuf>> {
+        let handles = self.member_handles();
+        let mut bufs: Vec<AlignedBuf> = places
+            .iter()
+            .map(|_| AlignedBuf::new(self.geo.chunk as usize))
+            .collect();
+        let mut ios: Vec<MemberIo> = bufs
+            .iter_mut()
+            .zip(places)
+            .map(|(b, &(m, off))| MemberIo {
+                member: m,
+                offset: off,
+                op: IoOp::Read(&mut b[..]),
+            })
+            .collect();
+        let results = submit(&handles, &mut ios);
+        let failed: Vec<(usize, io::Error)> = ios
+            .iter()
+            .zip(results)
+            .filter_map(|(io, r)| r.err().map(|e| (io.member, e)))
+            .collect();
+        drop(ios);
+        if let Some((m, e)) = failed.into_iter().next() {
+            self.fail_slot(m, &format!("read error during scrub: {e}"));
+            return Err(ArrayError::Invalid(format!(
+                "scrub stopped: a member failed ({e}); rebuild, then scrub again"
+            )));
+        }
+        Ok(bufs)
+    }
+
+    fn scrub_write(&self, slot: usize, offset: u64, data: &[u8]) -> Result<()> {
+        let handles = self.member_handles();
+        handles[slot].write_at(data, offset).map_err(|e| {
+            self.fail_slot(slot, &format!("write error during scrub repair: {e}"));
+            ArrayError::Member {
+                member: handles[slot].identity().into(),
+                source: e,
+            }
+        })
+    }
+
+    fn scrub_stripe(&self, s: u64, repair: bool, report: &mut ScrubReport) -> Result<()> {
+        let map = self.geo.stripe_map(s);
+        let nd = self.geo.data_chunks();
+        let off = DATA_OFFSET + s * self.geo.chunk;
+        let places: Vec<(usize, u64)> = map.members.iter().map(|&m| (m, off)).collect();
+        let mut chunks = self.scrub_read(&places)?;
+        report.bytes_read += self.geo.chunk * places.len() as u64;
+        let len = self.geo.chunk as usize;
+        let (mut p, mut q) = (AlignedBuf::new(len), AlignedBuf::new(len));
+        {
+            let data: Vec<&[u8]> = chunks[..nd].iter().map(|c| &c[..]).collect();
+            if self.geo.level == Level::Raid6 {
+                self.engine.gen_pq(&data, &mut p, &mut q)?;
+            } else {
+                self.engine.gen_p(&data, &mut p)?;
+            }
+        }
+        // p, q become the syndromes Pd, Qd.
+        parity_io::xor_into(&mut p, &chunks[nd]);
+        let p_bad = p.iter().any(|&b| b != 0);
+        let q_bad = self.geo.level == Level::Raid6 && {
+            parity_io::xor_into(&mut q, &chunks[nd + 1]);
+            q.iter().any(|&b| b != 0)
+        };
+        if !p_bad && !q_bad {
+            return Ok(());
+        }
+        // Decide which chunk is wrong, and its correct contents.
+        let (idx, what, fixed): (usize, String, Vec<(usize, Vec<u8>)>) = if self.geo.level
+            == Level::Raid5
+        {
+            let mut good = chunks[nd].to_vec();
+            xor_slice(&mut good, &p);
+            (
+                nd,
+                "P disagrees with the data: P rewritten (RAID5 cannot locate the bad chunk)".into(),
+                vec![(nd, good)],
+            )
+        } else if p_bad && !q_bad {
+            let mut good = chunks[nd].to_vec();
+            xor_slice(&mut good, &p);
+            (
+                nd,
+                "P is corrupt (Q agrees with the data)".into(),
+                vec![(nd, good)],
+            )
+        } else if !p_bad && q_bad {
+            let mut good = chunks[nd + 1].to_vec();
+            xor_slice(&mut good, &q);
+            (
+                nd + 1,
+                "Q is corrupt (P agrees with the data)".into(),
+                vec![(nd + 1, good)],
+            )
+        } else if let Some(z) = locate(&p, &q, nd) {
+            let mut good = chunks[z].to_vec();
+            xor_slice(&mut good, &p);
+            (
+                z,
+                format!("data chunk {z} is corrupt (located by the P and Q syndromes)"),
+                vec![(z, good)],
+            )
+        } else {
+            // Several chunks wrong: rewrite both parities from the data.
+            let mut gp = chunks[nd].to_vec();
+            xor_slice(&mut gp, &p);
+            let mut gq = chunks[nd + 1].to_vec();
+            xor_slice(&mut gq, &q);
+            (
+                nd,
+                "more than one chunk disagrees: cannot locate; P and Q rewritten from the data"
+                    .into(),
+                vec![(nd, gp), (nd + 1, gq)],
+            )
+        };
+        let slot = map.members[idx];
+        if repair {
+            for (i, good) in &fixed {
+                chunks[*i][..].copy_from_slice(good);
+                self.scrub_write(map.members[*i], off, &chunks[*i])?;
+            }
+        }
+        tracing::warn!(array = %self.name, stripe = s, slot, "{what}");
+        report.mismatches.push(Mismatch {
+            stripe: s,
+            slot,
+            what,
+            repaired: repair,
+        });
+        Ok(())
+    }
+
+    fn scrub_chunk(&self, c: u64, repair: bool, report: &mut ScrubReport) -> Result<()> {
+        let copies = self.geo.chunk_copies(c);
+        let places: Vec<(usize, u64)> = copies
+            .iter()
+            .map(|p| (p.member, DATA_OFFSET + p.offset))
+            .collect();
+        let bufs = self.scrub_read(&places)?;
+        report.bytes_read += self.geo.chunk * places.len() as u64;
+        for (k, b) in bufs.iter().enumerate().skip(1) {
+            if b[..] != bufs[0][..] {
+                let slot = copies[k].member;
+                if repair {
+                    self.scrub_write(slot, places[k].1, &bufs[0])?;
+                }
+                let what = format!(
+                    "copy on slot {slot} differs from the first copy (slot {}): first copy wins",
+                    copies[0].member
+                );
+                tracing::warn!(array = %self.name, chunk = c, slot, "{what}");
+                report.mismatches.push(Mismatch {
+                    stripe: c,
+                    slot,
+                    what,
+                    repaired: repair,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn xor_slice(dst: &mut [u8], src: &[u8]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d ^= s;
+    }
+}
+
+/// The data index z with Qd = g^z * Pd in every byte, if one exists.
+fn locate(pd: &[u8], qd: &[u8], n_data: usize) -> Option<usize> {
+    let mut z = None;
+    for (&p, &q) in pd.iter().zip(qd) {
+        match (p, q) {
+            (0, 0) => continue,
+            (0, _) | (_, 0) => return None,
+            _ => {
+                let here =
+                    (gf::LOG[q as usize] as usize + 255 - gf::LOG[p as usize] as usize) % 255;
+                match z {
+                    None => z = Some(here),
+                    Some(prev) if prev != here => return None,
+                    _ => {}
+                }
+            }
+        }
+    }
+    z.filter(|&z| z < n_data)
+}

@@ -11,6 +11,11 @@ pub const VERSION: u32 = 1;
 pub const SB_SIZE: usize = 4096;
 /// Where the two copies live on each member.
 pub const SB_OFFSETS: [u64; 2] = [0, 4096];
+/// Where the write-intent bitmap lives on every member: one 4 KiB block
+/// after the two superblock copies, one bit per region of rows.
+pub const BITMAP_OFFSET: u64 = 8192;
+pub const BITMAP_BYTES: usize = 4096;
+
 /// Where member data starts: 1 MiB, leaving room after the superblocks for
 /// a write-intent bitmap and journal, and keeping data 1 MiB-aligned.
 pub const DATA_OFFSET: u64 = 1 << 20;
@@ -39,6 +44,7 @@ const OFF_DATA_SIZE: usize = 80;
 const OFF_EVENTS: usize = 88;
 const OFF_CTIME: usize = 96;
 const OFF_NAME: usize = 104;
+const OFF_BITMAP_ROWS: usize = 168;
 const OFF_TABLE: usize = 256;
 const ENTRY: usize = 32;
 const OFF_SPARE_TABLE: usize = OFF_TABLE + MAX_MEMBERS * ENTRY; // 2304
@@ -134,6 +140,8 @@ pub struct Superblock {
     pub events: u64,
     /// Creation time, seconds since the Unix epoch.
     pub ctime: u64,
+    /// Rows per bit of the write-intent bitmap; 0 when there is none.
+    pub bitmap_region_rows: u64,
     pub name: String,
     pub slots: Vec<SlotEntry>,
     pub spares: Vec<Uuid>,
@@ -205,6 +213,7 @@ impl Superblock {
         put_u64(&mut b, OFF_DATA_SIZE, self.data_size);
         put_u64(&mut b, OFF_EVENTS, self.events);
         put_u64(&mut b, OFF_CTIME, self.ctime);
+        put_u64(&mut b, OFF_BITMAP_ROWS, self.bitmap_region_rows);
         let name = self.name.as_bytes();
         let n = name.len().min(NAME_LEN);
         b[OFF_NAME..OFF_NAME + n].copy_from_slice(&name[..n]);
@@ -269,6 +278,18 @@ impl Superblock {
         if data_offset < (SB_OFFSETS[1] + SB_SIZE as u64) || !data_offset.is_multiple_of(4096) {
             return Err(bad("data offset", format!("{data_offset}")));
         }
+        let bitmap_region_rows = get_u64(b, OFF_BITMAP_ROWS);
+        if bitmap_region_rows != 0
+            && geo.rows().div_ceil(bitmap_region_rows) > (BITMAP_BYTES * 8) as u64
+        {
+            return Err(bad(
+                "bitmap region",
+                format!(
+                    "{bitmap_region_rows} rows per bit cannot cover {} rows",
+                    geo.rows()
+                ),
+            ));
+        }
         let role = get_u32(b, OFF_ROLE);
         if role != ROLE_SPARE && role as usize >= members {
             return Err(bad("role", format!("slot {role} of {members}")));
@@ -312,6 +333,7 @@ impl Superblock {
             data_size,
             events: get_u64(b, OFF_EVENTS),
             ctime: get_u64(b, OFF_CTIME),
+            bitmap_region_rows,
             name,
             slots,
             spares,
@@ -382,6 +404,7 @@ mod tests {
             data_size: 65536 * 100,
             events: 42,
             ctime: 1_700_000_000,
+            bitmap_region_rows: 16,
             name: "data".into(),
             slots: (0..5)
                 .map(|i| SlotEntry {
@@ -422,6 +445,7 @@ mod tests {
         assert_eq!(get_u64(&b, 80), 65536 * 100);
         assert_eq!(get_u64(&b, 88), 42);
         assert_eq!(&b[104..108], b"data");
+        assert_eq!(get_u64(&b, 168), 16);
         assert_eq!(&b[256 + 3 * 32..256 + 3 * 32 + 16], &[13; 16]);
         assert_eq!(get_u32(&b, 256 + 3 * 32 + 16), 3);
         assert_eq!(get_u64(&b, 256 + 3 * 32 + 24), 7);

@@ -34,6 +34,25 @@ pub(super) fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
         .max_by_key(|(_, sb)| sb.events)
         .map(|(_, sb)| sb.clone())
         .unwrap();
+    // The bitmap as the newest member has it.
+    let bitmap_bits = if truth.bitmap_region_rows > 0 {
+        let from = read
+            .iter()
+            .find(|(_, sb)| sb.events == truth.events)
+            .map(|(m, _)| m.clone())
+            .unwrap();
+        let mut b = crate::buf::AlignedBuf::new(crate::metadata::BITMAP_BYTES);
+        from.read_at(&mut b, crate::metadata::BITMAP_OFFSET)
+            .map_err(|e| {
+                ArrayError::Assembly(format!(
+                    "member {}: cannot read the write-intent bitmap: {e}",
+                    from.identity()
+                ))
+            })?;
+        Some(b.to_vec())
+    } else {
+        None
+    };
     for (m, sb) in &read {
         if sb.array_uuid != truth.array_uuid {
             return Err(ArrayError::Assembly(format!(
@@ -130,6 +149,8 @@ pub(super) fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
             log: Vec::new(),
         }),
         dirty_marked: AtomicBool::new(false),
+        bitmap: bitmap_bits
+            .map(|bits| super::bitmap::Bitmap::new(truth.bitmap_region_rows, geo.rows(), bits)),
         rr: AtomicUsize::new(0),
     };
     if !array.within_redundancy() {
@@ -143,7 +164,8 @@ pub(super) fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
         )));
     }
     if !truth.clean {
-        tracing::warn!(array = %array.name, "array was not stopped cleanly: stripes being written at the crash may have stale parity until scrubbed");
+        let n = array.resync_dirty()?;
+        tracing::warn!(array = %array.name, regions = n, "array was not stopped cleanly: resynced the regions the bitmap marked");
     }
     if !newly_missing.is_empty() {
         {

@@ -7,6 +7,7 @@
 //! completed before the flush began is durable on every in-sync member.
 
 mod assemble;
+mod bitmap;
 mod events;
 mod locks;
 mod mirror_io;
@@ -153,6 +154,8 @@ pub struct Array {
     locks: StripeLocks,
     meta: Mutex<Meta>,
     dirty_marked: AtomicBool,
+    /// The write-intent bitmap (None for RAID0, which has no redundancy).
+    bitmap: Option<bitmap::Bitmap>,
     /// Spreads mirror reads over the copies.
     rr: AtomicUsize,
 }
@@ -267,6 +270,9 @@ impl Array {
                 log: Vec::new(),
             }),
             dirty_marked: AtomicBool::new(false),
+            bitmap: (opts.level != Level::Raid0).then(|| {
+                bitmap::Bitmap::new(bitmap::region_rows_for(geo.rows()), geo.rows(), Vec::new())
+            }),
             rr: AtomicUsize::new(0),
         };
         array.write_metadata_strict()?;
@@ -517,6 +523,7 @@ impl Array {
             data_size: self.geo.member_size,
             events: meta.events,
             ctime: self.ctime,
+            bitmap_region_rows: self.bitmap.as_ref().map(|b| b.region_rows).unwrap_or(0),
             name: self.name.clone(),
             slots: self
                 .slots
@@ -671,6 +678,7 @@ impl Array {
             return Err(self.failed_error());
         }
         self.mark_dirty();
+        let _intent = self.intend_write(offset, data.len() as u64)?;
         if self.geo.level == Level::Raid0 {
             // Fast path: one chunk, one copy, no lock needed.
             if let Some((slot, at)) = self.direct_target(offset, data.len() as u64) {
@@ -692,6 +700,7 @@ impl Array {
 
     /// Makes every write completed before this call durable.
     pub fn flush(&self) -> Result<()> {
+        let generation = self.bitmap_generation();
         let members = self.member_handles();
         let failures: Vec<(usize, io::Error)> = std::thread::scope(|sc| {
             let handles: Vec<_> = members
@@ -711,6 +720,8 @@ impl Array {
         if !self.within_redundancy() {
             return Err(self.failed_error());
         }
+        // Every write finished before this flush began is durable now.
+        self.clear_settled(generation);
         Ok(())
     }
 
@@ -725,6 +736,7 @@ impl Array {
             return Err(self.failed_error());
         }
         self.mark_dirty();
+        let _intent = self.intend_write(offset, len)?;
         match self.geo.level {
             Level::Raid5 | Level::Raid6 => self.parity_zero(offset, len),
             _ => self.mirror_zero(offset, len),

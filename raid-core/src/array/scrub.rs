@@ -135,7 +135,7 @@ impl Array {
     /// Reads `(slot, offset)` chunk-sized pieces; a read error fails the
     /// member and ends the scrub with an error (the array is no longer
     /// optimal).
-    fn scrub_read(&self, places: &[(usize, u64)]) -> Result<Vec<AlignedBuf>> {
+    pub(super) fn scrub_read(&self, places: &[(usize, u64)]) -> Result<Vec<AlignedBuf>> {
         let handles = self.member_handles();
         let mut bufs: Vec<AlignedBuf> = places
             .iter()
@@ -166,7 +166,7 @@ impl Array {
         Ok(bufs)
     }
 
-    fn scrub_write(&self, slot: usize, offset: u64, data: &[u8]) -> Result<()> {
+    pub(super) fn scrub_write(&self, slot: usize, offset: u64, data: &[u8]) -> Result<()> {
         let handles = self.member_handles();
         handles[slot].write_at(data, offset).map_err(|e| {
             self.fail_slot(slot, &format!("write error during scrub repair: {e}"));
@@ -269,7 +269,7 @@ impl Array {
         Ok(())
     }
 
-    fn scrub_chunk(&self, c: u64, repair: bool, report: &mut ScrubReport) -> Result<()> {
+    pub(super) fn scrub_chunk(&self, c: u64, repair: bool, report: &mut ScrubReport) -> Result<()> {
         let copies = self.geo.chunk_copies(c);
         let places: Vec<(usize, u64)> = copies
             .iter()

@@ -429,3 +429,49 @@ fn operator_fail_and_replace_errors_say_what_to_do() {
         .to_string();
     assert!(e.contains("needs"), "{e}");
 }
+
+#[test]
+fn a_slow_member_slows_but_does_not_corrupt() {
+    let (m, a, mut img) = filled(Level::Raid5, 4, "slow");
+    m.faulty[2].set_faults(Faults {
+        latency: std::time::Duration::from_millis(2),
+        ..Default::default()
+    });
+    let data = pattern(256 * 1024, 42);
+    a.write(8192, &data).unwrap();
+    img[8192..8192 + data.len()].copy_from_slice(&data);
+    assert_matches(&a, &img);
+    assert_eq!(a.state(), ArrayState::Optimal, "slowness is not failure");
+}
+
+#[test]
+fn two_members_failing_during_a_raid6_rebuild() {
+    let (m, a, img) = filled(Level::Raid6, 6, "r6rb");
+    a.fail_slot(0, "test");
+    let new: MemberRef = Arc::new(RamMember::new("ram:r6rb-new", DATA_OFFSET + DATA));
+    a.replace(0, new.clone()).unwrap();
+    // A second member dies during the rebuild: still within RAID6's two.
+    m.faulty[3].set_faults(Faults {
+        fail_after: Some(40),
+        ..Default::default()
+    });
+    let end = a
+        .rebuild(
+            0,
+            &RebuildOptions {
+                batch_rows: 2,
+                ..Default::default()
+            },
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+    assert_eq!(end, RebuildEnd::Finished);
+    assert_eq!(a.slots()[3].state, SlotState::Failed);
+    assert_eq!(a.slots()[0].state, SlotState::Active);
+    assert_matches(&a, &img);
+    // A third failure is beyond RAID6 now: errors, never wrong data.
+    m.faulty[4].fail_all();
+    m.faulty[5].fail_all();
+    let mut buf = vec![0u8; 6 * 16384];
+    assert!(a.read(0, &mut buf).is_err());
+}

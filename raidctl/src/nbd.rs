@@ -255,3 +255,45 @@ mod tests {
         assert_eq!(parse_info_request(&bad), None);
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+
+    /// Random headers and option payloads: decoding and checking never
+    /// panic, and anything `check` accepts lies inside the export, aligned.
+    #[test]
+    fn random_requests_never_panic_and_accepted_ones_are_in_range() {
+        let mut x: u64 = 0xDEAD_BEEF_CAFE_F00D;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let size = 1u64 << 30;
+        for i in 0..200_000 {
+            let mut b = [0u8; 28];
+            for c in b.chunks_mut(8) {
+                let v = next().to_le_bytes();
+                c.copy_from_slice(&v[..c.len()]);
+            }
+            if i % 2 == 0 {
+                b[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
+                b[6] = 0;
+                b[7] = (next() % 9) as u8;
+            }
+            if let Ok(r) = Request::decode(&b) {
+                if check(&r, size, 4096, false) == Check::Ok
+                    && matches!(r.kind, CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES)
+                {
+                    assert!(r.offset % 4096 == 0 && r.length % 4096 == 0 && r.length > 0);
+                    assert!(r.offset + r.length as u64 <= size && r.length <= MAX_REQUEST);
+                }
+            }
+            let n = (next() % 40) as usize;
+            let data: Vec<u8> = (0..n).map(|_| next() as u8).collect();
+            let _ = parse_info_request(&data);
+        }
+    }
+}

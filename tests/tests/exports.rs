@@ -269,6 +269,7 @@ fn fio_nbd_engine_random_writes_verify() {
         "--verify=crc32c",
         "--do_verify=1",
         "--verify_fatal=1",
+        "--verify_state_save=0",
         "--randrepeat=1",
         "--output-format=json",
     ]));

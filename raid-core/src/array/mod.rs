@@ -394,6 +394,43 @@ impl Array {
         self.handles.load()
     }
 
+    /// Reads `len` bytes at each `(slot, member offset)` into fresh aligned
+    /// buffers, all in one submission. Returns the buffers, or the members
+    /// that failed with their errors (the caller decides what that means).
+    fn read_places(
+        &self,
+        places: &[(usize, u64)],
+        len: usize,
+    ) -> std::result::Result<Vec<crate::buf::AlignedBuf>, Vec<(usize, io::Error)>> {
+        use crate::member::{submit, IoOp, MemberIo};
+        let handles = self.member_handles();
+        let mut bufs: Vec<crate::buf::AlignedBuf> = places
+            .iter()
+            .map(|_| crate::buf::AlignedBuf::new(len))
+            .collect();
+        let mut ios: Vec<MemberIo> = bufs
+            .iter_mut()
+            .zip(places)
+            .map(|(b, &(member, offset))| MemberIo {
+                member,
+                offset,
+                op: IoOp::Read(&mut b[..]),
+            })
+            .collect();
+        let results = submit(&handles, &mut ios);
+        let failed: Vec<(usize, io::Error)> = ios
+            .iter()
+            .zip(results)
+            .filter_map(|(io, r)| r.err().map(|e| (io.member, e)))
+            .collect();
+        drop(ios);
+        if failed.is_empty() {
+            Ok(bufs)
+        } else {
+            Err(failed)
+        }
+    }
+
     /// Puts a member into a slot: control plane and data path together.
     fn set_member(&self, slot: usize, m: MemberRef) {
         *self.slots[slot].member.write() = Some(m.clone());

@@ -159,32 +159,29 @@ impl Array {
             if missing.len() > self.geo.level.parity_chunks() {
                 return Err(self.failed_error());
             }
-            let handles = self.member_handles();
-            let mut bufs: Vec<AlignedBuf> = (0..map.members.len())
-                .map(|_| AlignedBuf::new(width))
+            let present: Vec<usize> = (0..map.members.len())
+                .filter(|i| !missing.contains(i))
                 .collect();
-            let mut ios: Vec<MemberIo> = bufs
-                .iter_mut()
-                .enumerate()
-                .filter(|(i, _)| !missing.contains(i))
-                .map(|(i, b)| MemberIo {
-                    member: map.members[i],
-                    offset: self.row_offset(s, lo),
-                    op: IoOp::Read(&mut b[..]),
-                })
-                .collect();
-            let results = submit(&handles, &mut ios);
-            let failed: Vec<(usize, io::Error)> = ios
+            let places: Vec<(usize, u64)> = present
                 .iter()
-                .zip(results)
-                .filter_map(|(io, r)| r.err().map(|e| (io.member, e)))
+                .map(|&i| (map.members[i], self.row_offset(s, lo)))
                 .collect();
-            drop(ios);
-            if !failed.is_empty() {
-                for (m, e) in failed {
-                    self.fail_slot(m, &format!("read error: {e}"));
+            let got = match self.read_places(&places, width) {
+                Ok(b) => b,
+                Err(failed) => {
+                    for (m, e) in failed {
+                        self.fail_slot(m, &format!("read error: {e}"));
+                    }
+                    continue;
                 }
-                continue;
+            };
+            let mut bufs: Vec<AlignedBuf> =
+                (0..map.members.len()).map(|_| AlignedBuf::new(0)).collect();
+            for (i, b) in present.into_iter().zip(got) {
+                bufs[i] = b;
+            }
+            for &i in &missing {
+                bufs[i] = AlignedBuf::new(width);
             }
             if !missing.is_empty() {
                 let mut chunks: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
@@ -264,34 +261,17 @@ impl Array {
         hi: u64,
     ) -> std::result::Result<Vec<AlignedBuf>, StepErr> {
         let map = self.geo.stripe_map(s);
-        let handles = self.member_handles();
-        let mut bufs: Vec<AlignedBuf> = idxs
+        let places: Vec<(usize, u64)> = idxs
             .iter()
-            .map(|_| AlignedBuf::new((hi - lo) as usize))
+            .map(|&i| (map.members[i], self.row_offset(s, lo)))
             .collect();
-        let mut ios: Vec<MemberIo> = bufs
-            .iter_mut()
-            .zip(idxs)
-            .map(|(b, &i)| MemberIo {
-                member: map.members[i],
-                offset: self.row_offset(s, lo),
-                op: IoOp::Read(&mut b[..]),
+        self.read_places(&places, (hi - lo) as usize)
+            .map_err(|failed| {
+                for (m, e) in failed {
+                    self.fail_slot(m, &format!("read error: {e}"));
+                }
+                StepErr::Retry
             })
-            .collect();
-        let results = submit(&handles, &mut ios);
-        let failed: Vec<(usize, io::Error)> = ios
-            .iter()
-            .zip(results)
-            .filter_map(|(io, r)| r.err().map(|e| (io.member, e)))
-            .collect();
-        drop(ios);
-        if failed.is_empty() {
-            return Ok(bufs);
-        }
-        for (m, e) in failed {
-            self.fail_slot(m, &format!("read error: {e}"));
-        }
-        Err(StepErr::Retry)
     }
 
     /// Writes chunk buffers (by stripe index) to the members that are

@@ -202,9 +202,8 @@ impl Array {
         end: u64,
     ) -> Result<()> {
         let chunk = self.geo.chunk as usize;
+        let n = self.geo.members;
         loop {
-            let handles = self.member_handles();
-            let n = self.geo.members;
             let maps: Vec<_> = (row..end).map(|s| self.geo.stripe_map(s)).collect();
             let missing: Vec<Vec<usize>> = maps
                 .iter()
@@ -221,37 +220,34 @@ impl Array {
             {
                 return Err(self.failed_error());
             }
+            // Every present chunk of every stripe of the batch, in one submission.
+            let wanted: Vec<(usize, usize)> = (0..maps.len())
+                .flat_map(|k| {
+                    (0..n)
+                        .filter(|i| !missing[k].contains(i))
+                        .map(move |i| (k, i))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let places: Vec<(usize, u64)> = wanted
+                .iter()
+                .map(|&(k, i)| (maps[k].members[i], self.row_offset_of(row + k as u64)))
+                .collect();
+            let got = match self.read_places(&places, chunk) {
+                Ok(b) => b,
+                Err(failed) => {
+                    for (m, e) in failed {
+                        self.fail_slot(m, &format!("read error during rebuild: {e}"));
+                    }
+                    continue;
+                }
+            };
             let mut bufs: Vec<Vec<AlignedBuf>> = maps
                 .iter()
                 .map(|_| (0..n).map(|_| AlignedBuf::new(chunk)).collect())
                 .collect();
-            let mut failed = Vec::new();
-            {
-                let mut ios = Vec::new();
-                for (k, stripe) in bufs.iter_mut().enumerate() {
-                    let s = row + k as u64;
-                    for (i, b) in stripe.iter_mut().enumerate() {
-                        if !missing[k].contains(&i) {
-                            ios.push(MemberIo {
-                                member: maps[k].members[i],
-                                offset: self.row_offset_of(s),
-                                op: IoOp::Read(&mut b[..]),
-                            });
-                        }
-                    }
-                }
-                let results = submit(&handles, &mut ios);
-                for (io, r) in ios.iter().zip(results) {
-                    if let Err(e) = r {
-                        failed.push((io.member, e));
-                    }
-                }
-            }
-            if !failed.is_empty() {
-                for (m, e) in failed {
-                    self.fail_slot(m, &format!("read error during rebuild: {e}"));
-                }
-                continue;
+            for ((k, i), b) in wanted.into_iter().zip(got) {
+                bufs[k][i] = b;
             }
             {
                 let mut jobs: Vec<RecoverJob> = bufs
@@ -269,31 +265,41 @@ impl Array {
                 };
                 self.engine.recover_batch(kind, &mut jobs)?;
             }
-            let tmembers = std::slice::from_ref(target);
-            let mut writes: Vec<MemberIo> = bufs
+            let outs: Vec<(&[u8], u64)> = bufs
                 .iter()
                 .zip(&maps)
                 .enumerate()
                 .map(|(k, (stripe, map))| {
                     let i = map.members.iter().position(|&m| m == slot).unwrap();
-                    MemberIo {
-                        member: 0,
-                        offset: self.row_offset_of(row + k as u64),
-                        op: IoOp::Write(&stripe[i][..]),
-                    }
+                    (&stripe[i][..], self.row_offset_of(row + k as u64))
                 })
                 .collect();
-            for r in submit(tmembers, &mut writes) {
-                if let Err(e) = r {
-                    self.fail_slot(slot, &format!("write error during rebuild: {e}"));
-                    return Err(ArrayError::Member {
-                        member: target.identity().into(),
-                        source: e,
-                    });
-                }
-            }
-            return Ok(());
+            return self.write_target(slot, target, &outs);
         }
+    }
+
+    /// Writes rebuilt chunks to the new member; an error fails it and ends
+    /// the rebuild.
+    fn write_target(&self, slot: usize, target: &MemberRef, outs: &[(&[u8], u64)]) -> Result<()> {
+        let tmembers = std::slice::from_ref(target);
+        let mut writes: Vec<MemberIo> = outs
+            .iter()
+            .map(|&(b, offset)| MemberIo {
+                member: 0,
+                offset,
+                op: IoOp::Write(b),
+            })
+            .collect();
+        for r in submit(tmembers, &mut writes) {
+            if let Err(e) = r {
+                self.fail_slot(slot, &format!("write error during rebuild: {e}"));
+                return Err(ArrayError::Member {
+                    member: target.identity().into(),
+                    source: e,
+                });
+            }
+        }
+        Ok(())
     }
 
     fn row_offset_of(&self, row: u64) -> u64 {
@@ -309,62 +315,36 @@ impl Array {
     ) -> Result<()> {
         let chunk = self.geo.chunk as usize;
         loop {
-            let handles = self.member_handles();
-            let mut bufs: Vec<AlignedBuf> = (row..end).map(|_| AlignedBuf::new(chunk)).collect();
-            let mut failed = Vec::new();
-            {
-                let mut ios = Vec::new();
-                for (r, b) in (row..end).zip(bufs.iter_mut()) {
-                    let ChunkRole::Data(c) = self.geo.chunk_at(slot, r) else {
-                        unreachable!()
-                    };
-                    let src = self
-                        .geo
-                        .chunk_copies(c)
-                        .into_iter()
-                        .find(|p| {
-                            p.member != slot && self.readable(p.member, p.offset / self.geo.chunk)
-                        })
-                        .ok_or_else(|| self.failed_error())?;
-                    ios.push(MemberIo {
-                        member: src.member,
-                        offset: DATA_OFFSET + src.offset,
-                        op: IoOp::Read(&mut b[..]),
-                    });
-                }
-                let results = submit(&handles, &mut ios);
-                for (io, r) in ios.iter().zip(results) {
-                    if let Err(e) = r {
-                        failed.push((io.member, e));
+            let mut places = Vec::new();
+            for r in row..end {
+                let ChunkRole::Data(c) = self.geo.chunk_at(slot, r) else {
+                    unreachable!("mirrors hold data only")
+                };
+                let src = self
+                    .geo
+                    .chunk_copies(c)
+                    .into_iter()
+                    .find(|p| {
+                        p.member != slot && self.readable(p.member, p.offset / self.geo.chunk)
+                    })
+                    .ok_or_else(|| self.failed_error())?;
+                places.push((src.member, DATA_OFFSET + src.offset));
+            }
+            let bufs = match self.read_places(&places, chunk) {
+                Ok(b) => b,
+                Err(failed) => {
+                    for (m, e) in failed {
+                        self.fail_slot(m, &format!("read error during rebuild: {e}"));
                     }
+                    continue;
                 }
-            }
-            if !failed.is_empty() {
-                for (m, e) in failed {
-                    self.fail_slot(m, &format!("read error during rebuild: {e}"));
-                }
-                continue;
-            }
-            let tmembers = std::slice::from_ref(target);
-            let mut writes: Vec<MemberIo> = bufs
+            };
+            let outs: Vec<(&[u8], u64)> = bufs
                 .iter()
                 .zip(row..end)
-                .map(|(b, r)| MemberIo {
-                    member: 0,
-                    offset: self.row_offset_of(r),
-                    op: IoOp::Write(&b[..]),
-                })
+                .map(|(b, r)| (&b[..], self.row_offset_of(r)))
                 .collect();
-            for r in submit(tmembers, &mut writes) {
-                if let Err(e) = r {
-                    self.fail_slot(slot, &format!("write error during rebuild: {e}"));
-                    return Err(ArrayError::Member {
-                        member: target.identity().into(),
-                        source: e,
-                    });
-                }
-            }
-            return Ok(());
+            return self.write_target(slot, target, &outs);
         }
     }
 }

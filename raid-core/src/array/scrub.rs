@@ -16,7 +16,6 @@
 
 use super::*;
 use crate::buf::AlignedBuf;
-use crate::member::{submit, IoOp, MemberIo};
 use crate::parity::gf;
 use std::time::{Duration, Instant};
 
@@ -136,34 +135,14 @@ impl Array {
     /// member and ends the scrub with an error (the array is no longer
     /// optimal).
     pub(super) fn scrub_read(&self, places: &[(usize, u64)]) -> Result<Vec<AlignedBuf>> {
-        let handles = self.member_handles();
-        let mut bufs: Vec<AlignedBuf> = places
-            .iter()
-            .map(|_| AlignedBuf::new(self.geo.chunk as usize))
-            .collect();
-        let mut ios: Vec<MemberIo> = bufs
-            .iter_mut()
-            .zip(places)
-            .map(|(b, &(m, off))| MemberIo {
-                member: m,
-                offset: off,
-                op: IoOp::Read(&mut b[..]),
+        self.read_places(places, self.geo.chunk as usize)
+            .map_err(|failed| {
+                let (m, e) = failed.into_iter().next().expect("at least one failure");
+                self.fail_slot(m, &format!("read error during scrub: {e}"));
+                ArrayError::Invalid(format!(
+                    "scrub stopped: a member failed ({e}); rebuild, then scrub again"
+                ))
             })
-            .collect();
-        let results = submit(&handles, &mut ios);
-        let failed: Vec<(usize, io::Error)> = ios
-            .iter()
-            .zip(results)
-            .filter_map(|(io, r)| r.err().map(|e| (io.member, e)))
-            .collect();
-        drop(ios);
-        if let Some((m, e)) = failed.into_iter().next() {
-            self.fail_slot(m, &format!("read error during scrub: {e}"));
-            return Err(ArrayError::Invalid(format!(
-                "scrub stopped: a member failed ({e}); rebuild, then scrub again"
-            )));
-        }
-        Ok(bufs)
     }
 
     pub(super) fn scrub_write(&self, slot: usize, offset: u64, data: &[u8]) -> Result<()> {

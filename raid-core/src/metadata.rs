@@ -16,6 +16,10 @@ pub const SB_OFFSETS: [u64; 2] = [0, 4096];
 pub const BITMAP_OFFSET: u64 = 8192;
 pub const BITMAP_BYTES: usize = 4096;
 
+/// The journal that closes the write hole of degraded RAID5/6 writes: from
+/// here to the data, on every member (the same records on each).
+pub const JOURNAL_OFFSET: u64 = BITMAP_OFFSET + BITMAP_BYTES as u64;
+
 /// Where member data starts: 1 MiB, leaving room after the superblocks for
 /// a write-intent bitmap and journal, and keeping data 1 MiB-aligned.
 pub const DATA_OFFSET: u64 = 1 << 20;

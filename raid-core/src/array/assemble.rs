@@ -151,6 +151,8 @@ pub(super) fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
         dirty_marked: AtomicBool::new(false),
         bitmap: bitmap_bits
             .map(|bits| super::bitmap::Bitmap::new(truth.bitmap_region_rows, geo.rows(), bits)),
+        journal: matches!(geo.level, Level::Raid5 | Level::Raid6)
+            .then(|| super::journal::Journal::new(0)),
         rr: AtomicUsize::new(0),
     };
     if !array.within_redundancy() {
@@ -162,6 +164,11 @@ pub(super) fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
                 e => e.to_string(),
             }
         )));
+    }
+    // Complete any degraded write a crash tore, before anything else.
+    let replayed = array.journal_recover()?;
+    if replayed > 0 {
+        tracing::warn!(array = %array.name, records = replayed, "replayed the degraded-write journal");
     }
     if !truth.clean {
         let n = array.resync_dirty()?;

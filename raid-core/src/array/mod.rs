@@ -9,6 +9,7 @@
 mod assemble;
 mod bitmap;
 mod events;
+mod journal;
 mod locks;
 mod mirror_io;
 mod parity_io;
@@ -156,6 +157,8 @@ pub struct Array {
     dirty_marked: AtomicBool,
     /// The write-intent bitmap (None for RAID0, which has no redundancy).
     bitmap: Option<bitmap::Bitmap>,
+    /// The degraded-write journal (RAID5/6 only).
+    journal: Option<journal::Journal>,
     /// Spreads mirror reads over the copies.
     rr: AtomicUsize,
 }
@@ -273,6 +276,8 @@ impl Array {
             bitmap: (opts.level != Level::Raid0).then(|| {
                 bitmap::Bitmap::new(bitmap::region_rows_for(geo.rows()), geo.rows(), Vec::new())
             }),
+            journal: matches!(opts.level, Level::Raid5 | Level::Raid6)
+                .then(|| journal::Journal::new(0)),
             rr: AtomicUsize::new(0),
         };
         array.write_metadata_strict()?;
@@ -759,6 +764,7 @@ impl Array {
         }
         // Every write finished before this flush began is durable now.
         self.clear_settled(generation);
+        self.journal_settle()?;
         Ok(())
     }
 

@@ -284,6 +284,42 @@ impl Array {
         lo: u64,
     ) -> std::result::Result<(), StepErr> {
         let map = self.geo.stripe_map(s);
+        let present: Vec<(usize, &[u8])> = chunks
+            .iter()
+            .copied()
+            .filter(|(i, _)| self.readable(map.members[*i], s))
+            .collect();
+        let degraded = map.members.iter().any(|&m| !self.readable(m, s));
+        if degraded && self.has_journal() && !present.is_empty() {
+            // The write hole: journal each column slice before writing it in
+            // place (see journal.rs).
+            let width = present[0].1.len() as u64;
+            let step = self.journal_slice(present.len()).min(width);
+            let mut at = 0;
+            while at < width {
+                let end = (at + step).min(width);
+                let slice: Vec<(usize, &[u8])> = present
+                    .iter()
+                    .map(|&(i, b)| (i, &b[at as usize..end as usize]))
+                    .collect();
+                self.journal_stripe(s, lo + at, &slice)?;
+                self.write_in_place(s, &slice, lo + at)?;
+                at = end;
+            }
+            return Ok(());
+        }
+        self.write_in_place(s, &present, lo)
+    }
+
+    /// Writes chunk columns to their members; failures fail the member. Ok
+    /// while the stripe stays within its redundancy.
+    fn write_in_place(
+        &self,
+        s: u64,
+        chunks: &[(usize, &[u8])],
+        lo: u64,
+    ) -> std::result::Result<(), StepErr> {
+        let map = self.geo.stripe_map(s);
         let handles = self.member_handles();
         let mut ios: Vec<MemberIo> = chunks
             .iter()
@@ -433,6 +469,11 @@ impl Array {
     }
 
     pub(super) fn parity_zero(&self, offset: u64, len: u64) -> Result<()> {
+        if self.state() != ArrayState::Optimal {
+            // Zeroing members directly could tear a stripe with no journal
+            // record to repair it: degraded, zero through the write path.
+            return self.zero_by_writing(offset, len);
+        }
         let sdb = self.geo.stripe_data_bytes();
         let first_full = offset.div_ceil(sdb);
         let end_full = (offset + len) / sdb;

@@ -1,0 +1,296 @@
+//! The degraded-write journal: closes the RAID5/6 write hole while a member
+//! is missing.
+//!
+//! With every member in sync, a torn stripe write is repaired after a crash
+//! by recomputing parity from data (the bitmap says where). With a member
+//! missing that is impossible: its chunk exists only as parity, and a stripe
+//! whose data and parity were half updated would reconstruct it wrong. So a
+//! degraded stripe write first writes its new chunks, as a checksummed
+//! record, to the journal area of every present member and flushes them;
+//! only then does it write them in place. After a crash the next start
+//! replays every record not yet known to be in place, in sequence order,
+//! which completes the torn writes.
+//!
+//! Layout (from JOURNAL_OFFSET on each member): one 4 KiB header block
+//! (magic, the sequence number up to which every record is known to be in
+//! place, CRC-32C), then records, each a 4 KiB header (magic, sequence,
+//! stripe, column range, the chunk indices and slots it carries, CRC-32C of
+//! header and payload) followed by the chunks' columns. The area is used as
+//! a ring: before it wraps, every member is flushed and the header moved
+//! past all records so far. `flush` moves the header too.
+
+use super::*;
+use crate::buf::AlignedBuf;
+use crate::metadata::{DATA_OFFSET, JOURNAL_OFFSET};
+
+const HEAD_MAGIC: &[u8; 8] = b"NVRAIDJH";
+const REC_MAGIC: &[u8; 8] = b"NVRAIDJR";
+const BLOCK: u64 = 4096;
+const RECORDS: u64 = JOURNAL_OFFSET + BLOCK;
+const END: u64 = DATA_OFFSET;
+/// Most chunk entries one record header can list.
+const MAX_ENTRIES: usize = 400;
+
+pub(super) struct Journal {
+    state: Mutex<JState>,
+}
+
+struct JState {
+    /// Where the next record goes.
+    head: u64,
+    next_seq: u64,
+    /// Every record up to this sequence is in place.
+    tail_seq: u64,
+}
+
+/// One record: which stripe and columns, and per chunk (index in the
+/// stripe, slot) its new columns.
+struct Record {
+    seq: u64,
+    stripe: u64,
+    lo: u64,
+    hi: u64,
+    entries: Vec<(usize, usize, Vec<u8>)>,
+}
+
+impl Journal {
+    pub fn new(tail_seq: u64) -> Journal {
+        Journal {
+            state: Mutex::new(JState {
+                head: RECORDS,
+                next_seq: tail_seq + 1,
+                tail_seq,
+            }),
+        }
+    }
+}
+
+fn encode_head(tail: u64) -> AlignedBuf {
+    let mut b = AlignedBuf::new(BLOCK as usize);
+    b[..8].copy_from_slice(HEAD_MAGIC);
+    b[8..16].copy_from_slice(&tail.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..4092]);
+    b[4092..].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn decode_head(b: &[u8]) -> Option<u64> {
+    if &b[..8] != HEAD_MAGIC || crc32c::crc32c(&b[..4092]).to_le_bytes() != b[4092..4096] {
+        return None;
+    }
+    Some(u64::from_le_bytes(b[8..16].try_into().unwrap()))
+}
+
+/// The bytes of a record: header block, then each entry's columns.
+fn encode_record(r: &Record) -> AlignedBuf {
+    let width = (r.hi - r.lo) as usize;
+    let mut b = AlignedBuf::new(BLOCK as usize + r.entries.len() * width);
+    b[..8].copy_from_slice(REC_MAGIC);
+    let mut put = |o: usize, v: u64| b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+    put(8, r.seq);
+    put(16, r.stripe);
+    put(24, r.lo);
+    put(32, r.hi);
+    put(40, r.entries.len() as u64);
+    for (k, (idx, slot, data)) in r.entries.iter().enumerate() {
+        let o = 48 + k * 8;
+        b[o..o + 4].copy_from_slice(&(*idx as u32).to_le_bytes());
+        b[o + 4..o + 8].copy_from_slice(&(*slot as u32).to_le_bytes());
+        let p = BLOCK as usize + k * width;
+        b[p..p + width].copy_from_slice(data);
+    }
+    // CRC over the header (less its last 4 bytes) and the payload.
+    let mut crc = crc32c::crc32c(&b[..4092]);
+    crc = crc32c::crc32c_append(crc, &b[BLOCK as usize..]);
+    b[4092..4096].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+impl Array {
+    /// Writes `chunks` (stripe index, new columns [lo, hi)) of degraded
+    /// stripe `s` to the journal of every present member, durably. The
+    /// caller writes them in place afterwards, under the stripe lock.
+    pub(super) fn journal_stripe(&self, s: u64, lo: u64, chunks: &[(usize, &[u8])]) -> Result<()> {
+        let Some(j) = &self.journal else {
+            return Ok(());
+        };
+        let map = self.geo.stripe_map(s);
+        let width = chunks[0].1.len() as u64;
+        let mut st = j.state.lock();
+        let size = BLOCK + chunks.len() as u64 * width;
+        assert!(
+            size <= END - RECORDS && chunks.len() <= MAX_ENTRIES,
+            "caller slices records to fit"
+        );
+        if st.head + size > END {
+            // Wrap: make every earlier record's in-place write durable, and
+            // say so in the header, before overwriting them.
+            self.flush_members()?;
+            st.tail_seq = st.next_seq - 1;
+            self.write_journal_block(&encode_head(st.tail_seq), JOURNAL_OFFSET)?;
+            st.head = RECORDS;
+        }
+        let rec = Record {
+            seq: st.next_seq,
+            stripe: s,
+            lo,
+            hi: lo + width,
+            entries: chunks
+                .iter()
+                .map(|&(i, d)| (i, map.members[i], d.to_vec()))
+                .collect(),
+        };
+        self.write_journal_block(&encode_record(&rec), st.head)?;
+        st.head += size;
+        st.next_seq += 1;
+        Ok(())
+    }
+
+    /// Most columns one record may carry for `count` chunks.
+    pub(super) fn journal_slice(&self, count: usize) -> u64 {
+        ((END - RECORDS - BLOCK) / count as u64) / BLOCK * BLOCK
+    }
+
+    pub(super) fn has_journal(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    /// After a flush: every record so far is in place.
+    pub(super) fn journal_settle(&self) -> Result<()> {
+        let Some(j) = &self.journal else {
+            return Ok(());
+        };
+        let mut st = j.state.lock();
+        if st.tail_seq + 1 == st.next_seq {
+            return Ok(());
+        }
+        st.tail_seq = st.next_seq - 1;
+        st.head = RECORDS;
+        self.write_journal_block(&encode_head(st.tail_seq), JOURNAL_OFFSET)
+    }
+
+    /// Writes (and flushes) a journal block on every member not failed.
+    fn write_journal_block(&self, b: &[u8], at: u64) -> Result<()> {
+        let handles = self.member_handles();
+        for (i, m) in handles.iter().enumerate() {
+            if self.slots[i].state() == SlotState::Failed {
+                continue;
+            }
+            if let Err(e) = m.write_at(b, at).and_then(|_| m.flush()) {
+                self.fail_slot(i, &format!("journal write failed: {e}"));
+            }
+        }
+        if !self.within_redundancy() {
+            return Err(self.failed_error());
+        }
+        Ok(())
+    }
+
+    fn flush_members(&self) -> Result<()> {
+        let handles = self.member_handles();
+        for (i, m) in handles.iter().enumerate() {
+            if self.slots[i].state() != SlotState::Failed {
+                if let Err(e) = m.flush() {
+                    self.fail_slot(i, &format!("flush failed: {e}"));
+                }
+            }
+        }
+        if !self.within_redundancy() {
+            return Err(self.failed_error());
+        }
+        Ok(())
+    }
+
+    /// At assembly: replays every record past the header's sequence, in
+    /// order, onto the members present, then starts a fresh journal.
+    /// Returns the number of records replayed.
+    pub(super) fn journal_recover(&self) -> Result<usize> {
+        let Some(j) = &self.journal else { return Ok(0) };
+        let handles = self.member_handles();
+        let mut tail = 0u64;
+        let mut records: Vec<Record> = Vec::new();
+        let mut area = AlignedBuf::new((END - JOURNAL_OFFSET) as usize);
+        for (i, m) in handles.iter().enumerate() {
+            if self.slots[i].state() == SlotState::Failed
+                || m.read_at(&mut area, JOURNAL_OFFSET).is_err()
+            {
+                continue;
+            }
+            if let Some(t) = decode_head(&area[..BLOCK as usize]) {
+                tail = tail.max(t);
+            }
+            let mut at = BLOCK as usize;
+            while let Some((rec, len)) = decode_record(&area[at..]) {
+                if !records.iter().any(|r| r.seq == rec.seq) {
+                    records.push(rec);
+                }
+                at += len;
+            }
+        }
+        records.retain(|r| r.seq > tail);
+        records.sort_by_key(|r| r.seq);
+        for r in &records {
+            for (_, slot, data) in &r.entries {
+                if *slot < handles.len() && self.readable(*slot, r.stripe) {
+                    let off = DATA_OFFSET + r.stripe * self.geo.chunk + r.lo;
+                    if let Err(e) = handles[*slot].write_at(data, off) {
+                        self.fail_slot(*slot, &format!("journal replay failed: {e}"));
+                    }
+                }
+            }
+        }
+        if !records.is_empty() {
+            self.flush_members()?;
+        }
+        let last = records.last().map(|r| r.seq).unwrap_or(tail).max(tail);
+        *j.state.lock() = JState {
+            head: RECORDS,
+            next_seq: last + 1,
+            tail_seq: last,
+        };
+        self.write_journal_block(&encode_head(last), JOURNAL_OFFSET)?;
+        Ok(records.len())
+    }
+}
+
+/// A record at the start of `b`, and its length; None at the end of the
+/// records (no magic, torn, or a checksum that does not match).
+fn decode_record(b: &[u8]) -> Option<(Record, usize)> {
+    if b.len() < BLOCK as usize || &b[..8] != REC_MAGIC {
+        return None;
+    }
+    let get = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let (seq, stripe, lo, hi, count) = (get(8), get(16), get(24), get(32), get(40) as usize);
+    if hi <= lo || count == 0 || count > MAX_ENTRIES || (hi - lo) > END {
+        return None;
+    }
+    let width = (hi - lo) as usize;
+    let len = BLOCK as usize + count.checked_mul(width)?;
+    if b.len() < len {
+        return None;
+    }
+    let mut crc = crc32c::crc32c(&b[..4092]);
+    crc = crc32c::crc32c_append(crc, &b[BLOCK as usize..len]);
+    if crc.to_le_bytes() != b[4092..4096] {
+        return None;
+    }
+    let entries = (0..count)
+        .map(|k| {
+            let o = 48 + k * 8;
+            let idx = u32::from_le_bytes(b[o..o + 4].try_into().unwrap()) as usize;
+            let slot = u32::from_le_bytes(b[o + 4..o + 8].try_into().unwrap()) as usize;
+            let p = BLOCK as usize + k * width;
+            (idx, slot, b[p..p + width].to_vec())
+        })
+        .collect();
+    Some((
+        Record {
+            seq,
+            stripe,
+            lo,
+            hi,
+            entries,
+        },
+        len,
+    ))
+}

@@ -307,6 +307,22 @@ fn main() {
                 o.1,
                 ok(ratio >= 0.5)
             );
+            // Degraded writes pay for the journal (a record on every
+            // present member, flushed, before the write in place).
+            let (mut dw, mut ow) = (Vec::new(), Vec::new());
+            for _ in 0..rounds {
+                ow.push(run(&twin, Work::RandWrite4k, 4096, qd, dur));
+                dw.push(run(&a, Work::RandWrite4k, 4096, qd, dur));
+            }
+            let (d, o) = (median(dw), median(ow));
+            println!(
+                "| raid5 degraded | 4k randwrite (journaled) | {:.0} | {:.0} | {:.0} (optimal) | {:.0} | {:.2}x | cost of the journal |",
+                d.0,
+                d.1,
+                o.0,
+                o.1,
+                d.0 / o.0
+            );
             // Rebuild onto a fresh member, idle, against one member's
             // sequential write rate.
             let new: MemberRef =

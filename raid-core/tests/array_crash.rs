@@ -39,7 +39,7 @@ fn run_with(level: Level, n: usize, seed: u64, degraded: bool) {
     let m = Members::ram(n, ROWS * CHUNK, &format!("cut{seed}-"));
     let a = create(level, &m, CHUNK);
     let initial: Vec<u8> = (0..a.capacity() as usize)
-        .map(|i| (i as u64 * 2654435761 >> 13) as u8)
+        .map(|i| ((i as u64 * 2654435761) >> 13) as u8)
         .collect();
     a.write(0, &initial).unwrap();
     a.flush().unwrap();

@@ -24,7 +24,12 @@ const MIN_REGION_ROWS: u64 = 16;
 
 pub(super) struct Bitmap {
     pub region_rows: u64,
-    bits: Mutex<Vec<u8>>,
+    /// The bits, 64 regions a word, readable without a lock: a write into a
+    /// region whose bit is already set takes no lock at all.
+    words: Vec<AtomicU64>,
+    /// Serialises the bitmap's writes to the members (and so the order in
+    /// which set and cleared states reach the disk).
+    io: Mutex<()>,
     in_flight: Vec<AtomicU32>,
     last_gen: Vec<AtomicU64>,
     gen: AtomicU64,
@@ -42,17 +47,32 @@ impl Bitmap {
         bits.resize(BITMAP_BYTES, 0);
         Bitmap {
             region_rows,
-            bits: Mutex::new(bits),
+            words: bits
+                .chunks(8)
+                .map(|c| AtomicU64::new(u64::from_le_bytes(c.try_into().unwrap())))
+                .collect(),
+            io: Mutex::new(()),
             in_flight: (0..regions).map(|_| AtomicU32::new(0)).collect(),
             last_gen: (0..regions).map(|_| AtomicU64::new(0)).collect(),
             gen: AtomicU64::new(1),
         }
     }
 
+    fn is_set(&self, r: usize) -> bool {
+        self.words[r / 64].load(Ordering::SeqCst) & (1 << (r % 64)) != 0
+    }
+
+    /// The on-disk form: bit r is byte r/8, bit r%8 (little-endian words).
+    fn block(&self) -> Vec<u8> {
+        self.words
+            .iter()
+            .flat_map(|w| w.load(Ordering::SeqCst).to_le_bytes())
+            .collect()
+    }
+
     pub fn dirty_regions(&self) -> Vec<usize> {
-        let bits = self.bits.lock();
         (0..self.in_flight.len())
-            .filter(|&r| bits[r / 8] & (1 << (r % 8)) != 0)
+            .filter(|&r| self.is_set(r))
             .collect()
     }
 }
@@ -97,28 +117,37 @@ impl Array {
 
     /// Records the intent to write [offset, offset+len): the regions' bits
     /// are durable on every member before this returns.
+    ///
+    /// Lock-free when the bits are set already. Against a concurrent
+    /// `clear_settled`, the order is: the writer counts itself in, then
+    /// reads the bit; the cleaner clears the bit, then re-reads the count
+    /// and puts the bit back if a writer came in. (All SeqCst: whichever
+    /// way they interleave, either the writer sees the bit cleared and
+    /// takes the slow path, or the cleaner sees the writer and keeps it.)
     pub(super) fn intend_write(&self, offset: u64, len: u64) -> Result<Option<WriteIntent<'_>>> {
         let Some(bm) = &self.bitmap else {
             return Ok(None);
         };
         let (lo, hi) = self.rows_touched(offset, len);
         let regions = (lo / bm.region_rows) as usize..=(hi / bm.region_rows) as usize;
-        let mut bits = bm.bits.lock();
-        let g = bm.gen.load(Ordering::Acquire);
-        let mut changed = false;
+        let g = bm.gen.load(Ordering::SeqCst);
+        let mut missing = false;
         for r in regions.clone() {
-            bm.in_flight[r].fetch_add(1, Ordering::AcqRel);
-            bm.last_gen[r].store(g, Ordering::Release);
-            if bits[r / 8] & (1 << (r % 8)) == 0 {
-                bits[r / 8] |= 1 << (r % 8);
-                changed = true;
+            bm.in_flight[r].fetch_add(1, Ordering::SeqCst);
+            bm.last_gen[r].store(g, Ordering::SeqCst);
+            missing |= !bm.is_set(r);
+        }
+        let intent = WriteIntent {
+            bm,
+            regions: regions.clone(),
+        };
+        if missing {
+            let _io = bm.io.lock();
+            for r in regions {
+                bm.words[r / 64].fetch_or(1 << (r % 64), Ordering::SeqCst);
             }
+            self.write_bitmap(&bm.block());
         }
-        let intent = WriteIntent { bm, regions };
-        if changed {
-            self.write_bitmap(&bits);
-        }
-        drop(bits);
         if !self.within_redundancy() {
             return Err(self.failed_error());
         }
@@ -128,20 +157,25 @@ impl Array {
     /// Clears the regions every write of which finished before `flushed_gen`.
     pub(super) fn clear_settled(&self, flushed_gen: u64) {
         let Some(bm) = &self.bitmap else { return };
-        let mut bits = bm.bits.lock();
+        let _io = bm.io.lock();
         let mut changed = false;
         for r in 0..bm.in_flight.len() {
-            let set = bits[r / 8] & (1 << (r % 8)) != 0;
-            if set
-                && bm.in_flight[r].load(Ordering::Acquire) == 0
-                && bm.last_gen[r].load(Ordering::Acquire) < flushed_gen
+            if !bm.is_set(r)
+                || bm.in_flight[r].load(Ordering::SeqCst) != 0
+                || bm.last_gen[r].load(Ordering::SeqCst) >= flushed_gen
             {
-                bits[r / 8] &= !(1 << (r % 8));
+                continue;
+            }
+            bm.words[r / 64].fetch_and(!(1 << (r % 64)), Ordering::SeqCst);
+            if bm.in_flight[r].load(Ordering::SeqCst) != 0 {
+                // A writer came in meanwhile: it may have seen the bit set.
+                bm.words[r / 64].fetch_or(1 << (r % 64), Ordering::SeqCst);
+            } else {
                 changed = true;
             }
         }
         if changed {
-            self.write_bitmap(&bits);
+            self.write_bitmap(&bm.block());
         }
     }
 

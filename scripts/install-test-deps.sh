@@ -10,7 +10,7 @@
 # - python3-aiosmtpd, openssl: a real SMTP server (with STARTTLS and a
 #   self-signed certificate) for the alert tests.
 set -euo pipefail
-pkgs=(libisal-dev pkg-config libnbd-bin fio nbdkit fuse3 e2fsprogs util-linux qemu-utils python3-aiosmtpd openssl)
+pkgs=(libisal-dev pkg-config libnbd-bin fio nbdkit fuse3 e2fsprogs util-linux qemu-utils python3-aiosmtpd openssl procps)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -470,7 +470,12 @@ mod tests {
     #[test]
     fn garbage_never_panics() {
         let mut x: u64 = 1;
-        for _ in 0..2000 {
+        // RAID_FUZZ_ITERS for a long run by hand.
+        let iters: u64 = std::env::var("RAID_FUZZ_ITERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2000);
+        for _ in 0..iters {
             let mut b = [0u8; SB_SIZE];
             for c in b.iter_mut() {
                 x ^= x << 13;

@@ -129,6 +129,7 @@ pub fn run(cli: Cli) -> Result<()> {
                     exit_when_idle,
                     start: c.starts(),
                     alerts: c.alerts,
+                    scrub: c.scrub,
                 },
             )
         }
@@ -363,13 +364,14 @@ fn start(
         nbd,
     };
     if foreground {
-        let alerts = Config::load(st, None)?.alerts;
+        let c = Config::load(st, None)?;
         return Daemon::run(
             st.clone(),
             DaemonOptions {
                 exit_when_idle: false,
                 start: vec![req],
-                alerts,
+                alerts: c.alerts,
+                scrub: c.scrub,
             },
         );
     }

@@ -15,6 +15,18 @@ pub struct Config {
     #[serde(default)]
     pub array: Vec<ConfigArray>,
     pub alerts: Option<AlertConfig>,
+    pub scrub: Option<ScrubSchedule>,
+}
+
+/// `[scrub]`: scrub every running array this often.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct ScrubSchedule {
+    /// Hours between scrubs of an array (e.g. 168 for weekly).
+    pub every_hours: f64,
+    /// Repair what the scrub finds (default: report only).
+    #[serde(default)]
+    pub repair: bool,
 }
 
 #[derive(Deserialize)]

@@ -38,6 +38,8 @@ struct Served {
     mount: Mutex<Option<crate::fuse::Mounted>>,
     /// How many of the array's events the daemon has logged and alerted.
     events_seen: std::sync::atomic::AtomicUsize,
+    /// A scheduled scrub is running.
+    scrubbing: AtomicBool,
 }
 
 pub struct Daemon {
@@ -47,6 +49,7 @@ pub struct Daemon {
     rebuild_opts: RebuildOptions,
     alerts: Option<crate::alerts::AlertConfig>,
     alert_seq: std::sync::atomic::AtomicU64,
+    scrub_schedule: Option<crate::config::ScrubSchedule>,
 }
 
 /// How the daemon runs.
@@ -58,6 +61,8 @@ pub struct DaemonOptions {
     pub start: Vec<Request>,
     /// Where alerts go; None: events are logged only.
     pub alerts: Option<crate::alerts::AlertConfig>,
+    /// Scrub every array on a schedule.
+    pub scrub: Option<crate::config::ScrubSchedule>,
 }
 
 impl Daemon {
@@ -97,6 +102,7 @@ impl Daemon {
             },
             alerts: opts.alerts.clone(),
             alert_seq: std::sync::atomic::AtomicU64::new(0),
+            scrub_schedule: opts.scrub.clone(),
         });
         let sender_stop = Arc::new(AtomicBool::new(false));
         let sender = d.alerts.clone().map(|cfg| {
@@ -325,6 +331,7 @@ impl Daemon {
             exports: Mutex::new(exports),
             mount: Mutex::new(None),
             events_seen: std::sync::atomic::AtomicUsize::new(0),
+            scrubbing: AtomicBool::new(false),
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
@@ -628,6 +635,62 @@ impl Daemon {
         }
     }
 
+    /// Starts a scrub when the schedule says one is due: the last one is
+    /// remembered in STATE_DIR/scrub/NAME.last (seconds since the epoch).
+    fn scheduled_scrub(&self, s: &Arc<Served>) {
+        let Some(sched) = &self.scrub_schedule else {
+            return;
+        };
+        if s.array.state() != raid_core::array::ArrayState::Optimal
+            || s.scrubbing.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let mark = self
+            .state
+            .root
+            .join("scrub")
+            .join(format!("{}.last", s.array.name()));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let last: u64 = std::fs::read_to_string(&mark)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        if (now.saturating_sub(last) as f64) < sched.every_hours * 3600.0 {
+            s.scrubbing.store(false, Ordering::Release);
+            return;
+        }
+        let (array, repair, term, served) =
+            (s.array.clone(), sched.repair, self.term.clone(), s.clone());
+        std::thread::spawn(move || {
+            let rate = std::env::var("RAIDCTL_SCRUB_RATE")
+                .ok()
+                .and_then(|v| parse_size(&v).ok());
+            let opts = raid_core::array::ScrubOptions {
+                repair,
+                rate_limit: rate,
+                ..Default::default()
+            };
+            match array.scrub(&opts, &term) {
+                Ok(r) if !r.interrupted => {
+                    tracing::info!(
+                        array = array.name(),
+                        mismatches = r.mismatches.len(),
+                        "scheduled scrub done"
+                    );
+                    let _ = std::fs::create_dir_all(mark.parent().unwrap());
+                    let _ = std::fs::write(&mark, now.to_string());
+                }
+                Ok(_) => tracing::info!(array = array.name(), "scheduled scrub interrupted"),
+                Err(e) => tracing::warn!(array = array.name(), "scheduled scrub failed: {e}"),
+            }
+            served.scrubbing.store(false, Ordering::Release);
+        });
+    }
+
     /// Every quarter second: new events are logged and alerted; a failed
     /// slot with a spare at hand gets the spare; a rebuilding slot gets a
     /// rebuild thread.
@@ -668,6 +731,7 @@ impl Daemon {
                     }
                 }
                 self.kick_rebuild(&s);
+                self.scheduled_scrub(&s);
             }
             std::thread::sleep(Duration::from_millis(250));
         }

@@ -272,7 +272,12 @@ mod fuzz {
             x
         };
         let size = 1u64 << 30;
-        for i in 0..200_000 {
+        // RAID_FUZZ_ITERS=100000000 for a long run by hand.
+        let iters: u64 = std::env::var("RAID_FUZZ_ITERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(200_000);
+        for i in 0..iters {
             let mut b = [0u8; 28];
             for c in b.chunks_mut(8) {
                 let v = next().to_le_bytes();

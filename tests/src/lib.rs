@@ -71,6 +71,12 @@ impl World {
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
+        self.run_env(args, &[])
+    }
+
+    /// Runs with extra environment variables (a daemon started by this
+    /// call inherits them).
+    pub fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         if args.first() == Some(&"start") {
             if let Some(n) = args.get(1) {
                 self.started.borrow_mut().push(n.to_string());
@@ -79,6 +85,7 @@ impl World {
         Command::new(raidctl_path())
             .env("RAIDCTL_STATE_DIR", self.state())
             .env("RAIDCTL_LOG", "warn")
+            .envs(env.iter().copied())
             .args(args)
             .output()
             .expect("run raidctl")

@@ -548,3 +548,41 @@ fn scheduled_scrub_repairs_by_itself() {
     assert!(ok, "{text}");
     w.ok(&["stop", "sd"]);
 }
+
+/// The pread/pwrite fallback (what runs where io_uring is refused) serves
+/// the same flow correctly.
+#[test]
+fn the_pread_pwrite_fallback_serves_the_array() {
+    let w = World::new("nouring");
+    let m: Vec<PathBuf> = (0..4)
+        .map(|i| w.sparse(&format!("m{i}.img"), 32 * MIB))
+        .collect();
+    w.ok(&[
+        "create",
+        "nu",
+        "--level",
+        "6",
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+        s(&m[3]),
+    ]);
+    let sock = w.dir.join("nu.sock");
+    let env = [("RAID_NO_URING", "1"), ("RAIDCTL_LOG", "info")];
+    let o = w.run_env(
+        &["start", "nu", "--nbd", &format!("unix:{}", sock.display())],
+        &env,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (ok, text) = qemu_io(&sock, "nu", &["write -P 0x61 0 20M", "read -P 0x61 0 20M"]);
+    assert!(ok, "{text}");
+    w.ok(&["fail", "nu", s(&m[1])]);
+    let (ok, text) = qemu_io(&sock, "nu", &["read -P 0x61 0 20M"]);
+    assert!(ok, "{text}");
+    w.ok(&["stop", "nu"]);
+    let log = std::fs::read_to_string(w.state().join("daemon.log")).unwrap();
+    assert!(
+        log.contains("member I/O: pread/pwrite (RAID_NO_URING=1)"),
+        "{log}"
+    );
+}

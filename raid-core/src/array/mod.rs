@@ -481,7 +481,12 @@ impl Array {
     }
 
     fn record(&self, meta: &mut Meta, ev: ArrayEvent) {
-        tracing::warn!(array = %self.name, event = ?ev, "array event");
+        let what = ev.describe();
+        match ev.severity() {
+            Severity::Critical => tracing::error!(array = %self.name, event = ev.kind(), "{what}"),
+            Severity::Warning => tracing::warn!(array = %self.name, event = ev.kind(), "{what}"),
+            Severity::Info => tracing::info!(array = %self.name, event = ev.kind(), "{what}"),
+        }
         meta.log.push((SystemTime::now(), ev));
     }
 

@@ -444,6 +444,12 @@ fn sigterm_stops_every_array_clean() {
         0,
         "a running array with writes is marked dirty"
     );
+    // Control socket and NBD socket are the owner's alone.
+    use std::os::unix::fs::PermissionsExt;
+    for p in [w.state().join("raidctl.sock"), sock.clone()] {
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{} is mode {mode:o}", p.display());
+    }
     let pattern = format!("--state-dir {} daemon", w.state().display());
     let pid = String::from_utf8(
         std::process::Command::new("pgrep")

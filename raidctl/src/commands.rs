@@ -134,6 +134,34 @@ pub fn run(cli: Cli) -> Result<()> {
             )
         }
         Command::Events { name } => events(&st, &name, fmt),
+        Command::Bench {
+            dir,
+            members,
+            level,
+            member_size,
+            seconds,
+            sweep_seconds,
+            json,
+            plot,
+        } => {
+            let member_bytes = parse_size(&member_size).map_err(CliError::usage)?;
+            let r = crate::bench::bench(&crate::bench::BenchArgs {
+                dir,
+                members,
+                level,
+                member_bytes,
+                seconds,
+                sweep_seconds,
+                json,
+                plot,
+            })?;
+            if fmt == Format::Json {
+                print_json(&r);
+            } else {
+                crate::bench::print(&r);
+            }
+            Ok(())
+        }
         Command::Scrub { name, repair } => {
             let r = daemon_call(
                 &st,

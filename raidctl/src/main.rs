@@ -3,6 +3,7 @@
 //! call the libraries or the daemon, and print.
 
 mod alerts;
+mod bench;
 mod commands;
 mod config;
 mod daemon;
@@ -153,6 +154,33 @@ pub enum Command {
         /// Exit once no array has been served for a few seconds.
         #[arg(long, hide = true)]
         exit_when_idle: bool,
+    },
+    /// The CSD comparison: four fio-style profiles, incompressible and
+    /// 72%-compressible data, on the array in-process, through NBD, and on
+    /// one member alone (docs/benchmarks.md).
+    Bench {
+        /// Folder for the member files [default: a temporary folder].
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[arg(long, default_value_t = 4)]
+        members: usize,
+        #[arg(long, default_value_t = 5)]
+        level: u32,
+        /// Size of each member's data area.
+        #[arg(long, default_value = "1G")]
+        member_size: String,
+        /// Seconds per profile run.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Seconds per queue depth of the latency sweep.
+        #[arg(long, default_value_t = 1.0)]
+        sweep_seconds: f64,
+        /// Write the report as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write the IOPS/latency plot (SVG) here.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// Check every parity kernel this CPU has against the scalar oracle.
     Selftest {

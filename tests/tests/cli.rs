@@ -592,3 +592,61 @@ fn the_pread_pwrite_fallback_serves_the_array() {
         "{log}"
     );
 }
+
+/// `raidctl bench` plumbing on a tiny run: every profile, data kind and
+/// target is measured and reported in the documented JSON, the ratios and
+/// capacity arithmetic hold, the plot is written. Speed is not checked.
+#[test]
+fn bench_plumbing_on_a_tiny_run() {
+    let w = World::new("bench");
+    let (json, svg) = (w.dir.join("b.json"), w.dir.join("b.svg"));
+    let dir = w.dir.join("members");
+    w.ok(&[
+        "bench",
+        "--dir",
+        s(&dir),
+        "--member-size",
+        "32M",
+        "--seconds",
+        "0.1",
+        "--sweep-seconds",
+        "0.02",
+        "--json",
+        s(&json),
+        "--plot",
+        s(&svg),
+    ]);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = r["results"].as_array().unwrap();
+    assert_eq!(
+        rows.len(),
+        4 * 2 * 3,
+        "4 profiles x 2 data kinds x 3 targets"
+    );
+    for row in rows {
+        assert!(row["iops"].as_f64().unwrap() > 0.0, "{row}");
+        let l = &row["latency"];
+        let (p50, p99, p999) = (
+            l["p50_us"].as_f64().unwrap(),
+            l["p99_us"].as_f64().unwrap(),
+            l["p999_us"].as_f64().unwrap(),
+        );
+        assert!(p50 <= p99 && p99 <= p999, "{row}");
+    }
+    for t in ["array", "array-nbd", "member"] {
+        assert!(rows.iter().any(|x| x["target"] == t), "{t}");
+    }
+    let ratios = r["compression_ratio"].as_array().unwrap();
+    assert!(
+        (ratios[0][1].as_f64().unwrap() - 1.0).abs() < 0.02,
+        "{ratios:?}"
+    );
+    assert!(ratios[1][1].as_f64().unwrap() > 3.0, "{ratios:?}");
+    let cap = r["capacity"].as_array().unwrap();
+    assert_eq!(cap[0]["usable_fraction"], 0.75);
+    assert_eq!(cap[1]["usable_fraction"], 0.5);
+    assert_eq!(cap[2]["survives_failures"], 0);
+    assert_eq!(r["sweep"].as_array().unwrap().len(), 3 * 8);
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<polyline"));
+}

@@ -1,0 +1,707 @@
+//! `raidctl bench`: the published CSD comparison's four fio profiles, run by
+//! raidctl itself against the array in-process, the array through its NBD
+//! export, and one member alone (the plain-SSD baseline), with incompressible
+//! and 72%-compressible data. Reports IOPS, GB/s, latency percentiles, the
+//! highest IOPS with p99 under 1 ms (a queue-depth sweep), the lz4 ratio of
+//! the data per 4 KiB block, and the capacity trade-off.
+//!
+//! Queue depth: through NBD it is real (requests pipelined on one
+//! connection per job). In-process the API is synchronous, so queue depth is
+//! threads, capped at 32 per job.
+
+use crate::error::{CliError, Result};
+use raid_core::array::{Array, CreateOptions};
+use raid_core::buf::AlignedBuf;
+use raid_core::layout::Level;
+use raid_core::member::{FileMember, MemberRef};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One fio-style profile.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Profile {
+    pub name: &'static str,
+    pub write: bool,
+    pub random: bool,
+    pub bs: usize,
+    pub jobs: usize,
+    pub qd: usize,
+}
+
+/// The published side-by-side's profiles (shared/reference/figures.md).
+pub fn profiles() -> Vec<Profile> {
+    vec![
+        Profile {
+            name: "seq-write",
+            write: true,
+            random: false,
+            bs: 128 << 10,
+            jobs: 1,
+            qd: 128,
+        },
+        Profile {
+            name: "seq-read",
+            write: false,
+            random: false,
+            bs: 128 << 10,
+            jobs: 1,
+            qd: 128,
+        },
+        Profile {
+            name: "rand-write",
+            write: true,
+            random: true,
+            bs: 4096,
+            jobs: 4,
+            qd: 128,
+        },
+        Profile {
+            name: "rand-read",
+            write: false,
+            random: true,
+            bs: 4096,
+            jobs: 4,
+            qd: 128,
+        },
+    ]
+}
+
+/// Data written: fio's buffer_compress_percentage with 4 KiB chunks.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+pub enum Data {
+    Incompressible,
+    /// This percentage of every 4 KiB chunk is zeros, the rest random.
+    Compressible(u8),
+}
+
+impl Data {
+    pub fn name(self) -> String {
+        match self {
+            Data::Incompressible => "incompressible".into(),
+            Data::Compressible(p) => format!("compressible-{p}"),
+        }
+    }
+
+    /// Fills a buffer the way fio would.
+    pub fn fill(self, rng: &mut SmallRng, buf: &mut [u8]) {
+        rng.fill(buf);
+        if let Data::Compressible(p) = self {
+            for c in buf.chunks_mut(4096) {
+                let random = c.len() * (100 - p as usize) / 100;
+                c[random..].fill(0);
+            }
+        }
+    }
+}
+
+/// Logical bytes / lz4-compressed bytes, compressing 4 KiB blocks one by one
+/// as a CSD's inline compressor does.
+pub fn compression_ratio(data: &[u8]) -> f64 {
+    let compressed: usize = data
+        .chunks(4096)
+        .map(|c| lz4_flex::compress(c).len().min(c.len()))
+        .sum();
+    data.len() as f64 / compressed.max(1) as f64
+}
+
+/// Usable bytes per raw byte, and drive failures survived.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CapacityRow {
+    pub system: String,
+    pub usable_fraction: f64,
+    pub survives_failures: usize,
+}
+
+pub fn capacity_rows(members: usize, csd_ratio: f64) -> Vec<CapacityRow> {
+    let n = members as f64;
+    vec![
+        CapacityRow {
+            system: format!("RAID5 of {members}"),
+            usable_fraction: (n - 1.0) / n,
+            survives_failures: 1,
+        },
+        CapacityRow {
+            system: format!("RAID6 of {members}"),
+            usable_fraction: (n - 2.0) / n,
+            survives_failures: 2,
+        },
+        CapacityRow {
+            system: "single CSD".into(),
+            usable_fraction: csd_ratio,
+            survives_failures: 0,
+        },
+    ]
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Latency {
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub profile: String,
+    pub data: String,
+    pub target: String,
+    pub iops: f64,
+    pub gb_per_s: f64,
+    pub latency: Latency,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SweepPoint {
+    pub target: String,
+    pub qd: usize,
+    pub iops: f64,
+    pub p99_us: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub level: String,
+    pub members: usize,
+    pub member_bytes: u64,
+    pub seconds_per_run: f64,
+    pub compression_ratio: Vec<(String, f64)>,
+    pub capacity: Vec<CapacityRow>,
+    pub results: Vec<Row>,
+    pub sweep: Vec<SweepPoint>,
+    /// Per target: the highest IOPS of 4 KiB random reads with p99 < 1 ms.
+    pub latency_bound: Vec<SweepPoint>,
+}
+
+pub fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i] as f64
+}
+
+/// Where the I/O goes.
+#[derive(Clone)]
+enum Target {
+    Array(Arc<Array>),
+    Member(MemberRef),
+    Nbd(PathBuf, String),
+}
+
+impl Target {
+    fn name(&self) -> &'static str {
+        match self {
+            Target::Array(_) => "array",
+            Target::Member(_) => "member",
+            Target::Nbd(..) => "array-nbd",
+        }
+    }
+    fn size(&self) -> u64 {
+        match self {
+            Target::Array(a) => a.capacity(),
+            Target::Member(m) => m.size() - raid_core::metadata::DATA_OFFSET,
+            Target::Nbd(..) => 0,
+        }
+    }
+    fn io(&self, write: bool, off: u64, buf: &mut [u8]) {
+        match self {
+            Target::Array(a) => {
+                let r = if write {
+                    a.write(off, buf)
+                } else {
+                    a.read(off, buf)
+                };
+                r.expect("array I/O");
+            }
+            Target::Member(m) => {
+                let at = raid_core::metadata::DATA_OFFSET + off;
+                let r = if write {
+                    m.write_at(buf, at)
+                } else {
+                    m.read_at(buf, at)
+                };
+                r.expect("member I/O");
+            }
+            Target::Nbd(..) => unreachable!("NBD runs through its own client"),
+        }
+    }
+}
+
+/// Runs one profile on one target for `secs`; latencies in microseconds.
+fn run(t: &Target, p: &Profile, data: Data, size: u64, secs: f64) -> (f64, Vec<u32>) {
+    let stop = AtomicBool::new(false);
+    let ops = AtomicU64::new(0);
+    let lats = Mutex::new(Vec::new());
+    let started = Instant::now();
+    std::thread::scope(|sc| {
+        for job in 0..p.jobs {
+            let (stop, ops, lats) = (&stop, &ops, &lats);
+            match t {
+                Target::Nbd(sock, name) => {
+                    sc.spawn(move || {
+                        let l = nbd_job(sock, name, p, data, size, job, stop);
+                        ops.fetch_add(l.len() as u64, Ordering::Relaxed);
+                        lats.lock().unwrap().extend(l);
+                    });
+                }
+                _ => {
+                    let threads = p.qd.min(32);
+                    for th in 0..threads {
+                        sc.spawn(move || {
+                            let mut rng = SmallRng::seed_from_u64((job * 1000 + th) as u64);
+                            let mut buf = AlignedBuf::new(p.bs);
+                            let mut mine = Vec::new();
+                            let blocks = size / p.bs as u64;
+                            let lanes = (p.jobs * threads) as u64;
+                            let lane = (job * threads + th) as u64;
+                            let mut i = 0u64;
+                            while !stop.load(Ordering::Relaxed) {
+                                let b = if p.random {
+                                    rng.gen_range(0..blocks)
+                                } else {
+                                    (lane + i * lanes) % blocks
+                                };
+                                i += 1;
+                                if p.write {
+                                    data.fill(&mut rng, &mut buf);
+                                }
+                                let t0 = Instant::now();
+                                t.io(p.write, b * p.bs as u64, &mut buf);
+                                mine.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                            }
+                            ops.fetch_add(mine.len() as u64, Ordering::Relaxed);
+                            lats.lock().unwrap().extend(mine);
+                        });
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut l = lats.into_inner().unwrap();
+    l.sort_unstable();
+    (ops.load(Ordering::Relaxed) as f64 / elapsed, l)
+}
+
+/// One NBD connection keeping `qd` requests in flight until `stop`.
+fn nbd_job(
+    sock: &Path,
+    name: &str,
+    p: &Profile,
+    data: Data,
+    size: u64,
+    job: usize,
+    stop: &AtomicBool,
+) -> Vec<u32> {
+    let mut c = nbd_connect(sock, name).expect("NBD connect");
+    let mut reader = c.try_clone().unwrap();
+    let (credit_tx, credit_rx) = mpsc::sync_channel::<()>(p.qd);
+    for _ in 0..p.qd {
+        credit_tx.send(()).unwrap();
+    }
+    let started: Arc<Mutex<std::collections::HashMap<u64, Instant>>> = Default::default();
+    let sent = AtomicU64::new(0);
+    let done_sending = AtomicBool::new(false);
+    let mut lats = Vec::new();
+    std::thread::scope(|sc| {
+        let (started2, sent2, done2) = (started.clone(), &sent, &done_sending);
+        let receiver = sc.spawn(move || {
+            let mut l = Vec::new();
+            let mut got = 0u64;
+            let mut sink = vec![0u8; p.bs];
+            loop {
+                if done2.load(Ordering::Acquire) && got == sent2.load(Ordering::Acquire) {
+                    return l;
+                }
+                let mut h = [0u8; 16];
+                if reader.read_exact(&mut h).is_err() {
+                    return l;
+                }
+                let cookie = u64::from_be_bytes(h[8..16].try_into().unwrap());
+                let err = u32::from_be_bytes(h[4..8].try_into().unwrap());
+                assert_eq!(err, 0, "NBD error {err}");
+                if !p.write {
+                    reader.read_exact(&mut sink).unwrap();
+                }
+                if let Some(t0) = started2.lock().unwrap().remove(&cookie) {
+                    l.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                }
+                got += 1;
+                let _ = credit_tx.send(());
+            }
+        });
+        let mut rng = SmallRng::seed_from_u64(job as u64 + 77);
+        let mut buf = vec![0u8; p.bs];
+        let blocks = size / p.bs as u64;
+        let mut i = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            if credit_rx.recv_timeout(Duration::from_millis(50)).is_err() {
+                continue;
+            }
+            let b = if p.random {
+                rng.gen_range(0..blocks)
+            } else {
+                (job as u64 + i * p.jobs as u64) % blocks
+            };
+            i += 1;
+            let mut r = 0x2560_9513u32.to_be_bytes().to_vec();
+            r.extend_from_slice(&0u16.to_be_bytes());
+            r.extend_from_slice(&(if p.write { 1u16 } else { 0 }).to_be_bytes());
+            r.extend_from_slice(&i.to_be_bytes());
+            r.extend_from_slice(&(b * p.bs as u64).to_be_bytes());
+            r.extend_from_slice(&(p.bs as u32).to_be_bytes());
+            if p.write {
+                data.fill(&mut rng, &mut buf);
+                r.extend_from_slice(&buf);
+            }
+            started.lock().unwrap().insert(i, Instant::now());
+            sent.fetch_add(1, Ordering::AcqRel);
+            c.write_all(&r).unwrap();
+        }
+        done_sending.store(true, Ordering::Release);
+        // Wake the receiver if it waits for nothing more.
+        if sent.load(Ordering::Acquire) == 0 {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        lats = receiver.join().unwrap();
+    });
+    let _ = c.write_all(&{
+        let mut r = 0x2560_9513u32.to_be_bytes().to_vec();
+        r.extend_from_slice(&[0, 0, 0, 2]);
+        r.extend_from_slice(&[0u8; 20]);
+        r
+    });
+    lats
+}
+
+fn nbd_connect(sock: &Path, name: &str) -> std::io::Result<UnixStream> {
+    let mut c = UnixStream::connect(sock)?;
+    let mut hello = [0u8; 18];
+    c.read_exact(&mut hello)?;
+    c.write_all(&3u32.to_be_bytes())?;
+    let mut o = b"IHAVEOPT".to_vec();
+    o.extend_from_slice(&1u32.to_be_bytes());
+    o.extend_from_slice(&(name.len() as u32).to_be_bytes());
+    o.extend_from_slice(name.as_bytes());
+    c.write_all(&o)?;
+    let mut info = [0u8; 10];
+    c.read_exact(&mut info)?;
+    Ok(c)
+}
+
+pub struct BenchArgs {
+    pub dir: Option<PathBuf>,
+    pub members: usize,
+    pub level: u32,
+    pub member_bytes: u64,
+    pub seconds: f64,
+    pub sweep_seconds: f64,
+    pub json: Option<PathBuf>,
+    pub plot: Option<PathBuf>,
+}
+
+pub fn bench(a: &BenchArgs) -> Result<Report> {
+    let level = Level::from_number(a.level)
+        .ok_or_else(|| CliError::usage(format!("level {} is not 0, 1, 5, 6 or 10", a.level)))?;
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("raidctl-bench-{}", std::process::id())),
+    };
+    let owned = a.dir.is_none();
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| CliError::failed(format!("{}: {e}", dir.display())))?;
+    let file = |name: &str| -> Result<MemberRef> {
+        let p = dir.join(name);
+        let f = std::fs::File::create(&p)
+            .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))?;
+        f.set_len(raid_core::metadata::DATA_OFFSET + a.member_bytes)
+            .map_err(|e| CliError::failed(e.to_string()))?;
+        Ok(Arc::new(FileMember::open(&p).map_err(|e| {
+            CliError::failed(format!("{}: {e}", p.display()))
+        })?))
+    };
+    let members: Vec<MemberRef> = (0..a.members)
+        .map(|i| file(&format!("m{i}.img")))
+        .collect::<Result<_>>()?;
+    let alone = file("alone.img")?;
+    let array = Arc::new(Array::create(
+        members,
+        vec![],
+        CreateOptions {
+            name: "bench".into(),
+            level,
+            chunk: 64 * 1024,
+        },
+    )?);
+    let sock = dir.join("bench.sock");
+    let export =
+        crate::export::Export::start_nbd(array.clone(), &format!("unix:{}", sock.display()))?;
+    let targets = [
+        Target::Array(array.clone()),
+        Target::Nbd(sock.clone(), "bench".into()),
+        Target::Member(alone),
+    ];
+    let datas = [Data::Incompressible, Data::Compressible(72)];
+    let total = profiles().len() * datas.len() * targets.len();
+    let mut results = Vec::new();
+    let mut k = 0;
+    for data in datas {
+        for p in profiles() {
+            for t in &targets {
+                k += 1;
+                let size = match t {
+                    Target::Nbd(..) => array.capacity(),
+                    _ => t.size(),
+                };
+                eprintln!("[{k}/{total}] {} {} on {}", p.name, data.name(), t.name());
+                let (iops, lats) = run(t, &p, data, size, a.seconds);
+                results.push(Row {
+                    profile: p.name.into(),
+                    data: data.name(),
+                    target: t.name().into(),
+                    iops,
+                    gb_per_s: iops * p.bs as f64 / 1e9,
+                    latency: Latency {
+                        p50_us: percentile(&lats, 0.50),
+                        p99_us: percentile(&lats, 0.99),
+                        p999_us: percentile(&lats, 0.999),
+                    },
+                });
+            }
+        }
+    }
+    // The latency-bound method: 4 KiB random reads, one job, deeper and
+    // deeper queues; keep the best IOPS whose p99 stays under 1 ms.
+    let mut sweep = Vec::new();
+    for t in &targets {
+        let size = if let Target::Nbd(..) = t {
+            array.capacity()
+        } else {
+            t.size()
+        };
+        for qd in [1, 2, 4, 8, 16, 32, 64, 128] {
+            eprintln!("sweep {} QD {qd}", t.name());
+            let p = Profile {
+                name: "rand-read",
+                write: false,
+                random: true,
+                bs: 4096,
+                jobs: 1,
+                qd,
+            };
+            let (iops, lats) = run(t, &p, Data::Incompressible, size, a.sweep_seconds);
+            sweep.push(SweepPoint {
+                target: t.name().into(),
+                qd,
+                iops,
+                p99_us: percentile(&lats, 0.99),
+            });
+        }
+    }
+    let latency_bound = targets
+        .iter()
+        .filter_map(|t| {
+            sweep
+                .iter()
+                .filter(|s| s.target == t.name() && s.p99_us < 1000.0)
+                .max_by(|a, b| a.iops.partial_cmp(&b.iops).unwrap())
+                .cloned()
+        })
+        .collect();
+    export.stop();
+    array.close()?;
+    drop(array);
+    let mut rng = SmallRng::seed_from_u64(9);
+    let ratios: Vec<(String, f64)> = datas
+        .iter()
+        .map(|d| {
+            let mut sample = vec![0u8; 4 << 20];
+            d.fill(&mut rng, &mut sample);
+            (d.name(), compression_ratio(&sample))
+        })
+        .collect();
+    let report = Report {
+        level: level.to_string(),
+        members: a.members,
+        member_bytes: a.member_bytes,
+        seconds_per_run: a.seconds,
+        capacity: capacity_rows(a.members, ratios.last().map(|r| r.1).unwrap_or(1.0)),
+        compression_ratio: ratios,
+        results,
+        sweep,
+        latency_bound,
+    };
+    if let Some(j) = &a.json {
+        std::fs::write(j, serde_json::to_string_pretty(&report).unwrap())
+            .map_err(|e| CliError::failed(format!("{}: {e}", j.display())))?;
+    }
+    if let Some(p) = &a.plot {
+        std::fs::write(p, svg_plot(&report.sweep))
+            .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))?;
+    }
+    if owned {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(report)
+}
+
+pub fn print(r: &Report) {
+    println!(
+        "{} of {} members, {} per run",
+        r.level, r.members, r.seconds_per_run
+    );
+    println!("| profile | data | target | IOPS | GB/s | p50 µs | p99 µs | p99.9 µs |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for x in &r.results {
+        println!(
+            "| {} | {} | {} | {:.0} | {:.2} | {:.0} | {:.0} | {:.0} |",
+            x.profile,
+            x.data,
+            x.target,
+            x.iops,
+            x.gb_per_s,
+            x.latency.p50_us,
+            x.latency.p99_us,
+            x.latency.p999_us
+        );
+    }
+    println!("\nhighest 4 KiB random-read IOPS with p99 < 1 ms:");
+    for s in &r.latency_bound {
+        println!(
+            "  {:<10} {:>9.0} IOPS at QD {} (p99 {:.0} µs)",
+            s.target, s.iops, s.qd, s.p99_us
+        );
+    }
+    println!(
+        "\nlz4 per 4 KiB block: {}",
+        r.compression_ratio
+            .iter()
+            .map(|(d, v)| format!("{d} {v:.2}:1"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for c in &r.capacity {
+        println!(
+            "  {:<16} usable {:.2}x of raw, survives {} drive failure(s)",
+            c.system, c.usable_fraction, c.survives_failures
+        );
+    }
+}
+
+/// IOPS against p99 latency, one line per target, as SVG.
+pub fn svg_plot(sweep: &[SweepPoint]) -> String {
+    let (w, h, m) = (640.0, 400.0, 60.0);
+    let max_x = sweep.iter().map(|s| s.iops).fold(1.0, f64::max);
+    let max_y = sweep.iter().map(|s| s.p99_us).fold(1.0, f64::max);
+    let x = |v: f64| m + v / max_x * (w - 2.0 * m);
+    let y = |v: f64| h - m - v / max_y * (h - 2.0 * m);
+    let mut out = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n<line x1='{m}' y1='{}' x2='{}' y2='{}' stroke='black'/>\n<line x1='{m}' y1='{m}' x2='{m}' y2='{}' stroke='black'/>\n<text x='{}' y='{}' text-anchor='middle'>4 KiB random-read IOPS (max {max_x:.0})</text>\n<text x='15' y='{}' transform='rotate(-90 15 {})' text-anchor='middle'>p99 latency µs (max {max_y:.0})</text>\n",
+        h - m, w - m, h - m, h - m, w / 2.0, h - 20.0, h / 2.0, h / 2.0
+    );
+    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+    let mut names: Vec<&str> = sweep.iter().map(|s| s.target.as_str()).collect();
+    names.dedup();
+    for (k, n) in names.iter().enumerate() {
+        let pts: Vec<String> = sweep
+            .iter()
+            .filter(|s| s.target == *n)
+            .map(|s| format!("{:.1},{:.1}", x(s.iops), y(s.p99_us)))
+            .collect();
+        let c = colors[k % colors.len()];
+        out.push_str(&format!(
+            "<polyline fill='none' stroke='{c}' stroke-width='2' points='{}'/>\n",
+            pts.join(" ")
+        ));
+        out.push_str(&format!(
+            "<text x='{}' y='{}' fill='{c}'>{n}</text>\n",
+            w - m - 80.0,
+            m + 15.0 * k as f64
+        ));
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_four_profiles_of_the_published_comparison() {
+        let p = profiles();
+        assert_eq!(
+            p.iter().map(|p| p.name).collect::<Vec<_>>(),
+            ["seq-write", "seq-read", "rand-write", "rand-read"]
+        );
+        assert!(p[..2]
+            .iter()
+            .all(|p| p.bs == 128 << 10 && p.jobs == 1 && p.qd == 128 && !p.random));
+        assert!(p[2..]
+            .iter()
+            .all(|p| p.bs == 4096 && p.jobs == 4 && p.qd == 128 && p.random));
+    }
+
+    #[test]
+    fn compression_ratios_of_the_two_data_kinds() {
+        let mut rng = SmallRng::seed_from_u64(1);
+        let mut a = vec![0u8; 1 << 20];
+        Data::Incompressible.fill(&mut rng, &mut a);
+        let r = compression_ratio(&a);
+        assert!((0.99..=1.01).contains(&r), "{r}");
+        Data::Compressible(72).fill(&mut rng, &mut a);
+        let r = compression_ratio(&a);
+        // 28% of each block stays random: lz4 gets close to 1/0.28.
+        assert!((3.0..3.6).contains(&r), "{r}");
+        // Exactly 72% zeros per 4 KiB block.
+        assert_eq!(a[..4096].iter().skip(1146).filter(|&&b| b != 0).count(), 0);
+    }
+
+    #[test]
+    fn capacity_arithmetic() {
+        let rows = capacity_rows(8, 2.5);
+        assert_eq!(rows[0].usable_fraction, 7.0 / 8.0);
+        assert_eq!(rows[1].usable_fraction, 6.0 / 8.0);
+        assert_eq!(rows[2].usable_fraction, 2.5);
+        assert_eq!(
+            rows.iter().map(|r| r.survives_failures).collect::<Vec<_>>(),
+            [1, 2, 0]
+        );
+    }
+
+    #[test]
+    fn percentiles_and_plot() {
+        let v: Vec<u32> = (1..=1000).collect();
+        assert_eq!(percentile(&v, 0.5), 501.0);
+        assert_eq!(percentile(&v, 0.99), 990.0);
+        assert_eq!(percentile(&v, 0.999), 999.0);
+        let svg = svg_plot(&[
+            SweepPoint {
+                target: "array".into(),
+                qd: 1,
+                iops: 10.0,
+                p99_us: 5.0,
+            },
+            SweepPoint {
+                target: "array".into(),
+                qd: 2,
+                iops: 20.0,
+                p99_us: 8.0,
+            },
+        ]);
+        assert!(
+            svg.starts_with("<svg")
+                && svg.contains("polyline")
+                && svg.trim_end().ends_with("</svg>")
+        );
+    }
+}

@@ -10,6 +10,7 @@
 //! threads, capped at 32 per job.
 
 use crate::error::{CliError, Result};
+use crate::nbd;
 use raid_core::array::{Array, CreateOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
@@ -353,9 +354,16 @@ fn nbd_job(
                 (job as u64 + i * p.jobs as u64) % blocks
             };
             i += 1;
-            let mut r = 0x2560_9513u32.to_be_bytes().to_vec();
+            let mut r = nbd::REQUEST_MAGIC.to_be_bytes().to_vec();
             r.extend_from_slice(&0u16.to_be_bytes());
-            r.extend_from_slice(&(if p.write { 1u16 } else { 0 }).to_be_bytes());
+            r.extend_from_slice(
+                &(if p.write {
+                    nbd::CMD_WRITE
+                } else {
+                    nbd::CMD_READ
+                })
+                .to_be_bytes(),
+            );
             r.extend_from_slice(&i.to_be_bytes());
             r.extend_from_slice(&(b * p.bs as u64).to_be_bytes());
             r.extend_from_slice(&(p.bs as u32).to_be_bytes());
@@ -375,8 +383,9 @@ fn nbd_job(
         lats = receiver.join().unwrap();
     });
     let _ = c.write_all(&{
-        let mut r = 0x2560_9513u32.to_be_bytes().to_vec();
-        r.extend_from_slice(&[0, 0, 0, 2]);
+        let mut r = nbd::REQUEST_MAGIC.to_be_bytes().to_vec();
+        r.extend_from_slice(&0u16.to_be_bytes());
+        r.extend_from_slice(&nbd::CMD_DISC.to_be_bytes());
         r.extend_from_slice(&[0u8; 20]);
         r
     });
@@ -387,9 +396,9 @@ fn nbd_connect(sock: &Path, name: &str) -> std::io::Result<UnixStream> {
     let mut c = UnixStream::connect(sock)?;
     let mut hello = [0u8; 18];
     c.read_exact(&mut hello)?;
-    c.write_all(&3u32.to_be_bytes())?;
-    let mut o = b"IHAVEOPT".to_vec();
-    o.extend_from_slice(&1u32.to_be_bytes());
+    c.write_all(&(nbd::FLAG_C_FIXED_NEWSTYLE | nbd::FLAG_C_NO_ZEROES).to_be_bytes())?;
+    let mut o = nbd::IHAVEOPT.to_be_bytes().to_vec();
+    o.extend_from_slice(&nbd::OPT_EXPORT_NAME.to_be_bytes());
     o.extend_from_slice(&(name.len() as u32).to_be_bytes());
     o.extend_from_slice(name.as_bytes());
     c.write_all(&o)?;

@@ -413,14 +413,7 @@ impl Daemon {
 
     fn scrub(&self, name: &str, repair: bool) -> Result<Response> {
         let s = self.served(name)?;
-        let rate = std::env::var("RAIDCTL_SCRUB_RATE")
-            .ok()
-            .and_then(|v| parse_size(&v).ok());
-        let opts = raid_core::array::ScrubOptions {
-            repair,
-            rate_limit: rate,
-            ..Default::default()
-        };
+        let opts = scrub_options(repair);
         let r = s.array.scrub(&opts, &self.term)?;
         let slots = s.array.slots();
         let result = crate::protocol::ScrubResult {
@@ -666,14 +659,7 @@ impl Daemon {
         let (array, repair, term, served) =
             (s.array.clone(), sched.repair, self.term.clone(), s.clone());
         std::thread::spawn(move || {
-            let rate = std::env::var("RAIDCTL_SCRUB_RATE")
-                .ok()
-                .and_then(|v| parse_size(&v).ok());
-            let opts = raid_core::array::ScrubOptions {
-                repair,
-                rate_limit: rate,
-                ..Default::default()
-            };
+            let opts = scrub_options(repair);
             match array.scrub(&opts, &term) {
                 Ok(r) if !r.interrupted => {
                     tracing::info!(
@@ -735,6 +721,19 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
+    }
+}
+
+/// Scrub options: `repair` as asked, rate from RAIDCTL_SCRUB_RATE (bytes
+/// per second, e.g. 200M), for the command and the schedule alike.
+fn scrub_options(repair: bool) -> raid_core::array::ScrubOptions {
+    let rate_limit = std::env::var("RAIDCTL_SCRUB_RATE")
+        .ok()
+        .and_then(|v| parse_size(&v).ok());
+    raid_core::array::ScrubOptions {
+        repair,
+        rate_limit,
+        ..Default::default()
     }
 }
 

@@ -4,15 +4,8 @@
 //! cannot leave the copies different.
 
 use super::*;
-use crate::buf::AlignedBuf;
 use crate::layout::Place;
 use crate::member::{submit, IoOp, MemberIo};
-
-fn aligned_copy(data: &[u8]) -> AlignedBuf {
-    let mut b = AlignedBuf::new(data.len());
-    b.copy_from_slice(data);
-    b
-}
 
 #[derive(Clone, Copy)]
 struct Piece {
@@ -47,18 +40,6 @@ impl Array {
 
     pub(super) fn mirror_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let pieces = self.chunk_pieces(offset, buf.len() as u64);
-        // Straight into the caller's buffer unless O_DIRECT needs alignment.
-        let mut bounce = if self.member_handles().iter().any(|m| m.is_direct())
-            && !crate::buf::is_aligned(buf)
-        {
-            Some(AlignedBuf::new(buf.len()))
-        } else {
-            None
-        };
-        let target: &mut [u8] = match bounce.as_mut() {
-            Some(b) => b,
-            None => buf,
-        };
         let mut pending: Vec<usize> = (0..pieces.len()).collect();
         while !pending.is_empty() {
             let handles = self.member_handles();
@@ -86,7 +67,7 @@ impl Array {
             // Hand out disjoint slices of the bounce buffer, in request order.
             plan.sort_by_key(|(k, _)| *k);
             let mut ios = Vec::new();
-            let mut rest: &mut [u8] = &mut *target;
+            let mut rest: &mut [u8] = &mut *buf;
             let mut at = 0usize;
             for &(k, c) in &plan {
                 let p = pieces[k];
@@ -109,9 +90,6 @@ impl Array {
                 }
             }
         }
-        if let Some(b) = bounce {
-            buf.copy_from_slice(&b);
-        }
         Ok(())
     }
 
@@ -128,15 +106,6 @@ impl Array {
         let pieces = self.chunk_pieces(offset, data.len() as u64);
         let _held = self.locks.lock(self.mirror_lock_keys(&pieces));
         let handles = self.member_handles();
-        // O_DIRECT members need aligned memory: copy only then.
-        let bounce;
-        let data: &[u8] = if handles.iter().any(|m| m.is_direct()) && !crate::buf::is_aligned(data)
-        {
-            bounce = aligned_copy(data);
-            &bounce
-        } else {
-            data
-        };
         let mut ios = Vec::new();
         let mut owner = Vec::new();
         for (k, p) in pieces.iter().enumerate() {

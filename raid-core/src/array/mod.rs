@@ -436,6 +436,14 @@ impl Array {
         }
     }
 
+    /// Fails every member of a `read_places` failure list, saying `what`
+    /// went wrong ("read error during rebuild").
+    fn fail_slots(&self, failed: Vec<(usize, io::Error)>, what: &str) {
+        for (m, e) in failed {
+            self.fail_slot(m, &format!("{what}: {e}"));
+        }
+    }
+
     /// Puts a member into a slot: control plane and data path together.
     fn set_member(&self, slot: usize, m: MemberRef) {
         *self.slots[slot].member.write() = Some(m.clone());
@@ -697,16 +705,31 @@ impl Array {
         if buf.is_empty() {
             return Ok(());
         }
+        if self.needs_bounce(buf) {
+            let mut b = crate::buf::AlignedBuf::new(buf.len());
+            self.read_aligned(offset, &mut b)?;
+            buf.copy_from_slice(&b);
+            return Ok(());
+        }
+        self.read_aligned(offset, buf)
+    }
+
+    /// Whether `buf` must be copied through aligned memory before members
+    /// see it: the one place for the O_DIRECT rule, so the level paths below
+    /// always get memory every member can take.
+    fn needs_bounce(&self, buf: &[u8]) -> bool {
+        !crate::buf::is_aligned(buf) && self.member_handles().iter().any(|m| m.is_direct())
+    }
+
+    /// `read`, with a buffer every member can take.
+    fn read_aligned(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         // Fast path: inside one chunk, straight to a readable member.
         if let Some((slot, at)) = self.direct_target(offset, buf.len() as u64) {
             let handles = self.member_handles();
-            let m = &handles[slot];
-            if !m.is_direct() || crate::buf::is_aligned(buf) {
-                match m.read_at(buf, at) {
-                    Ok(()) => return Ok(()),
-                    // Fail it and let the general path serve the read.
-                    Err(e) => self.fail_slot(slot, &format!("read error: {e}")),
-                }
+            match handles[slot].read_at(buf, at) {
+                Ok(()) => return Ok(()),
+                // Fail it and let the general path serve the read.
+                Err(e) => self.fail_slot(slot, &format!("read error: {e}")),
             }
         }
         match self.geo.level {
@@ -726,17 +749,24 @@ impl Array {
         }
         self.mark_dirty();
         let _intent = self.intend_write(offset, data.len() as u64)?;
+        if self.needs_bounce(data) {
+            let mut b = crate::buf::AlignedBuf::new(data.len());
+            b.copy_from_slice(data);
+            return self.write_aligned(offset, &b);
+        }
+        self.write_aligned(offset, data)
+    }
+
+    /// `write`, with a buffer every member can take.
+    fn write_aligned(&self, offset: u64, data: &[u8]) -> Result<()> {
         if self.geo.level == Level::Raid0 {
             // Fast path: one chunk, one copy, no lock needed.
             if let Some((slot, at)) = self.direct_target(offset, data.len() as u64) {
                 let handles = self.member_handles();
-                let m = &handles[slot];
-                if !m.is_direct() || crate::buf::is_aligned(data) {
-                    return m.write_at(data, at).map_err(|e| {
-                        self.fail_slot(slot, &format!("write error: {e}"));
-                        self.failed_error()
-                    });
-                }
+                return handles[slot].write_at(data, at).map_err(|e| {
+                    self.fail_slot(slot, &format!("write error: {e}"));
+                    self.failed_error()
+                });
             }
         }
         match self.geo.level {

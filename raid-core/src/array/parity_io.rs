@@ -87,21 +87,11 @@ impl Array {
     pub(super) fn parity_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let pieces = self.pieces(offset, buf.len() as u64);
         let handles = self.member_handles();
-        // Straight into the caller's buffer unless O_DIRECT needs alignment.
-        let mut bounce = if handles.iter().any(|m| m.is_direct()) && !crate::buf::is_aligned(buf) {
-            Some(AlignedBuf::new(buf.len()))
-        } else {
-            None
-        };
-        let target: &mut [u8] = match bounce.as_mut() {
-            Some(b) => b,
-            None => buf,
-        };
         let mut degraded: Vec<u64> = Vec::new();
         {
             let mut ios = Vec::new();
             let mut owner = Vec::new();
-            let mut rest: &mut [u8] = &mut *target;
+            let mut rest: &mut [u8] = &mut *buf;
             for p in &pieces {
                 let (head, tail) = std::mem::take(&mut rest).split_at_mut(p.len as usize);
                 rest = tail;
@@ -137,12 +127,9 @@ impl Array {
             let cols = self.stripe_columns(s, lo, hi)?;
             for p in ps {
                 let from = (p.within - lo) as usize;
-                target[p.pos..p.pos + p.len as usize]
+                buf[p.pos..p.pos + p.len as usize]
                     .copy_from_slice(&cols[p.idx][from..from + p.len as usize]);
             }
-        }
-        if let Some(b) = bounce {
-            buf.copy_from_slice(&b);
         }
         Ok(())
     }
@@ -169,9 +156,7 @@ impl Array {
             let got = match self.read_places(&places, width) {
                 Ok(b) => b,
                 Err(failed) => {
-                    for (m, e) in failed {
-                        self.fail_slot(m, &format!("read error: {e}"));
-                    }
+                    self.fail_slots(failed, "read error");
                     continue;
                 }
             };
@@ -192,21 +177,6 @@ impl Array {
     }
 
     pub(super) fn parity_write(&self, offset: u64, data: &[u8]) -> Result<()> {
-        // O_DIRECT members need aligned memory; chunks written straight from
-        // the request need it too, so copy the request once if it is not.
-        let bounce;
-        let data: &[u8] = if self.member_handles().iter().any(|m| m.is_direct())
-            && !crate::buf::is_aligned(data)
-        {
-            bounce = {
-                let mut b = AlignedBuf::new(data.len());
-                b.copy_from_slice(data);
-                b
-            };
-            &bounce
-        } else {
-            data
-        };
         let pieces = self.pieces(offset, data.len() as u64);
         let mut start = 0;
         while start < pieces.len() {
@@ -267,9 +237,7 @@ impl Array {
             .collect();
         self.read_places(&places, (hi - lo) as usize)
             .map_err(|failed| {
-                for (m, e) in failed {
-                    self.fail_slot(m, &format!("read error: {e}"));
-                }
+                self.fail_slots(failed, "read error");
                 StepErr::Retry
             })
     }

@@ -236,9 +236,7 @@ impl Array {
             let got = match self.read_places(&places, chunk) {
                 Ok(b) => b,
                 Err(failed) => {
-                    for (m, e) in failed {
-                        self.fail_slot(m, &format!("read error during rebuild: {e}"));
-                    }
+                    self.fail_slots(failed, "read error during rebuild");
                     continue;
                 }
             };
@@ -333,9 +331,7 @@ impl Array {
             let bufs = match self.read_places(&places, chunk) {
                 Ok(b) => b,
                 Err(failed) => {
-                    for (m, e) in failed {
-                        self.fail_slot(m, &format!("read error during rebuild: {e}"));
-                    }
+                    self.fail_slots(failed, "read error during rebuild");
                     continue;
                 }
             };

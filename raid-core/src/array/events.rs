@@ -65,6 +65,13 @@ pub enum ArrayEvent {
         stripe: u64,
         slot: usize,
     },
+    /// The parity engine in use could not serve (GPU missing, lost or
+    /// hung): parity moved to `to` without failing any I/O.
+    ParityEngineFallback {
+        from: String,
+        to: String,
+        reason: String,
+    },
     /// `raidctl alert test`.
     Test,
 }
@@ -78,7 +85,8 @@ impl ArrayEvent {
             | ArrayEvent::RebuildFailed { .. } => Severity::Critical,
             ArrayEvent::MemberMissing { .. }
             | ArrayEvent::SpareActivated { .. }
-            | ArrayEvent::ScrubMismatch { .. } => Severity::Warning,
+            | ArrayEvent::ScrubMismatch { .. }
+            | ArrayEvent::ParityEngineFallback { .. } => Severity::Warning,
             ArrayEvent::RebuildStarted { .. }
             | ArrayEvent::RebuildFinished { .. }
             | ArrayEvent::Test => Severity::Info,
@@ -97,6 +105,7 @@ impl ArrayEvent {
             ArrayEvent::RebuildFailed { .. } => "rebuild_failed",
             ArrayEvent::SpareActivated { .. } => "spare_activated",
             ArrayEvent::ScrubMismatch { .. } => "scrub_mismatch",
+            ArrayEvent::ParityEngineFallback { .. } => "parity_engine_fallback",
             ArrayEvent::Test => "test",
         }
     }
@@ -144,6 +153,9 @@ impl ArrayEvent {
             }
             ArrayEvent::ScrubMismatch { stripe, slot } => {
                 format!("scrub found a mismatch in stripe {stripe}, slot {slot}")
+            }
+            ArrayEvent::ParityEngineFallback { from, to, reason } => {
+                format!("parity moved from {from} to {to}: {reason}")
             }
             ArrayEvent::Test => "test message".into(),
         }

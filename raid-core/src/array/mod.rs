@@ -488,6 +488,14 @@ impl Array {
         }
     }
 
+    /// Records an event that happened outside the array's own code (the
+    /// parity engine falling back, say): logged, kept in the event log, and
+    /// alerted on by the daemon like any other.
+    pub fn record_event(&self, ev: ArrayEvent) {
+        let mut meta = self.meta.lock();
+        self.record(&mut meta, ev);
+    }
+
     fn record(&self, meta: &mut Meta, ev: ArrayEvent) {
         let what = ev.describe();
         match ev.severity() {

@@ -115,6 +115,11 @@ pub enum ParityError {
     DuplicateMissing { index: usize },
     #[error("SIMD level {level} is not supported by this CPU (available: {available})")]
     UnsupportedLevel { level: SimdLevel, available: String },
+    /// The engine's hardware failed (a GPU lost or hung). The outputs of the
+    /// call are undefined; inputs are untouched, so the call can be repeated
+    /// on another engine, which is what `raid-gpu`'s selecting engine does.
+    #[error("the {engine} parity engine failed: {reason}; repeat the call on the CPU engine")]
+    EngineFailed { engine: String, reason: String },
 }
 
 /// One stripe to recover: all its chunks (`D0..Dn-1, P[, Q]`) and the indices

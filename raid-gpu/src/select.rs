@@ -1,0 +1,309 @@
+//! Choosing between the GPU and CPU engines, per call, and stepping aside
+//! when the GPU fails.
+//!
+//! - `cpu`: the CPU engine only; no GPU is opened.
+//! - `gpu`: every call on the GPU (any adapter, CPU ones included: that is
+//!   how CI runs the shaders on lavapipe), the CPU when it is missing or lost.
+//! - `auto`: the GPU only when a real (non-CPU) adapter is present and the
+//!   call carries at least [`Selection::threshold_bytes`] of data, a figure
+//!   measured when the engine starts by timing both engines on the array's
+//!   own stripe shape; and only when the GPU is idle, so a small call never
+//!   queues behind a large one. Everything else runs on the CPU.
+//!
+//! When the GPU fails (an error, a lost device, a hang), the call that saw
+//! it is repeated on the CPU (inputs are never modified and every output is
+//! rewritten, so the repeat is exact), the GPU is never used again by this
+//! engine, and the fallback hook fires once, so the array logs an event.
+
+use crate::{calibrate, GpuEngine};
+use raid_core::parity::{CpuEngine, ParityEngine, ParityError, ParityKind, RecoverJob};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The operator's choice, from `--parity` or the config file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ParityMode {
+    Cpu,
+    Gpu,
+    Auto,
+}
+
+impl ParityMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ParityMode::Cpu => "cpu",
+            ParityMode::Gpu => "gpu",
+            ParityMode::Auto => "auto",
+        }
+    }
+}
+
+impl std::str::FromStr for ParityMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(ParityMode::Cpu),
+            "gpu" => Ok(ParityMode::Gpu),
+            "auto" => Ok(ParityMode::Auto),
+            _ => Err(format!("parity engine '{s}' is not one of cpu, gpu, auto")),
+        }
+    }
+}
+
+impl std::fmt::Display for ParityMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The stripe shape `auto` calibrates with: the array's own.
+#[derive(Clone, Copy, Debug)]
+pub struct StripeShape {
+    pub kind: ParityKind,
+    pub data_chunks: usize,
+    pub chunk: usize,
+}
+
+/// The GPU stopped serving; parity moved to the CPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fallback {
+    pub from: String,
+    pub to: String,
+    pub reason: String,
+}
+
+type Hook = Box<dyn Fn(Fallback) + Send + Sync>;
+
+/// What `status` shows about the engine.
+#[derive(Clone, Debug, Default)]
+pub struct EngineReport {
+    pub mode: String,
+    /// The engine serving calls now, e.g. "gpu/NVIDIA H200" or "cpu/avx2".
+    pub engine: String,
+    /// The GPU adapter opened, if any.
+    pub adapter: Option<String>,
+    /// `auto`: data bytes per call from which the GPU is used (None: never).
+    pub threshold_bytes: Option<u64>,
+    /// Why the GPU is not in use, if it is not.
+    pub note: Option<String>,
+    pub gpu_calls: u64,
+    pub cpu_calls: u64,
+}
+
+/// The parity engine the array runs: one of the two, per call.
+pub struct Selection {
+    mode: ParityMode,
+    cpu: CpuEngine,
+    gpu: Option<Arc<GpuEngine>>,
+    threshold: Option<u64>,
+    note: Mutex<Option<String>>,
+    lost: AtomicBool,
+    gpu_busy: AtomicUsize,
+    gpu_calls: AtomicU64,
+    cpu_calls: AtomicU64,
+    hook: Mutex<Option<Hook>>,
+    /// A fallback that happened before a hook was set (no GPU at start in
+    /// `gpu` mode): delivered when one is.
+    pending: Mutex<Option<Fallback>>,
+}
+
+impl Selection {
+    /// Builds the engine for `mode`. Never fails: without a usable GPU it
+    /// is the CPU engine, with the reason in [`Selection::report`].
+    pub fn new(mode: ParityMode, shape: StripeShape) -> Selection {
+        let cpu = CpuEngine::new();
+        let mut s = Selection {
+            mode,
+            cpu,
+            gpu: None,
+            threshold: None,
+            note: Mutex::new(None),
+            lost: AtomicBool::new(false),
+            gpu_busy: AtomicUsize::new(0),
+            gpu_calls: AtomicU64::new(0),
+            cpu_calls: AtomicU64::new(0),
+            hook: Mutex::new(None),
+            pending: Mutex::new(None),
+        };
+        if mode == ParityMode::Cpu {
+            return s;
+        }
+        let gpu = match GpuEngine::new() {
+            Ok(g) => Arc::new(g),
+            Err(e) => {
+                let why = format!("no GPU: {e}");
+                tracing::warn!(mode = %mode, "{why}; parity runs on the CPU");
+                if mode == ParityMode::Gpu {
+                    *s.pending.get_mut().unwrap() = Some(Fallback {
+                        from: "gpu".into(),
+                        to: s.cpu.name(),
+                        reason: why.clone(),
+                    });
+                }
+                *s.note.get_mut().unwrap() = Some(why);
+                return s;
+            }
+        };
+        if mode == ParityMode::Auto {
+            let cpu_adapter_ok = std::env::var("RAID_GPU_AUTO_CPU_ADAPTER").is_ok_and(|v| v == "1");
+            if gpu.adapter().is_cpu && !cpu_adapter_ok {
+                *s.note.get_mut().unwrap() = Some(format!(
+                    "the only GPU adapter is a CPU one ({}): auto keeps parity on the CPU engine",
+                    gpu.adapter().name
+                ));
+                return s;
+            }
+            let cal = calibrate::calibrate(&s.cpu, &*gpu, shape);
+            s.threshold = cal.threshold_stripes.map(|n| n as u64 * (shape.data_chunks * shape.chunk) as u64);
+            if s.threshold.is_none() {
+                *s.note.get_mut().unwrap() = Some(format!(
+                    "the CPU engine was faster at every batch measured ({} stripes at most)",
+                    cal.samples.last().map(|x| x.stripes).unwrap_or(0)
+                ));
+            }
+        }
+        s.gpu = Some(gpu);
+        s
+    }
+
+    /// Wires the fallback hook (the array's event log). A fallback that has
+    /// already happened is delivered now.
+    pub fn on_fallback(&self, hook: impl Fn(Fallback) + Send + Sync + 'static) {
+        if let Some(f) = self.pending.lock().unwrap().take() {
+            hook(f);
+        }
+        *self.hook.lock().unwrap() = Some(Box::new(hook));
+    }
+
+    pub fn mode(&self) -> ParityMode {
+        self.mode
+    }
+
+    /// The GPU engine, while it is in use.
+    pub fn gpu(&self) -> Option<&Arc<GpuEngine>> {
+        self.gpu.as_ref().filter(|_| !self.lost.load(Ordering::Acquire))
+    }
+
+    /// Data bytes per call from which `auto` uses the GPU.
+    pub fn threshold_bytes(&self) -> Option<u64> {
+        self.threshold
+    }
+
+    pub fn report(&self) -> EngineReport {
+        let engine = match (self.mode, self.gpu()) {
+            (ParityMode::Gpu, Some(g)) => g.name(),
+            (ParityMode::Auto, Some(g)) if self.threshold.is_some() => {
+                format!("{} for calls from {} bytes, else {}", g.name(), self.threshold.unwrap(), self.cpu.name())
+            }
+            _ => self.cpu.name(),
+        };
+        EngineReport {
+            mode: self.mode.name().into(),
+            engine,
+            adapter: self.gpu.as_ref().map(|g| g.adapter().to_string()),
+            threshold_bytes: self.threshold,
+            note: self.note.lock().unwrap().clone(),
+            gpu_calls: self.gpu_calls.load(Ordering::Relaxed),
+            cpu_calls: self.cpu_calls.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Runs `op` on the GPU if this call should go there, else (or when the
+    /// GPU fails) on the CPU.
+    fn dispatch<T>(
+        &self,
+        data_bytes: u64,
+        mut op: impl FnMut(&dyn ParityEngine) -> Result<T, ParityError>,
+    ) -> Result<T, ParityError> {
+        if let Some(gpu) = self.gpu() {
+            // gpu: every call, queueing for the GPU. auto: calls above the
+            // threshold, and only when the GPU is idle.
+            let take = match self.mode {
+                ParityMode::Gpu => true,
+                _ => {
+                    self.threshold.is_some_and(|t| data_bytes >= t)
+                        && self
+                            .gpu_busy
+                            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                            .is_ok()
+                }
+            };
+            if take {
+                let r = catch_unwind(AssertUnwindSafe(|| op(&**gpu)));
+                if self.mode != ParityMode::Gpu {
+                    self.gpu_busy.store(0, Ordering::Release);
+                }
+                match r {
+                    Ok(Err(ParityError::EngineFailed { reason, .. })) => self.lose(gpu, reason),
+                    Err(panic) => {
+                        let what = panic
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "panic".into());
+                        self.lose(gpu, format!("the GPU path panicked: {what}"))
+                    }
+                    Ok(done) => {
+                        self.gpu_calls.fetch_add(1, Ordering::Relaxed);
+                        return done;
+                    }
+                }
+            }
+        }
+        self.cpu_calls.fetch_add(1, Ordering::Relaxed);
+        op(&self.cpu)
+    }
+
+    fn lose(&self, gpu: &GpuEngine, reason: String) {
+        if self.lost.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let ev = Fallback {
+            from: gpu.name(),
+            to: self.cpu.name(),
+            reason: reason.clone(),
+        };
+        tracing::warn!(from = %ev.from, to = %ev.to, "GPU parity failed ({reason}); the CPU engine takes over");
+        *self.note.lock().unwrap() = Some(format!("GPU lost: {reason}"));
+        match &*self.hook.lock().unwrap() {
+            Some(h) => h(ev),
+            None => *self.pending.lock().unwrap() = Some(ev),
+        }
+    }
+}
+
+fn stripe_bytes(kind: ParityKind, s: &[&mut [u8]]) -> u64 {
+    (s.len().saturating_sub(kind.parity_chunks()) * s.first().map_or(0, |c| c.len())) as u64
+}
+
+impl ParityEngine for Selection {
+    fn name(&self) -> String {
+        self.report().engine
+    }
+
+    fn gen_p(&self, data: &[&[u8]], p: &mut [u8]) -> Result<(), ParityError> {
+        let bytes = (data.len() * p.len()) as u64;
+        self.dispatch(bytes, |e| e.gen_p(data, p))
+    }
+
+    fn gen_pq(&self, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) -> Result<(), ParityError> {
+        let bytes = (data.len() * p.len()) as u64;
+        self.dispatch(bytes, |e| e.gen_pq(data, p, q))
+    }
+
+    fn recover(&self, kind: ParityKind, chunks: &mut [&mut [u8]], missing: &[usize]) -> Result<(), ParityError> {
+        let bytes = stripe_bytes(kind, chunks);
+        self.dispatch(bytes, |e| e.recover(kind, chunks, missing))
+    }
+
+    fn gen_batch(&self, kind: ParityKind, stripes: &mut [Vec<&mut [u8]>]) -> Result<(), ParityError> {
+        let bytes = stripes.iter().map(|s| stripe_bytes(kind, s)).sum();
+        self.dispatch(bytes, |e| e.gen_batch(kind, stripes))
+    }
+
+    fn recover_batch(&self, kind: ParityKind, jobs: &mut [RecoverJob<'_>]) -> Result<(), ParityError> {
+        let bytes = jobs.iter().map(|j| stripe_bytes(kind, &j.chunks)).sum();
+        self.dispatch(bytes, |e| e.recover_batch(kind, jobs))
+    }
+}

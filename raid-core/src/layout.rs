@@ -70,6 +70,15 @@ impl Level {
         }
     }
 
+    /// The parity a stripe carries: P for RAID5, P+Q for RAID6, none else.
+    pub fn parity_kind(self) -> Option<crate::parity::ParityKind> {
+        match self {
+            Level::Raid5 => Some(crate::parity::ParityKind::P),
+            Level::Raid6 => Some(crate::parity::ParityKind::PQ),
+            _ => None,
+        }
+    }
+
     /// Parity chunks per stripe (RAID5/6), or 0.
     pub fn parity_chunks(self) -> usize {
         match self {

@@ -16,7 +16,9 @@ use std::sync::Arc;
 fn engines() -> Vec<Arc<dyn ParityEngine>> {
     let mut v: Vec<Arc<dyn ParityEngine>> = SimdLevel::available()
         .into_iter()
-        .map(|l| Arc::new(CpuEngine::with_level(l).unwrap().single_threaded()) as Arc<dyn ParityEngine>)
+        .map(|l| {
+            Arc::new(CpuEngine::with_level(l).unwrap().single_threaded()) as Arc<dyn ParityEngine>
+        })
         .collect();
     v.push(Arc::new(CpuEngine::new()));
     v
@@ -56,4 +58,3 @@ fn equals_isal_pq_gen_on_random_stripes() {
 fn equals_isal_pq_gen_on_random_stripes() {
     eprintln!("libisal not installed: skipping the live ISA-L cross-check (the known-answer vectors still ran)");
 }
-

@@ -61,7 +61,8 @@ pub(crate) fn open() -> Result<Opened, GpuError> {
             "RAID_GPU=off hides every GPU adapter".into(),
         ));
     }
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
     let backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::all());
     let mut adapters = pollster::block_on(instance.enumerate_adapters(backends));
     if adapters.is_empty() {
@@ -105,7 +106,9 @@ pub(crate) fn open() -> Result<Opened, GpuError> {
         name: info.name.clone(),
         backend: format!("{:?}", info.backend).to_lowercase(),
         is_cpu: info.device_type == wgpu::DeviceType::Cpu,
-        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+        driver: format!("{} {}", info.driver, info.driver_info)
+            .trim()
+            .to_string(),
     };
     tracing::info!(adapter = %summary, driver = %summary.driver,
         max_binding = limits.max_storage_buffer_binding_size,

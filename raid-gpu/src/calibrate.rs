@@ -5,7 +5,7 @@
 //! measured on the machine, not guessed); `cargo bench -p raid-gpu` runs the
 //! full one and prints the table.
 
-use raid_core::parity::ParityEngine;
+use raid_core::parity::{GenJob, ParityEngine};
 use std::time::{Duration, Instant};
 
 use crate::select::StripeShape;
@@ -77,13 +77,20 @@ impl TestStripes {
 
     /// One batched generation call on `e`.
     pub fn generate(&mut self, e: &dyn ParityEngine) -> Duration {
-        let mut views: Vec<Vec<&mut [u8]>> = self
+        let nd = self.shape.data_chunks;
+        let mut jobs: Vec<GenJob> = self
             .bufs
             .iter_mut()
-            .map(|s| s.iter_mut().map(|c| &mut c[..]).collect())
+            .map(|s| {
+                let (data, parity) = s.split_at_mut(nd);
+                GenJob {
+                    data: data.iter().map(|c| &c[..]).collect(),
+                    parity: parity.iter_mut().map(|c| &mut c[..]).collect(),
+                }
+            })
             .collect();
         let t = Instant::now();
-        e.gen_batch(self.shape.kind, &mut views)
+        e.gen_batch(self.shape.kind, &mut jobs)
             .expect("valid stripes");
         t.elapsed()
     }
@@ -116,7 +123,9 @@ pub fn sweep(
     let start = Instant::now();
     let mut out = Vec::new();
     for &n in sizes {
-        if (n * shape.data_chunks * shape.chunk) as u64 > SAMPLE_BYTES_MAX || start.elapsed() > budget {
+        if (n * shape.data_chunks * shape.chunk) as u64 > SAMPLE_BYTES_MAX
+            || start.elapsed() > budget
+        {
             break;
         }
         let mut t = TestStripes::new(shape, n);
@@ -124,7 +133,10 @@ pub fn sweep(
         let gpu_parity: Vec<Vec<u8>> = t.parity().iter().map(|c| c.to_vec()).collect();
         let cpu_t = best_of(&mut t, cpu, reps);
         assert!(
-            t.parity().iter().zip(&gpu_parity).all(|(a, b)| *a == &b[..]),
+            t.parity()
+                .iter()
+                .zip(&gpu_parity)
+                .all(|(a, b)| *a == &b[..]),
             "GPU and CPU parity differ at {n} stripes of {shape:?}"
         );
         let s = Sample {
@@ -133,7 +145,12 @@ pub fn sweep(
             cpu: cpu_t,
             gpu: gpu_t,
         };
-        tracing::debug!(stripes = n, cpu_gbps = s.cpu_gbps(), gpu_gbps = s.gpu_gbps(), "calibration sample");
+        tracing::debug!(
+            stripes = n,
+            cpu_gbps = s.cpu_gbps(),
+            gpu_gbps = s.gpu_gbps(),
+            "calibration sample"
+        );
         out.push(s);
     }
     out
@@ -154,8 +171,19 @@ pub fn threshold(samples: &[Sample]) -> Option<usize> {
 
 /// The start-up sweep `auto` runs: powers of four from 1 to 1024 stripes of
 /// the array's shape, within about two seconds.
-pub fn calibrate(cpu: &dyn ParityEngine, gpu: &dyn ParityEngine, shape: StripeShape) -> Calibration {
-    let samples = sweep(cpu, gpu, shape, &[1, 4, 16, 64, 256, 1024], 2, Duration::from_secs(2));
+pub fn calibrate(
+    cpu: &dyn ParityEngine,
+    gpu: &dyn ParityEngine,
+    shape: StripeShape,
+) -> Calibration {
+    let samples = sweep(
+        cpu,
+        gpu,
+        shape,
+        &[1, 4, 16, 64, 256, 1024],
+        2,
+        Duration::from_secs(2),
+    );
     let threshold_stripes = threshold(&samples);
     tracing::info!(
         gpu = gpu.name(),
@@ -189,7 +217,10 @@ mod tests {
 
     #[test]
     fn threshold_is_where_the_gpu_wins_for_good() {
-        assert_eq!(threshold(&[s(1, 10, 50), s(4, 40, 60), s(16, 160, 90), s(64, 640, 200)]), Some(16));
+        assert_eq!(
+            threshold(&[s(1, 10, 50), s(4, 40, 60), s(16, 160, 90), s(64, 640, 200)]),
+            Some(16)
+        );
         // A win that does not last is not a threshold.
         assert_eq!(threshold(&[s(1, 10, 5), s(4, 40, 60)]), None);
         assert_eq!(threshold(&[]), None);

@@ -24,7 +24,8 @@ use crate::pack::{self, Limits, Shape};
 use crate::plan::{self, Row};
 use crate::GpuError;
 use raid_core::parity::{
-    ro, validate, validate_gen, ParityEngine, ParityError, ParityKind, RecoverJob,
+    ro, validate, validate_gen, validate_gen_job, GenJob, ParityEngine, ParityError, ParityKind,
+    RecoverJob,
 };
 use std::ops::Range;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -95,7 +96,10 @@ fn stripe_job<'a>(chunks: &'a mut [&mut [u8]], rows: Vec<(usize, Row)>) -> Job<'
     let mut outs = Vec::with_capacity(rows.len());
     let mut out_rows = Vec::with_capacity(rows.len());
     for (chunk, row) in rows {
-        let k = outs_by_chunk.iter().position(|o| o.0 == chunk).expect("written");
+        let k = outs_by_chunk
+            .iter()
+            .position(|o| o.0 == chunk)
+            .expect("written");
         outs.push(std::mem::take(&mut outs_by_chunk[k].1));
         out_rows.push(match row {
             Row::Linear(t) => Row::Linear(t.into_iter().map(|(i, c)| (src_at[i], c)).collect()),
@@ -175,10 +179,13 @@ impl GpuEngine {
         let fault: Arc<Mutex<Option<String>>> = Arc::default();
         {
             let f = fault.clone();
-            o.device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
-                tracing::error!("GPU error: {e}");
-                f.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
-            }));
+            o.device
+                .on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+                    tracing::error!("GPU error: {e}");
+                    f.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(e.to_string());
+                }));
             let f = fault.clone();
             o.device.set_device_lost_callback(move |reason, msg| {
                 tracing::warn!("GPU device lost ({reason:?}): {msg}");
@@ -191,14 +198,16 @@ impl GpuEngine {
             label: Some("raid-gpu combine"),
             source: wgpu::ShaderSource::Wgsl(include_str!("combine.wgsl").into()),
         });
-        let pipeline = o.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("raid-gpu combine"),
-            layout: None,
-            module: &module,
-            entry_point: Some("combine"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+        let pipeline = o
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("raid-gpu combine"),
+                layout: None,
+                module: &module,
+                entry_point: Some("combine"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
         let layout = pipeline.get_bind_group_layout(0);
         let buffer_cap = slot_max
             .min(u64::from(o.limits.max_storage_buffer_binding_size))
@@ -269,11 +278,9 @@ impl GpuEngine {
         }
         let shapes: Vec<Shape> = jobs.iter().map(Job::shape).collect();
         let batches = pack::pack(&shapes, &self.limits);
-        let mut slots = self.slots.lock().map_err(|_| {
-            ParityError::EngineFailed {
-                engine: self.name(),
-                reason: "an earlier call panicked while using the GPU".into(),
-            }
+        let mut slots = self.slots.lock().map_err(|_| ParityError::EngineFailed {
+            engine: self.name(),
+            reason: "an earlier call panicked while using the GPU".into(),
         })?;
         let result = (|| {
             for (k, batch) in batches.iter().enumerate() {
@@ -301,7 +308,10 @@ impl GpuEngine {
     }
 
     fn new_slot(&self, plan: u64, input: u64, output: u64) -> Slot {
-        let size = |need: u64| need.next_power_of_two().clamp(SLOT_MIN, self.limits.buffer_bytes);
+        let size = |need: u64| {
+            need.next_power_of_two()
+                .clamp(SLOT_MIN, self.limits.buffer_bytes)
+        };
         let (cap_plan, cap_in, cap_out) = (size(plan), size(input), size(output));
         let buf = |label, size, usage, mapped| {
             self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -312,7 +322,12 @@ impl GpuEngine {
             })
         };
         use wgpu::BufferUsages as U;
-        let staging = buf("staging", cap_plan + cap_in, U::MAP_WRITE | U::COPY_SRC, true);
+        let staging = buf(
+            "staging",
+            cap_plan + cap_in,
+            U::MAP_WRITE | U::COPY_SRC,
+            true,
+        );
         let plan_b = buf("plan", cap_plan, U::STORAGE | U::COPY_DST, false);
         let input = buf("input", cap_in, U::STORAGE | U::COPY_DST, false);
         let output = buf("output", cap_out, U::STORAGE | U::COPY_SRC, false);
@@ -353,16 +368,25 @@ impl GpuEngine {
 
     /// Lays a sub-batch out in a slot's staging buffer and submits copy-in,
     /// compute and copy-out as one command buffer.
-    fn submit(&self, slot: &mut Option<Slot>, batch: &pack::Batch, jobs: &[Job<'_>]) -> Result<(), GpuError> {
+    fn submit(
+        &self,
+        slot: &mut Option<Slot>,
+        batch: &pack::Batch,
+        jobs: &[Job<'_>],
+    ) -> Result<(), GpuError> {
         let plan_bytes = batch.plan_bytes();
         let plan_pad = plan_bytes.next_multiple_of(256);
-        let fits = |s: &Slot| s.cap_plan >= plan_pad && s.cap_in >= batch.in_bytes && s.cap_out >= batch.out_bytes;
+        let fits = |s: &Slot| {
+            s.cap_plan >= plan_pad && s.cap_in >= batch.in_bytes && s.cap_out >= batch.out_bytes
+        };
         if !slot.as_ref().is_some_and(fits) {
             *slot = Some(self.new_slot(plan_pad, batch.in_bytes, batch.out_bytes));
         }
         let s = slot.as_mut().expect("just made");
         if s.staging_mapped.load(Ordering::Acquire) != 1 {
-            return Err(GpuError::Lost("the staging buffer could not be mapped".into()));
+            return Err(GpuError::Lost(
+                "the staging buffer could not be mapped".into(),
+            ));
         }
         // The plan: tasks first (8 words each), then their terms.
         let mut words: Vec<u32> = Vec::with_capacity((plan_bytes / 4) as usize);
@@ -381,7 +405,8 @@ impl GpuEngine {
             let mut src_units = Vec::with_capacity(job.srcs.len());
             for src in &job.srcs {
                 let at = (plan_pad + in_at) as usize;
-                view.slice(at..at + r.len()).copy_from_slice(&src[r.clone()]);
+                view.slice(at..at + r.len())
+                    .copy_from_slice(&src[r.clone()]);
                 src_units.push((in_at / UNIT as u64) as u32);
                 in_at += r.len() as u64;
             }
@@ -401,7 +426,16 @@ impl GpuEngine {
                         (*n as u32, 1)
                     }
                 };
-                words.extend([(out_at / UNIT as u64) as u32, units, first, n, horner, 0, 0, 0]);
+                words.extend([
+                    (out_at / UNIT as u64) as u32,
+                    units,
+                    first,
+                    n,
+                    horner,
+                    0,
+                    0,
+                    0,
+                ]);
                 copies.push((piece.job, k, r.clone(), out_at));
                 out_at += r.len() as u64;
             }
@@ -415,9 +449,11 @@ impl GpuEngine {
         s.staging.unmap();
         s.staging_mapped.store(0, Ordering::Release);
 
-        let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("raid-gpu sub-batch"),
-        });
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("raid-gpu sub-batch"),
+            });
         enc.copy_buffer_to_buffer(&s.staging, 0, &s.plan, 0, plan_bytes);
         enc.copy_buffer_to_buffer(&s.staging, plan_pad, &s.input, 0, batch.in_bytes);
         {
@@ -443,9 +479,11 @@ impl GpuEngine {
                 flag.store(if r.is_ok() { 1 } else { 2 }, Ordering::Release)
             });
         let flag = s.staging_mapped.clone();
-        s.staging.slice(..).map_async(wgpu::MapMode::Write, move |r| {
-            flag.store(if r.is_ok() { 1 } else { 2 }, Ordering::Release)
-        });
+        s.staging
+            .slice(..)
+            .map_async(wgpu::MapMode::Write, move |r| {
+                flag.store(if r.is_ok() { 1 } else { 2 }, Ordering::Release)
+            });
         s.in_flight = Some(InFlight {
             index,
             out_bytes: batch.out_bytes,
@@ -473,7 +511,9 @@ impl GpuEngine {
             return Err(GpuError::Lost(e));
         }
         if s.readback_mapped.load(Ordering::Acquire) != 1 {
-            return Err(GpuError::Lost("the read-back buffer could not be mapped".into()));
+            return Err(GpuError::Lost(
+                "the read-back buffer could not be mapped".into(),
+            ));
         }
         {
             let view = s
@@ -514,7 +554,12 @@ impl ParityEngine for GpuEngine {
         }])
     }
 
-    fn recover(&self, kind: ParityKind, chunks: &mut [&mut [u8]], missing: &[usize]) -> Result<(), ParityError> {
+    fn recover(
+        &self,
+        kind: ParityKind,
+        chunks: &mut [&mut [u8]],
+        missing: &[usize],
+    ) -> Result<(), ParityError> {
         validate(kind, &ro(chunks), missing)?;
         let n = chunks.len() - kind.parity_chunks();
         let rows = plan::recover_rows(kind, n, missing);
@@ -524,22 +569,26 @@ impl ParityEngine for GpuEngine {
         self.run(&mut [stripe_job(chunks, rows)])
     }
 
-    fn gen_batch(&self, kind: ParityKind, stripes: &mut [Vec<&mut [u8]>]) -> Result<(), ParityError> {
-        for s in stripes.iter() {
-            validate(kind, &ro(s), &[])?;
+    fn gen_batch(&self, kind: ParityKind, jobs: &mut [GenJob<'_>]) -> Result<(), ParityError> {
+        for j in jobs.iter() {
+            validate_gen_job(kind, j)?;
         }
-        let mut jobs: Vec<Job> = stripes
+        let mut work: Vec<Job> = jobs
             .iter_mut()
-            .map(|s| {
-                let n = s.len() - kind.parity_chunks();
-                let rows = plan::gen_rows(kind, n).into_iter().enumerate().map(|(k, r)| (n + k, r)).collect();
-                stripe_job(s, rows)
+            .map(|j| Job {
+                rows: plan::gen_rows(kind, j.data.len()),
+                srcs: j.data.clone(),
+                outs: j.parity.iter_mut().map(|p| &mut **p).collect(),
             })
             .collect();
-        self.run(&mut jobs)
+        self.run(&mut work)
     }
 
-    fn recover_batch(&self, kind: ParityKind, jobs: &mut [RecoverJob<'_>]) -> Result<(), ParityError> {
+    fn recover_batch(
+        &self,
+        kind: ParityKind,
+        jobs: &mut [RecoverJob<'_>],
+    ) -> Result<(), ParityError> {
         for j in jobs.iter() {
             validate(kind, &ro(&j.chunks), &j.missing)?;
         }

@@ -137,7 +137,13 @@ mod tests {
             };
             4
         ];
-        let b = check(&jobs, Limits { buffer_bytes: 32 << 20, tasks: 65535 });
+        let b = check(
+            &jobs,
+            Limits {
+                buffer_bytes: 32 << 20,
+                tasks: 65535,
+            },
+        );
         assert_eq!(b.len(), 1);
         assert_eq!(b[0].in_bytes, 4 * 8 * 65536);
     }
@@ -153,9 +159,21 @@ mod tests {
             };
             100
         ];
-        let b = check(&jobs, Limits { buffer_bytes: 1 << 20, tasks: 65535 });
+        let b = check(
+            &jobs,
+            Limits {
+                buffer_bytes: 1 << 20,
+                tasks: 65535,
+            },
+        );
         assert_eq!(b.len(), 50, "two 512 KiB stripes per 1 MiB input buffer");
-        let b = check(&jobs, Limits { buffer_bytes: 64 << 20, tasks: 10 });
+        let b = check(
+            &jobs,
+            Limits {
+                buffer_bytes: 64 << 20,
+                tasks: 10,
+            },
+        );
         assert_eq!(b.len(), 20, "five stripes of two outputs per 10 tasks");
     }
 
@@ -167,12 +185,26 @@ mod tests {
             terms: 60,
             len: 4 << 20,
         }];
-        let b = check(&jobs, Limits { buffer_bytes: 16 << 20, tasks: 65535 });
+        let b = check(
+            &jobs,
+            Limits {
+                buffer_bytes: 16 << 20,
+                tasks: 65535,
+            },
+        );
         assert!(b.len() >= 8, "{}", b.len());
         // Ragged lengths too.
         check(
-            &[Shape { srcs: 3, outs: 1, terms: 3, len: 64 * 1001 }],
-            Limits { buffer_bytes: 4096, tasks: 65535 },
+            &[Shape {
+                srcs: 3,
+                outs: 1,
+                terms: 3,
+                len: 64 * 1001,
+            }],
+            Limits {
+                buffer_bytes: 4096,
+                tasks: 65535,
+            },
         );
     }
 }

@@ -65,16 +65,19 @@ pub(crate) fn recover_rows(kind: ParityKind, n: usize, missing: &[usize]) -> Vec
     fn data_except(n: usize, skip: &[usize]) -> impl Iterator<Item = usize> + '_ {
         (0..n).filter(move |i| !skip.contains(i))
     }
-    let linear = |terms: Vec<(usize, u8)>| Row::Linear(terms.into_iter().filter(|t| t.1 != 0).collect());
+    let linear =
+        |terms: Vec<(usize, u8)>| Row::Linear(terms.into_iter().filter(|t| t.1 != 0).collect());
     match (kind, m.as_slice()) {
         (_, []) => vec![],
         // One chunk covered by P: the XOR of the rest of data and P.
         (ParityKind::P, &[x]) => vec![(x, xor_of(&[x], pi))],
         (ParityKind::PQ, &[x]) if x <= pi => vec![(x, xor_of(&[x], pi))],
         (ParityKind::PQ, &[_q]) => vec![(qi, Row::Horner(n))],
-        (ParityKind::PQ, &[x, y]) if x == pi && y == qi => {
-            gen_rows(kind, n).into_iter().enumerate().map(|(k, r)| (pi + k, r)).collect()
-        }
+        (ParityKind::PQ, &[x, y]) if x == pi && y == qi => gen_rows(kind, n)
+            .into_iter()
+            .enumerate()
+            .map(|(k, r)| (pi + k, r))
+            .collect(),
         // Data x and Q: Dx from P; Q = g^x P ^ sum_{i!=x} (g^i ^ g^x) D_i.
         (ParityKind::PQ, &[x, y]) if y == qi => {
             let mut q: Vec<(usize, u8)> = data_except(n, &[x]).map(|i| (i, g(i) ^ g(x))).collect();
@@ -84,9 +87,13 @@ pub(crate) fn recover_rows(kind: ParityKind, n: usize, missing: &[usize]) -> Vec
         // Data x and P: Dx = g^-x (Q ^ sum_{i!=x} g^i D_i), P = sum_{i!=x} D_i ^ Dx.
         (ParityKind::PQ, &[x, y]) if y == pi => {
             let ix = gf::inv(g(x));
-            let mut dx: Vec<(usize, u8)> = data_except(n, &[x]).map(|i| (i, gf::mul(ix, g(i)))).collect();
+            let mut dx: Vec<(usize, u8)> = data_except(n, &[x])
+                .map(|i| (i, gf::mul(ix, g(i))))
+                .collect();
             dx.push((qi, ix));
-            let mut p: Vec<(usize, u8)> = data_except(n, &[x]).map(|i| (i, 1 ^ gf::mul(ix, g(i)))).collect();
+            let mut p: Vec<(usize, u8)> = data_except(n, &[x])
+                .map(|i| (i, 1 ^ gf::mul(ix, g(i))))
+                .collect();
             p.push((qi, ix));
             vec![(x, linear(dx)), (pi, linear(p))]
         }
@@ -95,11 +102,14 @@ pub(crate) fn recover_rows(kind: ParityKind, n: usize, missing: &[usize]) -> Vec
         (ParityKind::PQ, &[x, y]) => {
             let a = gf::inv(g(y - x) ^ 1);
             let b = gf::inv(g(x) ^ g(y));
-            let mut dy: Vec<(usize, u8)> = data_except(n, &[x, y]).map(|i| (i, a ^ gf::mul(b, g(i)))).collect();
+            let mut dy: Vec<(usize, u8)> = data_except(n, &[x, y])
+                .map(|i| (i, a ^ gf::mul(b, g(i))))
+                .collect();
             dy.push((pi, a));
             dy.push((qi, b));
-            let mut dx: Vec<(usize, u8)> =
-                data_except(n, &[x, y]).map(|i| (i, 1 ^ a ^ gf::mul(b, g(i)))).collect();
+            let mut dx: Vec<(usize, u8)> = data_except(n, &[x, y])
+                .map(|i| (i, 1 ^ a ^ gf::mul(b, g(i))))
+                .collect();
             dx.push((pi, 1 ^ a));
             dx.push((qi, b));
             vec![(x, linear(dx)), (y, linear(dy))]
@@ -183,8 +193,15 @@ mod tests {
                     assert_eq!(rows.len(), m.len());
                     for (idx, row) in rows {
                         assert!(m.contains(&idx));
-                        assert!(row.sources().iter().all(|s| !m.contains(s)), "{m:?} reads a missing chunk");
-                        assert_eq!(eval(&row, &s), s[idx], "{kind} n={n} missing {m:?} chunk {idx}");
+                        assert!(
+                            row.sources().iter().all(|s| !m.contains(s)),
+                            "{m:?} reads a missing chunk"
+                        );
+                        assert_eq!(
+                            eval(&row, &s),
+                            s[idx],
+                            "{kind} n={n} missing {m:?} chunk {idx}"
+                        );
                     }
                 }
             }

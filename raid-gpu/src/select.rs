@@ -16,7 +16,7 @@
 //! engine, and the fallback hook fires once, so the array logs an event.
 
 use crate::{calibrate, GpuEngine};
-use raid_core::parity::{CpuEngine, ParityEngine, ParityError, ParityKind, RecoverJob};
+use raid_core::parity::{CpuEngine, GenJob, ParityEngine, ParityError, ParityKind, RecoverJob};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -112,6 +112,27 @@ impl Selection {
     /// Builds the engine for `mode`. Never fails: without a usable GPU it
     /// is the CPU engine, with the reason in [`Selection::report`].
     pub fn new(mode: ParityMode, shape: StripeShape) -> Selection {
+        let cpu_adapter_ok = std::env::var("RAID_GPU_AUTO_CPU_ADAPTER").is_ok_and(|v| v == "1");
+        Selection::with_policy(mode, shape, cpu_adapter_ok)
+    }
+
+    /// The CPU engine alone (for levels without parity, and `cpu` mode).
+    pub fn cpu() -> Selection {
+        Selection::with_policy(
+            ParityMode::Cpu,
+            StripeShape {
+                kind: ParityKind::P,
+                data_chunks: 1,
+                chunk: 4096,
+            },
+            false,
+        )
+    }
+
+    /// As [`Selection::new`]; `cpu_adapter_ok` lets `auto` calibrate and
+    /// use a CPU adapter (what `RAID_GPU_AUTO_CPU_ADAPTER=1` does), so the
+    /// measuring and routing can be tested on a machine without a GPU.
+    pub fn with_policy(mode: ParityMode, shape: StripeShape, cpu_adapter_ok: bool) -> Selection {
         let cpu = CpuEngine::new();
         let mut s = Selection {
             mode,
@@ -146,7 +167,6 @@ impl Selection {
             }
         };
         if mode == ParityMode::Auto {
-            let cpu_adapter_ok = std::env::var("RAID_GPU_AUTO_CPU_ADAPTER").is_ok_and(|v| v == "1");
             if gpu.adapter().is_cpu && !cpu_adapter_ok {
                 *s.note.get_mut().unwrap() = Some(format!(
                     "the only GPU adapter is a CPU one ({}): auto keeps parity on the CPU engine",
@@ -155,7 +175,9 @@ impl Selection {
                 return s;
             }
             let cal = calibrate::calibrate(&s.cpu, &*gpu, shape);
-            s.threshold = cal.threshold_stripes.map(|n| n as u64 * (shape.data_chunks * shape.chunk) as u64);
+            s.threshold = cal
+                .threshold_stripes
+                .map(|n| n as u64 * (shape.data_chunks * shape.chunk) as u64);
             if s.threshold.is_none() {
                 *s.note.get_mut().unwrap() = Some(format!(
                     "the CPU engine was faster at every batch measured ({} stripes at most)",
@@ -182,7 +204,9 @@ impl Selection {
 
     /// The GPU engine, while it is in use.
     pub fn gpu(&self) -> Option<&Arc<GpuEngine>> {
-        self.gpu.as_ref().filter(|_| !self.lost.load(Ordering::Acquire))
+        self.gpu
+            .as_ref()
+            .filter(|_| !self.lost.load(Ordering::Acquire))
     }
 
     /// Data bytes per call from which `auto` uses the GPU.
@@ -194,7 +218,7 @@ impl Selection {
         let engine = match (self.mode, self.gpu()) {
             (ParityMode::Gpu, Some(g)) => g.name(),
             (ParityMode::Auto, Some(g)) if self.threshold.is_some() => {
-                format!("{} for calls from {} bytes, else {}", g.name(), self.threshold.unwrap(), self.cpu.name())
+                format!("{} + {}", g.name(), self.cpu.name())
             }
             _ => self.cpu.name(),
         };
@@ -292,17 +316,29 @@ impl ParityEngine for Selection {
         self.dispatch(bytes, |e| e.gen_pq(data, p, q))
     }
 
-    fn recover(&self, kind: ParityKind, chunks: &mut [&mut [u8]], missing: &[usize]) -> Result<(), ParityError> {
+    fn recover(
+        &self,
+        kind: ParityKind,
+        chunks: &mut [&mut [u8]],
+        missing: &[usize],
+    ) -> Result<(), ParityError> {
         let bytes = stripe_bytes(kind, chunks);
         self.dispatch(bytes, |e| e.recover(kind, chunks, missing))
     }
 
-    fn gen_batch(&self, kind: ParityKind, stripes: &mut [Vec<&mut [u8]>]) -> Result<(), ParityError> {
-        let bytes = stripes.iter().map(|s| stripe_bytes(kind, s)).sum();
-        self.dispatch(bytes, |e| e.gen_batch(kind, stripes))
+    fn gen_batch(&self, kind: ParityKind, jobs: &mut [GenJob<'_>]) -> Result<(), ParityError> {
+        let bytes = jobs
+            .iter()
+            .map(|j| (j.data.len() * j.data.first().map_or(0, |c| c.len())) as u64)
+            .sum();
+        self.dispatch(bytes, |e| e.gen_batch(kind, jobs))
     }
 
-    fn recover_batch(&self, kind: ParityKind, jobs: &mut [RecoverJob<'_>]) -> Result<(), ParityError> {
+    fn recover_batch(
+        &self,
+        kind: ParityKind,
+        jobs: &mut [RecoverJob<'_>],
+    ) -> Result<(), ParityError> {
         let bytes = jobs.iter().map(|j| stripe_bytes(kind, &j.chunks)).sum();
         self.dispatch(bytes, |e| e.recover_batch(kind, jobs))
     }

@@ -26,7 +26,11 @@ fn engines() -> Vec<Arc<dyn ParityEngine>> {
             eprintln!("RAID_GPU_TESTS=skip and {e}: the GPU suite runs no engine");
             None
         }
-        Err(e) => panic!("{e} (install mesa-vulkan-drivers for lavapipe, or set RAID_GPU_TESTS=skip)"),
+        Err(e) => {
+            panic!("{e} (install mesa-vulkan-drivers for lavapipe, or set RAID_GPU_TESTS=skip)")
+        }
     });
-    gpu.iter().map(|g| g.clone() as Arc<dyn ParityEngine>).collect()
+    gpu.iter()
+        .map(|g| g.clone() as Arc<dyn ParityEngine>)
+        .collect()
 }

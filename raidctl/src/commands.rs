@@ -34,7 +34,8 @@ pub fn run(cli: Cli) -> Result<()> {
             members,
             nbd,
             foreground,
-        } => start(&st, &name, members, nbd, foreground),
+            parity,
+        } => start(&st, &name, members, nbd, foreground, parity),
         Command::Stop { name } => {
             let r = daemon_call(&st, &name, Request::Stop { name: name.clone() })?;
             print_message(&r);
@@ -256,11 +257,6 @@ fn create(
             "chunk {chunk} bytes is not a power of two between 4K and 1M"
         )));
     }
-    if parity == Parity::Gpu {
-        return Err(CliError::usage(
-            "the GPU parity engine is not part of this build yet: use --parity cpu or --parity auto",
-        ));
-    }
     if st.exists(name) && !force {
         return Err(CliError::refused(format!(
             "an array named '{name}' is already recorded in {}: choose another name (or --force to replace the record)",
@@ -342,14 +338,19 @@ fn create(
         chunk,
         members: members.clone(),
         spares: spares.clone(),
-        parity: format!("{parity:?}").to_lowercase(),
+        parity: parity.name().into(),
     })?;
     println!(
-        "created {level} '{name}': {} members, chunk {}, capacity {}, parity {}",
+        "created {level} '{name}': {} members, chunk {}, capacity {}, parity engine {}{}",
         members.len(),
         status::human_bytes(chunk),
         status::human_bytes(g.capacity()),
-        array.engine_name()
+        parity.name(),
+        if level.parity_kind().is_some() {
+            " (opened when the array starts)"
+        } else {
+            " (unused: this level has no parity)"
+        }
     );
     for (i, p) in members.iter().enumerate() {
         println!("  slot {i}: {}", p.display());
@@ -380,6 +381,7 @@ fn start(
     members: Vec<PathBuf>,
     nbd: Option<String>,
     foreground: bool,
+    parity: Option<Parity>,
 ) -> Result<()> {
     check_name(name)?;
     let members: Vec<PathBuf> = members.iter().map(|p| existing(p)).collect::<Result<_>>()?;
@@ -390,6 +392,7 @@ fn start(
         name: name.into(),
         members,
         nbd,
+        parity: parity.map(|p| p.name().to_string()),
     };
     if foreground {
         let c = Config::load(st, None)?;

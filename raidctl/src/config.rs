@@ -38,6 +38,9 @@ pub struct ConfigArray {
     /// Only to import an array not yet recorded.
     #[serde(default)]
     pub members: Vec<PathBuf>,
+    /// Parity engine: cpu, gpu or auto (default: the one recorded at create).
+    #[serde(default)]
+    pub parity: Option<String>,
 }
 
 impl Config {
@@ -56,6 +59,13 @@ impl Config {
         if let Some(a) = &c.alerts {
             a.min_severity()?;
         }
+        for a in &c.array {
+            if let Some(mode) = &a.parity {
+                mode.parse::<raid_gpu::ParityMode>().map_err(|e| {
+                    CliError::usage(format!("{}: array '{}': {e}", p.display(), a.name))
+                })?;
+            }
+        }
         Ok(c)
     }
 
@@ -66,6 +76,7 @@ impl Config {
                 name: a.name.clone(),
                 members: a.members.clone(),
                 nbd: a.nbd.clone(),
+                parity: a.parity.clone(),
             })
             .collect()
     }

@@ -8,8 +8,9 @@ use crate::protocol::{Request, Response};
 use crate::registry::{ArrayRecord, StateDir};
 use crate::status;
 use parking_lot::Mutex;
-use raid_core::array::{Array, RebuildEnd, RebuildOptions};
+use raid_core::array::{Array, ArrayEvent, RebuildEnd, RebuildOptions};
 use raid_core::member::{FileMember, MemberRef};
+use raid_gpu::{ParityMode, Selection, StripeShape};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -32,6 +33,9 @@ struct RebuildRun {
 /// One served array.
 struct Served {
     array: Arc<Array>,
+    /// The parity engine the array runs (also inside `array`), kept for
+    /// what `status` shows of it.
+    engine: Arc<Selection>,
     record: Mutex<ArrayRecord>,
     rebuild: Mutex<Option<RebuildRun>>,
     exports: Mutex<Vec<crate::export::Export>>,
@@ -204,9 +208,12 @@ impl Daemon {
     fn handle(&self, req: Request) -> Response {
         let r = match req {
             Request::Ping => Ok(Response::ok("pong")),
-            Request::Start { name, members, nbd } => {
-                self.start(&name, members, nbd).map(Response::ok)
-            }
+            Request::Start {
+                name,
+                members,
+                nbd,
+                parity,
+            } => self.start(&name, members, nbd, parity).map(Response::ok),
             Request::Stop { name } => self.stop(&name).map(Response::ok),
             Request::Status { name } => self.status(name.as_deref()),
             Request::Fail { name, member } => self.fail(&name, &member).map(Response::ok),
@@ -234,7 +241,13 @@ impl Daemon {
         })
     }
 
-    fn start(&self, name: &str, members: Vec<PathBuf>, nbd: Option<String>) -> Result<String> {
+    fn start(
+        &self,
+        name: &str,
+        members: Vec<PathBuf>,
+        nbd: Option<String>,
+        parity_asked: Option<String>,
+    ) -> Result<String> {
         if self.arrays.lock().contains_key(name) {
             return Err(CliError::refused(format!(
                 "array '{name}' is already running"
@@ -242,6 +255,9 @@ impl Daemon {
         }
         if let Some(spec) = &nbd {
             crate::export::check_spec(spec)?;
+        }
+        if let Some(p) = &parity_asked {
+            p.parse::<ParityMode>().map_err(CliError::usage)?;
         }
         let recorded = self.state.load(name);
         let importing = !members.is_empty();
@@ -272,7 +288,7 @@ impl Daemon {
             }
         }
         let asm = Array::assemble(opened)?;
-        let array = asm.array;
+        let mut array = asm.array;
         if array.name() != name {
             return Err(CliError::refused(format!(
                 "the members given carry array '{}', not '{name}': start it as raidctl start {} --members ...",
@@ -316,16 +332,29 @@ impl Daemon {
                 })
                 .collect(),
             spares: array.spares().into_iter().map(PathBuf::from).collect(),
-            parity,
+            parity: parity_asked.unwrap_or(parity),
         };
         self.state.save(&record)?;
+        let engine = Arc::new(parity_engine(&record.parity, g));
+        array.set_engine(engine.clone());
         let array = Arc::new(array);
+        let weak = Arc::downgrade(&array);
+        engine.on_fallback(move |f| {
+            if let Some(a) = weak.upgrade() {
+                a.record_event(ArrayEvent::ParityEngineFallback {
+                    from: f.from,
+                    to: f.to,
+                    reason: f.reason,
+                });
+            }
+        });
         let mut exports = Vec::new();
         if let Some(spec) = nbd {
             exports.push(crate::export::Export::start_nbd(array.clone(), &spec)?);
         }
         let served = Arc::new(Served {
             array: array.clone(),
+            engine,
             record: Mutex::new(record),
             rebuild: Mutex::new(None),
             exports: Mutex::new(exports),
@@ -462,7 +491,12 @@ impl Daemon {
                     exports.push(format!("loop {d}"));
                 }
             }
-            out.push(status::of_running(&s.array, rate, exports));
+            out.push(status::of_running(
+                &s.array,
+                rate,
+                exports,
+                Some(s.engine.report()),
+            ));
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Response {
@@ -770,4 +804,22 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
         .ok()
         .and_then(|n| n.checked_mul(mult))
         .ok_or_else(|| format!("'{s}' is not a size: write a number with an optional K, M, G or T suffix (64K, 1M)"))
+}
+
+/// The parity engine for an array: the recorded mode (cpu, gpu, auto), on
+/// the array's own stripe shape for `auto`'s measurement. Levels without
+/// parity never open a GPU.
+fn parity_engine(mode: &str, g: raid_core::layout::Geometry) -> Selection {
+    let mode: ParityMode = mode.parse().unwrap_or(ParityMode::Auto);
+    let Some(kind) = g.level.parity_kind() else {
+        return Selection::cpu();
+    };
+    Selection::new(
+        mode,
+        StripeShape {
+            kind,
+            data_chunks: g.data_chunks(),
+            chunk: g.chunk as usize,
+        },
+    )
 }

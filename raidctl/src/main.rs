@@ -53,6 +53,16 @@ pub enum Parity {
     Auto,
 }
 
+impl Parity {
+    pub fn name(self) -> &'static str {
+        match self {
+            Parity::Cpu => "cpu",
+            Parity::Gpu => "gpu",
+            Parity::Auto => "auto",
+        }
+    }
+}
+
 #[derive(Subcommand)]
 pub enum Command {
     /// Create an array: write metadata on the members and record it.
@@ -64,7 +74,9 @@ pub enum Command {
         /// Chunk size, a power of two from 4K to 1M.
         #[arg(long, default_value = "64K")]
         chunk: String,
-        /// Parity engine.
+        /// Parity engine: cpu; gpu (falls back to the CPU when no GPU is
+        /// present or it is lost); auto (the GPU for batches where it was
+        /// measured faster, only on a real, non-CPU adapter).
         #[arg(long, value_enum, default_value_t = Parity::Auto)]
         parity: Parity,
         /// A hot spare (repeatable).
@@ -91,6 +103,9 @@ pub enum Command {
         /// Run the daemon in this process (for systemd).
         #[arg(long)]
         foreground: bool,
+        /// Parity engine from now on (recorded); default: the recorded one.
+        #[arg(long, value_enum)]
+        parity: Option<Parity>,
     },
     /// Flush and stop a running array; no data is lost.
     Stop { name: String },

@@ -22,6 +22,9 @@ pub enum Request {
         members: Vec<PathBuf>,
         #[serde(default)]
         nbd: Option<String>,
+        /// cpu, gpu or auto; None keeps the recorded choice.
+        #[serde(default)]
+        parity: Option<String>,
     },
     Stop {
         name: String,

@@ -6,6 +6,7 @@ use crate::registry::ArrayRecord;
 use raid_core::array::Array;
 use raid_core::member::{FileMember, Member};
 use raid_core::metadata::{read_superblock, SlotState, Superblock};
+use raid_gpu::EngineReport;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -43,8 +44,27 @@ pub struct ArrayStatus {
     pub level: String,
     pub chunk_bytes: u64,
     pub capacity_bytes: u64,
-    /// The parity engine in use ("cpu/avx512-gfni"); the configured one when stopped.
+    /// The parity engine in use ("cpu/avx512-gfni", "gpu/NVIDIA H200");
+    /// the configured mode when stopped.
     pub parity_engine: String,
+    /// What the operator chose: cpu, gpu or auto.
+    #[serde(default)]
+    pub parity_mode: String,
+    /// The GPU adapter opened, if any ("NVIDIA H200 (vulkan)").
+    #[serde(default)]
+    pub gpu_adapter: Option<String>,
+    /// auto: data bytes per parity call from which the GPU is used, as
+    /// measured at start; null when the GPU never won or is not used.
+    #[serde(default)]
+    pub gpu_threshold_bytes: Option<u64>,
+    /// Why the GPU is not in use (none found, CPU adapter, lost), if so.
+    #[serde(default)]
+    pub parity_note: Option<String>,
+    /// Parity calls served by the GPU and by the CPU since start.
+    #[serde(default)]
+    pub parity_calls_gpu: u64,
+    #[serde(default)]
+    pub parity_calls_cpu: u64,
     pub events: u64,
     pub members: Vec<MemberStatus>,
     pub spares: Vec<String>,
@@ -57,7 +77,9 @@ pub fn of_running(
     a: &Array,
     rebuild_rate: Option<(usize, f64)>,
     exports: Vec<String>,
+    engine: Option<EngineReport>,
 ) -> ArrayStatus {
+    let engine = engine.unwrap_or_default();
     let g = a.geometry();
     let members: Vec<MemberStatus> = a
         .slots()
@@ -100,6 +122,12 @@ pub fn of_running(
         chunk_bytes: g.chunk,
         capacity_bytes: g.capacity(),
         parity_engine: a.engine_name(),
+        parity_mode: engine.mode,
+        gpu_adapter: engine.adapter,
+        gpu_threshold_bytes: engine.threshold_bytes,
+        parity_note: engine.note,
+        parity_calls_gpu: engine.gpu_calls,
+        parity_calls_cpu: engine.cpu_calls,
         events: a.events(),
         members,
         spares: a.spares(),
@@ -140,6 +168,12 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
             chunk_bytes: r.chunk,
             capacity_bytes: 0,
             parity_engine: r.parity.clone(),
+            parity_mode: r.parity.clone(),
+            gpu_adapter: None,
+            gpu_threshold_bytes: None,
+            parity_note: None,
+            parity_calls_gpu: 0,
+            parity_calls_cpu: 0,
             events: 0,
             members: r
                 .members
@@ -210,6 +244,12 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         chunk_bytes: g.chunk,
         capacity_bytes: g.capacity(),
         parity_engine: r.parity.clone(),
+        parity_mode: r.parity.clone(),
+        gpu_adapter: None,
+        gpu_threshold_bytes: None,
+        parity_note: None,
+        parity_calls_gpu: 0,
+        parity_calls_cpu: 0,
         events: truth.events,
         members,
         spares,
@@ -250,6 +290,23 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
         human_bytes(s.capacity_bytes),
         s.parity_engine
     ));
+    if s.running && !s.parity_mode.is_empty() {
+        let mut parts = vec![format!("mode {}", s.parity_mode)];
+        if let Some(a) = &s.gpu_adapter {
+            parts.push(format!("gpu adapter {a}"));
+        }
+        if let Some(t) = s.gpu_threshold_bytes {
+            parts.push(format!("GPU for calls from {}", human_bytes(t)));
+        }
+        parts.push(format!(
+            "calls gpu {} cpu {}",
+            s.parity_calls_gpu, s.parity_calls_cpu
+        ));
+        if let Some(n) = &s.parity_note {
+            parts.push(n.clone());
+        }
+        out.push_str(&format!("  parity: {}\n", parts.join("; ")));
+    }
     for m in &s.members {
         out.push_str(&format!(
             "  slot {:<3} {:<11} {}{}\n",

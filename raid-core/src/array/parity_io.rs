@@ -49,12 +49,9 @@ pub(super) fn xor_into(dst: &mut [u8], src: &[u8]) {
 }
 
 impl Array {
+    /// Only called on the RAID5/6 paths.
     fn kind(&self) -> ParityKind {
-        if self.geo.level == Level::Raid6 {
-            ParityKind::PQ
-        } else {
-            ParityKind::P
-        }
+        self.geo.level.parity_kind().unwrap_or(ParityKind::P)
     }
 
     /// Member byte offset of row `s`, plus `within`.

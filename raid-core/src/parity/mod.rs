@@ -109,6 +109,12 @@ pub enum ParityError {
         missing: usize,
         tolerated: usize,
     },
+    #[error("{kind} writes {want} parity chunks, {got} were given")]
+    ParityCount {
+        kind: ParityKind,
+        want: usize,
+        got: usize,
+    },
     #[error("missing chunk index {index} is out of range: the stripe has {chunks} chunks")]
     MissingOutOfRange { index: usize, chunks: usize },
     #[error("missing chunk index {index} is listed twice")]
@@ -120,6 +126,13 @@ pub enum ParityError {
     /// on another engine, which is what `raid-gpu`'s selecting engine does.
     #[error("the {engine} parity engine failed: {reason}; repeat the call on the CPU engine")]
     EngineFailed { engine: String, reason: String },
+}
+
+/// One stripe's parity to generate: its data chunks (`D0..Dn-1`, read
+/// only) and its parity chunks (`P`, or `P, Q`), written.
+pub struct GenJob<'a> {
+    pub data: Vec<&'a [u8]>,
+    pub parity: Vec<&'a mut [u8]>,
 }
 
 /// One stripe to recover: all its chunks (`D0..Dn-1, P[, Q]`) and the indices
@@ -153,26 +166,18 @@ pub trait ParityEngine: Send + Sync {
         missing: &[usize],
     ) -> Result<(), ParityError>;
 
-    /// Writes the parity chunks of many stripes (each `D0..Dn-1, P[, Q]`).
-    /// Stripes may differ in width and chunk length.
-    fn gen_batch(
-        &self,
-        kind: ParityKind,
-        stripes: &mut [Vec<&mut [u8]>],
-    ) -> Result<(), ParityError> {
-        for s in stripes.iter() {
-            validate(kind, &ro(s), &[])?;
+    /// Writes the parity chunks of many stripes. Stripes may differ in
+    /// width and chunk length. Nothing is written unless every job is valid.
+    fn gen_batch(&self, kind: ParityKind, jobs: &mut [GenJob<'_>]) -> Result<(), ParityError> {
+        for j in jobs.iter() {
+            validate_gen_job(kind, j)?;
         }
-        stripes.par_iter_mut().try_for_each(|s| {
-            let n = s.len() - kind.parity_chunks();
-            let (data, parity) = s.split_at_mut(n);
-            let data = ro(data);
-            match (kind, parity) {
-                (ParityKind::P, [p]) => self.gen_p(&data, p),
-                (ParityKind::PQ, [p, q]) => self.gen_pq(&data, p, q),
+        jobs.par_iter_mut()
+            .try_for_each(|j| match (kind, &mut j.parity[..]) {
+                (ParityKind::P, [p]) => self.gen_p(&j.data, p),
+                (ParityKind::PQ, [p, q]) => self.gen_pq(&j.data, p, q),
                 _ => unreachable!("validated above"),
-            }
-        })
+            })
     }
 
     /// Recovers many stripes, each with its own missing set.
@@ -233,6 +238,18 @@ pub fn validate(kind: ParityKind, chunks: &[&[u8]], missing: &[usize]) -> Result
         }
     }
     Ok(())
+}
+
+/// [`validate_gen`] for a batch job, which also carries the parity count.
+pub fn validate_gen_job(kind: ParityKind, j: &GenJob<'_>) -> Result<(), ParityError> {
+    if j.parity.len() != kind.parity_chunks() {
+        return Err(ParityError::ParityCount {
+            kind,
+            want: kind.parity_chunks(),
+            got: j.parity.len(),
+        });
+    }
+    validate_gen(kind, &j.data, &ro(&j.parity))
 }
 
 /// Every length equal to the first, and a non-zero multiple of [`LEN_MULTIPLE`].

@@ -9,7 +9,7 @@
 
 use proptest::prelude::*;
 use raid_core::parity::gf;
-use raid_core::parity::{ParityEngine, ParityError, ParityKind, RecoverJob};
+use raid_core::parity::{GenJob, ParityEngine, ParityError, ParityKind, RecoverJob};
 use std::sync::Arc;
 
 fn engines() -> Vec<Arc<dyn ParityEngine>> {
@@ -190,11 +190,18 @@ fn batches_equal_single_calls_on(e: &dyn ParityEngine) {
         })
         .collect();
     {
-        let mut views: Vec<Vec<&mut [u8]>> = bufs
+        let mut jobs: Vec<GenJob> = bufs
             .iter_mut()
-            .map(|s| s.iter_mut().map(|c| &mut c[..]).collect())
+            .map(|s| {
+                let n = s.len() - 2;
+                let (data, parity) = s.split_at_mut(n);
+                GenJob {
+                    data: data.iter().map(|c| &c[..]).collect(),
+                    parity: parity.iter_mut().map(|c| &mut c[..]).collect(),
+                }
+            })
             .collect();
-        e.gen_batch(ParityKind::PQ, &mut views).unwrap();
+        e.gen_batch(ParityKind::PQ, &mut jobs).unwrap();
     }
     for (d, b) in stripes.iter().zip(&bufs) {
         assert_eq!(*b, stripe_with_parity(e, ParityKind::PQ, d), "{}", e.name());
@@ -317,7 +324,35 @@ fn bad_arguments_are_errors_not_panics_on(e: &dyn ParityEngine) {
         e.recover(ParityKind::PQ, &mut c, &[2, 2]),
         Err(ParityError::DuplicateMissing { index: 2 })
     );
-    // Nothing was written by any refused call.
+    let (mut p1, mut q1) = (vec![0u8; 128], vec![0u8; 128]);
+    let mut jobs = [GenJob {
+        data: vec![&a[..], &a[..]],
+        parity: vec![&mut p1[..]],
+    }];
+    assert!(matches!(
+        e.gen_batch(ParityKind::PQ, &mut jobs),
+        Err(ParityError::ParityCount {
+            want: 2,
+            got: 1,
+            ..
+        })
+    ));
+    let odd_q = vec![0u8; 64];
+    let mut jobs = [
+        GenJob {
+            data: vec![&a[..], &a[..]],
+            parity: vec![&mut p[..], &mut q1[..]],
+        },
+        GenJob {
+            data: vec![&a[..], &odd_q[..]],
+            parity: vec![&mut p1[..], &mut q[..]],
+        },
+    ];
+    assert!(matches!(
+        e.gen_batch(ParityKind::PQ, &mut jobs),
+        Err(ParityError::UnequalLengths { .. })
+    ));
+    // Nothing was written by any refused call, batches included.
     assert!(p.iter().all(|&x| x == 0) && q.iter().all(|&x| x == 0));
     // Every error says what to do or what was wrong, in words.
     let msg = e.gen_p(&[&odd], &mut p100).unwrap_err().to_string();

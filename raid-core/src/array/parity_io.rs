@@ -12,7 +12,12 @@
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::member::{submit, IoOp, MemberIo};
-use crate::parity::ParityKind;
+use crate::parity::{GenJob, ParityKind};
+
+/// Most whole stripes one batched full-stripe write covers: enough for a
+/// GPU engine's batch to pay, few enough that the stripe locks it holds
+/// and its parity buffers (64 x 2 chunks) stay small.
+const FULL_STRIPE_BATCH: usize = 64;
 
 /// A piece of a request that falls in one chunk.
 #[derive(Clone, Copy, Debug)]
@@ -50,7 +55,7 @@ pub(super) fn xor_into(dst: &mut [u8], src: &[u8]) {
 
 impl Array {
     /// Only called on the RAID5/6 paths.
-    fn kind(&self) -> ParityKind {
+    pub(super) fn kind(&self) -> ParityKind {
         self.geo.level.parity_kind().unwrap_or(ParityKind::P)
     }
 
@@ -175,8 +180,14 @@ impl Array {
 
     pub(super) fn parity_write(&self, offset: u64, data: &[u8]) -> Result<()> {
         let pieces = self.pieces(offset, data.len() as u64);
+        let nd = self.geo.data_chunks();
         let mut start = 0;
         while start < pieces.len() {
+            let whole = self.whole_stripes(&pieces[start..]).min(FULL_STRIPE_BATCH);
+            if whole >= 2 && self.write_full_stripes(&pieces[start..start + whole * nd], data)? {
+                start += whole * nd;
+                continue;
+            }
             let s = pieces[start].stripe;
             let end = start + pieces[start..].iter().take_while(|p| p.stripe == s).count();
             let _held = self.locks.lock([s]);
@@ -184,6 +195,83 @@ impl Array {
             start = end;
         }
         Ok(())
+    }
+
+    /// How many whole stripes (every data chunk, entire) `ps` starts with.
+    fn whole_stripes(&self, ps: &[Piece]) -> usize {
+        let nd = self.geo.data_chunks();
+        ps.chunks_exact(nd)
+            .take_while(|st| {
+                st.iter().enumerate().all(|(i, p)| {
+                    p.idx == i
+                        && p.within == 0
+                        && p.len == self.geo.chunk
+                        && p.stripe == st[0].stripe
+                })
+            })
+            .count()
+    }
+
+    /// Full-stripe writes of consecutive stripes: nothing to read, and the
+    /// parity of all of them in one batched engine call (where a GPU
+    /// engine pays off), then every chunk in one submission. Returns
+    /// `Ok(false)`, having written nothing, when some member of these
+    /// stripes is not readable: the per-stripe path journals those writes.
+    fn write_full_stripes(&self, ps: &[Piece], data: &[u8]) -> Result<bool> {
+        let nd = self.geo.data_chunks();
+        let np = self.geo.level.parity_chunks();
+        let chunk = self.geo.chunk as usize;
+        let stripes: Vec<u64> = ps.chunks(nd).map(|st| st[0].stripe).collect();
+        let _held = self.locks.lock(stripes.iter().copied());
+        let all_readable = stripes.iter().all(|&s| {
+            self.geo
+                .stripe_map(s)
+                .members
+                .iter()
+                .all(|&m| self.readable(m, s))
+        });
+        if !all_readable {
+            return Ok(false);
+        }
+        let mut parity: Vec<AlignedBuf> = (0..stripes.len() * np)
+            .map(|_| AlignedBuf::new(chunk))
+            .collect();
+        {
+            let mut jobs: Vec<GenJob> = parity
+                .chunks_mut(np)
+                .zip(ps.chunks(nd))
+                .map(|(par, st)| GenJob {
+                    data: st.iter().map(|p| &data[p.pos..p.pos + chunk]).collect(),
+                    parity: par.iter_mut().map(|b| &mut b[..]).collect(),
+                })
+                .collect();
+            self.engine.gen_batch(self.kind(), &mut jobs)?;
+        }
+        let mut ios: Vec<MemberIo> = Vec::with_capacity(stripes.len() * (nd + np));
+        for (k, (st, &s)) in ps.chunks(nd).zip(&stripes).enumerate() {
+            let map = self.geo.stripe_map(s);
+            let offset = self.row_offset(s, 0);
+            let chunks = st
+                .iter()
+                .map(|p| (p.idx, &data[p.pos..p.pos + chunk]))
+                .chain((0..np).map(|j| (nd + j, &parity[k * np + j][..])));
+            ios.extend(chunks.map(|(i, b)| MemberIo {
+                member: map.members[i],
+                offset,
+                op: IoOp::Write(b),
+            }));
+        }
+        let handles = self.member_handles();
+        let results = submit(&handles, &mut ios);
+        for (io, r) in ios.iter().zip(results) {
+            if let Err(e) = r {
+                self.fail_slot(io.member, &format!("write error: {e}"));
+            }
+        }
+        if !self.within_redundancy() {
+            return Err(self.failed_error());
+        }
+        Ok(true)
     }
 
     fn write_stripe(&self, s: u64, ps: &[Piece], data: &[u8]) -> Result<()> {

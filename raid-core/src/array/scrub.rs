@@ -92,12 +92,14 @@ impl Array {
             let end = (row + opts.batch_rows.max(1)).min(rows);
             {
                 let _held = self.locks.lock(row..end);
-                for r in row..end {
-                    match self.geo.level {
-                        Level::Raid5 | Level::Raid6 => {
-                            self.scrub_stripe(r, opts.repair, &mut report)?
+                match self.geo.level {
+                    Level::Raid5 | Level::Raid6 => {
+                        self.scrub_stripes(row..end, opts.repair, &mut report)?
+                    }
+                    _ => {
+                        for r in row..end {
+                            self.scrub_chunk(r, opts.repair, &mut report)?;
                         }
-                        _ => self.scrub_chunk(r, opts.repair, &mut report)?,
                     }
                 }
             }
@@ -156,28 +158,81 @@ impl Array {
         })
     }
 
-    fn scrub_stripe(&self, s: u64, repair: bool, report: &mut ScrubReport) -> Result<()> {
+    /// Checks a batch of stripes: every chunk read in one submission, the
+    /// parity of all of them recomputed in one batched engine call (where
+    /// a GPU engine pays off), then each stripe judged on its own.
+    fn scrub_stripes(
+        &self,
+        rows: std::ops::Range<u64>,
+        repair: bool,
+        report: &mut ScrubReport,
+    ) -> Result<()> {
+        let nd = self.geo.data_chunks();
+        let np = self.geo.level.parity_chunks();
+        let width = nd + np;
+        let len = self.geo.chunk as usize;
+        let places: Vec<(usize, u64)> = rows
+            .clone()
+            .flat_map(|s| {
+                let off = DATA_OFFSET + s * self.geo.chunk;
+                self.geo
+                    .stripe_map(s)
+                    .members
+                    .into_iter()
+                    .map(move |m| (m, off))
+            })
+            .collect();
+        let mut chunks = self.scrub_read(&places)?;
+        report.bytes_read += self.geo.chunk * places.len() as u64;
+        let mut parity: Vec<AlignedBuf> = (0..rows.clone().count() * np)
+            .map(|_| AlignedBuf::new(len))
+            .collect();
+        {
+            let mut jobs: Vec<crate::parity::GenJob> = parity
+                .chunks_mut(np)
+                .zip(chunks.chunks(width))
+                .map(|(par, st)| crate::parity::GenJob {
+                    data: st[..nd].iter().map(|c| &c[..]).collect(),
+                    parity: par.iter_mut().map(|b| &mut b[..]).collect(),
+                })
+                .collect();
+            self.engine.gen_batch(self.kind(), &mut jobs)?;
+        }
+        let mut fresh = parity.chunks_mut(np);
+        for (s, st) in rows.zip(chunks.chunks_mut(width)) {
+            let par = fresh.next().expect("one per stripe");
+            let (p, q) = match par {
+                [p] => (p, None),
+                [p, q] => (p, Some(q)),
+                _ => unreachable!("RAID5/6"),
+            };
+            self.judge_stripe(s, st, p, q, repair, report)?;
+        }
+        Ok(())
+    }
+
+    /// Compares a stripe's parity on disk with `p` (and `q`), the parity
+    /// recomputed from its data; on a mismatch decides which chunk is
+    /// wrong and, with `repair`, rewrites it.
+    fn judge_stripe(
+        &self,
+        s: u64,
+        chunks: &mut [AlignedBuf],
+        p: &mut AlignedBuf,
+        q: Option<&mut AlignedBuf>,
+        repair: bool,
+        report: &mut ScrubReport,
+    ) -> Result<()> {
         let map = self.geo.stripe_map(s);
         let nd = self.geo.data_chunks();
         let off = DATA_OFFSET + s * self.geo.chunk;
-        let places: Vec<(usize, u64)> = map.members.iter().map(|&m| (m, off)).collect();
-        let mut chunks = self.scrub_read(&places)?;
-        report.bytes_read += self.geo.chunk * places.len() as u64;
-        let len = self.geo.chunk as usize;
-        let (mut p, mut q) = (AlignedBuf::new(len), AlignedBuf::new(len));
-        {
-            let data: Vec<&[u8]> = chunks[..nd].iter().map(|c| &c[..]).collect();
-            if self.geo.level == Level::Raid6 {
-                self.engine.gen_pq(&data, &mut p, &mut q)?;
-            } else {
-                self.engine.gen_p(&data, &mut p)?;
-            }
-        }
+        let mut no_q = AlignedBuf::new(0);
+        let q = q.unwrap_or(&mut no_q);
         // p, q become the syndromes Pd, Qd.
-        parity_io::xor_into(&mut p, &chunks[nd]);
+        parity_io::xor_into(p, &chunks[nd]);
         let p_bad = p.iter().any(|&b| b != 0);
         let q_bad = self.geo.level == Level::Raid6 && {
-            parity_io::xor_into(&mut q, &chunks[nd + 1]);
+            parity_io::xor_into(q, &chunks[nd + 1]);
             q.iter().any(|&b| b != 0)
         };
         if !p_bad && !q_bad {

@@ -9,8 +9,10 @@
 #   and a real filesystem on the array.
 # - python3-aiosmtpd, openssl: a real SMTP server (with STARTTLS and a
 #   self-signed certificate) for the alert tests.
+# - mesa-vulkan-drivers (pulls libvulkan1, the loader): lavapipe, Vulkan on
+#   the CPU, so every GPU test runs the real WGSL shaders without a GPU.
 set -euo pipefail
-pkgs=(libisal-dev pkg-config libnbd-bin fio nbdkit fuse3 e2fsprogs util-linux qemu-utils python3-aiosmtpd openssl procps)
+pkgs=(libisal-dev pkg-config libnbd-bin fio nbdkit fuse3 e2fsprogs util-linux qemu-utils python3-aiosmtpd openssl procps mesa-vulkan-drivers)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -39,8 +39,8 @@ pub struct Calibration {
     pub threshold_stripes: Option<usize>,
 }
 
-/// Data bytes one sample may use at most (the sweep stops growing there).
-const SAMPLE_BYTES_MAX: u64 = 256 << 20;
+/// Data bytes one start-up sample may use at most.
+const CALIBRATE_BYTES_MAX: u64 = 256 << 20;
 
 /// Stripes of the given shape with data filled and parity zeroed.
 pub struct TestStripes {
@@ -110,24 +110,35 @@ pub fn best_of(t: &mut TestStripes, e: &dyn ParityEngine, reps: usize) -> Durati
     (0..reps.max(1)).map(|_| t.generate(e)).min().unwrap()
 }
 
-/// Times both engines at each batch size in `sizes` (skipping sizes whose
-/// data would exceed 256 MiB), stopping early once `budget` is spent.
+/// How far a sweep goes.
+#[derive(Clone, Copy, Debug)]
+pub struct SweepLimits {
+    /// Timed calls per engine and size (the best counts), after a warm-up.
+    pub reps: usize,
+    /// No size is started once this much time has passed.
+    pub budget: Duration,
+    /// Sizes whose data exceeds this are not run.
+    pub max_bytes: u64,
+}
+
+/// Times both engines at each batch size in `sizes`, on the same stripes,
+/// and checks that their parity is identical.
 pub fn sweep(
     cpu: &dyn ParityEngine,
     gpu: &dyn ParityEngine,
     shape: StripeShape,
     sizes: &[usize],
-    reps: usize,
-    budget: Duration,
+    limits: SweepLimits,
 ) -> Vec<Sample> {
     let start = Instant::now();
     let mut out = Vec::new();
     for &n in sizes {
-        if (n * shape.data_chunks * shape.chunk) as u64 > SAMPLE_BYTES_MAX
-            || start.elapsed() > budget
+        if (n * shape.data_chunks * shape.chunk) as u64 > limits.max_bytes
+            || start.elapsed() > limits.budget
         {
             break;
         }
+        let reps = limits.reps;
         let mut t = TestStripes::new(shape, n);
         let gpu_t = best_of(&mut t, gpu, reps);
         let gpu_parity: Vec<Vec<u8>> = t.parity().iter().map(|c| c.to_vec()).collect();
@@ -181,8 +192,11 @@ pub fn calibrate(
         gpu,
         shape,
         &[1, 4, 16, 64, 256, 1024],
-        2,
-        Duration::from_secs(2),
+        SweepLimits {
+            reps: 2,
+            budget: Duration::from_secs(2),
+            max_bytes: CALIBRATE_BYTES_MAX,
+        },
     );
     let threshold_stripes = threshold(&samples);
     tracing::info!(

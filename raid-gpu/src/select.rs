@@ -154,7 +154,11 @@ impl Selection {
             Ok(g) => Arc::new(g),
             Err(e) => {
                 let why = format!("no GPU: {e}");
-                tracing::warn!(mode = %mode, "{why}; parity runs on the CPU");
+                if mode == ParityMode::Gpu {
+                    tracing::warn!(mode = %mode, "{why}; parity runs on the CPU");
+                } else {
+                    tracing::info!(mode = %mode, "{why}; parity runs on the CPU");
+                }
                 if mode == ParityMode::Gpu {
                     *s.pending.get_mut().unwrap() = Some(Fallback {
                         from: "gpu".into(),

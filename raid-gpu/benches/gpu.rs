@@ -19,7 +19,10 @@ use raid_gpu::{GpuEngine, StripeShape};
 use std::time::Duration;
 
 fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
-    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
 }
 
 fn main() {
@@ -66,7 +69,10 @@ fn main() {
             max_bytes: env::<u64>("BENCH_MAX_MIB", 1024) << 20,
         },
     );
-    println!("{:>8} {:>10} {:>12} {:>12} {:>10}", "stripes", "data MiB", "cpu GB/s", "gpu GB/s", "gpu/cpu");
+    println!(
+        "{:>8} {:>10} {:>12} {:>12} {:>10}",
+        "stripes", "data MiB", "cpu GB/s", "gpu GB/s", "gpu/cpu"
+    );
     for s in &samples {
         println!(
             "{:>8} {:>10.2} {:>12.2} {:>12.2} {:>10.2}",

@@ -210,7 +210,7 @@ impl GpuEngine {
             });
         let layout = pipeline.get_bind_group_layout(0);
         let buffer_cap = slot_max
-            .min(u64::from(o.limits.max_storage_buffer_binding_size))
+            .min(o.limits.max_storage_buffer_binding_size)
             .min(o.limits.max_buffer_size);
         let limits = Limits {
             buffer_bytes: buffer_cap,

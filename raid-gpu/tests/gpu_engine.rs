@@ -155,7 +155,7 @@ fn a_lost_gpu_falls_back_to_the_cpu_without_failing_a_call() {
         let refs: Vec<&[u8]> = d.iter().map(|c| &c[..]).collect();
         let (mut p, mut q) = (vec![0u8; 4096], vec![0u8; 4096]);
         sel.gen_pq(&refs, &mut p, &mut q).unwrap();
-        assert_eq!(p[0], 1 ^ 2 ^ 3 ^ 4);
+        assert_eq!(p[0], 4);
     }
     let evs = events.lock().unwrap().clone();
     assert_eq!(evs.len(), 1, "one fallback event: {evs:?}");

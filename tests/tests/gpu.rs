@@ -20,7 +20,11 @@ fn events(w: &World, name: &str) -> Vec<String> {
 fn an_array_on_the_gpu_engine_serves_scrubs_rebuilds_and_falls_back() {
     let w = World::new("gpu");
     let m: Vec<String> = (0..5)
-        .map(|i| w.sparse(&format!("m{i}.img"), 96 << 20).display().to_string())
+        .map(|i| {
+            w.sparse(&format!("m{i}.img"), 96 << 20)
+                .display()
+                .to_string()
+        })
         .collect();
     let spare = w.sparse("spare.img", 96 << 20).display().to_string();
     let mut args = vec!["create", "g", "--level", "6", "--parity", "gpu"];
@@ -41,7 +45,10 @@ fn an_array_on_the_gpu_engine_serves_scrubs_rebuilds_and_falls_back() {
     };
     assert!(!adapter.is_empty());
     assert_eq!(st["parity_mode"], "gpu");
-    assert!(st["parity_engine"].as_str().unwrap().starts_with("gpu/"), "{st}");
+    assert!(
+        st["parity_engine"].as_str().unwrap().starts_with("gpu/"),
+        "{st}"
+    );
     let text = w.ok(&["status", "g"]);
     assert!(text.contains("parity: mode gpu; gpu adapter"), "{text}");
 
@@ -78,7 +85,11 @@ fn an_array_on_the_gpu_engine_serves_scrubs_rebuilds_and_falls_back() {
     let (ok, text) = qemu_io(
         &sock,
         "g",
-        &["read -P 0x5a 0 4k", "read -P 0x17 4k 100k", "read -P 0x21 20M 8M"],
+        &[
+            "read -P 0x5a 0 4k",
+            "read -P 0x17 4k 100k",
+            "read -P 0x21 20M 8M",
+        ],
     );
     assert!(ok, "{text}");
     assert!(!events(&w, "g").contains(&"parity_engine_fallback".to_string()));
@@ -90,17 +101,37 @@ fn an_array_on_the_gpu_engine_serves_scrubs_rebuilds_and_falls_back() {
     let w2 = World::new("gpu-off");
     let sock2 = w2.dir.join("g.sock");
     let nbd2 = format!("unix:{}", sock2.display());
-    let mut args = vec!["start", "g", "--parity", "gpu", "--nbd", &nbd2, "--members", &m[0], &spare];
+    let mut args = vec![
+        "start",
+        "g",
+        "--parity",
+        "gpu",
+        "--nbd",
+        &nbd2,
+        "--members",
+        &m[0],
+        &spare,
+    ];
     args.extend(m[2..].iter().map(|s| s.as_str()));
     let o = w2.run_env(&args, &[("RAID_GPU", "off")]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let st = w2.status_json("g");
-    assert!(st["parity_engine"].as_str().unwrap().starts_with("cpu/"), "{st}");
-    assert!(st["parity_note"].as_str().unwrap().contains("RAID_GPU=off"), "{st}");
+    assert!(
+        st["parity_engine"].as_str().unwrap().starts_with("cpu/"),
+        "{st}"
+    );
+    assert!(
+        st["parity_note"].as_str().unwrap().contains("RAID_GPU=off"),
+        "{st}"
+    );
     let (ok, text) = qemu_io(
         &sock2,
         "g",
-        &["read -P 0x21 20M 8M", "write -P 0x33 0 1M", "read -P 0x33 0 1M"],
+        &[
+            "read -P 0x21 20M 8M",
+            "write -P 0x33 0 1M",
+            "read -P 0x33 0 1M",
+        ],
     );
     assert!(ok, "{text}");
     let mut fell_back = false;
@@ -111,7 +142,11 @@ fn an_array_on_the_gpu_engine_serves_scrubs_rebuilds_and_falls_back() {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert!(fell_back, "no parity_engine_fallback event: {:?}", events(&w2, "g"));
+    assert!(
+        fell_back,
+        "no parity_engine_fallback event: {:?}",
+        events(&w2, "g")
+    );
     w2.ok(&["stop", "g"]);
 
     // --parity on start changes the recorded choice.

@@ -243,7 +243,7 @@ impl Array {
             == Level::Raid5
         {
             let mut good = chunks[nd].to_vec();
-            xor_slice(&mut good, &p);
+            xor_slice(&mut good, p);
             (
                 nd,
                 "P disagrees with the data: P rewritten (RAID5 cannot locate the bad chunk)".into(),
@@ -251,7 +251,7 @@ impl Array {
             )
         } else if p_bad && !q_bad {
             let mut good = chunks[nd].to_vec();
-            xor_slice(&mut good, &p);
+            xor_slice(&mut good, p);
             (
                 nd,
                 "P is corrupt (Q agrees with the data)".into(),
@@ -259,15 +259,15 @@ impl Array {
             )
         } else if !p_bad && q_bad {
             let mut good = chunks[nd + 1].to_vec();
-            xor_slice(&mut good, &q);
+            xor_slice(&mut good, q);
             (
                 nd + 1,
                 "Q is corrupt (P agrees with the data)".into(),
                 vec![(nd + 1, good)],
             )
-        } else if let Some(z) = locate(&p, &q, nd) {
+        } else if let Some(z) = locate(p, q, nd) {
             let mut good = chunks[z].to_vec();
-            xor_slice(&mut good, &p);
+            xor_slice(&mut good, p);
             (
                 z,
                 format!("data chunk {z} is corrupt (located by the P and Q syndromes)"),
@@ -276,9 +276,9 @@ impl Array {
         } else {
             // Several chunks wrong: rewrite both parities from the data.
             let mut gp = chunks[nd].to_vec();
-            xor_slice(&mut gp, &p);
+            xor_slice(&mut gp, p);
             let mut gq = chunks[nd + 1].to_vec();
-            xor_slice(&mut gq, &q);
+            xor_slice(&mut gq, q);
             (
                 nd,
                 "more than one chunk disagrees: cannot locate; P and Q rewritten from the data"

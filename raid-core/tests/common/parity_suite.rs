@@ -337,7 +337,7 @@ fn bad_arguments_are_errors_not_panics_on(e: &dyn ParityEngine) {
             ..
         })
     ));
-    let odd_q = vec![0u8; 64];
+    let odd_q = [0u8; 64];
     let mut jobs = [
         GenJob {
             data: vec![&a[..], &a[..]],

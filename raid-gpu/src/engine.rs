@@ -209,9 +209,11 @@ impl GpuEngine {
                 cache: None,
             });
         let layout = pipeline.get_bind_group_layout(0);
+        // Every bound buffer within the binding limit; the staging buffer
+        // (plan + sources, up to twice that) within the buffer limit.
         let buffer_cap = slot_max
             .min(o.limits.max_storage_buffer_binding_size)
-            .min(o.limits.max_buffer_size);
+            .min(o.limits.max_buffer_size / 2);
         let limits = Limits {
             buffer_bytes: buffer_cap,
             tasks: o.limits.max_compute_workgroups_per_dimension as usize,
@@ -310,7 +312,8 @@ impl GpuEngine {
     fn new_slot(&self, plan: u64, input: u64, output: u64) -> Slot {
         let size = |need: u64| {
             need.next_power_of_two()
-                .clamp(SLOT_MIN, self.limits.buffer_bytes)
+                .max(SLOT_MIN)
+                .min(self.limits.buffer_bytes)
         };
         let (cap_plan, cap_in, cap_out) = (size(plan), size(input), size(output));
         let buf = |label, size, usage, mapped| {

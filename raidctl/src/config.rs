@@ -81,3 +81,43 @@ impl Config {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Config> {
+        let dir = std::env::temp_dir().join(format!(
+            "raidctl-config-{}-{}",
+            std::process::id(),
+            text.len()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("raidctl.toml");
+        std::fs::write(&p, text).unwrap();
+        let st = StateDir { root: dir.clone() };
+        let r = Config::load(&st, Some(&p));
+        let _ = std::fs::remove_dir_all(&dir);
+        r
+    }
+
+    #[test]
+    fn an_array_entry_carries_its_parity_engine_to_start() {
+        let c = load("[[array]]\nname = \"data\"\nparity = \"gpu\"\n").unwrap();
+        match &c.starts()[..] {
+            [Request::Start { name, parity, .. }] => {
+                assert_eq!(name, "data");
+                assert_eq!(parity.as_deref(), Some("gpu"));
+            }
+            other => panic!("{} starts", other.len()),
+        }
+        let Err(e) = load("[[array]]\nname = \"data\"\nparity = \"tpu\"\n") else {
+            panic!("parity = \"tpu\" was accepted");
+        };
+        let msg = e.to_string();
+        assert!(
+            msg.contains("array 'data'") && msg.contains("'tpu' is not one of cpu, gpu, auto"),
+            "{msg}"
+        );
+    }
+}

@@ -18,6 +18,9 @@ use raid_gpu::calibrate::{sweep, threshold, SweepLimits};
 use raid_gpu::{GpuEngine, StripeShape};
 use std::time::Duration;
 
+/// Timed calls per engine and size, after one warm-up call.
+const REPS: usize = 3;
+
 fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
     std::env::var(k)
         .ok()
@@ -64,7 +67,7 @@ fn main() {
         shape,
         &sizes,
         SweepLimits {
-            reps: 3,
+            reps: REPS,
             budget: Duration::from_secs(env("BENCH_SECONDS", 300)),
             max_bytes: env::<u64>("BENCH_MAX_MIB", 1024) << 20,
         },
@@ -83,6 +86,15 @@ fn main() {
             s.gpu_gbps() / s.cpu_gbps()
         );
     }
+    let st = gpu.stats();
+    let data: u64 = samples.iter().map(|s| s.bytes * (REPS as u64 + 1)).sum();
+    println!(
+        "bus: {:.3} bytes up and {:.3} down per byte of data, {} sub-batches, ring {} deep",
+        st.bytes_up as f64 / data as f64,
+        st.bytes_down as f64 / data as f64,
+        st.sub_batches,
+        st.max_in_flight
+    );
     match threshold(&samples) {
         Some(n) => println!("GPU faster from {n} stripes per call on"),
         None => println!("GPU not faster at any size measured"),

@@ -28,7 +28,7 @@ use raid_core::parity::{
     RecoverJob,
 };
 use std::ops::Range;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -143,6 +143,32 @@ struct InFlight {
     copies: Vec<(usize, usize, Range<usize>, u64)>,
 }
 
+/// What the engine has moved and how deep its ring has run, since it was
+/// opened: for status, the benchmark, and the tests that hold the ring to
+/// actually overlapping.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuStats {
+    /// Engine calls that reached the GPU.
+    pub calls: u64,
+    /// Sub-batches submitted (one submission each).
+    pub sub_batches: u64,
+    /// Bytes sent to the GPU: sources and plans.
+    pub bytes_up: u64,
+    /// Bytes read back: outputs.
+    pub bytes_down: u64,
+    /// Most sub-batches in flight at once.
+    pub max_in_flight: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    calls: AtomicU64,
+    sub_batches: AtomicU64,
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
+    max_in_flight: AtomicU64,
+}
+
 /// RAID5/RAID6 parity on a GPU through wgpu.
 pub struct GpuEngine {
     device: wgpu::Device,
@@ -155,6 +181,7 @@ pub struct GpuEngine {
     /// The first error the device reported (uncaptured error, device lost,
     /// hang). Once set the engine refuses all work.
     fault: Arc<Mutex<Option<String>>>,
+    counters: Counters,
 }
 
 impl GpuEngine {
@@ -230,6 +257,7 @@ impl GpuEngine {
             limits,
             slots: Mutex::new((0..DEPTH).map(|_| None).collect()),
             fault,
+            counters: Counters::default(),
         })
     }
 
@@ -242,6 +270,17 @@ impl GpuEngine {
     /// limits and `RAID_GPU_SLOT_MIB`).
     pub fn buffer_limit(&self) -> u64 {
         self.limits.buffer_bytes
+    }
+
+    pub fn stats(&self) -> GpuStats {
+        let c = &self.counters;
+        GpuStats {
+            calls: c.calls.load(Ordering::Relaxed),
+            sub_batches: c.sub_batches.load(Ordering::Relaxed),
+            bytes_up: c.bytes_up.load(Ordering::Relaxed),
+            bytes_down: c.bytes_down.load(Ordering::Relaxed),
+            max_in_flight: c.max_in_flight.load(Ordering::Relaxed),
+        }
     }
 
     /// Why the engine stopped working, if it did.
@@ -278,6 +317,7 @@ impl GpuEngine {
         if jobs.is_empty() {
             return Ok(());
         }
+        self.counters.calls.fetch_add(1, Ordering::Relaxed);
         let shapes: Vec<Shape> = jobs.iter().map(Job::shape).collect();
         let batches = pack::pack(&shapes, &self.limits);
         let mut slots = self.slots.lock().map_err(|_| ParityError::EngineFailed {
@@ -291,6 +331,16 @@ impl GpuEngine {
                     self.retire(s, jobs)?;
                 }
                 self.submit(slot, batch, jobs)?;
+                let c = &self.counters;
+                c.sub_batches.fetch_add(1, Ordering::Relaxed);
+                c.bytes_up
+                    .fetch_add(batch.plan_bytes() + batch.in_bytes, Ordering::Relaxed);
+                c.bytes_down.fetch_add(batch.out_bytes, Ordering::Relaxed);
+                let depth = slots
+                    .iter()
+                    .filter(|s| s.as_ref().is_some_and(|s| s.in_flight.is_some()))
+                    .count();
+                c.max_in_flight.fetch_max(depth as u64, Ordering::Relaxed);
             }
             for k in batches.len()..batches.len() + DEPTH {
                 if let Some(s) = slots[k % DEPTH].as_mut() {

@@ -21,7 +21,7 @@ mod plan;
 mod select;
 
 pub use adapter::AdapterSummary;
-pub use engine::{GpuEngine, WAIT_LIMIT};
+pub use engine::{GpuEngine, GpuStats, WAIT_LIMIT};
 pub use raid_core::parity::{CpuEngine, ParityEngine};
 pub use select::{EngineReport, Fallback, ParityMode, Selection, StripeShape};
 

@@ -77,6 +77,20 @@ fn batches_far_larger_than_a_sub_batch_equal_the_cpu() {
     gen(&g, ParityKind::PQ, &mut on_gpu);
     gen(&cpu, ParityKind::PQ, &mut on_cpu);
     assert!(on_gpu == on_cpu, "GPU parity differs from the CPU's");
+    // The ring really turned over, three deep, and only sources, plans and
+    // parity crossed the bus: 8 data + 2 parity per stripe, 30 + 2 for the
+    // wide one.
+    let st = g.stats();
+    assert_eq!(st.calls, 1);
+    assert!(st.sub_batches >= 48, "{st:?}");
+    assert_eq!(st.max_in_flight, 3, "{st:?}");
+    let data: u64 = 96 * 8 * (64 << 10) + 30 * (256 << 10);
+    let parity: u64 = 96 * 2 * (64 << 10) + 2 * (256 << 10);
+    assert_eq!(st.bytes_down, parity, "{st:?}");
+    assert!(
+        st.bytes_up >= data && st.bytes_up < data + data / 50,
+        "{st:?}"
+    );
     assert!(on_gpu[0][8].iter().any(|&b| b != 0), "parity was written");
 
     let want = on_gpu.clone();

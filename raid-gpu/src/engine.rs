@@ -283,6 +283,16 @@ impl GpuEngine {
         }
     }
 
+    /// Lets the device deliver pending callbacks (device lost, errors)
+    /// without waiting, then says why the engine stopped working, if it did.
+    pub fn check(&self) -> Option<String> {
+        // Only when no call is using the device: that call will see the fault.
+        if let Ok(_idle) = self.slots.try_lock() {
+            let _ = self.device.poll(wgpu::PollType::Poll);
+        }
+        self.fault()
+    }
+
     /// Why the engine stopped working, if it did.
     pub fn fault(&self) -> Option<String> {
         self.fault.lock().unwrap_or_else(|p| p.into_inner()).clone()

@@ -218,6 +218,33 @@ impl Selection {
         self.threshold
     }
 
+    /// One line on why the engine is what it is, for the start event.
+    pub fn describe_choice(&self) -> String {
+        let r = self.report();
+        let mut s = format!("mode {}", r.mode);
+        if let Some(a) = &r.adapter {
+            s.push_str(&format!(", adapter {a}"));
+        }
+        if let Some(t) = r.threshold_bytes {
+            s.push_str(&format!(", GPU for calls from {t} bytes"));
+        }
+        if let Some(n) = &r.note {
+            s.push_str(&format!(": {n}"));
+        }
+        s
+    }
+
+    /// Notices a GPU that was lost while no call used it (its device-lost
+    /// or error callback has fired), so the fallback event and `status` do
+    /// not wait for the next GPU call. Cheap: the daemon calls it every tick.
+    pub fn check_health(&self) {
+        if let Some(g) = self.gpu() {
+            if let Some(f) = g.check() {
+                self.lose(g, f);
+            }
+        }
+    }
+
     pub fn report(&self) -> EngineReport {
         let engine = match (self.mode, self.gpu()) {
             (ParityMode::Gpu, Some(g)) => g.name(),

@@ -231,3 +231,26 @@ fn auto_measures_a_threshold_and_routes_by_it() {
         Some(_) => assert_eq!(r2.cpu_calls, 1),
     }
 }
+
+/// A GPU lost while no call uses it is noticed by the health check (what
+/// the daemon runs every tick): the fallback is reported before any I/O
+/// meets the dead device.
+#[test]
+fn a_gpu_lost_while_idle_is_noticed_by_the_health_check() {
+    if gpu_or_skip(GpuEngine::new()).is_none() {
+        return;
+    }
+    let sel = Selection::new(ParityMode::Gpu, shape());
+    let events: Arc<Mutex<Vec<Fallback>>> = Arc::default();
+    let ev = events.clone();
+    sel.on_fallback(move |f| ev.lock().unwrap().push(f));
+    sel.check_health();
+    assert!(events.lock().unwrap().is_empty(), "a healthy GPU was reported lost");
+    sel.gpu().unwrap().destroy_device();
+    sel.check_health();
+    let evs = events.lock().unwrap().clone();
+    assert_eq!(evs.len(), 1, "{evs:?}");
+    assert!(evs[0].reason.contains("lost"), "{evs:?}");
+    assert!(sel.name().starts_with("cpu/"));
+    assert_eq!(sel.report().gpu_calls, 0);
+}

@@ -10,6 +10,7 @@ use crate::status;
 use parking_lot::Mutex;
 use raid_core::array::{Array, ArrayEvent, RebuildEnd, RebuildOptions};
 use raid_core::member::{FileMember, MemberRef};
+use raid_core::parity::ParityEngine;
 use raid_gpu::{ParityMode, Selection, StripeShape};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -338,6 +339,10 @@ impl Daemon {
         let engine = Arc::new(parity_engine(&record.parity, g));
         array.set_engine(engine.clone());
         let array = Arc::new(array);
+        array.record_event(ArrayEvent::ParityEngineChosen {
+            engine: engine.name(),
+            detail: engine.describe_choice(),
+        });
         let weak = Arc::downgrade(&array);
         engine.on_fallback(move |f| {
             if let Some(a) = weak.upgrade() {
@@ -750,6 +755,7 @@ impl Daemon {
                         }
                     }
                 }
+                s.engine.check_health();
                 self.kick_rebuild(&s);
                 self.scheduled_scrub(&s);
             }

@@ -72,6 +72,8 @@ pub enum ArrayEvent {
         to: String,
         reason: String,
     },
+    /// The parity engine the array started with, and why that one.
+    ParityEngineChosen { engine: String, detail: String },
     /// `raidctl alert test`.
     Test,
 }
@@ -89,6 +91,7 @@ impl ArrayEvent {
             | ArrayEvent::ParityEngineFallback { .. } => Severity::Warning,
             ArrayEvent::RebuildStarted { .. }
             | ArrayEvent::RebuildFinished { .. }
+            | ArrayEvent::ParityEngineChosen { .. }
             | ArrayEvent::Test => Severity::Info,
         }
     }
@@ -106,6 +109,7 @@ impl ArrayEvent {
             ArrayEvent::SpareActivated { .. } => "spare_activated",
             ArrayEvent::ScrubMismatch { .. } => "scrub_mismatch",
             ArrayEvent::ParityEngineFallback { .. } => "parity_engine_fallback",
+            ArrayEvent::ParityEngineChosen { .. } => "parity_engine_chosen",
             ArrayEvent::Test => "test",
         }
     }
@@ -156,6 +160,9 @@ impl ArrayEvent {
             }
             ArrayEvent::ParityEngineFallback { from, to, reason } => {
                 format!("parity moved from {from} to {to}: {reason}")
+            }
+            ArrayEvent::ParityEngineChosen { engine, detail } => {
+                format!("parity engine {engine} ({detail})")
             }
             ArrayEvent::Test => "test message".into(),
         }

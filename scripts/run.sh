@@ -8,6 +8,7 @@
 # DEMO_DIR picks the folder (default ./demo); nothing outside it is touched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/env.sh
 root=$(pwd)
 demo=${DEMO_DIR:-$root/demo}
 

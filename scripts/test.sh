@@ -5,12 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh
-# Mesa's Vulkan (lavapipe, the GPU tests' adapter) complains on every device
-# open when this is unset; give it a private one.
-if [ -z "${XDG_RUNTIME_DIR:-}" ]; then
-  export XDG_RUNTIME_DIR="${TMPDIR:-/tmp}/raid-xdg-$(id -u)"
-  mkdir -p -m 700 "$XDG_RUNTIME_DIR"
-fi
+. scripts/env.sh
 cargo test --workspace --release --no-fail-fast
 # The benchmarks are not tests, but they must keep compiling.
 cargo bench --workspace --no-run

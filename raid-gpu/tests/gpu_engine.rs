@@ -245,7 +245,10 @@ fn a_gpu_lost_while_idle_is_noticed_by_the_health_check() {
     let ev = events.clone();
     sel.on_fallback(move |f| ev.lock().unwrap().push(f));
     sel.check_health();
-    assert!(events.lock().unwrap().is_empty(), "a healthy GPU was reported lost");
+    assert!(
+        events.lock().unwrap().is_empty(),
+        "a healthy GPU was reported lost"
+    );
     sel.gpu().unwrap().destroy_device();
     sel.check_health();
     let evs = events.lock().unwrap().clone();

@@ -564,14 +564,16 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
 }
 
 pub fn print(r: &Report) {
-    println!(
+    out!(
         "{} of {} members, {} per run",
-        r.level, r.members, r.seconds_per_run
+        r.level,
+        r.members,
+        r.seconds_per_run
     );
-    println!("| profile | data | target | IOPS | GB/s | p50 µs | p99 µs | p99.9 µs |");
-    println!("|---|---|---|---|---|---|---|---|");
+    out!("| profile | data | target | IOPS | GB/s | p50 µs | p99 µs | p99.9 µs |");
+    out!("|---|---|---|---|---|---|---|---|");
     for x in &r.results {
-        println!(
+        out!(
             "| {} | {} | {} | {:.0} | {:.2} | {:.0} | {:.0} | {:.0} |",
             x.profile,
             x.data,
@@ -583,14 +585,17 @@ pub fn print(r: &Report) {
             x.latency.p999_us
         );
     }
-    println!("\nhighest 4 KiB random-read IOPS with p99 < 1 ms:");
+    out!("\nhighest 4 KiB random-read IOPS with p99 < 1 ms:");
     for s in &r.latency_bound {
-        println!(
+        out!(
             "  {:<10} {:>9.0} IOPS at QD {} (p99 {:.0} µs)",
-            s.target, s.iops, s.qd, s.p99_us
+            s.target,
+            s.iops,
+            s.qd,
+            s.p99_us
         );
     }
-    println!(
+    out!(
         "\nlz4 per 4 KiB block: {}",
         r.compression_ratio
             .iter()
@@ -599,9 +604,11 @@ pub fn print(r: &Report) {
             .join(", ")
     );
     for c in &r.capacity {
-        println!(
+        out!(
             "  {:<16} usable {:.2}x of raw, survives {} drive failure(s)",
-            c.system, c.usable_fraction, c.survives_failures
+            c.system,
+            c.usable_fraction,
+            c.survives_failures
         );
     }
 }

@@ -178,7 +178,7 @@ pub fn run(cli: Cli) -> Result<()> {
             if fmt == Format::Json {
                 print_json(&s);
             } else {
-                println!(
+                out!(
                     "scrub of '{}': {} rows, {} read, {} mismatches{}",
                     s.array,
                     s.rows_checked,
@@ -191,7 +191,7 @@ pub fn run(cli: Cli) -> Result<()> {
                     }
                 );
                 for m in &s.mismatches {
-                    println!(
+                    out!(
                         "  stripe {} slot {} {}: {}",
                         m.stripe,
                         m.slot,
@@ -213,7 +213,7 @@ pub fn run(cli: Cli) -> Result<()> {
 
 fn print_message(r: &Response) {
     if let Some(m) = &r.message {
-        println!("{m}");
+        out!("{m}");
     }
 }
 
@@ -340,7 +340,7 @@ fn create(
         spares: spares.clone(),
         parity: parity.name().into(),
     })?;
-    println!(
+    out!(
         "created {level} '{name}': {} members, chunk {}, capacity {}, parity engine {}{}",
         members.len(),
         status::human_bytes(chunk),
@@ -353,12 +353,12 @@ fn create(
         }
     );
     for (i, p) in members.iter().enumerate() {
-        println!("  slot {i}: {}", p.display());
+        out!("  slot {i}: {}", p.display());
     }
     for p in &spares {
-        println!("  spare: {}", p.display());
+        out!("  spare: {}", p.display());
     }
-    println!("start it with: raidctl start {name}");
+    out!("start it with: raidctl start {name}");
     Ok(())
 }
 
@@ -478,7 +478,7 @@ fn statuses(st: &StateDir) -> Result<Vec<ArrayStatus>> {
 }
 
 fn print_json<T: serde::Serialize>(v: &T) {
-    println!(
+    out!(
         "{}",
         serde_json::to_string_pretty(v).expect("status serialises")
     );
@@ -491,7 +491,7 @@ fn list(st: &StateDir, fmt: Format) -> Result<()> {
         return Ok(());
     }
     if all.is_empty() {
-        println!("no arrays recorded in {}", st.root.display());
+        out!("no arrays recorded in {}", st.root.display());
     }
     for s in &all {
         let state = if s.running {
@@ -499,7 +499,7 @@ fn list(st: &StateDir, fmt: Format) -> Result<()> {
         } else {
             format!("stopped ({})", s.health)
         };
-        println!(
+        out!(
             "{:<16} {:<7} {:<22} {:>10} {} members",
             s.name,
             s.level,
@@ -524,7 +524,7 @@ fn show(st: &StateDir, name: Option<&str>, fmt: Format, detail: bool) -> Result<
         (Format::Json, None) => print_json(&all),
         (Format::Text, _) => {
             if all.is_empty() {
-                println!("no arrays recorded in {}", st.root.display());
+                out!("no arrays recorded in {}", st.root.display());
             }
             for s in &all {
                 print!("{}", render(s, detail));
@@ -552,11 +552,11 @@ fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
             .ok_or_else(|| CliError::not_found(format!("array '{name}' is not running")))?;
         match &s.rebuild {
             None if s.state != "rebuilding" => {
-                println!("{name}: {}", s.state);
+                out!("{name}: {}", s.state);
                 return Ok(());
             }
             Some(rb) if rb.percent - last >= 10.0 => {
-                println!("{name}: rebuilding slot {} {:.0}%", rb.slot, rb.percent);
+                out!("{name}: rebuilding slot {} {:.0}%", rb.slot, rb.percent);
                 last = rb.percent;
             }
             _ => {}
@@ -579,14 +579,14 @@ fn events(st: &StateDir, name: &str, fmt: Format) -> Result<()> {
         return Ok(());
     }
     if all.is_empty() {
-        println!("no events recorded for '{name}'");
+        out!("no events recorded for '{name}'");
     }
     for e in all {
         print!("{} {:<8} {:<17} {}", e.time, e.severity, e.event, e.message);
         if let Some(n) = &e.next {
             print!("  (next: {n})");
         }
-        println!();
+        out!();
     }
     Ok(())
 }
@@ -606,7 +606,7 @@ fn alert_test(st: &StateDir, config: Option<&Path>) -> Result<()> {
     let r = crate::eventlog::record_for_test();
     let (subject, body) = crate::alerts::compose(&[r]);
     let answer = a.send(&subject, &body)?;
-    println!(
+    out!(
         "test message sent to {}: server answered {answer}",
         a.to.join(", ")
     );

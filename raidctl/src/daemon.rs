@@ -127,7 +127,7 @@ impl Daemon {
                 ));
             }
             if let Some(m) = r.message {
-                println!("{m}");
+                out!("{m}");
             }
         }
         {

@@ -2,6 +2,23 @@
 //! that serves arrays. No RAID logic lives here: commands parse arguments,
 //! call the libraries or the daemon, and print.
 
+/// `println!` for the CLI's output. A reader that went away
+/// (`raidctl mount NAME --loop | head -1`) ends the command quietly with
+/// success, the command's work being done, instead of a panic: scripts
+/// under `set -o pipefail` depend on it.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let mut o = std::io::stdout().lock();
+        if let Err(e) = writeln!(o, $($t)*).and_then(|_| o.flush()) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            panic!("writing to stdout: {e}");
+        }
+    }};
+}
+
 mod alerts;
 mod bench;
 mod commands;

@@ -15,13 +15,16 @@ pub fn run(width: usize, chunk: usize) -> Result<(), String> {
     let oracle = CpuEngine::with_level(SimdLevel::Scalar).map_err(|e| e.to_string())?;
     let data = pseudo_random(width, chunk);
     let reference = stripe(&oracle, &data)?;
-    println!(
+    out!(
         "parity self-test: {width} data chunks of {} KiB, RAID6 (P+Q, md-compatible)",
         chunk / 1024
     );
-    println!(
+    out!(
         "{:<14} {:>10} {:>10} {:>12}",
-        "level", "P+Q GB/s", "recovery", "result"
+        "level",
+        "P+Q GB/s",
+        "recovery",
+        "result"
     );
     let mut failed = false;
     for level in SimdLevel::available() {
@@ -35,11 +38,11 @@ pub fn run(width: usize, chunk: usize) -> Result<(), String> {
     match raid_gpu::GpuEngine::new() {
         Ok(g) => {
             failed |= !check(&g, "gpu", &data, &reference)?;
-            println!("gpu adapter: {}", g.adapter());
+            out!("gpu adapter: {}", g.adapter());
         }
-        Err(e) => println!("gpu: not checked ({e})"),
+        Err(e) => out!("gpu: not checked ({e})"),
     }
-    println!("engine chosen: {}", CpuEngine::new().name());
+    out!("engine chosen: {}", CpuEngine::new().name());
     if failed {
         return Err(
             "a parity kernel disagrees with the scalar oracle: do not use this build".into(),
@@ -87,7 +90,7 @@ fn check(
             cases += 1;
         }
     }
-    println!(
+    out!(
         "{:<14} {:>10.2} {:>10} {:>12}",
         label,
         rate,

@@ -25,3 +25,28 @@ fn selftest_refuses_a_width_q_cannot_cover() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--width 300 is out of range"), "{err}");
 }
+
+/// A reader that stops after the first line (`raidctl selftest | head -1`)
+/// ends the command quietly and successfully, not with a panic: scripts
+/// under `set -o pipefail` read the first line of `mount --loop` this way.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(raid_e2e::raidctl_path())
+        .args(["selftest", "--width", "4", "--chunk-kib", "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("parity self-test"), "{first}");
+    // The pipe's read end is dropped here; the rest of the output meets it.
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}

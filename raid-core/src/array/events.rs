@@ -73,7 +73,10 @@ pub enum ArrayEvent {
         reason: String,
     },
     /// The parity engine the array started with, and why that one.
-    ParityEngineChosen { engine: String, detail: String },
+    ParityEngineChosen {
+        engine: String,
+        detail: String,
+    },
     /// `raidctl alert test`.
     Test,
 }

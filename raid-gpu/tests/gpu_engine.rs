@@ -257,3 +257,68 @@ fn a_gpu_lost_while_idle_is_noticed_by_the_health_check() {
     assert!(sel.name().starts_with("cpu/"));
     assert_eq!(sel.report().gpu_calls, 0);
 }
+
+mod mixed_batches {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::OnceLock;
+
+    /// One engine with 1 MiB buffers, so random batches are cut into
+    /// sub-batches, and wide stripes by column, at varying places.
+    fn small_gpu() -> Option<&'static GpuEngine> {
+        static G: OnceLock<Option<GpuEngine>> = OnceLock::new();
+        G.get_or_init(|| gpu_or_skip(GpuEngine::with_buffer_limit(1 << 20)))
+            .as_ref()
+    }
+
+    /// A batch: per stripe (data chunks, chunk length in 64-byte units, seed).
+    fn batch() -> impl Strategy<Value = Vec<(usize, usize, u64)>> {
+        proptest::collection::vec((2usize..40, 1usize..1200, any::<u64>()), 1..24)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// Stripes of different widths and chunk lengths in one call, P and
+        /// P+Q, generation then recovery with per-stripe missing sets: the
+        /// GPU equals the CPU byte for byte.
+        #[test]
+        fn random_batches_equal_the_cpu(shapes in batch(), pq in any::<bool>(), pick in any::<u64>()) {
+            let Some(g) = small_gpu() else { return Ok(()) };
+            let kind = if pq { ParityKind::PQ } else { ParityKind::P };
+            let np = kind.parity_chunks();
+            let mut on_gpu: Vec<Vec<Vec<u8>>> = shapes
+                .iter()
+                .flat_map(|&(n, units, seed)| stripes(1, n, np, units * 64, seed))
+                .collect();
+            let mut on_cpu = on_gpu.clone();
+            gen(g, kind, &mut on_gpu);
+            gen(&CpuEngine::new(), kind, &mut on_cpu);
+            prop_assert!(on_gpu == on_cpu, "generation differs");
+
+            let want = on_gpu.clone();
+            let mut x = pick | 1;
+            let missing: Vec<Vec<usize>> = on_gpu
+                .iter()
+                .map(|s| {
+                    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                    let w = s.len();
+                    let a = (x % w as u64) as usize;
+                    let b = ((x >> 20) % w as u64) as usize;
+                    if np == 2 && a != b { vec![a, b] } else { vec![a] }
+                })
+                .collect();
+            for (s, m) in on_gpu.iter_mut().zip(&missing) {
+                for &c in m { s[c].fill(0x77); }
+            }
+            let mut jobs: Vec<RecoverJob> = on_gpu
+                .iter_mut()
+                .zip(&missing)
+                .map(|(s, m)| RecoverJob { chunks: s.iter_mut().map(|c| &mut c[..]).collect(), missing: m.clone() })
+                .collect();
+            g.recover_batch(kind, &mut jobs).unwrap();
+            drop(jobs);
+            prop_assert!(on_gpu == want, "recovery differs");
+        }
+    }
+}

@@ -5,6 +5,9 @@
 
 mod support;
 
+#[path = "common/batches.rs"]
+mod batches;
+
 #[path = "common/parity_suite.rs"]
 mod suite;
 

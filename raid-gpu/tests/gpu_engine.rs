@@ -6,7 +6,10 @@
 //! Needs a wgpu adapter; CI has lavapipe. RAID_GPU_TESTS=skip makes these
 //! pass without one, on a machine known to have none.
 
-use raid_core::parity::{CpuEngine, GenJob, ParityEngine, ParityKind, RecoverJob};
+#[path = "../../raid-core/tests/common/batches.rs"]
+mod batches;
+
+use raid_core::parity::{CpuEngine, ParityEngine, ParityKind};
 use raid_gpu::{Fallback, GpuEngine, ParityMode, Selection, StripeShape};
 use std::sync::{Arc, Mutex};
 
@@ -47,18 +50,7 @@ fn stripes(count: usize, data: usize, parity: usize, len: usize, seed: u64) -> V
 }
 
 fn gen(e: &dyn ParityEngine, kind: ParityKind, s: &mut [Vec<Vec<u8>>]) {
-    let mut jobs: Vec<GenJob> = s
-        .iter_mut()
-        .map(|st| {
-            let n = st.len() - kind.parity_chunks();
-            let (data, parity) = st.split_at_mut(n);
-            GenJob {
-                data: data.iter().map(|c| &c[..]).collect(),
-                parity: parity.iter_mut().map(|c| &mut c[..]).collect(),
-            }
-        })
-        .collect();
-    e.gen_batch(kind, &mut jobs).unwrap();
+    batches::gen_all(e, kind, s).unwrap();
 }
 
 /// 48 MiB of data through 1 MiB buffers: about a hundred sub-batches
@@ -105,22 +97,17 @@ fn batches_far_larger_than_a_sub_batch_equal_the_cpu() {
             }
         })
         .collect();
-    for (s, m) in on_gpu.iter_mut().zip(&missing) {
-        for &c in m {
-            s[c].fill(0xEE);
-        }
-    }
-    let mut jobs: Vec<RecoverJob> = on_gpu
-        .iter_mut()
-        .zip(&missing)
-        .map(|(s, m)| RecoverJob {
-            chunks: s.iter_mut().map(|c| &mut c[..]).collect(),
-            missing: m.clone(),
-        })
-        .collect();
-    g.recover_batch(ParityKind::PQ, &mut jobs).unwrap();
-    drop(jobs);
+    batches::wipe_and_recover_all(&g, ParityKind::PQ, &mut on_gpu, &missing, 0xEE).unwrap();
     assert!(on_gpu == want, "GPU recovery did not give the data back");
+}
+
+/// A `gpu`-mode selection and the fallbacks it reports.
+fn gpu_selection_recording_fallbacks() -> (Selection, Arc<Mutex<Vec<Fallback>>>) {
+    let sel = Selection::new(ParityMode::Gpu, shape());
+    let events: Arc<Mutex<Vec<Fallback>>> = Arc::default();
+    let ev = events.clone();
+    sel.on_fallback(move |f| ev.lock().unwrap().push(f));
+    (sel, events)
 }
 
 fn shape() -> StripeShape {
@@ -139,10 +126,7 @@ fn a_lost_gpu_falls_back_to_the_cpu_without_failing_a_call() {
     if gpu_or_skip(GpuEngine::new()).is_none() {
         return;
     }
-    let sel = Selection::new(ParityMode::Gpu, shape());
-    let events: Arc<Mutex<Vec<Fallback>>> = Arc::default();
-    let ev = events.clone();
-    sel.on_fallback(move |f| ev.lock().unwrap().push(f));
+    let (sel, events) = gpu_selection_recording_fallbacks();
     let gpu = sel.gpu().expect("gpu mode opens the GPU").clone();
     assert!(sel.name().starts_with("gpu/"), "{}", sel.name());
 
@@ -240,10 +224,7 @@ fn a_gpu_lost_while_idle_is_noticed_by_the_health_check() {
     if gpu_or_skip(GpuEngine::new()).is_none() {
         return;
     }
-    let sel = Selection::new(ParityMode::Gpu, shape());
-    let events: Arc<Mutex<Vec<Fallback>>> = Arc::default();
-    let ev = events.clone();
-    sel.on_fallback(move |f| ev.lock().unwrap().push(f));
+    let (sel, events) = gpu_selection_recording_fallbacks();
     sel.check_health();
     assert!(
         events.lock().unwrap().is_empty(),
@@ -308,16 +289,7 @@ mod mixed_batches {
                     if np == 2 && a != b { vec![a, b] } else { vec![a] }
                 })
                 .collect();
-            for (s, m) in on_gpu.iter_mut().zip(&missing) {
-                for &c in m { s[c].fill(0x77); }
-            }
-            let mut jobs: Vec<RecoverJob> = on_gpu
-                .iter_mut()
-                .zip(&missing)
-                .map(|(s, m)| RecoverJob { chunks: s.iter_mut().map(|c| &mut c[..]).collect(), missing: m.clone() })
-                .collect();
-            g.recover_batch(kind, &mut jobs).unwrap();
-            drop(jobs);
+            batches::wipe_and_recover_all(g, kind, &mut on_gpu, &missing, 0x77).unwrap();
             prop_assert!(on_gpu == want, "recovery differs");
         }
     }

@@ -6,6 +6,9 @@
 //! Without any adapter the suite fails rather than passes vacuously, unless
 //! RAID_GPU_TESTS=skip says that this machine is known to have none.
 
+#[path = "../../raid-core/tests/common/batches.rs"]
+mod batches;
+
 #[path = "../../raid-core/tests/common/parity_suite.rs"]
 mod suite;
 

@@ -47,29 +47,53 @@ pub struct ArrayStatus {
     /// The parity engine in use ("cpu/avx512-gfni", "gpu/NVIDIA H200");
     /// the configured mode when stopped.
     pub parity_engine: String,
-    /// What the operator chose: cpu, gpu or auto.
-    #[serde(default)]
-    pub parity_mode: String,
-    /// The GPU adapter opened, if any ("NVIDIA H200 (vulkan)").
-    #[serde(default)]
-    pub gpu_adapter: Option<String>,
-    /// auto: data bytes per parity call from which the GPU is used, as
-    /// measured at start; null when the GPU never won or is not used.
-    #[serde(default)]
-    pub gpu_threshold_bytes: Option<u64>,
-    /// Why the GPU is not in use (none found, CPU adapter, lost), if so.
-    #[serde(default)]
-    pub parity_note: Option<String>,
-    /// Parity calls served by the GPU and by the CPU since start.
-    #[serde(default)]
-    pub parity_calls_gpu: u64,
-    #[serde(default)]
-    pub parity_calls_cpu: u64,
+    /// The engine choice and what became of it (flattened into this object).
+    #[serde(flatten)]
+    pub parity: ParityStatus,
     pub events: u64,
     pub members: Vec<MemberStatus>,
     pub spares: Vec<String>,
     pub rebuild: Option<RebuildStatus>,
     pub exports: Vec<String>,
+}
+
+/// The parity engine part of a status.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct ParityStatus {
+    /// What the operator chose: cpu, gpu or auto.
+    pub parity_mode: String,
+    /// The GPU adapter opened, if any ("NVIDIA H200 (vulkan)").
+    pub gpu_adapter: Option<String>,
+    /// auto: data bytes per parity call from which the GPU is used, as
+    /// measured at start; null when the GPU never won or is not used.
+    pub gpu_threshold_bytes: Option<u64>,
+    /// Why the GPU is not in use (none found, CPU adapter, lost), if so.
+    pub parity_note: Option<String>,
+    /// Parity calls served by the GPU and by the CPU since start.
+    pub parity_calls_gpu: u64,
+    pub parity_calls_cpu: u64,
+}
+
+impl ParityStatus {
+    fn running(e: EngineReport) -> ParityStatus {
+        ParityStatus {
+            parity_mode: e.mode,
+            gpu_adapter: e.adapter,
+            gpu_threshold_bytes: e.threshold_bytes,
+            parity_note: e.note,
+            parity_calls_gpu: e.gpu_calls,
+            parity_calls_cpu: e.cpu_calls,
+        }
+    }
+
+    /// A stopped array: only the recorded choice.
+    fn stopped(r: &ArrayRecord) -> ParityStatus {
+        ParityStatus {
+            parity_mode: r.parity.clone(),
+            ..ParityStatus::default()
+        }
+    }
 }
 
 /// Status of a running array.
@@ -79,7 +103,6 @@ pub fn of_running(
     exports: Vec<String>,
     engine: Option<EngineReport>,
 ) -> ArrayStatus {
-    let engine = engine.unwrap_or_default();
     let g = a.geometry();
     let members: Vec<MemberStatus> = a
         .slots()
@@ -122,12 +145,7 @@ pub fn of_running(
         chunk_bytes: g.chunk,
         capacity_bytes: g.capacity(),
         parity_engine: a.engine_name(),
-        parity_mode: engine.mode,
-        gpu_adapter: engine.adapter,
-        gpu_threshold_bytes: engine.threshold_bytes,
-        parity_note: engine.note,
-        parity_calls_gpu: engine.gpu_calls,
-        parity_calls_cpu: engine.cpu_calls,
+        parity: ParityStatus::running(engine.unwrap_or_default()),
         events: a.events(),
         members,
         spares: a.spares(),
@@ -168,12 +186,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
             chunk_bytes: r.chunk,
             capacity_bytes: 0,
             parity_engine: r.parity.clone(),
-            parity_mode: r.parity.clone(),
-            gpu_adapter: None,
-            gpu_threshold_bytes: None,
-            parity_note: None,
-            parity_calls_gpu: 0,
-            parity_calls_cpu: 0,
+            parity: ParityStatus::stopped(r),
             events: 0,
             members: r
                 .members
@@ -244,12 +257,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         chunk_bytes: g.chunk,
         capacity_bytes: g.capacity(),
         parity_engine: r.parity.clone(),
-        parity_mode: r.parity.clone(),
-        gpu_adapter: None,
-        gpu_threshold_bytes: None,
-        parity_note: None,
-        parity_calls_gpu: 0,
-        parity_calls_cpu: 0,
+        parity: ParityStatus::stopped(r),
         events: truth.events,
         members,
         spares,
@@ -290,19 +298,20 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
         human_bytes(s.capacity_bytes),
         s.parity_engine
     ));
-    if s.running && !s.parity_mode.is_empty() {
-        let mut parts = vec![format!("mode {}", s.parity_mode)];
-        if let Some(a) = &s.gpu_adapter {
+    let p = &s.parity;
+    if s.running && !p.parity_mode.is_empty() {
+        let mut parts = vec![format!("mode {}", p.parity_mode)];
+        if let Some(a) = &p.gpu_adapter {
             parts.push(format!("gpu adapter {a}"));
         }
-        if let Some(t) = s.gpu_threshold_bytes {
+        if let Some(t) = p.gpu_threshold_bytes {
             parts.push(format!("GPU for calls from {}", human_bytes(t)));
         }
         parts.push(format!(
             "calls gpu {} cpu {}",
-            s.parity_calls_gpu, s.parity_calls_cpu
+            p.parity_calls_gpu, p.parity_calls_cpu
         ));
-        if let Some(n) = &s.parity_note {
+        if let Some(n) = &p.parity_note {
             parts.push(n.clone());
         }
         out.push_str(&format!("  parity: {}\n", parts.join("; ")));

@@ -3,13 +3,14 @@
 //!
 //! Included (by `#[path]`) by raid-core's `parity_props` (every CPU SIMD
 //! level) and raid-gpu's `gpu_parity` (the GPU engine); each defines
-//! `engines()`, the engines to hold to it. P and Q must equal an independent
+//! `engines()`, the engines to hold to it, and includes `common/batches.rs`
+//! as `batches`. P and Q must equal an independent
 //! computation of the published maths, every recovery must give back the
 //! original chunks, and refused requests must be the same errors.
 
 use proptest::prelude::*;
 use raid_core::parity::gf;
-use raid_core::parity::{GenJob, ParityEngine, ParityError, ParityKind, RecoverJob};
+use raid_core::parity::{GenJob, ParityEngine, ParityError, ParityKind};
 use std::sync::Arc;
 
 fn engines() -> Vec<Arc<dyn ParityEngine>> {
@@ -189,20 +190,7 @@ fn batches_equal_single_calls_on(e: &dyn ParityEngine) {
             v
         })
         .collect();
-    {
-        let mut jobs: Vec<GenJob> = bufs
-            .iter_mut()
-            .map(|s| {
-                let n = s.len() - 2;
-                let (data, parity) = s.split_at_mut(n);
-                GenJob {
-                    data: data.iter().map(|c| &c[..]).collect(),
-                    parity: parity.iter_mut().map(|c| &mut c[..]).collect(),
-                }
-            })
-            .collect();
-        e.gen_batch(ParityKind::PQ, &mut jobs).unwrap();
-    }
+    super::batches::gen_all(e, ParityKind::PQ, &mut bufs).unwrap();
     for (d, b) in stripes.iter().zip(&bufs) {
         assert_eq!(*b, stripe_with_parity(e, ParityKind::PQ, d), "{}", e.name());
     }
@@ -210,22 +198,7 @@ fn batches_equal_single_calls_on(e: &dyn ParityEngine) {
     let missing: Vec<Vec<usize>> = (0..bufs.len())
         .map(|s| vec![s % 4, (s % 4 + 1 + s % 2) % 6])
         .collect();
-    for (b, m) in bufs.iter_mut().zip(&missing) {
-        for &i in m {
-            b[i].fill(0);
-        }
-    }
-    {
-        let mut jobs: Vec<RecoverJob> = bufs
-            .iter_mut()
-            .zip(&missing)
-            .map(|(s, m)| RecoverJob {
-                chunks: s.iter_mut().map(|c| &mut c[..]).collect(),
-                missing: m.clone(),
-            })
-            .collect();
-        e.recover_batch(ParityKind::PQ, &mut jobs).unwrap();
-    }
+    super::batches::wipe_and_recover_all(e, ParityKind::PQ, &mut bufs, &missing, 0).unwrap();
     assert_eq!(bufs, want, "{}", e.name());
 }
 

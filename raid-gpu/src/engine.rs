@@ -182,6 +182,8 @@ pub struct GpuEngine {
     /// hang). Once set the engine refuses all work.
     fault: Arc<Mutex<Option<String>>>,
     counters: Counters,
+    /// Fault injection: flip a bit in every output piece read back.
+    flip_bits: std::sync::atomic::AtomicBool,
 }
 
 impl GpuEngine {
@@ -258,6 +260,7 @@ impl GpuEngine {
             slots: Mutex::new((0..DEPTH).map(|_| None).collect()),
             fault,
             counters: Counters::default(),
+            flip_bits: Default::default(),
         })
     }
 
@@ -296,6 +299,13 @@ impl GpuEngine {
     /// Why the engine stopped working, if it did.
     pub fn fault(&self) -> Option<String> {
         self.fault.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Fault injection: from now on, flip the lowest bit of the first byte
+    /// of every output piece read back, as failing GPU memory would. What
+    /// the tests of result verification use; never set otherwise.
+    pub fn inject_bit_flips(&self, on: bool) {
+        self.flip_bits.store(on, Ordering::Relaxed);
     }
 
     /// Destroys the device, as a driver reset or a GPU falling off the bus
@@ -586,6 +596,9 @@ impl GpuEngine {
             for (j, k, range, at) in f.copies {
                 let at = at as usize;
                 jobs[j].outs[k][range.clone()].copy_from_slice(&view[at..at + range.len()]);
+                if self.flip_bits.load(Ordering::Relaxed) {
+                    jobs[j].outs[k][range.start] ^= 1;
+                }
             }
         }
         s.readback.unmap();

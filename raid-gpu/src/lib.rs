@@ -19,6 +19,7 @@ mod engine;
 mod pack;
 mod plan;
 mod select;
+pub mod verify;
 
 pub use adapter::AdapterSummary;
 pub use engine::{GpuEngine, GpuStats, WAIT_LIMIT};

@@ -15,7 +15,7 @@
 //! rewritten, so the repeat is exact), the GPU is never used again by this
 //! engine, and the fallback hook fires once, so the array logs an event.
 
-use crate::{calibrate, GpuEngine};
+use crate::{calibrate, verify, GpuEngine};
 use raid_core::parity::{CpuEngine, GenJob, ParityEngine, ParityError, ParityKind, RecoverJob};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -100,6 +100,9 @@ pub struct Selection {
     note: Mutex<Option<String>>,
     lost: AtomicBool,
     gpu_busy: AtomicUsize,
+    /// GPU calls so far, for sampling; verify one in `verify_every`.
+    gpu_seq: AtomicU64,
+    verify_every: AtomicU64,
     gpu_calls: AtomicU64,
     cpu_calls: AtomicU64,
     hook: Mutex<Option<Hook>>,
@@ -142,6 +145,8 @@ impl Selection {
             note: Mutex::new(None),
             lost: AtomicBool::new(false),
             gpu_busy: AtomicUsize::new(0),
+            gpu_seq: AtomicU64::new(0),
+            verify_every: AtomicU64::new(verify::verify_every_from_env()),
             gpu_calls: AtomicU64::new(0),
             cpu_calls: AtomicU64::new(0),
             hook: Mutex::new(None),
@@ -266,10 +271,13 @@ impl Selection {
 
     /// Runs `op` on the GPU if this call should go there, else (or when the
     /// GPU fails) on the CPU.
+    ///
+    /// `op` gets the engine and, on the GPU calls sampled for verification,
+    /// the CPU engine to check the result with (see [`crate::verify`]).
     fn dispatch<T>(
         &self,
         data_bytes: u64,
-        mut op: impl FnMut(&dyn ParityEngine) -> Result<T, ParityError>,
+        mut op: impl FnMut(&dyn ParityEngine, Option<&CpuEngine>) -> Result<T, ParityError>,
     ) -> Result<T, ParityError> {
         if let Some(gpu) = self.gpu() {
             // gpu: every call, queueing for the GPU. auto: calls above the
@@ -285,7 +293,10 @@ impl Selection {
                 }
             };
             if take {
-                let r = catch_unwind(AssertUnwindSafe(|| op(&**gpu)));
+                let every = self.verify_every.load(Ordering::Relaxed);
+                let seq = self.gpu_seq.fetch_add(1, Ordering::Relaxed);
+                let check = (every > 0 && seq % every == 0).then_some(&self.cpu);
+                let r = catch_unwind(AssertUnwindSafe(|| op(&**gpu, check)));
                 if self.mode != ParityMode::Gpu {
                     self.gpu_busy.store(0, Ordering::Release);
                 }
@@ -307,7 +318,13 @@ impl Selection {
             }
         }
         self.cpu_calls.fetch_add(1, Ordering::Relaxed);
-        op(&self.cpu)
+        op(&self.cpu, None)
+    }
+
+    /// Verify the first GPU call and then one in `n` (0: never); the
+    /// default comes from `RAID_GPU_VERIFY_EVERY`, else 64.
+    pub fn set_verify_every(&self, n: u64) {
+        self.verify_every.store(n, Ordering::Relaxed);
     }
 
     fn lose(&self, gpu: &GpuEngine, reason: String) {
@@ -339,12 +356,22 @@ impl ParityEngine for Selection {
 
     fn gen_p(&self, data: &[&[u8]], p: &mut [u8]) -> Result<(), ParityError> {
         let bytes = (data.len() * p.len()) as u64;
-        self.dispatch(bytes, |e| e.gen_p(data, p))
+        self.dispatch(bytes, |e, check| {
+            e.gen_p(data, p)?;
+            check.map_or(Ok(()), |cpu| {
+                verify::parity_matches(cpu, ParityKind::P, data, &[p])
+            })
+        })
     }
 
     fn gen_pq(&self, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) -> Result<(), ParityError> {
         let bytes = (data.len() * p.len()) as u64;
-        self.dispatch(bytes, |e| e.gen_pq(data, p, q))
+        self.dispatch(bytes, |e, check| {
+            e.gen_pq(data, p, q)?;
+            check.map_or(Ok(()), |cpu| {
+                verify::parity_matches(cpu, ParityKind::PQ, data, &[p, q])
+            })
+        })
     }
 
     fn recover(
@@ -354,7 +381,12 @@ impl ParityEngine for Selection {
         missing: &[usize],
     ) -> Result<(), ParityError> {
         let bytes = stripe_bytes(kind, chunks);
-        self.dispatch(bytes, |e| e.recover(kind, chunks, missing))
+        self.dispatch(bytes, |e, check| {
+            e.recover(kind, chunks, missing)?;
+            check.map_or(Ok(()), |cpu| {
+                verify::recovery_matches(cpu, kind, chunks, missing)
+            })
+        })
     }
 
     fn gen_batch(&self, kind: ParityKind, jobs: &mut [GenJob<'_>]) -> Result<(), ParityError> {
@@ -362,7 +394,14 @@ impl ParityEngine for Selection {
             .iter()
             .map(|j| (j.data.len() * j.data.first().map_or(0, |c| c.len())) as u64)
             .sum();
-        self.dispatch(bytes, |e| e.gen_batch(kind, jobs))
+        self.dispatch(bytes, |e, check| {
+            e.gen_batch(kind, jobs)?;
+            check.map_or(Ok(()), |cpu| {
+                jobs.iter().try_for_each(|j| {
+                    verify::parity_matches(cpu, kind, &j.data, &raid_core::parity::ro(&j.parity))
+                })
+            })
+        })
     }
 
     fn recover_batch(
@@ -371,6 +410,13 @@ impl ParityEngine for Selection {
         jobs: &mut [RecoverJob<'_>],
     ) -> Result<(), ParityError> {
         let bytes = jobs.iter().map(|j| stripe_bytes(kind, &j.chunks)).sum();
-        self.dispatch(bytes, |e| e.recover_batch(kind, jobs))
+        self.dispatch(bytes, |e, check| {
+            e.recover_batch(kind, jobs)?;
+            check.map_or(Ok(()), |cpu| {
+                jobs.iter()
+                    .filter(|j| !j.missing.is_empty())
+                    .try_for_each(|j| verify::recovery_matches(cpu, kind, &j.chunks, &j.missing))
+            })
+        })
     }
 }

@@ -294,3 +294,54 @@ mod mixed_batches {
         }
     }
 }
+
+/// A GPU that hands back wrong bits (failing memory, a miscompiled shader)
+/// is caught by the sampled check against the CPU: the call still returns
+/// the right parity, the GPU is dropped, and the event says why. Without
+/// the check, the wrong parity would go to disk.
+#[test]
+fn wrong_gpu_results_are_caught_by_sampled_verification() {
+    if gpu_or_skip(GpuEngine::new()).is_none() {
+        return;
+    }
+    let cpu = CpuEngine::new();
+    // Every call checked: generation, then recovery.
+    for recovery in [false, true] {
+        let (sel, events) = gpu_selection_recording_fallbacks();
+        sel.set_verify_every(1);
+        let mut a = stripes(4, 5, 2, 4096, 11);
+        let mut b = a.clone();
+        gen(&cpu, ParityKind::PQ, &mut b);
+        if recovery {
+            a = b.clone();
+        }
+        sel.gpu().unwrap().inject_bit_flips(true);
+        if recovery {
+            let missing = vec![vec![1, 3]; 4];
+            batches::wipe_and_recover_all(&sel, ParityKind::PQ, &mut a, &missing, 0).unwrap();
+        } else {
+            gen(&sel, ParityKind::PQ, &mut a);
+        }
+        assert!(
+            a == b,
+            "a wrong GPU result reached the caller (recovery: {recovery})"
+        );
+        let evs = events.lock().unwrap().clone();
+        assert_eq!(evs.len(), 1, "{evs:?}");
+        assert!(
+            evs[0].reason.contains("differs from the CPU engine"),
+            "{evs:?}"
+        );
+        assert!(sel.gpu().is_none());
+    }
+    // With checking off the flipped bit gets through: the check is what
+    // stands between a bad GPU and the disk.
+    let (sel, events) = gpu_selection_recording_fallbacks();
+    sel.set_verify_every(0);
+    sel.gpu().unwrap().inject_bit_flips(true);
+    let mut a = stripes(1, 5, 2, 4096, 12);
+    let mut b = a.clone();
+    gen(&sel, ParityKind::PQ, &mut a);
+    gen(&cpu, ParityKind::PQ, &mut b);
+    assert!(a != b && events.lock().unwrap().is_empty());
+}

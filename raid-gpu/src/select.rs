@@ -295,7 +295,7 @@ impl Selection {
             if take {
                 let every = self.verify_every.load(Ordering::Relaxed);
                 let seq = self.gpu_seq.fetch_add(1, Ordering::Relaxed);
-                let check = (every > 0 && seq % every == 0).then_some(&self.cpu);
+                let check = (every > 0 && seq.is_multiple_of(every)).then_some(&self.cpu);
                 let r = catch_unwind(AssertUnwindSafe(|| op(&**gpu, check)));
                 if self.mode != ParityMode::Gpu {
                     self.gpu_busy.store(0, Ordering::Release);

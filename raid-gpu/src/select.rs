@@ -109,6 +109,8 @@ pub struct Selection {
     /// A fallback that happened before a hook was set (no GPU at start in
     /// `gpu` mode): delivered when one is.
     pending: Mutex<Option<Fallback>>,
+    /// The array's level computes no parity (see [`Selection::no_parity`]).
+    parity_free: bool,
 }
 
 impl Selection {
@@ -119,27 +121,20 @@ impl Selection {
         Selection::with_policy(mode, shape, cpu_adapter_ok)
     }
 
-    /// The CPU engine alone (for levels without parity, and `cpu` mode).
-    pub fn cpu() -> Selection {
-        Selection::with_policy(
-            ParityMode::Cpu,
-            StripeShape {
-                kind: ParityKind::P,
-                data_chunks: 1,
-                chunk: 4096,
-            },
-            false,
-        )
+    /// For an array whose level computes no parity (RAID0/1/10): the
+    /// operator's choice is kept and shown, no GPU is opened, and the CPU
+    /// engine stands by for nothing.
+    pub fn no_parity(mode: ParityMode, why: impl Into<String>) -> Selection {
+        let mut s = Selection::bare(mode);
+        *s.note.get_mut().unwrap() = Some(why.into());
+        s.parity_free = true;
+        s
     }
 
-    /// As [`Selection::new`]; `cpu_adapter_ok` lets `auto` calibrate and
-    /// use a CPU adapter (what `RAID_GPU_AUTO_CPU_ADAPTER=1` does), so the
-    /// measuring and routing can be tested on a machine without a GPU.
-    pub fn with_policy(mode: ParityMode, shape: StripeShape, cpu_adapter_ok: bool) -> Selection {
-        let cpu = CpuEngine::new();
-        let mut s = Selection {
+    fn bare(mode: ParityMode) -> Selection {
+        Selection {
             mode,
-            cpu,
+            cpu: CpuEngine::new(),
             gpu: None,
             threshold: None,
             note: Mutex::new(None),
@@ -151,7 +146,15 @@ impl Selection {
             cpu_calls: AtomicU64::new(0),
             hook: Mutex::new(None),
             pending: Mutex::new(None),
-        };
+            parity_free: false,
+        }
+    }
+
+    /// As [`Selection::new`]; `cpu_adapter_ok` lets `auto` calibrate and
+    /// use a CPU adapter (what `RAID_GPU_AUTO_CPU_ADAPTER=1` does), so the
+    /// measuring and routing can be tested on a machine without a GPU.
+    pub fn with_policy(mode: ParityMode, shape: StripeShape, cpu_adapter_ok: bool) -> Selection {
+        let mut s = Selection::bare(mode);
         if mode == ParityMode::Cpu {
             return s;
         }
@@ -252,6 +255,7 @@ impl Selection {
 
     pub fn report(&self) -> EngineReport {
         let engine = match (self.mode, self.gpu()) {
+            _ if self.parity_free => "none".to_string(),
             (ParityMode::Gpu, Some(g)) => g.name(),
             (ParityMode::Auto, Some(g)) if self.threshold.is_some() => {
                 format!("{} + {}", g.name(), self.cpu.name())

@@ -54,6 +54,8 @@ pub struct Daemon {
     rebuild_opts: RebuildOptions,
     alerts: Option<crate::alerts::AlertConfig>,
     alert_seq: std::sync::atomic::AtomicU64,
+    /// Serialises `process_events`.
+    events_lock: Mutex<()>,
     scrub_schedule: Option<crate::config::ScrubSchedule>,
 }
 
@@ -107,6 +109,7 @@ impl Daemon {
             },
             alerts: opts.alerts.clone(),
             alert_seq: std::sync::atomic::AtomicU64::new(0),
+            events_lock: Mutex::new(()),
             scrub_schedule: opts.scrub.clone(),
         });
         let sender_stop = Arc::new(AtomicBool::new(false));
@@ -231,6 +234,10 @@ impl Daemon {
             Request::Unmount { name } => self.unmount(&name).map(Response::ok),
             Request::Scrub { name, repair } => self.scrub(&name, repair),
         };
+        // What the command caused (a member failed, a scrub's mismatches,
+        // the engine chosen at start) is in the event log, alerted, before
+        // the caller hears back: `raidctl events` right after shows it.
+        self.process_events();
         r.unwrap_or_else(|e| Response::err(&e))
     }
 
@@ -398,7 +405,10 @@ impl Daemon {
             let _ = run.handle.join();
         }
         served.array.close()?;
-        self.process_events_of(&served);
+        {
+            let _one = self.events_lock.lock();
+            self.process_events_of(&served);
+        }
         self.arrays.lock().remove(name);
         Ok(format!("array '{name}' stopped (flushed, marked clean)"))
     }
@@ -631,6 +641,9 @@ impl Daemon {
     /// Logs every new event of every array, queues the alert-worthy ones
     /// and runs the hook.
     fn process_events(&self) {
+        // The monitor and request handlers both call this: one at a time,
+        // so the log keeps the events' order.
+        let _one = self.events_lock.lock();
         let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
         for s in arrays {
             self.process_events_of(&s);
@@ -818,7 +831,7 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
 fn parity_engine(mode: &str, g: raid_core::layout::Geometry) -> Selection {
     let mode: ParityMode = mode.parse().unwrap_or(ParityMode::Auto);
     let Some(kind) = g.level.parity_kind() else {
-        return Selection::cpu();
+        return Selection::no_parity(mode, format!("{} computes no parity", g.level));
     };
     Selection::new(
         mode,

@@ -1,6 +1,6 @@
 //! The array hands the parity engine batches where it has many stripes at
-//! once (full-stripe writes, scrub, rebuild): that is where a GPU engine
-//! pays. An engine that counts what it is given proves the batches arrive,
+//! once (full-stripe writes, scrub, rebuild, large degraded reads): that is
+//! where a GPU engine pays. An engine that counts what it is given proves the batches arrive,
 //! and the members prove the parity written from them is right.
 
 mod support;
@@ -50,7 +50,7 @@ impl ParityEngine for Counting {
 }
 
 #[test]
-fn full_stripe_writes_scrub_and_rebuild_reach_the_engine_as_batches() {
+fn full_stripe_writes_scrub_degraded_reads_and_rebuild_reach_the_engine_as_batches() {
     for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
         let chunk = 16384u64;
         let m = Members::ram(n, 64 * 1024 * 1024 / 16, &format!("batch-{level}"));
@@ -90,6 +90,14 @@ fn full_stripe_writes_scrub_and_rebuild_reach_the_engine_as_batches() {
         assert!(gens.contains(&16), "{level}: scrub did not batch: {gens:?}");
 
         a.fail_slot(1, "test");
+        // Degraded: a large read recovers its stripes in batches.
+        assert_matches(&a, &img);
+        let recs = e.recover_batches.lock().unwrap().clone();
+        assert!(
+            recs.iter().any(|&b| b >= 2),
+            "{level}: degraded read did not batch: {recs:?}"
+        );
+        e.recover_batches.lock().unwrap().clear();
         let data = 64 * 1024 * 1024 / 16;
         let new: MemberRef = Arc::new(RamMember::new(
             format!("ram:batch-new-{level}"),

@@ -12,12 +12,16 @@
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::member::{submit, IoOp, MemberIo};
-use crate::parity::{GenJob, ParityKind};
+use crate::parity::{GenJob, ParityKind, RecoverJob};
 
 /// Most whole stripes one batched full-stripe write covers: enough for a
 /// GPU engine's batch to pay, few enough that the stripe locks it holds
 /// and its parity buffers (64 x 2 chunks) stay small.
 const FULL_STRIPE_BATCH: usize = 64;
+
+/// Most degraded stripes one read recovers together (one read submission,
+/// one batched recovery).
+const DEGRADED_READ_BATCH: usize = 32;
 
 /// A piece of a request that falls in one chunk.
 #[derive(Clone, Copy, Debug)]
@@ -121,16 +125,32 @@ impl Array {
         }
         degraded.sort_unstable();
         degraded.dedup();
+        // Stripes to rebuild columns of, grouped (consecutive, same column
+        // range, at most DEGRADED_READ_BATCH) so each group is one read
+        // submission and one batched recovery.
+        let span = |s: u64| {
+            let ps = pieces.iter().filter(|p| p.stripe == s);
+            let lo = ps.clone().map(|p| p.within).min().unwrap();
+            let hi = ps.map(|p| p.within + p.len).max().unwrap();
+            (lo, hi)
+        };
+        let mut groups: Vec<(Vec<u64>, (u64, u64))> = Vec::new();
         for s in degraded {
-            let _held = self.locks.lock([s]);
-            let ps: Vec<Piece> = pieces.iter().filter(|p| p.stripe == s).copied().collect();
-            let lo = ps.iter().map(|p| p.within).min().unwrap();
-            let hi = ps.iter().map(|p| p.within + p.len).max().unwrap();
-            let cols = self.stripe_columns(s, lo, hi)?;
-            for p in ps {
-                let from = (p.within - lo) as usize;
-                buf[p.pos..p.pos + p.len as usize]
-                    .copy_from_slice(&cols[p.idx][from..from + p.len as usize]);
+            let sp = span(s);
+            match groups.last_mut() {
+                Some((g, gsp)) if *gsp == sp && g.len() < DEGRADED_READ_BATCH => g.push(s),
+                _ => groups.push((vec![s], sp)),
+            }
+        }
+        for (stripes, (lo, hi)) in groups {
+            let _held = self.locks.lock(stripes.iter().copied());
+            let cols = self.stripes_columns(&stripes, lo, hi)?;
+            for (s, cols) in stripes.iter().zip(cols) {
+                for p in pieces.iter().filter(|p| p.stripe == *s) {
+                    let from = (p.within - lo) as usize;
+                    buf[p.pos..p.pos + p.len as usize]
+                        .copy_from_slice(&cols[p.idx][from..from + p.len as usize]);
+                }
             }
         }
         Ok(())
@@ -139,42 +159,70 @@ impl Array {
     /// Every chunk of stripe `s`, columns [lo, hi), with unreadable chunks
     /// recovered. The caller holds the stripe lock.
     fn stripe_columns(&self, s: u64, lo: u64, hi: u64) -> Result<Vec<AlignedBuf>> {
+        Ok(self
+            .stripes_columns(&[s], lo, hi)?
+            .pop()
+            .expect("one stripe asked, one given"))
+    }
+
+    /// [`Self::stripe_columns`] for several stripes at once: every present
+    /// chunk read in one submission, the missing ones recovered in one
+    /// batched engine call. The caller holds the stripes' locks. A read
+    /// error fails its member and the whole group is read again.
+    fn stripes_columns(&self, stripes: &[u64], lo: u64, hi: u64) -> Result<Vec<Vec<AlignedBuf>>> {
         let width = (hi - lo) as usize;
         loop {
-            let map = self.geo.stripe_map(s);
-            let missing: Vec<usize> = (0..map.members.len())
-                .filter(|&i| !self.readable(map.members[i], s))
-                .collect();
-            if missing.len() > self.geo.level.parity_chunks() {
-                return Err(self.failed_error());
+            let mut layout: Vec<(Vec<usize>, Vec<usize>)> = Vec::with_capacity(stripes.len());
+            let mut places: Vec<(usize, u64)> = Vec::new();
+            for &s in stripes {
+                let map = self.geo.stripe_map(s);
+                let (present, missing): (Vec<usize>, Vec<usize>) =
+                    (0..map.members.len()).partition(|&i| self.readable(map.members[i], s));
+                if missing.len() > self.geo.level.parity_chunks() {
+                    return Err(self.failed_error());
+                }
+                places.extend(
+                    present
+                        .iter()
+                        .map(|&i| (map.members[i], self.row_offset(s, lo))),
+                );
+                layout.push((present, missing));
             }
-            let present: Vec<usize> = (0..map.members.len())
-                .filter(|i| !missing.contains(i))
-                .collect();
-            let places: Vec<(usize, u64)> = present
-                .iter()
-                .map(|&i| (map.members[i], self.row_offset(s, lo)))
-                .collect();
-            let got = match self.read_places(&places, width) {
-                Ok(b) => b,
+            let mut got = match self.read_places(&places, width) {
+                Ok(b) => b.into_iter(),
                 Err(failed) => {
                     self.fail_slots(failed, "read error");
                     continue;
                 }
             };
-            let mut bufs: Vec<AlignedBuf> =
-                (0..map.members.len()).map(|_| AlignedBuf::new(0)).collect();
-            for (i, b) in present.into_iter().zip(got) {
-                bufs[i] = b;
+            let mut out: Vec<(Vec<AlignedBuf>, Vec<usize>)> = layout
+                .into_iter()
+                .map(|(present, missing)| {
+                    let mut bufs: Vec<AlignedBuf> = (0..present.len() + missing.len())
+                        .map(|_| AlignedBuf::new(0))
+                        .collect();
+                    for i in present {
+                        bufs[i] = got.next().expect("one buffer per place");
+                    }
+                    for &i in &missing {
+                        bufs[i] = AlignedBuf::new(width);
+                    }
+                    (bufs, missing)
+                })
+                .collect();
+            let mut jobs: Vec<RecoverJob> = out
+                .iter_mut()
+                .filter(|(_, missing)| !missing.is_empty())
+                .map(|(bufs, missing)| RecoverJob {
+                    chunks: bufs.iter_mut().map(|b| &mut b[..]).collect(),
+                    missing: missing.clone(),
+                })
+                .collect();
+            if !jobs.is_empty() {
+                self.engine.recover_batch(self.kind(), &mut jobs)?;
             }
-            for &i in &missing {
-                bufs[i] = AlignedBuf::new(width);
-            }
-            if !missing.is_empty() {
-                let mut chunks: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-                self.engine.recover(self.kind(), &mut chunks, &missing)?;
-            }
-            return Ok(bufs);
+            drop(jobs);
+            return Ok(out.into_iter().map(|(bufs, _)| bufs).collect());
         }
     }
 

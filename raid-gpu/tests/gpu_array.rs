@@ -63,7 +63,7 @@ fn an_array_on_the_gpu_engine_matches_its_model_through_a_failure_and_rebuild() 
             x ^= x << 17;
             (x % m as u64) as usize
         };
-        let mut write = |a: &Array, model: &mut [u8], off: usize, len: usize, seed: u8| {
+        let write = |a: &Array, model: &mut [u8], off: usize, len: usize, seed: u8| {
             let buf: Vec<u8> = (0..len)
                 .map(|i| (i as u8).wrapping_mul(seed) ^ seed)
                 .collect();

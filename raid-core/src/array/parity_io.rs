@@ -128,15 +128,20 @@ impl Array {
         // Stripes to rebuild columns of, grouped (consecutive, same column
         // range, at most DEGRADED_READ_BATCH) so each group is one read
         // submission and one batched recovery.
-        let span = |s: u64| {
-            let ps = pieces.iter().filter(|p| p.stripe == s);
-            let lo = ps.clone().map(|p| p.within).min().unwrap();
-            let hi = ps.map(|p| p.within + p.len).max().unwrap();
+        // Pieces come in stripe order: each stripe's are one run of them.
+        let of_stripe = |s: u64| -> &[Piece] {
+            let start = pieces.partition_point(|p| p.stripe < s);
+            let end = pieces.partition_point(|p| p.stripe <= s);
+            &pieces[start..end]
+        };
+        let span = |ps: &[Piece]| {
+            let lo = ps.iter().map(|p| p.within).min().unwrap();
+            let hi = ps.iter().map(|p| p.within + p.len).max().unwrap();
             (lo, hi)
         };
         let mut groups: Vec<(Vec<u64>, (u64, u64))> = Vec::new();
         for s in degraded {
-            let sp = span(s);
+            let sp = span(of_stripe(s));
             match groups.last_mut() {
                 Some((g, gsp)) if *gsp == sp && g.len() < DEGRADED_READ_BATCH => g.push(s),
                 _ => groups.push((vec![s], sp)),
@@ -146,7 +151,7 @@ impl Array {
             let _held = self.locks.lock(stripes.iter().copied());
             let cols = self.stripes_columns(&stripes, lo, hi)?;
             for (s, cols) in stripes.iter().zip(cols) {
-                for p in pieces.iter().filter(|p| p.stripe == *s) {
+                for p in of_stripe(*s) {
                     let from = (p.within - lo) as usize;
                     buf[p.pos..p.pos + p.len as usize]
                         .copy_from_slice(&cols[p.idx][from..from + p.len as usize]);
@@ -231,7 +236,7 @@ impl Array {
         let nd = self.geo.data_chunks();
         let mut start = 0;
         while start < pieces.len() {
-            let whole = self.whole_stripes(&pieces[start..]).min(FULL_STRIPE_BATCH);
+            let whole = self.whole_stripes(&pieces[start..]);
             if whole >= 2 && self.write_full_stripes(&pieces[start..start + whole * nd], data)? {
                 start += whole * nd;
                 continue;
@@ -245,10 +250,12 @@ impl Array {
         Ok(())
     }
 
-    /// How many whole stripes (every data chunk, entire) `ps` starts with.
+    /// How many whole stripes (every data chunk, entire) `ps` starts with,
+    /// up to one batch's worth.
     fn whole_stripes(&self, ps: &[Piece]) -> usize {
         let nd = self.geo.data_chunks();
         ps.chunks_exact(nd)
+            .take(FULL_STRIPE_BATCH)
             .take_while(|st| {
                 st.iter().enumerate().all(|(i, p)| {
                     p.idx == i

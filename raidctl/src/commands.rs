@@ -406,12 +406,21 @@ fn start(
             },
         );
     }
-    ensure_daemon(st)?;
-    let r = call(&st.socket(), &req)?
-        .ok_or_else(|| CliError::daemon("the daemon went away"))?
-        .into_result()?;
-    print_message(&r);
-    Ok(())
+    // A daemon exiting idle just as we connect does not take the request
+    // (see protocol::call): start another and ask again.
+    for _ in 0..3 {
+        ensure_daemon(st)?;
+        if let Some(r) = call(&st.socket(), &req)? {
+            print_message(&r.into_result()?);
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(CliError::daemon(format!(
+        "the daemon at {} went away three times before answering: see {}",
+        st.socket().display(),
+        st.log().display()
+    )))
 }
 
 /// Starts a background daemon for this state directory if none answers.

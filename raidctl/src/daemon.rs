@@ -139,18 +139,27 @@ impl Daemon {
         }
         listener.set_nonblocking(true).ok();
         let mut idle_since = Instant::now();
+        // Requests accepted and not yet answered: an idle daemon exits only
+        // with none, so a request it accepted is always answered (a client
+        // whose connection is reset may then assume it was never seen).
+        let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         while !d.term.load(Ordering::Acquire) {
             match listener.accept() {
                 Ok((stream, _)) => {
-                    let d = d.clone();
-                    std::thread::spawn(move || d.serve_connection(stream));
+                    idle_since = Instant::now();
+                    in_flight.fetch_add(1, Ordering::AcqRel);
+                    let (d, in_flight) = (d.clone(), in_flight.clone());
+                    std::thread::spawn(move || {
+                        d.serve_connection(stream);
+                        in_flight.fetch_sub(1, Ordering::AcqRel);
+                    });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(50))
                 }
                 Err(e) => tracing::warn!("accept: {e}"),
             }
-            if !d.arrays.lock().is_empty() {
+            if !d.arrays.lock().is_empty() || in_flight.load(Ordering::Acquire) > 0 {
                 idle_since = Instant::now();
             } else if opts.exit_when_idle && idle_since.elapsed() > Duration::from_secs(5) {
                 tracing::info!("no array served: daemon exits");
@@ -159,6 +168,12 @@ impl Daemon {
         }
         if d.term.load(Ordering::Acquire) {
             tracing::info!("signal received: stopping every array cleanly");
+        } else {
+            // Idle, no array: stop listening at once, so a client from now
+            // on starts a new daemon instead of waiting on this one (which
+            // may still spend seconds sending queued alerts).
+            drop(listener);
+            remove_own_socket(&sock, own_ino);
         }
         d.shutdown();
         d.process_events();

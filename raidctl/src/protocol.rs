@@ -151,14 +151,21 @@ pub fn call(socket: &Path, req: &Request) -> Result<Option<Response>> {
             ))
         })?;
     let mut answer = String::new();
-    BufReader::new(&stream)
-        .read_line(&mut answer)
-        .map_err(|e| {
-            CliError::daemon(format!(
+    match BufReader::new(&stream).read_line(&mut answer) {
+        // Closed before a word: a daemon exiting idle, which answers every
+        // request it accepted, had not accepted this one. Same as no daemon.
+        Ok(0) => return Ok(None),
+        Err(e) if answer.is_empty() && e.kind() == std::io::ErrorKind::ConnectionReset => {
+            return Ok(None)
+        }
+        Ok(_) => {}
+        Err(e) => {
+            return Err(CliError::daemon(format!(
                 "no answer from the daemon at {}: {e}",
                 socket.display()
-            ))
-        })?;
+            )))
+        }
+    }
     let resp: Response = serde_json::from_str(&answer).map_err(|e| {
         CliError::daemon(format!(
             "the daemon answered something unreadable ({e}): {answer:?}"

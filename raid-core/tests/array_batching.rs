@@ -14,10 +14,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use support::array::{assert_consistent, assert_matches, create, Members};
 
-/// The CPU engine, recording the size of every batch call.
+/// The CPU engine, recording the size of every batch call, and asking for
+/// batches of `batch` stripes as a GPU engine does (or not, as the CPU's).
 #[derive(Default)]
 struct Counting {
     cpu: CpuEngine,
+    batch: usize,
     gen_batches: Mutex<Vec<usize>>,
     recover_batches: Mutex<Vec<usize>>,
     single: AtomicUsize,
@@ -26,6 +28,9 @@ struct Counting {
 impl ParityEngine for Counting {
     fn name(&self) -> String {
         "counting".into()
+    }
+    fn preferred_batch(&self, _stripe_data_bytes: u64) -> usize {
+        self.batch
     }
     fn gen_p(&self, d: &[&[u8]], p: &mut [u8]) -> Result<(), ParityError> {
         self.single.fetch_add(1, Ordering::Relaxed);
@@ -55,7 +60,10 @@ fn full_stripe_writes_scrub_degraded_reads_and_rebuild_reach_the_engine_as_batch
         let chunk = 16384u64;
         let m = Members::ram(n, 64 * 1024 * 1024 / 16, &format!("batch-{level}"));
         let mut a = create(level, &m, chunk);
-        let e = Arc::new(Counting::default());
+        let e = Arc::new(Counting {
+            batch: 64,
+            ..Counting::default()
+        });
         a.set_engine(e.clone());
         let stripe = a.geometry().stripe_data_bytes() as usize;
         // 40 whole stripes plus a ragged head and tail.
@@ -118,4 +126,38 @@ fn full_stripe_writes_scrub_degraded_reads_and_rebuild_reach_the_engine_as_batch
         refs[1] = new;
         assert_consistent(&a, &refs);
     }
+}
+
+/// The CPU engine asks for no batches (one stripe at a time keeps the
+/// stripe in cache): full-stripe writes and degraded reads then go stripe
+/// by stripe; scrub still reads and checks its rows together.
+#[test]
+fn an_engine_that_wants_no_batches_gets_single_stripes() {
+    let m = Members::ram(6, 64 * 1024 * 1024 / 16, "batch-cpu");
+    let mut a = create(Level::Raid6, &m, 16384);
+    let e = Arc::new(Counting {
+        batch: 1,
+        ..Counting::default()
+    });
+    a.set_engine(e.clone());
+    let stripe = a.geometry().stripe_data_bytes() as usize;
+    let img: Vec<u8> = (0..8 * stripe).map(|i| (i * 13) as u8).collect();
+    a.write(0, &img).unwrap();
+    assert!(e.gen_batches.lock().unwrap().is_empty());
+    assert_eq!(e.single.load(Ordering::Relaxed), 8, "one call per stripe");
+    a.fail_slot(0, "test");
+    let mut got = vec![0u8; img.len()];
+    a.read(0, &mut got).unwrap();
+    assert!(got == img);
+    assert!(e.recover_batches.lock().unwrap().is_empty());
+    let g = a.geometry();
+    let degraded = (0..8u64)
+        .filter(|&s| g.stripe_map(s).members[..g.data_chunks()].contains(&0))
+        .count();
+    assert!(degraded > 1);
+    assert_eq!(
+        e.single.load(Ordering::Relaxed),
+        8 + degraded,
+        "one recovery per degraded stripe"
+    );
 }

@@ -49,6 +49,9 @@ const DEFAULT_SLOT_MAX: u64 = 32 << 20;
 /// because a CPU adapter (lavapipe) under a loaded test machine is slow.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(120);
 
+/// The most stripes [`GpuEngine::preferred_batch`] asks the array for.
+pub const MAX_PREFERRED_BATCH: usize = 64;
+
 /// Threads per workgroup (the shader's `@workgroup_size`).
 const GROUP: u32 = 64;
 
@@ -610,6 +613,12 @@ impl GpuEngine {
 impl ParityEngine for GpuEngine {
     fn name(&self) -> String {
         format!("gpu/{}", self.summary.name)
+    }
+
+    /// Enough stripes for 16 MiB of data per call (at most 64): one
+    /// submission's fixed cost then weighs little against its transfer.
+    fn preferred_batch(&self, stripe_data_bytes: u64) -> usize {
+        ((16u64 << 20) / stripe_data_bytes.max(1)).clamp(1, MAX_PREFERRED_BATCH as u64) as usize
     }
 
     fn gen_p(&self, data: &[&[u8]], p: &mut [u8]) -> Result<(), ParityError> {

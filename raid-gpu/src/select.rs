@@ -15,6 +15,7 @@
 //! rewritten, so the repeat is exact), the GPU is never used again by this
 //! engine, and the fallback hook fires once, so the array logs an event.
 
+use crate::engine::MAX_PREFERRED_BATCH;
 use crate::{calibrate, verify, GpuEngine};
 use raid_core::parity::{CpuEngine, GenJob, ParityEngine, ParityError, ParityKind, RecoverJob};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -356,6 +357,28 @@ fn stripe_bytes(kind: ParityKind, s: &[&mut [u8]]) -> u64 {
 impl ParityEngine for Selection {
     fn name(&self) -> String {
         self.report().engine
+    }
+
+    /// The GPU's batch where calls go to the GPU: always in `gpu` mode; in
+    /// `auto`, enough stripes to reach the threshold, if a batch can (else
+    /// the CPU's one stripe, since the GPU would not be used).
+    fn preferred_batch(&self, stripe_data_bytes: u64) -> usize {
+        let Some(g) = self.gpu() else {
+            return self.cpu.preferred_batch(stripe_data_bytes);
+        };
+        let gpu = g.preferred_batch(stripe_data_bytes);
+        match (self.mode, self.threshold) {
+            (ParityMode::Gpu, _) => gpu,
+            (_, Some(t)) => {
+                let need = t.div_ceil(stripe_data_bytes.max(1)) as usize;
+                if need <= MAX_PREFERRED_BATCH {
+                    need.max(gpu).min(MAX_PREFERRED_BATCH)
+                } else {
+                    self.cpu.preferred_batch(stripe_data_bytes)
+                }
+            }
+            _ => self.cpu.preferred_batch(stripe_data_bytes),
+        }
     }
 
     fn gen_p(&self, data: &[&[u8]], p: &mut [u8]) -> Result<(), ParityError> {

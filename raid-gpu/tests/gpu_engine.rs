@@ -181,10 +181,15 @@ fn modes_choose_as_documented() {
     let cpu = Selection::new(ParityMode::Cpu, shape());
     assert!(cpu.gpu().is_none() && cpu.report().adapter.is_none());
     assert!(cpu.name().starts_with("cpu/"));
+    // The array batches only for an engine that asks: the GPU does (16 MiB
+    // per call: 32 stripes of 512 KiB), the CPU does not.
+    assert_eq!(cpu.preferred_batch(512 << 10), 1);
 
     let gpu = Selection::new(ParityMode::Gpu, shape());
     let r = gpu.report();
     assert_eq!(r.adapter.as_deref(), Some(g.adapter().to_string().as_str()));
+    assert_eq!(gpu.preferred_batch(512 << 10), 32);
+    assert_eq!(gpu.preferred_batch(64 << 10), 64);
 
     if g.adapter().is_cpu {
         let auto = Selection::new(ParityMode::Auto, shape());
@@ -192,6 +197,7 @@ fn modes_choose_as_documented() {
         assert!(r.engine.starts_with("cpu/"), "{r:?}");
         assert!(r.note.unwrap().contains("CPU one"));
         assert_eq!(r.threshold_bytes, None);
+        assert_eq!(auto.preferred_batch(512 << 10), 1);
     }
 }
 

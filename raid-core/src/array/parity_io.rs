@@ -14,13 +14,14 @@ use crate::buf::AlignedBuf;
 use crate::member::{submit, IoOp, MemberIo};
 use crate::parity::{GenJob, ParityKind, RecoverJob};
 
-/// Most whole stripes one batched full-stripe write covers: enough for a
-/// GPU engine's batch to pay, few enough that the stripe locks it holds
-/// and its parity buffers (64 x 2 chunks) stay small.
+/// Most whole stripes one batched full-stripe write covers (and only for an
+/// engine whose `preferred_batch` asks for batches: a GPU's, not the CPU's):
+/// enough for a GPU to pay, few enough that the stripe locks it holds and
+/// its parity buffers (64 x 2 chunks) stay small.
 const FULL_STRIPE_BATCH: usize = 64;
 
 /// Most degraded stripes one read recovers together (one read submission,
-/// one batched recovery).
+/// one batched recovery), for an engine that asks for batches.
 const DEGRADED_READ_BATCH: usize = 32;
 
 /// A piece of a request that falls in one chunk.
@@ -139,11 +140,15 @@ impl Array {
             let hi = ps.iter().map(|p| p.within + p.len).max().unwrap();
             (lo, hi)
         };
+        let most = self
+            .engine
+            .preferred_batch(self.geo.stripe_data_bytes())
+            .clamp(1, DEGRADED_READ_BATCH);
         let mut groups: Vec<(Vec<u64>, (u64, u64))> = Vec::new();
         for s in degraded {
             let sp = span(of_stripe(s));
             match groups.last_mut() {
-                Some((g, gsp)) if *gsp == sp && g.len() < DEGRADED_READ_BATCH => g.push(s),
+                Some((g, gsp)) if *gsp == sp && g.len() < most => g.push(s),
                 _ => groups.push((vec![s], sp)),
             }
         }
@@ -223,8 +228,13 @@ impl Array {
                     missing: missing.clone(),
                 })
                 .collect();
-            if !jobs.is_empty() {
-                self.engine.recover_batch(self.kind(), &mut jobs)?;
+            match &mut jobs[..] {
+                [] => {}
+                // One stripe: the plain call, no batch machinery.
+                [one] => self
+                    .engine
+                    .recover(self.kind(), &mut one.chunks, &one.missing)?,
+                _ => self.engine.recover_batch(self.kind(), &mut jobs)?,
             }
             drop(jobs);
             return Ok(out.into_iter().map(|(bufs, _)| bufs).collect());
@@ -234,9 +244,13 @@ impl Array {
     pub(super) fn parity_write(&self, offset: u64, data: &[u8]) -> Result<()> {
         let pieces = self.pieces(offset, data.len() as u64);
         let nd = self.geo.data_chunks();
+        let batch = self
+            .engine
+            .preferred_batch(self.geo.stripe_data_bytes())
+            .min(FULL_STRIPE_BATCH);
         let mut start = 0;
         while start < pieces.len() {
-            let whole = self.whole_stripes(&pieces[start..]);
+            let whole = self.whole_stripes(&pieces[start..], batch);
             if whole >= 2 && self.write_full_stripes(&pieces[start..start + whole * nd], data)? {
                 start += whole * nd;
                 continue;
@@ -251,11 +265,11 @@ impl Array {
     }
 
     /// How many whole stripes (every data chunk, entire) `ps` starts with,
-    /// up to one batch's worth.
-    fn whole_stripes(&self, ps: &[Piece]) -> usize {
+    /// up to `most`.
+    fn whole_stripes(&self, ps: &[Piece], most: usize) -> usize {
         let nd = self.geo.data_chunks();
         ps.chunks_exact(nd)
-            .take(FULL_STRIPE_BATCH)
+            .take(most)
             .take_while(|st| {
                 st.iter().enumerate().all(|(i, p)| {
                     p.idx == i

@@ -25,7 +25,7 @@ if [ "$mode" = prepare ]; then
   cargo bench -p raid-gpu --bench gpu --no-run
   rm -rf "$dir" && mkdir -p "$dir"
   cp target/release/raidctl "$dir/"
-  for t in gpu_parity gpu_engine gpu; do
+  for t in gpu_parity gpu_engine gpu_array gpu; do
     f=$(ls -t target/release/deps/"$t"-* | grep -v '\.d$' | head -1)
     cp "$f" "$dir/$t"
   done
@@ -58,6 +58,7 @@ echo "selftest rc=$?" >> "$out/selftest.txt"
 {
   "$bin/gpu_parity" --test-threads 2; echo "gpu_parity rc=$?"
   "$bin/gpu_engine" --test-threads 1; echo "gpu_engine rc=$?"
+  "$bin/gpu_array"; echo "gpu_array rc=$?"
 } > "$out/tests.txt" 2>&1
 BENCH_JSON="$out/bench-gpu.json" BENCH_SECONDS=${BENCH_SECONDS:-240} \
   "$bin/gpu" --bench > "$out/bench.txt" 2>&1

@@ -24,8 +24,8 @@ use crate::pack::{self, Limits, Shape};
 use crate::plan::{self, Row};
 use crate::GpuError;
 use raid_core::parity::{
-    ro, validate, validate_gen, validate_gen_job, GenJob, ParityEngine, ParityError, ParityKind,
-    RecoverJob,
+    ro, validate, validate_gen, validate_gen_batch, validate_recover_batch, GenJob, ParityEngine,
+    ParityError, ParityKind, RecoverJob,
 };
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -122,9 +122,6 @@ fn stripe_job<'a>(chunks: &'a mut [&mut [u8]], rows: Vec<(usize, Row)>) -> Job<'
 
 /// One ring entry: the buffers one sub-batch passes through.
 struct Slot {
-    cap_plan: u64,
-    cap_in: u64,
-    cap_out: u64,
     staging: wgpu::Buffer,
     plan: wgpu::Buffer,
     input: wgpu::Buffer,
@@ -427,9 +424,6 @@ impl GpuEngine {
             ],
         });
         Slot {
-            cap_plan,
-            cap_in,
-            cap_out,
             staging,
             plan: plan_b,
             input,
@@ -453,7 +447,9 @@ impl GpuEngine {
         let plan_bytes = batch.plan_bytes();
         let plan_pad = plan_bytes.next_multiple_of(256);
         let fits = |s: &Slot| {
-            s.cap_plan >= plan_pad && s.cap_in >= batch.in_bytes && s.cap_out >= batch.out_bytes
+            s.plan.size() >= plan_pad
+                && s.input.size() >= batch.in_bytes
+                && s.output.size() >= batch.out_bytes
         };
         if !slot.as_ref().is_some_and(fits) {
             *slot = Some(self.new_slot(plan_pad, batch.in_bytes, batch.out_bytes));
@@ -655,9 +651,7 @@ impl ParityEngine for GpuEngine {
     }
 
     fn gen_batch(&self, kind: ParityKind, jobs: &mut [GenJob<'_>]) -> Result<(), ParityError> {
-        for j in jobs.iter() {
-            validate_gen_job(kind, j)?;
-        }
+        validate_gen_batch(kind, jobs)?;
         let mut work: Vec<Job> = jobs
             .iter_mut()
             .map(|j| Job {
@@ -674,9 +668,7 @@ impl ParityEngine for GpuEngine {
         kind: ParityKind,
         jobs: &mut [RecoverJob<'_>],
     ) -> Result<(), ParityError> {
-        for j in jobs.iter() {
-            validate(kind, &ro(&j.chunks), &j.missing)?;
-        }
+        validate_recover_batch(kind, jobs)?;
         let mut work: Vec<Job> = jobs
             .iter_mut()
             .filter(|j| !j.missing.is_empty())

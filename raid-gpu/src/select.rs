@@ -19,7 +19,7 @@ use crate::engine::MAX_PREFERRED_BATCH;
 use crate::{calibrate, verify, GpuEngine};
 use raid_core::parity::{CpuEngine, GenJob, ParityEngine, ParityError, ParityKind, RecoverJob};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The operator's choice, from `--parity` or the config file.
@@ -100,7 +100,7 @@ pub struct Selection {
     threshold: Option<u64>,
     note: Mutex<Option<String>>,
     lost: AtomicBool,
-    gpu_busy: AtomicUsize,
+    gpu_busy: AtomicBool,
     /// GPU calls so far, for sampling; verify one in `verify_every`.
     gpu_seq: AtomicU64,
     verify_every: AtomicU64,
@@ -140,7 +140,7 @@ impl Selection {
             threshold: None,
             note: Mutex::new(None),
             lost: AtomicBool::new(false),
-            gpu_busy: AtomicUsize::new(0),
+            gpu_busy: AtomicBool::new(false),
             gpu_seq: AtomicU64::new(0),
             verify_every: AtomicU64::new(verify::verify_every_from_env()),
             gpu_calls: AtomicU64::new(0),
@@ -293,7 +293,7 @@ impl Selection {
                     self.threshold.is_some_and(|t| data_bytes >= t)
                         && self
                             .gpu_busy
-                            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
                             .is_ok()
                 }
             };
@@ -303,7 +303,7 @@ impl Selection {
                 let check = (every > 0 && seq.is_multiple_of(every)).then_some(&self.cpu);
                 let r = catch_unwind(AssertUnwindSafe(|| op(&**gpu, check)));
                 if self.mode != ParityMode::Gpu {
-                    self.gpu_busy.store(0, Ordering::Release);
+                    self.gpu_busy.store(false, Ordering::Release);
                 }
                 match r {
                     Ok(Err(ParityError::EngineFailed { reason, .. })) => self.lose(gpu, reason),

@@ -665,10 +665,12 @@ impl Daemon {
         }
     }
 
+    /// Callers hold `events_lock`.
     fn process_events_of(&self, s: &Served) {
-        let log = s.array.event_log();
-        let seen = s.events_seen.swap(log.len(), Ordering::AcqRel);
-        for (t, ev) in log.iter().skip(seen) {
+        let seen = s.events_seen.load(Ordering::Acquire);
+        let new = s.array.event_log_from(seen);
+        s.events_seen.store(seen + new.len(), Ordering::Release);
+        for (t, ev) in &new {
             let unix = t
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())

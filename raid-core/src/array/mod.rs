@@ -316,7 +316,14 @@ impl Array {
     }
     /// Events seen since assembly, oldest first.
     pub fn event_log(&self) -> Vec<(SystemTime, ArrayEvent)> {
-        self.meta.lock().log.clone()
+        self.event_log_from(0)
+    }
+
+    /// Events since assembly from the `first`th on: what a reader that has
+    /// seen `first` of them has not, without copying the rest.
+    pub fn event_log_from(&self, first: usize) -> Vec<(SystemTime, ArrayEvent)> {
+        let meta = self.meta.lock();
+        meta.log.get(first..).map(|l| l.to_vec()).unwrap_or_default()
     }
 
     pub fn slots(&self) -> Vec<SlotStatus> {

@@ -180,9 +180,7 @@ pub trait ParityEngine: Send + Sync {
     /// Writes the parity chunks of many stripes. Stripes may differ in
     /// width and chunk length. Nothing is written unless every job is valid.
     fn gen_batch(&self, kind: ParityKind, jobs: &mut [GenJob<'_>]) -> Result<(), ParityError> {
-        for j in jobs.iter() {
-            validate_gen_job(kind, j)?;
-        }
+        validate_gen_batch(kind, jobs)?;
         jobs.par_iter_mut()
             .try_for_each(|j| match (kind, &mut j.parity[..]) {
                 (ParityKind::P, [p]) => self.gen_p(&j.data, p),
@@ -197,9 +195,7 @@ pub trait ParityEngine: Send + Sync {
         kind: ParityKind,
         jobs: &mut [RecoverJob<'_>],
     ) -> Result<(), ParityError> {
-        for j in jobs.iter() {
-            validate(kind, &ro(&j.chunks), &j.missing)?;
-        }
+        validate_recover_batch(kind, jobs)?;
         jobs.par_iter_mut()
             .try_for_each(|j| self.recover(kind, &mut j.chunks, &j.missing))
     }
@@ -251,8 +247,23 @@ pub fn validate(kind: ParityKind, chunks: &[&[u8]], missing: &[usize]) -> Result
     Ok(())
 }
 
+/// Every job of a `gen_batch` call, before any is computed: a refused batch
+/// writes nothing.
+pub fn validate_gen_batch(kind: ParityKind, jobs: &[GenJob<'_>]) -> Result<(), ParityError> {
+    jobs.iter().try_for_each(|j| validate_gen_job(kind, j))
+}
+
+/// Every job of a `recover_batch` call, before any is recovered.
+pub fn validate_recover_batch(
+    kind: ParityKind,
+    jobs: &[RecoverJob<'_>],
+) -> Result<(), ParityError> {
+    jobs.iter()
+        .try_for_each(|j| validate(kind, &ro(&j.chunks), &j.missing))
+}
+
 /// [`validate_gen`] for a batch job, which also carries the parity count.
-pub fn validate_gen_job(kind: ParityKind, j: &GenJob<'_>) -> Result<(), ParityError> {
+fn validate_gen_job(kind: ParityKind, j: &GenJob<'_>) -> Result<(), ParityError> {
     if j.parity.len() != kind.parity_chunks() {
         return Err(ParityError::ParityCount {
             kind,

@@ -49,6 +49,7 @@ const OFF_EVENTS: usize = 88;
 const OFF_CTIME: usize = 96;
 const OFF_NAME: usize = 104;
 const OFF_BITMAP_ROWS: usize = 168;
+const OFF_UTIME: usize = 176;
 const OFF_TABLE: usize = 256;
 const ENTRY: usize = 32;
 const OFF_SPARE_TABLE: usize = OFF_TABLE + MAX_MEMBERS * ENTRY; // 2304
@@ -144,6 +145,9 @@ pub struct Superblock {
     pub events: u64,
     /// Creation time, seconds since the Unix epoch.
     pub ctime: u64,
+    /// When this superblock was written, seconds since the Unix epoch (0 in
+    /// metadata written before the field existed).
+    pub utime: u64,
     /// Rows per bit of the write-intent bitmap; 0 when there is none.
     pub bitmap_region_rows: u64,
     pub name: String,
@@ -218,6 +222,7 @@ impl Superblock {
         put_u64(&mut b, OFF_EVENTS, self.events);
         put_u64(&mut b, OFF_CTIME, self.ctime);
         put_u64(&mut b, OFF_BITMAP_ROWS, self.bitmap_region_rows);
+        put_u64(&mut b, OFF_UTIME, self.utime);
         let name = self.name.as_bytes();
         let n = name.len().min(NAME_LEN);
         b[OFF_NAME..OFF_NAME + n].copy_from_slice(&name[..n]);
@@ -337,6 +342,7 @@ impl Superblock {
             data_size,
             events: get_u64(b, OFF_EVENTS),
             ctime: get_u64(b, OFF_CTIME),
+            utime: get_u64(b, OFF_UTIME),
             bitmap_region_rows,
             name,
             slots,
@@ -408,6 +414,7 @@ mod tests {
             data_size: 65536 * 100,
             events: 42,
             ctime: 1_700_000_000,
+            utime: 1_700_000_100,
             bitmap_region_rows: 16,
             name: "data".into(),
             slots: (0..5)
@@ -450,6 +457,7 @@ mod tests {
         assert_eq!(get_u64(&b, 88), 42);
         assert_eq!(&b[104..108], b"data");
         assert_eq!(get_u64(&b, 168), 16);
+        assert_eq!(get_u64(&b, 176), 1_700_000_100);
         assert_eq!(&b[256 + 3 * 32..256 + 3 * 32 + 16], &[13; 16]);
         assert_eq!(get_u32(&b, 256 + 3 * 32 + 16), 3);
         assert_eq!(get_u64(&b, 256 + 3 * 32 + 24), 7);

@@ -265,14 +265,18 @@ fn assembly_refuses_a_foreign_member_by_name() {
         e.contains("ram:fb1") && e.contains("belongs to array"),
         "{e}"
     );
-    // A member without any metadata is named too.
+    // A member without any metadata is left out, and named.
     let blank: MemberRef = Arc::new(RamMember::new("blank0", DATA_OFFSET + DATA));
     let mut refs = m1.refs();
     refs.push(blank);
-    let e = Array::assemble(refs).err().unwrap().to_string();
+    let asm = Array::assemble(refs).unwrap();
+    assert_eq!(asm.array.state(), ArrayState::Optimal);
     assert!(
-        e.contains("blank0") && e.contains("no usable array metadata"),
-        "{e}"
+        asm.refused
+            .iter()
+            .any(|(m, why)| m == "blank0" && why.contains("no usable array metadata")),
+        "{:?}",
+        asm.refused
     );
 }
 
@@ -290,14 +294,25 @@ fn a_torn_metadata_copy_leaves_the_other_one() {
     assert_matches(&asm.array, &img);
     asm.array.close().unwrap();
     drop(asm);
-    // Both copies gone: the member is named as unusable.
+    // Both copies gone: the member is named as unusable, and the array
+    // starts degraded without it, every byte still there.
     m.faulty[0].write_at(&[0xEE; 4096], SB_OFFSETS[0]).unwrap();
     m.faulty[0].write_at(&[0xEE; 4096], SB_OFFSETS[1]).unwrap();
-    let e = Array::assemble(m.refs()).err().unwrap().to_string();
+    let asm = Array::assemble(m.refs()).unwrap();
+    assert_eq!(asm.array.state(), ArrayState::Degraded);
     assert!(
-        e.contains("ram:torn0") && e.contains("copy at byte 0: no array metadata"),
-        "{e}"
+        asm.refused.iter().any(|(who, why)| who == "ram:torn0"
+            && why.contains("copy at byte 0: no array metadata")),
+        "{:?}",
+        asm.refused
     );
+    assert_matches(&asm.array, &img);
+    drop(asm);
+    // With every member's metadata gone there is nothing to start.
+    m.faulty[1].write_at(&[0xEE; 4096], SB_OFFSETS[0]).unwrap();
+    m.faulty[1].write_at(&[0xEE; 4096], SB_OFFSETS[1]).unwrap();
+    let e = Array::assemble(m.refs()).err().unwrap().to_string();
+    assert!(e.contains("ram:torn0") && e.contains("ram:torn1"), "{e}");
     assert!(e.contains("copy at byte 4096"), "{e}");
 }
 
@@ -411,15 +426,14 @@ fn operator_fail_and_replace_errors_say_what_to_do() {
         .replace(0, Arc::new(RamMember::new("x", DATA_OFFSET + DATA)))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("fail the member first"), "{e}");
-    a.fail_member("ram:op1").unwrap();
+    assert!(e.contains("fail it first"), "{e}");
+    assert!(e.contains("wrong-slot-state"), "{e}");
+    let op1 = a.slot_of("ram:op1").unwrap();
+    a.fail_member(op1, false).unwrap();
+    let e = a.fail_member(op1, false).unwrap_err().to_string();
+    assert!(e.contains("already failed"), "{e}");
     assert!(a
-        .fail_member("ram:op1")
-        .unwrap_err()
-        .to_string()
-        .contains("already failed"));
-    assert!(a
-        .fail_member("nope")
+        .slot_of("nope")
         .unwrap_err()
         .to_string()
         .contains("not a member"));

@@ -3,7 +3,7 @@
 
 mod support;
 
-use raid_core::array::{Array, ScrubOptions};
+use raid_core::array::{Array, ArrayEvent, ScrubOptions};
 use raid_core::layout::{ChunkRole, Level};
 use raid_core::member::Member;
 use raid_core::metadata::DATA_OFFSET;
@@ -86,13 +86,27 @@ fn raid6_locates_the_corrupt_member_by_syndrome_and_repairs_it() {
     assert!(scrub(&a, false).mismatches.is_empty());
     assert_matches(&a, &img);
     assert_consistent(&a, &m.refs());
-    // Each is also an event.
-    let scrub_events = a
+    // Each run is one event, with what it found and repaired.
+    let runs: Vec<ArrayEvent> = a
         .event_log()
-        .iter()
-        .filter(|(_, e)| e.kind() == "scrub_mismatch")
-        .count();
-    assert!(scrub_events >= planted.len());
+        .into_iter()
+        .map(|(_, e)| e)
+        .filter(|e| e.kind() == "scrub_finished")
+        .collect();
+    let n = planted.len() as u64;
+    assert_eq!(runs.len(), 4, "{runs:?}");
+    assert!(
+        matches!(runs[1], ArrayEvent::ScrubFinished { mismatches, repaired: 0, .. } if mismatches == n),
+        "{runs:?}"
+    );
+    assert!(
+        matches!(runs[2], ArrayEvent::ScrubFinished { mismatches, repaired, .. } if mismatches == n && repaired == n),
+        "{runs:?}"
+    );
+    assert!(
+        matches!(runs[3], ArrayEvent::ScrubFinished { mismatches: 0, .. }),
+        "{runs:?}"
+    );
 }
 
 #[test]

@@ -10,7 +10,7 @@ use crate::status::{self, render, ArrayStatus};
 use crate::{AlertCmd, Cli, Command, Format, Parity};
 use raid_core::array::{Array, CreateOptions};
 use raid_core::layout::Level;
-use raid_core::member::{FileMember, MemberRef};
+use raid_core::member::{DeviceKey, FileMember, Member, MemberRef};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,15 +27,29 @@ pub fn run(cli: Cli) -> Result<()> {
             parity,
             spares,
             force,
+            sparse,
             members,
-        } => create(&st, &name, level, &chunk, parity, &spares, force, &members),
+        } => create(
+            &st,
+            &CreateArgs {
+                name: &name,
+                level,
+                chunk: &chunk,
+                parity,
+                spares: &spares,
+                force,
+                sparse,
+                members: &members,
+            },
+        ),
         Command::Start {
             name,
             members,
             nbd,
             foreground,
             parity,
-        } => start(&st, &name, members, nbd, foreground, parity),
+            force,
+        } => start(&st, &name, members, nbd, foreground, parity, force),
         Command::Stop { name } => {
             let r = daemon_call(&st, &name, Request::Stop { name: name.clone() })?;
             print_message(&r);
@@ -44,7 +58,11 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::List => list(&st, fmt),
         Command::Status { name } => show(&st, name.as_deref(), fmt, false),
         Command::Detail { name } => show(&st, Some(&name), fmt, true),
-        Command::Fail { name, member } => {
+        Command::Fail {
+            name,
+            member,
+            force,
+        } => {
             let member = absolute(&member);
             print_message(&daemon_call(
                 &st,
@@ -52,10 +70,12 @@ pub fn run(cli: Cli) -> Result<()> {
                 Request::Fail {
                     name: name.clone(),
                     member,
+                    force,
                 },
             )?);
             Ok(())
         }
+        Command::Examine { devices } => crate::examine::run(&devices, fmt),
         Command::Remove { name, member } => {
             let member = absolute(&member);
             print_message(&daemon_call(
@@ -175,6 +195,7 @@ pub fn run(cli: Cli) -> Result<()> {
             let s = r
                 .scrub
                 .ok_or_else(|| CliError::daemon("the daemon sent no scrub report"))?;
+            let unrepaired = s.mismatches.iter().any(|m| !m.repaired);
             if fmt == Format::Json {
                 print_json(&s);
             } else {
@@ -199,6 +220,10 @@ pub fn run(cli: Cli) -> Result<()> {
                         m.what
                     );
                 }
+            }
+            // Mismatches left as they are: scripts and cron must notice.
+            if unrepaired {
+                return Err(CliError::quiet(crate::error::code::FAILED));
             }
             Ok(())
         }
@@ -234,24 +259,28 @@ fn existing(p: &Path) -> Result<PathBuf> {
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn create(
-    st: &StateDir,
-    name: &str,
+/// What `create` was asked.
+struct CreateArgs<'a> {
+    name: &'a str,
     level: u32,
-    chunk: &str,
+    chunk: &'a str,
     parity: Parity,
-    spares: &[PathBuf],
+    spares: &'a [PathBuf],
     force: bool,
-    members: &[PathBuf],
-) -> Result<()> {
+    sparse: bool,
+    members: &'a [PathBuf],
+}
+
+fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
+    let (name, force) = (a.name, a.force);
     check_name(name)?;
-    let level = Level::from_number(level).ok_or_else(|| {
+    let level = Level::from_number(a.level).ok_or_else(|| {
         CliError::usage(format!(
-            "RAID level {level} is not supported: use 0, 1, 5, 6 or 10"
+            "RAID level {} is not supported: use 0, 1, 5, 6 or 10",
+            a.level
         ))
     })?;
-    let chunk = parse_size(chunk).map_err(CliError::usage)?;
+    let chunk = parse_size(a.chunk).map_err(CliError::usage)?;
     if !chunk.is_power_of_two() || !(4096..=1 << 20).contains(&chunk) {
         return Err(CliError::usage(format!(
             "chunk {chunk} bytes is not a power of two between 4K and 1M"
@@ -259,26 +288,42 @@ fn create(
     }
     if st.exists(name) && !force {
         return Err(CliError::refused(format!(
-            "an array named '{name}' is already recorded in {}: choose another name (or --force to replace the record)",
+            "an array named '{name}' is already recorded in {}: choose another name (or --force to replace the record of a stopped array)",
             st.root.display()
         )));
     }
-    if members.len() < level.min_members() {
+    // --force replaces a record and overwrites members, but never those of
+    // an array that is running: it would write under a live array.
+    if running_names(st)?.iter().any(|n| n == name) {
+        return Err(CliError::refused(format!(
+            "array '{name}' is running: --force does not replace a running array. Stop it first (raidctl stop {name})"
+        )));
+    }
+    if a.members.len() < level.min_members() {
         return Err(CliError::usage(format!(
             "{level} needs at least {} members, {} given",
             level.min_members(),
-            members.len()
+            a.members.len()
         )));
     }
-    let members: Vec<PathBuf> = members.iter().map(|p| existing(p)).collect::<Result<_>>()?;
-    let spares: Vec<PathBuf> = spares.iter().map(|p| existing(p)).collect::<Result<_>>()?;
-    let mut seen = std::collections::HashSet::new();
+    let members: Vec<PathBuf> = a.members.iter().map(|p| existing(p)).collect::<Result<_>>()?;
+    let spares: Vec<PathBuf> = a.spares.iter().map(|p| existing(p)).collect::<Result<_>>()?;
+    // Each device once, by identity: a hard link or a second path to a
+    // device is the same member.
+    let mut seen: std::collections::HashMap<DeviceKey, &PathBuf> = Default::default();
     for p in members.iter().chain(&spares) {
-        if !seen.insert(p.clone()) {
-            return Err(CliError::refused(format!(
-                "{} is listed twice: list each device once",
-                p.display()
-            )));
+        let key = DeviceKey::of_path(p)
+            .map_err(|e| CliError::not_found(format!("cannot read {}: {e}", p.display())))?;
+        if let Some(first) = seen.insert(key, p) {
+            return Err(CliError::refused(if first == p {
+                format!("{} is listed twice: list each device once", p.display())
+            } else {
+                format!(
+                    "{} and {} are the same device ({key}: a hard link or another path to it): list each device once",
+                    first.display(),
+                    p.display()
+                )
+            }));
         }
     }
     for p in members.iter().chain(&spares) {
@@ -312,13 +357,30 @@ fn create(
             )));
         }
     }
-    let open = |p: &PathBuf| -> Result<MemberRef> {
-        FileMember::open(p)
-            .map(|m| Arc::new(m) as MemberRef)
-            .map_err(|e| CliError::failed(format!("cannot open {}: {e}", p.display())))
+    // Opening takes every member exclusively: one a running array holds is
+    // refused here, before anything is written, --force or not.
+    let open = |p: &PathBuf| -> Result<FileMember> {
+        FileMember::open(p).map_err(|e| match e.kind() {
+            std::io::ErrorKind::ResourceBusy => CliError::refused(format!(
+                "{e}: nothing was written. A member of a running array is never overwritten, even with --force"
+            )),
+            _ => CliError::failed(format!("cannot open {}: {e}", p.display())),
+        })
     };
-    let m: Vec<MemberRef> = members.iter().map(open).collect::<Result<_>>()?;
-    let s: Vec<MemberRef> = spares.iter().map(open).collect::<Result<_>>()?;
+    let m: Vec<FileMember> = members.iter().map(open).collect::<Result<_>>()?;
+    let s: Vec<FileMember> = spares.iter().map(open).collect::<Result<_>>()?;
+    if !a.sparse {
+        for f in m.iter().chain(&s) {
+            f.allocate().map_err(|e| {
+                CliError::failed(format!(
+                    "cannot allocate {}: {e}. Free space, or create with --sparse to leave member files sparse",
+                    f.identity()
+                ))
+            })?;
+        }
+    }
+    let m: Vec<MemberRef> = m.into_iter().map(|f| Arc::new(f) as MemberRef).collect();
+    let s: Vec<MemberRef> = s.into_iter().map(|f| Arc::new(f) as MemberRef).collect();
     st.ensure()?;
     let array = Array::create(
         m,
@@ -338,8 +400,9 @@ fn create(
         chunk,
         members: members.clone(),
         spares: spares.clone(),
-        parity: parity.name().into(),
+        parity: a.parity.name().into(),
     })?;
+    let parity = a.parity;
     out!(
         "created {level} '{name}': {} members, chunk {}, capacity {}, parity engine {}{}",
         members.len(),
@@ -362,6 +425,14 @@ fn create(
     Ok(())
 }
 
+/// The names of the arrays the daemon serves now (none without a daemon).
+fn running_names(st: &StateDir) -> Result<Vec<String>> {
+    Ok(match call(&st.socket(), &Request::Status { name: None })? {
+        Some(r) => r.into_result()?.arrays.into_iter().map(|a| a.name).collect(),
+        None => vec![],
+    })
+}
+
 /// Calls the daemon about array `name`; no daemon means it is not running.
 fn daemon_call(st: &StateDir, name: &str, req: Request) -> Result<Response> {
     match call(&st.socket(), &req)? {
@@ -382,6 +453,7 @@ fn start(
     nbd: Option<String>,
     foreground: bool,
     parity: Option<Parity>,
+    force: bool,
 ) -> Result<()> {
     check_name(name)?;
     let members: Vec<PathBuf> = members.iter().map(|p| existing(p)).collect::<Result<_>>()?;
@@ -393,6 +465,7 @@ fn start(
         members,
         nbd,
         parity: parity.map(|p| p.name().to_string()),
+        force,
     };
     if foreground {
         let c = Config::load(st, None)?;
@@ -540,9 +613,19 @@ fn show(st: &StateDir, name: Option<&str>, fmt: Format, detail: bool) -> Result<
             }
         }
     }
+    // `status` says the health in its exit status too (cron, monitoring
+    // scripts): 0 optimal, 1 degraded or rebuilding, 2 failed; the worst
+    // array decides.
+    let worst = all.iter().map(|s| s.exit_code()).max().unwrap_or(0);
+    if !detail && worst > 0 {
+        return Err(CliError::quiet(worst));
+    }
     Ok(())
 }
 
+/// Waits until no rebuild is pending or running, then says how the array
+/// ended: 0 optimal; 1 degraded (nothing to rebuild onto), failed, or a
+/// rebuild that cannot run.
 fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
     let t = Instant::now();
     let mut last = -1.0;
@@ -559,14 +642,41 @@ fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
             .into_iter()
             .next()
             .ok_or_else(|| CliError::not_found(format!("array '{name}' is not running")))?;
-        match &s.rebuild {
-            None if s.state != "rebuilding" => {
-                out!("{name}: {}", s.state);
-                return Ok(());
-            }
-            Some(rb) if rb.percent - last >= 10.0 => {
+        if let Some(rb) = &s.rebuild {
+            if rb.percent - last >= 10.0 {
                 out!("{name}: rebuilding slot {} {:.0}%", rb.slot, rb.percent);
                 last = rb.percent;
+            }
+        }
+        match s.state.as_str() {
+            "optimal" => {
+                out!("{name}: optimal");
+                return Ok(());
+            }
+            "failed" => {
+                return Err(CliError::failed(format!(
+                    "array '{name}' has failed: see raidctl events {name} and docs/recovery.md"
+                )))
+            }
+            _ if s.rebuild_stalled => {
+                return Err(CliError::failed(format!(
+                    "array '{name}' is {} and its rebuild cannot run (raidctl events {name} says why)",
+                    s.state
+                )))
+            }
+            // Degraded with nothing to rebuild onto: a spare about to be
+            // taken by the monitor is worth waiting for, nothing else is.
+            "degraded" if s.spares.is_empty() => {
+                let failed: Vec<String> = s
+                    .members
+                    .iter()
+                    .filter(|m| m.state != "active")
+                    .map(|m| m.path.clone().unwrap_or_else(|| format!("slot {}", m.slot)))
+                    .collect();
+                return Err(CliError::failed(format!(
+                    "array '{name}' is degraded and no rebuild is pending ({} down): raidctl replace {name} OLD NEW",
+                    failed.join(", ")
+                )));
             }
             _ => {}
         }

@@ -54,8 +54,19 @@ impl Config {
         };
         let text = std::fs::read_to_string(&p)
             .map_err(|e| CliError::not_found(format!("cannot read {}: {e}", p.display())))?;
-        let c: Config = toml::from_str(&text)
-            .map_err(|e| CliError::usage(format!("{} is not a valid config: {e}", p.display())))?;
+        let c: Config = toml::from_str(&text).map_err(|e| {
+            // toml's own message quotes the offending line, which may hold
+            // the SMTP password: say where and what, never the text.
+            let line = e
+                .span()
+                .map(|s| format!("line {}", text[..s.start].matches('\n').count() + 1))
+                .unwrap_or_else(|| "somewhere".into());
+            CliError::usage(format!(
+                "{} is not a valid config: {line}: {}",
+                p.display(),
+                e.message()
+            ))
+        })?;
         if let Some(a) = &c.alerts {
             a.min_severity()?;
         }
@@ -77,6 +88,7 @@ impl Config {
                 members: a.members.clone(),
                 nbd: a.nbd.clone(),
                 parity: a.parity.clone(),
+                force: false,
             })
             .collect()
     }
@@ -111,6 +123,12 @@ mod tests {
             }
             other => panic!("{} starts", other.len()),
         }
+        // A syntax error names the line, never echoes it (a password).
+        let Err(e) = load("[alerts]\npassword = \"hunter2\nto = [\"a@b\"]\n") else {
+            panic!("a broken config was accepted");
+        };
+        assert!(e.msg.contains("line 2"), "{}", e.msg);
+        assert!(!e.msg.contains("hunter2"), "the secret was echoed: {}", e.msg);
         let Err(e) = load("[[array]]\nname = \"data\"\nparity = \"tpu\"\n") else {
             panic!("parity = \"tpu\" was accepted");
         };

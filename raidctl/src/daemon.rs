@@ -9,7 +9,7 @@ use crate::registry::{ArrayRecord, StateDir};
 use crate::status;
 use parking_lot::Mutex;
 use raid_core::array::{Array, ArrayEvent, RebuildEnd, RebuildOptions};
-use raid_core::member::{FileMember, MemberRef};
+use raid_core::member::{DeviceKey, FileMember, MemberRef};
 use raid_core::parity::ParityEngine;
 use raid_gpu::{ParityMode, Selection, StripeShape};
 use std::collections::HashMap;
@@ -43,8 +43,10 @@ struct Served {
     mount: Mutex<Option<crate::fuse::Mounted>>,
     /// How many of the array's events the daemon has logged and alerted.
     events_seen: std::sync::atomic::AtomicUsize,
-    /// A scheduled scrub is running.
+    /// A scrub (scheduled or asked for) is running.
     scrubbing: AtomicBool,
+    /// Asks a running scrub to stop (`stop` sets it and waits).
+    scrub_stop: Arc<AtomicBool>,
 }
 
 pub struct Daemon {
@@ -96,6 +98,10 @@ impl Daemon {
             signal_hook::flag::register(sig, term.clone())
                 .map_err(|e| CliError::failed(format!("signal handler: {e}")))?;
         }
+        // SIGHUP: reopen the log (logrotate's habit), never die of it.
+        let hup = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())
+            .map_err(|e| CliError::failed(format!("signal handler: {e}")))?;
         let rate = std::env::var("RAIDCTL_REBUILD_RATE")
             .ok()
             .and_then(|v| parse_size(&v).ok());
@@ -119,19 +125,35 @@ impl Daemon {
             std::thread::spawn(move || crate::alerts::sender(st, cfg, stop))
         });
         tracing::info!(socket = %sock.display(), pid = std::process::id(), "daemon listening");
+        // Each array on its own: one that cannot start never keeps the
+        // others from being served. Only when none starts does the daemon
+        // give up (so `start --foreground` of one array still fails).
+        let asked = opts.start.len();
+        let mut first_error = None;
         for req in opts.start {
+            let name = match &req {
+                Request::Start { name, .. } => name.clone(),
+                _ => String::new(),
+            };
             let r = d.handle(req);
             if !r.ok {
-                d.shutdown();
-                remove_own_socket(&sock, own_ino);
-                return Err(CliError::new(
+                let e = CliError::new(
                     r.code.unwrap_or(code::FAILED),
                     r.error.unwrap_or_default(),
-                ));
+                );
+                tracing::error!(array = %name, "array not started: {e}");
+                eprintln!("raidctl: error: array '{name}' not started: {e}");
+                first_error.get_or_insert(e);
+                continue;
             }
             if let Some(m) = r.message {
                 out!("{m}");
             }
+        }
+        if let Some(e) = first_error.filter(|_| d.arrays.lock().is_empty() && asked > 0) {
+            d.shutdown();
+            remove_own_socket(&sock, own_ino);
+            return Err(e);
         }
         {
             let d = d.clone();
@@ -144,6 +166,9 @@ impl Daemon {
         // whose connection is reset may then assume it was never seen).
         let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         while !d.term.load(Ordering::Acquire) {
+            if hup.swap(false, Ordering::AcqRel) {
+                reopen_log(&d.state);
+            }
             match listener.accept() {
                 Ok((stream, _)) => {
                     idle_since = Instant::now();
@@ -232,10 +257,17 @@ impl Daemon {
                 members,
                 nbd,
                 parity,
-            } => self.start(&name, members, nbd, parity).map(Response::ok),
+                force,
+            } => self
+                .start(&name, members, nbd, parity, force)
+                .map(Response::ok),
             Request::Stop { name } => self.stop(&name).map(Response::ok),
             Request::Status { name } => self.status(name.as_deref()),
-            Request::Fail { name, member } => self.fail(&name, &member).map(Response::ok),
+            Request::Fail {
+                name,
+                member,
+                force,
+            } => self.fail(&name, &member, force).map(Response::ok),
             Request::Remove { name, member } => self.remove(&name, &member).map(Response::ok),
             Request::Add { name, member } => self.add(&name, &member).map(Response::ok),
             Request::Replace { name, old, new } => {
@@ -270,6 +302,7 @@ impl Daemon {
         members: Vec<PathBuf>,
         nbd: Option<String>,
         parity_asked: Option<String>,
+        force: bool,
     ) -> Result<String> {
         if self.arrays.lock().contains_key(name) {
             return Err(CliError::refused(format!(
@@ -301,6 +334,13 @@ impl Daemon {
         for p in paths.iter().chain(&spares) {
             match FileMember::open(p) {
                 Ok(m) => opened.push(Arc::new(m)),
+                // Held by another array or program: starting without it
+                // would mark it failed for nothing. Refuse the whole start.
+                Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {
+                    return Err(CliError::refused(format!(
+                        "{e}; '{name}' is not started. Stop whatever holds it (raidctl list shows the running arrays)"
+                    )))
+                }
                 Err(e) if importing => {
                     return Err(CliError::not_found(format!(
                         "member {} cannot be opened: {e}",
@@ -310,7 +350,11 @@ impl Daemon {
                 Err(e) => notes.push(format!("member {} is missing ({e})", p.display())),
             }
         }
-        let asm = Array::assemble(opened)?;
+        let asm = if force {
+            Array::assemble_forced(opened)?
+        } else {
+            Array::assemble(opened)?
+        };
         let mut array = asm.array;
         if array.name() != name {
             return Err(CliError::refused(format!(
@@ -331,6 +375,9 @@ impl Daemon {
         }
         for (m, why) in &asm.refused {
             notes.push(format!("member {m} not used: {why}"));
+        }
+        for (m, why) in &asm.forced {
+            notes.push(format!("member {m} {why}"));
         }
         let g = array.geometry();
         let record = ArrayRecord {
@@ -388,6 +435,7 @@ impl Daemon {
             mount: Mutex::new(None),
             events_seen: std::sync::atomic::AtomicUsize::new(0),
             scrubbing: AtomicBool::new(false),
+            scrub_stop: Arc::new(AtomicBool::new(false)),
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
@@ -419,13 +467,30 @@ impl Daemon {
             run.stop.store(true, Ordering::Release);
             let _ = run.handle.join();
         }
-        served.array.close()?;
+        served.scrub_stop.store(true, Ordering::Release);
+        while served.scrubbing.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let closed = served.array.close();
         {
             let _one = self.events_lock.lock();
             self.process_events_of(&served);
         }
-        self.arrays.lock().remove(name);
-        Ok(format!("array '{name}' stopped (flushed, marked clean)"))
+        match closed {
+            Ok(()) => {
+                self.arrays.lock().remove(name);
+                Ok(format!("array '{name}' stopped (flushed, marked clean)"))
+            }
+            // A failed array serves nothing: stopping it must still work,
+            // so the operator can start it again (with --force).
+            Err(e) if served.array.state() == raid_core::array::ArrayState::Failed => {
+                self.arrays.lock().remove(name);
+                Ok(format!(
+                    "array '{name}' stopped; it had failed ({e}), so it is not marked clean. Next: bring the lost members back, then raidctl start {name} (or raidctl start {name} --force to take back members marked failed: docs/recovery.md)"
+                ))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn mount(&self, name: &str, dir: Option<PathBuf>, with_loop: bool) -> Result<String> {
@@ -473,7 +538,14 @@ impl Daemon {
     fn scrub(&self, name: &str, repair: bool) -> Result<Response> {
         let s = self.served(name)?;
         let opts = scrub_options(repair);
-        let r = s.array.scrub(&opts, &self.term)?;
+        if s.scrubbing.swap(true, Ordering::AcqRel) {
+            return Err(CliError::refused(format!(
+                "a scrub of '{name}' is already running: wait for it (raidctl events {name} shows its result)"
+            )));
+        }
+        let r = s.array.scrub(&opts, &s.scrub_stop);
+        s.scrubbing.store(false, Ordering::Release);
+        let r = r?;
         let slots = s.array.slots();
         let result = crate::protocol::ScrubResult {
             array: name.into(),
@@ -536,27 +608,96 @@ impl Daemon {
         })
     }
 
-    fn fail(&self, name: &str, member: &Path) -> Result<String> {
+    /// The slot the operator means by `path`: the slot whose member is that
+    /// device (by identity, whatever path names it), else the slot whose
+    /// member has that name, else an empty slot recorded under that path (a
+    /// member missing or left out at start).
+    fn slot_named(&self, s: &Served, path: &Path) -> Result<usize> {
+        if let Ok(key) = DeviceKey::of_path(path) {
+            if let Some(slot) = s.array.slot_by_key(key) {
+                return Ok(slot);
+            }
+        }
+        if let Ok(slot) = s.array.slot_of(&path.display().to_string()) {
+            return Ok(slot);
+        }
+        let slots = s.array.slots();
+        let recorded = s.record.lock().members.iter().position(|p| p == path);
+        if let Some(i) = recorded.filter(|&i| slots[i].member.is_none()) {
+            return Ok(i);
+        }
+        let name = s.array.name();
+        Err(CliError::refused(format!(
+            "{} is not a member of array '{name}' (raidctl status {name} lists them)",
+            path.display()
+        )))
+    }
+
+    fn fail(&self, name: &str, member: &Path, force: bool) -> Result<String> {
         let s = self.served(name)?;
-        let slot = s.array.fail_member(&member.display().to_string())?;
-        Ok(format!(
+        let slot = self.slot_named(&s, member)?;
+        let was = s.array.state();
+        s.array.fail_member(slot, force)?;
+        let now = s.array.state();
+        let mut msg = format!(
             "member {} (slot {slot}) of '{name}' marked failed; array is {}",
             member.display(),
-            s.array.state().name()
-        ))
+            now.name()
+        );
+        if now == raid_core::array::ArrayState::Failed && was != now {
+            msg.push_str(&format!(
+                "\nforced: '{name}' has lost more members than its level tolerates and serves no I/O now. To undo: raidctl stop {name}; raidctl start {name} --force (takes back the newest failed members)"
+            ));
+        }
+        Ok(msg)
     }
 
     fn remove(&self, name: &str, member: &Path) -> Result<String> {
         let s = self.served(name)?;
-        s.array.remove_member(&member.display().to_string())?;
+        let key = match DeviceKey::of_path(member) {
+            Ok(k) => k,
+            Err(_) => {
+                // The device is gone: its slot (if any) is already empty.
+                let slot = self.slot_named(&s, member)?;
+                return Err(CliError::refused(format!(
+                    "{} is gone and slot {slot} of '{name}' is already empty: put a new device in it (raidctl replace {name} {} NEW_DEVICE)",
+                    member.display(),
+                    member.display()
+                )));
+            }
+        };
+        s.array.remove_member(key)?;
         s.record.lock().spares.retain(|p| p != member);
         self.state.save(&s.record.lock())?;
         Ok(format!("member {} removed from '{name}'", member.display()))
     }
 
-    /// Opens a device that is to join the array, refusing one that holds
-    /// data or another array's metadata.
+    /// Opens a device that is to join `served`, refusing one that is in
+    /// any array (by identity: a hard link or another path to a member is
+    /// the member), holds data, or is in use.
     fn open_new_member(&self, served: &Served, path: &Path) -> Result<MemberRef> {
+        let key = DeviceKey::of_path(path).map_err(|e| {
+            CliError::not_found(format!("{} cannot be read: {e}", path.display()))
+        })?;
+        let running: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
+        for other in running {
+            if let Some(slot) = other.array.slot_by_key(key) {
+                return Err(CliError::refused(format!(
+                    "{} is the member of slot {slot} of array '{}' (the same {key}, whatever the path): a device can only be in one place. Name a device that is in no array",
+                    path.display(),
+                    other.array.name()
+                )));
+            }
+            if other.array.holds(key) {
+                return Err(CliError::refused(format!(
+                    "{} is a spare of array '{}' (the same {key}): remove it there first (raidctl remove {} {})",
+                    path.display(),
+                    other.array.name(),
+                    other.array.name(),
+                    path.display()
+                )));
+            }
+        }
         match probe(path) {
             Err(e) => return Err(CliError::not_found(format!("{} cannot be read: {e}", path.display()))),
             Ok(Content::Nothing) => {}
@@ -584,7 +725,10 @@ impl Daemon {
         }
         FileMember::open(path)
             .map(|m| Arc::new(m) as MemberRef)
-            .map_err(|e| CliError::not_found(format!("{} cannot be opened: {e}", path.display())))
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::ResourceBusy => CliError::refused(e.to_string()),
+                _ => CliError::not_found(format!("{} cannot be opened: {e}", path.display())),
+            })
     }
 
     fn add(&self, name: &str, member: &Path) -> Result<String> {
@@ -598,16 +742,7 @@ impl Daemon {
 
     fn replace(&self, name: &str, old: &Path, new: &Path) -> Result<String> {
         let s = self.served(name)?;
-        let slot = s.array.slot_of(&old.display().to_string())?;
-        let state = s.array.slots()[slot].state;
-        if state != raid_core::metadata::SlotState::Failed {
-            return Err(CliError::refused(format!(
-                "{} is {}: fail it first (raidctl fail {name} {}); the array runs degraded until the rebuild ends",
-                old.display(),
-                state.name(),
-                old.display()
-            )));
-        }
+        let slot = self.slot_named(&s, old)?;
         let m = self.open_new_member(&s, new)?;
         s.array.replace(slot, m)?;
         s.record.lock().members[slot] = new.to_path_buf();
@@ -629,7 +764,7 @@ impl Daemon {
         if let Some(r) = run.take() {
             let _ = r.handle.join();
         }
-        let Some(&slot) = s.array.rebuilding_slots().first() else {
+        let Some(slot) = s.array.rebuild_wanted() else {
             return;
         };
         let stop = Arc::new(AtomicBool::new(false));
@@ -725,11 +860,11 @@ impl Daemon {
             s.scrubbing.store(false, Ordering::Release);
             return;
         }
-        let (array, repair, term, served) =
-            (s.array.clone(), sched.repair, self.term.clone(), s.clone());
+        let (array, repair, stop, served) =
+            (s.array.clone(), sched.repair, s.scrub_stop.clone(), s.clone());
         std::thread::spawn(move || {
             let opts = scrub_options(repair);
-            match array.scrub(&opts, &term) {
+            match array.scrub(&opts, &stop) {
                 Ok(r) if !r.interrupted => {
                     tracing::info!(
                         array = array.name(),
@@ -804,6 +939,36 @@ fn scrub_options(repair: bool) -> raid_core::array::ScrubOptions {
         repair,
         rate_limit,
         ..Default::default()
+    }
+}
+
+/// After SIGHUP: if the daemon logs to its log file (started in the
+/// background by the CLI), reopens that file, so a rotated log is let go.
+/// A daemon logging to a terminal or the journal has nothing to reopen.
+fn reopen_log(st: &StateDir) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: fstat on fd 2, which the process owns for its lifetime, into
+    // a zeroed stat buffer it fills.
+    let mut cur: libc::stat = unsafe { std::mem::zeroed() };
+    let is_file =
+        unsafe { libc::fstat(2, &mut cur) } == 0 && (cur.st_mode & libc::S_IFMT) == libc::S_IFREG;
+    if !is_file {
+        tracing::info!("SIGHUP: logging to a terminal or the journal; nothing to reopen");
+        return;
+    }
+    let same = std::fs::metadata(st.log()).is_ok_and(|m| m.ino() == cur.st_ino && m.dev() == cur.st_dev);
+    match std::fs::OpenOptions::new().create(true).append(true).open(st.log()) {
+        Ok(f) => {
+            // SAFETY: dup2 onto stdout and stderr; `f` is open and closed
+            // after, the duplicates stay.
+            unsafe {
+                libc::dup2(f.as_raw_fd(), 1);
+                libc::dup2(f.as_raw_fd(), 2);
+            }
+            tracing::info!(log = %st.log().display(), rotated = !same, "SIGHUP: log reopened");
+        }
+        Err(e) => tracing::error!(log = %st.log().display(), "SIGHUP: cannot reopen the log: {e}"),
     }
 }
 

@@ -46,6 +46,12 @@ impl CliError {
     pub fn daemon(msg: impl Into<String>) -> CliError {
         CliError::new(code::DAEMON, msg)
     }
+    /// An exit status with nothing more to say (what the command printed
+    /// says it all): `status` of a degraded array, a scrub that found
+    /// mismatches.
+    pub fn quiet(code: u8) -> CliError {
+        CliError::new(code, "")
+    }
 }
 
 impl fmt::Display for CliError {
@@ -59,7 +65,7 @@ impl From<raid_core::array::ArrayError> for CliError {
         use raid_core::array::ArrayError as E;
         let code = match &e {
             E::Geometry(_) | E::Unaligned { .. } | E::OutOfRange { .. } => code::USAGE,
-            E::Assembly(_) | E::Invalid(_) => code::REFUSED,
+            E::Assembly(_) | E::Invalid(_) | E::Refused { .. } => code::REFUSED,
             _ => code::FAILED,
         };
         CliError::new(code, e.to_string())

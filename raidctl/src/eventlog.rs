@@ -107,6 +107,13 @@ pub fn record_of(
     };
     let name = a.name();
     let next = match ev {
+        E::MemberFailed { .. } | E::ArrayDegraded
+            if a.state() == raid_core::array::ArrayState::Failed =>
+        {
+            Some(format!(
+                "raidctl stop {name}; bring the lost members back, then raidctl start {name} --force (docs/recovery.md)"
+            ))
+        }
         E::MemberFailed { member, .. } => {
             Some(format!("raidctl replace {name} {member} NEW_DEVICE"))
         }
@@ -114,11 +121,23 @@ pub fn record_of(
             .as_ref()
             .map(|m| format!("reconnect {m}, or raidctl replace {name} {m} NEW_DEVICE")),
         E::ArrayFailed => Some(format!(
-            "bring the lost members back, then raidctl start {name}; do not write to it"
+            "raidctl stop {name}; bring the lost members back, then raidctl start {name} --force (docs/recovery.md)"
         )),
-        E::RebuildFailed { .. } => member
-            .as_ref()
-            .map(|m| format!("check {m}; raidctl replace {name} {m} NEW_DEVICE")),
+        // Its own member failed: a new one is needed; otherwise the array
+        // lost a source and the rebuild resumes once membership changes.
+        E::RebuildFailed { .. } => match (s, &member) {
+            (Some(s), Some(m)) if s.state == raid_core::metadata::SlotState::Failed => {
+                Some(format!("raidctl replace {name} {m} NEW_DEVICE"))
+            }
+            _ => Some(format!(
+                "raidctl status {name}; bring back the members it lost (docs/recovery.md)"
+            )),
+        },
+        E::ScrubFinished {
+            mismatches,
+            repaired,
+            ..
+        } if mismatches > repaired => Some(format!("raidctl scrub {name} --repair")),
         _ => None,
     };
     EventRecord {

@@ -89,7 +89,20 @@ impl Export {
                     path.display()
                 )));
             }
-            let _ = std::fs::remove_file(&path);
+            // Only a stale socket is replaced: never a file that happens to
+            // sit at the path the operator typed.
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
+                    let _ = std::fs::remove_file(&path);
+                }
+                Ok(_) => {
+                    return Err(CliError::refused(format!(
+                        "{} exists and is not a socket: choose another path for the NBD socket, or remove it yourself if it is not wanted",
+                        path.display()
+                    )))
+                }
+                Err(_) => {}
+            }
             let l = UnixListener::bind(&path).map_err(|e| {
                 CliError::failed(format!("cannot listen on {}: {e}", path.display()))
             })?;
@@ -106,6 +119,14 @@ impl Export {
             };
             let l = TcpListener::bind(&addr)
                 .map_err(|e| CliError::failed(format!("cannot listen on {addr}: {e}")))?;
+            if l.local_addr().is_ok_and(|a| !a.ip().is_loopback()) {
+                tracing::warn!(
+                    array = array.name(),
+                    address = %addr,
+                    "NBD HAS NO AUTHENTICATION OR ENCRYPTION: anyone who can reach {addr} can read and overwrite array '{}'. Serve on loopback or a Unix socket, or put it behind a firewall or a tunnel",
+                    array.name()
+                );
+            }
             (
                 Listener::Tcp(l),
                 format!("nbd tcp:{addr} export '{}'", array.name()),
@@ -155,6 +176,9 @@ impl Export {
 
 fn accept_loop(listener: Listener, array: Arc<Array>, stop: Arc<AtomicBool>, conns: Conns) {
     let mut next_id = 0u64;
+    // Every connection's thread: joined before this returns, so `stop`
+    // returns only once no request is in flight on the array.
+    let mut served: Vec<std::thread::JoinHandle<()>> = Vec::new();
     match &listener {
         Listener::Unix(l, _) => l.set_nonblocking(true).ok(),
         Listener::Tcp(l) => l.set_nonblocking(true).ok(),
@@ -179,7 +203,8 @@ fn accept_loop(listener: Listener, array: Arc<Array>, stop: Arc<AtomicBool>, con
                     conns.lock().unwrap().insert(id, clone);
                 }
                 let (array, conns) = (array.clone(), conns.clone());
-                std::thread::spawn(move || {
+                served.retain(|t| !t.is_finished());
+                served.push(std::thread::spawn(move || {
                     if let Err(e) = serve(c, array) {
                         tracing::debug!("nbd connection ended: {e}");
                     }
@@ -188,7 +213,7 @@ fn accept_loop(listener: Listener, array: Arc<Array>, stop: Arc<AtomicBool>, con
                     if let Some(c) = conns.lock().unwrap().remove(&id) {
                         c.shutdown_both();
                     }
-                });
+                }));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(50))
@@ -198,6 +223,14 @@ fn accept_loop(listener: Listener, array: Arc<Array>, stop: Arc<AtomicBool>, con
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
+    }
+    // A connection accepted while `stop` ran is closed here too; then every
+    // connection's requests finish before the array is closed.
+    for (_, c) in conns.lock().unwrap().drain() {
+        c.shutdown_both();
+    }
+    for t in served {
+        let _ = t.join();
     }
 }
 

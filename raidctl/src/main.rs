@@ -26,6 +26,7 @@ mod config;
 mod daemon;
 mod error;
 mod eventlog;
+mod examine;
 mod export;
 mod fuse;
 mod inspect;
@@ -100,9 +101,15 @@ pub enum Command {
         #[arg(long = "spare", value_name = "DEV")]
         spares: Vec<PathBuf>,
         /// Overwrite members that hold a filesystem, a partition table or
-        /// another array's metadata.
+        /// the metadata of a stopped array. Never touches a member of a
+        /// running array, nor replaces a running array's record.
         #[arg(long)]
         force: bool,
+        /// Leave member files sparse instead of allocating them: saves space
+        /// now, but a filesystem that fills up then fails writes to the
+        /// array.
+        #[arg(long)]
+        sparse: bool,
         /// Member devices or files, in slot order.
         #[arg(required = true, value_name = "DEV")]
         members: Vec<PathBuf>,
@@ -123,17 +130,36 @@ pub enum Command {
         /// Parity engine from now on (recorded); default: the recorded one.
         #[arg(long, value_enum)]
         parity: Option<Parity>,
+        /// When too few members are in sync to start, take back members
+        /// marked failed whose data is intact, newest metadata first (like
+        /// mdadm --assemble --force); prints what it took and why.
+        #[arg(long)]
+        force: bool,
     },
     /// Flush and stop a running array; no data is lost.
     Stop { name: String },
     /// The known arrays, one line each.
     List,
-    /// State of one array or all.
+    /// State of one array or all. Exit status: 0 optimal, 1 degraded or
+    /// rebuilding, 2 failed (the worst of all arrays without a name).
     Status { name: Option<String> },
     /// Everything about one array.
     Detail { name: String },
-    /// Mark a member failed.
-    Fail { name: String, member: PathBuf },
+    /// Mark a member failed. Refused when the array would lose its data.
+    Fail {
+        name: String,
+        member: PathBuf,
+        /// Fail it even if the array then has more members down than its
+        /// level tolerates (it stops serving I/O).
+        #[arg(long)]
+        force: bool,
+    },
+    /// What a device holds: array, slot, state, event counter (from its
+    /// own metadata, read-only; safe on a device in use).
+    Examine {
+        #[arg(required = true, value_name = "DEV")]
+        devices: Vec<PathBuf>,
+    },
     /// Take a failed member or a spare out of the array.
     Remove { name: String, member: PathBuf },
     /// Add a hot spare.
@@ -164,7 +190,9 @@ pub enum Command {
     },
     /// Undo `mount`: detach the loop device and unmount.
     Unmount { name: String },
-    /// Wait until an array's rebuild ends (or a timeout).
+    /// Wait until no rebuild is pending or running. Exits 0 when the array
+    /// ends optimal, 1 when it ends degraded, failed, or its rebuild cannot
+    /// run.
     Wait {
         name: String,
         /// Seconds to wait at most.
@@ -245,11 +273,17 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // Records, logs, the event log and sockets hold array layouts, member
+    // paths and alert settings: private to the user that runs raidctl.
+    // SAFETY: umask only sets this process's file-creation mask.
+    unsafe { libc::umask(0o077) };
     let cli = Cli::parse();
     match commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("raidctl: error: {e}");
+            if !e.msg.is_empty() {
+                eprintln!("raidctl: error: {e}");
+            }
             ExitCode::from(e.code)
         }
     }

@@ -25,6 +25,10 @@ pub enum Request {
         /// cpu, gpu or auto; None keeps the recorded choice.
         #[serde(default)]
         parity: Option<String>,
+        /// Assemble from members marked failed or stale (md's
+        /// `--assemble --force`).
+        #[serde(default)]
+        force: bool,
     },
     Stop {
         name: String,
@@ -36,6 +40,9 @@ pub enum Request {
     Fail {
         name: String,
         member: PathBuf,
+        /// Fail it even if the array then loses its data.
+        #[serde(default)]
+        force: bool,
     },
     Remove {
         name: String,
@@ -137,6 +144,14 @@ impl Response {
 pub fn call(socket: &Path, req: &Request) -> Result<Option<Response>> {
     let stream = match UnixStream::connect(socket) {
         Ok(s) => s,
+        // A daemon is there, but not for this user: say so, never pretend
+        // no array runs.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Err(CliError::daemon(format!(
+                "permission denied on the daemon's socket {}: run raidctl as root (or as the user that runs the daemon)",
+                socket.display()
+            )))
+        }
         Err(_) => return Ok(None),
     };
     stream.set_read_timeout(Some(Duration::from_secs(600))).ok();

@@ -51,13 +51,23 @@ impl StateDir {
         self.arrays().join(format!("{name}.toml"))
     }
 
+    /// Creates the state directory (mode 0700: it holds member paths,
+    /// alert settings and the daemon's socket), and tightens one an older
+    /// version left open.
     pub fn ensure(&self) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir_all(self.arrays()).map_err(|e| {
             CliError::failed(format!(
                 "cannot create state directory {}: {e} (choose another with --state-dir or {STATE_DIR_ENV})",
                 self.root.display()
             ))
-        })
+        })?;
+        for (p, mode) in [(self.root.clone(), 0o700), (self.arrays(), 0o700), (self.log(), 0o600)] {
+            if std::fs::metadata(&p).is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
+                let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));
+            }
+        }
+        Ok(())
     }
 
     pub fn exists(&self, name: &str) -> bool {

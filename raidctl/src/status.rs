@@ -54,7 +54,23 @@ pub struct ArrayStatus {
     pub members: Vec<MemberStatus>,
     pub spares: Vec<String>,
     pub rebuild: Option<RebuildStatus>,
+    /// A rebuild is pending but cannot run (the array lost a member it
+    /// rebuilds from); it is retried when membership changes.
+    #[serde(default)]
+    pub rebuild_stalled: bool,
     pub exports: Vec<String>,
+}
+
+impl ArrayStatus {
+    /// `raidctl status`'s exit status: 0 optimal, 1 degraded or
+    /// rebuilding, 2 failed.
+    pub fn exit_code(&self) -> u8 {
+        match self.health.as_str() {
+            "optimal" => 0,
+            "failed" => 2,
+            _ => 1,
+        }
+    }
 }
 
 /// The parity engine part of a status.
@@ -150,6 +166,7 @@ pub fn of_running(
         members,
         spares: a.spares(),
         rebuild,
+        rebuild_stalled: a.rebuild_stalled(),
         exports,
     }
 }
@@ -161,7 +178,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         .iter()
         .chain(&r.spares)
         .map(|p| {
-            let sb = FileMember::open(p)
+            let sb = FileMember::inspect(p)
                 .ok()
                 .and_then(|m| read_superblock(&m as &dyn Member).ok());
             (
@@ -201,6 +218,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
                 .collect(),
             spares: vec![],
             rebuild: None,
+            rebuild_stalled: false,
             exports: vec![],
         };
     };
@@ -262,6 +280,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         members,
         spares,
         rebuild: None,
+        rebuild_stalled: false,
         exports: vec![],
     }
 }
@@ -345,6 +364,12 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
         out.push_str(&format!(
             "  rebuild: slot {} {:.1}%{rate}\n",
             r.slot, r.percent
+        ));
+    }
+    if s.rebuild_stalled {
+        out.push_str(&format!(
+            "  rebuild: stalled, the array lost what it rebuilds from (raidctl events {} says why)\n",
+            s.name
         ));
     }
     for e in &s.exports {

@@ -8,8 +8,13 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The `raidctl` binary of the profile these tests were built with.
+/// The `raidctl` binary of the profile these tests were built with, or the
+/// one `RAIDCTL_BIN` names (to run a test against another build, e.g. to
+/// show that a regression test fails on an older one).
 pub fn raidctl_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("RAIDCTL_BIN") {
+        return PathBuf::from(p);
+    }
     let exe = std::env::current_exe().expect("test binary path");
     // target/<profile>/deps/<test> -> target/<profile>/raidctl
     let dir = exe
@@ -104,11 +109,35 @@ impl World {
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
-    /// `status NAME --format json`, parsed.
+    /// `status NAME --format json`, parsed. Its exit status says the
+    /// health (0 optimal, 1 degraded or rebuilding, 2 failed) and must agree
+    /// with the state it prints.
     pub fn status_json(&self, name: &str) -> serde_json::Value {
-        let out = self.ok(&["status", name, "--format", "json"]);
-        serde_json::from_str(&out)
-            .unwrap_or_else(|e| panic!("status JSON does not parse ({e}):\n{out}"))
+        let o = self.run(&["status", name, "--format", "json"]);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| {
+            panic!(
+                "status JSON does not parse ({e}):\n{out}\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            )
+        });
+        let want = match v["health"].as_str() {
+            Some("optimal") => 0,
+            Some("failed") => 2,
+            _ => 1,
+        };
+        assert_eq!(o.status.code(), Some(want), "status exit code against {v}");
+        v
+    }
+
+    /// Runs and returns (exit code, stdout, stderr).
+    pub fn code(&self, args: &[&str]) -> (i32, String, String) {
+        let o = self.run(args);
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
     }
 }
 

@@ -7,26 +7,42 @@ use crate::metadata::{read_superblock, Superblock};
 /// An assembled array and what assembly had to say.
 pub struct Assembly {
     pub array: Array,
-    /// Members that carry this array's metadata but were not taken, with why
-    /// (stale: failed earlier and not rebuilt since).
+    /// Members that were given but not taken, with why (stale: failed
+    /// earlier and not rebuilt since; or no readable metadata).
     pub refused: Vec<(String, String)>,
+    /// Members taken back by a forced assembly though marked failed, with
+    /// why each was chosen.
+    pub forced: Vec<(String, String)>,
 }
 
-pub(super) fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
+pub(super) fn assemble(members: Vec<MemberRef>, force: bool) -> Result<Assembly> {
     if members.is_empty() {
         return Err(ArrayError::Assembly("no members given".into()));
     }
     let mut read: Vec<(MemberRef, Superblock)> = Vec::new();
+    let mut refused = Vec::new();
+    let mut unreadable = Vec::new();
     for m in members {
         match read_superblock(m.as_ref()) {
             Ok(sb) => read.push((m, sb)),
+            // One member with bad metadata must not keep the others from
+            // starting: it is left out (its slot counts as missing), and
+            // assembly goes on if the level tolerates that.
             Err(e) => {
-                return Err(ArrayError::Assembly(format!(
-                    "member {} has no usable array metadata: {e}. Check the path; a member whose both metadata copies are corrupt must be replaced",
-                    m.identity()
-                )))
+                let why = format!(
+                    "no usable array metadata ({e}): left out; replace it to rebuild its slot"
+                );
+                tracing::warn!(member = m.identity(), "{why}");
+                unreadable.push(format!("member {}: {e}", m.identity()));
+                refused.push((m.identity().to_string(), why));
             }
         }
+    }
+    if read.is_empty() {
+        return Err(ArrayError::Assembly(format!(
+            "no member given has usable array metadata ({}). Check the paths; a member whose both metadata copies are corrupt must be replaced",
+            unreadable.join("; ")
+        )));
     }
     // The newest metadata is the truth.
     let truth = read
@@ -66,7 +82,9 @@ pub(super) fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
         }
     }
     let geo = truth.geometry();
-    let mut refused = Vec::new();
+    // Members marked failed that a forced assembly may take back, newest
+    // metadata first (md's --assemble --force rule).
+    let mut failed_but_present: Vec<(usize, MemberRef, Superblock)> = Vec::new();
     let mut slot_member: Vec<Option<MemberRef>> = vec![None; geo.members];
     let mut spares = Vec::new();
     for (m, sb) in read {
@@ -81,11 +99,12 @@ pub(super) fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
         if let Some(i) = truth.slots.iter().position(|s| s.uuid == sb.member_uuid) {
             if truth.slots[i].state == SlotState::Failed {
                 let why = format!(
-                    "stale: slot {i} was failed (metadata event {} against this member's {}); it is not used until rebuilt (raidctl replace)",
+                    "stale: slot {i} was failed (metadata event {} against this member's {}); it is not used until rebuilt (raidctl replace), or taken back by raidctl start --force if the array cannot start without it",
                     truth.events, sb.events
                 );
                 tracing::warn!(member = m.identity(), "{why}");
                 refused.push((m.identity().to_string(), why));
+                failed_but_present.push((i, m, sb));
                 continue;
             }
             if slot_member[i].is_some() {
@@ -116,14 +135,7 @@ pub(super) fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
             } else {
                 e.state
             };
-            let slot = Slot {
-                member: RwLock::new(m),
-                uuid: RwLock::new(e.uuid),
-                state: AtomicU8::new(ST_ACTIVE),
-                rebuild_row: AtomicU64::new(e.rebuild_row),
-            };
-            slot.set_state(state);
-            slot
+            Slot::new(m, e.uuid, state, e.rebuild_row)
         })
         .collect();
     let newly_missing: Vec<usize> = truth
@@ -142,6 +154,7 @@ pub(super) fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
         handles: Array::handles_of(&slots),
         slots,
         locks: StripeLocks::new(),
+        epoch: AtomicU64::new(0),
         meta: Mutex::new(Meta {
             events: truth.events,
             clean: truth.clean,
@@ -155,15 +168,35 @@ pub(super) fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
             .then(|| super::journal::Journal::new(0)),
         rr: AtomicUsize::new(0),
     };
+    let mut forced = Vec::new();
+    if !array.within_redundancy() && force {
+        forced = force_back(&array, failed_but_present, truth.events);
+        refused.retain(|(m, _)| !forced.iter().any(|(f, _)| f == m));
+    }
     if !array.within_redundancy() {
         return Err(ArrayError::Assembly(format!(
-            "array '{}' cannot start: {}",
+            "array '{}' cannot start: {}.{}",
             array.name,
             match array.failed_error() {
                 ArrayError::Failed { detail, .. } => detail,
                 e => e.to_string(),
+            },
+            if force {
+                " Not enough members marked failed are present to force it either: find the missing ones (raidctl examine DEV shows what a device holds)"
+            } else {
+                " If members were marked failed but their data is intact (failed by mistake, a cable, a full filesystem), raidctl start NAME --force takes back the newest of them"
             }
         )));
+    }
+    if !forced.is_empty() {
+        // Taken back durably, and dirty: the stripes written around the
+        // failure are resynced where the level allows.
+        let mut meta = array.meta.lock();
+        meta.clean = false;
+        for (m, why) in &forced {
+            tracing::warn!(array = %array.name, member = %m, "{why}");
+        }
+        array.persist(&mut meta);
     }
     // Complete any degraded write a crash tore, before anything else.
     let replayed = array.journal_recover()?;
@@ -185,5 +218,41 @@ pub(super) fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
         array.write_metadata();
     }
     tracing::info!(array = %array.name, state = array.state().name(), events = array.events(), "array assembled");
-    Ok(Assembly { array, refused })
+    Ok(Assembly {
+        array,
+        refused,
+        forced,
+    })
+}
+
+/// Forced assembly: takes back members marked failed, the one with the
+/// newest metadata first, until the array can serve every byte. A member
+/// failed last saw every write the array took before it stopped serving
+/// (a failed array takes no writes), so the newest ones are the consistent
+/// set. A slot being rebuilt is never taken back: its data is partial.
+fn force_back(
+    array: &Array,
+    mut candidates: Vec<(usize, MemberRef, Superblock)>,
+    newest: u64,
+) -> Vec<(String, String)> {
+    candidates.sort_by_key(|(_, _, sb)| std::cmp::Reverse(sb.events));
+    let mut taken = Vec::new();
+    for (i, m, sb) in candidates {
+        if array.within_redundancy() {
+            break;
+        }
+        let s = &array.slots[i];
+        if s.state() != SlotState::Failed || s.member.read().is_some() {
+            continue;
+        }
+        array.set_member(i, m.clone());
+        s.set_state(SlotState::Active);
+        array.epoch.fetch_add(1, Ordering::AcqRel);
+        let why = format!(
+            "forced back into slot {i} though marked failed: its metadata is from event {} (the newest is {newest}); it was the newest failed member, so it holds every write the array acknowledged while it could still serve",
+            sb.events
+        );
+        taken.push((m.identity().to_string(), why));
+    }
+    taken
 }

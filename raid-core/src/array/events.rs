@@ -61,9 +61,14 @@ pub enum ArrayEvent {
         slot: usize,
         member: String,
     },
-    ScrubMismatch {
-        stripe: u64,
-        slot: usize,
+    /// One scrub run ended: what it checked and found.
+    ScrubFinished {
+        rows: u64,
+        mismatches: u64,
+        repaired: u64,
+        interrupted: bool,
+        /// Why it stopped early, if it did.
+        error: Option<String>,
     },
     /// The parity engine in use could not serve (GPU missing, lost or
     /// hung): parity moved to `to` without failing any I/O.
@@ -90,8 +95,16 @@ impl ArrayEvent {
             | ArrayEvent::RebuildFailed { .. } => Severity::Critical,
             ArrayEvent::MemberMissing { .. }
             | ArrayEvent::SpareActivated { .. }
-            | ArrayEvent::ScrubMismatch { .. }
             | ArrayEvent::ParityEngineFallback { .. } => Severity::Warning,
+            ArrayEvent::ScrubFinished {
+                mismatches, error, ..
+            } => {
+                if *mismatches > 0 || error.is_some() {
+                    Severity::Warning
+                } else {
+                    Severity::Info
+                }
+            }
             ArrayEvent::RebuildStarted { .. }
             | ArrayEvent::RebuildFinished { .. }
             | ArrayEvent::ParityEngineChosen { .. }
@@ -110,7 +123,7 @@ impl ArrayEvent {
             ArrayEvent::RebuildFinished { .. } => "rebuild_finished",
             ArrayEvent::RebuildFailed { .. } => "rebuild_failed",
             ArrayEvent::SpareActivated { .. } => "spare_activated",
-            ArrayEvent::ScrubMismatch { .. } => "scrub_mismatch",
+            ArrayEvent::ScrubFinished { .. } => "scrub_finished",
             ArrayEvent::ParityEngineFallback { .. } => "parity_engine_fallback",
             ArrayEvent::ParityEngineChosen { .. } => "parity_engine_chosen",
             ArrayEvent::Test => "test",
@@ -125,8 +138,7 @@ impl ArrayEvent {
             | ArrayEvent::RebuildStarted { slot, .. }
             | ArrayEvent::RebuildFinished { slot }
             | ArrayEvent::RebuildFailed { slot, .. }
-            | ArrayEvent::SpareActivated { slot, .. }
-            | ArrayEvent::ScrubMismatch { slot, .. } => Some(*slot),
+            | ArrayEvent::SpareActivated { slot, .. } => Some(*slot),
             _ => None,
         }
     }
@@ -158,8 +170,27 @@ impl ArrayEvent {
             ArrayEvent::SpareActivated { slot, member } => {
                 format!("spare {member} took slot {slot}")
             }
-            ArrayEvent::ScrubMismatch { stripe, slot } => {
-                format!("scrub found a mismatch in stripe {stripe}, slot {slot}")
+            ArrayEvent::ScrubFinished {
+                rows,
+                mismatches,
+                repaired,
+                interrupted,
+                error,
+            } => {
+                let mut t = format!(
+                    "scrub {}: {rows} rows checked, {mismatches} mismatch(es), {repaired} repaired",
+                    if error.is_some() {
+                        "stopped"
+                    } else if *interrupted {
+                        "interrupted"
+                    } else {
+                        "finished"
+                    }
+                );
+                if let Some(e) = error {
+                    t.push_str(&format!(": {e}"));
+                }
+                t
             }
             ArrayEvent::ParityEngineFallback { from, to, reason } => {
                 format!("parity moved from {from} to {to}: {reason}")

@@ -11,6 +11,7 @@ mod bitmap;
 mod events;
 mod journal;
 mod locks;
+mod membership;
 mod mirror_io;
 mod parity_io;
 mod rebuild;
@@ -18,6 +19,7 @@ mod scrub;
 
 pub use assemble::Assembly;
 pub use events::{ArrayEvent, Severity};
+pub use membership::Rule;
 pub use rebuild::{RebuildEnd, RebuildOptions};
 pub use scrub::{Mismatch, ScrubOptions, ScrubReport};
 
@@ -58,6 +60,9 @@ pub enum ArrayError {
     Parity(#[from] ParityError),
     #[error("{0}")]
     Assembly(String),
+    /// A membership change the rules refuse (see `membership`).
+    #[error("{detail} [refused: {rule}]")]
+    Refused { rule: Rule, detail: String },
     #[error("{0}")]
     Invalid(String),
 }
@@ -91,6 +96,23 @@ struct Slot {
     state: AtomicU8,
     /// For a rebuilding member: rows (chunks) already in sync.
     rebuild_row: AtomicU64,
+    /// The membership epoch at which this slot's rebuild last failed for a
+    /// reason outside the slot (`membership::NO_EPOCH`: none).
+    rebuild_failed_epoch: AtomicU64,
+}
+
+impl Slot {
+    fn new(member: Option<MemberRef>, uuid: Uuid, state: SlotState, rebuild_row: u64) -> Slot {
+        let s = Slot {
+            member: RwLock::new(member),
+            uuid: RwLock::new(uuid),
+            state: AtomicU8::new(ST_FAILED),
+            rebuild_row: AtomicU64::new(rebuild_row),
+            rebuild_failed_epoch: AtomicU64::new(membership::NO_EPOCH),
+        };
+        s.set_state(state);
+        s
+    }
 }
 
 const ST_ACTIVE: u8 = 0;
@@ -153,7 +175,11 @@ pub struct Array {
     /// taking a lock or touching a shared counter.
     handles: arc_swap::ArcSwap<Vec<MemberRef>>,
     locks: StripeLocks,
+    /// The membership lock (see `membership`): every change of who is in
+    /// the array, and every metadata write, happens under it.
     meta: Mutex<Meta>,
+    /// The membership epoch: bumped by every membership change.
+    epoch: AtomicU64,
     dirty_marked: AtomicBool,
     /// The write-intent bitmap (None for RAID0, which has no redundancy).
     bitmap: Option<bitmap::Bitmap>,
@@ -169,6 +195,10 @@ struct Absent;
 impl Member for Absent {
     fn identity(&self) -> &str {
         "(missing)"
+    }
+    fn device_key(&self) -> crate::member::DeviceKey {
+        // Never compared: membership checks look at filled slots only.
+        crate::member::DeviceKey::Ram(0)
     }
     fn size(&self) -> u64 {
         0
@@ -205,13 +235,21 @@ impl Array {
         spares: Vec<MemberRef>,
         opts: CreateOptions,
     ) -> Result<Array> {
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = std::collections::HashMap::new();
         for m in members.iter().chain(&spares) {
-            if !seen.insert(m.identity().to_string()) {
-                return Err(ArrayError::Invalid(format!(
-                    "member {} is listed twice: list each device once",
-                    m.identity()
-                )));
+            if let Some(first) = seen.insert(m.device_key(), m.identity().to_string()) {
+                return Err(ArrayError::Refused {
+                    rule: Rule::AlreadyMember,
+                    detail: if first == m.identity() {
+                        format!("member {first} is listed twice: list each device once")
+                    } else {
+                        format!(
+                            "{} and {first} are the same device ({}): list each device once",
+                            m.identity(),
+                            m.device_key()
+                        )
+                    },
+                });
             }
         }
         if opts.name.is_empty() || opts.name.len() > metadata::NAME_LEN {
@@ -250,12 +288,7 @@ impl Array {
         }
         let slots: Vec<Slot> = members
             .into_iter()
-            .map(|m| Slot {
-                member: RwLock::new(Some(m)),
-                uuid: RwLock::new(Uuid::random()),
-                state: AtomicU8::new(ST_ACTIVE),
-                rebuild_row: AtomicU64::new(0),
-            })
+            .map(|m| Slot::new(Some(m), Uuid::random(), SlotState::Active, 0))
             .collect();
         let array = Array {
             geo,
@@ -266,6 +299,7 @@ impl Array {
             handles: Array::handles_of(&slots),
             slots,
             locks: StripeLocks::new(),
+            epoch: AtomicU64::new(0),
             meta: Mutex::new(Meta {
                 events: 0,
                 clean: true,
@@ -288,7 +322,14 @@ impl Array {
 
     /// Assembles from members that carry this array's metadata (any order).
     pub fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
-        assemble::assemble(members)
+        assemble::assemble(members, false)
+    }
+
+    /// Assembles like `assemble`; when the members in sync are too few,
+    /// takes back members marked failed, newest metadata first, until the
+    /// array can serve (`Assembly::forced` says which and why).
+    pub fn assemble_forced(members: Vec<MemberRef>) -> Result<Assembly> {
+        assemble::assemble(members, true)
     }
 
     /// Uses `engine` for parity from now on (e.g. the GPU engine).
@@ -371,24 +412,9 @@ impl Array {
         }
     }
 
-    /// Whether every byte can still be served. RAID10 is judged pair by pair
-    /// (chunk copies), the others by count.
+    /// Whether every byte can still be served.
     fn within_redundancy(&self) -> bool {
-        let down: Vec<bool> = self
-            .slots
-            .iter()
-            .map(|s| s.state() != SlotState::Active)
-            .collect();
-        let n_down = down.iter().filter(|&&d| d).count();
-        match self.geo.level {
-            Level::Raid10 => {
-                // Every chunk needs one active copy; the copy pattern repeats
-                // every `members` chunks.
-                (0..self.geo.members as u64)
-                    .all(|c| self.geo.chunk_copies(c).iter().any(|p| !down[p.member]))
-            }
-            l => n_down <= l.tolerated_failures(self.geo.members),
-        }
+        self.within_redundancy_without(None)
     }
 
     /// Whether slot `slot` holds valid data at `row` (chunk row of the member).
@@ -513,55 +539,6 @@ impl Array {
         meta.log.push((SystemTime::now(), ev));
     }
 
-    /// Marks a slot failed, for ever (until rebuilt): recorded in the
-    /// metadata of every other member with the event counter bumped.
-    pub fn fail_slot(&self, slot: usize, reason: &str) {
-        let s = &self.slots[slot];
-        if s.state() == SlotState::Failed {
-            return;
-        }
-        let was_ok = self.within_redundancy();
-        s.set_state(SlotState::Failed);
-        let member = s
-            .member
-            .read()
-            .as_ref()
-            .map(|m| m.identity().to_string())
-            .unwrap_or_default();
-        tracing::error!(array = %self.name, slot, member = %member, reason, "member failed");
-        {
-            let mut meta = self.meta.lock();
-            self.record(
-                &mut meta,
-                ArrayEvent::MemberFailed {
-                    slot,
-                    member,
-                    reason: reason.into(),
-                },
-            );
-            if !self.within_redundancy() {
-                if was_ok {
-                    self.record(&mut meta, ArrayEvent::ArrayFailed);
-                }
-            } else {
-                self.record(&mut meta, ArrayEvent::ArrayDegraded);
-            }
-        }
-        self.write_metadata();
-    }
-
-    /// Fails the slot holding the member named `identity` (operator's `fail`).
-    pub fn fail_member(&self, identity: &str) -> Result<usize> {
-        let slot = self.slot_of(identity)?;
-        if self.slots[slot].state() == SlotState::Failed {
-            return Err(ArrayError::Invalid(format!(
-                "member {identity} is already failed"
-            )));
-        }
-        self.fail_slot(slot, "failed by operator");
-        Ok(slot)
-    }
-
     pub fn slot_of(&self, identity: &str) -> Result<usize> {
         self.slots
             .iter()
@@ -593,6 +570,7 @@ impl Array {
             data_size: self.geo.member_size,
             events: meta.events,
             ctime: self.ctime,
+            utime: now_secs(),
             bitmap_region_rows: self.bitmap.as_ref().map(|b| b.region_rows).unwrap_or(0),
             name: self.name.clone(),
             slots: self
@@ -605,36 +583,6 @@ impl Array {
                 })
                 .collect(),
             spares: meta.spares.iter().map(|(u, _)| *u).collect(),
-        }
-    }
-
-    /// Bumps the event counter and writes metadata to every member that is
-    /// not failed, and to the spares. A member that cannot take its
-    /// metadata is failed, and the round repeats so the survivors record it.
-    fn write_metadata(&self) {
-        let mut meta = self.meta.lock();
-        meta.events += 1;
-        for (i, s) in self.slots.iter().enumerate() {
-            if s.state() == SlotState::Failed {
-                continue;
-            }
-            let Some(m) = s.member.read().clone() else {
-                continue;
-            };
-            let sb = self.superblock(&meta, i as u32, *s.uuid.read());
-            if let Err(e) = metadata::write_superblock(m.as_ref(), &sb) {
-                drop(meta);
-                // fail_slot writes the metadata again, without this member.
-                self.fail_slot(i, &format!("metadata write failed: {e}"));
-                return;
-            }
-        }
-        for (u, m) in meta.spares.clone() {
-            let sb = self.superblock(&meta, ROLE_SPARE, u);
-            if let Err(e) = metadata::write_superblock(m.as_ref(), &sb) {
-                tracing::error!(array = %self.name, spare = m.identity(), "spare cannot take metadata ({e}); dropping it");
-                meta.spares.retain(|(x, _)| *x != u);
-            }
         }
     }
 
@@ -663,11 +611,18 @@ impl Array {
     /// Marks the array dirty (once) before its first write since it was
     /// last clean, so a crash is known at the next start.
     fn mark_dirty(&self) {
-        if self.dirty_marked.swap(true, Ordering::AcqRel) {
+        if self.dirty_marked.load(Ordering::Acquire) {
             return;
         }
-        self.meta.lock().clean = false;
-        self.write_metadata();
+        // Under the lock, and flagged only once durable: a second writer
+        // must not pass while the dirty mark is still on its way to disk.
+        let mut meta = self.meta.lock();
+        if self.dirty_marked.load(Ordering::Acquire) {
+            return;
+        }
+        meta.clean = false;
+        self.persist(&mut meta);
+        self.dirty_marked.store(true, Ordering::Release);
     }
 
     fn check_range(&self, offset: u64, len: u64) -> Result<()> {
@@ -812,6 +767,9 @@ impl Array {
         if !self.within_redundancy() {
             return Err(self.failed_error());
         }
+        // A member failure a write acted on (skipping the member) must be
+        // on disk before that write is called durable.
+        self.membership_settled();
         // Every write finished before this flush began is durable now.
         self.clear_settled(generation);
         self.journal_settle()?;
@@ -845,135 +803,12 @@ impl Array {
     /// Flushes and marks the array clean: the orderly stop.
     pub fn close(&self) -> Result<()> {
         self.flush()?;
-        self.meta.lock().clean = true;
+        let mut meta = self.meta.lock();
+        meta.clean = true;
         self.dirty_marked.store(false, Ordering::Release);
-        self.write_metadata();
+        self.persist(&mut meta);
+        drop(meta);
         tracing::info!(array = %self.name, "array stopped clean");
         Ok(())
-    }
-
-    /// Adds a hot spare (its metadata is written now).
-    pub fn add_spare(&self, m: MemberRef) -> Result<()> {
-        if m.size() < DATA_OFFSET + self.geo.member_size {
-            return Err(ArrayError::Invalid(format!(
-                "{} is {} bytes; each member of '{}' needs {}",
-                m.identity(),
-                m.size(),
-                self.name,
-                DATA_OFFSET + self.geo.member_size
-            )));
-        }
-        if self.slots.iter().any(|s| {
-            s.member
-                .read()
-                .as_ref()
-                .is_some_and(|x| x.identity() == m.identity())
-        }) || self.spares().iter().any(|s| s == m.identity())
-        {
-            return Err(ArrayError::Invalid(format!(
-                "{} is already part of array '{}'",
-                m.identity(),
-                self.name
-            )));
-        }
-        {
-            let mut meta = self.meta.lock();
-            if meta.spares.len() >= metadata::MAX_SPARES {
-                return Err(ArrayError::Invalid(format!(
-                    "array '{}' already has {} spares",
-                    self.name,
-                    metadata::MAX_SPARES
-                )));
-            }
-            meta.spares.push((Uuid::random(), m));
-        }
-        self.write_metadata();
-        Ok(())
-    }
-
-    /// Puts `new` into failed slot `slot` as a rebuilding member (position
-    /// 0). Call `rebuild` to bring it in sync.
-    pub fn replace(&self, slot: usize, new: MemberRef) -> Result<()> {
-        let s = self
-            .slots
-            .get(slot)
-            .ok_or_else(|| ArrayError::Invalid(format!("no slot {slot}")))?;
-        if s.state() != SlotState::Failed {
-            return Err(ArrayError::Invalid(format!(
-                "slot {slot} is {}, not failed: fail the member first (raidctl fail)",
-                s.state().name()
-            )));
-        }
-        if new.size() < DATA_OFFSET + self.geo.member_size {
-            return Err(ArrayError::Invalid(format!(
-                "{} is {} bytes; each member of '{}' needs {}",
-                new.identity(),
-                new.size(),
-                self.name,
-                DATA_OFFSET + self.geo.member_size
-            )));
-        }
-        if self.geo.level == Level::Raid0 {
-            return Err(ArrayError::Invalid(
-                "RAID0 has no redundancy to rebuild from".into(),
-            ));
-        }
-        let ident = new.identity().to_string();
-        {
-            let mut meta = self.meta.lock();
-            meta.spares.retain(|(_, m)| m.identity() != ident);
-            self.set_member(slot, new);
-            *s.uuid.write() = Uuid::random();
-            s.rebuild_row.store(0, Ordering::Release);
-            s.set_state(SlotState::Rebuilding);
-        }
-        self.write_metadata();
-        tracing::info!(array = %self.name, slot, member = %ident, "replacement member added; rebuild pending");
-        Ok(())
-    }
-
-    /// Takes a spare out of the array, or a failed member out of its slot
-    /// (the slot stays failed, waiting for a replacement).
-    pub fn remove_member(&self, identity: &str) -> Result<()> {
-        let removed_spare = {
-            let mut meta = self.meta.lock();
-            let before = meta.spares.len();
-            meta.spares.retain(|(_, m)| m.identity() != identity);
-            meta.spares.len() != before
-        };
-        if !removed_spare {
-            let slot = self.slot_of(identity)?;
-            let state = self.slots[slot].state();
-            if state != SlotState::Failed {
-                return Err(ArrayError::Invalid(format!(
-                    "member {identity} is {}: fail it first (raidctl fail {} {identity})",
-                    state.name(),
-                    self.name
-                )));
-            }
-            *self.slots[slot].member.write() = None;
-            let mut v: Vec<MemberRef> = self.handles.load().as_ref().clone();
-            v[slot] = Arc::new(Absent);
-            self.handles.store(Arc::new(v));
-        }
-        self.write_metadata();
-        Ok(())
-    }
-
-    /// Moves the first spare into failed slot `slot`, if there is one.
-    pub fn activate_spare(&self, slot: usize) -> Result<Option<String>> {
-        let spare = self.meta.lock().spares.first().map(|(_, m)| m.clone());
-        let Some(m) = spare else { return Ok(None) };
-        let ident = m.identity().to_string();
-        self.replace(slot, m)?;
-        let mut meta = self.meta.lock();
-        self.record(
-            &mut meta,
-            ArrayEvent::SpareActivated {
-                slot,
-                member: ident.clone(),
-            },
-        );
-        Ok(Some(ident))
     }
 }

@@ -51,7 +51,7 @@ impl Array {
             .then(|| (s.rebuild_row.load(Ordering::Acquire), self.geo.rows()))
     }
 
-    /// Slots waiting for or in rebuild.
+    /// Slots waiting for or in rebuild (`rebuild_wanted` says which may run).
     pub fn rebuilding_slots(&self) -> Vec<usize> {
         (0..self.slots.len())
             .filter(|&i| self.slots[i].state() == SlotState::Rebuilding)
@@ -66,16 +66,8 @@ impl Array {
         opts: &RebuildOptions,
         stop: &AtomicBool,
     ) -> Result<RebuildEnd> {
-        let s = self
-            .slots
-            .get(slot)
-            .ok_or_else(|| ArrayError::Invalid(format!("no slot {slot}")))?;
-        if s.state() != SlotState::Rebuilding {
-            return Err(ArrayError::Invalid(format!(
-                "slot {slot} is {}, not rebuilding",
-                s.state().name()
-            )));
-        }
+        let ticket = self.rebuild_ticket(slot)?;
+        let s = &self.slots[slot];
         let target = s
             .member
             .read()
@@ -103,7 +95,7 @@ impl Array {
         let ckpt_rows = (opts.checkpoint_bytes / chunk).max(1);
         while row < total {
             if stop.load(Ordering::Acquire) {
-                self.save_rebuild_position(&target)?;
+                self.save_rebuild_position(&ticket, &target)?;
                 tracing::info!(array = %self.name, slot, row, "rebuild interrupted; will resume here");
                 return Ok(RebuildEnd::Interrupted);
             }
@@ -116,25 +108,16 @@ impl Array {
                     }
                     _ => self.rebuild_mirror_rows(slot, &target, row, end),
                 };
-                if r.is_ok() {
-                    s.rebuild_row.store(end, Ordering::Release);
-                }
-                r
+                // Only while the slot still holds this rebuild's member.
+                r.and_then(|()| self.advance_rebuild(&ticket, end))
             };
             if let Err(e) = step {
-                let mut meta = self.meta.lock();
-                self.record(
-                    &mut meta,
-                    ArrayEvent::RebuildFailed {
-                        slot,
-                        reason: e.to_string(),
-                    },
-                );
-                return Err(e);
+                return Err(self.rebuild_ended_by(&ticket, &target, e));
             }
             row = end;
             if row - saved >= ckpt_rows {
-                self.save_rebuild_position(&target)?;
+                self.save_rebuild_position(&ticket, &target)
+                    .map_err(|e| self.rebuild_ended_by(&ticket, &target, e))?;
                 saved = row;
             }
             let pct = row * 100 / total;
@@ -154,31 +137,55 @@ impl Array {
                 }
             }
         }
-        target.flush().map_err(|e| {
+        if let Err(e) = target.flush() {
             self.fail_slot(slot, &format!("flush failed: {e}"));
+            let e = ArrayError::Member {
+                member: target.identity().into(),
+                source: e,
+            };
+            return Err(self.rebuild_ended_by(&ticket, &target, e));
+        }
+        self.finish_rebuild(&ticket)
+            .map_err(|e| self.rebuild_ended_by(&ticket, &target, e))?;
+        tracing::info!(array = %self.name, slot, secs = started.elapsed().as_secs_f64(), "rebuild finished");
+        Ok(RebuildEnd::Finished)
+    }
+
+    /// Records why a rebuild ended with an error, once: its own member
+    /// failed (the slot is failed now: a new member is needed), it was
+    /// superseded (a rebuild for the new member follows), or the array lost
+    /// what it rebuilds from (blocked until membership changes, so no retry
+    /// storm).
+    fn rebuild_ended_by(&self, t: &membership::RebuildTicket, target: &MemberRef, e: ArrayError) -> ArrayError {
+        let s = &self.slots[t.slot];
+        if matches!(e, ArrayError::Refused { rule: Rule::Superseded, .. }) {
+            tracing::warn!(array = %self.name, slot = t.slot, "{e}");
+        } else if s.state() == SlotState::Failed {
+            let mut meta = self.meta.lock();
+            self.record(
+                &mut meta,
+                ArrayEvent::RebuildFailed {
+                    slot: t.slot,
+                    reason: format!("{e}; the new member {} is failed: replace it", target.identity()),
+                },
+            );
+        } else {
+            self.rebuild_blocked(t, &e.to_string());
+        }
+        e
+    }
+
+    /// Flushes the new member, then saves its in-sync position (only while
+    /// the slot still holds it).
+    fn save_rebuild_position(&self, t: &membership::RebuildTicket, target: &MemberRef) -> Result<()> {
+        target.flush().map_err(|e| {
+            self.fail_slot(t.slot, &format!("flush failed: {e}"));
             ArrayError::Member {
                 member: target.identity().into(),
                 source: e,
             }
         })?;
-        s.set_state(SlotState::Active);
-        s.rebuild_row.store(0, Ordering::Release);
-        {
-            let mut meta = self.meta.lock();
-            self.record(&mut meta, ArrayEvent::RebuildFinished { slot });
-        }
-        self.write_metadata();
-        tracing::info!(array = %self.name, slot, secs = started.elapsed().as_secs_f64(), "rebuild finished");
-        Ok(RebuildEnd::Finished)
-    }
-
-    fn save_rebuild_position(&self, target: &MemberRef) -> Result<()> {
-        target.flush().map_err(|e| ArrayError::Member {
-            member: target.identity().into(),
-            source: e,
-        })?;
-        self.write_metadata();
-        Ok(())
+        self.checkpoint_rebuild(t)
     }
 
     /// The same lock keys the writers of these rows take.

@@ -83,6 +83,10 @@ impl Array {
         let started = Instant::now();
         let mut next_report = 0;
         let mut row = 0;
+        // Every batch is checked against this: a member that failed or was
+        // replaced since is not in sync, and nothing is judged (let alone
+        // repaired) from what it holds.
+        let epoch = self.membership_epoch();
         tracing::info!(array = %self.name, rows, repair = opts.repair, "scrub started");
         while row < rows {
             if stop.load(Ordering::Acquire) {
@@ -92,15 +96,16 @@ impl Array {
             let end = (row + opts.batch_rows.max(1)).min(rows);
             {
                 let _held = self.locks.lock(row..end);
-                match self.geo.level {
+                let r = match self.geo.level {
                     Level::Raid5 | Level::Raid6 => {
-                        self.scrub_stripes(row..end, opts.repair, &mut report)?
+                        self.scrub_stripes(row..end, opts.repair, epoch, &mut report)
                     }
-                    _ => {
-                        for r in row..end {
-                            self.scrub_chunk(r, opts.repair, &mut report)?;
-                        }
-                    }
+                    _ => (row..end)
+                        .try_for_each(|r| self.scrub_chunk(r, opts.repair, epoch, &mut report)),
+                };
+                if let Err(e) = r {
+                    self.record_scrub_end(&report, Some(&e));
+                    return Err(e);
                 }
             }
             report.rows = end;
@@ -117,20 +122,36 @@ impl Array {
                 }
             }
         }
-        {
-            let mut meta = self.meta.lock();
-            for m in &report.mismatches {
-                self.record(
-                    &mut meta,
-                    ArrayEvent::ScrubMismatch {
-                        stripe: m.stripe,
-                        slot: m.slot,
-                    },
-                );
-            }
-        }
+        self.record_scrub_end(&report, None);
         tracing::info!(array = %self.name, rows = report.rows, mismatches = report.mismatches.len(), "scrub finished");
         Ok(report)
+    }
+
+    /// One event per scrub run, whatever it found.
+    fn record_scrub_end(&self, report: &ScrubReport, error: Option<&ArrayError>) {
+        let mut meta = self.meta.lock();
+        self.record(
+            &mut meta,
+            ArrayEvent::ScrubFinished {
+                rows: report.rows,
+                mismatches: report.mismatches.len() as u64,
+                repaired: report.mismatches.iter().filter(|m| m.repaired).count() as u64,
+                interrupted: report.interrupted,
+                error: error.map(|e| e.to_string()),
+            },
+        );
+    }
+
+    /// Whether membership is what it was when the scrub began; if not, the
+    /// scrub stops before judging what it read.
+    fn scrub_still_in_sync(&self, epoch: u64) -> Result<()> {
+        if self.membership_epoch() == epoch && self.state() == ArrayState::Optimal {
+            return Ok(());
+        }
+        Err(ArrayError::Invalid(format!(
+            "scrub stopped: the members of '{}' changed while it ran (a member failed or was replaced); nothing was judged or repaired from a member not in sync. Scrub again once the array is optimal",
+            self.name
+        )))
     }
 
     /// Reads `(slot, offset)` chunk-sized pieces; a read error fails the
@@ -165,8 +186,10 @@ impl Array {
         &self,
         rows: std::ops::Range<u64>,
         repair: bool,
+        epoch: u64,
         report: &mut ScrubReport,
     ) -> Result<()> {
+        self.scrub_still_in_sync(epoch)?;
         let nd = self.geo.data_chunks();
         let np = self.geo.level.parity_chunks();
         let width = nd + np;
@@ -183,6 +206,7 @@ impl Array {
             })
             .collect();
         let mut chunks = self.scrub_read(&places)?;
+        self.scrub_still_in_sync(epoch)?;
         report.bytes_read += self.geo.chunk * places.len() as u64;
         let mut parity: Vec<AlignedBuf> = (0..rows.clone().count() * np)
             .map(|_| AlignedBuf::new(len))
@@ -246,7 +270,12 @@ impl Array {
             xor_slice(&mut good, p);
             (
                 nd,
-                "P disagrees with the data: P rewritten (RAID5 cannot locate the bad chunk)".into(),
+                if repair {
+                    "P disagrees with the data: P rewritten (RAID5 cannot locate the bad chunk)"
+                } else {
+                    "P disagrees with the data (RAID5 cannot locate the bad chunk; repair rewrites P)"
+                }
+                .into(),
                 vec![(nd, good)],
             )
         } else if p_bad && !q_bad {
@@ -281,8 +310,12 @@ impl Array {
             xor_slice(&mut gq, q);
             (
                 nd,
-                "more than one chunk disagrees: cannot locate; P and Q rewritten from the data"
-                    .into(),
+                if repair {
+                    "more than one chunk disagrees: cannot locate; P and Q rewritten from the data"
+                } else {
+                    "more than one chunk disagrees: cannot locate (repair rewrites P and Q from the data)"
+                }
+                .into(),
                 vec![(nd, gp), (nd + 1, gq)],
             )
         };
@@ -303,13 +336,21 @@ impl Array {
         Ok(())
     }
 
-    pub(super) fn scrub_chunk(&self, c: u64, repair: bool, report: &mut ScrubReport) -> Result<()> {
+    pub(super) fn scrub_chunk(
+        &self,
+        c: u64,
+        repair: bool,
+        epoch: u64,
+        report: &mut ScrubReport,
+    ) -> Result<()> {
+        self.scrub_still_in_sync(epoch)?;
         let copies = self.geo.chunk_copies(c);
         let places: Vec<(usize, u64)> = copies
             .iter()
             .map(|p| (p.member, DATA_OFFSET + p.offset))
             .collect();
         let bufs = self.scrub_read(&places)?;
+        self.scrub_still_in_sync(epoch)?;
         report.bytes_read += self.geo.chunk * places.len() as u64;
         for (k, b) in bufs.iter().enumerate().skip(1) {
             if b[..] != bufs[0][..] {
@@ -318,8 +359,13 @@ impl Array {
                     self.scrub_write(slot, places[k].1, &bufs[0])?;
                 }
                 let what = format!(
-                    "copy on slot {slot} differs from the first copy (slot {}): first copy wins",
-                    copies[0].member
+                    "copy on slot {slot} differs from the first copy (slot {}){}",
+                    copies[0].member,
+                    if repair {
+                        ": first copy written over it"
+                    } else {
+                        " (repair copies the first copy over it)"
+                    }
                 );
                 tracing::warn!(array = %self.name, chunk = c, slot, "{what}");
                 report.mismatches.push(Mismatch {

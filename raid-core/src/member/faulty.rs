@@ -122,6 +122,9 @@ impl Member for FaultyMember {
     fn identity(&self) -> &str {
         self.inner.identity()
     }
+    fn device_key(&self) -> super::DeviceKey {
+        self.inner.device_key()
+    }
     fn size(&self) -> u64 {
         self.inner.size()
     }

@@ -1,8 +1,14 @@
 //! A member that is a file or a block device, opened with O_DIRECT where
 //! the filesystem or device allows it (tmpfs and some FUSE filesystems do
 //! not: then it is opened buffered and `flush` is what makes data durable).
+//!
+//! A member is held exclusively while an array uses it: a block device is
+//! opened O_EXCL (the kernel then refuses it to mount, md, dm and every
+//! other exclusive opener), a regular file carries an exclusive `flock`.
+//! Both follow the device, not the path, so a hard link or a second path
+//! to a member in use is refused too, by any process.
 
-use super::Member;
+use super::{DeviceKey, Member};
 use crate::buf::{is_aligned, AlignedBuf};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -17,10 +23,23 @@ pub struct FileMember {
     size: u64,
     direct: bool,
     block_device: bool,
+    key: DeviceKey,
+    /// A regular file with every block allocated: zeroing keeps the blocks
+    /// (FALLOC_FL_ZERO_RANGE) instead of punching holes, so it stays safe
+    /// from a filling filesystem.
+    allocated: std::sync::atomic::AtomicBool,
+}
+
+/// Whether every byte of a regular file has a block behind it.
+fn fully_allocated(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    m.is_file() && m.blocks() * 512 >= m.len()
 }
 
 impl FileMember {
-    /// Opens an existing file or block device read-write.
+    /// Opens an existing file or block device read-write, exclusively. A
+    /// device another array (or any exclusive user) holds is refused with
+    /// `ErrorKind::ResourceBusy`.
     pub fn open(path: &Path) -> io::Result<FileMember> {
         let meta = std::fs::metadata(path)?;
         let block_device = meta.file_type().is_block_device();
@@ -33,18 +52,48 @@ impl FileMember {
                 ),
             ));
         }
+        let excl = if block_device { libc::O_EXCL } else { 0 };
+        let busy = |e: io::Error| {
+            if e.raw_os_error() == Some(libc::EBUSY) {
+                in_use(path)
+            } else {
+                e
+            }
+        };
         let (file, direct) = match OpenOptions::new()
             .read(true)
             .write(true)
-            .custom_flags(libc::O_DIRECT)
+            .custom_flags(libc::O_DIRECT | excl)
             .open(path)
         {
             Ok(f) => (f, true),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                (OpenOptions::new().read(true).write(true).open(path)?, false)
-            }
-            Err(e) => return Err(e),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(excl)
+                    .open(path)
+                    .map_err(busy)?,
+                false,
+            ),
+            Err(e) => return Err(busy(e)),
         };
+        if !block_device {
+            // SAFETY: plain syscall on our own, open fd.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc != 0 {
+                let e = io::Error::last_os_error();
+                return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                    in_use(path)
+                } else {
+                    e
+                });
+            }
+        }
+        // The key of what was opened, not of what the path names now.
+        let opened = file.metadata()?;
+        let key = DeviceKey::of_metadata(&opened, block_device);
+        let allocated = std::sync::atomic::AtomicBool::new(fully_allocated(&opened));
         let size = if block_device {
             block_device_size(&file)?
         } else {
@@ -58,12 +107,73 @@ impl FileMember {
             size,
             direct,
             block_device,
+            key,
+            allocated,
         })
+    }
+
+    /// Opens a file or block device read-only, without holding it: for
+    /// looking at the metadata of a device that may be in use (`examine`,
+    /// the status of a stopped array). Writes through it fail.
+    pub fn inspect(path: &Path) -> io::Result<FileMember> {
+        let meta = std::fs::metadata(path)?;
+        let block_device = meta.file_type().is_block_device();
+        let file = File::open(path)?;
+        let size = if block_device {
+            block_device_size(&file)?
+        } else {
+            meta.len()
+        };
+        Ok(FileMember {
+            path: path.to_owned(),
+            name: path.display().to_string(),
+            key: DeviceKey::of_metadata(&file.metadata()?, block_device),
+            file,
+            size,
+            direct: false,
+            block_device,
+            allocated: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Allocates every block of a regular file (fallocate), so the array
+    /// never meets a full filesystem on a write: a sparse member on a
+    /// filesystem that fills fails writes that the array had every right to
+    /// make. Block devices need nothing.
+    pub fn allocate(&self) -> io::Result<()> {
+        if self.block_device {
+            return Ok(());
+        }
+        // SAFETY: plain syscall on our own fd.
+        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, self.size as i64) };
+        if rc == 0 {
+            self.allocated.store(true, std::sync::atomic::Ordering::Release);
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            // A filesystem without fallocate: nothing to reserve with.
+            Some(libc::EOPNOTSUPP) => {
+                tracing::warn!(member = %self.name, "the filesystem cannot preallocate; the member stays sparse");
+                Ok(())
+            }
+            _ => Err(e),
+        }
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+fn in_use(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ResourceBusy,
+        format!(
+            "{} is in use: a running array (or another program) holds it exclusively",
+            path.display()
+        ),
+    )
 }
 
 fn block_device_size(f: &File) -> io::Result<u64> {
@@ -81,6 +191,9 @@ fn block_device_size(f: &File) -> io::Result<u64> {
 impl Member for FileMember {
     fn identity(&self) -> &str {
         &self.name
+    }
+    fn device_key(&self) -> DeviceKey {
+        self.key
     }
     fn size(&self) -> u64 {
         self.size
@@ -107,8 +220,13 @@ impl Member for FileMember {
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         // Punching a hole reads back as zeros on files and, since Linux 4.9,
-        // on block devices (it becomes a zeroing discard).
-        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // on block devices (it becomes a zeroing discard). An allocated
+        // file keeps its blocks: zeroed in place (unwritten extents).
+        let mode = if self.allocated.load(std::sync::atomic::Ordering::Acquire) {
+            libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE
+        } else {
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE
+        };
         // SAFETY: plain syscall on our own fd.
         let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, offset as i64, len as i64) };
         if rc == 0 {

@@ -16,6 +16,53 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
+/// What makes two member handles the same device, whatever path named
+/// them: a hard link, a bind mount or a second path to one block device is
+/// the same member. Paths are only how the operator names a member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceKey {
+    /// A regular file: its filesystem and inode.
+    File { dev: u64, ino: u64 },
+    /// A block device: its device number.
+    Block { rdev: u64 },
+    /// A RAM member: a number unique in this process.
+    Ram(u64),
+}
+
+impl std::fmt::Display for DeviceKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceKey::File { dev, ino } => write!(f, "file dev {dev:#x} inode {ino}"),
+            DeviceKey::Block { rdev } => {
+                write!(f, "block device {}:{}", libc::major(*rdev), libc::minor(*rdev))
+            }
+            DeviceKey::Ram(n) => write!(f, "ram member #{n}"),
+        }
+    }
+}
+
+impl DeviceKey {
+    /// The key of what `path` names now (following symlinks), without
+    /// opening it.
+    pub fn of_path(path: &std::path::Path) -> io::Result<DeviceKey> {
+        use std::os::unix::fs::FileTypeExt;
+        let m = std::fs::metadata(path)?;
+        Ok(DeviceKey::of_metadata(&m, m.file_type().is_block_device()))
+    }
+
+    pub(crate) fn of_metadata(m: &std::fs::Metadata, block: bool) -> DeviceKey {
+        use std::os::unix::fs::MetadataExt;
+        if block {
+            DeviceKey::Block { rdev: m.rdev() }
+        } else {
+            DeviceKey::File {
+                dev: m.dev(),
+                ino: m.ino(),
+            }
+        }
+    }
+}
+
 /// One member device. Offsets are absolute byte offsets on the device.
 ///
 /// Durability: a completed `write_at` may sit in a volatile cache (the
@@ -24,6 +71,9 @@ use std::sync::Arc;
 pub trait Member: Send + Sync {
     /// How the operator names it: a path, or "ram:N".
     fn identity(&self) -> &str;
+    /// Which device this is, by identity rather than name (see
+    /// `DeviceKey`): the array refuses a device it already holds.
+    fn device_key(&self) -> DeviceKey;
     /// Size in bytes.
     fn size(&self) -> u64;
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
@@ -106,9 +156,11 @@ pub fn submit(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<io::Result
         }
     }
     if ring_ios.len() > 1 {
-        let done = uring::run_batch(members, ios, &ring_ios);
-        for (k, r) in ring_ios.iter().zip(done) {
-            results[*k] = Some(r);
+        // None: no ring could be had; the I/Os go the synchronous way below.
+        if let Some(done) = uring::run_batch(members, ios, &ring_ios) {
+            for (k, r) in ring_ios.iter().zip(done) {
+                results[*k] = Some(r);
+            }
         }
     }
     // The rest run through the members' own calls: in parallel when the

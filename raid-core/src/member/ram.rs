@@ -10,6 +10,7 @@ const SEG: u64 = 64 * 1024;
 
 pub struct RamMember {
     name: String,
+    key: u64,
     size: u64,
     segs: Vec<Mutex<Box<[u8]>>>,
 }
@@ -23,8 +24,10 @@ impl RamMember {
                 Mutex::new(vec![0u8; len].into_boxed_slice())
             })
             .collect();
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         RamMember {
             name: name.into(),
+            key: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             size,
             segs,
         }
@@ -65,6 +68,9 @@ impl RamMember {
 impl Member for RamMember {
     fn identity(&self) -> &str {
         &self.name
+    }
+    fn device_key(&self) -> super::DeviceKey {
+        super::DeviceKey::Ram(self.key)
     }
     fn size(&self) -> u64 {
         self.size

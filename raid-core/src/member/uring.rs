@@ -57,17 +57,18 @@ pub(super) fn run_batch(
     members: &[MemberRef],
     ios: &mut [MemberIo<'_>],
     which: &[usize],
-) -> Vec<io::Result<()>> {
+) -> Option<Vec<io::Result<()>>> {
     RING.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
             match IoUring::new(RING_ENTRIES) {
                 Ok(r) => *slot = Some(r),
+                // No ring (EMFILE, ENOMEM, a locked-down kernel): that says
+                // nothing about the members, so none is failed for it; the
+                // caller runs the batch through pread/pwrite instead.
                 Err(e) => {
-                    return which
-                        .iter()
-                        .map(|_| Err(io::Error::other(format!("io_uring: {e}"))))
-                        .collect()
+                    tracing::warn!("cannot create an io_uring ({e}); this batch runs through pread/pwrite");
+                    return None;
                 }
             }
         }
@@ -136,7 +137,7 @@ pub(super) fn run_batch(
                 }
             }
         }
-        which
+        let all = which
             .iter()
             .enumerate()
             .map(|(w, &k)| match results[w].take() {
@@ -150,7 +151,8 @@ pub(super) fn run_batch(
                     }
                 }
             })
-            .collect()
+            .collect();
+        Some(all)
     })
 }
 

@@ -1,0 +1,588 @@
+//! Membership: who is in the array, and every change to it.
+//!
+//! One owner, one lock. Every change (a member failing, the operator's
+//! fail, remove, add, replace, a spare taking a slot, a rebuild advancing
+//! and finishing, forced assembly) is made here, under the `meta` lock, in
+//! three steps that nothing can interleave with:
+//!
+//! 1. **check** the change against the current state: a refusal is
+//!    `ArrayError::Refused`, naming the `Rule` that refused it and the fix;
+//! 2. **apply** it to the slots and bump the membership epoch;
+//! 3. **persist** it: the metadata goes to every member that is not failed
+//!    (and the spares) before the lock is released.
+//!
+//! The data path reads slot states without this lock (atomics), so a
+//! failure is visible to writers a moment before it is durable. `flush`
+//! closes that gap: it takes this lock after flushing the members, so it
+//! returns only once every failure a write acted on is on disk.
+//!
+//! Background work holds a ticket naming the member it works for. A
+//! rebuild advances and finishes only while its slot still holds the member
+//! it started with (a fresh member uuid is drawn at every replace), so a
+//! member failed or replaced under a running rebuild is never marked in
+//! sync by it. Scrub reads the epoch before and after each batch: a batch
+//! that saw any membership change is dropped, never repaired from.
+//!
+//! Lock order: stripe locks, then `meta`. Nothing here takes a stripe lock.
+
+use super::*;
+use crate::member::DeviceKey;
+use parking_lot::MutexGuard;
+
+/// The rules a membership change must pass. Each refusal names one, so the
+/// operator (and a test) can tell which.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// The change would leave the array without its data (more members
+    /// down than the level tolerates). `--force` overrides.
+    WouldLoseData,
+    /// The device is already in this array (same file or device, by
+    /// identity, whatever path names it).
+    AlreadyMember,
+    /// No slot or spare holds this member.
+    NotAMember,
+    /// The member is already failed.
+    AlreadyFailed,
+    /// The slot is not in the state the change needs (replace needs a
+    /// failed slot; remove needs a failed member or a spare).
+    WrongSlotState,
+    /// The level has no redundancy to rebuild from (RAID0).
+    NoRedundancy,
+    /// The array has failed: nothing can be rebuilt until enough members
+    /// are back (`start --force`).
+    ArrayFailed,
+    /// The device is smaller than a member of this array must be.
+    TooSmall,
+    /// Every spare place in the metadata is taken.
+    TooManySpares,
+    /// The work (a rebuild) was for a member the slot no longer holds.
+    Superseded,
+}
+
+impl Rule {
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::WouldLoseData => "would-lose-data",
+            Rule::AlreadyMember => "already-a-member",
+            Rule::NotAMember => "not-a-member",
+            Rule::AlreadyFailed => "already-failed",
+            Rule::WrongSlotState => "wrong-slot-state",
+            Rule::NoRedundancy => "no-redundancy",
+            Rule::ArrayFailed => "array-failed",
+            Rule::TooSmall => "too-small",
+            Rule::TooManySpares => "too-many-spares",
+            Rule::Superseded => "superseded",
+        }
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn refuse(rule: Rule, detail: String) -> ArrayError {
+    ArrayError::Refused { rule, detail }
+}
+
+/// What a rebuild works for: the slot, and the member uuid the slot held
+/// when the rebuild began.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RebuildTicket {
+    pub slot: usize,
+    member_uuid: Uuid,
+}
+
+pub(super) type Guard<'a> = MutexGuard<'a, Meta>;
+
+impl Array {
+    /// The membership epoch: bumped by every change of who is in the array
+    /// or in which state. Background work compares it across a step.
+    pub fn membership_epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Whether the array still serves every byte with `also_down` out as
+    /// well as the slots already down. RAID10 is judged pair by pair (chunk
+    /// copies), the others by count.
+    pub(super) fn within_redundancy_without(&self, also_down: Option<usize>) -> bool {
+        let down: Vec<bool> = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| s.state() != SlotState::Active || Some(i) == also_down)
+            .collect();
+        let n_down = down.iter().filter(|&&d| d).count();
+        match self.geo.level {
+            // Every chunk needs one active copy; the copy pattern repeats
+            // every `members` chunks.
+            Level::Raid10 => (0..self.geo.members as u64)
+                .all(|c| self.geo.chunk_copies(c).iter().any(|p| !down[p.member])),
+            l => n_down <= l.tolerated_failures(self.geo.members),
+        }
+    }
+
+    /// The slot whose member is the device `key`.
+    pub fn slot_by_key(&self, key: DeviceKey) -> Option<usize> {
+        self.slots.iter().position(|s| {
+            s.member
+                .read()
+                .as_ref()
+                .is_some_and(|m| m.device_key() == key)
+        })
+    }
+
+    /// Whether `key` is a member or a spare of this array.
+    pub fn holds(&self, key: DeviceKey) -> bool {
+        self.slot_by_key(key).is_some()
+            || self.meta.lock().spares.iter().any(|(_, m)| m.device_key() == key)
+    }
+
+    /// The device keys of every member and spare.
+    pub fn device_keys(&self) -> Vec<DeviceKey> {
+        let mut keys: Vec<DeviceKey> = self
+            .slots
+            .iter()
+            .filter_map(|s| s.member.read().as_ref().map(|m| m.device_key()))
+            .collect();
+        keys.extend(self.meta.lock().spares.iter().map(|(_, m)| m.device_key()));
+        keys
+    }
+
+    fn check_new_device(&self, meta: &Meta, m: &MemberRef) -> Result<()> {
+        let key = m.device_key();
+        if let Some(slot) = self.slot_by_key(key) {
+            return Err(refuse(
+                Rule::AlreadyMember,
+                format!(
+                    "{} is the member of slot {slot} of '{}' (the same {key}, whatever its path): name a device that is in no array",
+                    m.identity(),
+                    self.name
+                ),
+            ));
+        }
+        if meta.spares.iter().any(|(_, s)| s.device_key() == key) {
+            return Err(refuse(
+                Rule::AlreadyMember,
+                format!(
+                    "{} is already a spare of '{}' (the same {key})",
+                    m.identity(),
+                    self.name
+                ),
+            ));
+        }
+        let need = DATA_OFFSET + self.geo.member_size;
+        if m.size() < need {
+            return Err(refuse(
+                Rule::TooSmall,
+                format!(
+                    "{} is {} bytes; each member of '{}' needs {need}",
+                    m.identity(),
+                    m.size(),
+                    self.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    // ---- persist ----------------------------------------------------------
+
+    /// Bumps the event counter and writes metadata to every member that is
+    /// not failed, and to the spares. A member that cannot take its metadata
+    /// is failed, and the round repeats so the survivors record that.
+    pub(super) fn write_metadata(&self) {
+        let mut meta = self.meta.lock();
+        self.persist(&mut meta);
+    }
+
+    pub(super) fn persist(&self, meta: &mut Guard<'_>) {
+        'round: loop {
+            meta.events += 1;
+            for (i, s) in self.slots.iter().enumerate() {
+                if s.state() == SlotState::Failed {
+                    continue;
+                }
+                let Some(m) = s.member.read().clone() else {
+                    continue;
+                };
+                let sb = self.superblock(meta, i as u32, *s.uuid.read());
+                if let Err(e) = metadata::write_superblock(m.as_ref(), &sb) {
+                    self.fail_locked(meta, i, &format!("metadata write failed: {e}"));
+                    continue 'round;
+                }
+            }
+            for (u, m) in meta.spares.clone() {
+                let sb = self.superblock(meta, ROLE_SPARE, u);
+                if let Err(e) = metadata::write_superblock(m.as_ref(), &sb) {
+                    tracing::error!(array = %self.name, spare = m.identity(), "spare cannot take metadata ({e}); dropping it");
+                    meta.spares.retain(|(x, _)| *x != u);
+                }
+            }
+            return;
+        }
+    }
+
+    /// Waits until every membership change begun so far is durable.
+    pub(super) fn membership_settled(&self) {
+        drop(self.meta.lock());
+    }
+
+    // ---- failing ----------------------------------------------------------
+
+    /// Applies a failure (no check: a member that errs is failed whatever
+    /// the state). The caller persists.
+    fn fail_locked(&self, meta: &mut Meta, slot: usize, reason: &str) {
+        let s = &self.slots[slot];
+        if s.state() == SlotState::Failed {
+            return;
+        }
+        let was_ok = self.within_redundancy();
+        s.set_state(SlotState::Failed);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        let member = s
+            .member
+            .read()
+            .as_ref()
+            .map(|m| m.identity().to_string())
+            .unwrap_or_default();
+        tracing::error!(array = %self.name, slot, member = %member, reason, "member failed");
+        self.record(
+            meta,
+            ArrayEvent::MemberFailed {
+                slot,
+                member,
+                reason: reason.into(),
+            },
+        );
+        if !self.within_redundancy() {
+            if was_ok {
+                self.record(meta, ArrayEvent::ArrayFailed);
+            }
+        } else {
+            self.record(meta, ArrayEvent::ArrayDegraded);
+        }
+    }
+
+    /// Marks a slot failed, for ever (until rebuilt): recorded in the
+    /// metadata of every other member, durably, before this returns. For
+    /// members that err: never refused.
+    pub fn fail_slot(&self, slot: usize, reason: &str) {
+        let mut meta = self.meta.lock();
+        if self.slots[slot].state() == SlotState::Failed {
+            return;
+        }
+        self.fail_locked(&mut meta, slot, reason);
+        self.persist(&mut meta);
+    }
+
+    /// The operator's `fail`: refused when the member is already failed, or
+    /// when it would leave the array without its data, unless `force`.
+    pub fn fail_member(&self, slot: usize, force: bool) -> Result<usize> {
+        let mut meta = self.meta.lock();
+        let s = self
+            .slots
+            .get(slot)
+            .ok_or_else(|| ArrayError::Invalid(format!("no slot {slot}")))?;
+        let who = self.slot_name(slot);
+        if s.state() == SlotState::Failed {
+            return Err(refuse(
+                Rule::AlreadyFailed,
+                format!("{who} is already failed"),
+            ));
+        }
+        let would_fail = self.within_redundancy() && !self.within_redundancy_without(Some(slot));
+        if would_fail && !force {
+            return Err(refuse(
+                Rule::WouldLoseData,
+                format!(
+                    "failing {who} would leave '{}' without its data: {} tolerates {} lost member(s) and {} already down. If the drive is really gone, add --force (the array then stops serving I/O)",
+                    self.name,
+                    self.geo.level,
+                    self.geo.level.tolerated_failures(self.geo.members),
+                    self.slots.iter().filter(|s| s.state() != SlotState::Active).count()
+                ),
+            ));
+        }
+        let why = if would_fail {
+            "failed by operator (forced past redundancy)"
+        } else {
+            "failed by operator"
+        };
+        self.fail_locked(&mut meta, slot, why);
+        self.persist(&mut meta);
+        Ok(slot)
+    }
+
+    /// "slot 2 (/path)" or "slot 2 (missing)".
+    fn slot_name(&self, slot: usize) -> String {
+        match self.slots[slot].member.read().as_ref() {
+            Some(m) => format!("slot {slot} ({})", m.identity()),
+            None => format!("slot {slot} (missing)"),
+        }
+    }
+
+    // ---- spares, remove -----------------------------------------------------
+
+    /// Adds a hot spare (its metadata is written now).
+    pub fn add_spare(&self, m: MemberRef) -> Result<()> {
+        let mut meta = self.meta.lock();
+        self.check_new_device(&meta, &m)?;
+        if meta.spares.len() >= metadata::MAX_SPARES {
+            return Err(refuse(
+                Rule::TooManySpares,
+                format!(
+                    "array '{}' already has {} spares: remove one first",
+                    self.name,
+                    metadata::MAX_SPARES
+                ),
+            ));
+        }
+        meta.spares.push((Uuid::random(), m));
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.persist(&mut meta);
+        Ok(())
+    }
+
+    /// Takes the spare `key` out of the array, or the failed member `key`
+    /// out of its slot (the slot stays failed, waiting for a replacement).
+    /// Returns the slot emptied, if a slot was.
+    pub fn remove_member(&self, key: DeviceKey) -> Result<Option<usize>> {
+        let mut meta = self.meta.lock();
+        let before = meta.spares.len();
+        meta.spares.retain(|(_, m)| m.device_key() != key);
+        if meta.spares.len() != before {
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            self.persist(&mut meta);
+            return Ok(None);
+        }
+        let slot = self.slot_by_key(key).ok_or_else(|| {
+            refuse(
+                Rule::NotAMember,
+                format!("{key} is neither a member nor a spare of '{}'", self.name),
+            )
+        })?;
+        let state = self.slots[slot].state();
+        if state != SlotState::Failed {
+            return Err(refuse(
+                Rule::WrongSlotState,
+                format!(
+                    "{} is {}: fail it first (raidctl fail {} ...), which is refused if it would lose data",
+                    self.slot_name(slot),
+                    state.name(),
+                    self.name
+                ),
+            ));
+        }
+        *self.slots[slot].member.write() = None;
+        let mut v: Vec<MemberRef> = self.handles.load().as_ref().clone();
+        v[slot] = Arc::new(Absent);
+        self.handles.store(Arc::new(v));
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.persist(&mut meta);
+        Ok(Some(slot))
+    }
+
+    // ---- replace, spare activation -------------------------------------------
+
+    /// Puts `new` into failed slot `slot` as a rebuilding member (in sync
+    /// up to row 0). A rebuild brings it in sync.
+    pub fn replace(&self, slot: usize, new: MemberRef) -> Result<()> {
+        let mut meta = self.meta.lock();
+        self.check_new_device(&meta, &new)?;
+        self.replace_locked(&mut meta, slot, new)
+    }
+
+    /// Checks and applies a replacement; `new` passed `check_new_device`
+    /// (or is this array's own spare).
+    fn replace_locked(&self, meta: &mut Guard<'_>, slot: usize, new: MemberRef) -> Result<()> {
+        let s = self
+            .slots
+            .get(slot)
+            .ok_or_else(|| ArrayError::Invalid(format!("no slot {slot}")))?;
+        if self.geo.level == Level::Raid0 {
+            return Err(refuse(
+                Rule::NoRedundancy,
+                "RAID0 has no redundancy to rebuild a member from".into(),
+            ));
+        }
+        match s.state() {
+            SlotState::Failed => {}
+            SlotState::Rebuilding => {
+                return Err(refuse(
+                    Rule::WrongSlotState,
+                    format!(
+                        "{} is already being rebuilt: fail that member first to put another device in its place",
+                        self.slot_name(slot)
+                    ),
+                ))
+            }
+            SlotState::Active => {
+                return Err(refuse(
+                    Rule::WrongSlotState,
+                    format!(
+                        "{} is active and in sync: fail it first (raidctl fail {} ...), which keeps the array serving, degraded, until the rebuild ends",
+                        self.slot_name(slot),
+                        self.name
+                    ),
+                ))
+            }
+        }
+        if !self.within_redundancy() {
+            return Err(refuse(
+                Rule::ArrayFailed,
+                format!(
+                    "array '{}' has failed: there is nothing to rebuild {} from. Bring the members back first (raidctl stop {n}; raidctl start {n} --force)",
+                    self.name,
+                    self.slot_name(slot),
+                    n = self.name
+                ),
+            ));
+        }
+        let key = new.device_key();
+        let ident = new.identity().to_string();
+        meta.spares.retain(|(_, m)| m.device_key() != key);
+        self.set_member(slot, new);
+        *s.uuid.write() = Uuid::random();
+        s.rebuild_row.store(0, Ordering::Release);
+        s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
+        s.set_state(SlotState::Rebuilding);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.persist(meta);
+        tracing::info!(array = %self.name, slot, member = %ident, "replacement member added; rebuild pending");
+        Ok(())
+    }
+
+    /// Moves the first spare into failed slot `slot`, if there is one: the
+    /// check and the move under one lock, so a concurrent `replace` of the
+    /// same slot either wins or is refused.
+    pub fn activate_spare(&self, slot: usize) -> Result<Option<String>> {
+        let mut meta = self.meta.lock();
+        if self.slots.get(slot).map(|s| s.state()) != Some(SlotState::Failed)
+            || !self.within_redundancy()
+        {
+            return Ok(None);
+        }
+        let Some(m) = meta.spares.first().map(|(_, m)| m.clone()) else {
+            return Ok(None);
+        };
+        let ident = m.identity().to_string();
+        self.replace_locked(&mut meta, slot, m)?;
+        self.record(
+            &mut meta,
+            ArrayEvent::SpareActivated {
+                slot,
+                member: ident.clone(),
+            },
+        );
+        Ok(Some(ident))
+    }
+
+    // ---- rebuild ----------------------------------------------------------
+
+    /// The ticket of a rebuild of `slot`, which must be rebuilding.
+    pub(super) fn rebuild_ticket(&self, slot: usize) -> Result<RebuildTicket> {
+        let _meta = self.meta.lock();
+        let s = self
+            .slots
+            .get(slot)
+            .ok_or_else(|| ArrayError::Invalid(format!("no slot {slot}")))?;
+        if s.state() != SlotState::Rebuilding || s.member.read().is_none() {
+            return Err(refuse(
+                Rule::WrongSlotState,
+                format!("{} is {}, not rebuilding", self.slot_name(slot), s.state().name()),
+            ));
+        }
+        Ok(RebuildTicket {
+            slot,
+            member_uuid: *s.uuid.read(),
+        })
+    }
+
+    fn ticket_holds(&self, t: &RebuildTicket) -> Result<()> {
+        let s = &self.slots[t.slot];
+        if s.state() == SlotState::Rebuilding && *s.uuid.read() == t.member_uuid {
+            Ok(())
+        } else {
+            Err(refuse(
+                Rule::Superseded,
+                format!(
+                    "{} was failed or replaced while it was being rebuilt: this rebuild stops; one for the new member follows",
+                    self.slot_name(t.slot)
+                ),
+            ))
+        }
+    }
+
+    /// Moves the rebuilt position of the ticket's slot to `row`, if the slot
+    /// still holds the ticket's member. Callers hold the rows' stripe locks.
+    pub(super) fn advance_rebuild(&self, t: &RebuildTicket, row: u64) -> Result<()> {
+        let _meta = self.meta.lock();
+        self.ticket_holds(t)?;
+        self.slots[t.slot].rebuild_row.store(row, Ordering::Release);
+        Ok(())
+    }
+
+    /// Saves the rebuilt position in the metadata (a restart resumes from it).
+    pub(super) fn checkpoint_rebuild(&self, t: &RebuildTicket) -> Result<()> {
+        let mut meta = self.meta.lock();
+        self.ticket_holds(t)?;
+        self.persist(&mut meta);
+        Ok(())
+    }
+
+    /// Marks the ticket's member in sync: only if the slot still holds it.
+    pub(super) fn finish_rebuild(&self, t: &RebuildTicket) -> Result<()> {
+        let mut meta = self.meta.lock();
+        self.ticket_holds(t)?;
+        let s = &self.slots[t.slot];
+        s.set_state(SlotState::Active);
+        s.rebuild_row.store(0, Ordering::Release);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.record(&mut meta, ArrayEvent::RebuildFinished { slot: t.slot });
+        self.persist(&mut meta);
+        Ok(())
+    }
+
+    /// Records that the ticket's rebuild failed for a reason other than its
+    /// own member (the array lost a source): it is not tried again until
+    /// membership changes, so a failed array cannot start a retry storm.
+    pub(super) fn rebuild_blocked(&self, t: &RebuildTicket, reason: &str) {
+        let mut meta = self.meta.lock();
+        let s = &self.slots[t.slot];
+        let epoch = self.epoch.load(Ordering::Acquire);
+        if s.rebuild_failed_epoch.swap(epoch, Ordering::AcqRel) != epoch {
+            self.record(
+                &mut meta,
+                ArrayEvent::RebuildFailed {
+                    slot: t.slot,
+                    reason: reason.into(),
+                },
+            );
+        }
+    }
+
+    /// The first slot whose rebuild is pending and may run now: rebuilding,
+    /// and not blocked at the current membership epoch.
+    pub fn rebuild_wanted(&self) -> Option<usize> {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        self.slots.iter().position(|s| {
+            s.state() == SlotState::Rebuilding
+                && s.rebuild_failed_epoch.load(Ordering::Acquire) != epoch
+        })
+    }
+
+    /// Whether a rebuild is pending but cannot run (the array lost what it
+    /// would rebuild from).
+    pub fn rebuild_stalled(&self) -> bool {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        self.slots.iter().any(|s| {
+            s.state() == SlotState::Rebuilding
+                && s.rebuild_failed_epoch.load(Ordering::Acquire) == epoch
+        })
+    }
+}
+
+/// `rebuild_failed_epoch` when no rebuild failed.
+pub(super) const NO_EPOCH: u64 = u64::MAX;

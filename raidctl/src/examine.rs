@@ -1,0 +1,178 @@
+//! `raidctl examine DEV...`: what a device holds, from its own metadata,
+//! read-only (safe on a member of a running array): the first thing to run
+//! when an array will not start, or a disk's past is unknown (mdadm
+//! --examine).
+
+use crate::error::{code, CliError, Result};
+use crate::inspect::{probe, Content};
+use crate::Format;
+use raid_core::member::{FileMember, Member};
+use raid_core::metadata::{read_superblock, ROLE_SPARE};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// What one device holds, as `examine` prints it (and its JSON form).
+#[derive(Debug, Serialize)]
+pub struct Examined {
+    pub device: String,
+    /// "member", "spare", "other" (a filesystem, partition table, nothing
+    /// recognisable) or "unreadable".
+    pub kind: String,
+    pub array: Option<String>,
+    pub array_uuid: Option<String>,
+    pub level: Option<String>,
+    pub chunk_bytes: Option<u64>,
+    pub members: Option<usize>,
+    /// The slot this device holds, per its own metadata.
+    pub slot: Option<usize>,
+    pub member_uuid: Option<String>,
+    /// This device's state as its own metadata records it (active, failed,
+    /// rebuilding; the newest metadata elsewhere may say more).
+    pub member_state: Option<String>,
+    pub rebuild_row: Option<u64>,
+    /// The event counter: of several devices of one array, the highest is
+    /// the newest view; a lower one missed changes.
+    pub events: Option<u64>,
+    pub created: Option<String>,
+    pub updated: Option<String>,
+    /// Whether the array was stopped cleanly when this copy was written.
+    pub clean: Option<bool>,
+    /// What is there when it is not a member, or why it cannot be read.
+    pub detail: Option<String>,
+}
+
+impl Examined {
+    fn bare(device: &Path, kind: &str, detail: String) -> Examined {
+        Examined {
+            device: device.display().to_string(),
+            kind: kind.into(),
+            array: None,
+            array_uuid: None,
+            level: None,
+            chunk_bytes: None,
+            members: None,
+            slot: None,
+            member_uuid: None,
+            member_state: None,
+            rebuild_row: None,
+            events: None,
+            created: None,
+            updated: None,
+            clean: None,
+            detail: Some(detail),
+        }
+    }
+}
+
+pub fn examine(device: &Path) -> Examined {
+    let m = match FileMember::inspect(device) {
+        Ok(m) => m,
+        Err(e) => return Examined::bare(device, "unreadable", format!("cannot open: {e}")),
+    };
+    let sb = match read_superblock(&m as &dyn Member) {
+        Ok(sb) => sb,
+        Err(e) => {
+            let what = match probe(device) {
+                Ok(Content::Nothing) => "no array metadata, nothing recognisable".to_string(),
+                Ok(c) => format!("no array metadata; holds {}", crate::daemon::describe(&c)),
+                Err(_) => String::new(),
+            };
+            return Examined::bare(
+                device,
+                "other",
+                format!("{what} ({e})").trim_start().to_string(),
+            );
+        }
+    };
+    let time = |t: u64| (t > 0).then(|| crate::eventlog::rfc3339(t));
+    let entry = (sb.role != ROLE_SPARE)
+        .then(|| sb.slots.get(sb.role as usize))
+        .flatten();
+    Examined {
+        device: device.display().to_string(),
+        kind: if sb.role == ROLE_SPARE {
+            "spare"
+        } else {
+            "member"
+        }
+        .into(),
+        array: Some(sb.name.clone()),
+        array_uuid: Some(sb.array_uuid.to_string()),
+        level: Some(sb.level.to_string()),
+        chunk_bytes: Some(sb.chunk as u64),
+        members: Some(sb.slots.len()),
+        slot: (sb.role != ROLE_SPARE).then_some(sb.role as usize),
+        member_uuid: Some(sb.member_uuid.to_string()),
+        member_state: entry.map(|e| e.state.name().to_string()),
+        rebuild_row: entry
+            .filter(|e| e.state == raid_core::metadata::SlotState::Rebuilding)
+            .map(|e| e.rebuild_row),
+        events: Some(sb.events),
+        created: time(sb.ctime),
+        updated: time(sb.utime),
+        clean: Some(sb.clean),
+        detail: None,
+    }
+}
+
+pub fn run(devices: &[PathBuf], fmt: Format) -> Result<()> {
+    let all: Vec<Examined> = devices.iter().map(|d| examine(d)).collect();
+    if fmt == Format::Json {
+        out!(
+            "{}",
+            serde_json::to_string_pretty(&all).expect("examine serialises")
+        );
+    } else {
+        for e in &all {
+            out!("{}", render(e));
+        }
+    }
+    if all.iter().any(|e| e.kind == "unreadable") {
+        return Err(CliError::quiet(code::NOT_FOUND));
+    }
+    Ok(())
+}
+
+fn render(e: &Examined) -> String {
+    let mut t = format!("{}:\n", e.device);
+    if e.array.is_none() {
+        t.push_str(&format!(
+            "  {}: {}\n",
+            e.kind,
+            e.detail.as_deref().unwrap_or("")
+        ));
+        return t;
+    }
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    t.push_str(&format!(
+        "  array:   {} (uuid {})\n  level:   {}, {} members, chunk {}\n",
+        opt(&e.array),
+        opt(&e.array_uuid),
+        opt(&e.level),
+        e.members.unwrap_or(0),
+        crate::status::human_bytes(e.chunk_bytes.unwrap_or(0))
+    ));
+    match e.slot {
+        Some(s) => t.push_str(&format!(
+            "  role:    slot {s}, {}{}\n",
+            opt(&e.member_state),
+            e.rebuild_row
+                .map(|r| format!(" (in sync up to row {r})"))
+                .unwrap_or_default()
+        )),
+        None => t.push_str("  role:    spare\n"),
+    }
+    t.push_str(&format!(
+        "  member:  uuid {}\n  events:  {}\n  state:   {}\n  created: {}\n  updated: {}",
+        opt(&e.member_uuid),
+        e.events.unwrap_or(0),
+        if e.clean == Some(true) {
+            "clean"
+        } else {
+            "dirty (not stopped cleanly, or running)"
+        },
+        opt(&e.created),
+        opt(&e.updated)
+    ));
+    t
+}

@@ -301,8 +301,10 @@ fn a_torn_metadata_copy_leaves_the_other_one() {
     let asm = Array::assemble(m.refs()).unwrap();
     assert_eq!(asm.array.state(), ArrayState::Degraded);
     assert!(
-        asm.refused.iter().any(|(who, why)| who == "ram:torn0"
-            && why.contains("copy at byte 0: no array metadata")),
+        asm.refused
+            .iter()
+            .any(|(who, why)| who == "ram:torn0"
+                && why.contains("copy at byte 0: no array metadata")),
         "{:?}",
         asm.refused
     );

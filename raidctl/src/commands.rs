@@ -306,8 +306,16 @@ fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
             a.members.len()
         )));
     }
-    let members: Vec<PathBuf> = a.members.iter().map(|p| existing(p)).collect::<Result<_>>()?;
-    let spares: Vec<PathBuf> = a.spares.iter().map(|p| existing(p)).collect::<Result<_>>()?;
+    let members: Vec<PathBuf> = a
+        .members
+        .iter()
+        .map(|p| existing(p))
+        .collect::<Result<_>>()?;
+    let spares: Vec<PathBuf> = a
+        .spares
+        .iter()
+        .map(|p| existing(p))
+        .collect::<Result<_>>()?;
     // Each device once, by identity: a hard link or a second path to a
     // device is the same member.
     let mut seen: std::collections::HashMap<DeviceKey, &PathBuf> = Default::default();
@@ -428,7 +436,12 @@ fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
 /// The names of the arrays the daemon serves now (none without a daemon).
 fn running_names(st: &StateDir) -> Result<Vec<String>> {
     Ok(match call(&st.socket(), &Request::Status { name: None })? {
-        Some(r) => r.into_result()?.arrays.into_iter().map(|a| a.name).collect(),
+        Some(r) => r
+            .into_result()?
+            .arrays
+            .into_iter()
+            .map(|a| a.name)
+            .collect(),
         None => vec![],
     })
 }
@@ -658,12 +671,10 @@ fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
                     "array '{name}' has failed: see raidctl events {name} and docs/recovery.md"
                 )))
             }
-            _ if s.rebuild_stalled => {
-                return Err(CliError::failed(format!(
-                    "array '{name}' is {} and its rebuild cannot run (raidctl events {name} says why)",
-                    s.state
-                )))
-            }
+            _ if s.rebuild_stalled => return Err(CliError::failed(format!(
+                "array '{name}' is {} and its rebuild cannot run (raidctl events {name} says why)",
+                s.state
+            ))),
             // Degraded with nothing to rebuild onto: a spare about to be
             // taken by the monitor is worth waiting for, nothing else is.
             "degraded" if s.spares.is_empty() => {

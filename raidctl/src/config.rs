@@ -128,7 +128,11 @@ mod tests {
             panic!("a broken config was accepted");
         };
         assert!(e.msg.contains("line 2"), "{}", e.msg);
-        assert!(!e.msg.contains("hunter2"), "the secret was echoed: {}", e.msg);
+        assert!(
+            !e.msg.contains("hunter2"),
+            "the secret was echoed: {}",
+            e.msg
+        );
         let Err(e) = load("[[array]]\nname = \"data\"\nparity = \"tpu\"\n") else {
             panic!("parity = \"tpu\" was accepted");
         };

@@ -137,10 +137,7 @@ impl Daemon {
             };
             let r = d.handle(req);
             if !r.ok {
-                let e = CliError::new(
-                    r.code.unwrap_or(code::FAILED),
-                    r.error.unwrap_or_default(),
-                );
+                let e = CliError::new(r.code.unwrap_or(code::FAILED), r.error.unwrap_or_default());
                 tracing::error!(array = %name, "array not started: {e}");
                 eprintln!("raidctl: error: array '{name}' not started: {e}");
                 first_error.get_or_insert(e);
@@ -676,9 +673,8 @@ impl Daemon {
     /// any array (by identity: a hard link or another path to a member is
     /// the member), holds data, or is in use.
     fn open_new_member(&self, served: &Served, path: &Path) -> Result<MemberRef> {
-        let key = DeviceKey::of_path(path).map_err(|e| {
-            CliError::not_found(format!("{} cannot be read: {e}", path.display()))
-        })?;
+        let key = DeviceKey::of_path(path)
+            .map_err(|e| CliError::not_found(format!("{} cannot be read: {e}", path.display())))?;
         let running: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
         for other in running {
             if let Some(slot) = other.array.slot_by_key(key) {
@@ -860,8 +856,12 @@ impl Daemon {
             s.scrubbing.store(false, Ordering::Release);
             return;
         }
-        let (array, repair, stop, served) =
-            (s.array.clone(), sched.repair, s.scrub_stop.clone(), s.clone());
+        let (array, repair, stop, served) = (
+            s.array.clone(),
+            sched.repair,
+            s.scrub_stop.clone(),
+            s.clone(),
+        );
         std::thread::spawn(move || {
             let opts = scrub_options(repair);
             match array.scrub(&opts, &stop) {
@@ -957,8 +957,13 @@ fn reopen_log(st: &StateDir) {
         tracing::info!("SIGHUP: logging to a terminal or the journal; nothing to reopen");
         return;
     }
-    let same = std::fs::metadata(st.log()).is_ok_and(|m| m.ino() == cur.st_ino && m.dev() == cur.st_dev);
-    match std::fs::OpenOptions::new().create(true).append(true).open(st.log()) {
+    let same =
+        std::fs::metadata(st.log()).is_ok_and(|m| m.ino() == cur.st_ino && m.dev() == cur.st_dev);
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(st.log())
+    {
         Ok(f) => {
             // SAFETY: dup2 onto stdout and stderr; `f` is open and closed
             // after, the duplicates stay.

@@ -62,7 +62,11 @@ impl StateDir {
                 self.root.display()
             ))
         })?;
-        for (p, mode) in [(self.root.clone(), 0o700), (self.arrays(), 0o700), (self.log(), 0o600)] {
+        for (p, mode) in [
+            (self.root.clone(), 0o700),
+            (self.arrays(), 0o700),
+            (self.log(), 0o600),
+        ] {
             if std::fs::metadata(&p).is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
                 let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));
             }

@@ -410,10 +410,16 @@ fn scrub_finds_and_repairs_silent_corruption() {
     assert_eq!(code, 1, "{out}");
     let found: serde_json::Value = serde_json::from_str(&out).unwrap();
     let mm = found["mismatches"].as_array().unwrap();
-    assert!(!mm[0]["what"].as_str().unwrap().contains("rewritten"), "{found}");
+    assert!(
+        !mm[0]["what"].as_str().unwrap().contains("rewritten"),
+        "{found}"
+    );
     let (code, text, _) = w.code(&["scrub", "sc"]);
     assert_eq!(code, 1, "{text}");
-    assert!(!text.contains("rewritten") && text.contains("check only"), "{text}");
+    assert!(
+        !text.contains("rewritten") && text.contains("check only"),
+        "{text}"
+    );
     assert_eq!(mm.len(), 1, "{found}");
     assert_eq!(mm[0]["member"], s(&m[3]));
     let out = w.ok(&["scrub", "sc", "--repair"]);

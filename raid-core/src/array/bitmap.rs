@@ -242,7 +242,12 @@ impl Array {
                     };
                     for c in c0..c1 {
                         let _held = self.locks.lock([c]);
-                        self.scrub_chunk(c, true, self.membership_epoch(), &mut Default::default())?;
+                        self.scrub_chunk(
+                            c,
+                            true,
+                            self.membership_epoch(),
+                            &mut Default::default(),
+                        )?;
                     }
                 }
             }

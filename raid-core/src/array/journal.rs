@@ -41,6 +41,12 @@ struct JState {
     next_seq: u64,
     /// Every record up to this sequence is in place.
     tail_seq: u64,
+    /// Stripes with a record past `tail_seq`. A later write to such a
+    /// stripe is journaled too, even with every member present: replay
+    /// (after a crash or kill) writes records in sequence order, and a
+    /// newer write that skipped the journal would be reverted by an older
+    /// record of the same stripe.
+    unsettled: std::collections::HashSet<u64>,
 }
 
 /// One record: which stripe and columns, and per chunk (index in the
@@ -60,6 +66,7 @@ impl Journal {
                 head: RECORDS,
                 next_seq: tail_seq + 1,
                 tail_seq,
+                unsettled: Default::default(),
             }),
         }
     }
@@ -129,6 +136,7 @@ impl Array {
             st.tail_seq = st.next_seq - 1;
             self.write_journal_block(&encode_head(st.tail_seq), JOURNAL_OFFSET)?;
             st.head = RECORDS;
+            st.unsettled.clear();
         }
         let rec = Record {
             seq: st.next_seq,
@@ -143,7 +151,24 @@ impl Array {
         self.write_journal_block(&encode_record(&rec), st.head)?;
         st.head += size;
         st.next_seq += 1;
+        st.unsettled.insert(s);
         Ok(())
+    }
+
+    /// Whether stripe `s` has a record not yet settled: its writes must go
+    /// through the journal too. Callers hold the stripe's lock (records of
+    /// `s` are only added under it).
+    pub(super) fn journal_pending(&self, s: u64) -> bool {
+        self.journal
+            .as_ref()
+            .is_some_and(|j| j.state.lock().unsettled.contains(&s))
+    }
+
+    /// Whether any record is not yet settled.
+    pub(super) fn journal_any_pending(&self) -> bool {
+        self.journal
+            .as_ref()
+            .is_some_and(|j| !j.state.lock().unsettled.is_empty())
     }
 
     /// Most columns one record may carry for `count` chunks.
@@ -166,6 +191,7 @@ impl Array {
         }
         st.tail_seq = st.next_seq - 1;
         st.head = RECORDS;
+        st.unsettled.clear();
         self.write_journal_block(&encode_head(st.tail_seq), JOURNAL_OFFSET)
     }
 
@@ -247,6 +273,7 @@ impl Array {
             head: RECORDS,
             next_seq: last + 1,
             tail_seq: last,
+            unsettled: Default::default(),
         };
         self.write_journal_block(&encode_head(last), JOURNAL_OFFSET)?;
         Ok(records.len())

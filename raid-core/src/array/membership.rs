@@ -136,7 +136,12 @@ impl Array {
     /// Whether `key` is a member or a spare of this array.
     pub fn holds(&self, key: DeviceKey) -> bool {
         self.slot_by_key(key).is_some()
-            || self.meta.lock().spares.iter().any(|(_, m)| m.device_key() == key)
+            || self
+                .meta
+                .lock()
+                .spares
+                .iter()
+                .any(|(_, m)| m.device_key() == key)
     }
 
     /// The device keys of every member and spare.
@@ -491,7 +496,11 @@ impl Array {
         if s.state() != SlotState::Rebuilding || s.member.read().is_none() {
             return Err(refuse(
                 Rule::WrongSlotState,
-                format!("{} is {}, not rebuilding", self.slot_name(slot), s.state().name()),
+                format!(
+                    "{} is {}, not rebuilding",
+                    self.slot_name(slot),
+                    s.state().name()
+                ),
             ));
         }
         Ok(RebuildTicket {

@@ -364,7 +364,10 @@ impl Array {
     /// seen `first` of them has not, without copying the rest.
     pub fn event_log_from(&self, first: usize) -> Vec<(SystemTime, ArrayEvent)> {
         let meta = self.meta.lock();
-        meta.log.get(first..).map(|l| l.to_vec()).unwrap_or_default()
+        meta.log
+            .get(first..)
+            .map(|l| l.to_vec())
+            .unwrap_or_default()
     }
 
     pub fn slots(&self) -> Vec<SlotStatus> {

@@ -299,7 +299,9 @@ impl Array {
                 .iter()
                 .all(|&m| self.readable(m, s))
         });
-        if !all_readable {
+        // A stripe with an unsettled journal record is written through the
+        // journal as well (see journal.rs): the per-stripe path does that.
+        if !all_readable || stripes.iter().any(|&s| self.journal_pending(s)) {
             return Ok(false);
         }
         let mut parity: Vec<AlignedBuf> = (0..stripes.len() * np)
@@ -412,7 +414,7 @@ impl Array {
             .filter(|(i, _)| self.readable(map.members[*i], s))
             .collect();
         let degraded = map.members.iter().any(|&m| !self.readable(m, s));
-        if degraded && self.has_journal() && !present.is_empty() {
+        if (degraded || self.journal_pending(s)) && self.has_journal() && !present.is_empty() {
             // The write hole: journal each column slice before writing it in
             // place (see journal.rs).
             let width = present[0].1.len() as u64;
@@ -591,9 +593,10 @@ impl Array {
     }
 
     pub(super) fn parity_zero(&self, offset: u64, len: u64) -> Result<()> {
-        if self.state() != ArrayState::Optimal {
+        if self.state() != ArrayState::Optimal || self.journal_any_pending() {
             // Zeroing members directly could tear a stripe with no journal
-            // record to repair it: degraded, zero through the write path.
+            // record to repair it, or be undone by replaying an older one:
+            // zero through the write path, which journals where needed.
             return self.zero_by_writing(offset, len);
         }
         let sdb = self.geo.stripe_data_bytes();

@@ -156,9 +156,20 @@ impl Array {
     /// superseded (a rebuild for the new member follows), or the array lost
     /// what it rebuilds from (blocked until membership changes, so no retry
     /// storm).
-    fn rebuild_ended_by(&self, t: &membership::RebuildTicket, target: &MemberRef, e: ArrayError) -> ArrayError {
+    fn rebuild_ended_by(
+        &self,
+        t: &membership::RebuildTicket,
+        target: &MemberRef,
+        e: ArrayError,
+    ) -> ArrayError {
         let s = &self.slots[t.slot];
-        if matches!(e, ArrayError::Refused { rule: Rule::Superseded, .. }) {
+        if matches!(
+            e,
+            ArrayError::Refused {
+                rule: Rule::Superseded,
+                ..
+            }
+        ) {
             tracing::warn!(array = %self.name, slot = t.slot, "{e}");
         } else if s.state() == SlotState::Failed {
             let mut meta = self.meta.lock();
@@ -166,7 +177,10 @@ impl Array {
                 &mut meta,
                 ArrayEvent::RebuildFailed {
                     slot: t.slot,
-                    reason: format!("{e}; the new member {} is failed: replace it", target.identity()),
+                    reason: format!(
+                        "{e}; the new member {} is failed: replace it",
+                        target.identity()
+                    ),
                 },
             );
         } else {
@@ -177,7 +191,11 @@ impl Array {
 
     /// Flushes the new member, then saves its in-sync position (only while
     /// the slot still holds it).
-    fn save_rebuild_position(&self, t: &membership::RebuildTicket, target: &MemberRef) -> Result<()> {
+    fn save_rebuild_position(
+        &self,
+        t: &membership::RebuildTicket,
+        target: &MemberRef,
+    ) -> Result<()> {
         target.flush().map_err(|e| {
             self.fail_slot(t.slot, &format!("flush failed: {e}"));
             ArrayError::Member {

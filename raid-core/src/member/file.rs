@@ -147,7 +147,8 @@ impl FileMember {
         // SAFETY: plain syscall on our own fd.
         let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, self.size as i64) };
         if rc == 0 {
-            self.allocated.store(true, std::sync::atomic::Ordering::Release);
+            self.allocated
+                .store(true, std::sync::atomic::Ordering::Release);
             return Ok(());
         }
         let e = io::Error::last_os_error();

@@ -34,7 +34,12 @@ impl std::fmt::Display for DeviceKey {
         match self {
             DeviceKey::File { dev, ino } => write!(f, "file dev {dev:#x} inode {ino}"),
             DeviceKey::Block { rdev } => {
-                write!(f, "block device {}:{}", libc::major(*rdev), libc::minor(*rdev))
+                write!(
+                    f,
+                    "block device {}:{}",
+                    libc::major(*rdev),
+                    libc::minor(*rdev)
+                )
             }
             DeviceKey::Ram(n) => write!(f, "ram member #{n}"),
         }

@@ -67,7 +67,9 @@ pub(super) fn run_batch(
                 // nothing about the members, so none is failed for it; the
                 // caller runs the batch through pread/pwrite instead.
                 Err(e) => {
-                    tracing::warn!("cannot create an io_uring ({e}); this batch runs through pread/pwrite");
+                    tracing::warn!(
+                        "cannot create an io_uring ({e}); this batch runs through pread/pwrite"
+                    );
                     return None;
                 }
             }

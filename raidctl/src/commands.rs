@@ -671,10 +671,12 @@ fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
                     "array '{name}' has failed: see raidctl events {name} and docs/recovery.md"
                 )))
             }
-            _ if s.rebuild_stalled => return Err(CliError::failed(format!(
+            _ if s.rebuild_stalled => {
+                return Err(CliError::failed(format!(
                 "array '{name}' is {} and its rebuild cannot run (raidctl events {name} says why)",
                 s.state
-            ))),
+            )))
+            }
             // Degraded with nothing to rebuild onto: a spare about to be
             // taken by the monitor is worth waiting for, nothing else is.
             "degraded" if s.spares.is_empty() => {

@@ -77,6 +77,10 @@ pub struct DaemonOptions {
 impl Daemon {
     pub fn run(state: StateDir, opts: DaemonOptions) -> Result<()> {
         state.ensure()?;
+        // One daemon per state directory, whatever the race: two CLIs that
+        // both found no daemon start two, and only one gets this lock (the
+        // other exits; its CLI finds the winner on the socket).
+        let _single = lock_daemon(&state)?;
         let sock = state.socket();
         if UnixStream::connect(&sock).is_ok() {
             return Err(CliError::refused(format!(
@@ -940,6 +944,27 @@ fn scrub_options(repair: bool) -> raid_core::array::ScrubOptions {
         rate_limit,
         ..Default::default()
     }
+}
+
+/// Takes STATE_DIR/daemon.lock exclusively for the daemon's lifetime.
+fn lock_daemon(st: &StateDir) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let p = st.root.join("daemon.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .map_err(|e| CliError::failed(format!("cannot open {}: {e}", p.display())))?;
+    // SAFETY: plain syscall on an fd we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(CliError::refused(format!(
+            "a daemon already serves {} (it holds {})",
+            st.root.display(),
+            p.display()
+        )));
+    }
+    Ok(f)
 }
 
 /// After SIGHUP: if the daemon logs to its log file (started in the

@@ -80,7 +80,14 @@ impl StateDir {
 
     pub fn load(&self, name: &str) -> Result<ArrayRecord> {
         let p = self.record_path(name);
-        let text = std::fs::read_to_string(&p).map_err(|_| {
+        let text = std::fs::read_to_string(&p).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                return CliError::daemon(format!(
+                    "permission denied on {}: run raidctl as root (or as the user that owns {})",
+                    p.display(),
+                    self.root.display()
+                ));
+            }
             CliError::not_found(format!(
                 "no array named '{name}' in {} (raidctl list shows the known arrays; raidctl start {name} --members ... imports one)",
                 self.root.display()

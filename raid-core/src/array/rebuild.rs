@@ -4,7 +4,8 @@
 //! chunks), then the member's in-sync position moves past it, so a writer
 //! either finds the rows not yet rebuilt (and skips the member: the rebuild
 //! will compute them) or rebuilt (and writes the member). The position is
-//! saved in the metadata every `checkpoint_bytes`, after a flush of the new
+//! saved in the metadata every `checkpoint_bytes` or `checkpoint_every`,
+//! whichever comes first, after a flush of the new
 //! member, so a stop or crash resumes from there.
 
 use super::*;
@@ -21,8 +22,11 @@ pub struct RebuildOptions {
     pub rate_limit: Option<u64>,
     /// Rows (stripes) per batch: the parity engine's batch size.
     pub batch_rows: u64,
-    /// Save the restart position at least this often.
+    /// Save the restart position at least this often...
     pub checkpoint_bytes: u64,
+    /// ...and at least this often in time, so a slow (rate-limited or
+    /// loaded) rebuild loses little to a crash.
+    pub checkpoint_every: Duration,
 }
 
 impl Default for RebuildOptions {
@@ -31,6 +35,7 @@ impl Default for RebuildOptions {
             rate_limit: None,
             batch_rows: 32,
             checkpoint_bytes: 256 << 20,
+            checkpoint_every: Duration::from_secs(5),
         }
     }
 }
@@ -90,6 +95,7 @@ impl Array {
         let started = Instant::now();
         let first_row = row;
         let mut saved = row;
+        let mut saved_at = Instant::now();
         let mut next_report = 0u64;
         let batch = opts.batch_rows.clamp(1, 256);
         let ckpt_rows = (opts.checkpoint_bytes / chunk).max(1);
@@ -115,10 +121,13 @@ impl Array {
                 return Err(self.rebuild_ended_by(&ticket, &target, e));
             }
             row = end;
-            if row - saved >= ckpt_rows {
+            if row < total
+                && (row - saved >= ckpt_rows || saved_at.elapsed() >= opts.checkpoint_every)
+            {
                 self.save_rebuild_position(&ticket, &target)
                     .map_err(|e| self.rebuild_ended_by(&ticket, &target, e))?;
                 saved = row;
+                saved_at = Instant::now();
             }
             let pct = row * 100 / total;
             if pct >= next_report {

@@ -1,0 +1,562 @@
+//! The operator cannot talk the array into losing data: each way a hostile
+//! operator or a new user lost data through membership and lifecycle
+//! commands, as a test through the real binary. Each fails on a build
+//! without the guards (`RAIDCTL_BIN=/path/to/old/raidctl cargo test
+//! --test membership` shows it).
+
+use raid_e2e::{file_hash, qemu_io, World};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A started RAID`level` of `n` members with a pattern written through
+/// NBD; returns the members and the socket.
+fn running(w: &World, name: &str, level: &str, n: usize) -> (Vec<PathBuf>, PathBuf) {
+    let m: Vec<PathBuf> = (0..n)
+        .map(|i| w.sparse(&format!("{name}{i}.img"), 16 * MIB))
+        .collect();
+    let mut args = vec!["create", name, "--level", level, "--chunk", "16K"];
+    args.extend(m.iter().map(|p| s(p)));
+    w.ok(&args);
+    let sock = w.dir.join(format!("{name}.sock"));
+    w.ok(&["start", name, "--nbd", &format!("unix:{}", sock.display())]);
+    let (ok, text) = qemu_io(&sock, name, &["write -P 0x5a 0 8M"]);
+    assert!(ok, "{text}");
+    (m, sock)
+}
+
+fn reads_back(sock: &Path, name: &str) {
+    let (ok, text) = qemu_io(sock, name, &["read -P 0x5a 0 8M"]);
+    assert!(ok, "the array serves wrong data or errors:\n{text}");
+}
+
+fn member_states(w: &World, name: &str) -> Vec<String> {
+    w.status_json(name)["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["state"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn refused(w: &World, args: &[&str], says: &str) -> String {
+    let (code, out, err) = w.code(args);
+    assert_eq!(code, 4, "raidctl {args:?} was not refused:\n{out}{err}");
+    assert!(
+        err.contains(says),
+        "raidctl {args:?}: message lacks {says:?}:\n{err}"
+    );
+    err
+}
+
+fn scrub_clean(w: &World, name: &str) {
+    let r: serde_json::Value =
+        serde_json::from_str(&w.ok(&["scrub", name, "--format", "json"])).unwrap();
+    assert_eq!(r["mismatches"].as_array().unwrap().len(), 0, "{r}");
+}
+
+#[test]
+fn replace_with_an_active_member_of_the_same_array_is_refused() {
+    let w = World::new("repl-active");
+    let (m, sock) = running(&w, "ra", "5", 4);
+    w.ok(&["fail", "ra", s(&m[1])]);
+    let before = file_hash(&m[2]);
+    refused(&w, &["replace", "ra", s(&m[1]), s(&m[2])], "slot 2");
+    assert_eq!(file_hash(&m[2]), before, "the active member was written");
+    assert_eq!(
+        member_states(&w, "ra"),
+        ["active", "failed", "active", "active"]
+    );
+    reads_back(&sock, "ra");
+    // The array still stops and starts: no two members claim one slot.
+    w.ok(&["stop", "ra"]);
+    w.ok(&["start", "ra", "--nbd", &format!("unix:{}", sock.display())]);
+    reads_back(&sock, "ra");
+}
+
+#[test]
+fn a_hard_link_of_an_active_member_is_refused_by_add_replace_and_create() {
+    let w = World::new("hardlink");
+    let (m, sock) = running(&w, "hl", "5", 4);
+    let link = w.dir.join("link-to-m0.img");
+    std::fs::hard_link(&m[0], &link).unwrap();
+    refused(&w, &["add", "hl", s(&link)], "slot 0");
+    w.ok(&["fail", "hl", s(&m[3])]);
+    refused(&w, &["replace", "hl", s(&m[3]), s(&link)], "slot 0");
+    assert_eq!(
+        member_states(&w, "hl"),
+        ["active", "active", "active", "failed"]
+    );
+    reads_back(&sock, "hl");
+    // create with a file and its hard link: one device listed twice.
+    let x = w.sparse("x.img", 16 * MIB);
+    let x2 = w.dir.join("x-link.img");
+    std::fs::hard_link(&x, &x2).unwrap();
+    let y = w.sparse("y.img", 16 * MIB);
+    refused(
+        &w,
+        &["create", "pair", "--level", "5", s(&x), s(&y), s(&x2)],
+        "same device",
+    );
+    assert!(!w.state().join("arrays/pair.toml").exists());
+}
+
+#[test]
+fn create_force_never_touches_a_running_array() {
+    let w = World::new("create-force");
+    let (m, sock) = running(&w, "live", "5", 3);
+    let fresh: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("f{i}.img"), 16 * MIB))
+        .collect();
+    let before = file_hash(&m[1]);
+    refused(
+        &w,
+        &[
+            "create",
+            "other",
+            "--force",
+            "--level",
+            "5",
+            s(&fresh[0]),
+            s(&m[1]),
+            s(&fresh[1]),
+        ],
+        "is in use",
+    );
+    assert_eq!(
+        file_hash(&m[1]),
+        before,
+        "a running array's member was written"
+    );
+    // The name of a running array is not taken over either.
+    refused(
+        &w,
+        &[
+            "create",
+            "live",
+            "--force",
+            "--level",
+            "5",
+            s(&fresh[0]),
+            s(&fresh[1]),
+            s(&fresh[2]),
+        ],
+        "is running",
+    );
+    assert_eq!(w.status_json("live")["state"], "optimal");
+    reads_back(&sock, "live");
+    scrub_clean(&w, "live");
+}
+
+#[test]
+fn fail_past_redundancy_is_refused_and_a_forced_failure_can_be_undone() {
+    let w = World::new("fail-past");
+    let (m, sock) = running(&w, "fp", "5", 3);
+    w.ok(&["fail", "fp", s(&m[0])]);
+    // Written while degraded: m0 never sees it.
+    let (ok, text) = qemu_io(&sock, "fp", &["write -P 0x5a 8M 4M", "flush"]);
+    assert!(ok, "{text}");
+    let err = refused(&w, &["fail", "fp", s(&m[1])], "--force");
+    assert!(err.contains("would-lose-data"), "{err}");
+    assert_eq!(member_states(&w, "fp"), ["failed", "active", "active"]);
+    let out = w.ok(&["fail", "fp", s(&m[1]), "--force"]);
+    assert!(out.contains("forced"), "{out}");
+    let (code, _, _) = w.code(&["status", "fp"]);
+    assert_eq!(code, 2, "status of a failed array exits 2");
+    // A failed array stops, and says how to come back.
+    let out = w.ok(&["stop", "fp"]);
+    assert!(out.contains("--force"), "{out}");
+    // A plain start refuses, and names the way out.
+    let (code, _, err) = w.code(&["start", "fp"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("--force"), "{err}");
+    // Forced assembly takes back m1 (failed last, holds every write), not m0.
+    let out = w.ok(&[
+        "start",
+        "fp",
+        "--force",
+        "--nbd",
+        &format!("unix:{}", sock.display()),
+    ]);
+    assert!(out.contains("forced back into slot 1"), "{out}");
+    let states = member_states(&w, "fp");
+    assert_eq!(states[1..], ["active", "active"], "{states:?}");
+    assert_ne!(states[0], "active", "{states:?}");
+    let (ok, text) = qemu_io(&sock, "fp", &["read -P 0x5a 0 12M"]);
+    assert!(ok, "{text}");
+    let new = w.sparse("new0.img", 16 * MIB);
+    w.ok(&["replace", "fp", s(&m[0]), s(&new)]);
+    w.ok(&["wait", "fp"]);
+    assert_eq!(w.status_json("fp")["state"], "optimal");
+    scrub_clean(&w, "fp");
+}
+
+#[test]
+fn replace_on_a_failed_array_is_refused_without_a_retry_storm() {
+    let w = World::new("storm");
+    let (m, _sock) = running(&w, "st", "5", 3);
+    w.ok(&["fail", "st", s(&m[0])]);
+    w.ok(&["fail", "st", s(&m[1]), "--force"]);
+    let new = w.sparse("new.img", 16 * MIB);
+    refused(&w, &["replace", "st", s(&m[0]), s(&new)], "array-failed");
+    std::thread::sleep(Duration::from_secs(1));
+    let ev = w.ok(&["events", "st"]);
+    assert_eq!(ev.matches("rebuild_failed").count(), 0, "{ev}");
+    assert_eq!(file_hash(&new), file_hash(&w.sparse("zero.img", 16 * MIB)));
+}
+
+/// After `fail` and a restart the failed member is left out at start; the
+/// command the event prints as `next` must still work as printed.
+#[test]
+fn every_events_next_command_works_as_printed() {
+    let w = World::new("next");
+    let (m, sock) = running(&w, "nx", "6", 4);
+    w.ok(&["fail", "nx", s(&m[2])]);
+    w.ok(&["stop", "nx"]);
+    w.ok(&["start", "nx", "--nbd", &format!("unix:{}", sock.display())]);
+    let events: serde_json::Value =
+        serde_json::from_str(&w.ok(&["events", "nx", "--format", "json"])).unwrap();
+    let next = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "member_failed")
+        .filter_map(|e| e["next"].as_str())
+        .last()
+        .expect("member_failed says what to do next")
+        .to_string();
+    let new = w.sparse("new2.img", 16 * MIB);
+    let cmd = next.replace("NEW_DEVICE", s(&new));
+    let args: Vec<&str> = cmd.split_whitespace().collect();
+    assert_eq!(args[0], "raidctl", "{cmd}");
+    let out = w.ok(&args[1..]);
+    assert!(out.contains("rebuild started"), "{out}");
+    w.ok(&["wait", "nx"]);
+    reads_back(&sock, "nx");
+    scrub_clean(&w, "nx");
+    // The failed array's next step, as printed, brings it back.
+    w.ok(&["fail", "nx", s(&m[0])]);
+    w.ok(&["fail", "nx", s(&m[1])]);
+    w.ok(&["fail", "nx", s(&m[3]), "--force"]);
+    let events: serde_json::Value =
+        serde_json::from_str(&w.ok(&["events", "nx", "--format", "json"])).unwrap();
+    let next = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|e| e["event"] == "array_failed")
+        .and_then(|e| e["next"].as_str())
+        .expect("array_failed says what to do next")
+        .to_string();
+    assert!(next.contains("raidctl start nx --force"), "{next}");
+    for part in next.split(';') {
+        let part = part.split('(').next().unwrap().trim();
+        let words: Vec<&str> = part.split_whitespace().collect();
+        match words.first() {
+            Some(&"raidctl") => {
+                w.ok(&words[1..]);
+            }
+            // "bring the lost members back, then ...": nothing was unplugged.
+            _ => {
+                if let Some(cmd) = part.split("then ").nth(1) {
+                    let mut args: Vec<String> =
+                        cmd.split_whitespace().skip(1).map(String::from).collect();
+                    args.extend(["--nbd".into(), format!("unix:{}", sock.display())]);
+                    let args: Vec<&str> = args.iter().map(|a| a.as_str()).collect();
+                    w.ok(&args);
+                }
+            }
+        }
+    }
+    assert_eq!(w.status_json("nx")["state"], "degraded");
+    reads_back(&sock, "nx");
+}
+
+#[test]
+fn wait_returns_when_no_rebuild_is_pending_and_says_how_it_ended() {
+    let w = World::new("wait");
+    let (m, sock) = running(&w, "wt", "5", 3);
+    w.ok(&["fail", "wt", s(&m[1])]);
+    // Degraded with nothing to rebuild onto: wait ends at once, non-zero.
+    let (code, _, err) = w.code(&["wait", "wt", "--timeout", "30"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("degraded"), "{err}");
+    let new = w.sparse("new.img", 16 * MIB);
+    w.ok(&["replace", "wt", s(&m[1]), s(&new)]);
+    // Returns 0 only once the rebuild is done.
+    let out = w.ok(&["wait", "wt"]);
+    assert!(out.contains("optimal"), "{out}");
+    assert_eq!(w.status_json("wt")["state"], "optimal");
+    reads_back(&sock, "wt");
+}
+
+#[test]
+fn nbd_unix_path_never_deletes_a_regular_file() {
+    let w = World::new("nbdpath");
+    let m: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("n{i}.img"), 16 * MIB))
+        .collect();
+    w.ok(&["create", "np", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    let precious = w.dir.join("precious.txt");
+    std::fs::write(&precious, "do not delete").unwrap();
+    refused(
+        &w,
+        &[
+            "start",
+            "np",
+            "--nbd",
+            &format!("unix:{}", precious.display()),
+        ],
+        "not a socket",
+    );
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "do not delete");
+}
+
+#[test]
+fn the_state_directory_is_private() {
+    let w = World::new("private");
+    let (_m, _sock) = running(&w, "pv", "1", 2);
+    let mode = |p: PathBuf| std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(w.state()), 0o700);
+    assert_eq!(mode(w.state().join("arrays")), 0o700);
+    assert_eq!(mode(w.state().join("arrays/pv.toml")), 0o600);
+    assert_eq!(mode(w.state().join("daemon.log")), 0o600);
+    assert_eq!(mode(w.state().join("raidctl.sock")) & 0o077, 0);
+    // Someone else asking gets "permission denied" and exit 5, not a
+    // made-up answer.
+    let o = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(raid_e2e::raidctl_path())
+        .args(["--state-dir", s(&w.state()), "status", "pv"])
+        .output()
+        .expect("setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(5), "{err}");
+    assert!(err.contains("permission denied"), "{err}");
+}
+
+#[test]
+fn sighup_reopens_the_log_and_the_daemon_lives_on() {
+    let w = World::new("hup");
+    let (_m, sock) = running(&w, "hu", "1", 2);
+    let log = w.state().join("daemon.log");
+    let rotated = w.state().join("daemon.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    let pid = daemon_pid(&w);
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    let t = Instant::now();
+    while !log.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no new log after SIGHUP"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(w.status_json("hu")["state"], "optimal");
+    assert_eq!(daemon_pid(&w), pid, "the daemon was replaced");
+    reads_back(&sock, "hu");
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}
+
+fn daemon_pid(w: &World) -> i32 {
+    // The daemon the CLI started for this state directory.
+    let want = format!("{}", w.state().display());
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a == "daemon") && args.iter().any(|a| a == &want) {
+            return pid;
+        }
+    }
+    panic!("no daemon for {want}");
+}
+
+#[test]
+fn one_array_failing_to_start_does_not_stop_the_others() {
+    let w = World::new("config");
+    let good: Vec<PathBuf> = (0..2)
+        .map(|i| w.sparse(&format!("g{i}.img"), 16 * MIB))
+        .collect();
+    w.ok(&["create", "good", "--level", "1", s(&good[0]), s(&good[1])]);
+    let bad: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("b{i}.img"), 16 * MIB))
+        .collect();
+    w.ok(&[
+        "create",
+        "bad",
+        "--level",
+        "5",
+        s(&bad[0]),
+        s(&bad[1]),
+        s(&bad[2]),
+    ]);
+    // Two of bad's three members gone: it cannot start.
+    std::fs::remove_file(&bad[0]).unwrap();
+    std::fs::remove_file(&bad[1]).unwrap();
+    let conf = w.dir.join("raidctl.toml");
+    std::fs::write(
+        &conf,
+        "[[array]]\nname = \"bad\"\n\n[[array]]\nname = \"good\"\n",
+    )
+    .unwrap();
+    let mut d = std::process::Command::new(raid_e2e::raidctl_path())
+        .env("RAIDCTL_STATE_DIR", w.state())
+        .env("RAIDCTL_LOG", "warn")
+        .args(["daemon", "--config", s(&conf)])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let state = loop {
+        let (_, out, _) = w.code(&["status", "good", "--format", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        if v["running"] == true || t.elapsed() > Duration::from_secs(20) {
+            break v;
+        }
+        if let Ok(Some(st)) = d.try_wait() {
+            panic!("the daemon exited ({st}) because one array could not start");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(state["state"], "optimal", "{state}");
+    unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
+    let _ = d.wait();
+}
+
+#[test]
+fn a_config_error_never_echoes_a_secret() {
+    let w = World::new("secret");
+    let conf = w.dir.join("raidctl.toml");
+    std::fs::write(
+        &conf,
+        "[alerts]\nsmtp = \"127.0.0.1:25\"\nfrom = \"a@b\"\nto = [\"c@d\"]\npassword = \"s3cr3t-Pa55\nusername = \"x\"\n",
+    )
+    .unwrap();
+    let (code, out, err) = w.code(&["daemon", "--config", s(&conf)]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("line 5"), "{err}");
+    assert!(!err.contains("s3cr3t"), "the password was echoed: {err}");
+}
+
+#[test]
+fn examine_says_what_each_device_holds() {
+    let w = World::new("examine");
+    let (m, _sock) = running(&w, "ex", "6", 4);
+    w.ok(&["fail", "ex", s(&m[3])]);
+    let other = w.sparse("blank.img", 16 * MIB);
+    let out = w.ok(&["examine", s(&m[0]), s(&m[3]), s(&other), "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let a = v.as_array().unwrap();
+    assert_eq!(a[0]["array"], "ex");
+    assert_eq!(a[0]["slot"], 0);
+    assert_eq!(a[0]["member_state"], "active");
+    assert_eq!(a[0]["level"], "raid6");
+    // m3's own metadata still says active; its event counter is older than
+    // the survivors': that is how a stale member shows.
+    assert_eq!(a[1]["slot"], 3);
+    assert!(a[1]["events"].as_u64() < a[0]["events"].as_u64(), "{v}");
+    assert_eq!(a[2]["kind"], "other");
+    let text = w.ok(&["examine", s(&m[0])]);
+    assert!(
+        text.contains("slot 0, active") && text.contains("events:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn create_allocates_member_files_unless_sparse() {
+    let w = World::new("alloc");
+    let m: Vec<PathBuf> = (0..4)
+        .map(|i| w.sparse(&format!("a{i}.img"), 16 * MIB))
+        .collect();
+    w.ok(&["create", "al", "--level", "1", s(&m[0]), s(&m[1])]);
+    w.ok(&[
+        "create",
+        "sp",
+        "--level",
+        "1",
+        "--sparse",
+        s(&m[2]),
+        s(&m[3]),
+    ]);
+    let allocated = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+    assert!(allocated(&m[0]) >= 16 * MIB, "{}", allocated(&m[0]));
+    assert!(allocated(&m[2]) < 4 * MIB, "{}", allocated(&m[2]));
+    // Zeroing (discard) keeps an allocated member allocated.
+    let sock = w.dir.join("al.sock");
+    w.ok(&["start", "al", "--nbd", &format!("unix:{}", sock.display())]);
+    let (ok, text) = qemu_io(
+        &sock,
+        "al",
+        &["write -P 0x11 0 4M", "discard 0 4M", "flush"],
+    );
+    assert!(ok, "{text}");
+    assert!(allocated(&m[0]) >= 16 * MIB, "{}", allocated(&m[0]));
+    let (ok, text) = qemu_io(&sock, "al", &["read -P 0 0 4M"]);
+    assert!(ok, "{text}");
+}
+
+#[test]
+fn two_concurrent_starts_assemble_the_members_once() {
+    let w = World::new("twostart");
+    let m: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("t{i}.img"), 16 * MIB))
+        .collect();
+    w.ok(&["create", "ts", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    // The same members under another name too, imported at the same time.
+    w.ok(&["start", "ts"]);
+    w.ok(&["stop", "ts"]);
+    let runs: Vec<_> = (0..2)
+        .map(|i| {
+            let state = w.state();
+            let members: Vec<String> = m.iter().map(|p| s(p).to_string()).collect();
+            std::thread::spawn(move || {
+                let mut c = std::process::Command::new(raid_e2e::raidctl_path());
+                c.env("RAIDCTL_STATE_DIR", state).env("RAIDCTL_LOG", "warn");
+                if i == 0 {
+                    c.args(["start", "ts"]);
+                } else {
+                    c.args(["start", "ts"]);
+                    c.arg("--members").args(&members);
+                }
+                c.output().unwrap()
+            })
+        })
+        .collect();
+    let outs: Vec<_> = runs.into_iter().map(|t| t.join().unwrap()).collect();
+    let ok = outs.iter().filter(|o| o.status.success()).count();
+    assert_eq!(ok, 1, "{outs:?}");
+    assert_eq!(w.status_json("ts")["state"], "optimal");
+    // Another daemon (another state directory, another host's view of a
+    // shared disk) cannot assemble the members this one serves.
+    let other = World::new("twostart-other");
+    let mut args = vec!["start", "ts", "--members"];
+    args.extend(m.iter().map(|p| s(p)));
+    let (code, out, err) = other.code(&args);
+    assert_eq!(
+        code, 4,
+        "a second daemon assembled members in use:\n{out}{err}"
+    );
+    assert!(err.contains("in use"), "{err}");
+    assert_eq!(w.status_json("ts")["state"], "optimal");
+    w.ok(&["stop", "ts"]);
+}

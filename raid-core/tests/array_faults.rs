@@ -330,6 +330,7 @@ fn rebuild_resumes_from_its_saved_position_after_a_stop() {
         rate_limit: Some(2 << 20),
         batch_rows: 2,
         checkpoint_bytes: 65536,
+        ..Default::default()
     };
     let h = {
         let (a, stop, opts) = (a.clone(), stop.clone(), opts.clone());

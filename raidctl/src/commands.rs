@@ -100,6 +100,18 @@ pub fn run(cli: Cli) -> Result<()> {
             )?);
             Ok(())
         }
+        Command::ReAdd { name, member } => {
+            let member = existing(&member)?;
+            print_message(&daemon_call(
+                &st,
+                &name,
+                Request::ReAdd {
+                    name: name.clone(),
+                    member,
+                },
+            )?);
+            Ok(())
+        }
         Command::Replace { name, old, new } => {
             let (old, new) = (absolute(&old), existing(&new)?);
             print_message(&daemon_call(

@@ -271,6 +271,7 @@ impl Daemon {
             } => self.fail(&name, &member, force).map(Response::ok),
             Request::Remove { name, member } => self.remove(&name, &member).map(Response::ok),
             Request::Add { name, member } => self.add(&name, &member).map(Response::ok),
+            Request::ReAdd { name, member } => self.re_add(&name, &member).map(Response::ok),
             Request::Replace { name, old, new } => {
                 self.replace(&name, &old, &new).map(Response::ok)
             }
@@ -738,6 +739,46 @@ impl Daemon {
         s.record.lock().spares.push(member.to_path_buf());
         self.state.save(&s.record.lock())?;
         Ok(format!("{} added to '{name}' as a spare", member.display()))
+    }
+
+    /// Takes back a member that left its slot: it must not be held by any
+    /// other running array; the array checks it is this slot's own member.
+    fn re_add(&self, name: &str, member: &Path) -> Result<String> {
+        let s = self.served(name)?;
+        let key = DeviceKey::of_path(member).map_err(|e| {
+            CliError::not_found(format!("{} cannot be read: {e}", member.display()))
+        })?;
+        let running: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
+        for other in running.iter().filter(|o| o.array.name() != name) {
+            if other.array.holds(key) {
+                return Err(CliError::refused(format!(
+                    "{} is in array '{}' now: it cannot be re-added to '{name}'",
+                    member.display(),
+                    other.array.name()
+                )));
+            }
+        }
+        // A failed member still in its slot is held open by this array
+        // already: use that handle rather than opening it again.
+        let m: MemberRef = match s.array.slot_by_key(key) {
+            Some(slot) => s.array.member_of(slot).ok_or_else(|| {
+                CliError::refused(format!("slot {slot} of '{name}' holds no device"))
+            })?,
+            None => FileMember::open(member)
+                .map(|m| Arc::new(m) as MemberRef)
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::ResourceBusy => CliError::refused(e.to_string()),
+                    _ => CliError::not_found(format!("{} cannot be opened: {e}", member.display())),
+                })?,
+        };
+        let slot = s.array.re_add(m)?;
+        s.record.lock().members[slot] = member.to_path_buf();
+        self.state.save(&s.record.lock())?;
+        self.kick_rebuild(&s);
+        Ok(format!(
+            "{} re-added to slot {slot} of '{name}'; resyncing the regions written since it left",
+            member.display()
+        ))
     }
 
     fn replace(&self, name: &str, old: &Path, new: &Path) -> Result<String> {

@@ -99,7 +99,8 @@ pub fn record_of(
     let member = match ev {
         E::MemberFailed { member, .. }
         | E::RebuildStarted { member, .. }
-        | E::SpareActivated { member, .. } => Some(member.clone()),
+        | E::SpareActivated { member, .. }
+        | E::MemberReAdded { member, .. } => Some(member.clone()),
         _ => s.and_then(|s| s.member.clone()).or_else(|| {
             slot.and_then(|i| record_members.get(i))
                 .map(|p| p.display().to_string())

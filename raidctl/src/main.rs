@@ -164,6 +164,10 @@ pub enum Command {
     Remove { name: String, member: PathBuf },
     /// Add a hot spare.
     Add { name: String, member: PathBuf },
+    /// Take back a member that left its slot briefly (failed by mistake, a
+    /// loose cable): only the regions written since it left are resynced.
+    #[command(name = "re-add")]
+    ReAdd { name: String, member: PathBuf },
     /// Put NEW in place of failed OLD and rebuild onto it.
     Replace {
         name: String,

@@ -52,6 +52,10 @@ pub enum Request {
         name: String,
         member: PathBuf,
     },
+    ReAdd {
+        name: String,
+        member: PathBuf,
+    },
     Replace {
         name: String,
         old: PathBuf,

@@ -226,9 +226,9 @@ fn every_events_next_command_works_as_printed() {
         .as_array()
         .unwrap()
         .iter()
+        .rev()
         .filter(|e| e["event"] == "member_failed")
-        .filter_map(|e| e["next"].as_str())
-        .last()
+        .find_map(|e| e["next"].as_str())
         .expect("member_failed says what to do next")
         .to_string();
     let new = w.sparse("new2.img", 16 * MIB);

@@ -51,21 +51,34 @@ pub(super) fn assemble(members: Vec<MemberRef>, force: bool) -> Result<Assembly>
         .map(|(_, sb)| sb.clone())
         .unwrap();
     // The bitmap as the newest member has it.
+    // The bitmap: the union of every member's of this array. A member that
+    // joined lately may not hold the newest block yet, and a dirty bit too
+    // many costs a resync of one region, a bit too few a torn stripe.
     let bitmap_bits = if truth.bitmap_region_rows > 0 {
-        let from = read
-            .iter()
-            .find(|(_, sb)| sb.events == truth.events)
-            .map(|(m, _)| m.clone())
-            .unwrap();
+        let mut union = vec![0u8; crate::metadata::BITMAP_BYTES];
+        let mut got = 0;
         let mut b = crate::buf::AlignedBuf::new(crate::metadata::BITMAP_BYTES);
-        from.read_at(&mut b, crate::metadata::BITMAP_OFFSET)
-            .map_err(|e| {
-                ArrayError::Assembly(format!(
-                    "member {}: cannot read the write-intent bitmap: {e}",
-                    from.identity()
-                ))
-            })?;
-        Some(b.to_vec())
+        for (m, sb) in &read {
+            if sb.array_uuid != truth.array_uuid {
+                continue;
+            }
+            match m.read_at(&mut b, crate::metadata::BITMAP_OFFSET) {
+                Ok(()) => {
+                    got += 1;
+                    union.iter_mut().zip(b.iter()).for_each(|(u, x)| *u |= x);
+                }
+                Err(e) => tracing::warn!(
+                    member = m.identity(),
+                    "cannot read the write-intent bitmap: {e}"
+                ),
+            }
+        }
+        if got == 0 {
+            return Err(ArrayError::Assembly(
+                "no member's write-intent bitmap could be read".into(),
+            ));
+        }
+        Some(union)
     } else {
         None
     };

@@ -155,8 +155,15 @@ impl Array {
     }
 
     /// Clears the regions every write of which finished before `flushed_gen`.
+    ///
+    /// Not while a slot is out of sync: then the set bits say which regions
+    /// were written since the member left, and `re_add` resyncs only those
+    /// when it comes back (and a degraded start keeps what a crash left).
     pub(super) fn clear_settled(&self, flushed_gen: u64) {
         let Some(bm) = &self.bitmap else { return };
+        if self.slots.iter().any(|s| s.state() != SlotState::Active) {
+            return;
+        }
         let _io = bm.io.lock();
         let mut changed = false;
         for r in 0..bm.in_flight.len() {
@@ -175,6 +182,27 @@ impl Array {
             }
         }
         if changed {
+            self.write_bitmap(&bm.block());
+        }
+    }
+
+    /// Whether no region holding member rows [lo, hi) has its bit set: no
+    /// write reached them since the bitmap was last clean. Callers hold the
+    /// rows' stripe locks (a writer sets its bits before taking them).
+    pub(super) fn rows_clean(&self, lo: u64, hi: u64) -> bool {
+        let Some(bm) = &self.bitmap else { return false };
+        let (first, last) = (
+            (lo / bm.region_rows) as usize,
+            ((hi - 1) / bm.region_rows) as usize,
+        );
+        (first..=last).all(|r| !bm.is_set(r))
+    }
+
+    /// Writes the bitmap as it is to every member not failed: a member that
+    /// just joined holds it from now on, not only after the next change.
+    pub(super) fn rewrite_bitmap(&self) {
+        if let Some(bm) = &self.bitmap {
+            let _io = bm.io.lock();
             self.write_bitmap(&bm.block());
         }
     }

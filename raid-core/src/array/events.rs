@@ -52,6 +52,15 @@ pub enum ArrayEvent {
     },
     RebuildFinished {
         slot: usize,
+        /// Rows written to the member: all of them for a new member, the
+        /// regions written meanwhile for a re-added one.
+        rows_copied: u64,
+        rows: u64,
+    },
+    /// A member that had left its slot was taken back (`re-add`).
+    MemberReAdded {
+        slot: usize,
+        member: String,
     },
     RebuildFailed {
         slot: usize,
@@ -107,6 +116,7 @@ impl ArrayEvent {
             }
             ArrayEvent::RebuildStarted { .. }
             | ArrayEvent::RebuildFinished { .. }
+            | ArrayEvent::MemberReAdded { .. }
             | ArrayEvent::ParityEngineChosen { .. }
             | ArrayEvent::Test => Severity::Info,
         }
@@ -121,6 +131,7 @@ impl ArrayEvent {
             ArrayEvent::ArrayFailed => "array_failed",
             ArrayEvent::RebuildStarted { .. } => "rebuild_started",
             ArrayEvent::RebuildFinished { .. } => "rebuild_finished",
+            ArrayEvent::MemberReAdded { .. } => "member_re_added",
             ArrayEvent::RebuildFailed { .. } => "rebuild_failed",
             ArrayEvent::SpareActivated { .. } => "spare_activated",
             ArrayEvent::ScrubFinished { .. } => "scrub_finished",
@@ -136,7 +147,8 @@ impl ArrayEvent {
             ArrayEvent::MemberFailed { slot, .. }
             | ArrayEvent::MemberMissing { slot }
             | ArrayEvent::RebuildStarted { slot, .. }
-            | ArrayEvent::RebuildFinished { slot }
+            | ArrayEvent::RebuildFinished { slot, .. }
+            | ArrayEvent::MemberReAdded { slot, .. }
             | ArrayEvent::RebuildFailed { slot, .. }
             | ArrayEvent::SpareActivated { slot, .. } => Some(*slot),
             _ => None,
@@ -163,7 +175,14 @@ impl ArrayEvent {
             ArrayEvent::RebuildStarted { slot, member } => {
                 format!("rebuild of slot {slot} onto {member} started")
             }
-            ArrayEvent::RebuildFinished { slot } => format!("rebuild of slot {slot} finished"),
+            ArrayEvent::RebuildFinished {
+                slot,
+                rows_copied,
+                rows,
+            } => format!("rebuild of slot {slot} finished: {rows_copied} of {rows} rows copied"),
+            ArrayEvent::MemberReAdded { slot, member } => format!(
+                "{member} re-added to slot {slot}: resyncing the regions written since it left"
+            ),
             ArrayEvent::RebuildFailed { slot, reason } => {
                 format!("rebuild of slot {slot} failed: {reason}")
             }

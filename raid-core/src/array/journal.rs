@@ -33,6 +33,8 @@ const MAX_ENTRIES: usize = 400;
 
 pub(super) struct Journal {
     state: Mutex<JState>,
+    /// Signalled when `in_flight` drops or a settle ends.
+    changed: parking_lot::Condvar,
 }
 
 struct JState {
@@ -47,6 +49,12 @@ struct JState {
     /// newer write that skipped the journal would be reverted by an older
     /// record of the same stripe.
     unsettled: std::collections::HashSet<u64>,
+    /// Records written whose in-place write has not finished yet: a
+    /// settle waits for them (settling one would leave its stripe torn
+    /// with no record to repair it after a crash).
+    in_flight: usize,
+    /// A settle is waiting for `in_flight` to drain: no new record starts.
+    settling: bool,
 }
 
 /// One record: which stripe and columns, and per chunk (index in the
@@ -67,7 +75,10 @@ impl Journal {
                 next_seq: tail_seq + 1,
                 tail_seq,
                 unsettled: Default::default(),
+                in_flight: 0,
+                settling: false,
             }),
+            changed: parking_lot::Condvar::new(),
         }
     }
 }
@@ -124,6 +135,9 @@ impl Array {
         let map = self.geo.stripe_map(s);
         let width = chunks[0].1.len() as u64;
         let mut st = j.state.lock();
+        while st.settling {
+            j.changed.wait(&mut st);
+        }
         let size = BLOCK + chunks.len() as u64 * width;
         assert!(
             size <= END - RECORDS && chunks.len() <= MAX_ENTRIES,
@@ -132,6 +146,9 @@ impl Array {
         if st.head + size > END {
             // Wrap: make every earlier record's in-place write durable, and
             // say so in the header, before overwriting them.
+            while st.in_flight > 0 {
+                j.changed.wait(&mut st);
+            }
             self.flush_members()?;
             st.tail_seq = st.next_seq - 1;
             self.write_journal_block(&encode_head(st.tail_seq), JOURNAL_OFFSET)?;
@@ -152,7 +169,20 @@ impl Array {
         st.head += size;
         st.next_seq += 1;
         st.unsettled.insert(s);
+        st.in_flight += 1;
         Ok(())
+    }
+
+    /// The in-place write of the last record `journal_stripe` wrote for
+    /// this caller has finished (or failed): a settle may pass it now.
+    pub(super) fn journal_write_done(&self) {
+        if let Some(j) = &self.journal {
+            let mut st = j.state.lock();
+            st.in_flight -= 1;
+            if st.in_flight == 0 {
+                j.changed.notify_all();
+            }
+        }
     }
 
     /// Whether stripe `s` has a record not yet settled: its writes must go
@@ -180,7 +210,14 @@ impl Array {
         self.journal.is_some()
     }
 
-    /// After a flush: every record so far is in place.
+    /// Marks every record so far as in place, so none is ever replayed:
+    /// new records wait, the in-place writes of those in flight finish,
+    /// the members are flushed, then the header moves past them all.
+    ///
+    /// `flush` calls it (the journal is then empty again), and so does a
+    /// rebuild before it writes its member: a record from before a slot
+    /// got its new (or returning) member carries that slot's old contents,
+    /// and replaying it over what the rebuild wrote would undo the rebuild.
     pub(super) fn journal_settle(&self) -> Result<()> {
         let Some(j) = &self.journal else {
             return Ok(());
@@ -189,10 +226,19 @@ impl Array {
         if st.tail_seq + 1 == st.next_seq {
             return Ok(());
         }
-        st.tail_seq = st.next_seq - 1;
-        st.head = RECORDS;
-        st.unsettled.clear();
-        self.write_journal_block(&encode_head(st.tail_seq), JOURNAL_OFFSET)
+        st.settling = true;
+        while st.in_flight > 0 {
+            j.changed.wait(&mut st);
+        }
+        let r = self.flush_members().and_then(|()| {
+            st.tail_seq = st.next_seq - 1;
+            st.head = RECORDS;
+            st.unsettled.clear();
+            self.write_journal_block(&encode_head(st.tail_seq), JOURNAL_OFFSET)
+        });
+        st.settling = false;
+        j.changed.notify_all();
+        r
     }
 
     /// Writes (and flushes) a journal block on every member not failed.
@@ -274,6 +320,8 @@ impl Array {
             next_seq: last + 1,
             tail_seq: last,
             unsettled: Default::default(),
+            in_flight: 0,
+            settling: false,
         };
         self.write_journal_block(&encode_head(last), JOURNAL_OFFSET)?;
         Ok(records.len())

@@ -57,6 +57,9 @@ pub enum Rule {
     TooManySpares,
     /// The work (a rebuild) was for a member the slot no longer holds.
     Superseded,
+    /// The device is not a member that left this array's slot (another
+    /// array's, or its slot was given to another device since).
+    NotReAddable,
 }
 
 impl Rule {
@@ -72,6 +75,7 @@ impl Rule {
             Rule::TooSmall => "too-small",
             Rule::TooManySpares => "too-many-spares",
             Rule::Superseded => "superseded",
+            Rule::NotReAddable => "not-re-addable",
         }
     }
 }
@@ -131,6 +135,11 @@ impl Array {
                 .as_ref()
                 .is_some_and(|m| m.device_key() == key)
         })
+    }
+
+    /// The device in `slot`, if any.
+    pub fn member_of(&self, slot: usize) -> Option<MemberRef> {
+        self.slots.get(slot)?.member.read().clone()
     }
 
     /// Whether `key` is a member or a spare of this array.
@@ -282,6 +291,111 @@ impl Array {
         self.persist(&mut meta);
     }
 
+    // ---- re-add -------------------------------------------------------------
+
+    /// Takes back a member that left its slot briefly (failed by mistake, a
+    /// cable, a reboot of its enclosure): it returns to the slot it held,
+    /// as rebuilding, and its rebuild copies only the regions the
+    /// write-intent bitmap marked since it left. Allowed only while its slot
+    /// still waits for it (failed, not given to another device since) and
+    /// the array can rebuild. Returns the slot.
+    pub fn re_add(&self, m: MemberRef) -> Result<usize> {
+        let sb = metadata::read_superblock(m.as_ref()).map_err(|e| {
+            refuse(
+                Rule::NotReAddable,
+                format!(
+                    "{} has no readable array metadata ({e}): it cannot be re-added; put it in as a new member (raidctl replace)",
+                    m.identity()
+                ),
+            )
+        })?;
+        let mut meta = self.meta.lock();
+        let not_ours = |why: String| refuse(Rule::NotReAddable, why);
+        if sb.array_uuid != self.uuid {
+            return Err(not_ours(format!(
+                "{} belongs to array '{}' (uuid {}), not to '{}'",
+                m.identity(),
+                sb.name,
+                sb.array_uuid,
+                self.name
+            )));
+        }
+        if self.bitmap.is_none() {
+            return Err(refuse(
+                Rule::NoRedundancy,
+                format!(
+                    "{} keeps no write-intent bitmap: nothing to resync from",
+                    self.geo.level
+                ),
+            ));
+        }
+        let slot = self
+            .slots
+            .iter()
+            .position(|s| *s.uuid.read() == sb.member_uuid)
+            .ok_or_else(|| {
+                not_ours(format!(
+                    "{} left '{}' and its slot was given to another device since: add it as a new member (raidctl replace or add), which copies it whole",
+                    m.identity(),
+                    self.name
+                ))
+            })?;
+        let s = &self.slots[slot];
+        if s.state() != SlotState::Failed {
+            return Err(refuse(
+                Rule::WrongSlotState,
+                format!(
+                    "{} is {}, not failed: there is nothing to re-add",
+                    self.slot_name(slot),
+                    s.state().name()
+                ),
+            ));
+        }
+        if let Some(held) = s.member.read().as_ref() {
+            if held.device_key() != m.device_key() {
+                return Err(not_ours(format!(
+                    "slot {slot} holds {}: remove it first",
+                    held.identity()
+                )));
+            }
+        }
+        if let Some(other) = self.slot_by_key(m.device_key()).filter(|&i| i != slot) {
+            return Err(refuse(
+                Rule::AlreadyMember,
+                format!("{} is the member of slot {other}", m.identity()),
+            ));
+        }
+        if !self.within_redundancy() {
+            return Err(refuse(
+                Rule::ArrayFailed,
+                format!(
+                    "array '{}' has failed: a re-add needs the others to resync from. raidctl stop {n}; raidctl start {n} --force takes back the newest failed members",
+                    self.name,
+                    n = self.name
+                ),
+            ));
+        }
+        let ident = m.identity().to_string();
+        self.set_member(slot, m);
+        s.rebuild_row.store(0, Ordering::Release);
+        s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
+        s.resync_dirty_only.store(true, Ordering::Release);
+        s.set_state(SlotState::Rebuilding);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.record(
+            &mut meta,
+            ArrayEvent::MemberReAdded {
+                slot,
+                member: ident.clone(),
+            },
+        );
+        self.persist(&mut meta);
+        drop(meta);
+        self.rewrite_bitmap();
+        tracing::info!(array = %self.name, slot, member = %ident, "member re-added; resyncing the regions written since it left");
+        Ok(slot)
+    }
+
     /// The operator's `fail`: refused when the member is already failed, or
     /// when it would leave the array without its data, unless `force`.
     pub fn fail_member(&self, slot: usize, force: bool) -> Result<usize> {
@@ -396,7 +510,10 @@ impl Array {
     pub fn replace(&self, slot: usize, new: MemberRef) -> Result<()> {
         let mut meta = self.meta.lock();
         self.check_new_device(&meta, &new)?;
-        self.replace_locked(&mut meta, slot, new)
+        self.replace_locked(&mut meta, slot, new)?;
+        drop(meta);
+        self.rewrite_bitmap();
+        Ok(())
     }
 
     /// Checks and applies a replacement; `new` passed `check_new_device`
@@ -452,6 +569,7 @@ impl Array {
         *s.uuid.write() = Uuid::random();
         s.rebuild_row.store(0, Ordering::Release);
         s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
+        s.resync_dirty_only.store(false, Ordering::Release);
         s.set_state(SlotState::Rebuilding);
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.persist(meta);
@@ -481,6 +599,8 @@ impl Array {
                 member: ident.clone(),
             },
         );
+        drop(meta);
+        self.rewrite_bitmap();
         Ok(Some(ident))
     }
 
@@ -542,14 +662,25 @@ impl Array {
     }
 
     /// Marks the ticket's member in sync: only if the slot still holds it.
-    pub(super) fn finish_rebuild(&self, t: &RebuildTicket) -> Result<()> {
+    pub(super) fn finish_rebuild(&self, t: &RebuildTicket, rows_copied: u64) -> Result<()> {
         let mut meta = self.meta.lock();
         self.ticket_holds(t)?;
         let s = &self.slots[t.slot];
+        // rebuild_row stays at the end (every row in sync): a writer that
+        // read the state as Rebuilding just before this reads the row next,
+        // and must find its row readable. Resetting it to 0 here made such
+        // a writer skip the member it had just been rebuilt onto.
         s.set_state(SlotState::Active);
-        s.rebuild_row.store(0, Ordering::Release);
+        s.resync_dirty_only.store(false, Ordering::Release);
         self.epoch.fetch_add(1, Ordering::AcqRel);
-        self.record(&mut meta, ArrayEvent::RebuildFinished { slot: t.slot });
+        self.record(
+            &mut meta,
+            ArrayEvent::RebuildFinished {
+                slot: t.slot,
+                rows_copied,
+                rows: self.geo.rows(),
+            },
+        );
         self.persist(&mut meta);
         Ok(())
     }

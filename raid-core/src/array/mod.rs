@@ -99,6 +99,9 @@ struct Slot {
     /// The membership epoch at which this slot's rebuild last failed for a
     /// reason outside the slot (`membership::NO_EPOCH`: none).
     rebuild_failed_epoch: AtomicU64,
+    /// A re-added member: its rebuild copies only rows in regions the
+    /// write-intent bitmap marks (the rest it still holds).
+    resync_dirty_only: AtomicBool,
 }
 
 impl Slot {
@@ -109,6 +112,7 @@ impl Slot {
             state: AtomicU8::new(ST_FAILED),
             rebuild_row: AtomicU64::new(rebuild_row),
             rebuild_failed_epoch: AtomicU64::new(membership::NO_EPOCH),
+            resync_dirty_only: AtomicBool::new(false),
         };
         s.set_state(state);
         s
@@ -379,7 +383,11 @@ impl Array {
                 member: s.member.read().as_ref().map(|m| m.identity().to_string()),
                 uuid: *s.uuid.read(),
                 state: s.state(),
-                rebuild_row: s.rebuild_row.load(Ordering::Acquire),
+                rebuild_row: if s.state() == SlotState::Rebuilding {
+                    s.rebuild_row.load(Ordering::Acquire)
+                } else {
+                    0
+                },
             })
             .collect()
     }
@@ -579,10 +587,18 @@ impl Array {
             slots: self
                 .slots
                 .iter()
-                .map(|s| SlotEntry {
-                    uuid: *s.uuid.read(),
-                    state: s.state(),
-                    rebuild_row: s.rebuild_row.load(Ordering::Acquire),
+                .map(|s| {
+                    let state = s.state();
+                    SlotEntry {
+                        uuid: *s.uuid.read(),
+                        state,
+                        // Meaningful for a rebuilding slot only.
+                        rebuild_row: if state == SlotState::Rebuilding {
+                            s.rebuild_row.load(Ordering::Acquire)
+                        } else {
+                            0
+                        },
+                    }
                 })
                 .collect(),
             spares: meta.spares.iter().map(|(u, _)| *u).collect(),

@@ -427,7 +427,9 @@ impl Array {
                     .map(|&(i, b)| (i, &b[at as usize..end as usize]))
                     .collect();
                 self.journal_stripe(s, lo + at, &slice)?;
-                self.write_in_place(s, &slice, lo + at)?;
+                let written = self.write_in_place(s, &slice, lo + at);
+                self.journal_write_done();
+                written?;
                 at = end;
             }
             return Ok(());

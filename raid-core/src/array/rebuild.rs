@@ -92,10 +92,17 @@ impl Array {
             );
         }
         tracing::info!(array = %self.name, slot, member = target.identity(), from_row = row, rows = total, "rebuild started");
+        // Records from before this member arrived hold the slot's old
+        // contents: settle them before the rebuild writes (see journal.rs).
+        self.journal_settle()
+            .map_err(|e| self.rebuild_ended_by(&ticket, &target, e))?;
         let started = Instant::now();
         let first_row = row;
         let mut saved = row;
         let mut saved_at = Instant::now();
+        let mut copied = 0u64;
+        // A re-added member holds every row no write touched since it left.
+        let dirty_only = s.resync_dirty_only.load(Ordering::Acquire);
         let mut next_report = 0u64;
         let batch = opts.batch_rows.clamp(1, 256);
         let ckpt_rows = (opts.checkpoint_bytes / chunk).max(1);
@@ -108,11 +115,16 @@ impl Array {
             let end = (row + batch).min(total);
             let step = {
                 let _held = self.locks.lock(self.rebuild_lock_keys(slot, row, end));
-                let r = match self.geo.level {
-                    Level::Raid5 | Level::Raid6 => {
-                        self.rebuild_parity_rows(slot, &target, row, end)
+                let r = if dirty_only && self.rows_clean(row, end) {
+                    Ok(())
+                } else {
+                    copied += end - row;
+                    match self.geo.level {
+                        Level::Raid5 | Level::Raid6 => {
+                            self.rebuild_parity_rows(slot, &target, row, end)
+                        }
+                        _ => self.rebuild_mirror_rows(slot, &target, row, end),
                     }
-                    _ => self.rebuild_mirror_rows(slot, &target, row, end),
                 };
                 // Only while the slot still holds this rebuild's member.
                 r.and_then(|()| self.advance_rebuild(&ticket, end))
@@ -154,9 +166,9 @@ impl Array {
             };
             return Err(self.rebuild_ended_by(&ticket, &target, e));
         }
-        self.finish_rebuild(&ticket)
+        self.finish_rebuild(&ticket, copied)
             .map_err(|e| self.rebuild_ended_by(&ticket, &target, e))?;
-        tracing::info!(array = %self.name, slot, secs = started.elapsed().as_secs_f64(), "rebuild finished");
+        tracing::info!(array = %self.name, slot, rows_copied = copied, rows = total, secs = started.elapsed().as_secs_f64(), "rebuild finished");
         Ok(RebuildEnd::Finished)
     }
 

@@ -1,0 +1,331 @@
+//! docs/recovery.md, run: each section of the runbook as a test that types
+//! its commands as written and checks that the data came through.
+
+use raid_e2e::{qemu_io, World};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A started array with 0x5a written over its first 8 MiB through NBD.
+fn running(w: &World, name: &str, level: &str, m: &[PathBuf], sparse: bool) -> PathBuf {
+    let mut args = vec!["create", name, "--level", level, "--chunk", "16K"];
+    if sparse {
+        args.push("--sparse");
+    }
+    args.extend(m.iter().map(|p| s(p)));
+    w.ok(&args);
+    let sock = w.dir.join(format!("{name}.sock"));
+    w.ok(&["start", name, "--nbd", &format!("unix:{}", sock.display())]);
+    let (ok, text) = qemu_io(&sock, name, &["write -P 0x5a 0 8M", "flush"]);
+    assert!(ok, "{text}");
+    sock
+}
+
+fn members(w: &World, tag: &str, n: usize, size: u64) -> Vec<PathBuf> {
+    (0..n)
+        .map(|i| w.sparse(&format!("{tag}{i}.img"), size))
+        .collect()
+}
+
+fn reads(sock: &Path, name: &str, cmd: &str) {
+    let (ok, text) = qemu_io(sock, name, &[cmd]);
+    assert!(ok, "{cmd}: {text}");
+}
+
+fn scrub_clean(w: &World, name: &str) {
+    let (code, out, err) = w.code(&["scrub", name]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(" 0 mismatches"), "{out}");
+}
+
+fn start_nbd(w: &World, name: &str, sock: &Path, extra: &[&str]) -> String {
+    let spec = format!("unix:{}", sock.display());
+    let mut args = vec!["start", name, "--nbd", &spec];
+    args.extend(extra);
+    w.ok(&args)
+}
+
+#[test]
+fn runbook_i_failed_the_wrong_disk() {
+    let w = World::new("rb-wrong");
+    let m = members(&w, "w", 4, 32 * MIB);
+    let sock = running(&w, "data", "5", &m, false);
+    w.ok(&["fail", "data", s(&m[2])]);
+    // Written while it is out: the only region a re-add copies back.
+    reads(&sock, "data", "write -P 0x77 1M 64k");
+    // 1. re-add; 2. wait.
+    w.ok(&["re-add", "data", s(&m[2])]);
+    let out = w.ok(&["wait", "data"]);
+    assert!(out.contains("optimal"), "{out}");
+    let ev = w.ok(&["events", "data"]);
+    let line = ev
+        .lines()
+        .rev()
+        .find(|l| l.contains("rebuild_finished"))
+        .unwrap_or_else(|| panic!("{ev}"));
+    let copied: u64 = line
+        .split("finished: ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    let rows = 31 * MIB / (16 * 1024);
+    assert!(
+        copied > 0 && copied < rows / 4,
+        "copied {copied} of {rows}: {line}"
+    );
+    reads(&sock, "data", "read -P 0x5a 0 1M");
+    reads(&sock, "data", "read -P 0x77 1M 64k");
+    scrub_clean(&w, "data");
+}
+
+#[test]
+fn runbook_one_drives_metadata_is_unreadable() {
+    let w = World::new("rb-header");
+    let m = members(&w, "h", 4, 32 * MIB);
+    let sock = running(&w, "data", "6", &m, false);
+    w.ok(&["stop", "data"]);
+    // Both metadata copies of m[3] overwritten.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&m[3])
+        .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &[0xEE; 8192], 0))
+        .unwrap();
+    let out = start_nbd(&w, "data", &sock, &[]);
+    assert!(out.contains("no usable array metadata"), "{out}");
+    assert_eq!(w.status_json("data")["state"], "degraded");
+    let ex = w.ok(&["examine", s(&m[3])]);
+    assert!(ex.contains("no array metadata"), "{ex}");
+    reads(&sock, "data", "read -P 0x5a 0 8M");
+    // The drive is healthy: it takes its own slot back, rebuilt in full.
+    w.ok(&["replace", "data", s(&m[3]), s(&m[3])]);
+    w.ok(&["wait", "data"]);
+    reads(&sock, "data", "read -P 0x5a 0 8M");
+    scrub_clean(&w, "data");
+}
+
+#[test]
+fn runbook_the_daemon_crashed() {
+    let w = World::new("rb-crash");
+    let m = members(&w, "c", 4, 32 * MIB);
+    let sock = running(&w, "data", "5", &m, false);
+    w.ok(&["fail", "data", s(&m[1])]);
+    // Degraded writes in flight when the daemon dies.
+    reads(&sock, "data", "write -P 0x33 2M 2M");
+    let killed = Command::new("pkill")
+        .args([
+            "-9",
+            "-f",
+            "--",
+            &format!("--state-dir {} daemon", w.state().display()),
+        ])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    start_nbd(&w, "data", &sock, &[]);
+    reads(&sock, "data", "read -P 0x5a 0 2M");
+    reads(&sock, "data", "read -P 0x33 2M 2M");
+    let new = w.sparse("c-new.img", 32 * MIB);
+    w.ok(&["replace", "data", s(&m[1]), s(&new)]);
+    w.ok(&["wait", "data"]);
+    scrub_clean(&w, "data");
+}
+
+#[test]
+fn runbook_the_state_directory_is_lost() {
+    let w = World::new("rb-state");
+    let m = members(&w, "st", 3, 32 * MIB);
+    let sock = running(&w, "data", "1", &m, false);
+    w.ok(&["stop", "data"]);
+    std::fs::remove_dir_all(w.state()).unwrap();
+    // 1. examine finds which devices belong together.
+    let out = w.ok(&["examine", s(&m[0]), s(&m[1]), s(&m[2]), "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let uuids: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["array_uuid"].as_str().unwrap())
+        .collect();
+    assert!(uuids.iter().all(|u| *u == uuids[0]), "{out}");
+    assert_eq!(v[0]["array"], "data");
+    // 2. start with --members, in any order.
+    let spec = format!("unix:{}", sock.display());
+    w.ok(&[
+        "start",
+        "data",
+        "--nbd",
+        &spec,
+        "--members",
+        s(&m[2]),
+        s(&m[0]),
+        s(&m[1]),
+    ]);
+    assert_eq!(w.status_json("data")["state"], "optimal");
+    reads(&sock, "data", "read -P 0x5a 0 8M");
+    assert!(w.state().join("arrays/data.toml").exists());
+}
+
+#[test]
+fn runbook_the_array_has_failed() {
+    let w = World::new("rb-failed");
+    let m = members(&w, "f", 4, 32 * MIB);
+    let sock = running(&w, "data", "5", &m, false);
+    w.ok(&["fail", "data", s(&m[0])]);
+    reads(&sock, "data", "write -P 0x44 4M 1M");
+    w.ok(&["fail", "data", s(&m[3]), "--force"]);
+    let (code, _, _) = w.code(&["status", "data"]);
+    assert_eq!(code, 2);
+    // 1. events and examine; 2. stop; 3. start --force; 4. replace, wait, scrub.
+    let ev = w.ok(&["events", "data"]);
+    assert!(ev.contains("array_failed"), "{ev}");
+    let ex: serde_json::Value =
+        serde_json::from_str(&w.ok(&["examine", s(&m[0]), s(&m[3]), "--format", "json"])).unwrap();
+    assert!(ex[1]["events"].as_u64() > ex[0]["events"].as_u64(), "{ex}");
+    w.ok(&["stop", "data"]);
+    let out = start_nbd(&w, "data", &sock, &["--force"]);
+    assert!(out.contains("forced back into slot 3"), "{out}");
+    reads(&sock, "data", "read -P 0x5a 0 4M");
+    reads(&sock, "data", "read -P 0x44 4M 1M");
+    let new = w.sparse("f-new.img", 32 * MIB);
+    w.ok(&["replace", "data", s(&m[0]), s(&new)]);
+    w.ok(&["wait", "data"]);
+    reads(&sock, "data", "read -P 0x44 4M 1M");
+    scrub_clean(&w, "data");
+}
+
+/// A small ext4 mounted on a loop device; unmounted on drop.
+struct SmallFs {
+    dir: PathBuf,
+}
+
+impl SmallFs {
+    fn new(w: &World, size_mib: u64) -> SmallFs {
+        let img = w.dir.join("fs.img");
+        std::fs::File::create(&img)
+            .unwrap()
+            .set_len(size_mib * MIB)
+            .unwrap();
+        let ok = Command::new("mkfs.ext4")
+            .args(["-q", "-F", s(&img)])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mkfs.ext4");
+        let dir = w.dir.join("fs");
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-o", "loop", s(&img), s(&dir)])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount -o loop (needs root and loop devices)");
+        SmallFs { dir }
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        // Lazy: a daemon a failed test left running still holds files.
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+#[test]
+fn runbook_the_filesystem_under_member_files_filled_up() {
+    let w = World::new("rb-full");
+    let fs = SmallFs::new(&w, 128);
+    let m: Vec<PathBuf> = (0..3)
+        .map(|i| {
+            let p = fs.dir.join(format!("full{i}.img"));
+            std::fs::File::create(&p)
+                .unwrap()
+                .set_len(32 * MIB)
+                .unwrap();
+            p
+        })
+        .collect();
+    // Something else on the same filesystem, to free later: what is left
+    // fills up before the array does.
+    let filler = fs.dir.join("filler");
+    std::fs::write(&filler, vec![1u8; 64 * MIB as usize]).unwrap();
+    let sock = running(&w, "data", "5", &m, true);
+    // Write in steps until the filesystem is full; every step that
+    // succeeded (and was flushed) must survive.
+    let mut done = 1u64; // the first 8 MiB written by running()
+    for step in 1..7u64 {
+        let (ok, _) = qemu_io(
+            &sock,
+            "data",
+            &[
+                &format!("write -P {} {}M 8M", 0x10 + step, step * 8),
+                "flush",
+            ],
+        );
+        if !ok {
+            break;
+        }
+        done = step + 1;
+    }
+    assert!(done < 7, "the filesystem never filled up");
+    // 1. free space; 2. stop, start --force; 3. replace, wait, scrub.
+    std::fs::remove_file(&filler).unwrap();
+    w.ok(&["stop", "data"]);
+    let out = start_nbd(&w, "data", &sock, &["--force"]);
+    reads(&sock, "data", "read -P 0x5a 0 8M");
+    for step in 1..done {
+        reads(
+            &sock,
+            "data",
+            &format!("read -P {} {}M 8M", 0x10 + step, step * 8),
+        );
+    }
+    let st = w.status_json("data");
+    for (i, mm) in st["members"].as_array().unwrap().iter().enumerate() {
+        if mm["state"] != "active" {
+            let new = fs.dir.join(format!("full-new{i}.img"));
+            std::fs::File::create(&new)
+                .unwrap()
+                .set_len(32 * MIB)
+                .unwrap();
+            w.ok(&["replace", "data", s(&m[i]), s(&new)]);
+            w.ok(&["wait", "data"]);
+        }
+    }
+    assert_eq!(w.status_json("data")["state"], "optimal", "{out}");
+    scrub_clean(&w, "data");
+    // 4. allocate the member files while the array is stopped.
+    let paths: Vec<String> = w.status_json("data")["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["path"].as_str().unwrap().to_string())
+        .collect();
+    w.ok(&["stop", "data"]);
+    // The replaced members are no longer needed: their space is.
+    for old in &m {
+        if !paths.iter().any(|p| Path::new(p) == old) {
+            std::fs::remove_file(old).unwrap();
+        }
+    }
+    for p in &paths {
+        let size = std::fs::metadata(p).unwrap().len().to_string();
+        let ok = Command::new("fallocate")
+            .args(["-l", &size, p])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "fallocate {p}");
+        let blocks = std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(p).unwrap());
+        assert!(blocks * 512 >= 32 * MIB, "{p} is still sparse");
+    }
+    start_nbd(&w, "data", &sock, &[]);
+    reads(&sock, "data", "read -P 0x5a 0 8M");
+    w.ok(&["stop", "data"]);
+}

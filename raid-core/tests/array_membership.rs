@@ -972,3 +972,115 @@ fn a_write_racing_the_end_of_a_rebuild_reaches_the_new_member() {
         }
     }
 }
+
+/// A hot replace copies an active member onto a new device while a writer
+/// runs, without the array ever being degraded; afterwards the old device
+/// is out (and refused as stale), the new one holds the slot.
+#[test]
+fn hot_replace_keeps_redundancy_and_every_write() {
+    let rounds: u64 = std::env::var("RAID_STRESS_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    for round in 0..rounds {
+        for (level, n) in [
+            (Level::Raid5, 4),
+            (Level::Raid6, 5),
+            (Level::Raid1, 2),
+            (Level::Raid10, 4),
+        ] {
+            let ctx = format!("round {round} {level}");
+            let m = Members::ram(n, DATA, &format!("hr{round}{level}"));
+            let a = Arc::new(create(level, &m, CHUNK));
+            let mut model = pattern(a.capacity() as usize, 2);
+            a.write(0, &model).unwrap();
+            let slot = round as usize % n;
+            let new = ram(&format!("hr-new{round}{level}"));
+            a.hot_replace(slot, new.clone()).unwrap();
+            // The replacement is taken: not addable anywhere in this array.
+            assert_eq!(
+                rule_of(&a.add_spare(new.clone()).unwrap_err()),
+                Some(Rule::AlreadyMember)
+            );
+            let stop = Arc::new(AtomicBool::new(false));
+            let blocks = model.len() / 4096;
+            let writer = {
+                let (a, stop) = (a.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(round);
+                    let mut done = Vec::new();
+                    while !stop.load(Ordering::Acquire) && done.len() < 64 {
+                        let b = rng.gen_range(0..blocks - 4);
+                        let data = pattern(8192, rng.gen());
+                        a.write((b * 4096) as u64, &data).unwrap();
+                        done.push((b, data));
+                    }
+                    done
+                })
+            };
+            let opts = RebuildOptions {
+                batch_rows: 3,
+                ..Default::default()
+            };
+            assert_eq!(
+                a.hot_replace_copy(&opts, &AtomicBool::new(false)).unwrap(),
+                RebuildEnd::Finished,
+                "{ctx}"
+            );
+            assert_eq!(a.state(), ArrayState::Optimal, "{ctx}");
+            stop.store(true, Ordering::Release);
+            for (b, data) in writer.join().unwrap() {
+                model[b * 4096..b * 4096 + data.len()].copy_from_slice(&data);
+            }
+            assert_eq!(
+                a.slots()[slot].member.as_deref(),
+                Some(new.identity()),
+                "{ctx}"
+            );
+            assert_matches(&a, &model);
+            let mut refs = m.refs();
+            let old = refs[slot].clone();
+            refs[slot] = new.clone();
+            assert_consistent(&a, &refs);
+            // Restarted with the old device given too: it is stale.
+            a.close().unwrap();
+            drop(a);
+            let mut all = refs.clone();
+            all.push(old.clone());
+            let asm = Array::assemble(all).unwrap();
+            assert!(
+                asm.refused.iter().any(|(who, _)| who == old.identity()),
+                "{ctx}: {:?}",
+                asm.refused
+            );
+            assert_eq!(asm.array.state(), ArrayState::Optimal);
+            assert_matches(&asm.array, &model);
+        }
+    }
+}
+
+#[test]
+fn a_hot_replace_whose_old_member_fails_leaves_the_slot_failed_and_the_new_device_free() {
+    let (m, a, img) = filled(Level::Raid5, 4, "hf");
+    let a = Arc::new(a);
+    let new = ram("hf-new");
+    a.hot_replace(1, new.clone()).unwrap();
+    m.faulty[1].fail_all();
+    let opts = RebuildOptions {
+        batch_rows: 2,
+        ..Default::default()
+    };
+    assert!(a.hot_replace_copy(&opts, &AtomicBool::new(false)).is_err());
+    assert_eq!(a.slots()[1].state, SlotState::Failed);
+    assert!(a.hot_replace_progress().is_none());
+    assert!(a
+        .event_log()
+        .iter()
+        .any(|(_, e)| e.kind() == "hot_replace_failed"));
+    assert_matches(&a, &img);
+    // The replacement is free: it goes in by a plain replace and rebuild.
+    a.replace(1, new.clone()).unwrap();
+    a.rebuild(1, &RebuildOptions::default(), &AtomicBool::new(false))
+        .unwrap();
+    assert_matches(&a, &img);
+}

@@ -673,7 +673,14 @@ fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
                 last = rb.percent;
             }
         }
+        if let Some(h) = &s.hot_replace {
+            if h.percent - last >= 10.0 {
+                out!("{name}: replacing slot {} {:.0}%", h.slot, h.percent);
+                last = h.percent;
+            }
+        }
         match s.state.as_str() {
+            _ if s.hot_replace.is_some() => {}
             "optimal" => {
                 out!("{name}: optimal");
                 return Ok(());

@@ -785,6 +785,9 @@ impl Daemon {
         let s = self.served(name)?;
         let slot = self.slot_named(&s, old)?;
         let m = self.open_new_member(&s, new)?;
+        if s.array.slots()[slot].state == raid_core::metadata::SlotState::Active {
+            return self.hot_replace(&s, slot, m, old, new);
+        }
         s.array.replace(slot, m)?;
         s.record.lock().members[slot] = new.to_path_buf();
         self.state.save(&s.record.lock())?;
@@ -793,6 +796,59 @@ impl Daemon {
             "{} replaces {} in slot {slot} of '{name}'; rebuild started",
             new.display(),
             old.display()
+        ))
+    }
+
+    /// Replaces an active member while the array keeps its redundancy: the
+    /// copy runs in the rebuild's place (one at a time), and the record
+    /// names the new device once the copy has switched it in.
+    fn hot_replace(
+        &self,
+        s: &Arc<Served>,
+        slot: usize,
+        m: MemberRef,
+        old: &Path,
+        new: &Path,
+    ) -> Result<String> {
+        let name = s.array.name().to_string();
+        let mut run = s.rebuild.lock();
+        if run.as_ref().is_some_and(|r| !r.handle.is_finished()) {
+            return Err(CliError::refused(format!(
+                "a rebuild or replace of '{name}' is running: wait for it (raidctl wait {name})"
+            )));
+        }
+        s.array.hot_replace(slot, m)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (served, st, state, opts, path) = (
+            s.clone(),
+            stop.clone(),
+            self.state.clone(),
+            self.rebuild_opts.clone(),
+            new.to_path_buf(),
+        );
+        let handle = std::thread::spawn(move || match served.array.hot_replace_copy(&opts, &st) {
+            Ok(RebuildEnd::Finished) => {
+                served.record.lock().members[slot] = path;
+                if let Err(e) = state.save(&served.record.lock()) {
+                    tracing::error!("cannot record the replacement: {e}");
+                }
+            }
+            Ok(RebuildEnd::Interrupted) => {
+                tracing::info!(array = served.array.name(), slot, "hot replace stopped")
+            }
+            Err(e) => tracing::error!(array = served.array.name(), slot, "hot replace failed: {e}"),
+        });
+        *run = Some(RebuildRun {
+            slot,
+            stop,
+            handle,
+            started: Instant::now(),
+            start_row: 0,
+        });
+        Ok(format!(
+            "hot replace: copying {} onto {} in slot {slot} of '{name}'; the array keeps its redundancy meanwhile (raidctl wait {name})",
+            old.display(),
+            new.display()
         ))
     }
 

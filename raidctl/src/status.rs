@@ -58,6 +58,9 @@ pub struct ArrayStatus {
     /// rebuilds from); it is retried when membership changes.
     #[serde(default)]
     pub rebuild_stalled: bool,
+    /// A hot replace in progress (`member` is the new device).
+    #[serde(default)]
+    pub hot_replace: Option<RebuildStatus>,
     pub exports: Vec<String>,
 }
 
@@ -167,6 +170,18 @@ pub fn of_running(
         spares: a.spares(),
         rebuild,
         rebuild_stalled: a.rebuild_stalled(),
+        hot_replace: a.hot_replace_progress().map(|(slot, member, done, total)| {
+            let chunk = g.chunk;
+            RebuildStatus {
+                slot,
+                member,
+                done_bytes: done * chunk,
+                total_bytes: total * chunk,
+                percent: done as f64 * 100.0 / total.max(1) as f64,
+                rate_bytes_per_sec: 0.0,
+                eta_seconds: None,
+            }
+        }),
         exports,
     }
 }
@@ -219,6 +234,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
             spares: vec![],
             rebuild: None,
             rebuild_stalled: false,
+            hot_replace: None,
             exports: vec![],
         };
     };
@@ -281,6 +297,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         spares,
         rebuild: None,
         rebuild_stalled: false,
+        hot_replace: None,
         exports: vec![],
     }
 }
@@ -364,6 +381,12 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
         out.push_str(&format!(
             "  rebuild: slot {} {:.1}%{rate}\n",
             r.slot, r.percent
+        ));
+    }
+    if let Some(h) = &s.hot_replace {
+        out.push_str(&format!(
+            "  hot replace: slot {} onto {} {:.1}%\n",
+            h.slot, h.member, h.percent
         ));
     }
     if s.rebuild_stalled {

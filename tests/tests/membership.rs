@@ -560,3 +560,36 @@ fn two_concurrent_starts_assemble_the_members_once() {
     assert_eq!(w.status_json("ts")["state"], "optimal");
     w.ok(&["stop", "ts"]);
 }
+
+#[test]
+fn replace_of_an_active_member_is_a_hot_replace_that_never_degrades() {
+    let w = World::new("hot");
+    let (m, sock) = running(&w, "hot", "5", 4);
+    let new = w.sparse("hot-new.img", 16 * MIB);
+    let out = w.ok(&["replace", "hot", s(&m[1]), s(&new)]);
+    assert!(out.contains("hot replace"), "{out}");
+    // Never degraded while it copies.
+    let t = Instant::now();
+    loop {
+        let st = w.status_json("hot");
+        assert_eq!(st["state"], "optimal", "{st}");
+        if st["hot_replace"].is_null() {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "{st}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    w.ok(&["wait", "hot"]);
+    let st = w.status_json("hot");
+    assert_eq!(st["members"][1]["path"], s(&new), "{st}");
+    reads_back(&sock, "hot");
+    scrub_clean(&w, "hot");
+    let ev = w.ok(&["events", "hot"]);
+    assert!(ev.contains("hot_replace_finished"), "{ev}");
+    // The record names the new device: a restart needs nothing of the old.
+    w.ok(&["stop", "hot"]);
+    std::fs::remove_file(&m[1]).unwrap();
+    w.ok(&["start", "hot", "--nbd", &format!("unix:{}", sock.display())]);
+    assert_eq!(w.status_json("hot")["state"], "optimal");
+    reads_back(&sock, "hot");
+}

@@ -180,6 +180,7 @@ pub(super) fn assemble(members: Vec<MemberRef>, force: bool) -> Result<Assembly>
         journal: matches!(geo.level, Level::Raid5 | Level::Raid6)
             .then(|| super::journal::Journal::new(0)),
         rr: AtomicUsize::new(0),
+        hot: Mutex::new(None),
     };
     let mut forced = Vec::new();
     if !array.within_redundancy() && force {

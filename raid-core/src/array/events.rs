@@ -57,6 +57,25 @@ pub enum ArrayEvent {
         rows_copied: u64,
         rows: u64,
     },
+    /// A hot replace began copying `old` onto `new` (full redundancy kept).
+    HotReplaceStarted {
+        slot: usize,
+        old: String,
+        new: String,
+    },
+    /// `new` took `old`'s place.
+    HotReplaceFinished {
+        slot: usize,
+        old: String,
+        new: String,
+    },
+    /// The hot replace was dropped: the old member stays (or, if it was
+    /// the one that failed, the slot is failed).
+    HotReplaceFailed {
+        slot: usize,
+        new: String,
+        reason: String,
+    },
     /// A member that had left its slot was taken back (`re-add`).
     MemberReAdded {
         slot: usize,
@@ -104,7 +123,8 @@ impl ArrayEvent {
             | ArrayEvent::RebuildFailed { .. } => Severity::Critical,
             ArrayEvent::MemberMissing { .. }
             | ArrayEvent::SpareActivated { .. }
-            | ArrayEvent::ParityEngineFallback { .. } => Severity::Warning,
+            | ArrayEvent::ParityEngineFallback { .. }
+            | ArrayEvent::HotReplaceFailed { .. } => Severity::Warning,
             ArrayEvent::ScrubFinished {
                 mismatches, error, ..
             } => {
@@ -117,6 +137,8 @@ impl ArrayEvent {
             ArrayEvent::RebuildStarted { .. }
             | ArrayEvent::RebuildFinished { .. }
             | ArrayEvent::MemberReAdded { .. }
+            | ArrayEvent::HotReplaceStarted { .. }
+            | ArrayEvent::HotReplaceFinished { .. }
             | ArrayEvent::ParityEngineChosen { .. }
             | ArrayEvent::Test => Severity::Info,
         }
@@ -132,6 +154,9 @@ impl ArrayEvent {
             ArrayEvent::RebuildStarted { .. } => "rebuild_started",
             ArrayEvent::RebuildFinished { .. } => "rebuild_finished",
             ArrayEvent::MemberReAdded { .. } => "member_re_added",
+            ArrayEvent::HotReplaceStarted { .. } => "hot_replace_started",
+            ArrayEvent::HotReplaceFinished { .. } => "hot_replace_finished",
+            ArrayEvent::HotReplaceFailed { .. } => "hot_replace_failed",
             ArrayEvent::RebuildFailed { .. } => "rebuild_failed",
             ArrayEvent::SpareActivated { .. } => "spare_activated",
             ArrayEvent::ScrubFinished { .. } => "scrub_finished",
@@ -149,6 +174,9 @@ impl ArrayEvent {
             | ArrayEvent::RebuildStarted { slot, .. }
             | ArrayEvent::RebuildFinished { slot, .. }
             | ArrayEvent::MemberReAdded { slot, .. }
+            | ArrayEvent::HotReplaceStarted { slot, .. }
+            | ArrayEvent::HotReplaceFinished { slot, .. }
+            | ArrayEvent::HotReplaceFailed { slot, .. }
             | ArrayEvent::RebuildFailed { slot, .. }
             | ArrayEvent::SpareActivated { slot, .. } => Some(*slot),
             _ => None,
@@ -180,6 +208,15 @@ impl ArrayEvent {
                 rows_copied,
                 rows,
             } => format!("rebuild of slot {slot} finished: {rows_copied} of {rows} rows copied"),
+            ArrayEvent::HotReplaceStarted { slot, old, new } => format!(
+                "hot replace of slot {slot} started: copying {old} onto {new}, redundancy kept"
+            ),
+            ArrayEvent::HotReplaceFinished { slot, old, new } => {
+                format!("{new} replaced {old} in slot {slot}")
+            }
+            ArrayEvent::HotReplaceFailed { slot, new, reason } => {
+                format!("hot replace of slot {slot} onto {new} dropped: {reason}")
+            }
             ArrayEvent::MemberReAdded { slot, member } => format!(
                 "{member} re-added to slot {slot}: resyncing the regions written since it left"
             ),

@@ -145,6 +145,7 @@ impl Array {
     /// Whether `key` is a member or a spare of this array.
     pub fn holds(&self, key: DeviceKey) -> bool {
         self.slot_by_key(key).is_some()
+            || self.is_replacement(key)
             || self
                 .meta
                 .lock()
@@ -164,8 +165,18 @@ impl Array {
         keys
     }
 
-    fn check_new_device(&self, meta: &Meta, m: &MemberRef) -> Result<()> {
+    pub(super) fn check_new_device(&self, meta: &Meta, m: &MemberRef) -> Result<()> {
         let key = m.device_key();
+        if self.is_replacement(key) {
+            return Err(refuse(
+                Rule::AlreadyMember,
+                format!(
+                    "{} is being copied to as the replacement of a member of '{}'",
+                    m.identity(),
+                    self.name
+                ),
+            ));
+        }
         if let Some(slot) = self.slot_by_key(key) {
             return Err(refuse(
                 Rule::AlreadyMember,

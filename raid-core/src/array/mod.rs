@@ -9,6 +9,7 @@
 mod assemble;
 mod bitmap;
 mod events;
+mod hot_replace;
 mod journal;
 mod locks;
 mod membership;
@@ -191,6 +192,9 @@ pub struct Array {
     journal: Option<journal::Journal>,
     /// Spreads mirror reads over the copies.
     rr: AtomicUsize,
+    /// A hot replacement in progress (see `hot_replace`). Lock order:
+    /// after `meta`.
+    hot: Mutex<Option<hot_replace::HotReplace>>,
 }
 
 /// Stands in for a missing member in I/O batches: never called, because
@@ -317,6 +321,7 @@ impl Array {
             journal: matches!(opts.level, Level::Raid5 | Level::Raid6)
                 .then(|| journal::Journal::new(0)),
             rr: AtomicUsize::new(0),
+            hot: Mutex::new(None),
         };
         array.write_metadata_strict()?;
         tracing::info!(array = %array.name, level = %geo.level, members = geo.members, chunk = geo.chunk,

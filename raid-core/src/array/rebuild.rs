@@ -228,7 +228,7 @@ impl Array {
     }
 
     /// The same lock keys the writers of these rows take.
-    fn rebuild_lock_keys(&self, slot: usize, row: u64, end: u64) -> Vec<u64> {
+    pub(super) fn rebuild_lock_keys(&self, slot: usize, row: u64, end: u64) -> Vec<u64> {
         match self.geo.level {
             Level::Raid5 | Level::Raid6 => (row..end).collect(),
             _ => (row..end)

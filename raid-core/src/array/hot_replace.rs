@@ -1,0 +1,331 @@
+//! Hot replace: a new device takes an active member's place while the array
+//! keeps all its redundancy (mdadm's `--replace --with`). Used to retire a
+//! drive that still works but is wearing out, without ever running degraded.
+//!
+//! While it runs, the slot's member is a `Mirrored` pair: reads come from
+//! the old device, every write goes to both. A copier goes through the
+//! slot's rows in order, each batch under the stripe (or chunk) locks the
+//! writers of those rows take, and copies the old device's rows to the new
+//! one. Rows already copied get every later write through the pair; rows
+//! not yet copied get it too and are copied after, under the lock, so both
+//! orders end with the new device holding the current data.
+//!
+//! When the copy is complete the new device becomes the slot's member under
+//! a fresh member uuid, and the metadata says so; the old device is let go
+//! (its own metadata names a member uuid the array no longer has, so it is
+//! refused as stale if it is ever given back). If the old device fails
+//! meanwhile, the slot fails as usual and the replacement is dropped (put it
+//! in with `replace`, which rebuilds it); if the new one fails, the
+//! replacement is dropped and the old device simply stays.
+//!
+//! Nothing is recorded on disk until the end: a crash or stop midway leaves
+//! the old device the member, and the replacement can be started again.
+
+use super::*;
+use crate::buf::AlignedBuf;
+use crate::member::{submit, IoOp, MemberIo};
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+/// The old device and its replacement, as one member.
+struct Mirrored {
+    old: MemberRef,
+    new: MemberRef,
+    /// The replacement failed a write or flush: the copier drops it.
+    new_failed: AtomicBool,
+}
+
+impl Mirrored {
+    fn new_err(&self, e: io::Error) {
+        if !self.new_failed.swap(true, Ordering::AcqRel) {
+            tracing::error!(
+                member = self.new.identity(),
+                "replacement member failed: {e}"
+            );
+        }
+    }
+}
+
+impl Member for Mirrored {
+    fn identity(&self) -> &str {
+        self.old.identity()
+    }
+    fn device_key(&self) -> crate::member::DeviceKey {
+        self.old.device_key()
+    }
+    fn size(&self) -> u64 {
+        self.old.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.old.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.old.write_at(buf, offset)?;
+        // The superblocks stay the old device's until the switch: a crash
+        // midway must not leave the replacement claiming the slot.
+        if offset >= crate::metadata::BITMAP_OFFSET && !self.new_failed.load(Ordering::Acquire) {
+            if let Err(e) = self.new.write_at(buf, offset) {
+                self.new_err(e);
+            }
+        }
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.old.flush()?;
+        if let Err(e) = self.new.flush() {
+            self.new_err(e);
+        }
+        Ok(())
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.old.write_zeroes(offset, len)?;
+        if let Err(e) = self.new.write_zeroes(offset, len) {
+            self.new_err(e);
+        }
+        Ok(())
+    }
+    fn is_direct(&self) -> bool {
+        self.old.is_direct() || self.new.is_direct()
+    }
+}
+
+/// A hot replacement in progress.
+pub(super) struct HotReplace {
+    slot: usize,
+    pair: Arc<Mirrored>,
+    /// Rows copied so far.
+    row: AtomicU64,
+}
+
+impl Array {
+    /// Starts replacing the active member of `slot` by `new`, keeping full
+    /// redundancy; `hot_replace_copy` does the copying. Refused when the
+    /// slot is not active, `new` is already in the array, or another hot
+    /// replacement runs.
+    pub fn hot_replace(&self, slot: usize, new: MemberRef) -> Result<()> {
+        if self.geo.level == Level::Raid0 {
+            // RAID0 writes take no stripe locks, which the copy relies on.
+            return Err(ArrayError::Refused {
+                rule: Rule::NoRedundancy,
+                detail: "RAID0 cannot hot-replace a member: copy it while the array is stopped (dd), or move the data to a redundant array".into(),
+            });
+        }
+        let meta = self.meta.lock();
+        self.check_new_device(&meta, &new)?;
+        let s = self
+            .slots
+            .get(slot)
+            .ok_or_else(|| ArrayError::Invalid(format!("no slot {slot}")))?;
+        if s.state() != SlotState::Active {
+            return Err(ArrayError::Refused {
+                rule: Rule::WrongSlotState,
+                detail: format!(
+                    "slot {slot} is {}: a hot replace copies from an active member; put a new device in a failed slot with replace",
+                    s.state().name()
+                ),
+            });
+        }
+        let mut hot = self.hot.lock();
+        if let Some(h) = hot.as_ref() {
+            return Err(ArrayError::Refused {
+                rule: Rule::WrongSlotState,
+                detail: format!(
+                    "slot {} is being replaced already: wait for it (raidctl wait {})",
+                    h.slot, self.name
+                ),
+            });
+        }
+        let old = s
+            .member
+            .read()
+            .clone()
+            .expect("an active slot has a member");
+        let pair = Arc::new(Mirrored {
+            old: old.clone(),
+            new: new.clone(),
+            new_failed: AtomicBool::new(false),
+        });
+        self.set_member(slot, pair.clone());
+        *hot = Some(HotReplace {
+            slot,
+            pair,
+            row: AtomicU64::new(0),
+        });
+        drop(hot);
+        let mut meta = meta;
+        self.record(
+            &mut meta,
+            ArrayEvent::HotReplaceStarted {
+                slot,
+                old: old.identity().into(),
+                new: new.identity().into(),
+            },
+        );
+        tracing::info!(array = %self.name, slot, old = old.identity(), new = new.identity(), "hot replace started");
+        Ok(())
+    }
+
+    /// The slot being hot-replaced, the new device, rows copied and total.
+    pub fn hot_replace_progress(&self) -> Option<(usize, String, u64, u64)> {
+        self.hot.lock().as_ref().map(|h| {
+            (
+                h.slot,
+                h.pair.new.identity().to_string(),
+                h.row.load(Ordering::Acquire),
+                self.geo.rows(),
+            )
+        })
+    }
+
+    /// Whether the device `key` is the replacement being copied to.
+    pub(super) fn is_replacement(&self, key: crate::member::DeviceKey) -> bool {
+        self.hot
+            .lock()
+            .as_ref()
+            .is_some_and(|h| h.pair.new.device_key() == key)
+    }
+
+    /// Copies the slot being hot-replaced onto its replacement, then makes
+    /// the replacement the member. Blocks; `stop` interrupts it (the old
+    /// device stays the member; start the replacement again later).
+    pub fn hot_replace_copy(&self, opts: &RebuildOptions, stop: &AtomicBool) -> Result<RebuildEnd> {
+        let (slot, pair) = match self.hot.lock().as_ref() {
+            Some(h) => (h.slot, h.pair.clone()),
+            None => return Err(ArrayError::Invalid("no hot replace in progress".into())),
+        };
+        let total = self.geo.rows();
+        let chunk = self.geo.chunk;
+        let batch = opts.batch_rows.clamp(1, 256);
+        let started = Instant::now();
+        let mut row = 0;
+        while row < total {
+            if stop.load(Ordering::Acquire) {
+                self.end_hot_replace(slot, &pair, "stopped before the copy was complete: the old member stays; replace again to restart it");
+                return Ok(RebuildEnd::Interrupted);
+            }
+            let end = (row + batch).min(total);
+            {
+                let _held = self.locks.lock(self.rebuild_lock_keys(slot, row, end));
+                if let Some(why) = self.hot_replace_broken(slot, &pair) {
+                    self.end_hot_replace(slot, &pair, &why);
+                    return Err(ArrayError::Refused {
+                        rule: Rule::Superseded,
+                        detail: why,
+                    });
+                }
+                let len = ((end - row) * chunk) as usize;
+                let mut buf = AlignedBuf::new(len);
+                let at = DATA_OFFSET + row * chunk;
+                if let Err(e) = pair.old.read_at(&mut buf, at) {
+                    drop(_held);
+                    self.fail_slot(slot, &format!("read error during hot replace: {e}"));
+                    let why = format!("the old member failed ({e}); put the replacement in with replace, which rebuilds it");
+                    self.end_hot_replace(slot, &pair, &why);
+                    return Err(ArrayError::Member {
+                        member: pair.old.identity().into(),
+                        source: e,
+                    });
+                }
+                let mut w = [MemberIo {
+                    member: 0,
+                    offset: at,
+                    op: IoOp::Write(&buf),
+                }];
+                if let Some(Err(e)) = submit(std::slice::from_ref(&pair.new), &mut w).pop() {
+                    pair.new_err(e);
+                }
+                if let Some(h) = self.hot.lock().as_ref() {
+                    h.row.store(end, Ordering::Release);
+                }
+            }
+            row = end;
+            if let Some(limit) = opts.rate_limit {
+                let due = std::time::Duration::from_secs_f64((row * chunk) as f64 / limit as f64);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        }
+        if let Err(e) = pair.new.flush() {
+            pair.new_err(e);
+        }
+        // Journal records name slots, not devices: settle them, so none is
+        // ever replayed from before the switch.
+        self.journal_settle()?;
+        let mut meta = self.meta.lock();
+        if let Some(why) = self.hot_replace_broken(slot, &pair) {
+            drop(meta);
+            self.end_hot_replace(slot, &pair, &why);
+            return Err(ArrayError::Refused {
+                rule: Rule::Superseded,
+                detail: why,
+            });
+        }
+        let s = &self.slots[slot];
+        self.set_member(slot, pair.new.clone());
+        *s.uuid.write() = Uuid::random();
+        *self.hot.lock() = None;
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.record(
+            &mut meta,
+            ArrayEvent::HotReplaceFinished {
+                slot,
+                old: pair.old.identity().into(),
+                new: pair.new.identity().into(),
+            },
+        );
+        self.persist(&mut meta);
+        drop(meta);
+        self.rewrite_bitmap();
+        tracing::info!(array = %self.name, slot, secs = started.elapsed().as_secs_f64(), "hot replace finished");
+        Ok(RebuildEnd::Finished)
+    }
+
+    /// Why the hot replacement cannot go on, if it cannot.
+    fn hot_replace_broken(&self, slot: usize, pair: &Arc<Mirrored>) -> Option<String> {
+        if pair.new_failed.load(Ordering::Acquire) {
+            return Some(format!(
+                "the replacement {} failed; {} stays the member",
+                pair.new.identity(),
+                pair.old.identity()
+            ));
+        }
+        if self.slots[slot].state() != SlotState::Active {
+            return Some(format!(
+                "{} failed during the hot replace; put the replacement in with replace, which rebuilds it",
+                pair.old.identity()
+            ));
+        }
+        // Another slot failing does not matter: the copy comes from this
+        // slot's own device, not from redundancy.
+        None
+    }
+
+    /// Drops the replacement: the slot gets the old device back alone (if
+    /// it still holds the pair), and the reason is recorded once.
+    fn end_hot_replace(&self, slot: usize, pair: &Arc<Mirrored>, why: &str) {
+        let mut meta = self.meta.lock();
+        let mut hot = self.hot.lock();
+        if hot.as_ref().is_none_or(|h| !Arc::ptr_eq(&h.pair, pair)) {
+            return;
+        }
+        *hot = None;
+        drop(hot);
+        let holds_pair = self.slots[slot]
+            .member
+            .read()
+            .as_ref()
+            .is_some_and(|m| Arc::ptr_eq(m, &(pair.clone() as MemberRef)));
+        if holds_pair {
+            self.set_member(slot, pair.old.clone());
+        }
+        self.record(
+            &mut meta,
+            ArrayEvent::HotReplaceFailed {
+                slot,
+                new: pair.new.identity().into(),
+                reason: why.into(),
+            },
+        );
+    }
+}

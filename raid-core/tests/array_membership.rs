@@ -1084,3 +1084,99 @@ fn a_hot_replace_whose_old_member_fails_leaves_the_slot_failed_and_the_new_devic
         .unwrap();
     assert_matches(&a, &img);
 }
+
+/// A rebuild running when its member is failed and re-added (same device,
+/// same uuid) must stop: the re-added member is a new incarnation of the
+/// slot, with its own (dirty-only) rebuild to come.
+#[test]
+fn a_rebuild_stops_when_its_member_is_failed_and_re_added_under_it() {
+    let (m, a, img) = filled(Level::Raid5, 4, "inc");
+    let a = Arc::new(a);
+    a.fail_member(2, false).unwrap();
+    let d = ram("inc-d");
+    a.replace(2, d.clone()).unwrap();
+    let r1 = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            let opts = RebuildOptions {
+                rate_limit: Some(DATA),
+                batch_rows: 1,
+                ..Default::default()
+            };
+            a.rebuild(2, &opts, &AtomicBool::new(false))
+        })
+    };
+    while a.rebuild_progress(2).is_none_or(|(row, _)| row < 8) {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    a.fail_slot(2, "pulled");
+    // D left mid-rebuild: its own metadata says so, so it comes back for a
+    // full copy, never a dirty-only one.
+    a.re_add(d.clone()).unwrap();
+    let e = r1.join().unwrap().unwrap_err();
+    assert_eq!(rule_of(&e), Some(Rule::Superseded), "{e}");
+    a.rebuild(2, &RebuildOptions::default(), &AtomicBool::new(false))
+        .unwrap();
+    let copied = a
+        .event_log()
+        .iter()
+        .rev()
+        .find_map(|(_, e)| match e {
+            raid_core::array::ArrayEvent::RebuildFinished {
+                rows_copied, rows, ..
+            } => Some((*rows_copied, *rows)),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        copied.0, copied.1,
+        "a half-rebuilt member must be copied whole"
+    );
+    assert_matches(&a, &img);
+    let mut refs = m.refs();
+    refs[2] = d;
+    assert_consistent(&a, &refs);
+}
+
+/// Forced assembly never takes back a member that failed while it was
+/// being rebuilt: its data is partial.
+#[test]
+fn forced_assembly_never_takes_back_a_half_rebuilt_member() {
+    let (m, a, _) = filled(Level::Raid5, 3, "fh");
+    a.fail_member(0, false).unwrap();
+    let d = ram("fh-d");
+    a.replace(0, d.clone()).unwrap();
+    let opts = RebuildOptions {
+        batch_rows: 4,
+        checkpoint_bytes: 4 * CHUNK,
+        ..Default::default()
+    };
+    // Part of the way, then the rebuild target and another member fail.
+    let a = Arc::new(a);
+    let r = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            let slow = RebuildOptions {
+                rate_limit: Some(DATA),
+                ..opts
+            };
+            a.rebuild(0, &slow, &AtomicBool::new(false))
+        })
+    };
+    while a.rebuild_progress(0).is_none_or(|(row, _)| row < 16) {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    a.fail_slot(0, "target pulled");
+    let _ = r.join().unwrap();
+    a.fail_member(1, true).unwrap();
+    drop(a);
+    let mut refs = m.refs();
+    refs[0] = d;
+    let asm = Array::assemble_forced(refs).unwrap();
+    assert!(
+        asm.forced.iter().all(|(who, _)| who != "fh-d"),
+        "{:?}",
+        asm.forced
+    );
+    assert_eq!(asm.array.slots()[0].state, SlotState::Failed);
+}

@@ -259,7 +259,13 @@ fn force_back(
         if s.state() != SlotState::Failed || s.member.read().is_some() {
             continue;
         }
+        // A member that left while being rebuilt holds partial data: its
+        // own metadata says so. Never taken back as in sync.
+        if sb.slots.get(i).is_none_or(|e| e.state != SlotState::Active) {
+            continue;
+        }
         array.set_member(i, m.clone());
+        s.incarnation.fetch_add(1, Ordering::AcqRel);
         s.set_state(SlotState::Active);
         array.epoch.fetch_add(1, Ordering::AcqRel);
         let why = format!(

@@ -24,9 +24,13 @@ const MIN_REGION_ROWS: u64 = 16;
 
 pub(super) struct Bitmap {
     pub region_rows: u64,
-    /// The bits, 64 regions a word, readable without a lock: a write into a
-    /// region whose bit is already set takes no lock at all.
+    /// The bits, 64 regions a word, as they are or are about to be on disk.
     words: Vec<AtomicU64>,
+    /// The bits known to be on every member's disk: a write into a region
+    /// whose durable bit is set takes no lock at all. A bit set in `words`
+    /// but not here is being written: later writers wait for it (on `io`)
+    /// rather than write data a crash could leave unmarked.
+    durable: Vec<AtomicU64>,
     /// Serialises the bitmap's writes to the members (and so the order in
     /// which set and cleared states reach the disk).
     io: Mutex<()>,
@@ -45,12 +49,15 @@ impl Bitmap {
         let regions = rows.div_ceil(region_rows) as usize;
         let mut bits = bits;
         bits.resize(BITMAP_BYTES, 0);
+        let words = |bits: &[u8]| -> Vec<AtomicU64> {
+            bits.chunks(8)
+                .map(|c| AtomicU64::new(u64::from_le_bytes(c.try_into().unwrap())))
+                .collect()
+        };
         Bitmap {
             region_rows,
-            words: bits
-                .chunks(8)
-                .map(|c| AtomicU64::new(u64::from_le_bytes(c.try_into().unwrap())))
-                .collect(),
+            words: words(&bits),
+            durable: words(&bits),
             io: Mutex::new(()),
             in_flight: (0..regions).map(|_| AtomicU32::new(0)).collect(),
             last_gen: (0..regions).map(|_| AtomicU64::new(0)).collect(),
@@ -60,6 +67,10 @@ impl Bitmap {
 
     fn is_set(&self, r: usize) -> bool {
         self.words[r / 64].load(Ordering::SeqCst) & (1 << (r % 64)) != 0
+    }
+
+    fn is_durable(&self, r: usize) -> bool {
+        self.durable[r / 64].load(Ordering::SeqCst) & (1 << (r % 64)) != 0
     }
 
     /// The on-disk form: bit r is byte r/8, bit r%8 (little-endian words).
@@ -135,18 +146,26 @@ impl Array {
         for r in regions.clone() {
             bm.in_flight[r].fetch_add(1, Ordering::SeqCst);
             bm.last_gen[r].store(g, Ordering::SeqCst);
-            missing |= !bm.is_set(r);
+            missing |= !bm.is_durable(r);
         }
         let intent = WriteIntent {
             bm,
             regions: regions.clone(),
         };
+        // Under the lock, a writer that waited for another's bitmap write
+        // finds its bits durable and writes nothing.
         if missing {
             let _io = bm.io.lock();
-            for r in regions {
-                bm.words[r / 64].fetch_or(1 << (r % 64), Ordering::SeqCst);
+            if !regions.clone().all(|r| bm.is_durable(r)) {
+                for r in regions.clone() {
+                    bm.words[r / 64].fetch_or(1 << (r % 64), Ordering::SeqCst);
+                }
+                self.write_bitmap(&bm.block());
+                // On disk now: writers after this one may pass without the lock.
+                for r in regions {
+                    bm.durable[r / 64].fetch_or(1 << (r % 64), Ordering::SeqCst);
+                }
             }
-            self.write_bitmap(&bm.block());
         }
         if !self.within_redundancy() {
             return Err(self.failed_error());
@@ -173,10 +192,15 @@ impl Array {
             {
                 continue;
             }
+            // The durable bit first: a writer arriving from now on takes the
+            // slow path, which waits for this lock.
+            bm.durable[r / 64].fetch_and(!(1 << (r % 64)), Ordering::SeqCst);
             bm.words[r / 64].fetch_and(!(1 << (r % 64)), Ordering::SeqCst);
             if bm.in_flight[r].load(Ordering::SeqCst) != 0 {
-                // A writer came in meanwhile: it may have seen the bit set.
+                // A writer came in meanwhile: it may have seen the bit set
+                // (and it still is, on disk: nothing was written yet).
                 bm.words[r / 64].fetch_or(1 << (r % 64), Ordering::SeqCst);
+                bm.durable[r / 64].fetch_or(1 << (r % 64), Ordering::SeqCst);
             } else {
                 changed = true;
             }
@@ -226,7 +250,7 @@ impl Array {
                 continue;
             }
             if let Err(e) = m.write_at(&block, BITMAP_OFFSET).and_then(|_| m.flush()) {
-                self.fail_slot(i, &format!("bitmap write failed: {e}"));
+                self.fail_slot_if(i, m, &format!("bitmap write failed: {e}"));
             }
         }
     }

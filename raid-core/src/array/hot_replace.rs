@@ -251,7 +251,14 @@ impl Array {
         }
         // Journal records name slots, not devices: settle them, so none is
         // ever replayed from before the switch.
-        self.journal_settle()?;
+        if let Err(e) = self.journal_settle() {
+            self.end_hot_replace(
+                slot,
+                &pair,
+                &format!("the journal could not be settled: {e}"),
+            );
+            return Err(e);
+        }
         let mut meta = self.meta.lock();
         if let Some(why) = self.hot_replace_broken(slot, &pair) {
             drop(meta);
@@ -264,6 +271,7 @@ impl Array {
         let s = &self.slots[slot];
         self.set_member(slot, pair.new.clone());
         *s.uuid.write() = Uuid::random();
+        s.incarnation.fetch_add(1, Ordering::AcqRel);
         *self.hot.lock() = None;
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.record(

@@ -249,7 +249,7 @@ impl Array {
                 continue;
             }
             if let Err(e) = m.write_at(b, at).and_then(|_| m.flush()) {
-                self.fail_slot(i, &format!("journal write failed: {e}"));
+                self.fail_slot_if(i, m, &format!("journal write failed: {e}"));
             }
         }
         if !self.within_redundancy() {
@@ -263,7 +263,7 @@ impl Array {
         for (i, m) in handles.iter().enumerate() {
             if self.slots[i].state() != SlotState::Failed {
                 if let Err(e) = m.flush() {
-                    self.fail_slot(i, &format!("flush failed: {e}"));
+                    self.fail_slot_if(i, m, &format!("flush failed: {e}"));
                 }
             }
         }

@@ -96,6 +96,9 @@ fn refuse(rule: Rule, detail: String) -> ArrayError {
 pub(super) struct RebuildTicket {
     pub slot: usize,
     member_uuid: Uuid,
+    /// The slot's incarnation: a fail and re-add of the same member (same
+    /// uuid) starts a new one, and this rebuild must not finish it.
+    incarnation: u64,
 }
 
 pub(super) type Guard<'a> = MutexGuard<'a, Meta>;
@@ -265,6 +268,7 @@ impl Array {
         }
         let was_ok = self.within_redundancy();
         s.set_state(SlotState::Failed);
+        s.incarnation.fetch_add(1, Ordering::AcqRel);
         self.epoch.fetch_add(1, Ordering::AcqRel);
         let member = s
             .member
@@ -386,11 +390,18 @@ impl Array {
                 ),
             ));
         }
+        // Only a member that was in sync when it left holds the rows no
+        // write touched since: one that left mid-rebuild is copied whole.
+        let dirty_only = sb
+            .slots
+            .get(slot)
+            .is_some_and(|e| e.state == SlotState::Active);
         let ident = m.identity().to_string();
         self.set_member(slot, m);
         s.rebuild_row.store(0, Ordering::Release);
         s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
-        s.resync_dirty_only.store(true, Ordering::Release);
+        s.resync_dirty_only.store(dirty_only, Ordering::Release);
+        s.incarnation.fetch_add(1, Ordering::AcqRel);
         s.set_state(SlotState::Rebuilding);
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.record(
@@ -405,6 +416,24 @@ impl Array {
         self.rewrite_bitmap();
         tracing::info!(array = %self.name, slot, member = %ident, "member re-added; resyncing the regions written since it left");
         Ok(slot)
+    }
+
+    /// Fails `slot` for an error of the device `m`, only if the slot still
+    /// holds that device: an error from a device that was replaced since
+    /// (a stale handle) must not fail its successor.
+    pub(super) fn fail_slot_if(&self, slot: usize, m: &MemberRef, reason: &str) {
+        let mut meta = self.meta.lock();
+        let s = &self.slots[slot];
+        let holds = s
+            .member
+            .read()
+            .as_ref()
+            .is_some_and(|cur| Arc::ptr_eq(cur, m));
+        if !holds || s.state() == SlotState::Failed {
+            return;
+        }
+        self.fail_locked(&mut meta, slot, reason);
+        self.persist(&mut meta);
     }
 
     /// The operator's `fail`: refused when the member is already failed, or
@@ -581,6 +610,7 @@ impl Array {
         s.rebuild_row.store(0, Ordering::Release);
         s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
         s.resync_dirty_only.store(false, Ordering::Release);
+        s.incarnation.fetch_add(1, Ordering::AcqRel);
         s.set_state(SlotState::Rebuilding);
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.persist(meta);
@@ -637,12 +667,16 @@ impl Array {
         Ok(RebuildTicket {
             slot,
             member_uuid: *s.uuid.read(),
+            incarnation: s.incarnation.load(Ordering::Acquire),
         })
     }
 
     fn ticket_holds(&self, t: &RebuildTicket) -> Result<()> {
         let s = &self.slots[t.slot];
-        if s.state() == SlotState::Rebuilding && *s.uuid.read() == t.member_uuid {
+        if s.state() == SlotState::Rebuilding
+            && *s.uuid.read() == t.member_uuid
+            && s.incarnation.load(Ordering::Acquire) == t.incarnation
+        {
             Ok(())
         } else {
             Err(refuse(

@@ -85,7 +85,7 @@ impl Array {
             pending.clear();
             for ((k, c), r) in plan.iter().zip(results) {
                 if let Err(e) = r {
-                    self.fail_slot(c.member, &format!("read error: {e}"));
+                    self.fail_slot_if(c.member, &handles[c.member], &format!("read error: {e}"));
                     pending.push(*k);
                 }
             }
@@ -125,7 +125,9 @@ impl Array {
         for ((io, k), r) in ios.iter().zip(&owner).zip(results) {
             match r {
                 Ok(()) => written[*k] = true,
-                Err(e) => self.fail_slot(io.member, &format!("write error: {e}")),
+                Err(e) => {
+                    self.fail_slot_if(io.member, &handles[io.member], &format!("write error: {e}"))
+                }
             }
         }
         if written.iter().all(|&w| w) {
@@ -166,7 +168,7 @@ impl Array {
                     continue;
                 }
                 if let Err(e) = handles[m].write_zeroes(off, l) {
-                    self.fail_slot(m, &format!("zeroing failed: {e}"));
+                    self.fail_slot_if(m, &handles[m], &format!("zeroing failed: {e}"));
                 }
             }
             if !self.within_redundancy() {

@@ -103,6 +103,9 @@ struct Slot {
     /// A re-added member: its rebuild copies only rows in regions the
     /// write-intent bitmap marks (the rest it still holds).
     resync_dirty_only: AtomicBool,
+    /// Bumped whenever the slot fails or gets a device (even the same one
+    /// back): a rebuild's ticket names the incarnation it works for.
+    incarnation: AtomicU64,
 }
 
 impl Slot {
@@ -114,6 +117,7 @@ impl Slot {
             rebuild_row: AtomicU64::new(rebuild_row),
             rebuild_failed_epoch: AtomicU64::new(membership::NO_EPOCH),
             resync_dirty_only: AtomicBool::new(false),
+            incarnation: AtomicU64::new(0),
         };
         s.set_state(state);
         s
@@ -195,6 +199,14 @@ pub struct Array {
     /// A hot replacement in progress (see `hot_replace`). Lock order:
     /// after `meta`.
     hot: Mutex<Option<hot_replace::HotReplace>>,
+}
+
+/// Why `read_places` read nothing.
+enum ReadFailure {
+    /// Membership changed under the caller's plan: plan again.
+    Changed,
+    /// These slots' devices returned errors (slot, the device, the error).
+    Failed(Vec<(usize, MemberRef, io::Error)>),
 }
 
 /// Stands in for a missing member in I/O batches: never called, because
@@ -448,16 +460,27 @@ impl Array {
         self.handles.load()
     }
 
-    /// Reads `len` bytes at each `(slot, member offset)` into fresh aligned
-    /// buffers, all in one submission. Returns the buffers, or the members
-    /// that failed with their errors (the caller decides what that means).
+    /// Reads `len` bytes at each `(slot, member offset)` of the data area
+    /// into fresh aligned buffers, all in one submission.
+    ///
+    /// The members' handles are loaded first and each place's slot checked
+    /// readable after: a caller that judged a slot readable, then saw it
+    /// failed and given a new device before this load, gets
+    /// `ReadFailure::Changed` (plan again) instead of the new device's
+    /// blank rows taken for data.
     fn read_places(
         &self,
         places: &[(usize, u64)],
         len: usize,
-    ) -> std::result::Result<Vec<crate::buf::AlignedBuf>, Vec<(usize, io::Error)>> {
+    ) -> std::result::Result<Vec<crate::buf::AlignedBuf>, ReadFailure> {
         use crate::member::{submit, IoOp, MemberIo};
         let handles = self.member_handles();
+        if places
+            .iter()
+            .any(|&(slot, off)| !self.readable(slot, (off - DATA_OFFSET) / self.geo.chunk))
+        {
+            return Err(ReadFailure::Changed);
+        }
         let mut bufs: Vec<crate::buf::AlignedBuf> = places
             .iter()
             .map(|_| crate::buf::AlignedBuf::new(len))
@@ -472,24 +495,27 @@ impl Array {
             })
             .collect();
         let results = submit(&handles, &mut ios);
-        let failed: Vec<(usize, io::Error)> = ios
+        let failed: Vec<(usize, MemberRef, io::Error)> = ios
             .iter()
             .zip(results)
-            .filter_map(|(io, r)| r.err().map(|e| (io.member, e)))
+            .filter_map(|(io, r)| r.err().map(|e| (io.member, handles[io.member].clone(), e)))
             .collect();
         drop(ios);
         if failed.is_empty() {
             Ok(bufs)
         } else {
-            Err(failed)
+            Err(ReadFailure::Failed(failed))
         }
     }
 
-    /// Fails every member of a `read_places` failure list, saying `what`
-    /// went wrong ("read error during rebuild").
-    fn fail_slots(&self, failed: Vec<(usize, io::Error)>, what: &str) {
-        for (m, e) in failed {
-            self.fail_slot(m, &format!("{what}: {e}"));
+    /// Fails the members of a `read_places` failure list (each only if its
+    /// slot still holds the device that erred), saying `what` went wrong
+    /// ("read error during rebuild"). `Changed` fails nothing.
+    fn fail_slots(&self, failure: ReadFailure, what: &str) {
+        if let ReadFailure::Failed(failed) = failure {
+            for (slot, m, e) in failed {
+                self.fail_slot_if(slot, &m, &format!("{what}: {e}"));
+            }
         }
     }
 
@@ -717,15 +743,17 @@ impl Array {
 
     /// `read`, with a buffer every member can take.
     fn read_aligned(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        // Fast path: inside one chunk, straight to a readable member.
+        // Fast path: inside one chunk, straight to a readable member. The
+        // handles first, readability after (see `read_places`).
+        let handles = self.member_handles();
         if let Some((slot, at)) = self.direct_target(offset, buf.len() as u64) {
-            let handles = self.member_handles();
             match handles[slot].read_at(buf, at) {
                 Ok(()) => return Ok(()),
                 // Fail it and let the general path serve the read.
-                Err(e) => self.fail_slot(slot, &format!("read error: {e}")),
+                Err(e) => self.fail_slot_if(slot, &handles[slot], &format!("read error: {e}")),
             }
         }
+        drop(handles);
         match self.geo.level {
             Level::Raid5 | Level::Raid6 => self.parity_read(offset, buf),
             _ => self.mirror_read(offset, buf),
@@ -758,7 +786,7 @@ impl Array {
             if let Some((slot, at)) = self.direct_target(offset, data.len() as u64) {
                 let handles = self.member_handles();
                 return handles[slot].write_at(data, at).map_err(|e| {
-                    self.fail_slot(slot, &format!("write error: {e}"));
+                    self.fail_slot_if(slot, &handles[slot], &format!("write error: {e}"));
                     self.failed_error()
                 });
             }
@@ -786,7 +814,7 @@ impl Array {
                 .collect()
         });
         for (i, e) in failures {
-            self.fail_slot(i, &format!("flush failed: {e}"));
+            self.fail_slot_if(i, &members[i], &format!("flush failed: {e}"));
         }
         if !self.within_redundancy() {
             return Err(self.failed_error());

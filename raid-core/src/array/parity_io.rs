@@ -119,7 +119,7 @@ impl Array {
                 .zip(ios.iter().zip(&owner))
             {
                 if let Err(e) = r {
-                    self.fail_slot(io.member, &format!("read error: {e}"));
+                    self.fail_slot_if(io.member, &handles[io.member], &format!("read error: {e}"));
                     degraded.push(p.stripe);
                 }
             }
@@ -336,7 +336,7 @@ impl Array {
         let results = submit(&handles, &mut ios);
         for (io, r) in ios.iter().zip(results) {
             if let Err(e) = r {
-                self.fail_slot(io.member, &format!("write error: {e}"));
+                self.fail_slot_if(io.member, &handles[io.member], &format!("write error: {e}"));
             }
         }
         if !self.within_redundancy() {
@@ -459,7 +459,7 @@ impl Array {
         let results = submit(&handles, &mut ios);
         for (io, r) in ios.iter().zip(results) {
             if let Err(e) = r {
-                self.fail_slot(io.member, &format!("write error: {e}"));
+                self.fail_slot_if(io.member, &handles[io.member], &format!("write error: {e}"));
             }
         }
         let missing = map
@@ -614,7 +614,16 @@ impl Array {
         let mut s = first_full;
         while s < end_full {
             let e = (s + GROUP).min(end_full);
-            let _held = self.locks.lock(s..e);
+            let held = self.locks.lock(s..e);
+            // Checked again under the locks: a member may have failed (or a
+            // degraded write journaled one of these stripes) since the check
+            // above; then this group goes through the write path too.
+            if self.state() != ArrayState::Optimal || (s..e).any(|x| self.journal_pending(x)) {
+                drop(held);
+                self.zero_by_writing(s * sdb, (e - s) * sdb)?;
+                s = e;
+                continue;
+            }
             let handles = self.member_handles();
             for (slot, m) in handles.iter().enumerate() {
                 // Rows of this member that hold valid data.
@@ -630,7 +639,7 @@ impl Array {
                 }
                 if let Err(err) = m.write_zeroes(self.row_offset(s, 0), (upto - s) * self.geo.chunk)
                 {
-                    self.fail_slot(slot, &format!("zeroing failed: {err}"));
+                    self.fail_slot_if(slot, m, &format!("zeroing failed: {err}"));
                 }
             }
             if !self.within_redundancy() {

@@ -159,7 +159,7 @@ impl Array {
             }
         }
         if let Err(e) = target.flush() {
-            self.fail_slot(slot, &format!("flush failed: {e}"));
+            self.fail_slot_if(slot, &target, &format!("flush failed: {e}"));
             let e = ArrayError::Member {
                 member: target.identity().into(),
                 source: e,
@@ -218,7 +218,7 @@ impl Array {
         target: &MemberRef,
     ) -> Result<()> {
         target.flush().map_err(|e| {
-            self.fail_slot(t.slot, &format!("flush failed: {e}"));
+            self.fail_slot_if(t.slot, target, &format!("flush failed: {e}"));
             ArrayError::Member {
                 member: target.identity().into(),
                 source: e,
@@ -336,7 +336,7 @@ impl Array {
             .collect();
         for r in submit(tmembers, &mut writes) {
             if let Err(e) = r {
-                self.fail_slot(slot, &format!("write error during rebuild: {e}"));
+                self.fail_slot_if(slot, target, &format!("write error during rebuild: {e}"));
                 return Err(ArrayError::Member {
                     member: target.identity().into(),
                     source: e,

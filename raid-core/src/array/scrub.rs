@@ -159,12 +159,18 @@ impl Array {
     /// optimal).
     pub(super) fn scrub_read(&self, places: &[(usize, u64)]) -> Result<Vec<AlignedBuf>> {
         self.read_places(places, self.geo.chunk as usize)
-            .map_err(|failed| {
-                let (m, e) = failed.into_iter().next().expect("at least one failure");
-                self.fail_slot(m, &format!("read error during scrub: {e}"));
-                ArrayError::Invalid(format!(
-                    "scrub stopped: a member failed ({e}); rebuild, then scrub again"
-                ))
+            .map_err(|failure| match failure {
+                ReadFailure::Changed => ArrayError::Invalid(format!(
+                    "scrub stopped: the members of '{}' changed while it ran; scrub again once the array is optimal",
+                    self.name
+                )),
+                ReadFailure::Failed(mut failed) => {
+                    let (slot, m, e) = failed.remove(0);
+                    self.fail_slot_if(slot, &m, &format!("read error during scrub: {e}"));
+                    ArrayError::Invalid(format!(
+                        "scrub stopped: a member failed ({e}); rebuild, then scrub again"
+                    ))
+                }
             })
     }
 

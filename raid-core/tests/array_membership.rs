@@ -1180,3 +1180,26 @@ fn forced_assembly_never_takes_back_a_half_rebuilt_member() {
     );
     assert_eq!(asm.array.slots()[0].state, SlotState::Failed);
 }
+
+/// Two halves of a mirror run apart, each written, with the same number
+/// of metadata changes: neither is newer, and taking either by argument
+/// order would drop the other's writes. Assembly refuses and says so.
+#[test]
+fn split_brain_is_refused_not_resolved_by_argument_order() {
+    let (m, a, _) = filled(Level::Raid1, 2, "sb");
+    a.close().unwrap();
+    drop(a);
+    for (i, byte) in [(0usize, 0xA1u8), (1, 0xB2)] {
+        let half = Array::assemble(vec![m.refs()[i].clone()]).unwrap();
+        assert_eq!(half.array.state(), ArrayState::Degraded);
+        half.array.write(0, &vec![byte; 4096]).unwrap();
+        half.array.close().unwrap();
+    }
+    for order in [[0usize, 1], [1, 0]] {
+        let refs: Vec<MemberRef> = order.iter().map(|&i| m.refs()[i].clone()).collect();
+        let e = Array::assemble(refs).err().unwrap().to_string();
+        assert!(e.contains("split brain"), "{e}");
+    }
+    // One half, named alone, still starts.
+    assert!(Array::assemble(vec![m.refs()[1].clone()]).is_ok());
+}

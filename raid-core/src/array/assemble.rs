@@ -50,7 +50,29 @@ pub(super) fn assemble(members: Vec<MemberRef>, force: bool) -> Result<Assembly>
         .max_by_key(|(_, sb)| sb.events)
         .map(|(_, sb)| sb.clone())
         .unwrap();
-    // The bitmap as the newest member has it.
+    // Split brain: two members of this array at the same event count that
+    // disagree on who is in it were run apart (each side assembled without
+    // the other, both written). Picking one by argument order would drop
+    // the other side's writes without a word: refuse, and say which.
+    for (m, sb) in &read {
+        if sb.array_uuid == truth.array_uuid
+            && sb.events == truth.events
+            && (sb.slots != truth.slots || sb.spares != truth.spares)
+        {
+            let first = read
+                .iter()
+                .find(|(_, x)| x.events == truth.events && x.slots == truth.slots)
+                .map(|(m, _)| m.identity().to_string())
+                .unwrap_or_default();
+            return Err(ArrayError::Assembly(format!(
+                "split brain: {first} and {} both hold the newest metadata of '{}' (event {}) but disagree on its members: the array was run in two halves. Start it from one half only (raidctl start {} --members ...), after raidctl examine shows which devices belong to which; the other half's writes since the split are not in it",
+                m.identity(),
+                truth.name,
+                truth.events,
+                truth.name
+            )));
+        }
+    }
     // The bitmap: the union of every member's of this array. A member that
     // joined lately may not hold the newest block yet, and a dirty bit too
     // many costs a resync of one region, a bit too few a torn stripe.

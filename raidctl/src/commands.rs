@@ -195,15 +195,26 @@ pub fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Scrub { name, repair } => {
+        Command::Scrub {
+            name,
+            repair,
+            background,
+            cancel,
+        } => {
             let r = daemon_call(
                 &st,
                 &name,
                 Request::Scrub {
                     name: name.clone(),
                     repair,
+                    background,
+                    cancel,
                 },
             )?;
+            if background || cancel {
+                print_message(&r);
+                return Ok(());
+            }
             let s = r
                 .scrub
                 .ok_or_else(|| CliError::daemon("the daemon sent no scrub report"))?;

@@ -43,10 +43,21 @@ struct Served {
     mount: Mutex<Option<crate::fuse::Mounted>>,
     /// How many of the array's events the daemon has logged and alerted.
     events_seen: std::sync::atomic::AtomicUsize,
-    /// A scrub (scheduled or asked for) is running.
-    scrubbing: AtomicBool,
-    /// Asks a running scrub to stop (`stop` sets it and waits).
+    /// The array's scrub, asked for or scheduled: one at a time, in the
+    /// background, shown by `status`, cancelled by `scrub --cancel` and
+    /// `stop`.
+    scrub: Mutex<Option<ScrubJob>>,
+    /// Asks the running scrub to stop.
     scrub_stop: Arc<AtomicBool>,
+}
+
+/// A scrub running (or just ended) in the background.
+struct ScrubJob {
+    repair: bool,
+    started: Instant,
+    rows: u64,
+    done: Arc<std::sync::atomic::AtomicU64>,
+    handle: JoinHandle<raid_core::array::Result<raid_core::array::ScrubReport>>,
 }
 
 pub struct Daemon {
@@ -281,7 +292,12 @@ impl Daemon {
                 loop_dev,
             } => self.mount(&name, dir, loop_dev).map(Response::ok),
             Request::Unmount { name } => self.unmount(&name).map(Response::ok),
-            Request::Scrub { name, repair } => self.scrub(&name, repair),
+            Request::Scrub {
+                name,
+                repair,
+                background,
+                cancel,
+            } => self.scrub(&name, repair, background, cancel),
         };
         // What the command caused (a member failed, a scrub's mismatches,
         // the engine chosen at start) is in the event log, alerted, before
@@ -436,7 +452,7 @@ impl Daemon {
             exports: Mutex::new(exports),
             mount: Mutex::new(None),
             events_seen: std::sync::atomic::AtomicUsize::new(0),
-            scrubbing: AtomicBool::new(false),
+            scrub: Mutex::new(None),
             scrub_stop: Arc::new(AtomicBool::new(false)),
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
@@ -470,8 +486,8 @@ impl Daemon {
             let _ = run.handle.join();
         }
         served.scrub_stop.store(true, Ordering::Release);
-        while served.scrubbing.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_millis(20));
+        if let Some(job) = served.scrub.lock().take() {
+            let _ = job.handle.join();
         }
         let closed = served.array.close();
         {
@@ -537,17 +553,105 @@ impl Daemon {
         Ok(format!("array '{name}' unmounted from {}", dir.display()))
     }
 
-    fn scrub(&self, name: &str, repair: bool) -> Result<Response> {
-        let s = self.served(name)?;
-        let opts = scrub_options(repair);
-        if s.scrubbing.swap(true, Ordering::AcqRel) {
+    /// Starts a scrub of `s` in the background; refused while one runs.
+    /// `mark`: where a scheduled scrub records that it completed.
+    fn start_scrub(
+        &self,
+        s: &Arc<Served>,
+        repair: bool,
+        mark: Option<(PathBuf, u64)>,
+    ) -> Result<()> {
+        let name = s.array.name().to_string();
+        let mut job = s.scrub.lock();
+        if job.as_ref().is_some_and(|j| !j.handle.is_finished()) {
             return Err(CliError::refused(format!(
-                "a scrub of '{name}' is already running: wait for it (raidctl events {name} shows its result)"
+                "a scrub of '{name}' is already running: raidctl status {name} shows its progress, raidctl scrub {name} --cancel stops it"
             )));
         }
-        let r = s.array.scrub(&opts, &s.scrub_stop);
-        s.scrubbing.store(false, Ordering::Release);
-        let r = r?;
+        if let Some(old) = job.take() {
+            let _ = old.handle.join();
+        }
+        s.scrub_stop.store(false, Ordering::Release);
+        let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let opts = raid_core::array::ScrubOptions {
+            progress: Some(done.clone()),
+            ..scrub_options(repair)
+        };
+        let (array, stop) = (s.array.clone(), s.scrub_stop.clone());
+        let handle = std::thread::spawn(move || {
+            let r = array.scrub(&opts, &stop);
+            match &r {
+                Ok(rep) if !rep.interrupted => {
+                    tracing::info!(
+                        array = array.name(),
+                        mismatches = rep.mismatches.len(),
+                        "scrub done"
+                    );
+                    if let Some((mark, now)) = mark {
+                        let _ = std::fs::create_dir_all(mark.parent().unwrap());
+                        let _ = std::fs::write(&mark, now.to_string());
+                    }
+                }
+                Ok(_) => tracing::info!(array = array.name(), "scrub interrupted"),
+                Err(e) => tracing::warn!(array = array.name(), "scrub failed: {e}"),
+            }
+            r
+        });
+        *job = Some(ScrubJob {
+            repair,
+            started: Instant::now(),
+            rows: s.array.scrub_rows(),
+            done,
+            handle,
+        });
+        Ok(())
+    }
+
+    /// `raidctl scrub`: in the background (`background`), cancelled
+    /// (`cancel`), or waited for, its report in the answer.
+    fn scrub(&self, name: &str, repair: bool, background: bool, cancel: bool) -> Result<Response> {
+        let s = self.served(name)?;
+        if cancel {
+            let job = s.scrub.lock().take();
+            let Some(job) = job.filter(|j| !j.handle.is_finished()) else {
+                return Err(CliError::refused(format!(
+                    "no scrub of '{name}' is running"
+                )));
+            };
+            s.scrub_stop.store(true, Ordering::Release);
+            let _ = job.handle.join();
+            let done = job.done.load(Ordering::Acquire);
+            return Ok(Response::ok(format!(
+                "scrub of '{name}' cancelled after {done} of {} rows",
+                job.rows
+            )));
+        }
+        self.start_scrub(&s, repair, None)?;
+        if background {
+            return Ok(Response::ok(format!(
+                "scrub of '{name}' started{} (raidctl status {name} shows its progress, raidctl events {name} its result)",
+                if repair { " with repair" } else { "" }
+            )));
+        }
+        loop {
+            if s.scrub
+                .lock()
+                .as_ref()
+                .is_none_or(|j| j.handle.is_finished())
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let job = s
+            .scrub
+            .lock()
+            .take()
+            .ok_or_else(|| CliError::failed(format!("the scrub of '{name}' was cancelled")))?;
+        let r = job
+            .handle
+            .join()
+            .map_err(|_| CliError::failed("the scrub thread panicked"))??;
         let slots = s.array.slots();
         let result = crate::protocol::ScrubResult {
             array: name.into(),
@@ -595,12 +699,29 @@ impl Daemon {
                     exports.push(format!("loop {d}"));
                 }
             }
-            out.push(status::of_running(
-                &s.array,
-                rate,
-                exports,
-                Some(s.engine.report()),
-            ));
+            let mut st = status::of_running(&s.array, rate, exports, Some(s.engine.report()));
+            st.scrub = s
+                .scrub
+                .lock()
+                .as_ref()
+                .filter(|j| !j.handle.is_finished())
+                .map(|j| {
+                    let done = j.done.load(Ordering::Acquire);
+                    let g = s.array.geometry();
+                    let secs = j.started.elapsed().as_secs_f64().max(1e-3);
+                    let per_row = g.chunk * g.members as u64;
+                    let rate = (done * per_row) as f64 / secs;
+                    status::ScrubStatus {
+                        repair: j.repair,
+                        rows_done: done,
+                        rows_total: j.rows,
+                        percent: done as f64 * 100.0 / j.rows.max(1) as f64,
+                        rate_bytes_per_sec: rate,
+                        eta_seconds: (done > 0)
+                            .then(|| (j.rows - done) as f64 * per_row as f64 / rate.max(1.0)),
+                    }
+                });
+            out.push(st);
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Response {
@@ -936,7 +1057,10 @@ impl Daemon {
             return;
         };
         if s.array.state() != raid_core::array::ArrayState::Optimal
-            || s.scrubbing.swap(true, Ordering::AcqRel)
+            || s.scrub
+                .lock()
+                .as_ref()
+                .is_some_and(|j| !j.handle.is_finished())
         {
             return;
         }
@@ -954,32 +1078,11 @@ impl Daemon {
             .and_then(|t| t.trim().parse().ok())
             .unwrap_or(0);
         if (now.saturating_sub(last) as f64) < sched.every_hours * 3600.0 {
-            s.scrubbing.store(false, Ordering::Release);
             return;
         }
-        let (array, repair, stop, served) = (
-            s.array.clone(),
-            sched.repair,
-            s.scrub_stop.clone(),
-            s.clone(),
-        );
-        std::thread::spawn(move || {
-            let opts = scrub_options(repair);
-            match array.scrub(&opts, &stop) {
-                Ok(r) if !r.interrupted => {
-                    tracing::info!(
-                        array = array.name(),
-                        mismatches = r.mismatches.len(),
-                        "scheduled scrub done"
-                    );
-                    let _ = std::fs::create_dir_all(mark.parent().unwrap());
-                    let _ = std::fs::write(&mark, now.to_string());
-                }
-                Ok(_) => tracing::info!(array = array.name(), "scheduled scrub interrupted"),
-                Err(e) => tracing::warn!(array = array.name(), "scheduled scrub failed: {e}"),
-            }
-            served.scrubbing.store(false, Ordering::Release);
-        });
+        if let Err(e) = self.start_scrub(s, sched.repair, Some((mark, now))) {
+            tracing::warn!(array = s.array.name(), "scheduled scrub not started: {e}");
+        }
     }
 
     /// Every quarter second: new events are logged and alerted; a failed

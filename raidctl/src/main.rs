@@ -191,6 +191,12 @@ pub enum Command {
         name: String,
         #[arg(long)]
         repair: bool,
+        /// Return at once; `status` shows the progress, `events` the result.
+        #[arg(long, conflicts_with = "cancel")]
+        background: bool,
+        /// Stop the scrub that is running.
+        #[arg(long)]
+        cancel: bool,
     },
     /// Undo `mount`: detach the loop device and unmount.
     Unmount { name: String },

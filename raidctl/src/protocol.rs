@@ -77,6 +77,12 @@ pub enum Request {
         name: String,
         #[serde(default)]
         repair: bool,
+        /// Answer at once; the scrub goes on in the background.
+        #[serde(default)]
+        background: bool,
+        /// Stop the running scrub.
+        #[serde(default)]
+        cancel: bool,
     },
 }
 

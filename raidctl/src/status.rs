@@ -61,6 +61,9 @@ pub struct ArrayStatus {
     /// A hot replace in progress (`member` is the new device).
     #[serde(default)]
     pub hot_replace: Option<RebuildStatus>,
+    /// A scrub in progress.
+    #[serde(default)]
+    pub scrub: Option<ScrubStatus>,
     pub exports: Vec<String>,
 }
 
@@ -74,6 +77,20 @@ impl ArrayStatus {
             _ => 1,
         }
     }
+}
+
+/// A scrub in progress.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ScrubStatus {
+    /// Whether it repairs what it finds (else it only checks).
+    pub repair: bool,
+    /// Stripes (mirrored chunks for RAID1/10) checked so far, and in all.
+    pub rows_done: u64,
+    pub rows_total: u64,
+    pub percent: f64,
+    /// Bytes read from the members per second since it started.
+    pub rate_bytes_per_sec: f64,
+    pub eta_seconds: Option<f64>,
 }
 
 /// The parity engine part of a status.
@@ -170,6 +187,7 @@ pub fn of_running(
         spares: a.spares(),
         rebuild,
         rebuild_stalled: a.rebuild_stalled(),
+        scrub: None,
         hot_replace: a.hot_replace_progress().map(|(slot, member, done, total)| {
             let chunk = g.chunk;
             RebuildStatus {
@@ -235,6 +253,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
             rebuild: None,
             rebuild_stalled: false,
             hot_replace: None,
+            scrub: None,
             exports: vec![],
         };
     };
@@ -298,6 +317,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         rebuild: None,
         rebuild_stalled: false,
         hot_replace: None,
+        scrub: None,
         exports: vec![],
     }
 }
@@ -387,6 +407,17 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
         out.push_str(&format!(
             "  hot replace: slot {} onto {} {:.1}%\n",
             h.slot, h.member, h.percent
+        ));
+    }
+    if let Some(sc) = &s.scrub {
+        out.push_str(&format!(
+            "  scrub ({}): {:.1}% at {}/s{}\n",
+            if sc.repair { "repair" } else { "check only" },
+            sc.percent,
+            human_bytes(sc.rate_bytes_per_sec as u64),
+            sc.eta_seconds
+                .map(|e| format!(", {e:.0} s left"))
+                .unwrap_or_default()
         ));
     }
     if s.rebuild_stalled {

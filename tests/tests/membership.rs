@@ -593,3 +593,42 @@ fn replace_of_an_active_member_is_a_hot_replace_that_never_degrades() {
     assert_eq!(w.status_json("hot")["state"], "optimal");
     reads_back(&sock, "hot");
 }
+
+#[test]
+fn scrub_runs_in_the_background_shows_its_progress_and_cancels() {
+    let w = World::new("bgscrub");
+    let m: Vec<PathBuf> = (0..4)
+        .map(|i| w.sparse(&format!("s{i}.img"), 32 * MIB))
+        .collect();
+    let mut args = vec!["create", "bg", "--level", "5", "--chunk", "16K"];
+    args.extend(m.iter().map(|p| s(p)));
+    w.ok(&args);
+    // Slow enough to be seen running: 8 MiB/s over ~120 MiB of members.
+    let o = w.run_env(&["start", "bg"], &[("RAIDCTL_SCRUB_RATE", "8M")]);
+    assert!(o.status.success(), "{o:?}");
+    let out = w.ok(&["scrub", "bg", "--background"]);
+    assert!(out.contains("started"), "{out}");
+    refused(&w, &["scrub", "bg"], "already running");
+    let t = Instant::now();
+    let sc = loop {
+        let st = w.status_json("bg");
+        let sc = st["scrub"].clone();
+        if sc["rows_done"].as_u64().unwrap_or(0) > 0 {
+            break sc;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "{st}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(sc["repair"], false, "{sc}");
+    assert!(sc["percent"].as_f64().unwrap() < 100.0, "{sc}");
+    assert!(sc["eta_seconds"].as_f64().is_some(), "{sc}");
+    let text = w.ok(&["status", "bg"]);
+    assert!(text.contains("scrub (check only)"), "{text}");
+    let out = w.ok(&["scrub", "bg", "--cancel"]);
+    assert!(out.contains("cancelled"), "{out}");
+    assert!(w.status_json("bg")["scrub"].is_null());
+    let ev = w.ok(&["events", "bg"]);
+    assert!(ev.contains("scrub interrupted"), "{ev}");
+    refused(&w, &["scrub", "bg", "--cancel"], "no scrub");
+    w.ok(&["stop", "bg"]);
+}

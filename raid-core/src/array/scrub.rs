@@ -26,6 +26,8 @@ pub struct ScrubOptions {
     /// Most bytes read per second from all members together (None: no limit).
     pub rate_limit: Option<u64>,
     pub batch_rows: u64,
+    /// Where to publish the rows checked so far (for a status display).
+    pub progress: Option<Arc<AtomicU64>>,
 }
 
 impl Default for ScrubOptions {
@@ -34,6 +36,7 @@ impl Default for ScrubOptions {
             repair: false,
             rate_limit: None,
             batch_rows: 16,
+            progress: None,
         }
     }
 }
@@ -60,6 +63,14 @@ pub struct ScrubReport {
 }
 
 impl Array {
+    /// Rows a scrub goes through (stripes; mirrored chunks for RAID1/10).
+    pub fn scrub_rows(&self) -> u64 {
+        match self.geo.level {
+            Level::Raid5 | Level::Raid6 => self.geo.rows(),
+            _ => self.capacity() / self.geo.chunk,
+        }
+    }
+
     /// Checks (and with `repair`, fixes) every stripe. The array must be
     /// optimal: with a member missing, there is nothing to check against.
     pub fn scrub(&self, opts: &ScrubOptions, stop: &AtomicBool) -> Result<ScrubReport> {
@@ -109,6 +120,9 @@ impl Array {
                 }
             }
             report.rows = end;
+            if let Some(p) = &opts.progress {
+                p.store(end, Ordering::Release);
+            }
             row = end;
             let pct = row * 100 / rows;
             if pct >= next_report {

@@ -48,8 +48,15 @@ pub fn run(cli: Cli) -> Result<()> {
             nbd,
             foreground,
             parity,
+            scan,
             force,
-        } => start(&st, &name, members, nbd, foreground, parity, force),
+        } => {
+            let members = match scan {
+                Some(dirs) => scan_members(&st, &name, &dirs)?,
+                None => members,
+            };
+            start(&st, &name, members, nbd, foreground, parity, force)
+        }
         Command::Stop { name } => {
             let r = daemon_call(&st, &name, Request::Stop { name: name.clone() })?;
             print_message(&r);
@@ -530,6 +537,52 @@ fn start(
         st.socket().display(),
         st.log().display()
     )))
+}
+
+/// The devices and files in `dirs` (default /dev/disk/by-id) that hold
+/// metadata of the array: by the recorded uuid, or by name when the array
+/// is not recorded. Several paths to one device count once.
+fn scan_members(st: &StateDir, name: &str, dirs: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let default = [PathBuf::from("/dev/disk/by-id")];
+    let dirs = if dirs.is_empty() { &default[..] } else { dirs };
+    let uuid = st.load(name).ok().map(|r| r.uuid);
+    let mut seen = std::collections::HashSet::new();
+    let mut found = Vec::new();
+    for d in dirs {
+        let entries = std::fs::read_dir(d)
+            .map_err(|e| CliError::not_found(format!("cannot list {}: {e}", d.display())))?;
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        for p in paths {
+            let e = crate::examine::examine(&p);
+            let ours = match &uuid {
+                Some(u) => e.array_uuid.as_deref() == Some(u.as_str()),
+                None => e.array.as_deref() == Some(name),
+            };
+            if !ours {
+                continue;
+            }
+            let Ok(key) = DeviceKey::of_path(&p) else {
+                continue;
+            };
+            if seen.insert(key) {
+                found.push(std::fs::canonicalize(&p).unwrap_or(p));
+            }
+        }
+    }
+    if found.is_empty() {
+        return Err(CliError::not_found(format!(
+            "no member of '{name}' found in {} (raidctl examine DEV shows what a device holds)",
+            dirs.iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    for p in &found {
+        tracing::info!(array = name, member = %p.display(), "found by scan");
+    }
+    Ok(found)
 }
 
 /// Starts a background daemon for this state directory if none answers.

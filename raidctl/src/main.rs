@@ -130,6 +130,12 @@ pub enum Command {
         /// Parity engine from now on (recorded); default: the recorded one.
         #[arg(long, value_enum)]
         parity: Option<Parity>,
+        /// Find the members by the array's uuid (its name when it is not
+        /// recorded) among the devices and files in these folders, for
+        /// members whose recorded paths moved [default with no folder:
+        /// /dev/disk/by-id]; records the paths found.
+        #[arg(long, num_args = 0.., value_name = "DIR", conflicts_with = "members")]
+        scan: Option<Vec<PathBuf>>,
         /// When too few members are in sync to start, take back members
         /// marked failed whose data is intact, newest metadata first (like
         /// mdadm --assemble --force); prints what it took and why.

@@ -97,8 +97,16 @@ impl StateDir {
             .map_err(|e| CliError::failed(format!("{} is corrupt: {e}", p.display())))
     }
 
+    /// Writes the record; block devices are recorded under a stable name
+    /// (`/dev/disk/by-id/...`) where one exists, since `/dev/nvme1n1` can
+    /// name another drive after a reboot.
     pub fn save(&self, r: &ArrayRecord) -> Result<()> {
         self.ensure()?;
+        let mut r = r.clone();
+        for p in r.members.iter_mut().chain(r.spares.iter_mut()) {
+            *p = stable_name(p, Path::new(BY_ID));
+        }
+        let r = &r;
         let p = self.record_path(&r.name);
         let tmp = p.with_extension("toml.tmp");
         let text = toml::to_string_pretty(r).expect("record serialises");
@@ -120,13 +128,59 @@ impl StateDir {
         out
     }
 
-    /// The recorded array (other than `except`) that lists `path`.
+    /// The recorded array (other than `except`) that lists `path`, or
+    /// another name of the same device.
     pub fn owner_of(&self, path: &Path, except: Option<&str>) -> Option<ArrayRecord> {
+        let key = raid_core::member::DeviceKey::of_path(path).ok();
         self.list()
             .into_iter()
             .filter(|r| Some(r.name.as_str()) != except)
-            .find(|r| r.members.iter().chain(&r.spares).any(|m| m == path))
+            .find(|r| {
+                r.members.iter().chain(&r.spares).any(|m| {
+                    m == path
+                        || key.is_some_and(|k| {
+                            raid_core::member::DeviceKey::of_path(m).ok() == Some(k)
+                        })
+                })
+            })
     }
+}
+
+/// Where udev keeps the stable names of block devices.
+pub const BY_ID: &str = "/dev/disk/by-id";
+
+/// A stable name for `path`: for a block device not already named under
+/// /dev/disk, the link in `by_id` that points to it (the drive's model and
+/// serial, or its WWN/EUI, which do not change across reboots), preferring
+/// WWN/EUI names; anything else is returned as it is.
+pub fn stable_name(path: &Path, by_id: &Path) -> PathBuf {
+    use std::os::unix::fs::FileTypeExt;
+    let is_block = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+    if !is_block || path.starts_with("/dev/disk") {
+        return path.to_path_buf();
+    }
+    stable_link(path, by_id).unwrap_or_else(|| path.to_path_buf())
+}
+
+/// The link in `dir` that resolves to the same file as `path`, WWN/EUI
+/// names first.
+fn stable_link(path: &Path, dir: &Path) -> Option<PathBuf> {
+    let target = std::fs::canonicalize(path).ok()?;
+    let mut links: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|l| std::fs::canonicalize(l).ok().as_ref() == Some(&target))
+        .collect();
+    let rank = |l: &PathBuf| {
+        let n = l.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        (
+            !(n.starts_with("wwn-") || n.starts_with("nvme-eui.")),
+            n.to_string(),
+        )
+    };
+    links.sort_by_key(rank);
+    links.into_iter().next()
 }
 
 /// Array names become file names and appear in metadata: keep them plain.
@@ -144,5 +198,40 @@ pub fn check_name(name: &str) -> Result<()> {
             "array name '{name}' is invalid: use 1 to {} letters, digits, '.', '_' or '-', not starting with '.'",
             raid_core::metadata::NAME_LEN
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The link picked is the one that resolves to the device, WWN first.
+    #[test]
+    fn stable_link_finds_the_links_to_a_device() {
+        let d = std::env::temp_dir().join(format!("raid-byid-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("by-id")).unwrap();
+        let dev = d.join("nvme1n1");
+        let other = d.join("nvme2n1");
+        std::fs::write(&dev, b"x").unwrap();
+        std::fs::write(&other, b"y").unwrap();
+        let link = |name: &str, to: &Path| {
+            std::os::unix::fs::symlink(to, d.join("by-id").join(name)).unwrap()
+        };
+        link("nvme-Model_SERIAL1", &dev);
+        link("wwn-0x5000c500a1b2c3d4", &dev);
+        link("nvme-Model_SERIAL2", &other);
+        assert_eq!(
+            stable_link(&dev, &d.join("by-id")),
+            Some(d.join("by-id/wwn-0x5000c500a1b2c3d4"))
+        );
+        assert_eq!(
+            stable_link(&other, &d.join("by-id")),
+            Some(d.join("by-id/nvme-Model_SERIAL2"))
+        );
+        assert_eq!(stable_link(&d.join("none"), &d.join("by-id")), None);
+        // Regular files keep their path.
+        assert_eq!(stable_name(&dev, &d.join("by-id")), dev);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

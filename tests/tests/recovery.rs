@@ -329,3 +329,39 @@ fn runbook_the_filesystem_under_member_files_filled_up() {
     reads(&sock, "data", "read -P 0x5a 0 8M");
     w.ok(&["stop", "data"]);
 }
+
+/// Member files moved (or devices renamed): the recorded paths are stale;
+/// `start --scan DIR` finds the members by the array's uuid and records
+/// the new paths.
+#[test]
+fn members_that_moved_are_found_by_uuid() {
+    let w = World::new("rb-scan");
+    let m = members(&w, "sc", 3, 32 * MIB);
+    let sock = running(&w, "data", "5", &m, false);
+    w.ok(&["stop", "data"]);
+    let moved = w.dir.join("moved");
+    std::fs::create_dir_all(&moved).unwrap();
+    // A stranger in the same folder is left alone.
+    let other = members(&w, "ot", 2, 32 * MIB);
+    w.ok(&[
+        "create",
+        "other",
+        "--level",
+        "1",
+        s(&other[0]),
+        s(&other[1]),
+    ]);
+    for p in m.iter().chain(&other[..1]) {
+        std::fs::rename(p, moved.join(p.file_name().unwrap())).unwrap();
+    }
+    let (code, _, err) = w.code(&["start", "data"]);
+    assert_ne!(code, 0, "{err}");
+    let spec = format!("unix:{}", sock.display());
+    w.ok(&["start", "data", "--nbd", &spec, "--scan", s(&moved)]);
+    let st = w.status_json("data");
+    assert_eq!(st["state"], "optimal", "{st}");
+    for mm in st["members"].as_array().unwrap() {
+        assert!(mm["path"].as_str().unwrap().contains("/moved/"), "{st}");
+    }
+    reads(&sock, "data", "read -P 0x5a 0 8M");
+}

@@ -407,15 +407,20 @@ fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     };
     let m: Vec<FileMember> = members.iter().map(open).collect::<Result<_>>()?;
     let s: Vec<FileMember> = spares.iter().map(open).collect::<Result<_>>()?;
-    if !a.sparse {
-        for f in m.iter().chain(&s) {
-            f.allocate().map_err(|e| {
-                CliError::failed(format!(
-                    "cannot allocate {}: {e}. Free space, or create with --sparse to leave member files sparse",
-                    f.identity()
-                ))
-            })?;
-        }
+    for f in m.iter().chain(&s) {
+        // Even sparse, the metadata, bitmap and journal area is allocated:
+        // a full filesystem must never stop those writes.
+        let r = if a.sparse {
+            f.allocate_range(0, raid_core::metadata::DATA_OFFSET)
+        } else {
+            f.allocate()
+        };
+        r.map_err(|e| {
+            CliError::failed(format!(
+                "cannot allocate {}: {e}. Free space, or create with --sparse to leave member files sparse",
+                f.identity()
+            ))
+        })?;
     }
     let m: Vec<MemberRef> = m.into_iter().map(|f| Arc::new(f) as MemberRef).collect();
     let s: Vec<MemberRef> = s.into_iter().map(|f| Arc::new(f) as MemberRef).collect();

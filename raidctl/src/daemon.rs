@@ -351,7 +351,14 @@ impl Daemon {
         let mut notes = Vec::new();
         for p in paths.iter().chain(&spares) {
             match FileMember::open(p) {
-                Ok(m) => opened.push(Arc::new(m)),
+                Ok(m) => {
+                    // Arrays created sparse before this was the rule: their
+                    // metadata and journal area gets its blocks now.
+                    if let Err(e) = m.allocate_range(0, raid_core::metadata::DATA_OFFSET) {
+                        tracing::warn!(member = %p.display(), "cannot allocate the metadata area: {e}");
+                    }
+                    opened.push(Arc::new(m))
+                }
                 // Held by another array or program: starting without it
                 // would mark it failed for nothing. Refuse the whole start.
                 Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {

@@ -100,7 +100,8 @@ pub fn record_of(
         E::MemberFailed { member, .. }
         | E::RebuildStarted { member, .. }
         | E::SpareActivated { member, .. }
-        | E::MemberReAdded { member, .. } => Some(member.clone()),
+        | E::MemberReAdded { member, .. }
+        | E::OutOfSpace { member, .. } => Some(member.clone()),
         _ => s.and_then(|s| s.member.clone()).or_else(|| {
             slot.and_then(|i| record_members.get(i))
                 .map(|p| p.display().to_string())
@@ -134,6 +135,9 @@ pub fn record_of(
                 "raidctl status {name}; bring back the members it lost (docs/recovery.md)"
             )),
         },
+        E::OutOfSpace { member, .. } => Some(format!(
+            "free space on the filesystem of {member}, then raidctl stop {name}; raidctl start {name} (docs/recovery.md)"
+        )),
         E::ScrubFinished {
             mismatches,
             repaired,

@@ -518,6 +518,7 @@ fn errno_of(e: &ArrayError) -> u32 {
     match e {
         ArrayError::Unaligned { .. } => nbd::EINVAL,
         ArrayError::OutOfRange { .. } => nbd::EINVAL,
+        ArrayError::NoSpace { .. } => nbd::ENOSPC,
         _ => nbd::EIO,
     }
 }

@@ -64,6 +64,10 @@ pub struct ArrayStatus {
     /// A scrub in progress.
     #[serde(default)]
     pub scrub: Option<ScrubStatus>,
+    /// The member whose full filesystem stopped writes (until the array is
+    /// started again), if one did.
+    #[serde(default)]
+    pub out_of_space: Option<String>,
     pub exports: Vec<String>,
 }
 
@@ -72,8 +76,8 @@ impl ArrayStatus {
     /// rebuilding, 2 failed.
     pub fn exit_code(&self) -> u8 {
         match self.health.as_str() {
-            "optimal" => 0,
             "failed" => 2,
+            "optimal" if self.out_of_space.is_none() => 0,
             _ => 1,
         }
     }
@@ -188,6 +192,7 @@ pub fn of_running(
         rebuild,
         rebuild_stalled: a.rebuild_stalled(),
         scrub: None,
+        out_of_space: a.out_of_space(),
         hot_replace: a.hot_replace_progress().map(|(slot, member, done, total)| {
             let chunk = g.chunk;
             RebuildStatus {
@@ -254,6 +259,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
             rebuild_stalled: false,
             hot_replace: None,
             scrub: None,
+            out_of_space: None,
             exports: vec![],
         };
     };
@@ -318,6 +324,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         rebuild_stalled: false,
         hot_replace: None,
         scrub: None,
+        out_of_space: None,
         exports: vec![],
     }
 }
@@ -407,6 +414,12 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
         out.push_str(&format!(
             "  hot replace: slot {} onto {} {:.1}%\n",
             h.slot, h.member, h.percent
+        ));
+    }
+    if let Some(m) = &s.out_of_space {
+        out.push_str(&format!(
+            "  writes stopped: {m} is on a full filesystem; free space, then raidctl stop {n}; raidctl start {n}\n",
+            n = s.name
         ));
     }
     if let Some(sc) = &s.scrub {

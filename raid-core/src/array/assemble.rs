@@ -203,6 +203,7 @@ pub(super) fn assemble(members: Vec<MemberRef>, force: bool) -> Result<Assembly>
             .then(|| super::journal::Journal::new(0)),
         rr: AtomicUsize::new(0),
         hot: Mutex::new(None),
+        out_of_space: Mutex::new(None),
     };
     let mut forced = Vec::new();
     if !array.within_redundancy() && force {

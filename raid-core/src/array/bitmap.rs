@@ -180,7 +180,11 @@ impl Array {
     /// when it comes back (and a degraded start keeps what a crash left).
     pub(super) fn clear_settled(&self, flushed_gen: u64) {
         let Some(bm) = &self.bitmap else { return };
-        if self.slots.iter().any(|s| s.state() != SlotState::Active) {
+        // Nor after a write failed on a full filesystem: its stripe may be
+        // torn, and the next start resyncs it from this bit.
+        if self.slots.iter().any(|s| s.state() != SlotState::Active)
+            || self.out_of_space.lock().is_some()
+        {
             return;
         }
         let _io = bm.io.lock();

@@ -76,6 +76,12 @@ pub enum ArrayEvent {
         new: String,
         reason: String,
     },
+    /// A member's filesystem is full: the array takes no more writes until
+    /// space is freed and it is started again (no member failed).
+    OutOfSpace {
+        slot: usize,
+        member: String,
+    },
     /// A member that had left its slot was taken back (`re-add`).
     MemberReAdded {
         slot: usize,
@@ -120,7 +126,8 @@ impl ArrayEvent {
             ArrayEvent::MemberFailed { .. }
             | ArrayEvent::ArrayDegraded
             | ArrayEvent::ArrayFailed
-            | ArrayEvent::RebuildFailed { .. } => Severity::Critical,
+            | ArrayEvent::RebuildFailed { .. }
+            | ArrayEvent::OutOfSpace { .. } => Severity::Critical,
             ArrayEvent::MemberMissing { .. }
             | ArrayEvent::SpareActivated { .. }
             | ArrayEvent::ParityEngineFallback { .. }
@@ -154,6 +161,7 @@ impl ArrayEvent {
             ArrayEvent::RebuildStarted { .. } => "rebuild_started",
             ArrayEvent::RebuildFinished { .. } => "rebuild_finished",
             ArrayEvent::MemberReAdded { .. } => "member_re_added",
+            ArrayEvent::OutOfSpace { .. } => "out_of_space",
             ArrayEvent::HotReplaceStarted { .. } => "hot_replace_started",
             ArrayEvent::HotReplaceFinished { .. } => "hot_replace_finished",
             ArrayEvent::HotReplaceFailed { .. } => "hot_replace_failed",
@@ -174,6 +182,7 @@ impl ArrayEvent {
             | ArrayEvent::RebuildStarted { slot, .. }
             | ArrayEvent::RebuildFinished { slot, .. }
             | ArrayEvent::MemberReAdded { slot, .. }
+            | ArrayEvent::OutOfSpace { slot, .. }
             | ArrayEvent::HotReplaceStarted { slot, .. }
             | ArrayEvent::HotReplaceFinished { slot, .. }
             | ArrayEvent::HotReplaceFailed { slot, .. }
@@ -217,6 +226,9 @@ impl ArrayEvent {
             ArrayEvent::HotReplaceFailed { slot, new, reason } => {
                 format!("hot replace of slot {slot} onto {new} dropped: {reason}")
             }
+            ArrayEvent::OutOfSpace { slot, member } => format!(
+                "member {member} (slot {slot}) is on a full filesystem: the array takes no more writes until space is freed and it is started again; no member was failed, no data lost"
+            ),
             ArrayEvent::MemberReAdded { slot, member } => format!(
                 "{member} re-added to slot {slot}: resyncing the regions written since it left"
             ),

@@ -122,13 +122,17 @@ impl Array {
         }
         let results = submit(&handles, &mut ios);
         let mut written = vec![false; pieces.len()];
+        let mut full = false;
         for ((io, k), r) in ios.iter().zip(&owner).zip(results) {
             match r {
                 Ok(()) => written[*k] = true,
-                Err(e) => {
-                    self.fail_slot_if(io.member, &handles[io.member], &format!("write error: {e}"))
-                }
+                Err(e) => full |= self.member_write_failed(io.member, &handles[io.member], &e),
             }
+        }
+        // A copy left behind on a full filesystem: the write did not
+        // complete (its region stays dirty until the next start resyncs).
+        if let Some(e) = self.no_space_error().filter(|_| full) {
+            return Err(e);
         }
         if written.iter().all(|&w| w) {
             Ok(())

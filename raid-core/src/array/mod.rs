@@ -61,6 +61,10 @@ pub enum ArrayError {
     Parity(#[from] ParityError),
     #[error("{0}")]
     Assembly(String),
+    /// A member's filesystem (or quota) is full: the array takes no writes
+    /// until space is freed and it is started again; no member was failed.
+    #[error("array '{name}' is out of space: member {member} is on a full filesystem (ENOSPC). No member was failed and every byte written before is intact; the array takes no more writes until space is freed and it is started again (raidctl stop {name}; free space; raidctl start {name})")]
+    NoSpace { name: String, member: String },
     /// A membership change the rules refuse (see `membership`).
     #[error("{detail} [refused: {rule}]")]
     Refused { rule: Rule, detail: String },
@@ -199,6 +203,10 @@ pub struct Array {
     /// A hot replacement in progress (see `hot_replace`). Lock order:
     /// after `meta`.
     hot: Mutex<Option<hot_replace::HotReplace>>,
+    /// A member's filesystem filled up: writes are refused from then on
+    /// (see `member_write_failed`), and the member that is full holds
+    /// this name.
+    out_of_space: Mutex<Option<String>>,
 }
 
 /// Why `read_places` read nothing.
@@ -334,6 +342,7 @@ impl Array {
                 .then(|| journal::Journal::new(0)),
             rr: AtomicUsize::new(0),
             hot: Mutex::new(None),
+            out_of_space: Mutex::new(None),
         };
         array.write_metadata_strict()?;
         tracing::info!(array = %array.name, level = %geo.level, members = geo.members, chunk = geo.chunk,
@@ -517,6 +526,49 @@ impl Array {
                 self.fail_slot_if(slot, &m, &format!("{what}: {e}"));
             }
         }
+    }
+
+    /// A data write to the device `m` of `slot` failed. A full filesystem
+    /// (ENOSPC, EDQUOT) says nothing about the device: it is not failed,
+    /// but the array stops taking writes (every other member would fill
+    /// next, and failing them one by one would fail the array with every
+    /// byte intact), reported once. Anything else fails the member.
+    /// Returns whether it was a full filesystem.
+    fn member_write_failed(&self, slot: usize, m: &MemberRef, e: &io::Error) -> bool {
+        if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+            let mut full = self.out_of_space.lock();
+            if full.is_none() {
+                *full = Some(m.identity().to_string());
+                drop(full);
+                let mut meta = self.meta.lock();
+                self.record(
+                    &mut meta,
+                    ArrayEvent::OutOfSpace {
+                        slot,
+                        member: m.identity().to_string(),
+                    },
+                );
+            }
+            return true;
+        }
+        self.fail_slot_if(slot, m, &format!("write error: {e}"));
+        false
+    }
+
+    /// The error for a write refused because a member's filesystem is full.
+    fn no_space_error(&self) -> Option<ArrayError> {
+        self.out_of_space
+            .lock()
+            .as_ref()
+            .map(|member| ArrayError::NoSpace {
+                name: self.name.clone(),
+                member: member.clone(),
+            })
+    }
+
+    /// The member whose full filesystem stopped writes, if one did.
+    pub fn out_of_space(&self) -> Option<String> {
+        self.out_of_space.lock().clone()
     }
 
     /// Puts a member into a slot: control plane and data path together.
@@ -769,6 +821,9 @@ impl Array {
         if !self.within_redundancy() {
             return Err(self.failed_error());
         }
+        if let Some(e) = self.no_space_error() {
+            return Err(e);
+        }
         self.mark_dirty();
         let _intent = self.intend_write(offset, data.len() as u64)?;
         if self.needs_bounce(data) {
@@ -786,8 +841,11 @@ impl Array {
             if let Some((slot, at)) = self.direct_target(offset, data.len() as u64) {
                 let handles = self.member_handles();
                 return handles[slot].write_at(data, at).map_err(|e| {
-                    self.fail_slot_if(slot, &handles[slot], &format!("write error: {e}"));
-                    self.failed_error()
+                    if self.member_write_failed(slot, &handles[slot], &e) {
+                        self.no_space_error().expect("just recorded")
+                    } else {
+                        self.failed_error()
+                    }
                 });
             }
         }
@@ -838,6 +896,9 @@ impl Array {
         if !self.within_redundancy() {
             return Err(self.failed_error());
         }
+        if let Some(e) = self.no_space_error() {
+            return Err(e);
+        }
         self.mark_dirty();
         let _intent = self.intend_write(offset, len)?;
         match self.geo.level {
@@ -855,8 +916,11 @@ impl Array {
     /// Flushes and marks the array clean: the orderly stop.
     pub fn close(&self) -> Result<()> {
         self.flush()?;
+        // After a write failed on a full filesystem a stripe may be torn:
+        // left dirty, so the next start resyncs the regions the bitmap kept.
+        let clean = self.out_of_space.lock().is_none();
         let mut meta = self.meta.lock();
-        meta.clean = true;
+        meta.clean = clean;
         self.dirty_marked.store(false, Ordering::Release);
         self.persist(&mut meta);
         drop(meta);

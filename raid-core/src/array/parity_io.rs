@@ -334,13 +334,17 @@ impl Array {
         }
         let handles = self.member_handles();
         let results = submit(&handles, &mut ios);
+        let mut full = false;
         for (io, r) in ios.iter().zip(results) {
             if let Err(e) = r {
-                self.fail_slot_if(io.member, &handles[io.member], &format!("write error: {e}"));
+                full |= self.member_write_failed(io.member, &handles[io.member], &e);
             }
         }
         if !self.within_redundancy() {
             return Err(self.failed_error());
+        }
+        if let Some(e) = self.no_space_error().filter(|_| full) {
+            return Err(e);
         }
         Ok(true)
     }
@@ -457,10 +461,17 @@ impl Array {
             })
             .collect();
         let results = submit(&handles, &mut ios);
+        let mut full = false;
         for (io, r) in ios.iter().zip(results) {
             if let Err(e) = r {
-                self.fail_slot_if(io.member, &handles[io.member], &format!("write error: {e}"));
+                full |= self.member_write_failed(io.member, &handles[io.member], &e);
             }
+        }
+        if let Some(e) = self.no_space_error().filter(|_| full) {
+            // Not every chunk of this stripe was written: its bitmap region
+            // stays dirty (no clearing while out of space), and the next
+            // start resyncs it; a degraded stripe has its journal record.
+            return Err(StepErr::Fatal(e));
         }
         let missing = map
             .members

@@ -162,6 +162,26 @@ impl FileMember {
         }
     }
 
+    /// Allocates bytes [offset, offset+len) of a regular file (nothing for
+    /// a block device): the metadata, bitmap and journal area of a sparse
+    /// member, so a full filesystem never stops those writes.
+    pub fn allocate_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        if self.block_device {
+            return Ok(());
+        }
+        let len = len.min(self.size.saturating_sub(offset));
+        // SAFETY: plain syscall on our own fd; mode 0 keeps the contents.
+        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, offset as i64, len as i64) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+            return Ok(());
+        }
+        Err(e)
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

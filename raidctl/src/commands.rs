@@ -83,6 +83,26 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Examine { devices } => crate::examine::run(&devices, fmt),
+        Command::Rate {
+            name,
+            rebuild,
+            scrub,
+        } => {
+            let size = |v: Option<String>| -> Result<Option<u64>> {
+                v.map(|v| parse_size(&v).map_err(CliError::usage))
+                    .transpose()
+            };
+            print_message(&daemon_call(
+                &st,
+                &name,
+                Request::Rate {
+                    name: name.clone(),
+                    rebuild: size(rebuild)?,
+                    scrub: size(scrub)?,
+                },
+            )?);
+            Ok(())
+        }
         Command::Remove { name, member } => {
             let member = absolute(&member);
             print_message(&daemon_call(

@@ -49,6 +49,11 @@ struct Served {
     scrub: Mutex<Option<ScrubJob>>,
     /// Asks the running scrub to stop.
     scrub_stop: Arc<AtomicBool>,
+    /// Rate limits of background work, bytes per second (0: none): read
+    /// by the running rebuild, hot replace and scrub at every step, so
+    /// `raidctl rate` changes them while they run.
+    rebuild_rate: Arc<std::sync::atomic::AtomicU64>,
+    scrub_rate: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A scrub running (or just ended) in the background.
@@ -286,6 +291,11 @@ impl Daemon {
             Request::Replace { name, old, new } => {
                 self.replace(&name, &old, &new).map(Response::ok)
             }
+            Request::Rate {
+                name,
+                rebuild,
+                scrub,
+            } => self.rate(&name, rebuild, scrub).map(Response::ok),
             Request::Mount {
                 name,
                 dir,
@@ -461,6 +471,12 @@ impl Daemon {
             events_seen: std::sync::atomic::AtomicUsize::new(0),
             scrub: Mutex::new(None),
             scrub_stop: Arc::new(AtomicBool::new(false)),
+            rebuild_rate: Arc::new(std::sync::atomic::AtomicU64::new(
+                self.rebuild_opts.rate_limit.unwrap_or(0),
+            )),
+            scrub_rate: Arc::new(std::sync::atomic::AtomicU64::new(
+                scrub_options(false).rate_limit.unwrap_or(0),
+            )),
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
@@ -560,6 +576,30 @@ impl Daemon {
         Ok(format!("array '{name}' unmounted from {}", dir.display()))
     }
 
+    /// Changes the rate limits of the array's background work, also of the
+    /// work running now; says what they are.
+    fn rate(&self, name: &str, rebuild: Option<u64>, scrub: Option<u64>) -> Result<String> {
+        let s = self.served(name)?;
+        if let Some(r) = rebuild {
+            s.rebuild_rate.store(r, Ordering::Release);
+        }
+        if let Some(r) = scrub {
+            s.scrub_rate.store(r, Ordering::Release);
+        }
+        let show = |r: u64| {
+            if r == 0 {
+                "no limit".to_string()
+            } else {
+                format!("{}/s", status::human_bytes(r))
+            }
+        };
+        Ok(format!(
+            "'{name}': rebuild and replace {}, scrub {}",
+            show(s.rebuild_rate.load(Ordering::Acquire)),
+            show(s.scrub_rate.load(Ordering::Acquire))
+        ))
+    }
+
     /// Starts a scrub of `s` in the background; refused while one runs.
     /// `mark`: where a scheduled scrub records that it completed.
     fn start_scrub(
@@ -582,6 +622,7 @@ impl Daemon {
         let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let opts = raid_core::array::ScrubOptions {
             progress: Some(done.clone()),
+            live_rate: Some(s.scrub_rate.clone()),
             ..scrub_options(repair)
         };
         let (array, stop) = (s.array.clone(), s.scrub_stop.clone());
@@ -951,7 +992,10 @@ impl Daemon {
             s.clone(),
             stop.clone(),
             self.state.clone(),
-            self.rebuild_opts.clone(),
+            RebuildOptions {
+                live_rate: Some(s.rebuild_rate.clone()),
+                ..self.rebuild_opts.clone()
+            },
             new.to_path_buf(),
         );
         let handle = std::thread::spawn(move || match served.array.hot_replace_copy(&opts, &st) {
@@ -993,7 +1037,14 @@ impl Daemon {
             return;
         };
         let stop = Arc::new(AtomicBool::new(false));
-        let (array, st, opts) = (s.array.clone(), stop.clone(), self.rebuild_opts.clone());
+        let (array, st, opts) = (
+            s.array.clone(),
+            stop.clone(),
+            RebuildOptions {
+                live_rate: Some(s.rebuild_rate.clone()),
+                ..self.rebuild_opts.clone()
+            },
+        );
         let start_row = array.rebuild_progress(slot).map(|p| p.0).unwrap_or(0);
         let handle = std::thread::spawn(move || match array.rebuild(slot, &opts, &st) {
             Ok(RebuildEnd::Finished) => {

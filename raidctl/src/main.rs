@@ -160,6 +160,17 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Change the rate limits of rebuilds, hot replaces and scrubs, also of
+    /// those running now (0: no limit); with no option, show them.
+    Rate {
+        name: String,
+        /// Bytes per second written by a rebuild or hot replace (e.g. 200M).
+        #[arg(long, value_name = "SIZE")]
+        rebuild: Option<String>,
+        /// Bytes per second read from all members by a scrub.
+        #[arg(long, value_name = "SIZE")]
+        scrub: Option<String>,
+    },
     /// What a device holds: array, slot, state, event counter (from its
     /// own metadata, read-only; safe on a device in use).
     Examine {

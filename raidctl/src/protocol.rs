@@ -62,6 +62,14 @@ pub enum Request {
         new: PathBuf,
     },
     /// FUSE-mount the array as one file, optionally with a loop device on it.
+    /// Rate limits of background work, bytes per second (0: none).
+    Rate {
+        name: String,
+        #[serde(default)]
+        rebuild: Option<u64>,
+        #[serde(default)]
+        scrub: Option<u64>,
+    },
     Mount {
         name: String,
         #[serde(default)]

@@ -630,5 +630,19 @@ fn scrub_runs_in_the_background_shows_its_progress_and_cancels() {
     let ev = w.ok(&["events", "bg"]);
     assert!(ev.contains("scrub interrupted"), "{ev}");
     refused(&w, &["scrub", "bg", "--cancel"], "no scrub");
+    // The rate changes while a scrub runs: lifted, it runs to the end.
+    w.ok(&["scrub", "bg", "--background"]);
+    let out = w.ok(&["rate", "bg", "--scrub", "0"]);
+    assert!(out.contains("scrub no limit"), "{out}");
+    let t = Instant::now();
+    while !w.status_json("bg")["scrub"].is_null() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the scrub never ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ev = w.ok(&["events", "bg"]);
+    assert!(ev.contains("scrub finished"), "{ev}");
     w.ok(&["stop", "bg"]);
 }

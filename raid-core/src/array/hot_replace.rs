@@ -204,6 +204,7 @@ impl Array {
                 return Ok(RebuildEnd::Interrupted);
             }
             let end = (row + batch).min(total);
+            let began = Instant::now();
             {
                 let _held = self.locks.lock(self.rebuild_lock_keys(slot, row, end));
                 if let Some(why) = self.hot_replace_broken(slot, &pair) {
@@ -238,13 +239,8 @@ impl Array {
                     h.row.store(end, Ordering::Release);
                 }
             }
+            pace(opts.rate_limit, &opts.live_rate, (end - row) * chunk, began);
             row = end;
-            if let Some(limit) = opts.rate_limit {
-                let due = std::time::Duration::from_secs_f64((row * chunk) as f64 / limit as f64);
-                if let Some(wait) = due.checked_sub(started.elapsed()) {
-                    std::thread::sleep(wait);
-                }
-            }
         }
         if let Err(e) = pair.new.flush() {
             pair.new_err(e);

@@ -209,6 +209,24 @@ pub struct Array {
     out_of_space: Mutex<Option<String>>,
 }
 
+/// Paces background work (rebuild, scrub, hot replace) after a step that
+/// moved `bytes` and began at `began`: sleeps what the rate asks. The live
+/// rate (bytes per second, 0: none) is read at every step, so the operator
+/// can change it while the work runs; when present it replaces the fixed
+/// one (its 0 lifts the limit).
+fn pace(fixed: Option<u64>, live: &Option<Arc<AtomicU64>>, bytes: u64, began: std::time::Instant) {
+    let limit = match live {
+        Some(l) => Some(l.load(Ordering::Acquire)).filter(|&l| l > 0),
+        None => fixed,
+    };
+    if let Some(limit) = limit {
+        let want = std::time::Duration::from_secs_f64(bytes as f64 / limit as f64);
+        if let Some(wait) = want.checked_sub(began.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+}
+
 /// Why `read_places` read nothing.
 enum ReadFailure {
     /// Membership changed under the caller's plan: plan again.

@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 pub struct RebuildOptions {
     /// Most bytes written to the new member per second (None: as fast as it goes).
     pub rate_limit: Option<u64>,
+    /// A rate the operator can change while the rebuild runs (bytes per
+    /// second, 0: none); replaces `rate_limit` when set.
+    pub live_rate: Option<Arc<AtomicU64>>,
     /// Rows (stripes) per batch: the parity engine's batch size.
     pub batch_rows: u64,
     /// Save the restart position at least this often...
@@ -33,6 +36,7 @@ impl Default for RebuildOptions {
     fn default() -> Self {
         RebuildOptions {
             rate_limit: None,
+            live_rate: None,
             batch_rows: 32,
             checkpoint_bytes: 256 << 20,
             checkpoint_every: Duration::from_secs(5),
@@ -113,6 +117,7 @@ impl Array {
                 return Ok(RebuildEnd::Interrupted);
             }
             let end = (row + batch).min(total);
+            let began = Instant::now();
             let step = {
                 let _held = self.locks.lock(self.rebuild_lock_keys(slot, row, end));
                 let r = if dirty_only && self.rows_clean(row, end) {
@@ -150,13 +155,7 @@ impl Array {
                     eta_s = format!("{left:.0}"), "rebuild progress");
                 next_report = pct + 5;
             }
-            if let Some(limit) = opts.rate_limit {
-                let due =
-                    Duration::from_secs_f64(((row - first_row) * chunk) as f64 / limit as f64);
-                if let Some(wait) = due.checked_sub(started.elapsed()) {
-                    std::thread::sleep(wait);
-                }
-            }
+            pace(opts.rate_limit, &opts.live_rate, batch * chunk, began);
         }
         if let Err(e) = target.flush() {
             self.fail_slot_if(slot, &target, &format!("flush failed: {e}"));

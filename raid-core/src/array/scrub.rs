@@ -17,7 +17,7 @@
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::parity::gf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// How a scrub runs.
 #[derive(Clone, Debug)]
@@ -26,6 +26,9 @@ pub struct ScrubOptions {
     /// Most bytes read per second from all members together (None: no limit).
     pub rate_limit: Option<u64>,
     pub batch_rows: u64,
+    /// A rate the operator can change while the scrub runs (bytes per
+    /// second, 0: none); replaces `rate_limit` when set.
+    pub live_rate: Option<Arc<AtomicU64>>,
     /// Where to publish the rows checked so far (for a status display).
     pub progress: Option<Arc<AtomicU64>>,
 }
@@ -36,6 +39,7 @@ impl Default for ScrubOptions {
             repair: false,
             rate_limit: None,
             batch_rows: 16,
+            live_rate: None,
             progress: None,
         }
     }
@@ -91,7 +95,6 @@ impl Array {
             Level::Raid5 | Level::Raid6 => self.geo.rows(),
             _ => self.capacity() / self.geo.chunk,
         };
-        let started = Instant::now();
         let mut next_report = 0;
         let mut row = 0;
         // Every batch is checked against this: a member that failed or was
@@ -105,6 +108,7 @@ impl Array {
                 break;
             }
             let end = (row + opts.batch_rows.max(1)).min(rows);
+            let (began, read_before) = (Instant::now(), report.bytes_read);
             {
                 let _held = self.locks.lock(row..end);
                 let r = match self.geo.level {
@@ -129,12 +133,12 @@ impl Array {
                 tracing::info!(array = %self.name, percent = pct, mismatches = report.mismatches.len(), "scrub progress");
                 next_report = pct + 10;
             }
-            if let Some(limit) = opts.rate_limit {
-                let due = Duration::from_secs_f64(report.bytes_read as f64 / limit as f64);
-                if let Some(wait) = due.checked_sub(started.elapsed()) {
-                    std::thread::sleep(wait);
-                }
-            }
+            pace(
+                opts.rate_limit,
+                &opts.live_rate,
+                report.bytes_read - read_before,
+                began,
+            );
         }
         self.record_scrub_end(&report, None);
         tracing::info!(array = %self.name, rows = report.rows, mismatches = report.mismatches.len(), "scrub finished");

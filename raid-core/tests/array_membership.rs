@@ -518,7 +518,55 @@ fn lifecycle(seed: u64, level: Level, n: usize) {
                     }
                 }
             }
-            73..=79 => {
+            73..=74 => {
+                // Hot replace of an active member, with a writer running:
+                // the array never degrades for it.
+                let Some(slot) = array
+                    .slots()
+                    .iter()
+                    .position(|s| s.state == SlotState::Active)
+                else {
+                    continue;
+                };
+                let was = array.state();
+                let d = new_device(&mut rng);
+                if array.hot_replace(slot, d.clone()).is_err() {
+                    continue;
+                }
+                trace(format!("hot replace slot {slot} with {}", d.identity()));
+                let opts = RebuildOptions {
+                    batch_rows: 3,
+                    ..Default::default()
+                };
+                with_writer(&array, slot, &mut model, &mut rng, &ctx, || {
+                    array.hot_replace_copy(&opts, &AtomicBool::new(false))
+                });
+                assert_eq!(
+                    array.state(),
+                    was,
+                    "{ctx} step {step}: a hot replace changed the state"
+                );
+                if array.slots()[slot].member.as_deref() == Some(d.identity()) {
+                    devices[slot] = d;
+                }
+            }
+            75..=76 => {
+                // Remove a failed member from its slot (refused for one in
+                // sync); it may come back later by re-add.
+                let slot = rng.gen_range(0..n);
+                let key = devices[slot].device_key();
+                match array.remove_member(key) {
+                    Ok(_) => assert_eq!(array.slots()[slot].member, None, "{ctx} step {step}"),
+                    Err(e) => assert!(
+                        matches!(
+                            rule_of(&e),
+                            Some(Rule::WrongSlotState) | Some(Rule::NotAMember)
+                        ),
+                        "{ctx} step {step}: {e}"
+                    ),
+                }
+            }
+            77..=79 => {
                 if array.state() == ArrayState::Optimal && level != Level::Raid0 {
                     let r = array
                         .scrub(&ScrubOptions::default(), &AtomicBool::new(false))
@@ -620,6 +668,26 @@ fn rebuild_with_writer(
     rng: &mut SmallRng,
     ctx: &str,
 ) {
+    let opts = RebuildOptions {
+        batch_rows: 3,
+        ..Default::default()
+    };
+    with_writer(array, slot, model, rng, ctx, || {
+        array.rebuild(slot, &opts, &AtomicBool::new(false))
+    });
+}
+
+/// Runs `work` (a rebuild or a hot replace of `slot`) while a writer
+/// thread writes, applies the writes to the model, and checks the model
+/// and the members' consistency after.
+fn with_writer(
+    array: &Arc<Array>,
+    slot: usize,
+    model: &mut [u8],
+    rng: &mut SmallRng,
+    ctx: &str,
+    work: impl FnOnce() -> raid_core::array::Result<RebuildEnd>,
+) {
     let stop = Arc::new(AtomicBool::new(false));
     let seed: u64 = rng.gen();
     let blocks = model.len() / 4096;
@@ -638,14 +706,7 @@ fn rebuild_with_writer(
             done
         })
     };
-    let r = array.rebuild(
-        slot,
-        &RebuildOptions {
-            batch_rows: 3,
-            ..Default::default()
-        },
-        &AtomicBool::new(false),
-    );
+    let r = work();
     stop.store(true, Ordering::Release);
     for (b, data) in writer.join().unwrap() {
         model[b * 4096..b * 4096 + data.len()].copy_from_slice(&data);

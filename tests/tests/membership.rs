@@ -646,3 +646,61 @@ fn scrub_runs_in_the_background_shows_its_progress_and_cancels() {
     assert!(ev.contains("scrub finished"), "{ev}");
     w.ok(&["stop", "bg"]);
 }
+
+/// The `next` of member_missing and of a scrub that left mismatches, run as
+/// printed.
+#[test]
+fn the_next_of_a_missing_member_and_of_a_scrub_work_as_printed() {
+    let w = World::new("next2");
+    let (m, sock) = running(&w, "nm", "5", 4);
+    w.ok(&["stop", "nm"]);
+    std::fs::remove_file(&m[3]).unwrap();
+    w.ok(&["start", "nm", "--nbd", &format!("unix:{}", sock.display())]);
+    let events: serde_json::Value =
+        serde_json::from_str(&w.ok(&["events", "nm", "--format", "json"])).unwrap();
+    let next = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|e| e["event"] == "member_missing")
+        .and_then(|e| e["next"].as_str())
+        .expect("member_missing says what to do next")
+        .to_string();
+    // "reconnect M, or raidctl replace nm M NEW_DEVICE": the member is gone
+    // for good, so the second half.
+    let cmd = next.split(", or ").nth(1).unwrap_or_else(|| panic!("{next}"));
+    let new = w.sparse("nm-new.img", 16 * MIB);
+    let cmd = cmd.replace("NEW_DEVICE", s(&new));
+    let args: Vec<&str> = cmd.split_whitespace().collect();
+    assert_eq!(args[0], "raidctl", "{next}");
+    w.ok(&args[1..]);
+    w.ok(&["wait", "nm"]);
+    reads_back(&sock, "nm");
+    // Rot in a parity chunk (stripe 0's P is on slot 3, now the new
+    // member; RAID5 cannot tell rotten data from rotten parity, so only rot
+    // in P is repaired to the original data): the check-only scrub's next
+    // repairs it.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&new)
+        .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, b"rot", MIB + 4096))
+        .unwrap();
+    let (code, _, _) = w.code(&["scrub", "nm"]);
+    assert_eq!(code, 1);
+    let events: serde_json::Value =
+        serde_json::from_str(&w.ok(&["events", "nm", "--format", "json"])).unwrap();
+    let next = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|e| e["event"] == "scrub_finished")
+        .and_then(|e| e["next"].as_str())
+        .expect("a scrub that left mismatches says what to do next")
+        .to_string();
+    let args: Vec<&str> = next.split_whitespace().collect();
+    w.ok(&args[1..]);
+    scrub_clean(&w, "nm");
+    reads_back(&sock, "nm");
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: build raidctl, prove the parity kernels,
-# then run a RAID6 on sparse member files in ./demo for real: create, start
+# then run a RAID6 on member files in ./demo for real: create, start
 # (serving NBD), write and read back data through the array, fail a member,
 # show it degraded, replace the member, wait for the rebuild, show it
 # optimal, verify the data again, stop.
@@ -33,7 +33,7 @@ rm -rf "$demo"
 mkdir -p "$demo"
 for i in 0 1 2 3 4 5; do truncate -s 1G "$demo/member$i.img"; done
 
-step "create a RAID6 of 4 sparse 1 GiB files"
+step "create a RAID6 of 4 1 GiB files (create allocates them: a full filesystem never stops the array)"
 "$raidctl" create demo --level 6 --chunk 64K "$demo"/member{0,1,2,3}.img
 
 step "start it, serving NBD on $demo/demo.sock"
@@ -48,8 +48,15 @@ qio -c 'write -P 0x5a 0 128M' -c 'write -P 0xa5 128M 128M' -c 'read -P 0x5a 0 12
 
 step "fail a member: the array runs degraded, data still reads back"
 "$raidctl" fail demo "$demo/member1.img"
-"$raidctl" status demo
+# status's exit code says the health: 0 optimal, 1 degraded, 2 failed.
+"$raidctl" status demo || echo "(status exit code $?: degraded)"
 qio -c 'read -P 0x5a 0 128M' -c 'read -P 0xa5 128M 128M'
+
+step "what would corrupt it is refused: an active member as the replacement"
+if "$raidctl" replace demo "$demo/member1.img" "$demo/member0.img"; then
+  echo "replace onto an active member was accepted" >&2
+  exit 1
+fi
 
 step "replace it with a new member and rebuild"
 "$raidctl" replace demo "$demo/member1.img" "$demo/member4.img"

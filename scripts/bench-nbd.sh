@@ -29,7 +29,8 @@ size=1G
 for i in 0 1 2 3; do truncate -s "$size" "$work/m$i.img"; done
 truncate -s "$size" "$work/qemu.img"
 truncate -s "$size" "$work/nbdkit.img"
-"$raidctl" create bench --level 0 --chunk 128K "$work"/m{0,1,2,3}.img >/dev/null
+# Sparse like the qemu-nbd and nbdkit images it is compared with.
+"$raidctl" create bench --level 0 --chunk 128K --sparse "$work"/m{0,1,2,3}.img >/dev/null
 "$raidctl" start bench --nbd "unix:$work/ours.sock" >/dev/null
 qemu-nbd -f raw --cache=writeback --aio=threads -e 16 -t -k "$work/qemu.sock" "$work/qemu.img" &
 pids+=($!)

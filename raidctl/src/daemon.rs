@@ -19,17 +19,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// A rebuild thread and what status needs to show its rate.
-struct RebuildRun {
-    slot: usize,
-    stop: Arc<AtomicBool>,
-    handle: JoinHandle<()>,
-    started: Instant,
-    start_row: u64,
-}
 
 /// One served array.
 struct Served {
@@ -38,31 +28,10 @@ struct Served {
     /// what `status` shows of it.
     engine: Arc<Selection>,
     record: Mutex<ArrayRecord>,
-    rebuild: Mutex<Option<RebuildRun>>,
     exports: Mutex<Vec<crate::export::Export>>,
     mount: Mutex<Option<crate::fuse::Mounted>>,
     /// How many of the array's events the daemon has logged and alerted.
     events_seen: std::sync::atomic::AtomicUsize,
-    /// The array's scrub, asked for or scheduled: one at a time, in the
-    /// background, shown by `status`, cancelled by `scrub --cancel` and
-    /// `stop`.
-    scrub: Mutex<Option<ScrubJob>>,
-    /// Asks the running scrub to stop.
-    scrub_stop: Arc<AtomicBool>,
-    /// Rate limits of background work, bytes per second (0: none): read
-    /// by the running rebuild, hot replace and scrub at every step, so
-    /// `raidctl rate` changes them while they run.
-    rebuild_rate: Arc<std::sync::atomic::AtomicU64>,
-    scrub_rate: Arc<std::sync::atomic::AtomicU64>,
-}
-
-/// A scrub running (or just ended) in the background.
-struct ScrubJob {
-    repair: bool,
-    started: Instant,
-    rows: u64,
-    done: Arc<std::sync::atomic::AtomicU64>,
-    handle: JoinHandle<raid_core::array::Result<raid_core::array::ScrubReport>>,
 }
 
 pub struct Daemon {
@@ -443,6 +412,12 @@ impl Daemon {
         let engine = Arc::new(parity_engine(&record.parity, g));
         array.set_engine(engine.clone());
         let array = Arc::new(array);
+        // Background work starts at the environment's rates (raidctl rate
+        // changes them).
+        array.set_rates(
+            Some(self.rebuild_opts.rate_limit.unwrap_or(0)),
+            Some(scrub_options(false).rate_limit.unwrap_or(0)),
+        );
         array.record_event(ArrayEvent::ParityEngineChosen {
             engine: engine.name(),
             detail: engine.describe_choice(),
@@ -465,18 +440,9 @@ impl Daemon {
             array: array.clone(),
             engine,
             record: Mutex::new(record),
-            rebuild: Mutex::new(None),
             exports: Mutex::new(exports),
             mount: Mutex::new(None),
             events_seen: std::sync::atomic::AtomicUsize::new(0),
-            scrub: Mutex::new(None),
-            scrub_stop: Arc::new(AtomicBool::new(false)),
-            rebuild_rate: Arc::new(std::sync::atomic::AtomicU64::new(
-                self.rebuild_opts.rate_limit.unwrap_or(0),
-            )),
-            scrub_rate: Arc::new(std::sync::atomic::AtomicU64::new(
-                scrub_options(false).rate_limit.unwrap_or(0),
-            )),
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
@@ -504,14 +470,8 @@ impl Daemon {
         for e in served.exports.lock().drain(..) {
             e.stop();
         }
-        if let Some(run) = served.rebuild.lock().take() {
-            run.stop.store(true, Ordering::Release);
-            let _ = run.handle.join();
-        }
-        served.scrub_stop.store(true, Ordering::Release);
-        if let Some(job) = served.scrub.lock().take() {
-            let _ = job.handle.join();
-        }
+        // close() stops and joins the array's rebuild, hot replace and scrub
+        // before it flushes.
         let closed = served.array.close();
         {
             let _one = self.events_lock.lock();
@@ -580,12 +540,8 @@ impl Daemon {
     /// work running now; says what they are.
     fn rate(&self, name: &str, rebuild: Option<u64>, scrub: Option<u64>) -> Result<String> {
         let s = self.served(name)?;
-        if let Some(r) = rebuild {
-            s.rebuild_rate.store(r, Ordering::Release);
-        }
-        if let Some(r) = scrub {
-            s.scrub_rate.store(r, Ordering::Release);
-        }
+        s.array.set_rates(rebuild, scrub);
+        let (r, sc) = s.array.rates();
         let show = |r: u64| {
             if r == 0 {
                 "no limit".to_string()
@@ -595,40 +551,22 @@ impl Daemon {
         };
         Ok(format!(
             "'{name}': rebuild and replace {}, scrub {}",
-            show(s.rebuild_rate.load(Ordering::Acquire)),
-            show(s.scrub_rate.load(Ordering::Acquire))
+            show(r),
+            show(sc)
         ))
     }
 
-    /// Starts a scrub of `s` in the background; refused while one runs.
-    /// `mark`: where a scheduled scrub records that it completed.
+    /// Starts the array's scrub in the background; refused while one
+    /// runs. `mark`: where a scheduled scrub records that it completed.
     fn start_scrub(
         &self,
         s: &Arc<Served>,
         repair: bool,
         mark: Option<(PathBuf, u64)>,
     ) -> Result<()> {
-        let name = s.array.name().to_string();
-        let mut job = s.scrub.lock();
-        if job.as_ref().is_some_and(|j| !j.handle.is_finished()) {
-            return Err(CliError::refused(format!(
-                "a scrub of '{name}' is already running: raidctl status {name} shows its progress, raidctl scrub {name} --cancel stops it"
-            )));
-        }
-        if let Some(old) = job.take() {
-            let _ = old.handle.join();
-        }
-        s.scrub_stop.store(false, Ordering::Release);
-        let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let opts = raid_core::array::ScrubOptions {
-            progress: Some(done.clone()),
-            live_rate: Some(s.scrub_rate.clone()),
-            ..scrub_options(repair)
-        };
-        let (array, stop) = (s.array.clone(), s.scrub_stop.clone());
-        let handle = std::thread::spawn(move || {
-            let r = array.scrub(&opts, &stop);
-            match &r {
+        s.array.start_scrub(
+            &scrub_options(repair),
+            Box::new(move |array, r| match r {
                 Ok(rep) if !rep.interrupted => {
                     tracing::info!(
                         array = array.name(),
@@ -642,16 +580,8 @@ impl Daemon {
                 }
                 Ok(_) => tracing::info!(array = array.name(), "scrub interrupted"),
                 Err(e) => tracing::warn!(array = array.name(), "scrub failed: {e}"),
-            }
-            r
-        });
-        *job = Some(ScrubJob {
-            repair,
-            started: Instant::now(),
-            rows: s.array.scrub_rows(),
-            done,
-            handle,
-        });
+            }),
+        )?;
         Ok(())
     }
 
@@ -660,18 +590,12 @@ impl Daemon {
     fn scrub(&self, name: &str, repair: bool, background: bool, cancel: bool) -> Result<Response> {
         let s = self.served(name)?;
         if cancel {
-            let job = s.scrub.lock().take();
-            let Some(job) = job.filter(|j| !j.handle.is_finished()) else {
-                return Err(CliError::refused(format!(
-                    "no scrub of '{name}' is running"
-                )));
-            };
-            s.scrub_stop.store(true, Ordering::Release);
-            let _ = job.handle.join();
-            let done = job.done.load(Ordering::Acquire);
+            let (done, rows) = s
+                .array
+                .cancel_scrub()
+                .ok_or_else(|| CliError::refused(format!("no scrub of '{name}' is running")))?;
             return Ok(Response::ok(format!(
-                "scrub of '{name}' cancelled after {done} of {} rows",
-                job.rows
+                "scrub of '{name}' cancelled after {done} of {rows} rows"
             )));
         }
         self.start_scrub(&s, repair, None)?;
@@ -681,25 +605,10 @@ impl Daemon {
                 if repair { " with repair" } else { "" }
             )));
         }
-        loop {
-            if s.scrub
-                .lock()
-                .as_ref()
-                .is_none_or(|j| j.handle.is_finished())
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let job = s
-            .scrub
-            .lock()
-            .take()
-            .ok_or_else(|| CliError::failed(format!("the scrub of '{name}' was cancelled")))?;
-        let r = job
-            .handle
-            .join()
-            .map_err(|_| CliError::failed("the scrub thread panicked"))??;
+        let r = s
+            .array
+            .wait_scrub()
+            .ok_or_else(|| CliError::failed(format!("the scrub of '{name}' was cancelled")))??;
         let slots = s.array.slots();
         let result = crate::protocol::ScrubResult {
             array: name.into(),
@@ -732,14 +641,11 @@ impl Daemon {
             if name.is_some_and(|x| x != n) {
                 continue;
             }
-            let rate = s.rebuild.lock().as_ref().map(|r| {
-                let (done, _) = s.array.rebuild_progress(r.slot).unwrap_or((r.start_row, 0));
-                let secs = r.started.elapsed().as_secs_f64().max(1e-3);
-                (
-                    r.slot,
-                    (done.saturating_sub(r.start_row) * s.array.geometry().chunk) as f64 / secs,
-                )
-            });
+            let rate = s
+                .array
+                .copy_progress()
+                .filter(|c| c.kind == raid_core::array::CopyKind::Rebuild)
+                .map(|c| (c.slot, c.rate));
             let mut exports: Vec<String> = s.exports.lock().iter().map(|e| e.describe()).collect();
             if let Some(m) = s.mount.lock().as_ref() {
                 exports.push(format!("fuse file {}", m.file.display()));
@@ -748,27 +654,19 @@ impl Daemon {
                 }
             }
             let mut st = status::of_running(&s.array, rate, exports, Some(s.engine.report()));
-            st.scrub = s
-                .scrub
-                .lock()
-                .as_ref()
-                .filter(|j| !j.handle.is_finished())
-                .map(|j| {
-                    let done = j.done.load(Ordering::Acquire);
-                    let g = s.array.geometry();
-                    let secs = j.started.elapsed().as_secs_f64().max(1e-3);
-                    let per_row = g.chunk * g.members as u64;
-                    let rate = (done * per_row) as f64 / secs;
-                    status::ScrubStatus {
-                        repair: j.repair,
-                        rows_done: done,
-                        rows_total: j.rows,
-                        percent: done as f64 * 100.0 / j.rows.max(1) as f64,
-                        rate_bytes_per_sec: rate,
-                        eta_seconds: (done > 0)
-                            .then(|| (j.rows - done) as f64 * per_row as f64 / rate.max(1.0)),
-                    }
-                });
+            st.scrub = s.array.scrub_progress().map(|p| {
+                let g = s.array.geometry();
+                let per_row = (g.chunk * g.members as u64) as f64;
+                status::ScrubStatus {
+                    repair: p.repair,
+                    rows_done: p.rows_done,
+                    rows_total: p.rows_total,
+                    percent: p.rows_done as f64 * 100.0 / p.rows_total.max(1) as f64,
+                    rate_bytes_per_sec: p.rate,
+                    eta_seconds: (p.rows_done > 0)
+                        .then(|| (p.rows_total - p.rows_done) as f64 * per_row / p.rate.max(1.0)),
+                }
+            });
             out.push(st);
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -968,9 +866,9 @@ impl Daemon {
         ))
     }
 
-    /// Replaces an active member while the array keeps its redundancy: the
-    /// copy runs in the rebuild's place (one at a time), and the record
-    /// names the new device once the copy has switched it in.
+    /// Replaces an active member while the array keeps its redundancy
+    /// (the array runs the copy in its rebuild's place, one at a time); the
+    /// record names the new device once the copy has switched it in.
     fn hot_replace(
         &self,
         s: &Arc<Served>,
@@ -980,43 +878,20 @@ impl Daemon {
         new: &Path,
     ) -> Result<String> {
         let name = s.array.name().to_string();
-        let mut run = s.rebuild.lock();
-        if run.as_ref().is_some_and(|r| !r.handle.is_finished()) {
-            return Err(CliError::refused(format!(
-                "a rebuild or replace of '{name}' is running: wait for it (raidctl wait {name})"
-            )));
-        }
-        s.array.hot_replace(slot, m)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (served, st, state, opts, path) = (
-            s.clone(),
-            stop.clone(),
-            self.state.clone(),
-            RebuildOptions {
-                live_rate: Some(s.rebuild_rate.clone()),
-                ..self.rebuild_opts.clone()
-            },
-            new.to_path_buf(),
-        );
-        let handle = std::thread::spawn(move || match served.array.hot_replace_copy(&opts, &st) {
-            Ok(RebuildEnd::Finished) => {
-                served.record.lock().members[slot] = path;
-                if let Err(e) = state.save(&served.record.lock()) {
-                    tracing::error!("cannot record the replacement: {e}");
-                }
-            }
-            Ok(RebuildEnd::Interrupted) => {
-                tracing::info!(array = served.array.name(), slot, "hot replace stopped")
-            }
-            Err(e) => tracing::error!(array = served.array.name(), slot, "hot replace failed: {e}"),
-        });
-        *run = Some(RebuildRun {
+        let (served, state, path) = (s.clone(), self.state.clone(), new.to_path_buf());
+        s.array.start_hot_replace(
             slot,
-            stop,
-            handle,
-            started: Instant::now(),
-            start_row: 0,
-        });
+            m,
+            &self.rebuild_opts,
+            Box::new(move |_, r| {
+                if let Ok(RebuildEnd::Finished) = r {
+                    served.record.lock().members[slot] = path;
+                    if let Err(e) = state.save(&served.record.lock()) {
+                        tracing::error!("cannot record the replacement: {e}");
+                    }
+                }
+            }),
+        )?;
         Ok(format!(
             "hot replace: copying {} onto {} in slot {slot} of '{name}'; the array keeps its redundancy meanwhile (raidctl wait {name})",
             old.display(),
@@ -1024,44 +899,9 @@ impl Daemon {
         ))
     }
 
-    /// Starts a rebuild thread if a slot is rebuilding and none runs.
+    /// Starts the array's rebuild if a slot wants one and no copy runs.
     fn kick_rebuild(&self, s: &Arc<Served>) {
-        let mut run = s.rebuild.lock();
-        if run.as_ref().is_some_and(|r| !r.handle.is_finished()) {
-            return;
-        }
-        if let Some(r) = run.take() {
-            let _ = r.handle.join();
-        }
-        let Some(slot) = s.array.rebuild_wanted() else {
-            return;
-        };
-        let stop = Arc::new(AtomicBool::new(false));
-        let (array, st, opts) = (
-            s.array.clone(),
-            stop.clone(),
-            RebuildOptions {
-                live_rate: Some(s.rebuild_rate.clone()),
-                ..self.rebuild_opts.clone()
-            },
-        );
-        let start_row = array.rebuild_progress(slot).map(|p| p.0).unwrap_or(0);
-        let handle = std::thread::spawn(move || match array.rebuild(slot, &opts, &st) {
-            Ok(RebuildEnd::Finished) => {
-                tracing::info!(array = array.name(), slot, "rebuild finished")
-            }
-            Ok(RebuildEnd::Interrupted) => {
-                tracing::info!(array = array.name(), slot, "rebuild paused")
-            }
-            Err(e) => tracing::error!(array = array.name(), slot, "rebuild failed: {e}"),
-        });
-        *run = Some(RebuildRun {
-            slot,
-            stop,
-            handle,
-            started: Instant::now(),
-            start_row,
-        });
+        s.array.kick_rebuild(&self.rebuild_opts);
     }
 
     /// Logs every new event of every array, queues the alert-worthy ones
@@ -1115,10 +955,7 @@ impl Daemon {
             return;
         };
         if s.array.state() != raid_core::array::ArrayState::Optimal
-            || s.scrub
-                .lock()
-                .as_ref()
-                .is_some_and(|j| !j.handle.is_finished())
+            || s.array.scrub_progress().is_some()
         {
             return;
         }
@@ -1151,12 +988,8 @@ impl Daemon {
             self.process_events();
             let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
             for s in arrays {
-                let idle = s
-                    .rebuild
-                    .lock()
-                    .as_ref()
-                    .is_none_or(|r| r.handle.is_finished());
-                if !idle {
+                // A rebuild or hot replace running: nothing to start.
+                if s.array.copy_progress().is_some() {
                     continue;
                 }
                 if s.array.rebuilding_slots().is_empty() && !s.array.spares().is_empty() {

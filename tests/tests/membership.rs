@@ -669,7 +669,10 @@ fn the_next_of_a_missing_member_and_of_a_scrub_work_as_printed() {
         .to_string();
     // "reconnect M, or raidctl replace nm M NEW_DEVICE": the member is gone
     // for good, so the second half.
-    let cmd = next.split(", or ").nth(1).unwrap_or_else(|| panic!("{next}"));
+    let cmd = next
+        .split(", or ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{next}"));
     let new = w.sparse("nm-new.img", 16 * MIB);
     let cmd = cmd.replace("NEW_DEVICE", s(&new));
     let args: Vec<&str> = cmd.split_whitespace().collect();

@@ -10,6 +10,7 @@ mod assemble;
 mod bitmap;
 mod events;
 mod hot_replace;
+mod jobs;
 mod journal;
 mod locks;
 mod membership;
@@ -20,6 +21,7 @@ mod scrub;
 
 pub use assemble::Assembly;
 pub use events::{ArrayEvent, Severity};
+pub use jobs::{CopyDone, CopyKind, CopyProgress, ScrubDone, ScrubProgress};
 pub use membership::Rule;
 pub use rebuild::{RebuildEnd, RebuildOptions};
 pub use scrub::{Mismatch, ScrubOptions, ScrubReport};
@@ -207,6 +209,8 @@ pub struct Array {
     /// (see `member_write_failed`), and the member that is full holds
     /// this name.
     out_of_space: Mutex<Option<String>>,
+    /// The background work (rebuild, hot replace, scrub) the array owns.
+    jobs: jobs::Jobs,
 }
 
 /// Paces background work (rebuild, scrub, hot replace) after a step that
@@ -361,6 +365,7 @@ impl Array {
             rr: AtomicUsize::new(0),
             hot: Mutex::new(None),
             out_of_space: Mutex::new(None),
+            jobs: Default::default(),
         };
         array.write_metadata_strict()?;
         tracing::info!(array = %array.name, level = %geo.level, members = geo.members, chunk = geo.chunk,
@@ -933,6 +938,7 @@ impl Array {
 
     /// Flushes and marks the array clean: the orderly stop.
     pub fn close(&self) -> Result<()> {
+        self.stop_jobs();
         self.flush()?;
         // After a write failed on a full filesystem a stripe may be torn:
         // left dirty, so the next start resyncs the regions the bitmap kept.

@@ -1,0 +1,310 @@
+//! The array's background work: a rebuild (or a hot replace's copy) and a
+//! scrub, each on its own thread, at most one of each at a time. The array
+//! owns them, not its caller: whoever asks (the daemon's monitor, an
+//! operator's command, a schedule) goes through here, `stop_jobs` cancels
+//! and joins all of them before the array is closed, and their rate limits
+//! can change while they run.
+//!
+//! The work itself (`rebuild`, `hot_replace_copy`, `scrub`) re-checks
+//! membership at every step (see `membership`); this module only runs it.
+
+use super::*;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// What the rebuild thread does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyKind {
+    /// Rebuild of a slot from redundancy (or a re-add's resync).
+    Rebuild,
+    /// Hot replace: copying an active member onto its replacement.
+    HotReplace,
+}
+
+struct CopyRun {
+    kind: CopyKind,
+    slot: usize,
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<()>,
+    started: Instant,
+    start_row: u64,
+}
+
+struct ScrubRun {
+    repair: bool,
+    started: Instant,
+    rows: u64,
+    done: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<Result<ScrubReport>>,
+}
+
+/// The background work of one array.
+#[derive(Default)]
+pub(super) struct Jobs {
+    copy: Mutex<Option<CopyRun>>,
+    scrub: Mutex<Option<ScrubRun>>,
+    /// Rate limits, bytes per second (0: none), read at every step.
+    rebuild_rate: Arc<AtomicU64>,
+    scrub_rate: Arc<AtomicU64>,
+}
+
+/// A copy (rebuild or hot replace) as a status shows it.
+#[derive(Clone, Debug)]
+pub struct CopyProgress {
+    pub kind: CopyKind,
+    pub slot: usize,
+    /// Bytes per second written since this run started.
+    pub rate: f64,
+}
+
+/// A scrub as a status shows it.
+#[derive(Clone, Debug)]
+pub struct ScrubProgress {
+    pub repair: bool,
+    pub rows_done: u64,
+    pub rows_total: u64,
+    /// Bytes per second read from the members since it started.
+    pub rate: f64,
+}
+
+/// Called with the result of a finished copy, on its thread.
+pub type CopyDone = Box<dyn FnOnce(&Array, Result<RebuildEnd>) + Send>;
+
+/// Called with the report of a finished scrub, on its thread.
+pub type ScrubDone = Box<dyn FnOnce(&Array, &Result<ScrubReport>) + Send>;
+
+impl Array {
+    /// The rate limits of rebuilds and hot replaces, and of scrubs, bytes
+    /// per second (0: none). They apply to the work running now too.
+    pub fn set_rates(&self, rebuild: Option<u64>, scrub: Option<u64>) {
+        if let Some(r) = rebuild {
+            self.jobs.rebuild_rate.store(r, Ordering::Release);
+        }
+        if let Some(r) = scrub {
+            self.jobs.scrub_rate.store(r, Ordering::Release);
+        }
+    }
+
+    /// (rebuild, scrub) rate limits, bytes per second (0: none).
+    pub fn rates(&self) -> (u64, u64) {
+        (
+            self.jobs.rebuild_rate.load(Ordering::Acquire),
+            self.jobs.scrub_rate.load(Ordering::Acquire),
+        )
+    }
+
+    /// Whether a rebuild or hot replace copy runs now.
+    fn copy_running(run: &Option<CopyRun>) -> bool {
+        run.as_ref().is_some_and(|r| !r.handle.is_finished())
+    }
+
+    /// Starts the rebuild of the first slot that wants one, if no copy runs.
+    /// Returns whether one was started.
+    pub fn kick_rebuild(self: &Arc<Self>, opts: &RebuildOptions) -> bool {
+        let mut run = self.jobs.copy.lock();
+        if Self::copy_running(&run) {
+            return false;
+        }
+        if let Some(r) = run.take() {
+            let _ = r.handle.join();
+        }
+        let Some(slot) = self.rebuild_wanted() else {
+            return false;
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let opts = RebuildOptions {
+            live_rate: Some(self.jobs.rebuild_rate.clone()),
+            ..opts.clone()
+        };
+        let (array, st) = (self.clone(), stop.clone());
+        let start_row = self.rebuild_progress(slot).map(|p| p.0).unwrap_or(0);
+        let handle = std::thread::spawn(move || match array.rebuild(slot, &opts, &st) {
+            Ok(RebuildEnd::Finished) => {}
+            Ok(RebuildEnd::Interrupted) => {
+                tracing::info!(array = array.name(), slot, "rebuild paused")
+            }
+            Err(e) => tracing::error!(array = array.name(), slot, "rebuild failed: {e}"),
+        });
+        *run = Some(CopyRun {
+            kind: CopyKind::Rebuild,
+            slot,
+            stop,
+            handle,
+            started: Instant::now(),
+            start_row,
+        });
+        true
+    }
+
+    /// Starts a hot replace of active `slot` by `new` and its copy (see
+    /// `hot_replace`); `done` runs on the copy's thread when it ends.
+    pub fn start_hot_replace(
+        self: &Arc<Self>,
+        slot: usize,
+        new: MemberRef,
+        opts: &RebuildOptions,
+        done: CopyDone,
+    ) -> Result<()> {
+        let mut run = self.jobs.copy.lock();
+        if Self::copy_running(&run) {
+            return Err(ArrayError::Refused {
+                rule: Rule::WrongSlotState,
+                detail: format!(
+                    "a rebuild or replace of '{}' is running: wait for it",
+                    self.name
+                ),
+            });
+        }
+        if let Some(r) = run.take() {
+            let _ = r.handle.join();
+        }
+        self.hot_replace(slot, new)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let opts = RebuildOptions {
+            live_rate: Some(self.jobs.rebuild_rate.clone()),
+            ..opts.clone()
+        };
+        let (array, st) = (self.clone(), stop.clone());
+        let handle = std::thread::spawn(move || {
+            let r = array.hot_replace_copy(&opts, &st);
+            if let Err(e) = &r {
+                tracing::error!(array = array.name(), slot, "hot replace failed: {e}");
+            }
+            done(&array, r);
+        });
+        *run = Some(CopyRun {
+            kind: CopyKind::HotReplace,
+            slot,
+            stop,
+            handle,
+            started: Instant::now(),
+            start_row: 0,
+        });
+        Ok(())
+    }
+
+    /// The running copy's kind, slot and rate, if one runs.
+    pub fn copy_progress(&self) -> Option<CopyProgress> {
+        let run = self.jobs.copy.lock();
+        let r = run.as_ref().filter(|r| !r.handle.is_finished())?;
+        let done = match r.kind {
+            CopyKind::Rebuild => self
+                .rebuild_progress(r.slot)
+                .map(|p| p.0)
+                .unwrap_or(r.start_row),
+            CopyKind::HotReplace => self.hot_replace_progress().map(|p| p.2).unwrap_or(0),
+        };
+        let secs = r.started.elapsed().as_secs_f64().max(1e-3);
+        Some(CopyProgress {
+            kind: r.kind,
+            slot: r.slot,
+            rate: (done.saturating_sub(r.start_row) * self.geo.chunk) as f64 / secs,
+        })
+    }
+
+    /// Starts a scrub in the background; refused while one runs.
+    /// `done` runs on its thread with the report when it ends.
+    pub fn start_scrub(
+        self: &Arc<Self>,
+        opts: &ScrubOptions,
+        done: ScrubDone,
+    ) -> Result<()> {
+        let mut job = self.jobs.scrub.lock();
+        if job.as_ref().is_some_and(|j| !j.handle.is_finished()) {
+            return Err(ArrayError::Refused {
+                rule: Rule::WrongSlotState,
+                detail: format!(
+                    "a scrub of '{n}' is already running: raidctl status {n} shows its progress, raidctl scrub {n} --cancel stops it",
+                    n = self.name
+                ),
+            });
+        }
+        if let Some(old) = job.take() {
+            let _ = old.handle.join();
+        }
+        let progress = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let opts = ScrubOptions {
+            progress: Some(progress.clone()),
+            live_rate: Some(self.jobs.scrub_rate.clone()),
+            ..opts.clone()
+        };
+        let repair = opts.repair;
+        let (array, st) = (self.clone(), stop.clone());
+        let handle = std::thread::spawn(move || {
+            let r = array.scrub(&opts, &st);
+            done(&array, &r);
+            r
+        });
+        *job = Some(ScrubRun {
+            repair,
+            started: Instant::now(),
+            rows: self.scrub_rows(),
+            done: progress,
+            stop,
+            handle,
+        });
+        Ok(())
+    }
+
+    /// Waits for the running scrub to end and returns its result (None: no
+    /// scrub ran, or it was cancelled and collected by `cancel_scrub`).
+    pub fn wait_scrub(&self) -> Option<Result<ScrubReport>> {
+        loop {
+            {
+                let job = self.jobs.scrub.lock();
+                match job.as_ref() {
+                    None => return None,
+                    Some(j) if j.handle.is_finished() => break,
+                    Some(_) => {}
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let j = self.jobs.scrub.lock().take()?;
+        Some(
+            j.handle
+                .join()
+                .unwrap_or_else(|_| Err(ArrayError::Invalid("the scrub thread panicked".into()))),
+        )
+    }
+
+    /// Stops the running scrub and waits for it; returns (rows checked,
+    /// rows in all), or None when no scrub runs.
+    pub fn cancel_scrub(&self) -> Option<(u64, u64)> {
+        let j = self.jobs.scrub.lock().take()?;
+        if j.handle.is_finished() {
+            let _ = j.handle.join();
+            return None;
+        }
+        j.stop.store(true, Ordering::Release);
+        let _ = j.handle.join();
+        Some((j.done.load(Ordering::Acquire), j.rows))
+    }
+
+    /// The running scrub, if one runs.
+    pub fn scrub_progress(&self) -> Option<ScrubProgress> {
+        let job = self.jobs.scrub.lock();
+        let j = job.as_ref().filter(|j| !j.handle.is_finished())?;
+        let done = j.done.load(Ordering::Acquire);
+        let secs = j.started.elapsed().as_secs_f64().max(1e-3);
+        Some(ScrubProgress {
+            repair: j.repair,
+            rows_done: done,
+            rows_total: j.rows,
+            rate: (done * self.geo.chunk * self.geo.members as u64) as f64 / secs,
+        })
+    }
+
+    /// Stops every background job (a rebuild pauses at its checkpoint, a
+    /// hot replace is dropped, a scrub ends) and waits for each to end.
+    /// `close` calls it first.
+    pub fn stop_jobs(&self) {
+        if let Some(r) = self.jobs.copy.lock().take() {
+            r.stop.store(true, Ordering::Release);
+            let _ = r.handle.join();
+        }
+        let _ = self.cancel_scrub();
+    }
+}

@@ -15,7 +15,7 @@ export RAIDCTL_LOG=warn
 rm -rf $D; mkdir -p $D
 M="$D/m0 $D/m1 $D/m2 $D/m3 $D/m4 $D/m5"
 for i in 0 1 2 3 4 5; do truncate -s 512M $D/m$i; done
-$NEW --state-dir $D/st-new create ab --level 6 --parity cpu $M >/dev/null
+$NEW --state-dir $D/st-new create ab --level 6 --parity cpu --sparse $M >/dev/null
 $OLD --state-dir $D/st-old start ab --members $M >/dev/null; $OLD --state-dir $D/st-old stop ab >/dev/null
 now() { date +%s.%N; }
 bin_of() { if [ $1 = new ]; then echo $NEW; else echo $OLD; fi; }

@@ -204,6 +204,7 @@ pub(super) fn assemble(members: Vec<MemberRef>, force: bool) -> Result<Assembly>
         rr: AtomicUsize::new(0),
         hot: Mutex::new(None),
         out_of_space: Mutex::new(None),
+        full: AtomicBool::new(false),
         jobs: Default::default(),
     };
     let mut forced = Vec::new();

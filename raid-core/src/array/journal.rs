@@ -33,6 +33,11 @@ const MAX_ENTRIES: usize = 400;
 
 pub(super) struct Journal {
     state: Mutex<JState>,
+    /// Whether `unsettled` may be non-empty: the data path's check needs no
+    /// lock in the usual case (nothing journaled since the last flush).
+    /// Set under `state` before a stripe is added; a writer of stripe s
+    /// holds s's lock, so a record of s was added (and this set) before.
+    any_unsettled: AtomicBool,
     /// Signalled when `in_flight` drops or a settle ends.
     changed: parking_lot::Condvar,
 }
@@ -79,6 +84,7 @@ impl Journal {
                 settling: false,
             }),
             changed: parking_lot::Condvar::new(),
+            any_unsettled: AtomicBool::new(false),
         }
     }
 }
@@ -154,6 +160,7 @@ impl Array {
             self.write_journal_block(&encode_head(st.tail_seq), JOURNAL_OFFSET)?;
             st.head = RECORDS;
             st.unsettled.clear();
+            j.any_unsettled.store(false, Ordering::Release);
         }
         let rec = Record {
             seq: st.next_seq,
@@ -168,6 +175,7 @@ impl Array {
         self.write_journal_block(&encode_record(&rec), st.head)?;
         st.head += size;
         st.next_seq += 1;
+        j.any_unsettled.store(true, Ordering::Release);
         st.unsettled.insert(s);
         st.in_flight += 1;
         Ok(())
@@ -189,16 +197,16 @@ impl Array {
     /// through the journal too. Callers hold the stripe's lock (records of
     /// `s` are only added under it).
     pub(super) fn journal_pending(&self, s: u64) -> bool {
-        self.journal
-            .as_ref()
-            .is_some_and(|j| j.state.lock().unsettled.contains(&s))
+        self.journal.as_ref().is_some_and(|j| {
+            j.any_unsettled.load(Ordering::Acquire) && j.state.lock().unsettled.contains(&s)
+        })
     }
 
     /// Whether any record is not yet settled.
     pub(super) fn journal_any_pending(&self) -> bool {
         self.journal
             .as_ref()
-            .is_some_and(|j| !j.state.lock().unsettled.is_empty())
+            .is_some_and(|j| j.any_unsettled.load(Ordering::Acquire))
     }
 
     /// Most columns one record may carry for `count` chunks.
@@ -234,6 +242,7 @@ impl Array {
             st.tail_seq = st.next_seq - 1;
             st.head = RECORDS;
             st.unsettled.clear();
+            j.any_unsettled.store(false, Ordering::Release);
             self.write_journal_block(&encode_head(st.tail_seq), JOURNAL_OFFSET)
         });
         st.settling = false;
@@ -315,6 +324,7 @@ impl Array {
             self.flush_members()?;
         }
         let last = records.last().map(|r| r.seq).unwrap_or(tail).max(tail);
+        j.any_unsettled.store(false, Ordering::Release);
         *j.state.lock() = JState {
             head: RECORDS,
             next_seq: last + 1,

@@ -209,6 +209,8 @@ pub struct Array {
     /// (see `member_write_failed`), and the member that is full holds
     /// this name.
     out_of_space: Mutex<Option<String>>,
+    /// `out_of_space` is set: checked lock-free on every write.
+    full: AtomicBool,
     /// The background work (rebuild, hot replace, scrub) the array owns.
     jobs: jobs::Jobs,
 }
@@ -365,6 +367,7 @@ impl Array {
             rr: AtomicUsize::new(0),
             hot: Mutex::new(None),
             out_of_space: Mutex::new(None),
+            full: AtomicBool::new(false),
             jobs: Default::default(),
         };
         array.write_metadata_strict()?;
@@ -562,6 +565,7 @@ impl Array {
             let mut full = self.out_of_space.lock();
             if full.is_none() {
                 *full = Some(m.identity().to_string());
+                self.full.store(true, Ordering::Release);
                 drop(full);
                 let mut meta = self.meta.lock();
                 self.record(
@@ -580,6 +584,9 @@ impl Array {
 
     /// The error for a write refused because a member's filesystem is full.
     fn no_space_error(&self) -> Option<ArrayError> {
+        if !self.full.load(Ordering::Acquire) {
+            return None;
+        }
         self.out_of_space
             .lock()
             .as_ref()

@@ -1264,3 +1264,24 @@ fn split_brain_is_refused_not_resolved_by_argument_order() {
     // One half, named alone, still starts.
     assert!(Array::assemble(vec![m.refs()[1].clone()]).is_ok());
 }
+
+/// Once the array is closing, no background job starts again: a monitor
+/// tick between `stop_jobs` and the clean mark must not restart the
+/// rebuild that was just paused (it would write on after "clean").
+#[test]
+fn no_job_starts_once_the_array_is_closing() {
+    let (_m, a, _) = filled(Level::Raid5, 4, "close");
+    let a = Arc::new(a);
+    a.set_rates(Some(DATA / 4), None);
+    a.fail_member(1, false).unwrap();
+    a.replace(1, ram("close-new")).unwrap();
+    assert!(a.kick_rebuild(&RebuildOptions::default()));
+    assert!(a.copy_progress().is_some());
+    a.stop_jobs();
+    assert!(a.copy_progress().is_none());
+    assert!(!a.kick_rebuild(&RebuildOptions::default()));
+    assert!(a
+        .start_scrub(&ScrubOptions::default(), Box::new(|_, _| {}))
+        .is_err());
+    assert_eq!(a.slots()[1].state, SlotState::Rebuilding);
+}

@@ -33,9 +33,22 @@ struct Mirrored {
     new: MemberRef,
     /// The replacement failed a write or flush: the copier drops it.
     new_failed: AtomicBool,
+    /// The new device has taken the slot: a writer still holding this pair
+    /// must see the new device's errors (they are the member's now).
+    switched: AtomicBool,
 }
 
 impl Mirrored {
+    /// An error of the new device: the caller's once the new device is the
+    /// member, else it only drops the replacement.
+    fn new_result(&self, e: io::Error) -> io::Result<()> {
+        if self.switched.load(Ordering::Acquire) {
+            return Err(e);
+        }
+        self.new_err(e);
+        Ok(())
+    }
+
     fn new_err(&self, e: io::Error) {
         if !self.new_failed.swap(true, Ordering::AcqRel) {
             tracing::error!(
@@ -59,30 +72,30 @@ impl Member for Mirrored {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.old.read_at(buf, offset)
     }
+    // The new device is written first, so a write whose old half fails
+    // still reached it (it may be the member by now); after the switch its
+    // errors are the caller's.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.old.write_at(buf, offset)?;
         // The superblocks stay the old device's until the switch: a crash
         // midway must not leave the replacement claiming the slot.
         if offset >= crate::metadata::BITMAP_OFFSET && !self.new_failed.load(Ordering::Acquire) {
             if let Err(e) = self.new.write_at(buf, offset) {
-                self.new_err(e);
+                self.new_result(e)?;
             }
         }
-        Ok(())
+        self.old.write_at(buf, offset)
     }
     fn flush(&self) -> io::Result<()> {
-        self.old.flush()?;
         if let Err(e) = self.new.flush() {
-            self.new_err(e);
+            self.new_result(e)?;
         }
-        Ok(())
+        self.old.flush()
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.old.write_zeroes(offset, len)?;
         if let Err(e) = self.new.write_zeroes(offset, len) {
-            self.new_err(e);
+            self.new_result(e)?;
         }
-        Ok(())
+        self.old.write_zeroes(offset, len)
     }
     fn is_direct(&self) -> bool {
         self.old.is_direct() || self.new.is_direct()
@@ -144,6 +157,7 @@ impl Array {
             old: old.clone(),
             new: new.clone(),
             new_failed: AtomicBool::new(false),
+            switched: AtomicBool::new(false),
         });
         self.set_member(slot, pair.clone());
         *hot = Some(HotReplace {
@@ -265,6 +279,7 @@ impl Array {
             });
         }
         let s = &self.slots[slot];
+        pair.switched.store(true, Ordering::Release);
         self.set_member(slot, pair.new.clone());
         *s.uuid.write() = Uuid::random();
         s.incarnation.fetch_add(1, Ordering::AcqRel);

@@ -47,6 +47,9 @@ pub(super) struct Jobs {
     /// Rate limits, bytes per second (0: none), read at every step.
     rebuild_rate: Arc<AtomicU64>,
     scrub_rate: Arc<AtomicU64>,
+    /// Set by `stop_jobs`: the array is closing, and no job starts again
+    /// (a monitor tick must not restart the rebuild `close` just paused).
+    closed: AtomicBool,
 }
 
 /// A copy (rebuild or hot replace) as a status shows it.
@@ -103,7 +106,7 @@ impl Array {
     /// Returns whether one was started.
     pub fn kick_rebuild(self: &Arc<Self>, opts: &RebuildOptions) -> bool {
         let mut run = self.jobs.copy.lock();
-        if Self::copy_running(&run) {
+        if Self::copy_running(&run) || self.jobs.closed.load(Ordering::Acquire) {
             return false;
         }
         if let Some(r) = run.take() {
@@ -147,6 +150,12 @@ impl Array {
         done: CopyDone,
     ) -> Result<()> {
         let mut run = self.jobs.copy.lock();
+        if self.jobs.closed.load(Ordering::Acquire) {
+            return Err(ArrayError::Invalid(format!(
+                "array '{}' is stopping",
+                self.name
+            )));
+        }
         if Self::copy_running(&run) {
             return Err(ArrayError::Refused {
                 rule: Rule::WrongSlotState,
@@ -205,12 +214,14 @@ impl Array {
 
     /// Starts a scrub in the background; refused while one runs.
     /// `done` runs on its thread with the report when it ends.
-    pub fn start_scrub(
-        self: &Arc<Self>,
-        opts: &ScrubOptions,
-        done: ScrubDone,
-    ) -> Result<()> {
+    pub fn start_scrub(self: &Arc<Self>, opts: &ScrubOptions, done: ScrubDone) -> Result<()> {
         let mut job = self.jobs.scrub.lock();
+        if self.jobs.closed.load(Ordering::Acquire) {
+            return Err(ArrayError::Invalid(format!(
+                "array '{}' is stopping",
+                self.name
+            )));
+        }
         if job.as_ref().is_some_and(|j| !j.handle.is_finished()) {
             return Err(ArrayError::Refused {
                 rule: Rule::WrongSlotState,
@@ -301,7 +312,16 @@ impl Array {
     /// hot replace is dropped, a scrub ends) and waits for each to end.
     /// `close` calls it first.
     pub fn stop_jobs(&self) {
-        if let Some(r) = self.jobs.copy.lock().take() {
+        {
+            // Under both locks: a start racing this either finished its
+            // spawn (and is joined below) or sees `closed`.
+            let _copy = self.jobs.copy.lock();
+            let _scrub = self.jobs.scrub.lock();
+            self.jobs.closed.store(true, Ordering::Release);
+        }
+        // Taken out first, joined without the lock held (status reads it).
+        let run = self.jobs.copy.lock().take();
+        if let Some(r) = run {
             r.stop.store(true, Ordering::Release);
             let _ = r.handle.join();
         }

@@ -420,15 +420,19 @@ impl Array {
 
     /// Fails `slot` for an error of the device `m`, only if the slot still
     /// holds that device: an error from a device that was replaced since
-    /// (a stale handle) must not fail its successor.
+    /// (a stale handle) must not fail its successor. A hot replace's pair
+    /// counts as its old device (see `hot_replace`).
     pub(super) fn fail_slot_if(&self, slot: usize, m: &MemberRef, reason: &str) {
         let mut meta = self.meta.lock();
         let s = &self.slots[slot];
+        // By device, not by handle: the same device behind a handle taken
+        // before a hot replace's pair was dropped is still this member; a
+        // device that was replaced since is not.
         let holds = s
             .member
             .read()
             .as_ref()
-            .is_some_and(|cur| Arc::ptr_eq(cur, m));
+            .is_some_and(|cur| cur.device_key() == m.device_key());
         if !holds || s.state() == SlotState::Failed {
             return;
         }

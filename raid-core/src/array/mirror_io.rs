@@ -172,11 +172,14 @@ impl Array {
                     continue;
                 }
                 if let Err(e) = handles[m].write_zeroes(off, l) {
-                    self.fail_slot_if(m, &handles[m], &format!("zeroing failed: {e}"));
+                    self.member_write_failed(m, &handles[m], &e);
                 }
             }
             if !self.within_redundancy() {
                 return Err(self.failed_error());
+            }
+            if let Some(e) = self.no_space_error() {
+                return Err(e);
             }
             at += n;
         }

@@ -912,7 +912,11 @@ impl Array {
         self.membership_settled();
         // Every write finished before this flush began is durable now.
         self.clear_settled(generation);
-        self.journal_settle()?;
+        // After a write failed on a full filesystem, its journal record may
+        // be all that can complete it: kept until the next start replays it.
+        if !self.full.load(Ordering::Acquire) {
+            self.journal_settle()?;
+        }
         Ok(())
     }
 

@@ -650,11 +650,14 @@ impl Array {
                 }
                 if let Err(err) = m.write_zeroes(self.row_offset(s, 0), (upto - s) * self.geo.chunk)
                 {
-                    self.fail_slot_if(slot, m, &format!("zeroing failed: {err}"));
+                    self.member_write_failed(slot, m, &err);
                 }
             }
             if !self.within_redundancy() {
                 return Err(self.failed_error());
+            }
+            if let Some(e) = self.no_space_error() {
+                return Err(e);
             }
             s = e;
         }

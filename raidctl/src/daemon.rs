@@ -563,8 +563,8 @@ impl Daemon {
         s: &Arc<Served>,
         repair: bool,
         mark: Option<(PathBuf, u64)>,
-    ) -> Result<()> {
-        s.array.start_scrub(
+    ) -> Result<u64> {
+        let id = s.array.start_scrub(
             &scrub_options(repair),
             Box::new(move |array, r| match r {
                 Ok(rep) if !rep.interrupted => {
@@ -582,7 +582,7 @@ impl Daemon {
                 Err(e) => tracing::warn!(array = array.name(), "scrub failed: {e}"),
             }),
         )?;
-        Ok(())
+        Ok(id)
     }
 
     /// `raidctl scrub`: in the background (`background`), cancelled
@@ -598,17 +598,18 @@ impl Daemon {
                 "scrub of '{name}' cancelled after {done} of {rows} rows"
             )));
         }
-        self.start_scrub(&s, repair, None)?;
+        let id = self.start_scrub(&s, repair, None)?;
         if background {
             return Ok(Response::ok(format!(
                 "scrub of '{name}' started{} (raidctl status {name} shows its progress, raidctl events {name} its result)",
                 if repair { " with repair" } else { "" }
             )));
         }
-        let r = s
-            .array
-            .wait_scrub()
-            .ok_or_else(|| CliError::failed(format!("the scrub of '{name}' was cancelled")))??;
+        let r = s.array.wait_scrub(id).ok_or_else(|| {
+            CliError::failed(format!(
+                "the scrub of '{name}' was cancelled (raidctl events {name} shows how far it got)"
+            ))
+        })??;
         let slots = s.array.slots();
         let result = crate::protocol::ScrubResult {
             array: name.into(),

@@ -31,6 +31,8 @@ struct CopyRun {
 }
 
 struct ScrubRun {
+    /// Which run this is (`start_scrub` returns it; `wait_scrub` asks for it).
+    id: u64,
     repair: bool,
     started: Instant,
     rows: u64,
@@ -47,6 +49,8 @@ pub(super) struct Jobs {
     /// Rate limits, bytes per second (0: none), read at every step.
     rebuild_rate: Arc<AtomicU64>,
     scrub_rate: Arc<AtomicU64>,
+    /// Numbers scrub runs.
+    scrub_seq: AtomicU64,
     /// Set by `stop_jobs`: the array is closing, and no job starts again
     /// (a monitor tick must not restart the rebuild `close` just paused).
     closed: AtomicBool,
@@ -213,8 +217,9 @@ impl Array {
     }
 
     /// Starts a scrub in the background; refused while one runs.
-    /// `done` runs on its thread with the report when it ends.
-    pub fn start_scrub(self: &Arc<Self>, opts: &ScrubOptions, done: ScrubDone) -> Result<()> {
+    /// `done` runs on its thread with the report when it ends. Returns the
+    /// run's id, for `wait_scrub`.
+    pub fn start_scrub(self: &Arc<Self>, opts: &ScrubOptions, done: ScrubDone) -> Result<u64> {
         let mut job = self.jobs.scrub.lock();
         if self.jobs.closed.load(Ordering::Acquire) {
             return Err(ArrayError::Invalid(format!(
@@ -242,6 +247,7 @@ impl Array {
             ..opts.clone()
         };
         let repair = opts.repair;
+        let id = self.jobs.scrub_seq.fetch_add(1, Ordering::AcqRel) + 1;
         let (array, st) = (self.clone(), stop.clone());
         let handle = std::thread::spawn(move || {
             let r = array.scrub(&opts, &st);
@@ -249,6 +255,7 @@ impl Array {
             r
         });
         *job = Some(ScrubRun {
+            id,
             repair,
             started: Instant::now(),
             rows: self.scrub_rows(),
@@ -256,29 +263,31 @@ impl Array {
             stop,
             handle,
         });
-        Ok(())
+        Ok(id)
     }
 
-    /// Waits for the running scrub to end and returns its result (None: no
-    /// scrub ran, or it was cancelled and collected by `cancel_scrub`).
-    pub fn wait_scrub(&self) -> Option<Result<ScrubReport>> {
+    /// Waits for scrub run `id` to end and returns its result; None when
+    /// that run is gone (cancelled, or collected by someone else: a
+    /// schedule that started the next one found it finished).
+    pub fn wait_scrub(&self, id: u64) -> Option<Result<ScrubReport>> {
         loop {
             {
-                let job = self.jobs.scrub.lock();
+                let mut job = self.jobs.scrub.lock();
                 match job.as_ref() {
+                    Some(j) if j.id != id => return None,
                     None => return None,
-                    Some(j) if j.handle.is_finished() => break,
+                    Some(j) if j.handle.is_finished() => {
+                        let j = job.take().expect("checked above");
+                        drop(job);
+                        return Some(j.handle.join().unwrap_or_else(|_| {
+                            Err(ArrayError::Invalid("the scrub thread panicked".into()))
+                        }));
+                    }
                     Some(_) => {}
                 }
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        let j = self.jobs.scrub.lock().take()?;
-        Some(
-            j.handle
-                .join()
-                .unwrap_or_else(|_| Err(ArrayError::Invalid("the scrub thread panicked".into()))),
-        )
     }
 
     /// Stops the running scrub and waits for it; returns (rows checked,

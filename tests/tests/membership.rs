@@ -55,6 +55,20 @@ fn refused(w: &World, args: &[&str], says: &str) -> String {
     err
 }
 
+/// The `next` command of the newest `event` of array `name`, as printed.
+fn next_of(w: &World, name: &str, event: &str) -> Option<String> {
+    let events: serde_json::Value =
+        serde_json::from_str(&w.ok(&["events", name, "--format", "json"])).unwrap();
+    events
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .filter(|e| e["event"] == event)
+        .find_map(|e| e["next"].as_str())
+        .map(String::from)
+}
+
 fn scrub_clean(w: &World, name: &str) {
     let r: serde_json::Value =
         serde_json::from_str(&w.ok(&["scrub", name, "--format", "json"])).unwrap();
@@ -220,17 +234,7 @@ fn every_events_next_command_works_as_printed() {
     w.ok(&["fail", "nx", s(&m[2])]);
     w.ok(&["stop", "nx"]);
     w.ok(&["start", "nx", "--nbd", &format!("unix:{}", sock.display())]);
-    let events: serde_json::Value =
-        serde_json::from_str(&w.ok(&["events", "nx", "--format", "json"])).unwrap();
-    let next = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .filter(|e| e["event"] == "member_failed")
-        .find_map(|e| e["next"].as_str())
-        .expect("member_failed says what to do next")
-        .to_string();
+    let next = next_of(&w, "nx", "member_failed").expect("member_failed says what to do next");
     let new = w.sparse("new2.img", 16 * MIB);
     let cmd = next.replace("NEW_DEVICE", s(&new));
     let args: Vec<&str> = cmd.split_whitespace().collect();
@@ -244,17 +248,7 @@ fn every_events_next_command_works_as_printed() {
     w.ok(&["fail", "nx", s(&m[0])]);
     w.ok(&["fail", "nx", s(&m[1])]);
     w.ok(&["fail", "nx", s(&m[3]), "--force"]);
-    let events: serde_json::Value =
-        serde_json::from_str(&w.ok(&["events", "nx", "--format", "json"])).unwrap();
-    let next = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|e| e["event"] == "array_failed")
-        .and_then(|e| e["next"].as_str())
-        .expect("array_failed says what to do next")
-        .to_string();
+    let next = next_of(&w, "nx", "array_failed").expect("array_failed says what to do next");
     assert!(next.contains("raidctl start nx --force"), "{next}");
     for part in next.split(';') {
         let part = part.split('(').next().unwrap().trim();
@@ -656,17 +650,7 @@ fn the_next_of_a_missing_member_and_of_a_scrub_work_as_printed() {
     w.ok(&["stop", "nm"]);
     std::fs::remove_file(&m[3]).unwrap();
     w.ok(&["start", "nm", "--nbd", &format!("unix:{}", sock.display())]);
-    let events: serde_json::Value =
-        serde_json::from_str(&w.ok(&["events", "nm", "--format", "json"])).unwrap();
-    let next = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|e| e["event"] == "member_missing")
-        .and_then(|e| e["next"].as_str())
-        .expect("member_missing says what to do next")
-        .to_string();
+    let next = next_of(&w, "nm", "member_missing").expect("member_missing says what to do next");
     // "reconnect M, or raidctl replace nm M NEW_DEVICE": the member is gone
     // for good, so the second half.
     let cmd = next
@@ -691,17 +675,8 @@ fn the_next_of_a_missing_member_and_of_a_scrub_work_as_printed() {
         .unwrap();
     let (code, _, _) = w.code(&["scrub", "nm"]);
     assert_eq!(code, 1);
-    let events: serde_json::Value =
-        serde_json::from_str(&w.ok(&["events", "nm", "--format", "json"])).unwrap();
-    let next = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|e| e["event"] == "scrub_finished")
-        .and_then(|e| e["next"].as_str())
-        .expect("a scrub that left mismatches says what to do next")
-        .to_string();
+    let next = next_of(&w, "nm", "scrub_finished")
+        .expect("a scrub that left mismatches says what to do next");
     let args: Vec<&str> = next.split_whitespace().collect();
     w.ok(&args[1..]);
     scrub_clean(&w, "nm");

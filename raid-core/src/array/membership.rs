@@ -397,13 +397,7 @@ impl Array {
             .get(slot)
             .is_some_and(|e| e.state == SlotState::Active);
         let ident = m.identity().to_string();
-        self.set_member(slot, m);
-        s.rebuild_row.store(0, Ordering::Release);
-        s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
-        s.resync_dirty_only.store(dirty_only, Ordering::Release);
-        s.incarnation.fetch_add(1, Ordering::AcqRel);
-        s.set_state(SlotState::Rebuilding);
-        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.start_rebuilding(slot, m, dirty_only);
         self.record(
             &mut meta,
             ArrayEvent::MemberReAdded {
@@ -609,17 +603,26 @@ impl Array {
         let key = new.device_key();
         let ident = new.identity().to_string();
         meta.spares.retain(|(_, m)| m.device_key() != key);
-        self.set_member(slot, new);
         *s.uuid.write() = Uuid::random();
-        s.rebuild_row.store(0, Ordering::Release);
-        s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
-        s.resync_dirty_only.store(false, Ordering::Release);
-        s.incarnation.fetch_add(1, Ordering::AcqRel);
-        s.set_state(SlotState::Rebuilding);
-        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.start_rebuilding(slot, new, false);
         self.persist(meta);
         tracing::info!(array = %self.name, slot, member = %ident, "replacement member added; rebuild pending");
         Ok(())
+    }
+
+    /// Puts `m` into failed `slot` as rebuilding from row 0, a new
+    /// incarnation of the slot. The row is set before the state, so a
+    /// reader never sees the slot rebuilding with a stale row. Callers hold
+    /// `meta` and persist.
+    fn start_rebuilding(&self, slot: usize, m: MemberRef, dirty_only: bool) {
+        let s = &self.slots[slot];
+        self.set_member(slot, m);
+        s.rebuild_row.store(0, Ordering::Release);
+        s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
+        s.resync_dirty_only.store(dirty_only, Ordering::Release);
+        s.incarnation.fetch_add(1, Ordering::AcqRel);
+        s.set_state(SlotState::Rebuilding);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Moves the first spare into failed slot `slot`, if there is one: the

@@ -1,0 +1,196 @@
+//! How the array reaches its members outside the level paths: reads of
+//! planned places (handles first, readability after), the handling of a
+//! member's write error (a full filesystem stops writes, anything else
+//! fails the member), the member table the data path reads, and the pacing
+//! of background work.
+
+use super::*;
+
+/// Paces background work (rebuild, scrub, hot replace) after a step that
+/// moved `bytes` and began at `began`: sleeps what the rate asks. The live
+/// rate (bytes per second, 0: none) is read at every step, so the operator
+/// can change it while the work runs; when present it replaces the fixed
+/// one (its 0 lifts the limit).
+pub(super) fn pace(
+    fixed: Option<u64>,
+    live: &Option<Arc<AtomicU64>>,
+    bytes: u64,
+    began: std::time::Instant,
+) {
+    let limit = match live {
+        Some(l) => Some(l.load(Ordering::Acquire)).filter(|&l| l > 0),
+        None => fixed,
+    };
+    if let Some(limit) = limit {
+        let want = std::time::Duration::from_secs_f64(bytes as f64 / limit as f64);
+        if let Some(wait) = want.checked_sub(began.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+}
+
+/// Why `read_places` read nothing.
+pub(super) enum ReadFailure {
+    /// Membership changed under the caller's plan: plan again.
+    Changed,
+    /// These slots' devices returned errors (slot, the device, the error).
+    Failed(Vec<(usize, MemberRef, io::Error)>),
+}
+
+/// Stands in for a missing member in I/O batches: never called, because
+/// I/O is only planned for readable slots.
+pub(super) struct Absent;
+impl Member for Absent {
+    fn identity(&self) -> &str {
+        "(missing)"
+    }
+    fn device_key(&self) -> crate::member::DeviceKey {
+        // Never compared: membership checks look at filled slots only.
+        crate::member::DeviceKey::Ram(0)
+    }
+    fn size(&self) -> u64 {
+        0
+    }
+    fn read_at(&self, _: &mut [u8], _: u64) -> io::Result<()> {
+        Err(io::Error::other("member is missing"))
+    }
+    fn write_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+        Err(io::Error::other("member is missing"))
+    }
+    fn flush(&self) -> io::Result<()> {
+        Err(io::Error::other("member is missing"))
+    }
+    fn write_zeroes(&self, _: u64, _: u64) -> io::Result<()> {
+        Err(io::Error::other("member is missing"))
+    }
+}
+
+impl Array {
+    /// Reads `len` bytes at each `(slot, member offset)` of the data area
+    /// into fresh aligned buffers, all in one submission.
+    ///
+    /// The members' handles are loaded first and each place's slot checked
+    /// readable after: a caller that judged a slot readable, then saw it
+    /// failed and given a new device before this load, gets
+    /// `ReadFailure::Changed` (plan again) instead of the new device's
+    /// blank rows taken for data.
+    pub(super) fn read_places(
+        &self,
+        places: &[(usize, u64)],
+        len: usize,
+    ) -> std::result::Result<Vec<crate::buf::AlignedBuf>, ReadFailure> {
+        use crate::member::{submit, IoOp, MemberIo};
+        let handles = self.member_handles();
+        if places
+            .iter()
+            .any(|&(slot, off)| !self.readable(slot, (off - DATA_OFFSET) / self.geo.chunk))
+        {
+            return Err(ReadFailure::Changed);
+        }
+        let mut bufs: Vec<crate::buf::AlignedBuf> = places
+            .iter()
+            .map(|_| crate::buf::AlignedBuf::new(len))
+            .collect();
+        let mut ios: Vec<MemberIo> = bufs
+            .iter_mut()
+            .zip(places)
+            .map(|(b, &(member, offset))| MemberIo {
+                member,
+                offset,
+                op: IoOp::Read(&mut b[..]),
+            })
+            .collect();
+        let results = submit(&handles, &mut ios);
+        let failed: Vec<(usize, MemberRef, io::Error)> = ios
+            .iter()
+            .zip(results)
+            .filter_map(|(io, r)| r.err().map(|e| (io.member, handles[io.member].clone(), e)))
+            .collect();
+        drop(ios);
+        if failed.is_empty() {
+            Ok(bufs)
+        } else {
+            Err(ReadFailure::Failed(failed))
+        }
+    }
+
+    /// Fails the members of a `read_places` failure list (each only if its
+    /// slot still holds the device that erred), saying `what` went wrong
+    /// ("read error during rebuild"). `Changed` fails nothing.
+    pub(super) fn fail_slots(&self, failure: ReadFailure, what: &str) {
+        if let ReadFailure::Failed(failed) = failure {
+            for (slot, m, e) in failed {
+                self.fail_slot_if(slot, &m, &format!("{what}: {e}"));
+            }
+        }
+    }
+
+    /// A data write to the device `m` of `slot` failed. A full filesystem
+    /// (ENOSPC, EDQUOT) says nothing about the device: it is not failed,
+    /// but the array stops taking writes (every other member would fill
+    /// next, and failing them one by one would fail the array with every
+    /// byte intact), reported once. Anything else fails the member.
+    /// Returns whether it was a full filesystem.
+    pub(super) fn member_write_failed(&self, slot: usize, m: &MemberRef, e: &io::Error) -> bool {
+        if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+            let mut full = self.out_of_space.lock();
+            if full.is_none() {
+                *full = Some(m.identity().to_string());
+                self.full.store(true, Ordering::Release);
+                drop(full);
+                let mut meta = self.meta.lock();
+                self.record(
+                    &mut meta,
+                    ArrayEvent::OutOfSpace {
+                        slot,
+                        member: m.identity().to_string(),
+                    },
+                );
+            }
+            return true;
+        }
+        self.fail_slot_if(slot, m, &format!("write error: {e}"));
+        false
+    }
+
+    /// The error for a write refused because a member's filesystem is full.
+    pub(super) fn no_space_error(&self) -> Option<ArrayError> {
+        if !self.full.load(Ordering::Acquire) {
+            return None;
+        }
+        self.out_of_space
+            .lock()
+            .as_ref()
+            .map(|member| ArrayError::NoSpace {
+                name: self.name.clone(),
+                member: member.clone(),
+            })
+    }
+
+    /// The member whose full filesystem stopped writes, if one did.
+    pub fn out_of_space(&self) -> Option<String> {
+        self.out_of_space.lock().clone()
+    }
+
+    /// Puts a member into a slot: control plane and data path together.
+    pub(super) fn set_member(&self, slot: usize, m: MemberRef) {
+        *self.slots[slot].member.write() = Some(m.clone());
+        let mut v: Vec<MemberRef> = self.handles.load().as_ref().clone();
+        v[slot] = m;
+        self.handles.store(Arc::new(v));
+    }
+
+    pub(super) fn handles_of(slots: &[Slot]) -> arc_swap::ArcSwap<Vec<MemberRef>> {
+        arc_swap::ArcSwap::from_pointee(
+            slots
+                .iter()
+                .map(|s| {
+                    s.member
+                        .read()
+                        .clone()
+                        .unwrap_or_else(|| Arc::new(Absent) as MemberRef)
+                })
+                .collect(),
+        )
+    }
+}

@@ -1,0 +1,184 @@
+//! `raidctl create`: checks (names, sizes, each device once by identity,
+//! nothing in use or holding data unless forced, never a running array's
+//! members or name), allocation, metadata, the record.
+
+use super::*;
+
+/// What `create` was asked.
+pub(super) struct CreateArgs<'a> {
+    pub name: &'a str,
+    pub level: u32,
+    pub chunk: &'a str,
+    pub parity: Parity,
+    pub spares: &'a [PathBuf],
+    pub force: bool,
+    pub sparse: bool,
+    pub members: &'a [PathBuf],
+}
+
+pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
+    let (name, force) = (a.name, a.force);
+    check_name(name)?;
+    let level = Level::from_number(a.level).ok_or_else(|| {
+        CliError::usage(format!(
+            "RAID level {} is not supported: use 0, 1, 5, 6 or 10",
+            a.level
+        ))
+    })?;
+    let chunk = parse_size(a.chunk).map_err(CliError::usage)?;
+    if !chunk.is_power_of_two() || !(4096..=1 << 20).contains(&chunk) {
+        return Err(CliError::usage(format!(
+            "chunk {chunk} bytes is not a power of two between 4K and 1M"
+        )));
+    }
+    if st.exists(name) && !force {
+        return Err(CliError::refused(format!(
+            "an array named '{name}' is already recorded in {}: choose another name (or --force to replace the record of a stopped array)",
+            st.root.display()
+        )));
+    }
+    // --force replaces a record and overwrites members, but never those of
+    // an array that is running: it would write under a live array.
+    if running_names(st)?.iter().any(|n| n == name) {
+        return Err(CliError::refused(format!(
+            "array '{name}' is running: --force does not replace a running array. Stop it first (raidctl stop {name})"
+        )));
+    }
+    if a.members.len() < level.min_members() {
+        return Err(CliError::usage(format!(
+            "{level} needs at least {} members, {} given",
+            level.min_members(),
+            a.members.len()
+        )));
+    }
+    let members: Vec<PathBuf> = a
+        .members
+        .iter()
+        .map(|p| existing(p))
+        .collect::<Result<_>>()?;
+    let spares: Vec<PathBuf> = a
+        .spares
+        .iter()
+        .map(|p| existing(p))
+        .collect::<Result<_>>()?;
+    // Each device once, by identity: a hard link or a second path to a
+    // device is the same member.
+    let mut seen: std::collections::HashMap<DeviceKey, &PathBuf> = Default::default();
+    for p in members.iter().chain(&spares) {
+        let key = DeviceKey::of_path(p)
+            .map_err(|e| CliError::not_found(format!("cannot read {}: {e}", p.display())))?;
+        if let Some(first) = seen.insert(key, p) {
+            return Err(CliError::refused(if first == p {
+                format!("{} is listed twice: list each device once", p.display())
+            } else {
+                format!(
+                    "{} and {} are the same device ({key}: a hard link or another path to it): list each device once",
+                    first.display(),
+                    p.display()
+                )
+            }));
+        }
+    }
+    for p in members.iter().chain(&spares) {
+        let content = probe(p)
+            .map_err(|e| CliError::not_found(format!("cannot read {}: {e}", p.display())))?;
+        if force {
+            continue;
+        }
+        match content {
+            Content::Nothing => {}
+            Content::Array { name: other, uuid } => {
+                return Err(CliError::refused(format!(
+                    "member {} is part of array '{other}' (uuid {uuid}): use --force to overwrite, or raidctl stop {other}",
+                    p.display()
+                )))
+            }
+            c => {
+                return Err(CliError::refused(format!(
+                    "member {} holds {}: use --force to overwrite it",
+                    p.display(),
+                    describe(&c)
+                )))
+            }
+        }
+        if let Some(owner) = st.owner_of(p, Some(name)) {
+            return Err(CliError::refused(format!(
+                "member {} is recorded as part of array '{}': use --force to overwrite, or raidctl stop {}",
+                p.display(),
+                owner.name,
+                owner.name
+            )));
+        }
+    }
+    // Opening takes every member exclusively: one a running array holds is
+    // refused here, before anything is written, --force or not.
+    let open = |p: &PathBuf| -> Result<FileMember> {
+        FileMember::open(p).map_err(|e| match e.kind() {
+            std::io::ErrorKind::ResourceBusy => CliError::refused(format!(
+                "{e}: nothing was written. A member of a running array is never overwritten, even with --force"
+            )),
+            _ => CliError::failed(format!("cannot open {}: {e}", p.display())),
+        })
+    };
+    let m: Vec<FileMember> = members.iter().map(open).collect::<Result<_>>()?;
+    let s: Vec<FileMember> = spares.iter().map(open).collect::<Result<_>>()?;
+    for f in m.iter().chain(&s) {
+        // Even sparse, the metadata, bitmap and journal area is allocated:
+        // a full filesystem must never stop those writes.
+        let r = if a.sparse {
+            f.allocate_range(0, raid_core::metadata::DATA_OFFSET)
+        } else {
+            f.allocate()
+        };
+        r.map_err(|e| {
+            CliError::failed(format!(
+                "cannot allocate {}: {e}. Free space, or create with --sparse to leave member files sparse",
+                f.identity()
+            ))
+        })?;
+    }
+    let m: Vec<MemberRef> = m.into_iter().map(|f| Arc::new(f) as MemberRef).collect();
+    let s: Vec<MemberRef> = s.into_iter().map(|f| Arc::new(f) as MemberRef).collect();
+    st.ensure()?;
+    let array = Array::create(
+        m,
+        s,
+        CreateOptions {
+            name: name.into(),
+            level,
+            chunk,
+        },
+    )?;
+    array.close()?;
+    let g = array.geometry();
+    st.save(&ArrayRecord {
+        name: name.into(),
+        uuid: array.uuid().to_string(),
+        level: level.number(),
+        chunk,
+        members: members.clone(),
+        spares: spares.clone(),
+        parity: a.parity.name().into(),
+    })?;
+    let parity = a.parity;
+    out!(
+        "created {level} '{name}': {} members, chunk {}, capacity {}, parity engine {}{}",
+        members.len(),
+        status::human_bytes(chunk),
+        status::human_bytes(g.capacity()),
+        parity.name(),
+        if level.parity_kind().is_some() {
+            " (opened when the array starts)"
+        } else {
+            " (unused: this level has no parity)"
+        }
+    );
+    for (i, p) in members.iter().enumerate() {
+        out!("  slot {i}: {}", p.display());
+    }
+    for p in &spares {
+        out!("  spare: {}", p.display());
+    }
+    out!("start it with: raidctl start {name}");
+    Ok(())
+}

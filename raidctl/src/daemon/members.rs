@@ -1,0 +1,236 @@
+//! The daemon's membership commands: which slot the operator means,
+//! which device may join (by identity, across every running array), and
+//! fail, remove, add, re-add, replace and hot replace, each a call of the
+//! array's own membership rules.
+
+use super::{describe, Daemon, Served};
+use crate::error::{CliError, Result};
+use crate::inspect::{probe, Content};
+use raid_core::array::RebuildEnd;
+use raid_core::member::{DeviceKey, FileMember, MemberRef};
+use std::path::Path;
+use std::sync::Arc;
+
+impl Daemon {
+    /// The slot the operator means by `path`: the slot whose member is that
+    /// device (by identity, whatever path names it), else the slot whose
+    /// member has that name, else an empty slot recorded under that path (a
+    /// member missing or left out at start).
+    pub(super) fn slot_named(&self, s: &Served, path: &Path) -> Result<usize> {
+        if let Ok(key) = DeviceKey::of_path(path) {
+            if let Some(slot) = s.array.slot_by_key(key) {
+                return Ok(slot);
+            }
+        }
+        if let Ok(slot) = s.array.slot_of(&path.display().to_string()) {
+            return Ok(slot);
+        }
+        let slots = s.array.slots();
+        let recorded = s.record.lock().members.iter().position(|p| p == path);
+        if let Some(i) = recorded.filter(|&i| slots[i].member.is_none()) {
+            return Ok(i);
+        }
+        let name = s.array.name();
+        Err(CliError::refused(format!(
+            "{} is not a member of array '{name}' (raidctl status {name} lists them)",
+            path.display()
+        )))
+    }
+
+    pub(super) fn fail(&self, name: &str, member: &Path, force: bool) -> Result<String> {
+        let s = self.served(name)?;
+        let slot = self.slot_named(&s, member)?;
+        let was = s.array.state();
+        s.array.fail_member(slot, force)?;
+        let now = s.array.state();
+        let mut msg = format!(
+            "member {} (slot {slot}) of '{name}' marked failed; array is {}",
+            member.display(),
+            now.name()
+        );
+        if now == raid_core::array::ArrayState::Failed && was != now {
+            msg.push_str(&format!(
+                "\nforced: '{name}' has lost more members than its level tolerates and serves no I/O now. To undo: raidctl stop {name}; raidctl start {name} --force (takes back the newest failed members)"
+            ));
+        }
+        Ok(msg)
+    }
+
+    pub(super) fn remove(&self, name: &str, member: &Path) -> Result<String> {
+        let s = self.served(name)?;
+        let key = match DeviceKey::of_path(member) {
+            Ok(k) => k,
+            Err(_) => {
+                // The device is gone: its slot (if any) is already empty.
+                let slot = self.slot_named(&s, member)?;
+                return Err(CliError::refused(format!(
+                    "{} is gone and slot {slot} of '{name}' is already empty: put a new device in it (raidctl replace {name} {} NEW_DEVICE)",
+                    member.display(),
+                    member.display()
+                )));
+            }
+        };
+        s.array.remove_member(key)?;
+        s.record.lock().spares.retain(|p| p != member);
+        self.state.save(&s.record.lock())?;
+        Ok(format!("member {} removed from '{name}'", member.display()))
+    }
+
+    /// Opens a device that is to join `served`, refusing one that is in
+    /// any array (by identity: a hard link or another path to a member is
+    /// the member), holds data, or is in use.
+    pub(super) fn open_new_member(&self, served: &Served, path: &Path) -> Result<MemberRef> {
+        let key = DeviceKey::of_path(path)
+            .map_err(|e| CliError::not_found(format!("{} cannot be read: {e}", path.display())))?;
+        let running: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
+        for other in running {
+            if let Some(slot) = other.array.slot_by_key(key) {
+                return Err(CliError::refused(format!(
+                    "{} is the member of slot {slot} of array '{}' (the same {key}, whatever the path): a device can only be in one place. Name a device that is in no array",
+                    path.display(),
+                    other.array.name()
+                )));
+            }
+            if other.array.holds(key) {
+                return Err(CliError::refused(format!(
+                    "{} is a spare of array '{}' (the same {key}): remove it there first (raidctl remove {} {})",
+                    path.display(),
+                    other.array.name(),
+                    other.array.name(),
+                    path.display()
+                )));
+            }
+        }
+        match probe(path) {
+            Err(e) => return Err(CliError::not_found(format!("{} cannot be read: {e}", path.display()))),
+            Ok(Content::Nothing) => {}
+            Ok(Content::Array { uuid, .. }) if uuid == served.array.uuid().to_string() => {}
+            Ok(Content::Array { name, uuid }) => {
+                return Err(CliError::refused(format!(
+                    "{} is part of array '{name}' (uuid {uuid}): stop that array, or wipe the device first",
+                    path.display()
+                )))
+            }
+            Ok(other) => {
+                return Err(CliError::refused(format!(
+                    "{} holds {}: wipe it first (wipefs -a) if its data is not wanted",
+                    path.display(),
+                    describe(&other)
+                )))
+            }
+        }
+        if let Some(owner) = self.state.owner_of(path, Some(served.array.name())) {
+            return Err(CliError::refused(format!(
+                "{} is recorded as a member of array '{}'",
+                path.display(),
+                owner.name
+            )));
+        }
+        FileMember::open(path)
+            .map(|m| Arc::new(m) as MemberRef)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::ResourceBusy => CliError::refused(e.to_string()),
+                _ => CliError::not_found(format!("{} cannot be opened: {e}", path.display())),
+            })
+    }
+
+    pub(super) fn add(&self, name: &str, member: &Path) -> Result<String> {
+        let s = self.served(name)?;
+        let m = self.open_new_member(&s, member)?;
+        s.array.add_spare(m)?;
+        s.record.lock().spares.push(member.to_path_buf());
+        self.state.save(&s.record.lock())?;
+        Ok(format!("{} added to '{name}' as a spare", member.display()))
+    }
+
+    /// Takes back a member that left its slot: it must not be held by any
+    /// other running array; the array checks it is this slot's own member.
+    pub(super) fn re_add(&self, name: &str, member: &Path) -> Result<String> {
+        let s = self.served(name)?;
+        let key = DeviceKey::of_path(member).map_err(|e| {
+            CliError::not_found(format!("{} cannot be read: {e}", member.display()))
+        })?;
+        let running: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
+        for other in running.iter().filter(|o| o.array.name() != name) {
+            if other.array.holds(key) {
+                return Err(CliError::refused(format!(
+                    "{} is in array '{}' now: it cannot be re-added to '{name}'",
+                    member.display(),
+                    other.array.name()
+                )));
+            }
+        }
+        // A failed member still in its slot is held open by this array
+        // already: use that handle rather than opening it again.
+        let m: MemberRef = match s.array.slot_by_key(key) {
+            Some(slot) => s.array.member_of(slot).ok_or_else(|| {
+                CliError::refused(format!("slot {slot} of '{name}' holds no device"))
+            })?,
+            None => FileMember::open(member)
+                .map(|m| Arc::new(m) as MemberRef)
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::ResourceBusy => CliError::refused(e.to_string()),
+                    _ => CliError::not_found(format!("{} cannot be opened: {e}", member.display())),
+                })?,
+        };
+        let slot = s.array.re_add(m)?;
+        s.record.lock().members[slot] = member.to_path_buf();
+        self.state.save(&s.record.lock())?;
+        self.kick_rebuild(&s);
+        Ok(format!(
+            "{} re-added to slot {slot} of '{name}'; resyncing the regions written since it left",
+            member.display()
+        ))
+    }
+
+    pub(super) fn replace(&self, name: &str, old: &Path, new: &Path) -> Result<String> {
+        let s = self.served(name)?;
+        let slot = self.slot_named(&s, old)?;
+        let m = self.open_new_member(&s, new)?;
+        if s.array.slots()[slot].state == raid_core::metadata::SlotState::Active {
+            return self.hot_replace(&s, slot, m, old, new);
+        }
+        s.array.replace(slot, m)?;
+        s.record.lock().members[slot] = new.to_path_buf();
+        self.state.save(&s.record.lock())?;
+        self.kick_rebuild(&s);
+        Ok(format!(
+            "{} replaces {} in slot {slot} of '{name}'; rebuild started",
+            new.display(),
+            old.display()
+        ))
+    }
+
+    /// Replaces an active member while the array keeps its redundancy
+    /// (the array runs the copy in its rebuild's place, one at a time); the
+    /// record names the new device once the copy has switched it in.
+    pub(super) fn hot_replace(
+        &self,
+        s: &Arc<Served>,
+        slot: usize,
+        m: MemberRef,
+        old: &Path,
+        new: &Path,
+    ) -> Result<String> {
+        let name = s.array.name().to_string();
+        let (served, state, path) = (s.clone(), self.state.clone(), new.to_path_buf());
+        s.array.start_hot_replace(
+            slot,
+            m,
+            &self.rebuild_opts,
+            Box::new(move |_, r| {
+                if let Ok(RebuildEnd::Finished) = r {
+                    served.record.lock().members[slot] = path;
+                    if let Err(e) = state.save(&served.record.lock()) {
+                        tracing::error!("cannot record the replacement: {e}");
+                    }
+                }
+            }),
+        )?;
+        Ok(format!(
+            "hot replace: copying {} onto {} in slot {slot} of '{name}'; the array keeps its redundancy meanwhile (raidctl wait {name})",
+            old.display(),
+            new.display()
+        ))
+    }
+}

@@ -1,0 +1,153 @@
+//! The daemon's side of the arrays' background work: rate limits, scrubs
+//! asked for or scheduled. The work itself runs on threads the array owns.
+
+use super::{scrub_options, Daemon, Served};
+use crate::error::{CliError, Result};
+use crate::protocol::Response;
+use crate::status;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+impl Daemon {
+    /// Changes the rate limits of the array's background work, also of the
+    /// work running now; says what they are.
+    pub(super) fn rate(
+        &self,
+        name: &str,
+        rebuild: Option<u64>,
+        scrub: Option<u64>,
+    ) -> Result<String> {
+        let s = self.served(name)?;
+        s.array.set_rates(rebuild, scrub);
+        let (r, sc) = s.array.rates();
+        let show = |r: u64| {
+            if r == 0 {
+                "no limit".to_string()
+            } else {
+                format!("{}/s", status::human_bytes(r))
+            }
+        };
+        Ok(format!(
+            "'{name}': rebuild and replace {}, scrub {}",
+            show(r),
+            show(sc)
+        ))
+    }
+
+    /// Starts the array's scrub in the background; refused while one
+    /// runs. `mark`: where a scheduled scrub records that it completed.
+    pub(super) fn start_scrub(
+        &self,
+        s: &Arc<Served>,
+        repair: bool,
+        mark: Option<(PathBuf, u64)>,
+    ) -> Result<u64> {
+        let id = s.array.start_scrub(
+            &scrub_options(repair),
+            Box::new(move |array, r| match r {
+                Ok(rep) if !rep.interrupted => {
+                    tracing::info!(
+                        array = array.name(),
+                        mismatches = rep.mismatches.len(),
+                        "scrub done"
+                    );
+                    if let Some((mark, now)) = mark {
+                        let _ = std::fs::create_dir_all(mark.parent().unwrap());
+                        let _ = std::fs::write(&mark, now.to_string());
+                    }
+                }
+                Ok(_) => tracing::info!(array = array.name(), "scrub interrupted"),
+                Err(e) => tracing::warn!(array = array.name(), "scrub failed: {e}"),
+            }),
+        )?;
+        Ok(id)
+    }
+
+    /// `raidctl scrub`: in the background (`background`), cancelled
+    /// (`cancel`), or waited for, its report in the answer.
+    pub(super) fn scrub(
+        &self,
+        name: &str,
+        repair: bool,
+        background: bool,
+        cancel: bool,
+    ) -> Result<Response> {
+        let s = self.served(name)?;
+        if cancel {
+            let (done, rows) = s
+                .array
+                .cancel_scrub()
+                .ok_or_else(|| CliError::refused(format!("no scrub of '{name}' is running")))?;
+            return Ok(Response::ok(format!(
+                "scrub of '{name}' cancelled after {done} of {rows} rows"
+            )));
+        }
+        let id = self.start_scrub(&s, repair, None)?;
+        if background {
+            return Ok(Response::ok(format!(
+                "scrub of '{name}' started{} (raidctl status {name} shows its progress, raidctl events {name} its result)",
+                if repair { " with repair" } else { "" }
+            )));
+        }
+        let r = s.array.wait_scrub(id).ok_or_else(|| {
+            CliError::failed(format!(
+                "the scrub of '{name}' was cancelled (raidctl events {name} shows how far it got)"
+            ))
+        })??;
+        let slots = s.array.slots();
+        let result = crate::protocol::ScrubResult {
+            array: name.into(),
+            repair,
+            rows_checked: r.rows,
+            bytes_read: r.bytes_read,
+            mismatches: r
+                .mismatches
+                .iter()
+                .map(|m| crate::protocol::ScrubMismatch {
+                    stripe: m.stripe,
+                    slot: m.slot,
+                    member: slots.get(m.slot).and_then(|x| x.member.clone()),
+                    what: m.what.clone(),
+                    repaired: m.repaired,
+                })
+                .collect(),
+        };
+        Ok(Response {
+            ok: true,
+            scrub: Some(result),
+            ..Default::default()
+        })
+    }
+
+    /// Starts a scrub when the schedule says one is due: the last one is
+    /// remembered in STATE_DIR/scrub/NAME.last (seconds since the epoch).
+    pub(super) fn scheduled_scrub(&self, s: &Arc<Served>) {
+        let Some(sched) = &self.scrub_schedule else {
+            return;
+        };
+        if s.array.state() != raid_core::array::ArrayState::Optimal
+            || s.array.scrub_progress().is_some()
+        {
+            return;
+        }
+        let mark = self
+            .state
+            .root
+            .join("scrub")
+            .join(format!("{}.last", s.array.name()));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let last: u64 = std::fs::read_to_string(&mark)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        if (now.saturating_sub(last) as f64) < sched.every_hours * 3600.0 {
+            return;
+        }
+        if let Err(e) = self.start_scrub(s, sched.repair, Some((mark, now))) {
+            tracing::warn!(array = s.array.name(), "scheduled scrub not started: {e}");
+        }
+    }
+}

@@ -1285,3 +1285,39 @@ fn no_job_starts_once_the_array_is_closing() {
         .is_err());
     assert_eq!(a.slots()[1].state, SlotState::Rebuilding);
 }
+
+/// A waited scrub gets its own report even when another run (a schedule's)
+/// started after it ended and before the waiter looked; a cancelled run
+/// reports as gone.
+#[test]
+fn a_waited_scrub_reports_its_own_run_after_another_started() {
+    let (_m, a, _) = filled(Level::Raid5, 4, "scrubwait");
+    let a = Arc::new(a);
+    let first = a
+        .start_scrub(&ScrubOptions::default(), Box::new(|_, _| {}))
+        .unwrap();
+    while a.scrub_progress().is_some() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let second = a
+        .start_scrub(&ScrubOptions::default(), Box::new(|_, _| {}))
+        .unwrap();
+    assert_ne!(first, second);
+    let r = a
+        .wait_scrub(first)
+        .expect("the first run's report was lost");
+    assert!(!r.unwrap().interrupted);
+    let r = a
+        .wait_scrub(second)
+        .expect("the second run's report was lost");
+    assert!(r.unwrap().rows > 0);
+    // Collected once: asking again says it is gone.
+    assert!(a.wait_scrub(first).is_none());
+    // A cancelled run is gone for its waiter.
+    a.set_rates(None, Some(DATA / 8));
+    let third = a
+        .start_scrub(&ScrubOptions::default(), Box::new(|_, _| {}))
+        .unwrap();
+    assert!(a.cancel_scrub().is_some());
+    assert!(a.wait_scrub(third).is_none());
+}

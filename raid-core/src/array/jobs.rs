@@ -41,11 +41,41 @@ struct ScrubRun {
     handle: JoinHandle<Result<ScrubReport>>,
 }
 
+/// The scrub now running or last run, and the results of runs that
+/// ended unwaited-for before another started.
+#[derive(Default)]
+struct ScrubSlot {
+    run: Option<ScrubRun>,
+    /// (id, result) of runs a later `start_scrub` displaced, newest last,
+    /// at most `ENDED_KEPT`: a waiter that polls after a schedule started
+    /// the next run still gets its own run's report.
+    ended: std::collections::VecDeque<(u64, Result<ScrubReport>)>,
+}
+
+/// How many displaced scrub results are kept for their waiters.
+const ENDED_KEPT: usize = 8;
+
+impl ScrubSlot {
+    /// Joins a finished run and keeps its result for `wait_scrub`.
+    fn keep(&mut self, run: ScrubRun) {
+        let r = join_scrub(run.handle);
+        if self.ended.len() == ENDED_KEPT {
+            self.ended.pop_front();
+        }
+        self.ended.push_back((run.id, r));
+    }
+}
+
+fn join_scrub(h: JoinHandle<Result<ScrubReport>>) -> Result<ScrubReport> {
+    h.join()
+        .unwrap_or_else(|_| Err(ArrayError::Invalid("the scrub thread panicked".into())))
+}
+
 /// The background work of one array.
 #[derive(Default)]
 pub(super) struct Jobs {
     copy: Mutex<Option<CopyRun>>,
-    scrub: Mutex<Option<ScrubRun>>,
+    scrub: Mutex<ScrubSlot>,
     /// Rate limits, bytes per second (0: none), read at every step.
     rebuild_rate: Arc<AtomicU64>,
     scrub_rate: Arc<AtomicU64>,
@@ -227,7 +257,7 @@ impl Array {
                 self.name
             )));
         }
-        if job.as_ref().is_some_and(|j| !j.handle.is_finished()) {
+        if job.run.as_ref().is_some_and(|j| !j.handle.is_finished()) {
             return Err(ArrayError::Refused {
                 rule: Rule::WrongSlotState,
                 detail: format!(
@@ -236,8 +266,8 @@ impl Array {
                 ),
             });
         }
-        if let Some(old) = job.take() {
-            let _ = old.handle.join();
+        if let Some(old) = job.run.take() {
+            job.keep(old);
         }
         let progress = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -254,7 +284,7 @@ impl Array {
             done(&array, &r);
             r
         });
-        *job = Some(ScrubRun {
+        job.run = Some(ScrubRun {
             id,
             repair,
             started: Instant::now(),
@@ -267,23 +297,22 @@ impl Array {
     }
 
     /// Waits for scrub run `id` to end and returns its result; None when
-    /// that run is gone (cancelled, or collected by someone else: a
-    /// schedule that started the next one found it finished).
+    /// that run was cancelled (or its result was collected already).
     pub fn wait_scrub(&self, id: u64) -> Option<Result<ScrubReport>> {
         loop {
             {
                 let mut job = self.jobs.scrub.lock();
-                match job.as_ref() {
-                    Some(j) if j.id != id => return None,
-                    None => return None,
-                    Some(j) if j.handle.is_finished() => {
-                        let j = job.take().expect("checked above");
+                if let Some(i) = job.ended.iter().position(|(e, _)| *e == id) {
+                    return job.ended.remove(i).map(|(_, r)| r);
+                }
+                match job.run.as_ref() {
+                    Some(j) if j.id == id && j.handle.is_finished() => {
+                        let j = job.run.take().expect("checked above");
                         drop(job);
-                        return Some(j.handle.join().unwrap_or_else(|_| {
-                            Err(ArrayError::Invalid("the scrub thread panicked".into()))
-                        }));
+                        return Some(join_scrub(j.handle));
                     }
-                    Some(_) => {}
+                    Some(j) if j.id == id => {}
+                    _ => return None,
                 }
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -293,11 +322,14 @@ impl Array {
     /// Stops the running scrub and waits for it; returns (rows checked,
     /// rows in all), or None when no scrub runs.
     pub fn cancel_scrub(&self) -> Option<(u64, u64)> {
-        let j = self.jobs.scrub.lock().take()?;
+        let mut job = self.jobs.scrub.lock();
+        let j = job.run.take()?;
         if j.handle.is_finished() {
-            let _ = j.handle.join();
+            // Ended by itself: its waiter, if any, still gets the report.
+            job.keep(j);
             return None;
         }
+        drop(job);
         j.stop.store(true, Ordering::Release);
         let _ = j.handle.join();
         Some((j.done.load(Ordering::Acquire), j.rows))
@@ -306,7 +338,7 @@ impl Array {
     /// The running scrub, if one runs.
     pub fn scrub_progress(&self) -> Option<ScrubProgress> {
         let job = self.jobs.scrub.lock();
-        let j = job.as_ref().filter(|j| !j.handle.is_finished())?;
+        let j = job.run.as_ref().filter(|j| !j.handle.is_finished())?;
         let done = j.done.load(Ordering::Acquire);
         let secs = j.started.elapsed().as_secs_f64().max(1e-3);
         Some(ScrubProgress {

@@ -401,6 +401,23 @@ impl ParityEngine for Selection {
         })
     }
 
+    /// Routed like the other calls by its bytes (a read-modify-write's few
+    /// chunks: the CPU in `auto`). Not sampled for verification: checking
+    /// an in-place update would need a copy of the old parity on every
+    /// sampled call, and in `gpu` mode the update is the GPU's generation
+    /// of the deltas, which sampling already checks on full calls. A GPU
+    /// that fails leaves the parity untouched (the default computes the
+    /// deltas' parity aside, then adds it), so the CPU repeats it safely.
+    fn update_parity(
+        &self,
+        kind: ParityKind,
+        deltas: &[(usize, &[u8])],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), ParityError> {
+        let bytes = deltas.iter().map(|(_, d)| d.len() as u64).sum();
+        self.dispatch(bytes, |e, _check| e.update_parity(kind, deltas, parity))
+    }
+
     fn recover(
         &self,
         kind: ParityKind,

@@ -495,7 +495,6 @@ impl Array {
     ) -> std::result::Result<(), StepErr> {
         let nd = self.geo.data_chunks();
         let np = self.geo.level.parity_chunks();
-        let width = (hi - lo) as usize;
         let mut idxs: Vec<usize> = ps.iter().map(|p| p.idx).collect();
         idxs.extend(nd..nd + np);
         let mut old = self.read_chunks(s, &idxs, lo, hi)?;
@@ -506,35 +505,20 @@ impl Array {
             let at = (p.within - lo) as usize;
             nb[at..at + p.len as usize].copy_from_slice(&data[p.pos..p.pos + p.len as usize]);
         }
-        // old_data becomes the delta old ^ new.
+        // old_data becomes the delta old ^ new, and the parity takes the
+        // change: P ^= delta, Q ^= g^i * delta, one pass per changed chunk.
         for (o, n) in old_data.iter_mut().zip(&new) {
             xor_into(o, n);
         }
-        let mut pd = AlignedBuf::new(width);
-        match self.kind() {
-            ParityKind::P => {
-                let deltas: Vec<&[u8]> = old_data.iter().map(|b| &b[..]).collect();
-                self.engine
-                    .gen_p(&deltas, &mut pd)
-                    .map_err(ArrayError::from)?;
-                xor_into(&mut old_parity[0], &pd);
-            }
-            ParityKind::PQ => {
-                let zero = AlignedBuf::new(width);
-                let srcs: Vec<&[u8]> = (0..nd)
-                    .map(|i| match ps.iter().position(|p| p.idx == i) {
-                        Some(k) => &old_data[k][..],
-                        None => &zero[..],
-                    })
-                    .collect();
-                let mut qd = AlignedBuf::new(width);
-                self.engine
-                    .gen_pq(&srcs, &mut pd, &mut qd)
-                    .map_err(ArrayError::from)?;
-                xor_into(&mut old_parity[0], &pd);
-                xor_into(&mut old_parity[1], &qd);
-            }
-        }
+        let deltas: Vec<(usize, &[u8])> = ps
+            .iter()
+            .zip(old_data.iter())
+            .map(|(p, d)| (p.idx, &d[..]))
+            .collect();
+        let mut parity: Vec<&mut [u8]> = old_parity.iter_mut().map(|b| &mut b[..]).collect();
+        self.engine
+            .update_parity(self.kind(), &deltas, &mut parity)
+            .map_err(ArrayError::from)?;
         let mut writes: Vec<(usize, &[u8])> =
             ps.iter().zip(&new).map(|(p, b)| (p.idx, &b[..])).collect();
         writes.extend(old_parity.iter().enumerate().map(|(k, b)| (nd + k, &b[..])));

@@ -124,6 +124,33 @@ impl ParityEngine for CpuEngine {
         Ok(())
     }
 
+    /// One pass per delta: P ^= delta (and Q ^= g^i * delta) with the
+    /// level's kernel. Deltas are a read-modify-write's few chunks, small:
+    /// never split over threads.
+    fn update_parity(
+        &self,
+        kind: ParityKind,
+        deltas: &[(usize, &[u8])],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), ParityError> {
+        super::validate_update(kind, deltas, parity)?;
+        match parity {
+            [p] => {
+                for (_, d) in deltas {
+                    // dst = 1 * (src ^ dst): a plain XOR into P.
+                    self.kernels.mul_xor(1, d, p);
+                }
+            }
+            [p, q] => {
+                for (i, d) in deltas {
+                    self.kernels.pq_delta(super::gf::pow2(*i), d, p, q);
+                }
+            }
+            _ => unreachable!("validated above"),
+        }
+        Ok(())
+    }
+
     fn recover(
         &self,
         kind: ParityKind,

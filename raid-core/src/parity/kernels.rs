@@ -102,8 +102,9 @@ type XorGen = unsafe fn(&[&[u8]], &mut [u8]);
 type PqGen = unsafe fn(&[&[u8]], &mut [u8], &mut [u8]);
 type MulXor = unsafe fn(u8, &[u8], &mut [u8]);
 type TwoData = unsafe fn(u8, u8, &[u8], &[u8], &mut [u8], &mut [u8]);
+type PqDelta = unsafe fn(u8, &[u8], &mut [u8], &mut [u8]);
 
-/// The four primitives every parity operation is built from, for one level.
+/// The primitives every parity operation is built from, for one level.
 ///
 /// The function pointers are `unsafe` because the SIMD ones need CPU features
 /// and read through raw pointers; the safe methods below uphold both: a
@@ -116,6 +117,7 @@ pub(crate) struct Kernels {
     pq_gen: PqGen,
     mul_xor: MulXor,
     two_data: TwoData,
+    pq_delta: PqDelta,
 }
 
 impl Kernels {
@@ -136,6 +138,7 @@ impl Kernels {
             pq_gen: scalar::pq_gen,
             mul_xor: scalar::mul_xor,
             two_data: scalar::two_data,
+            pq_delta: scalar::pq_delta,
         };
         #[cfg(target_arch = "x86_64")]
         {
@@ -148,6 +151,7 @@ impl Kernels {
                         pq_gen: x86::$m::pq_gen,
                         mul_xor: x86::$m::mul_xor,
                         two_data: x86::$m::two_data,
+                        pq_delta: x86::$m::pq_delta,
                     }
                 };
             }
@@ -190,6 +194,15 @@ impl Kernels {
         assert!(src.len() == dst.len() && dst.len().is_multiple_of(super::LEN_MULTIPLE));
         // SAFETY: as in xor_gen.
         unsafe { (self.mul_xor)(c, src, dst) }
+    }
+
+    /// p ^= delta, q ^= c * delta: a data chunk's change applied to P and
+    /// Q in one pass (see `scalar::pq_delta`).
+    pub fn pq_delta(&self, c: u8, delta: &[u8], p: &mut [u8], q: &mut [u8]) {
+        let n = delta.len();
+        assert!(p.len() == n && q.len() == n && n.is_multiple_of(super::LEN_MULTIPLE));
+        // SAFETY: as in xor_gen.
+        unsafe { (self.pq_delta)(c, delta, p, q) }
     }
 
     /// See `scalar::two_data`.
@@ -347,6 +360,22 @@ pub(crate) mod generic {
                     .xor(V::load(d.add(off)))
                     .mul(m)
                     .store(d.add(off));
+            });
+        }
+    }
+
+    #[inline(always)]
+    pub unsafe fn pq_delta<V: Vector>(c: u8, delta: &[u8], p: &mut [u8], q: &mut [u8]) {
+        let d = delta.as_ptr();
+        let pp = p.as_mut_ptr();
+        let qp = q.as_mut_ptr();
+        // SAFETY (whole body): offsets stay below the common length.
+        unsafe {
+            let m = V::mul_prep(c);
+            blocks(delta.len(), V::BYTES, |off| {
+                let x = V::load(d.add(off));
+                V::load(pp.add(off)).xor(x).store(pp.add(off));
+                V::load(qp.add(off)).xor(x.mul(m)).store(qp.add(off));
             });
         }
     }

@@ -115,6 +115,14 @@ pub enum ParityError {
         want: usize,
         got: usize,
     },
+    #[error(
+        "data chunk index {index} is out of range: {kind} stripes have at most {max} data chunks"
+    )]
+    DataIndexOutOfRange {
+        kind: ParityKind,
+        index: usize,
+        max: usize,
+    },
     #[error("missing chunk index {index} is out of range: the stripe has {chunks} chunks")]
     MissingOutOfRange { index: usize, chunks: usize },
     #[error("missing chunk index {index} is listed twice")]
@@ -189,6 +197,22 @@ pub trait ParityEngine: Send + Sync {
             })
     }
 
+    /// Applies changes of some data chunks to one stripe's parity in place,
+    /// what a read-modify-write needs: each `(i, delta)` is data chunk i's
+    /// old ^ new bytes; P ^= delta and, for P+Q, Q ^= g^i * delta.
+    /// `parity` is `[P]` or `[P, Q]`. The cost follows the chunks that
+    /// changed, not the stripe's width. The default generates parity of the
+    /// deltas (zeros elsewhere: parity is linear) and adds it, so every
+    /// engine has it; the CPU engine does it in one pass per delta.
+    fn update_parity(
+        &self,
+        kind: ParityKind,
+        deltas: &[(usize, &[u8])],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), ParityError> {
+        update_parity_by_generation(self, kind, deltas, parity)
+    }
+
     /// Recovers many stripes, each with its own missing set.
     fn recover_batch(
         &self,
@@ -199,6 +223,79 @@ pub trait ParityEngine: Send + Sync {
         jobs.par_iter_mut()
             .try_for_each(|j| self.recover(kind, &mut j.chunks, &j.missing))
     }
+}
+
+/// [`ParityEngine::update_parity`] through the engine's generation calls:
+/// parity of the deltas at their indices (zero chunks elsewhere) XORed into
+/// the stripe's parity.
+pub fn update_parity_by_generation<E: ParityEngine + ?Sized>(
+    engine: &E,
+    kind: ParityKind,
+    deltas: &[(usize, &[u8])],
+    parity: &mut [&mut [u8]],
+) -> Result<(), ParityError> {
+    validate_update(kind, deltas, parity)?;
+    let len = deltas[0].1.len();
+    let zero = vec![0u8; len];
+    let width = deltas
+        .iter()
+        .map(|(i, _)| i + 1)
+        .max()
+        .unwrap_or(1)
+        .max(kind.min_data_chunks());
+    // A chunk changed twice in one call counts both changes: sum them.
+    let mut summed: Vec<Option<Vec<u8>>> = (0..width).map(|_| None).collect();
+    for (i, d) in deltas {
+        let acc = summed[*i].get_or_insert_with(|| vec![0u8; len]);
+        acc.iter_mut().zip(d.iter()).for_each(|(a, b)| *a ^= b);
+    }
+    let srcs: Vec<&[u8]> = summed
+        .iter()
+        .map(|c| c.as_deref().unwrap_or(&zero))
+        .collect();
+    let mut gen: Vec<Vec<u8>> = (0..kind.parity_chunks()).map(|_| vec![0u8; len]).collect();
+    match &mut gen[..] {
+        [p] => engine.gen_p(&srcs, p)?,
+        [p, q] => engine.gen_pq(&srcs, p, q)?,
+        _ => unreachable!("one or two parity chunks"),
+    }
+    for (out, g) in parity.iter_mut().zip(&gen) {
+        out.iter_mut().zip(g).for_each(|(a, b)| *a ^= b);
+    }
+    Ok(())
+}
+
+/// What a valid `update_parity` request is: one or two parity chunks as the
+/// kind says, at least one delta, every index a data chunk the kind allows,
+/// every length equal and a multiple of [`LEN_MULTIPLE`].
+pub fn validate_update(
+    kind: ParityKind,
+    deltas: &[(usize, &[u8])],
+    parity: &[&mut [u8]],
+) -> Result<(), ParityError> {
+    if parity.len() != kind.parity_chunks() {
+        return Err(ParityError::ParityCount {
+            kind,
+            want: kind.parity_chunks(),
+            got: parity.len(),
+        });
+    }
+    if deltas.is_empty() {
+        return Err(ParityError::BadLength { len: 0 });
+    }
+    if let Some(&(index, _)) = deltas.iter().find(|(i, _)| *i >= kind.max_data_chunks()) {
+        return Err(ParityError::DataIndexOutOfRange {
+            kind,
+            index,
+            max: kind.max_data_chunks(),
+        });
+    }
+    check_lengths(
+        deltas
+            .iter()
+            .map(|(_, d)| d.len())
+            .chain(parity.iter().map(|p| p.len())),
+    )
 }
 
 /// Reborrows a stripe's chunks as shared slices.

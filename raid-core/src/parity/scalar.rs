@@ -34,6 +34,15 @@ pub fn mul_xor(c: u8, src: &[u8], dst: &mut [u8]) {
     }
 }
 
+/// A data chunk's change applied to P and Q: p ^= delta, q ^= c * delta,
+/// where delta = old ^ new of data chunk i and c = g^i.
+pub fn pq_delta(c: u8, delta: &[u8], p: &mut [u8], q: &mut [u8]) {
+    for ((d, pp), qq) in delta.iter().zip(p.iter_mut()).zip(q.iter_mut()) {
+        *pp ^= *d;
+        *qq ^= gf::mul(c, *d);
+    }
+}
+
 /// The last step of two-data recovery (see `recover`): on entry dx and dy hold
 /// the P and Q of the surviving data; on exit the two missing data chunks.
 pub fn two_data(a: u8, b: u8, p: &[u8], q: &[u8], dx: &mut [u8], dy: &mut [u8]) {

@@ -274,6 +274,10 @@ macro_rules! level {
                 unsafe { generic::mul_xor::<$V>(c, src, dst) }
             }
             #[target_feature(enable = $features)]
+            pub unsafe fn pq_delta(c: u8, delta: &[u8], p: &mut [u8], q: &mut [u8]) {
+                unsafe { generic::pq_delta::<$V>(c, delta, p, q) }
+            }
+            #[target_feature(enable = $features)]
             pub unsafe fn two_data(a: u8, b: u8, p: &[u8], q: &[u8], dx: &mut [u8], dy: &mut [u8]) {
                 unsafe { generic::two_data::<$V>(a, b, p, q, dx, dy) }
             }

@@ -118,6 +118,79 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// A read-modify-write's parity update: changing some data chunks and
+    /// applying their deltas to the old P (and Q) gives exactly the parity
+    /// of the new data, by definition, on every engine. Indices may repeat
+    /// (two changes of one chunk in one call).
+    #[test]
+    fn update_parity_equals_parity_of_the_new_data(
+        (data, changes) in data_strategy(2, 30).prop_flat_map(|d| {
+            let (w, len) = (d.len(), d[0].len());
+            let change = (0..w, proptest::collection::vec(any::<u8>(), len));
+            (Just(d), proptest::collection::vec(change, 1..=4))
+        })
+    ) {
+        let mut new = data.clone();
+        let mut deltas: Vec<(usize, Vec<u8>)> = Vec::new();
+        for (i, bytes) in &changes {
+            let d: Vec<u8> = new[*i].iter().zip(bytes).map(|(a, b)| a ^ b).collect();
+            new[*i] = bytes.clone();
+            deltas.push((*i, d));
+        }
+        let views: Vec<(usize, &[u8])> = deltas.iter().map(|(i, d)| (*i, &d[..])).collect();
+        let (want_p, want_q) = (p_by_definition(&new), q_by_definition(&new));
+        for e in engines() {
+            for kind in [ParityKind::P, ParityKind::PQ] {
+                let old = stripe_with_parity(&*e, kind, &data);
+                let mut parity: Vec<Vec<u8>> = old[data.len()..].to_vec();
+                let mut refs: Vec<&mut [u8]> = parity.iter_mut().map(|c| &mut c[..]).collect();
+                e.update_parity(kind, &views, &mut refs).unwrap();
+                prop_assert_eq!(&parity[0], &want_p, "P after update, {} {:?}", e.name(), kind);
+                if kind == ParityKind::PQ {
+                    prop_assert_eq!(&parity[1], &want_q, "Q after update, {}", e.name());
+                }
+            }
+        }
+    }
+}
+
+/// Bad update requests are the same errors on every engine, and change
+/// nothing.
+#[test]
+fn bad_updates_are_errors_that_change_nothing() {
+    for e in engines() {
+        let d = vec![7u8; 128];
+        let short = vec![7u8; 64];
+        let (mut p, mut q) = (vec![1u8; 128], vec![2u8; 128]);
+        let mut both: Vec<&mut [u8]> = vec![&mut p, &mut q];
+        assert!(matches!(
+            e.update_parity(ParityKind::PQ, &[(255, &d[..])], &mut both),
+            Err(ParityError::DataIndexOutOfRange {
+                index: 255,
+                max: 255,
+                ..
+            })
+        ));
+        assert!(matches!(
+            e.update_parity(ParityKind::PQ, &[(0, &short[..])], &mut both),
+            Err(ParityError::UnequalLengths { .. })
+        ));
+        assert!(matches!(
+            e.update_parity(ParityKind::P, &[(0, &d[..])], &mut both),
+            Err(ParityError::ParityCount {
+                want: 1,
+                got: 2,
+                ..
+            })
+        ));
+        assert!(e.update_parity(ParityKind::PQ, &[], &mut both).is_err());
+        assert_eq!((p, q), (vec![1u8; 128], vec![2u8; 128]), "{}", e.name());
+    }
+}
+
 /// Every pair of missing chunks of a wide RAID6 stripe, exhaustively, at
 /// every level (the random test above samples; this one covers all pairs).
 #[test]

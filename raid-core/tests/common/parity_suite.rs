@@ -162,8 +162,8 @@ proptest! {
 #[test]
 fn bad_updates_are_errors_that_change_nothing() {
     for e in engines() {
-        let d = vec![7u8; 128];
-        let short = vec![7u8; 64];
+        let d = [7u8; 128];
+        let short = [7u8; 64];
         let (mut p, mut q) = (vec![1u8; 128], vec![2u8; 128]);
         let mut both: Vec<&mut [u8]> = vec![&mut p, &mut q];
         assert!(matches!(

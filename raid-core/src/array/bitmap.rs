@@ -98,7 +98,11 @@ impl Drop for WriteIntent<'_> {
     fn drop(&mut self) {
         let g = self.bm.gen.load(Ordering::Acquire);
         for r in self.regions.clone() {
-            self.bm.last_gen[r].store(g, Ordering::Release);
+            // fetch_max, not store: between the load above and here another
+            // writer of this region may have recorded a later generation,
+            // and lowering it would let `clear_settled` clear the region
+            // after a flush that did not cover that writer's data.
+            self.bm.last_gen[r].fetch_max(g, Ordering::AcqRel);
             self.bm.in_flight[r].fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -145,7 +149,7 @@ impl Array {
         let mut missing = false;
         for r in regions.clone() {
             bm.in_flight[r].fetch_add(1, Ordering::SeqCst);
-            bm.last_gen[r].store(g, Ordering::SeqCst);
+            bm.last_gen[r].fetch_max(g, Ordering::SeqCst);
             missing |= !bm.is_durable(r);
         }
         let intent = WriteIntent {

@@ -76,6 +76,7 @@ pub(super) fn run_batch(
         }
         let ring = slot.as_mut().unwrap();
         let mut results: Vec<Option<io::Result<()>>> = which.iter().map(|_| None).collect();
+        let mut refused = false;
         for window in (0..which.len())
             .collect::<Vec<_>>()
             .chunks(RING_ENTRIES as usize)
@@ -96,48 +97,37 @@ pub(super) fn run_batch(
                         .build(),
                 };
                 // SAFETY: the buffer lives in `ios`, borrowed for this whole
-                // call, and we wait below for every entry to complete before
-                // returning, so the kernel never touches freed memory.
+                // call. `run_window` returns only once the kernel holds none
+                // of these entries: every one it took has completed, and a
+                // ring left with entries it never took is dropped below,
+                // before this call returns, so they can never be submitted.
                 unsafe {
                     ring.submission()
                         .push(&entry.user_data(w as u64))
                         .expect("ring has room: window <= entries")
                 };
             }
-            let mut pending = window.len();
-            if let Err(e) = ring.submit_and_wait(pending) {
-                // Nothing can be trusted about this window: run it synchronously.
-                tracing::warn!("io_uring submit failed ({e}); running the batch synchronously");
-                drain(ring);
-                for &w in window {
-                    results[w] = None;
-                }
-                continue;
+            let done = run_window(ring, window.len(), &mut |w, res| {
+                let io = &mut ios[which[w]];
+                let want = io.len();
+                results[w] = Some(if res < 0 {
+                    Err(io::Error::from_raw_os_error(-res))
+                } else if (res as usize) < want {
+                    finish_short(members[io.member].as_ref(), io, res as usize)
+                } else {
+                    Ok(())
+                });
+            });
+            if !done {
+                // The rest of the batch runs synchronously below.
+                refused = true;
+                break;
             }
-            while pending > 0 {
-                let cqes: Vec<(u64, i32)> = ring
-                    .completion()
-                    .map(|c| (c.user_data(), c.result()))
-                    .collect();
-                for (ud, res) in cqes {
-                    let w = ud as usize;
-                    let io = &mut ios[which[w]];
-                    let want = io.len();
-                    results[w] = Some(if res < 0 {
-                        Err(io::Error::from_raw_os_error(-res))
-                    } else if (res as usize) < want {
-                        finish_short(members[io.member].as_ref(), io, res as usize)
-                    } else {
-                        Ok(())
-                    });
-                    pending -= 1;
-                }
-                if pending > 0 {
-                    ring.submit_and_wait(1)
-                        .map_err(|e| tracing::error!("io_uring wait: {e}"))
-                        .ok();
-                }
-            }
+        }
+        if refused {
+            // Entries the kernel never took are still queued in this ring:
+            // it must never be entered again (they point into `ios`).
+            *slot = None;
         }
         let all = which
             .iter()
@@ -158,8 +148,125 @@ pub(super) fn run_batch(
     })
 }
 
-fn drain(ring: &mut IoUring) {
-    while ring.completion().next().is_some() {}
+/// How often a submission refused for a passing reason (EAGAIN: no memory
+/// for requests now; EBUSY: the completion queue is full) is tried again,
+/// completions reaped in between, before the window goes the synchronous
+/// way.
+const SUBMIT_RETRIES: u32 = 8;
+
+/// Submits the `pushed` entries queued in the ring and reaps their
+/// completions, calling `complete(user_data, result)` for each. Returns
+/// true when all were submitted and completed; false when the kernel
+/// refused a submission for good, with every entry it did take completed
+/// and the others still queued (the caller must then drop the ring).
+///
+/// It never returns while the kernel holds an entry: that is what makes
+/// the buffers' lifetime safe. If waiting fails (not EINTR), it keeps
+/// reaping with short sleeps instead of spinning: the completions arrive
+/// regardless, and returning early would free buffers the kernel still
+/// reads or writes.
+fn run_window(ring: &mut IoUring, pushed: usize, complete: &mut dyn FnMut(usize, i32)) -> bool {
+    let mut queued = pushed;
+    let mut in_flight = 0usize;
+    let mut refused = false;
+    let mut retries = 0u32;
+    let mut wait_warned = false;
+    loop {
+        if queued > 0 && !refused {
+            match submit_and_wait(ring, queued + in_flight) {
+                Ok(n) if n > 0 => {
+                    let n = n.min(queued);
+                    queued -= n;
+                    in_flight += n;
+                    retries = 0;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => {
+                    // Ok(0) with entries queued: nothing was taken, as with
+                    // EAGAIN; retried a few times, then given up.
+                    let transient = match &r {
+                        Ok(_) => true,
+                        Err(e) => matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY)),
+                    };
+                    retries += 1;
+                    if !transient || retries > SUBMIT_RETRIES {
+                        tracing::warn!(
+                            "io_uring submit refused ({}); {queued} I/Os run through pread/pwrite",
+                            r.err()
+                                .map_or("nothing taken".to_string(), |e| e.to_string())
+                        );
+                        refused = true;
+                    } else if in_flight == 0 {
+                        std::thread::sleep(std::time::Duration::from_micros(50 << retries));
+                    }
+                }
+            }
+        } else if in_flight > 0 && ring.completion().is_empty() {
+            if let Err(e) = wait_only(ring, in_flight) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    if !wait_warned {
+                        tracing::error!("io_uring wait failed ({e}); polling for completions");
+                        wait_warned = true;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        }
+        for c in ring.completion() {
+            complete(c.user_data() as usize, c.result());
+            in_flight -= 1;
+        }
+        if in_flight == 0 && (queued == 0 || refused) {
+            return queued == 0;
+        }
+    }
+}
+
+/// Submits what is queued and waits for `want` completions, through the
+/// test hook that can make it fail.
+fn submit_and_wait(ring: &IoUring, want: usize) -> io::Result<usize> {
+    #[cfg(test)]
+    if let Some(e) = inject::take() {
+        return Err(e);
+    }
+    ring.submit_and_wait(want)
+}
+
+/// Waits for `want` completions without submitting anything: after a
+/// refused submission, the entries still queued must stay untaken.
+fn wait_only(ring: &IoUring, want: usize) -> io::Result<usize> {
+    const IORING_ENTER_GETEVENTS: u32 = 1;
+    // SAFETY: io_uring_enter with nothing to submit and no argument (None)
+    // reads and writes no memory of ours; it only waits.
+    unsafe {
+        ring.submitter()
+            .enter::<libc::sigset_t>(0, want as u32, IORING_ENTER_GETEVENTS, None)
+    }
+}
+
+/// Failures to inject into this thread's next submissions (tests only).
+#[cfg(test)]
+pub(super) mod inject {
+    use std::cell::RefCell;
+    use std::io;
+
+    thread_local! {
+        static NEXT: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// The next submissions on this thread fail with these errnos, in order.
+    pub fn fail_submits(errnos: &[i32]) {
+        NEXT.with(|n| *n.borrow_mut() = errnos.iter().rev().copied().collect());
+    }
+
+    pub(super) fn take() -> Option<io::Error> {
+        NEXT.with(|n| n.borrow_mut().pop().map(io::Error::from_raw_os_error))
+    }
+
+    /// How many injected failures are still to come.
+    pub fn left() -> usize {
+        NEXT.with(|n| n.borrow().len())
+    }
 }
 
 /// Completes a short read or write synchronously (a read past the end of a
@@ -169,5 +276,132 @@ fn finish_short(m: &dyn Member, io: &mut MemberIo<'_>, done: usize) -> io::Resul
     match &mut io.op {
         IoOp::Read(b) => m.read_at(&mut b[done..], off),
         IoOp::Write(b) => m.write_at(&b[done..], off),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inject;
+    use crate::buf::AlignedBuf;
+    use crate::member::{io_path, submit, FileMember, IoOp, IoPath, Member, MemberIo, MemberRef};
+    use std::sync::Arc;
+
+    const K4: usize = 4096;
+
+    fn file_member(tag: &str) -> (MemberRef, std::path::PathBuf) {
+        let p = std::env::temp_dir().join(format!("uring-{tag}-{}.img", std::process::id()));
+        std::fs::File::create(&p).unwrap().set_len(1 << 20).unwrap();
+        (Arc::new(FileMember::open(&p).unwrap()), p)
+    }
+
+    fn filled(byte: u8) -> AlignedBuf {
+        let mut b = AlignedBuf::new(K4);
+        b.fill(byte);
+        b
+    }
+
+    fn read(m: &dyn Member, at: u64) -> Vec<u8> {
+        let mut b = AlignedBuf::new(K4);
+        m.read_at(&mut b, at).unwrap();
+        b.to_vec()
+    }
+
+    /// A submission the kernel refuses for good leaves its entries queued
+    /// in the ring. They point into buffers that die with the call: the
+    /// ring must go with them, or the next batch on this thread submits
+    /// them and writes freed memory over the member.
+    #[test]
+    fn a_refused_submit_leaves_no_entry_behind() {
+        if io_path() != IoPath::IoUring {
+            eprintln!("skipped: io_uring is not available here");
+            return;
+        }
+        let (m, path) = file_member("refused");
+        let handles = vec![m.clone()];
+        let later = filled(0xBB);
+        inject::fail_submits(&[libc::EIO]);
+        {
+            let bufs: Vec<AlignedBuf> = (0..4).map(|_| filled(0xAA)).collect();
+            let mut ios: Vec<MemberIo> = bufs
+                .iter()
+                .enumerate()
+                .map(|(k, b)| MemberIo {
+                    member: 0,
+                    offset: (k * K4) as u64,
+                    op: IoOp::Write(b),
+                })
+                .collect();
+            for r in submit(&handles, &mut ios) {
+                r.unwrap();
+            }
+        }
+        assert_eq!(inject::left(), 0, "the batch went through the ring");
+        for k in 0..4 {
+            assert!(
+                read(&*m, (k * K4) as u64).iter().all(|&b| b == 0xAA),
+                "fallback wrote"
+            );
+            m.write_at(&later, (k * K4) as u64).unwrap();
+        }
+        // The next batch on this thread: a stale entry would run now.
+        let mut a = AlignedBuf::new(K4);
+        let mut b = AlignedBuf::new(K4);
+        let mut ios = vec![
+            MemberIo {
+                member: 0,
+                offset: 64 * K4 as u64,
+                op: IoOp::Read(&mut a),
+            },
+            MemberIo {
+                member: 0,
+                offset: 65 * K4 as u64,
+                op: IoOp::Read(&mut b),
+            },
+        ];
+        for r in submit(&handles, &mut ios) {
+            r.unwrap();
+        }
+        for k in 0..4 {
+            let got = read(&*m, (k * K4) as u64);
+            assert!(
+                got.iter().all(|&b| b == 0xBB),
+                "block {k} was rewritten by an entry of the refused batch (now {:#x}...)",
+                got[0]
+            );
+        }
+        let _ = std::fs::remove_file(path);
+    }
+
+    /// EAGAIN and EBUSY say "not now": the batch is submitted again and
+    /// goes through the ring.
+    #[test]
+    fn a_busy_ring_is_tried_again() {
+        if io_path() != IoPath::IoUring {
+            eprintln!("skipped: io_uring is not available here");
+            return;
+        }
+        let (m, path) = file_member("busy");
+        let handles = vec![m.clone()];
+        inject::fail_submits(&[libc::EAGAIN, libc::EBUSY, libc::EINTR]);
+        let bufs: Vec<AlignedBuf> = (0..3).map(|k| filled(0x10 + k as u8)).collect();
+        let mut ios: Vec<MemberIo> = bufs
+            .iter()
+            .enumerate()
+            .map(|(k, b)| MemberIo {
+                member: 0,
+                offset: (k * K4) as u64,
+                op: IoOp::Write(b),
+            })
+            .collect();
+        for r in submit(&handles, &mut ios) {
+            r.unwrap();
+        }
+        assert_eq!(inject::left(), 0);
+        for k in 0..3 {
+            assert!(read(&*m, (k * K4) as u64)
+                .iter()
+                .all(|&b| b == 0x10 + k as u8));
+        }
+        let _ = std::fs::remove_file(path);
     }
 }

@@ -171,3 +171,36 @@ fn power_cuts_while_degraded_raid5() {
 fn power_cuts_while_degraded_raid6() {
     (0..cut_points()).for_each(|s| run_with(Level::Raid6, 5, 7_000 + s, true));
 }
+
+/// Journal records an earlier array left on its members (degraded writes,
+/// then a crash) are never replayed into a new array created over the same
+/// members, however cleanly the new one was used.
+#[test]
+fn an_earlier_arrays_journal_is_never_replayed() {
+    let m = Members::ram(4, ROWS * CHUNK, "stalejournal-");
+    let a = create(Level::Raid5, &m, CHUNK);
+    let cap = a.capacity() as usize;
+    a.write(0, &vec![0x11; cap]).unwrap();
+    a.flush().unwrap();
+    a.fail_slot(3, "test");
+    // Journaled (a member is missing); then a crash: no settle, no close.
+    a.write(0, &vec![0xEE; 8 * BLOCK]).unwrap();
+    drop(a);
+    // The operator creates a new array over the same members.
+    let b = create(Level::Raid5, &m, CHUNK);
+    b.write(0, &vec![0x22; cap]).unwrap();
+    b.flush().unwrap();
+    b.close().unwrap();
+    drop(b);
+    let b = Array::assemble(m.refs()).unwrap().array;
+    let mut got = vec![0u8; cap];
+    b.read(0, &mut got).unwrap();
+    let wrong = got
+        .chunks(BLOCK)
+        .filter(|c| c.iter().any(|&x| x != 0x22))
+        .count();
+    assert_eq!(
+        wrong, 0,
+        "{wrong} blocks of the new array were overwritten by the old array's journal"
+    );
+}

@@ -319,6 +319,9 @@ impl Array {
             jobs: Default::default(),
         };
         array.write_metadata_strict()?;
+        // Records an earlier array left on these members must never chain
+        // on from this array's first header (see journal.rs).
+        array.journal_init()?;
         tracing::info!(array = %array.name, level = %geo.level, members = geo.members, chunk = geo.chunk,
             capacity = geo.capacity(), "array created");
         Ok(array)

@@ -1,0 +1,182 @@
+//! Does the engine hide device latency? The array in-process over 8
+//! simulated NVMe drives (80 us read, 20 us write, 128 in service at once:
+//! `member::NvmeModel::datacenter`), side by side with the same I/O sent
+//! straight to the bare drives under the same model, in the same run, at
+//! queue depths 1 to 256.
+//!
+//! `cargo bench -p raid-core --bench nvme [-- --quick]`
+//! (BENCH_LEVEL=raid5 runs one level.)
+//!
+//! Queue depth is the number of threads submitting at once: the array's API
+//! is synchronous, so that is the only way to have many requests in flight.
+//! On a machine with few cores, hundreds of threads cost scheduling as well;
+//! the bare drives pay it too, so the ratio is the engine's.
+
+use raid_core::array::{Array, CreateOptions};
+use raid_core::buf::AlignedBuf;
+use raid_core::layout::Level;
+use raid_core::member::{MemberRef, NvmeModel, SimNvme};
+use raid_core::metadata::DATA_OFFSET;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MEMBERS: usize = 8;
+const MEMBER_DATA: u64 = 64 << 20;
+const CHUNK: u64 = 64 * 1024;
+const BS: usize = 4096;
+
+trait Target: Sync {
+    fn size(&self) -> u64;
+    fn io(&self, write: bool, off: u64, buf: &mut [u8]);
+}
+
+impl Target for Array {
+    fn size(&self) -> u64 {
+        self.capacity()
+    }
+    fn io(&self, write: bool, off: u64, buf: &mut [u8]) {
+        if write {
+            self.write(off, buf).unwrap()
+        } else {
+            self.read(off, buf).unwrap()
+        }
+    }
+}
+
+/// The bare drives as one address space, drive after drive.
+struct Bare(Vec<MemberRef>);
+impl Target for Bare {
+    fn size(&self) -> u64 {
+        MEMBER_DATA * self.0.len() as u64
+    }
+    fn io(&self, write: bool, off: u64, buf: &mut [u8]) {
+        let m = &self.0[(off / MEMBER_DATA) as usize];
+        let at = DATA_OFFSET + off % MEMBER_DATA;
+        if write {
+            m.write_at(buf, at).unwrap()
+        } else {
+            m.read_at(buf, at).unwrap()
+        }
+    }
+}
+
+struct Sample {
+    iops: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+fn run(t: &dyn Target, write: bool, qd: usize, dur: Duration) -> Sample {
+    let stop = AtomicBool::new(false);
+    let blocks = t.size() / BS as u64;
+    let started = Instant::now();
+    let mut lat: Vec<u32> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..qd)
+            .map(|k| {
+                let stop = &stop;
+                sc.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(k as u64 + 7);
+                    let mut buf = AlignedBuf::new(BS);
+                    rng.fill(&mut buf[..]);
+                    let mut lat = Vec::with_capacity(1 << 16);
+                    while !stop.load(Ordering::Relaxed) {
+                        let off = rng.gen_range(0..blocks) * BS as u64;
+                        let t0 = Instant::now();
+                        t.io(write, off, &mut buf);
+                        lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                    }
+                    lat
+                })
+            })
+            .collect();
+        std::thread::sleep(dur);
+        stop.store(true, Ordering::Relaxed);
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let secs = started.elapsed().as_secs_f64();
+    lat.sort_unstable();
+    let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64;
+    Sample {
+        iops: lat.len() as f64 / secs,
+        p50_us: pct(0.5),
+        p99_us: pct(0.99),
+    }
+}
+
+fn drives(tag: &str) -> Vec<MemberRef> {
+    (0..MEMBERS)
+        .map(|i| {
+            Arc::new(SimNvme::new(
+                format!("sim:{tag}{i}"),
+                DATA_OFFSET + MEMBER_DATA,
+                NvmeModel::datacenter(),
+            )) as MemberRef
+        })
+        .collect()
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let dur = Duration::from_millis(if quick { 400 } else { 1500 });
+    let depths: &[usize] = if quick {
+        &[1, 32, 128]
+    } else {
+        &[1, 4, 16, 64, 128, 256]
+    };
+    let model = NvmeModel::datacenter();
+    eprintln!(
+        "nvme bench: {MEMBERS} simulated drives ({} us read, {} us write, {} in service), 4 KiB random I/O, {} cores",
+        model.read.as_micros(),
+        model.write.as_micros(),
+        model.queue,
+        rayon::current_num_threads()
+    );
+    let bare = Bare(drives("bare"));
+    let only = std::env::var("BENCH_LEVEL").ok();
+    println!("\n| level | job | QD | array IOPS | bare IOPS | ratio | bound | of bound | array p50 / p99 us | bare p50 / p99 us |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for level in [Level::Raid0, Level::Raid5, Level::Raid6] {
+        if only.as_ref().is_some_and(|o| *o != level.to_string()) {
+            continue;
+        }
+        let a = Array::create(
+            drives(&format!("{level}-")),
+            vec![],
+            CreateOptions {
+                name: "bench".into(),
+                level,
+                chunk: CHUNK,
+            },
+        )
+        .unwrap();
+        for write in [false, true] {
+            // What the array can do at best, against the bare drives: every
+            // read is one drive read; a 4 KiB write costs 1 (RAID0), 4
+            // (RAID5: read data and P, write both) or 6 (RAID6) drive I/Os.
+            let bound = match (write, level) {
+                (false, _) | (true, Level::Raid0) => 1.0,
+                (true, Level::Raid5) => 0.25,
+                (true, _) => 1.0 / 6.0,
+            };
+            for &qd in depths {
+                let b = run(&bare, write, qd, dur);
+                let r = run(&a, write, qd, dur);
+                let ratio = r.iops / b.iops;
+                println!(
+                    "| {level} | 4k rand{} | {qd} | {:.0} | {:.0} | {ratio:.2}x | {bound:.2}x | {:.2} | {:.0} / {:.0} | {:.0} / {:.0} |",
+                    if write { "write" } else { "read" },
+                    r.iops,
+                    b.iops,
+                    ratio / bound,
+                    r.p50_us,
+                    r.p99_us,
+                    b.p50_us,
+                    b.p99_us
+                );
+            }
+        }
+    }
+}

@@ -272,9 +272,18 @@ impl Array {
         if regions.is_empty() || self.geo.level == Level::Raid0 {
             return Ok(0);
         }
-        if self.state() != ArrayState::Optimal {
+        let parity = matches!(self.geo.level, Level::Raid5 | Level::Raid6);
+        let write_hole = |why: &str| {
+            self.resync_pending.store(true, Ordering::Release);
             tracing::error!(array = %self.name, regions = regions.len(),
-                "array stopped uncleanly while degraded: stripes being written at the crash cannot be checked (the write hole); run a scrub once it is rebuilt");
+                "array stopped uncleanly {why}: stripes being written at the crash cannot be checked (the write hole) until it is rebuilt; the rebuild resyncs them when it ends");
+        };
+        // Mirrors are resynced between the copies that remain, degraded or
+        // not: a crash can leave two surviving copies different, and reads
+        // alternate between them. Parity cannot be checked with a member
+        // missing (the journal covers writes made while degraded).
+        if parity && self.state() != ArrayState::Optimal {
+            write_hole("while degraded");
             return Ok(0);
         }
         tracing::warn!(array = %self.name, regions = regions.len(), "unclean stop: resyncing the regions the write-intent bitmap marks");
@@ -285,34 +294,86 @@ impl Array {
         for &r in &regions {
             let lo = r as u64 * bm.region_rows;
             let hi = (lo + bm.region_rows).min(self.geo.rows());
-            match self.geo.level {
-                Level::Raid5 | Level::Raid6 => {
-                    for s in lo..hi {
-                        let _held = self.locks.lock([s]);
-                        self.resync_stripe(s)?;
+            if parity {
+                for s in lo..hi {
+                    let _held = self.locks.lock([s]);
+                    if let Err(e) = self.resync_stripe(s) {
+                        if !self.within_redundancy() {
+                            return Err(e);
+                        }
+                        // A member failed under the resync: what is left
+                        // is the degraded case above. The bits stay set.
+                        write_hole(&format!("and a member failed during the resync ({e})"));
+                        return Ok(0);
                     }
                 }
-                _ => {
-                    // Chunks with a copy in rows [lo, hi): RAID1 row = chunk;
-                    // RAID10 chunk c sits in grid slots 2c and 2c+1.
-                    let n = self.geo.members as u64;
-                    let (c0, c1) = match self.geo.level {
-                        Level::Raid10 => (lo * n / 2, (hi * n).div_ceil(2).min(total)),
-                        _ => (lo, hi.min(total)),
-                    };
-                    for c in c0..c1 {
-                        let _held = self.locks.lock([c]);
-                        self.scrub_chunk(
-                            c,
-                            true,
-                            self.membership_epoch(),
-                            &mut Default::default(),
-                        )?;
-                    }
+            } else {
+                // Chunks with a copy in rows [lo, hi): RAID1 row = chunk;
+                // RAID10 chunk c sits in grid slots 2c and 2c+1.
+                let n = self.geo.members as u64;
+                let (c0, c1) = match self.geo.level {
+                    Level::Raid10 => (lo * n / 2, (hi * n).div_ceil(2).min(total)),
+                    _ => (lo, hi.min(total)),
+                };
+                for c in c0..c1 {
+                    let _held = self.locks.lock([c]);
+                    self.resync_mirror_chunk(c)?;
                 }
             }
         }
         Ok(regions.len())
+    }
+
+    /// After a rebuild made the array optimal: the regions an unclean,
+    /// degraded start could not resync are resynced now.
+    pub(super) fn resync_deferred(&self) -> Result<()> {
+        if self.state() == ArrayState::Optimal && self.resync_pending.swap(false, Ordering::AcqRel)
+        {
+            let n = self.resync_dirty()?;
+            tracing::warn!(array = %self.name, regions = n, "resynced the regions left by the unclean, degraded start");
+        }
+        Ok(())
+    }
+
+    /// Makes the readable copies of chunk `c` equal: the first one is
+    /// written over the others where they differ. A copy whose member fails
+    /// is left out (the member is failed); fewer than two copies left is
+    /// nothing to do.
+    fn resync_mirror_chunk(&self, c: u64) -> Result<()> {
+        let chunk = self.geo.chunk;
+        loop {
+            let places: Vec<(usize, u64)> = self
+                .geo
+                .chunk_copies(c)
+                .iter()
+                .filter(|p| self.readable(p.member, p.offset / chunk))
+                .map(|p| (p.member, DATA_OFFSET + p.offset))
+                .collect();
+            if places.len() < 2 {
+                return Ok(());
+            }
+            let bufs = match self.read_places(&places, chunk as usize) {
+                Ok(b) => b,
+                Err(ReadFailure::Changed) => continue,
+                Err(failure) => {
+                    self.fail_slots(failure, "read error during resync");
+                    if !self.within_redundancy() {
+                        return Err(self.failed_error());
+                    }
+                    continue;
+                }
+            };
+            for (k, b) in bufs.iter().enumerate().skip(1) {
+                if b[..] != bufs[0][..] {
+                    // A failed write fails its member; the first copy stands.
+                    let _ = self.scrub_write(places[k].0, places[k].1, &bufs[0]);
+                }
+            }
+            if !self.within_redundancy() {
+                return Err(self.failed_error());
+            }
+            return Ok(());
+        }
     }
 
     /// Rewrites a stripe's parity from its data where they disagree.

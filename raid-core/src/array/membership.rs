@@ -252,6 +252,28 @@ impl Array {
         }
     }
 
+    /// Persists a failure, after flushing every surviving member.
+    ///
+    /// Writes acknowledged while the array was whole went to every member
+    /// without a journal record; until they are flushed a crash can tear
+    /// their stripes, which the bitmap's resync repairs only while every
+    /// member is there. Once a failure is durable the next start is
+    /// degraded and cannot repair them (the write hole), so those writes
+    /// must be durable first: flush, then write the failure.
+    fn persist_failure(&self, meta: &mut Guard<'_>) {
+        for (i, s) in self.slots.iter().enumerate() {
+            if s.state() == SlotState::Failed {
+                continue;
+            }
+            if let Some(m) = s.member.read().clone() {
+                if let Err(e) = m.flush() {
+                    self.fail_locked(meta, i, &format!("flush failed: {e}"));
+                }
+            }
+        }
+        self.persist(meta);
+    }
+
     /// Waits until every membership change begun so far is durable.
     pub(super) fn membership_settled(&self) {
         drop(self.meta.lock());
@@ -303,7 +325,7 @@ impl Array {
             return;
         }
         self.fail_locked(&mut meta, slot, reason);
-        self.persist(&mut meta);
+        self.persist_failure(&mut meta);
     }
 
     // ---- re-add -------------------------------------------------------------
@@ -431,7 +453,7 @@ impl Array {
             return;
         }
         self.fail_locked(&mut meta, slot, reason);
-        self.persist(&mut meta);
+        self.persist_failure(&mut meta);
     }
 
     /// The operator's `fail`: refused when the member is already failed, or
@@ -468,7 +490,7 @@ impl Array {
             "failed by operator"
         };
         self.fail_locked(&mut meta, slot, why);
-        self.persist(&mut meta);
+        self.persist_failure(&mut meta);
         Ok(slot)
     }
 

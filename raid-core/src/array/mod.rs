@@ -198,6 +198,10 @@ pub struct Array {
     /// The membership epoch: bumped by every membership change.
     epoch: AtomicU64,
     dirty_marked: AtomicBool,
+    /// An unclean stop left regions to resync that could not be while a
+    /// parity array was degraded (see `resync_dirty`): they are resynced
+    /// as soon as a rebuild makes it optimal again.
+    resync_pending: AtomicBool,
     /// The write-intent bitmap (None for RAID0, which has no redundancy).
     bitmap: Option<bitmap::Bitmap>,
     /// The degraded-write journal (RAID5/6 only).
@@ -307,6 +311,7 @@ impl Array {
                 log: Vec::new(),
             }),
             dirty_marked: AtomicBool::new(false),
+            resync_pending: AtomicBool::new(false),
             bitmap: (opts.level != Level::Raid0).then(|| {
                 bitmap::Bitmap::new(bitmap::region_rows_for(geo.rows()), geo.rows(), Vec::new())
             }),
@@ -776,7 +781,10 @@ impl Array {
         self.flush()?;
         // After a write failed on a full filesystem a stripe may be torn:
         // left dirty, so the next start resyncs the regions the bitmap kept.
-        let clean = self.out_of_space.lock().is_none();
+        // So is a resync an unclean, degraded start had to put off: the
+        // next start puts it off again until a rebuild.
+        let clean =
+            self.out_of_space.lock().is_none() && !self.resync_pending.load(Ordering::Acquire);
         let mut meta = self.meta.lock();
         meta.clean = clean;
         self.dirty_marked.store(false, Ordering::Release);

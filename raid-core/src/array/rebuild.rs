@@ -167,6 +167,7 @@ impl Array {
         }
         self.finish_rebuild(&ticket, copied)
             .map_err(|e| self.rebuild_ended_by(&ticket, &target, e))?;
+        self.resync_deferred()?;
         tracing::info!(array = %self.name, slot, rows_copied = copied, rows = total, secs = started.elapsed().as_secs_f64(), "rebuild finished");
         Ok(RebuildEnd::Finished)
     }

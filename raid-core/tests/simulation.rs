@@ -1,0 +1,758 @@
+//! Deterministic simulation (the method of FoundationDB and TigerBeetle):
+//! one seed drives a whole life of an array, with simulated disks that can
+//! lose power at any I/O, vanish, or return EIO on a range, and an operator
+//! who fails, replaces, rebuilds and scrubs at random moments, between
+//! random writes, reads and flushes. Everything runs on the test's thread
+//! in a fixed order, so a seed replays exactly.
+//!
+//! Invariants, checked against a model of the array's contents:
+//! - every read returns the last acknowledged write (no cut since);
+//! - after a power cut, a block not written since the last completed flush
+//!   holds its flushed value, and any other block one of the values it had
+//!   since (the flushed one, or a write acknowledged or in flight);
+//! - parity agrees with data everywhere (scrub clean) after recovery and at
+//!   the end, and a rebuilt member changes nothing that reads back.
+//!
+//! A power cut is what a drive with a volatile write cache does: every
+//! write since its last flush is, sector by sector, kept or lost, each
+//! sector independently and on each disk independently (a sector keeps a
+//! prefix of its writes: whatever its cache had destaged).
+//!
+//! `SIM_SEEDS=N` seeds (10,000 by default; CI runs them), `SIM_FIRST=K` to
+//! start elsewhere, `RAID_SOAK=1` for 200,000. A failure prints its seed;
+//! `SIM_SEED=K SIM_TRACE=1 cargo test --release -p raid-core --test
+//! simulation -- --nocapture` replays it alone with every step printed.
+
+use raid_core::array::{
+    Array, ArrayState, CreateOptions, RebuildEnd, RebuildOptions, ScrubOptions,
+};
+use raid_core::layout::Level;
+use raid_core::member::{DeviceKey, Member, MemberRef};
+use raid_core::metadata::{SlotState, DATA_OFFSET};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+const BLOCK: usize = 4096;
+const CHUNK: u64 = 4096;
+const ROWS: u64 = 12;
+const SECTOR: u64 = 512;
+
+// ------------------------------------------------------------ the disks ---
+
+/// The power every disk of one simulated machine shares: I/Os left before
+/// it goes (i64::MAX: no cut planned), and whether it is off.
+struct Power {
+    budget: AtomicI64,
+    off: AtomicBool,
+}
+
+impl Power {
+    fn tick(&self) -> io::Result<()> {
+        if self.off.load(Ordering::SeqCst) {
+            return Err(io::Error::other("power is off"));
+        }
+        if self.budget.fetch_sub(1, Ordering::SeqCst) <= 0 {
+            self.off.store(true, Ordering::SeqCst);
+            return Err(io::Error::other("power cut"));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct DiskState {
+    /// 4 KiB pages written so far (absent: zeros).
+    pages: BTreeMap<u64, Box<[u8]>>,
+    /// (offset, previous bytes) of each write since the last flush, oldest first.
+    unflushed: Vec<(u64, Vec<u8>)>,
+    vanished: bool,
+    /// Byte ranges that return EIO (a bad spot).
+    bad: Vec<(u64, u64)>,
+}
+
+impl DiskState {
+    fn copy_out(&self, off: u64, buf: &mut [u8]) {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = off + done as u64;
+            let within = (at % 4096) as usize;
+            let n = (4096 - within).min(buf.len() - done);
+            match self.pages.get(&(at / 4096)) {
+                Some(p) => buf[done..done + n].copy_from_slice(&p[within..within + n]),
+                None => buf[done..done + n].fill(0),
+            }
+            done += n;
+        }
+    }
+    fn copy_in(&mut self, off: u64, buf: &[u8]) {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = off + done as u64;
+            let within = (at % 4096) as usize;
+            let n = (4096 - within).min(buf.len() - done);
+            self.pages
+                .entry(at / 4096)
+                .or_insert_with(|| vec![0u8; 4096].into_boxed_slice())[within..within + n]
+                .copy_from_slice(&buf[done..done + n]);
+            done += n;
+        }
+    }
+}
+
+struct SimDisk {
+    name: String,
+    key: u64,
+    size: u64,
+    power: Arc<Power>,
+    st: Mutex<DiskState>,
+}
+
+fn disk(name: String, power: &Arc<Power>) -> Arc<SimDisk> {
+    static NEXT: AtomicU64 = AtomicU64::new(1 << 40);
+    Arc::new(SimDisk {
+        name,
+        key: NEXT.fetch_add(1, Ordering::Relaxed),
+        size: DATA_OFFSET + ROWS * CHUNK,
+        power: power.clone(),
+        st: Mutex::new(DiskState::default()),
+    })
+}
+
+impl SimDisk {
+    fn gate(&self, st: &DiskState, off: u64, len: u64) -> io::Result<()> {
+        self.power.tick()?;
+        if st.vanished {
+            return Err(io::Error::other(format!("{}: gone", self.name)));
+        }
+        if off.checked_add(len).is_none_or(|e| e > self.size) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "past the end"));
+        }
+        if st.bad.iter().any(|&(a, b)| off < b && off + len > a) {
+            return Err(io::Error::other(format!("{}: bad range", self.name)));
+        }
+        Ok(())
+    }
+
+    /// The power went: each sector written since the last flush keeps a
+    /// prefix of its writes, `keep(n)` (0..=n) of its n, chosen per sector.
+    fn lose_cache(&self, keep: &mut dyn FnMut(usize) -> usize) {
+        let mut st = self.st.lock().unwrap();
+        let writes = std::mem::take(&mut st.unflushed);
+        let mut per: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+        for (j, (off, old)) in writes.iter().enumerate() {
+            let end = off + old.len() as u64;
+            for s in off / SECTOR..end.div_ceil(SECTOR) {
+                per.entry(s).or_default().push(j);
+            }
+        }
+        for (s, js) in per {
+            let k = keep(js.len());
+            // Unwind this sector's writes after the k-th, newest first.
+            for &j in js[k..].iter().rev() {
+                let (off, old) = &writes[j];
+                let lo = (s * SECTOR).max(*off);
+                let hi = ((s + 1) * SECTOR).min(off + old.len() as u64);
+                let from = (lo - off) as usize..(hi - off) as usize;
+                st.copy_in(lo, &old[from]);
+            }
+        }
+    }
+}
+
+impl Member for SimDisk {
+    fn identity(&self) -> &str {
+        &self.name
+    }
+    fn device_key(&self) -> DeviceKey {
+        DeviceKey::Ram(self.key)
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let st = self.st.lock().unwrap();
+        self.gate(&st, offset, buf.len() as u64)?;
+        st.copy_out(offset, buf);
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let mut st = self.st.lock().unwrap();
+        self.gate(&st, offset, buf.len() as u64)?;
+        let mut old = vec![0u8; buf.len()];
+        st.copy_out(offset, &mut old);
+        st.unflushed.push((offset, old));
+        st.copy_in(offset, buf);
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        let mut st = self.st.lock().unwrap();
+        self.gate(&st, 0, 0)?;
+        st.unflushed.clear();
+        Ok(())
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.write_at(&vec![0u8; len as usize], offset)
+    }
+}
+
+// ------------------------------------------------------------ the model ---
+
+/// What the array must hold.
+struct Model {
+    /// The last acknowledged value of each block.
+    now: Vec<Vec<u8>>,
+    /// Each block's value as of the last completed flush.
+    flushed: Vec<Vec<u8>>,
+    /// Values each block may have taken since that flush (acknowledged or
+    /// in flight when something failed).
+    since: Vec<Vec<Vec<u8>>>,
+}
+
+impl Model {
+    fn new(blocks: usize) -> Model {
+        Model {
+            now: vec![vec![0u8; BLOCK]; blocks],
+            flushed: vec![vec![0u8; BLOCK]; blocks],
+            since: vec![Vec::new(); blocks],
+        }
+    }
+    fn wrote(&mut self, b: usize, v: &[u8]) {
+        self.now[b] = v.to_vec();
+        self.since[b].push(v.to_vec());
+    }
+    /// A write that failed: it may or may not have reached the disks.
+    fn maybe_wrote(&mut self, b: usize, v: &[u8]) {
+        self.since[b].push(v.to_vec());
+    }
+    fn flushed(&mut self) {
+        self.flushed = self.now.clone();
+        for s in &mut self.since {
+            s.clear();
+        }
+    }
+}
+
+// ------------------------------------------------------------ the world ---
+
+struct World {
+    seed: u64,
+    rng: StdRng,
+    trace: bool,
+    level: Level,
+    power: Arc<Power>,
+    /// Every disk made in this life, in order (old members included: an
+    /// operator's `start --scan` offers them all).
+    disks: Vec<Arc<SimDisk>>,
+    array: Option<Array>,
+    model: Model,
+    /// Faults injected that the array has not yet noticed or that still
+    /// count against redundancy (vanished or bad disks in slots).
+    cuts: u32,
+}
+
+macro_rules! trace {
+    ($w:expr, $($t:tt)*) => {
+        if $w.trace {
+            eprintln!("[seed {}] {}", $w.seed, format!($($t)*));
+        }
+    };
+}
+
+impl World {
+    fn a(&self) -> &Array {
+        self.array.as_ref().expect("an array is running")
+    }
+
+    fn blocks(&self) -> usize {
+        self.model.now.len()
+    }
+
+    /// Slots that do not count toward redundancy now: not active, or
+    /// holding a disk that vanished or has a bad spot (the array may not
+    /// have noticed yet).
+    fn weak_slots(&self) -> usize {
+        self.a()
+            .slots()
+            .iter()
+            .filter(|s| {
+                s.state != SlotState::Active
+                    || s.member.as_ref().is_some_and(|m| {
+                        self.disks.iter().any(|d| {
+                            &d.name == m && {
+                                let st = d.st.lock().unwrap();
+                                st.vanished || !st.bad.is_empty()
+                            }
+                        })
+                    })
+            })
+            .count()
+    }
+
+    /// Whether an active slot holds a disk that vanished or went bad.
+    fn unnoticed_fault(&self) -> bool {
+        self.a().slots().iter().any(|s| {
+            s.state == SlotState::Active
+                && s.member.as_ref().is_some_and(|m| {
+                    self.disks.iter().any(|d| {
+                        &d.name == m && {
+                            let st = d.st.lock().unwrap();
+                            st.vanished || !st.bad.is_empty()
+                        }
+                    })
+                })
+        })
+    }
+
+    /// How many weak slots the level survives whichever they are.
+    fn tolerance(&self) -> usize {
+        match self.level {
+            Level::Raid1 => self.a().slots().len() - 1,
+            Level::Raid5 | Level::Raid10 => 1,
+            Level::Raid6 => 2,
+            Level::Raid0 => 0,
+        }
+    }
+
+    fn write(&mut self) {
+        let blocks = self.blocks();
+        let nb = self.rng.gen_range(1..=4).min(blocks);
+        let b0 = self.rng.gen_range(0..=blocks - nb);
+        let mut data = vec![0u8; nb * BLOCK];
+        self.rng.fill(&mut data[..]);
+        trace!(
+            self,
+            "write blocks {b0}..{}: {:02x?}",
+            b0 + nb,
+            data.chunks(BLOCK)
+                .map(|c| c[..4].to_vec())
+                .collect::<Vec<_>>()
+        );
+        let r = self.a().write((b0 * BLOCK) as u64, &data);
+        for k in 0..nb {
+            let v = &data[k * BLOCK..(k + 1) * BLOCK];
+            match r {
+                Ok(()) => self.model.wrote(b0 + k, v),
+                Err(_) => self.model.maybe_wrote(b0 + k, v),
+            }
+        }
+        if let Err(e) = r {
+            assert!(
+                self.cut_now(),
+                "seed {}: write refused within redundancy: {e}",
+                self.seed
+            );
+        }
+    }
+
+    fn read(&mut self) {
+        let blocks = self.blocks();
+        let nb = self.rng.gen_range(1..=blocks.min(8));
+        let b0 = self.rng.gen_range(0..=blocks - nb);
+        trace!(self, "read blocks {b0}..{}", b0 + nb);
+        let mut got = vec![0u8; nb * BLOCK];
+        match self.a().read((b0 * BLOCK) as u64, &mut got) {
+            Ok(()) => {
+                for k in 0..nb {
+                    assert!(
+                        got[k * BLOCK..(k + 1) * BLOCK] == self.model.now[b0 + k][..],
+                        "seed {}: block {} does not read back its last acknowledged write",
+                        self.seed,
+                        b0 + k
+                    );
+                }
+            }
+            Err(e) => assert!(
+                self.cut_now(),
+                "seed {}: read failed within redundancy: {e}",
+                self.seed
+            ),
+        }
+    }
+
+    fn flush(&mut self) {
+        trace!(self, "flush");
+        if self.trace {
+            for d in &self.disks {
+                let st = d.st.lock().unwrap();
+                let mut b = [0u8; 4];
+                st.copy_out(DATA_OFFSET + 512, &mut b);
+                trace!(
+                    self,
+                    "  {} row 0 sector 1: {:02x?} unflushed {}",
+                    d.name,
+                    b,
+                    st.unflushed.len()
+                );
+            }
+        }
+        match self.a().flush() {
+            Ok(()) => self.model.flushed(),
+            Err(e) => assert!(
+                self.cut_now(),
+                "seed {}: flush failed within redundancy: {e}",
+                self.seed
+            ),
+        }
+    }
+
+    /// Whether the power is off (a planned cut struck during the step).
+    fn cut_now(&self) -> bool {
+        self.power.off.load(Ordering::SeqCst)
+    }
+
+    fn fault(&mut self) {
+        if self.weak_slots() >= self.tolerance() {
+            return;
+        }
+        let slots = self.a().slots();
+        let active: Vec<usize> = slots
+            .iter()
+            .filter(|s| s.state == SlotState::Active)
+            .map(|s| s.slot)
+            .collect();
+        if active.is_empty() {
+            return;
+        }
+        let slot = active[self.rng.gen_range(0..active.len())];
+        let member = slots[slot].member.clone().unwrap();
+        let d = self
+            .disks
+            .iter()
+            .find(|d| d.name == member)
+            .unwrap()
+            .clone();
+        match self.rng.gen_range(0..3) {
+            0 => {
+                trace!(self, "operator fails slot {slot}");
+                self.a().fail_member(slot, false).unwrap_or_else(|e| {
+                    panic!("seed {}: fail within redundancy refused: {e}", self.seed)
+                });
+            }
+            1 => {
+                trace!(self, "disk {member} (slot {slot}) vanishes");
+                d.st.lock().unwrap().vanished = true;
+            }
+            _ => {
+                let row = self.rng.gen_range(0..ROWS);
+                let at = DATA_OFFSET + row * CHUNK;
+                trace!(self, "disk {member} (slot {slot}) goes bad at row {row}");
+                d.st.lock().unwrap().bad.push((at, at + CHUNK));
+            }
+        }
+    }
+
+    /// Replaces a failed slot with a new disk and rebuilds it (which a cut
+    /// may stop; the next start resumes it).
+    fn replace_and_rebuild(&mut self) {
+        let slots = self.a().slots();
+        let Some(slot) = slots
+            .iter()
+            .find(|s| s.state == SlotState::Failed)
+            .map(|s| s.slot)
+        else {
+            return self.rebuild();
+        };
+        let d = disk(format!("s{}-d{}", self.seed, self.disks.len()), &self.power);
+        trace!(self, "replace slot {slot} with {}", d.name);
+        self.disks.push(d.clone());
+        match self.a().replace(slot, d as MemberRef) {
+            Ok(()) => self.rebuild(),
+            Err(e) => assert!(
+                self.cut_now() || self.a().state() == ArrayState::Failed,
+                "seed {}: replace refused: {e}",
+                self.seed
+            ),
+        }
+    }
+
+    fn rebuild(&mut self) {
+        let Some(slot) = self.a().rebuild_wanted() else {
+            return;
+        };
+        trace!(self, "rebuild slot {slot}");
+        let opts = RebuildOptions {
+            batch_rows: 4,
+            ..Default::default()
+        };
+        match self.a().rebuild(slot, &opts, &AtomicBool::new(false)) {
+            Ok(RebuildEnd::Finished) | Ok(RebuildEnd::Interrupted) => {}
+            // A fault on a source or the new disk ends it; the array says why.
+            Err(e) => trace!(self, "rebuild ended: {e}"),
+        }
+    }
+
+    fn scrub(&mut self) {
+        trace!(self, "scrub");
+        if self.a().state() != ArrayState::Optimal {
+            return;
+        }
+        match self
+            .a()
+            .scrub(&ScrubOptions::default(), &AtomicBool::new(false))
+        {
+            Ok(r) => assert!(
+                r.mismatches.is_empty() || self.weak_slots() > 0,
+                "seed {}: scrub found {} mismatches in a live array: {:?}",
+                self.seed,
+                r.mismatches.len(),
+                r.mismatches
+            ),
+            // A fault the array had not noticed yet stops the scrub.
+            Err(e) => assert!(
+                self.cut_now() || self.weak_slots() > 0,
+                "seed {}: scrub failed: {e}",
+                self.seed
+            ),
+        }
+    }
+
+    /// Power goes now (if it has not already): every disk loses part of its
+    /// cache; then the machine starts again and the array is assembled from
+    /// every disk there is.
+    fn power_cycle(&mut self) {
+        trace!(self, "power cut");
+        self.power.off.store(true, Ordering::SeqCst);
+        if let Some(a) = self.array.take() {
+            // No close: a crash.
+            drop(a);
+        }
+        for d in &self.disks {
+            let rng = &mut self.rng;
+            d.lose_cache(&mut |n| rng.gen_range(0..=n));
+        }
+        self.power.budget.store(i64::MAX, Ordering::SeqCst);
+        self.power.off.store(false, Ordering::SeqCst);
+        self.cuts += 1;
+        if self.trace {
+            for d in &self.disks {
+                let st = d.st.lock().unwrap();
+                let mut b = [0u8; 4];
+                st.copy_out(DATA_OFFSET + 512, &mut b);
+                trace!(self, "  {} row 0 sector 1: {:02x?}", d.name, b);
+            }
+        }
+        let refs: Vec<MemberRef> = self.disks.iter().map(|d| d.clone() as MemberRef).collect();
+        let asm = Array::assemble(refs)
+            .unwrap_or_else(|e| panic!("seed {}: no start after a power cut: {e}", self.seed));
+        self.array = Some(asm.array);
+        trace!(
+            self,
+            "assembled: {:?}, refused {:?}",
+            self.a()
+                .slots()
+                .iter()
+                .map(|s| (s.slot, s.member.clone(), s.state, s.rebuild_row))
+                .collect::<Vec<_>>(),
+            asm.refused
+        );
+        self.check_recovered();
+    }
+
+    /// After a cut: every block holds an allowed value; that becomes the
+    /// model, made durable.
+    fn check_recovered(&mut self) {
+        let blocks = self.blocks();
+        let mut got = vec![0u8; blocks * BLOCK];
+        self.a()
+            .read(0, &mut got)
+            .unwrap_or_else(|e| panic!("seed {}: unreadable after recovery: {e}", self.seed));
+        for b in 0..blocks {
+            let v = &got[b * BLOCK..(b + 1) * BLOCK];
+            // Sector by sector: a drive keeps or loses each 512-byte sector
+            // of an unflushed write on its own, so a block may be torn.
+            let sec = SECTOR as usize;
+            for k in 0..BLOCK / sec {
+                let r = k * sec..(k + 1) * sec;
+                let ok = v[r.clone()] == self.model.flushed[b][r.clone()]
+                    || self.model.since[b]
+                        .iter()
+                        .any(|s| s[r.clone()] == v[r.clone()]);
+                assert!(
+                    ok,
+                    "seed {}: after a power cut sector {k} of block {b} holds data nobody wrote ({} writes since the last flush): {:02x?}, flushed {:02x?}, since {:02x?}",
+                    self.seed,
+                    self.model.since[b].len(),
+                    &v[r.start..r.start + 4],
+                    &self.model.flushed[b][r.start..r.start + 4],
+                    self.model.since[b].iter().map(|x| x[r.start..r.start + 4].to_vec()).collect::<Vec<_>>()
+                );
+            }
+            self.model.now[b] = v.to_vec();
+        }
+        trace!(
+            self,
+            "recovered: {:02x?}",
+            got.chunks(BLOCK)
+                .map(|c| c[..4].to_vec())
+                .collect::<Vec<_>>()
+        );
+        self.flush();
+        if self.cut_now() {
+            panic!("seed {}: flush after recovery failed", self.seed);
+        }
+        self.scrub();
+    }
+
+    fn finish(&mut self) {
+        // Heal what can be healed: rebuild onto new disks until optimal.
+        for _ in 0..4 {
+            if self.a().state() == ArrayState::Optimal {
+                break;
+            }
+            self.replace_and_rebuild();
+        }
+        let blocks = self.blocks();
+        let mut got = vec![0u8; blocks * BLOCK];
+        self.a().read(0, &mut got).unwrap();
+        for b in 0..blocks {
+            assert!(
+                got[b * BLOCK..(b + 1) * BLOCK] == self.model.now[b][..],
+                "seed {}: block {b} wrong at the end",
+                self.seed
+            );
+        }
+        self.scrub();
+        self.a().close().unwrap();
+    }
+}
+
+fn life(seed: u64, trace: bool) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (level, n) = match rng.gen_range(0..4) {
+        0 => (Level::Raid1, rng.gen_range(2..=3)),
+        1 => (Level::Raid5, rng.gen_range(3..=5)),
+        2 => (Level::Raid6, rng.gen_range(4..=6)),
+        _ => (Level::Raid10, 4),
+    };
+    let power = Arc::new(Power {
+        budget: AtomicI64::new(i64::MAX),
+        off: AtomicBool::new(false),
+    });
+    let disks: Vec<Arc<SimDisk>> = (0..n)
+        .map(|i| disk(format!("s{seed}-d{i}"), &power))
+        .collect();
+    let array = Array::create(
+        disks.iter().map(|d| d.clone() as MemberRef).collect(),
+        vec![],
+        CreateOptions {
+            name: "sim".into(),
+            level,
+            chunk: CHUNK,
+        },
+    )
+    .unwrap();
+    let blocks = (array.capacity() as usize) / BLOCK;
+    let mut w = World {
+        seed,
+        rng,
+        trace,
+        level,
+        power,
+        disks,
+        array: Some(array),
+        model: Model::new(blocks),
+        cuts: 0,
+    };
+    for d in &w.disks {
+        d.st.lock().unwrap().unflushed.clear();
+    }
+    trace!(w, "{level} of {n}, {blocks} blocks");
+    let steps = w.rng.gen_range(10..50);
+    for _ in 0..steps {
+        // Sometimes plan a cut a few I/Os into the next step. Not on a
+        // parity level while a disk is dead or bad and the array has not
+        // noticed yet: a crash then is the write hole's double fault (a
+        // torn stripe whose missing chunk exists only as parity), which no
+        // RAID5/6 without a log of every write survives.
+        let cut_ok = !matches!(w.level, Level::Raid5 | Level::Raid6) || !w.unnoticed_fault();
+        if cut_ok && w.rng.gen_ratio(1, 12) {
+            let at = w.rng.gen_range(0..40);
+            trace!(w, "power will go in {at} I/Os");
+            w.power.budget.store(at, Ordering::SeqCst);
+        }
+        match w.rng.gen_range(0..100) {
+            0..=44 => w.write(),
+            45..=64 => w.read(),
+            65..=76 => w.flush(),
+            77..=83 => w.fault(),
+            84..=91 => w.replace_and_rebuild(),
+            92..=95 => w.scrub(),
+            _ if cut_ok => w.power_cycle(),
+            _ => {}
+        }
+        if w.cut_now() {
+            w.power_cycle();
+        } else {
+            w.power.budget.store(i64::MAX, Ordering::SeqCst);
+        }
+    }
+    w.finish();
+}
+
+fn seeds() -> std::ops::Range<u64> {
+    let first: u64 = std::env::var("SIM_FIRST")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let n: u64 = std::env::var("SIM_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if std::env::var("RAID_SOAK").is_ok_and(|v| v == "1") {
+            200_000
+        } else {
+            10_000
+        });
+    first..first + n
+}
+
+/// Seeds that found bugs, kept by name (they are inside the default range
+/// too): 281, mirrors left different by a crash were not resynced while
+/// the array was degraded, and a later read served the stale copy; 150, a
+/// member failing during the resync at start failed the whole start; 220,
+/// a member failed (by the operator) while earlier writes sat unflushed,
+/// then a crash tore their stripes with the failure already durable (the
+/// write hole: survivors are now flushed before a failure is written); 62,
+/// the resync an unclean degraded start had to skip was never done (now
+/// done when the rebuild ends).
+#[test]
+fn seeds_that_found_bugs() {
+    for seed in [281, 150, 220, 62, 252, 2] {
+        life(seed, false);
+    }
+}
+
+#[test]
+fn simulated_lives() {
+    if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|v| v.parse().ok()) {
+        let trace = std::env::var("SIM_TRACE").is_ok_and(|v| v == "1");
+        life(seed, trace);
+        return;
+    }
+    let failed: Vec<(u64, String)> = seeds()
+        .into_par_iter()
+        .filter_map(|seed| {
+            std::panic::catch_unwind(|| life(seed, false))
+                .err()
+                .map(|p| {
+                    let msg = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    (seed, msg)
+                })
+        })
+        .collect();
+    if let Some((seed, msg)) = failed.first() {
+        panic!(
+            "{} of {} seeds failed; the first: seed {seed}: {msg}\nreplay: SIM_SEED={seed} SIM_TRACE=1 cargo test --release -p raid-core --test simulation -- --nocapture",
+            failed.len(),
+            seeds().end - seeds().start
+        );
+    }
+}

@@ -470,6 +470,67 @@ impl World {
         }
     }
 
+    /// A disk that vanished or went bad comes back (a cable, an enclosure
+    /// reboot): healed, and offered back with re-add, which resyncs only
+    /// what the bitmap marked since it left. Refused is fine (its slot was
+    /// given to another disk, or the array never noticed it was gone).
+    fn disk_returns(&mut self) {
+        let sick: Vec<Arc<SimDisk>> = self
+            .disks
+            .iter()
+            .filter(|d| {
+                let st = d.st.lock().unwrap();
+                st.vanished || !st.bad.is_empty()
+            })
+            .cloned()
+            .collect();
+        if sick.is_empty() {
+            return;
+        }
+        let d = sick[self.rng.gen_range(0..sick.len())].clone();
+        {
+            let mut st = d.st.lock().unwrap();
+            st.vanished = false;
+            st.bad.clear();
+        }
+        trace!(self, "disk {} comes back", d.name);
+        match self.a().re_add(d as MemberRef) {
+            Ok(slot) => {
+                trace!(self, "re-added into slot {slot}");
+                self.rebuild();
+            }
+            Err(e) => trace!(self, "re-add refused: {e}"),
+        }
+    }
+
+    /// The operator moves an active member onto a new disk while the array
+    /// stays whole (hot replace), the copy run to its end (or a cut).
+    fn hot_replace(&mut self) {
+        if self.a().state() != ArrayState::Optimal || self.unnoticed_fault() {
+            return;
+        }
+        let slot = self.rng.gen_range(0..self.a().slots().len());
+        let d = disk(format!("s{}-d{}", self.seed, self.disks.len()), &self.power);
+        trace!(self, "hot replace slot {slot} with {}", d.name);
+        self.disks.push(d.clone());
+        if let Err(e) = self.a().hot_replace(slot, d as MemberRef) {
+            assert!(
+                self.cut_now(),
+                "seed {}: hot replace refused: {e}",
+                self.seed
+            );
+            return;
+        }
+        let opts = RebuildOptions {
+            batch_rows: 4,
+            ..Default::default()
+        };
+        match self.a().hot_replace_copy(&opts, &AtomicBool::new(false)) {
+            Ok(_) => {}
+            Err(e) => trace!(self, "hot replace ended: {e}"),
+        }
+    }
+
     fn rebuild(&mut self) {
         let Some(slot) = self.a().rebuild_wanted() else {
             return;
@@ -679,11 +740,20 @@ fn life(seed: u64, trace: bool) {
             0..=44 => w.write(),
             45..=64 => w.read(),
             65..=76 => w.flush(),
-            77..=83 => w.fault(),
-            84..=91 => w.replace_and_rebuild(),
+            77..=82 => w.fault(),
+            83..=88 => w.replace_and_rebuild(),
+            89..=90 => w.disk_returns(),
+            91 => w.hot_replace(),
             92..=95 => w.scrub(),
             _ if cut_ok => w.power_cycle(),
             _ => {}
+        }
+        if w.trace {
+            if let Some(a) = w.array.as_ref() {
+                for (_, ev) in a.event_log() {
+                    eprintln!("[seed {}]   event: {ev:?}", w.seed);
+                }
+            }
         }
         if w.cut_now() {
             w.power_cycle();

@@ -156,18 +156,24 @@ impl Array {
             bm,
             regions: regions.clone(),
         };
-        // Under the lock, a writer that waited for another's bitmap write
-        // finds its bits durable and writes nothing.
+        // Group commit: the bits go into `words` before the lock, so the
+        // writer holding it writes every bit set by those waiting behind it,
+        // and marks all of them durable; a waiter then finds its bits
+        // durable and writes nothing. (A bit in `words` and not durable is
+        // only ever trusted as "maybe dirty": resync and re-add treat it as
+        // set, `clear_settled` skips it while its writer is counted in.)
         if missing {
+            for r in regions.clone() {
+                bm.words[r / 64].fetch_or(1 << (r % 64), Ordering::SeqCst);
+            }
             let _io = bm.io.lock();
             if !regions.clone().all(|r| bm.is_durable(r)) {
-                for r in regions.clone() {
-                    bm.words[r / 64].fetch_or(1 << (r % 64), Ordering::SeqCst);
-                }
-                self.write_bitmap(&bm.block());
-                // On disk now: writers after this one may pass without the lock.
-                for r in regions {
-                    bm.durable[r / 64].fetch_or(1 << (r % 64), Ordering::SeqCst);
+                let snap: Vec<u64> = bm.words.iter().map(|w| w.load(Ordering::SeqCst)).collect();
+                let block: Vec<u8> = snap.iter().flat_map(|w| w.to_le_bytes()).collect();
+                self.write_bitmap(&block);
+                // On disk now: writers of these regions may pass without the lock.
+                for (d, w) in bm.durable.iter().zip(&snap) {
+                    d.fetch_or(*w, Ordering::SeqCst);
                 }
             }
         }

@@ -293,7 +293,8 @@ impl Array {
                 new: pair.new.identity().into(),
             },
         );
-        self.persist(&mut meta);
+        // The new member learns it is the member before the others say so.
+        self.persist_from(&mut meta, Some(slot));
         drop(meta);
         self.rewrite_bitmap();
         tracing::info!(array = %self.name, slot, secs = started.elapsed().as_secs_f64(), "hot replace finished");

@@ -226,9 +226,23 @@ impl Array {
     }
 
     pub(super) fn persist(&self, meta: &mut Guard<'_>) {
+        self.persist_from(meta, None)
+    }
+
+    /// `persist`, writing slot `first`'s member before the others: a member
+    /// that just took a slot over (a hot replace's switch) must hold the
+    /// metadata that names it before the others say it is the member, or a
+    /// crash in between leaves them naming a device that does not know it
+    /// belongs (and the device that held the slot refused as replaced).
+    pub(super) fn persist_from(&self, meta: &mut Guard<'_>, first: Option<usize>) {
+        let order: Vec<usize> = first
+            .into_iter()
+            .chain((0..self.slots.len()).filter(|&i| Some(i) != first))
+            .collect();
         'round: loop {
             meta.events += 1;
-            for (i, s) in self.slots.iter().enumerate() {
+            for &i in &order {
+                let s = &self.slots[i];
                 if s.state() == SlotState::Failed {
                     continue;
                 }

@@ -204,3 +204,132 @@ fn an_earlier_arrays_journal_is_never_replayed() {
         "{wrong} blocks of the new array were overwritten by the old array's journal"
     );
 }
+
+/// A member that can hold its next data-area write until released: to stop
+/// a writer in the middle of a stripe write.
+struct Gate {
+    inner: raid_core::member::MemberRef,
+    armed: std::sync::atomic::AtomicBool,
+    entered: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    release: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl Member for Gate {
+    fn identity(&self) -> &str {
+        self.inner.identity()
+    }
+    fn device_key(&self) -> raid_core::member::DeviceKey {
+        self.inner.device_key()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        if offset >= raid_core::metadata::DATA_OFFSET
+            && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            if let Some(tx) = self.entered.lock().unwrap().take() {
+                tx.send(()).unwrap();
+            }
+            if let Some(rx) = self.release.lock().unwrap().take() {
+                rx.recv().unwrap();
+            }
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.write_zeroes(offset, len)
+    }
+}
+
+/// A member failed (by the operator) while a stripe write planned with it
+/// is in flight, then a crash before the next flush: that write carried no
+/// journal record, so the failure must not become durable before it has
+/// finished and is flushed, or the degraded start reconstructs the failed
+/// member's chunk from a torn stripe.
+#[test]
+fn a_failure_waits_for_the_writes_planned_before_it() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    let m = Members::ram(3, ROWS * CHUNK, "failrace-");
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let gate = Arc::new(Gate {
+        inner: m.faulty[0].clone(),
+        armed: AtomicBool::new(false),
+        entered: std::sync::Mutex::new(Some(entered_tx)),
+        release: std::sync::Mutex::new(Some(release_rx)),
+    });
+    let refs: Vec<raid_core::member::MemberRef> =
+        vec![gate.clone(), m.faulty[1].clone(), m.faulty[2].clone()];
+    let a = Arc::new(
+        Array::create(
+            refs.clone(),
+            vec![],
+            raid_core::array::CreateOptions {
+                name: "t".into(),
+                level: Level::Raid5,
+                chunk: CHUNK,
+            },
+        )
+        .unwrap(),
+    );
+    let cap = a.capacity() as usize;
+    let before: Vec<u8> = (0..cap).map(|i| (i * 7 % 251) as u8).collect();
+    a.write(0, &before).unwrap();
+    a.flush().unwrap();
+    for f in &m.faulty {
+        f.track_power_cut();
+    }
+    // Stripe 0: data chunks on members 0 and 1, P on member 2 (left-symmetric).
+    let map = a.geometry().stripe_map(0);
+    assert_eq!(map.members, vec![0, 1, 2], "the test assumes this layout");
+    gate.armed.store(true, Ordering::SeqCst);
+    let writer = {
+        let a = a.clone();
+        std::thread::spawn(move || a.write(0, &[0xEE; BLOCK]).unwrap())
+    };
+    entered_rx.recv().unwrap();
+    // The writer is in the middle of stripe 0; the operator fails member 1.
+    let failer = {
+        let a = a.clone();
+        std::thread::spawn(move || a.fail_member(1, false).unwrap())
+    };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let failed_early = failer.is_finished();
+    release_tx.send(()).unwrap();
+    writer.join().unwrap();
+    failer.join().unwrap();
+    assert!(
+        !failed_early,
+        "the failure was made durable while a write planned before it was in flight"
+    );
+    // Member 2's cache drains (P is durable); then the power goes, and
+    // member 0 loses whatever it still had unflushed.
+    m.faulty[2].flush().unwrap();
+    for f in &m.faulty {
+        f.power_cut().unwrap();
+    }
+    drop(a);
+    for f in &m.faulty {
+        f.power_on();
+    }
+    let b = Array::assemble(refs).unwrap().array;
+    let mut got = vec![0u8; cap];
+    b.read(0, &mut got).unwrap();
+    let mut want = before.clone();
+    want[..BLOCK].copy_from_slice(&[0xEE; BLOCK]);
+    // Member 1's chunk of stripe 0 is reconstructed from member 0 and P.
+    let chunk = CHUNK as usize;
+    assert!(
+        got[chunk..2 * chunk] == want[chunk..2 * chunk],
+        "the failed member's chunk reads back wrong after the crash"
+    );
+    assert!(got[..BLOCK] == want[..BLOCK] || got[..BLOCK] == before[..BLOCK]);
+}

@@ -198,6 +198,7 @@ pub(super) fn assemble(members: Vec<MemberRef>, force: bool) -> Result<Assembly>
         }),
         dirty_marked: AtomicBool::new(false),
         resync_pending: AtomicBool::new(false),
+        unjournaled: Default::default(),
         bitmap: bitmap_bits
             .map(|bits| super::bitmap::Bitmap::new(truth.bitmap_region_rows, geo.rows(), bits)),
         journal: matches!(geo.level, Level::Raid5 | Level::Raid6)

@@ -266,7 +266,8 @@ impl Array {
         }
     }
 
-    /// Persists a failure, after flushing every surviving member.
+    /// Persists a failure, after the parity writes in flight without a
+    /// journal record have finished and every surviving member is flushed.
     ///
     /// Writes acknowledged while the array was whole went to every member
     /// without a journal record; until they are flushed a crash can tear
@@ -275,6 +276,9 @@ impl Array {
     /// degraded and cannot repair them (the write hole), so those writes
     /// must be durable first: flush, then write the failure.
     fn persist_failure(&self, meta: &mut Guard<'_>) {
+        // Writes planned while the member still looked readable finish
+        // first (they carry no journal record); later ones see it failed.
+        self.unjournaled.drain();
         for (i, s) in self.slots.iter().enumerate() {
             if s.state() == SlotState::Failed {
                 continue;

@@ -19,6 +19,7 @@ mod mirror_io;
 mod parity_io;
 mod rebuild;
 mod scrub;
+mod unjournaled;
 
 pub use assemble::Assembly;
 pub use events::{ArrayEvent, Severity};
@@ -202,6 +203,9 @@ pub struct Array {
     /// parity array was degraded (see `resync_dirty`): they are resynced
     /// as soon as a rebuild makes it optimal again.
     resync_pending: AtomicBool,
+    /// Parity writes in flight without a journal record: a failure waits
+    /// for them before it is durable (see unjournaled.rs).
+    unjournaled: unjournaled::Unjournaled,
     /// The write-intent bitmap (None for RAID0, which has no redundancy).
     bitmap: Option<bitmap::Bitmap>,
     /// The degraded-write journal (RAID5/6 only).
@@ -312,6 +316,7 @@ impl Array {
             }),
             dirty_marked: AtomicBool::new(false),
             resync_pending: AtomicBool::new(false),
+            unjournaled: Default::default(),
             bitmap: (opts.level != Level::Raid0).then(|| {
                 bitmap::Bitmap::new(bitmap::region_rows_for(geo.rows()), geo.rows(), Vec::new())
             }),

@@ -292,6 +292,8 @@ impl Array {
         let chunk = self.geo.chunk as usize;
         let stripes: Vec<u64> = ps.chunks(nd).map(|st| st[0].stripe).collect();
         let _held = self.locks.lock(stripes.iter().copied());
+        // Counted in before the readability check (see unjournaled.rs).
+        let in_flight = self.unjournaled.enter();
         let all_readable = stripes.iter().all(|&s| {
             self.geo
                 .stripe_map(s)
@@ -334,6 +336,9 @@ impl Array {
         }
         let handles = self.member_handles();
         let results = submit(&handles, &mut ios);
+        // Out before member errors are handled: failing a member waits for
+        // the writers counted in.
+        drop(in_flight);
         let mut full = false;
         for (io, r) in ios.iter().zip(results) {
             if let Err(e) = r {
@@ -412,6 +417,8 @@ impl Array {
         lo: u64,
     ) -> std::result::Result<(), StepErr> {
         let map = self.geo.stripe_map(s);
+        // Counted in before the readability checks (see unjournaled.rs).
+        let in_flight = self.unjournaled.enter();
         let present: Vec<(usize, &[u8])> = chunks
             .iter()
             .copied()
@@ -419,6 +426,9 @@ impl Array {
             .collect();
         let degraded = map.members.iter().any(|&m| !self.readable(m, s));
         if (degraded || self.journal_pending(s)) && self.has_journal() && !present.is_empty() {
+            // Journaled: nothing to wait for (and its member errors are
+            // handled inside).
+            drop(in_flight);
             // The write hole: journal each column slice before writing it in
             // place (see journal.rs).
             let width = present[0].1.len() as u64;
@@ -431,23 +441,26 @@ impl Array {
                     .map(|&(i, b)| (i, &b[at as usize..end as usize]))
                     .collect();
                 self.journal_stripe(s, lo + at, &slice)?;
-                let written = self.write_in_place(s, &slice, lo + at);
+                let written = self.write_in_place(s, &slice, lo + at, None);
                 self.journal_write_done();
                 written?;
                 at = end;
             }
             return Ok(());
         }
-        self.write_in_place(s, &present, lo)
+        self.write_in_place(s, &present, lo, Some(in_flight))
     }
 
     /// Writes chunk columns to their members; failures fail the member. Ok
     /// while the stripe stays within its redundancy.
+    /// `in_flight`: the writer's count (see unjournaled.rs), given up once
+    /// the writes are done and before their errors fail members.
     fn write_in_place(
         &self,
         s: u64,
         chunks: &[(usize, &[u8])],
         lo: u64,
+        in_flight: Option<super::unjournaled::InFlight<'_>>,
     ) -> std::result::Result<(), StepErr> {
         let map = self.geo.stripe_map(s);
         let handles = self.member_handles();
@@ -461,6 +474,7 @@ impl Array {
             })
             .collect();
         let results = submit(&handles, &mut ios);
+        drop(in_flight);
         let mut full = false;
         for (io, r) in ios.iter().zip(results) {
             if let Err(e) = r {

@@ -6,13 +6,14 @@
 #   qemu-nbd), nbdkit: NBD clients and servers nobody here wrote, for the
 #   export tests and the export benchmark.
 # - fuse3, util-linux (losetup), e2fsprogs (mkfs.ext4): raidctl mount --loop
-#   and a real filesystem on the array.
+#   and a real filesystem on the array; btrfs-progs: the in-kernel RAID5 the
+#   mount benchmark (scripts/bench-mount.sh) compares with.
 # - python3-aiosmtpd, openssl: a real SMTP server (with STARTTLS and a
 #   self-signed certificate) for the alert tests.
 # - mesa-vulkan-drivers (pulls libvulkan1, the loader): lavapipe, Vulkan on
 #   the CPU, so every GPU test runs the real WGSL shaders without a GPU.
 set -euo pipefail
-pkgs=(libisal-dev pkg-config libnbd-bin fio nbdkit fuse3 e2fsprogs util-linux qemu-utils python3-aiosmtpd openssl procps mesa-vulkan-drivers)
+pkgs=(libisal-dev pkg-config libnbd-bin fio nbdkit fuse3 e2fsprogs btrfs-progs util-linux qemu-utils python3-aiosmtpd openssl procps mesa-vulkan-drivers)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

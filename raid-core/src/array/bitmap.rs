@@ -192,8 +192,11 @@ impl Array {
         let Some(bm) = &self.bitmap else { return };
         // Nor after a write failed on a full filesystem: its stripe may be
         // torn, and the next start resyncs it from this bit.
+        // Nor while a resync is owed (an unclean, degraded start could not
+        // do it): its regions must stay marked until it has run.
         if self.slots.iter().any(|s| s.state() != SlotState::Active)
             || self.out_of_space.lock().is_some()
+            || self.resync_pending.load(Ordering::Acquire)
         {
             return;
         }
@@ -333,10 +336,14 @@ impl Array {
     /// After a rebuild made the array optimal: the regions an unclean,
     /// degraded start could not resync are resynced now.
     pub(super) fn resync_deferred(&self) -> Result<()> {
-        if self.state() == ArrayState::Optimal && self.resync_pending.swap(false, Ordering::AcqRel)
-        {
+        if self.state() == ArrayState::Optimal && self.resync_pending.load(Ordering::Acquire) {
+            // Owed until it has run to the end: meanwhile no flush clears
+            // the regions, and a stop does not mark the array clean.
             let n = self.resync_dirty()?;
-            tracing::warn!(array = %self.name, regions = n, "resynced the regions left by the unclean, degraded start");
+            if self.state() == ArrayState::Optimal {
+                self.resync_pending.store(false, Ordering::Release);
+                tracing::warn!(array = %self.name, regions = n, "resynced the regions left by the unclean, degraded start");
+            }
         }
         Ok(())
     }

@@ -269,6 +269,10 @@ impl Array {
             );
             return Err(e);
         }
+        // The new device's journal area starts empty (see journal_admit).
+        if let Err(e) = self.journal_admit(&pair.new) {
+            pair.new_err(e);
+        }
         let mut meta = self.meta.lock();
         if let Some(why) = self.hot_replace_broken(slot, &pair) {
             drop(meta);

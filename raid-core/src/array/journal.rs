@@ -310,10 +310,21 @@ impl Array {
         let mut records: Vec<Record> = Vec::new();
         let mut area = AlignedBuf::new((END - JOURNAL_OFFSET) as usize);
         for (i, m) in handles.iter().enumerate() {
-            if self.slots[i].state() == SlotState::Failed
+            // Only members in sync: one that joined (rebuilding, re-added)
+            // got every record written since from the others too, and what
+            // its own ring holds from before may be records never put in
+            // place that carry sequence numbers reused since.
+            if self.slots[i].state() != SlotState::Active
                 || m.read_at(&mut area, JOURNAL_OFFSET).is_err()
             {
                 continue;
+            }
+            if let Some(n) = legacy_records_owed(&area) {
+                return Err(ArrayError::Assembly(format!(
+                    "array '{}': {} holds {n} degraded-write journal record(s) written by an earlier version of raidctl and not yet in place; start the array once with that version and stop it cleanly (raidctl stop), then start it with this one",
+                    self.name,
+                    m.identity()
+                )));
             }
             let head = decode_head(&area[..BLOCK as usize], &self.uuid);
             if let Some(t) = head {
@@ -368,6 +379,21 @@ impl Array {
         Ok(records.len())
     }
 
+    /// A member joining a slot (rebuild of a replacement or a re-added
+    /// member, a hot replace's new device): its journal area gets the
+    /// current header and an empty ring, so nothing it held from before
+    /// (another array's records, or this array's never put in place) can
+    /// chain on once it is in sync. Call after `journal_settle`.
+    pub(super) fn journal_admit(&self, m: &MemberRef) -> std::io::Result<()> {
+        let Some(j) = &self.journal else {
+            return Ok(());
+        };
+        let tail = j.state.lock().tail_seq;
+        m.write_at(&encode_head(tail, &self.uuid), JOURNAL_OFFSET)?;
+        m.write_at(&AlignedBuf::new(BLOCK as usize), RECORDS)?;
+        m.flush()
+    }
+
     /// A new array's journal: a header with nothing to replay, on every
     /// member, so that records an earlier array left there never chain on.
     pub(super) fn journal_init(&self) -> Result<()> {
@@ -391,6 +417,23 @@ impl Array {
             *idx < width && !std::mem::replace(&mut seen[*idx], true) && map.members[*idx] == *slot
         })
     }
+}
+
+/// How many records a journal area written by an earlier version (no
+/// array UUID: zeros where it now sits) holds past its header's tail, if
+/// any: those were not yet in place when it stopped.
+fn legacy_records_owed(area: &[u8]) -> Option<usize> {
+    let none = Uuid([0; 16]);
+    let tail = decode_head(&area[..BLOCK as usize], &none)?;
+    let mut at = BLOCK as usize;
+    let mut owed = 0;
+    while let Some((rec, len)) = decode_record(&area[at..], &none) {
+        if rec.seq > tail {
+            owed += 1;
+        }
+        at += len;
+    }
+    (owed > 0).then_some(owed)
 }
 
 /// A record at the start of `b`, and its length; None at the end of the
@@ -619,5 +662,79 @@ mod tests {
         assert_eq!(a.journal_recover().unwrap(), 1);
         a.read(0, &mut got).unwrap();
         assert!(got.iter().all(|&x| x == 0xEE));
+    }
+
+    /// A record only a rejoining member holds (written to it alone before
+    /// a crash, never put in place, its sequence number reused since) is
+    /// not replayed: recovery reads the journals of members in sync only,
+    /// and admitting a member empties its ring.
+    #[test]
+    fn a_rejoining_members_old_records_are_not_replayed() {
+        let (a, m) = array("jrejoin");
+        let map = a.geo.stripe_map(0);
+        let tail = a.journal.as_ref().unwrap().state.lock().tail_seq;
+        let stale = Record {
+            seq: tail + 1,
+            stripe: 0,
+            lo: 0,
+            hi: 4096,
+            entries: vec![(0, map.members[0], vec![0xEE; 4096])],
+        };
+        let x = map.members[1];
+        m[x].write_at(&encode_record(&stale, &a.uuid), RECORDS)
+            .unwrap();
+        a.fail_slot(x, "test");
+        a.re_add(m[x].clone()).unwrap();
+        assert_eq!(
+            a.journal_recover().unwrap(),
+            0,
+            "a rebuilding member's ring was replayed"
+        );
+        let mut got = vec![1u8; 4096];
+        a.read(0, &mut got).unwrap();
+        assert!(got.iter().all(|&b| b == 0));
+        // Once admitted, its ring holds nothing to chain on.
+        m[x].write_at(&encode_record(&stale, &a.uuid), RECORDS)
+            .unwrap();
+        a.journal_admit(&m[x]).unwrap();
+        let mut area = AlignedBuf::new(2 * BLOCK as usize);
+        m[x].read_at(&mut area, JOURNAL_OFFSET).unwrap();
+        assert!(decode_record(&area[BLOCK as usize..], &a.uuid).is_none());
+    }
+
+    /// Records an earlier version wrote (no array UUID) and had not put in
+    /// place stop the start with what to do, rather than being dropped.
+    #[test]
+    fn records_owed_by_an_earlier_version_stop_the_start() {
+        let (a, m) = array("jlegacy");
+        let map = a.geo.stripe_map(0);
+        let none = Uuid([0; 16]);
+        let rec = Record {
+            seq: 8,
+            stripe: 0,
+            lo: 0,
+            hi: 4096,
+            entries: vec![(0, map.members[0], vec![0xEE; 4096])],
+        };
+        for member in &m {
+            member
+                .write_at(&encode_head(7, &none), JOURNAL_OFFSET)
+                .unwrap();
+            member
+                .write_at(&encode_record(&rec, &none), RECORDS)
+                .unwrap();
+        }
+        let e = a.journal_recover().unwrap_err().to_string();
+        assert!(
+            e.contains("earlier version") && e.contains("stop it cleanly"),
+            "{e}"
+        );
+        // Settled (nothing past the tail): no objection.
+        for member in &m {
+            member
+                .write_at(&encode_head(8, &none), JOURNAL_OFFSET)
+                .unwrap();
+        }
+        assert_eq!(a.journal_recover().unwrap(), 0);
     }
 }

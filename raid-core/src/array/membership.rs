@@ -251,7 +251,10 @@ impl Array {
                 };
                 let sb = self.superblock(meta, i as u32, *s.uuid.read());
                 if let Err(e) = metadata::write_superblock(m.as_ref(), &sb) {
+                    // A new failure: like any, only after the survivors
+                    // hold every write made while it looked readable.
                     self.fail_locked(meta, i, &format!("metadata write failed: {e}"));
+                    self.quiesce_survivors(meta);
                     continue 'round;
                 }
             }
@@ -276,20 +279,34 @@ impl Array {
     /// degraded and cannot repair them (the write hole), so those writes
     /// must be durable first: flush, then write the failure.
     fn persist_failure(&self, meta: &mut Guard<'_>) {
-        // Writes planned while the member still looked readable finish
-        // first (they carry no journal record); later ones see it failed.
-        self.unjournaled.drain();
-        for (i, s) in self.slots.iter().enumerate() {
-            if s.state() == SlotState::Failed {
-                continue;
-            }
-            if let Some(m) = s.member.read().clone() {
-                if let Err(e) = m.flush() {
-                    self.fail_locked(meta, i, &format!("flush failed: {e}"));
+        self.quiesce_survivors(meta);
+        self.persist(meta);
+    }
+
+    /// Waits for the parity writes in flight that were planned while the
+    /// failed members looked readable (they carry no journal record; later
+    /// ones see the failure), then flushes every member not failed. A flush
+    /// that fails is a failure too, so it goes round again until a round
+    /// fails nobody.
+    fn quiesce_survivors(&self, meta: &mut Meta) {
+        loop {
+            self.unjournaled.drain();
+            let mut failed = false;
+            for (i, s) in self.slots.iter().enumerate() {
+                if s.state() == SlotState::Failed {
+                    continue;
+                }
+                if let Some(m) = s.member.read().clone() {
+                    if let Err(e) = m.flush() {
+                        self.fail_locked(meta, i, &format!("flush failed: {e}"));
+                        failed = true;
+                    }
                 }
             }
+            if !failed {
+                return;
+            }
         }
-        self.persist(meta);
     }
 
     /// Waits until every membership change begun so far is durable.

@@ -292,6 +292,10 @@ impl Array {
         let chunk = self.geo.chunk as usize;
         let stripes: Vec<u64> = ps.chunks(nd).map(|st| st[0].stripe).collect();
         let _held = self.locks.lock(stripes.iter().copied());
+        // Before counting in: it takes the journal's lock, which a thread
+        // failing a member may hold while it waits for those counted in.
+        // (Under the stripe locks no record of these stripes can appear.)
+        let pending = stripes.iter().any(|&s| self.journal_pending(s));
         // Counted in before the readability check (see unjournaled.rs).
         let in_flight = self.unjournaled.enter();
         let all_readable = stripes.iter().all(|&s| {
@@ -303,7 +307,7 @@ impl Array {
         });
         // A stripe with an unsettled journal record is written through the
         // journal as well (see journal.rs): the per-stripe path does that.
-        if !all_readable || stripes.iter().any(|&s| self.journal_pending(s)) {
+        if !all_readable || pending {
             return Ok(false);
         }
         let mut parity: Vec<AlignedBuf> = (0..stripes.len() * np)
@@ -417,6 +421,9 @@ impl Array {
         lo: u64,
     ) -> std::result::Result<(), StepErr> {
         let map = self.geo.stripe_map(s);
+        // Before counting in (see write_full_stripes); the caller holds the
+        // stripe's lock, so no record of it can appear meanwhile.
+        let pending = self.journal_pending(s);
         // Counted in before the readability checks (see unjournaled.rs).
         let in_flight = self.unjournaled.enter();
         let present: Vec<(usize, &[u8])> = chunks
@@ -425,7 +432,7 @@ impl Array {
             .filter(|(i, _)| self.readable(map.members[*i], s))
             .collect();
         let degraded = map.members.iter().any(|&m| !self.readable(m, s));
-        if (degraded || self.journal_pending(s)) && self.has_journal() && !present.is_empty() {
+        if (degraded || pending) && self.has_journal() && !present.is_empty() {
             // Journaled: nothing to wait for (and its member errors are
             // handled inside).
             drop(in_flight);
@@ -624,16 +631,22 @@ impl Array {
         while s < end_full {
             let e = (s + GROUP).min(end_full);
             let held = self.locks.lock(s..e);
+            let pending = (s..e).any(|x| self.journal_pending(x));
+            // Zeroing in place carries no journal record: counted in like
+            // any such write (see unjournaled.rs), before the state check.
+            let in_flight = self.unjournaled.enter();
             // Checked again under the locks: a member may have failed (or a
             // degraded write journaled one of these stripes) since the check
             // above; then this group goes through the write path too.
-            if self.state() != ArrayState::Optimal || (s..e).any(|x| self.journal_pending(x)) {
+            if self.state() != ArrayState::Optimal || pending {
+                drop(in_flight);
                 drop(held);
                 self.zero_by_writing(s * sdb, (e - s) * sdb)?;
                 s = e;
                 continue;
             }
             let handles = self.member_handles();
+            let mut errors = Vec::new();
             for (slot, m) in handles.iter().enumerate() {
                 // Rows of this member that hold valid data.
                 let upto = match self.slots[slot].state() {
@@ -648,8 +661,14 @@ impl Array {
                 }
                 if let Err(err) = m.write_zeroes(self.row_offset(s, 0), (upto - s) * self.geo.chunk)
                 {
-                    self.member_write_failed(slot, m, &err);
+                    errors.push((slot, err));
                 }
+            }
+            // Every member zeroed (or failed at it) before any failure is
+            // handled: failing a member waits for those counted in.
+            drop(in_flight);
+            for (slot, err) in errors {
+                self.member_write_failed(slot, &handles[slot], &err);
             }
             if !self.within_redundancy() {
                 return Err(self.failed_error());

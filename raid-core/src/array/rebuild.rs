@@ -100,6 +100,14 @@ impl Array {
         // contents: settle them before the rebuild writes (see journal.rs).
         self.journal_settle()
             .map_err(|e| self.rebuild_ended_by(&ticket, &target, e))?;
+        if let Err(e) = self.journal_admit(&target) {
+            self.fail_slot_if(slot, &target, &format!("journal write failed: {e}"));
+            let e = ArrayError::Member {
+                member: target.identity().into(),
+                source: e,
+            };
+            return Err(self.rebuild_ended_by(&ticket, &target, e));
+        }
         let started = Instant::now();
         let first_row = row;
         let mut saved = row;

@@ -198,6 +198,9 @@ fn run_window(ring: &mut IoUring, pushed: usize, complete: &mut dyn FnMut(usize,
                         refused = true;
                     } else if in_flight == 0 {
                         std::thread::sleep(std::time::Duration::from_micros(50 << retries));
+                    } else {
+                        // Room frees as completions are reaped: wait for one.
+                        let _ = wait_only(ring, 1);
                     }
                 }
             }

@@ -52,7 +52,7 @@ for i in 0 1 2 3 4; do
   loops+=("$l")
   bdevs+=("$l")
 done
-mkfs.btrfs -q -f -d raid5 -m raid5 "${bdevs[@]}" >/dev/null
+mkfs.btrfs -q -f -d raid5 -m raid5 "${bdevs[@]}" >/dev/null 2>&1
 mount "${bdevs[0]}" "$work/btrfs"
 mnts+=("$work/btrfs")
 

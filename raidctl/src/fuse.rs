@@ -4,11 +4,21 @@
 //!
 //! fsync is the array's flush; fallocate(PUNCH_HOLE) and
 //! fallocate(ZERO_RANGE) are discard / write-zeroes. Requests need not be
-//! block aligned: partial blocks are read, merged and written back under a
-//! lock so two partial writes to one block cannot undo each other.
+//! block aligned: partial blocks are read, merged and written back with no
+//! other write running (see `ArrayFs::partial`).
+//!
+//! Many requests at once: the thread that reads `/dev/fuse` only decodes a
+//! request and hands it, with its reply, to a pool of workers
+//! (`FUSE_WORKERS`), which call the array and reply as each finishes. The
+//! kernel is asked for asynchronous direct I/O (so a loop device's queue
+//! reaches here as concurrent requests, not one at a time), up to 1 MiB per
+//! request, and up to `MAX_BACKGROUND` requests queued. (Several `/dev/fuse`
+//! queues, or FUSE over io_uring, would also spread the reading of requests;
+//! the FUSE crate used here reads from one.)
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use raid_core::array::{Array, BLOCK};
+use raid_core::buf::AlignedBuf;
 use std::ffi::OsStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -22,22 +32,103 @@ const ROOT: u64 = 1;
 const FILE: u64 = 2;
 const TTL: Duration = Duration::from_secs(1);
 
+/// Requests served at once: the array's API blocks a thread per request in
+/// flight, so this is the export's queue depth (RAIDCTL_FUSE_WORKERS
+/// changes it). More threads than requests in flight only cost wake-ups.
+const FUSE_WORKERS: usize = 32;
+
+fn workers() -> usize {
+    std::env::var("RAIDCTL_FUSE_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| (1..=1024).contains(&n))
+        .unwrap_or(FUSE_WORKERS)
+}
+/// Largest read or write the kernel sends in one request.
+const MAX_IO: u32 = 1 << 20;
+/// Requests the kernel keeps queued for the filesystem (asynchronous reads
+/// and direct I/O count against it).
+const MAX_BACKGROUND: u16 = 256;
+
+/// The array's side of the export: what the workers call.
+struct Io {
+    array: Arc<Array>,
+    /// Whole-block writes take it shared, a read-merge-write of a partial
+    /// block exclusive: no write can land between its read and its write.
+    partial: RwLock<()>,
+}
+
+type Job = Box<dyn FnOnce(&Io) + Send>;
+
+/// The workers and the queue they take jobs from.
+struct Pool {
+    tx: Option<std::sync::mpsc::Sender<Job>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Pool {
+    fn new(io: Arc<Io>, n: usize) -> Pool {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let rx = Arc::new(parking_lot::Mutex::new(rx));
+        let threads = (0..n)
+            .map(|i| {
+                let (rx, io) = (rx.clone(), io.clone());
+                std::thread::Builder::new()
+                    .name(format!("fuse-io-{i}"))
+                    .spawn(move || loop {
+                        let job = rx.lock().recv();
+                        match job {
+                            Ok(job) => job(&io),
+                            Err(_) => return,
+                        }
+                    })
+                    .expect("spawn a FUSE worker")
+            })
+            .collect();
+        Pool {
+            tx: Some(tx),
+            threads,
+        }
+    }
+
+    fn run(&self, job: impl FnOnce(&Io) + Send + 'static) {
+        if let Some(tx) = &self.tx {
+            // The workers live as long as the pool: the send cannot fail.
+            let _ = tx.send(Box::new(job));
+        }
+    }
+}
+
+impl Drop for Pool {
+    /// Lets the workers finish what is queued, then joins them: an unmount
+    /// returns only once every request has been answered.
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
 pub struct ArrayFs {
     array: Arc<Array>,
     name: String,
-    /// Serialises read-merge-write of partial blocks.
-    partial: Mutex<()>,
     ctime: SystemTime,
+    pool: Pool,
 }
 
 impl ArrayFs {
     pub fn new(array: Arc<Array>) -> ArrayFs {
         let name = array.name().to_string();
+        let io = Arc::new(Io {
+            array: array.clone(),
+            partial: RwLock::new(()),
+        });
         ArrayFs {
             array,
             name,
-            partial: Mutex::new(()),
             ctime: SystemTime::now(),
+            pool: Pool::new(io, workers()),
         }
     }
 
@@ -65,24 +156,28 @@ impl ArrayFs {
             flags: 0,
         }
     }
+}
 
-    /// Reads any byte range inside the array.
-    fn read_any(&self, offset: u64, len: usize) -> Result<Vec<u8>, i32> {
+impl Io {
+    /// Reads any byte range inside the array; returns the buffer and where
+    /// in it the range starts. Page-aligned buffers, so members opened with
+    /// O_DIRECT take them through io_uring as they are, with no copy.
+    fn read_any(&self, offset: u64, len: usize) -> Result<(AlignedBuf, usize), i32> {
         let start = offset / BLOCK * BLOCK;
         let end = (offset + len as u64).div_ceil(BLOCK) * BLOCK;
-        let mut buf = vec![0u8; (end - start) as usize];
+        let mut buf = AlignedBuf::new((end - start) as usize);
         self.array.read(start, &mut buf).map_err(|_| libc::EIO)?;
-        let from = (offset - start) as usize;
-        Ok(buf[from..from + len].to_vec())
+        Ok((buf, (offset - start) as usize))
     }
 
     /// Writes any byte range inside the array.
     fn write_any(&self, offset: u64, data: &[u8]) -> Result<(), i32> {
         let end = offset + data.len() as u64;
         if offset.is_multiple_of(BLOCK) && end.is_multiple_of(BLOCK) {
+            let _g = self.partial.read();
             return self.array.write(offset, data).map_err(|_| libc::EIO);
         }
-        let _g = self.partial.lock();
+        let _g = self.partial.write();
         let start = offset / BLOCK * BLOCK;
         let aend = end.div_ceil(BLOCK) * BLOCK;
         let mut buf = vec![0u8; (aend - start) as usize];
@@ -111,7 +206,10 @@ impl ArrayFs {
         if a > offset {
             self.write_any(offset, &vec![0u8; (a - offset) as usize])?;
         }
-        self.array.write_zeroes(a, b - a).map_err(|_| libc::EIO)?;
+        {
+            let _g = self.partial.read();
+            self.array.write_zeroes(a, b - a).map_err(|_| libc::EIO)?;
+        }
         if end > b {
             self.write_any(b, &vec![0u8; (end - b) as usize])?;
         }
@@ -120,6 +218,35 @@ impl ArrayFs {
 }
 
 impl Filesystem for ArrayFs {
+    /// Asks for concurrent direct I/O and large requests; what the kernel
+    /// refuses is logged and the export works without it.
+    fn init(
+        &mut self,
+        _req: &Request<'_>,
+        config: &mut fuser::KernelConfig,
+    ) -> Result<(), libc::c_int> {
+        if let Err(e) = config.add_capabilities(fuser::consts::FUSE_ASYNC_DIO) {
+            tracing::warn!(
+                missing = e,
+                "FUSE: no asynchronous direct I/O; requests come one at a time per file"
+            );
+        }
+        if let Err(max) = config.set_max_write(MAX_IO) {
+            let _ = config.set_max_write(max);
+        }
+        if let Err(max) = config.set_max_readahead(MAX_IO) {
+            let _ = config.set_max_readahead(max);
+        }
+        let _ = config.set_max_background(MAX_BACKGROUND);
+        let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
+        tracing::info!(
+            workers = self.pool.threads.len(),
+            max_io = MAX_IO,
+            "FUSE export ready"
+        );
+        Ok(())
+    }
+
     fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
         if parent == ROOT && name == OsStr::new(&self.name) {
             reply.entry(&TTL, &self.attr(FILE), 0);
@@ -191,10 +318,10 @@ impl Filesystem for ArrayFs {
             return;
         }
         let len = (size as u64).min(cap - off) as usize;
-        match self.read_any(off, len) {
-            Ok(d) => reply.data(&d),
+        self.pool.run(move |io| match io.read_any(off, len) {
+            Ok((buf, from)) => reply.data(&buf[from..from + len]),
             Err(e) => reply.error(e),
-        }
+        });
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -215,10 +342,15 @@ impl Filesystem for ArrayFs {
             reply.error(libc::ENOSPC);
             return;
         }
-        match self.write_any(off, data) {
+        // The request's buffer is the session's, reused for the next
+        // request: the worker gets a copy, page-aligned (see read_any).
+        let mut copy = AlignedBuf::new(data.len());
+        copy.copy_from_slice(data);
+        let data = copy;
+        self.pool.run(move |io| match io.write_any(off, &data) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn flush(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _lock: u64, reply: ReplyEmpty) {
@@ -233,10 +365,12 @@ impl Filesystem for ArrayFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.array.flush() {
+        // Covers every write answered before it was sent: a write is
+        // answered only once the array has it.
+        self.pool.run(move |io| match io.array.flush() {
             Ok(()) => reply.ok(),
             Err(_) => reply.error(libc::EIO),
-        }
+        });
     }
 
     fn fallocate(
@@ -254,15 +388,15 @@ impl Filesystem for ArrayFs {
             reply.error(libc::ENOSPC);
             return;
         }
-        let r = if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
-            self.zero_any(off, len)
-        } else {
-            Ok(()) // plain allocation: every byte of the array already exists
-        };
-        match r {
+        if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) == 0 {
+            // Plain allocation: every byte of the array already exists.
+            reply.ok();
+            return;
+        }
+        self.pool.run(move |io| match io.zero_any(off, len) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn readdir(

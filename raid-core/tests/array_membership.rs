@@ -1321,3 +1321,33 @@ fn a_waited_scrub_reports_its_own_run_after_another_started() {
     assert!(a.cancel_scrub().is_some());
     assert!(a.wait_scrub(third).is_none());
 }
+
+/// A replacement that cannot take the array's metadata at the switch
+/// leaves the old device the member, the array whole (it used to fail the
+/// slot, though the old device was healthy).
+#[test]
+fn a_hot_replace_whose_new_device_refuses_metadata_keeps_the_old_member() {
+    use raid_core::member::{Faults, FaultyMember};
+    let (_m, a, img) = filled(Level::Raid5, 4, "hmeta");
+    let a = Arc::new(a);
+    let old = a.slots()[1].member.clone();
+    let new = Arc::new(FaultyMember::new(ram("hmeta-new")));
+    new.set_faults(Faults {
+        fail_ranges: vec![(0, 8192)],
+        ..Default::default()
+    });
+    a.hot_replace(1, new.clone()).unwrap();
+    let opts = RebuildOptions {
+        batch_rows: 2,
+        ..Default::default()
+    };
+    let e = a
+        .hot_replace_copy(&opts, &AtomicBool::new(false))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot take the array's metadata"), "{e}");
+    assert_eq!(a.state(), ArrayState::Optimal);
+    assert_eq!(a.slots()[1].state, SlotState::Active);
+    assert_eq!(a.slots()[1].member, old);
+    assert_matches(&a, &img);
+}

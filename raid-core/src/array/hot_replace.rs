@@ -283,9 +283,31 @@ impl Array {
             });
         }
         let s = &self.slots[slot];
+        // The new device must be able to take its metadata before anything
+        // changes: written now as it will be after the switch (its new uuid,
+        // the next event). If it cannot, the old device stays the member
+        // and the array keeps all its redundancy.
+        let new_uuid = Uuid::random();
+        let mut sb = self.superblock(&meta, slot as u32, new_uuid);
+        sb.events += 1;
+        sb.slots[slot].uuid = new_uuid;
+        if let Err(e) = metadata::write_superblock(pair.new.as_ref(), &sb) {
+            drop(meta);
+            let why = format!(
+                "the replacement {} cannot take the array's metadata ({e}); {} stays the member",
+                pair.new.identity(),
+                pair.old.identity()
+            );
+            pair.new_err(e);
+            self.end_hot_replace(slot, &pair, &why);
+            return Err(ArrayError::Refused {
+                rule: Rule::Superseded,
+                detail: why,
+            });
+        }
         pair.switched.store(true, Ordering::Release);
         self.set_member(slot, pair.new.clone());
-        *s.uuid.write() = Uuid::random();
+        *s.uuid.write() = new_uuid;
         s.incarnation.fetch_add(1, Ordering::AcqRel);
         *self.hot.lock() = None;
         self.epoch.fetch_add(1, Ordering::AcqRel);

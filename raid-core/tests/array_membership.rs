@@ -1332,8 +1332,9 @@ fn a_hot_replace_whose_new_device_refuses_metadata_keeps_the_old_member() {
     let a = Arc::new(a);
     let old = a.slots()[1].member.clone();
     let new = Arc::new(FaultyMember::new(ram("hmeta-new")));
+    // Its second metadata copy fails: the first lands before the error.
     new.set_faults(Faults {
-        fail_ranges: vec![(0, 8192)],
+        fail_ranges: vec![(4096, 8192)],
         ..Default::default()
     });
     a.hot_replace(1, new.clone()).unwrap();
@@ -1345,9 +1346,12 @@ fn a_hot_replace_whose_new_device_refuses_metadata_keeps_the_old_member() {
         .hot_replace_copy(&opts, &AtomicBool::new(false))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("cannot take the array's metadata"), "{e}");
+    assert!(e.contains("stays the member"), "{e}");
     assert_eq!(a.state(), ArrayState::Optimal);
     assert_eq!(a.slots()[1].state, SlotState::Active);
     assert_eq!(a.slots()[1].member, old);
     assert_matches(&a, &img);
+    // No copy of the switch's metadata is left on the refused device.
+    new.heal();
+    assert!(raid_core::metadata::read_superblock(new.as_ref()).is_err());
 }

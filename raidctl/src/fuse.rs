@@ -100,8 +100,10 @@ impl Pool {
 }
 
 impl Drop for Pool {
-    /// Lets the workers finish what is queued, then joins them: an unmount
-    /// returns only once every request has been answered.
+    /// Lets the workers finish what is queued, then joins them. The pool is
+    /// dropped with the filesystem when the session ends, which
+    /// `Mounted::unmount` waits for: it returns once every request has been
+    /// answered.
     fn drop(&mut self) {
         drop(self.tx.take());
         for t in self.threads.drain(..) {
@@ -465,27 +467,59 @@ impl Mounted {
     }
 
     /// Detaches the loop device and unmounts; refuses while the loop
-    /// device is mounted somewhere.
-    pub fn unmount(mut self) -> Result<(), String> {
-        if let Some(dev) = &self.loop_dev {
-            if let Some(mp) = mounted_at(dev) {
-                return Err(format!("{dev} is mounted on {mp}: umount {mp} first"));
+    /// device is mounted somewhere, or the FUSE mount is still in use (a
+    /// loop device detached lazily by the kernel because something still
+    /// holds it, a process with the file open). Refused, the mount is
+    /// handed back as it was. Done, every request the workers had is
+    /// answered: the session and its workers are joined.
+    pub fn unmount(mut self) -> Result<(), (Mounted, String)> {
+        if let Some(dev) = self.loop_dev.clone() {
+            if let Some(mp) = mounted_at(&dev) {
+                return Err((self, format!("{dev} is mounted on {mp}: umount {mp} first")));
             }
-            let out = std::process::Command::new("losetup")
+            let out = match std::process::Command::new("losetup")
                 .arg("-d")
-                .arg(dev)
+                .arg(&dev)
                 .output()
-                .map_err(|e| format!("losetup: {e}"))?;
+            {
+                Ok(o) => o,
+                Err(e) => return Err((self, format!("losetup: {e}"))),
+            };
             if !out.status.success() {
-                return Err(format!(
-                    "losetup -d {dev}: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
+                let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+                return Err((self, format!("losetup -d {dev}: {why}")));
             }
             self.loop_dev = None;
         }
-        drop(self.session.take());
+        // Unmounted here rather than by the FUSE crate, which only logs a
+        // failure: a mount that is still busy keeps serving the array.
+        if let Err(e) = umount(&self.dir) {
+            let dir = self.dir.display().to_string();
+            return Err((
+                self,
+                format!("{dir} is still in use ({e}): stop what holds it (fuser -vm {dir}), then unmount again"),
+            ));
+        }
+        if let Some(session) = self.session.take() {
+            // The kernel has ended the connection: the session thread ends,
+            // and with it the filesystem, whose pool answers what it holds.
+            session.join();
+        }
         Ok(())
+    }
+}
+
+/// Unmounts a FUSE mount point (not lazily: busy is an error).
+fn umount(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `c` is a NUL-terminated path that lives across the call;
+    // umount2 reads it and nothing else.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

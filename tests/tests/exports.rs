@@ -473,3 +473,28 @@ fn kernel_nbd_client_where_the_driver_exists() {
     run(Command::new("nbd-client").args(["-d", &dev]));
     w.ok(&["stop", "knbd"]);
 }
+
+/// An unmount while the FUSE file is still in use is refused and changes
+/// nothing (it used to be logged by the FUSE crate and reported as done,
+/// and `stop` then closed the array under a mount that kept serving it).
+#[test]
+fn unmount_of_a_busy_mount_is_refused_and_changes_nothing() {
+    let w = World::new("busy");
+    let (_m, _sock, _uri) = served(&w, "busy");
+    w.ok(&["mount", "busy"]);
+    let file = w.state().join("mnt").join("busy").join("busy");
+    let held = std::fs::File::open(&file).unwrap();
+    let (code, out, err) = w.code(&["unmount", "busy"]);
+    assert_eq!(code, 4, "{out}{err}");
+    assert!(err.contains("still in use"), "{err}");
+    let (code, _, err) = w.code(&["stop", "busy"]);
+    assert_eq!(code, 4, "stop must refuse while mounted: {err}");
+    // Still mounted and serving.
+    use std::os::unix::fs::FileExt;
+    let mut b = [0u8; 4096];
+    held.read_exact_at(&mut b, 0).unwrap();
+    drop(held);
+    w.ok(&["unmount", "busy"]);
+    assert!(!file.exists());
+    w.ok(&["stop", "busy"]);
+}

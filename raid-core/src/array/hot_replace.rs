@@ -59,23 +59,45 @@ impl Mirrored {
     }
 }
 
+impl Mirrored {
+    /// After the switch the pair is only the new device: a handle taken
+    /// before it (a bitmap or journal write, a flush) reaches the member.
+    fn after_switch(&self) -> Option<&MemberRef> {
+        self.switched.load(Ordering::Acquire).then_some(&self.new)
+    }
+}
+
 impl Member for Mirrored {
     fn identity(&self) -> &str {
-        self.old.identity()
+        match self.after_switch() {
+            Some(n) => n.identity(),
+            None => self.old.identity(),
+        }
     }
+    /// The new device's once switched, so an error through a handle taken
+    /// before the switch fails the slot's member (the new device).
     fn device_key(&self) -> crate::member::DeviceKey {
-        self.old.device_key()
+        match self.after_switch() {
+            Some(n) => n.device_key(),
+            None => self.old.device_key(),
+        }
     }
     fn size(&self) -> u64 {
         self.old.size()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.old.read_at(buf, offset)
+        match self.after_switch() {
+            Some(n) => n.read_at(buf, offset),
+            None => self.old.read_at(buf, offset),
+        }
     }
     // The new device is written first, so a write whose old half fails
     // still reached it (it may be the member by now); after the switch its
     // errors are the caller's.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if let Some(n) = self.after_switch() {
+            return n.write_at(buf, offset);
+        }
         // The superblocks stay the old device's until the switch: a crash
         // midway must not leave the replacement claiming the slot.
         if offset >= crate::metadata::BITMAP_OFFSET && !self.new_failed.load(Ordering::Acquire) {
@@ -86,12 +108,18 @@ impl Member for Mirrored {
         self.old.write_at(buf, offset)
     }
     fn flush(&self) -> io::Result<()> {
+        if let Some(n) = self.after_switch() {
+            return n.flush();
+        }
         if let Err(e) = self.new.flush() {
             self.new_result(e)?;
         }
         self.old.flush()
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        if let Some(n) = self.after_switch() {
+            return n.write_zeroes(offset, len);
+        }
         if let Err(e) = self.new.write_zeroes(offset, len) {
             self.new_result(e)?;
         }
@@ -273,39 +301,43 @@ impl Array {
         if let Err(e) = self.journal_admit(&pair.new) {
             pair.new_err(e);
         }
+        // No data write in flight from here to the switch (stripe locks
+        // before `meta`, the order writers take them in): a write the new
+        // device missed cannot slip in after the last check.
+        let _quiet = self.locks.lock_all();
         let mut meta = self.meta.lock();
-        if let Some(why) = self.hot_replace_broken(slot, &pair) {
-            drop(meta);
-            self.end_hot_replace(slot, &pair, &why);
-            return Err(ArrayError::Refused {
-                rule: Rule::Superseded,
-                detail: why,
-            });
-        }
         let s = &self.slots[slot];
         // The new device must be able to take its metadata before anything
         // changes: written now as it will be after the switch (its new uuid,
-        // the next event). If it cannot, the old device stays the member
-        // and the array keeps all its redundancy.
+        // the next event), with a flush that makes all it holds durable. If
+        // it cannot, the old device stays the member and the array keeps all
+        // its redundancy.
         let new_uuid = Uuid::random();
         let mut sb = self.superblock(&meta, slot as u32, new_uuid);
         sb.events += 1;
         sb.slots[slot].uuid = new_uuid;
         if let Err(e) = metadata::write_superblock(pair.new.as_ref(), &sb) {
-            drop(meta);
-            let why = format!(
-                "the replacement {} cannot take the array's metadata ({e}); {} stays the member",
-                pair.new.identity(),
-                pair.old.identity()
-            );
             pair.new_err(e);
+        }
+        if let Some(why) = self.hot_replace_broken(slot, &pair) {
+            // A copy of that metadata may have landed: wipe it, and move the
+            // array's own metadata past its event, so the device never
+            // outranks the members if it is offered at a start.
+            let zero = crate::buf::AlignedBuf::new(4096);
+            for off in metadata::SB_OFFSETS {
+                let _ = pair.new.write_at(&zero, off);
+            }
+            let _ = pair.new.flush();
+            meta.events += 1;
+            self.persist(&mut meta);
+            drop(meta);
             self.end_hot_replace(slot, &pair, &why);
             return Err(ArrayError::Refused {
                 rule: Rule::Superseded,
                 detail: why,
             });
         }
-        pair.switched.store(true, Ordering::Release);
+        pair.switched.store(true, Ordering::SeqCst);
         self.set_member(slot, pair.new.clone());
         *s.uuid.write() = new_uuid;
         s.incarnation.fetch_add(1, Ordering::AcqRel);

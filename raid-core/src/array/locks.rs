@@ -24,6 +24,14 @@ impl StripeLocks {
         }
     }
 
+    /// Every shard, ascending: no writer is between its first read and its
+    /// last write while this is held (a membership switch waits for them).
+    pub fn lock_all(&self) -> Held<'_> {
+        Held {
+            _guards: self.shards.iter().map(|m| m.lock()).collect(),
+        }
+    }
+
     /// Locks every key's shard, ascending, each once.
     pub fn lock<I: IntoIterator<Item = u64>>(&self, keys: I) -> Held<'_> {
         let mut idx: Vec<usize> = keys

@@ -534,7 +534,11 @@ impl Daemon {
                 )));
             }
         }
-        m.unmount().map_err(CliError::failed)?;
+        if let Err((m, why)) = m.unmount() {
+            // Still mounted: it stays recorded (stop keeps refusing).
+            *s.mount.lock() = Some(m);
+            return Err(CliError::refused(why));
+        }
         s.array.flush()?;
         Ok(format!("array '{name}' unmounted from {}", dir.display()))
     }

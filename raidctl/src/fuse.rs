@@ -472,10 +472,13 @@ impl Mounted {
     /// holds it, a process with the file open). Refused, the mount is
     /// handed back as it was. Done, every request the workers had is
     /// answered: the session and its workers are joined.
-    pub fn unmount(mut self) -> Result<(), (Mounted, String)> {
+    pub fn unmount(mut self) -> Result<(), Box<(Mounted, String)>> {
         if let Some(dev) = self.loop_dev.clone() {
             if let Some(mp) = mounted_at(&dev) {
-                return Err((self, format!("{dev} is mounted on {mp}: umount {mp} first")));
+                return Err(Box::new((
+                    self,
+                    format!("{dev} is mounted on {mp}: umount {mp} first"),
+                )));
             }
             let out = match std::process::Command::new("losetup")
                 .arg("-d")
@@ -483,11 +486,11 @@ impl Mounted {
                 .output()
             {
                 Ok(o) => o,
-                Err(e) => return Err((self, format!("losetup: {e}"))),
+                Err(e) => return Err(Box::new((self, format!("losetup: {e}")))),
             };
             if !out.status.success() {
                 let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
-                return Err((self, format!("losetup -d {dev}: {why}")));
+                return Err(Box::new((self, format!("losetup -d {dev}: {why}"))));
             }
             self.loop_dev = None;
         }
@@ -495,10 +498,10 @@ impl Mounted {
         // failure: a mount that is still busy keeps serving the array.
         if let Err(e) = umount(&self.dir) {
             let dir = self.dir.display().to_string();
-            return Err((
+            return Err(Box::new((
                 self,
                 format!("{dir} is still in use ({e}): stop what holds it (fuser -vm {dir}), then unmount again"),
-            ));
+            )));
         }
         if let Some(session) = self.session.take() {
             // The kernel has ended the connection: the session thread ends,

@@ -534,8 +534,9 @@ impl Daemon {
                 )));
             }
         }
-        if let Err((m, why)) = m.unmount() {
+        if let Err(refused) = m.unmount() {
             // Still mounted: it stays recorded (stop keeps refusing).
+            let (m, why) = *refused;
             *s.mount.lock() = Some(m);
             return Err(CliError::refused(why));
         }

@@ -37,6 +37,36 @@ fn run(cmd: &mut Command) -> String {
     text
 }
 
+/// fio random writes of `size` bytes, every one verified (crc32c) after;
+/// `extra` says where and how (engine, target, block size, depth). Fails
+/// the test unless fio reports no error and read back at least `size`.
+fn fio_verified_writes(name: &str, size: u64, extra: &[&str]) {
+    let size_arg = format!("--size={}", size);
+    let mut args = vec![
+        format!("--name={name}"),
+        "--rw=randwrite".into(),
+        size_arg,
+        "--verify=crc32c".into(),
+        "--do_verify=1".into(),
+        "--verify_fatal=1".into(),
+        "--verify_state_save=0".into(),
+        "--randrepeat=1".into(),
+        "--output-format=json".into(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let out = run(Command::new("fio").args(&args));
+    let json = &out[out.find('{').expect("fio JSON")..];
+    let v: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("fio JSON ({e}):\n{out}"));
+    let job = &v["jobs"][0];
+    assert_eq!(job["error"], 0, "{out}");
+    assert!(job["write"]["io_bytes"].as_u64().unwrap() >= size, "{out}");
+    assert!(
+        job["read"]["io_bytes"].as_u64().unwrap() >= size,
+        "verify read nothing: {out}"
+    );
+}
+
 /// A started RAID5 of four 128 MiB sparse members served on a Unix socket.
 fn served(w: &World, name: &str) -> (Vec<PathBuf>, PathBuf, String) {
     let m: Vec<PathBuf> = (0..4)
@@ -258,33 +288,15 @@ fn fio_nbd_engine_random_writes_verify() {
     need("fio");
     let w = World::new("fio");
     let (_m, _sock, uri) = served(&w, "fio");
-    let out = run(Command::new("fio").args([
-        "--name=verify",
-        "--ioengine=nbd",
-        &format!("--uri={uri}"),
-        "--rw=randwrite",
-        "--bs=4k",
-        "--size=48M",
-        "--iodepth=16",
-        "--verify=crc32c",
-        "--do_verify=1",
-        "--verify_fatal=1",
-        "--verify_state_save=0",
-        "--randrepeat=1",
-        "--output-format=json",
-    ]));
-    let json = &out[out.find('{').expect("fio JSON")..];
-    let v: serde_json::Value =
-        serde_json::from_str(json).unwrap_or_else(|e| panic!("fio JSON ({e}):\n{out}"));
-    let job = &v["jobs"][0];
-    assert_eq!(job["error"], 0, "{out}");
-    assert!(
-        job["write"]["io_bytes"].as_u64().unwrap() >= 48 * MIB,
-        "{out}"
-    );
-    assert!(
-        job["read"]["io_bytes"].as_u64().unwrap() >= 48 * MIB,
-        "verify read nothing: {out}"
+    fio_verified_writes(
+        "verify",
+        48 * MIB,
+        &[
+            "--ioengine=nbd",
+            &format!("--uri={uri}"),
+            "--bs=4k",
+            "--iodepth=16",
+        ],
     );
     w.ok(&["stop", "fio"]);
 }
@@ -352,61 +364,33 @@ fn concurrent_io_through_the_fuse_file_and_loop_device_verifies() {
     let (_m, _sock, _uri) = served(&w, "fcc");
     let out = w.ok(&["mount", "fcc", "--loop"]);
     let dev = out.lines().next().unwrap().trim().to_string();
-    let out = run(Command::new("fio").args([
-        "--name=verify",
-        &format!("--filename={dev}"),
-        "--ioengine=io_uring",
-        "--direct=1",
-        "--rw=randwrite",
-        "--bs=4k",
-        "--size=48M",
-        "--iodepth=32",
-        "--verify=crc32c",
-        "--do_verify=1",
-        "--verify_fatal=1",
-        "--verify_state_save=0",
-        "--randrepeat=1",
-        "--output-format=json",
-    ]));
-    let json = &out[out.find('{').expect("fio JSON")..];
-    let v: serde_json::Value =
-        serde_json::from_str(json).unwrap_or_else(|e| panic!("fio JSON ({e}):\n{out}"));
-    let job = &v["jobs"][0];
-    assert_eq!(job["error"], 0, "{out}");
-    assert!(
-        job["read"]["io_bytes"].as_u64().unwrap() >= 48 * MIB,
-        "{out}"
+    fio_verified_writes(
+        "verify",
+        48 * MIB,
+        &[
+            &format!("--filename={dev}"),
+            "--ioengine=io_uring",
+            "--direct=1",
+            "--bs=4k",
+            "--iodepth=32",
+        ],
     );
     // 512-byte writes straight into the FUSE file, 32 at once: eight share
     // each 4 KiB block, so the partial-block read-merge-write runs for
     // neighbours at the same time; fio verifies every one.
     let file = w.state().join("mnt").join("fcc").join("fcc");
     assert!(file.exists(), "no FUSE file at {}", file.display());
-    let out = run(Command::new("fio").args([
-        "--name=partial",
-        &format!("--filename={}", file.display()),
-        "--ioengine=io_uring",
-        "--direct=1",
-        "--rw=randwrite",
-        "--bs=512",
-        "--offset=64M",
-        "--size=4M",
-        "--iodepth=32",
-        "--verify=crc32c",
-        "--do_verify=1",
-        "--verify_fatal=1",
-        "--verify_state_save=0",
-        "--randrepeat=1",
-        "--output-format=json",
-    ]));
-    let json = &out[out.find('{').expect("fio JSON")..];
-    let v: serde_json::Value =
-        serde_json::from_str(json).unwrap_or_else(|e| panic!("fio JSON ({e}):\n{out}"));
-    let job = &v["jobs"][0];
-    assert_eq!(job["error"], 0, "{out}");
-    assert!(
-        job["read"]["io_bytes"].as_u64().unwrap() >= 4 * MIB,
-        "{out}"
+    fio_verified_writes(
+        "partial",
+        4 * MIB,
+        &[
+            &format!("--filename={}", file.display()),
+            "--ioengine=io_uring",
+            "--direct=1",
+            "--bs=512",
+            "--offset=64M",
+            "--iodepth=32",
+        ],
     );
     w.ok(&["unmount", "fcc"]);
     w.ok(&["stop", "fcc"]);

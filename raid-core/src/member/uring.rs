@@ -303,6 +303,23 @@ mod tests {
         b
     }
 
+    /// Writes `bufs` to blocks 0, 1, 2... of the member in one batch;
+    /// every write must succeed.
+    fn write_blocks(handles: &[MemberRef], bufs: &[AlignedBuf]) {
+        let mut ios: Vec<MemberIo> = bufs
+            .iter()
+            .enumerate()
+            .map(|(k, b)| MemberIo {
+                member: 0,
+                offset: (k * K4) as u64,
+                op: IoOp::Write(b),
+            })
+            .collect();
+        for r in submit(handles, &mut ios) {
+            r.unwrap();
+        }
+    }
+
     fn read(m: &dyn Member, at: u64) -> Vec<u8> {
         let mut b = AlignedBuf::new(K4);
         m.read_at(&mut b, at).unwrap();
@@ -325,18 +342,7 @@ mod tests {
         inject::fail_submits(&[libc::EIO]);
         {
             let bufs: Vec<AlignedBuf> = (0..4).map(|_| filled(0xAA)).collect();
-            let mut ios: Vec<MemberIo> = bufs
-                .iter()
-                .enumerate()
-                .map(|(k, b)| MemberIo {
-                    member: 0,
-                    offset: (k * K4) as u64,
-                    op: IoOp::Write(b),
-                })
-                .collect();
-            for r in submit(&handles, &mut ios) {
-                r.unwrap();
-            }
+            write_blocks(&handles, &bufs);
         }
         assert_eq!(inject::left(), 0, "the batch went through the ring");
         for k in 0..4 {
@@ -387,18 +393,7 @@ mod tests {
         let handles = vec![m.clone()];
         inject::fail_submits(&[libc::EAGAIN, libc::EBUSY, libc::EINTR]);
         let bufs: Vec<AlignedBuf> = (0..3).map(|k| filled(0x10 + k as u8)).collect();
-        let mut ios: Vec<MemberIo> = bufs
-            .iter()
-            .enumerate()
-            .map(|(k, b)| MemberIo {
-                member: 0,
-                offset: (k * K4) as u64,
-                op: IoOp::Write(b),
-            })
-            .collect();
-        for r in submit(&handles, &mut ios) {
-            r.unwrap();
-        }
+        write_blocks(&handles, &bufs);
         assert_eq!(inject::left(), 0);
         for k in 0..3 {
             assert!(read(&*m, (k * K4) as u64)

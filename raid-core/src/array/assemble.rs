@@ -239,6 +239,14 @@ pub(super) fn assemble(members: Vec<MemberRef>, force: bool) -> Result<Assembly>
         }
         array.persist(&mut meta);
     }
+    // Both metadata copies of every member written anew, first: a crash
+    // can leave one copy torn (assembly read the other), and a crash during
+    // the next update, which writes the good copy first, would then leave
+    // the member with none. (Found by the deterministic simulation.)
+    {
+        let mut meta = array.meta.lock();
+        array.persist(&mut meta);
+    }
     // Complete any degraded write a crash tore, before anything else.
     let replayed = array.journal_recover()?;
     if replayed > 0 {

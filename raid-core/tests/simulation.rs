@@ -250,9 +250,8 @@ struct World {
     disks: Vec<Arc<SimDisk>>,
     array: Option<Array>,
     model: Model,
-    /// Faults injected that the array has not yet noticed or that still
-    /// count against redundancy (vanished or bad disks in slots).
-    cuts: u32,
+    /// Events of the running array already traced.
+    traced_events: usize,
 }
 
 macro_rules! trace {
@@ -588,7 +587,6 @@ impl World {
         }
         self.power.budget.store(i64::MAX, Ordering::SeqCst);
         self.power.off.store(false, Ordering::SeqCst);
-        self.cuts += 1;
         if self.trace {
             for d in &self.disks {
                 let st = d.st.lock().unwrap();
@@ -733,7 +731,7 @@ fn life(seed: u64, trace: bool) {
         disks,
         array: Some(array),
         model: Model::new(blocks),
-        cuts: 0,
+        traced_events: 0,
     };
     for d in &w.disks {
         d.st.lock().unwrap().unflushed.clear();
@@ -766,8 +764,9 @@ fn life(seed: u64, trace: bool) {
         }
         if w.trace {
             if let Some(a) = w.array.as_ref() {
-                for (_, ev) in a.event_log() {
+                for (_, ev) in a.event_log_from(w.traced_events) {
                     eprintln!("[seed {}]   event: {ev:?}", w.seed);
+                    w.traced_events += 1;
                 }
             }
         }

@@ -173,8 +173,12 @@ pub fn submit(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<io::Result
     // Members that start I/Os without blocking (simulated drives): all of
     // them started first, waited for together.
     let mut started: Vec<(usize, Arc<Completion>)> = Vec::new();
+    let mut on_ring = ring_ios.iter().peekable();
     for (i, io) in ios.iter_mut().enumerate() {
         // Members on the ring have an fd and never start I/Os this way.
+        if on_ring.next_if_eq(&&i).is_some() {
+            continue;
+        }
         match members[io.member].begin(io) {
             Some(Ok(c)) => started.push((i, c)),
             Some(Err(e)) => results[i] = Some(Err(e)),

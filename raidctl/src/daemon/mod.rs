@@ -3,6 +3,7 @@
 //! stops every array cleanly on SIGTERM or SIGINT.
 
 mod members;
+mod mounts;
 mod work;
 
 use crate::error::{code, CliError, Result};
@@ -495,53 +496,6 @@ impl Daemon {
             }
             Err(e) => Err(e.into()),
         }
-    }
-
-    fn mount(&self, name: &str, dir: Option<PathBuf>, with_loop: bool) -> Result<String> {
-        let s = self.served(name)?;
-        let mut slot = s.mount.lock();
-        if let Some(m) = slot.as_ref() {
-            return Err(CliError::refused(format!(
-                "array '{name}' is already mounted at {} (raidctl unmount {name})",
-                m.dir.display()
-            )));
-        }
-        let dir = dir.unwrap_or_else(|| self.state.root.join("mnt").join(name));
-        let m = crate::fuse::Mounted::mount(s.array.clone(), &dir, with_loop)
-            .map_err(CliError::failed)?;
-        let mut msg = format!("array '{name}' is the file {}", m.file.display());
-        if let Some(d) = &m.loop_dev {
-            msg = format!("{d}\n{msg}, attached to {d}");
-        }
-        *slot = Some(m);
-        Ok(msg)
-    }
-
-    fn unmount(&self, name: &str) -> Result<String> {
-        let s = self.served(name)?;
-        let m = s
-            .mount
-            .lock()
-            .take()
-            .ok_or_else(|| CliError::refused(format!("array '{name}' is not mounted")))?;
-        let dir = m.dir.clone();
-        let loop_dev = m.loop_dev.clone();
-        if let Some(dev) = &loop_dev {
-            if let Some(mp) = crate::fuse::mounted_at(dev) {
-                *s.mount.lock() = Some(m);
-                return Err(CliError::refused(format!(
-                    "{dev} is mounted on {mp}: umount {mp} first"
-                )));
-            }
-        }
-        if let Err(refused) = m.unmount() {
-            // Still mounted: it stays recorded (stop keeps refusing).
-            let (m, why) = *refused;
-            *s.mount.lock() = Some(m);
-            return Err(CliError::refused(why));
-        }
-        s.array.flush()?;
-        Ok(format!("array '{name}' unmounted from {}", dir.display()))
     }
 
     fn status(&self, name: Option<&str>) -> Result<Response> {

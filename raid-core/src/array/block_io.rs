@@ -1,0 +1,198 @@
+//! The array as a block device: read, write, flush, write-zeroes and
+//! discard, checked and sent to the level's path (`parity_io.rs`,
+//! `mirror_io.rs`, or straight to one member when a request lies inside one
+//! readable chunk).
+
+use super::*;
+
+impl Array {
+    fn check_range(&self, offset: u64, len: u64) -> Result<()> {
+        if !offset.is_multiple_of(BLOCK) || !len.is_multiple_of(BLOCK) {
+            return Err(ArrayError::Unaligned { offset, len });
+        }
+        if offset.checked_add(len).is_none_or(|e| e > self.capacity()) {
+            return Err(ArrayError::OutOfRange {
+                offset,
+                len,
+                capacity: self.capacity(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Where a request that lies inside one chunk can be read directly: the
+    /// slot and member byte offset of a readable copy. None sends it down
+    /// the general path.
+    fn direct_target(&self, offset: u64, len: u64) -> Option<(usize, u64)> {
+        let chunk = self.geo.chunk;
+        let c = offset / chunk;
+        if (offset + len - 1) / chunk != c {
+            return None;
+        }
+        let within = offset % chunk;
+        match self.geo.level {
+            Level::Raid5 | Level::Raid6 => {
+                let nd = self.geo.data_chunks() as u64;
+                let s = c / nd;
+                let m = self.geo.stripe_member(s, (c % nd) as usize);
+                self.readable(m, s)
+                    .then_some((m, DATA_OFFSET + s * chunk + within))
+            }
+            _ => {
+                let n = self.geo.copies();
+                (0..n)
+                    .map(|j| self.geo.copy_place(c, (c as usize + j) % n))
+                    .find_map(|p| {
+                        self.readable(p.member, p.offset / chunk)
+                            .then_some((p.member, DATA_OFFSET + p.offset + within))
+                    })
+            }
+        }
+    }
+
+    /// Reads `buf.len()` bytes at `offset`.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_range(offset, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if self.needs_bounce(buf) {
+            let mut b = crate::buf::AlignedBuf::new(buf.len());
+            self.read_aligned(offset, &mut b)?;
+            buf.copy_from_slice(&b);
+            return Ok(());
+        }
+        self.read_aligned(offset, buf)
+    }
+
+    /// Whether `buf` must be copied through aligned memory before members
+    /// see it: the one place for the O_DIRECT rule, so the level paths below
+    /// always get memory every member can take.
+    fn needs_bounce(&self, buf: &[u8]) -> bool {
+        !crate::buf::is_aligned(buf) && self.member_handles().iter().any(|m| m.is_direct())
+    }
+
+    /// `read`, with a buffer every member can take.
+    fn read_aligned(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        // Fast path: inside one chunk, straight to a readable member. The
+        // handles first, readability after (see `read_places`).
+        let handles = self.member_handles();
+        if let Some((slot, at)) = self.direct_target(offset, buf.len() as u64) {
+            match handles[slot].read_at(buf, at) {
+                Ok(()) => return Ok(()),
+                // Fail it and let the general path serve the read.
+                Err(e) => self.fail_slot_if(slot, &handles[slot], &format!("read error: {e}")),
+            }
+        }
+        drop(handles);
+        match self.geo.level {
+            Level::Raid5 | Level::Raid6 => self.parity_read(offset, buf),
+            _ => self.mirror_read(offset, buf),
+        }
+    }
+
+    /// Writes `data` at `offset`.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.check_range(offset, data.len() as u64)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        if !self.within_redundancy() {
+            return Err(self.failed_error());
+        }
+        if let Some(e) = self.no_space_error() {
+            return Err(e);
+        }
+        self.mark_dirty();
+        let _intent = self.intend_write(offset, data.len() as u64)?;
+        if self.needs_bounce(data) {
+            let mut b = crate::buf::AlignedBuf::new(data.len());
+            b.copy_from_slice(data);
+            return self.write_aligned(offset, &b);
+        }
+        self.write_aligned(offset, data)
+    }
+
+    /// `write`, with a buffer every member can take.
+    fn write_aligned(&self, offset: u64, data: &[u8]) -> Result<()> {
+        if self.geo.level == Level::Raid0 {
+            // Fast path: one chunk, one copy, no lock needed.
+            if let Some((slot, at)) = self.direct_target(offset, data.len() as u64) {
+                let handles = self.member_handles();
+                return handles[slot].write_at(data, at).map_err(|e| {
+                    if self.member_write_failed(slot, &handles[slot], &e) {
+                        self.no_space_error().expect("just recorded")
+                    } else {
+                        self.failed_error()
+                    }
+                });
+            }
+        }
+        match self.geo.level {
+            Level::Raid5 | Level::Raid6 => self.parity_write(offset, data),
+            _ => self.mirror_write(offset, data),
+        }
+    }
+
+    /// Makes every write completed before this call durable.
+    pub fn flush(&self) -> Result<()> {
+        let generation = self.bitmap_generation();
+        let members = self.member_handles();
+        let failures: Vec<(usize, io::Error)> = std::thread::scope(|sc| {
+            let handles: Vec<_> = members
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| self.slots[*i].state() != SlotState::Failed)
+                .map(|(i, m)| (i, sc.spawn(move || m.flush())))
+                .collect();
+            handles
+                .into_iter()
+                .filter_map(|(i, h)| h.join().expect("flush thread").err().map(|e| (i, e)))
+                .collect()
+        });
+        for (i, e) in failures {
+            self.fail_slot_if(i, &members[i], &format!("flush failed: {e}"));
+        }
+        if !self.within_redundancy() {
+            return Err(self.failed_error());
+        }
+        // A member failure a write acted on (skipping the member) must be
+        // on disk before that write is called durable.
+        self.membership_settled();
+        // Every write finished before this flush began is durable now.
+        self.clear_settled(generation);
+        // After a write failed on a full filesystem, its journal record may
+        // be all that can complete it: kept until the next start replays it.
+        if !self.full.load(Ordering::Acquire) {
+            self.journal_settle()?;
+        }
+        Ok(())
+    }
+
+    /// Makes the range read back as zeros, discarding it on the members
+    /// where whole chunks (or whole stripes) are covered.
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
+        self.check_range(offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if !self.within_redundancy() {
+            return Err(self.failed_error());
+        }
+        if let Some(e) = self.no_space_error() {
+            return Err(e);
+        }
+        self.mark_dirty();
+        let _intent = self.intend_write(offset, len)?;
+        match self.geo.level {
+            Level::Raid5 | Level::Raid6 => self.parity_zero(offset, len),
+            _ => self.mirror_zero(offset, len),
+        }
+    }
+
+    /// Discard: the same as write_zeroes here (a discarded range reads as
+    /// zeros, which keeps parity and mirrors consistent).
+    pub fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        self.write_zeroes(offset, len)
+    }
+}

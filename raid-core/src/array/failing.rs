@@ -1,0 +1,160 @@
+//! Members failing: by an I/O error or by the operator's `fail`, and what
+//! makes a failure safe to record. Part of membership (`membership.rs`):
+//! the same `meta` lock, the same check, apply, persist.
+//!
+//! A failure is written to the metadata only once the writes made while the
+//! array was whole are durable on the survivors (see `persist_failure`):
+//! from then on a start finds the array degraded, and a degraded start
+//! cannot repair a stripe a crash tore.
+
+use super::membership::{refuse, Guard};
+use super::*;
+
+impl Array {
+    /// Applies a failure (no check: a member that errs is failed whatever
+    /// the state). The caller persists.
+    pub(super) fn fail_locked(&self, meta: &mut Meta, slot: usize, reason: &str) {
+        let s = &self.slots[slot];
+        if s.state() == SlotState::Failed {
+            return;
+        }
+        let was_ok = self.within_redundancy();
+        s.set_state(SlotState::Failed);
+        s.incarnation.fetch_add(1, Ordering::AcqRel);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        let member = s
+            .member
+            .read()
+            .as_ref()
+            .map(|m| m.identity().to_string())
+            .unwrap_or_default();
+        tracing::error!(array = %self.name, slot, member = %member, reason, "member failed");
+        self.record(
+            meta,
+            ArrayEvent::MemberFailed {
+                slot,
+                member,
+                reason: reason.into(),
+            },
+        );
+        if !self.within_redundancy() {
+            if was_ok {
+                self.record(meta, ArrayEvent::ArrayFailed);
+            }
+        } else {
+            self.record(meta, ArrayEvent::ArrayDegraded);
+        }
+    }
+
+    /// Marks a slot failed, for ever (until rebuilt): recorded in the
+    /// metadata of every other member, durably, before this returns. For
+    /// members that err: never refused.
+    pub fn fail_slot(&self, slot: usize, reason: &str) {
+        let mut meta = self.meta.lock();
+        if self.slots[slot].state() == SlotState::Failed {
+            return;
+        }
+        self.fail_locked(&mut meta, slot, reason);
+        self.persist_failure(&mut meta);
+    }
+
+    /// Persists a failure, after the parity writes in flight without a
+    /// journal record have finished and every surviving member is flushed.
+    ///
+    /// Writes acknowledged while the array was whole went to every member
+    /// without a journal record; until they are flushed a crash can tear
+    /// their stripes, which the bitmap's resync repairs only while every
+    /// member is there. Once a failure is durable the next start is
+    /// degraded and cannot repair them (the write hole), so those writes
+    /// must be durable first: flush, then write the failure.
+    fn persist_failure(&self, meta: &mut Guard<'_>) {
+        self.quiesce_survivors(meta);
+        self.persist(meta);
+    }
+
+    /// Waits for the parity writes in flight that were planned while the
+    /// failed members looked readable (they carry no journal record; later
+    /// ones see the failure), then flushes every member not failed. A flush
+    /// that fails is a failure too, so it goes round again until a round
+    /// fails nobody.
+    pub(super) fn quiesce_survivors(&self, meta: &mut Meta) {
+        loop {
+            self.unjournaled.drain();
+            let mut failed = false;
+            for (i, s) in self.slots.iter().enumerate() {
+                if s.state() == SlotState::Failed {
+                    continue;
+                }
+                if let Some(m) = s.member.read().clone() {
+                    if let Err(e) = m.flush() {
+                        self.fail_locked(meta, i, &format!("flush failed: {e}"));
+                        failed = true;
+                    }
+                }
+            }
+            if !failed {
+                return;
+            }
+        }
+    }
+
+    /// Fails `slot` for an error of the device `m`, only if the slot still
+    /// holds that device: an error from a device that was replaced since
+    /// (a stale handle) must not fail its successor. A hot replace's pair
+    /// counts as its old device (see `hot_replace`).
+    pub(super) fn fail_slot_if(&self, slot: usize, m: &MemberRef, reason: &str) {
+        let mut meta = self.meta.lock();
+        let s = &self.slots[slot];
+        // By device, not by handle: the same device behind a handle taken
+        // before a hot replace's pair was dropped is still this member; a
+        // device that was replaced since is not.
+        let holds = s
+            .member
+            .read()
+            .as_ref()
+            .is_some_and(|cur| cur.device_key() == m.device_key());
+        if !holds || s.state() == SlotState::Failed {
+            return;
+        }
+        self.fail_locked(&mut meta, slot, reason);
+        self.persist_failure(&mut meta);
+    }
+
+    /// The operator's `fail`: refused when the member is already failed, or
+    /// when it would leave the array without its data, unless `force`.
+    pub fn fail_member(&self, slot: usize, force: bool) -> Result<usize> {
+        let mut meta = self.meta.lock();
+        let s = self
+            .slots
+            .get(slot)
+            .ok_or_else(|| ArrayError::Invalid(format!("no slot {slot}")))?;
+        let who = self.slot_name(slot);
+        if s.state() == SlotState::Failed {
+            return Err(refuse(
+                Rule::AlreadyFailed,
+                format!("{who} is already failed"),
+            ));
+        }
+        let would_fail = self.within_redundancy() && !self.within_redundancy_without(Some(slot));
+        if would_fail && !force {
+            return Err(refuse(
+                Rule::WouldLoseData,
+                format!(
+                    "failing {who} would leave '{}' without its data: {} tolerates {} lost member(s) and {} already down. If the drive is really gone, add --force (the array then stops serving I/O)",
+                    self.name,
+                    self.geo.level,
+                    self.geo.level.tolerated_failures(self.geo.members),
+                    self.slots.iter().filter(|s| s.state() != SlotState::Active).count()
+                ),
+            ));
+        }
+        let why = if would_fail {
+            "failed by operator (forced past redundancy)"
+        } else {
+            "failed by operator"
+        };
+        self.fail_locked(&mut meta, slot, why);
+        self.persist_failure(&mut meta);
+        Ok(slot)
+    }
+}

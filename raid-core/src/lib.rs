@@ -12,3 +12,4 @@ pub mod layout;
 pub mod member;
 pub mod metadata;
 pub mod parity;
+pub mod stats;

@@ -208,6 +208,8 @@ pub(super) fn assemble(members: Vec<MemberRef>, force: bool) -> Result<Assembly>
         out_of_space: Mutex::new(None),
         full: AtomicBool::new(false),
         jobs: Default::default(),
+        client_io: Default::default(),
+        activity: Default::default(),
     };
     let mut forced = Vec::new();
     if !array.within_redundancy() && force {

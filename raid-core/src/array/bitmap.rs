@@ -259,6 +259,7 @@ impl Array {
     /// Writes the bitmap block to every member not failed, and flushes it
     /// there. A member that cannot take it is failed.
     fn write_bitmap(&self, bits: &[u8]) {
+        self.activity.bitmap_writes.add(1);
         let mut block = AlignedBuf::new(BITMAP_BYTES);
         block.copy_from_slice(&bits[..BITMAP_BYTES]);
         let handles = self.member_handles();

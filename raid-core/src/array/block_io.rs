@@ -4,6 +4,7 @@
 //! readable chunk).
 
 use super::*;
+use crate::stats::Started;
 
 impl Array {
     fn check_range(&self, offset: u64, len: u64) -> Result<()> {
@@ -52,17 +53,27 @@ impl Array {
 
     /// Reads `buf.len()` bytes at `offset`.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let t = Started::now();
+        let r = self.read_checked(offset, buf, t);
+        self.client_io
+            .read
+            .record(buf.len() as u64, t.took(), r.is_ok());
+        r
+    }
+
+    /// `read`; `t` is when the request began (see `read_aligned`).
+    fn read_checked(&self, offset: u64, buf: &mut [u8], t: Started) -> Result<()> {
         self.check_range(offset, buf.len() as u64)?;
         if buf.is_empty() {
             return Ok(());
         }
         if self.needs_bounce(buf) {
             let mut b = crate::buf::AlignedBuf::new(buf.len());
-            self.read_aligned(offset, &mut b)?;
+            self.read_aligned(offset, &mut b, t)?;
             buf.copy_from_slice(&b);
             return Ok(());
         }
-        self.read_aligned(offset, buf)
+        self.read_aligned(offset, buf, t)
     }
 
     /// Whether `buf` must be copied through aligned memory before members
@@ -72,13 +83,18 @@ impl Array {
         !crate::buf::is_aligned(buf) && self.member_handles().iter().any(|m| m.is_direct())
     }
 
-    /// `read`, with a buffer every member can take.
-    fn read_aligned(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+    /// `read`, with a buffer every member can take. A read served by one
+    /// member is counted for it from `t`, the request's start: one clock
+    /// read fewer on the path where it shows most.
+    fn read_aligned(&self, offset: u64, buf: &mut [u8], t: Started) -> Result<()> {
         // Fast path: inside one chunk, straight to a readable member. The
         // handles first, readability after (see `read_places`).
         let handles = self.member_handles();
         if let Some((slot, at)) = self.direct_target(offset, buf.len() as u64) {
-            match handles[slot].read_at(buf, at) {
+            let r = handles[slot].read_at(buf, at);
+            let len = buf.len();
+            crate::member::count_took(handles[slot].as_ref(), true, len, t.took(), r.is_ok());
+            match r {
                 Ok(()) => return Ok(()),
                 // Fail it and let the general path serve the read.
                 Err(e) => self.fail_slot_if(slot, &handles[slot], &format!("read error: {e}")),
@@ -93,6 +109,15 @@ impl Array {
 
     /// Writes `data` at `offset`.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let t = Started::now();
+        let r = self.write_checked(offset, data);
+        self.client_io
+            .write
+            .record(data.len() as u64, t.took(), r.is_ok());
+        r
+    }
+
+    fn write_checked(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.check_range(offset, data.len() as u64)?;
         if data.is_empty() {
             return Ok(());
@@ -119,13 +144,15 @@ impl Array {
             // Fast path: one chunk, one copy, no lock needed.
             if let Some((slot, at)) = self.direct_target(offset, data.len() as u64) {
                 let handles = self.member_handles();
-                return handles[slot].write_at(data, at).map_err(|e| {
-                    if self.member_write_failed(slot, &handles[slot], &e) {
-                        self.no_space_error().expect("just recorded")
-                    } else {
-                        self.failed_error()
-                    }
-                });
+                return crate::member::write_counted(handles[slot].as_ref(), data, at).map_err(
+                    |e| {
+                        if self.member_write_failed(slot, &handles[slot], &e) {
+                            self.no_space_error().expect("just recorded")
+                        } else {
+                            self.failed_error()
+                        }
+                    },
+                );
             }
         }
         match self.geo.level {
@@ -136,6 +163,13 @@ impl Array {
 
     /// Makes every write completed before this call durable.
     pub fn flush(&self) -> Result<()> {
+        let t = Started::now();
+        let r = self.flush_checked();
+        self.client_io.flush.record(0, t.took(), r.is_ok());
+        r
+    }
+
+    fn flush_checked(&self) -> Result<()> {
         let generation = self.bitmap_generation();
         let members = self.member_handles();
         let failures: Vec<(usize, io::Error)> = std::thread::scope(|sc| {
@@ -143,7 +177,12 @@ impl Array {
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| self.slots[*i].state() != SlotState::Failed)
-                .map(|(i, m)| (i, sc.spawn(move || m.flush())))
+                .map(|(i, m)| {
+                    (
+                        i,
+                        sc.spawn(move || crate::member::flush_counted(m.as_ref())),
+                    )
+                })
                 .collect();
             handles
                 .into_iter()
@@ -170,8 +209,16 @@ impl Array {
     }
 
     /// Makes the range read back as zeros, discarding it on the members
-    /// where whole chunks (or whole stripes) are covered.
+    /// where whole chunks (or whole stripes) are covered. Counted as a
+    /// write of `len` bytes.
     pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
+        let t = Started::now();
+        let r = self.zero_checked(offset, len);
+        self.client_io.write.record(len, t.took(), r.is_ok());
+        r
+    }
+
+    fn zero_checked(&self, offset: u64, len: u64) -> Result<()> {
         self.check_range(offset, len)?;
         if len == 0 {
             return Ok(());

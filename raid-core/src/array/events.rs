@@ -116,6 +116,13 @@ pub enum ArrayEvent {
         engine: String,
         detail: String,
     },
+    /// A member's drive reports trouble (SMART / NVMe health) while it
+    /// still works: the warning to act before it fails.
+    MemberHealthWarning {
+        slot: usize,
+        member: String,
+        reason: String,
+    },
     /// `raidctl alert test`.
     Test,
 }
@@ -131,7 +138,8 @@ impl ArrayEvent {
             ArrayEvent::MemberMissing { .. }
             | ArrayEvent::SpareActivated { .. }
             | ArrayEvent::ParityEngineFallback { .. }
-            | ArrayEvent::HotReplaceFailed { .. } => Severity::Warning,
+            | ArrayEvent::HotReplaceFailed { .. }
+            | ArrayEvent::MemberHealthWarning { .. } => Severity::Warning,
             ArrayEvent::ScrubFinished {
                 mismatches, error, ..
             } => {
@@ -170,6 +178,7 @@ impl ArrayEvent {
             ArrayEvent::ScrubFinished { .. } => "scrub_finished",
             ArrayEvent::ParityEngineFallback { .. } => "parity_engine_fallback",
             ArrayEvent::ParityEngineChosen { .. } => "parity_engine_chosen",
+            ArrayEvent::MemberHealthWarning { .. } => "member_health_warning",
             ArrayEvent::Test => "test",
         }
     }
@@ -187,7 +196,8 @@ impl ArrayEvent {
             | ArrayEvent::HotReplaceFinished { slot, .. }
             | ArrayEvent::HotReplaceFailed { slot, .. }
             | ArrayEvent::RebuildFailed { slot, .. }
-            | ArrayEvent::SpareActivated { slot, .. } => Some(*slot),
+            | ArrayEvent::SpareActivated { slot, .. }
+            | ArrayEvent::MemberHealthWarning { slot, .. } => Some(*slot),
             _ => None,
         }
     }
@@ -266,6 +276,15 @@ impl ArrayEvent {
             ArrayEvent::ParityEngineChosen { engine, detail } => {
                 format!("parity engine {engine} ({detail})")
             }
+            ArrayEvent::MemberHealthWarning {
+                slot,
+                member,
+                reason,
+            } => format!(
+                "member {member} (slot {slot}) reports a health problem: {reason}; \
+                 it still works: replace it before it fails (raidctl replace, or \
+                 add a spare)"
+            ),
             ArrayEvent::Test => "test message".into(),
         }
     }

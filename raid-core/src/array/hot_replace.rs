@@ -68,6 +68,14 @@ impl Mirrored {
 }
 
 impl Member for Mirrored {
+    /// The slot's device: the old one until the switch (the copy's writes
+    /// to the new one are the replace's, not the slot's).
+    fn io_stats(&self) -> Option<&crate::stats::IoStats> {
+        match self.after_switch() {
+            Some(n) => n.io_stats(),
+            None => self.old.io_stats(),
+        }
+    }
     fn identity(&self) -> &str {
         match self.after_switch() {
             Some(n) => n.identity(),

@@ -190,7 +190,10 @@ impl Array {
                 .map(|&(i, d)| (i, map.members[i], d.to_vec()))
                 .collect(),
         };
-        self.write_journal_block(&encode_record(&rec, &self.uuid), st.head)?;
+        let block = encode_record(&rec, &self.uuid);
+        self.write_journal_block(&block, st.head)?;
+        self.activity.journal_records.add(1);
+        self.activity.journal_bytes.add(block.len() as u64);
         st.head += size;
         st.next_seq += 1;
         j.any_unsettled.store(true, Ordering::Release);

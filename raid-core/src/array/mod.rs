@@ -225,6 +225,10 @@ pub struct Array {
     full: AtomicBool,
     /// The background work (rebuild, hot replace, scrub) the array owns.
     jobs: jobs::Jobs,
+    /// What clients asked of the array (see `io_stats`).
+    client_io: crate::stats::IoStats,
+    /// Journal records and bitmap writes made.
+    activity: crate::stats::Activity,
 }
 
 fn now_secs() -> u64 {
@@ -329,6 +333,8 @@ impl Array {
             out_of_space: Mutex::new(None),
             full: AtomicBool::new(false),
             jobs: Default::default(),
+            client_io: Default::default(),
+            activity: Default::default(),
         };
         array.write_metadata_strict()?;
         // Records an earlier array left on these members must never chain
@@ -405,6 +411,32 @@ impl Array {
                 },
             })
             .collect()
+    }
+
+    /// The array's I/O counters now: its clients', each member's in a
+    /// slot, and its journal and bitmap work (see `crate::stats`).
+    pub fn io_stats(&self) -> crate::stats::ArrayIoSnapshot {
+        let members = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let m = s.member.read().clone()?;
+                let io = m.io_stats().map(|st| st.snapshot()).unwrap_or_default();
+                Some(crate::stats::MemberIoSnapshot {
+                    slot: i,
+                    member: m.identity().to_string(),
+                    io,
+                })
+            })
+            .collect();
+        crate::stats::ArrayIoSnapshot {
+            client: self.client_io.snapshot(),
+            members,
+            journal_records: self.activity.journal_records.get(),
+            journal_bytes: self.activity.journal_bytes.get(),
+            bitmap_writes: self.activity.bitmap_writes.get(),
+        }
     }
 
     pub fn spares(&self) -> Vec<String> {

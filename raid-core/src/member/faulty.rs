@@ -119,6 +119,11 @@ impl FaultyMember {
 }
 
 impl Member for FaultyMember {
+    /// The device underneath keeps the counts; injected errors are counted
+    /// there too, since they come back through the same calls.
+    fn io_stats(&self) -> Option<&crate::stats::IoStats> {
+        self.inner.io_stats()
+    }
     fn identity(&self) -> &str {
         self.inner.identity()
     }

@@ -28,6 +28,8 @@ pub struct FileMember {
     /// (FALLOC_FL_ZERO_RANGE) instead of punching holes, so it stays safe
     /// from a filling filesystem.
     allocated: std::sync::atomic::AtomicBool,
+    /// Counted by the array's I/O paths (see `Member::io_stats`).
+    stats: crate::stats::IoStats,
 }
 
 /// Whether every byte of a regular file has a block behind it.
@@ -101,6 +103,7 @@ impl FileMember {
         };
         tracing::debug!(path = %path.display(), direct, size, "member opened");
         Ok(FileMember {
+            stats: Default::default(),
             path: path.to_owned(),
             name: path.display().to_string(),
             file,
@@ -125,6 +128,7 @@ impl FileMember {
             meta.len()
         };
         Ok(FileMember {
+            stats: Default::default(),
             path: path.to_owned(),
             name: path.display().to_string(),
             key: DeviceKey::of_metadata(&file.metadata()?, block_device),
@@ -210,6 +214,9 @@ fn block_device_size(f: &File) -> io::Result<u64> {
 }
 
 impl Member for FileMember {
+    fn io_stats(&self) -> Option<&crate::stats::IoStats> {
+        Some(&self.stats)
+    }
     fn identity(&self) -> &str {
         &self.name
     }

@@ -18,6 +18,8 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
+use crate::stats::{IoStats, Started};
+
 /// What makes two member handles the same device, whatever path named
 /// them: a hard link, a bind mount or a second path to one block device is
 /// the same member. Paths are only how the operator names a member.
@@ -108,6 +110,57 @@ pub trait Member: Send + Sync {
         let _ = io;
         None
     }
+    /// This device's I/O counters, kept by `submit` and the array's fast
+    /// paths (the member only holds them, so each device counts its own
+    /// and a replacement starts from zero). `None`: not counted.
+    fn io_stats(&self) -> Option<&IoStats> {
+        None
+    }
+}
+
+/// `read_at`, counted in the member's `io_stats`.
+pub fn read_counted(m: &dyn Member, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let t = Started::now();
+    let r = m.read_at(buf, offset);
+    count(m, true, buf.len(), t, r.is_ok());
+    r
+}
+
+/// `write_at`, counted in the member's `io_stats`.
+pub fn write_counted(m: &dyn Member, buf: &[u8], offset: u64) -> io::Result<()> {
+    let t = Started::now();
+    let r = m.write_at(buf, offset);
+    count(m, false, buf.len(), t, r.is_ok());
+    r
+}
+
+/// `flush`, counted in the member's `io_stats`.
+pub fn flush_counted(m: &dyn Member) -> io::Result<()> {
+    let t = Started::now();
+    let r = m.flush();
+    if let Some(s) = m.io_stats() {
+        s.flush.record(0, t.took(), r.is_ok());
+    }
+    r
+}
+
+fn count(m: &dyn Member, read: bool, len: usize, began: Started, ok: bool) {
+    count_took(m, read, len, began.took(), ok)
+}
+
+/// Counts one read or write that took `took`, measured by the caller (the
+/// array's fast paths, which time the request once for both counts).
+pub fn count_took(
+    m: &dyn Member,
+    read: bool,
+    len: usize,
+    took: Option<std::time::Duration>,
+    ok: bool,
+) {
+    if let Some(s) = m.io_stats() {
+        let op = if read { &s.read } else { &s.write };
+        op.record(len as u64, took, ok);
+    }
 }
 
 /// A shared member handle.
@@ -141,9 +194,13 @@ impl MemberIo<'_> {
     /// Runs this one I/O through the member's synchronous path.
     fn run_sync(&mut self, m: &dyn Member) -> io::Result<()> {
         match &mut self.op {
-            IoOp::Read(b) => m.read_at(b, self.offset),
-            IoOp::Write(b) => m.write_at(b, self.offset),
+            IoOp::Read(b) => read_counted(m, b, self.offset),
+            IoOp::Write(b) => write_counted(m, b, self.offset),
         }
+    }
+
+    fn is_read(&self) -> bool {
+        matches!(self.op, IoOp::Read(_))
     }
 }
 
@@ -185,14 +242,34 @@ pub fn submit(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<io::Result
             None => {}
         }
     }
+    // The started and ring I/Os are counted from the batch's start to when
+    // their completion was collected (the ring's together, at the end of
+    // its batch); the synchronous ones each on their own, in `run_sync`.
+    let began = Started::now();
     for (i, c) in started {
         c.wait();
+        let io = &ios[i];
+        count(
+            members[io.member].as_ref(),
+            io.is_read(),
+            io.len(),
+            began,
+            true,
+        );
         results[i] = Some(Ok(()));
     }
     if ring_ios.len() > 1 {
         // None: no ring could be had; the I/Os go the synchronous way below.
         if let Some(done) = uring::run_batch(members, ios, &ring_ios) {
             for (k, r) in ring_ios.iter().zip(done) {
+                let io = &ios[*k];
+                count(
+                    members[io.member].as_ref(),
+                    io.is_read(),
+                    io.len(),
+                    began,
+                    r.is_ok(),
+                );
                 results[*k] = Some(r);
             }
         }

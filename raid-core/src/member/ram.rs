@@ -13,6 +13,8 @@ pub struct RamMember {
     key: u64,
     size: u64,
     segs: Vec<Mutex<Box<[u8]>>>,
+    /// Counted by the array's I/O paths (see `Member::io_stats`).
+    stats: crate::stats::IoStats,
 }
 
 impl RamMember {
@@ -26,6 +28,7 @@ impl RamMember {
             .collect();
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         RamMember {
+            stats: Default::default(),
             name: name.into(),
             key: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             size,
@@ -66,6 +69,9 @@ impl RamMember {
 }
 
 impl Member for RamMember {
+    fn io_stats(&self) -> Option<&crate::stats::IoStats> {
+        Some(&self.stats)
+    }
     fn identity(&self) -> &str {
         &self.name
     }

@@ -178,12 +178,15 @@ pub struct SimNvme {
     model: NvmeModel,
     /// When each of the drive's `queue` service slots is next free.
     slots: Mutex<BinaryHeap<Reverse<Instant>>>,
+    /// Counted by the array's I/O paths (see `Member::io_stats`).
+    stats: crate::stats::IoStats,
 }
 
 impl SimNvme {
     pub fn new(name: impl Into<String>, size: u64, model: NvmeModel) -> SimNvme {
         let now = Instant::now();
         SimNvme {
+            stats: Default::default(),
             ram: RamMember::new(name, size),
             model,
             slots: Mutex::new((0..model.queue.max(1)).map(|_| Reverse(now)).collect()),
@@ -210,6 +213,9 @@ impl SimNvme {
 }
 
 impl Member for SimNvme {
+    fn io_stats(&self) -> Option<&crate::stats::IoStats> {
+        Some(&self.stats)
+    }
     fn identity(&self) -> &str {
         self.ram.identity()
     }

@@ -292,6 +292,17 @@ pub fn run_hook(hook: &Path, r: &EventRecord) {
     }
 }
 
+/// How many alerts wait to go out.
+pub fn queue_len(st: &StateDir) -> usize {
+    std::fs::read_dir(queue_dir(st))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
 /// Whether alerts are still waiting to go out.
 pub fn queue_is_empty(st: &StateDir) -> bool {
     std::fs::read_dir(queue_dir(st))
@@ -303,7 +314,12 @@ pub fn queue_is_empty(st: &StateDir) -> bool {
 }
 
 /// The sender: drains the queue until `stop`, with backoff on failure.
-pub fn sender(st: StateDir, cfg: AlertConfig, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+pub fn sender(
+    st: StateDir,
+    cfg: AlertConfig,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    counters: std::sync::Arc<crate::daemon::AlertCounters>,
+) {
     use std::sync::atomic::Ordering;
     let mut backoff = Duration::from_secs(1);
     let mut next_try = Instant::now();
@@ -356,12 +372,14 @@ pub fn sender(st: StateDir, cfg: AlertConfig, stop: std::sync::Arc<std::sync::at
             let (subject, body) = compose(&records);
             match cfg.send(&subject, &body) {
                 Ok(answer) => {
+                    counters.sent.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(array = %a, events = records.len(), "alert sent: {answer}");
                     for (p, _) in batch {
                         let _ = std::fs::remove_file(p);
                     }
                 }
                 Err(e) => {
+                    counters.send_failures.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(array = %a, "alert not sent, will retry in {backoff:?}: {e}");
                     failed = true;
                 }

@@ -17,7 +17,7 @@ use raid_core::layout::Level;
 use raid_core::member::{FileMember, MemberRef};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -113,7 +113,7 @@ pub fn compression_ratio(data: &[u8]) -> f64 {
 }
 
 /// Usable bytes per raw byte, and drive failures survived.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct CapacityRow {
     pub system: String,
     pub usable_fraction: f64,
@@ -141,14 +141,14 @@ pub fn capacity_rows(members: usize, csd_ratio: f64) -> Vec<CapacityRow> {
     ]
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Latency {
     pub p50_us: f64,
     pub p99_us: f64,
     pub p999_us: f64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Row {
     pub profile: String,
     pub data: String,
@@ -158,7 +158,7 @@ pub struct Row {
     pub latency: Latency,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SweepPoint {
     pub target: String,
     pub qd: usize,
@@ -166,7 +166,7 @@ pub struct SweepPoint {
     pub p99_us: f64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Report {
     pub level: String,
     pub members: usize,
@@ -320,8 +320,22 @@ fn nbd_job(
             let mut got = 0u64;
             let mut sink = vec![0u8; p.bs];
             loop {
-                if done2.load(Ordering::Acquire) && got == sent2.load(Ordering::Acquire) {
-                    return l;
+                // Waits for a reply while checking whether one is still
+                // owed: the last reply may arrive before the sender says it
+                // is done, and a blocking read would then wait forever.
+                loop {
+                    if done2.load(Ordering::Acquire) && got == sent2.load(Ordering::Acquire) {
+                        return l;
+                    }
+                    let mut pfd = libc::pollfd {
+                        fd: std::os::fd::AsRawFd::as_raw_fd(&reader),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd for the duration of the call.
+                    if unsafe { libc::poll(&mut pfd, 1, 50) } != 0 {
+                        break;
+                    }
                 }
                 let mut h = [0u8; 16];
                 if reader.read_exact(&mut h).is_err() {
@@ -416,6 +430,35 @@ pub struct BenchArgs {
     pub sweep_seconds: f64,
     pub json: Option<PathBuf>,
     pub plot: Option<PathBuf>,
+    pub throughput_plot: Option<PathBuf>,
+}
+
+/// Draws the plots of a report saved with `--json`, without running.
+pub fn replot(json: &Path, a: &BenchArgs) -> Result<Report> {
+    let text = std::fs::read_to_string(json)
+        .map_err(|e| CliError::failed(format!("{}: {e}", json.display())))?;
+    let report: Report = serde_json::from_str(&text)
+        .map_err(|e| CliError::usage(format!("{} is not a bench report: {e}", json.display())))?;
+    write_plots(&report, a)?;
+    Ok(report)
+}
+
+fn write_plots(report: &Report, a: &BenchArgs) -> Result<()> {
+    let plots = [
+        (&a.plot, crate::plot::latency_svg(&report.sweep)),
+        (
+            &a.throughput_plot,
+            crate::plot::throughput_svg(&report.results),
+        ),
+    ];
+    for (path, svg) in plots {
+        if let Some(p) = path {
+            let svg = svg.map_err(CliError::failed)?;
+            std::fs::write(p, svg)
+                .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))?;
+        }
+    }
+    Ok(())
 }
 
 pub fn bench(a: &BenchArgs) -> Result<Report> {
@@ -553,9 +596,19 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
         std::fs::write(j, serde_json::to_string_pretty(&report).unwrap())
             .map_err(|e| CliError::failed(format!("{}: {e}", j.display())))?;
     }
-    if let Some(p) = &a.plot {
-        std::fs::write(p, svg_plot(&report.sweep))
-            .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))?;
+    let plots = [
+        (&a.plot, crate::plot::latency_svg(&report.sweep)),
+        (
+            &a.throughput_plot,
+            crate::plot::throughput_svg(&report.results),
+        ),
+    ];
+    for (path, svg) in plots {
+        if let Some(p) = path {
+            let svg = svg.map_err(CliError::failed)?;
+            std::fs::write(p, svg)
+                .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))?;
+        }
     }
     if owned {
         let _ = std::fs::remove_dir_all(&dir);
@@ -613,41 +666,6 @@ pub fn print(r: &Report) {
     }
 }
 
-/// IOPS against p99 latency, one line per target, as SVG.
-pub fn svg_plot(sweep: &[SweepPoint]) -> String {
-    let (w, h, m) = (640.0, 400.0, 60.0);
-    let max_x = sweep.iter().map(|s| s.iops).fold(1.0, f64::max);
-    let max_y = sweep.iter().map(|s| s.p99_us).fold(1.0, f64::max);
-    let x = |v: f64| m + v / max_x * (w - 2.0 * m);
-    let y = |v: f64| h - m - v / max_y * (h - 2.0 * m);
-    let mut out = format!(
-        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n<line x1='{m}' y1='{}' x2='{}' y2='{}' stroke='black'/>\n<line x1='{m}' y1='{m}' x2='{m}' y2='{}' stroke='black'/>\n<text x='{}' y='{}' text-anchor='middle'>4 KiB random-read IOPS (max {max_x:.0})</text>\n<text x='15' y='{}' transform='rotate(-90 15 {})' text-anchor='middle'>p99 latency µs (max {max_y:.0})</text>\n",
-        h - m, w - m, h - m, h - m, w / 2.0, h - 20.0, h / 2.0, h / 2.0
-    );
-    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
-    let mut names: Vec<&str> = sweep.iter().map(|s| s.target.as_str()).collect();
-    names.dedup();
-    for (k, n) in names.iter().enumerate() {
-        let pts: Vec<String> = sweep
-            .iter()
-            .filter(|s| s.target == *n)
-            .map(|s| format!("{:.1},{:.1}", x(s.iops), y(s.p99_us)))
-            .collect();
-        let c = colors[k % colors.len()];
-        out.push_str(&format!(
-            "<polyline fill='none' stroke='{c}' stroke-width='2' points='{}'/>\n",
-            pts.join(" ")
-        ));
-        out.push_str(&format!(
-            "<text x='{}' y='{}' fill='{c}'>{n}</text>\n",
-            w - m - 80.0,
-            m + 15.0 * k as f64
-        ));
-    }
-    out.push_str("</svg>\n");
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -700,24 +718,57 @@ mod tests {
         assert_eq!(percentile(&v, 0.5), 501.0);
         assert_eq!(percentile(&v, 0.99), 990.0);
         assert_eq!(percentile(&v, 0.999), 999.0);
-        let svg = svg_plot(&[
-            SweepPoint {
-                target: "array".into(),
-                qd: 1,
-                iops: 10.0,
-                p99_us: 5.0,
+        let point = |target: &str, qd, iops, p99_us| SweepPoint {
+            target: target.into(),
+            qd,
+            iops,
+            p99_us,
+        };
+        let svg = crate::plot::latency_svg(&[
+            point("array", 1, 90_000.0, 5.0),
+            point("array", 2, 1_500_000.0, 80.0),
+            point("member", 1, 120_000.0, 3.0),
+        ])
+        .unwrap()
+        .replace('\n', "");
+        // A log axis of IOPS from 10k to 10M, ticks labelled, a legend.
+        for want in [
+            "<svg",
+            "IOPS (log scale)",
+            ">10k<",
+            ">1M<",
+            ">array<",
+            ">member<",
+            "p99 latency",
+        ] {
+            assert!(svg.contains(want), "{want} missing from the plot");
+        }
+        let row = |target: &str, profile: &str, gb_per_s| Row {
+            profile: profile.into(),
+            data: "incompressible".into(),
+            target: target.into(),
+            iops: 1.0,
+            gb_per_s,
+            latency: Latency {
+                p50_us: 1.0,
+                p99_us: 1.0,
+                p999_us: 1.0,
             },
-            SweepPoint {
-                target: "array".into(),
-                qd: 2,
-                iops: 20.0,
-                p99_us: 8.0,
-            },
-        ]);
-        assert!(
-            svg.starts_with("<svg")
-                && svg.contains("polyline")
-                && svg.trim_end().ends_with("</svg>")
-        );
+        };
+        let svg = crate::plot::throughput_svg(&[
+            row("array", "seq-read", 5.0),
+            row("member", "seq-read", 9.0),
+            row("array", "rand-write", 0.1),
+        ])
+        .unwrap()
+        .replace('\n', "");
+        for want in [
+            ">seq-read<",
+            ">rand-write<",
+            "GB/s (log scale)",
+            ">member<",
+        ] {
+            assert!(svg.contains(want), "{want} missing from the plot");
+        }
     }
 }

@@ -16,6 +16,16 @@ pub struct Config {
     pub array: Vec<ConfigArray>,
     pub alerts: Option<AlertConfig>,
     pub scrub: Option<ScrubSchedule>,
+    pub metrics: Option<MetricsConfig>,
+    pub health: Option<crate::daemon::HealthConfig>,
+}
+
+/// `[metrics]`: serve Prometheus metrics.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// HOST:PORT to listen on, e.g. "127.0.0.1:9469".
+    pub listen: String,
 }
 
 /// `[scrub]`: scrub every running array this often.
@@ -70,6 +80,14 @@ impl Config {
         if let Some(a) = &c.alerts {
             a.min_severity()?;
         }
+        if let Some(m) = &c.metrics {
+            crate::metrics::parse_listen(&m.listen)
+                .map_err(|e| CliError::usage(format!("{}: [metrics] {}", p.display(), e.msg)))?;
+        }
+        if let Some(h) = &c.health {
+            h.check()
+                .map_err(|e| CliError::usage(format!("{}: {}", p.display(), e.msg)))?;
+        }
         for a in &c.array {
             if let Some(mode) = &a.parity {
                 mode.parse::<raid_gpu::ParityMode>().map_err(|e| {
@@ -78,6 +96,28 @@ impl Config {
             }
         }
         Ok(c)
+    }
+
+    /// How a daemon runs with this config: `start` at once, metrics on
+    /// `metrics` when given (the command line wins over `[metrics]`).
+    pub fn daemon_options(
+        self,
+        exit_when_idle: bool,
+        start: Vec<Request>,
+        metrics: Option<std::net::SocketAddr>,
+    ) -> crate::daemon::DaemonOptions {
+        let from_file = self
+            .metrics
+            .as_ref()
+            .and_then(|m| crate::metrics::parse_listen(&m.listen).ok());
+        crate::daemon::DaemonOptions {
+            exit_when_idle,
+            start,
+            alerts: self.alerts,
+            scrub: self.scrub,
+            metrics: metrics.or(from_file),
+            health: self.health.unwrap_or_default(),
+        }
     }
 
     pub fn starts(&self) -> Vec<Request> {

@@ -135,6 +135,11 @@ pub fn record_of(
                 "raidctl status {name}; bring back the members it lost (docs/recovery.md)"
             )),
         },
+        // The drive still works: a hot replace copies it with all the
+        // redundancy kept, before it fails.
+        E::MemberHealthWarning { member, .. } => Some(format!(
+            "raidctl replace {name} {member} NEW_DEVICE (a hot replace, redundancy kept)"
+        )),
         E::OutOfSpace { member, .. } => Some(format!(
             "free space on the filesystem of {member}, then raidctl stop {name}; raidctl start {name} (docs/recovery.md)"
         )),

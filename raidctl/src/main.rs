@@ -29,12 +29,16 @@ mod eventlog;
 mod examine;
 mod export;
 mod fuse;
+mod health;
 mod inspect;
+mod metrics;
 mod nbd;
+mod plot;
 mod protocol;
 mod registry;
 mod selftest;
 mod status;
+mod systemd;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -226,6 +230,19 @@ pub enum Command {
         #[arg(long, default_value_t = 3600)]
         timeout: u64,
     },
+    /// Live I/O of running arrays and their members, like `iostat -x`:
+    /// per second operations, MB, mean and p99 latency (ms), queue, errors.
+    /// With --format json, one object per report.
+    Iostat {
+        /// One array [default: every running array]; a number alone is
+        /// taken as INTERVAL when no array has that name.
+        name: Option<String>,
+        /// Seconds between reports.
+        interval: Option<f64>,
+        /// Reports to print [default: 1 without INTERVAL, else until
+        /// interrupted].
+        count: Option<u64>,
+    },
     /// The array's event log (failures, rebuilds, ...), oldest first.
     Events { name: String },
     /// Email alerts.
@@ -241,6 +258,10 @@ pub enum Command {
         /// Exit once no array has been served for a few seconds.
         #[arg(long, hide = true)]
         exit_when_idle: bool,
+        /// Serve Prometheus metrics on HOST:PORT (GET /metrics), e.g.
+        /// 127.0.0.1:9469; overrides [metrics] listen in the config.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
     },
     /// The CSD comparison: four fio-style profiles, incompressible and
     /// 72%-compressible data, on the array in-process, through NBD, and on
@@ -268,7 +289,29 @@ pub enum Command {
         /// Write the IOPS/latency plot (SVG) here.
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// Write the throughput-per-profile plot (SVG) here.
+        #[arg(long)]
+        throughput_plot: Option<PathBuf>,
+        /// Run nothing: draw the plots of a report saved with --json.
+        #[arg(long, value_name = "JSON")]
+        replot: Option<PathBuf>,
     },
+    /// Drive health (SMART / NVMe health log) of devices, as the daemon
+    /// reads it for members: model, serial, firmware, figures, warnings.
+    /// Exit status 1 when a device raises a warning.
+    Health {
+        #[arg(required = true, value_name = "DEV")]
+        devices: Vec<PathBuf>,
+    },
+    /// Print the shell completion script for bash, zsh or fish (the install
+    /// script puts them where each shell looks).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (raidctl.1 and one per command) into DIR.
+    #[command(hide = true)]
+    Manpages { dir: PathBuf },
     /// Check every parity kernel this CPU has against the scalar oracle.
     Selftest {
         /// Data chunks per stripe.
@@ -291,15 +334,36 @@ pub enum AlertCmd {
     },
 }
 
-fn main() -> ExitCode {
+/// Logs go to stderr, or straight to the journal (with priorities from the
+/// levels: error err, warn warning, info notice... as tracing-journald maps
+/// them) when systemd connected stderr to it. `RAIDCTL_LOG` filters
+/// (default info).
+fn init_logging() {
+    use tracing_subscriber::prelude::*;
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_env("RAIDCTL_LOG").unwrap_or_else(|_| "info".into())
+    };
+    if systemd::stderr_is_journal() {
+        match tracing_journald::layer() {
+            Ok(j) => {
+                tracing_subscriber::registry()
+                    .with(j.with_syslog_identifier("raidctl".into()))
+                    .with(filter())
+                    .init();
+                return;
+            }
+            Err(e) => eprintln!("raidctl: the journal is not reachable ({e}); logging to stderr"),
+        }
+    }
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RAIDCTL_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(filter())
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+fn main() -> ExitCode {
+    init_logging();
     // Records, logs, the event log and sockets hold array layouts, member
     // paths and alert settings: private to the user that runs raidctl.
     // SAFETY: umask only sets this process's file-creation mask.

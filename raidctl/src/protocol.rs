@@ -80,6 +80,11 @@ pub enum Request {
     Unmount {
         name: String,
     },
+    /// I/O counters of one array or all (`iostat`).
+    Stats {
+        #[serde(default)]
+        name: Option<String>,
+    },
     /// Check redundancy against data; with `repair`, fix what disagrees.
     Scrub {
         name: String,
@@ -108,6 +113,18 @@ pub struct Response {
     pub arrays: Vec<ArrayStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scrub: Option<ScrubResult>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub io: Vec<ArrayIo>,
+}
+
+/// One array's I/O counters at one instant (see raid_core::stats).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ArrayIo {
+    pub name: String,
+    /// When they were read: nanoseconds on the daemon's monotonic clock,
+    /// so intervals between two answers are exact.
+    pub at_ns: u64,
+    pub io: raid_core::stats::ArrayIoSnapshot,
 }
 
 /// What `scrub` reports (also its JSON form).

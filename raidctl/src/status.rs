@@ -17,6 +17,22 @@ pub struct MemberStatus {
     pub uuid: String,
     /// active, failed, rebuilding or missing.
     pub state: String,
+    /// The drive's identity and health, for a member that is a drive, as
+    /// last read by the daemon (absent for files, loop devices, stopped
+    /// arrays, and until the first check).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<MemberHealth>,
+}
+
+/// A member drive's last health reading.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct MemberHealth {
+    #[serde(flatten)]
+    pub drive: crate::health::DriveHealth,
+    /// What deserves a warning now, one sentence each (empty: healthy).
+    pub warnings: Vec<String>,
+    /// When it was read (Unix seconds).
+    pub checked_unix: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -156,6 +172,7 @@ pub fn of_running(
             },
             path: s.member,
             uuid: s.uuid.to_string(),
+            health: None,
         })
         .collect();
     let rebuild = a.rebuilding_slots().first().and_then(|&slot| {
@@ -252,6 +269,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
                     path: Some(p.display().to_string()),
                     uuid: String::new(),
                     state: "missing".into(),
+                    health: None,
                 })
                 .collect(),
             spares: vec![],
@@ -283,6 +301,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
                 path,
                 uuid: e.uuid.to_string(),
                 state: state.into(),
+                health: None,
             }
         })
         .collect();
@@ -344,6 +363,59 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
+/// A member drive's lines in `detail`: identity, figures, warnings.
+pub fn render_health(h: &MemberHealth) -> String {
+    let d = &h.drive;
+    let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
+    let mut out = format!(
+        "           drive: {} {} serial {} firmware {}\n",
+        d.kind,
+        or(&d.model),
+        or(&d.serial),
+        or(&d.firmware)
+    );
+    let mut figs = Vec::new();
+    if let Some(t) = d.temperature_celsius {
+        figs.push(format!("{t} C"));
+    }
+    if let Some(p) = d.percentage_used {
+        figs.push(format!("{p}% of rated endurance used"));
+    }
+    if let (Some(a), Some(t)) = (
+        d.available_spare_percent,
+        d.available_spare_threshold_percent,
+    ) {
+        figs.push(format!("spare {a}% (threshold {t}%)"));
+    }
+    if let Some(n) = d.media_errors {
+        figs.push(format!("{n} media errors"));
+    }
+    if let Some(p) = d.smart_passed {
+        figs.push(format!("SMART {}", if p { "passed" } else { "FAILED" }));
+    }
+    for (name, v) in [
+        ("reallocated sectors", d.reallocated_sectors),
+        ("pending sectors", d.pending_sectors),
+        ("offline uncorrectable", d.offline_uncorrectable),
+        ("grown defects", d.grown_defects),
+    ] {
+        if let Some(v) = v {
+            figs.push(format!("{v} {name}"));
+        }
+    }
+    let verdict = if h.warnings.is_empty() {
+        "healthy".to_string()
+    } else {
+        format!("WARNING: {}", h.warnings.join("; "))
+    };
+    out.push_str(&format!("           health: {verdict}"));
+    if !figs.is_empty() {
+        out.push_str(&format!(" ({})", figs.join(", ")));
+    }
+    out.push('\n');
+    out
+}
+
 /// The text form of `status` / `detail`.
 pub fn render(s: &ArrayStatus, detail: bool) -> String {
     let mut out = String::new();
@@ -391,6 +463,13 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
                 String::new()
             }
         ));
+        if let Some(h) = &m.health {
+            if detail {
+                out.push_str(&render_health(h));
+            } else if !h.warnings.is_empty() {
+                out.push_str(&format!("           health: {}\n", h.warnings.join("; ")));
+            }
+        }
     }
     for sp in &s.spares {
         out.push_str(&format!("  spare    {:<11} {sp}\n", "spare"));

@@ -1,13 +1,14 @@
 //! One function per command: argument checks, then raid-core or the daemon.
 
 mod create;
+mod iostat;
 mod start;
 
 use create::{create, CreateArgs};
 use start::{scan_members, start};
 
 use crate::config::Config;
-use crate::daemon::{describe, parse_size, Daemon, DaemonOptions};
+use crate::daemon::{describe, parse_size, Daemon};
 use crate::error::{CliError, Result};
 use crate::inspect::{probe, Content};
 use crate::protocol::{call, Request, Response};
@@ -187,19 +188,42 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Daemon {
             config,
             exit_when_idle,
+            metrics,
         } => {
             let c = Config::load(&st, config.as_deref())?;
-            Daemon::run(
-                st,
-                DaemonOptions {
-                    exit_when_idle,
-                    start: c.starts(),
-                    alerts: c.alerts,
-                    scrub: c.scrub,
-                },
-            )
+            let metrics = metrics
+                .as_deref()
+                .map(crate::metrics::parse_listen)
+                .transpose()?;
+            let start = c.starts();
+            Daemon::run(st, c.daemon_options(exit_when_idle, start, metrics))
         }
         Command::Events { name } => events(&st, &name, fmt),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "raidctl", &mut buf);
+            out!("{}", String::from_utf8_lossy(&buf).trim_end());
+            Ok(())
+        }
+        Command::Manpages { dir } => manpages(&dir),
+        Command::Health { devices } => health(&st, &devices, fmt),
+        Command::Iostat {
+            name,
+            interval,
+            count,
+        } => {
+            // `raidctl iostat 2` means every array, every 2 s (as iostat
+            // reads it), unless an array is named "2".
+            let (name, interval, count) = match (name, interval) {
+                (Some(n), i) if n.parse::<f64>().is_ok() && st.load(&n).is_err() => {
+                    (None, n.parse().ok(), i.map(|c| c as u64))
+                }
+                (n, i) => (n, i, count),
+            };
+            let count = count.or(interval.is_none().then_some(1));
+            iostat::iostat(&st, name.as_deref(), interval.unwrap_or(1.0), count, fmt)
+        }
         Command::Bench {
             dir,
             members,
@@ -209,9 +233,11 @@ pub fn run(cli: Cli) -> Result<()> {
             sweep_seconds,
             json,
             plot,
+            throughput_plot,
+            replot,
         } => {
             let member_bytes = parse_size(&member_size).map_err(CliError::usage)?;
-            let r = crate::bench::bench(&crate::bench::BenchArgs {
+            let args = crate::bench::BenchArgs {
                 dir,
                 members,
                 level,
@@ -220,7 +246,12 @@ pub fn run(cli: Cli) -> Result<()> {
                 sweep_seconds,
                 json,
                 plot,
-            })?;
+                throughput_plot,
+            };
+            let r = match &replot {
+                Some(j) => crate::bench::replot(j, &args)?,
+                None => crate::bench::bench(&args)?,
+            };
             if fmt == Format::Json {
                 print_json(&r);
             } else {
@@ -326,6 +357,91 @@ fn running_names(st: &StateDir) -> Result<Vec<String>> {
             .collect(),
         None => vec![],
     })
+}
+
+/// `raidctl health DEV...`: each device's health, with the thresholds of
+/// the config's `[health]` (the daemon's), exit 1 when one warns.
+fn health(st: &StateDir, devices: &[PathBuf], fmt: Format) -> Result<()> {
+    use crate::health::Probe;
+    let thresholds = Config::load(st, None)?
+        .health
+        .unwrap_or_default()
+        .thresholds();
+    let mut report = Vec::new();
+    let mut warned = false;
+    for d in devices {
+        let (health, note) = match crate::health::probe(d) {
+            Probe::Drive(h) => (Some(h), None),
+            Probe::NotADrive => (
+                None,
+                Some(
+                    "not a drive (a file, loop, RAM or virtual device): no health to read"
+                        .to_string(),
+                ),
+            ),
+            Probe::NoTool(t) => (None, Some(format!("cannot read its health: {t}"))),
+            Probe::Failed(e) => (None, Some(format!("cannot read its health: {e}"))),
+        };
+        let warnings = health
+            .as_ref()
+            .map(|h| crate::health::warnings(h, &thresholds))
+            .unwrap_or_default();
+        warned |= !warnings.is_empty();
+        report.push(serde_json::json!({
+            "device": d.display().to_string(),
+            "health": health,
+            "warnings": warnings,
+            "note": note,
+        }));
+        if fmt == Format::Text {
+            match (health, note) {
+                (Some(h), _) => {
+                    let m = status::MemberHealth {
+                        drive: h,
+                        warnings,
+                        checked_unix: 0,
+                    };
+                    out!("{}:\n{}", d.display(), status::render_health(&m).trim_end());
+                }
+                (None, Some(n)) => out!("{}: {n}", d.display()),
+                (None, None) => {}
+            }
+        }
+    }
+    if fmt == Format::Json {
+        print_json(&report);
+    }
+    if warned {
+        return Err(CliError::quiet(1));
+    }
+    Ok(())
+}
+
+/// Writes raidctl.1 and raidctl-COMMAND.1 for each command into `dir`.
+fn manpages(dir: &std::path::Path) -> Result<()> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| CliError::failed(format!("cannot create {}: {e}", dir.display())))?;
+    let cmd = Cli::command();
+    let write = |name: &str, c: clap::Command| -> Result<()> {
+        let p = dir.join(format!("{name}.1"));
+        let mut buf = Vec::new();
+        clap_mangen::Man::new(c)
+            .render(&mut buf)
+            .map_err(|e| CliError::failed(format!("rendering {name}: {e}")))?;
+        std::fs::write(&p, buf)
+            .map_err(|e| CliError::failed(format!("cannot write {}: {e}", p.display())))
+    };
+    write("raidctl", cmd.clone())?;
+    let mut n = 1;
+    for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
+        let name = format!("raidctl-{}", sub.get_name());
+        let bin = format!("raidctl {}", sub.get_name());
+        write(&name, sub.clone().name(name.clone()).bin_name(bin))?;
+        n += 1;
+    }
+    out!("{n} man pages written to {}", dir.display());
+    Ok(())
 }
 
 /// Calls the daemon about array `name`; no daemon means it is not running.

@@ -4,7 +4,13 @@
 
 mod members;
 mod mounts;
+mod observe;
+mod process;
 mod work;
+
+use process::{lock_daemon, remove_own_socket, reopen_log};
+
+pub use observe::{AlertCounters, HealthConfig};
 
 use crate::error::{code, CliError, Result};
 use crate::inspect::Content;
@@ -36,6 +42,10 @@ struct Served {
     mount: Mutex<Option<crate::fuse::Mounted>>,
     /// How many of the array's events the daemon has logged and alerted.
     events_seen: std::sync::atomic::AtomicUsize,
+    /// The last health reading of each slot whose member is a drive.
+    health: Mutex<std::collections::BTreeMap<usize, observe::HealthReading>>,
+    /// Its drives were read at least once since it started.
+    health_checked: AtomicBool,
 }
 
 pub struct Daemon {
@@ -48,6 +58,14 @@ pub struct Daemon {
     /// Serialises `process_events`.
     events_lock: Mutex<()>,
     scrub_schedule: Option<crate::config::ScrubSchedule>,
+    alert_counters: Arc<AlertCounters>,
+    /// The daemon's clock for `iostat` intervals.
+    started: Instant,
+    /// A missing health tool was logged once (then only at debug level).
+    health_tool_noted: AtomicBool,
+    /// When the monitor last began a round (ms on `started`'s clock): the
+    /// systemd watchdog is pinged only while it keeps going.
+    monitor_tick: std::sync::atomic::AtomicU64,
 }
 
 /// How the daemon runs.
@@ -61,6 +79,10 @@ pub struct DaemonOptions {
     pub alerts: Option<crate::alerts::AlertConfig>,
     /// Scrub every array on a schedule.
     pub scrub: Option<crate::config::ScrubSchedule>,
+    /// Serve Prometheus metrics here.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// How member drives' health is read.
+    pub health: HealthConfig,
 }
 
 impl Daemon {
@@ -110,12 +132,35 @@ impl Daemon {
             alert_seq: std::sync::atomic::AtomicU64::new(0),
             events_lock: Mutex::new(()),
             scrub_schedule: opts.scrub.clone(),
+            alert_counters: Default::default(),
+            started: Instant::now(),
+            health_tool_noted: AtomicBool::new(false),
+            monitor_tick: std::sync::atomic::AtomicU64::new(0),
         });
+        // Bound before any array starts: a port in use fails the start
+        // instead of leaving a daemon nobody can scrape.
+        let metrics_stop = Arc::new(AtomicBool::new(false));
+        let metrics = match opts.metrics {
+            Some(addr) => {
+                let w = Arc::downgrade(&d);
+                let sample: Arc<dyn Fn() -> crate::metrics::Sample + Send + Sync> =
+                    Arc::new(move || w.upgrade().map(|d| d.metrics_sample()).unwrap_or_default());
+                match crate::metrics::serve(addr, sample, metrics_stop.clone()) {
+                    Ok(h) => Some(h),
+                    Err(e) => {
+                        remove_own_socket(&sock, own_ino);
+                        return Err(e);
+                    }
+                }
+            }
+            None => None,
+        };
         let sender_stop = Arc::new(AtomicBool::new(false));
         let sender = d.alerts.clone().map(|cfg| {
             let (st, stop) = (d.state.clone(), sender_stop.clone());
+            let counters = d.alert_counters.clone();
             tracing::info!(?cfg, "alerts enabled");
-            std::thread::spawn(move || crate::alerts::sender(st, cfg, stop))
+            std::thread::spawn(move || crate::alerts::sender(st, cfg, stop, counters))
         });
         tracing::info!(socket = %sock.display(), pid = std::process::id(), "daemon listening");
         // Each array on its own: one that cannot start never keeps the
@@ -149,6 +194,16 @@ impl Daemon {
             let d = d.clone();
             std::thread::spawn(move || d.monitor());
         }
+        {
+            let (d, cfg) = (d.clone(), opts.health.clone());
+            std::thread::spawn(move || d.health_loop(cfg));
+        }
+        crate::systemd::ready(&format!(
+            "serving {} array(s); socket {}",
+            d.arrays.lock().len(),
+            sock.display()
+        ));
+        let mut watchdog = crate::systemd::Watchdog::from_env();
         listener.set_nonblocking(true).ok();
         let mut idle_since = Instant::now();
         // Requests accepted and not yet answered: an idle daemon exits only
@@ -158,6 +213,11 @@ impl Daemon {
         while !d.term.load(Ordering::Acquire) {
             if hup.swap(false, Ordering::AcqRel) {
                 reopen_log(&d.state);
+            }
+            if let Some(w) = &mut watchdog {
+                let now = d.started.elapsed().as_millis() as u64;
+                let last = d.monitor_tick.load(Ordering::Acquire);
+                w.tick(now.saturating_sub(last) < w.period().as_millis() as u64 / 2);
             }
             match listener.accept() {
                 Ok((stream, _)) => {
@@ -181,6 +241,7 @@ impl Daemon {
                 break;
             }
         }
+        crate::systemd::stopping();
         if d.term.load(Ordering::Acquire) {
             tracing::info!("signal received: stopping every array cleanly");
         } else {
@@ -203,6 +264,10 @@ impl Daemon {
         sender_stop.store(true, Ordering::Release);
         if let Some(s) = sender {
             let _ = s.join();
+        }
+        metrics_stop.store(true, Ordering::Release);
+        if let Some(m) = metrics {
+            let _ = m.join();
         }
         remove_own_socket(&sock, own_ino);
         Ok(())
@@ -281,6 +346,7 @@ impl Daemon {
                 background,
                 cancel,
             } => self.scrub(&name, repair, background, cancel),
+            Request::Stats { name } => self.io_stats(name.as_deref()),
         };
         // What the command caused (a member failed, a scrub's mismatches,
         // the engine chosen at start) is in the event log, alerted, before
@@ -447,6 +513,8 @@ impl Daemon {
             exports: Mutex::new(exports),
             mount: Mutex::new(None),
             events_seen: std::sync::atomic::AtomicUsize::new(0),
+            health: Default::default(),
+            health_checked: AtomicBool::new(false),
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
@@ -518,6 +586,14 @@ impl Daemon {
                 }
             }
             let mut st = status::of_running(&s.array, rate, exports, Some(s.engine.report()));
+            let mut health = self.member_health(s);
+            for m in &mut st.members {
+                // A reading of the device the slot held before is not this one's.
+                m.health = health
+                    .remove(&m.slot)
+                    .filter(|(member, _)| m.path.as_ref() == Some(member))
+                    .map(|(_, h)| h);
+            }
             st.scrub = s.array.scrub_progress().map(|p| {
                 let g = s.array.geometry();
                 let per_row = (g.chunk * g.members as u64) as f64;
@@ -595,6 +671,8 @@ impl Daemon {
     /// rebuild thread.
     fn monitor(&self) {
         while !self.term.load(Ordering::Acquire) {
+            self.monitor_tick
+                .store(self.started.elapsed().as_millis() as u64, Ordering::Release);
             self.process_events();
             let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
             for s in arrays {
@@ -644,72 +722,6 @@ fn scrub_options(repair: bool) -> raid_core::array::ScrubOptions {
         repair,
         rate_limit,
         ..Default::default()
-    }
-}
-
-/// Takes STATE_DIR/daemon.lock exclusively for the daemon's lifetime.
-fn lock_daemon(st: &StateDir) -> Result<std::fs::File> {
-    use std::os::fd::AsRawFd;
-    let p = st.root.join("daemon.lock");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&p)
-        .map_err(|e| CliError::failed(format!("cannot open {}: {e}", p.display())))?;
-    // SAFETY: plain syscall on an fd we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(CliError::refused(format!(
-            "a daemon already serves {} (it holds {})",
-            st.root.display(),
-            p.display()
-        )));
-    }
-    Ok(f)
-}
-
-/// After SIGHUP: if the daemon logs to its log file (started in the
-/// background by the CLI), reopens that file, so a rotated log is let go.
-/// A daemon logging to a terminal or the journal has nothing to reopen.
-fn reopen_log(st: &StateDir) {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::MetadataExt;
-    // SAFETY: fstat on fd 2, which the process owns for its lifetime, into
-    // a zeroed stat buffer it fills.
-    let mut cur: libc::stat = unsafe { std::mem::zeroed() };
-    let is_file =
-        unsafe { libc::fstat(2, &mut cur) } == 0 && (cur.st_mode & libc::S_IFMT) == libc::S_IFREG;
-    if !is_file {
-        tracing::info!("SIGHUP: logging to a terminal or the journal; nothing to reopen");
-        return;
-    }
-    let same =
-        std::fs::metadata(st.log()).is_ok_and(|m| m.ino() == cur.st_ino && m.dev() == cur.st_dev);
-    match std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(st.log())
-    {
-        Ok(f) => {
-            // SAFETY: dup2 onto stdout and stderr; `f` is open and closed
-            // after, the duplicates stay.
-            unsafe {
-                libc::dup2(f.as_raw_fd(), 1);
-                libc::dup2(f.as_raw_fd(), 2);
-            }
-            tracing::info!(log = %st.log().display(), rotated = !same, "SIGHUP: log reopened");
-        }
-        Err(e) => tracing::error!(log = %st.log().display(), "SIGHUP: cannot reopen the log: {e}"),
-    }
-}
-
-/// Removes the control socket only if it is still the one this daemon
-/// created: a new daemon may have taken the path over meanwhile.
-fn remove_own_socket(sock: &Path, ino: u64) {
-    let same =
-        std::fs::metadata(sock).is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == ino);
-    if same {
-        let _ = std::fs::remove_file(sock);
     }
 }
 

@@ -21,7 +21,12 @@ impl Daemon {
                 m.dir.display()
             )));
         }
-        let dir = dir.unwrap_or_else(|| self.state.root.join("mnt").join(name));
+        // RAIDCTL_MOUNT_DIR: where the systemd unit keeps mount points (its
+        // runtime directory); else the state directory's mnt/.
+        let base = std::env::var_os("RAIDCTL_MOUNT_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.state.root.join("mnt"));
+        let dir = dir.unwrap_or_else(|| base.join(name));
         let m = crate::fuse::Mounted::mount(s.array.clone(), &dir, with_loop)
             .map_err(CliError::failed)?;
         let mut msg = format!("array '{name}' is the file {}", m.file.display());

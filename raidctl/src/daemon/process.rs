@@ -1,0 +1,72 @@
+//! The daemon as a process: the lock that makes it the only one for its
+//! state directory, its log file (reopened on SIGHUP), and its socket.
+
+use crate::error::{CliError, Result};
+use crate::registry::StateDir;
+use std::path::Path;
+
+/// Takes STATE_DIR/daemon.lock exclusively for the daemon's lifetime.
+pub(super) fn lock_daemon(st: &StateDir) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let p = st.root.join("daemon.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .map_err(|e| CliError::failed(format!("cannot open {}: {e}", p.display())))?;
+    // SAFETY: plain syscall on an fd we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(CliError::refused(format!(
+            "a daemon already serves {} (it holds {})",
+            st.root.display(),
+            p.display()
+        )));
+    }
+    Ok(f)
+}
+
+/// After SIGHUP: if the daemon logs to its log file (started in the
+/// background by the CLI), reopens that file, so a rotated log is let go.
+/// A daemon logging to a terminal or the journal has nothing to reopen.
+pub(super) fn reopen_log(st: &StateDir) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: fstat on fd 2, which the process owns for its lifetime, into
+    // a zeroed stat buffer it fills.
+    let mut cur: libc::stat = unsafe { std::mem::zeroed() };
+    let is_file =
+        unsafe { libc::fstat(2, &mut cur) } == 0 && (cur.st_mode & libc::S_IFMT) == libc::S_IFREG;
+    if !is_file {
+        tracing::info!("SIGHUP: logging to a terminal or the journal; nothing to reopen");
+        return;
+    }
+    let same =
+        std::fs::metadata(st.log()).is_ok_and(|m| m.ino() == cur.st_ino && m.dev() == cur.st_dev);
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(st.log())
+    {
+        Ok(f) => {
+            // SAFETY: dup2 onto stdout and stderr; `f` is open and closed
+            // after, the duplicates stay.
+            unsafe {
+                libc::dup2(f.as_raw_fd(), 1);
+                libc::dup2(f.as_raw_fd(), 2);
+            }
+            tracing::info!(log = %st.log().display(), rotated = !same, "SIGHUP: log reopened");
+        }
+        Err(e) => tracing::error!(log = %st.log().display(), "SIGHUP: cannot reopen the log: {e}"),
+    }
+}
+
+/// Removes the control socket only if it is still the one this daemon
+/// created: a new daemon may have taken the path over meanwhile.
+pub(super) fn remove_own_socket(sock: &Path, ino: u64) {
+    let same =
+        std::fs::metadata(sock).is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == ino);
+    if same {
+        let _ = std::fs::remove_file(sock);
+    }
+}

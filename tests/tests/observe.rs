@@ -1,0 +1,509 @@
+//! What an operator watches, tested with the tools that read it: the
+//! metrics endpoint checked by `promtool` and scraped by a real Prometheus
+//! server (Debian's `prometheus` package), `iostat` against I/O made by
+//! qemu-io, and drive-health warnings that arrive as events and alerts.
+
+use raid_e2e::{qemu_io, World};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET http://127.0.0.1:PORT/PATH; (status code, body).
+fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    // Chunked bodies (Prometheus's API) are joined back.
+    let chunked = text.split_once("\r\n\r\n").is_some_and(|(h, _)| {
+        h.to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+    });
+    Ok((code, if chunked { dechunk(&body) } else { body }))
+}
+
+fn dechunk(mut b: &str) -> String {
+    let mut out = String::new();
+    while let Some((len, rest)) = b.split_once("\r\n") {
+        let n = usize::from_str_radix(len.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        b = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// The value of the sample with exactly this name and these labels.
+fn sample(metrics: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut want: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    want.sort();
+    metrics.lines().find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+        let mut have: Vec<String> = rest
+            .trim_end_matches('}')
+            .split(',')
+            .filter(|x| !x.is_empty())
+            .map(String::from)
+            .collect();
+        have.sort();
+        (n == name && have == want).then(|| value.parse().ok())?
+    })
+}
+
+/// A RAID5 of three 32 MiB files, started with an NBD socket.
+fn raid5(w: &World, name: &str, env: &[(&str, &str)]) -> (Vec<PathBuf>, PathBuf) {
+    let m: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("{name}{i}.img"), 32 * MIB))
+        .collect();
+    let p: Vec<&str> = m.iter().map(|p| p.to_str().unwrap()).collect();
+    w.ok(&["create", name, "--level", "5", p[0], p[1], p[2]]);
+    let sock = w.dir.join(format!("{name}.sock"));
+    let spec = format!("unix:{}", sock.display());
+    let o = w.run_env(&["start", name, "--nbd", &spec], env);
+    assert!(
+        o.status.success(),
+        "start: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (m, sock)
+}
+
+fn write_config(w: &World, text: &str) {
+    std::fs::create_dir_all(w.state()).unwrap();
+    std::fs::write(w.state().join("raidctl.toml"), text).unwrap();
+}
+
+fn promtool_check(metrics: &str) {
+    let mut c = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; scripts/install-test-deps.sh)");
+    c.stdin
+        .take()
+        .unwrap()
+        .write_all(metrics.as_bytes())
+        .unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "promtool check metrics failed:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A Prometheus server scraping the daemon every second, stopped on drop.
+struct Prometheus {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Prometheus {
+    fn start(dir: &Path, target: u16) -> Prometheus {
+        let port = free_port();
+        let cfg = dir.join("prometheus.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+                 scrape_configs:\n  - job_name: raidctl\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+            ),
+        )
+        .unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+            .spawn()
+            .expect("prometheus (Debian package prometheus; scripts/install-test-deps.sh)");
+        Prometheus { child, port }
+    }
+
+    /// The value of an instant query, once it has one (within `secs`).
+    fn wait_value(&self, query: &str, want: f64, secs: u64) -> f64 {
+        let t = Instant::now();
+        let q: String = query
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let mut last = String::new();
+        while t.elapsed() < Duration::from_secs(secs) {
+            if let Ok((200, body)) = http_get(self.port, &format!("/api/v1/query?query={q}")) {
+                let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+                if let Some(x) = v["data"]["result"][0]["value"][1]
+                    .as_str()
+                    .and_then(|s| s.parse::<f64>().ok())
+                {
+                    if x == want {
+                        return x;
+                    }
+                }
+                last = body;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        panic!("Prometheus never saw {query} = {want}; last answer: {last}");
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn metrics_pass_promtool_and_a_prometheus_server_reads_them() {
+    let w = World::new("metrics");
+    let port = free_port();
+    write_config(&w, &format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
+    let (m, sock) = raid5(&w, "mx", &[]);
+    let (ok, out) = qemu_io(&sock, "mx", &["write -P 9 0 4M", "flush", "read -P 9 0 4M"]);
+    assert!(ok, "{out}");
+
+    let (code, text) = http_get(port, "/metrics").expect("the daemon serves metrics");
+    assert_eq!(code, 200, "{text}");
+    promtool_check(&text);
+    let get = |name: &str, labels: &[(&str, &str)]| {
+        sample(&text, name, labels).unwrap_or_else(|| panic!("no {name}{labels:?} in\n{text}"))
+    };
+    assert_eq!(get("raidctl_arrays", &[]), 1.0);
+    assert_eq!(
+        get(
+            "raidctl_array_state",
+            &[("array", "mx"), ("state", "optimal")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(
+            "raidctl_array_bytes_total",
+            &[("array", "mx"), ("op", "write")]
+        ),
+        (4 * MIB) as f64
+    );
+    assert!(
+        get(
+            "raidctl_array_bytes_total",
+            &[("array", "mx"), ("op", "read")]
+        ) >= (4 * MIB) as f64
+    );
+    assert!(
+        get(
+            "raidctl_array_operations_total",
+            &[("array", "mx"), ("op", "flush")]
+        ) >= 1.0
+    );
+    // RAID5 of 3: every 4 MiB of data writes 2 MiB of parity, all on members.
+    let member_writes: f64 = (0..3)
+        .map(|i| {
+            get(
+                "raidctl_member_bytes_total",
+                &[
+                    ("array", "mx"),
+                    ("slot", &i.to_string()),
+                    ("member", m[i].to_str().unwrap()),
+                    ("op", "write"),
+                ],
+            )
+        })
+        .sum();
+    assert!(
+        member_writes >= (6 * MIB) as f64,
+        "members wrote {member_writes} bytes for 4 MiB of data"
+    );
+    assert!(
+        get(
+            "raidctl_array_latency_seconds_count",
+            &[("array", "mx"), ("op", "write")]
+        ) >= 1.0
+    );
+    assert_eq!(
+        get("raidctl_array_parity_fallbacks_total", &[("array", "mx")]),
+        0.0
+    );
+    assert!(http_get(port, "/nothing").unwrap().0 == 404);
+
+    // A real server scrapes the daemon; a member fails; it sees it.
+    let prom = Prometheus::start(&w.dir, port);
+    prom.wait_value("raidctl_array_degraded_slots{array=\"mx\"}", 0.0, 60);
+    w.ok(&["fail", "mx", m[1].to_str().unwrap()]);
+    prom.wait_value("raidctl_array_degraded_slots{array=\"mx\"}", 1.0, 30);
+    prom.wait_value(
+        "raidctl_array_state{array=\"mx\",state=\"degraded\"}",
+        1.0,
+        30,
+    );
+    prom.wait_value(
+        "raidctl_array_events_total{array=\"mx\",kind=\"member_failed\"}",
+        1.0,
+        30,
+    );
+    prom.wait_value(
+        &format!(
+            "raidctl_member_state{{array=\"mx\",slot=\"1\",state=\"failed\",member=\"{}\"}}",
+            m[1].display()
+        ),
+        1.0,
+        30,
+    );
+    let (_, text) = http_get(port, "/metrics").unwrap();
+    promtool_check(&text);
+}
+
+#[test]
+fn a_metrics_port_in_use_fails_the_start_clearly() {
+    let w = World::new("metrics-busy");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let o = Command::new(raid_e2e::raidctl_path())
+        .env("RAIDCTL_STATE_DIR", w.state())
+        .args(["daemon", "--metrics", &format!("127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("cannot serve metrics on 127.0.0.1:{port}")),
+        "{err}"
+    );
+    let o = Command::new(raid_e2e::raidctl_path())
+        .env("RAIDCTL_STATE_DIR", w.state())
+        .args(["daemon", "--metrics", "localhost"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("'localhost' is not HOST:PORT"), "{err}");
+    assert_ne!(o.status.code(), Some(0));
+}
+
+#[test]
+fn iostat_reports_the_io_made_during_its_interval() {
+    let w = World::new("iostat");
+    let (m, sock) = raid5(&w, "io", &[]);
+    let state = w.state();
+    // Two reports 2 s apart; the writes land in the first.
+    let ios = std::thread::spawn(move || {
+        Command::new(raid_e2e::raidctl_path())
+            .env("RAIDCTL_STATE_DIR", state)
+            .args(["iostat", "io", "2", "2", "--format", "json"])
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let (ok, out) = qemu_io(&sock, "io", &["write -P 3 0 8M"]);
+    assert!(ok, "{out}");
+    let o = ios.join().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let first = &lines[0];
+    let secs = first["interval_seconds"].as_f64().unwrap();
+    assert!((1.9..3.0).contains(&secs), "interval {secs}");
+    let a = &first["arrays"][0];
+    assert_eq!(a["name"], "io");
+    let written = a["write"]["bytes_per_second"].as_f64().unwrap() * secs;
+    assert!(
+        (written - (8 * MIB) as f64).abs() < 1.0,
+        "iostat saw {written} bytes written, qemu-io wrote 8 MiB"
+    );
+    assert!(a["write"]["await_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(a["members"].as_array().unwrap().len(), 3);
+    assert_eq!(a["members"][2]["member"], m[2].to_str().unwrap());
+    assert!(a["members"][0]["write"]["per_second"].as_f64().unwrap() > 0.0);
+    // Nothing ran in the second interval.
+    assert_eq!(lines[1]["arrays"][0]["write"]["per_second"], 0.0);
+    // The text form has its header and a line per member.
+    let text = w.ok(&["iostat", "io", "0.2", "1"]);
+    assert!(text.starts_with("device"), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| !l.is_empty()).count(),
+        1 + 1 + 3,
+        "{text}"
+    );
+    // A stopped array is an error naming the fix.
+    w.ok(&["stop", "io"]);
+    let (code, _, err) = w.code(&["iostat", "io"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("raidctl start io"), "{err}");
+}
+
+fn executable(p: &Path) {
+    let mut perm = std::fs::metadata(p).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(p, perm).unwrap();
+}
+
+/// A stand-in for smartctl that prints a recorded real output (a drive
+/// with media errors), with smartctl's exit status for it.
+fn fake_smartctl(w: &World, sample: &str, status: i32) -> PathBuf {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../raidctl/tests/data/health")
+        .join(sample);
+    let p = w.dir.join("smartctl");
+    std::fs::write(
+        &p,
+        format!("#!/bin/sh\ncat '{}'\nexit {status}\n", data.display()),
+    )
+    .unwrap();
+    executable(&p);
+    p
+}
+
+#[test]
+fn a_drive_health_warning_is_an_event_an_alert_and_a_metric() {
+    let w = World::new("health");
+    let smartctl = fake_smartctl(&w, "smartctl-nvme-media-errors.json", 64);
+    let hook_out = w.dir.join("hook.log");
+    let hook = w.dir.join("hook.sh");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\necho \"$RAIDCTL_EVENT $RAIDCTL_SEVERITY\" >> '{}'\n",
+            hook_out.display()
+        ),
+    )
+    .unwrap();
+    executable(&hook);
+    let port = free_port();
+    // Alerts go to an unreachable mail server (queued) and the hook.
+    write_config(
+        &w,
+        &format!(
+            "[metrics]\nlisten = \"127.0.0.1:{port}\"\n[alerts]\nsmtp_host = \"127.0.0.1\"\nsmtp_port = 9\nsecurity = \"plain\"\nfrom = \"r@localhost\"\nto = [\"ops@example.com\"]\nhook = \"{}\"\n",
+            hook.display()
+        ),
+    );
+    let env = [
+        ("RAIDCTL_SMARTCTL", smartctl.to_str().unwrap()),
+        ("RAIDCTL_HEALTH_FILES", "1"),
+    ];
+    let _ = raid5(&w, "hx", &env);
+    // The first reading comes within a second or so of the start.
+    let t = Instant::now();
+    let events = loop {
+        let e = w.ok(&["events", "hx"]);
+        if e.contains("member_health_warning") || t.elapsed() > Duration::from_secs(20) {
+            break e;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // One warning per member (three files, one recorded drive), not more.
+    assert_eq!(
+        events.matches("member_health_warning").count(),
+        3,
+        "{events}"
+    );
+    assert!(events.contains("media"), "{events}");
+    let detail = w.ok(&["detail", "hx"]);
+    assert!(detail.contains("Samsung SSD 970 EVO"), "{detail}");
+    assert!(detail.contains("WARNING"), "{detail}");
+    let st = w.status_json("hx");
+    let h = &st["members"][0]["health"];
+    assert_eq!(h["kind"], "nvme", "{st}");
+    assert!(h["media_errors"].as_u64().unwrap() > 0, "{st}");
+    assert!(!h["warnings"].as_array().unwrap().is_empty());
+    // The hook ran as for any warning; the mail is queued.
+    let t = Instant::now();
+    while std::fs::read_to_string(&hook_out)
+        .unwrap_or_default()
+        .matches("member_health_warning warning")
+        .count()
+        < 3
+        && t.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&hook_out)
+            .unwrap_or_default()
+            .matches("member_health_warning warning")
+            .count(),
+        3
+    );
+    let (_, text) = http_get(port, "/metrics").unwrap();
+    promtool_check(&text);
+    assert!(
+        text.contains("raidctl_member_health_warnings{array=\"hx\",slot=\"0\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("raidctl_member_media_errors_total{"),
+        "{text}"
+    );
+    // The array itself is untouched: a warning fails nothing.
+    assert_eq!(st["state"], "optimal");
+}
+
+#[test]
+fn nvme_health_where_a_drive_exists() {
+    let Some(dev) = (0..8)
+        .map(|i| PathBuf::from(format!("/dev/nvme{i}n1")))
+        .find(|p| p.exists())
+    else {
+        eprintln!("skipped: no NVMe device on this machine (/dev/nvme*n1)");
+        return;
+    };
+    let have = |t: &str| Command::new(t).arg("--version").output().is_ok();
+    if !have("nvme") && !have("smartctl") {
+        eprintln!("skipped: neither nvme-cli nor smartmontools is installed");
+        return;
+    }
+    let o = Command::new(raid_e2e::raidctl_path())
+        .args(["health", dev.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["health"]["kind"], "nvme", "{v}");
+    assert!(v[0]["health"]["model"].is_string(), "{v}");
+    assert!(v[0]["health"]["percentage_used"].is_u64(), "{v}");
+}

@@ -25,15 +25,31 @@ pub const TIME_EVERY: u32 = 8;
 pub struct Started(Option<Instant>);
 
 impl Started {
-    /// Now, for one call in `TIME_EVERY` on this thread; else nothing.
+    /// Now, for about one call in `TIME_EVERY` on this thread, chosen at
+    /// random: a fixed stride would line up with the calls a request makes
+    /// (a mirror write starts two timers, the client's and the batch's, so
+    /// every 8th call would always be the client's and member latency would
+    /// never be timed).
     pub fn now() -> Started {
         thread_local! {
-            static CALLS: Cell<u32> = const { Cell::new(0) };
+            static STATE: Cell<u64> = const { Cell::new(0) };
         }
-        let timed = CALLS.with(|c| {
-            let n = c.get();
-            c.set(n.wrapping_add(1));
-            n % TIME_EVERY == 0
+        let timed = STATE.with(|c| {
+            let mut x = c.get();
+            if x == 0 {
+                // Seeded from the clock and the thread's stack address.
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(0);
+                x = (nanos ^ (c as *const Cell<u64> as u64).rotate_left(32)) | 1;
+            }
+            // xorshift64
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            c.set(x);
+            x % TIME_EVERY as u64 == 0
         });
         Started(timed.then(Instant::now))
     }
@@ -118,8 +134,7 @@ impl OpStats {
         if let Some(took) = took {
             let ns = took.as_nanos().min(u64::MAX as u128) as u64;
             s.latency_ns.fetch_add(ns, Ordering::Relaxed);
-            let us = ns / 1_000;
-            let i = LATENCY_BUCKETS_US.partition_point(|&b| b < us);
+            let i = LATENCY_BUCKETS_US.partition_point(|&b| b * 1_000 < ns);
             s.buckets[i].fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -325,14 +340,30 @@ mod tests {
         let d = later.since(&snap);
         assert_eq!((d.ops, d.bytes, d.buckets[1]), (1, 512, 1));
         assert_eq!(OpSnapshot::default().quantile_us(0.5), None);
-        // One call in TIME_EVERY on a thread is timed.
-        let timed = std::thread::spawn(|| {
-            (0..8 * TIME_EVERY)
-                .filter(|_| Started::now().took().is_some())
-                .count()
+        // About one call in TIME_EVERY on a thread is timed, whatever the
+        // stride of the calls: every second call of 80,000 is timed at the
+        // same rate as all of them.
+        let (all, every_second) = std::thread::spawn(|| {
+            let mut all = 0;
+            let mut second = 0;
+            for i in 0..80_000 {
+                let t = Started::now().took().is_some();
+                all += t as u32;
+                second += (t && i % 2 == 1) as u32;
+            }
+            (all, second)
         })
         .join()
         .unwrap();
-        assert_eq!(timed, 8);
+        let want = 80_000 / TIME_EVERY;
+        assert!((want * 9 / 10..want * 11 / 10).contains(&all), "{all}");
+        assert!(
+            (want * 9 / 20..want * 11 / 20).contains(&every_second),
+            "{every_second}"
+        );
+        // 10.9 us is past the 10 us bound.
+        let c = OpStats::default();
+        c.record(0, Some(Duration::from_nanos(10_900)), true);
+        assert_eq!(c.snapshot().buckets[1], 1);
     }
 }

@@ -762,12 +762,7 @@ mod tests {
         ])
         .unwrap()
         .replace('\n', "");
-        for want in [
-            ">seq-read<",
-            ">rand-write<",
-            "GB/s (log scale)",
-            ">member<",
-        ] {
+        for want in [">seq-read<", ">rand-write<", "GB/s (log scale)", ">member<"] {
             assert!(svg.contains(want), "{want} missing from the plot");
         }
     }

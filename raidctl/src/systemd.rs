@@ -47,17 +47,14 @@ pub fn stopping() {
 /// monitor keeps running), so a daemon wedged there is restarted.
 pub struct Watchdog {
     period: Duration,
-    last: Instant,
+    last: Option<Instant>,
 }
 
 impl Watchdog {
     pub fn from_env() -> Option<Watchdog> {
         let period = sd_notify::watchdog_enabled()?;
         tracing::info!(?period, "systemd watchdog enabled");
-        Some(Watchdog {
-            period,
-            last: Instant::now() - period,
-        })
+        Some(Watchdog { period, last: None })
     }
 
     /// The longest the monitor may go without a round before the daemon
@@ -67,8 +64,8 @@ impl Watchdog {
     }
 
     pub fn tick(&mut self, healthy: bool) {
-        if healthy && self.last.elapsed() >= self.period / 2 {
-            self.last = Instant::now();
+        if healthy && self.last.is_none_or(|l| l.elapsed() >= self.period / 2) {
+            self.last = Some(Instant::now());
             if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]) {
                 tracing::warn!("systemd watchdog ping: {e}");
             }

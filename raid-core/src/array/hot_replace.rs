@@ -68,8 +68,10 @@ impl Mirrored {
 }
 
 impl Member for Mirrored {
-    /// The slot's device: the old one until the switch (the copy's writes
-    /// to the new one are the replace's, not the slot's).
+    /// The slot's device: the old one until the switch, then the new one,
+    /// whose counters include the copy's writes (what the device did, as
+    /// iostat of the drive would show; `raidctl iostat` reports a member
+    /// that changed during an interval from the next one).
     fn io_stats(&self) -> Option<&crate::stats::IoStats> {
         match self.after_switch() {
             Some(n) => n.io_stats(),

@@ -194,7 +194,7 @@ impl Array {
 
     pub(super) fn scrub_write(&self, slot: usize, offset: u64, data: &[u8]) -> Result<()> {
         let handles = self.member_handles();
-        handles[slot].write_at(data, offset).map_err(|e| {
+        crate::member::write_counted(handles[slot].as_ref(), data, offset).map_err(|e| {
             self.fail_slot(slot, &format!("write error during scrub repair: {e}"));
             ArrayError::Member {
                 member: handles[slot].identity().into(),

@@ -238,7 +238,16 @@ pub fn submit(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<io::Result
         }
         match members[io.member].begin(io) {
             Some(Ok(c)) => started.push((i, c)),
-            Some(Err(e)) => results[i] = Some(Err(e)),
+            Some(Err(e)) => {
+                count_took(
+                    members[io.member].as_ref(),
+                    io.is_read(),
+                    io.len(),
+                    None,
+                    false,
+                );
+                results[i] = Some(Err(e));
+            }
             None => {}
         }
     }

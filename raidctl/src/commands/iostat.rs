@@ -93,23 +93,22 @@ pub fn report(now: &[ArrayIo], before: &[ArrayIo]) -> Report {
             continue;
         };
         let secs = (a.at_ns.saturating_sub(b.at_ns) as f64 / 1e9).max(1e-3);
+        // A member that joined its slot during the interval (a replace, a
+        // spare) is reported from the next: its counters began elsewhere
+        // (a rebuild's or hot replace's copy) and would show as one burst.
         let members =
             a.io.members
                 .iter()
-                .map(|m| {
-                    // A member replaced during the interval counts from zero.
-                    let empty = IoSnapshot::default();
+                .filter_map(|m| {
                     let prev =
                         b.io.members
                             .iter()
-                            .find(|p| p.slot == m.slot && p.member == m.member)
-                            .map(|p| &p.io)
-                            .unwrap_or(&empty);
-                    MemberRate {
+                            .find(|p| p.slot == m.slot && p.member == m.member)?;
+                    Some(MemberRate {
                         slot: m.slot,
                         member: m.member.clone(),
-                        rate: device_rate(&m.io, prev, secs),
-                    }
+                        rate: device_rate(&m.io, &prev.io, secs),
+                    })
                 })
                 .collect();
         arrays.push(ArrayRate {

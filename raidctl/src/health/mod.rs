@@ -636,6 +636,13 @@ fn run_tool(prog: &OsStr, args: &[&OsStr]) -> Result<ToolOutput, ToolError> {
     };
     if status.is_err() {
         kill_group(&mut child);
+    } else if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // Anything the tool left running holds our pipes open: its group
+        // goes too, so reading the output below ends.
+        // SAFETY: kill(2) on the group the child led; touches no memory.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
     }
     let (stdout, stderr) = (collect(stdout), collect(stderr));
     Ok(ToolOutput {
@@ -653,7 +660,16 @@ fn drain<R: Read + Send + 'static>(mut r: R) -> JoinHandle<Vec<u8>> {
     })
 }
 
+/// The output a drain thread read, waiting at most a few seconds for it
+/// (a pipe some process still holds open is given up, not waited on).
 fn collect(h: Option<JoinHandle<Vec<u8>>>) -> String {
+    let until = Instant::now() + Duration::from_secs(5);
+    let h = h.filter(|h| {
+        while !h.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        h.is_finished()
+    });
     let bytes = h.and_then(|h| h.join().ok()).unwrap_or_default();
     String::from_utf8_lossy(&bytes).into_owned()
 }

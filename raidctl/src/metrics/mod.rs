@@ -487,46 +487,112 @@ pub fn parse_listen(spec: &str) -> Result<SocketAddr> {
 /// Serves `GET /metrics` on `addr` until `stop`, each scrape rendering
 /// what `sample` returns. Binds before returning, so a port in use is an
 /// error of the daemon's start rather than a log line.
+///
+/// A small HTTP/1.1 responder of its own rather than a server crate: one
+/// connection at a time, each bounded by read and write timeouts and an
+/// 8 KiB request head, no request body read, the connection closed after
+/// the answer. A client that stalls or sends a body can delay a scrape by
+/// the timeout, never hang the daemon or its shutdown (tiny_http, tried
+/// first, blocks for good on a request whose announced body never comes).
 pub fn serve(
     addr: SocketAddr,
     sample: Arc<dyn Fn() -> Sample + Send + Sync>,
     stop: Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>> {
-    let server = tiny_http::Server::http(addr).map_err(|e| {
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| {
         CliError::failed(format!(
             "cannot serve metrics on {addr}: {e} (another exporter on the port? choose another with [metrics] listen)"
         ))
     })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| CliError::failed(format!("metrics listener: {e}")))?;
     tracing::info!(%addr, "metrics served at http://{addr}/metrics");
     Ok(std::thread::spawn(move || {
         while !stop.load(Ordering::Acquire) {
-            let req = match server.recv_timeout(Duration::from_millis(200)) {
-                Ok(Some(r)) => r,
-                Ok(None) => continue,
+            match listener.accept() {
+                Ok((conn, _)) => {
+                    if let Err(e) = answer(conn, sample.as_ref()) {
+                        tracing::debug!("metrics request: {e}");
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
                 Err(e) => {
                     tracing::warn!("metrics listener: {e}");
-                    continue;
+                    std::thread::sleep(Duration::from_millis(200));
                 }
-            };
-            let path = req.url().split('?').next().unwrap_or("").to_string();
-            let resp = match (req.method(), path.as_str()) {
-                (tiny_http::Method::Get, "/metrics") => {
-                    let body = render(&sample());
-                    tiny_http::Response::from_string(body).with_header(
-                        tiny_http::Header::from_bytes(
-                            "Content-Type",
-                            "text/plain; version=0.0.4; charset=utf-8",
-                        )
-                        .expect("a valid header"),
-                    )
-                }
-                (tiny_http::Method::Get, "/") => {
-                    tiny_http::Response::from_string("raidctl daemon: metrics at /metrics\n")
-                }
-                _ => tiny_http::Response::from_string("not found: try /metrics\n")
-                    .with_status_code(404),
-            };
-            let _ = req.respond(resp);
+            }
         }
     }))
+}
+
+/// Reads one request head and answers it.
+fn answer(
+    mut conn: std::net::TcpStream,
+    sample: &(dyn Fn() -> Sample + Send + Sync),
+) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    const LIMIT: usize = 8 << 10;
+    conn.set_nonblocking(false)?;
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    conn.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        if head.len() > LIMIT {
+            return respond(&mut conn, 431, "request head too large\n", "text/plain");
+        }
+        let n = conn.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        head.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&head);
+    let mut words = text.split_whitespace();
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET", "/metrics") => {
+            let body = render(&sample());
+            respond(
+                &mut conn,
+                200,
+                &body,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+        }
+        ("GET", "/") => respond(
+            &mut conn,
+            200,
+            "raidctl daemon: metrics at /metrics\n",
+            "text/plain",
+        ),
+        ("GET", _) => respond(&mut conn, 404, "not found: try /metrics\n", "text/plain"),
+        _ => respond(&mut conn, 405, "only GET\n", "text/plain"),
+    }?;
+    let _ = conn.flush();
+    Ok(())
+}
+
+fn respond(
+    conn: &mut std::net::TcpStream,
+    code: u16,
+    body: &str,
+    kind: &str,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let reason = match code {
+        200 => "OK",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        _ => "Request Header Fields Too Large",
+    };
+    write!(
+        conn,
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
 }

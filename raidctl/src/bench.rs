@@ -596,20 +596,7 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
         std::fs::write(j, serde_json::to_string_pretty(&report).unwrap())
             .map_err(|e| CliError::failed(format!("{}: {e}", j.display())))?;
     }
-    let plots = [
-        (&a.plot, crate::plot::latency_svg(&report.sweep)),
-        (
-            &a.throughput_plot,
-            crate::plot::throughput_svg(&report.results),
-        ),
-    ];
-    for (path, svg) in plots {
-        if let Some(p) = path {
-            let svg = svg.map_err(CliError::failed)?;
-            std::fs::write(p, svg)
-                .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))?;
-        }
-    }
+    write_plots(&report, a)?;
     if owned {
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -364,8 +364,7 @@ pub fn human_bytes(b: u64) -> String {
 }
 
 /// A member drive's lines in `detail`: identity, figures, warnings.
-pub fn render_health(h: &MemberHealth) -> String {
-    let d = &h.drive;
+pub fn render_health(d: &crate::health::DriveHealth, warnings: &[String]) -> String {
     let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
     let mut out = format!(
         "           drive: {} {} serial {} firmware {}\n",
@@ -403,10 +402,10 @@ pub fn render_health(h: &MemberHealth) -> String {
             figs.push(format!("{v} {name}"));
         }
     }
-    let verdict = if h.warnings.is_empty() {
+    let verdict = if warnings.is_empty() {
         "healthy".to_string()
     } else {
-        format!("WARNING: {}", h.warnings.join("; "))
+        format!("WARNING: {}", warnings.join("; "))
     };
     out.push_str(&format!("           health: {verdict}"));
     if !figs.is_empty() {
@@ -465,7 +464,7 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
         ));
         if let Some(h) = &m.health {
             if detail {
-                out.push_str(&render_health(h));
+                out.push_str(&render_health(&h.drive, &h.warnings));
             } else if !h.warnings.is_empty() {
                 out.push_str(&format!("           health: {}\n", h.warnings.join("; ")));
             }

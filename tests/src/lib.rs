@@ -195,3 +195,18 @@ pub fn qemu_io(sock: &Path, export: &str, cmds: &[&str]) -> (bool, String) {
         && !text.contains("failed:");
     (ok, text)
 }
+
+/// A TCP port free on loopback now (for a server the test starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Makes a script the test wrote executable.
+pub fn make_executable(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}

@@ -4,7 +4,7 @@
 //! exactly once; STARTTLS with a self-signed certificate; a wrong password
 //! is a clear error that does not show the password.
 
-use raid_e2e::World;
+use raid_e2e::{free_port, make_executable, World};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -83,14 +83,6 @@ fn unfold(s: &str) -> String {
         .replace("=3D", "=")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn write_config(w: &World, port: u16, extra: &str) {
     std::fs::create_dir_all(w.state()).unwrap();
     std::fs::write(
@@ -120,7 +112,7 @@ fn member_failure_arrives_as_one_message_with_what_to_do() {
     let hook = w.dir.join("hook.sh");
     let hook_out = w.dir.join("hook.out");
     std::fs::write(&hook, format!("#!/bin/sh\necho \"$RAIDCTL_EVENT $RAIDCTL_SEVERITY $RAIDCTL_ARRAY $RAIDCTL_MEMBER\" >> {}\n", hook_out.display())).unwrap();
-    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    make_executable(&hook);
     write_config(
         &w,
         port,

@@ -3,21 +3,13 @@
 //! server (Debian's `prometheus` package), `iostat` against I/O made by
 //! qemu-io, and drive-health warnings that arrive as events and alerts.
 
-use raid_e2e::{qemu_io, World};
+use raid_e2e::{free_port, make_executable, qemu_io, World};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// GET http://127.0.0.1:PORT/PATH; (status code, body).
 fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
@@ -403,12 +395,6 @@ fn iostat_reports_the_io_made_during_its_interval() {
     assert!(err.contains("raidctl start io"), "{err}");
 }
 
-fn executable(p: &Path) {
-    let mut perm = std::fs::metadata(p).unwrap().permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
-    std::fs::set_permissions(p, perm).unwrap();
-}
-
 /// A stand-in for smartctl that prints a recorded real output (a drive
 /// with media errors), with smartctl's exit status for it.
 fn fake_smartctl(w: &World, sample: &str, status: i32) -> PathBuf {
@@ -421,7 +407,7 @@ fn fake_smartctl(w: &World, sample: &str, status: i32) -> PathBuf {
         format!("#!/bin/sh\ncat '{}'\nexit {status}\n", data.display()),
     )
     .unwrap();
-    executable(&p);
+    make_executable(&p);
     p
 }
 
@@ -439,7 +425,7 @@ fn a_drive_health_warning_is_an_event_an_alert_and_a_metric() {
         ),
     )
     .unwrap();
-    executable(&hook);
+    make_executable(&hook);
     let port = free_port();
     // Alerts go to an unreachable mail server (queued) and the hook.
     write_config(

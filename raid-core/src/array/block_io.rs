@@ -117,10 +117,18 @@ impl Array {
         r
     }
 
-    fn write_checked(&self, offset: u64, data: &[u8]) -> Result<()> {
-        self.check_range(offset, data.len() as u64)?;
-        if data.is_empty() {
-            return Ok(());
+    /// Whether a write (or zeroing) of `len` bytes at `offset` may go
+    /// ahead: in range, the array within its redundancy and not out of
+    /// space; then marked dirty, with the write-intent bits it needs held
+    /// by the returned guard. `Ok(None)` for an empty request: nothing to do.
+    fn admit_write(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<Option<bitmap::WriteIntent<'_>>>> {
+        self.check_range(offset, len)?;
+        if len == 0 {
+            return Ok(None);
         }
         if !self.within_redundancy() {
             return Err(self.failed_error());
@@ -129,7 +137,13 @@ impl Array {
             return Err(e);
         }
         self.mark_dirty();
-        let _intent = self.intend_write(offset, data.len() as u64)?;
+        self.intend_write(offset, len).map(Some)
+    }
+
+    fn write_checked(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let Some(_intent) = self.admit_write(offset, data.len() as u64)? else {
+            return Ok(());
+        };
         if self.needs_bounce(data) {
             let mut b = crate::buf::AlignedBuf::new(data.len());
             b.copy_from_slice(data);
@@ -219,18 +233,9 @@ impl Array {
     }
 
     fn zero_checked(&self, offset: u64, len: u64) -> Result<()> {
-        self.check_range(offset, len)?;
-        if len == 0 {
+        let Some(_intent) = self.admit_write(offset, len)? else {
             return Ok(());
-        }
-        if !self.within_redundancy() {
-            return Err(self.failed_error());
-        }
-        if let Some(e) = self.no_space_error() {
-            return Err(e);
-        }
-        self.mark_dirty();
-        let _intent = self.intend_write(offset, len)?;
+        };
         match self.geo.level {
             Level::Raid5 | Level::Raid6 => self.parity_zero(offset, len),
             _ => self.mirror_zero(offset, len),

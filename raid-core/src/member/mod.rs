@@ -122,7 +122,7 @@ pub trait Member: Send + Sync {
 pub fn read_counted(m: &dyn Member, buf: &mut [u8], offset: u64) -> io::Result<()> {
     let t = Started::now();
     let r = m.read_at(buf, offset);
-    count(m, true, buf.len(), t, r.is_ok());
+    count_took(m, true, buf.len(), t.took(), r.is_ok());
     r
 }
 
@@ -130,7 +130,7 @@ pub fn read_counted(m: &dyn Member, buf: &mut [u8], offset: u64) -> io::Result<(
 pub fn write_counted(m: &dyn Member, buf: &[u8], offset: u64) -> io::Result<()> {
     let t = Started::now();
     let r = m.write_at(buf, offset);
-    count(m, false, buf.len(), t, r.is_ok());
+    count_took(m, false, buf.len(), t.took(), r.is_ok());
     r
 }
 
@@ -144,12 +144,9 @@ pub fn flush_counted(m: &dyn Member) -> io::Result<()> {
     r
 }
 
-fn count(m: &dyn Member, read: bool, len: usize, began: Started, ok: bool) {
-    count_took(m, read, len, began.took(), ok)
-}
-
-/// Counts one read or write that took `took`, measured by the caller (the
-/// array's fast paths, which time the request once for both counts).
+/// Counts one read or write in the member's `io_stats`, with its latency
+/// when it was timed (`took` from a `Started`: the caller may share one
+/// clock read between counts, as the array's fast path and a ring batch do).
 pub fn count_took(
     m: &dyn Member,
     read: bool,
@@ -258,11 +255,11 @@ pub fn submit(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<io::Result
     for (i, c) in started {
         c.wait();
         let io = &ios[i];
-        count(
+        count_took(
             members[io.member].as_ref(),
             io.is_read(),
             io.len(),
-            began,
+            began.took(),
             true,
         );
         results[i] = Some(Ok(()));
@@ -270,13 +267,15 @@ pub fn submit(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<io::Result
     if ring_ios.len() > 1 {
         // None: no ring could be had; the I/Os go the synchronous way below.
         if let Some(done) = uring::run_batch(members, ios, &ring_ios) {
+            // One clock read for the batch: its I/Os were collected together.
+            let took = began.took();
             for (k, r) in ring_ios.iter().zip(done) {
                 let io = &ios[*k];
-                count(
+                count_took(
                     members[io.member].as_ref(),
                     io.is_read(),
                     io.len(),
-                    began,
+                    took,
                     r.is_ok(),
                 );
                 results[*k] = Some(r);

@@ -396,12 +396,8 @@ fn health(st: &StateDir, devices: &[PathBuf], fmt: Format) -> Result<()> {
         if fmt == Format::Text {
             match (health, note) {
                 (Some(h), _) => {
-                    let m = status::MemberHealth {
-                        drive: h,
-                        warnings,
-                        checked_unix: 0,
-                    };
-                    out!("{}:\n{}", d.display(), status::render_health(&m).trim_end());
+                    let text = status::render_health(&h, &warnings);
+                    out!("{}:\n{}", d.display(), text.trim_end());
                 }
                 (None, Some(n)) => out!("{}: {n}", d.display()),
                 (None, None) => {}

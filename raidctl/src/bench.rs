@@ -495,8 +495,11 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
         },
     )?);
     let sock = dir.join("bench.sock");
-    let export =
-        crate::export::Export::start_nbd(array.clone(), &format!("unix:{}", sock.display()))?;
+    let export = crate::export::Export::start_nbd(
+        array.clone(),
+        &format!("unix:{}", sock.display()),
+        &Default::default(),
+    )?;
     let targets = [
         Target::Array(array.clone()),
         Target::Nbd(sock.clone(), "bench".into()),

@@ -8,6 +8,7 @@ use crate::protocol::Request;
 use crate::registry::StateDir;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -18,6 +19,16 @@ pub struct Config {
     pub scrub: Option<ScrubSchedule>,
     pub metrics: Option<MetricsConfig>,
     pub health: Option<crate::daemon::HealthConfig>,
+    pub remote: Option<RemoteConfig>,
+}
+
+/// `[remote]`: network members.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteConfig {
+    /// How long one I/O to a network member may take, reconnections
+    /// included, before the member is given up and failed (default 30).
+    pub timeout_seconds: f64,
 }
 
 /// `[metrics]`: serve Prometheus metrics.
@@ -45,6 +56,15 @@ pub struct ConfigArray {
     pub name: String,
     #[serde(default)]
     pub nbd: Option<String>,
+    /// TLS for a TCP export: a directory with server-cert.pem and
+    /// server-key.pem (and ca-cert.pem for `tls_verify_peer`).
+    #[serde(default)]
+    pub tls: Option<PathBuf>,
+    #[serde(default)]
+    pub tls_verify_peer: bool,
+    /// Serve a non-loopback TCP address without TLS.
+    #[serde(default)]
+    pub insecure: bool,
     /// Only to import an array not yet recorded.
     #[serde(default)]
     pub members: Vec<PathBuf>,
@@ -88,6 +108,15 @@ impl Config {
             h.check()
                 .map_err(|e| CliError::usage(format!("{}: {}", p.display(), e.msg)))?;
         }
+        if let Some(r) = &c.remote {
+            if !(r.timeout_seconds.is_finite() && (0.5..=3600.0).contains(&r.timeout_seconds)) {
+                return Err(CliError::usage(format!(
+                    "{}: [remote] timeout_seconds = {} is out of range: give 0.5 to 3600",
+                    p.display(),
+                    r.timeout_seconds
+                )));
+            }
+        }
         for a in &c.array {
             if let Some(mode) = &a.parity {
                 mode.parse::<raid_gpu::ParityMode>().map_err(|e| {
@@ -117,6 +146,9 @@ impl Config {
             scrub: self.scrub,
             metrics: metrics.or(from_file),
             health: self.health.unwrap_or_default(),
+            remote_timeout: Duration::from_secs_f64(
+                self.remote.map_or(30.0, |r| r.timeout_seconds),
+            ),
         }
     }
 
@@ -127,6 +159,9 @@ impl Config {
                 name: a.name.clone(),
                 members: a.members.clone(),
                 nbd: a.nbd.clone(),
+                tls: a.tls.clone(),
+                tls_verify_peer: a.tls_verify_peer,
+                insecure: a.insecure,
                 parity: a.parity.clone(),
                 force: false,
             })

@@ -5,10 +5,11 @@
 
 use crate::error::{CliError, Result};
 use crate::nbd::{self, Check, Request};
+use crate::remote::tls::{self, Sock, TlsStream};
 use raid_core::array::{Array, ArrayError, BLOCK};
 use raid_core::buf::AlignedBuf;
 use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -20,43 +21,58 @@ use std::time::Duration;
 /// Requests run at once per connection.
 const WORKERS: usize = 8;
 
-/// A stream NBD can run over.
+/// A stream NBD can run over: a socket, or TLS on one.
 trait Conn: Read + Write + Send + Sync + 'static {
     fn try_clone_box(&self) -> io::Result<Box<dyn Conn>>;
     fn shutdown_both(&self);
     fn shutdown_read(&self);
 }
-impl Conn for UnixStream {
+impl Conn for Sock {
     fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
         Ok(Box::new(self.try_clone()?))
     }
     fn shutdown_both(&self) {
-        let _ = self.shutdown(std::net::Shutdown::Both);
+        self.shutdown(std::net::Shutdown::Both)
     }
     fn shutdown_read(&self) {
-        let _ = self.shutdown(std::net::Shutdown::Read);
+        self.shutdown(std::net::Shutdown::Read)
     }
 }
-impl Conn for TcpStream {
+impl Conn for TlsStream {
     fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
         Ok(Box::new(self.try_clone()?))
     }
     fn shutdown_both(&self) {
-        let _ = self.shutdown(std::net::Shutdown::Both);
+        self.shutdown(std::net::Shutdown::Both)
     }
     fn shutdown_read(&self) {
-        let _ = self.shutdown(std::net::Shutdown::Read);
+        self.shutdown(std::net::Shutdown::Read)
     }
 }
+
+/// How a TCP export is secured.
+#[derive(Clone, Debug, Default)]
+pub struct Security {
+    /// A directory with `server-cert.pem` and `server-key.pem` (and
+    /// `ca-cert.pem` to check clients' certificates): TLS required.
+    pub tls: Option<PathBuf>,
+    /// Clients must present a certificate signed by `ca-cert.pem`.
+    pub verify_peer: bool,
+    /// Serve a non-loopback address without TLS anyway.
+    pub insecure: bool,
+}
+
+/// How long a client may take over the TLS handshake.
+const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
 
 enum Listener {
     Unix(UnixListener, PathBuf),
     Tcp(TcpListener),
 }
 
-/// Clones of the open connections, so `stop` can close them; each
-/// connection removes its own entry when it ends.
-type Conns = Arc<Mutex<std::collections::HashMap<u64, Box<dyn Conn>>>>;
+/// Clones of the open connections' sockets, so `stop` can close them;
+/// each connection removes its own entry when it ends.
+type Conns = Arc<Mutex<std::collections::HashMap<u64, Sock>>>;
 
 /// A running export.
 pub struct Export {
@@ -67,20 +83,56 @@ pub struct Export {
     socket_path: Option<PathBuf>,
 }
 
-/// Checks an export spec before anything is assembled.
-pub fn check_spec(spec: &str) -> Result<()> {
+/// Checks an export spec and its security before anything is assembled:
+/// a TCP address other than loopback is served only with TLS, unless
+/// `insecure` says otherwise.
+pub fn check_spec(spec: &str, sec: &Security) -> Result<()> {
+    if sec.verify_peer && sec.tls.is_none() {
+        return Err(CliError::usage(
+            "--tls-verify-peer needs --tls DIR (its ca-cert.pem signs the clients' certificates)",
+        ));
+    }
     match spec.split_once(':') {
         Some(("unix", p)) if !p.is_empty() => Ok(()),
-        Some(("tcp", a)) if !a.is_empty() => Ok(()),
+        Some(("tcp", a)) if !a.is_empty() => {
+            let addr = tcp_addr(a);
+            let loopback = std::net::ToSocketAddrs::to_socket_addrs(&addr)
+                .map(|mut v| v.all(|x| x.ip().is_loopback()))
+                .map_err(|e| CliError::usage(format!("export address {addr}: {e}")))?;
+            if !loopback && sec.tls.is_none() && !sec.insecure {
+                return Err(CliError::refused(format!(
+                    "NBD on {addr} (not loopback) without TLS would let anyone who reaches it read and overwrite the array: give --tls DIR (server-cert.pem and server-key.pem in it; with --tls-verify-peer, clients need a certificate signed by its ca-cert.pem), or --insecure to serve it unencrypted on a network you trust"
+                )));
+            }
+            Ok(())
+        }
         _ => Err(CliError::usage(format!(
             "export '{spec}' is not understood: use unix:PATH, tcp:PORT (loopback) or tcp:HOST:PORT"
         ))),
     }
 }
 
+/// `tcp:PORT` is loopback; `tcp:HOST:PORT` as given.
+fn tcp_addr(a: &str) -> String {
+    if a.contains(':') {
+        a.to_string()
+    } else {
+        format!("127.0.0.1:{a}")
+    }
+}
+
 impl Export {
     /// `spec`: `unix:PATH`, `tcp:PORT` (loopback) or `tcp:HOST:PORT`.
-    pub fn start_nbd(array: Arc<Array>, spec: &str) -> Result<Export> {
+    pub fn start_nbd(array: Arc<Array>, spec: &str, sec: &Security) -> Result<Export> {
+        check_spec(spec, sec)?;
+        let tls = match &sec.tls {
+            Some(dir) => Some(tls::server_config(dir, sec.verify_peer).map_err(|e| {
+                CliError::usage(format!(
+                    "TLS for the NBD export: {e}. The directory needs server-cert.pem and server-key.pem (PEM), and ca-cert.pem with --tls-verify-peer"
+                ))
+            })?),
+            None => None,
+        };
         let (listener, desc) = if let Some(path) = spec.strip_prefix("unix:") {
             let path = PathBuf::from(path);
             if UnixStream::connect(&path).is_ok() {
@@ -112,18 +164,14 @@ impl Export {
                 format!("nbd unix:{} export '{}'", path.display(), array.name()),
             )
         } else if let Some(addr) = spec.strip_prefix("tcp:") {
-            let addr = if addr.contains(':') {
-                addr.to_string()
-            } else {
-                format!("127.0.0.1:{addr}")
-            };
+            let addr = tcp_addr(addr);
             let l = TcpListener::bind(&addr)
                 .map_err(|e| CliError::failed(format!("cannot listen on {addr}: {e}")))?;
-            if l.local_addr().is_ok_and(|a| !a.ip().is_loopback()) {
+            if l.local_addr().is_ok_and(|a| !a.ip().is_loopback()) && tls.is_none() {
                 tracing::warn!(
                     array = array.name(),
                     address = %addr,
-                    "NBD HAS NO AUTHENTICATION OR ENCRYPTION: anyone who can reach {addr} can read and overwrite array '{}'. Serve on loopback or a Unix socket, or put it behind a firewall or a tunnel",
+                    "--insecure: NBD without TLS on {addr}: anyone who can reach it can read and overwrite array '{}'",
                     array.name()
                 );
             }
@@ -142,9 +190,14 @@ impl Export {
             Listener::Unix(_, p) => Some(p.clone()),
             Listener::Tcp(_) => None,
         };
+        let desc = match (&tls, sec.verify_peer) {
+            (Some(_), true) => format!("{desc}, TLS with client certificates"),
+            (Some(_), false) => format!("{desc}, TLS"),
+            (None, _) => desc,
+        };
         let thread = {
             let (stop, conns) = (stop.clone(), conns.clone());
-            std::thread::spawn(move || accept_loop(listener, array, stop, conns))
+            std::thread::spawn(move || accept_loop(listener, array, tls, stop, conns))
         };
         Ok(Export {
             desc,
@@ -174,7 +227,13 @@ impl Export {
     }
 }
 
-fn accept_loop(listener: Listener, array: Arc<Array>, stop: Arc<AtomicBool>, conns: Conns) {
+fn accept_loop(
+    listener: Listener,
+    array: Arc<Array>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    stop: Arc<AtomicBool>,
+    conns: Conns,
+) {
     let mut next_id = 0u64;
     // Every connection's thread: joined before this returns, so `stop`
     // returns only once no request is in flight on the array.
@@ -184,28 +243,28 @@ fn accept_loop(listener: Listener, array: Arc<Array>, stop: Arc<AtomicBool>, con
         Listener::Tcp(l) => l.set_nonblocking(true).ok(),
     };
     while !stop.load(Ordering::Acquire) {
-        let accepted: io::Result<Box<dyn Conn>> = match &listener {
+        let accepted: io::Result<Sock> = match &listener {
             Listener::Unix(l, _) => l.accept().map(|(s, _)| {
                 s.set_nonblocking(false).ok();
-                Box::new(s) as Box<dyn Conn>
+                Sock::Unix(s)
             }),
             Listener::Tcp(l) => l.accept().map(|(s, _)| {
                 s.set_nonblocking(false).ok();
                 s.set_nodelay(true).ok();
-                Box::new(s) as Box<dyn Conn>
+                Sock::Tcp(s)
             }),
         };
         match accepted {
             Ok(c) => {
                 next_id += 1;
                 let id = next_id;
-                if let Ok(clone) = c.try_clone_box() {
+                if let Ok(clone) = c.try_clone() {
                     conns.lock().unwrap().insert(id, clone);
                 }
-                let (array, conns) = (array.clone(), conns.clone());
+                let (array, conns, tls) = (array.clone(), conns.clone(), tls.clone());
                 served.retain(|t| !t.is_finished());
                 served.push(std::thread::spawn(move || {
-                    if let Err(e) = serve(c, array) {
+                    if let Err(e) = serve(c, array, tls) {
                         tracing::debug!("nbd connection ended: {e}");
                     }
                     // Close it for the client too (the reader's clone would
@@ -288,8 +347,16 @@ fn preferred_block(a: &Array) -> u32 {
     p.min(nbd::MAX_REQUEST as u64) as u32
 }
 
-/// Handshake, then transmission.
-fn serve(mut c: Box<dyn Conn>, array: Arc<Array>) -> io::Result<()> {
+/// Handshake, then transmission. With `tls`, the client must start TLS
+/// (NBD_OPT_STARTTLS) before any other option; the rest of the handshake
+/// and the transmission run inside it.
+fn serve(sock: Sock, array: Arc<Array>, tls: Option<Arc<rustls::ServerConfig>>) -> io::Result<()> {
+    // The socket itself, until TLS (when required) is started on it.
+    let mut plain = match tls {
+        Some(_) => Some(sock.try_clone()?),
+        None => None,
+    };
+    let mut c: Box<dyn Conn> = Box::new(sock);
     let mut hello = Vec::new();
     hello.extend_from_slice(&nbd::NBDMAGIC.to_be_bytes());
     hello.extend_from_slice(&nbd::IHAVEOPT.to_be_bytes());
@@ -313,7 +380,51 @@ fn serve(mut c: Box<dyn Conn>, array: Arc<Array>) -> io::Result<()> {
         }
         let mut data = vec![0u8; len as usize];
         c.read_exact(&mut data)?;
+        // TLS required and not started: only STARTTLS and ABORT are heard.
+        if tls.is_some() && plain.is_some() && opt != nbd::OPT_STARTTLS && opt != nbd::OPT_ABORT {
+            if opt == nbd::OPT_EXPORT_NAME {
+                // No error reply exists for this option: the spec says close.
+                return Err(protocol_error("EXPORT_NAME before STARTTLS"));
+            }
+            option_reply(
+                c.as_mut(),
+                opt,
+                nbd::REP_ERR_TLS_REQD,
+                b"TLS is required: STARTTLS first",
+            )?;
+            continue;
+        }
         match opt {
+            nbd::OPT_STARTTLS => {
+                let (Some(cfg), Some(_)) = (&tls, &plain) else {
+                    let why: &[u8] = if tls.is_none() {
+                        b"TLS is not set up on this export"
+                    } else {
+                        b"TLS is already on"
+                    };
+                    let kind = if tls.is_none() {
+                        nbd::REP_ERR_UNSUP
+                    } else {
+                        nbd::REP_ERR_INVALID
+                    };
+                    option_reply(c.as_mut(), opt, kind, why)?;
+                    continue;
+                };
+                if !data.is_empty() {
+                    option_reply(
+                        c.as_mut(),
+                        opt,
+                        nbd::REP_ERR_INVALID,
+                        b"STARTTLS takes no data",
+                    )?;
+                    continue;
+                }
+                option_reply(c.as_mut(), opt, nbd::REP_ACK, &[])?;
+                let sock = plain.take().expect("checked above");
+                let conn = rustls::ServerConnection::new(cfg.clone()).map_err(io::Error::other)?;
+                let t = TlsStream::handshake(conn, sock, TLS_HANDSHAKE)?;
+                c = Box::new(t);
+            }
             nbd::OPT_EXPORT_NAME => {
                 let want = String::from_utf8_lossy(&data);
                 if !want.is_empty() && want != name {

@@ -20,6 +20,12 @@ pub enum Content {
 
 /// Reads the first 128 KiB of `path` and names what it holds.
 pub fn probe(path: &Path) -> std::io::Result<Content> {
+    if crate::remote::is_remote(path) {
+        let m = crate::remote::open_member(path)?;
+        let mut head = vec![0u8; (m.size() as usize).min(128 * 1024) & !4095];
+        m.read_at(&mut head, 0)?;
+        return Ok(classify(&head));
+    }
     let mut f = std::fs::File::open(path)?;
     let mut head = vec![0u8; 128 * 1024];
     let mut got = 0;

@@ -36,6 +36,7 @@ mod nbd;
 mod plot;
 mod protocol;
 mod registry;
+mod remote;
 mod selftest;
 mod status;
 mod systemd;
@@ -128,6 +129,18 @@ pub enum Command {
         /// Serve over NBD: unix:PATH, tcp:PORT (loopback) or tcp:HOST:PORT.
         #[arg(long)]
         nbd: Option<String>,
+        /// TLS for the NBD export (clients connect with nbds://): a
+        /// directory holding server-cert.pem and server-key.pem, as qemu and
+        /// nbdkit lay it out. Required on a non-loopback address.
+        #[arg(long, value_name = "DIR", requires = "nbd")]
+        tls: Option<PathBuf>,
+        /// Clients must present a certificate signed by DIR/ca-cert.pem.
+        #[arg(long, requires = "tls")]
+        tls_verify_peer: bool,
+        /// Serve NBD on a non-loopback address without TLS: anyone who
+        /// reaches it can read and overwrite the array.
+        #[arg(long, requires = "nbd", conflicts_with = "tls")]
+        insecure: bool,
         /// Run the daemon in this process (for systemd).
         #[arg(long)]
         foreground: bool,

@@ -16,6 +16,7 @@ pub const FLAG_C_NO_ZEROES: u32 = 2;
 pub const OPT_EXPORT_NAME: u32 = 1;
 pub const OPT_ABORT: u32 = 2;
 pub const OPT_LIST: u32 = 3;
+pub const OPT_STARTTLS: u32 = 5;
 pub const OPT_INFO: u32 = 6;
 pub const OPT_GO: u32 = 7;
 
@@ -23,7 +24,9 @@ pub const REP_ACK: u32 = 1;
 pub const REP_SERVER: u32 = 2;
 pub const REP_INFO: u32 = 3;
 pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
+pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
+pub const REP_ERR_TLS_REQD: u32 = (1 << 31) + 5;
 pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
 
 pub const INFO_EXPORT: u16 = 0;
@@ -52,6 +55,7 @@ pub const EIO: u32 = 5;
 pub const EINVAL: u32 = 22;
 pub const ENOSPC: u32 = 28;
 pub const ENOTSUP: u32 = 95;
+pub const ESHUTDOWN: u32 = 108;
 
 /// Largest request payload accepted (the NBD spec's recommended maximum).
 pub const MAX_REQUEST: u32 = 32 << 20;

@@ -22,6 +22,15 @@ pub enum Request {
         members: Vec<PathBuf>,
         #[serde(default)]
         nbd: Option<String>,
+        /// TLS for a TCP export: the certificates' directory.
+        #[serde(default)]
+        tls: Option<PathBuf>,
+        /// Clients must present a certificate signed by the directory's CA.
+        #[serde(default)]
+        tls_verify_peer: bool,
+        /// Serve a non-loopback TCP address without TLS.
+        #[serde(default)]
+        insecure: bool,
         /// cpu, gpu or auto; None keeps the recorded choice.
         #[serde(default)]
         parity: Option<String>,

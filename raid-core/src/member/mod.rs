@@ -31,6 +31,11 @@ pub enum DeviceKey {
     Block { rdev: u64 },
     /// A RAM member: a number unique in this process.
     Ram(u64),
+    /// A device on another host (an NBD export): a hash of where it is
+    /// served (host, port or socket, export name). Two URIs for one export
+    /// are not recognised as one; the array metadata on the device is what
+    /// identifies it as a member.
+    Network(u64),
 }
 
 impl std::fmt::Display for DeviceKey {
@@ -46,6 +51,7 @@ impl std::fmt::Display for DeviceKey {
                 )
             }
             DeviceKey::Ram(n) => write!(f, "ram member #{n}"),
+            DeviceKey::Network(h) => write!(f, "network export {h:#018x}"),
         }
     }
 }
@@ -103,12 +109,20 @@ pub trait Member: Send + Sync {
         false
     }
     /// Starts one I/O of a batch without waiting for it, for a member that
-    /// can have many in flight without a thread each (the simulated drive):
+    /// can have many in flight without a thread each (the simulated drive,
+    /// a network member with many requests on one connection):
     /// `submit` starts every such I/O of a batch, then waits for them all.
     /// `None`: not such a member; the I/O goes the other ways.
-    fn begin(&self, io: &mut MemberIo<'_>) -> Option<io::Result<Arc<Completion>>> {
+    fn begin(&self, io: &mut MemberIo<'_>) -> Option<io::Result<Box<dyn Pending>>> {
         let _ = io;
         None
+    }
+    /// The device stopped answering, as opposed to reporting errors: a
+    /// network member whose export could not be reached within its
+    /// timeout. It may come back by itself, and the daemon then re-adds
+    /// it; a member failed for any other reason is left to the operator.
+    fn unreachable(&self) -> bool {
+        false
     }
     /// This device's I/O counters, kept by `submit` and the array's fast
     /// paths (the member only holds them, so each device counts its own
@@ -116,6 +130,13 @@ pub trait Member: Send + Sync {
     fn io_stats(&self) -> Option<&IoStats> {
         None
     }
+}
+
+/// An I/O a member started (`Member::begin`) and has not finished.
+pub trait Pending: Send {
+    /// Blocks until the I/O completes; a read's data is then in `io`'s
+    /// buffer (the same `io` that was given to `begin`).
+    fn wait(self: Box<Self>, io: &mut MemberIo<'_>) -> io::Result<()>;
 }
 
 /// `read_at`, counted in the member's `io_stats`.
@@ -226,7 +247,7 @@ pub fn submit(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<io::Result
     }
     // Members that start I/Os without blocking (simulated drives): all of
     // them started first, waited for together.
-    let mut started: Vec<(usize, Arc<Completion>)> = Vec::new();
+    let mut started: Vec<(usize, Box<dyn Pending>)> = Vec::new();
     let mut on_ring = ring_ios.iter().peekable();
     for (i, io) in ios.iter_mut().enumerate() {
         // Members on the ring have an fd and never start I/Os this way.
@@ -252,17 +273,17 @@ pub fn submit(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<io::Result
     // their completion was collected (the ring's together, at the end of
     // its batch); the synchronous ones each on their own, in `run_sync`.
     let began = Started::now();
-    for (i, c) in started {
-        c.wait();
-        let io = &ios[i];
+    for (i, p) in started {
+        let io = &mut ios[i];
+        let r = p.wait(io);
         count_took(
             members[io.member].as_ref(),
             io.is_read(),
             io.len(),
             began.took(),
-            true,
+            r.is_ok(),
         );
-        results[i] = Some(Ok(()));
+        results[i] = Some(r);
     }
     if ring_ios.len() > 1 {
         // None: no ring could be had; the I/Os go the synchronous way below.

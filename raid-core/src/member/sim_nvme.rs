@@ -15,7 +15,7 @@
 //! request's member I/Os overlap on the devices as they would through a
 //! submission queue.
 
-use super::{DeviceKey, IoOp, Member, MemberIo, RamMember};
+use super::{DeviceKey, IoOp, Member, MemberIo, Pending, RamMember};
 use parking_lot::{Condvar, Mutex};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -246,12 +246,20 @@ impl Member for SimNvme {
         self.io(true, 0).wait();
         Ok(())
     }
-    fn begin(&self, io: &mut MemberIo<'_>) -> Option<io::Result<Arc<Completion>>> {
+    fn begin(&self, io: &mut MemberIo<'_>) -> Option<io::Result<Box<dyn Pending>>> {
         let r = match &mut io.op {
             IoOp::Read(b) => self.ram.read_at(b, io.offset).map(|_| (false, b.len())),
             IoOp::Write(b) => self.ram.write_at(b, io.offset).map(|_| (true, b.len())),
         };
-        Some(r.map(|(write, len)| self.io(write, len)))
+        Some(r.map(|(write, len)| Box::new(self.io(write, len)) as Box<dyn Pending>))
+    }
+}
+
+/// The bytes moved at submission: waiting is only for the completion time.
+impl Pending for Arc<Completion> {
+    fn wait(self: Box<Self>, _io: &mut MemberIo<'_>) -> io::Result<()> {
+        Completion::wait(&self);
+        Ok(())
     }
 }
 

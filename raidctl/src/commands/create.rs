@@ -65,7 +65,7 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     // device is the same member.
     let mut seen: std::collections::HashMap<DeviceKey, &PathBuf> = Default::default();
     for p in members.iter().chain(&spares) {
-        let key = DeviceKey::of_path(p)
+        let key = crate::remote::key_of(p)
             .map_err(|e| CliError::not_found(format!("cannot read {}: {e}", p.display())))?;
         if let Some(first) = seen.insert(key, p) {
             return Err(CliError::refused(if first == p {
@@ -112,17 +112,25 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     }
     // Opening takes every member exclusively: one a running array holds is
     // refused here, before anything is written, --force or not.
-    let open = |p: &PathBuf| -> Result<FileMember> {
-        FileMember::open(p).map_err(|e| match e.kind() {
+    // Every member is opened (exclusively) before any is allocated.
+    let open = |p: &PathBuf| -> Result<(MemberRef, Option<Arc<FileMember>>)> {
+        if crate::remote::is_remote(p) {
+            // The export's own space: nothing to allocate from here.
+            let m = crate::remote::open_member(p)
+                .map_err(|e| CliError::failed(format!("cannot open {}: {e}", p.display())))?;
+            return Ok((m, None));
+        }
+        let f = Arc::new(FileMember::open(p).map_err(|e| match e.kind() {
             std::io::ErrorKind::ResourceBusy => CliError::refused(format!(
                 "{e}: nothing was written. A member of a running array is never overwritten, even with --force"
             )),
             _ => CliError::failed(format!("cannot open {}: {e}", p.display())),
-        })
+        })?);
+        Ok((f.clone(), Some(f)))
     };
-    let m: Vec<FileMember> = members.iter().map(open).collect::<Result<_>>()?;
-    let s: Vec<FileMember> = spares.iter().map(open).collect::<Result<_>>()?;
-    for f in m.iter().chain(&s) {
+    let m: Vec<_> = members.iter().map(open).collect::<Result<_>>()?;
+    let s: Vec<_> = spares.iter().map(open).collect::<Result<_>>()?;
+    for f in m.iter().chain(&s).filter_map(|(_, f)| f.as_ref()) {
         // Even sparse, the metadata, bitmap and journal area is allocated:
         // a full filesystem must never stop those writes.
         let r = if a.sparse {
@@ -137,8 +145,8 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
             ))
         })?;
     }
-    let m: Vec<MemberRef> = m.into_iter().map(|f| Arc::new(f) as MemberRef).collect();
-    let s: Vec<MemberRef> = s.into_iter().map(|f| Arc::new(f) as MemberRef).collect();
+    let m: Vec<MemberRef> = m.into_iter().map(|(m, _)| m).collect();
+    let s: Vec<MemberRef> = s.into_iter().map(|(m, _)| m).collect();
     st.ensure()?;
     let array = Array::create(
         m,

@@ -53,6 +53,9 @@ pub fn run(cli: Cli) -> Result<()> {
             name,
             members,
             nbd,
+            tls,
+            tls_verify_peer,
+            insecure,
             foreground,
             parity,
             scan,
@@ -62,6 +65,16 @@ pub fn run(cli: Cli) -> Result<()> {
                 Some(dirs) => scan_members(&st, &name, &dirs)?,
                 None => members,
             };
+            let nbd = nbd.map(|spec| {
+                (
+                    spec,
+                    crate::export::Security {
+                        tls: tls.map(|d| std::path::absolute(&d).unwrap_or(d)),
+                        verify_peer: tls_verify_peer,
+                        insecure,
+                    },
+                )
+            });
             start(&st, &name, members, nbd, foreground, parity, force)
         }
         Command::Stop { name } => {
@@ -337,6 +350,10 @@ fn absolute(p: &Path) -> PathBuf {
 
 /// A path that must exist, made canonical.
 fn existing(p: &Path) -> Result<PathBuf> {
+    // A network member is named by its URI, checked when it is opened.
+    if crate::remote::is_remote(p) {
+        return Ok(p.to_path_buf());
+    }
     std::fs::canonicalize(p).map_err(|_| {
         CliError::not_found(format!(
             "no such file or device: {} (for an array on files, create it first: truncate -s 10G {})",

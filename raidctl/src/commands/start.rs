@@ -7,7 +7,7 @@ pub(super) fn start(
     st: &StateDir,
     name: &str,
     members: Vec<PathBuf>,
-    nbd: Option<String>,
+    nbd: Option<(String, crate::export::Security)>,
     foreground: bool,
     parity: Option<Parity>,
     force: bool,
@@ -17,10 +17,17 @@ pub(super) fn start(
     if members.is_empty() {
         st.load(name)?;
     }
+    let (nbd, sec) = match nbd {
+        Some((spec, sec)) => (Some(spec), sec),
+        None => (None, Default::default()),
+    };
     let req = Request::Start {
         name: name.into(),
         members,
         nbd,
+        tls: sec.tls,
+        tls_verify_peer: sec.verify_peer,
+        insecure: sec.insecure,
         parity: parity.map(|p| p.name().to_string()),
         force,
     };

@@ -7,7 +7,7 @@ use super::{describe, Daemon, Served};
 use crate::error::{CliError, Result};
 use crate::inspect::{probe, Content};
 use raid_core::array::RebuildEnd;
-use raid_core::member::{DeviceKey, FileMember, MemberRef};
+use raid_core::member::{DeviceKey, MemberRef};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -80,7 +80,7 @@ impl Daemon {
     /// any array (by identity: a hard link or another path to a member is
     /// the member), holds data, or is in use.
     pub(super) fn open_new_member(&self, served: &Served, path: &Path) -> Result<MemberRef> {
-        let key = DeviceKey::of_path(path)
+        let key = crate::remote::key_of(path)
             .map_err(|e| CliError::not_found(format!("{} cannot be read: {e}", path.display())))?;
         let running: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
         for other in running {
@@ -126,12 +126,10 @@ impl Daemon {
                 owner.name
             )));
         }
-        FileMember::open(path)
-            .map(|m| Arc::new(m) as MemberRef)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::ResourceBusy => CliError::refused(e.to_string()),
-                _ => CliError::not_found(format!("{} cannot be opened: {e}", path.display())),
-            })
+        crate::remote::open_member(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::ResourceBusy => CliError::refused(e.to_string()),
+            _ => CliError::not_found(format!("{} cannot be opened: {e}", path.display())),
+        })
     }
 
     pub(super) fn add(&self, name: &str, member: &Path) -> Result<String> {
@@ -147,7 +145,7 @@ impl Daemon {
     /// other running array; the array checks it is this slot's own member.
     pub(super) fn re_add(&self, name: &str, member: &Path) -> Result<String> {
         let s = self.served(name)?;
-        let key = DeviceKey::of_path(member).map_err(|e| {
+        let key = crate::remote::key_of(member).map_err(|e| {
             CliError::not_found(format!("{} cannot be read: {e}", member.display()))
         })?;
         let running: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
@@ -162,16 +160,24 @@ impl Daemon {
         }
         // A failed member still in its slot is held open by this array
         // already: use that handle rather than opening it again.
+        let open = || {
+            crate::remote::open_member(member).map_err(|e| match e.kind() {
+                std::io::ErrorKind::ResourceBusy => CliError::refused(e.to_string()),
+                _ => CliError::not_found(format!("{} cannot be opened: {e}", member.display())),
+            })
+        };
+        // A network member that was given up takes a new connection.
         let m: MemberRef = match s.array.slot_by_key(key) {
-            Some(slot) => s.array.member_of(slot).ok_or_else(|| {
-                CliError::refused(format!("slot {slot} of '{name}' holds no device"))
-            })?,
-            None => FileMember::open(member)
-                .map(|m| Arc::new(m) as MemberRef)
-                .map_err(|e| match e.kind() {
-                    std::io::ErrorKind::ResourceBusy => CliError::refused(e.to_string()),
-                    _ => CliError::not_found(format!("{} cannot be opened: {e}", member.display())),
-                })?,
+            Some(slot) => match s.array.member_of(slot) {
+                Some(m) if m.unreachable() => open()?,
+                Some(m) => m,
+                None => {
+                    return Err(CliError::refused(format!(
+                        "slot {slot} of '{name}' holds no device"
+                    )))
+                }
+            },
+            None => open()?,
         };
         let slot = s.array.re_add(m)?;
         s.record.lock().members[slot] = member.to_path_buf();

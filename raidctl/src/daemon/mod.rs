@@ -6,6 +6,7 @@ mod members;
 mod mounts;
 mod observe;
 mod process;
+mod reconnect;
 mod work;
 
 use process::{lock_daemon, remove_own_socket, reopen_log};
@@ -66,6 +67,8 @@ pub struct Daemon {
     /// When the monitor last began a round (ms on `started`'s clock): the
     /// systemd watchdog is pinged only while it keeps going.
     monitor_tick: std::sync::atomic::AtomicU64,
+    /// Tries at network members given up as unreachable.
+    reconnects: reconnect::Tries,
 }
 
 /// How the daemon runs.
@@ -83,6 +86,8 @@ pub struct DaemonOptions {
     pub metrics: Option<std::net::SocketAddr>,
     /// How member drives' health is read.
     pub health: HealthConfig,
+    /// How long a network member's I/O may take before it is given up.
+    pub remote_timeout: Duration,
 }
 
 impl Daemon {
@@ -117,6 +122,7 @@ impl Daemon {
         let hup = Arc::new(AtomicBool::new(false));
         signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())
             .map_err(|e| CliError::failed(format!("signal handler: {e}")))?;
+        crate::remote::client::set_timeout(opts.remote_timeout);
         let rate = std::env::var("RAIDCTL_REBUILD_RATE")
             .ok()
             .and_then(|v| parse_size(&v).ok());
@@ -136,6 +142,7 @@ impl Daemon {
             started: Instant::now(),
             health_tool_noted: AtomicBool::new(false),
             monitor_tick: std::sync::atomic::AtomicU64::new(0),
+            reconnects: Default::default(),
         });
         // Bound before any array starts: a port in use fails the start
         // instead of leaving a daemon nobody can scrape.
@@ -314,11 +321,20 @@ impl Daemon {
                 name,
                 members,
                 nbd,
+                tls,
+                tls_verify_peer,
+                insecure,
                 parity,
                 force,
-            } => self
-                .start(&name, members, nbd, parity, force)
-                .map(Response::ok),
+            } => {
+                let sec = crate::export::Security {
+                    tls,
+                    verify_peer: tls_verify_peer,
+                    insecure,
+                };
+                self.start(&name, members, nbd.map(|n| (n, sec)), parity, force)
+                    .map(Response::ok)
+            }
             Request::Stop { name } => self.stop(&name).map(Response::ok),
             Request::Status { name } => self.status(name.as_deref()),
             Request::Fail {
@@ -370,7 +386,7 @@ impl Daemon {
         &self,
         name: &str,
         members: Vec<PathBuf>,
-        nbd: Option<String>,
+        nbd: Option<(String, crate::export::Security)>,
         parity_asked: Option<String>,
         force: bool,
     ) -> Result<String> {
@@ -379,8 +395,8 @@ impl Daemon {
                 "array '{name}' is already running"
             )));
         }
-        if let Some(spec) = &nbd {
-            crate::export::check_spec(spec)?;
+        if let Some((spec, sec)) = &nbd {
+            crate::export::check_spec(spec, sec)?;
         }
         if let Some(p) = &parity_asked {
             p.parse::<ParityMode>().map_err(CliError::usage)?;
@@ -402,15 +418,20 @@ impl Daemon {
         let mut opened: Vec<MemberRef> = Vec::new();
         let mut notes = Vec::new();
         for p in paths.iter().chain(&spares) {
-            match FileMember::open(p) {
-                Ok(m) => {
+            let m = if crate::remote::is_remote(p) {
+                crate::remote::open_member(p)
+            } else {
+                FileMember::open(p).map(|m| {
                     // Arrays created sparse before this was the rule: their
                     // metadata and journal area gets its blocks now.
                     if let Err(e) = m.allocate_range(0, raid_core::metadata::DATA_OFFSET) {
                         tracing::warn!(member = %p.display(), "cannot allocate the metadata area: {e}");
                     }
-                    opened.push(Arc::new(m))
-                }
+                    Arc::new(m) as MemberRef
+                })
+            };
+            match m {
+                Ok(m) => opened.push(m),
                 // Held by another array or program: starting without it
                 // would mark it failed for nothing. Refuse the whole start.
                 Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {
@@ -506,8 +527,12 @@ impl Daemon {
             }
         });
         let mut exports = Vec::new();
-        if let Some(spec) = nbd {
-            exports.push(crate::export::Export::start_nbd(array.clone(), &spec)?);
+        if let Some((spec, sec)) = nbd {
+            exports.push(crate::export::Export::start_nbd(
+                array.clone(),
+                &spec,
+                &sec,
+            )?);
         }
         let served = Arc::new(Served {
             array: array.clone(),
@@ -672,13 +697,14 @@ impl Daemon {
     /// Every quarter second: new events are logged and alerted; a failed
     /// slot with a spare at hand gets the spare; a rebuilding slot gets a
     /// rebuild thread.
-    fn monitor(&self) {
+    fn monitor(self: &Arc<Self>) {
         while !self.term.load(Ordering::Acquire) {
             self.monitor_tick
                 .store(self.started.elapsed().as_millis() as u64, Ordering::Release);
             self.process_events();
             let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
             for s in arrays {
+                self.retry_unreachable(&s);
                 // A rebuild or hot replace running: nothing to start.
                 if s.array.copy_progress().is_some() {
                     continue;

@@ -436,6 +436,10 @@ pub enum Probe {
 /// The programs can be overridden through `RAIDCTL_SMARTCTL` and
 /// `RAIDCTL_NVME`, so that an end-to-end test can use a script in their place.
 pub fn probe(path: &Path) -> Probe {
+    // A network member's drive is read on its own host.
+    if crate::remote::is_remote(path) {
+        return Probe::NotADrive;
+    }
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
         Err(e) => return Probe::Failed(format!("{}: {e}", path.display())),

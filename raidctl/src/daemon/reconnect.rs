@@ -1,0 +1,69 @@
+//! Network members that stopped answering come back by themselves: a slot
+//! failed because its member was given up as unreachable (not one the
+//! operator failed, nor one that reported errors) is tried again every
+//! few seconds, and re-added as soon as its export answers and carries
+//! this array's metadata. The re-add resyncs only the regions the
+//! write-intent bitmap marked while it was away.
+
+use super::{Daemon, Served};
+use parking_lot::Mutex;
+use raid_core::metadata::SlotState;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Time between two tries at one member.
+const RETRY: Duration = Duration::from_secs(2);
+
+/// Per (array, slot): a try running now, or when the next may start.
+#[derive(Default)]
+pub(super) struct Tries(Mutex<HashMap<(String, usize), Try>>);
+
+enum Try {
+    Running,
+    After(Instant),
+}
+
+impl Daemon {
+    /// Starts a try (on its own thread: connecting may take seconds) for
+    /// each slot of `s` whose member was given up as unreachable.
+    pub(super) fn retry_unreachable(self: &Arc<Self>, s: &Arc<Served>) {
+        for slot in s.array.slots() {
+            if slot.state != SlotState::Failed {
+                continue;
+            }
+            let Some(m) = s.array.member_of(slot.slot) else {
+                continue;
+            };
+            if !m.unreachable() {
+                continue;
+            }
+            let key = (s.array.name().to_string(), slot.slot);
+            {
+                let mut t = self.reconnects.0.lock();
+                match t.get(&key) {
+                    Some(Try::Running) => continue,
+                    Some(Try::After(at)) if Instant::now() < *at => continue,
+                    _ => {}
+                }
+                t.insert(key.clone(), Try::Running);
+            }
+            let (d, member) = (self.clone(), PathBuf::from(m.identity()));
+            std::thread::spawn(move || {
+                let r = d.re_add(&key.0, &member);
+                let mut t = d.reconnects.0.lock();
+                match r {
+                    Ok(msg) => {
+                        tracing::warn!(array = %key.0, slot = key.1, "network member back: {msg}");
+                        t.remove(&key);
+                    }
+                    Err(e) => {
+                        tracing::debug!(array = %key.0, slot = key.1, "network member still away: {e}");
+                        t.insert(key, Try::After(Instant::now() + RETRY));
+                    }
+                }
+            });
+        }
+    }
+}

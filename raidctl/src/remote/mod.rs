@@ -1,0 +1,37 @@
+//! Members on other hosts: NBD URIs as member names, the NBD client that
+//! serves them to the array, and the TLS both it and the export speak.
+
+pub mod client;
+pub mod tls;
+pub mod uri;
+
+use raid_core::member::{DeviceKey, FileMember, MemberRef};
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+pub use uri::looks_like_uri;
+
+/// Opens a member by the name the operator gave: an NBD URI, or a path.
+pub fn open_member(p: &Path) -> io::Result<MemberRef> {
+    match p.to_str().filter(|s| looks_like_uri(s)) {
+        Some(u) => Ok(Arc::new(client::NbdMember::open(u)?)),
+        None => Ok(Arc::new(FileMember::open(p)?)),
+    }
+}
+
+/// Whether `p` names a network member.
+pub fn is_remote(p: &Path) -> bool {
+    p.to_str().is_some_and(looks_like_uri)
+}
+
+/// The device key of what `p` names: for a URI, the export it names
+/// (without connecting), else the file or block device.
+pub fn key_of(p: &Path) -> io::Result<DeviceKey> {
+    if let Some(u) = p.to_str().filter(|s| looks_like_uri(s)) {
+        let u =
+            uri::NbdUri::parse(u).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        return Ok(client::key(&u));
+    }
+    DeviceKey::of_path(p)
+}

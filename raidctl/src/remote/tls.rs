@@ -1,0 +1,292 @@
+//! TLS (rustls) over a socket that several threads use at once, for the NBD
+//! export and for network members: one thread reads replies or requests
+//! while others write, as on a plain socket.
+//!
+//! rustls keeps one state machine per connection and does no I/O itself.
+//! Here each handle (`try_clone`) has its own clone of the socket; the state
+//! machine is shared under a lock that is never held across a blocking
+//! socket call:
+//! - a reader reads ciphertext from its socket without the lock, then takes
+//!   it to decrypt;
+//! - a writer encrypts under the lock into its own buffer, then sends it
+//!   under a second lock that keeps records in the order they were
+//!   encrypted.
+//!
+//! So a writer blocked on a full send buffer never stops the reader from
+//! draining replies (which is what lets the peer go on reading). The
+//! reader never sends: what TLS 1.3 wants sent after the handshake (a
+//! key update's answer) goes out with the next write.
+
+use parking_lot::Mutex;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A connected stream socket of either family.
+pub enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Sock {
+    pub fn try_clone(&self) -> io::Result<Sock> {
+        Ok(match self {
+            Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
+            Sock::Unix(s) => Sock::Unix(s.try_clone()?),
+        })
+    }
+    pub fn shutdown(&self, how: std::net::Shutdown) {
+        let _ = match self {
+            Sock::Tcp(s) => s.shutdown(how),
+            Sock::Unix(s) => s.shutdown(how),
+        };
+    }
+    pub fn set_read_timeout(&self, t: Option<std::time::Duration>) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.set_read_timeout(t),
+            Sock::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.read(b),
+            Sock::Unix(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write(b),
+            Sock::Unix(s) => s.write(b),
+        }
+    }
+    fn write_vectored(&mut self, b: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write_vectored(b),
+            Sock::Unix(s) => s.write_vectored(b),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+struct Shared {
+    conn: Mutex<rustls::Connection>,
+    /// Held while a writer encrypts and sends, so records leave in order.
+    send: Mutex<()>,
+}
+
+/// One handle on a TLS connection (see the module's doc).
+pub struct TlsStream {
+    sock: Sock,
+    shared: Arc<Shared>,
+    /// Ciphertext read from the socket and not yet taken by rustls.
+    rbuf: Vec<u8>,
+    rpos: usize,
+}
+
+fn tls_err(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("TLS: {e}"))
+}
+
+impl TlsStream {
+    /// Runs the handshake on `sock` (blocking), within `timeout`.
+    pub fn handshake(
+        conn: impl Into<rustls::Connection>,
+        mut sock: Sock,
+        timeout: std::time::Duration,
+    ) -> io::Result<TlsStream> {
+        let mut conn = conn.into();
+        sock.set_read_timeout(Some(timeout))?;
+        while conn.is_handshaking() {
+            conn.complete_io(&mut sock).map_err(|e| {
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
+                } else {
+                    e
+                }
+            })?;
+        }
+        sock.set_read_timeout(None)?;
+        Ok(TlsStream {
+            sock,
+            shared: Arc::new(Shared {
+                conn: Mutex::new(conn),
+                send: Mutex::new(()),
+            }),
+            rbuf: Vec::new(),
+            rpos: 0,
+        })
+    }
+
+    /// Another handle on the same connection (for another thread).
+    pub fn try_clone(&self) -> io::Result<TlsStream> {
+        Ok(TlsStream {
+            sock: self.sock.try_clone()?,
+            shared: self.shared.clone(),
+            rbuf: Vec::new(),
+            rpos: 0,
+        })
+    }
+
+    pub fn shutdown(&self, how: std::net::Shutdown) {
+        self.sock.shutdown(how)
+    }
+}
+
+impl Read for TlsStream {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            {
+                let mut c = self.shared.conn.lock();
+                match c.reader().read(out) {
+                    Ok(n) => return Ok(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+                // Ciphertext already read: give rustls as much as it takes
+                // (it holds a bounded amount of undelivered plaintext).
+                if self.rpos < self.rbuf.len() {
+                    let mut rest = &self.rbuf[self.rpos..];
+                    let n = c.read_tls(&mut rest)?;
+                    self.rpos += n;
+                    c.process_new_packets().map_err(tls_err)?;
+                    continue;
+                }
+            }
+            // Nothing buffered: read more ciphertext, without the lock.
+            self.rbuf.resize(64 * 1024, 0);
+            let n = self.sock.read(&mut self.rbuf)?;
+            self.rbuf.truncate(n);
+            self.rpos = 0;
+            if n == 0 {
+                // The peer closed the socket without close_notify: the end
+                // of the stream for NBD, which frames its own messages.
+                return Ok(0);
+            }
+        }
+    }
+}
+
+impl Write for TlsStream {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        let _order = self.shared.send.lock();
+        let mut cipher = Vec::with_capacity(b.len() + 64);
+        let n = {
+            let mut c = self.shared.conn.lock();
+            let n = c.writer().write(b)?;
+            while c.wants_write() {
+                c.write_tls(&mut cipher)?;
+            }
+            n
+        };
+        self.sock.write_all(&cipher)?;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn certs(p: &Path) -> io::Result<Vec<CertificateDer<'static>>> {
+    let v: Vec<_> = CertificateDer::pem_file_iter(p)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| io::Error::other(format!("{}: {e}", p.display())))?;
+    if v.is_empty() {
+        return Err(io::Error::other(format!(
+            "{}: no certificate in it",
+            p.display()
+        )));
+    }
+    Ok(v)
+}
+
+fn key(p: &Path) -> io::Result<PrivateKeyDer<'static>> {
+    PrivateKeyDer::from_pem_file(p).map_err(|e| io::Error::other(format!("{}: {e}", p.display())))
+}
+
+fn roots(p: &Path) -> io::Result<Arc<rustls::RootCertStore>> {
+    let mut r = rustls::RootCertStore::empty();
+    for c in certs(p)? {
+        r.add(c)
+            .map_err(|e| io::Error::other(format!("{}: {e}", p.display())))?;
+    }
+    Ok(Arc::new(r))
+}
+
+/// The server side: `DIR/server-cert.pem` and `DIR/server-key.pem` (the
+/// layout of qemu's and nbdkit's x509 directories); with `verify_peer`,
+/// clients must present a certificate signed by `DIR/ca-cert.pem`.
+pub fn server_config(dir: &Path, verify_peer: bool) -> io::Result<Arc<rustls::ServerConfig>> {
+    let b = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let b = if verify_peer {
+        let v = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            roots(&dir.join("ca-cert.pem"))?,
+            provider(),
+        )
+        .build()
+        .map_err(|e| io::Error::other(e.to_string()))?;
+        b.with_client_cert_verifier(v)
+    } else {
+        b.with_no_client_auth()
+    };
+    let cfg = b
+        .with_single_cert(
+            certs(&dir.join("server-cert.pem"))?,
+            key(&dir.join("server-key.pem"))?,
+        )
+        .map_err(|e| io::Error::other(format!("{}: {e}", dir.display())))?;
+    Ok(Arc::new(cfg))
+}
+
+/// The client side: the server's certificate is checked against
+/// `DIR/ca-cert.pem` (or the system's roots without a directory), and
+/// `DIR/client-cert.pem` with `DIR/client-key.pem` is presented where it
+/// exists.
+pub fn client_config(dir: Option<&PathBuf>) -> io::Result<Arc<rustls::ClientConfig>> {
+    let b = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let b = match dir {
+        Some(d) => b.with_root_certificates(roots(&d.join("ca-cert.pem"))?),
+        None => b.with_root_certificates(Arc::new(rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        })),
+    };
+    let cfg = match dir {
+        Some(d) if d.join("client-cert.pem").exists() => b
+            .with_client_auth_cert(
+                certs(&d.join("client-cert.pem"))?,
+                key(&d.join("client-key.pem"))?,
+            )
+            .map_err(|e| io::Error::other(format!("{}: {e}", d.display())))?,
+        _ => b.with_no_client_auth(),
+    };
+    Ok(Arc::new(cfg))
+}
+
+/// The name a server's certificate must carry (an IP address or a DNS
+/// name).
+pub fn server_name(host: &str) -> io::Result<ServerName<'static>> {
+    ServerName::try_from(host.to_string())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("'{host}': {e}")))
+}

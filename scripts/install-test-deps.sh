@@ -13,10 +13,12 @@
 # - prometheus (promtool and the server), man-db (man), systemd
 #   (systemd-analyze, nothing started): the metrics endpoint, man pages and
 #   unit checked by the tools that read them.
+# - iproute2 (ip netns, veth): hosts as network namespaces for the tests of
+#   members on other hosts.
 # - mesa-vulkan-drivers (pulls libvulkan1, the loader): lavapipe, Vulkan on
 #   the CPU, so every GPU test runs the real WGSL shaders without a GPU.
 set -euo pipefail
-pkgs=(libisal-dev pkg-config libnbd-bin fio nbdkit fuse3 e2fsprogs btrfs-progs util-linux qemu-utils python3-aiosmtpd openssl procps mesa-vulkan-drivers prometheus man-db systemd)
+pkgs=(iproute2 libisal-dev pkg-config libnbd-bin fio nbdkit fuse3 e2fsprogs btrfs-progs util-linux qemu-utils python3-aiosmtpd openssl procps mesa-vulkan-drivers prometheus man-db systemd)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -82,13 +82,27 @@ impl World {
     /// Runs with extra environment variables (a daemon started by this
     /// call inherits them).
     pub fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        self.run_in(&[], args, env)
+    }
+
+    /// Runs raidctl under a wrapper command (`ip netns exec NS`: a daemon
+    /// it starts lives in that network namespace).
+    pub fn run_in(&self, wrapper: &[&str], args: &[&str], env: &[(&str, &str)]) -> Output {
         if args.first() == Some(&"start") {
             if let Some(n) = args.get(1) {
                 self.started.borrow_mut().push(n.to_string());
             }
         }
-        Command::new(raidctl_path())
-            .env("RAIDCTL_STATE_DIR", self.state())
+        let bin = raidctl_path();
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
+        cmd.env("RAIDCTL_STATE_DIR", self.state())
             .env("RAIDCTL_LOG", "warn")
             .envs(env.iter().copied())
             .args(args)

@@ -5,7 +5,9 @@
 //! Connection loss, and what may be retried:
 //! - A request whose connection dies is sent again on a new connection:
 //!   the array never has two writes to one place in flight, so a repeated
-//!   write is the same write.
+//!   write is the same write. The dead connection is reset at once (its
+//!   send queue purged, `Sock::abort`), so no stale copy of a request can
+//!   reach the server later, after newer data went to the same place.
 //! - But a write the server acknowledged and that no flush has covered yet
 //!   may be gone if the server (or its host) restarted. Such a loss cannot
 //!   be seen from here, so the member is given up instead of trusted: the
@@ -62,10 +64,12 @@ impl Stream {
             Stream::Tls(s) => Stream::Tls(s.try_clone()?),
         })
     }
-    fn shutdown(&self) {
+    /// Ends the connection at once, queued requests dropped (see
+    /// `Sock::abort`).
+    fn abort(&self) {
         match self {
-            Stream::Plain(s) => s.shutdown(std::net::Shutdown::Both),
-            Stream::Tls(s) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Plain(s) => s.abort(),
+            Stream::Tls(s) => s.abort(),
         }
     }
 }
@@ -149,7 +153,7 @@ struct Conn {
 impl Conn {
     fn kill(&self) {
         self.dead.store(true, Ordering::Release);
-        self.closer.shutdown();
+        self.closer.abort();
     }
 
     /// Acknowledged writes no flush has covered.
@@ -271,7 +275,7 @@ impl Conn {
         };
         tracing::debug!("nbd member connection ended: {why}");
         self.dead.store(true, Ordering::Release);
-        self.closer.shutdown();
+        self.closer.abort();
         let waiting: Vec<Arc<Slot>> = self.inflight.lock().drain().map(|(_, s)| s).collect();
         for s in waiting {
             *s.done.lock() = Some(Err(Failure::Lost));
@@ -435,7 +439,19 @@ fn connect(
     let mut size_flags = None;
     let mut max_payload = nbd::MAX_REQUEST as usize;
     loop {
-        let (kind, data) = option_reply(&mut s, nbd::OPT_GO)?;
+        let (kind, data) = option_reply(&mut s, nbd::OPT_GO).map_err(|e| match &uri.tls {
+            // TLS 1.3 refuses a client certificate after the handshake.
+            Some(t) if tls.is_some() => io::Error::new(
+                e.kind(),
+                format!(
+                    "the server ended the TLS session ({e}): it may want a client certificate: client-cert.pem and client-key.pem in {}",
+                    t.certificates
+                        .as_ref()
+                        .map_or("the tls-certificates directory".into(), |d| d.display().to_string())
+                ),
+            ),
+            _ => e,
+        })?;
         match kind {
             nbd::REP_ACK => break,
             nbd::REP_INFO if data.len() >= 2 => {

@@ -45,6 +45,30 @@ impl Sock {
             Sock::Unix(s) => s.shutdown(how),
         };
     }
+    /// Ends the connection at once, dropping what is still queued to send:
+    /// a TCP socket is disconnected (connect to AF_UNSPEC: the kernel
+    /// purges its send queue and resets the peer), where a shutdown would
+    /// keep retransmitting queued requests. A network member needs this:
+    /// a write queued on a dead connection must never reach the server
+    /// later, after newer data went to the same place another way.
+    pub fn abort(&self) {
+        if let Sock::Tcp(s) = self {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a zeroed sockaddr with family AF_UNSPEC is a valid
+            // argument of that size; connect() only reads it, and the fd is
+            // the live socket `s` owns.
+            unsafe {
+                let mut a: libc::sockaddr = std::mem::zeroed();
+                a.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+                libc::connect(
+                    s.as_raw_fd(),
+                    &a,
+                    std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+                );
+            }
+        }
+        self.shutdown(std::net::Shutdown::Both);
+    }
     pub fn set_read_timeout(&self, t: Option<std::time::Duration>) -> io::Result<()> {
         match self {
             Sock::Tcp(s) => s.set_read_timeout(t),
@@ -141,6 +165,11 @@ impl TlsStream {
 
     pub fn shutdown(&self, how: std::net::Shutdown) {
         self.sock.shutdown(how)
+    }
+
+    /// See `Sock::abort`.
+    pub fn abort(&self) {
+        self.sock.abort()
     }
 }
 

@@ -1,0 +1,515 @@
+//! Members on other hosts: arrays whose members are NBD exports (nbdkit,
+//! qemu-nbd), a member that goes away (its server killed, its host's link
+//! cut) failing the member with an alert and coming back by re-add with
+//! only what changed resynced, hosts as network namespaces joined by veth
+//! links, and TLS on the export and on members.
+
+use raid_e2e::{free_port, make_executable, qemu_io, World};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn need(tool: &str) {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .unwrap()
+        .status
+        .success();
+    assert!(
+        found,
+        "{tool} is not installed: run scripts/install-test-deps.sh (as root)"
+    );
+}
+
+/// A server process, killed when dropped.
+struct Server(Child);
+
+impl Server {
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(
+            Instant::now() < end,
+            "timed out after {secs} s waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// nbdkit's file plugin serving `file` on a Unix socket.
+fn nbdkit_unix(sock: &Path, file: &Path) -> Server {
+    let _ = std::fs::remove_file(sock);
+    let c = Command::new("nbdkit")
+        .args(["-f", "-U"])
+        .arg(sock)
+        .arg("file")
+        .arg(file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nbdkit");
+    wait_for("nbdkit's socket", 10, || sock.exists());
+    Server(c)
+}
+
+/// The daemon's config: network members given up after `timeout` s, and
+/// alerts to a hook that appends "EVENT SEVERITY ARRAY MEMBER" to
+/// `hook.out` (mail goes to a port nobody listens on: it is queued).
+fn config(w: &World, timeout: f64) -> PathBuf {
+    let hook = w.dir.join("hook.sh");
+    let out = w.dir.join("hook.out");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\necho \"$RAIDCTL_EVENT $RAIDCTL_SEVERITY $RAIDCTL_ARRAY $RAIDCTL_MEMBER\" >> {}\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    make_executable(&hook);
+    std::fs::create_dir_all(w.state()).unwrap();
+    std::fs::write(
+        w.state().join("raidctl.toml"),
+        format!(
+            "[remote]\ntimeout_seconds = {timeout}\n\n[alerts]\nsmtp_host = \"127.0.0.1\"\nsmtp_port = {}\nsecurity = \"plain\"\nfrom = \"raid@localhost\"\nto = [\"ops@example.com\"]\nhook = \"{}\"\n",
+            free_port(),
+            hook.display()
+        ),
+    )
+    .unwrap();
+    out
+}
+
+/// (rows copied, rows) of each finished rebuild or resync in the array's
+/// event log.
+fn resyncs(w: &World, name: &str) -> Vec<(u64, u64)> {
+    let log = std::fs::read_to_string(w.state().join("events").join(format!("{name}.jsonl")))
+        .unwrap_or_default();
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "rebuild_finished")
+        .filter_map(|v| {
+            // "rebuild of slot 1 finished: 64 of 4080 rows copied"
+            let m = v["message"].as_str()?.to_string();
+            let tail = m.split(": ").nth(1)?;
+            let mut it = tail.split_whitespace();
+            let copied = it.next()?.parse().ok()?;
+            let rows = it.nth(1)?.parse().ok()?;
+            Some((copied, rows))
+        })
+        .collect()
+}
+
+fn state(w: &World, name: &str) -> String {
+    let o = w.run(&["status", name, "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    v["state"].as_str().unwrap_or("?").to_string()
+}
+
+/// A RAID5 of three nbdkit exports on Unix sockets. One server is killed
+/// while the array is written: the member is given up after the timeout,
+/// failed, and alerted; the writes complete. The server comes back: the
+/// daemon re-adds the member, which resyncs only the regions written
+/// meanwhile; then with another member killed, every byte reads back as
+/// written (so the resynced member holds the right data).
+#[test]
+fn a_member_whose_server_dies_fails_and_comes_back_by_re_add() {
+    need("nbdkit");
+    let w = World::new("nbdmember");
+    let hook_out = config(&w, 2.0);
+    let files: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("host{i}.img"), 64 * MIB))
+        .collect();
+    let socks: Vec<PathBuf> = (0..3)
+        .map(|i| w.dir.join(format!("host{i}.sock")))
+        .collect();
+    let mut servers: Vec<Server> = (0..3).map(|i| nbdkit_unix(&socks[i], &files[i])).collect();
+    let uris: Vec<String> = socks
+        .iter()
+        .map(|s| format!("nbd+unix:///?socket={}", s.display()))
+        .collect();
+    w.ok(&[
+        "create", "net5", "--level", "5", "--chunk", "64K", &uris[0], &uris[1], &uris[2],
+    ]);
+    let sock = w.dir.join("net5.sock");
+    w.ok(&[
+        "start",
+        "net5",
+        "--nbd",
+        &format!("unix:{}", sock.display()),
+    ]);
+    assert_eq!(state(&w, "net5"), "optimal");
+    let (ok, out) = qemu_io(&sock, "net5", &["write -P 0x11 0 16M"]);
+    assert!(ok, "{out}");
+
+    // The server of slot 1 dies (SIGKILL: no goodbye).
+    servers[1].kill();
+    let t = Instant::now();
+    let (ok, out) = qemu_io(&sock, "net5", &["write -P 0x22 0 8M", "read -P 0x22 0 8M"]);
+    assert!(
+        ok,
+        "writes with a member gone must complete degraded: {out}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "the member was not given up in time: {:?}",
+        t.elapsed()
+    );
+    assert_eq!(state(&w, "net5"), "degraded");
+    let alerts = std::fs::read_to_string(&hook_out).unwrap_or_default();
+    assert!(
+        alerts.contains(&format!("member_failed critical net5 {}", uris[1])),
+        "no alert for the lost member: {alerts}"
+    );
+
+    // It comes back: re-added and resynced by the daemon, no command.
+    servers[1] = nbdkit_unix(&socks[1], &files[1]);
+    wait_for("the member's re-add and resync", 60, || {
+        state(&w, "net5") == "optimal" && !resyncs(&w, "net5").is_empty()
+    });
+    let r = resyncs(&w, "net5");
+    let (copied, rows) = r[0];
+    assert!(
+        copied > 0 && copied * 4 <= rows,
+        "a re-add resyncs the regions written while away, not the whole member: {copied} of {rows} rows"
+    );
+    let events = std::fs::read_to_string(w.state().join("events/net5.jsonl")).unwrap();
+    assert!(events.contains("member_re_added"), "{events}");
+
+    // Slot 0 dies now: reads need slot 1's resynced data.
+    servers[0].kill();
+    let (ok, out) = qemu_io(&sock, "net5", &["read -P 0x22 0 8M", "read -P 0x11 8M 8M"]);
+    assert!(ok, "data read through the resynced member is wrong: {out}");
+    w.ok(&["stop", "net5"]);
+}
+
+/// Options the array refuses, with what to do instead.
+#[test]
+fn wrong_remote_members_are_refused_with_the_fix() {
+    need("nbdkit");
+    let w = World::new("nbdbad");
+    let (code, _, err) = w.code(&["create", "x", "--level", "1", "nbd+unix:///", "/dev/null"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("socket=PATH"), "{err}");
+    let (code, _, err) = w.code(&[
+        "create",
+        "x",
+        "--level",
+        "1",
+        "nbd://127.0.0.1:1/a",
+        "nbd://127.0.0.1:1/b",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("127.0.0.1:1"), "{err}");
+    // A read-only export cannot be a member.
+    let f = w.sparse("ro.img", 16 * MIB);
+    let sock = w.dir.join("ro.sock");
+    let _ro = {
+        let c = Command::new("nbdkit")
+            .args(["-f", "-r", "-U"])
+            .arg(&sock)
+            .arg("file")
+            .arg(&f)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for("nbdkit", 10, || sock.exists());
+        Server(c)
+    };
+    let g = w.sparse("rw.img", 16 * MIB);
+    let (code, _, err) = w.code(&[
+        "create",
+        "x",
+        "--level",
+        "1",
+        &format!("nbd+unix:///?socket={}", sock.display()),
+        g.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("read-only"), "{err}");
+    assert!(!w.state().join("arrays/x.json").exists());
+}
+
+/// A certificate authority, a server certificate for 127.0.0.1 and
+/// `192.0.2.0/24`'s hosts, and a client certificate, made with openssl,
+/// laid out as qemu and nbdkit read them.
+struct Pki {
+    server: PathBuf,
+    client: PathBuf,
+    /// The CA alone: a client with no certificate of its own.
+    anonymous: PathBuf,
+}
+
+fn pki(dir: &Path) -> Pki {
+    need("openssl");
+    let run = |args: &[&str]| {
+        let o = Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut a = vec!["req", "-x509"];
+    a.extend(ec);
+    a.extend([
+        "-keyout",
+        "ca-key.pem",
+        "-out",
+        "ca-cert.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+    ]);
+    run(&a);
+    let mut sans = "subjectAltName=IP:127.0.0.1,DNS:localhost".to_string();
+    for i in 1..=10 {
+        sans.push_str(&format!(",IP:192.0.2.{i}"));
+    }
+    std::fs::write(
+        dir.join("s.ext"),
+        format!("{sans}\nextendedKeyUsage=serverAuth\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("c.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    for (who, cn) in [("server", "localhost"), ("client", "client")] {
+        let mut a = vec!["req"];
+        a.extend(ec);
+        let key = format!("{who}-key.pem");
+        let csr = format!("{who}.csr");
+        let subj = format!("/CN={cn}");
+        a.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
+        run(&a);
+        let cert = format!("{who}-cert.pem");
+        let ext = if who == "server" { "s.ext" } else { "c.ext" };
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca-cert.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-out",
+            &cert,
+            "-days",
+            "2",
+            "-extfile",
+            ext,
+        ]);
+        let d = dir.join(who);
+        std::fs::create_dir_all(&d).unwrap();
+        for f in [key, cert, "ca-cert.pem".to_string()] {
+            std::fs::copy(dir.join(&f), d.join(&f)).unwrap();
+        }
+    }
+    let anonymous = dir.join("anonymous");
+    std::fs::create_dir_all(&anonymous).unwrap();
+    std::fs::copy(dir.join("ca-cert.pem"), anonymous.join("ca-cert.pem")).unwrap();
+    Pki {
+        server: dir.join("server"),
+        client: dir.join("client"),
+        anonymous,
+    }
+}
+
+fn qemu_io_tls(port: u16, export: &str, creds: &Path, cmds: &[&str]) -> (bool, String) {
+    let mut c = Command::new("qemu-io");
+    c.arg("--object")
+        .arg(format!(
+            "tls-creds-x509,id=tls0,endpoint=client,dir={}",
+            creds.display()
+        ))
+        .arg("--image-opts")
+        .arg(format!(
+            "driver=raw,file.driver=nbd,file.server.type=inet,file.server.host=127.0.0.1,file.server.port={port},file.export={export},file.tls-creds=tls0"
+        ));
+    for cmd in cmds {
+        c.arg("-c").arg(cmd);
+    }
+    let o = c.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (
+        o.status.success() && !text.contains("Pattern verification failed"),
+        text,
+    )
+}
+
+/// The export with TLS and client certificates: qemu-io, nbdinfo and
+/// nbdcopy with the right certificate work; a client without one, or
+/// without TLS, is refused. Members over TLS too: a RAID1 of two qemu-nbd
+/// exports that require TLS and a client certificate.
+#[test]
+fn tls_export_and_tls_members() {
+    need("qemu-nbd");
+    need("nbdinfo");
+    let w = World::new("tls");
+    let p = pki(&w.dir);
+    // Members: qemu-nbd with TLS (it asks for a client certificate by
+    // default), reached with nbds://.
+    let mut servers = Vec::new();
+    let mut uris = Vec::new();
+    for i in 0..2 {
+        let f = w.sparse(&format!("q{i}.img"), 64 * MIB);
+        let port = free_port();
+        let c = Command::new("qemu-nbd")
+            .args([
+                "-f",
+                "raw",
+                "--persistent",
+                "-x",
+                "d",
+                "-p",
+                &port.to_string(),
+            ])
+            .arg("--object")
+            .arg(format!(
+                "tls-creds-x509,id=tls0,endpoint=server,dir={}",
+                p.server.display()
+            ))
+            .args(["--tls-creds", "tls0"])
+            .arg(&f)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        servers.push(Server(c));
+        wait_for("qemu-nbd", 10, || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        uris.push(format!(
+            "nbds://127.0.0.1:{port}/d?tls-certificates={}",
+            p.client.display()
+        ));
+    }
+    // Without a client certificate the member cannot be opened; the error
+    // says where to look.
+    let anon = uris[0].replace(p.client.to_str().unwrap(), p.anonymous.to_str().unwrap());
+    let (code, _, err) = w.code(&["create", "t1", "--level", "1", &anon, &uris[1]]);
+    assert_ne!(code, 0);
+    assert!(err.contains("client certificate"), "{err}");
+    // Without TLS: the server's refusal, and the fix.
+    let plain = uris[0].replacen("nbds://", "nbd://", 1);
+    let plain = &plain[..plain.find('?').unwrap()];
+    let (code, _, err) = w.code(&["create", "t1", "--level", "1", plain, &uris[1]]);
+    assert_ne!(code, 0);
+    assert!(err.contains("requires TLS: use nbds://"), "{err}");
+
+    w.ok(&["create", "t1", "--level", "1", &uris[0], &uris[1]]);
+    let port = free_port();
+    let out = w.ok(&[
+        "start",
+        "t1",
+        "--nbd",
+        &format!("tcp:127.0.0.1:{port}"),
+        "--tls",
+        p.server.to_str().unwrap(),
+        "--tls-verify-peer",
+    ]);
+    assert!(out.contains("TLS with client certificates"), "{out}");
+    let (ok, out) = qemu_io_tls(
+        port,
+        "t1",
+        &p.client,
+        &["write -P 0x5a 0 8M", "read -P 0x5a 0 8M"],
+    );
+    assert!(ok, "{out}");
+    let info = Command::new("nbdinfo")
+        .arg(format!(
+            "nbds://127.0.0.1:{port}/t1?tls-certificates={}",
+            p.client.display()
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&info.stdout);
+    assert!(info.status.success() && text.contains("with TLS"), "{text}");
+    let copy = w.dir.join("copy.img");
+    let o = Command::new("nbdcopy")
+        .arg(format!(
+            "nbds://127.0.0.1:{port}/t1?tls-certificates={}",
+            p.client.display()
+        ))
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let head = std::fs::read(&copy).unwrap();
+    assert!(head[..8 * MIB as usize].iter().all(|&b| b == 0x5a));
+    // Refused: a client without a certificate, and one without TLS.
+    let (ok, out) = qemu_io_tls(port, "t1", &p.anonymous, &["read 0 4k"]);
+    assert!(!ok, "a client without a certificate read the array: {out}");
+    let o = Command::new("nbdinfo")
+        .arg(format!("nbd://127.0.0.1:{port}/t1"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "a client without TLS was served");
+    w.ok(&["stop", "t1"]);
+    drop(servers);
+}
+
+/// Serving NBD on a network address without TLS is refused unless
+/// --insecure says so.
+#[test]
+fn a_network_export_needs_tls_or_insecure() {
+    let w = World::new("insecure");
+    let m: Vec<PathBuf> = (0..2)
+        .map(|i| w.sparse(&format!("m{i}.img"), 16 * MIB))
+        .collect();
+    w.ok(&[
+        "create",
+        "ins",
+        "--level",
+        "1",
+        m[0].to_str().unwrap(),
+        m[1].to_str().unwrap(),
+    ]);
+    let port = free_port();
+    let spec = format!("tcp:0.0.0.0:{port}");
+    let (code, _, err) = w.code(&["start", "ins", "--nbd", &spec]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("--tls DIR") && err.contains("--insecure"),
+        "{err}"
+    );
+    assert_eq!(state(&w, "ins"), "stopped");
+    let (code, _, err) = w.code(&["start", "ins", "--nbd", &spec, "--tls-verify-peer"]);
+    assert_ne!(code, 0, "{err}");
+    let out = w.ok(&["start", "ins", "--nbd", &spec, "--insecure"]);
+    assert!(out.contains(&format!("tcp:0.0.0.0:{port}")), "{out}");
+    w.ok(&["stop", "ins"]);
+}

@@ -64,6 +64,13 @@ pub struct Security {
 
 /// How long a client may take over the TLS handshake.
 const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
+/// How long a client may stay silent while it negotiates (each read).
+const NEGOTIATION: Duration = Duration::from_secs(30);
+/// Options one client may send before it must pick an export.
+const MAX_OPTIONS: usize = 256;
+/// Connections served at once per export: a client that opens more gets
+/// them closed, rather than a thread each.
+const MAX_CONNECTIONS: usize = 128;
 
 enum Listener {
     Unix(UnixListener, PathBuf),
@@ -167,11 +174,19 @@ impl Export {
             let addr = tcp_addr(addr);
             let l = TcpListener::bind(&addr)
                 .map_err(|e| CliError::failed(format!("cannot listen on {addr}: {e}")))?;
-            if l.local_addr().is_ok_and(|a| !a.ip().is_loopback()) && tls.is_none() {
+            let network = l.local_addr().is_ok_and(|a| !a.ip().is_loopback());
+            if network && tls.is_none() {
                 tracing::warn!(
                     array = array.name(),
                     address = %addr,
                     "--insecure: NBD without TLS on {addr}: anyone who can reach it can read and overwrite array '{}'",
+                    array.name()
+                );
+            } else if network && !sec.verify_peer {
+                tracing::warn!(
+                    array = array.name(),
+                    address = %addr,
+                    "NBD with TLS but no client certificates on {addr}: the traffic is encrypted, but anyone who can reach it can still read and overwrite array '{}'. --tls-verify-peer admits only clients with a certificate signed by the directory's ca-cert.pem",
                     array.name()
                 );
             }
@@ -254,7 +269,12 @@ fn accept_loop(
                 Sock::Tcp(s)
             }),
         };
+        served.retain(|t| !t.is_finished());
         match accepted {
+            Ok(c) if served.len() >= MAX_CONNECTIONS => {
+                tracing::warn!("nbd: {MAX_CONNECTIONS} connections open already; one more refused");
+                c.shutdown(std::net::Shutdown::Both);
+            }
             Ok(c) => {
                 next_id += 1;
                 let id = next_id;
@@ -262,7 +282,6 @@ fn accept_loop(
                     conns.lock().unwrap().insert(id, clone);
                 }
                 let (array, conns, tls) = (array.clone(), conns.clone(), tls.clone());
-                served.retain(|t| !t.is_finished());
                 served.push(std::thread::spawn(move || {
                     if let Err(e) = serve(c, array, tls) {
                         tracing::debug!("nbd connection ended: {e}");
@@ -356,6 +375,11 @@ fn serve(sock: Sock, array: Arc<Array>, tls: Option<Arc<rustls::ServerConfig>>) 
         Some(_) => Some(sock.try_clone()?),
         None => None,
     };
+    // A client silent this long while it negotiates is let go; cleared
+    // for transmission, where a client may be idle as long as it likes.
+    let ctl = sock.try_clone()?;
+    ctl.set_read_timeout(Some(NEGOTIATION))?;
+    let mut options = 0;
     let mut c: Box<dyn Conn> = Box::new(sock);
     let mut hello = Vec::new();
     hello.extend_from_slice(&nbd::NBDMAGIC.to_be_bytes());
@@ -372,6 +396,10 @@ fn serve(sock: Sock, array: Arc<Array>, tls: Option<Arc<rustls::ServerConfig>>) 
     loop {
         if read_u64(c.as_mut())? != nbd::IHAVEOPT {
             return Err(protocol_error("bad option magic"));
+        }
+        options += 1;
+        if options > MAX_OPTIONS {
+            return Err(protocol_error("too many options"));
         }
         let opt = read_u32(c.as_mut())?;
         let len = read_u32(c.as_mut())?;
@@ -494,6 +522,7 @@ fn serve(sock: Sock, array: Arc<Array>, tls: Option<Arc<rustls::ServerConfig>>) 
             _ => option_reply(c.as_mut(), opt, nbd::REP_ERR_UNSUP, b"unsupported option")?,
         }
     }
+    ctl.set_read_timeout(None)?;
     transmission(c, array)
 }
 

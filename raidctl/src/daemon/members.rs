@@ -42,6 +42,7 @@ impl Daemon {
         let slot = self.slot_named(&s, member)?;
         let was = s.array.state();
         s.array.fail_member(slot, force)?;
+        self.reconnects.hold(name, slot);
         let now = s.array.state();
         let mut msg = format!(
             "member {} (slot {slot}) of '{name}' marked failed; array is {}",
@@ -180,6 +181,7 @@ impl Daemon {
             None => open()?,
         };
         let slot = s.array.re_add(m)?;
+        self.reconnects.release(name, slot);
         s.record.lock().members[slot] = member.to_path_buf();
         self.state.save(&s.record.lock())?;
         self.kick_rebuild(&s);
@@ -197,6 +199,7 @@ impl Daemon {
             return self.hot_replace(&s, slot, m, old, new);
         }
         s.array.replace(slot, m)?;
+        self.reconnects.release(name, slot);
         s.record.lock().members[slot] = new.to_path_buf();
         self.state.save(&s.record.lock())?;
         self.kick_rebuild(&s);

@@ -1,14 +1,14 @@
 //! Network members that stopped answering come back by themselves: a slot
 //! failed because its member was given up as unreachable (not one the
-//! operator failed, nor one that reported errors) is tried again every
-//! few seconds, and re-added as soon as its export answers and carries
+//! operator failed, nor one whose server reported errors) is tried again
+//! every few seconds, and re-added as soon as its export answers and carries
 //! this array's metadata. The re-add resyncs only the regions the
 //! write-intent bitmap marked while it was away.
 
 use super::{Daemon, Served};
 use parking_lot::Mutex;
 use raid_core::metadata::SlotState;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,9 +16,26 @@ use std::time::{Duration, Instant};
 /// Time between two tries at one member.
 const RETRY: Duration = Duration::from_secs(2);
 
-/// Per (array, slot): a try running now, or when the next may start.
+/// Per (array, slot): a try running now, or when the next may start; and
+/// the slots the operator failed (`raidctl fail`), which are never brought
+/// back by themselves.
 #[derive(Default)]
-pub(super) struct Tries(Mutex<HashMap<(String, usize), Try>>);
+pub(super) struct Tries(
+    Mutex<HashMap<(String, usize), Try>>,
+    Mutex<HashSet<(String, usize)>>,
+);
+
+impl Tries {
+    /// The operator failed this slot: leave it to them.
+    pub(super) fn hold(&self, array: &str, slot: usize) {
+        self.1.lock().insert((array.to_string(), slot));
+    }
+
+    /// A device took the slot again (re-add, replace).
+    pub(super) fn release(&self, array: &str, slot: usize) {
+        self.1.lock().remove(&(array.to_string(), slot));
+    }
+}
 
 enum Try {
     Running,
@@ -40,6 +57,9 @@ impl Daemon {
                 continue;
             }
             let key = (s.array.name().to_string(), slot.slot);
+            if self.reconnects.1.lock().contains(&key) {
+                continue;
+            }
             {
                 let mut t = self.reconnects.0.lock();
                 match t.get(&key) {

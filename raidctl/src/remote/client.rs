@@ -3,17 +3,21 @@
 //! on one connection, many in flight, replies matched by cookie.
 //!
 //! Connection loss, and what may be retried:
-//! - A request whose connection dies is sent again on a new connection:
-//!   the array never has two writes to one place in flight, so a repeated
-//!   write is the same write. The dead connection is reset at once (its
-//!   send queue purged, `Sock::abort`), so no stale copy of a request can
-//!   reach the server later, after newer data went to the same place.
-//! - But a write the server acknowledged and that no flush has covered yet
-//!   may be gone if the server (or its host) restarted. Such a loss cannot
-//!   be seen from here, so the member is given up instead of trusted: the
-//!   array fails it, and it comes back by re-add, which resyncs what the
-//!   write-intent bitmap marked (every region written since the last flush
-//!   that reached every member).
+//! - Reads and flushes whose connection dies are sent again on a new
+//!   connection.
+//! - Writes are not: NBD orders nothing between connections, so a write
+//!   the server may still be running on the old one could land after a
+//!   newer write sent on the new one. A connection lost with a write in
+//!   flight gives the member up (the dead connection is also reset at
+//!   once, its send queue purged: `Sock::abort`).
+//! - So does one lost with writes the server acknowledged and no flush has
+//!   covered yet: they may be gone if the server (or its host) restarted,
+//!   and that cannot be seen from here.
+//! - A member given up is failed by the array and comes back by re-add,
+//!   which resyncs what the write-intent bitmap marked (every region
+//!   written since the last flush that reached every member).
+//! - On reconnecting, the export must be the same disk: same size and
+//!   flags, and the same member identity in its array metadata.
 //! - Reconnecting is retried with backoff; an I/O that cannot be done within
 //!   the member timeout (`[remote] timeout_seconds`, default 30) fails, and
 //!   the member is given up.
@@ -148,6 +152,17 @@ struct Conn {
     /// completed flush covers.
     acked_writes: AtomicU64,
     flushed: AtomicU64,
+    /// Writes whose outcome is unknown: in flight when the connection died.
+    lost_writes: AtomicU64,
+    /// The reader has ended (and counted every request it failed).
+    reader_done: Mutex<bool>,
+    reader_cv: Condvar,
+}
+
+impl Kind {
+    fn writes(&self) -> bool {
+        matches!(self, Kind::Write { .. } | Kind::Zero)
+    }
 }
 
 impl Conn {
@@ -201,7 +216,10 @@ impl Conn {
         };
         drop(w);
         if let Err(e) = sent {
-            self.inflight.lock().remove(&cookie);
+            // Part of it may have gone out.
+            if self.inflight.lock().remove(&cookie).is_some() && kind.writes() {
+                self.lost_writes.fetch_add(1, Ordering::AcqRel);
+            }
             self.kill();
             return Err(e);
         }
@@ -243,8 +261,10 @@ impl Conn {
                 break format!("reply to unknown request {cookie}");
             };
             let res = if err == nbd::ESHUTDOWN {
-                // The server is going away: the request is sent again on
-                // a new connection (after the checks of `after_loss`).
+                // The server is going away: the request is not done.
+                if slot.kind.writes() {
+                    self.lost_writes.fetch_add(1, Ordering::AcqRel);
+                }
                 self.kill();
                 Err(Failure::Lost)
             } else if err != 0 {
@@ -278,9 +298,27 @@ impl Conn {
         self.closer.abort();
         let waiting: Vec<Arc<Slot>> = self.inflight.lock().drain().map(|(_, s)| s).collect();
         for s in waiting {
+            if s.kind.writes() {
+                self.lost_writes.fetch_add(1, Ordering::AcqRel);
+            }
             *s.done.lock() = Some(Err(Failure::Lost));
             s.cv.notify_all();
         }
+        *self.reader_done.lock() = true;
+        self.reader_cv.notify_all();
+    }
+
+    /// Waits (bounded) for the reader to end after the connection died, so
+    /// that its counts are final. False: it did not end in time.
+    fn reader_ended(&self) -> bool {
+        let end = Instant::now() + Duration::from_secs(5);
+        let mut d = self.reader_done.lock();
+        while !*d {
+            if self.reader_cv.wait_until(&mut d, end).timed_out() {
+                return *d;
+            }
+        }
+        true
     }
 }
 
@@ -295,6 +333,10 @@ struct Inner {
     reconnecting: Mutex<()>,
     /// Given up: every I/O fails (see the module's doc).
     lost: AtomicBool,
+    /// The server answered a request with an error.
+    errored: AtomicBool,
+    /// The member identity in the export's array metadata, once known.
+    member_uuid: Mutex<Option<raid_core::metadata::Uuid>>,
     stats: IoStats,
 }
 
@@ -321,11 +363,13 @@ impl NbdMember {
             ));
         }
         if export.flags & nbd::TFLAG_SEND_FLUSH == 0 {
-            tracing::warn!(
-                member = text,
-                "the export takes no flush: its writes are taken as durable when acknowledged"
-            );
+            conn.kill();
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("{text}: the export takes no flush, so no write to it could be made durable: serve it with flush (nbdkit and qemu-nbd do by default)"),
+            ));
         }
+        let uuid = member_uuid(&conn, Instant::now() + HANDSHAKE);
         Ok(NbdMember(Arc::new(Inner {
             text: text.to_string(),
             key: key(&uri),
@@ -335,6 +379,8 @@ impl NbdMember {
             conn: Mutex::new(Some(conn)),
             reconnecting: Mutex::new(()),
             lost: AtomicBool::new(false),
+            errored: AtomicBool::new(false),
+            member_uuid: Mutex::new(uuid),
             stats: Default::default(),
         })))
     }
@@ -376,6 +422,8 @@ fn connect(
         Addr::Unix(p) => Sock::Unix(UnixStream::connect(p)?),
     };
     sock.set_read_timeout(Some(limit))?;
+    // A send blocked this long (the peer not reading) ends the connection.
+    sock.set_write_timeout(Some(timeout()))?;
     let mut s = Stream::Plain(sock);
     let mut b8 = [0u8; 8];
     s.read_exact(&mut b8)?;
@@ -485,9 +533,10 @@ fn connect(
         )
     })?;
     let (r, closer) = (s.try_clone()?, s.try_clone()?);
+    // Negotiated: replies may be far apart now (the reader waits).
     match &closer {
         Stream::Plain(x) => x.set_read_timeout(None)?,
-        Stream::Tls(_) => {}
+        Stream::Tls(x) => x.socket().set_read_timeout(None)?,
     }
     let conn = Arc::new(Conn {
         writer: Mutex::new(s),
@@ -497,6 +546,9 @@ fn connect(
         dead: AtomicBool::new(false),
         acked_writes: AtomicU64::new(0),
         flushed: AtomicU64::new(0),
+        lost_writes: AtomicU64::new(0),
+        reader_done: Mutex::new(false),
+        reader_cv: Condvar::new(),
     });
     let c = conn.clone();
     std::thread::Builder::new()
@@ -510,6 +562,19 @@ fn connect(
             max_payload,
         },
     ))
+}
+
+/// The member identity in the array metadata at the start of the export,
+/// read on `c`; None when it carries none (or cannot be read in time).
+fn member_uuid(c: &Conn, deadline: Instant) -> Option<raid_core::metadata::Uuid> {
+    let len = raid_core::metadata::SB_SIZE;
+    let slot = c
+        .send(Kind::Read, raid_core::metadata::SB_OFFSETS[0], len, &[])
+        .ok()?;
+    let data = c.wait(&slot, deadline).ok()?;
+    raid_core::metadata::Superblock::decode(&data)
+        .ok()
+        .map(|sb| sb.member_uuid)
 }
 
 fn send_option(s: &mut Stream, opt: u32, data: &[u8]) -> io::Result<()> {
@@ -569,6 +634,13 @@ fn option_error(what: &str, kind: u32, data: &[u8]) -> io::Error {
 }
 
 impl Inner {
+    /// The server's own error: the member is then not "unreachable" (the
+    /// daemon does not bring back a member that reported errors).
+    fn server_error(&self, errno: u32) -> io::Error {
+        self.errored.store(true, Ordering::Release);
+        io::Error::from_raw_os_error(errno as i32)
+    }
+
     fn gone(&self) -> io::Error {
         io::Error::new(
             io::ErrorKind::NotConnected,
@@ -589,13 +661,43 @@ impl Inner {
     /// After `c` died: whether requests may be sent again on another
     /// connection (see the module's doc).
     fn after_loss(&self, c: &Conn) -> io::Result<()> {
-        let n = c.unflushed();
-        if n > 0 {
+        c.kill();
+        if !c.reader_ended() {
+            return Err(self.give_up("its connection died and did not end in time"));
+        }
+        let (n, w) = (c.unflushed(), c.lost_writes.load(Ordering::Acquire));
+        if n > 0 || w > 0 {
             return Err(self.give_up(&format!(
-                "connection lost with {n} acknowledged writes not yet flushed"
+                "connection lost with {w} writes in flight and {n} acknowledged writes not yet flushed"
             )));
         }
         Ok(())
+    }
+
+    /// Whether a new connection reached the same disk: same size and
+    /// flags, and the member identity this member was opened with.
+    fn same_disk(&self, c: &Conn, e: &Export) -> Result<(), String> {
+        if e.size != self.export.size || e.flags != self.export.flags {
+            return Err(format!(
+                "the export came back with size {} and flags {:#x} instead of {} and {:#x}",
+                e.size, e.flags, self.export.size, self.export.flags
+            ));
+        }
+        let now = member_uuid(c, Instant::now() + HANDSHAKE);
+        let mut known = self.member_uuid.lock();
+        match (*known, now) {
+            (Some(a), Some(b)) if a != b => Err(format!(
+                "another disk answers there now (member {b}, not {a})"
+            )),
+            (Some(a), None) => Err(format!(
+                "the export no longer carries this member's metadata (member {a})"
+            )),
+            (None, b) => {
+                *known = b;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// A live connection, reconnecting (with backoff) until `deadline`.
@@ -627,17 +729,14 @@ impl Inner {
                 self.tls.as_ref(),
                 left.clamp(Duration::from_millis(100), HANDSHAKE),
             ) {
-                Ok((c, e)) if e.size == self.export.size => {
+                Ok((c, e)) => {
+                    if let Err(why) = self.same_disk(&c, &e) {
+                        c.kill();
+                        return Err(self.give_up(&why));
+                    }
                     tracing::info!(member = %self.text, "reconnected");
                     *self.conn.lock() = Some(c.clone());
                     return Ok(c);
-                }
-                Ok((c, e)) => {
-                    c.kill();
-                    return Err(self.give_up(&format!(
-                        "the export came back with size {} instead of {}",
-                        e.size, self.export.size
-                    )));
                 }
                 Err(e) if Instant::now() + backoff >= deadline => {
                     return Err(self.give_up(&format!(
@@ -669,6 +768,11 @@ impl Inner {
     ) -> io::Result<()> {
         let deadline = began + timeout();
         loop {
+            if Instant::now() >= deadline {
+                return Err(
+                    self.give_up(&format!("no reply within {:.1} s", timeout().as_secs_f64()))
+                );
+            }
             let c = self.connection(deadline)?;
             let kind = match kind {
                 Kind::Flush { .. } => Kind::Flush {
@@ -678,7 +782,10 @@ impl Inner {
             };
             let slot = match c.send(kind, offset, len, payload) {
                 Ok(s) => s,
-                Err(_) => continue,
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
             };
             match c.wait(&slot, deadline) {
                 Ok(data) => {
@@ -687,17 +794,8 @@ impl Inner {
                     }
                     return Ok(());
                 }
-                Err(Failure::Server(errno)) => {
-                    return Err(io::Error::from_raw_os_error(errno as i32))
-                }
-                Err(Failure::Lost) => {
-                    if Instant::now() >= deadline {
-                        return Err(self.give_up(&format!(
-                            "no reply within {:.1} s",
-                            timeout().as_secs_f64()
-                        )));
-                    }
-                }
+                Err(Failure::Server(errno)) => return Err(self.server_error(errno)),
+                Err(Failure::Lost) => {}
             }
         }
     }
@@ -740,8 +838,9 @@ impl Pending for InFlight {
                 }
                 Ok(())
             }
-            Err(Failure::Server(errno)) => Err(io::Error::from_raw_os_error(errno as i32)),
-            // Sent again the slow way, on a new connection if one can be had.
+            Err(Failure::Server(errno)) => Err(self.inner.server_error(errno)),
+            // Sent again the slow way, on a new connection if one can be had
+            // (a write never is: `after_loss` gives the member up).
             Err(Failure::Lost) => {
                 let i = &self.inner;
                 match &mut io.op {
@@ -773,7 +872,6 @@ impl Member for NbdMember {
         self.0.export.size
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let began = Instant::now();
         for (s, n) in self.0.pieces(buf.len()).collect::<Vec<_>>() {
             self.0.run(
                 Kind::Read,
@@ -781,13 +879,12 @@ impl Member for NbdMember {
                 n,
                 &[],
                 Some(&mut buf[s..s + n]),
-                began,
+                Instant::now(),
             )?;
         }
         Ok(())
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let began = Instant::now();
         for (s, n) in self.0.pieces(buf.len()) {
             self.0.run(
                 Kind::Write { fua: false },
@@ -795,7 +892,7 @@ impl Member for NbdMember {
                 n,
                 &buf[s..s + n],
                 None,
-                began,
+                Instant::now(),
             )?;
         }
         Ok(())
@@ -808,14 +905,19 @@ impl Member for NbdMember {
             .run(Kind::Flush { covers: 0 }, 0, 0, &[], None, Instant::now())
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        let began = Instant::now();
         if self.0.export.flags & nbd::TFLAG_SEND_WRITE_ZEROES != 0 {
             // Within the 32-bit length of one request.
             let mut at = 0u64;
             while at < len {
                 let n = (len - at).min(1 << 30);
-                self.0
-                    .run(Kind::Zero, offset + at, n as usize, &[], None, began)?;
+                self.0.run(
+                    Kind::Zero,
+                    offset + at,
+                    n as usize,
+                    &[],
+                    None,
+                    Instant::now(),
+                )?;
                 at += n;
             }
             return Ok(());
@@ -830,7 +932,7 @@ impl Member for NbdMember {
                 n,
                 &zeros[..n],
                 None,
-                began,
+                Instant::now(),
             )?;
             at += n as u64;
         }
@@ -864,6 +966,6 @@ impl Member for NbdMember {
         Some(&self.0.stats)
     }
     fn unreachable(&self) -> bool {
-        self.0.lost.load(Ordering::Acquire)
+        self.0.lost.load(Ordering::Acquire) && !self.0.errored.load(Ordering::Acquire)
     }
 }

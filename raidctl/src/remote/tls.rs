@@ -75,6 +75,12 @@ impl Sock {
             Sock::Unix(s) => s.set_read_timeout(t),
         }
     }
+    pub fn set_write_timeout(&self, t: Option<std::time::Duration>) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.set_write_timeout(t),
+            Sock::Unix(s) => s.set_write_timeout(t),
+        }
+    }
 }
 
 impl Read for Sock {
@@ -106,6 +112,11 @@ impl Write for Sock {
 
 struct Shared {
     conn: Mutex<rustls::Connection>,
+    /// Ciphertext read from the socket and not yet taken by rustls, and
+    /// how much of it was taken: shared by the handles, since the one that
+    /// negotiated may have read ahead of the one that reads later. Held by
+    /// the one reader for its whole read.
+    rbuf: Mutex<(Vec<u8>, usize)>,
     /// Held while a writer encrypts and sends, so records leave in order.
     send: Mutex<()>,
 }
@@ -114,9 +125,6 @@ struct Shared {
 pub struct TlsStream {
     sock: Sock,
     shared: Arc<Shared>,
-    /// Ciphertext read from the socket and not yet taken by rustls.
-    rbuf: Vec<u8>,
-    rpos: usize,
 }
 
 fn tls_err(e: rustls::Error) -> io::Error {
@@ -141,15 +149,15 @@ impl TlsStream {
                 }
             })?;
         }
-        sock.set_read_timeout(None)?;
+        // The read timeout stays: the caller clears it when the NBD
+        // negotiation that follows is done.
         Ok(TlsStream {
             sock,
             shared: Arc::new(Shared {
                 conn: Mutex::new(conn),
+                rbuf: Mutex::new((Vec::new(), 0)),
                 send: Mutex::new(()),
             }),
-            rbuf: Vec::new(),
-            rpos: 0,
         })
     }
 
@@ -158,8 +166,6 @@ impl TlsStream {
         Ok(TlsStream {
             sock: self.sock.try_clone()?,
             shared: self.shared.clone(),
-            rbuf: Vec::new(),
-            rpos: 0,
         })
     }
 
@@ -171,6 +177,10 @@ impl TlsStream {
     pub fn abort(&self) {
         self.sock.abort()
     }
+
+    pub fn socket(&self) -> &Sock {
+        &self.sock
+    }
 }
 
 impl Read for TlsStream {
@@ -178,6 +188,8 @@ impl Read for TlsStream {
         if out.is_empty() {
             return Ok(0);
         }
+        let mut rb = self.shared.rbuf.lock();
+        let (rbuf, rpos) = &mut *rb;
         loop {
             {
                 let mut c = self.shared.conn.lock();
@@ -188,19 +200,25 @@ impl Read for TlsStream {
                 }
                 // Ciphertext already read: give rustls as much as it takes
                 // (it holds a bounded amount of undelivered plaintext).
-                if self.rpos < self.rbuf.len() {
-                    let mut rest = &self.rbuf[self.rpos..];
+                if *rpos < rbuf.len() {
+                    let mut rest = &rbuf[*rpos..];
                     let n = c.read_tls(&mut rest)?;
-                    self.rpos += n;
+                    *rpos += n;
                     c.process_new_packets().map_err(tls_err)?;
                     continue;
                 }
             }
             // Nothing buffered: read more ciphertext, without the lock.
-            self.rbuf.resize(64 * 1024, 0);
-            let n = self.sock.read(&mut self.rbuf)?;
-            self.rbuf.truncate(n);
-            self.rpos = 0;
+            rbuf.resize(64 * 1024, 0);
+            let n = match self.sock.read(rbuf) {
+                Ok(n) => n,
+                Err(e) => {
+                    rbuf.clear();
+                    return Err(e);
+                }
+            };
+            rbuf.truncate(n);
+            *rpos = 0;
             if n == 0 {
                 // The peer closed the socket without close_notify: the end
                 // of the stream for NBD, which frames its own messages.

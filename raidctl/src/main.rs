@@ -115,7 +115,9 @@ pub enum Command {
         /// array.
         #[arg(long)]
         sparse: bool,
-        /// Member devices or files, in slot order.
+        /// Member devices or files, in slot order; a member on another host
+        /// is an NBD URI: nbd://HOST[:PORT]/EXPORT, nbds://... (TLS, with
+        /// ?tls-certificates=DIR) or nbd+unix:///EXPORT?socket=PATH.
         #[arg(required = true, value_name = "DEV")]
         members: Vec<PathBuf>,
     },

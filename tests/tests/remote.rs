@@ -669,8 +669,9 @@ fn fio_verify(uri: &str, size: u64, tag: &str) -> String {
 }
 
 /// Four member hosts and the array's host as network namespaces. A RAID5
-/// over hosts 1-3 and a RAID6 over hosts 1-4 (nbdkit file exports), both
-/// run by a daemon on host 0. Under fio writes with verification, host
+/// over hosts 1-3 and a RAID6 over hosts 1-4, both run by a daemon on host
+/// 0: hosts 1-3 serve nbdkit file exports, host 4 serves a RAID1 of its own
+/// through another raidctl's export. Under fio writes with verification, host
 /// 2's link is cut: both arrays degrade, fio finds no wrong data, and an
 /// alert is sent for each. The link returns: both members are re-added
 /// and resync only the regions written while it was away (counted), and
@@ -684,12 +685,34 @@ fn arrays_across_hosts_survive_a_cut_link() {
     };
     let w = World::new("hosts");
     let hook_out = config(&w, 3.0);
-    // Each member host serves two exports: one for each array.
-    for h in 1..=4 {
+    // Host 4: another raidctl, serving a RAID1 of two files.
+    let w4 = World::new("host4");
+    let m4: Vec<PathBuf> = (0..2)
+        .map(|i| w4.sparse(&format!("m{i}.img"), 96 * MIB))
+        .collect();
+    w4.ok(&[
+        "create",
+        "local4",
+        "--level",
+        "1",
+        m4[0].to_str().unwrap(),
+        m4[1].to_str().unwrap(),
+    ]);
+    let o = w4.run_in(
+        &["ip", "netns", "exec", &net.ns(4)],
+        &[
+            "start",
+            "local4",
+            "--nbd",
+            &format!("tcp:{}:10810", net.addr(4)),
+            "--insecure",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Hosts 1-3 serve two exports each: one for each array.
+    for h in 1..=3 {
         for (k, port) in [(5, 10809), (6, 10810)] {
-            if k == 5 && h == 4 {
-                continue;
-            }
             let f = w.sparse(&format!("h{h}-raid{k}.img"), 96 * MIB);
             let (addr, port_s) = (net.addr(h), port.to_string());
             net.serve(
@@ -715,7 +738,8 @@ fn arrays_across_hosts_survive_a_cut_link() {
     let host0 = ["ip", "netns", "exec", &net.ns(0)];
     let uri = |h: usize, port: u16| format!("nbd://{}:{port}/", net.addr(h));
     let r5: Vec<String> = (1..=3).map(|h| uri(h, 10809)).collect();
-    let r6: Vec<String> = (1..=4).map(|h| uri(h, 10810)).collect();
+    let mut r6: Vec<String> = (1..=3).map(|h| uri(h, 10810)).collect();
+    r6.push(format!("nbd://{}:10810/local4", net.addr(4)));
     let run = |args: &[&str]| {
         let o = w.run_in(&host0, args, &[]);
         assert!(
@@ -794,4 +818,5 @@ fn arrays_across_hosts_survive_a_cut_link() {
     for n in ["across5", "across6"] {
         w.run(&["stop", n]);
     }
+    w4.run(&["stop", "local4"]);
 }

@@ -1,0 +1,168 @@
+//! The FUSE export: the array as one file in a FUSE mount, so that a loop
+//! device (`losetup --direct-io=on`) turns it into a real block device on
+//! hosts without the NBD or ublk drivers (containers, these test machines).
+//!
+//! fsync is the array's flush; fallocate(PUNCH_HOLE) and
+//! fallocate(ZERO_RANGE) are discard / write-zeroes. Requests need not be
+//! block aligned: partial blocks are read, merged and written back with no
+//! other write running (see `Io::write_any`).
+//!
+//! The protocol is spoken here (`abi`, `session`), not through a FUSE
+//! crate: many requests at once need several threads reading `/dev/fuse`,
+//! each on its own clone of the descriptor and answering what it read, and
+//! the pure-Rust crate used before read from one thread, handing each
+//! request to a worker (two wake-ups per request). The kernel is asked for
+//! asynchronous direct I/O, parallel direct writes to the file, up to 1 MiB
+//! per request, and up to 256 requests queued. FUSE over io_uring (Linux
+//! 6.14 on, `enable_uring` of the fuse module) is not used yet: the
+//! threads read the device.
+
+mod abi;
+mod io;
+mod mount;
+mod session;
+
+use raid_core::array::Array;
+use session::Fs;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// Requests served at once (threads reading `/dev/fuse`): the array's API
+/// blocks a thread per request in flight, so this is the export's queue
+/// depth (RAIDCTL_FUSE_WORKERS changes it).
+const FUSE_THREADS: usize = 32;
+
+fn threads() -> usize {
+    std::env::var("RAIDCTL_FUSE_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| (1..=1024).contains(&n))
+        .unwrap_or(FUSE_THREADS)
+}
+
+/// A FUSE mount of an array, and the loop device on it if any.
+pub struct Mounted {
+    threads: Vec<std::thread::JoinHandle<()>>,
+    pub dir: std::path::PathBuf,
+    pub file: std::path::PathBuf,
+    pub loop_dev: Option<String>,
+}
+
+impl Mounted {
+    pub fn mount(
+        array: Arc<Array>,
+        dir: &std::path::Path,
+        with_loop: bool,
+    ) -> Result<Mounted, String> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create mount point {}: {e}", dir.display()))?;
+        let file = dir.join(array.name());
+        let fd = mount::mount(dir, &format!("raidctl:{}", array.name())).map_err(|e| {
+            format!(
+                "FUSE mount on {} failed: {e} (is /dev/fuse there? are you root?)",
+                dir.display()
+            )
+        })?;
+        let fs = Arc::new(Fs {
+            name: array.name().to_string(),
+            ctime: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            io: io::Io {
+                array,
+                partial: Default::default(),
+            },
+            ready: AtomicBool::new(false),
+        });
+        let threads = session::start(fd, fs, threads());
+        let mut m = Mounted {
+            threads,
+            dir: dir.to_path_buf(),
+            file,
+            loop_dev: None,
+        };
+        if with_loop {
+            m.loop_dev = Some(attach_loop(&m.file)?);
+        }
+        Ok(m)
+    }
+
+    /// Detaches the loop device and unmounts; refuses while the loop
+    /// device is mounted somewhere, or the FUSE mount is still in use (a
+    /// loop device detached lazily by the kernel because something still
+    /// holds it, a process with the file open). Refused, the mount is
+    /// handed back as it was. Done, every request the threads had is
+    /// answered: they are joined.
+    pub fn unmount(mut self) -> Result<(), Box<(Mounted, String)>> {
+        if let Some(dev) = self.loop_dev.clone() {
+            if let Some(mp) = mounted_at(&dev) {
+                return Err(Box::new((
+                    self,
+                    format!("{dev} is mounted on {mp}: umount {mp} first"),
+                )));
+            }
+            let out = match std::process::Command::new("losetup")
+                .arg("-d")
+                .arg(&dev)
+                .output()
+            {
+                Ok(o) => o,
+                Err(e) => return Err(Box::new((self, format!("losetup: {e}")))),
+            };
+            if !out.status.success() {
+                let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+                return Err(Box::new((self, format!("losetup -d {dev}: {why}"))));
+            }
+            self.loop_dev = None;
+        }
+        // Unmounted here rather than by the FUSE crate, which only logs a
+        // failure: a mount that is still busy keeps serving the array.
+        if let Err(e) = mount::umount(&self.dir) {
+            let dir = self.dir.display().to_string();
+            return Err(Box::new((
+                self,
+                format!("{dir} is still in use ({e}): stop what holds it (fuser -vm {dir}), then unmount again"),
+            )));
+        }
+        // The kernel has ended the connection: each thread answers what
+        // it holds and ends.
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        Ok(())
+    }
+}
+
+/// Where a block device is mounted, from /proc/mounts.
+pub fn mounted_at(dev: &str) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/mounts").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        (f.next()? == dev).then(|| f.next().unwrap_or("").to_string())
+    })
+}
+
+fn attach_loop(file: &std::path::Path) -> Result<String, String> {
+    let run = |direct: bool| {
+        let mut c = std::process::Command::new("losetup");
+        c.args(["--find", "--show", "--sector-size", "4096"]);
+        if direct {
+            c.arg("--direct-io=on");
+        }
+        c.arg(file).output()
+    };
+    let out = run(true).map_err(|e| format!("losetup: {e} (package util-linux / mount)"))?;
+    let out = if out.status.success() {
+        out
+    } else {
+        run(false).map_err(|e| format!("losetup: {e}"))?
+    };
+    if !out.status.success() {
+        return Err(format!(
+            "losetup {}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}

@@ -36,7 +36,7 @@ impl Io {
         let _g = self.partial.write();
         let start = offset / BLOCK * BLOCK;
         let aend = end.div_ceil(BLOCK) * BLOCK;
-        let mut buf = vec![0u8; (aend - start) as usize];
+        let mut buf = AlignedBuf::new((aend - start) as usize);
         // Only the first and last blocks need their old contents.
         self.array
             .read(start, &mut buf[..BLOCK as usize])

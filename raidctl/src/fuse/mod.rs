@@ -24,7 +24,6 @@ mod session;
 
 use raid_core::array::Array;
 use session::Fs;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// Requests served at once (threads reading `/dev/fuse`): the array's API
@@ -43,6 +42,8 @@ fn threads() -> usize {
 /// A FUSE mount of an array, and the loop device on it if any.
 pub struct Mounted {
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// The FUSE connection's device number.
+    conn: Option<u64>,
     pub dir: std::path::PathBuf,
     pub file: std::path::PathBuf,
     pub loop_dev: Option<String>,
@@ -72,19 +73,53 @@ impl Mounted {
                 array,
                 partial: Default::default(),
             },
-            ready: AtomicBool::new(false),
         });
         let threads = session::start(fd, fs, threads());
+        // The connection's number (the mount's device minor), to end it
+        // from /sys/fs/fuse/connections when unmounting. Asked only now:
+        // the threads that answer it are running.
+        let conn = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(dir).map(|m| m.dev()).ok()
+        };
         let mut m = Mounted {
             threads,
+            conn,
             dir: dir.to_path_buf(),
             file,
             loop_dev: None,
         };
         if with_loop {
-            m.loop_dev = Some(attach_loop(&m.file)?);
+            match attach_loop(&m.file) {
+                Ok(dev) => m.loop_dev = Some(dev),
+                Err(e) => {
+                    // Nothing may keep serving the array behind our back.
+                    m.end();
+                    return Err(e);
+                }
+            }
         }
         Ok(m)
+    }
+
+    /// Unmounts lazily and ends the connection: for a mount that cannot be
+    /// kept (its loop device failed) or is dropped without `unmount`.
+    fn end(&mut self) {
+        let _ = mount::umount_lazy(&self.dir);
+        self.abort_and_join();
+    }
+
+    /// Ends the kernel connection (every thread's read then fails with
+    /// ENODEV, even where a copy of the mount lives on in another mount
+    /// namespace), and joins the threads.
+    fn abort_and_join(&mut self) {
+        if let Some(dev) = self.conn {
+            let p = format!("/sys/fs/fuse/connections/{}/abort", libc::minor(dev));
+            let _ = std::fs::write(p, "1");
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
     }
 
     /// Detaches the loop device and unmounts; refuses while the loop
@@ -124,12 +159,19 @@ impl Mounted {
                 format!("{dir} is still in use ({e}): stop what holds it (fuser -vm {dir}), then unmount again"),
             )));
         }
-        // The kernel has ended the connection: each thread answers what
-        // it holds and ends.
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        // Unmounted: each thread answers what it holds and ends.
+        self.abort_and_join();
         Ok(())
+    }
+}
+
+impl Drop for Mounted {
+    /// A mount dropped without `unmount` (the daemon ending with it) is
+    /// unmounted lazily and its connection ended.
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            self.end();
+        }
     }
 }
 

@@ -26,7 +26,7 @@ pub fn mount(dir: &Path, fsname: &str) -> io::Result<File> {
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let source = c(fsname)?;
     let opts = c(&format!(
-        "fd={},rootmode=40000,user_id=0,group_id=0,allow_other",
+        "fd={},rootmode=40000,user_id=0,group_id=0,allow_other,default_permissions",
         fd.as_raw_fd()
     ))?;
     for fstype in ["fuse.raidctl", "fuse"] {
@@ -58,17 +58,32 @@ pub fn mount(dir: &Path, fsname: &str) -> io::Result<File> {
 /// of a socket pair, on which it sends the descriptor.
 fn fusermount(dir: &Path, fsname: &str) -> io::Result<File> {
     use std::os::unix::net::UnixStream;
+    use std::os::unix::process::CommandExt;
     let (ours, theirs) = UnixStream::pair()?;
-    // The child must inherit its end: clear close-on-exec on it.
-    // SAFETY: fcntl on an fd we own, with valid flags.
+    let child_fd = theirs.as_raw_fd();
+    let mut cmd = std::process::Command::new("fusermount3");
+    // Only the child inherits its end: close-on-exec is cleared after the
+    // fork, so no other child of this (threaded) daemon gets it. Without
+    // allow_other, which fusermount3 grants users only where
+    // /etc/fuse.conf says user_allow_other.
+    // SAFETY: the closure only calls fcntl on an fd this process owns,
+    // which is async-signal-safe.
     unsafe {
-        let fl = libc::fcntl(theirs.as_raw_fd(), libc::F_GETFD);
-        libc::fcntl(theirs.as_raw_fd(), libc::F_SETFD, fl & !libc::FD_CLOEXEC);
+        cmd.pre_exec(move || {
+            let fl = libc::fcntl(child_fd, libc::F_GETFD);
+            if libc::fcntl(child_fd, libc::F_SETFD, fl & !libc::FD_CLOEXEC) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
-    let status = std::process::Command::new("fusermount3")
-        .env("_FUSE_COMMFD", theirs.as_raw_fd().to_string())
+    let fsname: String = fsname.chars().filter(|c| *c != ',' && *c != '\\').collect();
+    let status = cmd
+        .env("_FUSE_COMMFD", child_fd.to_string())
         .arg("-o")
-        .arg(format!("fsname={fsname},subtype=raidctl"))
+        .arg(format!(
+            "fsname={fsname},subtype=raidctl,default_permissions"
+        ))
         .arg("--")
         .arg(dir)
         .status()
@@ -96,16 +111,24 @@ fn recv_fd(s: &std::os::unix::net::UnixStream) -> io::Result<i32> {
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr().cast();
     msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-    // SAFETY: `msg` describes valid buffers (above).
-    let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, 0) };
+    // SAFETY: `msg` describes valid buffers (above). The descriptor
+    // arrives close-on-exec: no later child inherits it.
+    let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: CMSG_FIRSTHDR/CMSG_DATA walk the control buffer recvmsg
-    // filled, within msg_controllen.
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::other("fusermount3's message was truncated"));
+    }
+    // SAFETY: CMSG_FIRSTHDR returns null or a header inside the control
+    // buffer recvmsg filled (msg_controllen); its length is checked to hold
+    // one int before CMSG_DATA is read.
     unsafe {
         let c = libc::CMSG_FIRSTHDR(&msg);
-        if c.is_null() || (*c).cmsg_level != libc::SOL_SOCKET || (*c).cmsg_type != libc::SCM_RIGHTS
+        if c.is_null()
+            || (*c).cmsg_level != libc::SOL_SOCKET
+            || (*c).cmsg_type != libc::SCM_RIGHTS
+            || ((*c).cmsg_len as usize) < libc::CMSG_LEN(4) as usize
         {
             return Err(io::Error::other("fusermount3 sent no descriptor"));
         }
@@ -124,6 +147,10 @@ pub fn umount(dir: &Path) -> io::Result<()> {
         return Ok(());
     }
     let e = io::Error::last_os_error();
+    // Unmounted already (by an administrator): nothing left to do.
+    if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOENT)) && !is_mounted(dir) {
+        return Ok(());
+    }
     // SAFETY: geteuid has no preconditions.
     if e.raw_os_error() == Some(libc::EPERM) && unsafe { libc::geteuid() } != 0 {
         let out = std::process::Command::new("fusermount3")
@@ -138,4 +165,27 @@ pub fn umount(dir: &Path) -> io::Result<()> {
         ));
     }
     Err(e)
+}
+
+/// Detaches the mount now; the kernel finishes it when the last user lets
+/// go.
+pub fn umount_lazy(dir: &Path) -> io::Result<()> {
+    let c = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: as in `umount`.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Whether `dir` is a mount point now (from /proc/self/mountinfo).
+fn is_mounted(dir: &Path) -> bool {
+    let want = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|t| {
+        t.lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .any(|mp| Path::new(&mp.replace("\\040", " ")) == want)
+    })
 }

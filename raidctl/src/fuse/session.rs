@@ -11,7 +11,6 @@ use raid_core::buf::AlignedBuf;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub const ROOT: u64 = 1;
@@ -29,8 +28,6 @@ pub struct Fs {
     pub io: Io,
     pub name: String,
     pub ctime: u64,
-    /// INIT answered.
-    pub ready: AtomicBool,
 }
 
 impl Fs {
@@ -67,8 +64,12 @@ pub fn clone_fd(fd: &File) -> io::Result<File> {
 
 /// One thread's loop: until the connection ends (unmount).
 pub fn serve(fd: File, fs: Arc<Fs>) {
-    // A write's header and 1 MiB of data.
-    let mut buf = AlignedBuf::new(MAX_IO as usize + 4096);
+    // Requests are read at an offset that puts a write's data (after its
+    // 80 bytes of headers) on a page boundary: members opened with O_DIRECT
+    // then take it as it is, with no bounce copy.
+    const AT: usize = 4096 - abi::IN_HEADER - abi::RW_IN;
+    let mut page = AlignedBuf::new(MAX_IO as usize + 2 * 4096);
+    let buf = &mut page[AT..];
     loop {
         // SAFETY: `buf` is writable for its whole length and outlives the
         // call; the kernel writes one whole request into it.
@@ -88,6 +89,11 @@ pub fn serve(fd: File, fs: Arc<Fs>) {
         let req = &buf[..n as usize];
         let Some(h) = InHeader::parse(req) else {
             tracing::error!("FUSE: a malformed request of {n} bytes");
+            // The kernel waits for an answer to whatever it sent.
+            if let Some(u) = req.get(8..16) {
+                let u = u64::from_ne_bytes(u.try_into().expect("8 bytes"));
+                error(&fd, u, libc::EIO);
+            }
             continue;
         };
         let body = &req[abi::IN_HEADER..];
@@ -127,7 +133,7 @@ fn error(fd: &File, unique: u64, errno: i32) {
 fn handle(fd: &File, fs: &Fs, h: InHeader, body: &[u8]) {
     let u = h.unique;
     match h.opcode {
-        abi::INIT => init(fd, fs, u, body),
+        abi::INIT => init(fd, u, body),
         // No reply exists for these.
         abi::FORGET | abi::BATCH_FORGET | abi::INTERRUPT => {}
         abi::LOOKUP => {
@@ -199,7 +205,7 @@ fn handle(fd: &File, fs: &Fs, h: InHeader, body: &[u8]) {
 
 /// Asks for concurrent direct I/O and large requests, within what the
 /// kernel offers; what it lacks is logged and the export works without it.
-fn init(fd: &File, fs: &Fs, u: u64, body: &[u8]) {
+fn init(fd: &File, u: u64, body: &[u8]) {
     let Some(i) = abi::InitIn::parse(body) else {
         return error(fd, u, libc::EINVAL);
     };
@@ -230,7 +236,6 @@ fn init(fd: &File, fs: &Fs, u: u64, body: &[u8]) {
         max_pages: (max_write / 4096) as u16,
     };
     if reply(fd, u, 0, &[&out.encode()]).is_ok() {
-        fs.ready.store(true, Ordering::Release);
         tracing::info!(
             kernel = format!("{}.{}", i.major, i.minor),
             max_io = max_write,

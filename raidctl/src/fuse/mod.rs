@@ -28,15 +28,17 @@ use std::sync::Arc;
 
 /// Requests served at once (threads reading `/dev/fuse`): the array's API
 /// blocks a thread per request in flight, so this is the export's queue
-/// depth (RAIDCTL_FUSE_WORKERS changes it).
-const FUSE_THREADS: usize = 32;
-
+/// depth. 8 per core, at least 16 and at most 128: on 2 vCPUs, 16 served
+/// more of every job than 8, 32 or 64 (`docs/benchmarks.md`); drives with
+/// tens of microseconds per I/O need more in flight on bigger machines.
+/// RAIDCTL_FUSE_WORKERS sets it.
 fn threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::env::var("RAIDCTL_FUSE_WORKERS")
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|&n: &usize| (1..=1024).contains(&n))
-        .unwrap_or(FUSE_THREADS)
+        .unwrap_or((8 * cores).clamp(16, 128))
 }
 
 /// A FUSE mount of an array, and the loop device on it if any.

@@ -482,3 +482,51 @@ fn unmount_of_a_busy_mount_is_refused_and_changes_nothing() {
     assert!(!file.exists());
     w.ok(&["stop", "busy"]);
 }
+
+/// The FUSE file is the raw array, mode 0600: another user can neither
+/// read nor write it (the mount enforces the file's mode), while root can.
+#[test]
+fn only_root_opens_the_fuse_file() {
+    need("setpriv");
+    let w = World::new("fuseperm");
+    let (_m, _sock, _uri) = served(&w, "fperm");
+    w.ok(&["mount", "fperm"]);
+    let file = w.state().join("mnt").join("fperm").join("fperm");
+    let as_nobody = |cmd: &str| {
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sh",
+                "-c",
+            ])
+            .arg(cmd)
+            .output()
+            .unwrap()
+    };
+    // The directory chain is root's temporary folder: let others through
+    // it, so that only the file's own mode decides.
+    let mut d = file.parent().unwrap().to_path_buf();
+    while d.starts_with(&w.dir) {
+        std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).ok();
+        d.pop();
+    }
+    for cmd in [
+        format!("head -c 4096 {} > /dev/null", file.display()),
+        format!(
+            "printf x | dd of={} conv=notrunc status=none",
+            file.display()
+        ),
+    ] {
+        let o = as_nobody(&cmd);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("Permission denied"),
+            "another user got through: {cmd}: {err}"
+        );
+    }
+    assert!(std::fs::File::open(&file).is_ok(), "root cannot open it");
+    w.ok(&["unmount", "fperm"]);
+    w.ok(&["stop", "fperm"]);
+}

@@ -252,6 +252,6 @@ mod tests {
         dirent(&mut d, 2, 1, 8, "data");
         assert_eq!(d.len(), 32);
         dirent(&mut d, 1, 2, 4, "..");
-        assert_eq!(d.len(), 56);
+        assert_eq!(d.len(), 64);
     }
 }

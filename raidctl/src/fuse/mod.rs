@@ -76,7 +76,9 @@ impl Mounted {
                 partial: Default::default(),
             },
         });
-        let threads = session::start(fd, fs, threads());
+        let n = threads();
+        let threads = session::start(fd, fs, n);
+        log_transport(n);
         // The connection's number (the mount's device minor), to end it
         // from /sys/fs/fuse/connections when unmounting. Asked only now:
         // the threads that answer it are running.
@@ -165,6 +167,23 @@ impl Mounted {
         self.abort_and_join();
         Ok(())
     }
+}
+
+/// Says at mount how requests travel: what the kernel offers (FUSE over
+/// io_uring, Linux 6.14 on, when the fuse module's `enable_uring` is on)
+/// and what is used (threads reading `/dev/fuse`).
+fn log_transport(threads: usize) {
+    let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .map(|v| v.trim().to_string());
+    let offered = match uring.as_deref() {
+        Ok("Y") | Ok("1") => "offered by the kernel but not used by this export",
+        Ok(_) => "switched off (the fuse module's enable_uring parameter is N)",
+        Err(_) => "not in this kernel",
+    };
+    tracing::info!(
+        threads,
+        "FUSE transport: {threads} threads reading /dev/fuse, each on its own descriptor; FUSE over io_uring: {offered}"
+    );
 }
 
 impl Drop for Mounted {

@@ -8,6 +8,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+pub mod hosts;
+
 /// The `raidctl` binary of the profile these tests were built with, or the
 /// one `RAIDCTL_BIN` names (to run a test against another build, e.g. to
 /// show that a regression test fails on an older one).
@@ -223,4 +225,19 @@ pub fn free_port() -> u16 {
 pub fn make_executable(p: &Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Fails the test, naming the fix, when `tool` is not installed.
+pub fn need(tool: &str) {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .unwrap()
+        .status
+        .success();
+    assert!(
+        found,
+        "{tool} is not installed: run scripts/install-test-deps.sh (as root)"
+    );
 }

@@ -2,7 +2,7 @@
 //! nbdcopy and fio over NBD; mkfs.ext4 and a mounted filesystem through
 //! `raidctl mount --loop`. The tools come from scripts/install-test-deps.sh.
 
-use raid_e2e::{file_hash, qemu_io, World};
+use raid_e2e::{file_hash, need, qemu_io, World};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -10,20 +10,6 @@ const MIB: u64 = 1 << 20;
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-fn need(tool: &str) {
-    let found = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .output()
-        .unwrap()
-        .status
-        .success();
-    assert!(
-        found,
-        "{tool} is not installed: run scripts/install-test-deps.sh (as root)"
-    );
 }
 
 fn run(cmd: &mut Command) -> String {

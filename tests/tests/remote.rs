@@ -4,53 +4,13 @@
 //! only what changed resynced, hosts as network namespaces joined by veth
 //! links, and TLS on the export and on members.
 
-use raid_e2e::{free_port, make_executable, qemu_io, World};
+use raid_e2e::hosts::{wait_for, Hosts, Server};
+use raid_e2e::{free_port, make_executable, need, qemu_io, World};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
-
-fn need(tool: &str) {
-    let found = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .output()
-        .unwrap()
-        .status
-        .success();
-    assert!(
-        found,
-        "{tool} is not installed: run scripts/install-test-deps.sh (as root)"
-    );
-}
-
-/// A server process, killed when dropped.
-struct Server(Child);
-
-impl Server {
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(
-            Instant::now() < end,
-            "timed out after {secs} s waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// nbdkit's file plugin serving `file` on a Unix socket.
 fn nbdkit_unix(sock: &Path, file: &Path) -> Server {
@@ -511,125 +471,6 @@ fn a_network_export_needs_tls_or_insecure() {
     let out = w.ok(&["start", "ins", "--nbd", &spec, "--insecure"]);
     assert!(out.contains(&format!("tcp:0.0.0.0:{port}")), "{out}");
     w.ok(&["stop", "ins"]);
-}
-
-/// Hosts as network namespaces on one bridge (in a namespace of its own:
-/// nothing is added to the machine's own network). Addresses are from
-/// 192.0.2.0/24, the documentation range, which routes nowhere. Dropping
-/// it kills the servers and deletes the namespaces.
-struct Hosts {
-    prefix: String,
-    hosts: usize,
-    servers: Vec<Server>,
-}
-
-impl Hosts {
-    /// `n` hosts, or None (with a line saying why) where network
-    /// namespaces cannot be made (not root).
-    fn new(n: usize) -> Option<Hosts> {
-        let prefix = format!("rc{}", std::process::id() % 100_000);
-        let h = Hosts {
-            prefix,
-            hosts: n,
-            servers: Vec::new(),
-        };
-        if !ip(&["netns", "add", &h.bridge()]) {
-            println!("skipped: cannot create network namespaces here (needs root and iproute2)");
-            return None;
-        }
-        let br = h.bridge();
-        assert!(ip(&["-n", &br, "link", "add", "br0", "type", "bridge"]));
-        assert!(ip(&["-n", &br, "link", "set", "br0", "up"]));
-        for i in 0..n {
-            let ns = h.ns(i);
-            assert!(ip(&["netns", "add", &ns]));
-            let (a, b) = (format!("{}h{i}", h.prefix), format!("{}b{i}", h.prefix));
-            assert!(ip(&[
-                "link", "add", &a, "netns", &ns, "type", "veth", "peer", "name", &b, "netns", &br
-            ]));
-            assert!(ip(&["-n", &br, "link", "set", &b, "master", "br0", "up"]));
-            assert!(ip(&[
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("{}/24", h.addr(i)),
-                "dev",
-                &a
-            ]));
-            assert!(ip(&["-n", &ns, "link", "set", &a, "up"]));
-            assert!(ip(&["-n", &ns, "link", "set", "lo", "up"]));
-        }
-        Some(h)
-    }
-
-    fn bridge(&self) -> String {
-        format!("{}br", self.prefix)
-    }
-
-    fn ns(&self, i: usize) -> String {
-        format!("{}n{i}", self.prefix)
-    }
-
-    fn addr(&self, i: usize) -> String {
-        format!("192.0.2.{}", i + 1)
-    }
-
-    /// Runs `cmd` as a server on host `i`.
-    fn serve(&mut self, i: usize, cmd: &[&str]) {
-        let c = Command::new("ip")
-            .args(["netns", "exec", &self.ns(i)])
-            .args(cmd)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.servers.push(Server(c));
-    }
-
-    /// Cuts or restores host `i`'s link (at the bridge, as a pulled cable
-    /// or a failed switch port would).
-    fn link(&self, i: usize, up: bool) {
-        let port = format!("{}b{i}", self.prefix);
-        assert!(ip(&[
-            "-n",
-            &self.bridge(),
-            "link",
-            "set",
-            &port,
-            if up { "up" } else { "down" }
-        ]));
-    }
-
-    /// Whether host `from` reaches `to`'s port.
-    fn reaches(&self, from: usize, to: usize, port: u16) -> bool {
-        Command::new("ip")
-            .args(["netns", "exec", &self.ns(from), "nbdinfo", "--size"])
-            .arg(format!("nbd://{}:{port}/", self.addr(to)))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        self.servers.clear();
-        for i in 0..self.hosts {
-            ip(&["netns", "del", &self.ns(i)]);
-        }
-        ip(&["netns", "del", &self.bridge()]);
-    }
-}
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// fio writes with verification through the array's export; returns

@@ -2,6 +2,8 @@
 //! serves them to the array, and the TLS both it and the export speak.
 
 pub mod client;
+mod conn;
+mod handshake;
 pub mod tls;
 pub mod uri;
 

@@ -697,16 +697,5 @@ fn reply(w: &Mutex<Box<dyn Conn>>, cookie: u64, err: u32, data: Option<&[u8]>) -
     h[4..8].copy_from_slice(&err.to_be_bytes());
     h[8..16].copy_from_slice(&cookie.to_be_bytes());
     let data = if err == 0 { data.unwrap_or(&[]) } else { &[] };
-    let mut w = w.lock().unwrap();
-    let (mut hd, mut dd) = (&h[..], data);
-    while !hd.is_empty() || !dd.is_empty() {
-        let n = w.write_vectored(&[io::IoSlice::new(hd), io::IoSlice::new(dd)])?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        let from_h = n.min(hd.len());
-        hd = &hd[from_h..];
-        dd = &dd[n - from_h..];
-    }
-    Ok(())
+    tls::write_two(&mut **w.lock().unwrap(), &h, data)
 }

@@ -51,6 +51,12 @@ impl Write for Stream {
             Stream::Tls(s) => s.write(b),
         }
     }
+    fn write_vectored(&mut self, b: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write_vectored(b),
+            Stream::Tls(s) => s.write_vectored(b),
+        }
+    }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
@@ -160,12 +166,7 @@ impl Conn {
         // In the table before it is sent, so the reader finds it.
         self.inflight.lock().insert(cookie, slot.clone());
         let sent = match kind {
-            Kind::Write { .. } => {
-                let mut msg = Vec::with_capacity(h.len() + payload.len());
-                msg.extend_from_slice(&h);
-                msg.extend_from_slice(payload);
-                w.write_all(&msg)
-            }
+            Kind::Write { .. } => super::tls::write_two(&mut *w, &h, payload),
             _ => w.write_all(&h),
         };
         drop(w);

@@ -110,6 +110,22 @@ impl Write for Sock {
     }
 }
 
+/// Writes a message's header and payload, gathered (one system call where
+/// the stream takes vectored writes), without copying them together.
+pub fn write_two<W: Write + ?Sized>(w: &mut W, head: &[u8], data: &[u8]) -> io::Result<()> {
+    let (mut hd, mut dd) = (head, data);
+    while !hd.is_empty() || !dd.is_empty() {
+        let n = w.write_vectored(&[io::IoSlice::new(hd), io::IoSlice::new(dd)])?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let from_h = n.min(hd.len());
+        hd = &hd[from_h..];
+        dd = &dd[n - from_h..];
+    }
+    Ok(())
+}
+
 struct Shared {
     conn: Mutex<rustls::Connection>,
     /// Ciphertext read from the socket and not yet taken by rustls, and

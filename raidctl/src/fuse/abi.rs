@@ -34,6 +34,10 @@ pub const ASYNC_READ: u32 = 1 << 0;
 pub const BIG_WRITES: u32 = 1 << 5;
 pub const ASYNC_DIO: u32 = 1 << 15;
 pub const MAX_PAGES: u32 = 1 << 22;
+/// `flags2` is meaningful (in INIT, both ways).
+pub const INIT_EXT: u32 = 1 << 30;
+/// FUSE_OVER_IO_URING (bit 41 of the 64-bit flags: bit 9 of `flags2`).
+pub const OVER_IO_URING: u32 = 1 << 9;
 
 pub const FOPEN_DIRECT_IO: u32 = 1 << 0;
 /// Direct writes to one file run in parallel (Linux 6.2 on); without it
@@ -69,13 +73,19 @@ pub struct InHeader {
 impl InHeader {
     /// The header of a request read whole from the device (`n` bytes).
     pub fn parse(b: &[u8]) -> Option<InHeader> {
-        let h = InHeader {
+        let h = InHeader::fields(b)?;
+        (h.len as usize == b.len()).then_some(h)
+    }
+
+    /// The header's fields, wherever the request's body is (a ring entry
+    /// holds the header apart from the arguments).
+    pub fn fields(b: &[u8]) -> Option<InHeader> {
+        Some(InHeader {
             len: u32_at(b, 0)?,
             opcode: u32_at(b, 4)?,
             unique: u64_at(b, 8)?,
             nodeid: u64_at(b, 16)?,
-        };
-        (h.len as usize == b.len()).then_some(h)
+        })
     }
 }
 
@@ -85,6 +95,7 @@ pub struct InitIn {
     pub minor: u32,
     pub max_readahead: u32,
     pub flags: u32,
+    pub flags2: u32,
 }
 
 impl InitIn {
@@ -94,7 +105,14 @@ impl InitIn {
             minor: u32_at(b, 4)?,
             max_readahead: u32_at(b, 8)?,
             flags: u32_at(b, 12)?,
+            flags2: u32_at(b, 16).unwrap_or(0),
         })
+    }
+
+    /// Whether the kernel offers FUSE over io_uring (it does only when the
+    /// fuse module's `enable_uring` is on).
+    pub fn offers_uring(&self) -> bool {
+        self.flags & INIT_EXT != 0 && self.flags2 & OVER_IO_URING != 0
     }
 }
 
@@ -107,6 +125,7 @@ pub struct InitOut {
     pub congestion_threshold: u16,
     pub max_write: u32,
     pub max_pages: u16,
+    pub flags2: u32,
 }
 
 impl InitOut {
@@ -121,6 +140,7 @@ impl InitOut {
         b[20..24].copy_from_slice(&self.max_write.to_ne_bytes());
         b[24..28].copy_from_slice(&1u32.to_ne_bytes()); // time_gran: 1 ns
         b[28..30].copy_from_slice(&self.max_pages.to_ne_bytes());
+        b[32..36].copy_from_slice(&self.flags2.to_ne_bytes());
         b
     }
 }
@@ -216,6 +236,54 @@ pub fn dirent(out: &mut Vec<u8>, ino: u64, next: u64, kind: u32, name: &str) {
     }
 }
 
+/// FUSE over io_uring (protocol 7.42): the layouts of a ring entry's
+/// header buffer (`fuse_uring_req_header`) and of the command that
+/// registers an entry or commits a reply and fetches the next request
+/// (`fuse_uring_cmd_req`, in the 80-byte command area of a 128-byte SQE).
+pub mod ring {
+    use super::{u32_at, u64_at};
+
+    /// `fuse_uring_req_header`: in_out[128], op_in[128], ent_in_out.
+    pub const HEADER: usize = 288;
+    /// `fuse_in_header` of a request, `fuse_out_header` of its reply.
+    pub const IN_OUT: usize = 0;
+    /// The request's first argument (`fuse_read_in`, a name, ...).
+    pub const OP_IN: usize = 128;
+    pub const OP_IN_LEN: usize = 128;
+    /// `fuse_uring_ent_in_out`: flags, commit_id, payload_sz, padding,
+    /// reserved.
+    const ENT: usize = 256;
+
+    pub const CMD_REGISTER: u32 = 1;
+    pub const CMD_COMMIT_AND_FETCH: u32 = 2;
+
+    /// The id a reply is committed under (the request's unique).
+    pub fn commit_id(h: &[u8]) -> Option<u64> {
+        u64_at(h, ENT + 8)
+    }
+
+    /// Bytes of the payload buffer in use: the request's data, or the
+    /// reply's.
+    pub fn payload_sz(h: &[u8]) -> Option<u32> {
+        u32_at(h, ENT + 16)
+    }
+
+    /// Sets the reply's payload size; flags and padding go back as zero.
+    pub fn set_reply(h: &mut [u8], payload_sz: u32) {
+        h[ENT..ENT + 8].fill(0);
+        h[ENT + 16..ENT + 20].copy_from_slice(&payload_sz.to_ne_bytes());
+        h[ENT + 20..ENT + 24].fill(0);
+    }
+
+    /// `fuse_uring_cmd_req`: flags 0, commit_id, qid.
+    pub fn cmd_req(commit_id: u64, qid: u16) -> [u8; 80] {
+        let mut b = [0u8; 80];
+        b[8..16].copy_from_slice(&commit_id.to_ne_bytes());
+        b[16..18].copy_from_slice(&qid.to_ne_bytes());
+        b
+    }
+}
+
 /// fuse_out_header.
 pub fn out_header(len: usize, error: i32, unique: u64) -> [u8; OUT_HEADER] {
     let mut b = [0u8; OUT_HEADER];
@@ -244,6 +312,54 @@ mod tests {
         // A length that does not match what was read is refused.
         assert!(InHeader::parse(&b[..IN_HEADER]).is_none());
         assert!(rw_in(&[0u8; 10]).is_none());
+    }
+
+    #[test]
+    fn init_offers_and_asks_for_io_uring() {
+        let mut b = [0u8; 64];
+        b[0..4].copy_from_slice(&7u32.to_ne_bytes());
+        b[4..8].copy_from_slice(&44u32.to_ne_bytes());
+        b[12..16].copy_from_slice(&(INIT_EXT | ASYNC_DIO).to_ne_bytes());
+        b[16..20].copy_from_slice(&OVER_IO_URING.to_ne_bytes());
+        assert!(InitIn::parse(&b).unwrap().offers_uring());
+        // flags2 means nothing without INIT_EXT.
+        b[12..16].copy_from_slice(&ASYNC_DIO.to_ne_bytes());
+        assert!(!InitIn::parse(&b).unwrap().offers_uring());
+        let out = InitOut {
+            minor: 31,
+            max_readahead: 0,
+            flags: INIT_EXT,
+            max_background: 1,
+            congestion_threshold: 1,
+            max_write: 4096,
+            max_pages: 1,
+            flags2: OVER_IO_URING,
+        }
+        .encode();
+        // fuse_init_out: flags at 12, flags2 at 32; FUSE_OVER_IO_URING is
+        // bit 41 of the flags taken as one u64.
+        let flags = u32::from_ne_bytes(out[12..16].try_into().unwrap()) as u64
+            | (u32::from_ne_bytes(out[32..36].try_into().unwrap()) as u64) << 32;
+        assert_eq!(flags & (1 << 41), 1 << 41);
+    }
+
+    #[test]
+    fn ring_entry_layout() {
+        // fuse_uring_ent_in_out at 256: flags u64, commit_id u64,
+        // payload_sz u32, padding u32, reserved u64.
+        let mut h = [0xffu8; ring::HEADER];
+        h[264..272].copy_from_slice(&42u64.to_ne_bytes());
+        h[272..276].copy_from_slice(&4096u32.to_ne_bytes());
+        assert_eq!(ring::commit_id(&h), Some(42));
+        assert_eq!(ring::payload_sz(&h), Some(4096));
+        ring::set_reply(&mut h, 8);
+        assert_eq!(ring::payload_sz(&h), Some(8));
+        assert_eq!(&h[256..264], &[0; 8]);
+        assert_eq!(&h[276..280], &[0; 4]);
+        // fuse_uring_cmd_req: flags u64, commit_id u64, qid u16.
+        let c = ring::cmd_req(9, 3);
+        assert_eq!(u64::from_ne_bytes(c[8..16].try_into().unwrap()), 9);
+        assert_eq!(u16::from_ne_bytes(c[16..18].try_into().unwrap()), 3);
     }
 
     #[test]

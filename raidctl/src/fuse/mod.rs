@@ -13,17 +13,20 @@
 //! the pure-Rust crate used before read from one thread, handing each
 //! request to a worker (two wake-ups per request). The kernel is asked for
 //! asynchronous direct I/O, parallel direct writes to the file, up to 1 MiB
-//! per request, and up to 256 requests queued. FUSE over io_uring (Linux
-//! 6.14 on, `enable_uring` of the fuse module) is not used yet: the
-//! threads read the device.
+//! per request, and up to 256 requests queued. Where the kernel offers
+//! FUSE over io_uring (Linux 6.14 on, the fuse module's `enable_uring`),
+//! requests come through per-CPU rings instead (`ring`); the choice is
+//! made at INIT and logged.
 
 mod abi;
 mod io;
 mod mount;
+mod ops;
+mod ring;
 mod session;
 
+use ops::Fs;
 use raid_core::array::Array;
-use session::Fs;
 use std::sync::Arc;
 
 /// Requests served at once (threads reading `/dev/fuse`): the array's API
@@ -41,9 +44,31 @@ fn threads() -> usize {
         .unwrap_or((8 * cores).clamp(16, 128))
 }
 
+/// Entries per CPU queue of FUSE over io_uring (each a thread, since the
+/// array's API blocks one per request in flight), or None not to use it:
+/// the fuse module's `enable_uring` is off, or RAIDCTL_FUSE_URING=0.
+/// RAIDCTL_FUSE_URING=N sets the entries per queue; by default the
+/// `/dev/fuse` threads' count spread over the online CPUs, at least 8.
+fn ring_depth() -> Option<usize> {
+    let enabled = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| matches!(v.trim(), "Y" | "1"));
+    let asked = std::env::var("RAIDCTL_FUSE_URING").ok();
+    match asked.as_deref().map(str::parse::<usize>) {
+        Some(Ok(0)) => None,
+        Some(Ok(n)) if enabled => Some(n.min(256)),
+        _ if enabled => {
+            let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+            Some((threads() / cores).max(8))
+        }
+        _ => None,
+    }
+}
+
 /// A FUSE mount of an array, and the loop device on it if any.
 pub struct Mounted {
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// The FUSE over io_uring entries' threads, when prepared.
+    ring: Option<ring::Ring>,
     /// The FUSE connection's device number.
     conn: Option<u64>,
     pub dir: std::path::PathBuf,
@@ -77,8 +102,18 @@ impl Mounted {
             },
         });
         let n = threads();
-        let threads = session::start(fd, fs, n);
-        log_transport(n);
+        // Prepared before INIT can arrive: the kernel waits for every
+        // queue of a ring it was promised.
+        let ring = ring_depth().and_then(|depth| match ring::Ring::prepare(&fd, fs.clone(), depth) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!("FUSE over io_uring: cannot prepare the rings ({e}); threads reading /dev/fuse serve the mount");
+                None
+            }
+        });
+        let gate = ring.as_ref().map(|r| r.gate.clone());
+        let threads = session::start(fd, fs, n, gate);
+        log_transport(n, ring.is_some());
         // The connection's number (the mount's device minor), to end it
         // from /sys/fs/fuse/connections when unmounting. Asked only now:
         // the threads that answer it are running.
@@ -88,6 +123,7 @@ impl Mounted {
         };
         let mut m = Mounted {
             threads,
+            ring,
             conn,
             dir: dir.to_path_buf(),
             file,
@@ -123,6 +159,9 @@ impl Mounted {
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        if let Some(r) = self.ring.as_mut() {
+            r.join();
         }
     }
 
@@ -171,12 +210,15 @@ impl Mounted {
 
 /// Says at mount how requests travel: what the kernel offers (FUSE over
 /// io_uring, Linux 6.14 on, when the fuse module's `enable_uring` is on)
-/// and what is used (threads reading `/dev/fuse`).
-fn log_transport(threads: usize) {
+/// and what is prepared. INIT settles which is used, and says so.
+fn log_transport(threads: usize, ring: bool) {
     let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
         .map(|v| v.trim().to_string());
     let offered = match uring.as_deref() {
-        Ok("Y") | Ok("1") => "offered by the kernel but not used by this export",
+        Ok("Y") | Ok("1") if ring => "offered by the kernel; rings prepared, used if INIT agrees",
+        Ok("Y") | Ok("1") => {
+            "offered by the kernel, not used (RAIDCTL_FUSE_URING=0, or the rings could not be made)"
+        }
         Ok(_) => "switched off (the fuse module's enable_uring parameter is N)",
         Err(_) => "not in this kernel",
     };

@@ -4,47 +4,25 @@
 //! the reply itself. No hand-off between threads: a request costs one
 //! wake-up of the thread that reads it, and `threads` requests are served
 //! at once (the array's API blocks a thread per request in flight).
+//!
+//! With FUSE over io_uring (`ring`), these threads still answer INIT (which
+//! decides whether the ring is used), FORGET and INTERRUPT, and everything
+//! if the kernel turns the ring down.
 
 use super::abi::{self, InHeader};
-use super::io::Io;
+use super::ops::{self, Answer, Fs, Request};
+use super::ring::Gate;
 use raid_core::buf::AlignedBuf;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::Arc;
 
-pub const ROOT: u64 = 1;
-pub const FILE: u64 = 2;
-/// Seconds the kernel may cache names and attributes.
-const TTL: u64 = 1;
 /// Largest read or write the kernel sends in one request.
 pub const MAX_IO: u32 = 1 << 20;
 /// Requests the kernel keeps queued for the filesystem (asynchronous reads
 /// and direct I/O count against it).
 const MAX_BACKGROUND: u16 = 256;
-
-/// What every serving thread shares.
-pub struct Fs {
-    pub io: Io,
-    pub name: String,
-    pub ctime: u64,
-}
-
-impl Fs {
-    fn attr(&self, ino: u64) -> [u8; 88] {
-        if ino == ROOT {
-            abi::attr(ROOT, 0, libc::S_IFDIR | 0o755, 2, self.ctime)
-        } else {
-            abi::attr(
-                FILE,
-                self.io.array.capacity(),
-                libc::S_IFREG | 0o600,
-                1,
-                self.ctime,
-            )
-        }
-    }
-}
 
 /// A second descriptor on the connection `fd` serves.
 pub fn clone_fd(fd: &File) -> io::Result<File> {
@@ -62,8 +40,17 @@ pub fn clone_fd(fd: &File) -> io::Result<File> {
     Ok(new)
 }
 
+/// Answers on a `/dev/fuse` descriptor: one `writev` per reply.
+struct Dev<'a>(&'a File);
+
+impl Answer for Dev<'_> {
+    fn send(&mut self, unique: u64, error: i32, parts: &[&[u8]]) {
+        let _ = reply(self.0, unique, error, parts);
+    }
+}
+
 /// One thread's loop: until the connection ends (unmount).
-pub fn serve(fd: File, fs: Arc<Fs>) {
+fn serve(fd: File, fs: Arc<Fs>, gate: Option<Arc<Gate>>) {
     // Requests are read at an offset that puts a write's data (after its
     // 80 bytes of headers) on a page boundary: members opened with O_DIRECT
     // then take it as it is, with no bounce copy.
@@ -101,7 +88,16 @@ pub fn serve(fd: File, fs: Arc<Fs>) {
             let _ = reply(&fd, h.unique, 0, &[]);
             return;
         }
-        handle(&fd, &fs, h, body);
+        if h.opcode == abi::INIT {
+            init(&fd, h.unique, body, gate.as_deref());
+            continue;
+        }
+        let req = Request {
+            h,
+            op: body,
+            data: body.get(abi::RW_IN..).unwrap_or_default(),
+        };
+        ops::handle(&mut Dev(&fd), &fs, req);
     }
 }
 
@@ -130,82 +126,12 @@ fn error(fd: &File, unique: u64, errno: i32) {
     let _ = reply(fd, unique, errno, &[]);
 }
 
-fn handle(fd: &File, fs: &Fs, h: InHeader, body: &[u8]) {
-    let u = h.unique;
-    match h.opcode {
-        abi::INIT => init(fd, u, body),
-        // No reply exists for these.
-        abi::FORGET | abi::BATCH_FORGET | abi::INTERRUPT => {}
-        abi::LOOKUP => {
-            let name = body.split(|&b| b == 0).next().unwrap_or_default();
-            if h.nodeid == ROOT && name == fs.name.as_bytes() {
-                let _ = reply(fd, u, 0, &[&abi::entry_out(FILE, &fs.attr(FILE), TTL)]);
-            } else {
-                error(fd, u, libc::ENOENT);
-            }
-        }
-        abi::GETATTR => match h.nodeid {
-            ROOT | FILE => {
-                let _ = reply(fd, u, 0, &[&abi::attr_out(&fs.attr(h.nodeid), TTL)]);
-            }
-            _ => error(fd, u, libc::ENOENT),
-        },
-        abi::SETATTR => {
-            // The file is the array: its size cannot change.
-            let cap = fs.io.array.capacity();
-            match abi::setattr_in(body) {
-                Some((valid, size)) if valid & abi::FATTR_SIZE != 0 && size != cap => {
-                    error(fd, u, libc::EPERM)
-                }
-                Some(_) => {
-                    let _ = reply(fd, u, 0, &[&abi::attr_out(&fs.attr(h.nodeid), TTL)]);
-                }
-                None => error(fd, u, libc::EINVAL),
-            }
-        }
-        abi::OPEN => {
-            if h.nodeid != FILE {
-                return error(fd, u, libc::EISDIR);
-            }
-            // Direct I/O: no second cache in front of the array, so fsync
-            // and the loop device see exactly what the array holds. Direct
-            // writes in parallel: the array orders writes to one stripe.
-            let flags = abi::FOPEN_DIRECT_IO | abi::FOPEN_PARALLEL_DIRECT_WRITES;
-            let _ = reply(fd, u, 0, &[&abi::open_out(flags)]);
-        }
-        abi::OPENDIR => {
-            if h.nodeid != ROOT {
-                return error(fd, u, libc::ENOTDIR);
-            }
-            let _ = reply(fd, u, 0, &[&abi::open_out(0)]);
-        }
-        abi::READ => read(fd, fs, u, body),
-        abi::WRITE => write(fd, fs, u, body),
-        abi::FLUSH | abi::RELEASE | abi::RELEASEDIR | abi::FSYNCDIR | abi::ACCESS => {
-            let _ = reply(fd, u, 0, &[]);
-        }
-        abi::FSYNC => {
-            // Covers every write answered before it was sent: a write is
-            // answered only once the array has it.
-            match fs.io.array.flush() {
-                Ok(()) => {
-                    let _ = reply(fd, u, 0, &[]);
-                }
-                Err(_) => error(fd, u, libc::EIO),
-            }
-        }
-        abi::FALLOCATE => fallocate(fd, fs, u, body),
-        abi::READDIR => readdir(fd, fs, h, body),
-        abi::STATFS => {
-            let _ = reply(fd, u, 0, &[&abi::statfs_out(fs.io.array.capacity())]);
-        }
-        _ => error(fd, u, libc::ENOSYS),
-    }
-}
-
 /// Asks for concurrent direct I/O and large requests, within what the
 /// kernel offers; what it lacks is logged and the export works without it.
-fn init(fd: &File, u: u64, body: &[u8]) {
+/// With a ring prepared (`gate`) and the kernel offering FUSE over
+/// io_uring, asks for that too, and opens the gate once the reply is
+/// written: the ring's threads may register only after INIT.
+fn init(fd: &File, u: u64, body: &[u8], gate: Option<&Gate>) {
     let Some(i) = abi::InitIn::parse(body) else {
         return error(fd, u, libc::EINVAL);
     };
@@ -234,8 +160,19 @@ fn init(fd: &File, u: u64, body: &[u8]) {
         congestion_threshold: MAX_BACKGROUND * 3 / 4,
         max_write,
         max_pages: (max_write / 4096) as u16,
+        flags2: 0,
     };
-    if reply(fd, u, 0, &[&out.encode()]).is_ok() {
+    let mut out = out;
+    let uring = gate.is_some() && i.offers_uring();
+    if uring {
+        out.flags |= abi::INIT_EXT;
+        out.flags2 |= abi::OVER_IO_URING;
+    }
+    let sent = reply(fd, u, 0, &[&out.encode()]).is_ok();
+    if let Some(g) = gate {
+        g.open(sent && uring, i.offers_uring());
+    }
+    if sent {
         tracing::info!(
             kernel = format!("{}.{}", i.major, i.minor),
             max_io = max_write,
@@ -244,92 +181,14 @@ fn init(fd: &File, u: u64, body: &[u8]) {
     }
 }
 
-fn read(fd: &File, fs: &Fs, u: u64, body: &[u8]) {
-    let Some((off, size)) = abi::rw_in(body) else {
-        return error(fd, u, libc::EINVAL);
-    };
-    let cap = fs.io.array.capacity();
-    if off >= cap {
-        let _ = reply(fd, u, 0, &[]);
-        return;
-    }
-    let len = (size as u64).min(cap - off) as usize;
-    match fs.io.read_any(off, len) {
-        Ok((buf, from)) => {
-            let _ = reply(fd, u, 0, &[&buf[from..from + len]]);
-        }
-        Err(e) => error(fd, u, e),
-    }
-}
-
-fn write(fd: &File, fs: &Fs, u: u64, body: &[u8]) {
-    let Some((off, size)) = abi::rw_in(body) else {
-        return error(fd, u, libc::EINVAL);
-    };
-    let Some(data) = body.get(abi::RW_IN..abi::RW_IN + size as usize) else {
-        return error(fd, u, libc::EINVAL);
-    };
-    if off + data.len() as u64 > fs.io.array.capacity() {
-        return error(fd, u, libc::ENOSPC);
-    }
-    match fs.io.write_any(off, data) {
-        Ok(()) => {
-            let _ = reply(fd, u, 0, &[&abi::write_out(size)]);
-        }
-        Err(e) => error(fd, u, e),
-    }
-}
-
-fn fallocate(fd: &File, fs: &Fs, u: u64, body: &[u8]) {
-    let Some((off, len, mode)) = abi::fallocate_in(body) else {
-        return error(fd, u, libc::EINVAL);
-    };
-    if off
-        .checked_add(len)
-        .is_none_or(|e| e > fs.io.array.capacity())
-    {
-        return error(fd, u, libc::ENOSPC);
-    }
-    if mode as i32 & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) == 0 {
-        // Plain allocation: every byte of the array already exists.
-        let _ = reply(fd, u, 0, &[]);
-        return;
-    }
-    match fs.io.zero_any(off, len) {
-        Ok(()) => {
-            let _ = reply(fd, u, 0, &[]);
-        }
-        Err(e) => error(fd, u, e),
-    }
-}
-
-fn readdir(fd: &File, fs: &Fs, h: InHeader, body: &[u8]) {
-    if h.nodeid != ROOT {
-        return error(fd, h.unique, libc::ENOTDIR);
-    }
-    let Some((offset, size)) = abi::rw_in(body) else {
-        return error(fd, h.unique, libc::EINVAL);
-    };
-    let entries = [
-        (ROOT, libc::DT_DIR, "."),
-        (ROOT, libc::DT_DIR, ".."),
-        (FILE, libc::DT_REG, fs.name.as_str()),
-    ];
-    let mut out = Vec::new();
-    for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
-        let before = out.len();
-        abi::dirent(&mut out, *ino, (i + 1) as u64, *kind as u32, name);
-        if out.len() > size as usize {
-            out.truncate(before);
-            break;
-        }
-    }
-    let _ = reply(fd, h.unique, 0, &[&out]);
-}
-
 /// Starts `threads` serving threads on `fd` (the first uses it, the
 /// others clones); fewer if the kernel refuses clones.
-pub fn start(fd: File, fs: Arc<Fs>, threads: usize) -> Vec<std::thread::JoinHandle<()>> {
+pub fn start(
+    fd: File,
+    fs: Arc<Fs>,
+    threads: usize,
+    gate: Option<Arc<Gate>>,
+) -> Vec<std::thread::JoinHandle<()>> {
     let mut fds = Vec::with_capacity(threads);
     for _ in 1..threads {
         match clone_fd(&fd) {
@@ -348,9 +207,10 @@ pub fn start(fd: File, fs: Arc<Fs>, threads: usize) -> Vec<std::thread::JoinHand
         .enumerate()
         .map(|(i, f)| {
             let fs = fs.clone();
+            let gate = gate.clone();
             std::thread::Builder::new()
                 .name(format!("fuse-{i}"))
-                .spawn(move || serve(f, fs))
+                .spawn(move || serve(f, fs, gate))
                 .expect("spawn a FUSE thread")
         })
         .collect()

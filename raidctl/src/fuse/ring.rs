@@ -1,0 +1,443 @@
+//! FUSE over io_uring (Linux 6.14 on, when the fuse module's `enable_uring`
+//! is on): requests arrive as completions of commands on io_uring rings
+//! instead of reads of `/dev/fuse`, and a reply is committed together with
+//! the fetch of the next request, so a request costs one system call
+//! instead of a read and a write. Requests are queued per CPU: the kernel
+//! hands each to the queue of the CPU its submitter runs on, so no queue is
+//! shared between CPUs.
+//!
+//! The kernel serves ring *entries*, each a header buffer and a payload
+//! buffer. Here each entry has its own thread and its own small io_uring,
+//! because the array's API blocks a thread per request in flight: the
+//! entries of a queue are that queue's depth. The threads are not pinned
+//! to their queue's CPU (libfuse pins its one thread per queue): with a
+//! thread blocked per request, pinning cost 10-30% on every job of
+//! `scripts/bench-mount.sh` on 2 vCPUs.
+//!
+//! Order, set by the kernel (fs/fuse/dev_uring.c):
+//! - INIT is answered on `/dev/fuse`, asking for FUSE_OVER_IO_URING; only
+//!   then may entries register (before, the kernel answers EAGAIN).
+//! - From that INIT until every CPU's queue holds an entry, the kernel
+//!   holds new requests back. So the rings and buffers are all made before
+//!   INIT (`Ring::prepare`), and io_uring is asked for only if they were:
+//!   a ring that cannot be made must not leave the mount waiting for it.
+//! - A registration the kernel refuses puts the connection back on
+//!   `/dev/fuse`, which the session threads keep serving.
+//!
+//! Buffers: the kernel copies into an entry's buffers only while a command
+//! of that entry is in flight, in the context of the thread that submitted
+//! it. A thread ends only on a completion of its one command (ENOTCONN at
+//! unmount, or an error), after which nothing in the kernel writes to its
+//! buffers, so they are freed with it.
+
+use super::abi::{self, ring, InHeader};
+use super::ops::{self, Answer, Fs, Request};
+use super::session::MAX_IO;
+use io_uring::{opcode, squeue, types, IoUring};
+use parking_lot::{Condvar, Mutex};
+use raid_core::buf::AlignedBuf;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long registration is retried while the kernel has not yet taken
+/// INIT's reply (EAGAIN).
+const REGISTER_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Opened by INIT: whether the ring threads register (the kernel agreed to
+/// FUSE over io_uring) or end (it did not, or the mount ended first).
+pub struct Gate {
+    state: Mutex<Option<bool>>,
+    cv: Condvar,
+    queues: usize,
+    entries: usize,
+    /// Requests answered through the ring, said at unmount.
+    served: AtomicU64,
+}
+
+impl Gate {
+    /// Called once INIT's reply is written: `used`, the reply asked for
+    /// io_uring; `offered`, the kernel offered it. Says which transport
+    /// serves the mount.
+    pub fn open(&self, used: bool, offered: bool) {
+        if used {
+            tracing::info!(
+                queues = self.queues,
+                entries = self.entries,
+                "FUSE transport: io_uring, {} queues (one per CPU), {} entries in all, each with its own thread; /dev/fuse threads answer the rest (INIT, FORGET, INTERRUPT)",
+                self.queues,
+                self.entries
+            );
+        } else if !offered {
+            tracing::info!(
+                "FUSE transport: threads reading /dev/fuse (the kernel did not offer io_uring on this connection)"
+            );
+        }
+        self.set(used);
+    }
+
+    /// The mount ended: threads still waiting end without registering.
+    pub fn close(&self) {
+        self.set(false);
+    }
+
+    fn set(&self, go: bool) {
+        let mut s = self.state.lock();
+        if s.is_none() {
+            *s = Some(go);
+        }
+        self.cv.notify_all();
+    }
+
+    fn wait(&self) -> bool {
+        let mut s = self.state.lock();
+        loop {
+            if let Some(go) = *s {
+                return go;
+            }
+            self.cv.wait(&mut s);
+        }
+    }
+}
+
+/// The ring's threads, waiting at the gate until INIT opens it.
+pub struct Ring {
+    pub gate: Arc<Gate>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Ring {
+    /// Makes `depth` entries for each online CPU's queue (one for a CPU
+    /// that is possible but offline: the kernel needs every possible
+    /// CPU's queue filled before it uses any), each with its io_uring,
+    /// buffers and thread. Fails, with nothing left running, if any cannot
+    /// be made: the export then does not ask for io_uring.
+    pub fn prepare(fd: &File, fs: Arc<Fs>, depth: usize) -> io::Result<Ring> {
+        let possible = cpus("possible").ok_or_else(|| io::Error::other("no CPU list in /sys"))?;
+        let online = cpus("online").unwrap_or_else(|| possible.clone());
+        let mut entries = Vec::new();
+        for &q in &possible {
+            let n = if online.contains(&q) { depth } else { 1 };
+            for _ in 0..n {
+                entries.push(Entry::new(fd, q as u16)?);
+            }
+        }
+        let gate = Arc::new(Gate {
+            state: Mutex::new(None),
+            cv: Condvar::new(),
+            queues: possible.len(),
+            entries: entries.len(),
+            served: AtomicU64::new(0),
+        });
+        let threads = entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let (fs, gate) = (fs.clone(), gate.clone());
+                std::thread::Builder::new()
+                    .name(format!("fuse-ring-{i}"))
+                    .spawn(move || {
+                        if gate.wait() {
+                            e.serve(&fs, &gate.served);
+                        }
+                    })
+            })
+            .collect::<io::Result<Vec<_>>>();
+        match threads {
+            Ok(threads) => Ok(Ring { gate, threads }),
+            Err(e) => {
+                gate.close();
+                Err(e)
+            }
+        }
+    }
+
+    /// Joins the threads; the connection must be ended (or the gate
+    /// closed) first.
+    pub fn join(&mut self) {
+        self.gate.close();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        if *self.gate.state.lock() == Some(true) {
+            tracing::info!(
+                "FUSE over io_uring: {} requests served through the ring",
+                self.gate.served.load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
+/// The CPUs in /sys/devices/system/cpu/{possible,online} ("0-3,6").
+fn cpus(which: &str) -> Option<Vec<usize>> {
+    let s = std::fs::read_to_string(format!("/sys/devices/system/cpu/{which}")).ok()?;
+    let mut v = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        v.extend(a.parse::<usize>().ok()?..=b.parse::<usize>().ok()?);
+    }
+    (!v.is_empty()).then_some(v)
+}
+
+/// One ring entry: its queue, its io_uring, its buffers.
+struct Entry {
+    qid: u16,
+    uring: IoUring<squeue::Entry128>,
+    /// This entry's own descriptor on the connection (a dup), so the
+    /// session threads closing theirs cannot pull it from under it.
+    fd: File,
+    header: AlignedBuf,
+    payload: AlignedBuf,
+    /// The two buffers, as REGISTER hands them to the kernel.
+    iov: [libc::iovec; 2],
+}
+
+// SAFETY: `iov` holds pointers into `header` and `payload`, which the
+// entry owns and which move with it (their heap memory does not move).
+unsafe impl Send for Entry {}
+
+impl Entry {
+    fn new(fd: &File, qid: u16) -> io::Result<Entry> {
+        let uring = IoUring::<squeue::Entry128>::builder().build(2)?;
+        let mut header = AlignedBuf::new(4096);
+        // The kernel wants room for its largest request: MAX_IO of data.
+        let mut payload = AlignedBuf::new(MAX_IO as usize);
+        let iov = [
+            libc::iovec {
+                iov_base: header.as_mut_ptr().cast(),
+                iov_len: ring::HEADER,
+            },
+            libc::iovec {
+                iov_base: payload.as_mut_ptr().cast(),
+                iov_len: payload.len(),
+            },
+        ];
+        Ok(Entry {
+            qid,
+            uring,
+            fd: fd.try_clone()?,
+            header,
+            payload,
+            iov,
+        })
+    }
+
+    /// The SQE of a command: REGISTER (with the buffers) or
+    /// COMMIT_AND_FETCH (the reply in the buffers, under `commit_id`).
+    fn sqe(&self, cmd: u32, commit_id: u64) -> squeue::Entry128 {
+        let mut b = opcode::UringCmd80::new(types::Fd(self.fd.as_raw_fd()), cmd)
+            .cmd(ring::cmd_req(commit_id, self.qid));
+        if cmd == ring::CMD_REGISTER {
+            b = b.addr(Some(self.iov.as_ptr() as u64));
+        }
+        let sqe = b.build();
+        if cmd != ring::CMD_REGISTER {
+            return sqe;
+        }
+        // REGISTER also needs the iovec count in `len` (2), which the
+        // builder has no setter for.
+        // SAFETY: Entry128 is repr(C): the kernel's 64-byte io_uring_sqe
+        // (no padding) followed by 64 bytes of command; `len` is the u32
+        // at byte 24 of io_uring_sqe. Every byte is initialised (the
+        // builder starts from a zeroed SQE), and any bytes are a valid
+        // Entry128.
+        unsafe {
+            let mut raw: [u8; 128] = std::mem::transmute(sqe);
+            raw[24..28].copy_from_slice(&2u32.to_ne_bytes());
+            std::mem::transmute::<[u8; 128], squeue::Entry128>(raw)
+        }
+    }
+
+    /// Submits one command and waits for its completion: its result.
+    fn run(&mut self, cmd: u32, commit_id: u64) -> io::Result<i32> {
+        let sqe = self.sqe(cmd, commit_id);
+        // SAFETY: the buffers the command names (`iov`, `header`,
+        // `payload`) belong to this entry and live until its thread ends,
+        // which is only after this command's completion (see the module
+        // doc).
+        unsafe { self.uring.submission().push(&sqe) }
+            .map_err(|_| io::Error::other("io_uring submission queue full"))?;
+        loop {
+            match self.uring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => return Err(e),
+            }
+            if let Some(c) = self.uring.completion().next() {
+                return Ok(c.result());
+            }
+        }
+    }
+
+    /// Registers, then serves requests until the connection ends.
+    fn serve(mut self, fs: &Fs, served: &AtomicU64) {
+        let began = Instant::now();
+        let mut cmd = ring::CMD_REGISTER;
+        let mut commit_id = 0;
+        loop {
+            let r = match self.run(cmd, commit_id) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(queue = self.qid, "FUSE ring: io_uring_enter: {e}");
+                    return;
+                }
+            };
+            match -r {
+                0 => {}
+                libc::EAGAIN
+                    if cmd == ring::CMD_REGISTER && began.elapsed() < REGISTER_PATIENCE =>
+                {
+                    // INIT's reply not taken yet.
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                libc::EINTR | libc::EAGAIN => continue,
+                // Unmounted, or the connection was ended.
+                libc::ENOTCONN | libc::ECONNABORTED | libc::ENODEV => return,
+                e => {
+                    let what = if cmd == ring::CMD_REGISTER {
+                        "the kernel refused to register a ring entry; requests go through /dev/fuse"
+                    } else {
+                        "the kernel refused a reply; this entry stops"
+                    };
+                    tracing::warn!(
+                        queue = self.qid,
+                        "FUSE ring: {what}: {}",
+                        io::Error::from_raw_os_error(e)
+                    );
+                    return;
+                }
+            }
+            commit_id = self.request(fs);
+            served.fetch_add(1, Ordering::Relaxed);
+            cmd = ring::CMD_COMMIT_AND_FETCH;
+        }
+    }
+
+    /// Serves the request the kernel put in the buffers, leaving the reply
+    /// there; returns the id to commit it under.
+    fn request(&mut self, fs: &Fs) -> u64 {
+        let h = InHeader::fields(&self.header[ring::IN_OUT..]).expect("header buffer");
+        let commit_id = ring::commit_id(&self.header).expect("header buffer");
+        let len = ring::payload_sz(&self.header).expect("header buffer") as usize;
+        let op: [u8; ring::OP_IN_LEN] = self.header[ring::OP_IN..ring::OP_IN + ring::OP_IN_LEN]
+            .try_into()
+            .expect("128 bytes");
+        let reply = if len > self.payload.len() {
+            Reply::error(h.unique, libc::EINVAL)
+        } else if h.opcode == abi::DESTROY {
+            Reply::error(h.unique, 0)
+        } else if h.opcode == abi::WRITE {
+            // A write's data stays where the kernel put it (page aligned:
+            // members opened with O_DIRECT take it with no copy); its
+            // reply is held aside and put in the payload after.
+            let mut ans = RingAnswer {
+                payload: None,
+                reply: None,
+            };
+            let data = &self.payload[..len];
+            ops::handle(&mut ans, fs, Request { h, op: &op, data });
+            ans.reply
+        } else {
+            // LOOKUP has no fixed part: the kernel puts its name (the
+            // first argument it sends) in the payload, not in op_in.
+            let name: Vec<u8>;
+            let op: &[u8] = if h.opcode == abi::LOOKUP {
+                name = self.payload[..len].to_vec();
+                &name
+            } else {
+                &op
+            };
+            let mut ans = RingAnswer {
+                payload: Some(&mut self.payload),
+                reply: None,
+            };
+            ops::handle(&mut ans, fs, Request { h, op, data: &[] });
+            ans.reply
+        };
+        // Every request through the ring expects an answer.
+        let reply = reply
+            .or(Reply::error(h.unique, libc::ENOSYS))
+            .expect("an answer");
+        let n = match &reply.held {
+            Some(b) => {
+                self.payload[..b.len()].copy_from_slice(b);
+                b.len()
+            }
+            None => reply.len,
+        };
+        let out = abi::out_header(abi::OUT_HEADER + n, -reply.error, reply.unique);
+        self.header[ring::IN_OUT..ring::IN_OUT + abi::OUT_HEADER].copy_from_slice(&out);
+        ring::set_reply(&mut self.header, n as u32);
+        commit_id
+    }
+}
+
+/// A reply: its body is in the payload (`len` bytes) or held aside.
+struct Reply {
+    unique: u64,
+    error: i32,
+    len: usize,
+    held: Option<Vec<u8>>,
+}
+
+impl Reply {
+    fn error(unique: u64, error: i32) -> Option<Reply> {
+        Some(Reply {
+            unique,
+            error,
+            len: 0,
+            held: None,
+        })
+    }
+}
+
+/// Answers into the entry's payload buffer, or aside while the payload
+/// holds a write's data.
+struct RingAnswer<'a> {
+    payload: Option<&'a mut [u8]>,
+    reply: Option<Reply>,
+}
+
+impl Answer for RingAnswer<'_> {
+    fn send(&mut self, unique: u64, error: i32, parts: &[&[u8]]) {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut reply = Reply {
+            unique,
+            error,
+            len: total,
+            held: None,
+        };
+        match self.payload.as_deref_mut() {
+            Some(p) if total <= p.len() => {
+                let mut at = 0;
+                for part in parts {
+                    p[at..at + part.len()].copy_from_slice(part);
+                    at += part.len();
+                }
+            }
+            Some(_) => {
+                reply.error = libc::EIO;
+                reply.len = 0;
+            }
+            None => reply.held = Some(parts.concat()),
+        }
+        self.reply = Some(reply);
+    }
+
+    fn buffer(&mut self, len: usize) -> Option<&mut [u8]> {
+        self.payload.as_deref_mut()?.get_mut(..len)
+    }
+
+    fn send_filled(&mut self, unique: u64, len: usize) {
+        self.reply = Some(Reply {
+            unique,
+            error: 0,
+            len,
+            held: None,
+        });
+    }
+}

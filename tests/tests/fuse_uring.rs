@@ -1,0 +1,181 @@
+//! The FUSE export over io_uring, where the kernel has it (Linux 6.14 on:
+//! the fuse module's `enable_uring` parameter): switched on for this test
+//! (and back to what it was after), the mounted array must take fio's
+//! verified random writes at depth, partial-block writes into the FUSE
+//! file, and a filesystem through a member failure, with the requests
+//! counted through the ring; with RAIDCTL_FUSE_URING=0 the same mount is
+//! served by the threads reading /dev/fuse. A kernel without the parameter
+//! (or a run without root) says "skipped" and checks nothing.
+//!
+//! One test in its own binary: the parameter is global, and the other
+//! export tests (another binary, never run at the same time) keep the
+//! kernel's default.
+
+use raid_e2e::{need, World};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Sets the parameter, and puts the old value back on drop.
+struct Uring(String);
+
+impl Uring {
+    fn on() -> Option<Uring> {
+        let old = std::fs::read_to_string(PARAM).ok()?;
+        std::fs::write(PARAM, "Y").ok()?;
+        Some(Uring(old.trim().to_string()))
+    }
+}
+
+impl Drop for Uring {
+    fn drop(&mut self) {
+        let _ = std::fs::write(PARAM, &self.0);
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn run(cmd: &mut Command) -> String {
+    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{cmd:?} failed:\n{text}");
+    text
+}
+
+/// fio random writes of `size` bytes at depth 32, each verified after.
+fn fio_verified(target: &str, size: u64, bs: &str, extra: &[&str]) {
+    let mut args = vec![
+        "--name=v".to_string(),
+        format!("--filename={target}"),
+        "--rw=randwrite".into(),
+        format!("--size={size}"),
+        format!("--bs={bs}"),
+        "--ioengine=io_uring".into(),
+        "--direct=1".into(),
+        "--iodepth=32".into(),
+        "--verify=crc32c".into(),
+        "--do_verify=1".into(),
+        "--verify_fatal=1".into(),
+        "--verify_state_save=0".into(),
+        "--output-format=json".into(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let out = run(Command::new("fio").args(&args));
+    let v: serde_json::Value =
+        serde_json::from_str(&out[out.find('{').expect("fio JSON")..]).expect("fio JSON");
+    let job = &v["jobs"][0];
+    assert_eq!(job["error"], 0, "{out}");
+    assert!(job["read"]["io_bytes"].as_u64().unwrap() >= size, "{out}");
+}
+
+/// A started RAID5 of four members, its daemon started with `env`.
+fn started(w: &World, name: &str, env: &[(&str, &str)]) -> Vec<PathBuf> {
+    let m: Vec<PathBuf> = (0..4)
+        .map(|i| w.sparse(&format!("m{i}.img"), 128 * MIB))
+        .collect();
+    w.ok(&[
+        "create",
+        name,
+        "--level",
+        "5",
+        "--chunk",
+        "64K",
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+        s(&m[3]),
+    ]);
+    let o = w.run_env(&["start", name], env);
+    assert!(o.status.success(), "{o:?}");
+    m
+}
+
+fn daemon_log(w: &World) -> String {
+    std::fs::read_to_string(w.state().join("daemon.log")).unwrap_or_default()
+}
+
+/// "N requests served through the ring", from the log at unmount.
+fn served_through_ring(log: &str) -> Option<u64> {
+    let at = log.find(" requests served through the ring")?;
+    log[..at].rsplit(' ').next()?.parse().ok()
+}
+
+#[test]
+fn the_mounted_array_over_fuse_io_uring() {
+    for t in ["losetup", "fio", "mkfs.ext4", "mount"] {
+        need(t);
+    }
+    let Some(_uring) = Uring::on() else {
+        println!("skipped: no {PARAM} to switch on (kernel before 6.14, or not root)");
+        return;
+    };
+    let w = World::new("fuse-uring");
+    let m = started(&w, "fu", &[("RAIDCTL_LOG", "info")]);
+    let out = w.ok(&["mount", "fu", "--loop"]);
+    let dev = out.lines().next().unwrap().trim().to_string();
+    let log = daemon_log(&w);
+    assert!(
+        log.contains("FUSE transport: io_uring"),
+        "the ring is not used:\n{log}"
+    );
+    // Block I/O at depth through the loop device, then partial blocks
+    // straight into the FUSE file (read-merge-write of shared blocks).
+    fio_verified(&dev, 32 * MIB, "4k", &[]);
+    let file = w.state().join("mnt").join("fu").join("fu");
+    fio_verified(s(&file), 2 * MIB, "512", &["--offset=64M"]);
+    // A filesystem, through a member failure.
+    let mnt = w.dir.join("fs");
+    std::fs::create_dir_all(&mnt).unwrap();
+    run(Command::new("mkfs.ext4").args(["-q", "-F", "-E", "nodiscard", &dev]));
+    run(Command::new("mount").arg(&dev).arg(&mnt));
+    let data: Vec<u8> = (0..(5 << 20) as u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    for i in 0..6 {
+        std::fs::write(mnt.join(format!("f{i}")), &data[i * 100_000..]).unwrap();
+    }
+    run(&mut Command::new("sync"));
+    w.ok(&["fail", "fu", s(&m[2])]);
+    std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    for i in 0..6 {
+        let got = std::fs::read(mnt.join(format!("f{i}"))).unwrap();
+        assert!(got == data[i * 100_000..], "f{i} differs after the failure");
+    }
+    run(Command::new("umount").arg(&mnt));
+    w.ok(&["unmount", "fu"]);
+    let log = daemon_log(&w);
+    let n = served_through_ring(&log).unwrap_or_else(|| panic!("no ring count:\n{log}"));
+    // fio alone wrote 32 MiB in 4 KiB requests (and read them back).
+    assert!(n > 16_000, "only {n} requests through the ring");
+    w.ok(&["stop", "fu"]);
+
+    // Asked not to use it: the threads reading /dev/fuse serve the mount.
+    let w = World::new("fuse-uring-off");
+    started(
+        &w,
+        "fo",
+        &[("RAIDCTL_LOG", "info"), ("RAIDCTL_FUSE_URING", "0")],
+    );
+    let dev = w
+        .ok(&["mount", "fo", "--loop"])
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
+    fio_verified(&dev, 8 * MIB, "4k", &[]);
+    w.ok(&["unmount", "fo"]);
+    let log = daemon_log(&w);
+    assert!(!log.contains("FUSE transport: io_uring"), "{log}");
+    assert!(served_through_ring(&log).is_none(), "{log}");
+    assert!(log.contains("offered by the kernel, not used"), "{log}");
+    w.ok(&["stop", "fo"]);
+}

@@ -32,8 +32,11 @@ cleanup() {
     "$RAIDCTL" stop $a >/dev/null 2>&1 || true
   done
   for l in "${loops[@]}"; do losetup -d "$l" 2>/dev/null || true; done
+  if [ -n "${uring_was:-}" ]; then echo "$uring_was" > "$param"; fi
   rm -rf "$work"
 }
+param=/sys/module/fuse/parameters/enable_uring
+uring_was=$(cat "$param" 2>/dev/null || true)
 trap cleanup EXIT
 
 member=600M
@@ -43,8 +46,7 @@ truncate -s 2400M "$work/one.img"
 
 # Ours, served by threads reading /dev/fuse: the fuse module's
 # enable_uring is off while it mounts (the kernel reads it at each mount).
-param=/sys/module/fuse/parameters/enable_uring
-uring_was=$(cat "$param" 2>/dev/null || true)
+
 [ -n "$uring_was" ] && echo N > "$param"
 "$RAIDCTL" create bench --level 5 --chunk 64K "$work"/m{0,1,2,3,4}.img >/dev/null
 "$RAIDCTL" start bench >/dev/null

@@ -155,6 +155,8 @@ fn the_mounted_array_over_fuse_io_uring() {
     let n = served_through_ring(&log).unwrap_or_else(|| panic!("no ring count:\n{log}"));
     // fio alone wrote 32 MiB in 4 KiB requests (and read them back).
     assert!(n > 16_000, "only {n} requests through the ring");
+    // No entry lost, no reply refused, no fallback on the way.
+    assert!(!log.contains("FUSE ring:"), "{log}");
     w.ok(&["stop", "fu"]);
 
     // Asked not to use it: the threads reading /dev/fuse serve the mount.

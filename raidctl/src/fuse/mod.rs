@@ -58,7 +58,7 @@ fn ring_depth() -> Option<usize> {
         Some(Ok(n)) if enabled => Some(n.min(256)),
         _ if enabled => {
             let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-            Some((threads() / cores).max(8))
+            Some((threads() / cores).clamp(8, 64))
         }
         _ => None,
     }

@@ -26,9 +26,15 @@
 //!
 //! Buffers: the kernel copies into an entry's buffers only while a command
 //! of that entry is in flight, in the context of the thread that submitted
-//! it. A thread ends only on a completion of its one command (ENOTCONN at
-//! unmount, or an error), after which nothing in the kernel writes to its
-//! buffers, so they are freed with it.
+//! it. A thread frees them only after reaping the completion of its one
+//! command (ENOTCONN at unmount, or an error), after which nothing in the
+//! kernel writes to them; if io_uring_enter keeps failing with a command
+//! in flight, the buffers are kept for good instead (`Entry::abandon`).
+//!
+//! An entry is not given up while the ring serves: a reply the kernel
+//! refuses is followed by a new registration, and a request whose handling
+//! panics is answered EIO. A queue left without entries would hold its
+//! CPU's requests until unmount.
 
 use super::abi::{self, ring, InHeader};
 use super::ops::{self, Answer, Fs, Request};
@@ -46,6 +52,9 @@ use std::time::{Duration, Instant};
 /// How long registration is retried while the kernel has not yet taken
 /// INIT's reply (EAGAIN).
 const REGISTER_PATIENCE: Duration = Duration::from_secs(10);
+/// How long a failing io_uring_enter is retried before its entry is
+/// abandoned.
+const ENTER_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Opened by INIT: whether the ring threads register (the kernel agreed to
 /// FUSE over io_uring) or end (it did not, or the mount ended first).
@@ -252,23 +261,58 @@ impl Entry {
     }
 
     /// Submits one command and waits for its completion: its result.
-    fn run(&mut self, cmd: u32, commit_id: u64) -> io::Result<i32> {
+    /// None: io_uring_enter kept failing for `ENTER_PATIENCE`, and the
+    /// command may still be in flight: the caller must then never free
+    /// the buffers (`abandon`). A command the kernel took is otherwise
+    /// always waited for, so a thread never leaves it behind.
+    fn run(&mut self, cmd: u32, commit_id: u64) -> Option<i32> {
         let sqe = self.sqe(cmd, commit_id);
         // SAFETY: the buffers the command names (`iov`, `header`,
-        // `payload`) belong to this entry and live until its thread ends,
-        // which is only after this command's completion (see the module
-        // doc).
-        unsafe { self.uring.submission().push(&sqe) }
-            .map_err(|_| io::Error::other("io_uring submission queue full"))?;
+        // `payload`) belong to this entry, and the entry is freed only
+        // after this command's completion was reaped, or never
+        // (`abandon`).
+        unsafe { self.uring.submission().push(&sqe) }.ok()?;
+        let began = Instant::now();
         loop {
             match self.uring.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    if began.elapsed() > ENTER_PATIENCE {
+                        tracing::error!(queue = self.qid, "FUSE ring: io_uring_enter: {e}");
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
             }
             if let Some(c) = self.uring.completion().next() {
-                return Ok(c.result());
+                return Some(c.result());
             }
+        }
+    }
+
+    /// Gives the entry up with a command perhaps still in flight: its
+    /// buffers stay allocated for good, so the kernel never writes into
+    /// freed memory.
+    fn abandon(self) {
+        tracing::error!(
+            queue = self.qid,
+            "FUSE ring: an entry is abandoned with its buffers ({} KiB kept)",
+            (self.payload.len() + self.header.len()) >> 10
+        );
+        std::mem::forget(self);
+    }
+
+    /// Makes the kernel give up the ring for this connection: a
+    /// registration it must refuse (a payload buffer too small) puts the
+    /// connection back on `/dev/fuse` and wakes the requests held for the
+    /// ring. For an entry that cannot register: without it the ring would
+    /// never be ready and every request would wait.
+    fn refuse_ring(mut self) {
+        self.iov[1].iov_len = 0;
+        match self.run(ring::CMD_REGISTER, 0) {
+            Some(_) => {}
+            None => self.abandon(),
         }
     }
 
@@ -278,37 +322,44 @@ impl Entry {
         let mut cmd = ring::CMD_REGISTER;
         let mut commit_id = 0;
         loop {
-            let r = match self.run(cmd, commit_id) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(queue = self.qid, "FUSE ring: io_uring_enter: {e}");
-                    return;
-                }
+            let Some(r) = self.run(cmd, commit_id) else {
+                return self.abandon();
             };
             match -r {
                 0 => {}
-                libc::EAGAIN
-                    if cmd == ring::CMD_REGISTER && began.elapsed() < REGISTER_PATIENCE =>
-                {
-                    // INIT's reply not taken yet.
-                    std::thread::sleep(Duration::from_millis(1));
-                    continue;
+                libc::EAGAIN | libc::EINTR if cmd == ring::CMD_REGISTER => {
+                    if began.elapsed() < REGISTER_PATIENCE {
+                        // INIT's reply not taken yet.
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                    tracing::warn!(
+                        queue = self.qid,
+                        "FUSE ring: cannot register; sending the connection back to /dev/fuse"
+                    );
+                    return self.refuse_ring();
                 }
                 libc::EINTR | libc::EAGAIN => continue,
                 // Unmounted, or the connection was ended.
                 libc::ENOTCONN | libc::ECONNABORTED | libc::ENODEV => return,
-                e => {
-                    let what = if cmd == ring::CMD_REGISTER {
-                        "the kernel refused to register a ring entry; requests go through /dev/fuse"
-                    } else {
-                        "the kernel refused a reply; this entry stops"
-                    };
+                e if cmd == ring::CMD_REGISTER => {
                     tracing::warn!(
                         queue = self.qid,
-                        "FUSE ring: {what}: {}",
+                        "FUSE ring: the kernel refused to register a ring entry ({}); if the ring was not complete yet, /dev/fuse serves the connection",
                         io::Error::from_raw_os_error(e)
                     );
                     return;
+                }
+                e => {
+                    // The entry is still needed: a queue with none left
+                    // would hold its CPU's requests for good.
+                    tracing::warn!(
+                        queue = self.qid,
+                        "FUSE ring: the kernel refused a reply ({}); the entry registers again",
+                        io::Error::from_raw_os_error(e)
+                    );
+                    cmd = ring::CMD_REGISTER;
+                    continue;
                 }
             }
             commit_id = self.request(fs);
@@ -326,38 +377,17 @@ impl Entry {
         let op: [u8; ring::OP_IN_LEN] = self.header[ring::OP_IN..ring::OP_IN + ring::OP_IN_LEN]
             .try_into()
             .expect("128 bytes");
-        let reply = if len > self.payload.len() {
-            Reply::error(h.unique, libc::EINVAL)
-        } else if h.opcode == abi::DESTROY {
-            Reply::error(h.unique, 0)
-        } else if h.opcode == abi::WRITE {
-            // A write's data stays where the kernel put it (page aligned:
-            // members opened with O_DIRECT take it with no copy); its
-            // reply is held aside and put in the payload after.
-            let mut ans = RingAnswer {
-                payload: None,
-                reply: None,
-            };
-            let data = &self.payload[..len];
-            ops::handle(&mut ans, fs, Request { h, op: &op, data });
-            ans.reply
-        } else {
-            // LOOKUP has no fixed part: the kernel puts its name (the
-            // first argument it sends) in the payload, not in op_in.
-            let name: Vec<u8>;
-            let op: &[u8] = if h.opcode == abi::LOOKUP {
-                name = self.payload[..len].to_vec();
-                &name
-            } else {
-                &op
-            };
-            let mut ans = RingAnswer {
-                payload: Some(&mut self.payload),
-                reply: None,
-            };
-            ops::handle(&mut ans, fs, Request { h, op, data: &[] });
-            ans.reply
-        };
+        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.handle(fs, h, &op, len)
+        }));
+        let reply = handled.unwrap_or_else(|_| {
+            tracing::error!(
+                queue = self.qid,
+                opcode = h.opcode,
+                "FUSE ring: a request's handling panicked; answered EIO"
+            );
+            Reply::error(h.unique, libc::EIO)
+        });
         // Every request through the ring expects an answer.
         let reply = reply
             .or(Reply::error(h.unique, libc::ENOSYS))
@@ -373,6 +403,43 @@ impl Entry {
         self.header[ring::IN_OUT..ring::IN_OUT + abi::OUT_HEADER].copy_from_slice(&out);
         ring::set_reply(&mut self.header, n as u32);
         commit_id
+    }
+
+    /// Runs one request against the filesystem; its reply, if it made one.
+    fn handle(&mut self, fs: &Fs, h: InHeader, op: &[u8], len: usize) -> Option<Reply> {
+        if len > self.payload.len() {
+            Reply::error(h.unique, libc::EINVAL)
+        } else if h.opcode == abi::DESTROY {
+            Reply::error(h.unique, 0)
+        } else if h.opcode == abi::WRITE {
+            // A write's data stays where the kernel put it (page aligned:
+            // members opened with O_DIRECT take it with no copy); its
+            // reply is held aside and put in the payload after.
+            let mut ans = RingAnswer {
+                payload: None,
+                reply: None,
+            };
+            let data = &self.payload[..len];
+            ops::handle(&mut ans, fs, Request { h, op, data });
+            ans.reply
+        } else {
+            // LOOKUP has no fixed part: the kernel (6.14 on) puts its
+            // name, its first argument it sends, in the payload, not in
+            // op_in.
+            let name: Vec<u8>;
+            let op: &[u8] = if h.opcode == abi::LOOKUP && len > 0 {
+                name = self.payload[..len].to_vec();
+                &name
+            } else {
+                op
+            };
+            let mut ans = RingAnswer {
+                payload: Some(&mut self.payload),
+                reply: None,
+            };
+            ops::handle(&mut ans, fs, Request { h, op, data: &[] });
+            ans.reply
+        }
     }
 }
 

@@ -133,6 +133,9 @@ fn error(fd: &File, unique: u64, errno: i32) {
 /// written: the ring's threads may register only after INIT.
 fn init(fd: &File, u: u64, body: &[u8], gate: Option<&Gate>) {
     let Some(i) = abi::InitIn::parse(body) else {
+        if let Some(g) = gate {
+            g.open(false, false);
+        }
         return error(fd, u, libc::EINVAL);
     };
     if i.major != abi::KERNEL_MAJOR {
@@ -140,6 +143,9 @@ fn init(fd: &File, u: u64, body: &[u8], gate: Option<&Gate>) {
             major = i.major,
             "FUSE: the kernel speaks another major version"
         );
+        if let Some(g) = gate {
+            g.open(false, false);
+        }
         return error(fd, u, libc::EPROTO);
     }
     let want = abi::ASYNC_READ | abi::BIG_WRITES | abi::ASYNC_DIO | abi::MAX_PAGES;
@@ -159,7 +165,9 @@ fn init(fd: &File, u: u64, body: &[u8], gate: Option<&Gate>) {
         max_background: MAX_BACKGROUND,
         congestion_threshold: MAX_BACKGROUND * 3 / 4,
         max_write,
-        max_pages: (max_write / 4096) as u16,
+        // In the kernel's pages: a ring entry's payload (MAX_IO) must hold
+        // max_pages of them.
+        max_pages: (max_write / page_size()).max(1) as u16,
         flags2: 0,
     };
     let mut out = out;
@@ -221,4 +229,11 @@ pub fn file_from_raw(fd: i32) -> File {
     // SAFETY: `fd` was just received over SCM_RIGHTS and nothing else owns
     // it.
     unsafe { File::from_raw_fd(fd) }
+}
+
+/// The kernel's page size.
+fn page_size() -> u32 {
+    // SAFETY: sysconf only reads its argument.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(p).unwrap_or(4096).max(4096)
 }

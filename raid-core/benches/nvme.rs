@@ -5,12 +5,18 @@
 //! queue depths 1 to 256.
 //!
 //! `cargo bench -p raid-core --bench nvme [-- --quick]`
-//! (BENCH_LEVEL=raid5 runs one level.)
+//! (BENCH_LEVEL=raid5 runs one level, BENCH_DEPTHS=1,128 those depths,
+//! BENCH_ASYNC_ONLY=1 the second table only, BENCH_SHARDS=N its shards.)
 //!
-//! Queue depth is the number of threads submitting at once: the array's API
-//! is synchronous, so that is the only way to have many requests in flight.
-//! On a machine with few cores, hundreds of threads cost scheduling as well;
-//! the bare drives pay it too, so the ratio is the engine's.
+//! First table: queue depth is the number of threads submitting at once,
+//! through the synchronous API. On a machine with few cores, hundreds of
+//! threads cost scheduling as well; the bare drives pay it too, so the
+//! ratio is the engine's.
+//!
+//! Second table: reads through the shards (`raid_core::shard::Engine`, one
+//! per core), queue depth being the reads kept in flight by one thread,
+//! against the bare drives driven the same way (each read started, its
+//! completion posted back by the drives' timer).
 
 use raid_core::array::{Array, CreateOptions};
 use raid_core::buf::AlignedBuf;
@@ -106,6 +112,48 @@ fn run(t: &dyn Target, write: bool, qd: usize, dur: Duration) -> Sample {
     }
 }
 
+/// Keeps `qd` I/Os in flight from this one thread for `dur`: `start(off,
+/// done)` starts one at `off` and `done` is called at its completion.
+fn run_async(
+    start: &dyn Fn(u64, Box<dyn FnOnce() + Send>),
+    blocks: u64,
+    qd: usize,
+    dur: Duration,
+) -> Sample {
+    let (tx, rx) = std::sync::mpsc::channel::<u32>();
+    let mut rng = SmallRng::seed_from_u64(qd as u64 + 11);
+    let issue = |rng: &mut SmallRng| {
+        let tx = tx.clone();
+        let t0 = Instant::now();
+        start(
+            rng.gen_range(0..blocks) * BS as u64,
+            Box::new(move || {
+                let _ = tx.send(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+            }),
+        );
+    };
+    let began = Instant::now();
+    for _ in 0..qd {
+        issue(&mut rng);
+    }
+    let mut lat = Vec::with_capacity(1 << 20);
+    while began.elapsed() < dur {
+        lat.push(rx.recv().expect("a completion"));
+        issue(&mut rng);
+    }
+    let secs = began.elapsed().as_secs_f64();
+    for _ in 0..qd {
+        rx.recv().expect("a completion");
+    }
+    lat.sort_unstable();
+    let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64;
+    Sample {
+        iops: lat.len() as f64 / secs,
+        p50_us: pct(0.5),
+        p99_us: pct(0.99),
+    }
+}
+
 fn drives(tag: &str) -> Vec<MemberRef> {
     (0..MEMBERS)
         .map(|i| {
@@ -121,10 +169,10 @@ fn drives(tag: &str) -> Vec<MemberRef> {
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let dur = Duration::from_millis(if quick { 400 } else { 1500 });
-    let depths: &[usize] = if quick {
-        &[1, 32, 128]
-    } else {
-        &[1, 4, 16, 64, 128, 256]
+    let depths: Vec<usize> = match std::env::var("BENCH_DEPTHS") {
+        Ok(v) => v.split(',').filter_map(|d| d.trim().parse().ok()).collect(),
+        Err(_) if quick => vec![1, 32, 128],
+        Err(_) => vec![1, 4, 16, 64, 128, 256],
     };
     let model = NvmeModel::datacenter();
     eprintln!(
@@ -136,6 +184,7 @@ fn main() {
     );
     let bare = Bare(drives("bare"));
     let only = std::env::var("BENCH_LEVEL").ok();
+    let only_async = std::env::var("BENCH_ASYNC_ONLY").is_ok();
     println!("\n| level | job | QD | array IOPS | bare IOPS | ratio | bound | of bound | array p50 / p99 us | bare p50 / p99 us |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for level in [Level::Raid0, Level::Raid5, Level::Raid6] {
@@ -153,6 +202,9 @@ fn main() {
         )
         .unwrap();
         for write in [false, true] {
+            if only_async {
+                break;
+            }
             // What the array can do at best, against the bare drives: every
             // read is one drive read; a 4 KiB write costs 1 (RAID0), 4
             // (RAID5: read data and P, write both) or 6 (RAID6) drive I/Os.
@@ -161,7 +213,7 @@ fn main() {
                 (true, Level::Raid5) => 0.25,
                 (true, _) => 1.0 / 6.0,
             };
-            for &qd in depths {
+            for &qd in &depths {
                 let b = run(&bare, write, qd, dur);
                 let r = run(&a, write, qd, dur);
                 let ratio = r.iops / b.iops;
@@ -177,6 +229,63 @@ fn main() {
                     b.p99_us
                 );
             }
+        }
+    }
+    // Reads through the shards, many in flight from one thread.
+    let cores = rayon::current_num_threads();
+    println!("\n| level | job | QD | array (shards) IOPS | bare IOPS | ratio | array p50 / p99 us | bare p50 / p99 us |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let bare_blocks = bare.size() / BS as u64;
+    let bare_start = |off: u64, done: Box<dyn FnOnce() + Send>| {
+        let m = &bare.0[(off / MEMBER_DATA) as usize];
+        // The bytes move at the start (RAM): one scratch buffer serves all.
+        let mut scratch = [0u8; BS];
+        m.read_timed(&mut scratch, DATA_OFFSET + off % MEMBER_DATA, done)
+            .expect("a simulated drive")
+            .unwrap();
+    };
+    for level in [Level::Raid0, Level::Raid5, Level::Raid6] {
+        if only.as_ref().is_some_and(|o| *o != level.to_string()) {
+            continue;
+        }
+        let a = Arc::new(
+            Array::create(
+                drives(&format!("{level}-async-")),
+                vec![],
+                CreateOptions {
+                    name: "bench".into(),
+                    level,
+                    chunk: CHUNK,
+                },
+            )
+            .unwrap(),
+        );
+        let blocks = a.capacity() / BS as u64;
+        let shards = std::env::var("BENCH_SHARDS").ok().and_then(|v| v.parse().ok()).unwrap_or(cores);
+        let e = raid_core::shard::Engine::start(a, shards).unwrap();
+        let array_start = |off: u64, done: Box<dyn FnOnce() + Send>| {
+            e.read(
+                off,
+                BS,
+                Box::new(move |r| {
+                    r.expect("a read");
+                    done();
+                }),
+            )
+        };
+        for &qd in &depths {
+            let b = run_async(&bare_start, bare_blocks, qd, dur);
+            let r = run_async(&array_start, blocks, qd, dur);
+            println!(
+                "| {level} | 4k randread | {qd} | {:.0} | {:.0} | {:.2}x | {:.0} / {:.0} | {:.0} / {:.0} |",
+                r.iops,
+                b.iops,
+                r.iops / b.iops,
+                r.p50_us,
+                r.p99_us,
+                b.p50_us,
+                b.p99_us
+            );
         }
     }
 }

@@ -12,4 +12,5 @@ pub mod layout;
 pub mod member;
 pub mod metadata;
 pub mod parity;
+pub mod shard;
 pub mod stats;

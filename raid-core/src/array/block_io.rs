@@ -51,6 +51,41 @@ impl Array {
         }
     }
 
+    /// Where a read inside one chunk can go straight to one member, for
+    /// a caller that reads without blocking (`crate::shard`): the member
+    /// handles (held until the read completes), the slot and the member
+    /// offset. The fast path's rule, handles first and readability after;
+    /// None sends the read down the blocking path.
+    pub(crate) fn direct_read(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> Option<(Arc<Vec<MemberRef>>, usize, u64)> {
+        if len == 0 || self.check_range(offset, len).is_err() {
+            return None;
+        }
+        let handles = self.member_handles();
+        let (slot, at) = self.direct_target(offset, len)?;
+        Some((Arc::clone(&handles), slot, at))
+    }
+
+    /// Counts a read served by `direct_read`'s member, from `t`: for the
+    /// member, and for the array when it succeeded (a failed one is
+    /// served, and counted, by `read`).
+    pub(crate) fn count_direct_read(&self, m: &dyn Member, len: usize, t: Started, ok: bool) {
+        let took = t.took();
+        crate::member::count_took(m, true, len, took, ok);
+        if ok {
+            self.client_io.read.record(len as u64, took, ok);
+        }
+    }
+
+    /// A `direct_read` member returned an error: it is failed (if its slot
+    /// still holds it), as the blocking fast path does.
+    pub(crate) fn direct_read_failed(&self, slot: usize, m: &MemberRef, e: &io::Error) {
+        self.fail_slot_if(slot, m, &format!("read error: {e}"));
+    }
+
     /// Reads `buf.len()` bytes at `offset`.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let t = Started::now();

@@ -117,6 +117,20 @@ pub trait Member: Send + Sync {
         let _ = io;
         None
     }
+    /// Starts a read for a caller that must not block (a shard's event
+    /// loop), on a member that completes I/O at a time of its own without
+    /// a thread waiting (the simulated drive): the bytes are in `buf` when
+    /// this returns `Some(Ok)`, and `done` is called from another thread
+    /// when the read completes. `None`: not such a member.
+    fn read_timed(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        done: Box<dyn FnOnce() + Send>,
+    ) -> Option<io::Result<()>> {
+        let _ = (buf, offset, done);
+        None
+    }
     /// The device stopped answering, as opposed to reporting errors: a
     /// network member whose export could not be reached within its
     /// timeout. It may come back by itself, and the daemon then re-adds

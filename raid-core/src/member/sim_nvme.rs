@@ -59,6 +59,9 @@ pub struct Completion {
     done: AtomicBool,
     lock: Mutex<()>,
     cv: Condvar,
+    /// Called at the completion time instead of waking a waiter
+    /// (`Member::read_timed`).
+    then: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl Completion {
@@ -67,10 +70,14 @@ impl Completion {
             done: AtomicBool::new(false),
             lock: Mutex::new(()),
             cv: Condvar::new(),
+            then: Mutex::new(None),
         })
     }
 
     fn fire(&self) {
+        if let Some(f) = self.then.lock().take() {
+            f();
+        }
         let _g = self.lock.lock();
         self.done.store(true, Ordering::Release);
         self.cv.notify_all();
@@ -210,6 +217,13 @@ impl SimNvme {
         timer().add(self.schedule(write, len), c.clone());
         c
     }
+
+    /// An I/O whose completion calls `then` (on the timer thread).
+    fn io_then(&self, write: bool, len: usize, then: Box<dyn FnOnce() + Send>) {
+        let c = Completion::new();
+        *c.then.lock() = Some(then);
+        timer().add(self.schedule(write, len), c);
+    }
 }
 
 impl Member for SimNvme {
@@ -245,6 +259,18 @@ impl Member for SimNvme {
         self.ram.write_zeroes(offset, len)?;
         self.io(true, 0).wait();
         Ok(())
+    }
+    fn read_timed(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        done: Box<dyn FnOnce() + Send>,
+    ) -> Option<io::Result<()>> {
+        if let Err(e) = self.ram.read_at(buf, offset) {
+            return Some(Err(e));
+        }
+        self.io_then(false, buf.len(), done);
+        Some(Ok(()))
     }
     fn begin(&self, io: &mut MemberIo<'_>) -> Option<io::Result<Box<dyn Pending>>> {
         let r = match &mut io.op {

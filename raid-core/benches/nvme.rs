@@ -261,7 +261,10 @@ fn main() {
             .unwrap(),
         );
         let blocks = a.capacity() / BS as u64;
-        let shards = std::env::var("BENCH_SHARDS").ok().and_then(|v| v.parse().ok()).unwrap_or(cores);
+        let shards = std::env::var("BENCH_SHARDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(cores);
         let e = raid_core::shard::Engine::start(a, shards).unwrap();
         let array_start = |off: u64, done: Box<dyn FnOnce() + Send>| {
             e.read(

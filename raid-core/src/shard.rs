@@ -38,7 +38,8 @@ use std::sync::{mpsc, Arc};
 /// it failed.
 pub type ReadResult = std::result::Result<AlignedBuf, ArrayError>;
 /// Called once when a read completes, on a shard's thread or a fallback
-/// thread: it should hand the result on and return, not block.
+/// thread: it should hand the result on and return, not block, and must
+/// not drop the last handle to the `Engine` (its drop joins that thread).
 pub type ReadDone = Box<dyn FnOnce(ReadResult) + Send>;
 
 /// Ring entries per shard: reads in flight on a shard's ring at once
@@ -110,20 +111,10 @@ impl Inbox {
 impl Engine {
     /// Starts `shards` shards (at least one) and the fallback threads.
     pub fn start(array: Arc<Array>, shards: usize) -> std::io::Result<Engine> {
-        let (ftx, frx) = mpsc::channel::<Fallback>();
-        let frx = Arc::new(Mutex::new(frx));
-        let mut threads = Vec::new();
-        for i in 0..FALLBACK_THREADS {
-            let (a, rx) = (array.clone(), frx.clone());
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("read-fallback-{i}"))
-                    .spawn(move || fallback_loop(&a, &rx))?,
-            );
-        }
-        let counts = Arc::new(Counts::default());
-        let mut inboxes = Vec::new();
-        for i in 0..shards.max(1) {
+        // Every shard's eventfd and ring first: a machine without io_uring
+        // fails here, with nothing started.
+        let mut parts = Vec::new();
+        for _ in 0..shards.max(1) {
             // SAFETY: eventfd returns a new descriptor or -1.
             let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
             if fd < 0 {
@@ -135,7 +126,27 @@ impl Engine {
                 // SAFETY: `fd` is a descriptor we just opened and own.
                 wake: unsafe { OwnedFd::from_raw_fd(fd) },
             });
-            let ring = IoUring::new(RING + 1)?;
+            parts.push((inbox, IoUring::new(RING + 1)?));
+        }
+        let (ftx, frx) = mpsc::channel::<Fallback>();
+        let frx = Arc::new(Mutex::new(frx));
+        let counts = Arc::new(Counts::default());
+        let mut engine = Engine {
+            array: array.clone(),
+            counts: counts.clone(),
+            shards: Vec::new(),
+            threads: Vec::new(),
+            fallback: Some(ftx.clone()),
+        };
+        for i in 0..FALLBACK_THREADS {
+            let (a, rx) = (array.clone(), frx.clone());
+            engine.threads.push(
+                std::thread::Builder::new()
+                    .name(format!("read-fallback-{i}"))
+                    .spawn(move || fallback_loop(&a, &rx))?,
+            );
+        }
+        for (i, (inbox, ring)) in parts.into_iter().enumerate() {
             let shard = Shard {
                 array: array.clone(),
                 inbox: inbox.clone(),
@@ -149,20 +160,15 @@ impl Engine {
                 wake_buf: Box::new(0),
                 armed: false,
             };
-            threads.push(
+            // On an error here, dropping `engine` stops what started.
+            engine.threads.push(
                 std::thread::Builder::new()
                     .name(format!("shard-{i}"))
                     .spawn(move || shard.run())?,
             );
-            inboxes.push(inbox);
+            engine.shards.push(inbox);
         }
-        Ok(Engine {
-            array,
-            counts,
-            shards: inboxes,
-            threads,
-            fallback: Some(ftx),
-        })
+        Ok(engine)
     }
 
     /// Reads served so far, by path.
@@ -187,7 +193,7 @@ impl Drop for Engine {
             s.push(Job::Stop);
         }
         let n = self.threads.len();
-        let shard_threads: Vec<_> = self.threads.drain(FALLBACK_THREADS..n).collect();
+        let shard_threads: Vec<_> = self.threads.drain(FALLBACK_THREADS.min(n)..n).collect();
         for t in shard_threads {
             let _ = t.join();
         }
@@ -195,6 +201,15 @@ impl Drop for Engine {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+/// Runs a caller's `done`: a panic in it is the caller's, and must not
+/// unwind through a shard (whose ring may hold reads into its buffers) or
+/// end a fallback thread.
+fn answer(done: ReadDone, r: ReadResult) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| done(r))).is_err() {
+        tracing::error!("shard: a read's completion callback panicked");
     }
 }
 
@@ -209,7 +224,7 @@ fn fallback_loop(array: &Array, rx: &Mutex<mpsc::Receiver<Fallback>>) {
         }
         let mut buf = AlignedBuf::new(f.job.len);
         let r = array.read(f.job.offset, &mut buf).map(|()| buf);
-        (f.job.done)(r);
+        answer(f.job.done, r);
     }
 }
 
@@ -242,6 +257,18 @@ struct Shard {
     armed: bool,
 }
 
+impl Drop for Shard {
+    /// A shard that ends with reads or its wake-up read still on the ring
+    /// (only by a panic in its own code) leaks their buffers: the kernel
+    /// may still write into them after the ring is closed.
+    fn drop(&mut self) {
+        if self.on_ring > 0 || self.armed {
+            std::mem::forget(std::mem::take(&mut self.slab));
+            std::mem::forget(std::mem::replace(&mut self.wake_buf, Box::new(0)));
+        }
+    }
+}
+
 impl Shard {
     fn run(mut self) {
         let mut stopping = false;
@@ -249,45 +276,84 @@ impl Shard {
             let jobs = std::mem::take(&mut *self.inbox.jobs.lock());
             for j in jobs {
                 match j {
-                    Job::Read(r) => self.start(r),
+                    // In arrival order, behind any read waiting for room.
+                    Job::Read(r) => self.waiting.push_back(r),
                     Job::Timed(k) => self.finish(k, Ok(())),
                     Job::Stop => stopping = true,
                 }
             }
-            while self.on_ring < RING {
-                let Some(r) = self.waiting.pop_front() else {
+            // Until nothing moves: reap what completed, start what waits
+            // while the ring has room, and submit (reads on files in the
+            // page cache complete inside the submission).
+            loop {
+                let reaped = self.reap();
+                let mut started = 0;
+                while self.on_ring < RING {
+                    let Some(r) = self.waiting.pop_front() else {
+                        break;
+                    };
+                    self.start(r);
+                    started += 1;
+                }
+                self.submit();
+                if reaped == 0 && started == 0 {
                     break;
-                };
-                self.start(r);
+                }
             }
-            self.reap();
             let busy = self.slab.len() > self.free.len();
             if stopping && !busy && self.waiting.is_empty() {
-                return;
+                return self.disarm_wake();
             }
             if !self.inbox.jobs.lock().is_empty() {
                 continue;
             }
-            // Nothing to do now: sleep in the ring until a completion or
-            // a wake-up.
+            // Nothing to do now (what waits, waits for the ring's room):
+            // sleep in the ring until a completion or a wake-up.
             self.arm_wake();
             self.inbox.sleeping.store(true, Ordering::SeqCst);
             if !self.inbox.jobs.lock().is_empty() {
                 self.inbox.sleeping.store(false, Ordering::SeqCst);
                 continue;
             }
-            loop {
-                match self.ring.submit_and_wait(1) {
-                    Ok(_) => break,
-                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                    Err(e) => {
-                        tracing::error!("shard: io_uring_enter: {e}");
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                        break;
-                    }
+            self.enter(1);
+            self.inbox.sleeping.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Submits what is queued on the ring, waiting for `want` completions.
+    fn enter(&mut self, want: usize) {
+        loop {
+            match self.ring.submit_and_wait(want) {
+                Ok(_) => return,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    // The completion queue is full: the caller reaps.
+                    return;
+                }
+                Err(e) => {
+                    tracing::error!("shard: io_uring_enter: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    return;
                 }
             }
-            self.inbox.sleeping.store(false, Ordering::SeqCst);
+        }
+    }
+
+    fn submit(&mut self) {
+        if !self.ring.submission().is_empty() {
+            self.enter(0);
+        }
+    }
+
+    /// At the end: the eventfd read must not outlive `wake_buf`, so it is
+    /// completed (by a write of our own) and reaped before the shard goes.
+    fn disarm_wake(&mut self) {
+        while self.armed {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+            unsafe { libc::write(self.inbox.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+            self.enter(1);
+            self.reap();
         }
     }
 
@@ -303,12 +369,18 @@ impl Shard {
         )
         .build()
         .user_data(WAKE);
-        // SAFETY: `wake_buf` is boxed and lives as long as the shard,
-        // which outlives its ring (the ring is dropped with it, cancelling
-        // the read).
-        if unsafe { self.ring.submission().push(&e) }.is_ok() {
-            self.armed = true;
+        // SAFETY: `wake_buf` is boxed; the shard completes this read
+        // before it ends (`disarm_wake`), or leaks the buffer if it ends
+        // otherwise (`Drop for Shard`).
+        for _ in 0..2 {
+            if unsafe { self.ring.submission().push(&e) }.is_ok() {
+                self.armed = true;
+                return;
+            }
+            // The submission queue is full: send it, then there is room.
+            self.enter(0);
         }
+        tracing::error!("shard: no room on the ring for its wake-up read");
     }
 
     fn key(&mut self, f: InFlight) -> usize {
@@ -386,38 +458,48 @@ impl Shard {
     fn to_fallback(&self, job: ReadJob, failed: Option<(usize, MemberRef, std::io::Error)>) {
         self.counts.blocking.fetch_add(1, Ordering::Relaxed);
         if let Err(mpsc::SendError(f)) = self.fallback.send(Fallback { job, failed }) {
-            (f.job.done)(Err(ArrayError::Invalid(
-                "the array's read engine is stopping".into(),
-            )));
+            answer(
+                f.job.done,
+                Err(ArrayError::Invalid(
+                    "the array's read engine is stopping".into(),
+                )),
+            );
         }
     }
 
-    /// Reaps the ring's completions.
-    fn reap(&mut self) {
+    /// Reaps the ring's completions; returns how many reads ended.
+    fn reap(&mut self) -> usize {
         let done: Vec<(u64, i32)> = self
             .ring
             .completion()
             .map(|c| (c.user_data(), c.result()))
             .collect();
+        let mut ended = 0;
         for (k, res) in done {
             if k == WAKE {
                 self.armed = false;
                 continue;
             }
+            ended += 1;
             self.on_ring -= 1;
             let k = k as usize;
             let want = self.slab[k].as_ref().map_or(0, |f| f.buf.len());
+            if res >= 0 && res as usize != want {
+                // A short read says nothing against the member: the
+                // blocking path reads it whole.
+                let f = self.slab[k].take().expect("a read in flight");
+                self.free.push(k);
+                self.to_fallback(f.job, None);
+                continue;
+            }
             let r = if res < 0 {
                 Err(std::io::Error::from_raw_os_error(-res))
-            } else if res as usize != want {
-                Err(std::io::Error::other(format!(
-                    "short read: {res} of {want} bytes"
-                )))
             } else {
                 Ok(())
             };
             self.finish(k, r);
         }
+        ended
     }
 
     /// A read reached its end: counted, answered, or sent to the blocking
@@ -431,7 +513,7 @@ impl Shard {
         match r {
             Ok(()) => {
                 self.counts.on_shards.fetch_add(1, Ordering::Relaxed);
-                (f.job.done)(Ok(f.buf))
+                answer(f.job.done, Ok(f.buf));
             }
             Err(e) => {
                 let m = m.clone();

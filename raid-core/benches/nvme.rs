@@ -75,11 +75,24 @@ struct Sample {
     p99_us: f64,
 }
 
+impl Sample {
+    /// From the latencies (us) of what completed in `secs`.
+    fn of(mut lat: Vec<u32>, secs: f64) -> Sample {
+        lat.sort_unstable();
+        let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64;
+        Sample {
+            iops: lat.len() as f64 / secs,
+            p50_us: pct(0.5),
+            p99_us: pct(0.99),
+        }
+    }
+}
+
 fn run(t: &dyn Target, write: bool, qd: usize, dur: Duration) -> Sample {
     let stop = AtomicBool::new(false);
     let blocks = t.size() / BS as u64;
     let started = Instant::now();
-    let mut lat: Vec<u32> = std::thread::scope(|sc| {
+    let lat: Vec<u32> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..qd)
             .map(|k| {
                 let stop = &stop;
@@ -102,14 +115,7 @@ fn run(t: &dyn Target, write: bool, qd: usize, dur: Duration) -> Sample {
         stop.store(true, Ordering::Relaxed);
         hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
     });
-    let secs = started.elapsed().as_secs_f64();
-    lat.sort_unstable();
-    let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64;
-    Sample {
-        iops: lat.len() as f64 / secs,
-        p50_us: pct(0.5),
-        p99_us: pct(0.99),
-    }
+    Sample::of(lat, started.elapsed().as_secs_f64())
 }
 
 /// Keeps `qd` I/Os in flight from this one thread for `dur`: `start(off,
@@ -145,13 +151,7 @@ fn run_async(
     for _ in 0..qd {
         rx.recv().expect("a completion");
     }
-    lat.sort_unstable();
-    let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64;
-    Sample {
-        iops: lat.len() as f64 / secs,
-        p50_us: pct(0.5),
-        p99_us: pct(0.99),
-    }
+    Sample::of(lat, secs)
 }
 
 fn drives(tag: &str) -> Vec<MemberRef> {

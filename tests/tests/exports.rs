@@ -2,7 +2,7 @@
 //! nbdcopy and fio over NBD; mkfs.ext4 and a mounted filesystem through
 //! `raidctl mount --loop`. The tools come from scripts/install-test-deps.sh.
 
-use raid_e2e::{file_hash, need, qemu_io, World};
+use raid_e2e::{file_hash, fio_verified_writes, need, qemu_io, run_ok as run, World};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -10,47 +10,6 @@ const MIB: u64 = 1 << 20;
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-fn run(cmd: &mut Command) -> String {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{cmd:?} failed:\n{text}");
-    text
-}
-
-/// fio random writes of `size` bytes, every one verified (crc32c) after;
-/// `extra` says where and how (engine, target, block size, depth). Fails
-/// the test unless fio reports no error and read back at least `size`.
-fn fio_verified_writes(name: &str, size: u64, extra: &[&str]) {
-    let size_arg = format!("--size={}", size);
-    let mut args = vec![
-        format!("--name={name}"),
-        "--rw=randwrite".into(),
-        size_arg,
-        "--verify=crc32c".into(),
-        "--do_verify=1".into(),
-        "--verify_fatal=1".into(),
-        "--verify_state_save=0".into(),
-        "--randrepeat=1".into(),
-        "--output-format=json".into(),
-    ];
-    args.extend(extra.iter().map(|a| a.to_string()));
-    let out = run(Command::new("fio").args(&args));
-    let json = &out[out.find('{').expect("fio JSON")..];
-    let v: serde_json::Value =
-        serde_json::from_str(json).unwrap_or_else(|e| panic!("fio JSON ({e}):\n{out}"));
-    let job = &v["jobs"][0];
-    assert_eq!(job["error"], 0, "{out}");
-    assert!(job["write"]["io_bytes"].as_u64().unwrap() >= size, "{out}");
-    assert!(
-        job["read"]["io_bytes"].as_u64().unwrap() >= size,
-        "verify read nothing: {out}"
-    );
 }
 
 /// A started RAID5 of four 128 MiB sparse members served on a Unix socket.

@@ -11,7 +11,7 @@
 //! export tests (another binary, never run at the same time) keep the
 //! kernel's default.
 
-use raid_e2e::{need, World};
+use raid_e2e::{fio_verified_writes, need, run_ok as run, World};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -39,41 +39,18 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-fn run(cmd: &mut Command) -> String {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{cmd:?} failed:\n{text}");
-    text
-}
-
 /// fio random writes of `size` bytes at depth 32, each verified after.
 fn fio_verified(target: &str, size: u64, bs: &str, extra: &[&str]) {
+    let (file, bs) = (format!("--filename={target}"), format!("--bs={bs}"));
     let mut args = vec![
-        "--name=v".to_string(),
-        format!("--filename={target}"),
-        "--rw=randwrite".into(),
-        format!("--size={size}"),
-        format!("--bs={bs}"),
-        "--ioengine=io_uring".into(),
-        "--direct=1".into(),
-        "--iodepth=32".into(),
-        "--verify=crc32c".into(),
-        "--do_verify=1".into(),
-        "--verify_fatal=1".into(),
-        "--verify_state_save=0".into(),
-        "--output-format=json".into(),
+        file.as_str(),
+        bs.as_str(),
+        "--ioengine=io_uring",
+        "--direct=1",
+        "--iodepth=32",
     ];
-    args.extend(extra.iter().map(|a| a.to_string()));
-    let out = run(Command::new("fio").args(&args));
-    let v: serde_json::Value =
-        serde_json::from_str(&out[out.find('{').expect("fio JSON")..]).expect("fio JSON");
-    let job = &v["jobs"][0];
-    assert_eq!(job["error"], 0, "{out}");
-    assert!(job["read"]["io_bytes"].as_u64().unwrap() >= size, "{out}");
+    args.extend(extra);
+    fio_verified_writes("v", size, &args);
 }
 
 /// A started RAID5 of four members, its daemon started with `env`.

@@ -112,6 +112,18 @@ impl World {
             .expect("run raidctl")
     }
 
+    /// Creates a RAID5 (chunk 64 KiB) of four sparse members of `size`
+    /// bytes, named m0.img to m3.img; returns their paths.
+    pub fn raid5_of_four(&self, name: &str, size: u64) -> Vec<PathBuf> {
+        let m: Vec<PathBuf> = (0..4)
+            .map(|i| self.sparse(&format!("m{i}.img"), size))
+            .collect();
+        let mut args = vec!["create", name, "--level", "5", "--chunk", "64K"];
+        args.extend(m.iter().map(|p| p.to_str().expect("a UTF-8 path")));
+        self.ok(&args);
+        m
+    }
+
     /// Runs and requires success; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let o = self.run(args);

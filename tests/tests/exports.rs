@@ -14,21 +14,7 @@ fn s(p: &Path) -> &str {
 
 /// A started RAID5 of four 128 MiB sparse members served on a Unix socket.
 fn served(w: &World, name: &str) -> (Vec<PathBuf>, PathBuf, String) {
-    let m: Vec<PathBuf> = (0..4)
-        .map(|i| w.sparse(&format!("m{i}.img"), 128 * MIB))
-        .collect();
-    w.ok(&[
-        "create",
-        name,
-        "--level",
-        "5",
-        "--chunk",
-        "64K",
-        s(&m[0]),
-        s(&m[1]),
-        s(&m[2]),
-        s(&m[3]),
-    ]);
+    let m = w.raid5_of_four(name, 128 * MIB);
     let sock = w.dir.join(format!("{name}.sock"));
     w.ok(&["start", name, "--nbd", &format!("unix:{}", sock.display())]);
     let uri = format!("nbd+unix:///{name}?socket={}", sock.display());

@@ -55,21 +55,7 @@ fn fio_verified(target: &str, size: u64, bs: &str, extra: &[&str]) {
 
 /// A started RAID5 of four members, its daemon started with `env`.
 fn started(w: &World, name: &str, env: &[(&str, &str)]) -> Vec<PathBuf> {
-    let m: Vec<PathBuf> = (0..4)
-        .map(|i| w.sparse(&format!("m{i}.img"), 128 * MIB))
-        .collect();
-    w.ok(&[
-        "create",
-        name,
-        "--level",
-        "5",
-        "--chunk",
-        "64K",
-        s(&m[0]),
-        s(&m[1]),
-        s(&m[2]),
-        s(&m[3]),
-    ]);
+    let m = w.raid5_of_four(name, 128 * MIB);
     let o = w.run_env(&["start", name], env);
     assert!(o.status.success(), "{o:?}");
     m

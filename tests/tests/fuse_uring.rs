@@ -89,6 +89,10 @@ fn the_mounted_array_over_fuse_io_uring() {
         log.contains("FUSE transport: io_uring"),
         "the ring is not used:\n{log}"
     );
+    // `status` says how the mount is served.
+    let st = w.status_json("fu");
+    let exports = st["exports"].to_string();
+    assert!(exports.contains("io_uring, "), "{exports}");
     // Block I/O at depth through the loop device, then partial blocks
     // straight into the FUSE file (read-merge-write of shared blocks).
     fio_verified(&dev, 32 * MIB, "4k", &[]);
@@ -137,6 +141,8 @@ fn the_mounted_array_over_fuse_io_uring() {
         .trim()
         .to_string();
     fio_verified(&dev, 8 * MIB, "4k", &[]);
+    let exports = w.status_json("fo")["exports"].to_string();
+    assert!(exports.contains("/dev/fuse, "), "{exports}");
     w.ok(&["unmount", "fo"]);
     let log = daemon_log(&w);
     assert!(!log.contains("FUSE transport: io_uring"), "{log}");

@@ -608,7 +608,11 @@ impl Daemon {
                 .map(|c| (c.slot, c.rate));
             let mut exports: Vec<String> = s.exports.lock().iter().map(|e| e.describe()).collect();
             if let Some(m) = s.mount.lock().as_ref() {
-                exports.push(format!("fuse file {}", m.file.display()));
+                exports.push(format!(
+                    "fuse file {} ({})",
+                    m.file.display(),
+                    m.transport()
+                ));
                 if let Some(d) = &m.loop_dev {
                     exports.push(format!("loop {d}"));
                 }

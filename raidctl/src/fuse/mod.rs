@@ -142,6 +142,18 @@ impl Mounted {
         Ok(m)
     }
 
+    /// How requests reach the daemon, for status: "io_uring, 2 queues x 8"
+    /// or "/dev/fuse, 16 threads".
+    pub fn transport(&self) -> String {
+        match &self.ring {
+            Some(r) if r.used() == Some(true) => {
+                let (q, e) = r.shape();
+                format!("io_uring, {q} queues, {e} entries")
+            }
+            _ => format!("/dev/fuse, {} threads", self.threads.len()),
+        }
+    }
+
     /// Unmounts lazily and ends the connection: for a mount that cannot be
     /// kept (its loop device failed) or is dropped without `unmount`.
     fn end(&mut self) {

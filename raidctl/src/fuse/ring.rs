@@ -164,6 +164,16 @@ impl Ring {
         }
     }
 
+    /// Whether INIT put the mount on the ring (None: not decided yet).
+    pub fn used(&self) -> Option<bool> {
+        *self.gate.state.lock()
+    }
+
+    /// The ring's shape, for status: queues and entries.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.gate.queues, self.gate.entries)
+    }
+
     /// Joins the threads; the connection must be ended (or the gate
     /// closed) first.
     pub fn join(&mut self) {

@@ -79,6 +79,22 @@ impl Array {
         places: &[(usize, u64)],
         len: usize,
     ) -> std::result::Result<Vec<crate::buf::AlignedBuf>, ReadFailure> {
+        let mut bufs: Vec<crate::buf::AlignedBuf> = places
+            .iter()
+            .map(|_| crate::buf::AlignedBuf::new(len))
+            .collect();
+        self.read_places_into(places, &mut bufs)?;
+        Ok(bufs)
+    }
+
+    /// `read_places` into buffers the caller has (one per place, each the
+    /// length to read): a loop over many batches (rebuild) reuses its
+    /// buffers instead of a zeroed allocation per chunk per batch.
+    pub(super) fn read_places_into(
+        &self,
+        places: &[(usize, u64)],
+        bufs: &mut [crate::buf::AlignedBuf],
+    ) -> std::result::Result<(), ReadFailure> {
         use crate::member::{submit, IoOp, MemberIo};
         let handles = self.member_handles();
         if places
@@ -87,10 +103,6 @@ impl Array {
         {
             return Err(ReadFailure::Changed);
         }
-        let mut bufs: Vec<crate::buf::AlignedBuf> = places
-            .iter()
-            .map(|_| crate::buf::AlignedBuf::new(len))
-            .collect();
         let mut ios: Vec<MemberIo> = bufs
             .iter_mut()
             .zip(places)
@@ -108,7 +120,7 @@ impl Array {
             .collect();
         drop(ios);
         if failed.is_empty() {
-            Ok(bufs)
+            Ok(())
         } else {
             Err(ReadFailure::Failed(failed))
         }

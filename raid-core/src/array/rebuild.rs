@@ -117,6 +117,8 @@ impl Array {
         let dirty_only = s.resync_dirty_only.load(Ordering::Acquire);
         let mut next_report = 0u64;
         let batch = opts.batch_rows.clamp(1, 256);
+        // Chunk buffers, reused batch after batch.
+        let mut pool: Vec<AlignedBuf> = Vec::new();
         let ckpt_rows = (opts.checkpoint_bytes / chunk).max(1);
         while row < total {
             if stop.load(Ordering::Acquire) {
@@ -134,7 +136,7 @@ impl Array {
                     copied += end - row;
                     match self.geo.level {
                         Level::Raid5 | Level::Raid6 => {
-                            self.rebuild_parity_rows(slot, &target, row, end)
+                            self.rebuild_parity_rows(slot, &target, row, end, &mut pool)
                         }
                         _ => self.rebuild_mirror_rows(slot, &target, row, end),
                     }
@@ -254,9 +256,14 @@ impl Array {
         target: &MemberRef,
         row: u64,
         end: u64,
+        pool: &mut Vec<AlignedBuf>,
     ) -> Result<()> {
         let chunk = self.geo.chunk as usize;
         let n = self.geo.members;
+        // Every byte of a buffer taken here is read into or recovered
+        // before it is used, so what it held before does not matter.
+        let take =
+            |pool: &mut Vec<AlignedBuf>| pool.pop().unwrap_or_else(|| AlignedBuf::new(chunk));
         loop {
             let maps: Vec<_> = (row..end).map(|s| self.geo.stripe_map(s)).collect();
             let missing: Vec<Vec<usize>> = maps
@@ -287,20 +294,28 @@ impl Array {
                 .iter()
                 .map(|&(k, i)| (maps[k].members[i], self.row_offset_of(row + k as u64)))
                 .collect();
-            let got = match self.read_places(&places, chunk) {
-                Ok(b) => b,
-                Err(failed) => {
-                    self.fail_slots(failed, "read error during rebuild");
-                    continue;
-                }
-            };
-            let mut bufs: Vec<Vec<AlignedBuf>> = maps
-                .iter()
-                .map(|_| (0..n).map(|_| AlignedBuf::new(chunk)).collect())
-                .collect();
-            for ((k, i), b) in wanted.into_iter().zip(got) {
-                bufs[k][i] = b;
+            let mut got: Vec<AlignedBuf> = places.iter().map(|_| take(pool)).collect();
+            if let Err(failed) = self.read_places_into(&places, &mut got) {
+                pool.extend(got);
+                self.fail_slots(failed, "read error during rebuild");
+                continue;
             }
+            // The chunks as read, in `wanted`'s order (stripe by stripe,
+            // present chunks ascending); another buffer only where a chunk
+            // is missing, for the recovery to fill.
+            let mut got = got.into_iter();
+            let mut bufs: Vec<Vec<AlignedBuf>> = missing
+                .iter()
+                .map(|miss| {
+                    (0..n)
+                        .map(|i| match miss.contains(&i) {
+                            true => take(pool),
+                            false => got.next().expect("a read for each present chunk"),
+                        })
+                        .collect()
+                })
+                .collect();
+            debug_assert!(got.next().is_none());
             {
                 let mut jobs: Vec<RecoverJob> = bufs
                     .iter_mut()
@@ -326,7 +341,10 @@ impl Array {
                     (&stripe[i][..], self.row_offset_of(row + k as u64))
                 })
                 .collect();
-            return self.write_target(slot, target, &outs);
+            let written = self.write_target(slot, target, &outs);
+            drop(outs);
+            pool.extend(bufs.into_iter().flatten());
+            return written;
         }
     }
 

@@ -96,6 +96,7 @@ impl Array {
         bufs: &mut [crate::buf::AlignedBuf],
     ) -> std::result::Result<(), ReadFailure> {
         use crate::member::{submit, IoOp, MemberIo};
+        assert_eq!(bufs.len(), places.len(), "a buffer for each place");
         let handles = self.member_handles();
         if places
             .iter()

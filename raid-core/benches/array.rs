@@ -9,7 +9,7 @@
 //! is synchronous). RAM members make this a measure of the engine's own cost:
 //! locking, planning, parity and copies, with no device latency to hide it.
 
-use raid_core::array::{Array, CreateOptions, RebuildOptions};
+use raid_core::array::{Array, CreateOptions, RebuildOptions, ScrubOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{MemberRef, RamMember};
@@ -391,6 +391,20 @@ fn main() {
             println!(
                 "| raid5 rebuild | idle, 1 member | - | {rate:.0} | - | {seq1:.0} (1 member seq write) | {ratio:.2}x | - | - | >= 0.5x: {} |",
                 ok(ratio >= 0.5)
+            );
+            // A check-only scrub, idle: member bytes read per second against
+            // the bare members' 128 KiB sequential reads (every member at
+            // once, like the scrub).
+            let seq = run(&bare, Work::SeqRead128k, 128 * 1024, qd, dur).mbs;
+            let t = Instant::now();
+            let r = a
+                .scrub(&ScrubOptions::default(), &AtomicBool::new(false))
+                .unwrap();
+            assert!(r.mismatches.is_empty());
+            let rate = r.bytes_read as f64 / t.elapsed().as_secs_f64() / 1e6;
+            println!(
+                "| raid5 scrub | idle, check | - | {rate:.0} | - | {seq:.0} (bare seq read) | {:.2}x | - | - | - |",
+                rate / seq
             );
         }
     }

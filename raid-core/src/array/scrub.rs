@@ -101,6 +101,9 @@ impl Array {
         // replaced since is not in sync, and nothing is judged (let alone
         // repaired) from what it holds.
         let epoch = self.membership_epoch();
+        // Chunk buffers, reused batch after batch (a zeroed allocation per
+        // chunk per batch cost as much as the reads).
+        let mut pool: Vec<AlignedBuf> = Vec::new();
         tracing::info!(array = %self.name, rows, repair = opts.repair, "scrub started");
         while row < rows {
             if stop.load(Ordering::Acquire) {
@@ -113,7 +116,7 @@ impl Array {
                 let _held = self.locks.lock(row..end);
                 let r = match self.geo.level {
                     Level::Raid5 | Level::Raid6 => {
-                        self.scrub_stripes(row..end, opts.repair, epoch, &mut report)
+                        self.scrub_stripes(row..end, opts.repair, epoch, &mut report, &mut pool)
                     }
                     _ => (row..end)
                         .try_for_each(|r| self.scrub_chunk(r, opts.repair, epoch, &mut report)),
@@ -176,7 +179,17 @@ impl Array {
     /// member and ends the scrub with an error (the array is no longer
     /// optimal).
     pub(super) fn scrub_read(&self, places: &[(usize, u64)]) -> Result<Vec<AlignedBuf>> {
-        self.read_places(places, self.geo.chunk as usize)
+        let mut bufs: Vec<AlignedBuf> = places
+            .iter()
+            .map(|_| AlignedBuf::new(self.geo.chunk as usize))
+            .collect();
+        self.scrub_read_into(places, &mut bufs)?;
+        Ok(bufs)
+    }
+
+    /// `scrub_read` into the caller's buffers (one per place, a chunk each).
+    fn scrub_read_into(&self, places: &[(usize, u64)], bufs: &mut [AlignedBuf]) -> Result<()> {
+        self.read_places_into(places, bufs)
             .map_err(|failure| match failure {
                 ReadFailure::Changed => ArrayError::Invalid(format!(
                     "scrub stopped: the members of '{}' changed while it ran; scrub again once the array is optimal",
@@ -212,6 +225,7 @@ impl Array {
         repair: bool,
         epoch: u64,
         report: &mut ScrubReport,
+        pool: &mut Vec<AlignedBuf>,
     ) -> Result<()> {
         self.scrub_still_in_sync(epoch)?;
         let nd = self.geo.data_chunks();
@@ -229,12 +243,22 @@ impl Array {
                     .map(move |m| (m, off))
             })
             .collect();
-        let mut chunks = self.scrub_read(&places)?;
+        // Every byte of a buffer taken here is read into, or written by
+        // the parity engine, before it is looked at.
+        let mut take = |n: usize| -> Vec<AlignedBuf> {
+            (0..n)
+                .map(|_| pool.pop().unwrap_or_else(|| AlignedBuf::new(len)))
+                .collect()
+        };
+        let mut chunks = take(places.len());
+        let mut parity = take(rows.clone().count() * np);
+        let read = self.scrub_read_into(&places, &mut chunks);
+        if let Err(e) = read {
+            pool.extend(chunks.into_iter().chain(parity));
+            return Err(e);
+        }
         self.scrub_still_in_sync(epoch)?;
         report.bytes_read += self.geo.chunk * places.len() as u64;
-        let mut parity: Vec<AlignedBuf> = (0..rows.clone().count() * np)
-            .map(|_| AlignedBuf::new(len))
-            .collect();
         {
             let mut jobs: Vec<crate::parity::GenJob> = parity
                 .chunks_mut(np)
@@ -256,6 +280,7 @@ impl Array {
             };
             self.judge_stripe(s, st, p, q, repair, report)?;
         }
+        pool.extend(chunks.into_iter().chain(parity));
         Ok(())
     }
 

@@ -74,6 +74,40 @@ impl std::fmt::Debug for AlignedBuf {
     }
 }
 
+/// Buffers of one length kept for reuse by a loop over many batches (a
+/// rebuild, a scrub): a zeroed allocation per chunk per batch cost as much
+/// as the reads. What a taken buffer holds is whatever its last user left:
+/// only for a caller that writes every byte before it reads any.
+pub struct BufPool {
+    len: usize,
+    free: Vec<AlignedBuf>,
+}
+
+impl BufPool {
+    pub fn new(len: usize) -> BufPool {
+        BufPool {
+            len,
+            free: Vec::new(),
+        }
+    }
+
+    /// `n` buffers of the pool's length, reused where there are some.
+    pub fn take(&mut self, n: usize) -> Vec<AlignedBuf> {
+        (0..n).map(|_| self.take_one()).collect()
+    }
+
+    pub fn take_one(&mut self) -> AlignedBuf {
+        self.free.pop().unwrap_or_else(|| AlignedBuf::new(self.len))
+    }
+
+    /// Gives buffers back (each of the pool's length: they came from it).
+    pub fn put(&mut self, bufs: impl IntoIterator<Item = AlignedBuf>) {
+        self.free.extend(bufs.into_iter().inspect(|b| {
+            debug_assert_eq!(b.len(), self.len, "a buffer from another pool");
+        }));
+    }
+}
+
 /// Whether a slice may be handed to an O_DIRECT file as it is.
 pub fn is_aligned(b: &[u8]) -> bool {
     (b.as_ptr() as usize).is_multiple_of(ALIGN) && b.len().is_multiple_of(ALIGN)

@@ -101,10 +101,15 @@ impl Inbox {
         // either it sees this job or this sees it asleep (SeqCst on both
         // sides, and the inbox lock between them).
         if self.sleeping.swap(false, Ordering::SeqCst) {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-            unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+            self.ring_bell();
         }
+    }
+
+    /// Completes the shard's armed eventfd read.
+    fn ring_bell(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 }
 
@@ -349,9 +354,7 @@ impl Shard {
     /// completed (by a write of our own) and reaped before the shard goes.
     fn disarm_wake(&mut self) {
         while self.armed {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-            unsafe { libc::write(self.inbox.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+            self.inbox.ring_bell();
             self.enter(1);
             self.reap();
         }

@@ -118,7 +118,7 @@ impl Array {
         let mut next_report = 0u64;
         let batch = opts.batch_rows.clamp(1, 256);
         // Chunk buffers, reused batch after batch.
-        let mut pool: Vec<AlignedBuf> = Vec::new();
+        let mut pool = crate::buf::BufPool::new(chunk as usize);
         let ckpt_rows = (opts.checkpoint_bytes / chunk).max(1);
         while row < total {
             if stop.load(Ordering::Acquire) {
@@ -256,14 +256,11 @@ impl Array {
         target: &MemberRef,
         row: u64,
         end: u64,
-        pool: &mut Vec<AlignedBuf>,
+        pool: &mut crate::buf::BufPool,
     ) -> Result<()> {
-        let chunk = self.geo.chunk as usize;
         let n = self.geo.members;
-        // Every byte of a buffer taken here is read into or recovered
-        // before it is used, so what it held before does not matter.
-        let take =
-            |pool: &mut Vec<AlignedBuf>| pool.pop().unwrap_or_else(|| AlignedBuf::new(chunk));
+        // Every byte of a buffer taken from `pool` is read into or
+        // recovered before it is used.
         loop {
             let maps: Vec<_> = (row..end).map(|s| self.geo.stripe_map(s)).collect();
             let missing: Vec<Vec<usize>> = maps
@@ -294,9 +291,9 @@ impl Array {
                 .iter()
                 .map(|&(k, i)| (maps[k].members[i], self.row_offset_of(row + k as u64)))
                 .collect();
-            let mut got: Vec<AlignedBuf> = places.iter().map(|_| take(pool)).collect();
+            let mut got = pool.take(places.len());
             if let Err(failed) = self.read_places_into(&places, &mut got) {
-                pool.extend(got);
+                pool.put(got);
                 self.fail_slots(failed, "read error during rebuild");
                 continue;
             }
@@ -309,7 +306,7 @@ impl Array {
                 .map(|miss| {
                     (0..n)
                         .map(|i| match miss.contains(&i) {
-                            true => take(pool),
+                            true => pool.take_one(),
                             false => got.next().expect("a read for each present chunk"),
                         })
                         .collect()
@@ -343,7 +340,7 @@ impl Array {
                 .collect();
             let written = self.write_target(slot, target, &outs);
             drop(outs);
-            pool.extend(bufs.into_iter().flatten());
+            pool.put(bufs.into_iter().flatten());
             return written;
         }
     }

@@ -101,9 +101,8 @@ impl Array {
         // replaced since is not in sync, and nothing is judged (let alone
         // repaired) from what it holds.
         let epoch = self.membership_epoch();
-        // Chunk buffers, reused batch after batch (a zeroed allocation per
-        // chunk per batch cost as much as the reads).
-        let mut pool: Vec<AlignedBuf> = Vec::new();
+        // Chunk buffers, reused batch after batch.
+        let mut pool = crate::buf::BufPool::new(self.geo.chunk as usize);
         tracing::info!(array = %self.name, rows, repair = opts.repair, "scrub started");
         while row < rows {
             if stop.load(Ordering::Acquire) {
@@ -225,13 +224,12 @@ impl Array {
         repair: bool,
         epoch: u64,
         report: &mut ScrubReport,
-        pool: &mut Vec<AlignedBuf>,
+        pool: &mut crate::buf::BufPool,
     ) -> Result<()> {
         self.scrub_still_in_sync(epoch)?;
         let nd = self.geo.data_chunks();
         let np = self.geo.level.parity_chunks();
         let width = nd + np;
-        let len = self.geo.chunk as usize;
         let places: Vec<(usize, u64)> = rows
             .clone()
             .flat_map(|s| {
@@ -243,18 +241,13 @@ impl Array {
                     .map(move |m| (m, off))
             })
             .collect();
-        // Every byte of a buffer taken here is read into, or written by
-        // the parity engine, before it is looked at.
-        let mut take = |n: usize| -> Vec<AlignedBuf> {
-            (0..n)
-                .map(|_| pool.pop().unwrap_or_else(|| AlignedBuf::new(len)))
-                .collect()
-        };
-        let mut chunks = take(places.len());
-        let mut parity = take(rows.clone().count() * np);
+        // Every byte of a buffer taken from `pool` is read into, or
+        // written by the parity engine, before it is looked at.
+        let mut chunks = pool.take(places.len());
+        let mut parity = pool.take(rows.clone().count() * np);
         let read = self.scrub_read_into(&places, &mut chunks);
         if let Err(e) = read {
-            pool.extend(chunks.into_iter().chain(parity));
+            pool.put(chunks.into_iter().chain(parity));
             return Err(e);
         }
         self.scrub_still_in_sync(epoch)?;
@@ -280,7 +273,7 @@ impl Array {
             };
             self.judge_stripe(s, st, p, q, repair, report)?;
         }
-        pool.extend(chunks.into_iter().chain(parity));
+        pool.put(chunks.into_iter().chain(parity));
         Ok(())
     }
 

@@ -7,6 +7,7 @@ mod mounts;
 mod observe;
 mod process;
 mod reconnect;
+mod report;
 mod work;
 
 use process::{lock_daemon, remove_own_socket, reopen_log};
@@ -592,61 +593,6 @@ impl Daemon {
             }
             Err(e) => Err(e.into()),
         }
-    }
-
-    fn status(&self, name: Option<&str>) -> Result<Response> {
-        let arrays = self.arrays.lock().clone();
-        let mut out = Vec::new();
-        for (n, s) in arrays.iter() {
-            if name.is_some_and(|x| x != n) {
-                continue;
-            }
-            let rate = s
-                .array
-                .copy_progress()
-                .filter(|c| c.kind == raid_core::array::CopyKind::Rebuild)
-                .map(|c| (c.slot, c.rate));
-            let mut exports: Vec<String> = s.exports.lock().iter().map(|e| e.describe()).collect();
-            if let Some(m) = s.mount.lock().as_ref() {
-                exports.push(format!(
-                    "fuse file {} ({})",
-                    m.file.display(),
-                    m.transport()
-                ));
-                if let Some(d) = &m.loop_dev {
-                    exports.push(format!("loop {d}"));
-                }
-            }
-            let mut st = status::of_running(&s.array, rate, exports, Some(s.engine.report()));
-            let mut health = self.member_health(s);
-            for m in &mut st.members {
-                // A reading of the device the slot held before is not this one's.
-                m.health = health
-                    .remove(&m.slot)
-                    .filter(|(member, _)| m.path.as_ref() == Some(member))
-                    .map(|(_, h)| h);
-            }
-            st.scrub = s.array.scrub_progress().map(|p| {
-                let g = s.array.geometry();
-                let per_row = (g.chunk * g.members as u64) as f64;
-                status::ScrubStatus {
-                    repair: p.repair,
-                    rows_done: p.rows_done,
-                    rows_total: p.rows_total,
-                    percent: p.rows_done as f64 * 100.0 / p.rows_total.max(1) as f64,
-                    rate_bytes_per_sec: p.rate,
-                    eta_seconds: (p.rows_done > 0)
-                        .then(|| (p.rows_total - p.rows_done) as f64 * per_row / p.rate.max(1.0)),
-                }
-            });
-            out.push(st);
-        }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(Response {
-            ok: true,
-            arrays: out,
-            ..Default::default()
-        })
     }
 
     /// Starts the array's rebuild if a slot wants one and no copy runs.

@@ -15,6 +15,17 @@ pub struct Io {
 }
 
 impl Io {
+    /// Whether a range is whole blocks, which `read_whole` takes.
+    pub fn is_whole(offset: u64, len: usize) -> bool {
+        offset.is_multiple_of(BLOCK) && (len as u64).is_multiple_of(BLOCK)
+    }
+
+    /// Reads whole blocks (`is_whole`) straight into `dst`, a buffer the
+    /// transport hands out (the ring's payload, page aligned): no copy.
+    pub fn read_whole(&self, offset: u64, dst: &mut [u8]) -> Result<(), i32> {
+        self.array.read(offset, dst).map_err(|_| libc::EIO)
+    }
+
     /// Reads any byte range inside the array; returns the buffer and where
     /// in it the range starts. Page-aligned buffers, so members opened with
     /// O_DIRECT take them through io_uring as they are, with no copy.

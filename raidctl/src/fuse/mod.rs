@@ -44,14 +44,25 @@ fn threads() -> usize {
         .unwrap_or((8 * cores).clamp(16, 128))
 }
 
+/// Largest read or write the kernel sends in one request (and so the size
+/// of every request buffer, the ring entries' included).
+const MAX_IO: u32 = 1 << 20;
+
+/// The fuse module's `enable_uring` (Linux 6.14 on): Some(on), or None
+/// where this kernel does not have it.
+fn uring_param() -> Option<bool> {
+    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .ok()
+        .map(|v| matches!(v.trim(), "Y" | "1"))
+}
+
 /// Entries per CPU queue of FUSE over io_uring (each a thread, since the
 /// array's API blocks one per request in flight), or None not to use it:
 /// the fuse module's `enable_uring` is off, or RAIDCTL_FUSE_URING=0.
 /// RAIDCTL_FUSE_URING=N sets the entries per queue; by default the
 /// `/dev/fuse` threads' count spread over the online CPUs, at least 8.
 fn ring_depth() -> Option<usize> {
-    let enabled = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .is_ok_and(|v| matches!(v.trim(), "Y" | "1"));
+    let enabled = uring_param() == Some(true);
     let asked = std::env::var("RAIDCTL_FUSE_URING").ok();
     match asked.as_deref().map(str::parse::<usize>) {
         Some(Ok(0)) => None,
@@ -224,15 +235,13 @@ impl Mounted {
 /// io_uring, Linux 6.14 on, when the fuse module's `enable_uring` is on)
 /// and what is prepared. INIT settles which is used, and says so.
 fn log_transport(threads: usize, ring: bool) {
-    let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .map(|v| v.trim().to_string());
-    let offered = match uring.as_deref() {
-        Ok("Y") | Ok("1") if ring => "offered by the kernel; rings prepared, used if INIT agrees",
-        Ok("Y") | Ok("1") => {
+    let offered = match uring_param() {
+        Some(true) if ring => "offered by the kernel; rings prepared, used if INIT agrees",
+        Some(true) => {
             "offered by the kernel, not used (RAIDCTL_FUSE_URING=0, or the rings could not be made)"
         }
-        Ok(_) => "switched off (the fuse module's enable_uring parameter is N)",
-        Err(_) => "not in this kernel",
+        Some(false) => "switched off (the fuse module's enable_uring parameter is N)",
+        None => "not in this kernel",
     };
     tracing::info!(
         threads,

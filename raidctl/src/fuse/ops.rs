@@ -6,7 +6,6 @@
 
 use super::abi::{self, InHeader};
 use super::io::Io;
-use raid_core::array::BLOCK;
 
 pub const ROOT: u64 = 1;
 pub const FILE: u64 = 2;
@@ -155,12 +154,11 @@ fn read(ans: &mut dyn Answer, fs: &Fs, u: u64, body: &[u8]) {
         return;
     }
     let len = (size as u64).min(cap - off) as usize;
-    let whole = off.is_multiple_of(BLOCK) && (len as u64).is_multiple_of(BLOCK);
-    if whole {
+    if Io::is_whole(off, len) {
         if let Some(dst) = ans.buffer(len) {
-            match fs.io.array.read(off, dst) {
+            match fs.io.read_whole(off, dst) {
                 Ok(()) => ans.send_filled(u, len),
-                Err(_) => ans.send_error(u, libc::EIO),
+                Err(e) => ans.send_error(u, e),
             }
             return;
         }
@@ -177,7 +175,6 @@ fn write(ans: &mut dyn Answer, fs: &Fs, u: u64, body: &[u8], data: &[u8]) {
     let Some((off, size)) = abi::rw_in(body) else {
         return ans.send_error(u, libc::EINVAL);
     };
-    let _ = body;
     let Some(data) = data.get(..size as usize) else {
         return ans.send_error(u, libc::EINVAL);
     };

@@ -38,7 +38,7 @@
 
 use super::abi::{self, ring, InHeader};
 use super::ops::{self, Answer, Fs, Request};
-use super::session::MAX_IO;
+use super::MAX_IO;
 use io_uring::{opcode, squeue, types, IoUring};
 use parking_lot::{Condvar, Mutex};
 use raid_core::buf::AlignedBuf;

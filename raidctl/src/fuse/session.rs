@@ -12,14 +12,13 @@
 use super::abi::{self, InHeader};
 use super::ops::{self, Answer, Fs, Request};
 use super::ring::Gate;
+use super::MAX_IO;
 use raid_core::buf::AlignedBuf;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::Arc;
 
-/// Largest read or write the kernel sends in one request.
-pub const MAX_IO: u32 = 1 << 20;
 /// Requests the kernel keeps queued for the filesystem (asynchronous reads
 /// and direct I/O count against it).
 const MAX_BACKGROUND: u16 = 256;
@@ -158,7 +157,7 @@ fn init(fd: &File, u: u64, body: &[u8], gate: Option<&Gate>) {
     } else {
         128 << 10
     };
-    let out = abi::InitOut {
+    let mut out = abi::InitOut {
         minor: i.minor.min(abi::KERNEL_MINOR),
         max_readahead: i.max_readahead.min(MAX_IO),
         flags,
@@ -170,7 +169,6 @@ fn init(fd: &File, u: u64, body: &[u8], gate: Option<&Gate>) {
         max_pages: (max_write / page_size()).max(1) as u16,
         flags2: 0,
     };
-    let mut out = out;
     let uring = gate.is_some() && i.offers_uring();
     if uring {
         out.flags |= abi::INIT_EXT;

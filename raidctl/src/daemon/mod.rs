@@ -123,7 +123,7 @@ impl Daemon {
         let hup = Arc::new(AtomicBool::new(false));
         signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())
             .map_err(|e| CliError::failed(format!("signal handler: {e}")))?;
-        crate::remote::client::set_timeout(opts.remote_timeout);
+        crate::remote::set_timeout(opts.remote_timeout);
         let rate = std::env::var("RAIDCTL_REBUILD_RATE")
             .ok()
             .and_then(|v| parse_size(&v).ok());

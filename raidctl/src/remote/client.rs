@@ -28,6 +28,7 @@
 
 use super::conn::{member_uuid, Conn, Failure, Kind, Slot};
 use super::handshake::{connect, Export, HANDSHAKE};
+use super::timeout;
 use super::tls;
 use super::uri::NbdUri;
 use crate::nbd;
@@ -35,21 +36,9 @@ use parking_lot::Mutex;
 use raid_core::member::{DeviceKey, IoOp, Member, MemberIo, Pending};
 use raid_core::stats::IoStats;
 use std::io::{self, Write};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// How long an I/O may take, reconnections included, before the member is
-/// given up (ms; `[remote] timeout_seconds`).
-static TIMEOUT_MS: AtomicU64 = AtomicU64::new(30_000);
-
-pub fn set_timeout(d: Duration) {
-    TIMEOUT_MS.store(d.as_millis().max(100) as u64, Ordering::Relaxed);
-}
-
-pub fn timeout() -> Duration {
-    Duration::from_millis(TIMEOUT_MS.load(Ordering::Relaxed))
-}
 
 struct Inner {
     text: String,

@@ -2,8 +2,8 @@
 //! first when TLS is asked, then GO with block sizes), and the errors a
 //! server's refusals become.
 
-use super::client::timeout;
 use super::conn::{Conn, Stream};
+use super::timeout;
 use super::tls::{self, Sock, TlsStream};
 use super::uri::{Addr, NbdUri};
 use crate::nbd;

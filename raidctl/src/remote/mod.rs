@@ -10,9 +10,25 @@ pub mod uri;
 use raid_core::member::{DeviceKey, FileMember, MemberRef};
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use uri::looks_like_uri;
+
+/// How long an I/O may take, reconnections included, before the member is
+/// given up (ms; `[remote] timeout_seconds`).
+static TIMEOUT_MS: AtomicU64 = AtomicU64::new(30_000);
+
+/// Sets it (the daemon, from its configuration; at least 100 ms).
+pub fn set_timeout(d: Duration) {
+    TIMEOUT_MS.store(d.as_millis().max(100) as u64, Ordering::Relaxed);
+}
+
+/// What the member client and its handshake give an I/O or a connect.
+pub fn timeout() -> Duration {
+    Duration::from_millis(TIMEOUT_MS.load(Ordering::Relaxed))
+}
 
 /// Opens a member by the name the operator gave: an NBD URI, or a path.
 pub fn open_member(p: &Path) -> io::Result<MemberRef> {

@@ -14,6 +14,7 @@
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::metadata::{BITMAP_BYTES, BITMAP_OFFSET};
+use std::ops::RangeInclusive;
 use std::sync::atomic::AtomicU32;
 
 /// Regions the bitmap can describe (one 4 KiB block of bits).
@@ -91,19 +92,35 @@ impl Bitmap {
 /// Held while a write is in flight in some regions.
 pub(super) struct WriteIntent<'a> {
     bm: &'a Bitmap,
-    regions: std::ops::RangeInclusive<usize>,
+    regions: RangeInclusive<usize>,
 }
 
 impl Drop for WriteIntent<'_> {
     fn drop(&mut self) {
-        let g = self.bm.gen.load(Ordering::Acquire);
-        for r in self.regions.clone() {
+        self.bm.leave(self.regions.clone());
+    }
+}
+
+impl Bitmap {
+    /// Counts a writer into `regions` at the current generation.
+    fn enter(&self, regions: RangeInclusive<usize>) {
+        let g = self.gen.load(Ordering::SeqCst);
+        for r in regions {
+            self.in_flight[r].fetch_add(1, Ordering::SeqCst);
+            self.last_gen[r].fetch_max(g, Ordering::SeqCst);
+        }
+    }
+
+    /// A writer counted into `regions` leaves them.
+    pub(super) fn leave(&self, regions: RangeInclusive<usize>) {
+        let g = self.gen.load(Ordering::Acquire);
+        for r in regions {
             // fetch_max, not store: between the load above and here another
             // writer of this region may have recorded a later generation,
             // and lowering it would let `clear_settled` clear the region
             // after a flush that did not cover that writer's data.
-            self.bm.last_gen[r].fetch_max(g, Ordering::AcqRel);
-            self.bm.in_flight[r].fetch_sub(1, Ordering::AcqRel);
+            self.last_gen[r].fetch_max(g, Ordering::AcqRel);
+            self.in_flight[r].fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -130,6 +147,34 @@ impl Array {
         }
     }
 
+    fn regions_touched(&self, bm: &Bitmap, offset: u64, len: u64) -> RangeInclusive<usize> {
+        let (lo, hi) = self.rows_touched(offset, len);
+        (lo / bm.region_rows) as usize..=(hi / bm.region_rows) as usize
+    }
+
+    /// `intend_write` for a writer that must not block (`async_write`):
+    /// counted in only where every region's bit is durable already and the
+    /// array is within its redundancy. `Some(None)`: no bitmap;
+    /// `Some(Some(regions))`: counted in, to `Bitmap::leave` once; `None`:
+    /// nothing held, the blocking `intend_write` is the way.
+    pub(super) fn try_intend_write(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> Option<Option<RangeInclusive<usize>>> {
+        let Some(bm) = &self.bitmap else {
+            return Some(None);
+        };
+        let regions = self.regions_touched(bm, offset, len);
+        // Counted in before reading the bits, as `intend_write` does.
+        bm.enter(regions.clone());
+        if regions.clone().all(|r| bm.is_durable(r)) && self.within_redundancy() {
+            return Some(Some(regions));
+        }
+        bm.leave(regions);
+        None
+    }
+
     /// Records the intent to write [offset, offset+len): the regions' bits
     /// are durable on every member before this returns.
     ///
@@ -143,15 +188,9 @@ impl Array {
         let Some(bm) = &self.bitmap else {
             return Ok(None);
         };
-        let (lo, hi) = self.rows_touched(offset, len);
-        let regions = (lo / bm.region_rows) as usize..=(hi / bm.region_rows) as usize;
-        let g = bm.gen.load(Ordering::SeqCst);
-        let mut missing = false;
-        for r in regions.clone() {
-            bm.in_flight[r].fetch_add(1, Ordering::SeqCst);
-            bm.last_gen[r].fetch_max(g, Ordering::SeqCst);
-            missing |= !bm.is_durable(r);
-        }
+        let regions = self.regions_touched(bm, offset, len);
+        bm.enter(regions.clone());
+        let missing = !regions.clone().all(|r| bm.is_durable(r));
         let intent = WriteIntent {
             bm,
             regions: regions.clone(),

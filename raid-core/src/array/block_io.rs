@@ -7,7 +7,7 @@ use super::*;
 use crate::stats::Started;
 
 impl Array {
-    fn check_range(&self, offset: u64, len: u64) -> Result<()> {
+    pub(super) fn check_range(&self, offset: u64, len: u64) -> Result<()> {
         if !offset.is_multiple_of(BLOCK) || !len.is_multiple_of(BLOCK) {
             return Err(ArrayError::Unaligned { offset, len });
         }
@@ -24,7 +24,7 @@ impl Array {
     /// Where a request that lies inside one chunk can be read directly: the
     /// slot and member byte offset of a readable copy. None sends it down
     /// the general path.
-    fn direct_target(&self, offset: u64, len: u64) -> Option<(usize, u64)> {
+    pub(super) fn direct_target(&self, offset: u64, len: u64) -> Option<(usize, u64)> {
         let chunk = self.geo.chunk;
         let c = offset / chunk;
         if (offset + len - 1) / chunk != c {
@@ -114,7 +114,7 @@ impl Array {
     /// Whether `buf` must be copied through aligned memory before members
     /// see it: the one place for the O_DIRECT rule, so the level paths below
     /// always get memory every member can take.
-    fn needs_bounce(&self, buf: &[u8]) -> bool {
+    pub(super) fn needs_bounce(&self, buf: &[u8]) -> bool {
         !crate::buf::is_aligned(buf) && self.member_handles().iter().any(|m| m.is_direct())
     }
 

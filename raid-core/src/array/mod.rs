@@ -7,6 +7,7 @@
 //! completed before the flush began is durable on every in-sync member.
 
 mod assemble;
+pub(crate) mod async_write;
 mod bitmap;
 mod block_io;
 mod events;

@@ -26,15 +26,15 @@ const DEGRADED_READ_BATCH: usize = 32;
 
 /// A piece of a request that falls in one chunk.
 #[derive(Clone, Copy, Debug)]
-struct Piece {
-    stripe: u64,
+pub(super) struct Piece {
+    pub stripe: u64,
     /// Data chunk index within the stripe.
-    idx: usize,
+    pub idx: usize,
     /// Byte offset within the chunk.
-    within: u64,
-    len: u64,
+    pub within: u64,
+    pub len: u64,
     /// Byte offset within the request.
-    pos: usize,
+    pub pos: usize,
 }
 
 /// What went wrong inside one stripe attempt.
@@ -47,6 +47,37 @@ enum StepErr {
 impl From<ArrayError> for StepErr {
     fn from(e: ArrayError) -> Self {
         StepErr::Fatal(e)
+    }
+}
+
+/// The columns [lo, hi) the pieces of one stripe's write span.
+pub(super) fn columns(ps: &[Piece]) -> (u64, u64) {
+    let lo = ps.iter().map(|p| p.within).min().unwrap();
+    let hi = ps.iter().map(|p| p.within + p.len).max().unwrap();
+    (lo, hi)
+}
+
+/// The piece that covers data chunk `i`'s columns [lo, hi) entirely, if
+/// one does: reconstruct-write takes that chunk from the request itself.
+pub(super) fn full_piece(ps: &[Piece], i: usize, lo: u64, hi: u64) -> Option<&Piece> {
+    ps.iter()
+        .find(|p| p.idx == i && p.within == lo && p.within + p.len == hi)
+}
+
+/// Data chunk `i`'s new columns in a reconstruct-write: read and merged
+/// (`cols[i]`), or the request's own bytes.
+pub(super) fn new_column<'a>(
+    ps: &[Piece],
+    data: &'a [u8],
+    lo: u64,
+    hi: u64,
+    cols: &'a [Option<AlignedBuf>],
+    i: usize,
+) -> &'a [u8] {
+    match (&cols[i], full_piece(ps, i, lo, hi)) {
+        (Some(b), _) => &b[..],
+        (None, Some(p)) => &data[p.pos..p.pos + p.len as usize],
+        (None, None) => unreachable!("every data chunk is covered or read"),
     }
 }
 
@@ -65,11 +96,11 @@ impl Array {
     }
 
     /// Member byte offset of row `s`, plus `within`.
-    fn row_offset(&self, s: u64, within: u64) -> u64 {
+    pub(super) fn row_offset(&self, s: u64, within: u64) -> u64 {
         DATA_OFFSET + s * self.geo.chunk + within
     }
 
-    fn pieces(&self, offset: u64, len: u64) -> Vec<Piece> {
+    pub(super) fn pieces(&self, offset: u64, len: u64) -> Vec<Piece> {
         let chunk = self.geo.chunk;
         let nd = self.geo.data_chunks() as u64;
         let mut out = Vec::new();
@@ -361,12 +392,7 @@ impl Array {
     fn write_stripe(&self, s: u64, ps: &[Piece], data: &[u8]) -> Result<()> {
         let nd = self.geo.data_chunks();
         let np = self.geo.level.parity_chunks();
-        let lo = ps.iter().map(|p| p.within).min().unwrap();
-        let hi = ps.iter().map(|p| p.within + p.len).max().unwrap();
-        let full = |i: usize| {
-            ps.iter()
-                .any(|p| p.idx == i && p.within == lo && p.within + p.len == hi)
-        };
+        let (lo, hi) = columns(ps);
         loop {
             let map = self.geo.stripe_map(s);
             let missing = (0..nd + np)
@@ -375,9 +401,7 @@ impl Array {
             if missing > np {
                 return Err(self.failed_error());
             }
-            let rmw_reads = ps.len() + np;
-            let rcw_reads = (0..nd).filter(|&i| !full(i)).count();
-            let step = if missing == 0 && rmw_reads < rcw_reads {
+            let step = if missing == 0 && self.prefers_rmw(ps) {
                 self.read_modify_write(s, ps, data, lo, hi)
             } else {
                 self.reconstruct_write(s, ps, data, lo, hi)
@@ -519,15 +543,48 @@ impl Array {
         let mut idxs: Vec<usize> = ps.iter().map(|p| p.idx).collect();
         idxs.extend(nd..nd + np);
         let mut old = self.read_chunks(s, &idxs, lo, hi)?;
+        let new = self.rmw_apply(ps, data, lo, &mut old)?;
+        let mut writes: Vec<(usize, &[u8])> =
+            ps.iter().zip(&new).map(|(p, b)| (p.idx, &b[..])).collect();
+        writes.extend(
+            old[ps.len()..]
+                .iter()
+                .enumerate()
+                .map(|(k, b)| (nd + k, &b[..])),
+        );
+        self.write_chunks(s, &writes, lo)
+    }
+
+    /// Whether read-modify-write reads fewer chunks than reconstruct-write
+    /// for the pieces `ps` of one stripe (every member readable).
+    pub(super) fn prefers_rmw(&self, ps: &[Piece]) -> bool {
+        let rmw_reads = ps.len() + self.geo.level.parity_chunks();
+        let (lo, hi) = columns(ps);
+        let rcw_reads = (0..self.geo.data_chunks())
+            .filter(|&i| full_piece(ps, i, lo, hi).is_none())
+            .count();
+        rmw_reads < rcw_reads
+    }
+
+    /// Read-modify-write's arithmetic. `old` holds the old columns [lo, ..)
+    /// of each piece's chunk, in the pieces' order, then the old parity.
+    /// Returns the new data columns (the old with the request laid over
+    /// them); `old`'s parity becomes the new parity (old + the change: P ^=
+    /// delta, Q ^= g^i * delta, one pass per changed chunk), and its data
+    /// columns the deltas.
+    pub(super) fn rmw_apply(
+        &self,
+        ps: &[Piece],
+        data: &[u8],
+        lo: u64,
+        old: &mut [AlignedBuf],
+    ) -> Result<Vec<AlignedBuf>> {
         let (old_data, old_parity) = old.split_at_mut(ps.len());
-        // New data: the old columns with the request laid over them.
         let mut new: Vec<AlignedBuf> = old_data.to_vec();
         for (p, nb) in ps.iter().zip(new.iter_mut()) {
             let at = (p.within - lo) as usize;
             nb[at..at + p.len as usize].copy_from_slice(&data[p.pos..p.pos + p.len as usize]);
         }
-        // old_data becomes the delta old ^ new, and the parity takes the
-        // change: P ^= delta, Q ^= g^i * delta, one pass per changed chunk.
         for (o, n) in old_data.iter_mut().zip(&new) {
             xor_into(o, n);
         }
@@ -540,10 +597,41 @@ impl Array {
         self.engine
             .update_parity(self.kind(), &deltas, &mut parity)
             .map_err(ArrayError::from)?;
-        let mut writes: Vec<(usize, &[u8])> =
-            ps.iter().zip(&new).map(|(p, b)| (p.idx, &b[..])).collect();
-        writes.extend(old_parity.iter().enumerate().map(|(k, b)| (nd + k, &b[..])));
-        self.write_chunks(s, &writes, lo)
+        Ok(new)
+    }
+
+    /// Reconstruct-write's arithmetic: `cols[i]` holds data chunk `i`'s old
+    /// columns [lo, hi) for every chunk the request does not cover entirely
+    /// (None for those it does); the request is laid over them here, and
+    /// the parity of the new columns returned.
+    pub(super) fn rcw_apply(
+        &self,
+        ps: &[Piece],
+        data: &[u8],
+        lo: u64,
+        hi: u64,
+        cols: &mut [Option<AlignedBuf>],
+    ) -> Result<Vec<AlignedBuf>> {
+        let np = self.geo.level.parity_chunks();
+        for p in ps {
+            if let Some(b) = cols[p.idx].as_mut() {
+                let at = (p.within - lo) as usize;
+                b[at..at + p.len as usize].copy_from_slice(&data[p.pos..p.pos + p.len as usize]);
+            }
+        }
+        let srcs: Vec<&[u8]> = (0..cols.len())
+            .map(|i| new_column(ps, data, lo, hi, cols, i))
+            .collect();
+        let mut parity: Vec<AlignedBuf> = (0..np)
+            .map(|_| AlignedBuf::new((hi - lo) as usize))
+            .collect();
+        match &mut parity[..] {
+            [p] => self.engine.gen_p(&srcs, p),
+            [p, q] => self.engine.gen_pq(&srcs, p, q),
+            _ => unreachable!(),
+        }
+        .map_err(ArrayError::from)?;
+        Ok(parity)
     }
 
     /// Every data chunk's new columns in hand (read, recovered or written),
@@ -557,16 +645,12 @@ impl Array {
         hi: u64,
     ) -> std::result::Result<(), StepErr> {
         let nd = self.geo.data_chunks();
-        let np = self.geo.level.parity_chunks();
-        let width = (hi - lo) as usize;
         let map = self.geo.stripe_map(s);
         // Chunks the request covers entirely are used straight from the
         // caller's buffer; the rest are read (or recovered) and merged.
-        let full_piece = |i: usize| {
-            ps.iter()
-                .find(|p| p.idx == i && p.within == lo && p.within + p.len == hi)
-        };
-        let need: Vec<usize> = (0..nd).filter(|&i| full_piece(i).is_none()).collect();
+        let need: Vec<usize> = (0..nd)
+            .filter(|&i| full_piece(ps, i, lo, hi).is_none())
+            .collect();
         let mut cols: Vec<Option<AlignedBuf>> = (0..nd).map(|_| None).collect();
         if need.iter().any(|&i| !self.readable(map.members[i], s)) {
             for (i, b) in self
@@ -575,7 +659,7 @@ impl Array {
                 .enumerate()
                 .take(nd)
             {
-                if full_piece(i).is_none() {
+                if full_piece(ps, i, lo, hi).is_none() {
                     cols[i] = Some(b);
                 }
             }
@@ -584,28 +668,11 @@ impl Array {
                 cols[*i] = Some(b);
             }
         }
-        for p in ps {
-            if let Some(b) = cols[p.idx].as_mut() {
-                let at = (p.within - lo) as usize;
-                b[at..at + p.len as usize].copy_from_slice(&data[p.pos..p.pos + p.len as usize]);
-            }
-        }
-        let src = |i: usize| -> &[u8] {
-            match (&cols[i], full_piece(i)) {
-                (Some(b), _) => &b[..],
-                (None, Some(p)) => &data[p.pos..p.pos + p.len as usize],
-                (None, None) => unreachable!("every data chunk is covered or read"),
-            }
-        };
-        let srcs: Vec<&[u8]> = (0..nd).map(src).collect();
-        let mut parity: Vec<AlignedBuf> = (0..np).map(|_| AlignedBuf::new(width)).collect();
-        match &mut parity[..] {
-            [p] => self.engine.gen_p(&srcs, p),
-            [p, q] => self.engine.gen_pq(&srcs, p, q),
-            _ => unreachable!(),
-        }
-        .map_err(ArrayError::from)?;
-        let mut writes: Vec<(usize, &[u8])> = ps.iter().map(|p| (p.idx, src(p.idx))).collect();
+        let parity = self.rcw_apply(ps, data, lo, hi, &mut cols)?;
+        let mut writes: Vec<(usize, &[u8])> = ps
+            .iter()
+            .map(|p| (p.idx, new_column(ps, data, lo, hi, &cols, p.idx)))
+            .collect();
         writes.extend(parity.iter().enumerate().map(|(k, b)| (nd + k, &b[..])));
         self.write_chunks(s, &writes, lo)
     }

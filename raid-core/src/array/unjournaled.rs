@@ -32,7 +32,7 @@ pub(super) struct InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.gate.count[self.phase].fetch_sub(1, Ordering::SeqCst);
+        self.gate.leave(self.phase);
     }
 }
 
@@ -41,19 +41,30 @@ impl Unjournaled {
     /// members are all readable: a failure marked before that check is
     /// seen by it, and one marked after waits for this writer.
     pub fn enter(&self) -> InFlight<'_> {
+        InFlight {
+            gate: self,
+            phase: self.enter_raw(),
+        }
+    }
+
+    /// `enter` for a writer that outlives a borrow (`async_write`): the
+    /// phase returned goes back to `leave` exactly once.
+    pub fn enter_raw(&self) -> usize {
         loop {
             let p = self.phase.load(Ordering::SeqCst);
             self.count[p].fetch_add(1, Ordering::SeqCst);
             if self.phase.load(Ordering::SeqCst) == p {
-                return InFlight {
-                    gate: self,
-                    phase: p,
-                };
+                return p;
             }
             // A drain flipped the phase meanwhile and may have seen this
             // phase empty: count in again in the new one.
             self.count[p].fetch_sub(1, Ordering::SeqCst);
         }
+    }
+
+    /// A writer counted in at `phase` leaves.
+    pub fn leave(&self, phase: usize) {
+        self.count[phase].fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Waits for every writer counted in before this call. Callers are

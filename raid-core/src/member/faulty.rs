@@ -161,6 +161,44 @@ impl Member for FaultyMember {
         s.unflushed.clear();
         Ok(())
     }
+    /// Timed I/O goes to a device underneath that serves it, with the
+    /// same faults and power-cut log (not the latency: a caller of timed
+    /// I/O must not be made to sleep).
+    fn timed(&self) -> bool {
+        self.inner.timed()
+    }
+    fn read_timed(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        done: Box<dyn FnOnce() + Send>,
+    ) -> Option<io::Result<()>> {
+        let mut s = self.state.lock();
+        if let Err(e) = self.gate(&mut s, offset, buf.len() as u64) {
+            return Some(Err(e));
+        }
+        drop(s);
+        self.inner.read_timed(buf, offset, done)
+    }
+    fn write_timed(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        done: Box<dyn FnOnce() + Send>,
+    ) -> Option<io::Result<()>> {
+        let mut s = self.state.lock();
+        if let Err(e) = self.gate(&mut s, offset, buf.len() as u64) {
+            return Some(Err(e));
+        }
+        if s.track_power {
+            let mut old = vec![0u8; buf.len()];
+            if let Err(e) = self.inner.read_at(&mut old, offset) {
+                return Some(Err(e));
+            }
+            s.unflushed.push((offset, old));
+        }
+        self.inner.write_timed(buf, offset, done)
+    }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         let mut s = self.state.lock();
         self.gate(&mut s, offset, len)?;

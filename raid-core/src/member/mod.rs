@@ -117,6 +117,10 @@ pub trait Member: Send + Sync {
         let _ = io;
         None
     }
+    /// Whether this member serves `read_timed` and `write_timed`.
+    fn timed(&self) -> bool {
+        false
+    }
     /// Starts a read for a caller that must not block (a shard's event
     /// loop), on a member that completes I/O at a time of its own without
     /// a thread waiting (the simulated drive): the bytes are in `buf` when
@@ -125,6 +129,17 @@ pub trait Member: Send + Sync {
     fn read_timed(
         &self,
         buf: &mut [u8],
+        offset: u64,
+        done: Box<dyn FnOnce() + Send>,
+    ) -> Option<io::Result<()>> {
+        let _ = (buf, offset, done);
+        None
+    }
+    /// `read_timed`'s write: the bytes are taken from `buf` when this
+    /// returns `Some(Ok)`, and `done` is called when the write completes.
+    fn write_timed(
+        &self,
+        buf: &[u8],
         offset: u64,
         done: Box<dyn FnOnce() + Send>,
     ) -> Option<io::Result<()>> {

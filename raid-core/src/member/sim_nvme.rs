@@ -260,6 +260,21 @@ impl Member for SimNvme {
         self.io(true, 0).wait();
         Ok(())
     }
+    fn timed(&self) -> bool {
+        true
+    }
+    fn write_timed(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        done: Box<dyn FnOnce() + Send>,
+    ) -> Option<io::Result<()>> {
+        if let Err(e) = self.ram.write_at(buf, offset) {
+            return Some(Err(e));
+        }
+        self.io_then(true, buf.len(), done);
+        Some(Ok(()))
+    }
     fn read_timed(
         &self,
         buf: &mut [u8],

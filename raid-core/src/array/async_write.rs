@@ -1,0 +1,470 @@
+//! Writes a shard runs without a thread waiting on them (`crate::shard`):
+//! a RAID5/6 write inside one stripe, by read-modify-write or reconstruct
+//! write, and a RAID0 write inside one chunk, while every member they
+//! touch is readable and nothing they need would block: a write-intent bit
+//! not yet durable, a stripe lock another writer holds, an unsettled
+//! journal record, the first write since the array was clean. Every other
+//! write, and each of these that meets such a case, goes to the blocking
+//! path (`Array::write`) with nothing written, so every rule of the write
+//! path beyond this common case stays in one place.
+//!
+//! The same rules as the blocking path, in the same order: counted into the
+//! write-intent bitmap; the stripe's lock from the first read to the last
+//! write; counted in `unjournaled` before the check that every member is
+//! readable, and out of it before member errors fail members, which
+//! happens before the stripe's lock is given up. Here the three are owned
+//! values (`Guards`): the write lives across completions and may end on
+//! another thread.
+//!
+//! The caller (a shard) runs the member I/Os each step asks for (`ios`,
+//! into `io_buf`) and hands back their results (`advance`).
+
+use super::parity_io::{columns, full_piece, new_column, Piece};
+use super::*;
+use crate::buf::AlignedBuf;
+use crate::stats::Started;
+use std::ops::RangeInclusive;
+
+/// Where a member I/O's bytes are: a buffer of the write's own, or a
+/// range of the request's data.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum IoBuf {
+    Own(usize),
+    Data { pos: usize, len: usize },
+}
+
+/// One member I/O a write asks for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MemberOp {
+    pub slot: usize,
+    /// Member byte offset.
+    pub offset: u64,
+    pub buf: IoBuf,
+    pub write: bool,
+}
+
+/// What a write needs next.
+pub(crate) enum Next {
+    /// Run the member I/Os `ios` now lists, then `advance` with their
+    /// results.
+    Io,
+    /// Finished: answer the client.
+    Done(Result<()>),
+    /// Nothing was written: fail these members (they erred on a read),
+    /// then run the write on the blocking path.
+    Blocking(Vec<(usize, MemberRef, io::Error)>),
+    /// Some member write erred or came short: `finish` it on a thread that
+    /// may block (failing a member waits for writers in flight, which may
+    /// include the caller's own).
+    Finish,
+}
+
+enum Shape {
+    /// RAID0: one chunk, one member.
+    Chunk { slot: usize, at: u64 },
+    /// RAID5/6: the pieces of one stripe, by read-modify-write or not.
+    Stripe {
+        s: u64,
+        ps: Vec<Piece>,
+        lo: u64,
+        hi: u64,
+        rmw: bool,
+    },
+}
+
+/// The write's hold on the array, given up when dropped: out of
+/// `unjournaled` first, then the stripe's lock, then the write intent (the
+/// blocking path's order).
+struct Guards {
+    array: Arc<Array>,
+    stripe: Option<u64>,
+    intent: Option<RangeInclusive<usize>>,
+    in_flight: Option<usize>,
+}
+
+impl Guards {
+    fn leave_in_flight(&mut self) {
+        if let Some(p) = self.in_flight.take() {
+            self.array.unjournaled.leave(p);
+        }
+    }
+}
+
+impl Drop for Guards {
+    fn drop(&mut self) {
+        self.leave_in_flight();
+        if let Some(s) = self.stripe.take() {
+            // SAFETY: taken with `try_lock_raw` in `AsyncWrite::start`,
+            // and `take` makes this the one release.
+            unsafe { self.array.locks.unlock_raw(s) };
+        }
+        if let Some(r) = self.intent.take() {
+            if let Some(bm) = &self.array.bitmap {
+                bm.leave(r);
+            }
+        }
+    }
+}
+
+/// A write in progress (see the module's doc).
+pub(crate) struct AsyncWrite {
+    g: Guards,
+    offset: u64,
+    data: AlignedBuf,
+    shape: Shape,
+    /// The write's own buffers: what the reads brought, then what the
+    /// writes take (new columns, parity).
+    bufs: Vec<AlignedBuf>,
+    ios: Vec<MemberOp>,
+    /// The member table the current step's I/Os were planned on.
+    handles: Arc<Vec<MemberRef>>,
+    writing: bool,
+    started: Started,
+}
+
+/// Whether `start` took the write.
+pub(crate) enum Start {
+    Go(Box<AsyncWrite>),
+    /// The blocking path's: the request's data back.
+    Blocking(AlignedBuf),
+}
+
+impl AsyncWrite {
+    /// Plans a write of `data` at `offset` whose member I/Os run where
+    /// `can` says a member can take them without blocking; its first I/Os
+    /// are in `ios`.
+    pub(crate) fn start(
+        array: &Arc<Array>,
+        offset: u64,
+        data: AlignedBuf,
+        can: impl Fn(&dyn Member) -> bool,
+    ) -> Start {
+        let len = data.len() as u64;
+        let a = array.as_ref();
+        // Bad requests, empty ones, a failed or full array, the first write
+        // since clean: the blocking path answers (and marks dirty).
+        if len == 0
+            || a.check_range(offset, len).is_err()
+            || !a.dirty_marked.load(Ordering::Acquire)
+            || !a.within_redundancy()
+            || a.full.load(Ordering::Acquire)
+            || a.needs_bounce(&data)
+        {
+            return Start::Blocking(data);
+        }
+        let shape = match a.geo.level {
+            Level::Raid0 => match a.direct_target(offset, len) {
+                Some((slot, at)) => Shape::Chunk { slot, at },
+                None => return Start::Blocking(data),
+            },
+            Level::Raid5 | Level::Raid6 => {
+                let ps = a.pieces(offset, len);
+                let s = ps[0].stripe;
+                if ps.iter().any(|p| p.stripe != s) {
+                    return Start::Blocking(data);
+                }
+                let (lo, hi) = columns(&ps);
+                let rmw = a.prefers_rmw(&ps);
+                Shape::Stripe { s, ps, lo, hi, rmw }
+            }
+            _ => return Start::Blocking(data),
+        };
+        let handles = Arc::clone(&a.member_handles());
+        let slots: Vec<usize> = match &shape {
+            Shape::Chunk { slot, .. } => vec![*slot],
+            Shape::Stripe { s, .. } => a.geo.stripe_map(*s).members.clone(),
+        };
+        if !slots.iter().all(|&m| can(handles[m].as_ref())) {
+            return Start::Blocking(data);
+        }
+        let mut g = Guards {
+            array: array.clone(),
+            stripe: None,
+            intent: None,
+            in_flight: None,
+        };
+        match a.try_intend_write(offset, len) {
+            Some(intent) => g.intent = intent,
+            None => return Start::Blocking(data),
+        }
+        if let Shape::Stripe { s, .. } = &shape {
+            if !a.locks.try_lock_raw(*s) {
+                return Start::Blocking(data);
+            }
+            g.stripe = Some(*s);
+            // Under the lock: a member that failed since the plan sends the
+            // write to the blocking path (which reconstructs or journals).
+            if !slots.iter().all(|&m| a.readable(m, *s)) {
+                return Start::Blocking(data);
+            }
+        }
+        let mut w = AsyncWrite {
+            g,
+            offset,
+            data,
+            shape,
+            bufs: Vec::new(),
+            ios: Vec::new(),
+            handles,
+            writing: false,
+            started: Started::now(),
+        };
+        match w.plan_reads() {
+            true => Start::Go(Box::new(w)),
+            false => match w.plan_writes() {
+                Some(Ok(())) => Start::Go(Box::new(w)),
+                _ => Start::Blocking(w.give_up()),
+            },
+        }
+    }
+
+    /// The member I/Os of the current step.
+    pub(crate) fn ios(&self) -> &[MemberOp] {
+        &self.ios
+    }
+
+    /// The member table the current step's I/Os were planned on: hold it
+    /// until they complete (it keeps their devices open).
+    pub(crate) fn handles(&self) -> &Arc<Vec<MemberRef>> {
+        &self.handles
+    }
+
+    /// The bytes of I/O `i` of the current step. The buffers are heap
+    /// memory that stays put while the write lives, even as it moves.
+    pub(crate) fn io_buf(&mut self, i: usize) -> &mut [u8] {
+        match self.ios[i].buf {
+            IoBuf::Own(b) => &mut self.bufs[b][..],
+            IoBuf::Data { pos, len } => &mut self.data[pos..pos + len],
+        }
+    }
+
+    /// The offset the client asked to write at.
+    pub(crate) fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Gives the write up with nothing written: its guards released, its
+    /// data back for the blocking path.
+    pub(crate) fn give_up(self) -> AlignedBuf {
+        let AsyncWrite { g, data, .. } = self;
+        drop(g);
+        data
+    }
+
+    /// The reads a read-modify-write (old data and parity) or a
+    /// reconstruct-write (the data chunks the request does not cover)
+    /// needs; false if it needs none.
+    fn plan_reads(&mut self) -> bool {
+        let a = self.g.array.clone();
+        let Shape::Stripe {
+            s,
+            ref ps,
+            lo,
+            hi,
+            rmw,
+        } = self.shape
+        else {
+            return false;
+        };
+        let nd = a.geo.data_chunks();
+        let np = a.geo.level.parity_chunks();
+        let idxs: Vec<usize> = if rmw {
+            ps.iter().map(|p| p.idx).chain(nd..nd + np).collect()
+        } else {
+            (0..nd)
+                .filter(|&i| full_piece(ps, i, lo, hi).is_none())
+                .collect()
+        };
+        let map = a.geo.stripe_map(s);
+        self.bufs = (0..idxs.len())
+            .map(|_| AlignedBuf::new((hi - lo) as usize))
+            .collect();
+        self.ios = idxs
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| MemberOp {
+                slot: map.members[i],
+                offset: a.row_offset(s, lo),
+                buf: IoBuf::Own(k),
+                write: false,
+            })
+            .collect();
+        !self.ios.is_empty()
+    }
+
+    /// After the reads: the new columns and parity computed, counted in
+    /// `unjournaled` and the stripe checked readable, the writes planned.
+    /// `None`: the stripe changed (a member failed, a journal record
+    /// appeared), nothing written.
+    fn plan_writes(&mut self) -> Option<Result<()>> {
+        let a = self.g.array.clone();
+        self.writing = true;
+        let (s, ps, lo, hi, rmw) = match &self.shape {
+            Shape::Chunk { slot, at } => {
+                self.ios = vec![MemberOp {
+                    slot: *slot,
+                    offset: *at,
+                    buf: IoBuf::Data {
+                        pos: 0,
+                        len: self.data.len(),
+                    },
+                    write: true,
+                }];
+                return Some(Ok(()));
+            }
+            Shape::Stripe { s, ps, lo, hi, rmw } => (*s, ps.clone(), *lo, *hi, *rmw),
+        };
+        let nd = a.geo.data_chunks();
+        let np = a.geo.level.parity_chunks();
+        let mut ios: Vec<MemberOp> = Vec::with_capacity(ps.len() + np);
+        let map = a.geo.stripe_map(s);
+        let at = a.row_offset(s, lo);
+        let op = |i: usize, buf: IoBuf| MemberOp {
+            slot: map.members[i],
+            offset: at,
+            buf,
+            write: true,
+        };
+        if rmw {
+            // bufs: old data (becoming deltas), old parity (becoming new).
+            let new = match a.rmw_apply(&ps, &self.data, lo, &mut self.bufs) {
+                Ok(n) => n,
+                Err(e) => return Some(Err(e)),
+            };
+            let first_new = self.bufs.len();
+            self.bufs.extend(new);
+            ios.extend(
+                ps.iter()
+                    .enumerate()
+                    .map(|(k, p)| op(p.idx, IoBuf::Own(first_new + k))),
+            );
+            ios.extend((0..np).map(|k| op(nd + k, IoBuf::Own(ps.len() + k))));
+        } else {
+            let mut read = std::mem::take(&mut self.bufs).into_iter();
+            let mut cols: Vec<Option<AlignedBuf>> = (0..nd)
+                .map(|i| {
+                    full_piece(&ps, i, lo, hi)
+                        .is_none()
+                        .then(|| read.next().expect("read"))
+                })
+                .collect();
+            let parity = match a.rcw_apply(&ps, &self.data, lo, hi, &mut cols) {
+                Ok(p) => p,
+                Err(e) => return Some(Err(e)),
+            };
+            for p in &ps {
+                let buf = match &cols[p.idx] {
+                    Some(_) => IoBuf::Own(self.bufs.len()),
+                    None => {
+                        let b = new_column(&ps, &self.data, lo, hi, &cols, p.idx);
+                        debug_assert_eq!(b.len(), p.len as usize);
+                        IoBuf::Data {
+                            pos: p.pos,
+                            len: p.len as usize,
+                        }
+                    }
+                };
+                if let Some(b) = cols[p.idx].take() {
+                    self.bufs.push(b);
+                }
+                ios.push(op(p.idx, buf));
+            }
+            for (k, b) in parity.into_iter().enumerate() {
+                ios.push(op(nd + k, IoBuf::Own(self.bufs.len())));
+                self.bufs.push(b);
+            }
+        }
+        // Counted in before the readability check (see unjournaled.rs);
+        // a stripe with an unsettled journal record is written through the
+        // journal, by the blocking path.
+        self.g.in_flight = Some(a.unjournaled.enter_raw());
+        let pending = a.journal_any_pending();
+        if pending || !map.members.iter().all(|&m| a.readable(m, s)) {
+            return None;
+        }
+        self.handles = Arc::clone(&a.member_handles());
+        self.ios = ios;
+        Some(Ok(()))
+    }
+
+    /// The current step's I/Os completed with `results` (in `ios` order;
+    /// the caller finished short transfers): what the write needs next.
+    pub(crate) fn advance(&mut self, results: &[io::Result<()>]) -> Next {
+        if !self.writing {
+            let failed: Vec<(usize, MemberRef, io::Error)> = self
+                .ios
+                .iter()
+                .zip(results)
+                .filter_map(|(op, r)| {
+                    let e = r.as_ref().err()?;
+                    let e = io::Error::new(e.kind(), e.to_string());
+                    Some((op.slot, self.handles[op.slot].clone(), e))
+                })
+                .collect();
+            if !failed.is_empty() {
+                return Next::Blocking(failed);
+            }
+            return match self.plan_writes() {
+                Some(Ok(())) => Next::Io,
+                Some(Err(e)) => self.done(Err(e)),
+                None => Next::Blocking(Vec::new()),
+            };
+        }
+        // The writes are done: out before member errors are handled
+        // (failing a member waits for the writers counted in).
+        self.g.leave_in_flight();
+        if results.iter().any(|r| r.is_err()) {
+            return Next::Finish;
+        }
+        self.done(Ok(()))
+    }
+
+    /// The write ends with `r`: counted as the client's write, its guards
+    /// released (by the caller dropping it).
+    fn done(&mut self, r: Result<()>) -> Next {
+        let a = &self.g.array;
+        a.client_io
+            .write
+            .record(self.data.len() as u64, self.started.took(), r.is_ok());
+        Next::Done(r)
+    }
+
+    /// Ends a write whose member writes erred (`Next::Finish`), on a thread
+    /// that may block: members with errors failed, and the result the
+    /// blocking path would give. The stripe's lock is held until then, so
+    /// no other writer reads a chunk its member did not take.
+    pub(crate) fn finish(mut self, results: Vec<io::Result<()>>) -> Result<()> {
+        let a = self.g.array.clone();
+        let errors: Vec<(usize, io::Error)> = self
+            .ios
+            .iter()
+            .zip(results)
+            .filter_map(|(op, r)| r.err().map(|e| (op.slot, e)))
+            .collect();
+        let mut full = false;
+        for (slot, e) in &errors {
+            full |= a.member_write_failed(*slot, &self.handles[*slot], e);
+        }
+        let r = match &self.shape {
+            Shape::Chunk { .. } if !errors.is_empty() => Err(if full {
+                a.no_space_error().expect("just recorded")
+            } else {
+                a.failed_error()
+            }),
+            Shape::Chunk { .. } => Ok(()),
+            Shape::Stripe { s, .. } => {
+                let map = a.geo.stripe_map(*s);
+                let missing = map.members.iter().filter(|&&m| !a.readable(m, *s)).count();
+                match a.no_space_error().filter(|_| full) {
+                    Some(e) => Err(e),
+                    None if missing > a.geo.level.parity_chunks() => Err(a.failed_error()),
+                    None => Ok(()),
+                }
+            }
+        };
+        match self.done(r) {
+            Next::Done(r) => r,
+            _ => unreachable!("done answers Done"),
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! A shard: one thread, its own io_uring, and the requests in flight on
+//! it. The loop, from its inbox (requests from clients, completions from
+//! the simulated drives' timer thread) and its ring's completions, never
+//! blocks on anything but the ring: a sleeping shard is woken by an
+//! eventfd read it keeps armed on the ring, written only when it sleeps.
+//!
+//! Each request in flight has a key in the slab; a member I/O's ring
+//! user_data (or the value a timed I/O posts back) is the key and the
+//! I/O's index within its request (`ud`).
+
+use super::write::WriteOp;
+use super::{answer, Blocking, Fallback, Inbox, Job, ReadJob, Request};
+use crate::array::Array;
+use crate::buf::AlignedBuf;
+use crate::member::{io_path, IoPath, Member, MemberRef};
+use crate::stats::Started;
+use io_uring::{opcode, squeue, types, IoUring};
+use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Ring entries per shard: member I/Os in flight on a shard's ring at
+/// once (more requests wait in its inbox).
+pub(super) const RING: u32 = 256;
+/// user_data of the eventfd read that wakes a sleeping shard.
+const WAKE: u64 = u64::MAX;
+/// Bits of user_data that hold the I/O's index within its request.
+const SUB_BITS: u32 = 16;
+
+/// The user_data of I/O `sub` of the request with slab key `key`.
+pub(super) fn ud(key: usize, sub: usize) -> u64 {
+    ((key as u64) << SUB_BITS) | sub as u64
+}
+
+/// Whether member I/O on `m` goes on a shard's ring.
+pub(super) fn on_ring(m: &dyn Member) -> bool {
+    m.uring_fd().is_some() && io_path() == IoPath::IoUring
+}
+
+/// Whether a shard can run member I/O on `m` without blocking.
+pub(super) fn non_blocking(m: &dyn Member) -> bool {
+    on_ring(m) || m.timed()
+}
+
+/// A read in flight on a shard.
+pub(super) struct ReadOp {
+    job: ReadJob,
+    buf: AlignedBuf,
+    /// The member table the read was planned on: keeps its device open.
+    handles: Arc<Vec<MemberRef>>,
+    slot: usize,
+    started: Started,
+}
+
+pub(super) enum Op {
+    Read(ReadOp),
+    Write(Box<WriteOp>),
+}
+
+pub(super) struct Shard {
+    pub(super) array: Arc<Array>,
+    pub(super) inbox: Arc<Inbox>,
+    ring: IoUring,
+    /// Requests in flight, by key.
+    pub(super) slab: Vec<Option<Op>>,
+    free: Vec<usize>,
+    /// Requests waiting for room on the ring, in arrival order.
+    waiting: VecDeque<Request>,
+    /// Ring entries in flight (pushed, not yet reaped).
+    pub(super) on_ring: u32,
+    /// Entries that found the submission queue full, pushed at the next
+    /// turn (their buffers are held by their requests in the slab).
+    overflow: VecDeque<squeue::Entry>,
+    /// Member I/Os that ended as they started (a timed I/O's error):
+    /// handled at the next reap, as completions are.
+    pub(super) ended: Vec<(u64, i32)>,
+    pub(super) blocking: Blocking,
+    /// Where the eventfd read lands: boxed, so it does not move while the
+    /// kernel holds its address.
+    wake_buf: Box<u64>,
+    armed: bool,
+}
+
+impl Drop for Shard {
+    /// A shard that ends with I/O or its wake-up read still on the ring
+    /// (only by a panic in its own code) leaks their buffers: the kernel
+    /// may still write into them after the ring is closed.
+    fn drop(&mut self) {
+        if self.on_ring > 0 || self.armed {
+            std::mem::forget(std::mem::take(&mut self.slab));
+            std::mem::forget(std::mem::replace(&mut self.wake_buf, Box::new(0)));
+        }
+    }
+}
+
+impl Shard {
+    pub(super) fn new(
+        array: Arc<Array>,
+        inbox: Arc<Inbox>,
+        ring: IoUring,
+        blocking: Blocking,
+    ) -> Shard {
+        Shard {
+            array,
+            inbox,
+            ring,
+            slab: Vec::new(),
+            free: Vec::new(),
+            waiting: VecDeque::new(),
+            on_ring: 0,
+            overflow: VecDeque::new(),
+            ended: Vec::new(),
+            blocking,
+            wake_buf: Box::new(0),
+            armed: false,
+        }
+    }
+
+    pub(super) fn run(mut self) {
+        let mut stopping = false;
+        loop {
+            let jobs = std::mem::take(&mut *self.inbox.jobs.lock());
+            for j in jobs {
+                match j {
+                    // In arrival order, behind any waiting for room.
+                    Job::Request(r) => self.waiting.push_back(r),
+                    Job::Timed(ud) => self.complete(ud, None),
+                    Job::Stop => stopping = true,
+                }
+            }
+            // Until nothing moves: reap what completed, start what waits
+            // while the ring has room, and submit (I/O on files in the
+            // page cache completes inside the submission).
+            loop {
+                let reaped = self.reap();
+                let mut started = 0;
+                while let Some(r) = self.waiting.front() {
+                    let need = match r {
+                        Request::Read(_) => 1,
+                        Request::Write(_) => self.array.geometry().members as u32,
+                    };
+                    if self.on_ring + need > RING {
+                        break;
+                    }
+                    match self.waiting.pop_front().expect("looked at") {
+                        Request::Read(r) => self.start_read(r),
+                        Request::Write(w) => self.start_write(w),
+                    }
+                    started += 1;
+                }
+                self.submit();
+                if reaped == 0 && started == 0 {
+                    break;
+                }
+            }
+            let busy = self.slab.len() > self.free.len();
+            if stopping && !busy && self.waiting.is_empty() {
+                return self.disarm_wake();
+            }
+            if !self.inbox.jobs.lock().is_empty() || !self.ended.is_empty() {
+                continue;
+            }
+            // Nothing to do now (what waits, waits for the ring's room):
+            // sleep in the ring until a completion or a wake-up.
+            self.arm_wake();
+            self.inbox.sleeping.store(true, Ordering::SeqCst);
+            if !self.inbox.jobs.lock().is_empty() {
+                self.inbox.sleeping.store(false, Ordering::SeqCst);
+                continue;
+            }
+            self.enter(1);
+            self.inbox.sleeping.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Submits what is queued on the ring, waiting for `want` completions.
+    fn enter(&mut self, want: usize) {
+        loop {
+            match self.ring.submit_and_wait(want) {
+                Ok(_) => return,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    // The completion queue is full: the caller reaps.
+                    return;
+                }
+                Err(e) => {
+                    tracing::error!("shard: io_uring_enter: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn submit(&mut self) {
+        while let Some(e) = self.overflow.pop_front() {
+            // SAFETY: as when it was first pushed (see `push`).
+            if unsafe { self.ring.submission().push(&e) }.is_err() {
+                self.overflow.push_front(e);
+                break;
+            }
+        }
+        if !self.ring.submission().is_empty() {
+            self.enter(0);
+        }
+    }
+
+    /// Puts an entry on the ring (or, with the submission queue full, in
+    /// `overflow` for the next turn), counted in flight.
+    ///
+    /// # Safety
+    /// The entry's buffer and file stay valid until its completion is
+    /// reaped: the request that owns them stays in the slab until then.
+    pub(super) unsafe fn push(&mut self, e: squeue::Entry) {
+        self.on_ring += 1;
+        if !self.overflow.is_empty() {
+            return self.overflow.push_back(e);
+        }
+        // SAFETY: the caller's promise.
+        if unsafe { self.ring.submission().push(&e) }.is_err() {
+            self.overflow.push_back(e);
+        }
+    }
+
+    /// At the end: the eventfd read must not outlive `wake_buf`, so it is
+    /// completed (by a write of our own) and reaped before the shard goes.
+    fn disarm_wake(&mut self) {
+        while self.armed {
+            self.inbox.ring_bell();
+            self.enter(1);
+            self.reap();
+        }
+    }
+
+    /// Keeps one read of the eventfd on the ring.
+    fn arm_wake(&mut self) {
+        if self.armed {
+            return;
+        }
+        let e = opcode::Read::new(
+            types::Fd(self.inbox.wake.as_raw_fd()),
+            (&mut *self.wake_buf as *mut u64).cast(),
+            8,
+        )
+        .build()
+        .user_data(WAKE);
+        // SAFETY: `wake_buf` is boxed; the shard completes this read
+        // before it ends (`disarm_wake`), or leaks the buffer if it ends
+        // otherwise (`Drop for Shard`).
+        for _ in 0..2 {
+            if unsafe { self.ring.submission().push(&e) }.is_ok() {
+                self.armed = true;
+                return;
+            }
+            // The submission queue is full: send it, then there is room.
+            self.enter(0);
+        }
+        tracing::error!("shard: no room on the ring for its wake-up read");
+    }
+
+    pub(super) fn key(&mut self, op: Op) -> usize {
+        match self.free.pop() {
+            Some(k) => {
+                self.slab[k] = Some(op);
+                k
+            }
+            None => {
+                self.slab.push(Some(op));
+                self.slab.len() - 1
+            }
+        }
+    }
+
+    /// Takes request `k` out of the slab.
+    pub(super) fn remove(&mut self, k: usize) -> Op {
+        let op = self.slab[k].take().expect("a request in flight");
+        self.free.push(k);
+        op
+    }
+
+    /// Starts a read: on the ring, as a timed read, or on the blocking path.
+    fn start_read(&mut self, job: ReadJob) {
+        let Some((handles, slot, at)) = self.array.direct_read(job.offset, job.len as u64) else {
+            return self.to_fallback(job, None);
+        };
+        let m = handles[slot].clone();
+        let mut f = ReadOp {
+            buf: AlignedBuf::new(job.len),
+            job,
+            handles,
+            slot,
+            started: Started::now(),
+        };
+        if on_ring(m.as_ref()) {
+            let fd = m.uring_fd().expect("checked");
+            let (ptr, len) = (f.buf.as_mut_ptr(), f.buf.len() as u32);
+            let k = self.key(Op::Read(f));
+            let e = opcode::Read::new(types::Fd(fd), ptr, len)
+                .offset(at)
+                .build()
+                .user_data(ud(k, 0));
+            // SAFETY: the buffer is owned by the slab entry `k` (its heap
+            // memory does not move) and freed only after this read's
+            // completion is reaped; the fd stays open through the member
+            // handles held with it.
+            return unsafe { self.push(e) };
+        }
+        // A member that completes on its own time, or the blocking path.
+        let inbox = self.inbox.clone();
+        let buf: *mut [u8] = &mut f.buf[..];
+        let k = self.key(Op::Read(f));
+        let started = m.read_timed(
+            // SAFETY: `buf` points into the slab entry's buffer, alive
+            // until the read is finished; read_timed copies into it before
+            // returning.
+            unsafe { &mut *buf },
+            at,
+            Box::new(move || inbox.push(Job::Timed(ud(k, 0)))),
+        );
+        match started {
+            Some(Ok(())) => {}
+            Some(Err(e)) => self.finish_read(k, Err(e)),
+            None => {
+                let Op::Read(f) = self.remove(k) else {
+                    unreachable!("just put")
+                };
+                self.to_fallback(f.job, None);
+            }
+        }
+    }
+
+    fn to_fallback(&self, job: ReadJob, failed: Option<(usize, MemberRef, std::io::Error)>) {
+        self.blocking.send(Fallback::Read { job, failed });
+    }
+
+    /// Reaps the ring's completions and the I/Os that ended as they
+    /// started; returns how many there were.
+    fn reap(&mut self) -> usize {
+        let mut done: Vec<(u64, i32)> = std::mem::take(&mut self.ended);
+        let n_ended = done.len();
+        done.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+        let mut n = 0;
+        for (i, (ud, res)) in done.into_iter().enumerate() {
+            if ud == WAKE {
+                self.armed = false;
+                continue;
+            }
+            if i >= n_ended {
+                self.on_ring -= 1;
+            }
+            n += 1;
+            self.complete(ud, Some(res));
+        }
+        n
+    }
+
+    /// Member I/O `ud` completed: `res` as a ring's (bytes moved or
+    /// -errno), or None for a timed I/O that moved all its bytes.
+    fn complete(&mut self, ud: u64, res: Option<i32>) {
+        let k = (ud >> SUB_BITS) as usize;
+        let sub = (ud & ((1 << SUB_BITS) - 1)) as usize;
+        match &self.slab[k] {
+            Some(Op::Read(f)) => {
+                let want = f.buf.len();
+                match res {
+                    Some(r) if r >= 0 && r as usize != want => {
+                        // A short read says nothing against the member:
+                        // the blocking path reads it whole.
+                        let Op::Read(f) = self.remove(k) else {
+                            unreachable!("matched")
+                        };
+                        self.to_fallback(f.job, None);
+                    }
+                    Some(r) if r < 0 => {
+                        self.finish_read(k, Err(std::io::Error::from_raw_os_error(-r)))
+                    }
+                    _ => self.finish_read(k, Ok(())),
+                }
+            }
+            Some(Op::Write(_)) => self.write_io_done(k, sub, res),
+            None => tracing::error!("shard: a completion for no request ({ud:#x})"),
+        }
+    }
+
+    /// A read reached its end: counted, answered, or sent to the blocking
+    /// path after failing its member.
+    fn finish_read(&mut self, k: usize, r: std::io::Result<()>) {
+        let Op::Read(f) = self.remove(k) else {
+            unreachable!("a read")
+        };
+        let m = &f.handles[f.slot];
+        self.array
+            .count_direct_read(m.as_ref(), f.buf.len(), f.started, r.is_ok());
+        match r {
+            Ok(()) => {
+                self.blocking
+                    .counts
+                    .on_shards
+                    .fetch_add(1, Ordering::Relaxed);
+                answer(f.job.done, Ok(f.buf));
+            }
+            Err(e) => {
+                let m = m.clone();
+                self.to_fallback(f.job, Some((f.slot, m, e)));
+            }
+        }
+    }
+}

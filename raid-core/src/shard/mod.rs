@@ -1,0 +1,343 @@
+//! The asynchronous data path's first pieces (`docs/architecture.md`,
+//! "shards and completions"): reads and writes answered through a
+//! completion, many in flight per thread, on shards that each run an event
+//! loop over their own io_uring (`event_loop.rs`).
+//!
+//! A read inside one chunk whose member is readable (the common 4 KiB
+//! read) is served by a shard without a thread waiting for it: on a
+//! member with a file descriptor it is a read SQE on the shard's ring; on
+//! a member that completes I/O at a time of its own (the simulated drive:
+//! `Member::read_timed`) it is started and its completion posted back to
+//! the shard.
+//!
+//! A write inside one RAID5/6 stripe (or one RAID0 chunk) on an array
+//! whose members are all readable is a state machine the stripe's shard
+//! runs (`write.rs`, the rules in `array::async_write`): its reads, then
+//! its parity, then its writes, each step's member I/Os in flight together
+//! and no thread waiting.
+//!
+//! Every other request (across chunks or stripes, degraded, RAID1/10, on
+//! a member that can do neither, one whose member erred, one that would
+//! have to wait for a lock or a bitmap write) goes to a small pool of
+//! threads running the blocking `Array::read` / `Array::write`, so each
+//! rule of those paths (reconstruction, the journal, failing a member,
+//! membership changes) stays in one place. A shard's write whose member
+//! writes erred is ended by a thread of its own (failing a member may
+//! wait for writers in flight, which the shards must go on serving).
+//!
+//! Rebuild and scrub still run on the blocking engine; the stripe lock
+//! table keeps both engines' writers and them apart (a shard takes a
+//! stripe's lock only if it is free, and hands the write to the blocking
+//! path otherwise).
+
+mod event_loop;
+mod write;
+
+use crate::array::async_write::AsyncWrite;
+use crate::array::{Array, ArrayError};
+use crate::buf::AlignedBuf;
+use crate::layout::Level;
+use crate::member::MemberRef;
+use event_loop::Shard;
+use io_uring::IoUring;
+use parking_lot::Mutex;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+
+/// What a read hands back: its buffer (exactly the length asked), or why
+/// it failed.
+pub type ReadResult = std::result::Result<AlignedBuf, ArrayError>;
+/// Called once when a read completes, on a shard's thread or a fallback
+/// thread: it should hand the result on and return, not block, and must
+/// not drop the last handle to the `Engine` (its drop joins that thread).
+pub type ReadDone = Box<dyn FnOnce(ReadResult) + Send>;
+/// Called once when a write completes; as `ReadDone`.
+pub type WriteDone = Box<dyn FnOnce(std::result::Result<(), ArrayError>) + Send>;
+
+/// Threads running requests the shards do not serve themselves.
+const FALLBACK_THREADS: usize = 8;
+
+/// How many requests the shards served themselves, and how many they sent
+/// to the blocking path.
+#[derive(Default, Debug)]
+pub struct Counts {
+    pub on_shards: AtomicU64,
+    pub blocking: AtomicU64,
+    pub writes_on_shards: AtomicU64,
+    pub writes_blocking: AtomicU64,
+    /// Shard writes whose member writes erred, ended on a blocking thread
+    /// (counted in `writes_on_shards` too).
+    pub write_errors: AtomicU64,
+}
+
+/// Shards serving one array's reads and writes.
+pub struct Engine {
+    array: Arc<Array>,
+    counts: Arc<Counts>,
+    shards: Vec<Arc<Inbox>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    fallback: Option<mpsc::Sender<Fallback>>,
+}
+
+struct ReadJob {
+    offset: u64,
+    len: usize,
+    done: ReadDone,
+}
+
+struct WriteJob {
+    offset: u64,
+    data: AlignedBuf,
+    done: WriteDone,
+}
+
+enum Request {
+    Read(ReadJob),
+    Write(WriteJob),
+}
+
+/// Work for the blocking threads. `failed`: members that erred on the
+/// shard's attempt, to be failed first.
+enum Fallback {
+    Read {
+        job: ReadJob,
+        failed: Option<(usize, MemberRef, std::io::Error)>,
+    },
+    Write {
+        job: WriteJob,
+        failed: Vec<(usize, MemberRef, std::io::Error)>,
+    },
+    /// A shard's write whose member writes erred (`AsyncWrite::finish`).
+    Finish {
+        w: Box<AsyncWrite>,
+        results: Vec<std::io::Result<()>>,
+        done: WriteDone,
+    },
+}
+
+enum Job {
+    Request(Request),
+    /// A timed member I/O (its ring user_data) reached its completion time.
+    Timed(u64),
+    Stop,
+}
+
+/// A shard's inbox, shared with clients and the timer thread.
+struct Inbox {
+    jobs: Mutex<Vec<Job>>,
+    sleeping: AtomicBool,
+    wake: OwnedFd,
+}
+
+impl Inbox {
+    fn push(&self, j: Job) {
+        self.jobs.lock().push(j);
+        // The shard sets `sleeping` before its last look at the inbox, so
+        // either it sees this job or this sees it asleep (SeqCst on both
+        // sides, and the inbox lock between them).
+        if self.sleeping.swap(false, Ordering::SeqCst) {
+            self.ring_bell();
+        }
+    }
+
+    /// Completes the shard's armed eventfd read.
+    fn ring_bell(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// Where the blocking work goes: the fallback pool, and the thread that
+/// ends erred writes (kept apart: a fallback write may wait for a stripe
+/// lock that only an ended write gives up).
+#[derive(Clone)]
+struct Blocking {
+    fallback: mpsc::Sender<Fallback>,
+    finisher: mpsc::Sender<Fallback>,
+    counts: Arc<Counts>,
+}
+
+impl Blocking {
+    fn send(&self, f: Fallback) {
+        let (to, counter) = match &f {
+            Fallback::Read { .. } => (&self.fallback, &self.counts.blocking),
+            Fallback::Write { .. } => (&self.fallback, &self.counts.writes_blocking),
+            Fallback::Finish { .. } => (&self.finisher, &self.counts.writes_on_shards),
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if matches!(f, Fallback::Finish { .. }) {
+            self.counts.write_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Err(mpsc::SendError(f)) = to.send(f) {
+            let stopping = || ArrayError::Invalid("the array's I/O engine is stopping".into());
+            match f {
+                Fallback::Read { job, .. } => answer(job.done, Err(stopping())),
+                Fallback::Write { job, .. } => answer(job.done, Err(stopping())),
+                // Unreachable while a shard runs (the engine joins the
+                // shards before it drops the finisher's channel).
+                Fallback::Finish { done, .. } => answer(done, Err(stopping())),
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Starts `shards` shards (at least one) and the blocking threads.
+    pub fn start(array: Arc<Array>, shards: usize) -> std::io::Result<Engine> {
+        // Every shard's eventfd and ring first: a machine without io_uring
+        // fails here, with nothing started.
+        let mut parts = Vec::new();
+        for _ in 0..shards.max(1) {
+            // SAFETY: eventfd returns a new descriptor or -1.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let inbox = Arc::new(Inbox {
+                jobs: Mutex::new(Vec::new()),
+                sleeping: AtomicBool::new(false),
+                // SAFETY: `fd` is a descriptor we just opened and own.
+                wake: unsafe { OwnedFd::from_raw_fd(fd) },
+            });
+            parts.push((inbox, IoUring::new(event_loop::RING + 1)?));
+        }
+        let (ftx, frx) = mpsc::channel::<Fallback>();
+        let frx = Arc::new(Mutex::new(frx));
+        let (fin_tx, fin_rx) = mpsc::channel::<Fallback>();
+        let fin_rx = Arc::new(Mutex::new(fin_rx));
+        let counts = Arc::new(Counts::default());
+        let mut engine = Engine {
+            array: array.clone(),
+            counts: counts.clone(),
+            shards: Vec::new(),
+            threads: Vec::new(),
+            fallback: Some(ftx.clone()),
+        };
+        for i in 0..=FALLBACK_THREADS {
+            let a = array.clone();
+            let (rx, name) = match i {
+                FALLBACK_THREADS => (fin_rx.clone(), "write-finisher".to_string()),
+                _ => (frx.clone(), format!("io-fallback-{i}")),
+            };
+            engine.threads.push(
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || fallback_loop(&a, &rx))?,
+            );
+        }
+        let blocking = Blocking {
+            fallback: ftx,
+            finisher: fin_tx,
+            counts,
+        };
+        for (i, (inbox, ring)) in parts.into_iter().enumerate() {
+            let shard = Shard::new(array.clone(), inbox.clone(), ring, blocking.clone());
+            // On an error here, dropping `engine` stops what started.
+            engine.threads.push(
+                std::thread::Builder::new()
+                    .name(format!("shard-{i}"))
+                    .spawn(move || shard.run())?,
+            );
+            engine.shards.push(inbox);
+        }
+        Ok(engine)
+    }
+
+    /// Requests served so far, by path.
+    pub fn counts(&self) -> &Counts {
+        &self.counts
+    }
+
+    /// Reads `len` bytes at `offset` (4 KiB aligned, inside the array);
+    /// `done` gets the data or the error. Returns at once.
+    pub fn read(&self, offset: u64, len: usize, done: ReadDone) {
+        let chunk = offset / self.array.geometry().chunk;
+        self.shard_of(chunk)
+            .push(Job::Request(Request::Read(ReadJob { offset, len, done })));
+    }
+
+    /// Writes `data` at `offset` (4 KiB aligned, inside the array); `done`
+    /// gets the outcome, with the same meaning as `Array::write`'s: Ok once
+    /// every member that is to hold it took it (durable after a `flush`).
+    /// Returns at once.
+    pub fn write(&self, offset: u64, data: AlignedBuf, done: WriteDone) {
+        // A RAID5/6 stripe's writes go to one shard, which holds its lock
+        // for each in turn; other levels spread by chunk.
+        let geo = self.array.geometry();
+        let key = match geo.level {
+            Level::Raid5 | Level::Raid6 => offset / geo.stripe_data_bytes(),
+            _ => offset / geo.chunk,
+        };
+        self.shard_of(key)
+            .push(Job::Request(Request::Write(WriteJob {
+                offset,
+                data,
+                done,
+            })));
+    }
+
+    fn shard_of(&self, key: u64) -> &Inbox {
+        &self.shards[(key % self.shards.len() as u64) as usize]
+    }
+}
+
+impl Drop for Engine {
+    /// Stops the shards once the requests they hold completed, then the
+    /// blocking threads once theirs did.
+    fn drop(&mut self) {
+        for s in &self.shards {
+            s.push(Job::Stop);
+        }
+        let n = self.threads.len();
+        let shard_threads: Vec<_> = self
+            .threads
+            .drain((FALLBACK_THREADS + 1).min(n)..n)
+            .collect();
+        for t in shard_threads {
+            let _ = t.join();
+        }
+        // The shards held the other senders.
+        drop(self.fallback.take());
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs a caller's `done`: a panic in it is the caller's, and must not
+/// unwind through a shard (whose ring may hold I/Os into its buffers) or
+/// end a blocking thread.
+fn answer<T>(done: Box<dyn FnOnce(T) + Send>, r: T) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| done(r))).is_err() {
+        tracing::error!("shard: a request's completion callback panicked");
+    }
+}
+
+fn fallback_loop(array: &Array, rx: &Mutex<mpsc::Receiver<Fallback>>) {
+    loop {
+        let f = match rx.lock().recv() {
+            Ok(f) => f,
+            Err(_) => return,
+        };
+        match f {
+            Fallback::Read { job, failed } => {
+                if let Some((slot, m, e)) = &failed {
+                    array.direct_read_failed(*slot, m, e);
+                }
+                let mut buf = AlignedBuf::new(job.len);
+                let r = array.read(job.offset, &mut buf).map(|()| buf);
+                answer(job.done, r);
+            }
+            Fallback::Write { job, failed } => {
+                for (slot, m, e) in &failed {
+                    array.direct_read_failed(*slot, m, e);
+                }
+                let r = array.write(job.offset, &job.data);
+                answer(job.done, r);
+            }
+            Fallback::Finish { w, results, done } => answer(done, w.finish(results)),
+        }
+    }
+}

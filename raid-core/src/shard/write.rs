@@ -1,0 +1,190 @@
+//! Writes on a shard: each step's member I/Os (`AsyncWrite::ios`) started
+//! together, on the ring or as timed I/Os, their results gathered, and the
+//! write advanced when the last one is in. A short transfer goes on from
+//! where it stopped, as the blocking path's ring does.
+
+use super::event_loop::{non_blocking, on_ring, ud, Op, Shard};
+use super::{answer, Fallback, Job, WriteDone, WriteJob};
+use crate::array::async_write::{AsyncWrite, Next, Start};
+use crate::stats::Started;
+use io_uring::{opcode, types};
+use std::io;
+use std::sync::atomic::Ordering;
+
+/// A write in flight on a shard.
+pub(super) struct WriteOp {
+    w: Box<AsyncWrite>,
+    done: WriteDone,
+    /// The current step's I/Os: bytes moved so far, and each one's result
+    /// once it has one.
+    moved: Vec<usize>,
+    results: Vec<Option<io::Result<()>>>,
+    left: usize,
+    started: Started,
+}
+
+impl Shard {
+    /// Starts a write on this shard, or hands it to the blocking path.
+    pub(super) fn start_write(&mut self, job: WriteJob) {
+        let WriteJob { offset, data, done } = job;
+        match AsyncWrite::start(&self.array, offset, data, non_blocking) {
+            Start::Go(w) => {
+                let op = WriteOp {
+                    w,
+                    done,
+                    moved: Vec::new(),
+                    results: Vec::new(),
+                    left: 0,
+                    started: Started::now(),
+                };
+                let k = self.key(Op::Write(Box::new(op)));
+                self.start_step(k);
+            }
+            Start::Blocking(data) => {
+                let job = WriteJob { offset, data, done };
+                self.blocking.send(Fallback::Write {
+                    job,
+                    failed: Vec::new(),
+                });
+            }
+        }
+    }
+
+    fn op(&mut self, k: usize) -> &mut WriteOp {
+        match self.slab[k].as_mut() {
+            Some(Op::Write(op)) => op,
+            _ => unreachable!("a write in flight"),
+        }
+    }
+
+    /// Starts every I/O of write `k`'s current step.
+    fn start_step(&mut self, k: usize) {
+        let op = self.op(k);
+        let n = op.w.ios().len();
+        op.moved = vec![0; n];
+        op.results = (0..n).map(|_| None).collect();
+        op.left = n;
+        op.started = Started::now();
+        for i in 0..n {
+            self.issue(k, i);
+        }
+    }
+
+    /// Starts I/O `i` of write `k`'s step, from the bytes it has moved.
+    fn issue(&mut self, k: usize, i: usize) {
+        let inbox = self.inbox.clone();
+        let op = self.op(k);
+        let io = op.w.ios()[i];
+        let m = op.w.handles()[io.slot].clone();
+        let from = op.moved[i];
+        let buf = &mut op.w.io_buf(i)[from..];
+        let (ptr, len, at) = (buf.as_mut_ptr(), buf.len(), io.offset + from as u64);
+        if on_ring(m.as_ref()) {
+            let fd = types::Fd(m.uring_fd().expect("checked"));
+            let e = if io.write {
+                opcode::Write::new(fd, ptr, len as u32).offset(at).build()
+            } else {
+                opcode::Read::new(fd, ptr, len as u32).offset(at).build()
+            };
+            // SAFETY: the buffer belongs to the write in slab entry `k`
+            // (heap memory that does not move), which stays there until
+            // this I/O's completion is reaped; the fd stays open through
+            // the member handles the write holds.
+            return unsafe { self.push(e.user_data(ud(k, i))) };
+        }
+        let posted = ud(k, i);
+        let then: Box<dyn FnOnce() + Send> = Box::new(move || inbox.push(Job::Timed(posted)));
+        // SAFETY: as above; a timed I/O moves its bytes before returning.
+        let buf = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+        let started = if io.write {
+            m.write_timed(buf, at, then)
+        } else {
+            m.read_timed(buf, at, then)
+        };
+        let errno = match started {
+            Some(Ok(())) => return,
+            Some(Err(e)) => e.raw_os_error().unwrap_or(libc::EIO),
+            None => libc::EOPNOTSUPP,
+        };
+        self.ended.push((posted, -errno));
+    }
+
+    /// I/O `i` of write `k` completed (`res` as in `Shard::complete`).
+    pub(super) fn write_io_done(&mut self, k: usize, i: usize, res: Option<i32>) {
+        let array = self.array.clone();
+        let op = self.op(k);
+        let len = op.w.io_buf(i).len();
+        let r = match res {
+            None => Ok(len),
+            Some(r) if r < 0 => Err(io::Error::from_raw_os_error(-r)),
+            Some(0) => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the member moved no bytes",
+            )),
+            Some(r) => Ok(op.moved[i] + r as usize),
+        };
+        let r = match r {
+            Ok(n) if n < len => {
+                op.moved[i] = n;
+                return self.issue(k, i);
+            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        };
+        let io = op.w.ios()[i];
+        let m = op.w.handles()[io.slot].clone();
+        crate::member::count_took(m.as_ref(), !io.write, len, op.started.took(), r.is_ok());
+        drop(array);
+        op.results[i] = Some(r);
+        op.left -= 1;
+        if op.left == 0 {
+            self.advance(k);
+        }
+    }
+
+    /// Every I/O of write `k`'s step is in: the next step, or its end.
+    fn advance(&mut self, k: usize) {
+        let op = self.op(k);
+        let results: Vec<io::Result<()>> = op
+            .results
+            .drain(..)
+            .map(|r| r.expect("every I/O is in"))
+            .collect();
+        match op.w.advance(&results) {
+            Next::Io => self.start_step(k),
+            Next::Done(r) => {
+                let Op::Write(op) = self.remove(k) else {
+                    unreachable!("a write")
+                };
+                // Its guards go before the client hears.
+                drop(op.w);
+                let counts = &self.blocking.counts;
+                counts.writes_on_shards.fetch_add(1, Ordering::Relaxed);
+                answer(op.done, r);
+            }
+            Next::Blocking(failed) => {
+                let Op::Write(op) = self.remove(k) else {
+                    unreachable!("a write")
+                };
+                let offset = op.w.offset();
+                let data = op.w.give_up();
+                let job = WriteJob {
+                    offset,
+                    data,
+                    done: op.done,
+                };
+                self.blocking.send(Fallback::Write { job, failed });
+            }
+            Next::Finish => {
+                let Op::Write(op) = self.remove(k) else {
+                    unreachable!("a write")
+                };
+                self.blocking.send(Fallback::Finish {
+                    w: op.w,
+                    results,
+                    done: op.done,
+                });
+            }
+        }
+    }
+}

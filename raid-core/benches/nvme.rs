@@ -13,10 +13,10 @@
 //! threads cost scheduling as well; the bare drives pay it too, so the
 //! ratio is the engine's.
 //!
-//! Second table: reads through the shards (`raid_core::shard::Engine`, one
-//! per core), queue depth being the reads kept in flight by one thread,
-//! against the bare drives driven the same way (each read started, its
-//! completion posted back by the drives' timer).
+//! Second table: reads and writes through the shards
+//! (`raid_core::shard::Engine`, one per core), queue depth being the I/Os
+//! kept in flight by one thread, against the bare drives driven the same
+//! way (each I/O started, its completion posted back by the drives' timer).
 
 use raid_core::array::{Array, CreateOptions};
 use raid_core::buf::AlignedBuf;
@@ -231,18 +231,22 @@ fn main() {
             }
         }
     }
-    // Reads through the shards, many in flight from one thread.
+    // Reads and writes through the shards, many in flight from one thread.
     let cores = rayon::current_num_threads();
-    println!("\n| level | job | QD | array (shards) IOPS | bare IOPS | ratio | array p50 / p99 us | bare p50 / p99 us |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("\n| level | job | QD | array (shards) IOPS | bare IOPS | ratio | bound | of bound | array p50 / p99 us | bare p50 / p99 us |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let bare_blocks = bare.size() / BS as u64;
-    let bare_start = |off: u64, done: Box<dyn FnOnce() + Send>| {
+    let bare_start = |write: bool, off: u64, done: Box<dyn FnOnce() + Send>| {
         let m = &bare.0[(off / MEMBER_DATA) as usize];
+        let at = DATA_OFFSET + off % MEMBER_DATA;
         // The bytes move at the start (RAM): one scratch buffer serves all.
         let mut scratch = [0u8; BS];
-        m.read_timed(&mut scratch, DATA_OFFSET + off % MEMBER_DATA, done)
-            .expect("a simulated drive")
-            .unwrap();
+        match write {
+            true => m.write_timed(&scratch, at, done),
+            false => m.read_timed(&mut scratch, at, done),
+        }
+        .expect("a simulated drive")
+        .unwrap();
     };
     for level in [Level::Raid0, Level::Raid5, Level::Raid6] {
         if only.as_ref().is_some_and(|o| *o != level.to_string()) {
@@ -260,35 +264,72 @@ fn main() {
             )
             .unwrap(),
         );
+        // The first write marks the array dirty: the blocking path's.
+        a.write(0, &AlignedBuf::new(BS)).unwrap();
         let blocks = a.capacity() / BS as u64;
         let shards = std::env::var("BENCH_SHARDS")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(cores);
         let e = raid_core::shard::Engine::start(a, shards).unwrap();
-        let array_start = |off: u64, done: Box<dyn FnOnce() + Send>| {
-            e.read(
-                off,
-                BS,
-                Box::new(move |r| {
-                    r.expect("a read");
-                    done();
-                }),
-            )
+        let array_start = |write: bool, off: u64, done: Box<dyn FnOnce() + Send>| {
+            if write {
+                let mut b = AlignedBuf::new(BS);
+                b[..8].copy_from_slice(&off.to_le_bytes());
+                e.write(
+                    off,
+                    b,
+                    Box::new(move |r| {
+                        r.expect("a write");
+                        done();
+                    }),
+                )
+            } else {
+                e.read(
+                    off,
+                    BS,
+                    Box::new(move |r| {
+                        r.expect("a read");
+                        done();
+                    }),
+                )
+            }
         };
-        for &qd in &depths {
-            let b = run_async(&bare_start, bare_blocks, qd, dur);
-            let r = run_async(&array_start, blocks, qd, dur);
-            println!(
-                "| {level} | 4k randread | {qd} | {:.0} | {:.0} | {:.2}x | {:.0} / {:.0} | {:.0} / {:.0} |",
-                r.iops,
-                b.iops,
-                r.iops / b.iops,
-                r.p50_us,
-                r.p99_us,
-                b.p50_us,
-                b.p99_us
-            );
+        for write in [false, true] {
+            let bound = match (write, level) {
+                (false, _) | (true, Level::Raid0) => 1.0,
+                (true, Level::Raid5) => 0.25,
+                (true, _) => 1.0 / 6.0,
+            };
+            for &qd in &depths {
+                let b = run_async(
+                    &|off, done| bare_start(write, off, done),
+                    bare_blocks,
+                    qd,
+                    dur,
+                );
+                let r = run_async(&|off, done| array_start(write, off, done), blocks, qd, dur);
+                let ratio = r.iops / b.iops;
+                println!(
+                    "| {level} | 4k rand{} | {qd} | {:.0} | {:.0} | {ratio:.2}x | {bound:.2}x | {:.2} | {:.0} / {:.0} | {:.0} / {:.0} |",
+                    if write { "write" } else { "read" },
+                    r.iops,
+                    b.iops,
+                    ratio / bound,
+                    r.p50_us,
+                    r.p99_us,
+                    b.p50_us,
+                    b.p99_us
+                );
+            }
         }
+        let c = e.counts();
+        eprintln!(
+            "{level}: shards served {} reads and {} writes themselves, the blocking path {} and {}",
+            c.on_shards.load(Ordering::Relaxed),
+            c.writes_on_shards.load(Ordering::Relaxed),
+            c.blocking.load(Ordering::Relaxed),
+            c.writes_blocking.load(Ordering::Relaxed)
+        );
     }
 }

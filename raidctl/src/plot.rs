@@ -12,6 +12,7 @@ fn colour(target: &str) -> RGBColor {
     match target {
         "array" => RGBColor(31, 119, 180),
         "array-nbd" => RGBColor(214, 39, 40),
+        "array-shards" => RGBColor(148, 103, 189),
         "member" => RGBColor(44, 160, 44),
         _ => RGBColor(148, 103, 189),
     }

@@ -118,6 +118,10 @@ pub(crate) struct AsyncWrite {
     ios: Vec<MemberOp>,
     /// The member table the current step's I/Os were planned on.
     handles: Arc<Vec<MemberRef>>,
+    /// Whether the caller can run I/O on a member without blocking; asked
+    /// again of the table the writes go to (a hot replace may have put a
+    /// pair of devices in a slot meanwhile).
+    can: fn(&dyn Member) -> bool,
     writing: bool,
     started: Started,
 }
@@ -137,7 +141,7 @@ impl AsyncWrite {
         array: &Arc<Array>,
         offset: u64,
         data: AlignedBuf,
-        can: impl Fn(&dyn Member) -> bool,
+        can: fn(&dyn Member) -> bool,
     ) -> Start {
         let len = data.len() as u64;
         let a = array.as_ref();
@@ -169,14 +173,10 @@ impl AsyncWrite {
             }
             _ => return Start::Blocking(data),
         };
-        let handles = Arc::clone(&a.member_handles());
         let slots: Vec<usize> = match &shape {
             Shape::Chunk { slot, .. } => vec![*slot],
             Shape::Stripe { s, .. } => a.geo.stripe_map(*s).members.clone(),
         };
-        if !slots.iter().all(|&m| can(handles[m].as_ref())) {
-            return Start::Blocking(data);
-        }
         let mut g = Guards {
             array: array.clone(),
             stripe: None,
@@ -192,11 +192,18 @@ impl AsyncWrite {
                 return Start::Blocking(data);
             }
             g.stripe = Some(*s);
-            // Under the lock: a member that failed since the plan sends the
-            // write to the blocking path (which reconstructs or journals).
-            if !slots.iter().all(|&m| a.readable(m, *s)) {
-                return Start::Blocking(data);
-            }
+        }
+        // Under the lock, the member table then the readability (the
+        // blocking path's order: a rebuild cannot pass this stripe between
+        // them): a member that failed since the plan sends the write to
+        // the blocking path (which reconstructs or journals).
+        let handles = Arc::clone(&a.member_handles());
+        let row_ok = |m: usize| match &shape {
+            Shape::Stripe { s, .. } => a.readable(m, *s),
+            Shape::Chunk { .. } => true,
+        };
+        if !slots.iter().all(|&m| row_ok(m) && can(handles[m].as_ref())) {
+            return Start::Blocking(data);
         }
         let mut w = AsyncWrite {
             g,
@@ -206,6 +213,7 @@ impl AsyncWrite {
             bufs: Vec::new(),
             ios: Vec::new(),
             handles,
+            can,
             writing: false,
             started: Started::now(),
         };
@@ -383,6 +391,12 @@ impl AsyncWrite {
             return None;
         }
         self.handles = Arc::clone(&a.member_handles());
+        if !ios
+            .iter()
+            .all(|op| (self.can)(self.handles[op.slot].as_ref()))
+        {
+            return None;
+        }
         self.ios = ios;
         Some(Ok(()))
     }
@@ -402,6 +416,12 @@ impl AsyncWrite {
                 })
                 .collect();
             if !failed.is_empty() {
+                // A read that came back empty says nothing against its
+                // member: the blocking path reads it again.
+                let failed = failed
+                    .into_iter()
+                    .filter(|f| f.2.kind() != io::ErrorKind::UnexpectedEof)
+                    .collect();
                 return Next::Blocking(failed);
             }
             return match self.plan_writes() {
@@ -416,7 +436,32 @@ impl AsyncWrite {
         if results.iter().any(|r| r.is_err()) {
             return Next::Finish;
         }
-        self.done(Ok(()))
+        let r = self.outcome(&[], false);
+        self.done(r)
+    }
+
+    /// The write's result once its member writes are done, `errors` the
+    /// members that erred (failed by now), `full` whether one of them was
+    /// out of space: what the blocking path answers.
+    fn outcome(&self, errors: &[(usize, io::Error)], full: bool) -> Result<()> {
+        let a = &self.g.array;
+        match &self.shape {
+            Shape::Chunk { .. } if !errors.is_empty() => Err(if full {
+                a.no_space_error().expect("just recorded")
+            } else {
+                a.failed_error()
+            }),
+            Shape::Chunk { .. } => Ok(()),
+            Shape::Stripe { s, .. } => {
+                let map = a.geo.stripe_map(*s);
+                let missing = map.members.iter().filter(|&&m| !a.readable(m, *s)).count();
+                match a.no_space_error().filter(|_| full) {
+                    Some(e) => Err(e),
+                    None if missing > a.geo.level.parity_chunks() => Err(a.failed_error()),
+                    None => Ok(()),
+                }
+            }
+        }
     }
 
     /// The write ends with `r`: counted as the client's write, its guards
@@ -445,23 +490,7 @@ impl AsyncWrite {
         for (slot, e) in &errors {
             full |= a.member_write_failed(*slot, &self.handles[*slot], e);
         }
-        let r = match &self.shape {
-            Shape::Chunk { .. } if !errors.is_empty() => Err(if full {
-                a.no_space_error().expect("just recorded")
-            } else {
-                a.failed_error()
-            }),
-            Shape::Chunk { .. } => Ok(()),
-            Shape::Stripe { s, .. } => {
-                let map = a.geo.stripe_map(*s);
-                let missing = map.members.iter().filter(|&&m| !a.readable(m, *s)).count();
-                match a.no_space_error().filter(|_| full) {
-                    Some(e) => Err(e),
-                    None if missing > a.geo.level.parity_chunks() => Err(a.failed_error()),
-                    None => Ok(()),
-                }
-            }
-        };
+        let r = self.outcome(&errors, full);
         match self.done(r) {
             Next::Done(r) => r,
             _ => unreachable!("done answers Done"),

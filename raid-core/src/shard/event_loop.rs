@@ -20,8 +20,10 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Ring entries per shard: member I/Os in flight on a shard's ring at
-/// once (more requests wait in its inbox).
+/// Ring entries per shard, and the member I/Os in flight on its ring at
+/// which it starts no new request (those wait in its inbox). A write's
+/// later steps may go past it: their entries wait in `overflow` for room
+/// in the submission queue.
 pub(super) const RING: u32 = 256;
 /// user_data of the eventfd read that wakes a sleeping shard.
 const WAKE: u64 = u64::MAX;
@@ -85,7 +87,11 @@ pub(super) struct Shard {
 impl Drop for Shard {
     /// A shard that ends with I/O or its wake-up read still on the ring
     /// (only by a panic in its own code) leaks their buffers: the kernel
-    /// may still write into them after the ring is closed.
+    /// may still write into them after the ring is closed. The writes in
+    /// flight then keep their stripes' locks and their count in
+    /// `unjournaled` for good: the array stops taking writes to those
+    /// stripes, and member failures wait, rather than let another writer
+    /// in while these may still land.
     fn drop(&mut self) {
         if self.on_ring > 0 || self.armed {
             std::mem::forget(std::mem::take(&mut self.slab));

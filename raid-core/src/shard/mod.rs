@@ -77,7 +77,9 @@ pub struct Engine {
     counts: Arc<Counts>,
     shards: Vec<Arc<Inbox>>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    fallback: Option<mpsc::Sender<Fallback>>,
+    /// The blocking threads' channels (the shards hold clones): dropped
+    /// once the shards stopped, which ends those threads.
+    blocking: Option<Blocking>,
 }
 
 struct ReadJob {
@@ -175,9 +177,14 @@ impl Blocking {
             match f {
                 Fallback::Read { job, .. } => answer(job.done, Err(stopping())),
                 Fallback::Write { job, .. } => answer(job.done, Err(stopping())),
-                // Unreachable while a shard runs (the engine joins the
-                // shards before it drops the finisher's channel).
-                Fallback::Finish { done, .. } => answer(done, Err(stopping())),
+                // Only if the finisher thread is gone (a bug): the write
+                // keeps its stripe's lock for good rather than give it up
+                // with the member that erred not yet failed.
+                Fallback::Finish { w, done, .. } => {
+                    tracing::error!("shard: no thread to end an erred write");
+                    std::mem::forget(w);
+                    answer(done, Err(stopping()))
+                }
             }
         }
     }
@@ -203,17 +210,23 @@ impl Engine {
             });
             parts.push((inbox, IoUring::new(event_loop::RING + 1)?));
         }
-        let (ftx, frx) = mpsc::channel::<Fallback>();
+        let (fallback, frx) = mpsc::channel::<Fallback>();
         let frx = Arc::new(Mutex::new(frx));
-        let (fin_tx, fin_rx) = mpsc::channel::<Fallback>();
+        let (finisher, fin_rx) = mpsc::channel::<Fallback>();
         let fin_rx = Arc::new(Mutex::new(fin_rx));
         let counts = Arc::new(Counts::default());
+        // The engine holds the only senders from here: on an error below,
+        // its drop ends every thread that started.
         let mut engine = Engine {
             array: array.clone(),
             counts: counts.clone(),
             shards: Vec::new(),
             threads: Vec::new(),
-            fallback: Some(ftx.clone()),
+            blocking: Some(Blocking {
+                fallback,
+                finisher,
+                counts,
+            }),
         };
         for i in 0..=FALLBACK_THREADS {
             let a = array.clone();
@@ -227,13 +240,9 @@ impl Engine {
                     .spawn(move || fallback_loop(&a, &rx))?,
             );
         }
-        let blocking = Blocking {
-            fallback: ftx,
-            finisher: fin_tx,
-            counts,
-        };
         for (i, (inbox, ring)) in parts.into_iter().enumerate() {
-            let shard = Shard::new(array.clone(), inbox.clone(), ring, blocking.clone());
+            let blocking = engine.blocking.clone().expect("set above");
+            let shard = Shard::new(array.clone(), inbox.clone(), ring, blocking);
             // On an error here, dropping `engine` stops what started.
             engine.threads.push(
                 std::thread::Builder::new()
@@ -299,7 +308,7 @@ impl Drop for Engine {
             let _ = t.join();
         }
         // The shards held the other senders.
-        drop(self.fallback.take());
+        drop(self.blocking.take());
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -321,23 +330,32 @@ fn fallback_loop(array: &Array, rx: &Mutex<mpsc::Receiver<Fallback>>) {
             Ok(f) => f,
             Err(_) => return,
         };
-        match f {
-            Fallback::Read { job, failed } => {
-                if let Some((slot, m, e)) = &failed {
-                    array.direct_read_failed(*slot, m, e);
-                }
-                let mut buf = AlignedBuf::new(job.len);
-                let r = array.read(job.offset, &mut buf).map(|()| buf);
-                answer(job.done, r);
-            }
-            Fallback::Write { job, failed } => {
-                for (slot, m, e) in &failed {
-                    array.direct_read_failed(*slot, m, e);
-                }
-                let r = array.write(job.offset, &job.data);
-                answer(job.done, r);
-            }
-            Fallback::Finish { w, results, done } => answer(done, w.finish(results)),
+        // A panic in the array's code is a bug; the thread stays to serve
+        // what follows (the request that met it is not answered).
+        let run = std::panic::AssertUnwindSafe(|| blocking_work(array, f));
+        if std::panic::catch_unwind(run).is_err() {
+            tracing::error!("shard: a request on the blocking path panicked");
         }
+    }
+}
+
+fn blocking_work(array: &Array, f: Fallback) {
+    match f {
+        Fallback::Read { job, failed } => {
+            if let Some((slot, m, e)) = &failed {
+                array.direct_read_failed(*slot, m, e);
+            }
+            let mut buf = AlignedBuf::new(job.len);
+            let r = array.read(job.offset, &mut buf).map(|()| buf);
+            answer(job.done, r);
+        }
+        Fallback::Write { job, failed } => {
+            for (slot, m, e) in &failed {
+                array.direct_read_failed(*slot, m, e);
+            }
+            let r = array.write(job.offset, &job.data);
+            answer(job.done, r);
+        }
+        Fallback::Finish { w, results, done } => answer(done, w.finish(results)),
     }
 }

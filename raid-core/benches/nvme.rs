@@ -287,7 +287,7 @@ fn main() {
             } else {
                 e.read(
                     off,
-                    BS,
+                    AlignedBuf::new(BS),
                     Box::new(move |r| {
                         r.expect("a read");
                         done();

@@ -2,12 +2,16 @@
 //! from one thread, on file members (the shard's io_uring), simulated
 //! drives (completions posted back by their timer) and RAM members (the
 //! blocking path), each checked against what was written; across chunks,
-//! degraded, and with the member table changing under them.
+//! degraded, with a member erring, and with the member table changing
+//! under them.
 
 use raid_core::array::{Array, CreateOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
-use raid_core::member::{io_path, FileMember, IoPath, MemberRef, NvmeModel, RamMember, SimNvme};
+use raid_core::member::{
+    io_path, FaultyMember, FileMember, IoPath, MemberRef, NvmeModel, RamMember, SimNvme,
+};
+use raid_core::metadata::SlotState;
 use raid_core::metadata::DATA_OFFSET;
 use raid_core::shard::{Engine, ReadResult};
 use rand::rngs::SmallRng;
@@ -76,7 +80,7 @@ fn reads_match(e: &Engine, model: &[u8], n: usize, depth: usize, seed: u64) {
             let tx = tx.clone();
             e.read(
                 off,
-                len as usize,
+                AlignedBuf::new(len as usize),
                 Box::new(move |r| tx.send((off, r)).unwrap()),
             );
             sent += 1;
@@ -111,14 +115,11 @@ fn file_members_on_the_shard_ring() {
         let mut model = fill(&a, 1);
         let e = Engine::start(a.clone(), 2).unwrap();
         reads_match(&e, &model, 3000, 128, 2);
-        // Reads inside one chunk (most of them: at most 64 KiB, random
-        // offsets) never wait for a thread.
+        // Every read, inside one chunk or across several, is served by the
+        // shards: a member read per chunk, no thread waiting.
         let on = e.counts().on_shards.load(Ordering::Relaxed);
         if io_path() == IoPath::IoUring {
-            assert!(
-                on > 1000,
-                "{level:?}: only {on} of 3000 reads on the shards"
-            );
+            assert_eq!(on, 3000, "{level:?}: reads on the shards");
         }
         // Degraded: reads of the lost member's chunks take the blocking
         // path (reconstruction), the rest stay on the shards.
@@ -174,7 +175,11 @@ fn more_reads_than_the_ring_holds_all_complete() {
     for _ in 0..600 {
         let off = rng.gen_range(0..model.len() as u64 / 4096) * 4096;
         let tx = tx.clone();
-        e.read(off, 4096, Box::new(move |r| tx.send((off, r)).unwrap()));
+        e.read(
+            off,
+            AlignedBuf::new(4096),
+            Box::new(move |r| tx.send((off, r)).unwrap()),
+        );
     }
     for _ in 0..600 {
         let (off, r) = rx
@@ -188,7 +193,11 @@ fn more_reads_than_the_ring_holds_all_complete() {
     for _ in 0..600 {
         let off = rng.gen_range(0..model.len() as u64 / 4096) * 4096;
         let tx = tx.clone();
-        e.read(off, 4096, Box::new(move |r| tx.send((off, r)).unwrap()));
+        e.read(
+            off,
+            AlignedBuf::new(4096),
+            Box::new(move |r| tx.send((off, r)).unwrap()),
+        );
     }
     drop(e);
     drop(tx);
@@ -222,8 +231,7 @@ fn simulated_drives_complete_through_the_timer() {
     let mut model = fill(&a, 4);
     let e = Engine::start(a.clone(), 2).unwrap();
     reads_match(&e, &model, 5000, 256, 5);
-    let on = e.counts().on_shards.load(Ordering::Relaxed);
-    assert!(on > 2000, "only {on} of 5000 reads on the shards");
+    assert_eq!(e.counts().on_shards.load(Ordering::Relaxed), 5000);
     // A member fails while reads are in flight; every read still
     // returns its data, and after new writes, the new data (none from the
     // failed member).
@@ -249,4 +257,30 @@ fn ram_members_take_the_blocking_path() {
     reads_match(&e, &model, 2000, 64, 8);
     assert_eq!(e.counts().on_shards.load(Ordering::Relaxed), 0);
     assert_eq!(e.counts().blocking.load(Ordering::Relaxed), 2000);
+}
+
+/// A member whose reads err under reads in flight on the shards: every
+/// read still returns its data (the blocking path reconstructs it), and
+/// the member is failed.
+#[test]
+fn a_member_read_error_fails_it_and_the_read_is_reconstructed() {
+    let model_drive = NvmeModel {
+        read: Duration::from_micros(80),
+        write: Duration::from_micros(20),
+        queue: 128,
+    };
+    let faulty: Vec<Arc<FaultyMember>> = (0..5)
+        .map(|i| {
+            let d = SimNvme::new(format!("sim:r{i}"), DATA_OFFSET + DATA, model_drive);
+            Arc::new(FaultyMember::new(Arc::new(d)))
+        })
+        .collect();
+    let members: Vec<MemberRef> = faulty.iter().map(|f| f.clone() as MemberRef).collect();
+    let a = array(Level::Raid5, members, "shard-rerr");
+    let model = fill(&a, 16);
+    let e = Engine::start(a.clone(), 2).unwrap();
+    faulty[3].fail_all();
+    reads_match(&e, &model, 2000, 128, 17);
+    assert_eq!(a.slots()[3].state, SlotState::Failed);
+    assert!(e.counts().blocking.load(Ordering::Relaxed) > 0);
 }

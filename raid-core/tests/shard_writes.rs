@@ -80,7 +80,7 @@ fn writes(
 ) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let blocks = model.len() as u64 / 4096;
-    let (tx, rx) = mpsc::channel::<(u64, Result<(), raid_core::array::ArrayError>)>();
+    let (tx, rx) = mpsc::channel::<(u64, raid_core::shard::WriteResult)>();
     let (mut sent, mut got) = (0, 0);
     // Blocks with a write in flight: two writes of one block in flight at
     // once may land in either order, so the model could not say which.

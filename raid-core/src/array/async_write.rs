@@ -251,8 +251,8 @@ impl AsyncWrite {
         self.offset
     }
 
-    /// Gives the write up with nothing written: its guards released, its
-    /// data back for the blocking path.
+    /// Ends the write (done, or given up with nothing written for the
+    /// blocking path): its guards released, its data back.
     pub(crate) fn give_up(self) -> AlignedBuf {
         let AsyncWrite { g, data, .. } = self;
         drop(g);
@@ -478,7 +478,7 @@ impl AsyncWrite {
     /// that may block: members with errors failed, and the result the
     /// blocking path would give. The stripe's lock is held until then, so
     /// no other writer reads a chunk its member did not take.
-    pub(crate) fn finish(mut self, results: Vec<io::Result<()>>) -> Result<()> {
+    pub(crate) fn finish(mut self, results: Vec<io::Result<()>>) -> (Result<()>, AlignedBuf) {
         let a = self.g.array.clone();
         let errors: Vec<(usize, io::Error)> = self
             .ios
@@ -492,7 +492,7 @@ impl AsyncWrite {
         }
         let r = self.outcome(&errors, full);
         match self.done(r) {
-            Next::Done(r) => r,
+            Next::Done(r) => (r, self.give_up()),
             _ => unreachable!("done answers Done"),
         }
     }

@@ -6,6 +6,23 @@
 use super::*;
 use crate::stats::Started;
 
+/// A read the shards serve straight from members (`Array::direct_read`).
+pub(crate) struct DirectRead {
+    pub handles: Arc<Vec<MemberRef>>,
+    pub pieces: Vec<DirectPiece>,
+}
+
+/// One chunk's part of a `DirectRead`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DirectPiece {
+    pub slot: usize,
+    /// Member byte offset.
+    pub at: u64,
+    /// Offset in the request.
+    pub pos: usize,
+    pub len: usize,
+}
+
 impl Array {
     pub(super) fn check_range(&self, offset: u64, len: u64) -> Result<()> {
         if !offset.is_multiple_of(BLOCK) || !len.is_multiple_of(BLOCK) {
@@ -51,33 +68,43 @@ impl Array {
         }
     }
 
-    /// Where a read inside one chunk can go straight to one member, for
-    /// a caller that reads without blocking (`crate::shard`): the member
-    /// handles (held until the read completes), the slot and the member
-    /// offset. The fast path's rule, handles first and readability after;
-    /// None sends the read down the blocking path.
-    pub(crate) fn direct_read(
-        &self,
-        offset: u64,
-        len: u64,
-    ) -> Option<(Arc<Vec<MemberRef>>, usize, u64)> {
+    /// Where a read can go straight to its members, chunk by chunk, for a
+    /// caller that reads without blocking (`crate::shard`): the member
+    /// handles (held until the read completes) and, for each chunk the
+    /// read touches, the slot, member offset, offset in the request and
+    /// length of a readable copy. The fast path's rule, handles first and
+    /// readability after; None (a chunk with no readable copy: degraded)
+    /// sends the read down the blocking path.
+    pub(crate) fn direct_read(&self, offset: u64, len: u64) -> Option<DirectRead> {
         if len == 0 || self.check_range(offset, len).is_err() {
             return None;
         }
         let handles = self.member_handles();
-        let (slot, at) = self.direct_target(offset, len)?;
-        Some((Arc::clone(&handles), slot, at))
+        let chunk = self.geo.chunk;
+        let mut pieces = Vec::new();
+        let mut pos = 0;
+        while pos < len {
+            let at = offset + pos;
+            let n = (chunk - at % chunk).min(len - pos);
+            let (slot, member_at) = self.direct_target(at, n)?;
+            pieces.push(DirectPiece {
+                slot,
+                at: member_at,
+                pos: pos as usize,
+                len: n as usize,
+            });
+            pos += n;
+        }
+        Some(DirectRead {
+            handles: Arc::clone(&handles),
+            pieces,
+        })
     }
 
-    /// Counts a read served by `direct_read`'s member, from `t`: for the
-    /// member, and for the array when it succeeded (a failed one is
-    /// served, and counted, by `read`).
-    pub(crate) fn count_direct_read(&self, m: &dyn Member, len: usize, t: Started, ok: bool) {
-        let took = t.took();
-        crate::member::count_took(m, true, len, took, ok);
-        if ok {
-            self.client_io.read.record(len as u64, took, ok);
-        }
+    /// Counts a read the shards served from their members (each member's
+    /// own I/O is counted where it completed), from `t`.
+    pub(crate) fn count_direct_read(&self, len: usize, t: Started) {
+        self.client_io.read.record(len as u64, t.took(), true);
     }
 
     /// A `direct_read` member returned an error: it is failed (if its slot

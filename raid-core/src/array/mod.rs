@@ -25,6 +25,7 @@ mod scrub;
 mod unjournaled;
 
 pub use assemble::Assembly;
+pub(crate) use block_io::DirectPiece;
 pub use events::{ArrayEvent, Severity};
 pub use jobs::{CopyDone, CopyKind, CopyProgress, ScrubDone, ScrubProgress};
 pub use membership::Rule;

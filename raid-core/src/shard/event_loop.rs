@@ -8,12 +8,11 @@
 //! user_data (or the value a timed I/O posts back) is the key and the
 //! I/O's index within its request (`ud`).
 
+use super::read::ReadOp;
 use super::write::WriteOp;
-use super::{answer, Blocking, Fallback, Inbox, Job, ReadJob, Request};
+use super::{Blocking, Inbox, Job, Request};
 use crate::array::Array;
-use crate::buf::AlignedBuf;
 use crate::member::{io_path, IoPath, Member, MemberRef};
-use crate::stats::Started;
 use io_uring::{opcode, squeue, types, IoUring};
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
@@ -45,18 +44,8 @@ pub(super) fn non_blocking(m: &dyn Member) -> bool {
     on_ring(m) || m.timed()
 }
 
-/// A read in flight on a shard.
-pub(super) struct ReadOp {
-    job: ReadJob,
-    buf: AlignedBuf,
-    /// The member table the read was planned on: keeps its device open.
-    handles: Arc<Vec<MemberRef>>,
-    slot: usize,
-    started: Started,
-}
-
 pub(super) enum Op {
-    Read(ReadOp),
+    Read(Box<ReadOp>),
     Write(Box<WriteOp>),
 }
 
@@ -285,59 +274,50 @@ impl Shard {
         op
     }
 
-    /// Starts a read: on the ring, as a timed read, or on the blocking path.
-    fn start_read(&mut self, job: ReadJob) {
-        let Some((handles, slot, at)) = self.array.direct_read(job.offset, job.len as u64) else {
-            return self.to_fallback(job, None);
-        };
-        let m = handles[slot].clone();
-        let mut f = ReadOp {
-            buf: AlignedBuf::new(job.len),
-            job,
-            handles,
-            slot,
-            started: Started::now(),
-        };
+    /// Starts a member I/O for the request whose I/O `ud` it is: on the
+    /// ring when the member is on it, as a timed I/O otherwise (one that
+    /// fails as it starts is handled at the next reap, as completions are).
+    ///
+    /// # Safety
+    /// `ptr` and `len` are a buffer of that request, heap memory that
+    /// stays put and alive (the request stays in the slab) until this
+    /// I/O's completion is reaped; `m` is held by the request too (it
+    /// keeps the fd open).
+    pub(super) unsafe fn start_io(
+        &mut self,
+        ud: u64,
+        m: &MemberRef,
+        write: bool,
+        ptr: *mut u8,
+        len: usize,
+        at: u64,
+    ) {
         if on_ring(m.as_ref()) {
-            let fd = m.uring_fd().expect("checked");
-            let (ptr, len) = (f.buf.as_mut_ptr(), f.buf.len() as u32);
-            let k = self.key(Op::Read(f));
-            let e = opcode::Read::new(types::Fd(fd), ptr, len)
-                .offset(at)
-                .build()
-                .user_data(ud(k, 0));
-            // SAFETY: the buffer is owned by the slab entry `k` (its heap
-            // memory does not move) and freed only after this read's
-            // completion is reaped; the fd stays open through the member
-            // handles held with it.
-            return unsafe { self.push(e) };
+            let fd = types::Fd(m.uring_fd().expect("checked"));
+            let e = if write {
+                opcode::Write::new(fd, ptr, len as u32).offset(at).build()
+            } else {
+                opcode::Read::new(fd, ptr, len as u32).offset(at).build()
+            };
+            // SAFETY: the caller's promise.
+            return unsafe { self.push(e.user_data(ud)) };
         }
-        // A member that completes on its own time, or the blocking path.
         let inbox = self.inbox.clone();
-        let buf: *mut [u8] = &mut f.buf[..];
-        let k = self.key(Op::Read(f));
-        let started = m.read_timed(
-            // SAFETY: `buf` points into the slab entry's buffer, alive
-            // until the read is finished; read_timed copies into it before
-            // returning.
-            unsafe { &mut *buf },
-            at,
-            Box::new(move || inbox.push(Job::Timed(ud(k, 0)))),
-        );
-        match started {
-            Some(Ok(())) => {}
-            Some(Err(e)) => self.finish_read(k, Err(e)),
-            None => {
-                let Op::Read(f) = self.remove(k) else {
-                    unreachable!("just put")
-                };
-                self.to_fallback(f.job, None);
-            }
-        }
-    }
-
-    fn to_fallback(&self, job: ReadJob, failed: Option<(usize, MemberRef, std::io::Error)>) {
-        self.blocking.send(Fallback::Read { job, failed });
+        let then: Box<dyn FnOnce() + Send> = Box::new(move || inbox.push(Job::Timed(ud)));
+        // SAFETY: the caller's promise; a timed I/O moves its bytes
+        // before it returns.
+        let buf = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+        let started = if write {
+            m.write_timed(buf, at, then)
+        } else {
+            m.read_timed(buf, at, then)
+        };
+        let errno = match started {
+            Some(Ok(())) => return,
+            Some(Err(e)) => e.raw_os_error().unwrap_or(libc::EIO),
+            None => libc::EOPNOTSUPP,
+        };
+        self.ended.push((ud, -errno));
     }
 
     /// Reaps the ring's completions and the I/Os that ended as they
@@ -367,49 +347,9 @@ impl Shard {
         let k = (ud >> SUB_BITS) as usize;
         let sub = (ud & ((1 << SUB_BITS) - 1)) as usize;
         match &self.slab[k] {
-            Some(Op::Read(f)) => {
-                let want = f.buf.len();
-                match res {
-                    Some(r) if r >= 0 && r as usize != want => {
-                        // A short read says nothing against the member:
-                        // the blocking path reads it whole.
-                        let Op::Read(f) = self.remove(k) else {
-                            unreachable!("matched")
-                        };
-                        self.to_fallback(f.job, None);
-                    }
-                    Some(r) if r < 0 => {
-                        self.finish_read(k, Err(std::io::Error::from_raw_os_error(-r)))
-                    }
-                    _ => self.finish_read(k, Ok(())),
-                }
-            }
+            Some(Op::Read(_)) => self.read_io_done(k, sub, res),
             Some(Op::Write(_)) => self.write_io_done(k, sub, res),
             None => tracing::error!("shard: a completion for no request ({ud:#x})"),
-        }
-    }
-
-    /// A read reached its end: counted, answered, or sent to the blocking
-    /// path after failing its member.
-    fn finish_read(&mut self, k: usize, r: std::io::Result<()>) {
-        let Op::Read(f) = self.remove(k) else {
-            unreachable!("a read")
-        };
-        let m = &f.handles[f.slot];
-        self.array
-            .count_direct_read(m.as_ref(), f.buf.len(), f.started, r.is_ok());
-        match r {
-            Ok(()) => {
-                self.blocking
-                    .counts
-                    .on_shards
-                    .fetch_add(1, Ordering::Relaxed);
-                answer(f.job.done, Ok(f.buf));
-            }
-            Err(e) => {
-                let m = m.clone();
-                self.to_fallback(f.job, Some((f.slot, m, e)));
-            }
         }
     }
 }

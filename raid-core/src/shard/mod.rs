@@ -31,6 +31,7 @@
 //! path otherwise).
 
 mod event_loop;
+mod read;
 mod write;
 
 use crate::array::async_write::AsyncWrite;
@@ -38,22 +39,25 @@ use crate::array::{Array, ArrayError};
 use crate::buf::AlignedBuf;
 use crate::layout::Level;
 use crate::member::MemberRef;
+use crossbeam_channel as channel;
 use event_loop::Shard;
 use io_uring::IoUring;
 use parking_lot::Mutex;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 
-/// What a read hands back: its buffer (exactly the length asked), or why
-/// it failed.
+/// What a read hands back: its buffer, filled, or why it failed.
 pub type ReadResult = std::result::Result<AlignedBuf, ArrayError>;
+/// What a write hands back: its buffer (for the caller's next request),
+/// or why it failed.
+pub type WriteResult = std::result::Result<AlignedBuf, ArrayError>;
 /// Called once when a read completes, on a shard's thread or a fallback
 /// thread: it should hand the result on and return, not block, and must
 /// not drop the last handle to the `Engine` (its drop joins that thread).
 pub type ReadDone = Box<dyn FnOnce(ReadResult) + Send>;
 /// Called once when a write completes; as `ReadDone`.
-pub type WriteDone = Box<dyn FnOnce(std::result::Result<(), ArrayError>) + Send>;
+pub type WriteDone = Box<dyn FnOnce(WriteResult) + Send>;
 
 /// Threads running requests the shards do not serve themselves.
 const FALLBACK_THREADS: usize = 8;
@@ -84,7 +88,7 @@ pub struct Engine {
 
 struct ReadJob {
     offset: u64,
-    len: usize,
+    buf: AlignedBuf,
     done: ReadDone,
 }
 
@@ -156,8 +160,8 @@ impl Inbox {
 /// lock that only an ended write gives up).
 #[derive(Clone)]
 struct Blocking {
-    fallback: mpsc::Sender<Fallback>,
-    finisher: mpsc::Sender<Fallback>,
+    fallback: channel::Sender<Fallback>,
+    finisher: channel::Sender<Fallback>,
     counts: Arc<Counts>,
 }
 
@@ -172,7 +176,7 @@ impl Blocking {
         if matches!(f, Fallback::Finish { .. }) {
             self.counts.write_errors.fetch_add(1, Ordering::Relaxed);
         }
-        if let Err(mpsc::SendError(f)) = to.send(f) {
+        if let Err(channel::SendError(f)) = to.send(f) {
             let stopping = || ArrayError::Invalid("the array's I/O engine is stopping".into());
             match f {
                 Fallback::Read { job, .. } => answer(job.done, Err(stopping())),
@@ -210,10 +214,11 @@ impl Engine {
             });
             parts.push((inbox, IoUring::new(event_loop::RING + 1)?));
         }
-        let (fallback, frx) = mpsc::channel::<Fallback>();
-        let frx = Arc::new(Mutex::new(frx));
-        let (finisher, fin_rx) = mpsc::channel::<Fallback>();
-        let fin_rx = Arc::new(Mutex::new(fin_rx));
+        // Many receivers on one queue, each taking the next message
+        // itself (std's channel needs a lock around its receiver, which
+        // passes every message from one waiting thread to the next).
+        let (fallback, frx) = channel::unbounded::<Fallback>();
+        let (finisher, fin_rx) = channel::unbounded::<Fallback>();
         let counts = Arc::new(Counts::default());
         // The engine holds the only senders from here: on an error below,
         // its drop ends every thread that started.
@@ -259,18 +264,20 @@ impl Engine {
         &self.counts
     }
 
-    /// Reads `len` bytes at `offset` (4 KiB aligned, inside the array);
-    /// `done` gets the data or the error. Returns at once.
-    pub fn read(&self, offset: u64, len: usize, done: ReadDone) {
+    /// Reads `buf.len()` bytes at `offset` (4 KiB aligned, inside the
+    /// array) into `buf`; `done` gets it back filled, or the error. The
+    /// caller's buffers go round (no allocation per request: one of 128
+    /// KiB or more is a fresh mapping of memory each time). Returns at once.
+    pub fn read(&self, offset: u64, buf: AlignedBuf, done: ReadDone) {
         let chunk = offset / self.array.geometry().chunk;
         self.shard_of(chunk)
-            .push(Job::Request(Request::Read(ReadJob { offset, len, done })));
+            .push(Job::Request(Request::Read(ReadJob { offset, buf, done })));
     }
 
     /// Writes `data` at `offset` (4 KiB aligned, inside the array); `done`
-    /// gets the outcome, with the same meaning as `Array::write`'s: Ok once
-    /// every member that is to hold it took it (durable after a `flush`).
-    /// Returns at once.
+    /// gets the outcome, with the same meaning as `Array::write`'s (Ok once
+    /// every member that is to hold it took it; durable after a `flush`),
+    /// and on Ok the buffer back. Returns at once.
     pub fn write(&self, offset: u64, data: AlignedBuf, done: WriteDone) {
         // A RAID5/6 stripe's writes go to one shard, which holds its lock
         // for each in turn; other levels spread by chunk.
@@ -324,9 +331,9 @@ fn answer<T>(done: Box<dyn FnOnce(T) + Send>, r: T) {
     }
 }
 
-fn fallback_loop(array: &Array, rx: &Mutex<mpsc::Receiver<Fallback>>) {
+fn fallback_loop(array: &Array, rx: &channel::Receiver<Fallback>) {
     loop {
-        let f = match rx.lock().recv() {
+        let f = match rx.recv() {
             Ok(f) => f,
             Err(_) => return,
         };
@@ -341,21 +348,23 @@ fn fallback_loop(array: &Array, rx: &Mutex<mpsc::Receiver<Fallback>>) {
 
 fn blocking_work(array: &Array, f: Fallback) {
     match f {
-        Fallback::Read { job, failed } => {
+        Fallback::Read { mut job, failed } => {
             if let Some((slot, m, e)) = &failed {
                 array.direct_read_failed(*slot, m, e);
             }
-            let mut buf = AlignedBuf::new(job.len);
-            let r = array.read(job.offset, &mut buf).map(|()| buf);
+            let r = array.read(job.offset, &mut job.buf).map(|()| job.buf);
             answer(job.done, r);
         }
         Fallback::Write { job, failed } => {
             for (slot, m, e) in &failed {
                 array.direct_read_failed(*slot, m, e);
             }
-            let r = array.write(job.offset, &job.data);
+            let r = array.write(job.offset, &job.data).map(|()| job.data);
             answer(job.done, r);
         }
-        Fallback::Finish { w, results, done } => answer(done, w.finish(results)),
+        Fallback::Finish { w, results, done } => {
+            let (r, data) = w.finish(results);
+            answer(done, r.map(|()| data));
+        }
     }
 }

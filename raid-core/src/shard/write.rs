@@ -3,11 +3,10 @@
 //! write advanced when the last one is in. A short transfer goes on from
 //! where it stopped, as the blocking path's ring does.
 
-use super::event_loop::{non_blocking, on_ring, ud, Op, Shard};
-use super::{answer, Fallback, Job, WriteDone, WriteJob};
+use super::event_loop::{non_blocking, ud, Op, Shard};
+use super::{answer, Fallback, WriteDone, WriteJob};
 use crate::array::async_write::{AsyncWrite, Next, Start};
 use crate::stats::Started;
-use io_uring::{opcode, types};
 use std::io;
 use std::sync::atomic::Ordering;
 
@@ -72,41 +71,16 @@ impl Shard {
 
     /// Starts I/O `i` of write `k`'s step, from the bytes it has moved.
     fn issue(&mut self, k: usize, i: usize) {
-        let inbox = self.inbox.clone();
         let op = self.op(k);
         let io = op.w.ios()[i];
         let m = op.w.handles()[io.slot].clone();
         let from = op.moved[i];
         let buf = &mut op.w.io_buf(i)[from..];
         let (ptr, len, at) = (buf.as_mut_ptr(), buf.len(), io.offset + from as u64);
-        if on_ring(m.as_ref()) {
-            let fd = types::Fd(m.uring_fd().expect("checked"));
-            let e = if io.write {
-                opcode::Write::new(fd, ptr, len as u32).offset(at).build()
-            } else {
-                opcode::Read::new(fd, ptr, len as u32).offset(at).build()
-            };
-            // SAFETY: the buffer belongs to the write in slab entry `k`
-            // (heap memory that does not move), which stays there until
-            // this I/O's completion is reaped; the fd stays open through
-            // the member handles the write holds.
-            return unsafe { self.push(e.user_data(ud(k, i))) };
-        }
-        let posted = ud(k, i);
-        let then: Box<dyn FnOnce() + Send> = Box::new(move || inbox.push(Job::Timed(posted)));
-        // SAFETY: as above; a timed I/O moves its bytes before returning.
-        let buf = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
-        let started = if io.write {
-            m.write_timed(buf, at, then)
-        } else {
-            m.read_timed(buf, at, then)
-        };
-        let errno = match started {
-            Some(Ok(())) => return,
-            Some(Err(e)) => e.raw_os_error().unwrap_or(libc::EIO),
-            None => libc::EOPNOTSUPP,
-        };
-        self.ended.push((posted, -errno));
+        // SAFETY: the buffer belongs to the write in slab entry `k` (heap
+        // memory that does not move), which stays there until this I/O's
+        // completion is reaped, and so do the member handles `m` is from.
+        unsafe { self.start_io(ud(k, i), &m, io.write, ptr, len, at) }
     }
 
     /// I/O `i` of write `k` completed (`res` as in `Shard::complete`).
@@ -157,10 +131,10 @@ impl Shard {
                     unreachable!("a write")
                 };
                 // Its guards go before the client hears.
-                drop(op.w);
+                let data = op.w.give_up();
                 let counts = &self.blocking.counts;
                 counts.writes_on_shards.fetch_add(1, Ordering::Relaxed);
-                answer(op.done, r);
+                answer(op.done, r.map(|()| data));
             }
             Next::Blocking(failed) => {
                 let Op::Write(op) = self.remove(k) else {

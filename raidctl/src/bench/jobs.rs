@@ -151,7 +151,7 @@ fn shards_job(
     job: usize,
     stop: &AtomicBool,
 ) -> Vec<u32> {
-    let (tx, rx) = mpsc::channel::<(u32, Option<AlignedBuf>)>();
+    let (tx, rx) = mpsc::channel::<(u32, AlignedBuf)>();
     let mut rng = SmallRng::seed_from_u64(job as u64 + 177);
     let blocks = size / p.bs as u64;
     let mut spare: Vec<AlignedBuf> = Vec::new();
@@ -168,24 +168,24 @@ fn shards_job(
             i += 1;
             let (off, tx, t0) = (b * p.bs as u64, tx.clone(), Instant::now());
             let took = move |t0: Instant| t0.elapsed().as_micros().min(u32::MAX as u128) as u32;
+            let mut buf = spare.pop().unwrap_or_else(|| AlignedBuf::new(p.bs));
             if p.write {
-                let mut buf = spare.pop().unwrap_or_else(|| AlignedBuf::new(p.bs));
                 data.fill(&mut rng, &mut buf);
                 e.write(
                     off,
                     buf,
                     Box::new(move |r| {
-                        r.expect("array write");
-                        let _ = tx.send((took(t0), None));
+                        let b = r.expect("array write");
+                        let _ = tx.send((took(t0), b));
                     }),
                 );
             } else {
                 e.read(
                     off,
-                    p.bs,
+                    buf,
                     Box::new(move |r| {
                         let b = r.expect("array read");
-                        let _ = tx.send((took(t0), Some(b)));
+                        let _ = tx.send((took(t0), b));
                     }),
                 );
             }
@@ -199,7 +199,7 @@ fn shards_job(
         if !stop.load(Ordering::Relaxed) {
             lats.push(lat);
         }
-        spare.extend(buf);
+        spare.push(buf);
     }
 }
 

@@ -81,6 +81,21 @@ impl FaultyMember {
         Ok(())
     }
 
+    /// A power cut that hits every member at one instant: no I/O reaches
+    /// any of them between the first's cut and the last's (so nothing the
+    /// software does on seeing the first fail, such as recording a member
+    /// failure, lands on another). Each loses its own unflushed writes.
+    pub fn power_cut_together(members: &[std::sync::Arc<FaultyMember>]) -> io::Result<()> {
+        let mut held: Vec<_> = members.iter().map(|m| (m, m.state.lock())).collect();
+        for (m, s) in held.iter_mut() {
+            while let Some((off, old)) = s.unflushed.pop() {
+                m.inner.write_at(&old, off)?;
+            }
+            s.powered_off = true;
+        }
+        Ok(())
+    }
+
     pub fn power_on(&self) {
         self.state.lock().powered_off = false;
     }

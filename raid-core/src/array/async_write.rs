@@ -246,6 +246,11 @@ impl AsyncWrite {
         }
     }
 
+    /// The stripe whose lock the write holds (RAID5/6).
+    pub(crate) fn stripe(&self) -> Option<u64> {
+        self.g.stripe
+    }
+
     /// The offset the client asked to write at.
     pub(crate) fn offset(&self) -> u64 {
         self.offset

@@ -10,11 +10,11 @@
 
 use super::read::ReadOp;
 use super::write::WriteOp;
-use super::{Blocking, Inbox, Job, Request};
+use super::{Blocking, Inbox, Job, Request, WriteJob};
 use crate::array::Array;
 use crate::member::{io_path, IoPath, Member, MemberRef};
 use io_uring::{opcode, squeue, types, IoUring};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -67,6 +67,9 @@ pub(super) struct Shard {
     /// handled at the next reap, as completions are.
     pub(super) ended: Vec<(u64, i32)>,
     pub(super) blocking: Blocking,
+    /// Stripes whose lock a write of this shard holds, each with the
+    /// writes that arrived for it meanwhile, in order.
+    pub(super) held: HashMap<u64, VecDeque<WriteJob>>,
     /// Where the eventfd read lands: boxed, so it does not move while the
     /// kernel holds its address.
     wake_buf: Box<u64>,
@@ -107,6 +110,7 @@ impl Shard {
             overflow: VecDeque::new(),
             ended: Vec::new(),
             blocking,
+            held: HashMap::new(),
             wake_buf: Box::new(0),
             armed: false,
         }

@@ -6,6 +6,7 @@
 use super::event_loop::{non_blocking, ud, Op, Shard};
 use super::{answer, Fallback, WriteDone, WriteJob};
 use crate::array::async_write::{AsyncWrite, Next, Start};
+use crate::layout::Level;
 use crate::stats::Started;
 use std::io;
 use std::sync::atomic::Ordering;
@@ -25,9 +26,19 @@ pub(super) struct WriteOp {
 impl Shard {
     /// Starts a write on this shard, or hands it to the blocking path.
     pub(super) fn start_write(&mut self, job: WriteJob) {
+        // Behind a write of this shard's that holds the stripe: in arrival
+        // order, started when it ends (what the stripe lock would do, with
+        // no thread waiting).
+        let stripe = self.stripe_of(job.offset);
+        if let Some(q) = stripe.and_then(|s| self.held.get_mut(&s)) {
+            return q.push_back(job);
+        }
         let WriteJob { offset, data, done } = job;
         match AsyncWrite::start(&self.array, offset, data, non_blocking) {
             Start::Go(w) => {
+                if let Some(s) = w.stripe() {
+                    self.held.insert(s, Default::default());
+                }
                 let op = WriteOp {
                     w,
                     done,
@@ -45,6 +56,28 @@ impl Shard {
                     job,
                     failed: Vec::new(),
                 });
+            }
+        }
+    }
+
+    /// The stripe a RAID5/6 write at `offset` starts in.
+    fn stripe_of(&self, offset: u64) -> Option<u64> {
+        let geo = self.array.geometry();
+        matches!(geo.level, Level::Raid5 | Level::Raid6).then(|| offset / geo.stripe_data_bytes())
+    }
+
+    /// A write of this shard's gave up stripe `s`'s lock (or handed it to
+    /// the thread that ends it): the next write waiting for it starts.
+    fn release(&mut self, s: Option<u64>) {
+        let Some(s) = s else { return };
+        let next = self.held.get_mut(&s).and_then(|q| q.pop_front());
+        let rest = self.held.remove(&s).unwrap_or_default();
+        if let Some(job) = next {
+            self.start_write(job);
+            // It holds the stripe again (or went to the blocking path):
+            // the others wait behind it, or follow it there.
+            for job in rest {
+                self.start_write(job);
             }
         }
     }
@@ -131,16 +164,18 @@ impl Shard {
                     unreachable!("a write")
                 };
                 // Its guards go before the client hears.
+                let s = op.w.stripe();
                 let data = op.w.give_up();
                 let counts = &self.blocking.counts;
                 counts.writes_on_shards.fetch_add(1, Ordering::Relaxed);
                 answer(op.done, r.map(|()| data));
+                self.release(s);
             }
             Next::Blocking(failed) => {
                 let Op::Write(op) = self.remove(k) else {
                     unreachable!("a write")
                 };
-                let offset = op.w.offset();
+                let (offset, s) = (op.w.offset(), op.w.stripe());
                 let data = op.w.give_up();
                 let job = WriteJob {
                     offset,
@@ -148,16 +183,22 @@ impl Shard {
                     done: op.done,
                 };
                 self.blocking.send(Fallback::Write { job, failed });
+                self.release(s);
             }
             Next::Finish => {
                 let Op::Write(op) = self.remove(k) else {
                     unreachable!("a write")
                 };
+                // The lock goes with it to the finishing thread: the writes
+                // waiting for it try again, and take the blocking path
+                // while that thread holds it.
+                let s = op.w.stripe();
                 self.blocking.send(Fallback::Finish {
                     w: op.w,
                     results,
                     done: op.done,
                 });
+                self.release(s);
             }
         }
     }

@@ -284,3 +284,49 @@ fn a_member_read_error_fails_it_and_the_read_is_reconstructed() {
     assert_eq!(a.slots()[3].state, SlotState::Failed);
     assert!(e.counts().blocking.load(Ordering::Relaxed) > 0);
 }
+
+/// A read of more chunks than a shard keeps I/Os in flight for one
+/// request (here 512 chunks of 4 KiB) goes to the blocking path whole;
+/// reads of fewer stay on the shards. Both return the data.
+#[test]
+fn a_read_of_very_many_chunks_takes_the_blocking_path() {
+    let members: Vec<MemberRef> = (0..4)
+        .map(|i| {
+            Arc::new(SimNvme::new(
+                format!("sim:big{i}"),
+                DATA_OFFSET + DATA,
+                NvmeModel {
+                    read: Duration::from_micros(5),
+                    write: Duration::from_micros(2),
+                    queue: 64,
+                },
+            )) as MemberRef
+        })
+        .collect();
+    let a = Arc::new(
+        Array::create(
+            members,
+            vec![],
+            CreateOptions {
+                name: "shard-big".into(),
+                level: Level::Raid5,
+                chunk: 4096,
+            },
+        )
+        .unwrap(),
+    );
+    let model = fill(&a, 18);
+    let e = Engine::start(a, 1).unwrap();
+    for (len, on, off) in [(2 << 20, 0, 1), (64 << 10, 1, 1)] {
+        let (tx, rx) = mpsc::channel();
+        e.read(
+            4096,
+            AlignedBuf::new(len),
+            Box::new(move |r| tx.send(r).unwrap()),
+        );
+        let b = rx.recv_timeout(Duration::from_secs(20)).unwrap().unwrap();
+        assert!(b[..] == model[4096..4096 + len]);
+        assert_eq!(e.counts().on_shards.load(Ordering::Relaxed), on);
+        assert_eq!(e.counts().blocking.load(Ordering::Relaxed), off);
+    }
+}

@@ -421,11 +421,17 @@ impl AsyncWrite {
                 })
                 .collect();
             if !failed.is_empty() {
-                // A read that came back empty says nothing against its
-                // member: the blocking path reads it again.
+                // A read that came back empty, or that its member could not
+                // start, says nothing against the member: the blocking path
+                // reads it again.
                 let failed = failed
                     .into_iter()
-                    .filter(|f| f.2.kind() != io::ErrorKind::UnexpectedEof)
+                    .filter(|f| {
+                        !matches!(
+                            f.2.kind(),
+                            io::ErrorKind::UnexpectedEof | io::ErrorKind::Unsupported
+                        )
+                    })
                     .collect();
                 return Next::Blocking(failed);
             }

@@ -206,8 +206,14 @@ impl Member for FaultyMember {
             return Some(Err(e));
         }
         if s.track_power {
+            // Read as timed I/O too: the bytes are there at once, and the
+            // caller is not made to wait for the device's service time.
             let mut old = vec![0u8; buf.len()];
-            if let Err(e) = self.inner.read_at(&mut old, offset) {
+            let r = match self.inner.read_timed(&mut old, offset, Box::new(|| {})) {
+                Some(r) => r,
+                None => self.inner.read_at(&mut old, offset),
+            };
+            if let Err(e) = r {
                 return Some(Err(e));
             }
             s.unflushed.push((offset, old));

@@ -28,6 +28,15 @@ pub(super) const RING: u32 = 256;
 const WAKE: u64 = u64::MAX;
 /// Bits of user_data that hold the I/O's index within its request.
 const SUB_BITS: u32 = 16;
+/// Most member I/Os one request may have in flight (its index must fit
+/// in `SUB_BITS`, and its entries on the ring): a read of more chunks
+/// takes the blocking path.
+pub(super) const MAX_IOS: usize = RING as usize;
+/// The result of an I/O the member could not start (no ring, no timed
+/// I/O): says nothing against the member. A read so ended goes to the
+/// blocking path; a write step cannot meet it (its members are asked
+/// first), and if one did, the write would count as not in place.
+pub(super) const NOT_SERVED: i32 = i32::MIN;
 
 /// The user_data of I/O `sub` of the request with slab key `key`.
 pub(super) fn ud(key: usize, sub: usize) -> u64 {
@@ -68,7 +77,7 @@ pub(super) struct Shard {
     pub(super) ended: Vec<(u64, i32)>,
     pub(super) blocking: Blocking,
     /// Stripes whose lock a write of this shard holds, each with the
-    /// writes that arrived for it meanwhile, in order.
+    /// writes that arrived for it meanwhile, in arrival order.
     pub(super) held: HashMap<u64, VecDeque<WriteJob>>,
     /// Where the eventfd read lands: boxed, so it does not move while the
     /// kernel holds its address.
@@ -135,9 +144,18 @@ impl Shard {
                 let reaped = self.reap();
                 let mut started = 0;
                 while let Some(r) = self.waiting.front() {
+                    // Ring entries it may take at once (a read: one per
+                    // chunk; a write step: one per member), at most `RING`
+                    // (larger reads take the blocking path).
+                    let geo = self.array.geometry();
                     let need = match r {
-                        Request::Read(_) => 1,
-                        Request::Write(_) => self.array.geometry().members as u32,
+                        Request::Read(j) => {
+                            let first = j.offset / geo.chunk;
+                            let end = j.offset.saturating_add(j.buf.len().max(1) as u64);
+                            let last = (end - 1) / geo.chunk;
+                            (last - first + 1).min(RING as u64) as u32
+                        }
+                        Request::Write(_) => (geo.members as u32).min(RING),
                     };
                     if self.on_ring + need > RING {
                         break;
@@ -316,12 +334,12 @@ impl Shard {
         } else {
             m.read_timed(buf, at, then)
         };
-        let errno = match started {
+        let res = match started {
             Some(Ok(())) => return,
-            Some(Err(e)) => e.raw_os_error().unwrap_or(libc::EIO),
-            None => libc::EOPNOTSUPP,
+            Some(Err(e)) => -e.raw_os_error().unwrap_or(libc::EIO),
+            None => NOT_SERVED,
         };
-        self.ended.push((ud, -errno));
+        self.ended.push((ud, res));
     }
 
     /// Reaps the ring's completions and the I/Os that ended as they

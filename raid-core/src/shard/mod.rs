@@ -15,7 +15,8 @@
 //! runs (`write.rs`, the rules in `array::async_write`): its reads, then
 //! its parity, then its writes, each step's member I/Os in flight together
 //! and no thread waiting. Writes that arrive for a stripe whose lock one
-//! of the shard's writes holds wait behind it, in order.
+//! of the shard's writes holds wait behind it and start when it ends
+//! (writes in flight together have no order among them, as on a drive).
 //!
 //! Every other request (degraded, writes across stripes or RAID0 chunks,
 //! RAID1/10 writes, on a member that can do neither, one whose member erred, one

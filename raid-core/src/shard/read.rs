@@ -5,7 +5,7 @@
 //! the blocking path (which reconstructs, and fails the member that
 //! erred); nothing is answered until every piece is in.
 
-use super::event_loop::{non_blocking, ud, Op, Shard};
+use super::event_loop::{non_blocking, ud, Op, Shard, MAX_IOS, NOT_SERVED};
 use super::{answer, Fallback, ReadJob};
 use crate::array::DirectPiece;
 use crate::member::MemberRef;
@@ -35,9 +35,10 @@ impl Shard {
     pub(super) fn start_read(&mut self, job: ReadJob) {
         let plan = self.array.direct_read(job.offset, job.buf.len() as u64);
         let Some(plan) = plan.filter(|p| {
-            p.pieces
-                .iter()
-                .all(|x| non_blocking(p.handles[x.slot].as_ref()))
+            p.pieces.len() <= MAX_IOS
+                && p.pieces
+                    .iter()
+                    .all(|x| non_blocking(p.handles[x.slot].as_ref()))
         }) else {
             return self.read_to_fallback(job, None);
         };
@@ -71,8 +72,12 @@ impl Shard {
         let p = op.pieces[i];
         let m = op.handles[p.slot].clone();
         let from = op.moved[i];
-        let buf = &mut op.job.buf[p.pos + from..p.pos + p.len];
-        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+        assert!(p.pos + p.len <= op.job.buf.len());
+        // A pointer into the buffer, not a slice of it: other pieces are
+        // being written into the same buffer meanwhile.
+        // SAFETY: in bounds (checked above).
+        let ptr = unsafe { op.job.buf.as_mut_ptr().add(p.pos + from) };
+        let len = p.len - from;
         // SAFETY: the buffer belongs to the read in slab entry `k` (heap
         // memory that does not move), which stays there until every
         // piece's completion is reaped, and so do the member handles.
@@ -89,13 +94,15 @@ impl Shard {
                 op.moved[i] += r as usize;
                 return self.issue_read(k, i);
             }
+            // Came back empty, or could not start: says nothing against
+            // the member.
+            Some(0) | Some(NOT_SERVED) => op.short = true,
             Some(r) if r < 0 && op.failed.is_none() => {
                 op.failed = Some((p.slot, std::io::Error::from_raw_os_error(-r)));
             }
-            Some(0) => op.short = true,
             _ => {}
         }
-        let ok = matches!(res, None | Some(1..));
+        let ok = !matches!(res, Some(r) if r < 0 && r != NOT_SERVED);
         let m = op.handles[p.slot].clone();
         crate::member::count_took(m.as_ref(), true, p.len, op.started.took(), ok);
         op.left -= 1;

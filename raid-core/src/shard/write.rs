@@ -3,7 +3,7 @@
 //! write advanced when the last one is in. A short transfer goes on from
 //! where it stopped, as the blocking path's ring does.
 
-use super::event_loop::{non_blocking, ud, Op, Shard};
+use super::event_loop::{non_blocking, ud, Op, Shard, NOT_SERVED};
 use super::{answer, Fallback, WriteDone, WriteJob};
 use crate::array::async_write::{AsyncWrite, Next, Start};
 use crate::layout::Level;
@@ -26,9 +26,11 @@ pub(super) struct WriteOp {
 impl Shard {
     /// Starts a write on this shard, or hands it to the blocking path.
     pub(super) fn start_write(&mut self, job: WriteJob) {
-        // Behind a write of this shard's that holds the stripe: in arrival
-        // order, started when it ends (what the stripe lock would do, with
-        // no thread waiting).
+        // Behind a write of this shard's that holds the stripe, started
+        // when it ends (what the stripe lock would do, with no thread
+        // waiting). They start in arrival order, but one that then takes
+        // the blocking path may land after those behind it: writes in
+        // flight together have no order among them.
         let stripe = self.stripe_of(job.offset);
         if let Some(q) = stripe.and_then(|s| self.held.get_mut(&s)) {
             return q.push_back(job);
@@ -123,6 +125,10 @@ impl Shard {
         let len = op.w.io_buf(i).len();
         let r = match res {
             None => Ok(len),
+            Some(NOT_SERVED) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the member could not start the I/O",
+            )),
             Some(r) if r < 0 => Err(io::Error::from_raw_os_error(-r)),
             Some(0) => Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,

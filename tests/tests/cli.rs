@@ -652,8 +652,8 @@ fn bench_plumbing_on_a_tiny_run() {
     let rows = r["results"].as_array().unwrap();
     assert_eq!(
         rows.len(),
-        4 * 2 * 3,
-        "4 profiles x 2 data kinds x 3 targets"
+        4 * 2 * 4,
+        "4 profiles x 2 data kinds x 4 targets"
     );
     for row in rows {
         assert!(row["iops"].as_f64().unwrap() > 0.0, "{row}");
@@ -665,7 +665,7 @@ fn bench_plumbing_on_a_tiny_run() {
         );
         assert!(p50 <= p99 && p99 <= p999, "{row}");
     }
-    for t in ["array", "array-nbd", "member"] {
+    for t in ["array", "array-shards", "array-nbd", "member"] {
         assert!(rows.iter().any(|x| x["target"] == t), "{t}");
     }
     let ratios = r["compression_ratio"].as_array().unwrap();
@@ -678,6 +678,6 @@ fn bench_plumbing_on_a_tiny_run() {
     assert_eq!(cap[0]["usable_fraction"], 0.75);
     assert_eq!(cap[1]["usable_fraction"], 0.5);
     assert_eq!(cap[2]["survives_failures"], 0);
-    assert_eq!(r["sweep"].as_array().unwrap().len(), 3 * 8);
+    assert_eq!(r["sweep"].as_array().unwrap().len(), 4 * 8);
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<polyline"));
 }

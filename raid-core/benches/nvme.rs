@@ -154,6 +154,33 @@ fn run_async(
     Sample::of(lat, secs)
 }
 
+/// What the array can do at best, against the bare drives: every read is
+/// one drive read; a 4 KiB write costs 1 (RAID0), 4 (RAID5: read data and
+/// P, write both) or 6 (RAID6) drive I/Os.
+fn bound(level: Level, write: bool) -> f64 {
+    match (write, level) {
+        (false, _) | (true, Level::Raid0) => 1.0,
+        (true, Level::Raid5) => 0.25,
+        (true, _) => 1.0 / 6.0,
+    }
+}
+
+/// One table row: the array's sample `r` against the bare drives' `b`.
+fn print_row(level: Level, write: bool, qd: usize, r: &Sample, b: &Sample) {
+    let (ratio, bound) = (r.iops / b.iops, bound(level, write));
+    println!(
+        "| {level} | 4k rand{} | {qd} | {:.0} | {:.0} | {ratio:.2}x | {bound:.2}x | {:.2} | {:.0} / {:.0} | {:.0} / {:.0} |",
+        if write { "write" } else { "read" },
+        r.iops,
+        b.iops,
+        ratio / bound,
+        r.p50_us,
+        r.p99_us,
+        b.p50_us,
+        b.p99_us
+    );
+}
+
 fn drives(tag: &str) -> Vec<MemberRef> {
     (0..MEMBERS)
         .map(|i| {
@@ -205,29 +232,10 @@ fn main() {
             if only_async {
                 break;
             }
-            // What the array can do at best, against the bare drives: every
-            // read is one drive read; a 4 KiB write costs 1 (RAID0), 4
-            // (RAID5: read data and P, write both) or 6 (RAID6) drive I/Os.
-            let bound = match (write, level) {
-                (false, _) | (true, Level::Raid0) => 1.0,
-                (true, Level::Raid5) => 0.25,
-                (true, _) => 1.0 / 6.0,
-            };
             for &qd in &depths {
                 let b = run(&bare, write, qd, dur);
                 let r = run(&a, write, qd, dur);
-                let ratio = r.iops / b.iops;
-                println!(
-                    "| {level} | 4k rand{} | {qd} | {:.0} | {:.0} | {ratio:.2}x | {bound:.2}x | {:.2} | {:.0} / {:.0} | {:.0} / {:.0} |",
-                    if write { "write" } else { "read" },
-                    r.iops,
-                    b.iops,
-                    ratio / bound,
-                    r.p50_us,
-                    r.p99_us,
-                    b.p50_us,
-                    b.p99_us
-                );
+                print_row(level, write, qd, &r, &b);
             }
         }
     }
@@ -296,11 +304,6 @@ fn main() {
             }
         };
         for write in [false, true] {
-            let bound = match (write, level) {
-                (false, _) | (true, Level::Raid0) => 1.0,
-                (true, Level::Raid5) => 0.25,
-                (true, _) => 1.0 / 6.0,
-            };
             for &qd in &depths {
                 let b = run_async(
                     &|off, done| bare_start(write, off, done),
@@ -309,18 +312,7 @@ fn main() {
                     dur,
                 );
                 let r = run_async(&|off, done| array_start(write, off, done), blocks, qd, dur);
-                let ratio = r.iops / b.iops;
-                println!(
-                    "| {level} | 4k rand{} | {qd} | {:.0} | {:.0} | {ratio:.2}x | {bound:.2}x | {:.2} | {:.0} / {:.0} | {:.0} / {:.0} |",
-                    if write { "write" } else { "read" },
-                    r.iops,
-                    b.iops,
-                    ratio / bound,
-                    r.p50_us,
-                    r.p99_us,
-                    b.p50_us,
-                    b.p99_us
-                );
+                print_row(level, write, qd, &r, &b);
             }
         }
         let c = e.counts();

@@ -13,6 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::AtomicBool;
 use support::array::{create, Members};
+use support::power_cut::CutModel;
 
 const BLOCK: usize = 4096;
 const CHUNK: u64 = 4096;
@@ -47,10 +48,7 @@ fn run_with(level: Level, n: usize, seed: u64, degraded: bool) {
         a.fail_slot(1, "test");
     }
     let blocks = (a.capacity() as usize) / BLOCK;
-    // The image as of the last completed flush, and for each block the
-    // values it may hold now (the flushed one first).
-    let mut flushed = initial.clone();
-    let mut since: Vec<Vec<Vec<u8>>> = vec![Vec::new(); blocks];
+    let mut model = CutModel::new(initial.clone(), BLOCK);
     for f in &m.faulty {
         f.track_power_cut();
     }
@@ -63,18 +61,11 @@ fn run_with(level: Level, n: usize, seed: u64, degraded: bool) {
                 let mut data = vec![0u8; nb * BLOCK];
                 rng.fill(&mut data[..]);
                 a.write((b0 * BLOCK) as u64, &data).unwrap();
-                for k in 0..nb {
-                    since[b0 + k].push(data[k * BLOCK..(k + 1) * BLOCK].to_vec());
-                }
+                model.wrote(b0, &data);
             }
             70..=84 => {
                 a.flush().unwrap();
-                for (b, vals) in since.iter_mut().enumerate() {
-                    if let Some(last) = vals.pop() {
-                        flushed[b * BLOCK..(b + 1) * BLOCK].copy_from_slice(&last);
-                    }
-                    vals.clear();
-                }
+                model.flushed();
             }
             _ => {
                 // One drive drains its cache on its own.
@@ -95,15 +86,7 @@ fn run_with(level: Level, n: usize, seed: u64, degraded: bool) {
     let a = asm.array;
     let mut got = vec![0u8; a.capacity() as usize];
     a.read(0, &mut got).unwrap();
-    for b in 0..blocks {
-        let now = &got[b * BLOCK..(b + 1) * BLOCK];
-        let before = &flushed[b * BLOCK..(b + 1) * BLOCK];
-        let ok = now == before || since[b].iter().any(|v| v[..] == *now);
-        assert!(ok, "{level} seed {seed}: block {b} holds data nobody wrote (written {} times since the flush)", since[b].len());
-        if since[b].is_empty() {
-            assert_eq!(now, before, "{level} seed {seed}: flushed block {b} lost");
-        }
-    }
+    model.check(&got, &format!("{level} seed {seed}"));
     if degraded {
         // Rebuild the failed member from what recovery left; the data must
         // not change and redundancy must agree everywhere.

@@ -19,6 +19,9 @@ use rand::{Rng, SeedableRng};
 use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
+use support::power_cut::CutModel;
+
+mod support;
 
 const BLOCK: usize = 4096;
 const CHUNK: u64 = 4096;
@@ -98,17 +101,14 @@ fn run(level: Level, n: usize, seed: u64) {
     a.write(0, &initial).unwrap();
     a.flush().unwrap();
     let blocks = a.capacity() as usize / BLOCK;
-    let mut flushed = initial.clone();
-    let mut since: Vec<Vec<Vec<u8>>> = vec![Vec::new(); blocks];
+    let mut model = CutModel::new(initial.clone(), BLOCK);
     for f in &members {
         f.track_power_cut();
     }
     let e = Engine::start(a.clone(), 2).unwrap();
-    let note = |since: &mut Vec<Vec<Vec<u8>>>| {
+    let note = |model: &mut CutModel| {
         for (b0, bytes) in WRITTEN.with(|w| std::mem::take(&mut *w.borrow_mut())) {
-            for (k, blk) in bytes.chunks(BLOCK).enumerate() {
-                since[b0 + k].push(blk.to_vec());
-            }
+            model.wrote(b0, &bytes);
         }
     };
     for _ in 0..rng.gen_range(2..12) {
@@ -116,7 +116,7 @@ fn run(level: Level, n: usize, seed: u64) {
             0..=5 => {
                 let n = rng.gen_range(1..48);
                 let rx = round(&e, &mut rng, blocks, n);
-                note(&mut since);
+                note(&mut model);
                 for ok in rx {
                     assert!(ok, "{level} seed {seed}: a write failed with the power on");
                 }
@@ -124,12 +124,7 @@ fn run(level: Level, n: usize, seed: u64) {
             6..=7 => {
                 // Quiet (every write answered): the flush covers them all.
                 a.flush().unwrap();
-                for (b, vals) in since.iter_mut().enumerate() {
-                    if let Some(last) = vals.pop() {
-                        flushed[b * BLOCK..(b + 1) * BLOCK].copy_from_slice(&last);
-                    }
-                    vals.clear();
-                }
+                model.flushed();
             }
             _ => {
                 let i = rng.gen_range(0..n);
@@ -141,7 +136,7 @@ fn run(level: Level, n: usize, seed: u64) {
     // losing what it had not flushed.
     let last = rng.gen_range(8..64);
     let rx = round(&e, &mut rng, blocks, last);
-    note(&mut since);
+    note(&mut model);
     std::thread::sleep(Duration::from_micros(rng.gen_range(0..300)));
     FaultyMember::power_cut_together(&members).unwrap();
     // Every write is answered, Ok or not.
@@ -157,16 +152,7 @@ fn run(level: Level, n: usize, seed: u64) {
     let a = asm.array;
     let mut got = vec![0u8; a.capacity() as usize];
     a.read(0, &mut got).unwrap();
-    for b in 0..blocks {
-        let now = &got[b * BLOCK..(b + 1) * BLOCK];
-        let before = &flushed[b * BLOCK..(b + 1) * BLOCK];
-        let ok = now == before || since[b].iter().any(|v| v[..] == *now);
-        assert!(
-            ok,
-            "{level} seed {seed}: block {b} holds data nobody wrote ({} writes since the flush)",
-            since[b].len()
-        );
-    }
+    model.check(&got, &format!("{level} seed {seed}"));
     // A member the cut failed is rebuilt from what recovery left; the
     // data must not change, and then parity must agree everywhere.
     for s in a.slots() {

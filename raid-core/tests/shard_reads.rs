@@ -8,9 +8,7 @@
 use raid_core::array::{Array, CreateOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
-use raid_core::member::{
-    io_path, FaultyMember, FileMember, IoPath, MemberRef, NvmeModel, RamMember, SimNvme,
-};
+use raid_core::member::{io_path, FaultyMember, IoPath, MemberRef, NvmeModel, RamMember, SimNvme};
 use raid_core::metadata::SlotState;
 use raid_core::metadata::DATA_OFFSET;
 use raid_core::shard::{Engine, ReadResult};
@@ -21,35 +19,17 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod support;
+
 const CHUNK: u64 = 64 << 10;
 const DATA: u64 = 8 << 20;
 
 fn array(level: Level, members: Vec<MemberRef>, tag: &str) -> Arc<Array> {
-    Arc::new(
-        Array::create(
-            members,
-            vec![],
-            CreateOptions {
-                name: tag.into(),
-                level,
-                chunk: CHUNK,
-            },
-        )
-        .unwrap(),
-    )
+    support::array::create_shared(level, members, tag, CHUNK)
 }
 
 fn files(dir: &std::path::Path, n: usize) -> Vec<MemberRef> {
-    (0..n)
-        .map(|i| {
-            let p = dir.join(format!("m{i}.img"));
-            std::fs::File::create(&p)
-                .unwrap()
-                .set_len(DATA_OFFSET + DATA)
-                .unwrap();
-            Arc::new(FileMember::open(&p).unwrap()) as MemberRef
-        })
-        .collect()
+    support::array::files(dir, n, DATA)
 }
 
 /// Fills the array with a pattern through the blocking engine; returns it.

@@ -5,10 +5,10 @@
 //! with every block read back against a model and, for RAID5/6, a scrub
 //! that finds every stripe's parity right.
 
-use raid_core::array::{Array, ArrayState, CreateOptions, ScrubOptions};
+use raid_core::array::{Array, ArrayState, ScrubOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
-use raid_core::member::{io_path, FaultyMember, FileMember, IoPath, MemberRef, NvmeModel, SimNvme};
+use raid_core::member::{io_path, FaultyMember, IoPath, MemberRef, NvmeModel, SimNvme};
 use raid_core::metadata::{SlotState, DATA_OFFSET};
 use raid_core::shard::Engine;
 use rand::rngs::SmallRng;
@@ -18,35 +18,17 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod support;
+
 const CHUNK: u64 = 64 << 10;
 const DATA: u64 = 8 << 20;
 
 fn array(level: Level, members: Vec<MemberRef>, tag: &str) -> Arc<Array> {
-    Arc::new(
-        Array::create(
-            members,
-            vec![],
-            CreateOptions {
-                name: tag.into(),
-                level,
-                chunk: CHUNK,
-            },
-        )
-        .unwrap(),
-    )
+    support::array::create_shared(level, members, tag, CHUNK)
 }
 
 fn files(dir: &std::path::Path, n: usize) -> Vec<MemberRef> {
-    (0..n)
-        .map(|i| {
-            let p = dir.join(format!("m{i}.img"));
-            std::fs::File::create(&p)
-                .unwrap()
-                .set_len(DATA_OFFSET + DATA)
-                .unwrap();
-            Arc::new(FileMember::open(&p).unwrap()) as MemberRef
-        })
-        .collect()
+    support::array::files(dir, n, DATA)
 }
 
 fn drive(i: usize) -> SimNvme {

@@ -8,8 +8,7 @@
 //! user_data (or the value a timed I/O posts back) is the key and the
 //! I/O's index within its request (`ud`).
 
-use super::read::ReadOp;
-use super::write::WriteOp;
+use super::ops::Op;
 use super::{Blocking, Inbox, Job, Request, WriteJob};
 use crate::array::Array;
 use crate::member::{io_path, IoPath, Member, MemberRef};
@@ -51,11 +50,6 @@ pub(super) fn on_ring(m: &dyn Member) -> bool {
 /// Whether a shard can run member I/O on `m` without blocking.
 pub(super) fn non_blocking(m: &dyn Member) -> bool {
     on_ring(m) || m.timed()
-}
-
-pub(super) enum Op {
-    Read(Box<ReadOp>),
-    Write(Box<WriteOp>),
 }
 
 pub(super) struct Shard {

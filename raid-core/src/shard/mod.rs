@@ -33,6 +33,7 @@
 //! goes to the blocking path, which waits for it).
 
 mod event_loop;
+mod ops;
 mod read;
 mod write;
 

@@ -5,30 +5,12 @@
 //! the blocking path (which reconstructs, and fails the member that
 //! erred); nothing is answered until every piece is in.
 
-use super::event_loop::{non_blocking, ud, Op, Shard, MAX_IOS, NOT_SERVED};
+use super::event_loop::{non_blocking, ud, Shard, MAX_IOS, NOT_SERVED};
+use super::ops::{Op, ReadOp};
 use super::{answer, Fallback, ReadJob};
-use crate::array::DirectPiece;
 use crate::member::MemberRef;
 use crate::stats::Started;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
-/// A read in flight on a shard.
-pub(super) struct ReadOp {
-    /// The request, its buffer the pieces' destination.
-    job: ReadJob,
-    /// The member table the read was planned on: keeps its devices open.
-    handles: Arc<Vec<MemberRef>>,
-    pieces: Vec<DirectPiece>,
-    /// Bytes each piece has moved.
-    moved: Vec<usize>,
-    left: usize,
-    /// The first member that erred.
-    failed: Option<(usize, std::io::Error)>,
-    /// A piece came back empty (says nothing against its member).
-    short: bool,
-    started: Started,
-}
 
 impl Shard {
     /// Starts a read on this shard, or hands it to the blocking path.

@@ -3,25 +3,14 @@
 //! write advanced when the last one is in. A short transfer goes on from
 //! where it stopped, as the blocking path's ring does.
 
-use super::event_loop::{non_blocking, ud, Op, Shard, NOT_SERVED};
-use super::{answer, Fallback, WriteDone, WriteJob};
+use super::event_loop::{non_blocking, ud, Shard, NOT_SERVED};
+use super::ops::{Op, WriteOp};
+use super::{answer, Fallback, WriteJob};
 use crate::array::async_write::{AsyncWrite, Next, Start};
 use crate::layout::Level;
 use crate::stats::Started;
 use std::io;
 use std::sync::atomic::Ordering;
-
-/// A write in flight on a shard.
-pub(super) struct WriteOp {
-    w: Box<AsyncWrite>,
-    done: WriteDone,
-    /// The current step's I/Os: bytes moved so far, and each one's result
-    /// once it has one.
-    moved: Vec<usize>,
-    results: Vec<Option<io::Result<()>>>,
-    left: usize,
-    started: Started,
-}
 
 impl Shard {
     /// Starts a write on this shard, or hands it to the blocking path.

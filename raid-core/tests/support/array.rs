@@ -44,6 +44,36 @@ pub fn create(level: Level, members: &Members, chunk: u64) -> Array {
     .expect("create")
 }
 
+/// An array named `tag` over `members`, shared (as the shards take it).
+pub fn create_shared(level: Level, members: Vec<MemberRef>, tag: &str, chunk: u64) -> Arc<Array> {
+    Arc::new(
+        Array::create(
+            members,
+            vec![],
+            CreateOptions {
+                name: tag.into(),
+                level,
+                chunk,
+            },
+        )
+        .expect("create"),
+    )
+}
+
+/// `n` file members in `dir`, each of `data_bytes` after the metadata.
+pub fn files(dir: &std::path::Path, n: usize, data_bytes: u64) -> Vec<MemberRef> {
+    (0..n)
+        .map(|i| {
+            let p = dir.join(format!("m{i}.img"));
+            std::fs::File::create(&p)
+                .unwrap()
+                .set_len(DATA_OFFSET + data_bytes)
+                .unwrap();
+            Arc::new(raid_core::member::FileMember::open(&p).unwrap()) as MemberRef
+        })
+        .collect()
+}
+
 /// Reads the whole array and compares it with the model.
 pub fn assert_matches(array: &Array, model: &[u8]) {
     let mut got = vec![0u8; model.len()];

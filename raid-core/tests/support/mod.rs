@@ -5,6 +5,7 @@
 pub mod isal;
 
 pub mod array;
+pub mod power_cut;
 
 /// A 64-byte-aligned zeroed buffer (Vec<u8> gives no alignment promise).
 pub struct Aligned {

@@ -9,7 +9,7 @@
 
 use super::{Data, Profile};
 use crate::nbd;
-use raid_core::array::Array;
+use raid_core::array::{Array, ArrayError};
 use raid_core::buf::AlignedBuf;
 use raid_core::member::MemberRef;
 use raid_core::shard::Engine;
@@ -167,27 +167,17 @@ fn shards_job(
             };
             i += 1;
             let (off, tx, t0) = (b * p.bs as u64, tx.clone(), Instant::now());
-            let took = move |t0: Instant| t0.elapsed().as_micros().min(u32::MAX as u128) as u32;
+            let done = Box::new(move |r: Result<AlignedBuf, ArrayError>| {
+                let b = r.expect("array I/O");
+                let took = t0.elapsed().as_micros().min(u32::MAX as u128) as u32;
+                let _ = tx.send((took, b));
+            });
             let mut buf = spare.pop().unwrap_or_else(|| AlignedBuf::new(p.bs));
             if p.write {
                 data.fill(&mut rng, &mut buf);
-                e.write(
-                    off,
-                    buf,
-                    Box::new(move |r| {
-                        let b = r.expect("array write");
-                        let _ = tx.send((took(t0), b));
-                    }),
-                );
+                e.write(off, buf, done);
             } else {
-                e.read(
-                    off,
-                    buf,
-                    Box::new(move |r| {
-                        let b = r.expect("array read");
-                        let _ = tx.send((took(t0), b));
-                    }),
-                );
+                e.read(off, buf, done);
             }
             in_flight += 1;
         }

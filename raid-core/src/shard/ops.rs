@@ -1,0 +1,46 @@
+//! What a shard holds for each request in flight: the types only, so the
+//! loop (`event_loop.rs`) and the request kinds (`read.rs`, `write.rs`)
+//! each depend on them and not on one another.
+
+use super::{ReadJob, WriteDone};
+use crate::array::async_write::AsyncWrite;
+use crate::array::DirectPiece;
+use crate::member::MemberRef;
+use crate::stats::Started;
+use std::io;
+use std::sync::Arc;
+
+/// A request in flight on a shard, by slab key.
+pub(super) enum Op {
+    Read(Box<ReadOp>),
+    Write(Box<WriteOp>),
+}
+
+/// A read in flight on a shard.
+pub(super) struct ReadOp {
+    /// The request, its buffer the pieces' destination.
+    pub(super) job: ReadJob,
+    /// The member table the read was planned on: keeps its devices open.
+    pub(super) handles: Arc<Vec<MemberRef>>,
+    pub(super) pieces: Vec<DirectPiece>,
+    /// Bytes each piece has moved.
+    pub(super) moved: Vec<usize>,
+    pub(super) left: usize,
+    /// The first member that erred.
+    pub(super) failed: Option<(usize, io::Error)>,
+    /// A piece came back empty (says nothing against its member).
+    pub(super) short: bool,
+    pub(super) started: Started,
+}
+
+/// A write in flight on a shard.
+pub(super) struct WriteOp {
+    pub(super) w: Box<AsyncWrite>,
+    pub(super) done: WriteDone,
+    /// The current step's I/Os: bytes moved so far, and each one's result
+    /// once it has one.
+    pub(super) moved: Vec<usize>,
+    pub(super) results: Vec<Option<io::Result<()>>>,
+    pub(super) left: usize,
+    pub(super) started: Started,
+}

@@ -1,0 +1,64 @@
+//! What a power cut may leave of each block: its value as of the last
+//! completed flush, or one of the values written to it since.
+
+pub struct CutModel {
+    block: usize,
+    /// The image as of the last completed flush.
+    flushed: Vec<u8>,
+    /// Per block, the values written since that flush, oldest first.
+    since: Vec<Vec<Vec<u8>>>,
+}
+
+impl CutModel {
+    /// A model whose last flush left `image`, in blocks of `block` bytes.
+    pub fn new(image: Vec<u8>, block: usize) -> CutModel {
+        let blocks = image.len() / block;
+        CutModel {
+            block,
+            flushed: image,
+            since: vec![Vec::new(); blocks],
+        }
+    }
+
+    pub fn blocks(&self) -> usize {
+        self.since.len()
+    }
+
+    /// `data` was written (or is in flight) from block `b0` on.
+    pub fn wrote(&mut self, b0: usize, data: &[u8]) {
+        for (k, blk) in data.chunks(self.block).enumerate() {
+            self.since[b0 + k].push(blk.to_vec());
+        }
+    }
+
+    /// A flush completed with no write in flight: every block's last value
+    /// is durable.
+    pub fn flushed(&mut self) {
+        let n = self.block;
+        for (b, vals) in self.since.iter_mut().enumerate() {
+            if let Some(last) = vals.pop() {
+                self.flushed[b * n..(b + 1) * n].copy_from_slice(&last);
+            }
+            vals.clear();
+        }
+    }
+
+    /// Panics, naming `what` (level and seed), unless every block of `got`
+    /// holds its flushed value or one written since.
+    pub fn check(&self, got: &[u8], what: &str) {
+        let n = self.block;
+        for (b, since) in self.since.iter().enumerate() {
+            let now = &got[b * n..(b + 1) * n];
+            let before = &self.flushed[b * n..(b + 1) * n];
+            if since.is_empty() {
+                assert_eq!(now, before, "{what}: flushed block {b} lost");
+            }
+            let ok = now == before || since.iter().any(|v| v[..] == *now);
+            assert!(
+                ok,
+                "{what}: block {b} holds data nobody wrote (written {} times since the flush)",
+                since.len()
+            );
+        }
+    }
+}

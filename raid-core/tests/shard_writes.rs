@@ -110,7 +110,7 @@ fn matches(a: &Array, model: &[u8]) {
 }
 
 fn scrub_clean(a: &Array) {
-    if matches!(a.geometry().level, Level::Raid5 | Level::Raid6) {
+    if a.geometry().level != Level::Raid0 {
         let r = a
             .scrub(&ScrubOptions::default(), &AtomicBool::new(false))
             .unwrap();
@@ -121,7 +121,13 @@ fn scrub_clean(a: &Array) {
 #[test]
 fn writes_on_file_members_and_simulated_drives() {
     let dir = std::env::temp_dir().join(format!("raid-shard-w-{}", std::process::id()));
-    for (level, n) in [(Level::Raid0, 4), (Level::Raid5, 5), (Level::Raid6, 6)] {
+    for (level, n) in [
+        (Level::Raid0, 4),
+        (Level::Raid1, 2),
+        (Level::Raid10, 4),
+        (Level::Raid5, 5),
+        (Level::Raid6, 6),
+    ] {
         for sim in [false, true] {
             let sub = dir.join(format!("{level:?}-{sim}"));
             std::fs::create_dir_all(&sub).unwrap();

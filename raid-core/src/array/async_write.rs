@@ -1,9 +1,10 @@
 //! Writes a shard runs without a thread waiting on them (`crate::shard`):
 //! a RAID5/6 write inside one stripe, by read-modify-write or reconstruct
-//! write, and a RAID0 write inside one chunk, while every member they
-//! touch is readable and nothing they need would block: a write-intent bit
-//! not yet durable, a stripe lock another writer holds, an unsettled
-//! journal record, the first write since the array was clean. Every other
+//! write, a RAID1/10 write inside one chunk (to every copy) and a RAID0
+//! write inside one chunk, while every member they touch is readable and
+//! nothing they need would block: a write-intent bit not yet durable, a
+//! stripe or chunk lock another thread holds, an unsettled journal record,
+//! the first write since the array was clean. Every other
 //! write, and each of these that meets such a case, goes to the blocking
 //! path (`Array::write`) with nothing written, so every rule of the write
 //! path beyond this common case stays in one place.
@@ -22,6 +23,7 @@
 use super::parity_io::{columns, full_piece, new_column, Piece};
 use super::*;
 use crate::buf::AlignedBuf;
+use crate::layout::Place;
 use crate::stats::Started;
 use std::ops::RangeInclusive;
 
@@ -62,6 +64,12 @@ pub(crate) enum Next {
 enum Shape {
     /// RAID0: one chunk, one member.
     Chunk { slot: usize, at: u64 },
+    /// RAID1/10: one chunk, every copy of it.
+    Mirror {
+        c: u64,
+        copies: Vec<Place>,
+        within: u64,
+    },
     /// RAID5/6: the pieces of one stripe, by read-modify-write or not.
     Stripe {
         s: u64,
@@ -171,11 +179,20 @@ impl AsyncWrite {
                 let rmw = a.prefers_rmw(&ps);
                 Shape::Stripe { s, ps, lo, hi, rmw }
             }
-            _ => return Start::Blocking(data),
+            Level::Raid1 | Level::Raid10 => {
+                let c = offset / a.geo.chunk;
+                if (offset + len - 1) / a.geo.chunk != c {
+                    return Start::Blocking(data);
+                }
+                let copies = a.geo.chunk_copies(c);
+                let within = offset % a.geo.chunk;
+                Shape::Mirror { c, copies, within }
+            }
         };
         let slots: Vec<usize> = match &shape {
             Shape::Chunk { slot, .. } => vec![*slot],
             Shape::Stripe { s, .. } => a.geo.stripe_map(*s).members.clone(),
+            Shape::Mirror { copies, .. } => copies.iter().map(|p| p.member).collect(),
         };
         let mut g = Guards {
             array: array.clone(),
@@ -187,22 +204,32 @@ impl AsyncWrite {
             Some(intent) => g.intent = intent,
             None => return Start::Blocking(data),
         }
-        if let Shape::Stripe { s, .. } = &shape {
-            if !a.locks.try_lock_raw(*s) {
+        // The blocking path's lock keys: the stripe (RAID5/6), the chunk
+        // (RAID1/10); RAID0 takes none.
+        let key = match &shape {
+            Shape::Stripe { s, .. } => Some(*s),
+            Shape::Mirror { c, .. } => Some(*c),
+            Shape::Chunk { .. } => None,
+        };
+        if let Some(k) = key {
+            if !a.locks.try_lock_raw(k) {
                 return Start::Blocking(data);
             }
-            g.stripe = Some(*s);
+            g.stripe = Some(k);
         }
         // Under the lock, the member table then the readability (the
         // blocking path's order: a rebuild cannot pass this stripe between
         // them): a member that failed since the plan sends the write to
         // the blocking path (which reconstructs or journals).
         let handles = Arc::clone(&a.member_handles());
-        let row_ok = |m: usize| match &shape {
-            Shape::Stripe { s, .. } => a.readable(m, *s),
+        let rows_ok = match &shape {
+            Shape::Stripe { s, .. } => slots.iter().all(|&m| a.readable(m, *s)),
+            // Every copy in sync: a write that would skip one (degraded, or
+            // being rebuilt past here) is the blocking path's.
+            Shape::Mirror { copies, .. } => copies.iter().all(|p| a.copy_readable(p)),
             Shape::Chunk { .. } => true,
         };
-        if !slots.iter().all(|&m| row_ok(m) && can(handles[m].as_ref())) {
+        if !rows_ok || !slots.iter().all(|&m| can(handles[m].as_ref())) {
             return Start::Blocking(data);
         }
         let mut w = AsyncWrite {
@@ -246,7 +273,8 @@ impl AsyncWrite {
         }
     }
 
-    /// The stripe whose lock the write holds (RAID5/6).
+    /// The key of the lock the write holds: its stripe (RAID5/6) or chunk
+    /// (RAID1/10).
     pub(crate) fn stripe(&self) -> Option<u64> {
         self.g.stripe
     }
@@ -323,6 +351,19 @@ impl AsyncWrite {
                     },
                     write: true,
                 }];
+                return Some(Ok(()));
+            }
+            Shape::Mirror { copies, within, .. } => {
+                let len = self.data.len();
+                self.ios = copies
+                    .iter()
+                    .map(|p| MemberOp {
+                        slot: p.member,
+                        offset: DATA_OFFSET + p.offset + within,
+                        buf: IoBuf::Data { pos: 0, len },
+                        write: true,
+                    })
+                    .collect();
                 return Some(Ok(()));
             }
             Shape::Stripe { s, ps, lo, hi, rmw } => (*s, ps.clone(), *lo, *hi, *rmw),
@@ -463,6 +504,12 @@ impl AsyncWrite {
                 a.failed_error()
             }),
             Shape::Chunk { .. } => Ok(()),
+            // Written where any copy took it, as the blocking path says.
+            Shape::Mirror { copies, .. } => match a.no_space_error().filter(|_| full) {
+                Some(e) => Err(e),
+                None if errors.len() >= copies.len() => Err(a.failed_error()),
+                None => Ok(()),
+            },
             Shape::Stripe { s, .. } => {
                 let map = a.geo.stripe_map(*s);
                 let missing = map.members.iter().filter(|&&m| !a.readable(m, *s)).count();

@@ -34,7 +34,7 @@ impl Array {
         out
     }
 
-    fn copy_readable(&self, p: &Place) -> bool {
+    pub(super) fn copy_readable(&self, p: &Place) -> bool {
         self.readable(p.member, p.offset / self.geo.chunk)
     }
 

@@ -10,17 +10,16 @@
 //! `Member::read_timed`) started and its completion posted back to the
 //! shard.
 //!
-//! A write inside one RAID5/6 stripe (or one RAID0 chunk) on an array
-//! whose members are all readable is a state machine the stripe's shard
-//! runs (`write.rs`, the rules in `array::async_write`): its reads, then
+//! A write inside one RAID5/6 stripe (or one RAID0/1/10 chunk) whose
+//! members are all readable is a state machine the stripe's shard runs (`write.rs`, the rules in `array::async_write`): its reads, then
 //! its parity, then its writes, each step's member I/Os in flight together
 //! and no thread waiting. Writes that arrive for a stripe whose lock one
 //! of the shard's writes holds wait behind it and start when it ends
 //! (writes in flight together have no order among them, as on a drive).
 //!
-//! Every other request (degraded, writes across stripes or RAID0 chunks,
-//! RAID1/10 writes, on a member that can do neither, one whose member erred, one
-//! that would have to wait for a lock or a bitmap write) goes to a small pool of
+//! Every other request (degraded, writes across stripes or chunks, on a
+//! member that can do neither, one whose member erred, one that would
+//! have to wait for a lock or a bitmap write) goes to a small pool of
 //! threads running the blocking `Array::read` / `Array::write`, so each
 //! rule of those paths (reconstruction, the journal, failing a member,
 //! membership changes) stays in one place. A shard's write whose member

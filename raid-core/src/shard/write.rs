@@ -20,7 +20,7 @@ impl Shard {
         // waiting). They start in arrival order, but one that then takes
         // the blocking path may land after those behind it: writes in
         // flight together have no order among them.
-        let stripe = self.stripe_of(job.offset);
+        let stripe = self.lock_key_of(job.offset);
         if let Some(q) = stripe.and_then(|s| self.held.get_mut(&s)) {
             return q.push_back(job);
         }
@@ -51,10 +51,15 @@ impl Shard {
         }
     }
 
-    /// The stripe a RAID5/6 write at `offset` starts in.
-    fn stripe_of(&self, offset: u64) -> Option<u64> {
+    /// The lock a write at `offset` takes (`AsyncWrite::stripe`): its
+    /// stripe (RAID5/6) or chunk (RAID1/10); RAID0 takes none.
+    fn lock_key_of(&self, offset: u64) -> Option<u64> {
         let geo = self.array.geometry();
-        matches!(geo.level, Level::Raid5 | Level::Raid6).then(|| offset / geo.stripe_data_bytes())
+        match geo.level {
+            Level::Raid5 | Level::Raid6 => Some(offset / geo.stripe_data_bytes()),
+            Level::Raid1 | Level::Raid10 => Some(offset / geo.chunk),
+            Level::Raid0 => None,
+        }
     }
 
     /// A write of this shard's gave up stripe `s`'s lock (or handed it to

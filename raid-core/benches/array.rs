@@ -1,7 +1,9 @@
 //! Array engine benchmark: the array in-process over N RAM members, each
 //! level, side by side with the same I/O sent straight to the bare members
 //! in the same run. 4 KiB random read/write, 128 KiB sequential read/write,
-//! full-stripe writes, degraded reads and rebuild rate.
+//! full-stripe writes, degraded reads and rebuild rate. A second table:
+//! 4 KiB random I/O through the blocking API against the shards, with the
+//! CPU time each costs.
 //!
 //! `cargo bench -p raid-core --bench array [-- --quick] [-- --qd N]`
 //!
@@ -243,13 +245,17 @@ fn main() {
         (median(ar), median(br))
     };
 
+    // BENCH_LEVEL=raid5 (say) runs one level only; BENCH_SHARDS_ONLY=1
+    // the second table only.
+    let only = std::env::var("BENCH_LEVEL").ok();
+    if std::env::var("BENCH_SHARDS_ONLY").is_ok() {
+        return shards_table(only.as_deref(), qd, dur, rounds);
+    }
     println!(
         "\n| level | workload | array IOPS | array MB/s | bare IOPS | bare MB/s | ratio | array CPU us/IO | bare CPU us/IO | target |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut raid5_randread = 0.0;
-    // BENCH_LEVEL=raid5 (say) runs one level only.
-    let only = std::env::var("BENCH_LEVEL").ok();
     for level in [
         Level::Raid0,
         Level::Raid1,
@@ -405,6 +411,105 @@ fn main() {
             println!(
                 "| raid5 scrub | idle, check | - | {rate:.0} | - | {seq:.0} (bare seq read) | {:.2}x | - | - | - |",
                 rate / seq
+            );
+        }
+    }
+    shards_table(only.as_deref(), qd, dur, rounds);
+}
+
+/// Keeps `qd` 4 KiB random reads or writes in flight on the shards from
+/// this one thread for `dur`; the buffers go round.
+fn run_shards(
+    e: &raid_core::shard::Engine,
+    write: bool,
+    blocks: u64,
+    qd: usize,
+    dur: Duration,
+) -> Sample {
+    let (tx, rx) = std::sync::mpsc::channel::<AlignedBuf>();
+    let mut rng = SmallRng::seed_from_u64(qd as u64 + 3);
+    let mut spare: Vec<AlignedBuf> = Vec::new();
+    let cpu0 = cpu_seconds();
+    let started = Instant::now();
+    let mut n = 0u64;
+    let mut in_flight = 0;
+    loop {
+        while in_flight < qd && started.elapsed() < dur {
+            let off = rng.gen_range(0..blocks) * 4096;
+            let tx = tx.clone();
+            let done = Box::new(move |r: Result<AlignedBuf, raid_core::array::ArrayError>| {
+                let _ = tx.send(r.expect("array I/O"));
+            });
+            let buf = spare.pop().unwrap_or_else(|| AlignedBuf::new(4096));
+            match write {
+                true => e.write(off, buf, done),
+                false => e.read(off, buf, done),
+            }
+            in_flight += 1;
+        }
+        if in_flight == 0 {
+            break;
+        }
+        spare.push(rx.recv().expect("a completion"));
+        in_flight -= 1;
+        n += 1;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let n = n.max(1) as f64;
+    Sample {
+        iops: n / secs,
+        mbs: n / secs * 4096.0 / 1e6,
+        cpu_us: (cpu_seconds() - cpu0) / n * 1e6,
+    }
+}
+
+/// The engine's own cost per 4 KiB I/O, RAM members under it: `qd`
+/// threads through the blocking API against `qd` in flight from one
+/// thread through the shards (one per core), alternating, median of
+/// `rounds`.
+fn shards_table(only: Option<&str>, qd: usize, dur: Duration, rounds: usize) {
+    println!("\n| level | workload | threads IOPS | threads CPU us/IO | shards IOPS | shards CPU us/IO | shards / threads |");
+    println!("|---|---|---|---|---|---|---|");
+    for level in [
+        Level::Raid0,
+        Level::Raid1,
+        Level::Raid5,
+        Level::Raid6,
+        Level::Raid10,
+    ] {
+        if only.is_some_and(|o| o != level.to_string()) {
+            continue;
+        }
+        let a = Arc::new(
+            Array::create(
+                members(&format!("{level}-shards-")),
+                vec![],
+                CreateOptions {
+                    name: "bench".into(),
+                    level,
+                    chunk: CHUNK,
+                },
+            )
+            .unwrap(),
+        );
+        a.write(0, &vec![0x5a; a.capacity() as usize]).unwrap();
+        let e = raid_core::shard::Engine::start(a.clone(), rayon::current_num_threads()).unwrap();
+        let blocks = a.capacity() / 4096;
+        for w in [Work::RandRead4k, Work::RandWrite4k] {
+            let (mut tr, mut sr) = (Vec::new(), Vec::new());
+            for _ in 0..rounds {
+                tr.push(run(a.as_ref(), w, 4096, qd, dur));
+                sr.push(run_shards(&e, w == Work::RandWrite4k, blocks, qd, dur));
+            }
+            let (t, s) = (median(tr), median(sr));
+            println!(
+                "| {level} | {} | {:.0} | {:.1} | {:.0} | {:.1} | {:.2}x |",
+                w.name(),
+                t.iops,
+                t.cpu_us,
+                s.iops,
+                s.cpu_us,
+                s.iops / t.iops
             );
         }
     }

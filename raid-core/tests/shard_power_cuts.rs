@@ -212,3 +212,10 @@ fn power_cuts_under_shard_writes_raid10() {
         run(Level::Raid10, 4, 2000 + seed);
     }
 }
+
+#[test]
+fn power_cuts_under_shard_writes_raid1() {
+    for seed in 0..seeds() {
+        run(Level::Raid1, 2, 3000 + seed);
+    }
+}

@@ -226,17 +226,64 @@ fn simulated_drives_complete_through_the_timer() {
     reads_match(&e, &model, 2000, 256, 14);
 }
 
+/// A member that can take I/O neither on a ring nor as timed I/O (here
+/// RAM behind a plain wrapper; a network member is one): every read takes
+/// the blocking path, and returns its data.
+struct Plain(RamMember);
+
+impl raid_core::member::Member for Plain {
+    fn identity(&self) -> &str {
+        self.0.identity()
+    }
+    fn device_key(&self) -> raid_core::member::DeviceKey {
+        self.0.device_key()
+    }
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.0.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.0.write_zeroes(offset, len)
+    }
+}
+
 #[test]
-fn ram_members_take_the_blocking_path() {
+fn members_that_can_do_neither_take_the_blocking_path() {
     let members: Vec<MemberRef> = (0..4)
-        .map(|i| Arc::new(RamMember::new(format!("ram:sh{i}"), DATA_OFFSET + DATA)) as MemberRef)
+        .map(|i| {
+            Arc::new(Plain(RamMember::new(
+                format!("ram:sh{i}"),
+                DATA_OFFSET + DATA,
+            ))) as MemberRef
+        })
         .collect();
-    let a = array(Level::Raid5, members, "shard-ram");
+    let a = array(Level::Raid5, members, "shard-plain");
     let model = fill(&a, 7);
     let e = Engine::start(a, 1).unwrap();
     reads_match(&e, &model, 2000, 64, 8);
     assert_eq!(e.counts().on_shards.load(Ordering::Relaxed), 0);
     assert_eq!(e.counts().blocking.load(Ordering::Relaxed), 2000);
+}
+
+/// RAM members complete as they start: the shards serve them.
+#[test]
+fn ram_members_are_served_by_the_shards() {
+    let members: Vec<MemberRef> = (0..4)
+        .map(|i| Arc::new(RamMember::new(format!("ram:sr{i}"), DATA_OFFSET + DATA)) as MemberRef)
+        .collect();
+    let a = array(Level::Raid5, members, "shard-ram");
+    let model = fill(&a, 19);
+    let e = Engine::start(a, 1).unwrap();
+    reads_match(&e, &model, 2000, 64, 20);
+    assert_eq!(e.counts().on_shards.load(Ordering::Relaxed), 2000);
 }
 
 /// A member whose reads err under reads in flight on the shards: every

@@ -18,7 +18,7 @@
 //! another thread.
 //!
 //! The caller (a shard) runs the member I/Os each step asks for (`ios`,
-//! into `io_buf`) and hands back their results (`advance`).
+//! at `io_buf`) and hands back their results (`advance`).
 
 use super::parity_io::{columns, full_piece, new_column, Piece};
 use super::*;
@@ -264,12 +264,19 @@ impl AsyncWrite {
         &self.handles
     }
 
-    /// The bytes of I/O `i` of the current step. The buffers are heap
-    /// memory that stays put while the write lives, even as it moves.
-    pub(crate) fn io_buf(&mut self, i: usize) -> &mut [u8] {
+    /// Where the bytes of I/O `i` of the current step are, and how many:
+    /// a pointer, not a slice, since several I/Os in flight may share
+    /// bytes (a mirror's copies all write the request's data). The buffers
+    /// are heap memory that stays put while the write lives, even as it
+    /// moves.
+    pub(crate) fn io_buf(&mut self, i: usize) -> (*mut u8, usize) {
         match self.ios[i].buf {
-            IoBuf::Own(b) => &mut self.bufs[b][..],
-            IoBuf::Data { pos, len } => &mut self.data[pos..pos + len],
+            IoBuf::Own(b) => (self.bufs[b].as_mut_ptr(), self.bufs[b].len()),
+            IoBuf::Data { pos, len } => {
+                assert!(pos + len <= self.data.len());
+                // SAFETY: in bounds (checked above).
+                (unsafe { self.data.as_mut_ptr().add(pos) }, len)
+            }
         }
     }
 
@@ -505,11 +512,22 @@ impl AsyncWrite {
             }),
             Shape::Chunk { .. } => Ok(()),
             // Written where any copy took it, as the blocking path says.
-            Shape::Mirror { copies, .. } => match a.no_space_error().filter(|_| full) {
-                Some(e) => Err(e),
-                None if errors.len() >= copies.len() => Err(a.failed_error()),
-                None => Ok(()),
-            },
+            // (and is still in sync: one failed meanwhile holds nothing).
+            Shape::Mirror { copies, .. } => {
+                let held = self
+                    .ios
+                    .iter()
+                    .zip(copies)
+                    .filter(|(op, p)| {
+                        !errors.iter().any(|(slot, _)| *slot == op.slot) && a.copy_readable(p)
+                    })
+                    .count();
+                match a.no_space_error().filter(|_| full) {
+                    Some(e) => Err(e),
+                    None if held == 0 => Err(a.failed_error()),
+                    None => Ok(()),
+                }
+            }
             Shape::Stripe { s, .. } => {
                 let map = a.geo.stripe_map(*s);
                 let missing = map.members.iter().filter(|&&m| !a.readable(m, *s)).count();

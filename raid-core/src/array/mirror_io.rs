@@ -123,10 +123,18 @@ impl Array {
         let results = submit(&handles, &mut ios);
         let mut written = vec![false; pieces.len()];
         let mut full = false;
+        let mut took = Vec::new();
         for ((io, k), r) in ios.iter().zip(&owner).zip(results) {
             match r {
-                Ok(()) => written[*k] = true,
+                Ok(()) => took.push((*k, io.member, io.offset)),
                 Err(e) => full |= self.member_write_failed(io.member, &handles[io.member], &e),
+            }
+        }
+        // Written where a copy took it and is still in sync: one failed
+        // meanwhile (by this write's errors or another thread) holds nothing.
+        for (k, member, offset) in took {
+            if self.readable(member, (offset - DATA_OFFSET) / self.geo.chunk) {
+                written[k] = true;
             }
         }
         // A copy left behind on a full filesystem: the write did not

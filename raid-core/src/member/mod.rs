@@ -123,9 +123,10 @@ pub trait Member: Send + Sync {
     }
     /// Starts a read for a caller that must not block (a shard's event
     /// loop), on a member that completes I/O at a time of its own without
-    /// a thread waiting (the simulated drive): the bytes are in `buf` when
-    /// this returns `Some(Ok)`, and `done` is called from another thread
-    /// when the read completes. `None`: not such a member.
+    /// a thread waiting (the simulated drive, RAM): the bytes are in `buf`
+    /// when this returns `Some(Ok)`, and `done` is called when the read
+    /// completes (from another thread, or before this returns). `None`:
+    /// not such a member.
     fn read_timed(
         &self,
         buf: &mut [u8],

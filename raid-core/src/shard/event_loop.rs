@@ -320,13 +320,17 @@ impl Shard {
         }
         let inbox = self.inbox.clone();
         let then: Box<dyn FnOnce() + Send> = Box::new(move || inbox.push(Job::Timed(ud)));
-        // SAFETY: the caller's promise; a timed I/O moves its bytes
-        // before it returns.
-        let buf = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+        // SAFETY (both): the caller's promise; a timed I/O moves its bytes
+        // before it returns. A write's bytes are only read (other I/Os in
+        // flight may read the same ones).
         let started = if write {
-            m.write_timed(buf, at, then)
+            m.write_timed(unsafe { std::slice::from_raw_parts(ptr, len) }, at, then)
         } else {
-            m.read_timed(buf, at, then)
+            m.read_timed(
+                unsafe { std::slice::from_raw_parts_mut(ptr, len) },
+                at,
+                then,
+            )
         };
         let res = match started {
             Some(Ok(())) => return,

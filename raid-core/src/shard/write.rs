@@ -104,8 +104,10 @@ impl Shard {
         let io = op.w.ios()[i];
         let m = op.w.handles()[io.slot].clone();
         let from = op.moved[i];
-        let buf = &mut op.w.io_buf(i)[from..];
-        let (ptr, len, at) = (buf.as_mut_ptr(), buf.len(), io.offset + from as u64);
+        let (start, all) = op.w.io_buf(i);
+        // SAFETY: `from` <= the I/O's length (bytes it moved so far).
+        let ptr = unsafe { start.add(from) };
+        let (len, at) = (all - from, io.offset + from as u64);
         // SAFETY: the buffer belongs to the write in slab entry `k` (heap
         // memory that does not move), which stays there until this I/O's
         // completion is reaped, and so do the member handles `m` is from.
@@ -116,7 +118,7 @@ impl Shard {
     pub(super) fn write_io_done(&mut self, k: usize, i: usize, res: Option<i32>) {
         let array = self.array.clone();
         let op = self.op(k);
-        let len = op.w.io_buf(i).len();
+        let len = op.w.io_buf(i).1;
         let r = match res {
             None => Ok(len),
             Some(NOT_SERVED) => Err(io::Error::new(

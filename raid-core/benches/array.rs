@@ -6,9 +6,12 @@
 //! CPU time each costs.
 //!
 //! `cargo bench -p raid-core --bench array [-- --quick] [-- --qd N]`
+//! (BENCH_LEVEL=raid5 runs one level, BENCH_MEMBERS=N the members per
+//! array, BENCH_SHARDS_ONLY=1 the second table only.)
 //!
-//! Queue depth is the number of threads submitting at once (the array's API
-//! is synchronous). RAM members make this a measure of the engine's own cost:
+//! Queue depth is the number of threads submitting at once through the
+//! blocking API, or, in the second table, the requests kept in flight
+//! through the shards by one thread. RAM members make this a measure of the engine's own cost:
 //! locking, planning, parity and copies, with no device latency to hide it.
 
 use raid_core::array::{Array, CreateOptions, RebuildOptions, ScrubOptions};

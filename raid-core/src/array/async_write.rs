@@ -10,10 +10,11 @@
 //! path beyond this common case stays in one place.
 //!
 //! The same rules as the blocking path, in the same order: counted into the
-//! write-intent bitmap; the stripe's lock from the first read to the last
-//! write; counted in `unjournaled` before the check that every member is
-//! readable, and out of it before member errors fail members, which
-//! happens before the stripe's lock is given up. Here the three are owned
+//! write-intent bitmap; the stripe's lock (RAID1/10: the chunk's; RAID0
+//! takes none) from the first read to the last write; for RAID5/6, counted
+//! in `unjournaled` before the check that every member is readable, and
+//! out of it before member errors fail members, which happens before the
+//! lock is given up. Here the three are owned
 //! values (`Guards`): the write lives across completions and may end on
 //! another thread.
 //!

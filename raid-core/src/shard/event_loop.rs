@@ -1,6 +1,6 @@
 //! A shard: one thread, its own io_uring, and the requests in flight on
-//! it. The loop, from its inbox (requests from clients, completions from
-//! the simulated drives' timer thread) and its ring's completions, never
+//! it. The loop, from its inbox (requests from clients, completions of
+//! timed I/O) and its ring's completions, never
 //! blocks on anything but the ring: a sleeping shard is woken by an
 //! eventfd read it keeps armed on the ring, written only when it sleeps.
 //!

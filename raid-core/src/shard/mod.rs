@@ -6,9 +6,9 @@
 //! A read whose chunks all have a readable copy is served by a shard
 //! without a thread waiting for it (`read.rs`): a member read per chunk,
 //! on a member with a file descriptor a read SQE on the shard's ring, on
-//! a member that completes I/O at a time of its own (the simulated drive:
-//! `Member::read_timed`) started and its completion posted back to the
-//! shard.
+//! a member that completes I/O at a time of its own (`Member::read_timed`:
+//! the simulated drive, from its timer thread; RAM, as it starts) started
+//! and its completion posted back to the shard.
 //!
 //! A write inside one RAID5/6 stripe (or one RAID0/1/10 chunk) whose
 //! members are all readable is a state machine the stripe's shard runs (`write.rs`, the rules in `array::async_write`): its reads, then
@@ -17,19 +17,21 @@
 //! of the shard's writes holds wait behind it and start when it ends
 //! (writes in flight together have no order among them, as on a drive).
 //!
-//! Every other request (degraded, writes across stripes or chunks, on a
-//! member that can do neither, one whose member erred, one that would
-//! have to wait for a lock or a bitmap write) goes to a small pool of
+//! Every other request (degraded, writes across stripes or chunks, reads
+//! of more than 256 chunks, on a member that can do neither, one whose
+//! member erred, one that would have to wait for a lock, a bitmap write,
+//! a journal record or the first write since clean) goes to a small pool of
 //! threads running the blocking `Array::read` / `Array::write`, so each
 //! rule of those paths (reconstruction, the journal, failing a member,
 //! membership changes) stays in one place. A shard's write whose member
-//! writes erred is ended by a thread of its own (failing a member may
-//! wait for writers in flight, which the shards must go on serving).
+//! writes erred is ended by the engine's finishing thread (failing a
+//! member may wait for writers in flight, which the shards must go on
+//! serving).
 //!
 //! Rebuild and scrub still run on the blocking engine; the stripe lock
 //! table keeps both engines' writers and them apart (a shard takes a
-//! stripe's lock only if it is free; held by another thread, the write
-//! goes to the blocking path, which waits for it).
+//! lock only if its slot in the table is free; held by another thread,
+//! the write goes to the blocking path, which waits for it).
 
 mod event_loop;
 mod ops;
@@ -131,7 +133,8 @@ enum Job {
     Stop,
 }
 
-/// A shard's inbox, shared with clients and the timer thread.
+/// A shard's inbox, shared with clients and whatever completes timed I/O
+/// (the simulated drives' timer thread, or the shard itself).
 struct Inbox {
     jobs: Mutex<Vec<Job>>,
     sleeping: AtomicBool,

@@ -1,7 +1,8 @@
 //! Reads on a shard: one member read per chunk the request touches, all
 //! in flight together into the request's buffer, on the ring or as timed
-//! I/O. A read with a chunk that has no readable copy, on a member that
-//! can do neither, or one whose member erred or came back empty, goes to
+//! I/O. A read with a chunk that has no readable copy, of more than
+//! `MAX_IOS` chunks, on a member that can do neither, or one whose member
+//! erred or came back empty, goes to
 //! the blocking path (which reconstructs, and fails the member that
 //! erred); nothing is answered until every piece is in.
 

@@ -21,7 +21,7 @@
 use raid_core::array::{Array, CreateOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
-use raid_core::member::{MemberRef, NvmeModel, SimNvme};
+use raid_core::member::{IoOp, MemberRef, NvmeModel, SimNvme};
 use raid_core::metadata::DATA_OFFSET;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -249,12 +249,13 @@ fn main() {
         let at = DATA_OFFSET + off % MEMBER_DATA;
         // The bytes move at the start (RAM): one scratch buffer serves all.
         let mut scratch = [0u8; BS];
-        match write {
-            true => m.write_timed(&scratch, at, done),
-            false => m.read_timed(&mut scratch, at, done),
-        }
-        .expect("a simulated drive")
-        .unwrap();
+        let op = match write {
+            true => IoOp::Write(&scratch),
+            false => IoOp::Read(&mut scratch),
+        };
+        m.start_timed(op, at, done)
+            .expect("a simulated drive")
+            .unwrap();
     };
     for level in [Level::Raid0, Level::Raid5, Level::Raid6] {
         if only.as_ref().is_some_and(|o| *o != level.to_string()) {

@@ -21,7 +21,7 @@
 //! The caller (a shard) runs the member I/Os each step asks for (`ios`,
 //! at `io_buf`) and hands back their results (`advance`).
 
-use super::parity_io::{columns, full_piece, new_column, Piece};
+use super::parity_io::{columns, full_piece, Piece};
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::layout::Place;
@@ -46,6 +46,19 @@ pub(crate) struct MemberOp {
     pub write: bool,
 }
 
+impl Array {
+    /// The key of the lock a write starting at `offset` takes, in the
+    /// blocking path and on the shards: its stripe (RAID5/6) or chunk
+    /// (RAID1/10); RAID0 takes none.
+    pub(crate) fn write_lock_key(&self, offset: u64) -> Option<u64> {
+        match self.geo.level {
+            Level::Raid5 | Level::Raid6 => Some(offset / self.geo.stripe_data_bytes()),
+            Level::Raid1 | Level::Raid10 => Some(offset / self.geo.chunk),
+            Level::Raid0 => None,
+        }
+    }
+}
+
 /// What a write needs next.
 pub(crate) enum Next {
     /// Run the member I/Os `ios` now lists, then `advance` with their
@@ -56,21 +69,17 @@ pub(crate) enum Next {
     /// Nothing was written: fail these members (they erred on a read),
     /// then run the write on the blocking path.
     Blocking(Vec<(usize, MemberRef, io::Error)>),
-    /// Some member write erred or came short: `finish` it on a thread that
-    /// may block (failing a member waits for writers in flight, which may
-    /// include the caller's own).
-    Finish,
+    /// Some member write erred: `finish` it, with these results, on a
+    /// thread that may block (failing a member waits for writers in
+    /// flight, which may include the caller's own).
+    Finish(Vec<io::Result<()>>),
 }
 
 enum Shape {
     /// RAID0: one chunk, one member.
     Chunk { slot: usize, at: u64 },
     /// RAID1/10: one chunk, every copy of it.
-    Mirror {
-        c: u64,
-        copies: Vec<Place>,
-        within: u64,
-    },
+    Mirror { copies: Vec<Place>, within: u64 },
     /// RAID5/6: the pieces of one stripe, by read-modify-write or not.
     Stripe {
         s: u64,
@@ -82,11 +91,12 @@ enum Shape {
 }
 
 /// The write's hold on the array, given up when dropped: out of
-/// `unjournaled` first, then the stripe's lock, then the write intent (the
-/// blocking path's order).
+/// `unjournaled` first, then the stripe's (chunk's) lock, then the write
+/// intent (the blocking path's order).
 struct Guards {
     array: Arc<Array>,
-    stripe: Option<u64>,
+    /// The lock's key (`Array::write_lock_key`).
+    lock: Option<u64>,
     intent: Option<RangeInclusive<usize>>,
     in_flight: Option<usize>,
 }
@@ -102,7 +112,7 @@ impl Guards {
 impl Drop for Guards {
     fn drop(&mut self) {
         self.leave_in_flight();
-        if let Some(s) = self.stripe.take() {
+        if let Some(s) = self.lock.take() {
             // SAFETY: taken with `try_lock_raw` in `AsyncWrite::start`,
             // and `take` makes this the one release.
             unsafe { self.array.locks.unlock_raw(s) };
@@ -187,7 +197,7 @@ impl AsyncWrite {
                 }
                 let copies = a.geo.chunk_copies(c);
                 let within = offset % a.geo.chunk;
-                Shape::Mirror { c, copies, within }
+                Shape::Mirror { copies, within }
             }
         };
         let slots: Vec<usize> = match &shape {
@@ -197,7 +207,7 @@ impl AsyncWrite {
         };
         let mut g = Guards {
             array: array.clone(),
-            stripe: None,
+            lock: None,
             intent: None,
             in_flight: None,
         };
@@ -205,18 +215,11 @@ impl AsyncWrite {
             Some(intent) => g.intent = intent,
             None => return Start::Blocking(data),
         }
-        // The blocking path's lock keys: the stripe (RAID5/6), the chunk
-        // (RAID1/10); RAID0 takes none.
-        let key = match &shape {
-            Shape::Stripe { s, .. } => Some(*s),
-            Shape::Mirror { c, .. } => Some(*c),
-            Shape::Chunk { .. } => None,
-        };
-        if let Some(k) = key {
+        if let Some(k) = a.write_lock_key(offset) {
             if !a.locks.try_lock_raw(k) {
                 return Start::Blocking(data);
             }
-            g.stripe = Some(k);
+            g.lock = Some(k);
         }
         // Under the lock, the member table then the readability (the
         // blocking path's order: a rebuild cannot pass this stripe between
@@ -281,10 +284,9 @@ impl AsyncWrite {
         }
     }
 
-    /// The key of the lock the write holds: its stripe (RAID5/6) or chunk
-    /// (RAID1/10).
-    pub(crate) fn stripe(&self) -> Option<u64> {
-        self.g.stripe
+    /// The key of the lock the write holds (`Array::write_lock_key`).
+    pub(crate) fn lock_key(&self) -> Option<u64> {
+        self.g.lock
     }
 
     /// The offset the client asked to write at.
@@ -415,16 +417,14 @@ impl AsyncWrite {
                 Err(e) => return Some(Err(e)),
             };
             for p in &ps {
+                // A chunk read and merged is written from its column; one
+                // the request covers whole, from the request.
                 let buf = match &cols[p.idx] {
                     Some(_) => IoBuf::Own(self.bufs.len()),
-                    None => {
-                        let b = new_column(&ps, &self.data, lo, hi, &cols, p.idx);
-                        debug_assert_eq!(b.len(), p.len as usize);
-                        IoBuf::Data {
-                            pos: p.pos,
-                            len: p.len as usize,
-                        }
-                    }
+                    None => IoBuf::Data {
+                        pos: p.pos,
+                        len: p.len as usize,
+                    },
                 };
                 if let Some(b) = cols[p.idx].take() {
                     self.bufs.push(b);
@@ -457,47 +457,38 @@ impl AsyncWrite {
 
     /// The current step's I/Os completed with `results` (in `ios` order;
     /// the caller finished short transfers): what the write needs next.
-    pub(crate) fn advance(&mut self, results: &[io::Result<()>]) -> Next {
+    pub(crate) fn advance(&mut self, results: Vec<io::Result<()>>) -> Next {
         if !self.writing {
-            let failed: Vec<(usize, MemberRef, io::Error)> = self
+            if results.iter().all(|r| r.is_ok()) {
+                return match self.plan_writes() {
+                    Some(Ok(())) => Next::Io,
+                    Some(Err(e)) => Next::Done(self.counted(Err(e))),
+                    None => Next::Blocking(Vec::new()),
+                };
+            }
+            // A read that came back empty, or that its member could not
+            // start, says nothing against the member: the blocking path
+            // reads it again.
+            let failed = self
                 .ios
                 .iter()
                 .zip(results)
                 .filter_map(|(op, r)| {
-                    let e = r.as_ref().err()?;
-                    let e = io::Error::new(e.kind(), e.to_string());
+                    let e = r
+                        .err()
+                        .filter(|e| e.kind() != io::ErrorKind::UnexpectedEof)?;
                     Some((op.slot, self.handles[op.slot].clone(), e))
                 })
                 .collect();
-            if !failed.is_empty() {
-                // A read that came back empty, or that its member could not
-                // start, says nothing against the member: the blocking path
-                // reads it again.
-                let failed = failed
-                    .into_iter()
-                    .filter(|f| {
-                        !matches!(
-                            f.2.kind(),
-                            io::ErrorKind::UnexpectedEof | io::ErrorKind::Unsupported
-                        )
-                    })
-                    .collect();
-                return Next::Blocking(failed);
-            }
-            return match self.plan_writes() {
-                Some(Ok(())) => Next::Io,
-                Some(Err(e)) => self.done(Err(e)),
-                None => Next::Blocking(Vec::new()),
-            };
+            return Next::Blocking(failed);
         }
         // The writes are done: out before member errors are handled
         // (failing a member waits for the writers counted in).
         self.g.leave_in_flight();
         if results.iter().any(|r| r.is_err()) {
-            return Next::Finish;
+            return Next::Finish(results);
         }
-        let r = self.outcome(&[], false);
-        self.done(r)
+        Next::Done(self.counted(self.outcome(&[], false)))
     }
 
     /// The write's result once its member writes are done, `errors` the
@@ -541,21 +532,22 @@ impl AsyncWrite {
         }
     }
 
-    /// The write ends with `r`: counted as the client's write, its guards
-    /// released (by the caller dropping it).
-    fn done(&mut self, r: Result<()>) -> Next {
-        let a = &self.g.array;
-        a.client_io
+    /// The write ends with `r`: counted as the client's write (its guards
+    /// go when the caller gives it up).
+    fn counted(&self, r: Result<()>) -> Result<()> {
+        self.g
+            .array
+            .client_io
             .write
             .record(self.data.len() as u64, self.started.took(), r.is_ok());
-        Next::Done(r)
+        r
     }
 
     /// Ends a write whose member writes erred (`Next::Finish`), on a thread
     /// that may block: members with errors failed, and the result the
     /// blocking path would give. The stripe's lock is held until then, so
     /// no other writer reads a chunk its member did not take.
-    pub(crate) fn finish(mut self, results: Vec<io::Result<()>>) -> (Result<()>, AlignedBuf) {
+    pub(crate) fn finish(self, results: Vec<io::Result<()>>) -> (Result<()>, AlignedBuf) {
         let a = self.g.array.clone();
         let errors: Vec<(usize, io::Error)> = self
             .ios
@@ -567,10 +559,7 @@ impl AsyncWrite {
         for (slot, e) in &errors {
             full |= a.member_write_failed(*slot, &self.handles[*slot], e);
         }
-        let r = self.outcome(&errors, full);
-        match self.done(r) {
-            Next::Done(r) => (r, self.give_up()),
-            _ => unreachable!("done answers Done"),
-        }
+        let r = self.counted(self.outcome(&errors, full));
+        (r, self.give_up())
     }
 }

@@ -182,34 +182,22 @@ impl Member for FaultyMember {
     fn timed(&self) -> bool {
         self.inner.timed()
     }
-    fn read_timed(
+    fn start_timed(
         &self,
-        buf: &mut [u8],
+        op: super::IoOp<'_>,
         offset: u64,
         done: Box<dyn FnOnce() + Send>,
     ) -> Option<io::Result<()>> {
         let mut s = self.state.lock();
-        if let Err(e) = self.gate(&mut s, offset, buf.len() as u64) {
+        if let Err(e) = self.gate(&mut s, offset, op.len() as u64) {
             return Some(Err(e));
         }
-        drop(s);
-        self.inner.read_timed(buf, offset, done)
-    }
-    fn write_timed(
-        &self,
-        buf: &[u8],
-        offset: u64,
-        done: Box<dyn FnOnce() + Send>,
-    ) -> Option<io::Result<()>> {
-        let mut s = self.state.lock();
-        if let Err(e) = self.gate(&mut s, offset, buf.len() as u64) {
-            return Some(Err(e));
-        }
-        if s.track_power {
+        if s.track_power && matches!(op, super::IoOp::Write(_)) {
             // Read as timed I/O too: the bytes are there at once, and the
             // caller is not made to wait for the device's service time.
-            let mut old = vec![0u8; buf.len()];
-            let r = match self.inner.read_timed(&mut old, offset, Box::new(|| {})) {
+            let mut old = vec![0u8; op.len()];
+            let read = super::IoOp::Read(&mut old);
+            let r = match self.inner.start_timed(read, offset, Box::new(|| {})) {
                 Some(r) => r,
                 None => self.inner.read_at(&mut old, offset),
             };
@@ -218,7 +206,7 @@ impl Member for FaultyMember {
             }
             s.unflushed.push((offset, old));
         }
-        self.inner.write_timed(buf, offset, done)
+        self.inner.start_timed(op, offset, done)
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         let mut s = self.state.lock();

@@ -117,34 +117,23 @@ pub trait Member: Send + Sync {
         let _ = io;
         None
     }
-    /// Whether this member serves `read_timed` and `write_timed`.
+    /// Whether this member serves `start_timed`.
     fn timed(&self) -> bool {
         false
     }
-    /// Starts a read for a caller that must not block (a shard's event
-    /// loop), on a member that completes I/O at a time of its own without
-    /// a thread waiting (the simulated drive, RAM): the bytes are in `buf`
-    /// when this returns `Some(Ok)`, and `done` is called when the read
-    /// completes (from another thread, or before this returns). `None`:
+    /// Starts a read or write for a caller that must not block (a shard's
+    /// event loop), on a member that completes I/O at a time of its own
+    /// without a thread waiting (the simulated drive, RAM): the bytes have
+    /// moved when this returns `Some(Ok)`, and `done` is called when the
+    /// I/O completes (from another thread, or before this returns). `None`:
     /// not such a member.
-    fn read_timed(
+    fn start_timed(
         &self,
-        buf: &mut [u8],
+        op: IoOp<'_>,
         offset: u64,
         done: Box<dyn FnOnce() + Send>,
     ) -> Option<io::Result<()>> {
-        let _ = (buf, offset, done);
-        None
-    }
-    /// `read_timed`'s write: the bytes are taken from `buf` when this
-    /// returns `Some(Ok)`, and `done` is called when the write completes.
-    fn write_timed(
-        &self,
-        buf: &[u8],
-        offset: u64,
-        done: Box<dyn FnOnce() + Send>,
-    ) -> Option<io::Result<()>> {
-        let _ = (buf, offset, done);
+        let _ = (op, offset, done);
         None
     }
     /// The device stopped answering, as opposed to reporting errors: a
@@ -227,12 +216,31 @@ pub enum IoOp<'a> {
     Write(&'a [u8]),
 }
 
-impl MemberIo<'_> {
+impl IoOp<'_> {
     pub fn len(&self) -> usize {
-        match &self.op {
+        match self {
             IoOp::Read(b) => b.len(),
             IoOp::Write(b) => b.len(),
         }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Moves the bytes between the buffer and `m` at `offset` (its own
+    /// `read_at`/`write_at`, uncounted).
+    pub fn run_on(&mut self, m: &dyn Member, offset: u64) -> io::Result<()> {
+        match self {
+            IoOp::Read(b) => m.read_at(b, offset),
+            IoOp::Write(b) => m.write_at(b, offset),
+        }
+    }
+}
+
+impl MemberIo<'_> {
+    pub fn len(&self) -> usize {
+        self.op.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -101,25 +101,13 @@ impl Member for RamMember {
     fn timed(&self) -> bool {
         true
     }
-    fn read_timed(
+    fn start_timed(
         &self,
-        buf: &mut [u8],
+        mut op: super::IoOp<'_>,
         offset: u64,
         done: Box<dyn FnOnce() + Send>,
     ) -> Option<io::Result<()>> {
-        let r = self.read_at(buf, offset);
-        if r.is_ok() {
-            done();
-        }
-        Some(r)
-    }
-    fn write_timed(
-        &self,
-        buf: &[u8],
-        offset: u64,
-        done: Box<dyn FnOnce() + Send>,
-    ) -> Option<io::Result<()>> {
-        let r = self.write_at(buf, offset);
+        let r = op.run_on(self, offset);
         if r.is_ok() {
             done();
         }

@@ -263,36 +263,19 @@ impl Member for SimNvme {
     fn timed(&self) -> bool {
         true
     }
-    fn write_timed(
+    fn start_timed(
         &self,
-        buf: &[u8],
+        mut op: IoOp<'_>,
         offset: u64,
         done: Box<dyn FnOnce() + Send>,
     ) -> Option<io::Result<()>> {
-        if let Err(e) = self.ram.write_at(buf, offset) {
-            return Some(Err(e));
-        }
-        self.io_then(true, buf.len(), done);
-        Some(Ok(()))
-    }
-    fn read_timed(
-        &self,
-        buf: &mut [u8],
-        offset: u64,
-        done: Box<dyn FnOnce() + Send>,
-    ) -> Option<io::Result<()>> {
-        if let Err(e) = self.ram.read_at(buf, offset) {
-            return Some(Err(e));
-        }
-        self.io_then(false, buf.len(), done);
-        Some(Ok(()))
+        let r = op.run_on(&self.ram, offset);
+        Some(r.map(|()| self.io_then(matches!(op, IoOp::Write(_)), op.len(), done)))
     }
     fn begin(&self, io: &mut MemberIo<'_>) -> Option<io::Result<Box<dyn Pending>>> {
-        let r = match &mut io.op {
-            IoOp::Read(b) => self.ram.read_at(b, io.offset).map(|_| (false, b.len())),
-            IoOp::Write(b) => self.ram.write_at(b, io.offset).map(|_| (true, b.len())),
-        };
-        Some(r.map(|(write, len)| Box::new(self.io(write, len)) as Box<dyn Pending>))
+        let r = io.op.run_on(&self.ram, io.offset);
+        let (write, len) = (matches!(io.op, IoOp::Write(_)), io.len());
+        Some(r.map(|()| Box::new(self.io(write, len)) as Box<dyn Pending>))
     }
 }
 

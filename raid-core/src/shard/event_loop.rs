@@ -11,7 +11,7 @@
 use super::ops::Op;
 use super::{Blocking, Inbox, Job, Request, WriteJob};
 use crate::array::Array;
-use crate::member::{io_path, IoPath, Member, MemberRef};
+use crate::member::{io_path, IoOp, IoPath, Member, MemberRef};
 use io_uring::{opcode, squeue, types, IoUring};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::AsRawFd;
@@ -36,6 +36,29 @@ pub(super) const MAX_IOS: usize = RING as usize;
 /// blocking path; a write step cannot meet it (its members are asked
 /// first), and if one did, the write would count as not in place.
 pub(super) const NOT_SERVED: i32 = i32::MIN;
+
+/// How a member I/O ended, from its result (`res` as in
+/// `Shard::complete`) and the bytes it still had to move.
+pub(super) enum IoEnd {
+    /// It moved all its bytes.
+    Done,
+    /// It moved these, fewer than it had to: the rest goes again.
+    Short(usize),
+    Failed(std::io::Error),
+    /// It moved nothing, or its member could not start it: nothing said
+    /// against the member.
+    Nothing,
+}
+
+pub(super) fn io_end(res: Option<i32>, left: usize) -> IoEnd {
+    match res {
+        None => IoEnd::Done,
+        Some(0) | Some(NOT_SERVED) => IoEnd::Nothing,
+        Some(r) if r < 0 => IoEnd::Failed(std::io::Error::from_raw_os_error(-r)),
+        Some(r) if (r as usize) < left => IoEnd::Short(r as usize),
+        Some(_) => IoEnd::Done,
+    }
+}
 
 /// The user_data of I/O `sub` of the request with slab key `key`.
 pub(super) fn ud(key: usize, sub: usize) -> u64 {
@@ -323,15 +346,12 @@ impl Shard {
         // SAFETY (both): the caller's promise; a timed I/O moves its bytes
         // before it returns. A write's bytes are only read (other I/Os in
         // flight may read the same ones).
-        let started = if write {
-            m.write_timed(unsafe { std::slice::from_raw_parts(ptr, len) }, at, then)
+        let op = if write {
+            IoOp::Write(unsafe { std::slice::from_raw_parts(ptr, len) })
         } else {
-            m.read_timed(
-                unsafe { std::slice::from_raw_parts_mut(ptr, len) },
-                at,
-                then,
-            )
+            IoOp::Read(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
         };
+        let started = m.start_timed(op, at, then);
         let res = match started {
             Some(Ok(())) => return,
             Some(Err(e)) => -e.raw_os_error().unwrap_or(libc::EIO),

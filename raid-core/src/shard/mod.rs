@@ -6,7 +6,7 @@
 //! A read whose chunks all have a readable copy is served by a shard
 //! without a thread waiting for it (`read.rs`): a member read per chunk,
 //! on a member with a file descriptor a read SQE on the shard's ring, on
-//! a member that completes I/O at a time of its own (`Member::read_timed`:
+//! a member that completes I/O at a time of its own (`Member::start_timed`:
 //! the simulated drive, from its timer thread; RAM, as it starts) started
 //! and its completion posted back to the shard.
 //!
@@ -41,7 +41,6 @@ mod write;
 use crate::array::async_write::AsyncWrite;
 use crate::array::{Array, ArrayError};
 use crate::buf::AlignedBuf;
-use crate::layout::Level;
 use crate::member::MemberRef;
 use crossbeam_channel as channel;
 use event_loop::Shard;
@@ -290,11 +289,10 @@ impl Engine {
         // stripe on the shards was tried: 0.9x the blocking path's rate on
         // 128 KiB writes, 0.5-0.6x on 1 MiB, which writes whole stripes
         // from eight threads, their parity in one call.)
-        let geo = self.array.geometry();
-        let key = match geo.level {
-            Level::Raid5 | Level::Raid6 => offset / geo.stripe_data_bytes(),
-            _ => offset / geo.chunk,
-        };
+        let key = self
+            .array
+            .write_lock_key(offset)
+            .unwrap_or(offset / self.array.geometry().chunk);
         self.shard_of(key)
             .push(Job::Request(Request::Write(WriteJob {
                 offset,

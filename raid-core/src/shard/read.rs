@@ -6,7 +6,7 @@
 //! the blocking path (which reconstructs, and fails the member that
 //! erred); nothing is answered until every piece is in.
 
-use super::event_loop::{non_blocking, ud, Shard, MAX_IOS, NOT_SERVED};
+use super::event_loop::{io_end, non_blocking, ud, IoEnd, Shard, MAX_IOS};
 use super::ops::{Op, ReadOp};
 use super::{answer, Fallback, ReadJob};
 use crate::member::MemberRef;
@@ -71,21 +71,19 @@ impl Shard {
     pub(super) fn read_io_done(&mut self, k: usize, i: usize, res: Option<i32>) {
         let op = self.read_op(k);
         let p = op.pieces[i];
-        let want = p.len - op.moved[i];
-        match res {
-            Some(r) if r > 0 && (r as usize) < want => {
-                op.moved[i] += r as usize;
+        let mut ok = true;
+        match io_end(res, p.len - op.moved[i]) {
+            IoEnd::Short(n) => {
+                op.moved[i] += n;
                 return self.issue_read(k, i);
             }
-            // Came back empty, or could not start: says nothing against
-            // the member.
-            Some(0) | Some(NOT_SERVED) => op.short = true,
-            Some(r) if r < 0 && op.failed.is_none() => {
-                op.failed = Some((p.slot, std::io::Error::from_raw_os_error(-r)));
+            IoEnd::Nothing => op.short = true,
+            IoEnd::Failed(e) => {
+                ok = false;
+                op.failed.get_or_insert((p.slot, e));
             }
-            _ => {}
+            IoEnd::Done => {}
         }
-        let ok = !matches!(res, Some(r) if r < 0 && r != NOT_SERVED);
         let m = op.handles[p.slot].clone();
         crate::member::count_took(m.as_ref(), true, p.len, op.started.took(), ok);
         op.left -= 1;

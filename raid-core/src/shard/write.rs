@@ -3,11 +3,10 @@
 //! write advanced when the last one is in. A short transfer goes on from
 //! where it stopped, as the blocking path's ring does.
 
-use super::event_loop::{non_blocking, ud, Shard, NOT_SERVED};
+use super::event_loop::{io_end, non_blocking, ud, IoEnd, Shard};
 use super::ops::{Op, WriteOp};
 use super::{answer, Fallback, WriteJob};
 use crate::array::async_write::{AsyncWrite, Next, Start};
-use crate::layout::Level;
 use crate::stats::Started;
 use std::io;
 use std::sync::atomic::Ordering;
@@ -20,15 +19,15 @@ impl Shard {
         // waiting). They start in arrival order, but one that then takes
         // the blocking path may land after those behind it: writes in
         // flight together have no order among them.
-        let stripe = self.lock_key_of(job.offset);
-        if let Some(q) = stripe.and_then(|s| self.held.get_mut(&s)) {
+        let key = self.array.write_lock_key(job.offset);
+        if let Some(q) = key.and_then(|k| self.held.get_mut(&k)) {
             return q.push_back(job);
         }
         let WriteJob { offset, data, done } = job;
         match AsyncWrite::start(&self.array, offset, data, non_blocking) {
             Start::Go(w) => {
-                if let Some(s) = w.stripe() {
-                    self.held.insert(s, Default::default());
+                if let Some(k) = w.lock_key() {
+                    self.held.insert(k, Default::default());
                 }
                 let op = WriteOp {
                     w,
@@ -51,30 +50,12 @@ impl Shard {
         }
     }
 
-    /// The lock a write at `offset` takes (`AsyncWrite::stripe`): its
-    /// stripe (RAID5/6) or chunk (RAID1/10); RAID0 takes none.
-    fn lock_key_of(&self, offset: u64) -> Option<u64> {
-        let geo = self.array.geometry();
-        match geo.level {
-            Level::Raid5 | Level::Raid6 => Some(offset / geo.stripe_data_bytes()),
-            Level::Raid1 | Level::Raid10 => Some(offset / geo.chunk),
-            Level::Raid0 => None,
-        }
-    }
-
-    /// A write of this shard's gave up stripe `s`'s lock (or handed it to
-    /// the thread that ends it): the next write waiting for it starts.
-    fn release(&mut self, s: Option<u64>) {
-        let Some(s) = s else { return };
-        let next = self.held.get_mut(&s).and_then(|q| q.pop_front());
-        let rest = self.held.remove(&s).unwrap_or_default();
-        if let Some(job) = next {
+    /// A write of this shard's gave up lock `key` (or handed it to the
+    /// thread that ends it): the writes waiting for it start again, in
+    /// order; the first that takes the lock has the others wait behind it.
+    fn release(&mut self, key: Option<u64>) {
+        for job in key.and_then(|k| self.held.remove(&k)).unwrap_or_default() {
             self.start_write(job);
-            // It holds the stripe again (or went to the blocking path):
-            // the others wait behind it, or follow it there.
-            for job in rest {
-                self.start_write(job);
-            }
         }
     }
 
@@ -116,34 +97,25 @@ impl Shard {
 
     /// I/O `i` of write `k` completed (`res` as in `Shard::complete`).
     pub(super) fn write_io_done(&mut self, k: usize, i: usize, res: Option<i32>) {
-        let array = self.array.clone();
         let op = self.op(k);
         let len = op.w.io_buf(i).1;
-        let r = match res {
-            None => Ok(len),
-            Some(NOT_SERVED) => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "the member could not start the I/O",
-            )),
-            Some(r) if r < 0 => Err(io::Error::from_raw_os_error(-r)),
-            Some(0) => Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the member moved no bytes",
-            )),
-            Some(r) => Ok(op.moved[i] + r as usize),
-        };
-        let r = match r {
-            Ok(n) if n < len => {
-                op.moved[i] = n;
+        let r = match io_end(res, len - op.moved[i]) {
+            IoEnd::Short(n) => {
+                op.moved[i] += n;
                 return self.issue(k, i);
             }
-            Ok(_) => Ok(()),
-            Err(e) => Err(e),
+            IoEnd::Done => Ok(()),
+            IoEnd::Failed(e) => Err(e),
+            // Not against the member in a read step (see
+            // `AsyncWrite::advance`); in a write step, the write not in place.
+            IoEnd::Nothing => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the member moved no bytes, or could not start the I/O",
+            )),
         };
         let io = op.w.ios()[i];
         let m = op.w.handles()[io.slot].clone();
         crate::member::count_took(m.as_ref(), !io.write, len, op.started.took(), r.is_ok());
-        drop(array);
         op.results[i] = Some(r);
         op.left -= 1;
         if op.left == 0 {
@@ -154,30 +126,25 @@ impl Shard {
     /// Every I/O of write `k`'s step is in: the next step, or its end.
     fn advance(&mut self, k: usize) {
         let op = self.op(k);
-        let results: Vec<io::Result<()>> = op
-            .results
-            .drain(..)
-            .map(|r| r.expect("every I/O is in"))
-            .collect();
-        match op.w.advance(&results) {
-            Next::Io => self.start_step(k),
+        let results = op.results.drain(..).map(|r| r.expect("every I/O is in"));
+        let next = op.w.advance(results.collect());
+        if let Next::Io = next {
+            return self.start_step(k);
+        }
+        let Op::Write(op) = self.remove(k) else {
+            unreachable!("a write")
+        };
+        let (offset, key) = (op.w.offset(), op.w.lock_key());
+        match next {
+            Next::Io => unreachable!("started above"),
             Next::Done(r) => {
-                let Op::Write(op) = self.remove(k) else {
-                    unreachable!("a write")
-                };
                 // Its guards go before the client hears.
-                let s = op.w.stripe();
                 let data = op.w.give_up();
                 let counts = &self.blocking.counts;
                 counts.writes_on_shards.fetch_add(1, Ordering::Relaxed);
                 answer(op.done, r.map(|()| data));
-                self.release(s);
             }
             Next::Blocking(failed) => {
-                let Op::Write(op) = self.remove(k) else {
-                    unreachable!("a write")
-                };
-                let (offset, s) = (op.w.offset(), op.w.stripe());
                 let data = op.w.give_up();
                 let job = WriteJob {
                     offset,
@@ -185,23 +152,16 @@ impl Shard {
                     done: op.done,
                 };
                 self.blocking.send(Fallback::Write { job, failed });
-                self.release(s);
             }
-            Next::Finish => {
-                let Op::Write(op) = self.remove(k) else {
-                    unreachable!("a write")
-                };
-                // The lock goes with it to the finishing thread: the writes
-                // waiting for it try again, and take the blocking path
-                // while that thread holds it.
-                let s = op.w.stripe();
-                self.blocking.send(Fallback::Finish {
-                    w: op.w,
-                    results,
-                    done: op.done,
-                });
-                self.release(s);
-            }
+            // The lock goes with it to the finishing thread: the writes
+            // waiting for it try again, and take the blocking path while
+            // that thread holds it.
+            Next::Finish(results) => self.blocking.send(Fallback::Finish {
+                w: op.w,
+                results,
+                done: op.done,
+            }),
         }
+        self.release(key);
     }
 }

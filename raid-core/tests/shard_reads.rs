@@ -5,10 +5,10 @@
 //! degraded, with a member erring, and with the member table changing
 //! under them.
 
-use raid_core::array::{Array, CreateOptions};
+use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
-use raid_core::member::{io_path, FaultyMember, IoPath, MemberRef, NvmeModel, RamMember, SimNvme};
+use raid_core::member::{io_path, FaultyMember, IoPath, MemberRef, RamMember, SimNvme};
 use raid_core::metadata::SlotState;
 use raid_core::metadata::DATA_OFFSET;
 use raid_core::shard::{Engine, ReadResult};
@@ -129,6 +129,27 @@ fn overwrite(a: &Array, model: &mut [u8], seed: u64) {
     }
 }
 
+/// Sends `n` random 4 KiB reads (of `blocks`) at once; their answers come
+/// on the channel returned, each with its offset.
+fn send_reads(e: &Engine, blocks: u64, n: usize, seed: u64) -> mpsc::Receiver<(u64, ReadResult)> {
+    let (tx, rx) = mpsc::channel();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    for _ in 0..n {
+        let off = rng.gen_range(0..blocks) * 4096;
+        let tx = tx.clone();
+        e.read(
+            off,
+            AlignedBuf::new(4096),
+            Box::new(move |r| tx.send((off, r)).unwrap()),
+        );
+    }
+    rx
+}
+
+fn drive(name: String) -> SimNvme {
+    support::array::sim_drive(name, DATA)
+}
+
 /// More reads at once than one shard's ring holds (256), all sent before
 /// any is awaited: the ones waiting for room must start as room comes,
 /// not when the next request happens to arrive.
@@ -150,17 +171,7 @@ fn more_reads_than_the_ring_holds_all_complete() {
     reads_match(&e, &model, 2400, 800, 11);
     // 600 sent at once, then only waited for: nothing else arrives to
     // wake the shard.
-    let (tx, rx) = mpsc::channel::<(u64, ReadResult)>();
-    let mut rng = SmallRng::seed_from_u64(15);
-    for _ in 0..600 {
-        let off = rng.gen_range(0..model.len() as u64 / 4096) * 4096;
-        let tx = tx.clone();
-        e.read(
-            off,
-            AlignedBuf::new(4096),
-            Box::new(move |r| tx.send((off, r)).unwrap()),
-        );
-    }
+    let rx = send_reads(&e, model.len() as u64 / 4096, 600, 15);
     for _ in 0..600 {
         let (off, r) = rx
             .recv_timeout(Duration::from_secs(20))
@@ -168,19 +179,8 @@ fn more_reads_than_the_ring_holds_all_complete() {
         assert!(r.unwrap()[..] == model[off as usize..off as usize + 4096]);
     }
     // Dropped with reads in flight: each still gets its answer.
-    let (tx, rx) = mpsc::channel::<(u64, ReadResult)>();
-    let mut rng = SmallRng::seed_from_u64(12);
-    for _ in 0..600 {
-        let off = rng.gen_range(0..model.len() as u64 / 4096) * 4096;
-        let tx = tx.clone();
-        e.read(
-            off,
-            AlignedBuf::new(4096),
-            Box::new(move |r| tx.send((off, r)).unwrap()),
-        );
-    }
+    let rx = send_reads(&e, model.len() as u64 / 4096, 600, 12);
     drop(e);
-    drop(tx);
     let mut n = 0;
     for (off, r) in rx {
         let b = r.unwrap();
@@ -193,19 +193,8 @@ fn more_reads_than_the_ring_holds_all_complete() {
 
 #[test]
 fn simulated_drives_complete_through_the_timer() {
-    let model_drive = NvmeModel {
-        read: Duration::from_micros(80),
-        write: Duration::from_micros(20),
-        queue: 128,
-    };
     let members: Vec<MemberRef> = (0..5)
-        .map(|i| {
-            Arc::new(SimNvme::new(
-                format!("sim:s{i}"),
-                DATA_OFFSET + DATA,
-                model_drive,
-            )) as MemberRef
-        })
+        .map(|i| Arc::new(drive(format!("sim:s{i}"))) as MemberRef)
         .collect();
     let a = array(Level::Raid5, members, "shard-sim");
     let mut model = fill(&a, 4);
@@ -291,16 +280,8 @@ fn ram_members_are_served_by_the_shards() {
 /// the member is failed.
 #[test]
 fn a_member_read_error_fails_it_and_the_read_is_reconstructed() {
-    let model_drive = NvmeModel {
-        read: Duration::from_micros(80),
-        write: Duration::from_micros(20),
-        queue: 128,
-    };
     let faulty: Vec<Arc<FaultyMember>> = (0..5)
-        .map(|i| {
-            let d = SimNvme::new(format!("sim:r{i}"), DATA_OFFSET + DATA, model_drive);
-            Arc::new(FaultyMember::new(Arc::new(d)))
-        })
+        .map(|i| Arc::new(FaultyMember::new(Arc::new(drive(format!("sim:r{i}"))))))
         .collect();
     let members: Vec<MemberRef> = faulty.iter().map(|f| f.clone() as MemberRef).collect();
     let a = array(Level::Raid5, members, "shard-rerr");
@@ -318,30 +299,9 @@ fn a_member_read_error_fails_it_and_the_read_is_reconstructed() {
 #[test]
 fn a_read_of_very_many_chunks_takes_the_blocking_path() {
     let members: Vec<MemberRef> = (0..4)
-        .map(|i| {
-            Arc::new(SimNvme::new(
-                format!("sim:big{i}"),
-                DATA_OFFSET + DATA,
-                NvmeModel {
-                    read: Duration::from_micros(5),
-                    write: Duration::from_micros(2),
-                    queue: 64,
-                },
-            )) as MemberRef
-        })
+        .map(|i| Arc::new(drive(format!("sim:big{i}"))) as MemberRef)
         .collect();
-    let a = Arc::new(
-        Array::create(
-            members,
-            vec![],
-            CreateOptions {
-                name: "shard-big".into(),
-                level: Level::Raid5,
-                chunk: 4096,
-            },
-        )
-        .unwrap(),
-    );
+    let a = support::array::create_shared(Level::Raid5, members, "shard-big", 4096);
     let model = fill(&a, 18);
     let e = Engine::start(a, 1).unwrap();
     for (len, on, off) in [(2 << 20, 0, 1), (64 << 10, 1, 1)] {

@@ -8,8 +8,8 @@
 use raid_core::array::{Array, ArrayState, ScrubOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
-use raid_core::member::{io_path, FaultyMember, IoPath, MemberRef, NvmeModel, SimNvme};
-use raid_core::metadata::{SlotState, DATA_OFFSET};
+use raid_core::member::{io_path, FaultyMember, IoPath, MemberRef, SimNvme};
+use raid_core::metadata::SlotState;
 use raid_core::shard::Engine;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -32,12 +32,7 @@ fn files(dir: &std::path::Path, n: usize) -> Vec<MemberRef> {
 }
 
 fn drive(i: usize) -> SimNvme {
-    let model = NvmeModel {
-        read: Duration::from_micros(80),
-        write: Duration::from_micros(20),
-        queue: 128,
-    };
-    SimNvme::new(format!("sim:w{i}"), DATA_OFFSET + DATA, model)
+    support::array::sim_drive(format!("sim:w{i}"), DATA)
 }
 
 /// A first write through the blocking engine (the array was clean: the

@@ -74,6 +74,17 @@ pub fn files(dir: &std::path::Path, n: usize, data_bytes: u64) -> Vec<MemberRef>
         .collect()
 }
 
+/// A simulated datacenter drive (80 us reads, 20 us writes, 128 at once)
+/// of `data_bytes` after the metadata.
+pub fn sim_drive(name: String, data_bytes: u64) -> raid_core::member::SimNvme {
+    let model = raid_core::member::NvmeModel {
+        read: std::time::Duration::from_micros(80),
+        write: std::time::Duration::from_micros(20),
+        queue: 128,
+    };
+    raid_core::member::SimNvme::new(name, DATA_OFFSET + data_bytes, model)
+}
+
 /// Reads the whole array and compares it with the model.
 pub fn assert_matches(array: &Array, model: &[u8]) {
     let mut got = vec![0u8; model.len()];

@@ -1,5 +1,46 @@
 //! What a power cut may leave of each block: its value as of the last
-//! completed flush, or one of the values written to it since.
+//! completed flush, or one of the values written to it since; and the
+//! checks after recovery.
+
+use raid_core::array::{Array, ScrubOptions};
+use raid_core::layout::Level;
+use raid_core::member::MemberRef;
+use raid_core::metadata::SlotState;
+use std::sync::atomic::AtomicBool;
+
+/// After a recovery whose array read back as `got`: every slot not in
+/// sync gets a member from `new` (by slot) and is rebuilt from what
+/// recovery left, which must not change the data; then (but for RAID0) a
+/// scrub must find redundancy agreeing with the data everywhere. `what`
+/// names the run (level and seed).
+pub fn rebuild_and_scrub(a: &Array, got: &[u8], new: impl Fn(usize) -> MemberRef, what: &str) {
+    let out: Vec<usize> = a
+        .slots()
+        .iter()
+        .filter(|s| s.state != SlotState::Active)
+        .map(|s| s.slot)
+        .collect();
+    for &slot in &out {
+        a.replace(slot, new(slot)).unwrap();
+        a.rebuild(slot, &Default::default(), &AtomicBool::new(false))
+            .unwrap();
+    }
+    if !out.is_empty() {
+        let mut again = vec![0u8; a.capacity() as usize];
+        a.read(0, &mut again).unwrap();
+        assert!(again == got, "{what}: the rebuild changed the data");
+    }
+    if a.geometry().level != Level::Raid0 {
+        let r = a
+            .scrub(&ScrubOptions::default(), &AtomicBool::new(false))
+            .unwrap();
+        assert!(
+            r.mismatches.is_empty(),
+            "{what}: parity inconsistent after recovery: {:?}",
+            r.mismatches
+        );
+    }
+}
 
 pub struct CutModel {
     block: usize,

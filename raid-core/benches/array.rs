@@ -193,6 +193,23 @@ fn members(tag: &str) -> Vec<MemberRef> {
         .collect()
 }
 
+/// An array of `level` over fresh RAM members named from `tag`, every
+/// block written once (so reads touch real data).
+fn filled_array(level: Level, tag: &str) -> Array {
+    let a = Array::create(
+        members(tag),
+        vec![],
+        CreateOptions {
+            name: "bench".into(),
+            level,
+            chunk: CHUNK,
+        },
+    )
+    .unwrap();
+    a.write(0, &vec![0x5a; a.capacity() as usize]).unwrap();
+    a
+}
+
 fn block_size(work: Work, a: Option<&Array>) -> u64 {
     match work {
         Work::RandRead4k | Work::RandWrite4k => 4096,
@@ -269,17 +286,7 @@ fn main() {
         if only.as_ref().is_some_and(|o| *o != level.to_string()) {
             continue;
         }
-        let a = Array::create(
-            members(&format!("{level}-")),
-            vec![],
-            CreateOptions {
-                name: "bench".into(),
-                level,
-                chunk: CHUNK,
-            },
-        )
-        .unwrap();
-        a.write(0, &vec![0x5a; a.capacity() as usize]).unwrap();
+        let a = filled_array(level, &format!("{level}-"));
         let nd = a.geometry().data_chunks() as f64;
         for w in works {
             if w == Work::FullStripeWrite && !matches!(level, Level::Raid5 | Level::Raid6) {
@@ -336,18 +343,7 @@ fn main() {
         if level == Level::Raid5 {
             // Degraded reads: one member failed, against the optimal array
             // measured in alternation with it on a twin array.
-            let twin = Array::create(
-                members("raid5-twin-"),
-                vec![],
-                CreateOptions {
-                    name: "twin".into(),
-                    level,
-                    chunk: CHUNK,
-                },
-            )
-            .unwrap();
-            twin.write(0, &vec![0x5a; twin.capacity() as usize])
-                .unwrap();
+            let twin = filled_array(level, "raid5-twin-");
             a.fail_slot(2, "bench");
             let (mut dr, mut or) = (Vec::new(), Vec::new());
             for _ in 0..rounds {
@@ -483,19 +479,7 @@ fn shards_table(only: Option<&str>, qd: usize, dur: Duration, rounds: usize) {
         if only.is_some_and(|o| o != level.to_string()) {
             continue;
         }
-        let a = Arc::new(
-            Array::create(
-                members(&format!("{level}-shards-")),
-                vec![],
-                CreateOptions {
-                    name: "bench".into(),
-                    level,
-                    chunk: CHUNK,
-                },
-            )
-            .unwrap(),
-        );
-        a.write(0, &vec![0x5a; a.capacity() as usize]).unwrap();
+        let a = Arc::new(filled_array(level, &format!("{level}-shards-")));
         let e = raid_core::shard::Engine::start(a.clone(), rayon::current_num_threads()).unwrap();
         let blocks = a.capacity() / 4096;
         for w in [Work::RandRead4k, Work::RandWrite4k] {

@@ -79,24 +79,22 @@ impl Target {
 /// Runs one profile on one target for `secs`; latencies in microseconds.
 pub(super) fn run(t: &Target, p: &Profile, data: Data, size: u64, secs: f64) -> (f64, Vec<u32>) {
     let stop = AtomicBool::new(false);
-    let ops = AtomicU64::new(0);
     let lats = Mutex::new(Vec::new());
     let started = Instant::now();
     std::thread::scope(|sc| {
         for job in 0..p.jobs {
-            let (stop, ops, lats) = (&stop, &ops, &lats);
+            let (stop, lats) = (&stop, &lats);
             match t {
-                Target::Nbd(sock, name) => {
+                // Real queue depth: one thread per job.
+                Target::Nbd(..) | Target::Shards(..) => {
                     sc.spawn(move || {
-                        let l = nbd_job(sock, name, p, data, size, job, stop);
-                        ops.fetch_add(l.len() as u64, Ordering::Relaxed);
-                        lats.lock().unwrap().extend(l);
-                    });
-                }
-                Target::Shards(e, _) => {
-                    sc.spawn(move || {
-                        let l = shards_job(e, p, data, size, job, stop);
-                        ops.fetch_add(l.len() as u64, Ordering::Relaxed);
+                        let l = match t {
+                            Target::Nbd(sock, name) => {
+                                nbd_job(sock, name, p, data, size, job, stop)
+                            }
+                            Target::Shards(e, _) => shards_job(e, p, data, size, job, stop),
+                            _ => unreachable!("matched above"),
+                        };
                         lats.lock().unwrap().extend(l);
                     });
                 }
@@ -112,11 +110,7 @@ pub(super) fn run(t: &Target, p: &Profile, data: Data, size: u64, secs: f64) -> 
                             let lane = (job * threads + th) as u64;
                             let mut i = 0u64;
                             while !stop.load(Ordering::Relaxed) {
-                                let b = if p.random {
-                                    rng.gen_range(0..blocks)
-                                } else {
-                                    (lane + i * lanes) % blocks
-                                };
+                                let b = block_at(p, &mut rng, blocks, lane, lanes, i);
                                 i += 1;
                                 if p.write {
                                     data.fill(&mut rng, &mut buf);
@@ -125,7 +119,6 @@ pub(super) fn run(t: &Target, p: &Profile, data: Data, size: u64, secs: f64) -> 
                                 t.io(p.write, b * p.bs as u64, &mut buf);
                                 mine.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
                             }
-                            ops.fetch_add(mine.len() as u64, Ordering::Relaxed);
                             lats.lock().unwrap().extend(mine);
                         });
                     }
@@ -138,7 +131,17 @@ pub(super) fn run(t: &Target, p: &Profile, data: Data, size: u64, secs: f64) -> 
     let elapsed = started.elapsed().as_secs_f64();
     let mut l = lats.into_inner().unwrap();
     l.sort_unstable();
-    (ops.load(Ordering::Relaxed) as f64 / elapsed, l)
+    (l.len() as f64 / elapsed, l)
+}
+
+/// The block a job's `i`th request goes to: random, or, for a sequential
+/// profile, the `i`th of its lane (lanes interleaved block by block).
+fn block_at(p: &Profile, rng: &mut SmallRng, blocks: u64, lane: u64, lanes: u64, i: u64) -> u64 {
+    if p.random {
+        rng.gen_range(0..blocks)
+    } else {
+        (lane + i * lanes) % blocks
+    }
 }
 
 /// One thread keeping `qd` requests in flight on the shards until
@@ -160,11 +163,7 @@ fn shards_job(
     let mut i = 0u64;
     loop {
         while in_flight < p.qd && !stop.load(Ordering::Relaxed) {
-            let b = if p.random {
-                rng.gen_range(0..blocks)
-            } else {
-                (job as u64 + i * p.jobs as u64) % blocks
-            };
+            let b = block_at(p, &mut rng, blocks, job as u64, p.jobs as u64, i);
             i += 1;
             let (off, tx, t0) = (b * p.bs as u64, tx.clone(), Instant::now());
             let done = Box::new(move |r: Result<AlignedBuf, ArrayError>| {
@@ -262,11 +261,7 @@ fn nbd_job(
             if credit_rx.recv_timeout(Duration::from_millis(50)).is_err() {
                 continue;
             }
-            let b = if p.random {
-                rng.gen_range(0..blocks)
-            } else {
-                (job as u64 + i * p.jobs as u64) % blocks
-            };
+            let b = block_at(p, &mut rng, blocks, job as u64, p.jobs as u64, i);
             i += 1;
             let mut r = nbd::REQUEST_MAGIC.to_be_bytes().to_vec();
             r.extend_from_slice(&0u16.to_be_bytes());

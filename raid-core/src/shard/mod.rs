@@ -171,17 +171,21 @@ struct Blocking {
 
 impl Blocking {
     fn send(&self, f: Fallback) {
-        let (to, counter) = match &f {
-            Fallback::Read { .. } => (&self.fallback, &self.counts.blocking),
-            Fallback::Write { .. } => (&self.fallback, &self.counts.writes_blocking),
-            Fallback::Finish { .. } => (&self.finisher, &self.counts.writes_on_shards),
+        let c = &self.counts;
+        let (to, counter, also) = match &f {
+            Fallback::Read { .. } => (&self.fallback, &c.blocking, None),
+            Fallback::Write { .. } => (&self.fallback, &c.writes_blocking, None),
+            Fallback::Finish { .. } => (&self.finisher, &c.writes_on_shards, Some(&c.write_errors)),
         };
-        counter.fetch_add(1, Ordering::Relaxed);
-        if matches!(f, Fallback::Finish { .. }) {
-            self.counts.write_errors.fetch_add(1, Ordering::Relaxed);
+        for n in std::iter::once(counter).chain(also) {
+            n.fetch_add(1, Ordering::Relaxed);
         }
         if let Err(channel::SendError(f)) = to.send(f) {
-            let stopping = || ArrayError::Invalid("the array's I/O engine is stopping".into());
+            let stopping = || {
+                ArrayError::Invalid(
+                    "the array's I/O engine is stopping: send the request again once the array is served again".into(),
+                )
+            };
             match f {
                 Fallback::Read { job, .. } => answer(job.done, Err(stopping())),
                 Fallback::Write { job, .. } => answer(job.done, Err(stopping())),

@@ -113,9 +113,20 @@ fn scrub_clean(a: &Array) {
     }
 }
 
+/// Where files in memory can be made: /dev/shm where it is tmpfs.
+fn memory_dir() -> Option<std::path::PathBuf> {
+    let shm = std::path::Path::new("/dev/shm");
+    shm.is_dir()
+        .then(|| shm.join(format!("raid-shard-w-{}", std::process::id())))
+}
+
 #[test]
 fn writes_on_file_members_and_simulated_drives() {
     let dir = std::env::temp_dir().join(format!("raid-shard-w-{}", std::process::id()));
+    let mem = memory_dir();
+    if mem.is_none() {
+        eprintln!("no /dev/shm here: files in memory not tried");
+    }
     for (level, n) in [
         (Level::Raid0, 4),
         (Level::Raid1, 2),
@@ -123,13 +134,25 @@ fn writes_on_file_members_and_simulated_drives() {
         (Level::Raid5, 5),
         (Level::Raid6, 6),
     ] {
-        for sim in [false, true] {
-            let sub = dir.join(format!("{level:?}-{sim}"));
-            std::fs::create_dir_all(&sub).unwrap();
-            let members = match sim {
-                true => (0..n).map(|i| Arc::new(drive(i)) as MemberRef).collect(),
-                false => files(&sub, n),
+        // Files on the disk (on the ring), files in memory (copied in
+        // place by the shard), simulated drives (timed).
+        for kind in ["disk", "memory", "sim"] {
+            let base = match kind {
+                "memory" => match &mem {
+                    Some(m) => m,
+                    None => continue,
+                },
+                _ => &dir,
             };
+            let sub = base.join(format!("{level:?}-{kind}"));
+            std::fs::create_dir_all(&sub).unwrap();
+            let members = match kind {
+                "sim" => (0..n).map(|i| Arc::new(drive(i)) as MemberRef).collect(),
+                _ => files(&sub, n),
+            };
+            if kind == "memory" {
+                assert!(members.iter().all(|m| m.in_memory()), "files on tmpfs");
+            }
             let a = array(level, members, "shard-writes");
             let mut model = start_model(&a);
             let e = Engine::start(a.clone(), 2).unwrap();
@@ -140,10 +163,10 @@ fn writes_on_file_members_and_simulated_drives() {
             // blocking path.
             let on = e.counts().writes_on_shards.load(Ordering::Relaxed);
             let off = e.counts().writes_blocking.load(Ordering::Relaxed);
-            if sim || io_path() == IoPath::IoUring {
+            if kind != "disk" || io_path() == IoPath::IoUring {
                 assert!(
                     on > 4 * off,
-                    "{level:?} sim={sim}: {on} writes on the shards, {off} blocking"
+                    "{level:?} {kind}: {on} writes on the shards, {off} blocking"
                 );
             }
             drop(e);
@@ -152,6 +175,9 @@ fn writes_on_file_members_and_simulated_drives() {
         }
     }
     std::fs::remove_dir_all(&dir).unwrap();
+    if let Some(m) = mem {
+        std::fs::remove_dir_all(m).unwrap();
+    }
 }
 
 /// Shard writes and blocking writers in the same stripes at once, each

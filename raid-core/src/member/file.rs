@@ -22,6 +22,9 @@ pub struct FileMember {
     file: File,
     size: u64,
     direct: bool,
+    /// On tmpfs or ramfs (`Member::in_memory`); tmpfs takes O_DIRECT
+    /// since Linux 6.6, and copies through its page cache all the same.
+    in_memory: bool,
     block_device: bool,
     key: DeviceKey,
     /// A regular file with every block allocated: zeroing keeps the blocks
@@ -30,6 +33,19 @@ pub struct FileMember {
     allocated: std::sync::atomic::AtomicBool,
     /// Counted by the array's I/O paths (see `Member::io_stats`).
     stats: crate::stats::IoStats,
+}
+
+/// Whether `f` lives on a filesystem in memory (tmpfs, ramfs).
+fn on_memory_fs(f: &File) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    // SAFETY: statfs is plain old data, filled by the kernel for our fd.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd and a pointer to a live statfs.
+    if unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
 }
 
 /// Whether every byte of a regular file has a block behind it.
@@ -101,7 +117,8 @@ impl FileMember {
         } else {
             meta.len()
         };
-        tracing::debug!(path = %path.display(), direct, size, "member opened");
+        let in_memory = on_memory_fs(&file);
+        tracing::debug!(path = %path.display(), direct, in_memory, size, "member opened");
         Ok(FileMember {
             stats: Default::default(),
             path: path.to_owned(),
@@ -109,6 +126,7 @@ impl FileMember {
             file,
             size,
             direct,
+            in_memory,
             block_device,
             key,
             allocated,
@@ -135,6 +153,7 @@ impl FileMember {
             file,
             size,
             direct: false,
+            in_memory: false,
             block_device,
             allocated: std::sync::atomic::AtomicBool::new(false),
         })
@@ -279,6 +298,9 @@ impl Member for FileMember {
     }
     fn uring_fd(&self) -> Option<RawFd> {
         Some(self.file.as_raw_fd())
+    }
+    fn in_memory(&self) -> bool {
+        self.in_memory
     }
     fn is_direct(&self) -> bool {
         self.direct

@@ -98,6 +98,14 @@ pub trait Member: Send + Sync {
     /// Makes the range read back as zeros, discarding it where the device
     /// can (hole punch, discard-with-zeroes).
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// I/O on this member is a copy between memory and memory (a file on
+    /// tmpfs): it is run in place, by the caller, even where the caller
+    /// must not block. io_uring would hand each such I/O to a kernel worker
+    /// thread (these files take no non-blocking I/O), which costs more
+    /// than the copy.
+    fn in_memory(&self) -> bool {
+        false
+    }
     /// The file descriptor for the io_uring path, when I/O on this member is
     /// plain reads and writes of an fd. `None` sends its I/O through
     /// `read_at`/`write_at`.
@@ -279,7 +287,7 @@ pub fn submit(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<io::Result
                 IoOp::Read(b) => crate::buf::is_aligned(b),
                 IoOp::Write(b) => crate::buf::is_aligned(b),
             };
-        if m.uring_fd().is_some() && buf_ok && io_path() == IoPath::IoUring {
+        if m.uring_fd().is_some() && !m.in_memory() && buf_ok && io_path() == IoPath::IoUring {
             ring_ios.push(i);
         }
     }

@@ -67,12 +67,12 @@ pub(super) fn ud(key: usize, sub: usize) -> u64 {
 
 /// Whether member I/O on `m` goes on a shard's ring.
 pub(super) fn on_ring(m: &dyn Member) -> bool {
-    m.uring_fd().is_some() && io_path() == IoPath::IoUring
+    m.uring_fd().is_some() && !m.in_memory() && io_path() == IoPath::IoUring
 }
 
 /// Whether a shard can run member I/O on `m` without blocking.
 pub(super) fn non_blocking(m: &dyn Member) -> bool {
-    on_ring(m) || m.timed()
+    on_ring(m) || m.timed() || m.in_memory()
 }
 
 pub(super) struct Shard {
@@ -314,8 +314,9 @@ impl Shard {
     }
 
     /// Starts a member I/O for the request whose I/O `ud` it is: on the
-    /// ring when the member is on it, as a timed I/O otherwise (one that
-    /// fails as it starts is handled at the next reap, as completions are).
+    /// ring when the member is on it, in place on a member in memory, as a
+    /// timed I/O otherwise (one done in place, or that fails as it
+    /// starts, is handled at the next reap, as completions are).
     ///
     /// # Safety
     /// `ptr` and `len` are a buffer of that request, heap memory that
@@ -341,16 +342,24 @@ impl Shard {
             // SAFETY: the caller's promise.
             return unsafe { self.push(e.user_data(ud)) };
         }
-        let inbox = self.inbox.clone();
-        let then: Box<dyn FnOnce() + Send> = Box::new(move || inbox.push(Job::Timed(ud)));
-        // SAFETY (both): the caller's promise; a timed I/O moves its bytes
-        // before it returns. A write's bytes are only read (other I/Os in
-        // flight may read the same ones).
-        let op = if write {
+        // SAFETY (both): the caller's promise; an I/O in place or a timed
+        // one moves its bytes before it returns. A write's bytes are only
+        // read (other I/Os in flight may read the same ones).
+        let mut op = if write {
             IoOp::Write(unsafe { std::slice::from_raw_parts(ptr, len) })
         } else {
             IoOp::Read(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
         };
+        if m.in_memory() {
+            let res = match op.run_on(m.as_ref(), at) {
+                // All of it moved (`read_at`/`write_at` move all or fail).
+                Ok(()) => i32::try_from(len).unwrap_or(i32::MAX),
+                Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
+            };
+            return self.ended.push((ud, res));
+        }
+        let inbox = self.inbox.clone();
+        let then: Box<dyn FnOnce() + Send> = Box::new(move || inbox.push(Job::Timed(ud)));
         let started = m.start_timed(op, at, then);
         let res = match started {
             Some(Ok(())) => return,

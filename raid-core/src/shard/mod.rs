@@ -61,6 +61,8 @@ pub type WriteResult = std::result::Result<AlignedBuf, ArrayError>;
 pub type ReadDone = Box<dyn FnOnce(ReadResult) + Send>;
 /// Called once when a write completes; as `ReadDone`.
 pub type WriteDone = Box<dyn FnOnce(WriteResult) + Send>;
+/// Called once when a flush or a zeroing completes; as `ReadDone`.
+pub type Done = Box<dyn FnOnce(std::result::Result<(), ArrayError>) + Send>;
 
 /// Threads running requests the shards do not serve themselves.
 const FALLBACK_THREADS: usize = 8;
@@ -117,6 +119,10 @@ enum Fallback {
         job: WriteJob,
         failed: Vec<(usize, MemberRef, std::io::Error)>,
     },
+    /// `Array::flush`.
+    Flush(Done),
+    /// `Array::write_zeroes`.
+    Zeroes { offset: u64, len: u64, done: Done },
     /// A shard's write whose member writes erred (`AsyncWrite::finish`).
     Finish {
         w: Box<AsyncWrite>,
@@ -172,12 +178,13 @@ struct Blocking {
 impl Blocking {
     fn send(&self, f: Fallback) {
         let c = &self.counts;
-        let (to, counter, also) = match &f {
-            Fallback::Read { .. } => (&self.fallback, &c.blocking, None),
-            Fallback::Write { .. } => (&self.fallback, &c.writes_blocking, None),
-            Fallback::Finish { .. } => (&self.finisher, &c.writes_on_shards, Some(&c.write_errors)),
+        let (to, counters): (_, &[&AtomicU64]) = match &f {
+            Fallback::Read { .. } => (&self.fallback, &[&c.blocking]),
+            Fallback::Write { .. } => (&self.fallback, &[&c.writes_blocking]),
+            Fallback::Flush(_) | Fallback::Zeroes { .. } => (&self.fallback, &[]),
+            Fallback::Finish { .. } => (&self.finisher, &[&c.writes_on_shards, &c.write_errors]),
         };
-        for n in std::iter::once(counter).chain(also) {
+        for n in counters {
             n.fetch_add(1, Ordering::Relaxed);
         }
         if let Err(channel::SendError(f)) = to.send(f) {
@@ -189,6 +196,9 @@ impl Blocking {
             match f {
                 Fallback::Read { job, .. } => answer(job.done, Err(stopping())),
                 Fallback::Write { job, .. } => answer(job.done, Err(stopping())),
+                Fallback::Flush(done) | Fallback::Zeroes { done, .. } => {
+                    answer(done, Err(stopping()))
+                }
                 // Only if the finisher thread is gone (a bug): the write
                 // keeps its stripe's lock for good rather than give it up
                 // with the member that erred not yet failed.
@@ -204,11 +214,24 @@ impl Blocking {
 
 impl Engine {
     /// Starts `shards` shards (at least one) and the blocking threads.
+    /// Where the kernel (or a seccomp policy) refuses io_uring, or
+    /// RAID_NO_URING=1 says not to use it, no shard starts and every
+    /// request runs on the blocking threads: the same answers, through the
+    /// same completions, without the shards' speed.
     pub fn start(array: Arc<Array>, shards: usize) -> std::io::Result<Engine> {
-        // Every shard's eventfd and ring first: a machine without io_uring
-        // fails here, with nothing started.
+        let shards = match crate::member::io_path() {
+            crate::member::IoPath::IoUring => shards.max(1),
+            crate::member::IoPath::PreadPwrite => {
+                tracing::info!(
+                    "array I/O engine: no io_uring; every request runs on {FALLBACK_THREADS} blocking threads"
+                );
+                0
+            }
+        };
+        // Every shard's eventfd and ring first, so that a refusal leaves
+        // nothing started.
         let mut parts = Vec::new();
-        for _ in 0..shards.max(1) {
+        for _ in 0..shards {
             // SAFETY: eventfd returns a new descriptor or -1.
             let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
             if fd < 0 {
@@ -220,7 +243,16 @@ impl Engine {
                 // SAFETY: `fd` is a descriptor we just opened and own.
                 wake: unsafe { OwnedFd::from_raw_fd(fd) },
             });
-            parts.push((inbox, IoUring::new(event_loop::RING + 1)?));
+            match IoUring::new(event_loop::RING + 1) {
+                Ok(ring) => parts.push((inbox, ring)),
+                Err(e) => {
+                    tracing::warn!(
+                        "array I/O engine: no io_uring ({e}); every request runs on {FALLBACK_THREADS} blocking threads"
+                    );
+                    parts.clear();
+                    break;
+                }
+            }
         }
         // Many receivers on one queue, each taking the next message
         // itself (std's channel needs a lock around its receiver, which
@@ -278,8 +310,11 @@ impl Engine {
     /// KiB or more is a fresh mapping of memory each time). Returns at once.
     pub fn read(&self, offset: u64, buf: AlignedBuf, done: ReadDone) {
         let chunk = offset / self.array.geometry().chunk;
-        self.shard_of(chunk)
-            .push(Job::Request(Request::Read(ReadJob { offset, buf, done })));
+        let job = ReadJob { offset, buf, done };
+        match self.shard_of(chunk) {
+            Some(s) => s.push(Job::Request(Request::Read(job))),
+            None => self.blocking(Fallback::Read { job, failed: None }),
+        }
     }
 
     /// Writes `data` at `offset` (4 KiB aligned, inside the array); `done`
@@ -297,16 +332,35 @@ impl Engine {
             .array
             .write_lock_key(offset)
             .unwrap_or(offset / self.array.geometry().chunk);
-        self.shard_of(key)
-            .push(Job::Request(Request::Write(WriteJob {
-                offset,
-                data,
-                done,
-            })));
+        let job = WriteJob { offset, data, done };
+        match self.shard_of(key) {
+            Some(s) => s.push(Job::Request(Request::Write(job))),
+            None => self.blocking(Fallback::Write {
+                job,
+                failed: Vec::new(),
+            }),
+        }
     }
 
-    fn shard_of(&self, key: u64) -> &Inbox {
-        &self.shards[(key % self.shards.len() as u64) as usize]
+    /// `Array::flush` on a blocking thread: `done` gets its outcome. It
+    /// covers every write whose completion ran before this call.
+    pub fn flush(&self, done: Done) {
+        self.blocking(Fallback::Flush(done));
+    }
+
+    /// `Array::write_zeroes` on a blocking thread: `done` gets its outcome.
+    pub fn write_zeroes(&self, offset: u64, len: u64, done: Done) {
+        self.blocking(Fallback::Zeroes { offset, len, done });
+    }
+
+    /// The shard that owns `key`; none where io_uring was refused.
+    fn shard_of(&self, key: u64) -> Option<&Inbox> {
+        let n = self.shards.len() as u64;
+        (n > 0).then(|| &*self.shards[(key % n) as usize])
+    }
+
+    fn blocking(&self, f: Fallback) {
+        self.blocking.as_ref().expect("set until drop").send(f);
     }
 }
 
@@ -373,6 +427,8 @@ fn blocking_work(array: &Array, f: Fallback) {
             let r = array.write(job.offset, &job.data).map(|()| job.data);
             answer(job.done, r);
         }
+        Fallback::Flush(done) => answer(done, array.flush()),
+        Fallback::Zeroes { offset, len, done } => answer(done, array.write_zeroes(offset, len)),
         Fallback::Finish { w, results, done } => {
             let (r, data) = w.finish(results);
             answer(done, r.map(|()| data));

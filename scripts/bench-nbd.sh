@@ -7,33 +7,49 @@
 #   - nbdkit's file plugin serving one tmpfs file,
 # in the same run, and the ratio of ours to the better of the two, job by job.
 #
-# BENCH_SECONDS (default 10) per job. Targets (not tests): ours >= 1.5x the
-# better of the two on RAID0, >= 1.0x on RAID5. Needs fio, qemu-nbd, nbdkit
-# (scripts/install-test-deps.sh). Members live in /dev/shm.
+# BENCH_SECONDS (default 10) per job; BENCH_SIZE (default 1G) per file;
+# BENCH_JOBS, a comma-separated list of "rw bs depth connections" (default
+# the four jobs at QD 32 on one connection). BENCH_BEFORE=PATH serves the
+# same arrays with another raidctl binary too (a build from before a
+# change), side by side in the same run. Targets (not tests): ours >= 1.5x
+# the better of the two on RAID0, >= 1.0x on RAID5. Needs fio, qemu-nbd,
+# nbdkit (scripts/install-test-deps.sh). Members live in BENCH_DIR (default
+# /dev/shm: memory, no device latency; a directory on a disk puts a real
+# device's latency under every member I/O, members opened O_DIRECT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 secs=${BENCH_SECONDS:-10}
 cargo build --release -p raidctl >/dev/null
 raidctl=$root/target/release/raidctl
-work=$(mktemp -d /dev/shm/raid-nbd-bench.XXXXXX)
+before=${BENCH_BEFORE:-}
+work=$(mktemp -d "${BENCH_DIR:-/dev/shm}/raid-nbd-bench.XXXXXX")
 export RAIDCTL_STATE_DIR=$work/state RAIDCTL_LOG=warn
 pids=()
 cleanup() {
-  for l in ${BENCH_LEVELS:-0 5 6}; do "$raidctl" stop "bench$l" >/dev/null 2>&1 || true; done
+  for l in ${BENCH_LEVELS:-0 5 6}; do
+    "$raidctl" stop "bench$l" >/dev/null 2>&1 || true
+    [ -z "$before" ] || RAIDCTL_STATE_DIR=$work/state-before "$before" stop "bench$l" >/dev/null 2>&1 || true
+  done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-size=1G
+size=${BENCH_SIZE:-1G}
 levels=${BENCH_LEVELS:-0 5 6}
-for l in $levels; do
-  for i in 0 1 2 3; do truncate -s "$size" "$work/l$l-m$i.img"; done
+serve() { # binary state-dir tag level
+  local bin=$1 state=$2 tag=$3 l=$4
+  for i in 0 1 2 3; do truncate -s "$size" "$work/$tag$l-m$i.img"; done
   # Sparse like the qemu-nbd and nbdkit images it is compared with.
-  "$raidctl" create "bench$l" --level "$l" --chunk 128K --sparse "$work"/l$l-m{0,1,2,3}.img >/dev/null
-  "$raidctl" start "bench$l" --nbd "unix:$work/ours$l.sock" >/dev/null
+  RAIDCTL_STATE_DIR=$state "$bin" create "bench$l" --level "$l" --chunk 128K --sparse \
+    "$work"/$tag$l-m{0,1,2,3}.img >/dev/null
+  RAIDCTL_STATE_DIR=$state "$bin" start "bench$l" --nbd "unix:$work/$tag$l.sock" >/dev/null
+}
+for l in $levels; do
+  serve "$raidctl" "$work/state" ours "$l"
+  [ -z "$before" ] || serve "$before" "$work/state-before" before "$l"
 done
 truncate -s "$size" "$work/qemu.img"
 truncate -s "$size" "$work/nbdkit.img"
@@ -45,11 +61,11 @@ for s in qemu nbdkit; do
   for _ in $(seq 100); do [ -S "$work/$s.sock" ] && break; sleep 0.1; done
 done
 
-run() { # server job -> "iops MB/s"
-  local sock=$work/$1.sock rw=$2 bs=$3 depth=$4
+run() { # server rw bs depth connections -> "iops MB/s"
+  local sock=$work/$1.sock rw=$2 bs=$3 depth=$4 conns=${5:-1}
   fio --name=j --ioengine=nbd --uri="nbd+unix:///?socket=$sock" --rw="$rw" --bs="$bs" \
-      --iodepth="$depth" --size=1G --time_based --runtime="$secs" --ramp_time=1 \
-      --output-format=json 2>/dev/null |
+      --iodepth="$depth" --numjobs="$conns" --group_reporting --size="$size" \
+      --time_based --runtime="$secs" --ramp_time=1 --output-format=json 2>/dev/null |
     python3 -c '
 import json,sys
 t=sys.stdin.read()
@@ -60,27 +76,41 @@ print("%.0f %.1f" % (d["iops"], d["bw_bytes"]/1e6))'
 
 # Fill the files first, so reads read real data everywhere.
 servers="qemu nbdkit"
-for l in $levels; do servers="$servers ours$l"; done
+for l in $levels; do
+  servers="$servers ours$l"
+  [ -z "$before" ] || servers="$servers before$l"
+done
 for s in $servers; do
   fio --name=fill --ioengine=nbd --uri="nbd+unix:///?socket=$work/$s.sock" --rw=write --bs=1M \
-      --iodepth=8 --size=1G --output-format=json >/dev/null 2>&1
+      --iodepth=8 --size="$size" --output-format=json >/dev/null 2>&1
 done
 
+jobs=${BENCH_JOBS:-randread 4k 32 1,randwrite 4k 32 1,read 128k 32 1,write 128k 32 1}
 for l in $levels; do
 echo
 echo "RAID$l of 4 (ours) against one file (qemu-nbd, nbdkit):"
 echo
-echo "| job | ours IOPS | ours MB/s | qemu-nbd IOPS | qemu-nbd MB/s | nbdkit file IOPS | nbdkit file MB/s | ours / best |"
+if [ -n "$before" ]; then
+  echo "| job | ours IOPS | ours MB/s | before IOPS | ours / before | qemu-nbd IOPS | nbdkit file IOPS | ours / best |"
+else
+  echo "| job | ours IOPS | ours MB/s | qemu-nbd IOPS | qemu-nbd MB/s | nbdkit file IOPS | nbdkit file MB/s | ours / best |"
+fi
 echo "|---|---|---|---|---|---|---|---|"
-for job in "randread 4k 32" "randwrite 4k 32" "read 128k 32" "write 128k 32"; do
+IFS=, read -ra list <<<"$jobs"
+for job in "${list[@]}"; do
   set -- $job
-  o=$(run "ours$l" "$1" "$2" "$3"); q=$(run qemu "$1" "$2" "$3"); n=$(run nbdkit "$1" "$2" "$3")
-  python3 - "$1 $2 QD$3" "$o" "$q" "$n" <<'PY'
+  o=$(run "ours$l" "$@"); q=$(run qemu "$@"); n=$(run nbdkit "$@")
+  b="0 0"
+  [ -z "$before" ] || b=$(run "before$l" "$@")
+  python3 - "$1 $2 QD$3 x$4" "$o" "$q" "$n" "$b" <<'PY'
 import sys
-name,o,q,n=sys.argv[1:]
-o,q,n=[list(map(float,x.split())) for x in (o,q,n)]
+name,o,q,n,b=sys.argv[1:]
+o,q,n,b=[list(map(float,x.split())) for x in (o,q,n,b)]
 best=max(q[0],n[0])
-print(f"| {name} | {o[0]:.0f} | {o[1]:.0f} | {q[0]:.0f} | {q[1]:.0f} | {n[0]:.0f} | {n[1]:.0f} | {o[0]/best:.2f}x |")
+if b[0]:
+    print(f"| {name} | {o[0]:.0f} | {o[1]:.0f} | {b[0]:.0f} | {o[0]/b[0]:.2f}x | {q[0]:.0f} | {n[0]:.0f} | {o[0]/best:.2f}x |")
+else:
+    print(f"| {name} | {o[0]:.0f} | {o[1]:.0f} | {q[0]:.0f} | {q[1]:.0f} | {n[0]:.0f} | {n[1]:.0f} | {o[0]/best:.2f}x |")
 PY
 done
 done

@@ -62,6 +62,56 @@ fn qemu_io_patterns_at_many_offsets() {
     w.ok(&["stop", "qio"]);
 }
 
+/// A raw NBD client: fixed newstyle handshake for export `name`; returns
+/// the connection and the export's size.
+fn nbd_connect(sock: &Path, name: &str) -> (std::os::unix::net::UnixStream, u64) {
+    use std::io::{Read, Write};
+    let mut c = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut hello = [0u8; 18];
+    c.read_exact(&mut hello).unwrap();
+    assert_eq!(&hello[..8], b"NBDMAGIC");
+    c.write_all(&3u32.to_be_bytes()).unwrap(); // fixed newstyle, no zeroes
+    let mut opt = b"IHAVEOPT".to_vec();
+    opt.extend_from_slice(&1u32.to_be_bytes()); // EXPORT_NAME
+    opt.extend_from_slice(&(name.len() as u32).to_be_bytes());
+    opt.extend_from_slice(name.as_bytes());
+    c.write_all(&opt).unwrap();
+    let mut info = [0u8; 10];
+    c.read_exact(&mut info).unwrap();
+    (c, u64::from_be_bytes(info[..8].try_into().unwrap()))
+}
+
+/// One request header (a write's payload follows it, sent by the caller).
+fn nbd_request(
+    c: &mut impl std::io::Write,
+    kind: u16,
+    flags: u16,
+    cookie: u64,
+    offset: u64,
+    len: u32,
+) {
+    let mut r = 0x2560_9513u32.to_be_bytes().to_vec();
+    r.extend_from_slice(&flags.to_be_bytes());
+    r.extend_from_slice(&kind.to_be_bytes());
+    r.extend_from_slice(&cookie.to_be_bytes());
+    r.extend_from_slice(&offset.to_be_bytes());
+    r.extend_from_slice(&len.to_be_bytes());
+    c.write_all(&r).unwrap();
+}
+
+/// One simple reply's header: (error, cookie); None once the server closed.
+fn nbd_reply(c: &mut impl std::io::Read) -> Option<(u32, u64)> {
+    let mut h = [0u8; 16];
+    c.read_exact(&mut h).ok()?;
+    assert_eq!(u32::from_be_bytes(h[..4].try_into().unwrap()), 0x6744_6698);
+    Some((
+        u32::from_be_bytes(h[4..8].try_into().unwrap()),
+        u64::from_be_bytes(h[8..].try_into().unwrap()),
+    ))
+}
+
 /// A client that breaks the rules, spoken to byte by byte: every bad
 /// request gets the protocol's error or a clean disconnect, and the server
 /// keeps serving others.
@@ -71,41 +121,11 @@ fn hostile_nbd_requests_get_errors_or_a_disconnect() {
     use std::os::unix::net::UnixStream;
     let w = World::new("hostile");
     let (_m, sock, _) = served(&w, "hostile");
-    let connect = || {
-        let mut c = UnixStream::connect(&sock).unwrap();
-        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-            .unwrap();
-        let mut hello = [0u8; 18];
-        c.read_exact(&mut hello).unwrap();
-        assert_eq!(&hello[..8], b"NBDMAGIC");
-        c.write_all(&3u32.to_be_bytes()).unwrap(); // fixed newstyle, no zeroes
-        let mut opt = b"IHAVEOPT".to_vec();
-        opt.extend_from_slice(&1u32.to_be_bytes()); // EXPORT_NAME
-        opt.extend_from_slice(&7u32.to_be_bytes());
-        opt.extend_from_slice(b"hostile");
-        c.write_all(&opt).unwrap();
-        let mut info = [0u8; 10];
-        c.read_exact(&mut info).unwrap();
-        (c, u64::from_be_bytes(info[..8].try_into().unwrap()))
-    };
+    let connect = || nbd_connect(&sock, "hostile");
     let request = |c: &mut UnixStream, kind: u16, cookie: u64, offset: u64, len: u32| {
-        let mut r = 0x2560_9513u32.to_be_bytes().to_vec();
-        r.extend_from_slice(&0u16.to_be_bytes());
-        r.extend_from_slice(&kind.to_be_bytes());
-        r.extend_from_slice(&cookie.to_be_bytes());
-        r.extend_from_slice(&offset.to_be_bytes());
-        r.extend_from_slice(&len.to_be_bytes());
-        c.write_all(&r).unwrap();
+        nbd_request(c, kind, 0, cookie, offset, len)
     };
-    let reply = |c: &mut UnixStream| -> Option<(u32, u64)> {
-        let mut h = [0u8; 16];
-        c.read_exact(&mut h).ok()?;
-        assert_eq!(u32::from_be_bytes(h[..4].try_into().unwrap()), 0x6744_6698);
-        Some((
-            u32::from_be_bytes(h[4..8].try_into().unwrap()),
-            u64::from_be_bytes(h[8..].try_into().unwrap()),
-        ))
-    };
+    let reply = |c: &mut UnixStream| nbd_reply(c);
     let (mut c, size) = connect();
     assert_eq!(size, 3 * 127 * MIB);
     request(&mut c, 0, 1, 100, 200); // unaligned read
@@ -143,6 +163,91 @@ fn hostile_nbd_requests_get_errors_or_a_disconnect() {
     );
     assert_eq!(w.status_json("hostile")["state"], "optimal");
     w.ok(&["stop", "hostile"]);
+}
+
+/// Many requests sent on one connection without waiting (more than the
+/// export ever had threads): every one is answered once, by its cookie,
+/// in whatever order they complete; reads see the writes answered before
+/// them, FUA writes and a flush included. A client that then sends a burst
+/// of writes and hangs up without reading a reply leaves the array
+/// optimal, its parity consistent, and the server serving.
+#[test]
+fn many_requests_in_flight_on_one_connection() {
+    use std::collections::HashMap;
+    use std::io::{Read, Write};
+    const N: u64 = 300;
+    let w = World::new("inflight");
+    let (_m, sock, _) = served(&w, "inflight");
+    let (mut c, size) = nbd_connect(&sock, "inflight");
+    let block = |i: u64| -> Vec<u8> { (0..4096u64).map(|k| (i * 31 + k % 253) as u8).collect() };
+    // Blocks spread over the array, one per request, 4 KiB each.
+    let at = |i: u64| (i * 7919 * 4096) % (size - 4096) / 4096 * 4096;
+    let offsets: std::collections::HashSet<u64> = (0..N).map(at).collect();
+    assert_eq!(offsets.len(), N as usize, "distinct blocks");
+    // Replies are read by another thread while requests go out, as a
+    // client must (the server's replies would otherwise fill the socket).
+    let mut rc = c.try_clone().unwrap();
+    let collect = |n: u64, rc: &mut std::os::unix::net::UnixStream, data: bool| {
+        let mut got = HashMap::new();
+        for _ in 0..n {
+            let (err, cookie) = nbd_reply(rc).expect("a reply");
+            let mut d = vec![0u8; if data && err == 0 { 4096 } else { 0 }];
+            rc.read_exact(&mut d).unwrap();
+            assert!(
+                got.insert(cookie, (err, d)).is_none(),
+                "cookie {cookie} answered twice"
+            );
+        }
+        got
+    };
+    std::thread::scope(|sc| {
+        let replies = sc.spawn(|| collect(N + 1, &mut rc, false));
+        for i in 0..N {
+            let fua = if i % 10 == 0 { 1 } else { 0 };
+            nbd_request(&mut c, 1, fua, i, at(i), 4096);
+            c.write_all(&block(i)).unwrap();
+        }
+        nbd_request(&mut c, 3, 0, N, 0, 0); // flush
+        let got = replies.join().unwrap();
+        assert_eq!(got.len() as u64, N + 1);
+        assert!(
+            got.values().all(|(e, _)| *e == 0),
+            "a write or the flush failed"
+        );
+    });
+    std::thread::scope(|sc| {
+        let replies = sc.spawn(|| collect(N, &mut rc, true));
+        for i in 0..N {
+            nbd_request(&mut c, 0, 0, 1000 + i, at(i), 4096);
+        }
+        let got = replies.join().unwrap();
+        for i in 0..N {
+            let (err, d) = &got[&(1000 + i)];
+            assert_eq!(*err, 0);
+            assert!(*d == block(i), "block {i} read back differs");
+        }
+    });
+    nbd_request(&mut c, 2, 0, 0, 0, 0); // disconnect
+    drop((c, rc));
+    // A burst of writes, then the client is gone before any reply.
+    let (mut c, _) = nbd_connect(&sock, "inflight");
+    for i in 0..64 {
+        nbd_request(&mut c, 1, 0, i, at(i), 4096);
+        c.write_all(&block(i + 5)).unwrap();
+    }
+    drop(c);
+    let (mut c, _) = nbd_connect(&sock, "inflight");
+    nbd_request(&mut c, 0, 0, 9, at(N - 1), 4096);
+    assert_eq!(nbd_reply(&mut c), Some((0, 9)));
+    let mut d = vec![0u8; 4096];
+    c.read_exact(&mut d).unwrap();
+    assert!(d == block(N - 1), "a block no one wrote again changed");
+    drop(c);
+    assert_eq!(w.status_json("inflight")["state"], "optimal");
+    let scrub: serde_json::Value =
+        serde_json::from_str(&w.ok(&["scrub", "inflight", "--format", "json"])).unwrap();
+    assert_eq!(scrub["mismatches"].as_array().unwrap().len(), 0, "{scrub}");
+    w.ok(&["stop", "inflight"]);
 }
 
 #[test]

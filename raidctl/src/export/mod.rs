@@ -1,13 +1,16 @@
 //! Exports: the array served over NBD on a Unix socket or TCP (loopback
-//! unless an address is given). Each connection has a reader that decodes
-//! requests and a few workers that run them against the array, so many
-//! requests are in flight per connection; replies go out as they finish.
+//! unless an address is given). The handshake is here; each connection's
+//! requests go to the array's engine, many in flight at once, and replies
+//! go out as they complete (`transmission.rs`). Every connection of an
+//! export shares one engine.
+
+mod transmission;
 
 use crate::error::{CliError, Result};
-use crate::nbd::{self, Check, Request};
+use crate::nbd;
 use crate::remote::tls::{self, Sock, TlsStream};
-use raid_core::array::{Array, ArrayError, BLOCK};
-use raid_core::buf::AlignedBuf;
+use raid_core::array::{Array, BLOCK};
+use raid_core::shard::Engine;
 use std::io::{self, Read, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
@@ -17,9 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-/// Requests run at once per connection.
-const WORKERS: usize = 8;
 
 /// A stream NBD can run over: a socket, or TLS on one.
 trait Conn: Read + Write + Send + Sync + 'static {
@@ -119,6 +119,16 @@ pub fn check_spec(spec: &str, sec: &Security) -> Result<()> {
     }
 }
 
+/// Shards of an export's engine: one per core, or RAIDCTL_SHARDS in the
+/// daemon's environment (1 to 64).
+fn shards() -> usize {
+    std::env::var("RAIDCTL_SHARDS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| (1..=64).contains(n))
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// `tcp:PORT` is loopback; `tcp:HOST:PORT` as given.
 fn tcp_addr(a: &str) -> String {
     if a.contains(':') {
@@ -140,6 +150,12 @@ impl Export {
             })?),
             None => None,
         };
+        // The requests of every connection share the engine's shards.
+        let shards = shards();
+        let engine =
+            Arc::new(Engine::start(array.clone(), shards).map_err(|e| {
+                CliError::failed(format!("cannot start the array's I/O engine: {e}"))
+            })?);
         let (listener, desc) = if let Some(path) = spec.strip_prefix("unix:") {
             let path = PathBuf::from(path);
             if UnixStream::connect(&path).is_ok() {
@@ -212,7 +228,7 @@ impl Export {
         };
         let thread = {
             let (stop, conns) = (stop.clone(), conns.clone());
-            std::thread::spawn(move || accept_loop(listener, array, tls, stop, conns))
+            std::thread::spawn(move || accept_loop(listener, array, engine, tls, stop, conns))
         };
         Ok(Export {
             desc,
@@ -242,9 +258,13 @@ impl Export {
     }
 }
 
+/// Accepts connections and serves each on a thread of its own; returns
+/// once `stop` is set and every connection ended. The engine is dropped
+/// here, after its last connection: its drop waits for its threads.
 fn accept_loop(
     listener: Listener,
     array: Arc<Array>,
+    engine: Arc<Engine>,
     tls: Option<Arc<rustls::ServerConfig>>,
     stop: Arc<AtomicBool>,
     conns: Conns,
@@ -282,8 +302,9 @@ fn accept_loop(
                     conns.lock().unwrap().insert(id, clone);
                 }
                 let (array, conns, tls) = (array.clone(), conns.clone(), tls.clone());
+                let engine = engine.clone();
                 served.push(std::thread::spawn(move || {
-                    if let Err(e) = serve(c, array, tls) {
+                    if let Err(e) = serve(c, array, &engine, tls) {
                         tracing::debug!("nbd connection ended: {e}");
                     }
                     // Close it for the client too (the reader's clone would
@@ -369,7 +390,12 @@ fn preferred_block(a: &Array) -> u32 {
 /// Handshake, then transmission. With `tls`, the client must start TLS
 /// (NBD_OPT_STARTTLS) before any other option; the rest of the handshake
 /// and the transmission run inside it.
-fn serve(sock: Sock, array: Arc<Array>, tls: Option<Arc<rustls::ServerConfig>>) -> io::Result<()> {
+fn serve(
+    sock: Sock,
+    array: Arc<Array>,
+    engine: &Engine,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> io::Result<()> {
     // The socket itself, until TLS (when required) is started on it.
     let mut plain = match tls {
         Some(_) => Some(sock.try_clone()?),
@@ -523,179 +549,5 @@ fn serve(sock: Sock, array: Arc<Array>, tls: Option<Arc<rustls::ServerConfig>>) 
         }
     }
     ctl.set_read_timeout(None)?;
-    transmission(c, array)
-}
-
-/// A decoded request (its write payload is in the worker's buffer).
-struct Job {
-    req: Request,
-}
-
-/// A worker's reusable page-aligned buffer: requests up to 32 MiB would
-/// otherwise cost an allocation (and for large ones an mmap and page
-/// faults) each.
-struct Scratch(AlignedBuf);
-
-impl Scratch {
-    fn get(&mut self, len: usize) -> &mut [u8] {
-        if self.0.len() < len {
-            self.0 = AlignedBuf::new(len.next_multiple_of(64 * 1024));
-        }
-        &mut self.0[..len]
-    }
-}
-
-/// What a worker does after taking the reader.
-enum Next {
-    Run(Job),
-    /// A refused request: reply with this error, touch nothing.
-    Refuse(Request, u32),
-    End(io::Result<()>),
-}
-
-/// Transmission phase. Each of WORKERS threads takes the (buffered) reader,
-/// reads one request and its payload, lets go, runs it and writes the reply
-/// under the writer lock: requests run in parallel with no hand-off between
-/// threads (nbdkit's "parallel" model).
-fn transmission(c: Box<dyn Conn>, array: Arc<Array>) -> io::Result<()> {
-    let reader = Mutex::new(io::BufReader::with_capacity(256 * 1024, c.try_clone_box()?));
-    let writer = Mutex::new(c);
-    let done = AtomicBool::new(false);
-    let outcome: Mutex<io::Result<()>> = Mutex::new(Ok(()));
-    std::thread::scope(|sc| {
-        for _ in 0..WORKERS {
-            sc.spawn(|| {
-                let mut payload = Scratch(AlignedBuf::new(0));
-                let mut data = Scratch(AlignedBuf::new(0));
-                while !done.load(Ordering::Acquire) {
-                    let next = {
-                        let mut r = reader.lock().unwrap();
-                        if done.load(Ordering::Acquire) {
-                            return;
-                        }
-                        next_request(&mut *r, &array, &mut payload)
-                    };
-                    let sent = match next {
-                        Next::Run(job) => {
-                            let len = job.req.length as usize;
-                            let input = &payload.0[..if job.req.kind == nbd::CMD_WRITE {
-                                len
-                            } else {
-                                0
-                            }];
-                            let out = data.get(if job.req.kind == nbd::CMD_READ {
-                                len
-                            } else {
-                                0
-                            });
-                            let err = execute(&array, &job.req, input, out);
-                            reply(&writer, job.req.cookie, err, Some(out))
-                        }
-                        Next::Refuse(req, errno) => reply(&writer, req.cookie, errno, None),
-                        Next::End(r) => {
-                            done.store(true, Ordering::Release);
-                            // Wake the others blocked on the reader.
-                            writer.lock().unwrap().shutdown_read();
-                            *outcome.lock().unwrap() = r;
-                            return;
-                        }
-                    };
-                    if sent.is_err() {
-                        done.store(true, Ordering::Release);
-                        writer.lock().unwrap().shutdown_read();
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    // A client that disconnects without FLUSH still gets its writes made
-    // durable, as a clean close would.
-    let _ = array.flush();
-    outcome.into_inner().unwrap()
-}
-
-/// Reads and checks the next request (and a write's payload).
-fn next_request(r: &mut impl Read, array: &Array, payload: &mut Scratch) -> Next {
-    let mut h = [0u8; Request::LEN];
-    if let Err(e) = r.read_exact(&mut h) {
-        return Next::End(if e.kind() == io::ErrorKind::UnexpectedEof {
-            Ok(())
-        } else {
-            Err(e)
-        });
-    }
-    let req = match Request::decode(&h) {
-        Ok(r) => r,
-        Err(e) => return Next::End(Err(protocol_error(format!("{e:?}")))),
-    };
-    if req.kind == nbd::CMD_DISC {
-        return Next::End(Ok(()));
-    }
-    let read_only = tflags(array) & nbd::TFLAG_READ_ONLY != 0;
-    let check = nbd::check(&req, array.capacity(), BLOCK, read_only);
-    if let Check::Disconnect(why) = check {
-        return Next::End(Err(protocol_error(why)));
-    }
-    // A write's payload is read even when the write is refused, so the
-    // stream stays in step (its size is bounded by `check`).
-    let payload = payload.get(if req.kind == nbd::CMD_WRITE {
-        req.length as usize
-    } else {
-        0
-    });
-    if let Err(e) = r.read_exact(payload) {
-        return Next::End(Err(e));
-    }
-    match check {
-        Check::Ok => Next::Run(Job { req }),
-        Check::Error(errno) => Next::Refuse(req, errno),
-        Check::Disconnect(_) => unreachable!(),
-    }
-}
-
-fn errno_of(e: &ArrayError) -> u32 {
-    match e {
-        ArrayError::Unaligned { .. } => nbd::EINVAL,
-        ArrayError::OutOfRange { .. } => nbd::EINVAL,
-        ArrayError::NoSpace { .. } => nbd::ENOSPC,
-        _ => nbd::EIO,
-    }
-}
-
-/// Runs one request: `input` is a write's payload, `out` receives a read's
-/// data; returns the NBD error (0 for success). Buffers are page aligned so
-/// O_DIRECT members take them without a bounce copy.
-fn execute(a: &Array, r: &Request, input: &[u8], out: &mut [u8]) -> u32 {
-    let res = match r.kind {
-        nbd::CMD_READ => a.read(r.offset, out),
-        nbd::CMD_WRITE => a.write(r.offset, input),
-        nbd::CMD_FLUSH => a.flush(),
-        nbd::CMD_TRIM | nbd::CMD_WRITE_ZEROES => a.write_zeroes(r.offset, r.length as u64),
-        _ => return nbd::ENOTSUP,
-    };
-    let res = res.and_then(|_| {
-        if r.flags & nbd::CMD_FLAG_FUA != 0 && r.kind != nbd::CMD_FLUSH && r.kind != nbd::CMD_READ {
-            a.flush()
-        } else {
-            Ok(())
-        }
-    });
-    match res {
-        Ok(()) => 0,
-        Err(e) => {
-            tracing::warn!("nbd command {} at {}+{}: {e}", r.kind, r.offset, r.length);
-            errno_of(&e)
-        }
-    }
-}
-
-/// Writes one simple reply, header and data in one system call.
-fn reply(w: &Mutex<Box<dyn Conn>>, cookie: u64, err: u32, data: Option<&[u8]>) -> io::Result<()> {
-    let mut h = [0u8; 16];
-    h[0..4].copy_from_slice(&nbd::SIMPLE_REPLY_MAGIC.to_be_bytes());
-    h[4..8].copy_from_slice(&err.to_be_bytes());
-    h[8..16].copy_from_slice(&cookie.to_be_bytes());
-    let data = if err == 0 { data.unwrap_or(&[]) } else { &[] };
-    tls::write_two(&mut **w.lock().unwrap(), &h, data)
+    transmission::transmission(c, array, engine)
 }

@@ -37,15 +37,16 @@ pub struct FileMember {
 
 /// Whether `f` lives on a filesystem in memory (tmpfs, ramfs).
 fn on_memory_fs(f: &File) -> bool {
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    const TMPFS_MAGIC: u32 = 0x0102_1994;
+    const RAMFS_MAGIC: u32 = 0x8584_58f6;
     // SAFETY: statfs is plain old data, filled by the kernel for our fd.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: a valid fd and a pointer to a live statfs.
     if unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) } != 0 {
         return false;
     }
-    matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
+    // f_type's width differs between targets; the magic numbers are 32-bit.
+    matches!(st.f_type as u32, TMPFS_MAGIC | RAMFS_MAGIC)
 }
 
 /// Whether every byte of a regular file has a block behind it.

@@ -70,7 +70,9 @@ pub(super) fn on_ring(m: &dyn Member) -> bool {
     m.uring_fd().is_some() && !m.in_memory() && io_path() == IoPath::IoUring
 }
 
-/// Whether a shard can run member I/O on `m` without blocking.
+/// Whether a shard can run member I/O on `m` without blocking (a copy in
+/// memory counts: it may wait for a page to be reclaimed or swapped in,
+/// never for a device's queue).
 pub(super) fn non_blocking(m: &dyn Member) -> bool {
     on_ring(m) || m.timed() || m.in_memory()
 }
@@ -89,8 +91,9 @@ pub(super) struct Shard {
     /// Entries that found the submission queue full, pushed at the next
     /// turn (their buffers are held by their requests in the slab).
     overflow: VecDeque<squeue::Entry>,
-    /// Member I/Os that ended as they started (a timed I/O's error):
-    /// handled at the next reap, as completions are.
+    /// Member I/Os that ended as they started (a timed I/O's error, an
+    /// I/O done in place on a member in memory): handled at the next
+    /// reap, as completions are, with a ring's result (bytes or -errno).
     pub(super) ended: Vec<(u64, i32)>,
     pub(super) blocking: Blocking,
     /// Stripes whose lock a write of this shard holds, each with the
@@ -354,6 +357,16 @@ impl Shard {
             let res = match op.run_on(m.as_ref(), at) {
                 // All of it moved (`read_at`/`write_at` move all or fail).
                 Ok(()) => i32::try_from(len).unwrap_or(i32::MAX),
+                // Past the file's end: what the ring reports as 0 bytes,
+                // nothing said against the member.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::WriteZero
+                    ) =>
+                {
+                    0
+                }
                 Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
             };
             return self.ended.push((ud, res));

@@ -213,11 +213,13 @@ impl Blocking {
 }
 
 impl Engine {
-    /// Starts `shards` shards (at least one) and the blocking threads.
-    /// Where the kernel (or a seccomp policy) refuses io_uring, or
-    /// RAID_NO_URING=1 says not to use it, no shard starts and every
-    /// request runs on the blocking threads: the same answers, through the
-    /// same completions, without the shards' speed.
+    /// Starts `shards` shards (at least one where io_uring can be had)
+    /// and the blocking threads. Where the kernel (or a seccomp policy)
+    /// refuses io_uring, or RAID_NO_URING=1 says not to use it, no shard
+    /// starts and every request runs on the blocking threads: the same
+    /// answers, through the same completions, without the shards' speed.
+    /// A ring refused after the first (a limit on locked memory or on
+    /// rings) leaves the engine with the shards it has.
     pub fn start(array: Arc<Array>, shards: usize) -> std::io::Result<Engine> {
         let shards = match crate::member::io_path() {
             crate::member::IoPath::IoUring => shards.max(1),
@@ -245,11 +247,17 @@ impl Engine {
             });
             match IoUring::new(event_loop::RING + 1) {
                 Ok(ring) => parts.push((inbox, ring)),
-                Err(e) => {
+                Err(e) if parts.is_empty() => {
                     tracing::warn!(
                         "array I/O engine: no io_uring ({e}); every request runs on {FALLBACK_THREADS} blocking threads"
                     );
-                    parts.clear();
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "array I/O engine: {} shards of {shards} (the next ring was refused: {e})",
+                        parts.len()
+                    );
                     break;
                 }
             }

@@ -33,21 +33,57 @@ enum Payload {
     Spare(AlignedBuf),
 }
 
+/// A simple reply; `bytes` is what its request counted in flight.
+struct Reply {
+    cookie: u64,
+    err: u32,
+    payload: Payload,
+    bytes: usize,
+}
+
 /// What the writer thread is given.
 enum Out {
-    /// A simple reply; `bytes` is what its request counted in flight.
-    Reply {
-        cookie: u64,
-        err: u32,
-        payload: Payload,
-        bytes: usize,
-    },
+    Reply(Reply),
     /// A write with the FUA flag that completed: flush, then reply.
-    FlushThenReply {
-        cookie: u64,
-        buf: Option<AlignedBuf>,
-        bytes: usize,
-    },
+    FlushThenReply(Pending, Option<AlignedBuf>),
+}
+
+/// A request's claim to its one reply. A completion that is dropped
+/// without being called (a panic in the array's code on the engine's
+/// side) still answers, with EIO: the connection's count of requests in
+/// flight must drain, or the connection (and `Export::stop`) would wait
+/// for it for ever.
+struct Pending {
+    shared: Arc<Shared>,
+    cookie: u64,
+    bytes: usize,
+    answered: bool,
+}
+
+impl Pending {
+    fn reply(mut self, err: u32, payload: Payload) {
+        self.answered = true;
+        self.shared.reply(self.cookie, err, payload, self.bytes);
+    }
+
+    /// Hands the claim to the writer, which flushes, then replies.
+    fn flush_then_reply(self, buf: Option<AlignedBuf>) {
+        let shared = self.shared.clone();
+        shared.push(Out::FlushThenReply(self, buf));
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.answered {
+            tracing::error!(
+                "nbd: request {:#x} ended unanswered; answered EIO",
+                self.cookie
+            );
+            self.shared
+                .reply(self.cookie, nbd::EIO, Payload::None, self.bytes);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -79,10 +115,15 @@ impl State {
         }
     }
 
-    fn keep_buf(&mut self, b: AlignedBuf) {
+    /// Keeps `b` for reuse if the pool has room; otherwise hands it back,
+    /// to be freed once the lock is let go (a large one is an munmap).
+    fn keep_buf(&mut self, b: AlignedBuf) -> Option<AlignedBuf> {
         if !b.is_empty() && self.pool_bytes + b.len() <= POOL_BYTES {
             self.pool_bytes += b.len();
             self.pool.entry(b.len()).or_default().push(b);
+            None
+        } else {
+            Some(b)
         }
     }
 }
@@ -111,12 +152,12 @@ impl Shared {
     }
 
     fn reply(&self, cookie: u64, err: u32, payload: Payload, bytes: usize) {
-        self.push(Out::Reply {
+        self.push(Out::Reply(Reply {
             cookie,
             err,
             payload,
             bytes,
-        });
+        }));
     }
 }
 
@@ -133,9 +174,12 @@ pub(super) fn transmission(c: Box<dyn Conn>, array: Arc<Array>, engine: &Engine)
                 .name("nbd-replies".into())
                 .spawn_scoped(sc, move || write_replies(c, &shared, engine))?
         };
-        let r = read_requests(&mut reader, &array, engine, &shared);
-        shared.state.lock().unwrap().reading_done = true;
-        shared.ready.notify_all();
+        let r = {
+            // Told to the writer however reading ends (a panic included),
+            // so that it ends too.
+            let _done = ReadingDone(&shared);
+            read_requests(&mut reader, &array, engine, &shared)
+        };
         let _ = writer.join();
         r
     });
@@ -143,6 +187,18 @@ pub(super) fn transmission(c: Box<dyn Conn>, array: Arc<Array>, engine: &Engine)
     // durable, as a clean close would.
     let _ = array.flush();
     outcome
+}
+
+/// Sets `reading_done` when dropped, and wakes the writer.
+struct ReadingDone<'a>(&'a Shared);
+
+impl Drop for ReadingDone<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.0.state.lock() {
+            s.reading_done = true;
+        }
+        self.0.ready.notify_all();
+    }
 }
 
 /// The reader: requests, one after another, each handed on as read.
@@ -211,9 +267,13 @@ fn read_requests(
 /// Hands one checked request to the engine; its completion queues the
 /// reply.
 fn submit(engine: &Engine, shared: &Arc<Shared>, req: Request, buf: AlignedBuf, bytes: usize) {
-    let cookie = req.cookie;
     let fua = req.flags & nbd::CMD_FLAG_FUA != 0;
-    let sh = shared.clone();
+    let p = Pending {
+        shared: shared.clone(),
+        cookie: req.cookie,
+        bytes,
+        answered: false,
+    };
     let fail = move |e: ArrayError| {
         tracing::warn!(
             "nbd command {} at {}+{}: {e}",
@@ -228,39 +288,31 @@ fn submit(engine: &Engine, shared: &Arc<Shared>, req: Request, buf: AlignedBuf, 
             req.offset,
             buf,
             Box::new(move |r| match r {
-                Ok(data) => sh.reply(cookie, 0, Payload::Data(data), bytes),
-                Err(e) => sh.reply(cookie, fail(e), Payload::None, bytes),
+                Ok(data) => p.reply(0, Payload::Data(data)),
+                Err(e) => p.reply(fail(e), Payload::None),
             }),
         ),
         nbd::CMD_WRITE => engine.write(
             req.offset,
             buf,
             Box::new(move |r| match r {
-                Ok(b) if fua => sh.push(Out::FlushThenReply {
-                    cookie,
-                    buf: Some(b),
-                    bytes,
-                }),
-                Ok(b) => sh.reply(cookie, 0, Payload::Spare(b), bytes),
-                Err(e) => sh.reply(cookie, fail(e), Payload::None, bytes),
+                Ok(b) if fua => p.flush_then_reply(Some(b)),
+                Ok(b) => p.reply(0, Payload::Spare(b)),
+                Err(e) => p.reply(fail(e), Payload::None),
             }),
         ),
         nbd::CMD_FLUSH => engine.flush(Box::new(move |r| {
-            sh.reply(cookie, r.map_or_else(fail, |()| 0), Payload::None, bytes)
+            p.reply(r.map_or_else(fail, |()| 0), Payload::None)
         })),
         nbd::CMD_TRIM | nbd::CMD_WRITE_ZEROES => engine.write_zeroes(
             req.offset,
             req.length as u64,
             Box::new(move |r| match r {
-                Ok(()) if fua => sh.push(Out::FlushThenReply {
-                    cookie,
-                    buf: None,
-                    bytes,
-                }),
-                r => sh.reply(cookie, r.map_or_else(fail, |()| 0), Payload::None, bytes),
+                Ok(()) if fua => p.flush_then_reply(None),
+                r => p.reply(r.map_or_else(fail, |()| 0), Payload::None),
             }),
         ),
-        _ => sh.reply(cookie, nbd::ENOTSUP, Payload::None, bytes),
+        _ => p.reply(nbd::ENOTSUP, Payload::None),
     }
 }
 
@@ -275,9 +327,13 @@ fn errno_of(e: &ArrayError) -> u32 {
 
 /// The writer: takes every reply ready, sends them in one vectored write
 /// (a simple reply's header, then a read's data), and gives their room
-/// back to the reader. A FUA write's flush is started here, not in its
-/// completion, so that no engine thread ever starts work on the engine.
+/// back to the reader. The flush of FUA writes is started here, one for
+/// all that completed before it, not in their completions, so that no
+/// engine thread ever starts work on the engine.
 fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
+    // However this ends (a panic included), the reader stops taking
+    // requests that no one would answer.
+    let _gone = WriterGone(shared);
     loop {
         let batch = {
             let mut s = shared.state.lock().unwrap();
@@ -291,24 +347,27 @@ fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
             std::mem::take(&mut s.out)
         };
         let mut replies = Vec::with_capacity(batch.len());
+        let mut fua = Vec::new();
         for o in batch {
             match o {
-                Out::Reply { .. } => replies.push(o),
-                Out::FlushThenReply { cookie, buf, bytes } => {
-                    let sh = shared.clone();
-                    engine.flush(Box::new(move |r| {
-                        let err = match r {
-                            Ok(()) => 0,
-                            Err(e) => {
-                                tracing::warn!("nbd: flush after a FUA write: {e}");
-                                errno_of(&e)
-                            }
-                        };
-                        let payload = buf.map_or(Payload::None, Payload::Spare);
-                        sh.reply(cookie, err, payload, bytes)
-                    }));
-                }
+                Out::Reply(r) => replies.push(r),
+                Out::FlushThenReply(p, buf) => fua.push((p, buf)),
             }
+        }
+        if !fua.is_empty() {
+            // Their writes all completed before this flush starts.
+            engine.flush(Box::new(move |r| {
+                let err = r.map_or_else(
+                    |e| {
+                        tracing::warn!("nbd: flush after FUA writes: {e}");
+                        errno_of(&e)
+                    },
+                    |()| 0,
+                );
+                for (p, buf) in fua {
+                    p.reply(err, buf.map_or(Payload::None, Payload::Spare));
+                }
+            }));
         }
         if replies.is_empty() {
             continue;
@@ -324,44 +383,51 @@ fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
         }
         let mut s = shared.state.lock().unwrap();
         let wake = std::mem::take(&mut s.reader_asleep);
-        for o in replies {
-            if let Out::Reply { payload, bytes, .. } = o {
-                s.in_flight -= 1;
-                s.bytes -= bytes;
-                if let Payload::Data(b) | Payload::Spare(b) = payload {
-                    s.keep_buf(b);
-                }
+        let mut unkept = Vec::new();
+        for r in replies {
+            s.in_flight -= 1;
+            s.bytes -= r.bytes;
+            if let Payload::Data(b) | Payload::Spare(b) = r.payload {
+                unkept.extend(s.keep_buf(b));
             }
         }
         drop(s);
+        drop(unkept);
         if wake {
             shared.room.notify_one();
         }
     }
 }
 
+/// Marks the connection broken when the writer ends, and wakes the reader.
+struct WriterGone<'a>(&'a Shared);
+
+impl Drop for WriterGone<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.0.state.lock() {
+            s.broken = true;
+        }
+        self.0.room.notify_all();
+    }
+}
+
 /// Writes simple replies: each header, and a successful read's data after
 /// it, in as few system calls as the socket takes.
-fn send(c: &mut dyn Conn, replies: &[Out]) -> io::Result<()> {
-    let mut heads = Vec::with_capacity(replies.len());
-    for o in replies {
-        if let Out::Reply { cookie, err, .. } = o {
+fn send(c: &mut dyn Conn, replies: &[Reply]) -> io::Result<()> {
+    let mut slices = Vec::with_capacity(2 * replies.len());
+    let heads: Vec<[u8; 16]> = replies
+        .iter()
+        .map(|r| {
             let mut h = [0u8; 16];
             h[0..4].copy_from_slice(&nbd::SIMPLE_REPLY_MAGIC.to_be_bytes());
-            h[4..8].copy_from_slice(&err.to_be_bytes());
-            h[8..16].copy_from_slice(&cookie.to_be_bytes());
-            heads.push(h);
-        }
-    }
-    let mut slices = Vec::with_capacity(2 * replies.len());
-    for (o, h) in replies.iter().zip(&heads) {
+            h[4..8].copy_from_slice(&r.err.to_be_bytes());
+            h[8..16].copy_from_slice(&r.cookie.to_be_bytes());
+            h
+        })
+        .collect();
+    for (r, h) in replies.iter().zip(&heads) {
         slices.push(IoSlice::new(h));
-        if let Out::Reply {
-            err: 0,
-            payload: Payload::Data(d),
-            ..
-        } = o
-        {
+        if let (0, Payload::Data(d)) = (r.err, &r.payload) {
             slices.push(IoSlice::new(d));
         }
     }
@@ -374,4 +440,48 @@ fn send(c: &mut dyn Conn, replies: &[Out]) -> io::Result<()> {
         IoSlice::advance_slices(&mut rest, n);
     }
     c.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(shared: &Arc<Shared>, cookie: u64) -> Pending {
+        shared.state.lock().unwrap().in_flight += 1;
+        Pending {
+            shared: shared.clone(),
+            cookie,
+            bytes: 4096,
+            answered: false,
+        }
+    }
+
+    fn queued(shared: &Shared) -> Vec<(u64, u32)> {
+        let s = shared.state.lock().unwrap();
+        s.out
+            .iter()
+            .map(|o| match o {
+                Out::Reply(r) => (r.cookie, r.err),
+                Out::FlushThenReply(p, _) => (p.cookie, u32::MAX),
+            })
+            .collect()
+    }
+
+    /// A completion dropped without being called (what a panic in the
+    /// array's code does to it) still answers its request, with EIO; one
+    /// called answers once.
+    #[test]
+    fn every_claim_is_answered_once() {
+        let shared = Arc::new(Shared::default());
+        drop(pending(&shared, 1));
+        pending(&shared, 2).reply(0, Payload::None);
+        let p = pending(&shared, 3);
+        let done: Box<dyn FnOnce(u32) + Send> = Box::new(move |e| p.reply(e, Payload::None));
+        drop(done);
+        pending(&shared, 4).flush_then_reply(None);
+        assert_eq!(
+            queued(&shared),
+            vec![(1, nbd::EIO), (2, 0), (3, nbd::EIO), (4, u32::MAX)]
+        );
+    }
 }

@@ -246,11 +246,17 @@ impl Read for TlsStream {
 
 impl Write for TlsStream {
     fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[io::IoSlice::new(b)])
+    }
+    /// Every slice into the TLS records, then the ciphertext in one write:
+    /// a reply's header and data do not each become a record of their own.
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         let _order = self.shared.send.lock();
-        let mut cipher = Vec::with_capacity(b.len() + 64);
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        let mut cipher = Vec::with_capacity(len + 64);
         let n = {
             let mut c = self.shared.conn.lock();
-            let n = c.writer().write(b)?;
+            let n = c.writer().write_vectored(bufs)?;
             while c.wants_write() {
                 c.write_tls(&mut cipher)?;
             }

@@ -281,11 +281,13 @@ fn accept_loop(
         let accepted: io::Result<Sock> = match &listener {
             Listener::Unix(l, _) => l.accept().map(|(s, _)| {
                 s.set_nonblocking(false).ok();
+                roomy_send_buffer(&s);
                 Sock::Unix(s)
             }),
             Listener::Tcp(l) => l.accept().map(|(s, _)| {
                 s.set_nonblocking(false).ok();
                 s.set_nodelay(true).ok();
+                roomy_send_buffer(&s);
                 Sock::Tcp(s)
             }),
         };
@@ -331,6 +333,24 @@ fn accept_loop(
     for t in served {
         let _ = t.join();
     }
+}
+
+/// Room in the socket for the replies of every request a connection may
+/// have in flight (4 MiB, or what `net.core.wmem_max` allows): replies
+/// that do not fit leave the writer blocked mid-batch, and the client and
+/// the writer then wake each other for every few kilobytes it reads.
+fn roomy_send_buffer(s: &impl std::os::fd::AsRawFd) {
+    let want: libc::c_int = 4 << 20;
+    // SAFETY: a plain setsockopt on a socket we own, from a live c_int.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&want as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
 }
 
 fn read_u32(c: &mut dyn Conn) -> io::Result<u32> {

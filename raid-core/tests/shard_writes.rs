@@ -329,3 +329,65 @@ fn hot_replace_and_rebuild_under_shard_writes() {
     matches(&a, &model);
     scrub_clean(&a);
 }
+
+/// Requests given through one `Batch` (a front end's burst) on sleeping
+/// shards all complete once the batch ends, however many each shard got:
+/// writes to many stripes, then reads of them, each batch dropped while
+/// its requests may still be queued.
+#[test]
+fn a_batch_wakes_its_shards_when_it_ends() {
+    let dir = std::env::temp_dir().join(format!("raid-shard-batch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = array(Level::Raid5, files(&dir, 5), "shard-batch");
+    let model = start_model(&a);
+    let e = Engine::start(a.clone(), 3).unwrap();
+    let blocks = (model.len() / 4096) as u64;
+    let block = |i: u64| -> AlignedBuf {
+        let mut b = AlignedBuf::new(4096);
+        b.fill((i % 251) as u8 + 1);
+        b
+    };
+    for round in 0..20u64 {
+        // The shards fall asleep between rounds.
+        std::thread::sleep(Duration::from_millis(2));
+        let picked: Vec<u64> = (0..40).map(|k| (round * 977 + k * 131) % blocks).collect();
+        let (tx, rx) = mpsc::channel();
+        {
+            let mut b = e.batch();
+            for &i in &picked {
+                let tx = tx.clone();
+                b.write(
+                    i * 4096,
+                    block(i),
+                    Box::new(move |r| tx.send(r.map(|_| ())).unwrap()),
+                );
+            }
+        }
+        for _ in &picked {
+            rx.recv_timeout(Duration::from_secs(10))
+                .expect("a write given in a batch completes")
+                .unwrap();
+        }
+        let (tx, rx) = mpsc::channel();
+        {
+            let mut b = e.batch();
+            for &i in &picked {
+                let tx = tx.clone();
+                b.read(
+                    i * 4096,
+                    AlignedBuf::new(4096),
+                    Box::new(move |r| tx.send((i, r)).unwrap()),
+                );
+            }
+        }
+        for _ in &picked {
+            let (i, r) = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("a read given in a batch completes");
+            assert!(r.unwrap()[..] == block(i)[..], "block {i}");
+        }
+    }
+    drop(e);
+    scrub_clean(&a);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -148,13 +148,19 @@ struct Inbox {
 
 impl Inbox {
     fn push(&self, j: Job) {
+        if self.push_quietly(j) {
+            self.ring_bell();
+        }
+    }
+
+    /// Queues `j`; true if the shard sleeps and must be woken (by the
+    /// caller, which owes it that bell: no one else will ring it).
+    fn push_quietly(&self, j: Job) -> bool {
         self.jobs.lock().push(j);
         // The shard sets `sleeping` before its last look at the inbox, so
         // either it sees this job or this sees it asleep (SeqCst on both
         // sides, and the inbox lock between them).
-        if self.sleeping.swap(false, Ordering::SeqCst) {
-            self.ring_bell();
-        }
+        self.sleeping.swap(false, Ordering::SeqCst)
     }
 
     /// Completes the shard's armed eventfd read.
@@ -317,12 +323,7 @@ impl Engine {
     /// caller's buffers go round (no allocation per request: one of 128
     /// KiB or more is a fresh mapping of memory each time). Returns at once.
     pub fn read(&self, offset: u64, buf: AlignedBuf, done: ReadDone) {
-        let chunk = offset / self.array.geometry().chunk;
-        let job = ReadJob { offset, buf, done };
-        match self.shard_of(chunk) {
-            Some(s) => s.push(Job::Request(Request::Read(job))),
-            None => self.blocking(Fallback::Read { job, failed: None }),
-        }
+        self.batch().read(offset, buf, done)
     }
 
     /// Writes `data` at `offset` (4 KiB aligned, inside the array); `done`
@@ -330,6 +331,31 @@ impl Engine {
     /// every member that is to hold it took it; durable after a `flush`),
     /// and on Ok the buffer back. Returns at once.
     pub fn write(&self, offset: u64, data: AlignedBuf, done: WriteDone) {
+        self.batch().write(offset, data, done)
+    }
+
+    /// Requests given through the batch wake a sleeping shard once, when
+    /// the batch is dropped, not once each: for a front end with several
+    /// requests at hand (what one read of its socket brought). Drop it
+    /// before waiting for anything: until then, a shard it owes a wake-up
+    /// may sleep on requests of every caller.
+    pub fn batch(&self) -> Batch<'_> {
+        Batch {
+            engine: self,
+            owed: Vec::new(),
+        }
+    }
+
+    fn read_in(&self, owed: &mut Vec<usize>, offset: u64, buf: AlignedBuf, done: ReadDone) {
+        let chunk = offset / self.array.geometry().chunk;
+        let job = ReadJob { offset, buf, done };
+        match self.shard_of(chunk) {
+            Some(i) => self.push(owed, i, Request::Read(job)),
+            None => self.blocking(Fallback::Read { job, failed: None }),
+        }
+    }
+
+    fn write_in(&self, owed: &mut Vec<usize>, offset: u64, data: AlignedBuf, done: WriteDone) {
         // A RAID5/6 stripe's writes go to one shard, which holds its lock
         // for each in turn and queues the others behind it; other levels
         // spread by chunk. (Cutting a write across stripes into one per
@@ -342,11 +368,18 @@ impl Engine {
             .unwrap_or(offset / self.array.geometry().chunk);
         let job = WriteJob { offset, data, done };
         match self.shard_of(key) {
-            Some(s) => s.push(Job::Request(Request::Write(job))),
+            Some(i) => self.push(owed, i, Request::Write(job)),
             None => self.blocking(Fallback::Write {
                 job,
                 failed: Vec::new(),
             }),
+        }
+    }
+
+    /// Gives shard `i` a request; a wake-up it needs is owed in `owed`.
+    fn push(&self, owed: &mut Vec<usize>, i: usize, r: Request) {
+        if self.shards[i].push_quietly(Job::Request(r)) && !owed.contains(&i) {
+            owed.push(i);
         }
     }
 
@@ -362,13 +395,46 @@ impl Engine {
     }
 
     /// The shard that owns `key`; none where io_uring was refused.
-    fn shard_of(&self, key: u64) -> Option<&Inbox> {
+    fn shard_of(&self, key: u64) -> Option<usize> {
         let n = self.shards.len() as u64;
-        (n > 0).then(|| &*self.shards[(key % n) as usize])
+        (n > 0).then(|| (key % n) as usize)
     }
 
     fn blocking(&self, f: Fallback) {
         self.blocking.as_ref().expect("set until drop").send(f);
+    }
+}
+
+/// Requests given to the engine whose wake-ups wait for the batch's end
+/// (`Engine::batch`).
+pub struct Batch<'a> {
+    engine: &'a Engine,
+    /// Shards that slept when given a request, and are owed a wake-up.
+    owed: Vec<usize>,
+}
+
+impl Batch<'_> {
+    /// Whether it owes no shard a wake-up.
+    pub fn is_empty(&self) -> bool {
+        self.owed.is_empty()
+    }
+
+    /// `Engine::read`, its wake-up put off to the batch's end.
+    pub fn read(&mut self, offset: u64, buf: AlignedBuf, done: ReadDone) {
+        self.engine.read_in(&mut self.owed, offset, buf, done)
+    }
+
+    /// `Engine::write`, its wake-up put off to the batch's end.
+    pub fn write(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
+        self.engine.write_in(&mut self.owed, offset, data, done)
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        for &i in &self.owed {
+            self.engine.shards[i].ring_bell();
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use super::{protocol_error, tflags, Conn};
 use crate::nbd::{self, Check, Request};
 use raid_core::array::{Array, ArrayError, BLOCK};
 use raid_core::buf::AlignedBuf;
-use raid_core::shard::Engine;
+use raid_core::shard::{Batch, Engine};
 use std::collections::HashMap;
 use std::io::{self, IoSlice, Read};
 use std::sync::{Arc, Condvar, Mutex};
@@ -202,13 +202,20 @@ impl Drop for ReadingDone<'_> {
 }
 
 /// The reader: requests, one after another, each handed on as read.
+/// Requests that one read of the socket brought are handed on in one
+/// `Batch`: a sleeping shard is woken once for them, before the reader
+/// waits for anything (the client, or room under the limits).
 fn read_requests(
-    r: &mut impl Read,
+    r: &mut io::BufReader<Box<dyn Conn>>,
     array: &Arc<Array>,
     engine: &Engine,
     shared: &Arc<Shared>,
 ) -> io::Result<()> {
+    let mut batch = engine.batch();
     loop {
+        if r.buffer().len() < Request::LEN {
+            batch = ring(batch, engine);
+        }
         let mut h = [0u8; Request::LEN];
         match r.read_exact(&mut h) {
             Ok(()) => {}
@@ -236,6 +243,13 @@ fn read_requests(
                 && s.in_flight > 0
                 && (s.in_flight >= MAX_IN_FLIGHT || s.bytes + bytes > MAX_IN_FLIGHT_BYTES)
             {
+                if !batch.is_empty() {
+                    // The room comes from these requests' completions.
+                    drop(s);
+                    batch = ring(batch, engine);
+                    s = shared.state.lock().unwrap();
+                    continue;
+                }
                 s.reader_asleep = true;
                 s = shared.room.wait(s).unwrap();
             }
@@ -251,22 +265,38 @@ fn read_requests(
         // error here leaves it to be dropped with the connection.
         let mut buf = buf;
         if req.kind == nbd::CMD_WRITE {
+            if r.buffer().len() < buf.len() {
+                batch = ring(batch, engine);
+            }
             if let Err(e) = r.read_exact(&mut buf) {
                 shared.reply(req.cookie, nbd::EIO, Payload::None, bytes);
                 return Err(e);
             }
         }
         match check {
-            Check::Ok => submit(engine, shared, req, buf, bytes),
+            Check::Ok => submit(engine, &mut batch, shared, req, buf, bytes),
             Check::Error(errno) => shared.reply(req.cookie, errno, Payload::Spare(buf), bytes),
             Check::Disconnect(_) => unreachable!("returned above"),
         }
     }
 }
 
-/// Hands one checked request to the engine; its completion queues the
-/// reply.
-fn submit(engine: &Engine, shared: &Arc<Shared>, req: Request, buf: AlignedBuf, bytes: usize) {
+/// Wakes the shards `batch` owes a wake-up; a fresh batch.
+fn ring<'e>(batch: Batch<'e>, engine: &'e Engine) -> Batch<'e> {
+    drop(batch);
+    engine.batch()
+}
+
+/// Hands one checked request to the engine (a read or write through
+/// `batch`); its completion queues the reply.
+fn submit(
+    engine: &Engine,
+    batch: &mut Batch<'_>,
+    shared: &Arc<Shared>,
+    req: Request,
+    buf: AlignedBuf,
+    bytes: usize,
+) {
     let fua = req.flags & nbd::CMD_FLAG_FUA != 0;
     let p = Pending {
         shared: shared.clone(),
@@ -284,7 +314,7 @@ fn submit(engine: &Engine, shared: &Arc<Shared>, req: Request, buf: AlignedBuf, 
         errno_of(&e)
     };
     match req.kind {
-        nbd::CMD_READ => engine.read(
+        nbd::CMD_READ => batch.read(
             req.offset,
             buf,
             Box::new(move |r| match r {
@@ -292,7 +322,7 @@ fn submit(engine: &Engine, shared: &Arc<Shared>, req: Request, buf: AlignedBuf, 
                 Err(e) => p.reply(fail(e), Payload::None),
             }),
         ),
-        nbd::CMD_WRITE => engine.write(
+        nbd::CMD_WRITE => batch.write(
             req.offset,
             buf,
             Box::new(move |r| match r {

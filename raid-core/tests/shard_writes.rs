@@ -391,3 +391,43 @@ fn a_batch_wakes_its_shards_when_it_ends() {
     scrub_clean(&a);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A request given by another caller to a shard that an open batch owes a
+/// wake-up (that caller finds the shard marked awake and rings nothing)
+/// completes once the batch ends: the wake-up is late, never lost.
+#[test]
+fn a_request_behind_an_open_batch_completes_when_it_ends() {
+    let members = support::array::Members::ram(4, DATA, "batch-owed");
+    let a = array(Level::Raid0, members.refs(), "batch-owed");
+    // One shard: every request goes to it.
+    let e = Arc::new(Engine::start(a.clone(), 1).unwrap());
+    for _ in 0..20 {
+        // Let the shard fall asleep.
+        std::thread::sleep(Duration::from_millis(2));
+        let (tx, rx) = mpsc::channel();
+        let mut b = e.batch();
+        let t = tx.clone();
+        b.read(
+            0,
+            AlignedBuf::new(4096),
+            Box::new(move |r| t.send(r.is_ok()).unwrap()),
+        );
+        let other = {
+            let (e, tx) = (e.clone(), tx.clone());
+            std::thread::spawn(move || {
+                e.read(
+                    4096,
+                    AlignedBuf::new(4096),
+                    Box::new(move |r| tx.send(r.is_ok()).unwrap()),
+                )
+            })
+        };
+        other.join().unwrap();
+        drop(b);
+        for _ in 0..2 {
+            assert!(rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("both reads complete once the batch ends"));
+        }
+    }
+}

@@ -147,6 +147,9 @@ struct Inbox {
 }
 
 impl Inbox {
+    /// Queues `j` and wakes the shard if it sleeps and no one owes it a
+    /// wake-up already. One that is owed (by an open `Batch` of another
+    /// caller) wakes when that batch ends: `j` waits as long.
     fn push(&self, j: Job) {
         if self.push_quietly(j) {
             self.ring_bell();
@@ -154,7 +157,8 @@ impl Inbox {
     }
 
     /// Queues `j`; true if the shard sleeps and must be woken (by the
-    /// caller, which owes it that bell: no one else will ring it).
+    /// caller, which owes it that bell: no one else will ring it, and every
+    /// job given meanwhile, by anyone, waits for it).
     fn push_quietly(&self, j: Job) -> bool {
         self.jobs.lock().push(j);
         // The shard sets `sleeping` before its last look at the inbox, so
@@ -337,8 +341,10 @@ impl Engine {
     /// Requests given through the batch wake a sleeping shard once, when
     /// the batch is dropped, not once each: for a front end with several
     /// requests at hand (what one read of its socket brought). Drop it
-    /// before waiting for anything: until then, a shard it owes a wake-up
-    /// may sleep on requests of every caller.
+    /// before waiting for anything, and after a few requests: until then,
+    /// a shard it owes a wake-up sleeps on the requests of every caller
+    /// (and of a batch that is leaked, until the engine is dropped).
+    #[must_use = "the wake-ups it owes are rung when it is dropped"]
     pub fn batch(&self) -> Batch<'_> {
         Batch {
             engine: self,
@@ -407,6 +413,7 @@ impl Engine {
 
 /// Requests given to the engine whose wake-ups wait for the batch's end
 /// (`Engine::batch`).
+#[must_use = "the wake-ups it owes are rung when it is dropped"]
 pub struct Batch<'a> {
     engine: &'a Engine,
     /// Shards that slept when given a request, and are owed a wake-up.
@@ -444,6 +451,10 @@ impl Drop for Engine {
     fn drop(&mut self) {
         for s in &self.shards {
             s.push(Job::Stop);
+            // Unconditionally: a shard owed a wake-up by a batch that was
+            // leaked would otherwise never see its Stop (a spurious
+            // wake-up costs nothing).
+            s.ring_bell();
         }
         let n = self.threads.len();
         let shard_threads: Vec<_> = self

@@ -23,6 +23,9 @@ const MAX_IN_FLIGHT_BYTES: usize = 64 << 20;
 /// Bytes of buffers a connection keeps for its next requests: one of
 /// 128 KiB or more is otherwise a fresh mapping of memory each time.
 const POOL_BYTES: usize = 16 << 20;
+/// Requests handed to the engine before the shards owed a wake-up are
+/// rung, though more are at hand.
+const BATCH: usize = 16;
 
 /// A reply's buffer.
 enum Payload {
@@ -212,9 +215,14 @@ fn read_requests(
     shared: &Arc<Shared>,
 ) -> io::Result<()> {
     let mut batch = engine.batch();
+    let mut in_batch = 0;
     loop {
-        if r.buffer().len() < Request::LEN {
+        // Before the reader may wait for the client, and every few
+        // requests: a shard owed a wake-up holds other connections'
+        // requests too.
+        if r.buffer().len() < Request::LEN || in_batch == BATCH {
             batch = ring(batch, engine);
+            in_batch = 0;
         }
         let mut h = [0u8; Request::LEN];
         match r.read_exact(&mut h) {
@@ -247,6 +255,7 @@ fn read_requests(
                     // The room comes from these requests' completions.
                     drop(s);
                     batch = ring(batch, engine);
+                    in_batch = 0;
                     s = shared.state.lock().unwrap();
                     continue;
                 }
@@ -267,6 +276,7 @@ fn read_requests(
         if req.kind == nbd::CMD_WRITE {
             if r.buffer().len() < buf.len() {
                 batch = ring(batch, engine);
+                in_batch = 0;
             }
             if let Err(e) = r.read_exact(&mut buf) {
                 shared.reply(req.cookie, nbd::EIO, Payload::None, bytes);
@@ -274,7 +284,10 @@ fn read_requests(
             }
         }
         match check {
-            Check::Ok => submit(engine, &mut batch, shared, req, buf, bytes),
+            Check::Ok => {
+                submit(engine, &mut batch, shared, req, buf, bytes);
+                in_batch += 1;
+            }
             Check::Error(errno) => shared.reply(req.cookie, errno, Payload::Spare(buf), bytes),
             Check::Disconnect(_) => unreachable!("returned above"),
         }

@@ -151,8 +151,17 @@ fn run(level: Level, n: usize, seed: u64) {
                 }
             }
             6..=7 => {
-                // Quiet (every write answered): the flush covers them all.
-                a.flush().unwrap();
+                // Quiet (every write answered): a flush through the engine
+                // covers them all. Asked for three times at once, the
+                // flushing thread may answer them with one flush.
+                let (tx, rx) = mpsc::channel();
+                for _ in 0..3 {
+                    let tx = tx.clone();
+                    e.flush(Box::new(move |r| tx.send(r.is_ok()).unwrap()));
+                }
+                for _ in 0..3 {
+                    assert!(rx.recv().unwrap(), "{level} seed {seed}: a flush failed");
+                }
                 model.flushed();
             }
             _ => {

@@ -66,6 +66,11 @@ pub type Done = Box<dyn FnOnce(std::result::Result<(), ArrayError>) + Send>;
 
 /// Threads running requests the shards do not serve themselves.
 const FALLBACK_THREADS: usize = 8;
+/// The indexes of the finishing and flushing threads after them, and how
+/// many blocking threads there are (the engine's first threads).
+const FINISHER: usize = FALLBACK_THREADS;
+const FLUSHER: usize = FALLBACK_THREADS + 1;
+const BLOCKING_THREADS: usize = FALLBACK_THREADS + 2;
 
 /// How many requests the shards served themselves, and how many they sent
 /// to the blocking path.
@@ -175,13 +180,17 @@ impl Inbox {
     }
 }
 
-/// Where the blocking work goes: the fallback pool, and the thread that
-/// ends erred writes (kept apart: a fallback write may wait for a stripe
-/// lock that only an ended write gives up).
+/// Where the blocking work goes: the fallback pool, the thread that ends
+/// erred writes (kept apart: a fallback write may wait for a stripe lock
+/// that only an ended write gives up), and the thread that flushes (kept
+/// apart so that flushes neither hold the pool's threads from degraded
+/// I/O nor wait behind it, and so that flushes asked for together are
+/// one flush).
 #[derive(Clone)]
 struct Blocking {
     fallback: channel::Sender<Fallback>,
     finisher: channel::Sender<Fallback>,
+    flusher: channel::Sender<Fallback>,
     counts: Arc<Counts>,
 }
 
@@ -191,7 +200,8 @@ impl Blocking {
         let (to, counters): (_, &[&AtomicU64]) = match &f {
             Fallback::Read { .. } => (&self.fallback, &[&c.blocking]),
             Fallback::Write { .. } => (&self.fallback, &[&c.writes_blocking]),
-            Fallback::Flush(_) | Fallback::Zeroes { .. } => (&self.fallback, &[]),
+            Fallback::Flush(_) => (&self.flusher, &[]),
+            Fallback::Zeroes { .. } => (&self.fallback, &[]),
             Fallback::Finish { .. } => (&self.finisher, &[&c.writes_on_shards, &c.write_errors]),
         };
         for n in counters {
@@ -277,6 +287,7 @@ impl Engine {
         // passes every message from one waiting thread to the next).
         let (fallback, frx) = channel::unbounded::<Fallback>();
         let (finisher, fin_rx) = channel::unbounded::<Fallback>();
+        let (flusher, flush_rx) = channel::unbounded::<Fallback>();
         let counts = Arc::new(Counts::default());
         // The engine holds the only senders from here: on an error below,
         // its drop ends every thread that started.
@@ -288,20 +299,24 @@ impl Engine {
             blocking: Some(Blocking {
                 fallback,
                 finisher,
+                flusher,
                 counts,
             }),
         };
-        for i in 0..=FALLBACK_THREADS {
+        for i in 0..BLOCKING_THREADS {
             let a = array.clone();
             let (rx, name) = match i {
-                FALLBACK_THREADS => (fin_rx.clone(), "write-finisher".to_string()),
+                FINISHER => (fin_rx.clone(), "write-finisher".to_string()),
+                FLUSHER => (flush_rx.clone(), "flusher".to_string()),
                 _ => (frx.clone(), format!("io-fallback-{i}")),
             };
-            engine.threads.push(
-                std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || fallback_loop(&a, &rx))?,
-            );
+            let run = move || match i {
+                FLUSHER => flusher_loop(&a, &rx),
+                _ => fallback_loop(&a, &rx),
+            };
+            engine
+                .threads
+                .push(std::thread::Builder::new().name(name).spawn(run)?);
         }
         for (i, (inbox, ring)) in parts.into_iter().enumerate() {
             let blocking = engine.blocking.clone().expect("set above");
@@ -389,8 +404,10 @@ impl Engine {
         }
     }
 
-    /// `Array::flush` on a blocking thread: `done` gets its outcome. It
-    /// covers every write whose completion ran before this call.
+    /// `Array::flush` on the engine's flushing thread: `done` gets its
+    /// outcome. It covers every write whose completion ran before this
+    /// call; flushes asked for while one runs are answered by the next,
+    /// one flush for all of them.
     pub fn flush(&self, done: Done) {
         self.blocking(Fallback::Flush(done));
     }
@@ -457,10 +474,7 @@ impl Drop for Engine {
             s.ring_bell();
         }
         let n = self.threads.len();
-        let shard_threads: Vec<_> = self
-            .threads
-            .drain((FALLBACK_THREADS + 1).min(n)..n)
-            .collect();
+        let shard_threads: Vec<_> = self.threads.drain(BLOCKING_THREADS.min(n)..n).collect();
         for t in shard_threads {
             let _ = t.join();
         }
@@ -492,6 +506,39 @@ fn fallback_loop(array: &Array, rx: &channel::Receiver<Fallback>) {
         let run = std::panic::AssertUnwindSafe(|| blocking_work(array, f));
         if std::panic::catch_unwind(run).is_err() {
             tracing::error!("shard: a request on the blocking path panicked");
+        }
+    }
+}
+
+/// Flushes for every request queued when it starts: each was asked for
+/// after the writes it must cover completed, so one flush started after
+/// all of them were queued covers them all. On an error, each of the
+/// others gets a flush (and an error) of its own.
+fn flusher_loop(array: &Array, rx: &channel::Receiver<Fallback>) {
+    while let Ok(first) = rx.recv() {
+        let mut dones = Vec::new();
+        for f in std::iter::once(first).chain(rx.try_iter()) {
+            match f {
+                Fallback::Flush(done) => dones.push(done),
+                other => blocking_work(array, other),
+            }
+        }
+        let run = std::panic::AssertUnwindSafe(|| {
+            let mut dones = dones.into_iter();
+            let Some(first) = dones.next() else { return };
+            match array.flush() {
+                Ok(()) => {
+                    answer(first, Ok(()));
+                    dones.for_each(|d| answer(d, Ok(())));
+                }
+                Err(e) => {
+                    answer(first, Err(e));
+                    dones.for_each(|d| answer(d, array.flush()));
+                }
+            }
+        });
+        if std::panic::catch_unwind(run).is_err() {
+            tracing::error!("shard: a flush panicked");
         }
     }
 }

@@ -287,7 +287,8 @@ fn accept_loop(
             Listener::Tcp(l) => l.accept().map(|(s, _)| {
                 s.set_nonblocking(false).ok();
                 s.set_nodelay(true).ok();
-                roomy_send_buffer(&s);
+                // TCP's buffer grows by itself (tcp_wmem); a size set here
+                // would turn that off.
                 Sock::Tcp(s)
             }),
         };
@@ -335,10 +336,11 @@ fn accept_loop(
     }
 }
 
-/// Room in the socket for the replies of every request a connection may
-/// have in flight (4 MiB, or what `net.core.wmem_max` allows): replies
-/// that do not fit leave the writer blocked mid-batch, and the client and
-/// the writer then wake each other for every few kilobytes it reads.
+/// Room in a Unix socket for the replies of every request a connection
+/// may have in flight (4 MiB, or what `net.core.wmem_max` allows):
+/// replies that do not fit leave the writer blocked mid-batch, and the
+/// client and the writer then wake each other for every few kilobytes it
+/// reads.
 fn roomy_send_buffer(s: &impl std::os::fd::AsRawFd) {
     let want: libc::c_int = 4 << 20;
     // SAFETY: a plain setsockopt on a socket we own, from a live c_int.

@@ -14,7 +14,9 @@
 //! through the shards by one thread. RAM members make this a measure of the engine's own cost:
 //! locking, planning, parity and copies, with no device latency to hide it.
 
-use raid_core::array::{Array, CreateOptions, RebuildOptions, ScrubOptions};
+mod common;
+
+use raid_core::array::{Array, RebuildOptions, ScrubOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{MemberRef, RamMember};
@@ -196,16 +198,7 @@ fn members(tag: &str) -> Vec<MemberRef> {
 /// An array of `level` over fresh RAM members named from `tag`, every
 /// block written once (so reads touch real data).
 fn filled_array(level: Level, tag: &str) -> Array {
-    let a = Array::create(
-        members(tag),
-        vec![],
-        CreateOptions {
-            name: "bench".into(),
-            level,
-            chunk: CHUNK,
-        },
-    )
-    .unwrap();
+    let a = common::array(members(tag), level, CHUNK);
     a.write(0, &vec![0x5a; a.capacity() as usize]).unwrap();
     a
 }
@@ -267,25 +260,15 @@ fn main() {
 
     // BENCH_LEVEL=raid5 (say) runs one level only; BENCH_SHARDS_ONLY=1
     // the second table only.
-    let only = std::env::var("BENCH_LEVEL").ok();
     if std::env::var("BENCH_SHARDS_ONLY").is_ok() {
-        return shards_table(only.as_deref(), qd, dur, rounds);
+        return shards_table(qd, dur, rounds);
     }
     println!(
         "\n| level | workload | array IOPS | array MB/s | bare IOPS | bare MB/s | ratio | array CPU us/IO | bare CPU us/IO | target |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut raid5_randread = 0.0;
-    for level in [
-        Level::Raid0,
-        Level::Raid1,
-        Level::Raid5,
-        Level::Raid6,
-        Level::Raid10,
-    ] {
-        if only.as_ref().is_some_and(|o| *o != level.to_string()) {
-            continue;
-        }
+    for level in common::chosen(&Level::ALL) {
         let a = filled_array(level, &format!("{level}-"));
         let nd = a.geometry().data_chunks() as f64;
         for w in works {
@@ -413,7 +396,7 @@ fn main() {
             );
         }
     }
-    shards_table(only.as_deref(), qd, dur, rounds);
+    shards_table(qd, dur, rounds);
 }
 
 /// Keeps `qd` 4 KiB random reads or writes in flight on the shards from
@@ -466,19 +449,10 @@ fn run_shards(
 /// threads through the blocking API against `qd` in flight from one
 /// thread through the shards (one per core), alternating, median of
 /// `rounds`.
-fn shards_table(only: Option<&str>, qd: usize, dur: Duration, rounds: usize) {
+fn shards_table(qd: usize, dur: Duration, rounds: usize) {
     println!("\n| level | workload | threads IOPS | threads CPU us/IO | shards IOPS | shards CPU us/IO | shards / threads |");
     println!("|---|---|---|---|---|---|---|");
-    for level in [
-        Level::Raid0,
-        Level::Raid1,
-        Level::Raid5,
-        Level::Raid6,
-        Level::Raid10,
-    ] {
-        if only.is_some_and(|o| o != level.to_string()) {
-            continue;
-        }
+    for level in common::chosen(&Level::ALL) {
         let a = Arc::new(filled_array(level, &format!("{level}-shards-")));
         let e = raid_core::shard::Engine::start(a.clone(), rayon::current_num_threads()).unwrap();
         let blocks = a.capacity() / 4096;

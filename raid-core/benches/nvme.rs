@@ -18,7 +18,9 @@
 //! kept in flight by one thread, against the bare drives driven the same
 //! way (each I/O started, its completion posted back by the drives' timer).
 
-use raid_core::array::{Array, CreateOptions};
+mod common;
+
+use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{IoOp, MemberRef, NvmeModel, SimNvme};
@@ -181,6 +183,9 @@ fn print_row(level: Level, write: bool, qd: usize, r: &Sample, b: &Sample) {
     );
 }
 
+/// The levels the tables measure.
+const LEVELS: [Level; 3] = [Level::Raid0, Level::Raid5, Level::Raid6];
+
 fn drives(tag: &str) -> Vec<MemberRef> {
     (0..MEMBERS)
         .map(|i| {
@@ -210,24 +215,11 @@ fn main() {
         rayon::current_num_threads()
     );
     let bare = Bare(drives("bare"));
-    let only = std::env::var("BENCH_LEVEL").ok();
     let only_async = std::env::var("BENCH_ASYNC_ONLY").is_ok();
     println!("\n| level | job | QD | array IOPS | bare IOPS | ratio | bound | of bound | array p50 / p99 us | bare p50 / p99 us |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    for level in [Level::Raid0, Level::Raid5, Level::Raid6] {
-        if only.as_ref().is_some_and(|o| *o != level.to_string()) {
-            continue;
-        }
-        let a = Array::create(
-            drives(&format!("{level}-")),
-            vec![],
-            CreateOptions {
-                name: "bench".into(),
-                level,
-                chunk: CHUNK,
-            },
-        )
-        .unwrap();
+    for level in common::chosen(&LEVELS) {
+        let a = common::array(drives(&format!("{level}-")), level, CHUNK);
         for write in [false, true] {
             if only_async {
                 break;
@@ -257,22 +249,12 @@ fn main() {
             .expect("a simulated drive")
             .unwrap();
     };
-    for level in [Level::Raid0, Level::Raid5, Level::Raid6] {
-        if only.as_ref().is_some_and(|o| *o != level.to_string()) {
-            continue;
-        }
-        let a = Arc::new(
-            Array::create(
-                drives(&format!("{level}-async-")),
-                vec![],
-                CreateOptions {
-                    name: "bench".into(),
-                    level,
-                    chunk: CHUNK,
-                },
-            )
-            .unwrap(),
-        );
+    for level in common::chosen(&LEVELS) {
+        let a = Arc::new(common::array(
+            drives(&format!("{level}-async-")),
+            level,
+            CHUNK,
+        ));
         // The first write marks the array dirty: the blocking path's.
         a.write(0, &AlignedBuf::new(BS)).unwrap();
         let blocks = a.capacity() / BS as u64;

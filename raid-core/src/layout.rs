@@ -27,6 +27,15 @@ pub enum Level {
 }
 
 impl Level {
+    /// Every level, in the order the tables list them.
+    pub const ALL: [Level; 5] = [
+        Level::Raid0,
+        Level::Raid1,
+        Level::Raid5,
+        Level::Raid6,
+        Level::Raid10,
+    ];
+
     pub fn from_number(n: u32) -> Option<Level> {
         Some(match n {
             0 => Level::Raid0,
@@ -366,13 +375,7 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    const LEVELS: [Level; 5] = [
-        Level::Raid0,
-        Level::Raid1,
-        Level::Raid5,
-        Level::Raid6,
-        Level::Raid10,
-    ];
+    const LEVELS: [Level; 5] = Level::ALL;
 
     /// For every level and member count 1..=12: every member row holds
     /// exactly one thing, every logical chunk has the level's number of

@@ -116,7 +116,7 @@ impl Array {
                         offset: DATA_OFFSET + c.offset + p.within,
                         op: IoOp::Write(&data[p.pos..p.pos + p.len as usize]),
                     });
-                    owner.push(k);
+                    owner.push((k, c));
                 }
             }
         }
@@ -124,16 +124,16 @@ impl Array {
         let mut written = vec![false; pieces.len()];
         let mut full = false;
         let mut took = Vec::new();
-        for ((io, k), r) in ios.iter().zip(&owner).zip(results) {
+        for ((io, kc), r) in ios.iter().zip(&owner).zip(results) {
             match r {
-                Ok(()) => took.push((*k, io.member, io.offset)),
+                Ok(()) => took.push(*kc),
                 Err(e) => full |= self.member_write_failed(io.member, &handles[io.member], &e),
             }
         }
         // Written where a copy took it and is still in sync: one failed
         // meanwhile (by this write's errors or another thread) holds nothing.
-        for (k, member, offset) in took {
-            if self.readable(member, (offset - DATA_OFFSET) / self.geo.chunk) {
+        for (k, c) in took {
+            if self.copy_readable(&c) {
                 written[k] = true;
             }
         }

@@ -73,7 +73,11 @@ impl FaultyMember {
     /// Drops every write since the last flush (newest first, so overlapping
     /// writes unwind correctly) and fails all I/O until `power_on`.
     pub fn power_cut(&self) -> io::Result<()> {
-        let mut s = self.state.lock();
+        self.cut(&mut self.state.lock())
+    }
+
+    /// The cut itself, under the state's lock.
+    fn cut(&self, s: &mut State) -> io::Result<()> {
         while let Some((off, old)) = s.unflushed.pop() {
             self.inner.write_at(&old, off)?;
         }
@@ -88,10 +92,7 @@ impl FaultyMember {
     pub fn power_cut_together(members: &[std::sync::Arc<FaultyMember>]) -> io::Result<()> {
         let mut held: Vec<_> = members.iter().map(|m| (m, m.state.lock())).collect();
         for (m, s) in held.iter_mut() {
-            while let Some((off, old)) = s.unflushed.pop() {
-                m.inner.write_at(&old, off)?;
-            }
-            s.powered_off = true;
+            m.cut(s)?;
         }
         Ok(())
     }

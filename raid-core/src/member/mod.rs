@@ -268,6 +268,12 @@ impl MemberIo<'_> {
     }
 }
 
+/// Whether I/O on `m` goes through an io_uring (a batch's, a shard's): a
+/// member with a file descriptor, not in memory, where io_uring is used.
+pub(crate) fn on_ring(m: &dyn Member) -> bool {
+    m.uring_fd().is_some() && !m.in_memory() && io_path() == IoPath::IoUring
+}
+
 /// Synchronous batches at least this large are spread over threads; below
 /// it, a thread hand-off costs more than it saves.
 const PARALLEL_SYNC_BYTES: usize = 1 << 20;
@@ -287,7 +293,7 @@ pub fn submit(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<io::Result
                 IoOp::Read(b) => crate::buf::is_aligned(b),
                 IoOp::Write(b) => crate::buf::is_aligned(b),
             };
-        if m.uring_fd().is_some() && !m.in_memory() && buf_ok && io_path() == IoPath::IoUring {
+        if on_ring(m) && buf_ok {
             ring_ios.push(i);
         }
     }

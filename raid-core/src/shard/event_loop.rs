@@ -11,7 +11,7 @@
 use super::ops::Op;
 use super::{Blocking, Inbox, Job, Request, WriteJob};
 use crate::array::Array;
-use crate::member::{io_path, IoOp, IoPath, Member, MemberRef};
+use crate::member::{on_ring, IoOp, Member, MemberRef};
 use io_uring::{opcode, squeue, types, IoUring};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::AsRawFd;
@@ -63,11 +63,6 @@ pub(super) fn io_end(res: Option<i32>, left: usize) -> IoEnd {
 /// The user_data of I/O `sub` of the request with slab key `key`.
 pub(super) fn ud(key: usize, sub: usize) -> u64 {
     ((key as u64) << SUB_BITS) | sub as u64
-}
-
-/// Whether member I/O on `m` goes on a shard's ring.
-pub(super) fn on_ring(m: &dyn Member) -> bool {
-    m.uring_fd().is_some() && !m.in_memory() && io_path() == IoPath::IoUring
 }
 
 /// Whether a shard can run member I/O on `m` without blocking (a copy in

@@ -66,10 +66,8 @@ pub type Done = Box<dyn FnOnce(std::result::Result<(), ArrayError>) + Send>;
 
 /// Threads running requests the shards do not serve themselves.
 const FALLBACK_THREADS: usize = 8;
-/// The indexes of the finishing and flushing threads after them, and how
-/// many blocking threads there are (the engine's first threads).
-const FINISHER: usize = FALLBACK_THREADS;
-const FLUSHER: usize = FALLBACK_THREADS + 1;
+/// The engine's first threads: the fallback pool, the finishing thread
+/// and the flushing thread.
 const BLOCKING_THREADS: usize = FALLBACK_THREADS + 2;
 
 /// How many requests the shards served themselves, and how many they sent
@@ -124,8 +122,6 @@ enum Fallback {
         job: WriteJob,
         failed: Vec<(usize, MemberRef, std::io::Error)>,
     },
-    /// `Array::flush`.
-    Flush(Done),
     /// `Array::write_zeroes`.
     Zeroes { offset: u64, len: u64, done: Done },
     /// A shard's write whose member writes erred (`AsyncWrite::finish`).
@@ -190,8 +186,16 @@ impl Inbox {
 struct Blocking {
     fallback: channel::Sender<Fallback>,
     finisher: channel::Sender<Fallback>,
-    flusher: channel::Sender<Fallback>,
+    flusher: channel::Sender<Done>,
     counts: Arc<Counts>,
+}
+
+/// The answer to a request the engine can no longer take.
+fn stopping() -> ArrayError {
+    ArrayError::Invalid(
+        "the array's I/O engine is stopping: send the request again once the array is served again"
+            .into(),
+    )
 }
 
 impl Blocking {
@@ -200,7 +204,6 @@ impl Blocking {
         let (to, counters): (_, &[&AtomicU64]) = match &f {
             Fallback::Read { .. } => (&self.fallback, &[&c.blocking]),
             Fallback::Write { .. } => (&self.fallback, &[&c.writes_blocking]),
-            Fallback::Flush(_) => (&self.flusher, &[]),
             Fallback::Zeroes { .. } => (&self.fallback, &[]),
             Fallback::Finish { .. } => (&self.finisher, &[&c.writes_on_shards, &c.write_errors]),
         };
@@ -208,17 +211,10 @@ impl Blocking {
             n.fetch_add(1, Ordering::Relaxed);
         }
         if let Err(channel::SendError(f)) = to.send(f) {
-            let stopping = || {
-                ArrayError::Invalid(
-                    "the array's I/O engine is stopping: send the request again once the array is served again".into(),
-                )
-            };
             match f {
                 Fallback::Read { job, .. } => answer(job.done, Err(stopping())),
                 Fallback::Write { job, .. } => answer(job.done, Err(stopping())),
-                Fallback::Flush(done) | Fallback::Zeroes { done, .. } => {
-                    answer(done, Err(stopping()))
-                }
+                Fallback::Zeroes { done, .. } => answer(done, Err(stopping())),
                 // Only if the finisher thread is gone (a bug): the write
                 // keeps its stripe's lock for good rather than give it up
                 // with the member that erred not yet failed.
@@ -269,13 +265,13 @@ impl Engine {
                 Ok(ring) => parts.push((inbox, ring)),
                 Err(e) if parts.is_empty() => {
                     tracing::warn!(
-                        "array I/O engine: no io_uring ({e}); every request runs on {FALLBACK_THREADS} blocking threads"
+                        "array I/O engine: no io_uring ({e}); every request runs on {FALLBACK_THREADS} blocking threads. To use the shards, allow io_uring (sysctl kernel.io_uring_disabled=0, the container's seccomp policy) or raise the locked-memory limit (ulimit -l); RAID_NO_URING=1 chooses this path on purpose"
                     );
                     break;
                 }
                 Err(e) => {
                     tracing::warn!(
-                        "array I/O engine: {} shards of {shards} (the next ring was refused: {e})",
+                        "array I/O engine: {} shards of {shards} (the next ring was refused: {e}); raise the locked-memory limit (ulimit -l) or ask for fewer shards (RAIDCTL_SHARDS)",
                         parts.len()
                     );
                     break;
@@ -287,7 +283,7 @@ impl Engine {
         // passes every message from one waiting thread to the next).
         let (fallback, frx) = channel::unbounded::<Fallback>();
         let (finisher, fin_rx) = channel::unbounded::<Fallback>();
-        let (flusher, flush_rx) = channel::unbounded::<Fallback>();
+        let (flusher, flush_rx) = channel::unbounded::<Done>();
         let counts = Arc::new(Counts::default());
         // The engine holds the only senders from here: on an error below,
         // its drop ends every thread that started.
@@ -303,21 +299,24 @@ impl Engine {
                 counts,
             }),
         };
-        for i in 0..BLOCKING_THREADS {
+        for i in 0..=FALLBACK_THREADS {
             let a = array.clone();
             let (rx, name) = match i {
-                FINISHER => (fin_rx.clone(), "write-finisher".to_string()),
-                FLUSHER => (flush_rx.clone(), "flusher".to_string()),
+                FALLBACK_THREADS => (fin_rx.clone(), "write-finisher".to_string()),
                 _ => (frx.clone(), format!("io-fallback-{i}")),
             };
-            let run = move || match i {
-                FLUSHER => flusher_loop(&a, &rx),
-                _ => fallback_loop(&a, &rx),
-            };
-            engine
-                .threads
-                .push(std::thread::Builder::new().name(name).spawn(run)?);
+            engine.threads.push(
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || fallback_loop(&a, &rx))?,
+            );
         }
+        let a = array.clone();
+        engine.threads.push(
+            std::thread::Builder::new()
+                .name("flusher".into())
+                .spawn(move || flusher_loop(&a, &flush_rx))?,
+        );
         for (i, (inbox, ring)) in parts.into_iter().enumerate() {
             let blocking = engine.blocking.clone().expect("set above");
             let shard = Shard::new(array.clone(), inbox.clone(), ring, blocking);
@@ -409,7 +408,10 @@ impl Engine {
     /// call; flushes asked for while one runs are answered by the next,
     /// one flush for all of them.
     pub fn flush(&self, done: Done) {
-        self.blocking(Fallback::Flush(done));
+        let b = self.blocking.as_ref().expect("set until drop");
+        if let Err(channel::SendError(done)) = b.flusher.send(done) {
+            answer(done, Err(stopping()));
+        }
     }
 
     /// `Array::write_zeroes` on a blocking thread: `done` gets its outcome.
@@ -514,27 +516,17 @@ fn fallback_loop(array: &Array, rx: &channel::Receiver<Fallback>) {
 /// after the writes it must cover completed, so one flush started after
 /// all of them were queued covers them all. On an error, each of the
 /// others gets a flush (and an error) of its own.
-fn flusher_loop(array: &Array, rx: &channel::Receiver<Fallback>) {
+fn flusher_loop(array: &Array, rx: &channel::Receiver<Done>) {
     while let Ok(first) = rx.recv() {
-        let mut dones = Vec::new();
-        for f in std::iter::once(first).chain(rx.try_iter()) {
-            match f {
-                Fallback::Flush(done) => dones.push(done),
-                other => blocking_work(array, other),
+        let dones: Vec<Done> = rx.try_iter().collect();
+        let run = std::panic::AssertUnwindSafe(|| match array.flush() {
+            Ok(()) => {
+                answer(first, Ok(()));
+                dones.into_iter().for_each(|d| answer(d, Ok(())));
             }
-        }
-        let run = std::panic::AssertUnwindSafe(|| {
-            let mut dones = dones.into_iter();
-            let Some(first) = dones.next() else { return };
-            match array.flush() {
-                Ok(()) => {
-                    answer(first, Ok(()));
-                    dones.for_each(|d| answer(d, Ok(())));
-                }
-                Err(e) => {
-                    answer(first, Err(e));
-                    dones.for_each(|d| answer(d, array.flush()));
-                }
+            Err(e) => {
+                answer(first, Err(e));
+                dones.into_iter().for_each(|d| answer(d, array.flush()));
             }
         });
         if std::panic::catch_unwind(run).is_err() {
@@ -559,7 +551,6 @@ fn blocking_work(array: &Array, f: Fallback) {
             let r = array.write(job.offset, &job.data).map(|()| job.data);
             answer(job.done, r);
         }
-        Fallback::Flush(done) => answer(done, array.flush()),
         Fallback::Zeroes { offset, len, done } => answer(done, array.write_zeroes(offset, len)),
         Fallback::Finish { w, results, done } => {
             let (r, data) = w.finish(results);

@@ -27,28 +27,23 @@ trait Conn: Read + Write + Send + Sync + 'static {
     fn shutdown_both(&self);
     fn shutdown_read(&self);
 }
-impl Conn for Sock {
-    fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
-        Ok(Box::new(self.try_clone()?))
-    }
-    fn shutdown_both(&self) {
-        self.shutdown(std::net::Shutdown::Both)
-    }
-    fn shutdown_read(&self) {
-        self.shutdown(std::net::Shutdown::Read)
-    }
+/// Both streams clone and shut down alike (`try_clone`, `shutdown`).
+macro_rules! conn {
+    ($($t:ty),*) => {$(
+        impl Conn for $t {
+            fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
+                Ok(Box::new(self.try_clone()?))
+            }
+            fn shutdown_both(&self) {
+                self.shutdown(std::net::Shutdown::Both)
+            }
+            fn shutdown_read(&self) {
+                self.shutdown(std::net::Shutdown::Read)
+            }
+        }
+    )*};
 }
-impl Conn for TlsStream {
-    fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
-        Ok(Box::new(self.try_clone()?))
-    }
-    fn shutdown_both(&self) {
-        self.shutdown(std::net::Shutdown::Both)
-    }
-    fn shutdown_read(&self) {
-        self.shutdown(std::net::Shutdown::Read)
-    }
-}
+conn!(Sock, TlsStream);
 
 /// How a TCP export is secured.
 #[derive(Clone, Debug, Default)]

@@ -171,17 +171,18 @@ pub(super) fn transmission(c: Box<dyn Conn>, array: Arc<Array>, engine: &Engine)
     let mut reader = io::BufReader::with_capacity(256 * 1024, c.try_clone_box()?);
     let shared = Arc::new(Shared::default());
     let outcome = std::thread::scope(|sc| {
-        let writer = {
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name("nbd-replies".into())
-                .spawn_scoped(sc, move || write_replies(c, &shared, engine))?
-        };
+        let sh = &shared;
+        let writer = std::thread::Builder::new()
+            .name("nbd-replies".into())
+            .spawn_scoped(sc, move || write_replies(c, sh, engine))?;
         let r = {
-            // Told to the writer however reading ends (a panic included),
-            // so that it ends too.
-            let _done = ReadingDone(&shared);
-            read_requests(&mut reader, &array, engine, &shared)
+            // Told to the writer however reading ends, so that it ends too.
+            let _done = Farewell {
+                shared: sh,
+                mark: |s| s.reading_done = true,
+                wake: &sh.ready,
+            };
+            read_requests(&mut reader, &array, engine, sh)
         };
         let _ = writer.join();
         r
@@ -192,15 +193,20 @@ pub(super) fn transmission(c: Box<dyn Conn>, array: Arc<Array>, engine: &Engine)
     outcome
 }
 
-/// Sets `reading_done` when dropped, and wakes the writer.
-struct ReadingDone<'a>(&'a Shared);
+/// Tells the connection's other thread that this one ended, however it
+/// ended (a panic included): marks the state and wakes that thread.
+struct Farewell<'a> {
+    shared: &'a Shared,
+    mark: fn(&mut State),
+    wake: &'a Condvar,
+}
 
-impl Drop for ReadingDone<'_> {
+impl Drop for Farewell<'_> {
     fn drop(&mut self) {
-        if let Ok(mut s) = self.0.state.lock() {
-            s.reading_done = true;
+        if let Ok(mut s) = self.shared.state.lock() {
+            (self.mark)(&mut s);
         }
-        self.0.ready.notify_all();
+        self.wake.notify_all();
     }
 }
 
@@ -376,7 +382,11 @@ fn errno_of(e: &ArrayError) -> u32 {
 fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
     // However this ends (a panic included), the reader stops taking
     // requests that no one would answer.
-    let _gone = WriterGone(shared);
+    let _gone = Farewell {
+        shared,
+        mark: |s| s.broken = true,
+        wake: &shared.room,
+    };
     loop {
         let batch = {
             let mut s = shared.state.lock().unwrap();
@@ -439,18 +449,6 @@ fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
         if wake {
             shared.room.notify_one();
         }
-    }
-}
-
-/// Marks the connection broken when the writer ends, and wakes the reader.
-struct WriterGone<'a>(&'a Shared);
-
-impl Drop for WriterGone<'_> {
-    fn drop(&mut self) {
-        if let Ok(mut s) = self.0.state.lock() {
-            s.broken = true;
-        }
-        self.0.room.notify_all();
     }
 }
 

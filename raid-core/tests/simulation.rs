@@ -18,187 +18,44 @@
 //! sector independently and on each disk independently (a sector keeps a
 //! prefix of its writes: whatever its cache had destaged).
 //!
-//! `SIM_SEEDS=N` seeds (10,000 by default; CI runs them), `SIM_FIRST=K` to
-//! start elsewhere, `RAID_SOAK=1` for 200,000. A failure prints its seed;
-//! `SIM_SEED=K SIM_TRACE=1 cargo test --release -p raid-core --test
-//! simulation -- --nocapture` replays it alone with every step printed.
+//! Lives on a shard (`simulated_lives_on_a_shard`) run the same steps,
+//! and rounds of many reads and writes in flight together on the array's
+//! shard (`raid_core::shard::Stepped`, the engine's own shard run by this
+//! thread): the simulation completes each member I/O in an order the seed
+//! chooses, and a disk may vanish or go bad, or the power go, between any
+//! two of them (`simulation/shards.rs`).
+//!
+//! `SIM_SEEDS=N` seeds (10,000 by default, for each kind of life; CI runs
+//! them), `SIM_FIRST=K` to start elsewhere, `RAID_SOAK=1` for 200,000. A
+//! failure prints its seed and the command that replays it alone with
+//! every step printed (`SIM_SEED=K SIM_TRACE=1`, and `SIM_SHARD=1` for a
+//! life on a shard).
 
 use raid_core::array::{
     Array, ArrayState, CreateOptions, RebuildEnd, RebuildOptions, ScrubOptions,
 };
 use raid_core::layout::Level;
-use raid_core::member::{DeviceKey, Member, MemberRef};
+use raid_core::member::MemberRef;
 use raid_core::metadata::{SlotState, DATA_OFFSET};
+use raid_core::shard::Stepped;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
-use std::collections::BTreeMap;
-use std::io;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+
+#[path = "simulation/disk.rs"]
+mod disk;
+use disk::{disk, Power, SimDisk, Timeline};
 
 const BLOCK: usize = 4096;
 const CHUNK: u64 = 4096;
+/// Rows of a life's disks; a life on a shard has more, so that its
+/// write-intent bitmap has two regions (of 16 rows, its least) and a bit
+/// can be cleared while writes go on in the other region.
 const ROWS: u64 = 12;
+const SHARD_ROWS: u64 = 32;
 const SECTOR: u64 = 512;
-
-// ------------------------------------------------------------ the disks ---
-
-/// The power every disk of one simulated machine shares: I/Os left before
-/// it goes (i64::MAX: no cut planned), and whether it is off.
-struct Power {
-    budget: AtomicI64,
-    off: AtomicBool,
-}
-
-impl Power {
-    fn tick(&self) -> io::Result<()> {
-        if self.off.load(Ordering::SeqCst) {
-            return Err(io::Error::other("power is off"));
-        }
-        if self.budget.fetch_sub(1, Ordering::SeqCst) <= 0 {
-            self.off.store(true, Ordering::SeqCst);
-            return Err(io::Error::other("power cut"));
-        }
-        Ok(())
-    }
-}
-
-#[derive(Default)]
-struct DiskState {
-    /// 4 KiB pages written so far (absent: zeros).
-    pages: BTreeMap<u64, Box<[u8]>>,
-    /// (offset, previous bytes) of each write since the last flush, oldest first.
-    unflushed: Vec<(u64, Vec<u8>)>,
-    vanished: bool,
-    /// Byte ranges that return EIO (a bad spot).
-    bad: Vec<(u64, u64)>,
-}
-
-impl DiskState {
-    fn copy_out(&self, off: u64, buf: &mut [u8]) {
-        let mut done = 0;
-        while done < buf.len() {
-            let at = off + done as u64;
-            let within = (at % 4096) as usize;
-            let n = (4096 - within).min(buf.len() - done);
-            match self.pages.get(&(at / 4096)) {
-                Some(p) => buf[done..done + n].copy_from_slice(&p[within..within + n]),
-                None => buf[done..done + n].fill(0),
-            }
-            done += n;
-        }
-    }
-    fn copy_in(&mut self, off: u64, buf: &[u8]) {
-        let mut done = 0;
-        while done < buf.len() {
-            let at = off + done as u64;
-            let within = (at % 4096) as usize;
-            let n = (4096 - within).min(buf.len() - done);
-            self.pages
-                .entry(at / 4096)
-                .or_insert_with(|| vec![0u8; 4096].into_boxed_slice())[within..within + n]
-                .copy_from_slice(&buf[done..done + n]);
-            done += n;
-        }
-    }
-}
-
-struct SimDisk {
-    name: String,
-    key: u64,
-    size: u64,
-    power: Arc<Power>,
-    st: Mutex<DiskState>,
-}
-
-fn disk(name: String, power: &Arc<Power>) -> Arc<SimDisk> {
-    static NEXT: AtomicU64 = AtomicU64::new(1 << 40);
-    Arc::new(SimDisk {
-        name,
-        key: NEXT.fetch_add(1, Ordering::Relaxed),
-        size: DATA_OFFSET + ROWS * CHUNK,
-        power: power.clone(),
-        st: Mutex::new(DiskState::default()),
-    })
-}
-
-impl SimDisk {
-    fn gate(&self, st: &DiskState, off: u64, len: u64) -> io::Result<()> {
-        self.power.tick()?;
-        if st.vanished {
-            return Err(io::Error::other(format!("{}: gone", self.name)));
-        }
-        if off.checked_add(len).is_none_or(|e| e > self.size) {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "past the end"));
-        }
-        if st.bad.iter().any(|&(a, b)| off < b && off + len > a) {
-            return Err(io::Error::other(format!("{}: bad range", self.name)));
-        }
-        Ok(())
-    }
-
-    /// The power went: each sector written since the last flush keeps a
-    /// prefix of its writes, `keep(n)` (0..=n) of its n, chosen per sector.
-    fn lose_cache(&self, keep: &mut dyn FnMut(usize) -> usize) {
-        let mut st = self.st.lock().unwrap();
-        let writes = std::mem::take(&mut st.unflushed);
-        let mut per: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
-        for (j, (off, old)) in writes.iter().enumerate() {
-            let end = off + old.len() as u64;
-            for s in off / SECTOR..end.div_ceil(SECTOR) {
-                per.entry(s).or_default().push(j);
-            }
-        }
-        for (s, js) in per {
-            let k = keep(js.len());
-            // Unwind this sector's writes after the k-th, newest first.
-            for &j in js[k..].iter().rev() {
-                let (off, old) = &writes[j];
-                let lo = (s * SECTOR).max(*off);
-                let hi = ((s + 1) * SECTOR).min(off + old.len() as u64);
-                let from = (lo - off) as usize..(hi - off) as usize;
-                st.copy_in(lo, &old[from]);
-            }
-        }
-    }
-}
-
-impl Member for SimDisk {
-    fn identity(&self) -> &str {
-        &self.name
-    }
-    fn device_key(&self) -> DeviceKey {
-        DeviceKey::Ram(self.key)
-    }
-    fn size(&self) -> u64 {
-        self.size
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let st = self.st.lock().unwrap();
-        self.gate(&st, offset, buf.len() as u64)?;
-        st.copy_out(offset, buf);
-        Ok(())
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let mut st = self.st.lock().unwrap();
-        self.gate(&st, offset, buf.len() as u64)?;
-        let mut old = vec![0u8; buf.len()];
-        st.copy_out(offset, &mut old);
-        st.unflushed.push((offset, old));
-        st.copy_in(offset, buf);
-        Ok(())
-    }
-    fn flush(&self) -> io::Result<()> {
-        let mut st = self.st.lock().unwrap();
-        self.gate(&st, 0, 0)?;
-        st.unflushed.clear();
-        Ok(())
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.write_at(&vec![0u8; len as usize], offset)
-    }
-}
 
 // ------------------------------------------------------------ the model ---
 
@@ -248,10 +105,16 @@ struct World {
     /// Every disk made in this life, in order (old members included: an
     /// operator's `start --scan` offers them all).
     disks: Vec<Arc<SimDisk>>,
-    array: Option<Array>,
+    array: Option<Arc<Array>>,
     model: Model,
     /// Events of the running array already traced.
     traced_events: usize,
+    /// A life on a shard: where the disks' timed I/O waits, and the
+    /// running array's shard (made at its first round).
+    timeline: Option<Arc<Timeline>>,
+    stepped: Option<Stepped>,
+    /// Rows of each disk.
+    rows: u64,
 }
 
 macro_rules! trace {
@@ -262,7 +125,16 @@ macro_rules! trace {
     };
 }
 
+#[path = "simulation/shards.rs"]
+mod shards;
+
 impl World {
+    /// A new disk on this life's power (and timeline).
+    fn new_disk(&mut self) -> Arc<SimDisk> {
+        let name = format!("s{}-d{}", self.seed, self.disks.len());
+        disk(name, &self.power, self.timeline.as_ref(), self.rows)
+    }
+
     fn a(&self) -> &Array {
         self.array.as_ref().expect("an array is running")
     }
@@ -305,6 +177,15 @@ impl World {
                     })
                 })
         })
+    }
+
+    /// Whether a power cut may come now: not on a parity level while a
+    /// disk is dead or bad and the array has not noticed yet (a crash then
+    /// is the write hole's double fault: a torn stripe whose missing chunk
+    /// exists only as parity, which no RAID5/6 without a log of every
+    /// write survives).
+    fn cut_allowed(&self) -> bool {
+        !matches!(self.level, Level::Raid5 | Level::Raid6) || !self.unnoticed_fault()
     }
 
     /// How many weak slots the level survives whichever they are.
@@ -437,7 +318,7 @@ impl World {
                 d.st.lock().unwrap().vanished = true;
             }
             _ => {
-                let row = self.rng.gen_range(0..ROWS);
+                let row = self.rng.gen_range(0..self.rows);
                 let at = DATA_OFFSET + row * CHUNK;
                 trace!(self, "disk {member} (slot {slot}) goes bad at row {row}");
                 d.st.lock().unwrap().bad.push((at, at + CHUNK));
@@ -456,7 +337,7 @@ impl World {
         else {
             return self.rebuild();
         };
-        let d = disk(format!("s{}-d{}", self.seed, self.disks.len()), &self.power);
+        let d = self.new_disk();
         trace!(self, "replace slot {slot} with {}", d.name);
         self.disks.push(d.clone());
         match self.a().replace(slot, d as MemberRef) {
@@ -509,7 +390,7 @@ impl World {
             return;
         }
         let slot = self.rng.gen_range(0..self.a().slots().len());
-        let d = disk(format!("s{}-d{}", self.seed, self.disks.len()), &self.power);
+        let d = self.new_disk();
         trace!(self, "hot replace slot {slot} with {}", d.name);
         self.disks.push(d.clone());
         if let Err(e) = self.a().hot_replace(slot, d as MemberRef) {
@@ -577,6 +458,11 @@ impl World {
     fn power_cycle(&mut self) {
         trace!(self, "power cut");
         self.power.off.store(true, Ordering::SeqCst);
+        // What is in flight on the shard never completes.
+        self.stepped = None;
+        if let Some(t) = &self.timeline {
+            t.drop_all();
+        }
         if let Some(a) = self.array.take() {
             // No close: a crash.
             drop(a);
@@ -614,7 +500,7 @@ impl World {
         let refs: Vec<MemberRef> = self.disks.iter().map(|d| d.clone() as MemberRef).collect();
         let asm = Array::assemble(refs)
             .unwrap_or_else(|e| panic!("seed {}: no start after a power cut: {e}", self.seed));
-        self.array = Some(asm.array);
+        self.array = Some(Arc::new(asm.array));
         trace!(
             self,
             "assembled: {:?}, refused {:?}",
@@ -696,8 +582,13 @@ impl World {
     }
 }
 
-fn life(seed: u64, trace: bool) {
+/// The life of seed `seed`; `on_shard`: with rounds of requests in flight
+/// on a shard (another life than the same seed's without).
+fn life(seed: u64, trace: bool, on_shard: bool) {
     let mut rng = StdRng::seed_from_u64(seed);
+    // Its own stream: the coins of the disks' timed writes.
+    let timeline = on_shard.then(|| Timeline::new(StdRng::seed_from_u64(!seed)));
+    let rows = if on_shard { SHARD_ROWS } else { ROWS };
     let (level, n) = match rng.gen_range(0..4) {
         0 => (Level::Raid1, rng.gen_range(2..=3)),
         1 => (Level::Raid5, rng.gen_range(3..=5)),
@@ -709,7 +600,7 @@ fn life(seed: u64, trace: bool) {
         off: AtomicBool::new(false),
     });
     let disks: Vec<Arc<SimDisk>> = (0..n)
-        .map(|i| disk(format!("s{seed}-d{i}"), &power))
+        .map(|i| disk(format!("s{seed}-d{i}"), &power, timeline.as_ref(), rows))
         .collect();
     let array = Array::create(
         disks.iter().map(|d| d.clone() as MemberRef).collect(),
@@ -729,9 +620,12 @@ fn life(seed: u64, trace: bool) {
         level,
         power,
         disks,
-        array: Some(array),
+        array: Some(Arc::new(array)),
         model: Model::new(blocks),
         traced_events: 0,
+        timeline,
+        stepped: None,
+        rows,
     };
     for d in &w.disks {
         d.st.lock().unwrap().unflushed.clear();
@@ -739,18 +633,18 @@ fn life(seed: u64, trace: bool) {
     trace!(w, "{level} of {n}, {blocks} blocks");
     let steps = w.rng.gen_range(10..50);
     for _ in 0..steps {
-        // Sometimes plan a cut a few I/Os into the next step. Not on a
-        // parity level while a disk is dead or bad and the array has not
-        // noticed yet: a crash then is the write hole's double fault (a
-        // torn stripe whose missing chunk exists only as parity), which no
-        // RAID5/6 without a log of every write survives.
-        let cut_ok = !matches!(w.level, Level::Raid5 | Level::Raid6) || !w.unnoticed_fault();
+        // Sometimes plan a cut a few I/Os into the next step (where one
+        // is allowed, `cut_allowed`).
+        let cut_ok = w.cut_allowed();
         if cut_ok && w.rng.gen_ratio(1, 12) {
             let at = w.rng.gen_range(0..40);
             trace!(w, "power will go in {at} I/Os");
             w.power.budget.store(at, Ordering::SeqCst);
         }
         match w.rng.gen_range(0..100) {
+            // On a shard, two writes in three become a round of requests
+            // in flight together.
+            0..=44 if on_shard && w.rng.gen_ratio(2, 3) => w.shard_round(),
             0..=44 => w.write(),
             45..=64 => w.read(),
             65..=76 => w.flush(),
@@ -810,21 +704,33 @@ fn seeds() -> std::ops::Range<u64> {
 #[test]
 fn seeds_that_found_bugs() {
     for seed in [281, 150, 220, 62, 252, 2, 6023, 168655] {
-        life(seed, false);
+        life(seed, false, false);
     }
 }
 
 #[test]
 fn simulated_lives() {
+    lives(false);
+}
+
+#[test]
+fn simulated_lives_on_a_shard() {
+    lives(true);
+}
+
+/// Every seed's life (or the one SIM_SEED names), on a shard or not.
+fn lives(on_shard: bool) {
     if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|v| v.parse().ok()) {
         let trace = std::env::var("SIM_TRACE").is_ok_and(|v| v == "1");
-        life(seed, trace);
+        if std::env::var("SIM_SHARD").is_ok_and(|v| v == "1") == on_shard {
+            life(seed, trace, on_shard);
+        }
         return;
     }
     let failed: Vec<(u64, String)> = seeds()
         .into_par_iter()
         .filter_map(|seed| {
-            std::panic::catch_unwind(|| life(seed, false))
+            std::panic::catch_unwind(|| life(seed, false, on_shard))
                 .err()
                 .map(|p| {
                     let msg = p
@@ -836,9 +742,22 @@ fn simulated_lives() {
                 })
         })
         .collect();
+    if on_shard && failed.is_empty() {
+        let [reads, writes, reads_b, writes_b] =
+            shards::SERVED.each_ref().map(|n| n.load(Ordering::Relaxed));
+        eprintln!("served on the shard: {reads} reads, {writes} writes; on the blocking path: {reads_b} reads, {writes_b} writes");
+        assert!(
+            reads > 0 && writes > 0,
+            "the shard served no read or no write"
+        );
+    }
     if let Some((seed, msg)) = failed.first() {
+        let (test, shard) = match on_shard {
+            true => ("simulated_lives_on_a_shard", " SIM_SHARD=1"),
+            false => ("simulated_lives", ""),
+        };
         panic!(
-            "{} of {} seeds failed; the first: seed {seed}: {msg}\nreplay: SIM_SEED={seed} SIM_TRACE=1 cargo test --release -p raid-core --test simulation -- --nocapture",
+            "{} of {} seeds failed; the first: seed {seed}: {msg}\nreplay: SIM_SEED={seed}{shard} SIM_TRACE=1 cargo test --release -p raid-core --test simulation {test} -- --nocapture",
             failed.len(),
             seeds().end - seeds().start
         );

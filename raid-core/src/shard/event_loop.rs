@@ -143,51 +143,8 @@ impl Shard {
     pub(super) fn run(mut self) {
         let mut stopping = false;
         loop {
-            let jobs = std::mem::take(&mut *self.inbox.jobs.lock());
-            for j in jobs {
-                match j {
-                    // In arrival order, behind any waiting for room.
-                    Job::Request(r) => self.waiting.push_back(r),
-                    Job::Timed(ud) => self.complete(ud, None),
-                    Job::Stop => stopping = true,
-                }
-            }
-            // Until nothing moves: reap what completed, start what waits
-            // while the ring has room, and submit (I/O on files in the
-            // page cache completes inside the submission).
-            loop {
-                let reaped = self.reap();
-                let mut started = 0;
-                while let Some(r) = self.waiting.front() {
-                    // Ring entries it may take at once (a read: one per
-                    // chunk; a write step: one per member), at most `RING`
-                    // (larger reads take the blocking path).
-                    let geo = self.array.geometry();
-                    let need = match r {
-                        Request::Read(j) => {
-                            let first = j.offset / geo.chunk;
-                            let end = j.offset.saturating_add(j.buf.len().max(1) as u64);
-                            let last = (end - 1) / geo.chunk;
-                            (last - first + 1).min(RING as u64) as u32
-                        }
-                        Request::Write(_) => (geo.members as u32).min(RING),
-                    };
-                    if self.on_ring + need > RING {
-                        break;
-                    }
-                    match self.waiting.pop_front().expect("looked at") {
-                        Request::Read(r) => self.start_read(r),
-                        Request::Write(w) => self.start_write(w),
-                    }
-                    started += 1;
-                }
-                self.submit();
-                if reaped == 0 && started == 0 {
-                    break;
-                }
-            }
-            let busy = self.slab.len() > self.free.len();
-            if stopping && !busy && self.waiting.is_empty() {
+            stopping |= self.turn();
+            if stopping && !self.busy() {
                 return self.disarm_wake();
             }
             if !self.inbox.jobs.lock().is_empty() || !self.ended.is_empty() {
@@ -203,6 +160,61 @@ impl Shard {
             }
             self.enter(1);
             self.inbox.sleeping.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether requests are in flight on the shard, started or waiting for
+    /// room on the ring (writes waiting behind a stripe's holder count
+    /// with it).
+    pub(super) fn busy(&self) -> bool {
+        self.slab.len() > self.free.len() || !self.waiting.is_empty()
+    }
+
+    /// One turn of the loop, never waiting: takes the inbox's jobs, then,
+    /// until nothing moves, reaps what completed, starts what waits while
+    /// the ring has room, and submits (I/O on files in the page cache
+    /// completes inside the submission). Returns whether a Stop came.
+    pub(super) fn turn(&mut self) -> bool {
+        let mut stopping = false;
+        let jobs = std::mem::take(&mut *self.inbox.jobs.lock());
+        for j in jobs {
+            match j {
+                // In arrival order, behind any waiting for room.
+                Job::Request(r) => self.waiting.push_back(r),
+                Job::Timed(ud) => self.complete(ud, None),
+                Job::Stop => stopping = true,
+            }
+        }
+        loop {
+            let reaped = self.reap();
+            let mut started = 0;
+            while let Some(r) = self.waiting.front() {
+                // Ring entries it may take at once (a read: one per
+                // chunk; a write step: one per member), at most `RING`
+                // (larger reads take the blocking path).
+                let geo = self.array.geometry();
+                let need = match r {
+                    Request::Read(j) => {
+                        let first = j.offset / geo.chunk;
+                        let end = j.offset.saturating_add(j.buf.len().max(1) as u64);
+                        let last = (end - 1) / geo.chunk;
+                        (last - first + 1).min(RING as u64) as u32
+                    }
+                    Request::Write(_) => (geo.members as u32).min(RING),
+                };
+                if self.on_ring + need > RING {
+                    break;
+                }
+                match self.waiting.pop_front().expect("looked at") {
+                    Request::Read(r) => self.start_read(r),
+                    Request::Write(w) => self.start_write(w),
+                }
+                started += 1;
+            }
+            self.submit();
+            if reaped == 0 && started == 0 {
+                return stopping;
+            }
         }
     }
 

@@ -36,7 +36,10 @@
 mod event_loop;
 mod ops;
 mod read;
+mod stepped;
 mod write;
+
+pub use stepped::Stepped;
 
 use crate::array::async_write::AsyncWrite;
 use crate::array::{Array, ArrayError};
@@ -148,6 +151,20 @@ struct Inbox {
 }
 
 impl Inbox {
+    fn new() -> std::io::Result<Inbox> {
+        // SAFETY: eventfd returns a new descriptor or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Inbox {
+            jobs: Mutex::new(Vec::new()),
+            sleeping: AtomicBool::new(false),
+            // SAFETY: `fd` is a descriptor we just opened and own.
+            wake: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
     /// Queues `j` and wakes the shard if it sleeps and no one owes it a
     /// wake-up already. One that is owed (by an open `Batch` of another
     /// caller) wakes when that batch ends: `j` waits as long.
@@ -250,17 +267,7 @@ impl Engine {
         // nothing started.
         let mut parts = Vec::new();
         for _ in 0..shards {
-            // SAFETY: eventfd returns a new descriptor or -1.
-            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let inbox = Arc::new(Inbox {
-                jobs: Mutex::new(Vec::new()),
-                sleeping: AtomicBool::new(false),
-                // SAFETY: `fd` is a descriptor we just opened and own.
-                wake: unsafe { OwnedFd::from_raw_fd(fd) },
-            });
+            let inbox = Arc::new(Inbox::new()?);
             match IoUring::new(event_loop::RING + 1) {
                 Ok(ring) => parts.push((inbox, ring)),
                 Err(e) if parts.is_empty() => {

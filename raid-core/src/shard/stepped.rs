@@ -1,0 +1,109 @@
+//! A shard run by its caller, one turn at a time on the caller's thread:
+//! for deterministic simulation (the method of FoundationDB and
+//! TigerBeetle), where a seeded test decides when each member I/O
+//! completes, when a member fails or the power goes, and so replays a run
+//! exactly. The shard is the engine's own (`event_loop.rs`, `read.rs`,
+//! `write.rs`); only who runs its loop, and its blocking work, differs.
+//!
+//! Its members should complete I/O through `Member::start_timed`, with
+//! completions the caller fires itself (each one queues the I/O's end in
+//! the shard's inbox; `turn` handles it). Work the shard hands to the
+//! blocking path waits in this value until `run_blocking` runs it.
+
+use super::event_loop::{Shard, RING};
+use super::{blocking_work, Blocking, Counts, Done, Fallback, Inbox, Job, ReadDone, ReadJob};
+use super::{Request, WriteDone, WriteJob};
+use crate::array::Array;
+use crate::buf::AlignedBuf;
+use crossbeam_channel as channel;
+use io_uring::IoUring;
+use std::sync::Arc;
+
+/// A shard its caller runs (see the module's doc).
+pub struct Stepped {
+    shard: Shard,
+    array: Arc<Array>,
+    fallback: channel::Receiver<Fallback>,
+    finisher: channel::Receiver<Fallback>,
+    /// Unused (flushes are the caller's): kept so the shard's sender
+    /// stays connected.
+    _flusher: channel::Receiver<Done>,
+}
+
+impl Stepped {
+    /// A shard over `array` (it makes an io_uring, which members with
+    /// timed I/O leave unused).
+    pub fn new(array: Arc<Array>) -> std::io::Result<Stepped> {
+        let inbox = Arc::new(Inbox::new()?);
+        let ring = IoUring::new(RING + 1)?;
+        let (fallback, frx) = channel::unbounded();
+        let (finisher, fin_rx) = channel::unbounded();
+        let (flusher, flush_rx) = channel::unbounded();
+        let blocking = Blocking {
+            fallback,
+            finisher,
+            flusher,
+            counts: Arc::new(Counts::default()),
+        };
+        Ok(Stepped {
+            shard: Shard::new(array.clone(), inbox, ring, blocking),
+            array,
+            fallback: frx,
+            finisher: fin_rx,
+            _flusher: flush_rx,
+        })
+    }
+
+    /// Queues a read, as `Engine::read` (it starts at the next `turn`).
+    pub fn read(&self, offset: u64, buf: AlignedBuf, done: ReadDone) {
+        let job = ReadJob { offset, buf, done };
+        self.shard.inbox.push(Job::Request(Request::Read(job)));
+    }
+
+    /// Queues a write, as `Engine::write` (it starts at the next `turn`).
+    pub fn write(&self, offset: u64, data: AlignedBuf, done: WriteDone) {
+        let job = WriteJob { offset, data, done };
+        self.shard.inbox.push(Job::Request(Request::Write(job)));
+    }
+
+    /// Runs the shard's loop until nothing moves, without waiting: the
+    /// inbox's requests and completions, then what they start.
+    pub fn turn(&mut self) {
+        self.shard.turn();
+    }
+
+    /// Whether requests are in flight on the shard (not counting those
+    /// handed to the blocking path).
+    pub fn busy(&self) -> bool {
+        self.shard.busy()
+    }
+
+    /// Requests served so far, by path.
+    pub fn counts(&self) -> &Counts {
+        &self.shard.blocking.counts
+    }
+
+    /// Requests handed to the blocking path and not yet run.
+    pub fn blocking_queued(&self) -> usize {
+        self.fallback.len() + self.finisher.len()
+    }
+
+    /// Runs one request the shard handed to the blocking path on this
+    /// thread, writes whose member writes erred first (a blocking write
+    /// may wait for the stripe lock one of them holds); false if there was
+    /// none. It may wait for a stripe lock or for writers in flight: call
+    /// it when the shard is not busy.
+    pub fn run_blocking(&mut self) -> bool {
+        match self
+            .finisher
+            .try_recv()
+            .or_else(|_| self.fallback.try_recv())
+        {
+            Ok(f) => {
+                blocking_work(&self.array, f);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}

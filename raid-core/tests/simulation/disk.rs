@@ -1,0 +1,279 @@
+//! The simulated disks: RAM pages behind a volatile write cache, which
+//! can lose power at any I/O, vanish, or return EIO on a range; and, for
+//! lives on a shard, member I/O completed when the simulation says so.
+
+use super::{CHUNK, SECTOR};
+use raid_core::member::{DeviceKey, IoOp, Member};
+use raid_core::metadata::DATA_OFFSET;
+use rand::rngs::StdRng;
+use rand::Rng;
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The power every disk of one simulated machine shares: I/Os left before
+/// it goes (i64::MAX: no cut planned), and whether it is off.
+pub struct Power {
+    pub budget: AtomicI64,
+    pub off: AtomicBool,
+}
+
+impl Power {
+    /// Whether a cut is planned (each I/O counts the budget down from
+    /// i64::MAX when none is).
+    pub fn cut_planned(&self) -> bool {
+        self.budget.load(Ordering::SeqCst) < i64::MAX / 2
+    }
+
+    pub fn tick(&self) -> io::Result<()> {
+        if self.off.load(Ordering::SeqCst) {
+            return Err(io::Error::other("power is off"));
+        }
+        if self.budget.fetch_sub(1, Ordering::SeqCst) <= 0 {
+            self.off.store(true, Ordering::SeqCst);
+            return Err(io::Error::other("power cut"));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+pub struct DiskState {
+    /// 4 KiB pages written so far (absent: zeros).
+    pub pages: BTreeMap<u64, Box<[u8]>>,
+    /// (offset, previous bytes) of each write since the last flush, oldest first.
+    pub unflushed: Vec<(u64, Vec<u8>)>,
+    pub vanished: bool,
+    /// Byte ranges that return EIO (a bad spot).
+    pub bad: Vec<(u64, u64)>,
+}
+
+impl DiskState {
+    pub fn copy_out(&self, off: u64, buf: &mut [u8]) {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = off + done as u64;
+            let within = (at % 4096) as usize;
+            let n = (4096 - within).min(buf.len() - done);
+            match self.pages.get(&(at / 4096)) {
+                Some(p) => buf[done..done + n].copy_from_slice(&p[within..within + n]),
+                None => buf[done..done + n].fill(0),
+            }
+            done += n;
+        }
+    }
+    /// A write lands: into the cache, the bytes it replaced kept until the
+    /// next flush (what a power cut may bring back).
+    fn take(&mut self, off: u64, buf: &[u8]) {
+        let mut old = vec![0u8; buf.len()];
+        self.copy_out(off, &mut old);
+        self.unflushed.push((off, old));
+        self.copy_in(off, buf);
+    }
+
+    pub fn copy_in(&mut self, off: u64, buf: &[u8]) {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = off + done as u64;
+            let within = (at % 4096) as usize;
+            let n = (4096 - within).min(buf.len() - done);
+            self.pages
+                .entry(at / 4096)
+                .or_insert_with(|| vec![0u8; 4096].into_boxed_slice())[within..within + n]
+                .copy_from_slice(&buf[done..done + n]);
+            done += n;
+        }
+    }
+}
+
+pub struct SimDisk {
+    pub name: String,
+    key: u64,
+    size: u64,
+    power: Arc<Power>,
+    pub st: Mutex<DiskState>,
+    /// Where its timed I/O (a shard's) waits for the simulation to
+    /// complete it; none: the disk serves only the blocking path.
+    timeline: Option<Arc<Timeline>>,
+    /// Itself, for a write that lands later (`Timeline::complete`).
+    me: std::sync::Weak<SimDisk>,
+}
+
+pub fn disk(
+    name: String,
+    power: &Arc<Power>,
+    timeline: Option<&Arc<Timeline>>,
+    rows: u64,
+) -> Arc<SimDisk> {
+    static NEXT: AtomicU64 = AtomicU64::new(1 << 40);
+    Arc::new_cyclic(|me| SimDisk {
+        name,
+        key: NEXT.fetch_add(1, Ordering::Relaxed),
+        size: DATA_OFFSET + rows * CHUNK,
+        power: power.clone(),
+        st: Mutex::new(DiskState::default()),
+        timeline: timeline.cloned(),
+        me: me.clone(),
+    })
+}
+
+/// A timed member I/O started and not yet completed.
+struct InFlight {
+    /// A write that lands when it completes: the disk, where, what.
+    lands: Option<(Arc<SimDisk>, u64, Vec<u8>)>,
+    /// Tells the shard it completed.
+    then: Box<dyn FnOnce() + Send>,
+}
+
+/// The timed member I/Os in flight on every disk of one life, completed
+/// one at a time in an order the seed chooses: a drive may complete the
+/// I/Os it holds in any order, and a write may reach the medium as it is
+/// taken or only as it completes (both happen here, by a coin the seed
+/// also drives), so I/Os in flight together land in any order.
+pub struct Timeline {
+    in_flight: Mutex<Vec<InFlight>>,
+    coin: Mutex<StdRng>,
+}
+
+impl Timeline {
+    pub fn new(rng: StdRng) -> Arc<Timeline> {
+        Arc::new(Timeline {
+            in_flight: Mutex::new(Vec::new()),
+            coin: Mutex::new(rng),
+        })
+    }
+
+    pub fn pending(&self) -> usize {
+        self.in_flight.lock().unwrap().len()
+    }
+
+    /// Completes the I/O in flight at `i` (of `pending`): a write still
+    /// held lands now (unless the power went meanwhile), then the shard
+    /// is told.
+    pub fn complete(&self, i: usize) {
+        let io = self.in_flight.lock().unwrap().swap_remove(i);
+        if let Some((d, off, data)) = io.lands {
+            if !d.power.off.load(Ordering::SeqCst) {
+                d.st.lock().unwrap().take(off, &data);
+            }
+        }
+        (io.then)();
+    }
+
+    /// The power went: what is in flight never completes, and no write of
+    /// it lands.
+    pub fn drop_all(&self) {
+        self.in_flight.lock().unwrap().clear();
+    }
+}
+
+impl SimDisk {
+    fn gate(&self, st: &DiskState, off: u64, len: u64) -> io::Result<()> {
+        self.power.tick()?;
+        if st.vanished {
+            return Err(io::Error::other(format!("{}: gone", self.name)));
+        }
+        if off.checked_add(len).is_none_or(|e| e > self.size) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "past the end"));
+        }
+        if st.bad.iter().any(|&(a, b)| off < b && off + len > a) {
+            return Err(io::Error::other(format!("{}: bad range", self.name)));
+        }
+        Ok(())
+    }
+
+    /// The power went: each sector written since the last flush keeps a
+    /// prefix of its writes, `keep(n)` (0..=n) of its n, chosen per sector.
+    pub fn lose_cache(&self, keep: &mut dyn FnMut(usize) -> usize) {
+        let mut st = self.st.lock().unwrap();
+        let writes = std::mem::take(&mut st.unflushed);
+        let mut per: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+        for (j, (off, old)) in writes.iter().enumerate() {
+            let end = off + old.len() as u64;
+            for s in off / SECTOR..end.div_ceil(SECTOR) {
+                per.entry(s).or_default().push(j);
+            }
+        }
+        for (s, js) in per {
+            let k = keep(js.len());
+            // Unwind this sector's writes after the k-th, newest first.
+            for &j in js[k..].iter().rev() {
+                let (off, old) = &writes[j];
+                let lo = (s * SECTOR).max(*off);
+                let hi = ((s + 1) * SECTOR).min(off + old.len() as u64);
+                let from = (lo - off) as usize..(hi - off) as usize;
+                st.copy_in(lo, &old[from]);
+            }
+        }
+    }
+}
+
+impl Member for SimDisk {
+    fn identity(&self) -> &str {
+        &self.name
+    }
+    fn device_key(&self) -> DeviceKey {
+        DeviceKey::Ram(self.key)
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let st = self.st.lock().unwrap();
+        self.gate(&st, offset, buf.len() as u64)?;
+        st.copy_out(offset, buf);
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let mut st = self.st.lock().unwrap();
+        self.gate(&st, offset, buf.len() as u64)?;
+        st.take(offset, buf);
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        let mut st = self.st.lock().unwrap();
+        self.gate(&st, 0, 0)?;
+        st.unflushed.clear();
+        Ok(())
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.write_at(&vec![0u8; len as usize], offset)
+    }
+    fn timed(&self) -> bool {
+        self.timeline.is_some()
+    }
+    /// A read's bytes move as it starts; a write's as it starts or as it
+    /// completes (the timeline's coin); either completes when the
+    /// simulation says. A fault (the power, a vanished disk, a bad range)
+    /// fails the I/O as it starts.
+    fn start_timed(
+        &self,
+        op: IoOp<'_>,
+        offset: u64,
+        then: Box<dyn FnOnce() + Send>,
+    ) -> Option<io::Result<()>> {
+        let tl = self.timeline.as_ref()?;
+        let mut st = self.st.lock().unwrap();
+        if let Err(e) = self.gate(&st, offset, op.len() as u64) {
+            return Some(Err(e));
+        }
+        let lands = match op {
+            IoOp::Read(buf) => {
+                st.copy_out(offset, buf);
+                None
+            }
+            IoOp::Write(buf) if tl.coin.lock().unwrap().gen_bool(0.5) => {
+                st.take(offset, buf);
+                None
+            }
+            IoOp::Write(buf) => {
+                let me = self.me.upgrade().expect("alive: it is serving this I/O");
+                Some((me, offset, buf.to_vec()))
+            }
+        };
+        drop(st);
+        tl.in_flight.lock().unwrap().push(InFlight { lands, then });
+        Some(Ok(()))
+    }
+}

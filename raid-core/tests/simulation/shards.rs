@@ -1,0 +1,289 @@
+//! Rounds of requests in flight together on the array's shard: the
+//! engine's own shard (`raid_core::shard::Stepped`), its loop turned by
+//! this thread after each event the seed chooses: a request given, a
+//! member I/O completed (in any order), a disk vanishing or going bad
+//! between two completions. What the shard hands to the blocking path
+//! runs here too, once nothing is in flight on the shard (it may wait for
+//! a stripe lock or for writers in flight, which only this thread moves).
+//!
+//! Invariants, on top of the life's: a read returns, block by block, the
+//! last acknowledged write or one in flight during the read; a write is
+//! refused only when the power went; no request is left unanswered once
+//! the shard has nothing in flight; and, after a cut with writes in flight,
+//! the life's recovery checks hold (each block holds a value it had since
+//! the last flush, parity is repaired).
+
+use super::{World, BLOCK};
+use raid_core::array::ArrayError;
+use raid_core::buf::AlignedBuf;
+use raid_core::metadata::{SlotState, DATA_OFFSET};
+use raid_core::shard::Stepped;
+use rand::Rng;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Reads and writes the shards served themselves, over every life of
+/// the run: a run in which they served none tested nothing of them.
+pub(super) static SERVED: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+/// Answers the round's clients heard, by request, in the order answered.
+type Heard = Arc<Mutex<Vec<(usize, Result<AlignedBuf, ArrayError>)>>>;
+
+/// A request of the round, given and not yet answered.
+enum Asked {
+    /// The blocks from `b0`, and what they are to hold.
+    Write { b0: usize, data: Vec<u8> },
+    /// The blocks from `b0`, each with the values it may return.
+    Read { b0: usize, may: Vec<Vec<Vec<u8>>> },
+}
+
+impl World {
+    /// A round of 1 to 16 requests (see the module's doc). A cut ends it:
+    /// the writes it had in flight may or may not have landed.
+    pub(super) fn shard_round(&mut self) {
+        let array = self.array.clone().expect("an array is running");
+        if self.stepped.is_none() {
+            let st = Stepped::new(array)
+                .unwrap_or_else(|e| panic!("seed {}: no shard (io_uring): {e}", self.seed));
+            self.stepped = Some(st);
+        }
+        let served = |w: &World| {
+            let c = w.stepped.as_ref().expect("made above").counts();
+            [
+                &c.on_shards,
+                &c.writes_on_shards,
+                &c.blocking,
+                &c.writes_blocking,
+            ]
+            .map(|n| n.load(Ordering::Relaxed))
+        };
+        let before = served(self);
+        self.play_round();
+        for (i, n) in served(self).into_iter().enumerate() {
+            SERVED[i].fetch_add(n - before[i], Ordering::Relaxed);
+        }
+    }
+
+    fn play_round(&mut self) {
+        let tl = self.timeline.clone().expect("a life on a shard");
+        let heard: Heard = Default::default();
+        let mut asked: BTreeMap<usize, Asked> = BTreeMap::new();
+        let n = self.rng.gen_range(1..=16);
+        trace!(self, "round of {n} requests on the shard");
+        let mut given = 0;
+        loop {
+            self.hear(&heard, &mut asked);
+            if self.cut_now() {
+                trace!(
+                    self,
+                    "the power went with {} requests in flight",
+                    asked.len()
+                );
+                for a in asked.into_values() {
+                    if let Asked::Write { b0, data } = a {
+                        for (k, v) in data.chunks(BLOCK).enumerate() {
+                            self.model.maybe_wrote(b0 + k, v);
+                        }
+                    }
+                }
+                return;
+            }
+            let st = self.stepped.as_mut().expect("made above");
+            let (pending, busy, queued) = (tl.pending(), st.busy(), st.blocking_queued());
+            let r = self.rng.gen_range(0..100);
+            if given < n && (r < 35 || (pending == 0 && queued == 0)) {
+                self.give(given, &heard, &mut asked);
+                given += 1;
+            } else if pending > 0 && r >= 98 {
+                self.disk_fails_in_flight();
+            } else if pending > 0 && (93..95).contains(&r) && self.cut_allowed() {
+                trace!(self, "  the power goes");
+                self.power.off.store(true, Ordering::SeqCst);
+            } else if pending > 0 && r >= 95 && self.may_flush_in_flight() {
+                // Covers the writes answered so far; those in flight may
+                // land before it or after.
+                trace!(self, "  a flush, with member I/O in flight");
+                self.flush();
+            } else if pending > 0 {
+                let i = self.rng.gen_range(0..pending);
+                tl.complete(i);
+            } else if queued > 0 && !busy {
+                trace!(self, "  a request on the blocking path");
+                self.stepped.as_mut().expect("made above").run_blocking();
+            } else {
+                assert!(
+                    !busy,
+                    "seed {}: the shard holds requests with no member I/O in flight",
+                    self.seed
+                );
+                assert!(
+                    asked.is_empty(),
+                    "seed {}: requests {:?} never answered",
+                    self.seed,
+                    asked.keys().collect::<Vec<_>>()
+                );
+                return;
+            }
+            self.stepped.as_mut().expect("made above").turn();
+        }
+    }
+
+    /// Gives request `id`: a read or a write of 1 to 4 blocks (a write
+    /// that would overlap one in flight reads instead: writes in flight
+    /// together have no order, and the model keeps one value per block).
+    fn give(&mut self, id: usize, heard: &Heard, asked: &mut BTreeMap<usize, Asked>) {
+        let blocks = self.blocks();
+        // Most of them one block: inside one chunk, which the shard serves
+        // on every level (more cross a chunk, and may cross a stripe, which
+        // the blocking path serves).
+        let nb = match self.rng.gen_bool(0.75) {
+            true => 1,
+            false => self.rng.gen_range(2..=4).min(blocks),
+        };
+        let b0 = self.rng.gen_range(0..=blocks - nb);
+        let overlaps = |x0: usize, xn: usize| x0 < b0 + nb && b0 < x0 + xn;
+        let writing = asked.values().any(|a| match a {
+            Asked::Write { b0: x0, data } => overlaps(*x0, data.len() / BLOCK),
+            Asked::Read { .. } => false,
+        });
+        let st = self.stepped.as_ref().expect("made by the round");
+        let h = heard.clone();
+        let done = Box::new(move |r| h.lock().unwrap().push((id, r)));
+        if self.rng.gen_bool(0.6) && !writing {
+            let mut data = vec![0u8; nb * BLOCK];
+            self.rng.fill(&mut data[..]);
+            trace!(
+                self,
+                "  {id}: write blocks {b0}..{}: {:02x?}",
+                b0 + nb,
+                data.chunks(BLOCK)
+                    .map(|c| c[..4].to_vec())
+                    .collect::<Vec<_>>()
+            );
+            // Reads in flight over these blocks may return them too.
+            for a in asked.values_mut() {
+                if let Asked::Read { b0: r0, may } = a {
+                    for (k, m) in may.iter_mut().enumerate() {
+                        let b = *r0 + k;
+                        if (b0..b0 + nb).contains(&b) {
+                            m.push(data[(b - b0) * BLOCK..(b - b0 + 1) * BLOCK].to_vec());
+                        }
+                    }
+                }
+            }
+            let mut buf = AlignedBuf::new(data.len());
+            buf.copy_from_slice(&data);
+            st.write((b0 * BLOCK) as u64, buf, done);
+            asked.insert(id, Asked::Write { b0, data });
+        } else {
+            trace!(self, "  {id}: read blocks {b0}..{}", b0 + nb);
+            let may = (b0..b0 + nb)
+                .map(|b| {
+                    let mut m = vec![self.model.now[b].clone()];
+                    for a in asked.values() {
+                        if let Asked::Write { b0: w0, data } = a {
+                            if (*w0..*w0 + data.len() / BLOCK).contains(&b) {
+                                m.push(data[(b - w0) * BLOCK..(b - w0 + 1) * BLOCK].to_vec());
+                            }
+                        }
+                    }
+                    m
+                })
+                .collect();
+            st.read((b0 * BLOCK) as u64, AlignedBuf::new(nb * BLOCK), done);
+            asked.insert(id, Asked::Read { b0, may });
+        }
+    }
+
+    /// Checks what the clients heard since the last look.
+    fn hear(&mut self, heard: &Heard, asked: &mut BTreeMap<usize, Asked>) {
+        let answers = std::mem::take(&mut *heard.lock().unwrap());
+        for (id, r) in answers {
+            let a = asked
+                .remove(&id)
+                .unwrap_or_else(|| panic!("seed {}: request {id} answered twice", self.seed));
+            let ok = r.is_ok();
+            trace!(
+                self,
+                "  {id}: answered, {}",
+                if ok { "ok" } else { "an error" }
+            );
+            match (a, r) {
+                (Asked::Write { b0, data }, r) => {
+                    for (k, v) in data.chunks(BLOCK).enumerate() {
+                        match r {
+                            Ok(_) => self.model.wrote(b0 + k, v),
+                            Err(_) => self.model.maybe_wrote(b0 + k, v),
+                        }
+                    }
+                    if let Err(e) = r {
+                        assert!(
+                            self.cut_now(),
+                            "seed {}: write {id} on the shard refused within redundancy: {e}",
+                            self.seed
+                        );
+                    }
+                }
+                (Asked::Read { b0, may }, Ok(buf)) => {
+                    for (k, m) in may.iter().enumerate() {
+                        let got = &buf[k * BLOCK..(k + 1) * BLOCK];
+                        assert!(
+                            m.iter().any(|v| v[..] == *got),
+                            "seed {}: read {id} on the shard: block {} holds {:02x?}, neither its last acknowledged write nor one in flight ({:02x?})",
+                            self.seed,
+                            b0 + k,
+                            &got[..4],
+                            m.iter().map(|v| v[..4].to_vec()).collect::<Vec<_>>()
+                        );
+                    }
+                }
+                (Asked::Read { .. }, Err(e)) => assert!(
+                    self.cut_now(),
+                    "seed {}: read {id} on the shard failed within redundancy: {e}",
+                    self.seed
+                ),
+            }
+        }
+    }
+
+    /// Whether a flush may run with writes in flight on the shard: only
+    /// where it cannot fail (no disk gone, no cut planned), as failing a
+    /// member waits for the writers in flight, which only this thread
+    /// moves. (The engine flushes on a thread of its own.)
+    fn may_flush_in_flight(&self) -> bool {
+        let planned = self.power.cut_planned();
+        !planned && !self.disks.iter().any(|d| d.st.lock().unwrap().vanished)
+    }
+
+    /// With member I/O in flight, an active member's disk vanishes or a
+    /// row of it goes bad (the array finds out from the I/O that meets
+    /// it): within what the level survives, and not with a cut planned
+    /// (see the life's rule on the write hole).
+    fn disk_fails_in_flight(&mut self) {
+        let planned = self.power.cut_planned();
+        if planned || self.weak_slots() >= self.tolerance() {
+            return;
+        }
+        let slots = self.a().slots();
+        let active: Vec<_> = slots
+            .iter()
+            .filter(|s| s.state == SlotState::Active)
+            .filter_map(|s| s.member.clone())
+            .collect();
+        if active.is_empty() {
+            return;
+        }
+        let name = &active[self.rng.gen_range(0..active.len())];
+        let d = self.disks.iter().find(|d| &d.name == name).unwrap().clone();
+        if self.rng.gen_bool(0.5) {
+            trace!(self, "  disk {name} vanishes");
+            d.st.lock().unwrap().vanished = true;
+        } else {
+            let row = self.rng.gen_range(0..self.rows);
+            let at = DATA_OFFSET + row * super::CHUNK;
+            trace!(self, "  disk {name} goes bad at row {row}");
+            d.st.lock().unwrap().bad.push((at, at + super::CHUNK));
+        }
+    }
+}

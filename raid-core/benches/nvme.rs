@@ -16,7 +16,8 @@
 //! Second table: reads and writes through the shards
 //! (`raid_core::shard::Engine`, one per core), queue depth being the I/Os
 //! kept in flight by one thread, against the bare drives driven the same
-//! way (each I/O started, its completion posted back by the drives' timer).
+//! way (each I/O started, its completion posted back by the drives' timer);
+//! then, for RAID5 and RAID6, reads with one drive failed.
 
 mod common;
 
@@ -169,10 +170,14 @@ fn bound(level: Level, write: bool) -> f64 {
 
 /// One table row: the array's sample `r` against the bare drives' `b`.
 fn print_row(level: Level, write: bool, qd: usize, r: &Sample, b: &Sample) {
-    let (ratio, bound) = (r.iops / b.iops, bound(level, write));
+    let job = if write { "4k randwrite" } else { "4k randread" };
+    print_job(level, job, bound(level, write), qd, r, b);
+}
+
+fn print_job(level: Level, job: &str, bound: f64, qd: usize, r: &Sample, b: &Sample) {
+    let ratio = r.iops / b.iops;
     println!(
-        "| {level} | 4k rand{} | {qd} | {:.0} | {:.0} | {ratio:.2}x | {bound:.2}x | {:.2} | {:.0} / {:.0} | {:.0} / {:.0} |",
-        if write { "write" } else { "read" },
+        "| {level} | {job} | {qd} | {:.0} | {:.0} | {ratio:.2}x | {bound:.2}x | {:.2} | {:.0} / {:.0} | {:.0} / {:.0} |",
         r.iops,
         b.iops,
         ratio / bound,
@@ -262,7 +267,7 @@ fn main() {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(cores);
-        let e = raid_core::shard::Engine::start(a, shards).unwrap();
+        let e = raid_core::shard::Engine::start(a.clone(), shards).unwrap();
         let array_start = |write: bool, off: u64, done: Box<dyn FnOnce() + Send>| {
             if write {
                 let mut b = AlignedBuf::new(BS);
@@ -296,6 +301,23 @@ fn main() {
                 );
                 let r = run_async(&|off, done| array_start(write, off, done), blocks, qd, dur);
                 print_row(level, write, qd, &r, &b);
+            }
+        }
+        // Degraded: one drive failed. A read of its chunks reads the
+        // stripe's other 7 instead, so a read costs 2 x 7/8 member reads on
+        // average: the bound is 8/14 of the bare drives.
+        if level != Level::Raid0 {
+            a.fail_member(0, false).unwrap();
+            let bound = MEMBERS as f64 / (2.0 * (MEMBERS - 1) as f64);
+            for &qd in &depths {
+                let b = run_async(
+                    &|off, done| bare_start(false, off, done),
+                    bare_blocks,
+                    qd,
+                    dur,
+                );
+                let r = run_async(&|off, done| array_start(false, off, done), blocks, qd, dur);
+                print_job(level, "4k randread, 1 drive failed", bound, qd, &r, &b);
             }
         }
         let c = e.counts();

@@ -101,8 +101,10 @@ fn file_members_on_the_shard_ring() {
         if io_path() == IoPath::IoUring {
             assert_eq!(on, 3000, "{level:?}: reads on the shards");
         }
-        // Degraded: reads of the lost member's chunks take the blocking
-        // path (reconstruction), the rest stay on the shards.
+        // Degraded: a read of a lost member's chunks inside one RAID5/6
+        // stripe is recovered on the shard from the stripe's other
+        // members; a mirror reads the other copy; a read across stripes
+        // takes the blocking path.
         if level != Level::Raid0 {
             a.fail_member(1, false).unwrap();
             // New data after the failure: a read served from the failed
@@ -110,9 +112,147 @@ fn file_members_on_the_shard_ring() {
             overwrite(&a, &mut model, 9);
             reads_match(&e, &model, 1000, 64, 3);
         }
+        if level == Level::Raid6 {
+            // Two chunks of a stripe lost: both recovered, from P and Q.
+            a.fail_member(4, false).unwrap();
+            overwrite(&a, &mut model, 10);
+            reads_match(&e, &model, 1000, 64, 4);
+        }
+        let degraded = e.counts().degraded_on_shards.load(Ordering::Relaxed);
+        if matches!(level, Level::Raid5 | Level::Raid6) && io_path() == IoPath::IoUring {
+            assert!(
+                degraded > 100,
+                "{level:?}: degraded reads on the shards: {degraded}"
+            );
+        }
         drop(e);
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A degraded RAID5 stripe's lost chunk is recovered from the others while
+/// writers change them: the read holds the stripe's lock from its first
+/// member read to its last, or it could combine a chunk already rewritten
+/// with parity not yet rewritten (data nobody wrote). Writers rewrite the
+/// other data chunks of a few stripes; the reads, on the shards, read the
+/// lost chunks, which keep what was first written.
+#[test]
+fn a_degraded_read_never_sees_a_stripe_half_written() {
+    let members: Vec<MemberRef> = (0..4)
+        .map(|i| {
+            let m = RamMember::new(format!("ram:half{i}"), DATA_OFFSET + DATA);
+            Arc::new(SlowWrites(m, Duration::from_micros(100 * i))) as MemberRef
+        })
+        .collect();
+    let a = array(Level::Raid5, members, "shard-half");
+    let model = fill(&a, 21);
+    let lost = 1;
+    a.fail_member(lost, false).unwrap();
+    let e = Engine::start(a.clone(), 2).unwrap();
+    // Stripes where the lost member held data: (first byte of the lost
+    // chunk, first bytes of the others).
+    let geo = a.geometry();
+    let stripes: Arc<Vec<(u64, Vec<u64>)>> = Arc::new(
+        (0..8u64)
+            .filter_map(|s| {
+                let map = geo.stripe_map(s);
+                let data = &map.members[..geo.data_chunks()];
+                let at = |i: usize| s * geo.stripe_data_bytes() + i as u64 * CHUNK;
+                let l = data.iter().position(|&m| m == lost)?;
+                let others = (0..data.len()).filter(|&i| i != l).map(at).collect();
+                Some((at(l), others))
+            })
+            .collect(),
+    );
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (a, stop, stripes) = (a.clone(), stop.clone(), stripes.clone());
+            std::thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(30 + t);
+                let mut b = AlignedBuf::new(4096);
+                while !stop.load(Ordering::Relaxed) {
+                    let (_, others) = &stripes[rng.gen_range(0..stripes.len())];
+                    let off = others[rng.gen_range(0..others.len())]
+                        + rng.gen_range(0..CHUNK / 4096) * 4096;
+                    rng.fill(&mut b[..]);
+                    a.write(off, &b).unwrap();
+                }
+            })
+        })
+        .collect();
+    let mut rng = SmallRng::seed_from_u64(22);
+    let (tx, rx) = mpsc::channel::<(u64, ReadResult)>();
+    let (n, depth) = (20_000, 64);
+    let (mut sent, mut got) = (0, 0);
+    while got < n {
+        while sent < n && sent - got < depth {
+            let (at, _) = stripes[rng.gen_range(0..stripes.len())];
+            let off = at + rng.gen_range(0..CHUNK / 4096) * 4096;
+            let tx = tx.clone();
+            let done = Box::new(move |r| tx.send((off, r)).unwrap());
+            e.read(off, AlignedBuf::new(4096), done);
+            sent += 1;
+        }
+        let (off, r) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a read completes");
+        let buf = r.unwrap_or_else(|err| panic!("read at {off}: {err}"));
+        assert!(
+            buf[..] == model[off as usize..off as usize + 4096],
+            "read at {off}: data nobody wrote"
+        );
+        got += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    if io_path() == IoPath::IoUring {
+        let degraded = e.counts().degraded_on_shards.load(Ordering::Relaxed);
+        assert!(degraded > 1000, "degraded reads on the shards: {degraded}");
+    }
+}
+
+/// RAM whose blocking writes land after a delay of its own: a blocking
+/// writer's data and parity writes of one stripe land that far apart.
+/// Reads and timed I/O are RAM's.
+struct SlowWrites(RamMember, Duration);
+
+impl raid_core::member::Member for SlowWrites {
+    fn identity(&self) -> &str {
+        self.0.identity()
+    }
+    fn device_key(&self) -> raid_core::member::DeviceKey {
+        self.0.device_key()
+    }
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        std::thread::sleep(self.1);
+        self.0.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.0.write_zeroes(offset, len)
+    }
+    fn timed(&self) -> bool {
+        true
+    }
+    fn start_timed(
+        &self,
+        op: raid_core::member::IoOp<'_>,
+        offset: u64,
+        done: Box<dyn FnOnce() + Send>,
+    ) -> Option<std::io::Result<()>> {
+        self.0.start_timed(op, offset, done)
+    }
 }
 
 /// Rewrites a quarter of the array (random 64 KiB pieces) through the

@@ -3,7 +3,11 @@
 //! lose power at any I/O, vanish, or return EIO on a range, and an operator
 //! who fails, replaces, rebuilds and scrubs at random moments, between
 //! random writes, reads and flushes. Everything runs on the test's thread
-//! in a fixed order, so a seed replays exactly.
+//! in a fixed order, so a seed replays exactly, with one exception: the
+//! array flushes its members on a thread each, so where a planned cut
+//! lands inside a flush, which disks flushed before it is the scheduler's
+//! choice (kept: a cut between two members' flushes is a case worth
+//! having).
 //!
 //! Invariants, checked against a model of the array's contents:
 //! - every read returns the last acknowledged write (no cut since);
@@ -720,6 +724,11 @@ fn simulated_lives_on_a_shard() {
 
 /// Every seed's life (or the one SIM_SEED names), on a shard or not.
 fn lives(on_shard: bool) {
+    if on_shard && raid_core::member::io_path() != raid_core::member::IoPath::IoUring {
+        // The shard makes an io_uring (unused by these disks' timed I/O).
+        eprintln!("skipped: no io_uring here (kernel, seccomp policy or RAID_NO_URING=1)");
+        return;
+    }
     if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|v| v.parse().ok()) {
         let trace = std::env::var("SIM_TRACE").is_ok_and(|v| v == "1");
         if std::env::var("SIM_SHARD").is_ok_and(|v| v == "1") == on_shard {
@@ -742,13 +751,15 @@ fn lives(on_shard: bool) {
                 })
         })
         .collect();
-    if on_shard && failed.is_empty() {
-        let [reads, writes, reads_b, writes_b] =
+    // A run of many lives that served none of these on the shard tested
+    // nothing of it (a few lives may well not).
+    if on_shard && failed.is_empty() && seeds().end - seeds().start >= 1000 {
+        let [reads, writes, reads_b, writes_b, degraded] =
             shards::SERVED.each_ref().map(|n| n.load(Ordering::Relaxed));
-        eprintln!("served on the shard: {reads} reads, {writes} writes; on the blocking path: {reads_b} reads, {writes_b} writes");
+        eprintln!("served on the shard: {reads} reads ({degraded} degraded), {writes} writes; on the blocking path: {reads_b} reads, {writes_b} writes");
         assert!(
-            reads > 0 && writes > 0,
-            "the shard served no read or no write"
+            reads > 0 && writes > 0 && degraded > 0,
+            "the shard served no read, no degraded read or no write"
         );
     }
     if let Some((seed, msg)) = failed.first() {

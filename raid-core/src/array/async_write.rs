@@ -92,8 +92,9 @@ enum Shape {
 
 /// The write's hold on the array, given up when dropped: out of
 /// `unjournaled` first, then the stripe's (chunk's) lock, then the write
-/// intent (the blocking path's order).
-struct Guards {
+/// intent (the blocking path's order). A degraded read on a shard holds
+/// only a stripe's lock (`Guards::stripe_lock`).
+pub(super) struct Guards {
     array: Arc<Array>,
     /// The lock's key (`Array::write_lock_key`).
     lock: Option<u64>,
@@ -102,6 +103,16 @@ struct Guards {
 }
 
 impl Guards {
+    /// Lock `key` (`Array::write_lock_key`), if no one holds it.
+    pub(super) fn stripe_lock(array: &Arc<Array>, key: u64) -> Option<Guards> {
+        array.locks.try_lock_raw(key).then(|| Guards {
+            array: array.clone(),
+            lock: Some(key),
+            intent: None,
+            in_flight: None,
+        })
+    }
+
     fn leave_in_flight(&mut self) {
         if let Some(p) = self.in_flight.take() {
             self.array.unjournaled.leave(p);
@@ -113,8 +124,8 @@ impl Drop for Guards {
     fn drop(&mut self) {
         self.leave_in_flight();
         if let Some(s) = self.lock.take() {
-            // SAFETY: taken with `try_lock_raw` in `AsyncWrite::start`,
-            // and `take` makes this the one release.
+            // SAFETY: taken with `try_lock_raw` (`AsyncWrite::start`,
+            // `Guards::stripe_lock`), and `take` makes this the one release.
             unsafe { self.array.locks.unlock_raw(s) };
         }
         if let Some(r) = self.intent.take() {

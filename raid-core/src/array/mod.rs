@@ -10,6 +10,7 @@ mod assemble;
 pub(crate) mod async_write;
 mod bitmap;
 mod block_io;
+pub(crate) mod degraded_read;
 mod events;
 mod failing;
 mod hot_replace;

@@ -78,6 +78,9 @@ const BLOCKING_THREADS: usize = FALLBACK_THREADS + 2;
 #[derive(Default, Debug)]
 pub struct Counts {
     pub on_shards: AtomicU64,
+    /// Reads served on the shards that recovered a chunk (counted in
+    /// `on_shards` too).
+    pub degraded_on_shards: AtomicU64,
     pub blocking: AtomicU64,
     pub writes_on_shards: AtomicU64,
     pub writes_blocking: AtomicU64,

@@ -4,6 +4,7 @@
 
 use super::{ReadJob, WriteDone};
 use crate::array::async_write::AsyncWrite;
+use crate::array::degraded_read::DegradedRead;
 use crate::array::DirectPiece;
 use crate::member::MemberRef;
 use crate::stats::Started;
@@ -18,8 +19,11 @@ pub(super) enum Op {
 
 /// A read in flight on a shard.
 pub(super) struct ReadOp {
-    /// The request, its buffer the pieces' destination.
+    /// The request, its buffer the pieces' destination (unless degraded).
     pub(super) job: ReadJob,
+    /// A degraded read: the pieces land in its own buffer, from which
+    /// the request's bytes are recovered once all are in.
+    pub(super) degraded: Option<DegradedRead>,
     /// The member table the read was planned on: keeps its devices open.
     pub(super) handles: Arc<Vec<MemberRef>>,
     pub(super) pieces: Vec<DirectPiece>,

@@ -1,14 +1,17 @@
 //! Reads on a shard: one member read per chunk the request touches, all
 //! in flight together into the request's buffer, on the ring or as timed
-//! I/O. A read with a chunk that has no readable copy, of more than
-//! `MAX_IOS` chunks, on a member that can do neither, or one whose member
-//! erred or came back empty, goes to
-//! the blocking path (which reconstructs, and fails the member that
-//! erred); nothing is answered until every piece is in.
+//! I/O. A RAID5/6 read inside one stripe with a chunk that has no
+//! readable member reads the stripe's other chunks instead, and recovers
+//! it (`array::degraded_read`). Any other read with a chunk that has no
+//! readable copy, one of more than `MAX_IOS` chunks, on a member that can
+//! do neither, or one whose member erred or came back empty, goes to the
+//! blocking path (which reconstructs, and fails the member that erred);
+//! nothing is answered until every piece is in.
 
 use super::event_loop::{io_end, non_blocking, ud, IoEnd, Shard, MAX_IOS};
 use super::ops::{Op, ReadOp};
 use super::{answer, Fallback, ReadJob};
+use crate::array::degraded_read::DegradedRead;
 use crate::member::MemberRef;
 use crate::stats::Started;
 use std::sync::atomic::Ordering;
@@ -16,18 +19,27 @@ use std::sync::atomic::Ordering;
 impl Shard {
     /// Starts a read on this shard, or hands it to the blocking path.
     pub(super) fn start_read(&mut self, job: ReadJob) {
-        let plan = self.array.direct_read(job.offset, job.buf.len() as u64);
-        let Some(plan) = plan.filter(|p| {
-            p.pieces.len() <= MAX_IOS
-                && p.pieces
-                    .iter()
-                    .all(|x| non_blocking(p.handles[x.slot].as_ref()))
-        }) else {
-            return self.read_to_fallback(job, None);
+        let len = job.buf.len() as u64;
+        let (plan, degraded) = match self.array.direct_read(job.offset, len) {
+            Some(p) => (p, None),
+            None => match DegradedRead::start(&self.array, job.offset, len, non_blocking) {
+                Some((p, d)) => (p, Some(d)),
+                None => return self.read_to_fallback(job, None),
+            },
         };
+        let fits = plan.pieces.len() <= MAX_IOS
+            && plan
+                .pieces
+                .iter()
+                .all(|x| non_blocking(plan.handles[x.slot].as_ref()));
+        if !fits {
+            drop(degraded);
+            return self.read_to_fallback(job, None);
+        }
         let n = plan.pieces.len();
         let op = ReadOp {
             job,
+            degraded,
             handles: plan.handles,
             pieces: plan.pieces,
             moved: vec![0; n],
@@ -55,11 +67,15 @@ impl Shard {
         let p = op.pieces[i];
         let m = op.handles[p.slot].clone();
         let from = op.moved[i];
-        assert!(p.pos + p.len <= op.job.buf.len());
+        let into = match &mut op.degraded {
+            Some(d) => d.scratch(),
+            None => &mut op.job.buf,
+        };
+        assert!(p.pos + p.len <= into.len());
         // A pointer into the buffer, not a slice of it: other pieces are
         // being written into the same buffer meanwhile.
         // SAFETY: in bounds (checked above).
-        let ptr = unsafe { op.job.buf.as_mut_ptr().add(p.pos + from) };
+        let ptr = unsafe { into.as_mut_ptr().add(p.pos + from) };
         let len = p.len - from;
         // SAFETY: the buffer belongs to the read in slab entry `k` (heap
         // memory that does not move), which stays there until every
@@ -93,21 +109,31 @@ impl Shard {
         let Op::Read(op) = self.remove(k) else {
             unreachable!("a read")
         };
-        match (op.failed, op.short) {
-            (Some((slot, e)), _) => {
-                let m = op.handles[slot].clone();
-                self.read_to_fallback(op.job, Some((slot, m, e)));
-            }
-            (None, true) => self.read_to_fallback(op.job, None),
-            (None, false) => {
-                self.array.count_direct_read(op.job.buf.len(), op.started);
-                self.blocking
-                    .counts
-                    .on_shards
-                    .fetch_add(1, Ordering::Relaxed);
-                answer(op.job.done, Ok(op.job.buf));
+        let ReadOp {
+            mut job,
+            degraded,
+            handles,
+            failed,
+            short,
+            started,
+            ..
+        } = *op;
+        if failed.is_some() || short {
+            // The stripe's lock goes before the blocking path reads it.
+            drop(degraded);
+            let failed = failed.map(|(slot, e)| (slot, handles[slot].clone(), e));
+            return self.read_to_fallback(job, failed);
+        }
+        let counts = &self.blocking.counts;
+        if let Some(d) = degraded {
+            counts.degraded_on_shards.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = d.finish(&self.array, &mut job.buf) {
+                return answer(job.done, Err(e));
             }
         }
+        self.array.count_direct_read(job.buf.len(), started);
+        counts.on_shards.fetch_add(1, Ordering::Relaxed);
+        answer(job.done, Ok(job.buf));
     }
 
     fn read_to_fallback(&self, job: ReadJob, failed: Option<(usize, MemberRef, std::io::Error)>) {

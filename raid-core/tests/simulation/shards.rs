@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 
 /// Reads and writes the shards served themselves, over every life of
 /// the run: a run in which they served none tested nothing of them.
-pub(super) static SERVED: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+pub(super) static SERVED: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 
 /// Answers the round's clients heard, by request, in the order answered.
 type Heard = Arc<Mutex<Vec<(usize, Result<AlignedBuf, ArrayError>)>>>;
@@ -55,6 +55,7 @@ impl World {
                 &c.writes_on_shards,
                 &c.blocking,
                 &c.writes_blocking,
+                &c.degraded_on_shards,
             ]
             .map(|n| n.load(Ordering::Relaxed))
         };
@@ -248,12 +249,22 @@ impl World {
     }
 
     /// Whether a flush may run with writes in flight on the shard: only
-    /// where it cannot fail (no disk gone, no cut planned), as failing a
+    /// where it cannot fail (no member's disk gone, no cut planned), as failing a
     /// member waits for the writers in flight, which only this thread
     /// moves. (The engine flushes on a thread of its own.)
     fn may_flush_in_flight(&self) -> bool {
         let planned = self.power.cut_planned();
-        !planned && !self.disks.iter().any(|d| d.st.lock().unwrap().vanished)
+        let members: Vec<String> = self
+            .a()
+            .slots()
+            .into_iter()
+            .filter_map(|s| s.member)
+            .collect();
+        let gone = self
+            .disks
+            .iter()
+            .any(|d| members.contains(&d.name) && d.st.lock().unwrap().vanished);
+        !planned && !gone
     }
 
     /// With member I/O in flight, an active member's disk vanishes or a

@@ -102,9 +102,10 @@ impl Array {
     }
 
     /// Counts a read the shards served from their members (each member's
-    /// own I/O is counted where it completed), from `t`.
-    pub(crate) fn count_direct_read(&self, len: usize, t: Started) {
-        self.client_io.read.record(len as u64, t.took(), true);
+    /// own I/O is counted where it completed), from `t`; `ok`: whether it
+    /// was answered with its data.
+    pub(crate) fn count_direct_read(&self, len: usize, t: Started, ok: bool) {
+        self.client_io.read.record(len as u64, t.took(), ok);
     }
 
     /// A `direct_read` member returned an error: it is failed (if its slot

@@ -20,8 +20,9 @@ use std::sync::Arc;
 
 /// Ring entries per shard, and the member I/Os in flight on its ring at
 /// which it starts no new request (those wait in its inbox). A write's
-/// later steps may go past it: their entries wait in `overflow` for room
-/// in the submission queue.
+/// later steps, and a degraded read (one read per member of the stripe,
+/// where it was counted for one per chunk asked), may go past it: their
+/// entries wait in `overflow` for room in the submission queue.
 pub(super) const RING: u32 = 256;
 /// user_data of the eventfd read that wakes a sleeping shard.
 const WAKE: u64 = u64::MAX;
@@ -105,9 +106,10 @@ impl Drop for Shard {
     /// (only by a panic in its own code) leaks their buffers: the kernel
     /// may still write into them after the ring is closed. The writes in
     /// flight then keep their stripes' locks and their count in
-    /// `unjournaled` for good: the array stops taking writes to those
-    /// stripes, and member failures wait, rather than let another writer
-    /// in while these may still land.
+    /// `unjournaled` for good, and degraded reads their stripes' locks:
+    /// the array stops taking writes to those stripes (and reads that
+    /// must recover them), and member failures wait, rather than let
+    /// another writer in while these may still land.
     fn drop(&mut self) {
         if self.on_ring > 0 || self.armed {
             std::mem::forget(std::mem::take(&mut self.slab));

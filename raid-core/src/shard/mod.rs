@@ -8,7 +8,10 @@
 //! on a member with a file descriptor a read SQE on the shard's ring, on
 //! a member that completes I/O at a time of its own (`Member::start_timed`:
 //! the simulated drive, from its timer thread; RAM, as it starts) started
-//! and its completion posted back to the shard.
+//! and its completion posted back to the shard. A RAID5/6 read inside one
+//! stripe with a chunk that has no readable member is served there too:
+//! the stripe's other chunks read under its lock, the missing one
+//! recovered on the shard's thread (`array::degraded_read`).
 //!
 //! A write inside one RAID5/6 stripe (or one RAID0/1/10 chunk) whose
 //! members are all readable is a state machine the stripe's shard runs (`write.rs`, the rules in `array::async_write`): its reads, then
@@ -17,8 +20,8 @@
 //! of the shard's writes holds wait behind it and start when it ends
 //! (writes in flight together have no order among them, as on a drive).
 //!
-//! Every other request (degraded, writes across stripes or chunks, reads
-//! of more than 256 chunks, on a member that can do neither, one whose
+//! Every other request (degraded writes, degraded reads across stripes,
+//! writes across stripes or chunks, reads of more than 256 chunks, on a member that can do neither, one whose
 //! member erred, one that would have to wait for a lock, a bitmap write,
 //! a journal record or the first write since clean) goes to a small pool of
 //! threads running the blocking `Array::read` / `Array::write`, so each

@@ -126,12 +126,13 @@ impl Shard {
         }
         let counts = &self.blocking.counts;
         if let Some(d) = degraded {
-            counts.degraded_on_shards.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = d.finish(&self.array, &mut job.buf) {
+                self.array.count_direct_read(job.buf.len(), started, false);
                 return answer(job.done, Err(e));
             }
+            counts.degraded_on_shards.fetch_add(1, Ordering::Relaxed);
         }
-        self.array.count_direct_read(job.buf.len(), started);
+        self.array.count_direct_read(job.buf.len(), started, true);
         counts.on_shards.fetch_add(1, Ordering::Relaxed);
         answer(job.done, Ok(job.buf));
     }

@@ -17,7 +17,8 @@
 //! (`raid_core::shard::Engine`, one per core), queue depth being the I/Os
 //! kept in flight by one thread, against the bare drives driven the same
 //! way (each I/O started, its completion posted back by the drives' timer);
-//! then, for RAID5 and RAID6, reads with one drive failed.
+//! then 4 KiB sequential writes (what waits for a stripe merges), and for
+//! RAID5 and RAID6 reads with one drive failed.
 
 mod common;
 
@@ -123,19 +124,26 @@ fn run(t: &dyn Target, write: bool, qd: usize, dur: Duration) -> Sample {
 
 /// Keeps `qd` I/Os in flight from this one thread for `dur`: `start(off,
 /// done)` starts one at `off` and `done` is called at its completion.
+/// Offsets at random, or one after another (`seq`) from block 0.
 fn run_async(
     start: &dyn Fn(u64, Box<dyn FnOnce() + Send>),
     blocks: u64,
     qd: usize,
     dur: Duration,
+    seq: bool,
 ) -> Sample {
     let (tx, rx) = std::sync::mpsc::channel::<u32>();
     let mut rng = SmallRng::seed_from_u64(qd as u64 + 11);
+    let next = std::cell::Cell::new(0u64);
     let issue = |rng: &mut SmallRng| {
         let tx = tx.clone();
         let t0 = Instant::now();
+        let block = match seq {
+            true => next.replace((next.get() + 1) % blocks),
+            false => rng.gen_range(0..blocks),
+        };
         start(
-            rng.gen_range(0..blocks) * BS as u64,
+            block * BS as u64,
             Box::new(move || {
                 let _ = tx.send(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
             }),
@@ -298,10 +306,38 @@ fn main() {
                     bare_blocks,
                     qd,
                     dur,
+                    false,
                 );
-                let r = run_async(&|off, done| array_start(write, off, done), blocks, qd, dur);
+                let r = run_async(
+                    &|off, done| array_start(write, off, done),
+                    blocks,
+                    qd,
+                    dur,
+                    false,
+                );
                 print_row(level, write, qd, &r, &b);
             }
+        }
+        // Small sequential writes: what waits for a stripe merges into the
+        // write ahead of it, a full stripe at best ((N - parity) / N of the
+        // bare drives' rate).
+        let full = (MEMBERS - level.parity_chunks()) as f64 / MEMBERS as f64;
+        for &qd in &depths {
+            let b = run_async(
+                &|off, done| bare_start(true, off, done),
+                bare_blocks,
+                qd,
+                dur,
+                true,
+            );
+            let r = run_async(
+                &|off, done| array_start(true, off, done),
+                blocks,
+                qd,
+                dur,
+                true,
+            );
+            print_job(level, "4k seqwrite", full, qd, &r, &b);
         }
         // Degraded: one drive failed. A read of its chunks reads the
         // stripe's other 7 instead, so a read costs 2 x 7/8 member reads on
@@ -315,8 +351,15 @@ fn main() {
                     bare_blocks,
                     qd,
                     dur,
+                    false,
                 );
-                let r = run_async(&|off, done| array_start(false, off, done), blocks, qd, dur);
+                let r = run_async(
+                    &|off, done| array_start(false, off, done),
+                    blocks,
+                    qd,
+                    dur,
+                    false,
+                );
                 print_job(level, "4k randread, 1 drive failed", bound, qd, &r, &b);
             }
         }

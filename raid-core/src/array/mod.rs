@@ -82,6 +82,49 @@ pub enum ArrayError {
     Invalid(String),
 }
 
+impl ArrayError {
+    /// The same error for another request that shared the operation that
+    /// met it (writes merged into one): a copy, its I/O error rebuilt from
+    /// its kind and text; the engine's own errors as their text.
+    pub fn again(&self) -> ArrayError {
+        use ArrayError::*;
+        match self {
+            Unaligned { offset, len } => Unaligned {
+                offset: *offset,
+                len: *len,
+            },
+            OutOfRange {
+                offset,
+                len,
+                capacity,
+            } => OutOfRange {
+                offset: *offset,
+                len: *len,
+                capacity: *capacity,
+            },
+            Failed { name, detail } => Failed {
+                name: name.clone(),
+                detail: detail.clone(),
+            },
+            Member { member, source } => Member {
+                member: member.clone(),
+                source: io::Error::new(source.kind(), source.to_string()),
+            },
+            NoSpace { name, member } => NoSpace {
+                name: name.clone(),
+                member: member.clone(),
+            },
+            Refused { rule, detail } => Refused {
+                rule: *rule,
+                detail: detail.clone(),
+            },
+            Assembly(s) => Assembly(s.clone()),
+            Invalid(s) => Invalid(s.clone()),
+            Geometry(_) | Parity(_) => Invalid(self.to_string()),
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, ArrayError>;
 
 /// What the array reports about itself.

@@ -37,6 +37,7 @@
 //! the write goes to the blocking path, which waits for it).
 
 mod event_loop;
+mod merge;
 mod ops;
 mod read;
 mod stepped;
@@ -87,6 +88,9 @@ pub struct Counts {
     pub blocking: AtomicU64,
     pub writes_on_shards: AtomicU64,
     pub writes_blocking: AtomicU64,
+    /// Writes that waited for their stripe and were merged into the
+    /// write of another (`merge.rs`): each merged write counts once above.
+    pub writes_merged: AtomicU64,
     /// Shard writes whose member writes erred, ended on a blocking thread
     /// (counted in `writes_on_shards` too).
     pub write_errors: AtomicU64,

@@ -51,10 +51,12 @@ impl Shard {
     }
 
     /// A write of this shard's gave up lock `key` (or handed it to the
-    /// thread that ends it): the writes waiting for it start again, in
-    /// order; the first that takes the lock has the others wait behind it.
+    /// thread that ends it): the writes waiting for it start again, those
+    /// that meet merged (`merge.rs`); the first that takes the lock has
+    /// the others wait behind it.
     fn release(&mut self, key: Option<u64>) {
-        for job in key.and_then(|k| self.held.remove(&k)).unwrap_or_default() {
+        let waiting = key.and_then(|k| self.held.remove(&k)).unwrap_or_default();
+        for job in super::merge::runs(waiting, &self.blocking.counts) {
             self.start_write(job);
         }
     }

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 
 /// Reads and writes the shards served themselves, over every life of
 /// the run: a run in which they served none tested nothing of them.
-pub(super) static SERVED: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+pub(super) static SERVED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
 
 /// Answers the round's clients heard, by request, in the order answered.
 type Heard = Arc<Mutex<Vec<(usize, Result<AlignedBuf, ArrayError>)>>>;
@@ -56,6 +56,7 @@ impl World {
                 &c.blocking,
                 &c.writes_blocking,
                 &c.degraded_on_shards,
+                &c.writes_merged,
             ]
             .map(|n| n.load(Ordering::Relaxed))
         };
@@ -142,7 +143,16 @@ impl World {
             true => 1,
             false => self.rng.gen_range(2..=4).min(blocks),
         };
-        let b0 = self.rng.gen_range(0..=blocks - nb);
+        // Some follow the request before (a stream: writes of one stripe
+        // waiting together, which the shard merges).
+        let next = asked.values().last().map(|a| match a {
+            Asked::Write { b0, data } => b0 + data.len() / BLOCK,
+            Asked::Read { b0, may } => b0 + may.len(),
+        });
+        let b0 = match next {
+            Some(n) if n + nb <= blocks && self.rng.gen_bool(0.5) => n,
+            _ => self.rng.gen_range(0..=blocks - nb),
+        };
         let overlaps = |x0: usize, xn: usize| x0 < b0 + nb && b0 < x0 + xn;
         let writing = asked.values().any(|a| match a {
             Asked::Write { b0: x0, data } => overlaps(*x0, data.len() / BLOCK),

@@ -57,6 +57,16 @@ impl Array {
             Level::Raid0 => None,
         }
     }
+
+    /// Whether a write of `len` bytes at `offset` is well formed (whole
+    /// blocks, inside the array, not empty) and lies inside lock `key`'s
+    /// stripe (chunk): the writes a shard may merge (`shard/merge.rs`).
+    pub(crate) fn inside_lock(&self, key: u64, offset: u64, len: u64) -> bool {
+        len > 0
+            && self.check_range(offset, len).is_ok()
+            && self.write_lock_key(offset) == Some(key)
+            && self.write_lock_key(offset + len - 1) == Some(key)
+    }
 }
 
 /// What a write needs next.

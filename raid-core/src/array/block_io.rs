@@ -108,6 +108,15 @@ impl Array {
         self.client_io.read.record(len as u64, t.took(), ok);
     }
 
+    /// Counts `n` client writes that were merged into another's (which
+    /// was counted, with all their bytes, where it ran): the operations
+    /// only, untimed (`shard/merge.rs`).
+    pub(crate) fn count_merged_writes(&self, n: u64, ok: bool) {
+        for _ in 0..n {
+            self.client_io.write.record(0, None, ok);
+        }
+    }
+
     /// A `direct_read` member returned an error: it is failed (if its slot
     /// still holds it), as the blocking fast path does.
     pub(crate) fn direct_read_failed(&self, slot: usize, m: &MemberRef, e: &io::Error) {

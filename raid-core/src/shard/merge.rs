@@ -9,51 +9,76 @@
 //! buffer back, or with the merged write's error. Writes in flight together
 //! have no order among them (as on a drive), so the ones that do not
 //! overlap may land as one; where any two waiting writes overlap, none are
-//! merged and they start in arrival order, as before.
+//! merged and they start in arrival order, as before. Only well-formed
+//! writes that stay inside the lock's stripe (chunk) merge: a bad request
+//! gets its own answer, and does not make its neighbours' bad or good.
+//!
+//! Runs start oldest first (the run holding the write that has waited
+//! longest), and the others wait again in that order, so a stream of
+//! writes to one part of a stripe cannot keep another waiting for ever.
 
 use super::{answer, Counts, WriteDone, WriteJob};
+use crate::array::Array;
 use crate::buf::AlignedBuf;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-/// `jobs` (in arrival order) as the writes to start: each run of two or
-/// more that follow one another in the array merged into one.
-pub(super) fn runs(jobs: VecDeque<WriteJob>, counts: &Counts) -> Vec<WriteJob> {
-    let mut by_offset: Vec<WriteJob> = jobs.into();
-    if by_offset.len() < 2 {
-        return by_offset;
-    }
-    let mut order: Vec<usize> = (0..by_offset.len()).collect();
-    order.sort_by_key(|&i| by_offset[i].offset);
+/// `jobs` (oldest first) as the writes to start, oldest first: each run of
+/// two or more that `fits` allows and that follow one another in the array
+/// merged into one.
+pub(super) fn runs(
+    jobs: VecDeque<WriteJob>,
+    fits: impl Fn(&WriteJob) -> bool,
+    merged_into: &dyn Fn(usize, Vec<WriteJob>) -> WriteJob,
+) -> Vec<WriteJob> {
+    let jobs: Vec<WriteJob> = jobs.into();
     let end = |j: &WriteJob| j.offset + j.data.len() as u64;
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| (jobs[i].offset, end(&jobs[i])));
     let overlap = order
         .windows(2)
-        .any(|w| end(&by_offset[w[0]]) > by_offset[w[1]].offset);
-    if overlap {
-        return by_offset;
+        .any(|w| end(&jobs[w[0]]) > jobs[w[1]].offset);
+    if jobs.len() < 2 || overlap {
+        return jobs;
     }
-    by_offset.sort_by_key(|j| j.offset);
-    let mut out: Vec<WriteJob> = Vec::new();
-    let mut run: Vec<WriteJob> = Vec::new();
-    for j in by_offset {
-        if run.last().is_some_and(|l| end(l) != j.offset) {
-            out.push(merged(std::mem::take(&mut run), counts));
+    // Runs by offset, each as the arrival indices of its writes.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for &i in &order {
+        let joins = groups.last().is_some_and(|g| {
+            let last = &jobs[*g.last().expect("not empty")];
+            fits(last) && fits(&jobs[i]) && end(last) == jobs[i].offset
+        });
+        match joins {
+            true => groups.last_mut().expect("checked").push(i),
+            false => groups.push(vec![i]),
         }
-        run.push(j);
     }
-    out.push(merged(run, counts));
-    out
+    // Oldest first: by the earliest arrival in each run.
+    groups.sort_by_key(|g| g.iter().min().copied());
+    let mut slots: Vec<Option<WriteJob>> = jobs.into_iter().map(Some).collect();
+    groups
+        .into_iter()
+        .map(|g| {
+            let mut run: Vec<WriteJob> = g
+                .iter()
+                .map(|&i| slots[i].take().expect("each write in one run"))
+                .collect();
+            match run.len() {
+                1 => run.pop().expect("one"),
+                n => merged_into(n, run),
+            }
+        })
+        .collect()
 }
 
-/// One write of `run` (non-empty, each starting where the last ended),
-/// whose completion answers each of them; a run of one as it is.
-fn merged(mut run: Vec<WriteJob>, counts: &Counts) -> WriteJob {
-    if run.len() == 1 {
-        return run.pop().expect("one");
-    }
-    counts
-        .writes_merged
-        .fetch_add(run.len() as u64 - 1, Ordering::Relaxed);
+/// One write of `run` (two or more, each starting where the last ended),
+/// whose completion answers each of them: Ok with its own buffer, or the
+/// merged write's error. Counted as the writes they are in the array's
+/// client statistics (the merged write counts once where it runs).
+pub(super) fn merged(run: Vec<WriteJob>, array: &Arc<Array>, counts: &Counts) -> WriteJob {
+    let n = run.len() as u64;
+    counts.writes_merged.fetch_add(n - 1, Ordering::Relaxed);
     let offset = run[0].offset;
     let len = run.iter().map(|j| j.data.len()).sum();
     let mut data = AlignedBuf::new(len);
@@ -64,18 +89,87 @@ fn merged(mut run: Vec<WriteJob>, counts: &Counts) -> WriteJob {
         at += j.data.len();
         parts.push((j.done, j.data));
     }
-    let done: WriteDone = Box::new(move |r| match r {
-        Ok(_) => {
-            for (d, b) in parts {
-                answer(d, Ok(b));
+    let array = array.clone();
+    let done: WriteDone = Box::new(move |r| {
+        array.count_merged_writes(n - 1, r.is_ok());
+        match r {
+            Ok(_) => {
+                for (d, b) in parts {
+                    answer(d, Ok(b));
+                }
             }
-        }
-        Err(e) => {
-            let copies: Vec<_> = (1..parts.len()).map(|_| e.again()).collect();
-            for ((d, _), e) in parts.into_iter().zip(std::iter::once(e).chain(copies)) {
-                answer(d, Err(e));
+            Err(e) => {
+                let copies: Vec<_> = (1..parts.len()).map(|_| e.again()).collect();
+                for ((d, _), e) in parts.into_iter().zip(std::iter::once(e).chain(copies)) {
+                    answer(d, Err(e));
+                }
             }
         }
     });
     WriteJob { offset, data, done }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write of `blocks` 4 KiB blocks at block `at`, answering nothing.
+    fn job(at: u64, blocks: usize) -> WriteJob {
+        WriteJob {
+            offset: at * 4096,
+            data: AlignedBuf::new(blocks * 4096),
+            done: Box::new(|_| {}),
+        }
+    }
+
+    /// The writes to start, as (first block, blocks), with a stand-in for
+    /// the merge that only joins the ranges.
+    fn plan(jobs: Vec<WriteJob>, fits: impl Fn(&WriteJob) -> bool) -> Vec<(u64, usize)> {
+        let join = |_: usize, run: Vec<WriteJob>| WriteJob {
+            offset: run[0].offset,
+            data: AlignedBuf::new(run.iter().map(|j| j.data.len()).sum()),
+            done: Box::new(|_| {}),
+        };
+        runs(jobs.into(), fits, &join)
+            .into_iter()
+            .map(|j| (j.offset / 4096, j.data.len() / 4096))
+            .collect()
+    }
+
+    #[test]
+    fn runs_that_meet_merge_and_start_oldest_first() {
+        // Arrival: 10, then 0 and 1 (a run), then 3, then 2 (joins 3? no:
+        // 2 meets 1 and 3: one run 0..4).
+        let jobs = vec![job(10, 1), job(0, 1), job(1, 1), job(3, 1), job(2, 1)];
+        assert_eq!(plan(jobs, |_| true), vec![(10, 1), (0, 4)]);
+        // A gap keeps two runs apart; the run holding the oldest write
+        // starts first.
+        let jobs = vec![job(5, 1), job(0, 2), job(6, 2), job(2, 1)];
+        assert_eq!(plan(jobs, |_| true), vec![(5, 3), (0, 3)]);
+    }
+
+    #[test]
+    fn overlapping_writes_start_unmerged_in_arrival_order() {
+        let jobs = vec![job(4, 2), job(0, 1), job(1, 1), job(5, 1)];
+        assert_eq!(plan(jobs, |_| true), vec![(4, 2), (0, 1), (1, 1), (5, 1)]);
+    }
+
+    #[test]
+    fn a_write_that_does_not_fit_starts_alone() {
+        // Block 2's write is refused by `fits` (unaligned, past the end, or
+        // across the stripe): 0..2 merge, 2 and 3 start on their own.
+        let jobs = vec![job(0, 1), job(1, 1), job(2, 1), job(3, 1)];
+        assert_eq!(
+            plan(jobs, |j| j.offset != 2 * 4096),
+            vec![(0, 2), (2, 1), (3, 1)]
+        );
+    }
+
+    #[test]
+    fn a_stream_to_one_place_does_not_keep_another_waiting() {
+        // Block 10 waits; blocks 0 and 2 are rewritten again and again,
+        // one write each waiting at every release: 10 starts first.
+        let jobs = vec![job(10, 1), job(0, 1), job(2, 1)];
+        assert_eq!(plan(jobs, |_| true)[0], (10, 1));
+    }
 }

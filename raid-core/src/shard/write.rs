@@ -55,8 +55,13 @@ impl Shard {
     /// that meet merged (`merge.rs`); the first that takes the lock has
     /// the others wait behind it.
     fn release(&mut self, key: Option<u64>) {
-        let waiting = key.and_then(|k| self.held.remove(&k)).unwrap_or_default();
-        for job in super::merge::runs(waiting, &self.blocking.counts) {
+        let Some((k, waiting)) = key.and_then(|k| self.held.remove(&k).map(|w| (k, w))) else {
+            return;
+        };
+        let (array, counts) = (&self.array, &self.blocking.counts);
+        let fits = |j: &WriteJob| array.inside_lock(k, j.offset, j.data.len() as u64);
+        let join = |_: usize, run: Vec<WriteJob>| super::merge::merged(run, array, counts);
+        for job in super::merge::runs(waiting, fits, &join) {
             self.start_write(job);
         }
     }

@@ -222,6 +222,13 @@ impl World {
             );
             match (a, r) {
                 (Asked::Write { b0, data }, r) => {
+                    if let Ok(buf) = &r {
+                        assert!(
+                            buf[..] == data[..],
+                            "seed {}: write {id} answered with another buffer than its own",
+                            self.seed
+                        );
+                    }
                     for (k, v) in data.chunks(BLOCK).enumerate() {
                         match r {
                             Ok(_) => self.model.wrote(b0 + k, v),

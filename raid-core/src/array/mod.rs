@@ -566,6 +566,20 @@ impl Array {
         self.record(&mut meta, ev);
     }
 
+    /// `record_event` where the metadata lock is free now; the event back
+    /// where it is not. For a caller that must not wait for it: one on the
+    /// data path, which a member failure holding that lock may be waiting
+    /// for.
+    pub fn try_record_event(&self, ev: ArrayEvent) -> std::result::Result<(), ArrayEvent> {
+        match self.meta.try_lock() {
+            Some(mut meta) => {
+                self.record(&mut meta, ev);
+                Ok(())
+            }
+            None => Err(ev),
+        }
+    }
+
     fn record(&self, meta: &mut Meta, ev: ArrayEvent) {
         let what = ev.describe();
         match ev.severity() {

@@ -519,12 +519,26 @@ impl Daemon {
         });
         let weak = Arc::downgrade(&array);
         engine.on_fallback(move |f| {
-            if let Some(a) = weak.upgrade() {
-                a.record_event(ArrayEvent::ParityEngineFallback {
-                    from: f.from,
-                    to: f.to,
-                    reason: f.reason,
-                });
+            // The hook runs on the thread whose parity call met the GPU's
+            // failure: a shard, or a writer counted in the array's parity
+            // writes in flight. Failing a member holds the array's metadata
+            // lock while it waits for those writers, so this must not wait
+            // for that lock: the event is logged now where the lock is
+            // free, else from a thread of its own.
+            let Some(a) = weak.upgrade() else { return };
+            let ev = ArrayEvent::ParityEngineFallback {
+                from: f.from,
+                to: f.to,
+                reason: f.reason,
+            };
+            if let Err(ev) = a.try_record_event(ev) {
+                let log = move || a.record_event(ev);
+                if let Err(e) = std::thread::Builder::new()
+                    .name("event-log".into())
+                    .spawn(log)
+                {
+                    tracing::error!("cannot log the parity engine's fallback: {e}");
+                }
             }
         });
         let mut exports = Vec::new();

@@ -209,7 +209,7 @@ impl Shard {
                 }
                 match self.waiting.pop_front().expect("looked at") {
                     Request::Read(r) => self.start_read(r),
-                    Request::Write(w) => self.start_write(w),
+                    Request::Write(w) => self.start_arrived_write(w),
                 }
                 started += 1;
             }
@@ -218,6 +218,31 @@ impl Shard {
                 return stopping;
             }
         }
+    }
+
+    /// Starts write `w`, the writes for its stripe (chunk) that arrived
+    /// right behind it with it, where no write of this shard holds that
+    /// stripe: merged where they meet (`merge.rs`), as writes that wait for
+    /// a stripe are when it is given up, so a burst of small sequential
+    /// writes does not leave its first one to run alone.
+    fn start_arrived_write(&mut self, w: WriteJob) {
+        let Some(k) = self.array.write_lock_key(w.offset) else {
+            return self.start_write(w);
+        };
+        if self.held.contains_key(&k) {
+            return self.start_write(w);
+        }
+        let mut jobs = VecDeque::from([w]);
+        while let Some(Request::Write(next)) = self.waiting.front() {
+            if self.array.write_lock_key(next.offset) != Some(k) {
+                break;
+            }
+            match self.waiting.pop_front() {
+                Some(Request::Write(next)) => jobs.push_back(next),
+                _ => unreachable!("looked at"),
+            }
+        }
+        self.start_together(k, jobs);
     }
 
     /// Submits what is queued on the ring, waiting for `want` completions.

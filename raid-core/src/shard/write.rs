@@ -8,6 +8,7 @@ use super::ops::{Op, WriteOp};
 use super::{answer, Fallback, WriteJob};
 use crate::array::async_write::{AsyncWrite, Next, Start};
 use crate::stats::Started;
+use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::Ordering;
 
@@ -55,13 +56,19 @@ impl Shard {
     /// that meet merged (`merge.rs`); the first that takes the lock has
     /// the others wait behind it.
     fn release(&mut self, key: Option<u64>) {
-        let Some((k, waiting)) = key.and_then(|k| self.held.remove(&k).map(|w| (k, w))) else {
-            return;
-        };
+        if let Some((k, waiting)) = key.and_then(|k| self.held.remove(&k).map(|w| (k, w))) {
+            self.start_together(k, waiting);
+        }
+    }
+
+    /// Starts `jobs` (oldest first), writes all under lock `k`: those that
+    /// meet merged (`merge.rs`); the first that takes the lock has the
+    /// others wait behind it.
+    pub(super) fn start_together(&mut self, k: u64, jobs: VecDeque<WriteJob>) {
         let (array, counts) = (&self.array, &self.blocking.counts);
         let fits = |j: &WriteJob| array.inside_lock(k, j.offset, j.data.len() as u64);
         let join = |_: usize, run: Vec<WriteJob>| super::merge::merged(run, array, counts);
-        for job in super::merge::runs(waiting, fits, &join) {
+        for job in super::merge::runs(jobs, fits, &join) {
             self.start_write(job);
         }
     }

@@ -74,6 +74,9 @@ impl World {
         let n = self.rng.gen_range(1..=16);
         trace!(self, "round of {n} requests on the shard");
         let mut given = 0;
+        // Requests given since the shard's last turn (they wait in its
+        // inbox, to be taken together, as a front end's batch is).
+        let mut unturned = false;
         loop {
             self.hear(&heard, &mut asked);
             if self.cut_now() {
@@ -97,6 +100,10 @@ impl World {
             if given < n && (r < 35 || (pending == 0 && queued == 0)) {
                 self.give(given, &heard, &mut asked);
                 given += 1;
+                if self.rng.gen_bool(0.5) {
+                    unturned = true;
+                    continue;
+                }
             } else if pending > 0 && r >= 98 {
                 self.disk_fails_in_flight();
             } else if pending > 0 && (93..95).contains(&r) && self.cut_allowed() {
@@ -113,6 +120,8 @@ impl World {
             } else if queued > 0 && !busy {
                 trace!(self, "  a request on the blocking path");
                 self.stepped.as_mut().expect("made above").run_blocking();
+            } else if unturned {
+                // Nothing else to do: the shard takes what waits.
             } else {
                 assert!(
                     !busy,
@@ -128,6 +137,7 @@ impl World {
                 return;
             }
             self.stepped.as_mut().expect("made above").turn();
+            unturned = false;
         }
     }
 

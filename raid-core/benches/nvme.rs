@@ -258,7 +258,7 @@ fn main() {
             true => IoOp::Write(&scratch),
             false => IoOp::Read(&mut scratch),
         };
-        m.start_timed(op, at, done)
+        m.start_timed(op, at, Box::new(move |_| done()))
             .expect("a simulated drive")
             .unwrap();
     };

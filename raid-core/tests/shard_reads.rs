@@ -260,7 +260,7 @@ impl raid_core::member::Member for SlowWrites {
         &self,
         op: raid_core::member::IoOp<'_>,
         offset: u64,
-        done: Box<dyn FnOnce() + Send>,
+        done: raid_core::member::TimedDone,
     ) -> Option<std::io::Result<()>> {
         self.0.start_timed(op, offset, done)
     }

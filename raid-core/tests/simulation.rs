@@ -754,12 +754,12 @@ fn lives(on_shard: bool) {
     // A run of many lives that served none of these on the shard tested
     // nothing of it (a few lives may well not).
     if on_shard && failed.is_empty() && seeds().end - seeds().start >= 1000 {
-        let [reads, writes, reads_b, writes_b, degraded, merged] =
+        let [reads, writes, reads_b, writes_b, degraded, merged, erred] =
             shards::SERVED.each_ref().map(|n| n.load(Ordering::Relaxed));
-        eprintln!("served on the shard: {reads} reads ({degraded} degraded), {writes} writes ({merged} more merged into them); on the blocking path: {reads_b} reads, {writes_b} writes");
+        eprintln!("served on the shard: {reads} reads ({degraded} degraded), {writes} writes ({merged} more merged into them, {erred} ended by a member's error); on the blocking path: {reads_b} reads, {writes_b} writes");
         assert!(
-            reads > 0 && writes > 0 && degraded > 0 && merged > 0,
-            "the shard served no read, no degraded read, no write or no merged write"
+            reads > 0 && writes > 0 && degraded > 0 && merged > 0 && erred > 0,
+            "the shard served no read, no degraded read, no write, no merged write or no write a member failed"
         );
     }
     if let Some((seed, msg)) = failed.first() {

@@ -187,7 +187,7 @@ impl Member for FaultyMember {
         &self,
         op: super::IoOp<'_>,
         offset: u64,
-        done: Box<dyn FnOnce() + Send>,
+        done: super::TimedDone,
     ) -> Option<io::Result<()>> {
         let mut s = self.state.lock();
         if let Err(e) = self.gate(&mut s, offset, op.len() as u64) {
@@ -198,7 +198,7 @@ impl Member for FaultyMember {
             // caller is not made to wait for the device's service time.
             let mut old = vec![0u8; op.len()];
             let read = super::IoOp::Read(&mut old);
-            let r = match self.inner.start_timed(read, offset, Box::new(|| {})) {
+            let r = match self.inner.start_timed(read, offset, Box::new(|_| {})) {
                 Some(r) => r,
                 None => self.inner.read_at(&mut old, offset),
             };

@@ -133,14 +133,10 @@ pub trait Member: Send + Sync {
     /// event loop), on a member that completes I/O at a time of its own
     /// without a thread waiting (the simulated drive, RAM): the bytes have
     /// moved when this returns `Some(Ok)`, and `done` is called when the
-    /// I/O completes (from another thread, or before this returns). `None`:
-    /// not such a member.
-    fn start_timed(
-        &self,
-        op: IoOp<'_>,
-        offset: u64,
-        done: Box<dyn FnOnce() + Send>,
-    ) -> Option<io::Result<()>> {
+    /// I/O completes (from another thread, or before this returns), with
+    /// its outcome: a device may fail an I/O it had taken. `None`: not
+    /// such a member.
+    fn start_timed(&self, op: IoOp<'_>, offset: u64, done: TimedDone) -> Option<io::Result<()>> {
         let _ = (op, offset, done);
         None
     }
@@ -158,6 +154,9 @@ pub trait Member: Send + Sync {
         None
     }
 }
+
+/// What a timed I/O's completion is told (`Member::start_timed`).
+pub type TimedDone = Box<dyn FnOnce(io::Result<()>) + Send>;
 
 /// An I/O a member started (`Member::begin`) and has not finished.
 pub trait Pending: Send {

@@ -105,11 +105,11 @@ impl Member for RamMember {
         &self,
         mut op: super::IoOp<'_>,
         offset: u64,
-        done: Box<dyn FnOnce() + Send>,
+        done: super::TimedDone,
     ) -> Option<io::Result<()>> {
         let r = op.run_on(self, offset);
         if r.is_ok() {
-            done();
+            done(Ok(()));
         }
         Some(r)
     }

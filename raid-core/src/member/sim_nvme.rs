@@ -267,9 +267,10 @@ impl Member for SimNvme {
         &self,
         mut op: IoOp<'_>,
         offset: u64,
-        done: Box<dyn FnOnce() + Send>,
+        done: super::TimedDone,
     ) -> Option<io::Result<()>> {
         let r = op.run_on(&self.ram, offset);
+        let done = Box::new(move || done(Ok(())));
         Some(r.map(|()| self.io_then(matches!(op, IoOp::Write(_)), op.len(), done)))
     }
     fn begin(&self, io: &mut MemberIo<'_>) -> Option<io::Result<Box<dyn Pending>>> {

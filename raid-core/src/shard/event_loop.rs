@@ -183,7 +183,7 @@ impl Shard {
             match j {
                 // In arrival order, behind any waiting for room.
                 Job::Request(r) => self.waiting.push_back(r),
-                Job::Timed(ud) => self.complete(ud, None),
+                Job::Timed(ud, res) => self.complete(ud, res),
                 Job::Stop => stopping = true,
             }
         }
@@ -406,7 +406,10 @@ impl Shard {
             return self.ended.push((ud, res));
         }
         let inbox = self.inbox.clone();
-        let then: Box<dyn FnOnce() + Send> = Box::new(move || inbox.push(Job::Timed(ud)));
+        let then: crate::member::TimedDone = Box::new(move |r: std::io::Result<()>| {
+            let res = r.err().map(|e| -e.raw_os_error().unwrap_or(libc::EIO));
+            inbox.push(Job::Timed(ud, res))
+        });
         let started = m.start_timed(op, at, then);
         let res = match started {
             Some(Ok(())) => return,

@@ -147,8 +147,9 @@ enum Fallback {
 
 enum Job {
     Request(Request),
-    /// A timed member I/O (its ring user_data) reached its completion time.
-    Timed(u64),
+    /// A timed member I/O (its ring user_data) completed: None, all its
+    /// bytes moved; or an error as a ring reports it (-errno).
+    Timed(u64, Option<i32>),
     Stop,
 }
 

@@ -3,7 +3,7 @@
 //! lives on a shard, member I/O completed when the simulation says so.
 
 use super::{CHUNK, SECTOR};
-use raid_core::member::{DeviceKey, IoOp, Member};
+use raid_core::member::{DeviceKey, IoOp, Member, TimedDone};
 use raid_core::metadata::DATA_OFFSET;
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -120,10 +120,14 @@ pub fn disk(
 
 /// A timed member I/O started and not yet completed.
 struct InFlight {
-    /// A write that lands when it completes: the disk, where, what.
-    lands: Option<(Arc<SimDisk>, u64, Vec<u8>)>,
-    /// Tells the shard it completed.
-    then: Box<dyn FnOnce() + Send>,
+    /// Its disk and bytes.
+    disk: Arc<SimDisk>,
+    at: u64,
+    len: u64,
+    /// A write that lands when it completes: what.
+    lands: Option<Vec<u8>>,
+    /// Tells the shard it completed, and how.
+    then: TimedDone,
 }
 
 /// The timed member I/Os in flight on every disk of one life, completed
@@ -148,17 +152,27 @@ impl Timeline {
         self.in_flight.lock().unwrap().len()
     }
 
-    /// Completes the I/O in flight at `i` (of `pending`): a write still
-    /// held lands now (unless the power went meanwhile), then the shard
-    /// is told.
+    /// Completes the I/O in flight at `i` (of `pending`): where its disk
+    /// vanished, went bad over its bytes or lost power since it started,
+    /// it fails (a write still held does not land; one that landed as it
+    /// was taken stays, as a drive may have written it before it died);
+    /// otherwise a write still held lands now. Then the shard is told.
     pub fn complete(&self, i: usize) {
         let io = self.in_flight.lock().unwrap().swap_remove(i);
-        if let Some((d, off, data)) = io.lands {
-            if !d.power.off.load(Ordering::SeqCst) {
-                d.st.lock().unwrap().take(off, &data);
+        let r = {
+            let mut st = io.disk.st.lock().unwrap();
+            let (a, b) = (io.at, io.at + io.len);
+            let off = io.disk.power.off.load(Ordering::SeqCst);
+            if off || st.vanished || st.bad.iter().any(|&(x, y)| a < y && b > x) {
+                Err(io::Error::from_raw_os_error(libc::EIO))
+            } else {
+                if let Some(data) = &io.lands {
+                    st.take(io.at, data);
+                }
+                Ok(())
             }
-        }
-        (io.then)();
+        };
+        (io.then)(r);
     }
 
     /// The power went: what is in flight never completes, and no write of
@@ -247,15 +261,11 @@ impl Member for SimDisk {
     /// completes (the timeline's coin); either completes when the
     /// simulation says. A fault (the power, a vanished disk, a bad range)
     /// fails the I/O as it starts.
-    fn start_timed(
-        &self,
-        op: IoOp<'_>,
-        offset: u64,
-        then: Box<dyn FnOnce() + Send>,
-    ) -> Option<io::Result<()>> {
+    fn start_timed(&self, op: IoOp<'_>, offset: u64, then: TimedDone) -> Option<io::Result<()>> {
         let tl = self.timeline.as_ref()?;
         let mut st = self.st.lock().unwrap();
-        if let Err(e) = self.gate(&st, offset, op.len() as u64) {
+        let len = op.len() as u64;
+        if let Err(e) = self.gate(&st, offset, len) {
             return Some(Err(e));
         }
         let lands = match op {
@@ -267,13 +277,17 @@ impl Member for SimDisk {
                 st.take(offset, buf);
                 None
             }
-            IoOp::Write(buf) => {
-                let me = self.me.upgrade().expect("alive: it is serving this I/O");
-                Some((me, offset, buf.to_vec()))
-            }
+            IoOp::Write(buf) => Some(buf.to_vec()),
         };
         drop(st);
-        tl.in_flight.lock().unwrap().push(InFlight { lands, then });
+        let disk = self.me.upgrade().expect("alive: it is serving this I/O");
+        tl.in_flight.lock().unwrap().push(InFlight {
+            disk,
+            at: offset,
+            len,
+            lands,
+            then,
+        });
         Some(Ok(()))
     }
 }

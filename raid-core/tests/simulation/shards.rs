@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 
 /// Reads and writes the shards served themselves, over every life of
 /// the run: a run in which they served none tested nothing of them.
-pub(super) static SERVED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+pub(super) static SERVED: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 
 /// Answers the round's clients heard, by request, in the order answered.
 type Heard = Arc<Mutex<Vec<(usize, Result<AlignedBuf, ArrayError>)>>>;
@@ -57,6 +57,7 @@ impl World {
                 &c.writes_blocking,
                 &c.degraded_on_shards,
                 &c.writes_merged,
+                &c.write_errors,
             ]
             .map(|n| n.load(Ordering::Relaxed))
         };

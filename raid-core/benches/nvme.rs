@@ -178,8 +178,16 @@ fn bound(level: Level, write: bool) -> f64 {
 
 /// One table row: the array's sample `r` against the bare drives' `b`.
 fn print_row(level: Level, write: bool, qd: usize, r: &Sample, b: &Sample) {
-    let job = if write { "4k randwrite" } else { "4k randread" };
-    print_job(level, job, bound(level, write), qd, r, b);
+    print_job(level, rand_job(write), bound(level, write), qd, r, b);
+}
+
+/// The name of the 4 KiB random job.
+fn rand_job(write: bool) -> &'static str {
+    if write {
+        "4k randwrite"
+    } else {
+        "4k randread"
+    }
 }
 
 fn print_job(level: Level, job: &str, bound: f64, qd: usize, r: &Sample, b: &Sample) {
@@ -299,69 +307,37 @@ fn main() {
                 )
             }
         };
-        for write in [false, true] {
+        // A job at every depth: the bare drives, then the array, the same
+        // I/O kept in flight the same way.
+        let at_depths = |write: bool, seq: bool, job: &str, bound: f64| {
             for &qd in &depths {
-                let b = run_async(
-                    &|off, done| bare_start(write, off, done),
-                    bare_blocks,
-                    qd,
-                    dur,
-                    false,
-                );
+                let bare_io = |off, done| bare_start(write, off, done);
+                let b = run_async(&bare_io, bare_blocks, qd, dur, seq);
                 let r = run_async(
                     &|off, done| array_start(write, off, done),
                     blocks,
                     qd,
                     dur,
-                    false,
+                    seq,
                 );
-                print_row(level, write, qd, &r, &b);
+                print_job(level, job, bound, qd, &r, &b);
             }
+        };
+        for write in [false, true] {
+            at_depths(write, false, rand_job(write), bound(level, write));
         }
         // Small sequential writes: what waits for a stripe merges into the
         // write ahead of it, a full stripe at best ((N - parity) / N of the
         // bare drives' rate).
         let full = (MEMBERS - level.parity_chunks()) as f64 / MEMBERS as f64;
-        for &qd in &depths {
-            let b = run_async(
-                &|off, done| bare_start(true, off, done),
-                bare_blocks,
-                qd,
-                dur,
-                true,
-            );
-            let r = run_async(
-                &|off, done| array_start(true, off, done),
-                blocks,
-                qd,
-                dur,
-                true,
-            );
-            print_job(level, "4k seqwrite", full, qd, &r, &b);
-        }
+        at_depths(true, true, "4k seqwrite", full);
         // Degraded: one drive failed. A read of its chunks reads the
         // stripe's other 7 instead, so a read costs 2 x 7/8 member reads on
         // average: the bound is 8/14 of the bare drives.
         if level != Level::Raid0 {
             a.fail_member(0, false).unwrap();
             let bound = MEMBERS as f64 / (2.0 * (MEMBERS - 1) as f64);
-            for &qd in &depths {
-                let b = run_async(
-                    &|off, done| bare_start(false, off, done),
-                    bare_blocks,
-                    qd,
-                    dur,
-                    false,
-                );
-                let r = run_async(
-                    &|off, done| array_start(false, off, done),
-                    blocks,
-                    qd,
-                    dur,
-                    false,
-                );
-                print_job(level, "4k randread, 1 drive failed", bound, qd, &r, &b);
-            }
+            at_depths(false, false, "4k randread, 1 drive failed", bound);
         }
         let c = e.counts();
         eprintln!(

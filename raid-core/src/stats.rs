@@ -139,6 +139,16 @@ impl OpStats {
         }
     }
 
+    /// Counts `n` operations with no bytes and no time: client writes
+    /// merged into another, whose bytes and time are counted where it ran.
+    pub fn record_ops(&self, n: u64, ok: bool) {
+        let s = &self.shards[shard_index()];
+        s.ops.fetch_add(n, Ordering::Relaxed);
+        if !ok {
+            s.errors.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
     pub fn snapshot(&self) -> OpSnapshot {
         let sum = |f: &dyn Fn(&Shard) -> &AtomicU64| -> u64 {
             self.shards

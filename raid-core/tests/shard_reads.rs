@@ -8,7 +8,7 @@
 use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
-use raid_core::member::{io_path, FaultyMember, IoPath, MemberRef, RamMember, SimNvme};
+use raid_core::member::{io_path, Faults, FaultyMember, IoPath, MemberRef, RamMember, SimNvme};
 use raid_core::metadata::SlotState;
 use raid_core::metadata::DATA_OFFSET;
 use raid_core::shard::{Engine, ReadResult};
@@ -50,24 +50,13 @@ fn fill(a: &Array, seed: u64) -> Vec<u8> {
 fn reads_match(e: &Engine, model: &[u8], n: usize, depth: usize, seed: u64) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let blocks = model.len() as u64 / 4096;
-    let (tx, rx) = mpsc::channel::<(u64, ReadResult)>();
-    let mut sent = 0;
-    let mut got = 0;
-    while got < n {
-        while sent < n && sent - got < depth {
-            let len = 4096 * rng.gen_range(1..=16u64);
-            let off = rng.gen_range(0..blocks - 16) * 4096;
-            let tx = tx.clone();
-            e.read(
-                off,
-                AlignedBuf::new(len as usize),
-                Box::new(move |r| tx.send((off, r)).unwrap()),
-            );
-            sent += 1;
-        }
-        let (off, r) = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("a read completes");
+    let send = |_, answer: Box<dyn FnOnce((u64, ReadResult)) + Send>| {
+        let len = 4096 * rng.gen_range(1..=16u64);
+        let off = rng.gen_range(0..blocks - 16) * 4096;
+        let buf = AlignedBuf::new(len as usize);
+        e.read(off, buf, Box::new(move |r| answer((off, r))));
+    };
+    support::in_flight(n, depth, send, |(off, r)| {
         let buf = r.unwrap_or_else(|err| panic!("read at {off}: {err}"));
         let want = &model[off as usize..off as usize + buf.len()];
         assert!(
@@ -75,8 +64,7 @@ fn reads_match(e: &Engine, model: &[u8], n: usize, depth: usize, seed: u64) {
             "read at {off}, {} bytes: wrong data",
             buf.len()
         );
-        got += 1;
-    }
+    });
 }
 
 #[test]
@@ -151,8 +139,16 @@ fn file_members_on_the_shard_ring() {
 fn a_degraded_read_never_sees_a_stripe_half_written() {
     let members: Vec<MemberRef> = (0..4)
         .map(|i| {
+            // Each member's blocking I/O slower than the last: a writer's
+            // data and parity land that far apart. Timed I/O (the shards'
+            // reads) is RAM's, at once.
             let m = RamMember::new(format!("ram:half{i}"), DATA_OFFSET + DATA);
-            Arc::new(SlowWrites(m, Duration::from_micros(100 * i))) as MemberRef
+            let f = FaultyMember::new(Arc::new(m));
+            f.set_faults(Faults {
+                latency: Duration::from_micros(100 * i),
+                ..Default::default()
+            });
+            Arc::new(f) as MemberRef
         })
         .collect();
     let a = array(Level::Raid5, members, "shard-half");
@@ -193,28 +189,22 @@ fn a_degraded_read_never_sees_a_stripe_half_written() {
         })
         .collect();
     let mut rng = SmallRng::seed_from_u64(22);
-    let (tx, rx) = mpsc::channel::<(u64, ReadResult)>();
-    let (n, depth) = (20_000, 64);
-    let (mut sent, mut got) = (0, 0);
-    while got < n {
-        while sent < n && sent - got < depth {
-            let (at, _) = stripes[rng.gen_range(0..stripes.len())];
-            let off = at + rng.gen_range(0..CHUNK / 4096) * 4096;
-            let tx = tx.clone();
-            let done = Box::new(move |r| tx.send((off, r)).unwrap());
-            e.read(off, AlignedBuf::new(4096), done);
-            sent += 1;
-        }
-        let (off, r) = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("a read completes");
+    let send = |_, answer: Box<dyn FnOnce((u64, ReadResult)) + Send>| {
+        let (at, _) = stripes[rng.gen_range(0..stripes.len())];
+        let off = at + rng.gen_range(0..CHUNK / 4096) * 4096;
+        e.read(
+            off,
+            AlignedBuf::new(4096),
+            Box::new(move |r| answer((off, r))),
+        );
+    };
+    support::in_flight(20_000, 64, send, |(off, r)| {
         let buf = r.unwrap_or_else(|err| panic!("read at {off}: {err}"));
         assert!(
             buf[..] == model[off as usize..off as usize + 4096],
             "read at {off}: data nobody wrote"
         );
-        got += 1;
-    }
+    });
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         w.join().unwrap();
@@ -222,47 +212,6 @@ fn a_degraded_read_never_sees_a_stripe_half_written() {
     if io_path() == IoPath::IoUring {
         let degraded = e.counts().degraded_on_shards.load(Ordering::Relaxed);
         assert!(degraded > 1000, "degraded reads on the shards: {degraded}");
-    }
-}
-
-/// RAM whose blocking writes land after a delay of its own: a blocking
-/// writer's data and parity writes of one stripe land that far apart.
-/// Reads and timed I/O are RAM's.
-struct SlowWrites(RamMember, Duration);
-
-impl raid_core::member::Member for SlowWrites {
-    fn identity(&self) -> &str {
-        self.0.identity()
-    }
-    fn device_key(&self) -> raid_core::member::DeviceKey {
-        self.0.device_key()
-    }
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.0.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        std::thread::sleep(self.1);
-        self.0.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.0.flush()
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.0.write_zeroes(offset, len)
-    }
-    fn timed(&self) -> bool {
-        true
-    }
-    fn start_timed(
-        &self,
-        op: raid_core::member::IoOp<'_>,
-        offset: u64,
-        done: raid_core::member::TimedDone,
-    ) -> Option<std::io::Result<()>> {
-        self.0.start_timed(op, offset, done)
     }
 }
 

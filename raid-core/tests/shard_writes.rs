@@ -10,7 +10,7 @@ use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{io_path, FaultyMember, IoPath, MemberRef, SimNvme};
 use raid_core::metadata::SlotState;
-use raid_core::shard::Engine;
+use raid_core::shard::{Engine, WriteResult};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,38 +57,34 @@ fn writes(
 ) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let blocks = model.len() as u64 / 4096;
-    let (tx, rx) = mpsc::channel::<(u64, raid_core::shard::WriteResult)>();
-    let (mut sent, mut got) = (0, 0);
     // Blocks with a write in flight: two writes of one block in flight at
     // once may land in either order, so the model could not say which.
-    let mut busy = std::collections::HashMap::<u64, u64>::new();
-    while got < n {
-        while sent < n && sent - got < depth {
+    let busy = std::cell::RefCell::new(std::collections::HashMap::<u64, u64>::new());
+    let send = |_, answer: Box<dyn FnOnce((u64, WriteResult)) + Send>| {
+        let (first, len) = loop {
             let len = if rng.gen_bool(0.8) {
                 1
             } else {
                 rng.gen_range(1..=40u64)
             };
             let first = rng.gen_range(0..blocks - len);
-            if !(first..first + len).all(|b| mine(b) && !busy.contains_key(&b)) {
-                continue;
+            let busy = busy.borrow();
+            if (first..first + len).all(|b| mine(b) && !busy.contains_key(&b)) {
+                break (first, len);
             }
-            busy.extend((first..first + len).map(|b| (b, first * 4096)));
-            let off = first * 4096;
-            let mut b = AlignedBuf::new((len * 4096) as usize);
-            rng.fill(&mut b[..]);
-            model[off as usize..off as usize + b.len()].copy_from_slice(&b);
-            let tx = tx.clone();
-            e.write(off, b, Box::new(move |r| tx.send((off, r)).unwrap()));
-            sent += 1;
-        }
-        let (off, r) = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("a write completes");
+        };
+        busy.borrow_mut()
+            .extend((first..first + len).map(|b| (b, first * 4096)));
+        let off = first * 4096;
+        let mut b = AlignedBuf::new((len * 4096) as usize);
+        rng.fill(&mut b[..]);
+        model[off as usize..off as usize + b.len()].copy_from_slice(&b);
+        e.write(off, b, Box::new(move |r| answer((off, r))));
+    };
+    support::in_flight(n, depth, send, |(off, r)| {
         r.unwrap_or_else(|err| panic!("write at {off}: {err}"));
-        busy.retain(|_, o| *o != off);
-        got += 1;
-    }
+        busy.borrow_mut().retain(|_, o| *o != off);
+    });
 }
 
 /// Every block reads back as the model says (through the blocking
@@ -233,26 +229,20 @@ fn sequential_writes_that_wait_for_a_stripe_merge() {
     for level in [Level::Raid5, Level::Raid6, Level::Raid10] {
         let members: Vec<MemberRef> = (0..6).map(|i| Arc::new(drive(i)) as MemberRef).collect();
         let a = array(level, members, "shard-merge");
-        let mut model = start_model(&a);
+        let model = start_model(&a);
         let e = Engine::start(a.clone(), 2).unwrap();
         let blocks = 2048u64;
-        let (tx, rx) = mpsc::channel::<(u64, raid_core::shard::WriteResult)>();
         let mut rng = SmallRng::seed_from_u64(5);
-        let (depth, mut sent, mut got) = (64u64, 0u64, 0u64);
+        let model = std::cell::RefCell::new(model);
         let mut answered = std::collections::HashSet::new();
-        while got < blocks {
-            while sent < blocks && sent - got < depth {
-                let off = sent * 4096;
-                let mut b = AlignedBuf::new(4096);
-                rng.fill(&mut b[..]);
-                model[off as usize..off as usize + 4096].copy_from_slice(&b);
-                let tx = tx.clone();
-                e.write(off, b, Box::new(move |r| tx.send((off, r)).unwrap()));
-                sent += 1;
-            }
-            let (off, r) = rx
-                .recv_timeout(Duration::from_secs(30))
-                .expect("a write completes");
+        let send = |i: usize, answer: Box<dyn FnOnce((u64, WriteResult)) + Send>| {
+            let off = i as u64 * 4096;
+            let mut b = AlignedBuf::new(4096);
+            rng.fill(&mut b[..]);
+            model.borrow_mut()[off as usize..off as usize + 4096].copy_from_slice(&b);
+            e.write(off, b, Box::new(move |r| answer((off, r))));
+        };
+        support::in_flight(blocks as usize, 64, send, |(off, r)| {
             let b = r.unwrap_or_else(|err| panic!("write at {off}: {err}"));
             assert!(
                 answered.insert(off),
@@ -260,12 +250,11 @@ fn sequential_writes_that_wait_for_a_stripe_merge() {
             );
             // Its own buffer back, not the merged write's.
             assert_eq!(b.len(), 4096);
-            assert!(b[..] == model[off as usize..off as usize + 4096]);
-            got += 1;
-        }
+            assert!(b[..] == model.borrow()[off as usize..off as usize + 4096]);
+        });
         // Every write answered once (none twice: each offset once above).
         assert_eq!(answered.len() as u64, blocks);
-        assert!(rx.try_recv().is_err(), "{level:?}: an answer too many");
+        let model = model.into_inner();
         let merged = e.counts().writes_merged.load(Ordering::Relaxed);
         drop(e);
         matches(&a, &model);

@@ -132,6 +132,12 @@ macro_rules! trace {
 #[path = "simulation/shards.rs"]
 mod shards;
 
+/// The first bytes of each block of `data`: enough to tell in a trace
+/// which write a block holds.
+fn heads(data: &[u8]) -> Vec<Vec<u8>> {
+    data.chunks(BLOCK).map(|c| c[..4].to_vec()).collect()
+}
+
 impl World {
     /// A new disk on this life's power (and timeline).
     fn new_disk(&mut self) -> Arc<SimDisk> {
@@ -212,9 +218,7 @@ impl World {
             self,
             "write blocks {b0}..{}: {:02x?}",
             b0 + nb,
-            data.chunks(BLOCK)
-                .map(|c| c[..4].to_vec())
-                .collect::<Vec<_>>()
+            heads(&data)
         );
         let r = self.a().write((b0 * BLOCK) as u64, &data);
         for k in 0..nb {
@@ -549,13 +553,7 @@ impl World {
             }
             self.model.now[b] = v.to_vec();
         }
-        trace!(
-            self,
-            "recovered: {:02x?}",
-            got.chunks(BLOCK)
-                .map(|c| c[..4].to_vec())
-                .collect::<Vec<_>>()
-        );
+        trace!(self, "recovered: {:02x?}", heads(&got));
         self.flush();
         if self.cut_now() {
             panic!("seed {}: flush after recovery failed", self.seed);

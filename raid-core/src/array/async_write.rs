@@ -202,11 +202,9 @@ impl AsyncWrite {
                 None => return Start::Blocking(data),
             },
             Level::Raid5 | Level::Raid6 => {
-                let ps = a.pieces(offset, len);
-                let s = ps[0].stripe;
-                if ps.iter().any(|p| p.stripe != s) {
+                let Some((s, ps)) = a.stripe_pieces(offset, len) else {
                     return Start::Blocking(data);
-                }
+                };
                 let (lo, hi) = columns(&ps);
                 let rmw = a.prefers_rmw(&ps);
                 Shape::Stripe { s, ps, lo, hi, rmw }

@@ -112,9 +112,7 @@ impl Array {
     /// was counted, with all their bytes, where it ran): the operations
     /// only, untimed (`shard/merge.rs`).
     pub(crate) fn count_merged_writes(&self, n: u64, ok: bool) {
-        for _ in 0..n {
-            self.client_io.write.record(0, None, ok);
-        }
+        self.client_io.write.record_ops(n, ok);
     }
 
     /// A `direct_read` member returned an error: it is failed (if its slot

@@ -37,39 +37,29 @@ pub(crate) struct DegradedRead {
 
 impl DegradedRead {
     /// Plans a degraded read of `len` bytes at `offset`, holding its
-    /// stripe's lock, whose reads run where `can` says a member can take
-    /// them without blocking; None: the blocking path's, nothing held.
-    /// With it, the reads to run: for each readable chunk of the stripe,
-    /// its columns [lo, hi) into `scratch` (each piece's `pos` is its
-    /// offset there, not in the request), on the member table they were
-    /// planned on.
+    /// stripe's lock; None: the blocking path's, nothing held. With it,
+    /// the reads to run: for each readable chunk of the stripe, its
+    /// columns [lo, hi) into `scratch` (each piece's `pos` is its offset
+    /// there, not in the request), on the member table they were planned
+    /// on. Whether the caller can run them without blocking is its own
+    /// rule, as for any read it plans; dropping this gives the lock up.
     pub(crate) fn start(
         array: &Arc<Array>,
         offset: u64,
         len: u64,
-        can: fn(&dyn Member) -> bool,
     ) -> Option<(DirectRead, DegradedRead)> {
         let a = array.as_ref();
         if len == 0 || a.check_range(offset, len).is_err() {
             return None;
         }
         let kind = a.geo.level.parity_kind()?;
-        let ps = a.pieces(offset, len);
-        let s = ps[0].stripe;
-        if ps.iter().any(|p| p.stripe != s) {
-            return None;
-        }
+        let (s, ps) = a.stripe_pieces(offset, len)?;
         let lock = Guards::stripe_lock(array, a.write_lock_key(offset)?)?;
         let handles = Arc::clone(&a.member_handles());
         let map = a.geo.stripe_map(s);
         let (present, missing): (Vec<usize>, Vec<usize>) =
             (0..map.members.len()).partition(|&i| a.readable(map.members[i], s));
-        if missing.is_empty()
-            || missing.len() > a.geo.level.parity_chunks()
-            || !present
-                .iter()
-                .all(|&i| can(handles[map.members[i]].as_ref()))
-        {
+        if missing.is_empty() || missing.len() > a.geo.level.parity_chunks() {
             return None;
         }
         let (lo, hi) = columns(&ps);

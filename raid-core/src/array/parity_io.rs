@@ -122,6 +122,15 @@ impl Array {
         out
     }
 
+    /// The pieces of a request that lies inside one stripe, and that
+    /// stripe; None where it crosses into the next (what the shards'
+    /// writes and degraded reads serve, one stripe each).
+    pub(super) fn stripe_pieces(&self, offset: u64, len: u64) -> Option<(u64, Vec<Piece>)> {
+        let ps = self.pieces(offset, len);
+        let s = ps.first()?.stripe;
+        ps.iter().all(|p| p.stripe == s).then_some((s, ps))
+    }
+
     pub(super) fn parity_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let pieces = self.pieces(offset, buf.len() as u64);
         let handles = self.member_handles();

@@ -30,7 +30,7 @@ use std::sync::Arc;
 pub(super) fn runs(
     jobs: VecDeque<WriteJob>,
     fits: impl Fn(&WriteJob) -> bool,
-    merged_into: &dyn Fn(usize, Vec<WriteJob>) -> WriteJob,
+    merged_into: &dyn Fn(Vec<WriteJob>) -> WriteJob,
 ) -> Vec<WriteJob> {
     let jobs: Vec<WriteJob> = jobs.into();
     let end = |j: &WriteJob| j.offset + j.data.len() as u64;
@@ -66,7 +66,7 @@ pub(super) fn runs(
                 .collect();
             match run.len() {
                 1 => run.pop().expect("one"),
-                n => merged_into(n, run),
+                _ => merged_into(run),
             }
         })
         .collect()
@@ -125,7 +125,7 @@ mod tests {
     /// The writes to start, as (first block, blocks), with a stand-in for
     /// the merge that only joins the ranges.
     fn plan(jobs: Vec<WriteJob>, fits: impl Fn(&WriteJob) -> bool) -> Vec<(u64, usize)> {
-        let join = |_: usize, run: Vec<WriteJob>| WriteJob {
+        let join = |run: Vec<WriteJob>| WriteJob {
             offset: run[0].offset,
             data: AlignedBuf::new(run.iter().map(|j| j.data.len()).sum()),
             done: Box::new(|_| {}),
@@ -138,8 +138,8 @@ mod tests {
 
     #[test]
     fn runs_that_meet_merge_and_start_oldest_first() {
-        // Arrival: 10, then 0 and 1 (a run), then 3, then 2 (joins 3? no:
-        // 2 meets 1 and 3: one run 0..4).
+        // Arrival: 10, 0, 1, 3, then 2, which joins 0..2 and 3 into one
+        // run 0..4; 10 came first.
         let jobs = vec![job(10, 1), job(0, 1), job(1, 1), job(3, 1), job(2, 1)];
         assert_eq!(plan(jobs, |_| true), vec![(10, 1), (0, 4)]);
         // A gap keeps two runs apart; the run holding the oldest write

@@ -22,7 +22,7 @@ impl Shard {
         let len = job.buf.len() as u64;
         let (plan, degraded) = match self.array.direct_read(job.offset, len) {
             Some(p) => (p, None),
-            None => match DegradedRead::start(&self.array, job.offset, len, non_blocking) {
+            None => match DegradedRead::start(&self.array, job.offset, len) {
                 Some((p, d)) => (p, Some(d)),
                 None => return self.read_to_fallback(job, None),
             },

@@ -67,7 +67,7 @@ impl Shard {
     pub(super) fn start_together(&mut self, k: u64, jobs: VecDeque<WriteJob>) {
         let (array, counts) = (&self.array, &self.blocking.counts);
         let fits = |j: &WriteJob| array.inside_lock(k, j.offset, j.data.len() as u64);
-        let join = |_: usize, run: Vec<WriteJob>| super::merge::merged(run, array, counts);
+        let join = |run: Vec<WriteJob>| super::merge::merged(run, array, counts);
         for job in super::merge::runs(jobs, fits, &join) {
             self.start_write(job);
         }

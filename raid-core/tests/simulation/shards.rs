@@ -179,9 +179,7 @@ impl World {
                 self,
                 "  {id}: write blocks {b0}..{}: {:02x?}",
                 b0 + nb,
-                data.chunks(BLOCK)
-                    .map(|c| c[..4].to_vec())
-                    .collect::<Vec<_>>()
+                super::heads(&data)
             );
             // Reads in flight over these blocks may return them too.
             for a in asked.values_mut() {

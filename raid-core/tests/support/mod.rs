@@ -27,3 +27,29 @@ impl Aligned {
         &mut self.buf[self.off..self.off + self.len]
     }
 }
+
+/// Keeps up to `depth` of `n` requests in flight from this one thread:
+/// `send(i, answer)` gives request `i`, whose completion is to call
+/// `answer`; `check` sees each answer as it comes (a request not answered
+/// within 30 s fails the test). Returns once all `n` were answered.
+pub fn in_flight<T: Send + 'static>(
+    n: usize,
+    depth: usize,
+    mut send: impl FnMut(usize, Box<dyn FnOnce(T) + Send>),
+    mut check: impl FnMut(T),
+) {
+    let (tx, rx) = std::sync::mpsc::channel::<T>();
+    let (mut sent, mut got) = (0, 0);
+    while got < n {
+        while sent < n && sent - got < depth {
+            let tx = tx.clone();
+            send(sent, Box::new(move |t| tx.send(t).unwrap()));
+            sent += 1;
+        }
+        let t = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("a request completes");
+        check(t);
+        got += 1;
+    }
+}

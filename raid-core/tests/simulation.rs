@@ -36,7 +36,7 @@
 //! life on a shard).
 
 use raid_core::array::{
-    Array, ArrayState, CreateOptions, RebuildEnd, RebuildOptions, ScrubOptions,
+    Array, ArrayError, ArrayState, CreateOptions, RebuildEnd, RebuildOptions, ScrubOptions,
 };
 use raid_core::layout::Level;
 use raid_core::member::MemberRef;
@@ -221,17 +221,23 @@ impl World {
             heads(&data)
         );
         let r = self.a().write((b0 * BLOCK) as u64, &data);
-        for k in 0..nb {
-            let v = &data[k * BLOCK..(k + 1) * BLOCK];
-            match r {
-                Ok(()) => self.model.wrote(b0 + k, v),
-                Err(_) => self.model.maybe_wrote(b0 + k, v),
+        self.answered_write(b0, &data, r.err(), "write");
+    }
+
+    /// A write of `data` at block `b0` was answered (`error`: with an
+    /// error, allowed only once the power went): the model takes it, or,
+    /// refused, keeps it as a value the blocks may hold.
+    fn answered_write(&mut self, b0: usize, data: &[u8], error: Option<ArrayError>, what: &str) {
+        for (k, v) in data.chunks(BLOCK).enumerate() {
+            match error {
+                None => self.model.wrote(b0 + k, v),
+                Some(_) => self.model.maybe_wrote(b0 + k, v),
             }
         }
-        if let Err(e) = r {
+        if let Some(e) = error {
             assert!(
                 self.cut_now(),
-                "seed {}: write refused within redundancy: {e}",
+                "seed {}: {what} refused within redundancy: {e}",
                 self.seed
             );
         }

@@ -238,19 +238,8 @@ impl World {
                             self.seed
                         );
                     }
-                    for (k, v) in data.chunks(BLOCK).enumerate() {
-                        match r {
-                            Ok(_) => self.model.wrote(b0 + k, v),
-                            Err(_) => self.model.maybe_wrote(b0 + k, v),
-                        }
-                    }
-                    if let Err(e) = r {
-                        assert!(
-                            self.cut_now(),
-                            "seed {}: write {id} on the shard refused within redundancy: {e}",
-                            self.seed
-                        );
-                    }
+                    let what = format!("write {id} on the shard");
+                    self.answered_write(b0, &data, r.err(), &what);
                 }
                 (Asked::Read { b0, may }, Ok(buf)) => {
                     for (k, m) in may.iter().enumerate() {

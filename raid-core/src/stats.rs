@@ -285,6 +285,11 @@ pub struct ArrayIoSnapshot {
     /// Degraded-write journal records made durable, and their bytes.
     pub journal_records: u64,
     pub journal_bytes: u64,
+    /// The groups they were made durable in (a write and a flush of
+    /// every member each): records / commits is how many writes shared
+    /// each flush.
+    #[serde(default)]
+    pub journal_commits: u64,
     /// Write-intent bitmap writes (each to every member in sync).
     pub bitmap_writes: u64,
 }
@@ -294,6 +299,7 @@ pub struct ArrayIoSnapshot {
 pub struct Activity {
     pub journal_records: Counter,
     pub journal_bytes: Counter,
+    pub journal_commits: Counter,
     pub bitmap_writes: Counter,
 }
 

@@ -256,23 +256,11 @@ impl Array {
     fn flush_checked(&self) -> Result<()> {
         let generation = self.bitmap_generation();
         let members = self.member_handles();
-        let failures: Vec<(usize, io::Error)> = std::thread::scope(|sc| {
-            let handles: Vec<_> = members
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| self.slots[*i].state() != SlotState::Failed)
-                .map(|(i, m)| {
-                    (
-                        i,
-                        sc.spawn(move || crate::member::flush_counted(m.as_ref())),
-                    )
-                })
-                .collect();
-            handles
-                .into_iter()
-                .filter_map(|(i, h)| h.join().expect("flush thread").err().map(|e| (i, e)))
-                .collect()
-        });
+        let failures = member_io::flush_each(
+            &members,
+            &self.present_slots(),
+            crate::member::flush_counted,
+        );
         for (i, e) in failures {
             self.fail_slot_if(i, &members[i], &format!("flush failed: {e}"));
         }

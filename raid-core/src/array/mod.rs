@@ -481,6 +481,7 @@ impl Array {
             members,
             journal_records: self.activity.journal_records.get(),
             journal_bytes: self.activity.journal_bytes.get(),
+            journal_commits: self.activity.journal_commits.get(),
             bitmap_writes: self.activity.bitmap_writes.get(),
         }
     }
@@ -534,6 +535,14 @@ impl Array {
     /// The members by slot, for the data path (missing ones stand in).
     fn member_handles(&self) -> arc_swap::Guard<Arc<Vec<MemberRef>>> {
         self.handles.load()
+    }
+
+    /// The slots whose member is not failed: those a flush or a journal
+    /// write reaches.
+    fn present_slots(&self) -> Vec<usize> {
+        (0..self.slots.len())
+            .filter(|&i| self.slots[i].state() != SlotState::Failed)
+            .collect()
     }
 
     fn failed_error(&self) -> ArrayError {

@@ -236,6 +236,14 @@ pub fn render(s: &Sample) -> String {
     per_array(
         &mut e,
         s,
+        "raidctl_array_journal_commits_total",
+        Kind::Counter,
+        "Groups the degraded-write journal records were made durable in (one write and one flush of each member per group).",
+        |a| Some(a.io.journal_commits as f64),
+    );
+    per_array(
+        &mut e,
+        s,
         "raidctl_array_bitmap_writes_total",
         Kind::Counter,
         "Write-intent bitmap writes (each to every member in sync).",

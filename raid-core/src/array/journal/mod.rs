@@ -20,6 +20,10 @@
 //! member is flushed and the header moved past all records so far. `flush`
 //! moves the header too; `create` writes a fresh one.
 //!
+//! Records are made durable in groups (`commit.rs`): the writers that
+//! arrive while one group is being written and flushed form the next, so
+//! concurrent degraded writes share one write per member and one flush.
+//!
 //! Replay trusts a record only if all of these hold, since the ring also
 //! holds older records (and, past the newest, the bytes of records from
 //! before the last wrap, client data among them): its checksum; its
@@ -32,6 +36,8 @@
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::metadata::{DATA_OFFSET, JOURNAL_OFFSET};
+
+mod commit;
 
 const HEAD_MAGIC: &[u8; 8] = b"NVRAIDJH";
 const REC_MAGIC: &[u8; 8] = b"NVRAIDJR";
@@ -67,12 +73,32 @@ struct JState {
     /// newer write that skipped the journal would be reverted by an older
     /// record of the same stripe.
     unsettled: std::collections::HashSet<u64>,
-    /// Records written whose in-place write has not finished yet: a
-    /// settle waits for them (settling one would leave its stripe torn
-    /// with no record to repair it after a crash).
+    /// Records given a place in the ring whose in-place write has not
+    /// finished yet (queued for a group, being written, or durable and
+    /// being written in place): a settle waits for them (settling one
+    /// would leave its stripe torn with no record to repair it after a
+    /// crash).
     in_flight: usize,
-    /// A settle is waiting for `in_flight` to drain: no new record starts.
+    /// A settle (or a wrap) is waiting for `in_flight` to drain: no new
+    /// record takes a place meanwhile.
     settling: bool,
+    /// The group commit's state (`commit.rs`).
+    group: commit::Groups,
+}
+
+impl JState {
+    /// An empty ring after the header that says `tail_seq`.
+    fn fresh(tail_seq: u64) -> JState {
+        JState {
+            head: RECORDS,
+            next_seq: tail_seq + 1,
+            tail_seq,
+            unsettled: Default::default(),
+            in_flight: 0,
+            settling: false,
+            group: Default::default(),
+        }
+    }
 }
 
 /// One record: which stripe and columns, and per chunk (index in the
@@ -88,14 +114,7 @@ struct Record {
 impl Journal {
     pub fn new(tail_seq: u64) -> Journal {
         Journal {
-            state: Mutex::new(JState {
-                head: RECORDS,
-                next_seq: tail_seq + 1,
-                tail_seq,
-                unsettled: Default::default(),
-                in_flight: 0,
-                settling: false,
-            }),
+            state: Mutex::new(JState::fresh(tail_seq)),
             changed: parking_lot::Condvar::new(),
             any_unsettled: AtomicBool::new(false),
         }
@@ -151,34 +170,36 @@ fn encode_record(r: &Record, uuid: &Uuid) -> AlignedBuf {
 impl Array {
     /// Writes `chunks` (stripe index, new columns [lo, hi)) of degraded
     /// stripe `s` to the journal of every present member, durably. The
-    /// caller writes them in place afterwards, under the stripe lock.
+    /// caller writes them in place afterwards, under the stripe lock, and
+    /// then calls `journal_write_done` (on success only).
+    ///
+    /// The record takes the ring's next place and sequence, then waits for
+    /// its group to be written and flushed (`commit.rs`); records take
+    /// their places in the order their groups are written, so a group is
+    /// always the ring's next stretch and a crash leaves a prefix of the
+    /// chain behind.
     pub(super) fn journal_stripe(&self, s: u64, lo: u64, chunks: &[(usize, &[u8])]) -> Result<()> {
         let Some(j) = &self.journal else {
             return Ok(());
         };
         let map = self.geo.stripe_map(s);
         let width = chunks[0].1.len() as u64;
-        let mut st = j.state.lock();
-        while st.settling {
-            j.changed.wait(&mut st);
-        }
         let size = BLOCK + chunks.len() as u64 * width;
         assert!(
             size <= END - RECORDS && chunks.len() <= MAX_ENTRIES,
             "caller slices records to fit"
         );
-        if st.head + size > END {
-            // Wrap: make every earlier record's in-place write durable, and
-            // say so in the header, before overwriting them.
-            while st.in_flight > 0 {
+        let mut st = j.state.lock();
+        loop {
+            while st.settling {
                 j.changed.wait(&mut st);
             }
-            self.flush_members()?;
-            st.tail_seq = st.next_seq - 1;
-            self.write_journal_block(&encode_head(st.tail_seq, &self.uuid), JOURNAL_OFFSET)?;
-            st.head = RECORDS;
-            st.unsettled.clear();
-            j.any_unsettled.store(false, Ordering::Release);
+            if st.head + size <= END {
+                break;
+            }
+            // Wrap: make every earlier record's in-place write durable, and
+            // say so in the header, before overwriting them.
+            self.settle_locked(j, &mut st)?;
         }
         let rec = Record {
             seq: st.next_seq,
@@ -191,15 +212,25 @@ impl Array {
                 .collect(),
         };
         let block = encode_record(&rec, &self.uuid);
-        self.write_journal_block(&block, st.head)?;
-        self.activity.journal_records.add(1);
-        self.activity.journal_bytes.add(block.len() as u64);
+        let at = st.head;
         st.head += size;
         st.next_seq += 1;
         j.any_unsettled.store(true, Ordering::Release);
         st.unsettled.insert(s);
         st.in_flight += 1;
-        Ok(())
+        let len = block.len() as u64;
+        if self.commit_record(j, &mut st, at, block) {
+            self.activity.journal_records.add(1);
+            self.activity.journal_bytes.add(len);
+            return Ok(());
+        }
+        // Its group could not be made durable with the array within its
+        // redundancy: no in-place write follows.
+        st.in_flight -= 1;
+        if st.in_flight == 0 {
+            j.changed.notify_all();
+        }
+        Err(self.failed_error())
     }
 
     /// The in-place write of the last record `journal_stripe` wrote for
@@ -252,12 +283,27 @@ impl Array {
             return Ok(());
         };
         let mut st = j.state.lock();
+        // Another settle (or a wrap) first: what it leaves may be settled.
+        while st.settling {
+            j.changed.wait(&mut st);
+        }
         if st.tail_seq + 1 == st.next_seq {
             return Ok(());
         }
+        self.settle_locked(j, &mut st)
+    }
+
+    /// The settle itself, with the state's lock held (and given up only
+    /// while waiting for the records in flight, whose groups' leaders and
+    /// writers need it).
+    fn settle_locked(
+        &self,
+        j: &Journal,
+        st: &mut parking_lot::MutexGuard<'_, JState>,
+    ) -> Result<()> {
         st.settling = true;
         while st.in_flight > 0 {
-            j.changed.wait(&mut st);
+            j.changed.wait(st);
         }
         let r = self.flush_members().and_then(|()| {
             st.tail_seq = st.next_seq - 1;
@@ -290,12 +336,8 @@ impl Array {
 
     fn flush_members(&self) -> Result<()> {
         let handles = self.member_handles();
-        for (i, m) in handles.iter().enumerate() {
-            if self.slots[i].state() != SlotState::Failed {
-                if let Err(e) = m.flush() {
-                    self.fail_slot_if(i, m, &format!("flush failed: {e}"));
-                }
-            }
+        for (i, e) in super::member_io::flush_each(&handles, &self.present_slots(), |m| m.flush()) {
+            self.fail_slot_if(i, &handles[i], &format!("flush failed: {e}"));
         }
         if !self.within_redundancy() {
             return Err(self.failed_error());
@@ -370,14 +412,7 @@ impl Array {
         }
         let last = records.last().map(|r| r.seq).unwrap_or(tail).max(tail);
         j.any_unsettled.store(false, Ordering::Release);
-        *j.state.lock() = JState {
-            head: RECORDS,
-            next_seq: last + 1,
-            tail_seq: last,
-            unsettled: Default::default(),
-            in_flight: 0,
-            settling: false,
-        };
+        *j.state.lock() = JState::fresh(last);
         self.write_journal_block(&encode_head(last, &self.uuid), JOURNAL_OFFSET)?;
         Ok(records.len())
     }

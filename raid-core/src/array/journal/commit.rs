@@ -1,0 +1,107 @@
+//! Group commit: degraded writes that reach the journal while a group of
+//! records is being written and flushed wait together and become the next
+//! group, written by one of them (its leader) in one submission to every
+//! present member and made durable by one flush per member. A lone writer
+//! is a group of one: it writes and flushes its own record at once.
+//!
+//! Records take their places in the ring under the journal's lock, in
+//! sequence order, and a group takes every record queued so far: so each
+//! group is the ring's next stretch, its records are durable before any
+//! of them is written in place, and a crash leaves on each member a prefix
+//! of the chain (replay stops at the first record missing, none of whose
+//! in-place writes had begun).
+
+use super::{JState, Journal};
+use crate::array::{member_io, Array};
+use crate::buf::AlignedBuf;
+use crate::member::{submit, IoOp, MemberIo};
+use parking_lot::MutexGuard;
+use std::sync::{Arc, OnceLock};
+
+/// The records waiting for a group, and whether one is being written.
+#[derive(Default)]
+pub(super) struct Groups {
+    /// Records with a place in the ring (its offset, the bytes), waiting
+    /// for the next group, in ring order.
+    queued: Vec<(u64, AlignedBuf)>,
+    /// What the writers of `queued` learn once their group is written:
+    /// whether the array is still within its redundancy.
+    outcome: Arc<OnceLock<bool>>,
+    /// A leader is writing a group, outside the journal's lock.
+    writing: bool,
+}
+
+impl Array {
+    /// Queues a record (`block`, at ring offset `at`) and waits until its
+    /// group is written and flushed, leading the group itself when no other
+    /// is being written. Called, and returns, with the journal's lock held;
+    /// gives it up while it waits or writes. Returns whether the array was
+    /// within its redundancy after the group's writes (false: the record's
+    /// stripe must not be written in place).
+    pub(super) fn commit_record(
+        &self,
+        j: &Journal,
+        st: &mut MutexGuard<'_, JState>,
+        at: u64,
+        block: AlignedBuf,
+    ) -> bool {
+        st.group.queued.push((at, block));
+        let mine = st.group.outcome.clone();
+        loop {
+            if let Some(&ok) = mine.get() {
+                return ok;
+            }
+            if st.group.writing {
+                j.changed.wait(st);
+                continue;
+            }
+            // Lead: every record queued so far (this one among them: a
+            // leader that took it would have set its outcome before
+            // giving up `writing`).
+            st.group.writing = true;
+            let records = std::mem::take(&mut st.group.queued);
+            let outcome = std::mem::take(&mut st.group.outcome);
+            let ok = MutexGuard::unlocked(st, || self.write_group(&records));
+            outcome.set(ok).expect("a group is written once");
+            st.group.writing = false;
+            j.changed.notify_all();
+        }
+    }
+
+    /// Writes a group's records to every member not failed, then flushes
+    /// them; a member that fails either is failed (as a lone journal write
+    /// does). Returns whether the array is within its redundancy after.
+    fn write_group(&self, records: &[(u64, AlignedBuf)]) -> bool {
+        let handles = self.member_handles();
+        let present = self.present_slots();
+        let mut ios: Vec<MemberIo> = present
+            .iter()
+            .flat_map(|&m| {
+                records.iter().map(move |(at, b)| MemberIo {
+                    member: m,
+                    offset: *at,
+                    op: IoOp::Write(&b[..]),
+                })
+            })
+            .collect();
+        let results = submit(&handles, &mut ios);
+        let mut failed: Vec<(usize, std::io::Error)> = Vec::new();
+        for (io, r) in ios.iter().zip(results) {
+            if let Err(e) = r {
+                if !failed.iter().any(|(m, _)| *m == io.member) {
+                    failed.push((io.member, e));
+                }
+            }
+        }
+        let written: Vec<usize> = present
+            .into_iter()
+            .filter(|m| !failed.iter().any(|(f, _)| f == m))
+            .collect();
+        failed.extend(member_io::flush_each(&handles, &written, |m| m.flush()));
+        for (m, e) in failed {
+            self.fail_slot_if(m, &handles[m], &format!("journal write failed: {e}"));
+        }
+        self.activity.journal_commits.add(1);
+        self.within_redundancy()
+    }
+}

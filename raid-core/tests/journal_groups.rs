@@ -8,7 +8,7 @@ mod support;
 use raid_core::array::Array;
 use raid_core::layout::Level;
 use raid_core::member::{Faults, FaultyMember, Member, MemberRef, RamMember};
-use raid_core::metadata::DATA_OFFSET;
+use raid_core::metadata::{DATA_OFFSET, JOURNAL_OFFSET};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -182,4 +182,103 @@ fn a_power_cut_during_grouped_journal_writes_is_recovered() {
         };
         rebuild_and_scrub(&a, &got, new, &what);
     }
+}
+
+/// A member whose journal writes panic while `armed` (a bug, or a thread
+/// that could not be started, in the middle of a group's writes).
+struct PanicsInJournal {
+    inner: MemberRef,
+    armed: AtomicBool,
+}
+
+impl Member for PanicsInJournal {
+    fn identity(&self) -> &str {
+        self.inner.identity()
+    }
+    fn device_key(&self) -> raid_core::member::DeviceKey {
+        self.inner.device_key()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        let journal = (JOURNAL_OFFSET..DATA_OFFSET).contains(&offset);
+        if journal && self.armed.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(5));
+            panic!("injected: a journal write panicked");
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.write_zeroes(offset, len)
+    }
+}
+
+/// A group's leader that panics leaves no one waiting on its group: the
+/// writers it carried fail, and a flush (which settles the journal, so
+/// waits for every record in flight) and later writes go on.
+#[test]
+fn a_panic_while_writing_a_group_wedges_nothing() {
+    let m = Members::ram(4, ROWS * CHUNK, "jpanic-");
+    let gate = Arc::new(PanicsInJournal {
+        inner: m.faulty[0].clone(),
+        armed: AtomicBool::new(false),
+    });
+    let mut refs = m.refs();
+    refs[0] = gate.clone();
+    let a = Arc::new(support::array::create_shared(
+        Level::Raid5,
+        refs,
+        "jpanic",
+        CHUNK,
+    ));
+    a.fail_slot(1, "test");
+    // Every bitmap region dirty already: the writes below write only
+    // journal records outside the data.
+    a.write(0, &vec![0u8; a.capacity() as usize]).unwrap();
+    gate.armed.store(true, Ordering::Release);
+    // Each writer's outcome: acknowledged, failed, or panicked.
+    let (tx, rx) = std::sync::mpsc::channel();
+    for k in 0..4u64 {
+        let (a, tx) = (a.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let w = || a.write(k * 3 * CHUNK, &[k as u8 + 1; BLOCK]).is_ok();
+            let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(w)));
+        });
+    }
+    let outcomes: Vec<std::thread::Result<bool>> = (0..4)
+        .map(|_| {
+            rx.recv_timeout(Duration::from_secs(20))
+                .expect("a writer waits for ever on a group nobody finishes")
+        })
+        .collect();
+    let panicked = outcomes.iter().filter(|o| o.is_err()).count();
+    assert!(
+        panicked >= 1,
+        "no journal write panicked: the test proves nothing"
+    );
+    assert!(
+        outcomes.iter().all(|o| !matches!(o, Ok(true))),
+        "a write was acknowledged without its journal record"
+    );
+    gate.armed.store(false, Ordering::Release);
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let a = a.clone();
+        std::thread::spawn(move || tx.send(a.flush().is_ok()).unwrap());
+    }
+    let flushed = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the flush waits for ever on a group nobody finishes");
+    assert!(flushed, "the flush failed");
+    a.write(0, &[0x5A; BLOCK]).unwrap();
+    let mut got = vec![0u8; BLOCK];
+    a.read(0, &mut got).unwrap();
+    assert!(got.iter().all(|&b| b == 0x5A));
 }

@@ -3,11 +3,10 @@
 //! lose power at any I/O, vanish, or return EIO on a range, and an operator
 //! who fails, replaces, rebuilds and scrubs at random moments, between
 //! random writes, reads and flushes. Everything runs on the test's thread
-//! in a fixed order, so a seed replays exactly, with one exception: the
-//! array flushes its members on a thread each, so where a planned cut
-//! lands inside a flush, which disks flushed before it is the scheduler's
-//! choice (kept: a cut between two members' flushes is a case worth
-//! having).
+//! in a fixed order, so a seed replays exactly: the simulated disks say
+//! their flushes do not wait (`Member::flush_waits`), so the array flushes
+//! them one after another on its own thread, and a planned cut can land
+//! between two members' flushes, the same way every run.
 //!
 //! Invariants, checked against a model of the array's contents:
 //! - every read returns the last acknowledged write (no cut since);

@@ -30,21 +30,18 @@ pub(super) fn pace(
 }
 
 /// Flushes the members of `slots` (with `flush`: counted in their
-/// statistics or not) and returns those that failed. A flush that waits
-/// for a device (a member reached through a file descriptor, not in
-/// memory) runs on a thread of its own, all of them together, as each
-/// waits for its own drive's cache to drain; the others (memory, the
-/// simulated drives) flush on the caller's thread, where a thread each
-/// would cost more than their flush.
+/// statistics or not) and returns those that failed. Flushes that wait
+/// (`Member::flush_waits`: a drive's cache draining, a remote server's
+/// answer) run together, each on a thread of its own; the others
+/// (memory) on the caller's thread, where a thread each would cost more
+/// than the flush.
 pub(super) fn flush_each(
     handles: &[MemberRef],
     slots: &[usize],
     flush: fn(&dyn Member) -> io::Result<()>,
 ) -> Vec<(usize, io::Error)> {
-    let (devices, others): (Vec<usize>, Vec<usize>) = slots.iter().partition(|&&i| {
-        let m = handles[i].as_ref();
-        m.uring_fd().is_some() && !m.in_memory()
-    });
+    let (devices, others): (Vec<usize>, Vec<usize>) =
+        slots.iter().partition(|&&i| handles[i].flush_waits());
     let mut failed: Vec<(usize, io::Error)> = others
         .iter()
         .filter_map(|&i| flush(handles[i].as_ref()).err().map(|e| (i, e)))

@@ -177,6 +177,9 @@ impl Member for FaultyMember {
         s.unflushed.clear();
         Ok(())
     }
+    fn flush_waits(&self) -> bool {
+        self.inner.flush_waits()
+    }
     /// Timed I/O goes to a device underneath that serves it, with the
     /// same faults and power-cut log (not the latency: a caller of timed
     /// I/O must not be made to sleep).

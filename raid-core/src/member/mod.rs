@@ -95,6 +95,13 @@ pub trait Member: Send + Sync {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
+    /// Whether `flush` waits for something (a device's cache, a remote
+    /// server): flushes of several members that wait run together, each on
+    /// a thread (`Array::flush`, the journal's group commit). False where
+    /// a flush returns at once (memory), so no thread is spent on it.
+    fn flush_waits(&self) -> bool {
+        !self.in_memory()
+    }
     /// Makes the range read back as zeros, discarding it where the device
     /// can (hole punch, discard-with-zeroes).
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()>;

@@ -116,6 +116,9 @@ impl Member for RamMember {
     fn flush(&self) -> io::Result<()> {
         Ok(())
     }
+    fn flush_waits(&self) -> bool {
+        false
+    }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         self.check(offset, len as usize)?;
         self.each(offset, len as usize, |seg, _| seg.fill(0));

@@ -16,6 +16,7 @@ use crate::array::{member_io, Array};
 use crate::buf::AlignedBuf;
 use crate::member::{submit, IoOp, MemberIo};
 use parking_lot::MutexGuard;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 
 /// The records waiting for a group, and whether one is being written.
@@ -37,19 +38,21 @@ impl Array {
     /// is being written. Called, and returns, with the journal's lock held;
     /// gives it up while it waits or writes. Returns whether the array was
     /// within its redundancy after the group's writes (false: the record's
-    /// stripe must not be written in place).
+    /// stripe must not be written in place), or the panic that ended the
+    /// leading of its group (the group's other writers get false, so no
+    /// one waits for ever on a group nobody will finish).
     pub(super) fn commit_record(
         &self,
         j: &Journal,
         st: &mut MutexGuard<'_, JState>,
         at: u64,
         block: AlignedBuf,
-    ) -> bool {
+    ) -> std::thread::Result<bool> {
         st.group.queued.push((at, block));
         let mine = st.group.outcome.clone();
         loop {
             if let Some(&ok) = mine.get() {
-                return ok;
+                return Ok(ok);
             }
             if st.group.writing {
                 j.changed.wait(st);
@@ -61,10 +64,15 @@ impl Array {
             st.group.writing = true;
             let records = std::mem::take(&mut st.group.queued);
             let outcome = std::mem::take(&mut st.group.outcome);
-            let ok = MutexGuard::unlocked(st, || self.write_group(&records));
-            outcome.set(ok).expect("a group is written once");
+            let written = MutexGuard::unlocked(st, || {
+                std::panic::catch_unwind(AssertUnwindSafe(|| self.write_group(&records)))
+            });
+            outcome
+                .set(*written.as_ref().unwrap_or(&false))
+                .expect("a group is written once");
             st.group.writing = false;
             j.changed.notify_all();
+            written?;
         }
     }
 

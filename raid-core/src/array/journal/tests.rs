@@ -1,0 +1,303 @@
+//! The journal's decoder fuzzed, and its replay rules one by one.
+
+use super::*;
+use crate::member::RamMember;
+
+fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+/// Seals a record block as `encode_record` would: magic, UUID and CRC
+/// over whatever the fields say, so the decoder's own checks are what
+/// is tested, not the checksum.
+fn seal(b: &mut [u8], uuid: &Uuid, payload_len: usize) {
+    b[..8].copy_from_slice(REC_MAGIC);
+    b[UUID_AT..UUID_AT + 16].copy_from_slice(&uuid.0);
+    let end = (BLOCK as usize + payload_len).min(b.len());
+    let mut crc = crc32c::crc32c(&b[..4092]);
+    crc = crc32c::crc32c_append(crc, &b[BLOCK as usize..end]);
+    b[4092..4096].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Random record headers (extreme counts and column ranges among
+/// them), sealed with a valid checksum, and random byte soup: decoding
+/// never panics, and what it accepts lies inside the buffer with
+/// columns that make sense. RAID_FUZZ_ITERS for a longer run by hand.
+#[test]
+fn random_records_never_panic_and_accepted_ones_are_in_bounds() {
+    let uuid = Uuid([7; 16]);
+    let mut next = xorshift(0x5EED_0F10_0BAD);
+    let iters: u64 = std::env::var("RAID_FUZZ_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let mut buf = vec![0u8; 3 * BLOCK as usize];
+    let mut accepted = 0;
+    for i in 0..iters {
+        for c in buf[..BLOCK as usize].chunks_mut(8) {
+            c.copy_from_slice(&next().to_le_bytes());
+        }
+        let len = (next() % buf.len() as u64) as usize;
+        if i % 4 != 0 {
+            // Plausible fields, sometimes at their extremes.
+            let pick = |n: u64, r: u64| match r % 5 {
+                0 => 0,
+                1 => u64::MAX,
+                2 => n,
+                _ => r % (n + 1),
+            };
+            let (a, b2, c) = (next(), next(), next());
+            let (lo, hi) = (pick(8192, a), pick(8192, b2));
+            let count = pick(MAX_ENTRIES as u64 + 1, c);
+            buf[24..32].copy_from_slice(&lo.to_le_bytes());
+            buf[32..40].copy_from_slice(&hi.to_le_bytes());
+            buf[40..48].copy_from_slice(&count.to_le_bytes());
+            // The checksum over the payload the fields claim, where
+            // that is a sane size; anything else is sealed short.
+            let payload = hi
+                .checked_sub(lo)
+                .and_then(|w| w.checked_mul(count))
+                .unwrap_or(0)
+                .min(2 * BLOCK) as usize;
+            seal(&mut buf, &uuid, payload);
+        }
+        if let Some((r, n)) = decode_record(&buf[..len], &uuid) {
+            accepted += 1;
+            assert!(n <= len, "a record longer than its buffer was accepted");
+            assert!(r.hi > r.lo && !r.entries.is_empty() && r.entries.len() <= MAX_ENTRIES);
+            let width = (r.hi - r.lo) as usize;
+            assert!(r.entries.iter().all(|(_, _, d)| d.len() == width));
+            assert_eq!(n, BLOCK as usize + r.entries.len() * width);
+        }
+        // Another array's UUID is never accepted.
+        assert!(decode_record(&buf[..len], &Uuid([8; 16])).is_none());
+    }
+    assert!(
+        accepted > 0,
+        "the fuzzer never got a record past the checks"
+    );
+}
+
+fn array(tag: &str) -> (Array, Vec<MemberRef>) {
+    let m: Vec<MemberRef> = (0..4)
+        .map(|i| {
+            Arc::new(RamMember::new(
+                format!("ram:{tag}{i}"),
+                DATA_OFFSET + (1 << 20),
+            )) as MemberRef
+        })
+        .collect();
+    let a = Array::create(
+        m.clone(),
+        vec![],
+        CreateOptions {
+            name: tag.into(),
+            level: Level::Raid5,
+            chunk: 64 * 1024,
+        },
+    )
+    .unwrap();
+    (a, m)
+}
+
+/// Records with this array's UUID and a valid checksum, in the chain,
+/// whose fields do not fit the layout (a stripe past the end, columns
+/// past the chunk, a slot the layout does not put that chunk on, a
+/// chunk twice) are not replayed, nor anything after them.
+#[test]
+fn records_that_do_not_fit_the_layout_are_not_replayed() {
+    let (a, m) = array("jfit");
+    let rows = a.geo.rows();
+    let map = a.geo.stripe_map(0);
+    let bad = [
+        (rows, 0, 4096, vec![(0, map.members[0])]),
+        (u64::MAX / 4096, 0, 4096, vec![(0, map.members[0])]),
+        (0, 0, a.geo.chunk + 4096, vec![(0, map.members[0])]),
+        (0, 0, 4096, vec![(0, map.members[1])]),
+        (0, 0, 4096, vec![(0, map.members[0]), (0, map.members[0])]),
+        (0, 0, 4096, vec![(9, 0)]),
+    ];
+    for (stripe, lo, hi, entries) in bad {
+        let width = (hi - lo) as usize;
+        let rec = Record {
+            seq: 1,
+            stripe,
+            lo,
+            hi,
+            entries: entries
+                .iter()
+                .map(|&(i, s)| (i, s, vec![0xEE; width]))
+                .collect(),
+        };
+        // Then a good record after it: the chain is broken, so not it either.
+        let good = Record {
+            seq: 2,
+            stripe: 0,
+            lo: 0,
+            hi: 4096,
+            entries: vec![(0, map.members[0], vec![0xEE; 4096])],
+        };
+        let b1 = encode_record(&rec, &a.uuid);
+        let b2 = encode_record(&good, &a.uuid);
+        for member in &m {
+            member
+                .write_at(&encode_head(0, &a.uuid), JOURNAL_OFFSET)
+                .unwrap();
+            member.write_at(&b1, RECORDS).unwrap();
+            member.write_at(&b2, RECORDS + b1.len() as u64).unwrap();
+        }
+        assert_eq!(
+            a.journal_recover().unwrap(),
+            0,
+            "stripe {stripe} cols {lo}..{hi} {entries:?}"
+        );
+    }
+    let mut got = vec![1u8; 4096];
+    a.read(0, &mut got).unwrap();
+    assert!(got.iter().all(|&x| x == 0), "a misfit record was written");
+    // The same good record as the first of the chain is replayed.
+    let good = Record {
+        seq: a.journal.as_ref().unwrap().state.lock().tail_seq + 1,
+        stripe: 0,
+        lo: 0,
+        hi: 4096,
+        entries: vec![(0, map.members[0], vec![0xEE; 4096])],
+    };
+    let rec = encode_record(&good, &a.uuid);
+    for member in &m {
+        member.write_at(&rec, RECORDS).unwrap();
+        // What follows it is the end of the ring.
+        member
+            .write_at(
+                &AlignedBuf::new(2 * BLOCK as usize),
+                RECORDS + rec.len() as u64,
+            )
+            .unwrap();
+    }
+    assert_eq!(a.journal_recover().unwrap(), 1);
+    a.read(0, &mut got).unwrap();
+    assert!(got.iter().all(|&x| x == 0xEE));
+}
+
+/// A record only a rejoining member holds (written to it alone before
+/// a crash, never put in place, its sequence number reused since) is
+/// not replayed: recovery reads the journals of members in sync only,
+/// and admitting a member empties its ring.
+#[test]
+fn a_rejoining_members_old_records_are_not_replayed() {
+    let (a, m) = array("jrejoin");
+    let map = a.geo.stripe_map(0);
+    let tail = a.journal.as_ref().unwrap().state.lock().tail_seq;
+    let stale = Record {
+        seq: tail + 1,
+        stripe: 0,
+        lo: 0,
+        hi: 4096,
+        entries: vec![(0, map.members[0], vec![0xEE; 4096])],
+    };
+    let x = map.members[1];
+    m[x].write_at(&encode_record(&stale, &a.uuid), RECORDS)
+        .unwrap();
+    a.fail_slot(x, "test");
+    a.re_add(m[x].clone()).unwrap();
+    assert_eq!(
+        a.journal_recover().unwrap(),
+        0,
+        "a rebuilding member's ring was replayed"
+    );
+    let mut got = vec![1u8; 4096];
+    a.read(0, &mut got).unwrap();
+    assert!(got.iter().all(|&b| b == 0));
+    // Once admitted, its ring holds nothing to chain on.
+    m[x].write_at(&encode_record(&stale, &a.uuid), RECORDS)
+        .unwrap();
+    a.journal_admit(&m[x]).unwrap();
+    let mut area = AlignedBuf::new(2 * BLOCK as usize);
+    m[x].read_at(&mut area, JOURNAL_OFFSET).unwrap();
+    assert!(decode_record(&area[BLOCK as usize..], &a.uuid).is_none());
+}
+
+/// A crash can leave a record durable past a gap (a group's records
+/// reach the members in any order): not replayed then, it must never
+/// chain on later, when records written after the restart fill the
+/// places before it with the sequence numbers before its own.
+#[test]
+fn a_record_left_past_a_gap_never_chains_on_after_a_restart() {
+    let (a, m) = array("jgap");
+    let map = a.geo.stripe_map(0);
+    let tail = a.journal.as_ref().unwrap().state.lock().tail_seq;
+    let one = |seq, stripe: u64, byte| Record {
+        seq,
+        stripe,
+        lo: 0,
+        hi: 4096,
+        entries: vec![(0, a.geo.stripe_map(stripe).members[0], vec![byte; 4096])],
+    };
+    // The group tail+1..=tail+3, of which only the last is durable,
+    // on one member, at the place it took after the other two.
+    let left = encode_record(&one(tail + 3, 0, 0xEE), &a.uuid);
+    let size = left.len() as u64;
+    m[map.members[1]]
+        .write_at(&left, RECORDS + 2 * size)
+        .unwrap();
+    assert_eq!(a.journal_recover().unwrap(), 0);
+    // After the restart, two records of the same size, then a crash
+    // before any settle.
+    for (stripe, byte) in [(1, 0x11u8), (2, 0x22)] {
+        a.journal_stripe(stripe, 0, &[(0, &[byte; 4096][..])])
+            .unwrap();
+        a.journal_write_done();
+    }
+    assert_eq!(
+        a.journal_recover().unwrap(),
+        2,
+        "the record left past the gap chained on to the new ones"
+    );
+    let mut got = vec![1u8; 4096];
+    a.read(0, &mut got).unwrap();
+    assert!(
+        got.iter().all(|&b| b == 0),
+        "a record nobody acknowledged was put in place"
+    );
+}
+
+/// Records an earlier version wrote (no array UUID) and had not put in
+/// place stop the start with what to do, rather than being dropped.
+#[test]
+fn records_owed_by_an_earlier_version_stop_the_start() {
+    let (a, m) = array("jlegacy");
+    let map = a.geo.stripe_map(0);
+    let none = Uuid([0; 16]);
+    let rec = Record {
+        seq: 8,
+        stripe: 0,
+        lo: 0,
+        hi: 4096,
+        entries: vec![(0, map.members[0], vec![0xEE; 4096])],
+    };
+    for member in &m {
+        member
+            .write_at(&encode_head(7, &none), JOURNAL_OFFSET)
+            .unwrap();
+        member
+            .write_at(&encode_record(&rec, &none), RECORDS)
+            .unwrap();
+    }
+    let e = a.journal_recover().unwrap_err().to_string();
+    assert!(
+        e.contains("earlier version") && e.contains("stop it cleanly"),
+        "{e}"
+    );
+    // Settled (nothing past the tail): no objection.
+    for member in &m {
+        member
+            .write_at(&encode_head(8, &none), JOURNAL_OFFSET)
+            .unwrap();
+    }
+    assert_eq!(a.journal_recover().unwrap(), 0);
+}

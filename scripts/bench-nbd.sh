@@ -16,6 +16,8 @@
 # nbdkit (scripts/install-test-deps.sh). Members live in BENCH_DIR (default
 # /dev/shm: memory, no device latency; a directory on a disk puts a real
 # device's latency under every member I/O, members opened O_DIRECT).
+# BENCH_DEGRADED=1 fails one member of each RAID5/6 after the fill, so the
+# jobs run degraded (writes then go through the degraded-write journal).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -85,10 +87,18 @@ for s in $servers; do
       --iodepth=8 --size="$size" --output-format=json >/dev/null 2>&1
 done
 
+if [ "${BENCH_DEGRADED:-0}" = 1 ]; then
+  for l in $levels; do
+    [ "$l" = 0 ] && continue
+    "$raidctl" fail "bench$l" "$work/ours$l-m1.img" >/dev/null
+    [ -z "$before" ] || RAIDCTL_STATE_DIR=$work/state-before "$before" fail "bench$l" "$work/before$l-m1.img" >/dev/null
+  done
+fi
+
 jobs=${BENCH_JOBS:-randread 4k 32 1,randwrite 4k 32 1,read 128k 32 1,write 128k 32 1}
 for l in $levels; do
 echo
-echo "RAID$l of 4 (ours) against one file (qemu-nbd, nbdkit):"
+echo "RAID$l of 4 (ours${BENCH_DEGRADED:+, degraded=$BENCH_DEGRADED}) against one file (qemu-nbd, nbdkit):"
 echo
 if [ -n "$before" ]; then
   echo "| job | ours IOPS | ours MB/s | before IOPS | ours / before | qemu-nbd IOPS | nbdkit file IOPS | ours / best |"

@@ -16,7 +16,7 @@ pub struct Faults {
     pub fail_ranges: Vec<(u64, u64)>,
     /// Fail every I/O (a drive that vanished).
     pub fail_all: bool,
-    /// Sleep before each I/O (a slow drive).
+    /// Sleep before each I/O and flush (a slow drive).
     pub latency: Duration,
 }
 
@@ -171,14 +171,16 @@ impl Member for FaultyMember {
         self.inner.write_at(buf, offset)
     }
     fn flush(&self) -> io::Result<()> {
+        self.delay();
         let mut s = self.state.lock();
         self.gate(&mut s, 0, 0)?;
         self.inner.flush()?;
         s.unflushed.clear();
         Ok(())
     }
+    /// A slow drive's (`Faults::latency`) flush waits as well.
     fn flush_waits(&self) -> bool {
-        self.inner.flush_waits()
+        self.inner.flush_waits() || !self.state.lock().faults.latency.is_zero()
     }
     /// Timed I/O goes to a device underneath that serves it, with the
     /// same faults and power-cut log (not the latency: a caller of timed

@@ -262,10 +262,12 @@ impl MemberIo<'_> {
     }
 
     /// Runs this one I/O through the member's synchronous path.
-    fn run_sync(&mut self, m: &dyn Member) -> io::Result<()> {
-        match &mut self.op {
-            IoOp::Read(b) => read_counted(m, b, self.offset),
-            IoOp::Write(b) => write_counted(m, b, self.offset),
+    fn run_sync(&mut self, m: &dyn Member, counted: bool) -> io::Result<()> {
+        match (&mut self.op, counted) {
+            (IoOp::Read(b), true) => read_counted(m, b, self.offset),
+            (IoOp::Write(b), true) => write_counted(m, b, self.offset),
+            (IoOp::Read(b), false) => m.read_at(b, self.offset),
+            (IoOp::Write(b), false) => m.write_at(b, self.offset),
         }
     }
 
@@ -288,8 +290,27 @@ const PARALLEL_SYNC_BYTES: usize = 1 << 20;
 /// fd go through this thread's io_uring together (one submission for the
 /// whole batch); the rest run through their own `read_at`/`write_at`. The
 /// result for each I/O is returned in order, so a caller knows exactly which
-/// member failed.
+/// member failed. Each I/O is counted in its member's statistics.
 pub fn submit(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<io::Result<()>> {
+    submit_as(members, ios, true)
+}
+
+/// `submit`, not counted in the members' statistics: the array's own
+/// journal and metadata writes, which it counts apart from the data path.
+pub fn submit_uncounted(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<io::Result<()>> {
+    submit_as(members, ios, false)
+}
+
+fn submit_as(
+    members: &[MemberRef],
+    ios: &mut [MemberIo<'_>],
+    counted: bool,
+) -> Vec<io::Result<()>> {
+    let count_took = |m: &dyn Member, read, len, took, ok| {
+        if counted {
+            count_took(m, read, len, took, ok)
+        }
+    };
     let mut results: Vec<Option<io::Result<()>>> = (0..ios.len()).map(|_| None).collect();
     let mut ring_ios: Vec<usize> = Vec::new();
     for (i, io) in ios.iter().enumerate() {
@@ -376,13 +397,13 @@ pub fn submit(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<io::Result
             .zip(results.par_iter_mut())
             .for_each(|(io, r)| {
                 if r.is_none() {
-                    *r = Some(io.run_sync(members[io.member].as_ref()));
+                    *r = Some(io.run_sync(members[io.member].as_ref(), counted));
                 }
             });
     } else {
         for (i, io) in ios.iter_mut().enumerate() {
             if results[i].is_none() {
-                results[i] = Some(io.run_sync(members[io.member].as_ref()));
+                results[i] = Some(io.run_sync(members[io.member].as_ref(), counted));
             }
         }
     }

@@ -11,11 +11,11 @@
 //! of the chain (replay stops at the first record missing, none of whose
 //! in-place writes had begun).
 
-use super::{JState, Journal};
-use crate::array::{member_io, Array};
+use super::JState;
+use crate::array::{member_io, Array, SlotState};
 use crate::buf::AlignedBuf;
-use crate::member::{submit, IoOp, MemberIo};
-use parking_lot::MutexGuard;
+use crate::member::{submit_uncounted, IoOp, MemberIo};
+use parking_lot::{Condvar, MutexGuard};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 
@@ -25,11 +25,22 @@ pub(super) struct Groups {
     /// Records with a place in the ring (its offset, the bytes), waiting
     /// for the next group, in ring order.
     queued: Vec<(u64, AlignedBuf)>,
-    /// What the writers of `queued` learn once their group is written:
-    /// whether the array is still within its redundancy.
-    outcome: Arc<OnceLock<bool>>,
+    /// The group `queued` will be written as.
+    forming: Arc<Group>,
     /// A leader is writing a group, outside the journal's lock.
     writing: bool,
+}
+
+/// One group, as its writers wait for it.
+#[derive(Default)]
+struct Group {
+    /// Set once the group is written: whether the array is still within
+    /// its redundancy.
+    outcome: OnceLock<bool>,
+    /// Its writers wait here (with the journal's lock), so that a group's
+    /// end wakes its own writers, and one writer of the next group to lead
+    /// it, not every writer waiting on the journal.
+    wake: Condvar,
 }
 
 impl Array {
@@ -43,19 +54,29 @@ impl Array {
     /// one waits for ever on a group nobody will finish).
     pub(super) fn commit_record(
         &self,
-        j: &Journal,
         st: &mut MutexGuard<'_, JState>,
         at: u64,
         block: AlignedBuf,
     ) -> std::thread::Result<bool> {
+        if !st.group.writing && st.group.queued.is_empty() && self.flushes_wait_for_nothing() {
+            // Members in memory: a record is written and flushed in
+            // microseconds, less than waking the writers of a group
+            // costs; so each is written alone, under the lock (writers
+            // arriving meanwhile wait on the lock itself), and no group
+            // is in flight to keep ahead of it.
+            self.activity.journal_commits.add(1);
+            return std::panic::catch_unwind(AssertUnwindSafe(|| {
+                self.write_journal_block(&block, at).is_ok()
+            }));
+        }
         st.group.queued.push((at, block));
-        let mine = st.group.outcome.clone();
+        let mine = st.group.forming.clone();
         loop {
-            if let Some(&ok) = mine.get() {
+            if let Some(&ok) = mine.outcome.get() {
                 return Ok(ok);
             }
             if st.group.writing {
-                j.changed.wait(st);
+                mine.wake.wait(st);
                 continue;
             }
             // Lead: every record queued so far (this one among them: a
@@ -63,17 +84,28 @@ impl Array {
             // giving up `writing`).
             st.group.writing = true;
             let records = std::mem::take(&mut st.group.queued);
-            let outcome = std::mem::take(&mut st.group.outcome);
+            let group = std::mem::take(&mut st.group.forming);
             let written = MutexGuard::unlocked(st, || {
                 std::panic::catch_unwind(AssertUnwindSafe(|| self.write_group(&records)))
             });
-            outcome
+            group
+                .outcome
                 .set(*written.as_ref().unwrap_or(&false))
                 .expect("a group is written once");
             st.group.writing = false;
-            j.changed.notify_all();
+            group.wake.notify_all();
+            // The next group's records wait for a leader: one of them.
+            st.group.forming.wake.notify_one();
             written?;
         }
+    }
+
+    /// Whether no present member's flush waits for anything
+    /// (`Member::flush_waits`): members in memory.
+    fn flushes_wait_for_nothing(&self) -> bool {
+        let handles = self.member_handles();
+        (0..handles.len())
+            .all(|i| self.slots[i].state() == SlotState::Failed || !handles[i].flush_waits())
     }
 
     /// Writes a group's records to every member not failed, then flushes
@@ -92,7 +124,7 @@ impl Array {
                 })
             })
             .collect();
-        let results = submit(&handles, &mut ios);
+        let results = submit_uncounted(&handles, &mut ios);
         let mut failed: Vec<(usize, std::io::Error)> = Vec::new();
         for (io, r) in ios.iter().zip(results) {
             if let Err(e) = r {

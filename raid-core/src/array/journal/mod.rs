@@ -219,7 +219,7 @@ impl Array {
         st.unsettled.insert(s);
         st.in_flight += 1;
         let len = block.len() as u64;
-        let committed = self.commit_record(j, &mut st, at, block);
+        let committed = self.commit_record(&mut st, at, block);
         if let Ok(true) = committed {
             self.activity.journal_records.add(1);
             self.activity.journal_bytes.add(len);
@@ -329,7 +329,7 @@ impl Array {
     }
 
     /// Writes (and flushes) a journal block on every member not failed.
-    fn write_journal_block(&self, b: &[u8], at: u64) -> Result<()> {
+    pub(super) fn write_journal_block(&self, b: &[u8], at: u64) -> Result<()> {
         let handles = self.member_handles();
         for (i, m) in handles.iter().enumerate() {
             if self.slots[i].state() == SlotState::Failed {

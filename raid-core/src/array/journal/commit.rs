@@ -64,9 +64,10 @@ impl Array {
             // costs; so each is written alone, under the lock (writers
             // arriving meanwhile wait on the lock itself), and no group
             // is in flight to keep ahead of it.
-            self.activity.journal_commits.add(1);
             return std::panic::catch_unwind(AssertUnwindSafe(|| {
-                self.write_journal_block(&block, at).is_ok()
+                let ok = self.write_journal_block(&block, at).is_ok();
+                self.activity.journal_commits.add(ok as u64);
+                ok
             }));
         }
         st.group.queued.push((at, block));
@@ -141,7 +142,8 @@ impl Array {
         for (m, e) in failed {
             self.fail_slot_if(m, &handles[m], &format!("journal write failed: {e}"));
         }
-        self.activity.journal_commits.add(1);
-        self.within_redundancy()
+        let ok = self.within_redundancy();
+        self.activity.journal_commits.add(ok as u64);
+        ok
     }
 }

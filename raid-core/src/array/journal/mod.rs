@@ -84,6 +84,12 @@ struct JState {
     settling: bool,
     /// The group commit's state (`commit.rs`).
     group: commit::Groups,
+    /// A record took its place and sequence, then was not written (its
+    /// group failed, or its writer panicked), though some members may hold
+    /// it: settle before the next record takes a place, or a later record
+    /// of its stripe would chain on after it and a replay would apply both
+    /// (the stale one's columns against parity computed without them).
+    settle_first: bool,
 }
 
 impl JState {
@@ -97,6 +103,7 @@ impl JState {
             in_flight: 0,
             settling: false,
             group: Default::default(),
+            settle_first: false,
         }
     }
 }
@@ -194,11 +201,12 @@ impl Array {
             while st.settling {
                 j.changed.wait(&mut st);
             }
-            if st.head + size <= END {
+            if !st.settle_first && st.head + size <= END {
                 break;
             }
-            // Wrap: make every earlier record's in-place write durable, and
-            // say so in the header, before overwriting them.
+            // Wrap (or a record left unwritten): make every earlier
+            // record's in-place write durable, and say so in the header,
+            // before overwriting them.
             self.settle_locked(j, &mut st)?;
         }
         let rec = Record {
@@ -227,6 +235,7 @@ impl Array {
         }
         // Its group could not be made durable with the array within its
         // redundancy (or its leader panicked): no in-place write follows.
+        st.settle_first = true;
         st.in_flight -= 1;
         if st.in_flight == 0 {
             j.changed.notify_all();
@@ -323,6 +332,7 @@ impl Array {
             j.any_unsettled.store(false, Ordering::Release);
             self.write_journal_block(&encode_head(st.tail_seq, &self.uuid), JOURNAL_OFFSET)
         });
+        st.settle_first &= r.is_err();
         st.settling = false;
         j.changed.notify_all();
         r

@@ -492,3 +492,46 @@ fn two_members_failing_during_a_raid6_rebuild() {
     let mut buf = vec![0u8; 6 * 16384];
     assert!(a.read(0, &mut buf).is_err());
 }
+
+/// A small write to a degraded stripe whose own chunk and parity are
+/// present reads just those (read-modify-write: the missing chunk is in
+/// the parity already, as md does it), not every chunk left in the
+/// stripe; the missing member's chunk still reads back right, and after a
+/// rebuild parity agrees everywhere.
+#[test]
+fn a_small_degraded_write_reads_only_its_chunk_and_parity() {
+    for (level, n) in [(Level::Raid5, 8), (Level::Raid6, 8)] {
+        let (m, a, mut img) = filled(level, n, &format!("dgrmw-{level}-"));
+        a.fail_slot(1, "test");
+        let geo = a.geometry();
+        let nd = n - level.parity_chunks();
+        let chunk = geo.chunk;
+        let s = (0..geo.rows())
+            .find(|&s| geo.stripe_map(s).members[..nd].contains(&1))
+            .unwrap();
+        let map = geo.stripe_map(s);
+        let lost = map.members.iter().position(|&x| x == 1).unwrap();
+        let i = (0..nd).find(|&i| i != lost).unwrap();
+        let at = (s * nd as u64 + i as u64) * chunk + 4096;
+        let reads = |a: &Array| -> u64 { a.io_stats().members.iter().map(|x| x.io.read.ops).sum() };
+        let before = reads(&a);
+        let data = pattern(4096, 99);
+        a.write(at, &data).unwrap();
+        img[at as usize..at as usize + 4096].copy_from_slice(&data);
+        assert_eq!(
+            reads(&a) - before,
+            1 + level.parity_chunks() as u64,
+            "{level}: a 4 KiB degraded write read more than its chunk and the parity"
+        );
+        assert_matches(&a, &img);
+        let new: MemberRef = Arc::new(RamMember::new(
+            format!("ram:dgrmw-{level}-new"),
+            DATA_OFFSET + DATA,
+        ));
+        a.replace(1, new).unwrap();
+        a.rebuild(1, &Default::default(), &AtomicBool::new(false))
+            .unwrap();
+        assert_matches(&a, &img);
+        drop(m);
+    }
+}

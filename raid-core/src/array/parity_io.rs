@@ -410,7 +410,8 @@ impl Array {
             if missing > np {
                 return Err(self.failed_error());
             }
-            let step = if missing == 0 && self.prefers_rmw(ps) {
+            let readable = |i: usize| self.readable(map.members[i], s);
+            let step = if self.rmw_reads_fewer(ps, readable) {
                 self.read_modify_write(s, ps, data, lo, hi)
             } else {
                 self.reconstruct_write(s, ps, data, lo, hi)
@@ -567,12 +568,33 @@ impl Array {
     /// Whether read-modify-write reads fewer chunks than reconstruct-write
     /// for the pieces `ps` of one stripe (every member readable).
     pub(super) fn prefers_rmw(&self, ps: &[Piece]) -> bool {
-        let rmw_reads = ps.len() + self.geo.level.parity_chunks();
+        self.rmw_reads_fewer(ps, |_| true)
+    }
+
+    /// Whether read-modify-write can run on the pieces `ps` of one stripe,
+    /// whose chunk `i` is `readable(i)` or not, and reads fewer chunks
+    /// than reconstruct-write. It can while the chunks it reads are
+    /// readable (the pieces' own and the parity): a chunk missing
+    /// elsewhere in the stripe is in the parity already, and the change is
+    /// applied to it (as md does). Reconstruct-write reads the data chunks
+    /// the request does not cover whole, or, if one of those is missing,
+    /// every chunk present (to recover it).
+    fn rmw_reads_fewer(&self, ps: &[Piece], readable: impl Fn(usize) -> bool) -> bool {
+        let nd = self.geo.data_chunks();
+        let np = self.geo.level.parity_chunks();
+        if !ps.iter().all(|p| readable(p.idx)) || !(nd..nd + np).all(&readable) {
+            return false;
+        }
         let (lo, hi) = columns(ps);
-        let rcw_reads = (0..self.geo.data_chunks())
+        let need: Vec<usize> = (0..nd)
             .filter(|&i| full_piece(ps, i, lo, hi).is_none())
-            .count();
-        rmw_reads < rcw_reads
+            .collect();
+        let rcw_reads = if need.iter().all(|&i| readable(i)) {
+            need.len()
+        } else {
+            (0..nd + np).filter(|&i| readable(i)).count()
+        };
+        ps.len() + np < rcw_reads
     }
 
     /// Read-modify-write's arithmetic. `old` holds the old columns [lo, ..)

@@ -178,18 +178,7 @@ struct Gate {
 }
 
 impl Member for Gate {
-    fn identity(&self) -> &str {
-        self.inner.identity()
-    }
-    fn device_key(&self) -> raid_core::member::DeviceKey {
-        self.inner.device_key()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
+    support::pass_through_to_inner!();
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         if offset >= raid_core::metadata::DATA_OFFSET
             && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst)
@@ -202,12 +191,6 @@ impl Member for Gate {
             }
         }
         self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.write_zeroes(offset, len)
     }
 }
 

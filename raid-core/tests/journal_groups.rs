@@ -195,18 +195,7 @@ struct PanicsInJournal {
 }
 
 impl Member for PanicsInJournal {
-    fn identity(&self) -> &str {
-        self.inner.identity()
-    }
-    fn device_key(&self) -> raid_core::member::DeviceKey {
-        self.inner.device_key()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
+    support::pass_through_to_inner!();
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         let journal = (JOURNAL_OFFSET..DATA_OFFSET).contains(&offset);
         if journal && self.armed.load(Ordering::Acquire) {
@@ -215,14 +204,8 @@ impl Member for PanicsInJournal {
         }
         self.inner.write_at(buf, offset)
     }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
     fn flush_waits(&self) -> bool {
         self.waits
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.write_zeroes(offset, len)
     }
 }
 

@@ -7,6 +7,36 @@ pub mod isal;
 pub mod array;
 pub mod power_cut;
 
+/// Inside `impl Member for W`, where `W` has a field `inner: MemberRef`:
+/// the methods a test wrapper passes straight through to it (identity,
+/// device key, size, read, flush, zeroing). The wrapper writes its own
+/// `write_at`, and whatever else it changes.
+#[allow(unused_macros)]
+macro_rules! pass_through_to_inner {
+    () => {
+        fn identity(&self) -> &str {
+            self.inner.identity()
+        }
+        fn device_key(&self) -> raid_core::member::DeviceKey {
+            self.inner.device_key()
+        }
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+        fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+            self.inner.write_zeroes(offset, len)
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use pass_through_to_inner;
+
 /// A 64-byte-aligned zeroed buffer (Vec<u8> gives no alignment promise).
 pub struct Aligned {
     buf: Vec<u8>,

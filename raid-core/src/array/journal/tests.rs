@@ -83,6 +83,18 @@ fn random_records_never_panic_and_accepted_ones_are_in_bounds() {
     );
 }
 
+/// A record of one entry: 4 KiB of `byte` for chunk 0 of `stripe`, on the
+/// slot the layout puts it.
+fn block_record(a: &Array, seq: u64, stripe: u64, byte: u8) -> Record {
+    Record {
+        seq,
+        stripe,
+        lo: 0,
+        hi: 4096,
+        entries: vec![(0, a.geo.stripe_map(stripe).members[0], vec![byte; 4096])],
+    }
+}
+
 fn array(tag: &str) -> (Array, Vec<MemberRef>) {
     let m: Vec<MemberRef> = (0..4)
         .map(|i| {
@@ -135,13 +147,7 @@ fn records_that_do_not_fit_the_layout_are_not_replayed() {
                 .collect(),
         };
         // Then a good record after it: the chain is broken, so not it either.
-        let good = Record {
-            seq: 2,
-            stripe: 0,
-            lo: 0,
-            hi: 4096,
-            entries: vec![(0, map.members[0], vec![0xEE; 4096])],
-        };
+        let good = block_record(&a, 2, 0, 0xEE);
         let b1 = encode_record(&rec, &a.uuid);
         let b2 = encode_record(&good, &a.uuid);
         for member in &m {
@@ -161,13 +167,12 @@ fn records_that_do_not_fit_the_layout_are_not_replayed() {
     a.read(0, &mut got).unwrap();
     assert!(got.iter().all(|&x| x == 0), "a misfit record was written");
     // The same good record as the first of the chain is replayed.
-    let good = Record {
-        seq: a.journal.as_ref().unwrap().state.lock().tail_seq + 1,
-        stripe: 0,
-        lo: 0,
-        hi: 4096,
-        entries: vec![(0, map.members[0], vec![0xEE; 4096])],
-    };
+    let good = block_record(
+        &a,
+        a.journal.as_ref().unwrap().state.lock().tail_seq + 1,
+        0,
+        0xEE,
+    );
     let rec = encode_record(&good, &a.uuid);
     for member in &m {
         member.write_at(&rec, RECORDS).unwrap();
@@ -193,13 +198,7 @@ fn a_rejoining_members_old_records_are_not_replayed() {
     let (a, m) = array("jrejoin");
     let map = a.geo.stripe_map(0);
     let tail = a.journal.as_ref().unwrap().state.lock().tail_seq;
-    let stale = Record {
-        seq: tail + 1,
-        stripe: 0,
-        lo: 0,
-        hi: 4096,
-        entries: vec![(0, map.members[0], vec![0xEE; 4096])],
-    };
+    let stale = block_record(&a, tail + 1, 0, 0xEE);
     let x = map.members[1];
     m[x].write_at(&encode_record(&stale, &a.uuid), RECORDS)
         .unwrap();
@@ -231,16 +230,9 @@ fn a_record_left_past_a_gap_never_chains_on_after_a_restart() {
     let (a, m) = array("jgap");
     let map = a.geo.stripe_map(0);
     let tail = a.journal.as_ref().unwrap().state.lock().tail_seq;
-    let one = |seq, stripe: u64, byte| Record {
-        seq,
-        stripe,
-        lo: 0,
-        hi: 4096,
-        entries: vec![(0, a.geo.stripe_map(stripe).members[0], vec![byte; 4096])],
-    };
     // The group tail+1..=tail+3, of which only the last is durable,
     // on one member, at the place it took after the other two.
-    let left = encode_record(&one(tail + 3, 0, 0xEE), &a.uuid);
+    let left = encode_record(&block_record(&a, tail + 3, 0, 0xEE), &a.uuid);
     let size = left.len() as u64;
     m[map.members[1]]
         .write_at(&left, RECORDS + 2 * size)
@@ -271,15 +263,8 @@ fn a_record_left_past_a_gap_never_chains_on_after_a_restart() {
 #[test]
 fn records_owed_by_an_earlier_version_stop_the_start() {
     let (a, m) = array("jlegacy");
-    let map = a.geo.stripe_map(0);
     let none = Uuid([0; 16]);
-    let rec = Record {
-        seq: 8,
-        stripe: 0,
-        lo: 0,
-        hi: 4096,
-        entries: vec![(0, map.members[0], vec![0xEE; 4096])],
-    };
+    let rec = block_record(&a, 8, 0, 0xEE);
     for member in &m {
         member
             .write_at(&encode_head(7, &none), JOURNAL_OFFSET)

@@ -2,14 +2,19 @@
 //! records is being written and flushed wait together and become the next
 //! group, written by one of them (its leader) in one submission to every
 //! present member and made durable by one flush per member. A lone writer
-//! is a group of one: it writes and flushes its own record at once.
+//! is a group of one: it writes and flushes its own record at once. Where
+//! no member's flush waits (members in memory), each record is written
+//! alone under the journal's lock instead: there a group's wake-ups would
+//! cost more than its copies.
 //!
 //! Records take their places in the ring under the journal's lock, in
 //! sequence order, and a group takes every record queued so far: so each
-//! group is the ring's next stretch, its records are durable before any
-//! of them is written in place, and a crash leaves on each member a prefix
-//! of the chain (replay stops at the first record missing, none of whose
-//! in-place writes had begun).
+//! group is the ring's next stretch, and its records are all durable
+//! before any of them is written in place. A group's writes reach a member
+//! in any order, so a crash may leave one of its records durable past a
+//! missing one: replay stops at the gap (none of the group's in-place
+//! writes had begun), and recovery moves the next sequence past every
+//! record it finds, so nothing written later chains on to it (`mod.rs`).
 
 use super::JState;
 use crate::array::{member_io, Array, SlotState};

@@ -183,8 +183,8 @@ impl Array {
     /// The record takes the ring's next place and sequence, then waits for
     /// its group to be written and flushed (`commit.rs`); records take
     /// their places in the order their groups are written, so a group is
-    /// always the ring's next stretch and a crash leaves a prefix of the
-    /// chain behind.
+    /// always the ring's next stretch, and no record is written in place
+    /// before every record ahead of it is durable.
     pub(super) fn journal_stripe(&self, s: u64, lo: u64, chunks: &[(usize, &[u8])]) -> Result<()> {
         let Some(j) = &self.journal else {
             return Ok(());

@@ -44,6 +44,14 @@ fn degraded(level: Level, n: usize, tag: &str, latency: Duration) -> (Array, Mem
     (a, m, initial)
 }
 
+/// A new member for the failed slot, to rebuild onto.
+fn replacement(tag: &str) -> MemberRef {
+    Arc::new(RamMember::new(
+        format!("ram:{tag}new"),
+        DATA_OFFSET + ROWS * CHUNK,
+    ))
+}
+
 /// Each writer owns a run of blocks and writes 1 to 3 of them at a time
 /// until `stop` or an error, telling `model` before each write starts.
 fn write_until(
@@ -105,13 +113,7 @@ fn concurrent_degraded_writes_share_journal_flushes() {
         for f in &m.faulty {
             f.heal();
         }
-        let new = |_| -> MemberRef {
-            Arc::new(RamMember::new(
-                format!("ram:{tag}new"),
-                DATA_OFFSET + ROWS * CHUNK,
-            ))
-        };
-        rebuild_and_scrub(&a, &got, new, &format!("{level}"));
+        rebuild_and_scrub(&a, &got, |_| replacement(&tag), &format!("{level}"));
     }
 }
 
@@ -174,13 +176,7 @@ fn a_power_cut_during_grouped_journal_writes_is_recovered() {
         let mut got = vec![0u8; a.capacity() as usize];
         a.read(0, &mut got).unwrap();
         model.into_inner().unwrap().check(&got, &what);
-        let new = |_| -> MemberRef {
-            Arc::new(RamMember::new(
-                format!("ram:{tag}new"),
-                DATA_OFFSET + ROWS * CHUNK,
-            ))
-        };
-        rebuild_and_scrub(&a, &got, new, &what);
+        rebuild_and_scrub(&a, &got, |_| replacement(&tag), &what);
     }
 }
 

@@ -255,18 +255,7 @@ impl Array {
 
     fn flush_checked(&self) -> Result<()> {
         let generation = self.bitmap_generation();
-        let members = self.member_handles();
-        let failures = member_io::flush_each(
-            &members,
-            &self.present_slots(),
-            crate::member::flush_counted,
-        );
-        for (i, e) in failures {
-            self.fail_slot_if(i, &members[i], &format!("flush failed: {e}"));
-        }
-        if !self.within_redundancy() {
-            return Err(self.failed_error());
-        }
+        self.flush_present(crate::member::flush_counted)?;
         // A member failure a write acted on (skipping the member) must be
         // on disk before that write is called durable.
         self.membership_settled();

@@ -101,6 +101,33 @@ impl Member for Absent {
 }
 
 impl Array {
+    /// Fails each member that erred in `what` (an operation: "flush",
+    /// "journal write"), then says whether the array is still within its
+    /// redundancy.
+    pub(super) fn fail_erred(
+        &self,
+        handles: &[MemberRef],
+        erred: Vec<(usize, io::Error)>,
+        what: &str,
+    ) -> bool {
+        for (i, e) in erred {
+            self.fail_slot_if(i, &handles[i], &format!("{what} failed: {e}"));
+        }
+        self.within_redundancy()
+    }
+
+    /// Flushes every member not failed (`flush_each`, with `flush`) and
+    /// fails those that err: Err when the array is then beyond its
+    /// redundancy.
+    pub(super) fn flush_present(&self, flush: fn(&dyn Member) -> io::Result<()>) -> Result<()> {
+        let handles = self.member_handles();
+        let erred = flush_each(&handles, &self.present_slots(), flush);
+        if !self.fail_erred(&handles, erred, "flush") {
+            return Err(self.failed_error());
+        }
+        Ok(())
+    }
+
     /// Reads `len` bytes at each `(slot, member offset)` of the data area
     /// into fresh aligned buffers, all in one submission.
     ///

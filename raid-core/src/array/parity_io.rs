@@ -586,11 +586,12 @@ impl Array {
             return false;
         }
         let (lo, hi) = columns(ps);
-        let need: Vec<usize> = (0..nd)
+        // The data chunks reconstruct-write needs, and whether all are there.
+        let (need, all_there) = (0..nd)
             .filter(|&i| full_piece(ps, i, lo, hi).is_none())
-            .collect();
-        let rcw_reads = if need.iter().all(|&i| readable(i)) {
-            need.len()
+            .fold((0, true), |(n, all), i| (n + 1, all && readable(i)));
+        let rcw_reads = if all_there {
+            need
         } else {
             (0..nd + np).filter(|&i| readable(i)).count()
         };

@@ -306,7 +306,7 @@ fn submit_as(
     ios: &mut [MemberIo<'_>],
     counted: bool,
 ) -> Vec<io::Result<()>> {
-    let count_took = |m: &dyn Member, read, len, took, ok| {
+    let count = |m: &dyn Member, read, len, took, ok| {
         if counted {
             count_took(m, read, len, took, ok)
         }
@@ -336,7 +336,7 @@ fn submit_as(
         match members[io.member].begin(io) {
             Some(Ok(c)) => started.push((i, c)),
             Some(Err(e)) => {
-                count_took(
+                count(
                     members[io.member].as_ref(),
                     io.is_read(),
                     io.len(),
@@ -355,7 +355,7 @@ fn submit_as(
     for (i, p) in started {
         let io = &mut ios[i];
         let r = p.wait(io);
-        count_took(
+        count(
             members[io.member].as_ref(),
             io.is_read(),
             io.len(),
@@ -371,7 +371,7 @@ fn submit_as(
             let took = began.took();
             for (k, r) in ring_ios.iter().zip(done) {
                 let io = &ios[*k];
-                count_took(
+                count(
                     members[io.member].as_ref(),
                     io.is_read(),
                     io.len(),

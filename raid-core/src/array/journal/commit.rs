@@ -144,10 +144,7 @@ impl Array {
             .filter(|m| !failed.iter().any(|(f, _)| f == m))
             .collect();
         failed.extend(member_io::flush_each(&handles, &written, |m| m.flush()));
-        for (m, e) in failed {
-            self.fail_slot_if(m, &handles[m], &format!("journal write failed: {e}"));
-        }
-        let ok = self.within_redundancy();
+        let ok = self.fail_erred(&handles, failed, "journal write");
         self.activity.journal_commits.add(ok as u64);
         ok
     }

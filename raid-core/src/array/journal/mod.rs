@@ -245,9 +245,13 @@ impl Array {
             std::panic::resume_unwind(panic);
         }
         if self.within_redundancy() {
+            // Back within redundancy since: a member came back in sync
+            // meanwhile.
             return Err(ArrayError::Member {
                 member: "the degraded-write journal".into(),
-                source: io::Error::other("the group this write's record was in was not written"),
+                source: io::Error::other(
+                    "this write's record could not be made durable while members were failing; nothing was written in place: write it again",
+                ),
             });
         }
         Err(self.failed_error())
@@ -341,29 +345,26 @@ impl Array {
     /// Writes (and flushes) a journal block on every member not failed.
     pub(super) fn write_journal_block(&self, b: &[u8], at: u64) -> Result<()> {
         let handles = self.member_handles();
-        for (i, m) in handles.iter().enumerate() {
-            if self.slots[i].state() == SlotState::Failed {
-                continue;
-            }
-            if let Err(e) = m.write_at(b, at).and_then(|_| m.flush()) {
-                self.fail_slot_if(i, m, &format!("journal write failed: {e}"));
-            }
-        }
-        if !self.within_redundancy() {
+        let erred: Vec<(usize, io::Error)> = self
+            .present_slots()
+            .into_iter()
+            .filter_map(|i| {
+                let m = &handles[i];
+                m.write_at(b, at)
+                    .and_then(|_| m.flush())
+                    .err()
+                    .map(|e| (i, e))
+            })
+            .collect();
+        if !self.fail_erred(&handles, erred, "journal write") {
             return Err(self.failed_error());
         }
         Ok(())
     }
 
+    /// Flushes every member not failed (uncounted: the journal's own).
     fn flush_members(&self) -> Result<()> {
-        let handles = self.member_handles();
-        for (i, e) in super::member_io::flush_each(&handles, &self.present_slots(), |m| m.flush()) {
-            self.fail_slot_if(i, &handles[i], &format!("flush failed: {e}"));
-        }
-        if !self.within_redundancy() {
-            return Err(self.failed_error());
-        }
-        Ok(())
+        self.flush_present(|m| m.flush())
     }
 
     /// At assembly: replays every record past the header's sequence, in
@@ -506,38 +507,44 @@ fn legacy_records_owed(area: &[u8]) -> Option<usize> {
     (owed > 0).then_some(owed)
 }
 
-/// A record at the start of `b`, and its length; None at the end of the
-/// records (no magic, torn, or a checksum that does not match).
 /// The highest sequence of any record of this array in `ring` (the area
 /// after the header), at any block boundary, chained or not; 0 if none.
 fn highest_record(ring: &[u8], uuid: &Uuid) -> u64 {
     (0..ring.len())
         .step_by(512)
-        .filter_map(|at| decode_record(&ring[at..], uuid))
-        .map(|(r, _)| r.seq)
+        .filter_map(|at| sealed_record(&ring[at..], uuid))
+        .map(|(seq, _)| seq)
         .max()
         .unwrap_or(0)
 }
 
-fn decode_record(b: &[u8], uuid: &Uuid) -> Option<(Record, usize)> {
+/// Whether `b` starts with a whole record of this array (magic, UUID,
+/// fields that make sense, checksum): its sequence and length.
+fn sealed_record(b: &[u8], uuid: &Uuid) -> Option<(u64, usize)> {
     if b.len() < BLOCK as usize || &b[..8] != REC_MAGIC || b[UUID_AT..UUID_AT + 16] != uuid.0 {
         return None;
     }
     let get = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-    let (seq, stripe, lo, hi, count) = (get(8), get(16), get(24), get(32), get(40) as usize);
+    let (seq, lo, hi, count) = (get(8), get(24), get(32), get(40) as usize);
     if hi <= lo || count == 0 || count > MAX_ENTRIES || (hi - lo) > END {
         return None;
     }
-    let width = (hi - lo) as usize;
-    let len = BLOCK as usize + count.checked_mul(width)?;
+    let len = BLOCK as usize + count.checked_mul((hi - lo) as usize)?;
     if b.len() < len {
         return None;
     }
     let mut crc = crc32c::crc32c(&b[..4092]);
     crc = crc32c::crc32c_append(crc, &b[BLOCK as usize..len]);
-    if crc.to_le_bytes() != b[4092..4096] {
-        return None;
-    }
+    (crc.to_le_bytes() == b[4092..4096]).then_some((seq, len))
+}
+
+/// A record at the start of `b`, and its length; None at the end of the
+/// records (no magic, torn, or a checksum that does not match).
+fn decode_record(b: &[u8], uuid: &Uuid) -> Option<(Record, usize)> {
+    let (seq, len) = sealed_record(b, uuid)?;
+    let get = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let (stripe, lo, hi, count) = (get(16), get(24), get(32), get(40) as usize);
+    let width = (hi - lo) as usize;
     let entries = (0..count)
         .map(|k| {
             let o = 48 + k * 8;

@@ -3,24 +3,31 @@
 //! write, a RAID1/10 write inside one chunk (to every copy) and a RAID0
 //! write inside one chunk, while every member they touch is readable and
 //! nothing they need would block: a write-intent bit not yet durable, a
-//! stripe or chunk lock another thread holds, an unsettled journal record,
-//! the first write since the array was clean. Every other
-//! write, and each of these that meets such a case, goes to the blocking
-//! path (`Array::write`) with nothing written, so every rule of the write
-//! path beyond this common case stays in one place.
+//! stripe or chunk lock another thread holds, an unsettled journal record
+//! (of a stripe with every member there), the first write since the array
+//! was clean. A RAID5/6 stripe with a chunk missing is written here too
+//! where its reads need only chunks present (`Array::degraded_plan`):
+//! through the journal, its record queued for the next group
+//! (`Array::journal_submit`) and its writes started once the record is
+//! durable. Every other write, and each of these that meets such a case,
+//! goes to the blocking path (`Array::write`) with nothing written, so
+//! every rule of the write path beyond these cases stays in one place.
 //!
 //! The same rules as the blocking path, in the same order: counted into the
 //! write-intent bitmap; the stripe's lock (RAID1/10: the chunk's; RAID0
 //! takes none) from the first read to the last write; for RAID5/6, counted
 //! in `unjournaled` before the check that every member is readable, and
-//! out of it before member errors fail members, which happens before the
-//! lock is given up. Here the three are owned
-//! values (`Guards`): the write lives across completions and may end on
-//! another thread.
+//! out of it before member errors fail members (a journaled write, as soon
+//! as it is known to be one), which happens before the lock is given up;
+//! a journal record's in-place write reported done (`journal_write_done`)
+//! after its member errors are handled. Here these are owned values
+//! (`Guards`): the write lives across completions and may end on another
+//! thread.
 //!
 //! The caller (a shard) runs the member I/Os each step asks for (`ios`,
 //! at `io_buf`) and hands back their results (`advance`).
 
+use super::journal::JournalDone;
 use super::parity_io::{columns, full_piece, Piece};
 use super::*;
 use crate::buf::AlignedBuf;
@@ -91,21 +98,27 @@ enum Shape {
     /// RAID1/10: one chunk, every copy of it.
     Mirror { copies: Vec<Place>, within: u64 },
     /// RAID5/6: the pieces of one stripe, by read-modify-write or not.
+    /// `degraded`: which of the stripe's chunks were readable when the
+    /// write was planned, where one was not (the write is journaled).
     Stripe {
         s: u64,
         ps: Vec<Piece>,
         lo: u64,
         hi: u64,
         rmw: bool,
+        degraded: Option<Vec<bool>>,
     },
 }
 
-/// The write's hold on the array, given up when dropped: out of
-/// `unjournaled` first, then the stripe's (chunk's) lock, then the write
-/// intent (the blocking path's order). A degraded read on a shard holds
-/// only a stripe's lock (`Guards::stripe_lock`).
+/// The write's hold on the array, given up when dropped: its journal
+/// record's in-place write done, out of `unjournaled`, then the stripe's
+/// (chunk's) lock, then the write intent (the blocking path's order). A
+/// degraded read on a shard holds only a stripe's lock
+/// (`Guards::stripe_lock`).
 pub(super) struct Guards {
     array: Arc<Array>,
+    /// A durable journal record whose in-place write this write makes.
+    record: bool,
     /// The lock's key (`Array::write_lock_key`).
     lock: Option<u64>,
     intent: Option<RangeInclusive<usize>>,
@@ -117,6 +130,7 @@ impl Guards {
     pub(super) fn stripe_lock(array: &Arc<Array>, key: u64) -> Option<Guards> {
         array.locks.try_lock_raw(key).then(|| Guards {
             array: array.clone(),
+            record: false,
             lock: Some(key),
             intent: None,
             in_flight: None,
@@ -132,6 +146,9 @@ impl Guards {
 
 impl Drop for Guards {
     fn drop(&mut self) {
+        if std::mem::take(&mut self.record) {
+            self.array.journal_write_done();
+        }
         self.leave_in_flight();
         if let Some(s) = self.lock.take() {
             // SAFETY: taken with `try_lock_raw` (`AsyncWrite::start`,
@@ -163,6 +180,9 @@ pub(crate) struct AsyncWrite {
     /// pair of devices in a slot meanwhile).
     can: fn(&dyn Member) -> bool,
     writing: bool,
+    /// The writes are planned, and their journal record is to be made
+    /// durable before they start (`journal`).
+    journal_due: bool,
     started: Started,
 }
 
@@ -196,7 +216,7 @@ impl AsyncWrite {
         {
             return Start::Blocking(data);
         }
-        let shape = match a.geo.level {
+        let mut shape = match a.geo.level {
             Level::Raid0 => match a.direct_target(offset, len) {
                 Some((slot, at)) => Shape::Chunk { slot, at },
                 None => return Start::Blocking(data),
@@ -207,7 +227,14 @@ impl AsyncWrite {
                 };
                 let (lo, hi) = columns(&ps);
                 let rmw = a.prefers_rmw(&ps);
-                Shape::Stripe { s, ps, lo, hi, rmw }
+                Shape::Stripe {
+                    s,
+                    ps,
+                    lo,
+                    hi,
+                    rmw,
+                    degraded: None,
+                }
             }
             Level::Raid1 | Level::Raid10 => {
                 let c = offset / a.geo.chunk;
@@ -226,6 +253,7 @@ impl AsyncWrite {
         };
         let mut g = Guards {
             array: array.clone(),
+            record: false,
             lock: None,
             intent: None,
             in_flight: None,
@@ -242,17 +270,46 @@ impl AsyncWrite {
         }
         // Under the lock, the member table then the readability (the
         // blocking path's order: a rebuild cannot pass this stripe between
-        // them): a member that failed since the plan sends the write to
-        // the blocking path (which reconstructs or journals).
+        // them). A stripe with a chunk missing is written here where its
+        // reads need no recovery (`Array::degraded_plan`), through the
+        // journal; other degraded writes go to the blocking path.
         let handles = Arc::clone(&a.member_handles());
-        let rows_ok = match &shape {
-            Shape::Stripe { s, .. } => slots.iter().all(|&m| a.readable(m, *s)),
+        let rows_ok = match &mut shape {
+            Shape::Stripe {
+                s,
+                ps,
+                rmw,
+                degraded,
+                ..
+            } => {
+                let readable: Vec<bool> = slots.iter().map(|&m| a.readable(m, *s)).collect();
+                match readable.iter().all(|&r| r) {
+                    true => true,
+                    false => match a.degraded_plan(ps, |i| readable[i]) {
+                        Some(by_rmw) => {
+                            *rmw = by_rmw;
+                            *degraded = Some(readable);
+                            true
+                        }
+                        None => false,
+                    },
+                }
+            }
             // Every copy in sync: a write that would skip one (degraded, or
             // being rebuilt past here) is the blocking path's.
             Shape::Mirror { copies, .. } => copies.iter().all(|p| a.copy_readable(p)),
             Shape::Chunk { .. } => true,
         };
-        if !rows_ok || !slots.iter().all(|&m| can(handles[m].as_ref())) {
+        // The members written or read (a degraded stripe's missing ones
+        // are neither).
+        let used = |i: usize| match &shape {
+            Shape::Stripe {
+                degraded: Some(r), ..
+            } => r[i],
+            _ => true,
+        };
+        let runs = |(i, &m): (usize, &usize)| !used(i) || can(handles[m].as_ref());
+        if !rows_ok || !slots.iter().enumerate().all(runs) {
             return Start::Blocking(data);
         }
         let mut w = AsyncWrite {
@@ -265,6 +322,7 @@ impl AsyncWrite {
             handles,
             can,
             writing: false,
+            journal_due: false,
             started: Started::now(),
         };
         match w.plan_reads() {
@@ -332,6 +390,7 @@ impl AsyncWrite {
             lo,
             hi,
             rmw,
+            ..
         } = self.shape
         else {
             return false;
@@ -395,7 +454,9 @@ impl AsyncWrite {
                     .collect();
                 return Some(Ok(()));
             }
-            Shape::Stripe { s, ps, lo, hi, rmw } => (*s, ps.clone(), *lo, *hi, *rmw),
+            Shape::Stripe {
+                s, ps, lo, hi, rmw, ..
+            } => (*s, ps.clone(), *lo, *hi, *rmw),
         };
         let nd = a.geo.data_chunks();
         let np = a.geo.level.parity_chunks();
@@ -459,9 +520,34 @@ impl AsyncWrite {
         // a stripe with an unsettled journal record is written through the
         // journal, by the blocking path.
         self.g.in_flight = Some(a.unjournaled.enter_raw());
-        let pending = a.journal_any_pending();
-        if pending || !map.members.iter().all(|&m| a.readable(m, s)) {
-            return None;
+        let readable: Vec<bool> = map.members.iter().map(|&m| a.readable(m, s)).collect();
+        match &self.shape {
+            Shape::Stripe {
+                degraded: Some(was),
+                ..
+            } => {
+                // Planned on the chunks readable then: a member failed
+                // since (or came back) takes it to the blocking path.
+                if *was != readable {
+                    return None;
+                }
+                // Journaled, so not among the writes without a record
+                // (the blocking path's order); the missing chunks are
+                // not written.
+                self.g.leave_in_flight();
+                ios.retain(|op| {
+                    map.members
+                        .iter()
+                        .zip(&readable)
+                        .any(|(&m, &r)| r && m == op.slot)
+                });
+                self.journal_due = true;
+            }
+            _ => {
+                if a.journal_any_pending() || !readable.iter().all(|&r| r) {
+                    return None;
+                }
+            }
         }
         self.handles = Arc::clone(&a.member_handles());
         if !ios
@@ -472,6 +558,59 @@ impl AsyncWrite {
         }
         self.ios = ios;
         Some(Ok(()))
+    }
+
+    /// Whether the write's journal record must be made durable (`journal`)
+    /// before its planned writes start.
+    pub(crate) fn journal_due(&self) -> bool {
+        self.journal_due
+    }
+
+    /// Queues the write's journal record (its new columns for every
+    /// member written: a degraded stripe's) for the next group; `done` is
+    /// called with whether it is durable, then `journaled` (or
+    /// `journal_failed`). `done` back: the journal did not take it
+    /// (`Array::journal_submit`), nothing is written, and the write goes to
+    /// the blocking path.
+    pub(crate) fn journal(&mut self, done: JournalDone) -> std::result::Result<(), JournalDone> {
+        let a = self.g.array.clone();
+        let Shape::Stripe { s, lo, .. } = self.shape else {
+            unreachable!("only a stripe is journaled")
+        };
+        let map = a.geo.stripe_map(s);
+        let chunks: Vec<(usize, &[u8])> = self
+            .ios
+            .iter()
+            .map(|op| {
+                let idx = map.members.iter().position(|&m| m == op.slot);
+                let bytes = match op.buf {
+                    IoBuf::Own(b) => &self.bufs[b][..],
+                    IoBuf::Data { pos, len } => &self.data[pos..pos + len],
+                };
+                (idx.expect("a member of the stripe"), bytes)
+            })
+            .collect();
+        a.journal_submit(s, lo, &chunks, done)?;
+        self.journal_due = false;
+        Ok(())
+    }
+
+    /// The record `journal` queued is durable: the writes may start, and
+    /// the journal hears when they are done (as the write ends).
+    pub(crate) fn journaled(&mut self) {
+        self.g.record = true;
+    }
+
+    /// The record `journal` queued was given up: nothing of the write is
+    /// written. Ends it, with its error and its data back.
+    pub(crate) fn journal_failed(self) -> (ArrayError, AlignedBuf) {
+        let e = self.g.array.journal_unwritten_error();
+        self.g
+            .array
+            .client_io
+            .write
+            .record(self.data.len() as u64, self.started.took(), false);
+        (e, self.give_up())
     }
 
     /// The current step's I/Os completed with `results` (in `ios` order;

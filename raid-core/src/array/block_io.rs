@@ -255,7 +255,7 @@ impl Array {
 
     fn flush_checked(&self) -> Result<()> {
         let generation = self.bitmap_generation();
-        self.flush_present(crate::member::flush_counted)?;
+        self.flush_present(true)?;
         // A member failure a write acted on (skipping the member) must be
         // on disk before that write is called durable.
         self.membership_settled();

@@ -5,6 +5,7 @@
 //! of background work.
 
 use super::*;
+use crate::stats::Started;
 
 /// Paces background work (rebuild, scrub, hot replace) after a step that
 /// moved `bytes` and began at `began`: sleeps what the rate asks. The live
@@ -29,31 +30,58 @@ pub(super) fn pace(
     }
 }
 
-/// Flushes the members of `slots` (with `flush`: counted in their
-/// statistics or not) and returns those that failed. Flushes that wait
+/// Flushes the members of `slots` (counted in their statistics or not)
+/// and returns those that failed. Flushes that wait
 /// (`Member::flush_waits`: a drive's cache draining, a remote server's
-/// answer) run together, each on a thread of its own; the others
-/// (memory) on the caller's thread, where a thread each would cost more
-/// than the flush.
+/// answer) run together: started together where the member can
+/// (`Member::begin_flush`: a simulated drive), each on a thread of its own
+/// otherwise; the others (memory) on the caller's thread, where a thread
+/// each would cost more than the flush.
 pub(super) fn flush_each(
     handles: &[MemberRef],
     slots: &[usize],
-    flush: fn(&dyn Member) -> io::Result<()>,
+    counted: bool,
 ) -> Vec<(usize, io::Error)> {
+    let flush = |m: &dyn Member| match counted {
+        true => crate::member::flush_counted(m),
+        false => m.flush(),
+    };
     let (devices, others): (Vec<usize>, Vec<usize>) =
         slots.iter().partition(|&&i| handles[i].flush_waits());
     let mut failed: Vec<(usize, io::Error)> = others
         .iter()
         .filter_map(|&i| flush(handles[i].as_ref()).err().map(|e| (i, e)))
         .collect();
-    match &devices[..] {
-        [] => {}
-        &[i] => failed.extend(flush(handles[i].as_ref()).err().map(|e| (i, e))),
+    let began = Started::now();
+    let mut started = Vec::new();
+    let mut threaded = Vec::new();
+    for i in devices {
+        match handles[i].begin_flush() {
+            Some(wait) => started.push((i, wait)),
+            None => threaded.push(i),
+        }
+    }
+    let wait_started = |failed: &mut Vec<(usize, io::Error)>| {
+        for (i, wait) in started {
+            let r = wait();
+            if let Some(s) = handles[i].io_stats().filter(|_| counted) {
+                s.flush.record(0, began.took(), r.is_ok());
+            }
+            failed.extend(r.err().map(|e| (i, e)));
+        }
+    };
+    match &threaded[..] {
+        [] => wait_started(&mut failed),
+        &[i] => {
+            failed.extend(flush(handles[i].as_ref()).err().map(|e| (i, e)));
+            wait_started(&mut failed);
+        }
         _ => std::thread::scope(|sc| {
-            let running: Vec<_> = devices
+            let running: Vec<_> = threaded
                 .iter()
                 .map(|&i| (i, sc.spawn(move || flush(handles[i].as_ref()))))
                 .collect();
+            wait_started(&mut failed);
             failed.extend(
                 running
                     .into_iter()
@@ -116,12 +144,12 @@ impl Array {
         self.within_redundancy()
     }
 
-    /// Flushes every member not failed (`flush_each`, with `flush`) and
+    /// Flushes every member not failed (`flush_each`: counted or not) and
     /// fails those that err: Err when the array is then beyond its
     /// redundancy.
-    pub(super) fn flush_present(&self, flush: fn(&dyn Member) -> io::Result<()>) -> Result<()> {
+    pub(super) fn flush_present(&self, counted: bool) -> Result<()> {
         let handles = self.member_handles();
-        let erred = flush_each(&handles, &self.present_slots(), flush);
+        let erred = flush_each(&handles, &self.present_slots(), counted);
         if !self.fail_erred(&handles, erred, "flush") {
             return Err(self.failed_error());
         }

@@ -29,6 +29,7 @@ pub use assemble::Assembly;
 pub(crate) use block_io::DirectPiece;
 pub use events::{ArrayEvent, Severity};
 pub use jobs::{CopyDone, CopyKind, CopyProgress, ScrubDone, ScrubProgress};
+pub(crate) use journal::JournalDone;
 pub use membership::Rule;
 pub use rebuild::{RebuildEnd, RebuildOptions};
 pub use scrub::{Mismatch, ScrubOptions, ScrubReport};

@@ -598,6 +598,37 @@ impl Array {
         ps.len() + np < rcw_reads
     }
 
+    /// How a shard writes the pieces `ps` of a stripe with a chunk
+    /// missing (chunk `i` is `readable(i)` or not), through the journal:
+    /// Some(true) by read-modify-write, Some(false) by reconstruct-write,
+    /// whichever reads fewer of the two that need only chunks present;
+    /// None where neither does (a chunk the request does not cover whole
+    /// is missing, and so is one the read-modify-write reads: recovering
+    /// it is the blocking path's), or the stripe is past its redundancy,
+    /// or the array keeps no journal.
+    pub(super) fn degraded_plan(
+        &self,
+        ps: &[Piece],
+        readable: impl Fn(usize) -> bool,
+    ) -> Option<bool> {
+        let nd = self.geo.data_chunks();
+        let np = self.geo.level.parity_chunks();
+        if !self.has_journal() || (0..nd + np).filter(|&i| !readable(i)).count() > np {
+            return None;
+        }
+        let (lo, hi) = columns(ps);
+        let rmw_can = ps.iter().all(|p| readable(p.idx)) && (nd..nd + np).all(&readable);
+        let rcw_can = (0..nd)
+            .filter(|&i| full_piece(ps, i, lo, hi).is_none())
+            .all(&readable);
+        match (rmw_can, rcw_can) {
+            (true, true) => Some(self.rmw_reads_fewer(ps, readable)),
+            (true, false) => Some(true),
+            (false, true) => Some(false),
+            (false, false) => None,
+        }
+    }
+
     /// Read-modify-write's arithmetic. `old` holds the old columns [lo, ..)
     /// of each piece's chunk, in the pieces' order, then the old parity.
     /// Returns the new data columns (the old with the request laid over

@@ -132,6 +132,14 @@ pub trait Member: Send + Sync {
         let _ = io;
         None
     }
+    /// Starts a flush that completes at a time of the member's own (the
+    /// simulated drive's), for a caller flushing several members at once
+    /// without a thread each (`Array`'s flushes, the journal's groups);
+    /// what it returns waits for the flush. `None`: not such a member; the
+    /// caller runs `flush`.
+    fn begin_flush(&self) -> Option<FlushWait> {
+        None
+    }
     /// Whether this member serves `start_timed`.
     fn timed(&self) -> bool {
         false
@@ -161,6 +169,9 @@ pub trait Member: Send + Sync {
         None
     }
 }
+
+/// Waits for a flush `Member::begin_flush` started, and says how it went.
+pub type FlushWait = Box<dyn FnOnce() -> io::Result<()> + Send>;
 
 /// What a timed I/O's completion is told (`Member::start_timed`).
 pub type TimedDone = Box<dyn FnOnce(io::Result<()>) + Send>;

@@ -260,6 +260,13 @@ impl Member for SimNvme {
         self.io(true, 0).wait();
         Ok(())
     }
+    fn begin_flush(&self) -> Option<super::FlushWait> {
+        let c = self.io(true, 0);
+        Some(Box::new(move || {
+            c.wait();
+            Ok(())
+        }))
+    }
     fn timed(&self) -> bool {
         true
     }

@@ -184,6 +184,7 @@ impl Shard {
                 // In arrival order, behind any waiting for room.
                 Job::Request(r) => self.waiting.push_back(r),
                 Job::Timed(ud, res) => self.complete(ud, res),
+                Job::Journaled(k, ok) => self.journaled(k, ok),
                 Job::Stop => stopping = true,
             }
         }

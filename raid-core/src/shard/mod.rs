@@ -14,13 +14,20 @@
 //! recovered on the shard's thread (`array::degraded_read`).
 //!
 //! A write inside one RAID5/6 stripe (or one RAID0/1/10 chunk) whose
-//! members are all readable is a state machine the stripe's shard runs (`write.rs`, the rules in `array::async_write`): its reads, then
-//! its parity, then its writes, each step's member I/Os in flight together
+//! members are all readable is a state machine the stripe's shard runs
+//! (`write.rs`, the rules in `array::async_write`): its reads, then its
+//! parity, then its writes, each step's member I/Os in flight together
 //! and no thread waiting. Writes that arrive for a stripe whose lock one
 //! of the shard's writes holds wait behind it and start when it ends
 //! (writes in flight together have no order among them, as on a drive).
+//! A write to a RAID5/6 stripe with a chunk missing runs there too where
+//! it needs no chunk recovered: between its parity and its writes, its
+//! journal record is queued for the journal's next group, and the shard
+//! goes on serving others until the group's leader (the journal's
+//! committer thread, or a blocking writer) posts back that it is durable.
 //!
-//! Every other request (degraded writes, degraded reads across stripes,
+//! Every other request (degraded writes that would recover a chunk, or
+//! whose members are in memory, degraded reads across stripes,
 //! writes across stripes or chunks, reads of more than 256 chunks, on a member that can do neither, one whose
 //! member erred, one that would have to wait for a lock, a bitmap write,
 //! a journal record or the first write since clean) goes to a small pool of
@@ -150,6 +157,9 @@ enum Job {
     /// A timed member I/O (its ring user_data) completed: None, all its
     /// bytes moved; or an error as a ring reports it (-errno).
     Timed(u64, Option<i32>),
+    /// The journal record of the write with this slab key is durable
+    /// (true) or was given up (`AsyncWrite::journal`).
+    Journaled(usize, bool),
     Stop,
 }
 

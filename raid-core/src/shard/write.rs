@@ -5,8 +5,10 @@
 
 use super::event_loop::{io_end, non_blocking, ud, IoEnd, Shard};
 use super::ops::{Op, WriteOp};
-use super::{answer, Fallback, WriteJob};
+use super::{answer, Fallback, Job, WriteJob};
 use crate::array::async_write::{AsyncWrite, Next, Start};
+use crate::array::JournalDone;
+use crate::member::MemberRef;
 use crate::stats::Started;
 use std::collections::VecDeque;
 use std::io;
@@ -39,7 +41,7 @@ impl Shard {
                     started: Started::now(),
                 };
                 let k = self.key(Op::Write(Box::new(op)));
-                self.start_step(k);
+                self.run_step(k);
             }
             Start::Blocking(data) => {
                 let job = WriteJob { offset, data, done };
@@ -78,6 +80,56 @@ impl Shard {
             Some(Op::Write(op)) => op,
             _ => unreachable!("a write in flight"),
         }
+    }
+
+    /// Starts write `k`'s next step: a degraded stripe's journal record
+    /// first, the step's I/Os once it is durable (`journaled`). A record
+    /// the journal does not take sends the write, nothing written, to the
+    /// blocking path (which waits where the journal asks for it).
+    fn run_step(&mut self, k: usize) {
+        let inbox = self.inbox.clone();
+        let op = self.op(k);
+        if op.w.journal_due() {
+            let done: JournalDone = Box::new(move |ok| inbox.push(Job::Journaled(k, ok)));
+            if op.w.journal(done).is_err() {
+                self.hand_to_blocking(k, Vec::new());
+            }
+            return;
+        }
+        self.start_step(k)
+    }
+
+    /// Write `k`'s journal record is durable (`ok`): its writes start; or
+    /// it was given up: the write ends with nothing written.
+    pub(super) fn journaled(&mut self, k: usize, ok: bool) {
+        if ok {
+            self.op(k).w.journaled();
+            return self.start_step(k);
+        }
+        let Op::Write(op) = self.remove(k) else {
+            unreachable!("a write")
+        };
+        let key = op.w.lock_key();
+        let (e, _) = op.w.journal_failed();
+        answer(op.done, Err(e));
+        self.release(key);
+    }
+
+    /// Ends write `k` with nothing written and hands it to the blocking
+    /// path, which fails `failed` first.
+    fn hand_to_blocking(&mut self, k: usize, failed: Vec<(usize, MemberRef, io::Error)>) {
+        let Op::Write(op) = self.remove(k) else {
+            unreachable!("a write")
+        };
+        let (offset, key) = (op.w.offset(), op.w.lock_key());
+        let data = op.w.give_up();
+        let job = WriteJob {
+            offset,
+            data,
+            done: op.done,
+        };
+        self.blocking.send(Fallback::Write { job, failed });
+        self.release(key);
     }
 
     /// Starts every I/O of write `k`'s current step.
@@ -142,30 +194,23 @@ impl Shard {
         let op = self.op(k);
         let results = op.results.drain(..).map(|r| r.expect("every I/O is in"));
         let next = op.w.advance(results.collect());
-        if let Next::Io = next {
-            return self.start_step(k);
+        match next {
+            Next::Io => return self.run_step(k),
+            Next::Blocking(failed) => return self.hand_to_blocking(k, failed),
+            _ => {}
         }
         let Op::Write(op) = self.remove(k) else {
             unreachable!("a write")
         };
-        let (offset, key) = (op.w.offset(), op.w.lock_key());
+        let key = op.w.lock_key();
         match next {
-            Next::Io => unreachable!("started above"),
+            Next::Io | Next::Blocking(_) => unreachable!("handled above"),
             Next::Done(r) => {
                 // Its guards go before the client hears.
                 let data = op.w.give_up();
                 let counts = &self.blocking.counts;
                 counts.writes_on_shards.fetch_add(1, Ordering::Relaxed);
                 answer(op.done, r.map(|()| data));
-            }
-            Next::Blocking(failed) => {
-                let data = op.w.give_up();
-                let job = WriteJob {
-                    offset,
-                    data,
-                    done: op.done,
-                };
-                self.blocking.send(Fallback::Write { job, failed });
             }
             // The lock goes with it to the finishing thread: the writes
             // waiting for it try again, and take the blocking path while

@@ -15,14 +15,30 @@
 //! missing one: replay stops at the gap (none of the group's in-place
 //! writes had begun), and recovery moves the next sequence past every
 //! record it finds, so nothing written later chains on to it (`mod.rs`).
+//!
+//! A writer that must not wait (a shard's, `journal_submit`) queues its
+//! record with a callback instead. Its groups are led by whichever writer
+//! waiting for one gets there first, or by the journal's committer: a
+//! thread of its own, woken whenever such a record is queued and no group
+//! is being written, so that a group of shards' records never waits for a
+//! thread that will not come.
 
-use super::JState;
+use super::{JState, Journal};
 use crate::array::{member_io, Array, SlotState};
 use crate::buf::AlignedBuf;
 use crate::member::{submit_uncounted, IoOp, MemberIo};
-use parking_lot::{Condvar, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+/// Called once, when the group of a record queued by `journal_submit`
+/// ends, with whether the record is durable (then its writer writes it in
+/// place and calls `journal_write_done`) or not (nothing may be written
+/// in place: the record was given up). Called with no lock held, on the
+/// thread that led the group: it should hand the outcome on and return.
+pub(crate) type JournalDone = Box<dyn FnOnce(bool) + Send>;
 
 /// The records waiting for a group, and whether one is being written.
 #[derive(Default)]
@@ -30,6 +46,9 @@ pub(super) struct Groups {
     /// Records with a place in the ring (its offset, the bytes), waiting
     /// for the next group, in ring order.
     queued: Vec<(u64, AlignedBuf)>,
+    /// The callbacks of the queued records whose writers do not wait
+    /// (`journal_submit`), with each record's length.
+    calls: Vec<(JournalDone, u64)>,
     /// The group `queued` will be written as.
     forming: Arc<Group>,
     /// A leader is writing a group, outside the journal's lock.
@@ -48,7 +67,78 @@ struct Group {
     wake: Condvar,
 }
 
+/// The journal's committer thread: started by the first record queued
+/// with a callback, woken through `due`.
+#[derive(Default)]
+pub(super) struct Committer {
+    started: AtomicBool,
+    /// A group of records with callbacks may be waiting for a leader.
+    due: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Committer {
+    /// Wakes the committer thread (started by now: it is asked for only
+    /// once a record with a callback was queued).
+    fn call(&self) {
+        *self.due.lock() = true;
+        self.wake.notify_one();
+    }
+}
+
+/// The committer thread: leads groups while records with callbacks wait
+/// and no one else is writing one. It holds the array only while it
+/// leads, and ends once the array is gone.
+fn committer(array: Weak<Array>, c: Arc<Committer>) {
+    loop {
+        {
+            let mut due = c.due.lock();
+            while !*due {
+                let waited = c.wake.wait_for(&mut due, Duration::from_secs(1));
+                if waited.timed_out() && array.strong_count() == 0 {
+                    return;
+                }
+            }
+            *due = false;
+        }
+        let Some(a) = array.upgrade() else { return };
+        let j = a.journal.as_ref().expect("started by the journal");
+        let mut st = j.state.lock();
+        while !st.group.writing && !st.group.calls.is_empty() {
+            if a.lead_group(j, &mut st).is_err() {
+                tracing::error!(array = %a.name, "degraded-write journal: writing a group panicked; its records were given up");
+            }
+        }
+    }
+}
+
 impl Array {
+    /// Queues a record (`block`, at ring offset `at`) whose writer does
+    /// not wait: `done` is called when its group ends. Called with the
+    /// journal's lock held.
+    pub(super) fn queue_record(
+        self: &Arc<Self>,
+        j: &Journal,
+        st: &mut MutexGuard<'_, JState>,
+        at: u64,
+        block: AlignedBuf,
+        done: JournalDone,
+    ) {
+        let len = block.len() as u64;
+        st.group.queued.push((at, block));
+        st.group.calls.push((done, len));
+        if !j.committer.started.swap(true, Ordering::AcqRel) {
+            let (a, c) = (Arc::downgrade(self), j.committer.clone());
+            std::thread::Builder::new()
+                .name("journal-commit".into())
+                .spawn(move || committer(a, c))
+                .expect("spawn the journal's committer thread");
+        }
+        if !st.group.writing {
+            j.committer.call();
+        }
+    }
+
     /// Queues a record (`block`, at ring offset `at`) and waits until its
     /// group is written and flushed, leading the group itself when no other
     /// is being written. Called, and returns, with the journal's lock held;
@@ -88,27 +178,57 @@ impl Array {
             // Lead: every record queued so far (this one among them: a
             // leader that took it would have set its outcome before
             // giving up `writing`).
-            st.group.writing = true;
-            let records = std::mem::take(&mut st.group.queued);
-            let group = std::mem::take(&mut st.group.forming);
-            let written = MutexGuard::unlocked(st, || {
-                std::panic::catch_unwind(AssertUnwindSafe(|| self.write_group(&records)))
-            });
-            group
-                .outcome
-                .set(*written.as_ref().unwrap_or(&false))
-                .expect("a group is written once");
-            st.group.writing = false;
-            group.wake.notify_all();
-            // The next group's records wait for a leader: one of them.
-            st.group.forming.wake.notify_one();
-            written?;
+            self.lead_group(self.journal.as_ref().expect("journaled"), st)?;
         }
+    }
+
+    /// Writes every record queued so far as one group, outside the lock,
+    /// then tells their writers how it went: those waiting through their
+    /// group, those with callbacks by calling them (a record given up is
+    /// accounted for here first, as `journal_stripe` does for its own).
+    /// Returns whether the array was within its redundancy after the
+    /// group's writes, or the panic that ended them.
+    fn lead_group(
+        &self,
+        j: &Journal,
+        st: &mut MutexGuard<'_, JState>,
+    ) -> std::thread::Result<bool> {
+        st.group.writing = true;
+        let records = std::mem::take(&mut st.group.queued);
+        let group = std::mem::take(&mut st.group.forming);
+        let calls = std::mem::take(&mut st.group.calls);
+        let written = MutexGuard::unlocked(st, || {
+            std::panic::catch_unwind(AssertUnwindSafe(|| self.write_group(&records)))
+        });
+        let ok = *written.as_ref().unwrap_or(&false);
+        group.outcome.set(ok).expect("a group is written once");
+        st.group.writing = false;
+        group.wake.notify_all();
+        // The next group's records wait for a leader: one of them, or
+        // the committer for those whose writers do not wait.
+        st.group.forming.wake.notify_one();
+        if !st.group.calls.is_empty() {
+            j.committer.call();
+        }
+        if !calls.is_empty() {
+            for (_, len) in &calls {
+                match ok {
+                    true => self.count_record(*len),
+                    false => record_given_up(j, st),
+                }
+            }
+            MutexGuard::unlocked(st, || {
+                for (done, _) in calls {
+                    done(ok);
+                }
+            });
+        }
+        written
     }
 
     /// Whether no present member's flush waits for anything
     /// (`Member::flush_waits`): members in memory.
-    fn flushes_wait_for_nothing(&self) -> bool {
+    pub(super) fn flushes_wait_for_nothing(&self) -> bool {
         let handles = self.member_handles();
         (0..handles.len())
             .all(|i| self.slots[i].state() == SlotState::Failed || !handles[i].flush_waits())
@@ -143,9 +263,20 @@ impl Array {
             .into_iter()
             .filter(|m| !failed.iter().any(|(f, _)| f == m))
             .collect();
-        failed.extend(member_io::flush_each(&handles, &written, |m| m.flush()));
+        failed.extend(member_io::flush_each(&handles, &written, false));
         let ok = self.fail_erred(&handles, failed, "journal write");
         self.activity.journal_commits.add(ok as u64);
         ok
+    }
+}
+
+/// A record took its place and sequence, and its group did not make it
+/// durable: no in-place write follows, and the journal settles before the
+/// next record takes a place (`JState::settle_first`).
+pub(super) fn record_given_up(j: &Journal, st: &mut JState) {
+    st.settle_first = true;
+    st.in_flight -= 1;
+    if st.in_flight == 0 {
+        j.changed.notify_all();
     }
 }

@@ -39,6 +39,8 @@ use crate::metadata::{DATA_OFFSET, JOURNAL_OFFSET};
 
 mod commit;
 
+pub(crate) use commit::JournalDone;
+
 const HEAD_MAGIC: &[u8; 8] = b"NVRAIDJH";
 const REC_MAGIC: &[u8; 8] = b"NVRAIDJR";
 const BLOCK: u64 = 4096;
@@ -59,6 +61,9 @@ pub(super) struct Journal {
     any_unsettled: AtomicBool,
     /// Signalled when `in_flight` drops or a settle ends.
     changed: parking_lot::Condvar,
+    /// The thread that leads groups of records whose writers do not wait
+    /// (`commit.rs`).
+    committer: Arc<commit::Committer>,
 }
 
 struct JState {
@@ -124,6 +129,7 @@ impl Journal {
             state: Mutex::new(JState::fresh(tail_seq)),
             changed: parking_lot::Condvar::new(),
             any_unsettled: AtomicBool::new(false),
+            committer: Default::default(),
         }
     }
 }
@@ -189,7 +195,6 @@ impl Array {
         let Some(j) = &self.journal else {
             return Ok(());
         };
-        let map = self.geo.stripe_map(s);
         let width = chunks[0].1.len() as u64;
         let size = BLOCK + chunks.len() as u64 * width;
         assert!(
@@ -209,11 +214,83 @@ impl Array {
             // before overwriting them.
             self.settle_locked(j, &mut st)?;
         }
+        let (at, block) = self.take_place(j, &mut st, s, lo, chunks);
+        let len = block.len() as u64;
+        let committed = self.commit_record(&mut st, at, block);
+        if let Ok(true) = committed {
+            self.count_record(len);
+            return Ok(());
+        }
+        // Its group could not be made durable with the array within its
+        // redundancy (or its leader panicked): no in-place write follows.
+        commit::record_given_up(j, &mut st);
+        if let Err(panic) = committed {
+            drop(st);
+            std::panic::resume_unwind(panic);
+        }
+        Err(self.journal_unwritten_error())
+    }
+
+    /// `journal_stripe` for a writer that must not wait (a shard's): the
+    /// record queued for the next group, `done` called when that group
+    /// ends (`commit.rs`). The caller writes the chunks in place only if
+    /// `done` says the record is durable, then calls `journal_write_done`.
+    ///
+    /// Nothing is queued, and `done` comes back, where the record would
+    /// have to wait before it could take a place (the journal's lock busy,
+    /// a settle or a wrap due, a record given up before it), where it
+    /// does not fit one record, and where no member's flush waits (members
+    /// in memory: there a record is written alone, `commit_record`). The
+    /// blocking path (`journal_stripe`) takes those writes.
+    pub(crate) fn journal_submit(
+        self: &Arc<Self>,
+        s: u64,
+        lo: u64,
+        chunks: &[(usize, &[u8])],
+        done: JournalDone,
+    ) -> std::result::Result<(), JournalDone> {
+        let Some(j) = &self.journal else {
+            return Err(done);
+        };
+        let width = chunks.first().map_or(0, |c| c.1.len() as u64);
+        let size = BLOCK + chunks.len() as u64 * width;
+        if width == 0
+            || size > END - RECORDS
+            || chunks.len() > MAX_ENTRIES
+            || self.flushes_wait_for_nothing()
+        {
+            return Err(done);
+        }
+        let Some(mut st) = j.state.try_lock_for(std::time::Duration::from_micros(50)) else {
+            return Err(done);
+        };
+        if st.settling || st.settle_first || st.head + size > END {
+            return Err(done);
+        }
+        let (at, block) = self.take_place(j, &mut st, s, lo, chunks);
+        self.queue_record(j, &mut st, at, block, done);
+        Ok(())
+    }
+
+    /// Gives a record of `chunks` (stripe index, new columns [lo, ..)) of
+    /// stripe `s` the ring's next place and sequence, with its stripe
+    /// unsettled and counted in flight: its bytes, and where they go. The
+    /// caller has checked that it fits before the ring's end, and that no
+    /// settle is due or running.
+    fn take_place(
+        &self,
+        j: &Journal,
+        st: &mut JState,
+        s: u64,
+        lo: u64,
+        chunks: &[(usize, &[u8])],
+    ) -> (u64, AlignedBuf) {
+        let map = self.geo.stripe_map(s);
         let rec = Record {
             seq: st.next_seq,
             stripe: s,
             lo,
-            hi: lo + width,
+            hi: lo + chunks[0].1.len() as u64,
             entries: chunks
                 .iter()
                 .map(|&(i, d)| (i, map.members[i], d.to_vec()))
@@ -221,40 +298,35 @@ impl Array {
         };
         let block = encode_record(&rec, &self.uuid);
         let at = st.head;
-        st.head += size;
+        st.head += block.len() as u64;
         st.next_seq += 1;
         j.any_unsettled.store(true, Ordering::Release);
         st.unsettled.insert(s);
         st.in_flight += 1;
-        let len = block.len() as u64;
-        let committed = self.commit_record(&mut st, at, block);
-        if let Ok(true) = committed {
-            self.activity.journal_records.add(1);
-            self.activity.journal_bytes.add(len);
-            return Ok(());
-        }
-        // Its group could not be made durable with the array within its
-        // redundancy (or its leader panicked): no in-place write follows.
-        st.settle_first = true;
-        st.in_flight -= 1;
-        if st.in_flight == 0 {
-            j.changed.notify_all();
-        }
-        if let Err(panic) = committed {
-            drop(st);
-            std::panic::resume_unwind(panic);
-        }
+        (at, block)
+    }
+
+    /// A record of `len` bytes is durable.
+    fn count_record(&self, len: u64) {
+        self.activity.journal_records.add(1);
+        self.activity.journal_bytes.add(len);
+    }
+
+    /// The error of a write whose record was given up (its group could not
+    /// be made durable, or its leader panicked): nothing of it was written
+    /// in place.
+    pub(crate) fn journal_unwritten_error(&self) -> ArrayError {
         if self.within_redundancy() {
             // Back within redundancy since: a member came back in sync
             // meanwhile.
-            return Err(ArrayError::Member {
+            return ArrayError::Member {
                 member: "the degraded-write journal".into(),
                 source: io::Error::other(
                     "this write's record could not be made durable while members were failing; nothing was written in place: write it again",
                 ),
-            });
+            };
         }
-        Err(self.failed_error())
+        self.failed_error()
     }
 
     /// The in-place write of the last record `journal_stripe` wrote for
@@ -364,7 +436,7 @@ impl Array {
 
     /// Flushes every member not failed (uncounted: the journal's own).
     fn flush_members(&self) -> Result<()> {
-        self.flush_present(|m| m.flush())
+        self.flush_present(false)
     }
 
     /// At assembly: replays every record past the header's sequence, in

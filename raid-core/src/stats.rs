@@ -290,6 +290,10 @@ pub struct ArrayIoSnapshot {
     /// each flush.
     #[serde(default)]
     pub journal_commits: u64,
+    /// Times the journal's header moved past records already in place,
+    /// freeing their space in its ring while degraded writes went on.
+    #[serde(default)]
+    pub journal_checkpoints: u64,
     /// Write-intent bitmap writes (each to every member in sync).
     pub bitmap_writes: u64,
 }
@@ -300,6 +304,7 @@ pub struct Activity {
     pub journal_records: Counter,
     pub journal_bytes: Counter,
     pub journal_commits: Counter,
+    pub journal_checkpoints: Counter,
     pub bitmap_writes: Counter,
 }
 

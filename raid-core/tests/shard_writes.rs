@@ -294,11 +294,45 @@ fn a_member_failing_under_shard_writes() {
         SlotState::Failed,
         "the member that erred"
     );
-    // Degraded: the shards hand every write to the blocking path (which
-    // journals or reconstructs), and those still land.
+    // Degraded: the shards journal the writes inside one stripe (each
+    // record durable before the write in place) and hand the rest to the
+    // blocking path; all of them land.
     writes(&e, &mut model, 500, 32, 5, |_| true);
     drop(e);
     matches(&a, &model);
+}
+
+/// Degraded writes on the shards, with the journal's ring kept small so
+/// that it fills: a write whose record finds no room waits on its shard
+/// (its stripe held) until a checkpoint frees the ring's front, rather
+/// than going to the blocking path. Every write lands, and the array
+/// rebuilds and scrubs clean.
+#[test]
+fn degraded_shard_writes_wait_for_room_in_the_journal() {
+    let members: Vec<MemberRef> = (0..5).map(|i| Arc::new(drive(i)) as MemberRef).collect();
+    let a = array(Level::Raid5, members, "shard-room");
+    let mut model = start_model(&a);
+    a.fail_member(1, false).unwrap();
+    a.limit_journal_ring(256 << 10);
+    let e = Engine::start(a.clone(), 2).unwrap();
+    writes(&e, &mut model, 3000, 64, 11, |_| true);
+    let c = e.counts();
+    let on_shards = c.writes_on_shards.load(Ordering::Relaxed);
+    let blocking = c.writes_blocking.load(Ordering::Relaxed);
+    assert!(
+        c.journal_waits.load(Ordering::Relaxed) > 0,
+        "no write waited for room"
+    );
+    assert!(a.io_stats().journal_checkpoints > 0);
+    // The writes across stripes (one in five draws) are the blocking
+    // path's; those inside one are the shards'.
+    assert!(
+        on_shards > 2 * blocking,
+        "{on_shards} on the shards, {blocking} not"
+    );
+    drop(e);
+    matches(&a, &model);
+    support::power_cut::rebuild_and_scrub(&a, &model, |i| Arc::new(drive(10 + i)), "room");
 }
 
 /// A shard write whose member write errs (a full-stripe write: nothing to

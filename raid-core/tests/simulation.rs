@@ -513,6 +513,7 @@ impl World {
         let refs: Vec<MemberRef> = self.disks.iter().map(|d| d.clone() as MemberRef).collect();
         let asm = Array::assemble(refs)
             .unwrap_or_else(|e| panic!("seed {}: no start after a power cut: {e}", self.seed));
+        small_journal(self.seed, &asm.array);
         self.array = Some(Arc::new(asm.array));
         trace!(
             self,
@@ -619,6 +620,7 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
         },
     )
     .unwrap();
+    small_journal(seed, &array);
     let blocks = (array.capacity() as usize) / BLOCK;
     let mut w = World {
         seed,
@@ -678,6 +680,17 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
         }
     }
     w.finish();
+}
+
+/// One life in five keeps its journal's records in a ring of 48 KiB
+/// (against about 1 MiB), so that degraded writes wrap it, and have it
+/// reclaimed, every few records, power cuts landing anywhere in that.
+/// Chosen by the seed alone, so no life's draws change, and none of the
+/// seeds kept for the bugs they found is among them.
+fn small_journal(seed: u64, a: &Array) {
+    if seed % 5 == 4 {
+        a.limit_journal_ring(48 * 1024);
+    }
 }
 
 fn seeds() -> std::ops::Range<u64> {

@@ -3,8 +3,8 @@
 //! write, a RAID1/10 write inside one chunk (to every copy) and a RAID0
 //! write inside one chunk, while every member they touch is readable and
 //! nothing they need would block: a write-intent bit not yet durable, a
-//! stripe or chunk lock another thread holds, an unsettled journal record
-//! (of a stripe with every member there), the first write since the array
+//! stripe or chunk lock another thread holds, any unsettled journal record
+//! (for a stripe with every member there), the first write since the array
 //! was clean. A RAID5/6 stripe with a chunk missing is written here too
 //! where its reads need only chunks present (`Array::degraded_plan`):
 //! through the journal, its record queued for the next group
@@ -27,7 +27,7 @@
 //! The caller (a shard) runs the member I/Os each step asks for (`ios`,
 //! at `io_buf`) and hands back their results (`advance`).
 
-use super::journal::JournalDone;
+use super::journal::{JournalDone, NotQueued, RoomWake};
 use super::parity_io::{columns, full_piece, Piece};
 use super::*;
 use crate::buf::AlignedBuf;
@@ -117,8 +117,14 @@ enum Shape {
 /// (`Guards::stripe_lock`).
 pub(super) struct Guards {
     array: Arc<Array>,
-    /// A durable journal record whose in-place write this write makes.
-    record: bool,
+    /// The durable journal record whose in-place write this write makes.
+    record: Option<u64>,
+    /// A journal record queued for this write, its outcome not yet heard:
+    /// a write dropped meanwhile (only by a panic on its shard) keeps its
+    /// stripe's lock and write intent for good, since the record may yet be
+    /// durable, and then a later writer of the stripe must not chain its
+    /// own record after it unsettled.
+    queued: bool,
     /// The lock's key (`Array::write_lock_key`).
     lock: Option<u64>,
     intent: Option<RangeInclusive<usize>>,
@@ -130,7 +136,8 @@ impl Guards {
     pub(super) fn stripe_lock(array: &Arc<Array>, key: u64) -> Option<Guards> {
         array.locks.try_lock_raw(key).then(|| Guards {
             array: array.clone(),
-            record: false,
+            record: None,
+            queued: false,
             lock: Some(key),
             intent: None,
             in_flight: None,
@@ -146,8 +153,14 @@ impl Guards {
 
 impl Drop for Guards {
     fn drop(&mut self) {
-        if std::mem::take(&mut self.record) {
-            self.array.journal_write_done();
+        if self.queued {
+            tracing::error!(array = %self.array.name, stripe = ?self.lock,
+                "a write with its journal record queued was dropped; its stripe stays locked");
+            self.lock = None;
+            self.intent = None;
+        }
+        if let Some(seq) = self.record.take() {
+            self.array.journal_write_done(seq);
         }
         self.leave_in_flight();
         if let Some(s) = self.lock.take() {
@@ -183,6 +196,8 @@ pub(crate) struct AsyncWrite {
     /// The writes are planned, and their journal record is to be made
     /// durable before they start (`journal`).
     journal_due: bool,
+    /// The journal record queued for the next group (its sequence).
+    queued: Option<u64>,
     started: Started,
 }
 
@@ -253,7 +268,8 @@ impl AsyncWrite {
         };
         let mut g = Guards {
             array: array.clone(),
-            record: false,
+            record: None,
+            queued: false,
             lock: None,
             intent: None,
             in_flight: None,
@@ -323,6 +339,7 @@ impl AsyncWrite {
             can,
             writing: false,
             journal_due: false,
+            queued: None,
             started: Started::now(),
         };
         match w.plan_reads() {
@@ -569,10 +586,14 @@ impl AsyncWrite {
     /// Queues the write's journal record (its new columns for every
     /// member written: a degraded stripe's) for the next group; `done` is
     /// called with whether it is durable, then `journaled` (or
-    /// `journal_failed`). `done` back: the journal did not take it
-    /// (`Array::journal_submit`), nothing is written, and the write goes to
-    /// the blocking path.
-    pub(crate) fn journal(&mut self, done: JournalDone) -> std::result::Result<(), JournalDone> {
+    /// `journal_failed`). Not queued (`Array::journal_submit`): nothing is
+    /// written, and the write tries again when `room` is called
+    /// (`NotQueued::Later`) or goes to the blocking path.
+    pub(crate) fn journal(
+        &mut self,
+        done: JournalDone,
+        room: RoomWake,
+    ) -> std::result::Result<(), NotQueued> {
         let a = self.g.array.clone();
         let Shape::Stripe { s, lo, .. } = self.shape else {
             unreachable!("only a stripe is journaled")
@@ -590,20 +611,26 @@ impl AsyncWrite {
                 (idx.expect("a member of the stripe"), bytes)
             })
             .collect();
-        a.journal_submit(s, lo, &chunks, done)?;
+        self.queued = Some(a.journal_submit(s, lo, &chunks, done, room)?);
+        self.g.queued = true;
         self.journal_due = false;
         Ok(())
     }
 
     /// The record `journal` queued is durable: the writes may start, and
-    /// the journal hears when they are done (as the write ends).
+    /// the journal hears when they are done (as the write ends). They go
+    /// to the member table planned on, one group commit old at most: under
+    /// the stripe's lock no rebuild or hot replace copies this stripe
+    /// meanwhile, and a member failed since takes a write no one reads.
     pub(crate) fn journaled(&mut self) {
-        self.g.record = true;
+        self.g.queued = false;
+        self.g.record = self.queued.take();
     }
 
     /// The record `journal` queued was given up: nothing of the write is
     /// written. Ends it, with its error and its data back.
-    pub(crate) fn journal_failed(self) -> (ArrayError, AlignedBuf) {
+    pub(crate) fn journal_failed(mut self) -> (ArrayError, AlignedBuf) {
+        self.g.queued = false;
         let e = self.g.array.journal_unwritten_error();
         self.g
             .array

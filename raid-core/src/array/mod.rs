@@ -29,7 +29,7 @@ pub use assemble::Assembly;
 pub(crate) use block_io::DirectPiece;
 pub use events::{ArrayEvent, Severity};
 pub use jobs::{CopyDone, CopyKind, CopyProgress, ScrubDone, ScrubProgress};
-pub(crate) use journal::JournalDone;
+pub(crate) use journal::{JournalDone, NotQueued, RoomWake};
 pub use membership::Rule;
 pub use rebuild::{RebuildEnd, RebuildOptions};
 pub use scrub::{Mismatch, ScrubOptions, ScrubReport};
@@ -483,6 +483,7 @@ impl Array {
             journal_records: self.activity.journal_records.get(),
             journal_bytes: self.activity.journal_bytes.get(),
             journal_commits: self.activity.journal_commits.get(),
+            journal_checkpoints: self.activity.journal_checkpoints.get(),
             bitmap_writes: self.activity.bitmap_writes.get(),
         }
     }

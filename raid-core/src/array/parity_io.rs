@@ -481,9 +481,9 @@ impl Array {
                     .iter()
                     .map(|&(i, b)| (i, &b[at as usize..end as usize]))
                     .collect();
-                self.journal_stripe(s, lo + at, &slice)?;
+                let seq = self.journal_stripe(s, lo + at, &slice)?;
                 let written = self.write_in_place(s, &slice, lo + at, None);
-                self.journal_write_done();
+                self.journal_write_done(seq);
                 written?;
                 at = end;
             }

@@ -136,7 +136,8 @@ pub trait Member: Send + Sync {
     /// simulated drive's), for a caller flushing several members at once
     /// without a thread each (`Array`'s flushes, the journal's groups);
     /// what it returns waits for the flush. `None`: not such a member; the
-    /// caller runs `flush`.
+    /// caller runs `flush`. A wrapper that does work of its own in `flush`
+    /// (a test's power-cut tracking) must not pass this through.
     fn begin_flush(&self) -> Option<FlushWait> {
         None
     }

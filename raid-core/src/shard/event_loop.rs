@@ -1,8 +1,11 @@
 //! A shard: one thread, its own io_uring, and the requests in flight on
 //! it. The loop, from its inbox (requests from clients, completions of
-//! timed I/O) and its ring's completions, never
-//! blocks on anything but the ring: a sleeping shard is woken by an
-//! eventfd read it keeps armed on the ring, written only when it sleeps.
+//! timed I/O, the journal's word on a record) and its ring's completions,
+//! sleeps only in the ring, and otherwise waits only for locks held for
+//! short stretches (the stripe lock table's, the journal's state, which a
+//! shard takes for at most 50 us before it gives up): a sleeping shard is
+//! woken by an eventfd read it keeps armed on the ring, written only when
+//! it sleeps.
 //!
 //! Each request in flight has a key in the slab; a member I/O's ring
 //! user_data (or the value a timed I/O posts back) is the key and the
@@ -109,7 +112,11 @@ impl Drop for Shard {
     /// `unjournaled` for good, and degraded reads their stripes' locks:
     /// the array stops taking writes to those stripes (and reads that
     /// must recover them), and member failures wait, rather than let
-    /// another writer in while these may still land.
+    /// another writer in while these may still land. A journaled write's
+    /// record stays in flight too, so a flush (which settles the journal)
+    /// waits for ever: the array stops, it does not lose a write. A write
+    /// whose record was queued keeps its stripe's lock even when the slab
+    /// is dropped (`async_write::Guards`).
     fn drop(&mut self) {
         if self.on_ring > 0 || self.armed {
             std::mem::forget(std::mem::take(&mut self.slab));
@@ -185,6 +192,7 @@ impl Shard {
                 Job::Request(r) => self.waiting.push_back(r),
                 Job::Timed(ud, res) => self.complete(ud, res),
                 Job::Journaled(k, ok) => self.journaled(k, ok),
+                Job::Room(k) => self.run_step(k),
                 Job::Stop => stopping = true,
             }
         }

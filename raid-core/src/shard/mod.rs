@@ -26,8 +26,10 @@
 //! goes on serving others until the group's leader (the journal's
 //! committer thread, or a blocking writer) posts back that it is durable.
 //!
-//! Every other request (degraded writes that would recover a chunk, or
-//! whose members are in memory, degraded reads across stripes,
+//! Every other request (degraded writes that would recover a chunk, whose
+//! members are in memory, or whose record the journal refuses for other
+//! than room: its lock busy, a settle due, too large; degraded reads
+//! across stripes,
 //! writes across stripes or chunks, reads of more than 256 chunks, on a member that can do neither, one whose
 //! member erred, one that would have to wait for a lock, a bitmap write,
 //! a journal record or the first write since clean) goes to a small pool of
@@ -101,6 +103,9 @@ pub struct Counts {
     /// Shard writes whose member writes erred, ended on a blocking thread
     /// (counted in `writes_on_shards` too).
     pub write_errors: AtomicU64,
+    /// Times a degraded write waited on its shard for room in the
+    /// journal's ring.
+    pub journal_waits: AtomicU64,
 }
 
 /// Shards serving one array's reads and writes.
@@ -160,6 +165,9 @@ enum Job {
     /// The journal record of the write with this slab key is durable
     /// (true) or was given up (`AsyncWrite::journal`).
     Journaled(usize, bool),
+    /// The journal may have room for the record of the write with this
+    /// slab key, which found none (`NotQueued::Later`).
+    Room(usize),
     Stop,
 }
 

@@ -7,7 +7,7 @@ use super::event_loop::{io_end, non_blocking, ud, IoEnd, Shard};
 use super::ops::{Op, WriteOp};
 use super::{answer, Fallback, Job, WriteJob};
 use crate::array::async_write::{AsyncWrite, Next, Start};
-use crate::array::JournalDone;
+use crate::array::{JournalDone, NotQueued, RoomWake};
 use crate::member::MemberRef;
 use crate::stats::Started;
 use std::collections::VecDeque;
@@ -83,16 +83,25 @@ impl Shard {
     }
 
     /// Starts write `k`'s next step: a degraded stripe's journal record
-    /// first, the step's I/Os once it is durable (`journaled`). A record
-    /// the journal does not take sends the write, nothing written, to the
-    /// blocking path (which waits where the journal asks for it).
-    fn run_step(&mut self, k: usize) {
-        let inbox = self.inbox.clone();
+    /// first, the step's I/Os once it is durable (`journaled`). Where the
+    /// journal's ring has no room the write waits on the shard, its stripe
+    /// held, until the journal says there may be (`Job::Room`: this step
+    /// again); a record the journal does not take for another reason sends
+    /// the write, nothing written, to the blocking path.
+    pub(super) fn run_step(&mut self, k: usize) {
         let op = self.op(k);
         if op.w.journal_due() {
+            let inbox = self.inbox.clone();
             let done: JournalDone = Box::new(move |ok| inbox.push(Job::Journaled(k, ok)));
-            if op.w.journal(done).is_err() {
-                self.hand_to_blocking(k, Vec::new());
+            let inbox = self.inbox.clone();
+            let room: RoomWake = Box::new(move || inbox.push(Job::Room(k)));
+            match self.op(k).w.journal(done, room) {
+                Ok(()) => {}
+                Err(NotQueued::Later) => {
+                    let counts = &self.blocking.counts;
+                    counts.journal_waits.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(NotQueued::Blocking) => self.hand_to_blocking(k, Vec::new()),
             }
             return;
         }

@@ -244,6 +244,14 @@ pub fn render(s: &Sample) -> String {
     per_array(
         &mut e,
         s,
+        "raidctl_array_journal_checkpoints_total",
+        Kind::Counter,
+        "Times the degraded-write journal freed the space of records already in place without waiting for the writes in flight.",
+        |a| Some(a.io.journal_checkpoints as f64),
+    );
+    per_array(
+        &mut e,
+        s,
         "raidctl_array_bitmap_writes_total",
         Kind::Counter,
         "Write-intent bitmap writes (each to every member in sync).",

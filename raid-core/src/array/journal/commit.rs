@@ -15,6 +15,11 @@
 //! missing one: replay stops at the gap (none of the group's in-place
 //! writes had begun), and recovery moves the next sequence past every
 //! record it finds, so nothing written later chains on to it (`mod.rs`).
+//! A group given up (its leader panicked) leaves such a gap while the
+//! array runs: the groups after it are still written in place, their
+//! records past the gap never replayed, which is safe because none of the
+//! given-up records is written in place and the journal settles before
+//! the next record of their stripes (`JState::settle_first`).
 //!
 //! A writer that must not wait (a shard's, `journal_submit`) queues its
 //! record with a callback instead. Its groups are led by whichever writer
@@ -47,8 +52,8 @@ pub(super) struct Groups {
     /// for the next group, in ring order.
     queued: Vec<(u64, AlignedBuf)>,
     /// The callbacks of the queued records whose writers do not wait
-    /// (`journal_submit`), with each record's length.
-    calls: Vec<(JournalDone, u64)>,
+    /// (`journal_submit`), with each record's sequence and length.
+    calls: Vec<(JournalDone, u64, u64)>,
     /// The group `queued` will be written as.
     forming: Arc<Group>,
     /// A leader is writing a group, outside the journal's lock.
@@ -72,6 +77,8 @@ struct Group {
 #[derive(Default)]
 pub(super) struct Committer {
     started: AtomicBool,
+    /// Held while the thread is being started.
+    starting: Mutex<()>,
     /// A group of records with callbacks may be waiting for a leader.
     due: Mutex<bool>,
     wake: Condvar,
@@ -84,11 +91,21 @@ impl Committer {
         *self.due.lock() = true;
         self.wake.notify_one();
     }
+
+    /// The ring's front may be reclaimed (`ring.rs`): the committer does
+    /// it, if there is one; without one, the writer that finds the ring
+    /// full does.
+    pub(super) fn checkpoint_due(&self) {
+        if self.started.load(Ordering::Acquire) {
+            self.call();
+        }
+    }
 }
 
 /// The committer thread: leads groups while records with callbacks wait
-/// and no one else is writing one. It holds the array only while it
-/// leads, and ends once the array is gone.
+/// and no one else is writing one, then reclaims the ring's front if it
+/// is half full (`Array::checkpoint`). It holds the array only while it
+/// works, and ends once the array is gone.
 fn committer(array: Weak<Array>, c: Arc<Committer>) {
     loop {
         {
@@ -102,12 +119,24 @@ fn committer(array: Weak<Array>, c: Arc<Committer>) {
             *due = false;
         }
         let Some(a) = array.upgrade() else { return };
-        let j = a.journal.as_ref().expect("started by the journal");
-        let mut st = j.state.lock();
-        while !st.group.writing && !st.group.calls.is_empty() {
-            if a.lead_group(j, &mut st).is_err() {
-                tracing::error!(array = %a.name, "degraded-write journal: writing a group panicked; its records were given up");
+        // A panic here would leave the shards' records with no leader: it
+        // is logged, and the thread goes on.
+        let worked = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let j = a.journal.as_ref().expect("started by the journal");
+            let mut st = j.state.lock();
+            while !st.group.writing && !st.group.calls.is_empty() {
+                if a.lead_group(j, &mut st).is_err() {
+                    tracing::error!(array = %a.name, "degraded-write journal: writing a group panicked; its records were given up");
+                }
             }
+            if st.wants_checkpoint() {
+                if let Err(e) = a.checkpoint(j, &mut st) {
+                    tracing::error!(array = %a.name, "degraded-write journal: freeing its ring failed: {e}");
+                }
+            }
+        }));
+        if worked.is_err() {
+            tracing::error!(array = %a.name, "degraded-write journal: its committer panicked; it goes on");
         }
     }
 }
@@ -121,22 +150,39 @@ impl Array {
         j: &Journal,
         st: &mut MutexGuard<'_, JState>,
         at: u64,
+        seq: u64,
         block: AlignedBuf,
         done: JournalDone,
     ) {
         let len = block.len() as u64;
         st.group.queued.push((at, block));
-        st.group.calls.push((done, len));
-        if !j.committer.started.swap(true, Ordering::AcqRel) {
-            let (a, c) = (Arc::downgrade(self), j.committer.clone());
-            std::thread::Builder::new()
-                .name("journal-commit".into())
-                .spawn(move || committer(a, c))
-                .expect("spawn the journal's committer thread");
-        }
+        st.group.calls.push((done, seq, len));
         if !st.group.writing {
             j.committer.call();
         }
+    }
+
+    /// Starts the journal's committer thread, if not yet: false if it
+    /// could not be (the caller queues nothing then).
+    pub(super) fn start_committer(self: &Arc<Self>, j: &Journal) -> bool {
+        if j.committer.started.load(Ordering::Acquire) {
+            return true;
+        }
+        let _one = j.committer.starting.lock();
+        if j.committer.started.load(Ordering::Acquire) {
+            return true;
+        }
+        let (a, c) = (Arc::downgrade(self), j.committer.clone());
+        let spawned = std::thread::Builder::new()
+            .name("journal-commit".into())
+            .spawn(move || committer(a, c));
+        if let Err(e) = &spawned {
+            tracing::warn!(array = %self.name, "degraded-write journal: no committer thread ({e}); degraded writes take the blocking path");
+        }
+        j.committer
+            .started
+            .store(spawned.is_ok(), Ordering::Release);
+        spawned.is_ok()
     }
 
     /// Queues a record (`block`, at ring offset `at`) and waits until its
@@ -153,7 +199,11 @@ impl Array {
         at: u64,
         block: AlignedBuf,
     ) -> std::thread::Result<bool> {
-        if !st.group.writing && st.group.queued.is_empty() && self.flushes_wait_for_nothing() {
+        if !st.group.writing
+            && st.group.queued.is_empty()
+            && st.queued_live == 0
+            && self.flushes_wait_for_nothing()
+        {
             // Members in memory: a record is written and flushed in
             // microseconds, less than waking the writers of a group
             // costs; so each is written alone, under the lock (writers
@@ -211,15 +261,19 @@ impl Array {
             j.committer.call();
         }
         if !calls.is_empty() {
-            for (_, len) in &calls {
+            for &(_, seq, len) in &calls {
                 match ok {
-                    true => self.count_record(*len),
-                    false => record_given_up(j, st),
+                    true => self.count_record(len),
+                    false => record_given_up(j, st, seq),
                 }
             }
             MutexGuard::unlocked(st, || {
-                for (done, _) in calls {
-                    done(ok);
+                for (done, ..) in calls {
+                    // Each told, even if one before it panics.
+                    let told = std::panic::catch_unwind(AssertUnwindSafe(|| done(ok)));
+                    if told.is_err() {
+                        tracing::error!(array = %self.name, "degraded-write journal: a record's callback panicked");
+                    }
                 }
             });
         }
@@ -235,18 +289,29 @@ impl Array {
     }
 
     /// Writes a group's records to every member not failed, then flushes
-    /// them; a member that fails either is failed (as a lone journal write
-    /// does). Returns whether the array is within its redundancy after.
+    /// them (`write_everywhere`), counted as one commit if the array is
+    /// within its redundancy after.
     fn write_group(&self, records: &[(u64, AlignedBuf)]) -> bool {
+        let blocks: Vec<(u64, &[u8])> = records.iter().map(|(at, b)| (*at, &b[..])).collect();
+        let ok = self.write_everywhere(&blocks);
+        self.activity.journal_commits.add(ok as u64);
+        ok
+    }
+
+    /// Writes `blocks` (member offset, bytes) to every member not failed in
+    /// one submission, then flushes them together (`flush_each`); a member
+    /// that fails either is failed. Returns whether the array is within
+    /// its redundancy after.
+    pub(super) fn write_everywhere(&self, blocks: &[(u64, &[u8])]) -> bool {
         let handles = self.member_handles();
         let present = self.present_slots();
         let mut ios: Vec<MemberIo> = present
             .iter()
             .flat_map(|&m| {
-                records.iter().map(move |(at, b)| MemberIo {
+                blocks.iter().map(move |&(at, b)| MemberIo {
                     member: m,
-                    offset: *at,
-                    op: IoOp::Write(&b[..]),
+                    offset: at,
+                    op: IoOp::Write(b),
                 })
             })
             .collect();
@@ -264,19 +329,18 @@ impl Array {
             .filter(|m| !failed.iter().any(|(f, _)| f == m))
             .collect();
         failed.extend(member_io::flush_each(&handles, &written, false));
-        let ok = self.fail_erred(&handles, failed, "journal write");
-        self.activity.journal_commits.add(ok as u64);
-        ok
+        self.fail_erred(&handles, failed, "journal write")
     }
 }
 
 /// A record took its place and sequence, and its group did not make it
 /// durable: no in-place write follows, and the journal settles before the
 /// next record takes a place (`JState::settle_first`).
-pub(super) fn record_given_up(j: &Journal, st: &mut JState) {
+pub(super) fn record_given_up(j: &Journal, st: &mut JState, seq: u64) {
     st.settle_first = true;
-    st.in_flight -= 1;
-    if st.in_flight == 0 {
-        j.changed.notify_all();
+    st.record_done(seq);
+    j.changed.notify_all();
+    if st.wants_checkpoint() {
+        j.committer.checkpoint_due();
     }
 }

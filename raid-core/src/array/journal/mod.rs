@@ -38,8 +38,25 @@ use crate::buf::AlignedBuf;
 use crate::metadata::{DATA_OFFSET, JOURNAL_OFFSET};
 
 mod commit;
+mod ring;
+
+use ring::wake_room_waiters;
 
 pub(crate) use commit::JournalDone;
+
+/// Called once there may be room in the journal's ring again (a
+/// checkpoint or a settle ended): for a writer `journal_submit` told to
+/// come back later. Called with no lock held.
+pub(crate) type RoomWake = Box<dyn FnOnce() + Send>;
+
+/// Why `journal_submit` queued nothing.
+pub(crate) enum NotQueued {
+    /// The ring has no room now, or a settle is emptying it: the `room`
+    /// given is called once there may be; submit again then.
+    Later,
+    /// The blocking path's (`journal_submit`'s doc says which).
+    Blocking,
+}
 
 const HEAD_MAGIC: &[u8; 8] = b"NVRAIDJH";
 const REC_MAGIC: &[u8; 8] = b"NVRAIDJR";
@@ -59,7 +76,8 @@ pub(super) struct Journal {
     /// Set under `state` before a stripe is added; a writer of stripe s
     /// holds s's lock, so a record of s was added (and this set) before.
     any_unsettled: AtomicBool,
-    /// Signalled when `in_flight` drops or a settle ends.
+    /// Signalled when `in_flight` drops, the ring's first record not done
+    /// is done, or a settle or a checkpoint ends.
     changed: parking_lot::Condvar,
     /// The thread that leads groups of records whose writers do not wait
     /// (`commit.rs`).
@@ -67,26 +85,45 @@ pub(super) struct Journal {
 }
 
 struct JState {
-    /// Where the next record goes.
+    /// Where the next record goes, if it fits before the ring's end
+    /// (`ring.rs`).
     head: u64,
+    /// Where the ring ends: the area's end (`limit_journal_ring` aside).
+    end: u64,
     next_seq: u64,
-    /// Every record up to this sequence is in place.
+    /// Every record up to this sequence is in place: the header's.
     tail_seq: u64,
-    /// Stripes with a record past `tail_seq`. A later write to such a
-    /// stripe is journaled too, even with every member present: replay
-    /// (after a crash or kill) writes records in sequence order, and a
-    /// newer write that skipped the journal would be reverted by an older
-    /// record of the same stripe.
-    unsettled: std::collections::HashSet<u64>,
+    /// Where the record after `tail_seq` lies (or the next will): the
+    /// header's.
+    tail_at: u64,
+    /// The records past `tail_seq`, in sequence (and ring) order.
+    live: std::collections::VecDeque<ring::Live>,
+    /// Their bytes.
+    live_bytes: u64,
+    /// How many of them are shards' (`journal_submit`) and not yet done:
+    /// while any is, no record is written under the lock
+    /// (`commit_record`), since their writers take the lock to say they
+    /// are done and must not wait behind a write.
+    queued_live: usize,
+    /// Stripes with a record past `tail_seq`, and the last such record's
+    /// sequence. A later write to such a stripe is journaled too, even
+    /// with every member present: replay (after a crash or kill) writes
+    /// records in sequence order, and a newer write that skipped the
+    /// journal would be reverted by an older record of the same stripe.
+    unsettled: std::collections::HashMap<u64, u64>,
     /// Records given a place in the ring whose in-place write has not
     /// finished yet (queued for a group, being written, or durable and
     /// being written in place): a settle waits for them (settling one
     /// would leave its stripe torn with no record to repair it after a
     /// crash).
     in_flight: usize,
-    /// A settle (or a wrap) is waiting for `in_flight` to drain: no new
-    /// record takes a place meanwhile.
+    /// A settle is waiting for `in_flight` to drain: no new record takes
+    /// a place meanwhile.
     settling: bool,
+    /// A checkpoint is writing the header (`ring.rs`).
+    checkpointing: bool,
+    /// Writers waiting for room (`NotQueued::Later`).
+    room_waiters: Vec<RoomWake>,
     /// The group commit's state (`commit.rs`).
     group: commit::Groups,
     /// A record took its place and sequence, then was not written (its
@@ -102,11 +139,18 @@ impl JState {
     fn fresh(tail_seq: u64) -> JState {
         JState {
             head: RECORDS,
+            end: END,
             next_seq: tail_seq + 1,
             tail_seq,
+            tail_at: RECORDS,
+            live: Default::default(),
+            live_bytes: 0,
+            queued_live: 0,
             unsettled: Default::default(),
             in_flight: 0,
             settling: false,
+            checkpointing: false,
+            room_waiters: Vec::new(),
             group: Default::default(),
             settle_first: false,
         }
@@ -134,50 +178,78 @@ impl Journal {
     }
 }
 
-fn encode_head(tail: u64, uuid: &Uuid) -> AlignedBuf {
+/// A header: every record up to `tail` is in place, and the next lies at
+/// `tail_at`.
+fn encode_head(tail: u64, tail_at: u64, uuid: &Uuid) -> AlignedBuf {
     let mut b = AlignedBuf::new(BLOCK as usize);
     b[..8].copy_from_slice(HEAD_MAGIC);
     b[8..16].copy_from_slice(&tail.to_le_bytes());
+    b[16..24].copy_from_slice(&tail_at.to_le_bytes());
     b[UUID_AT..UUID_AT + 16].copy_from_slice(&uuid.0);
     let crc = crc32c::crc32c(&b[..4092]);
     b[4092..].copy_from_slice(&crc.to_le_bytes());
     b
 }
 
-fn decode_head(b: &[u8], uuid: &Uuid) -> Option<u64> {
+/// A header's tail sequence and the place of the record after it (zero
+/// in headers from before the ring was reclaimed in place: the area's
+/// start, where the records then always began).
+fn decode_head(b: &[u8], uuid: &Uuid) -> Option<(u64, u64)> {
     if &b[..8] != HEAD_MAGIC
         || crc32c::crc32c(&b[..4092]).to_le_bytes() != b[4092..4096]
         || b[UUID_AT..UUID_AT + 16] != uuid.0
     {
         return None;
     }
-    Some(u64::from_le_bytes(b[8..16].try_into().unwrap()))
+    let get = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let at = match get(16) {
+        0 => RECORDS,
+        at => at,
+    };
+    Some((get(8), at))
 }
 
-/// The bytes of a record: header block, then each entry's columns.
-fn encode_record(r: &Record, uuid: &Uuid) -> AlignedBuf {
-    let width = (r.hi - r.lo) as usize;
-    let mut b = AlignedBuf::new(BLOCK as usize + r.entries.len() * width);
-    b[..8].copy_from_slice(REC_MAGIC);
-    b[UUID_AT..UUID_AT + 16].copy_from_slice(&uuid.0);
-    let mut put = |o: usize, v: u64| b[o..o + 8].copy_from_slice(&v.to_le_bytes());
-    put(8, r.seq);
-    put(16, r.stripe);
-    put(24, r.lo);
-    put(32, r.hi);
-    put(40, r.entries.len() as u64);
-    for (k, (idx, slot, data)) in r.entries.iter().enumerate() {
-        let o = 48 + k * 8;
-        b[o..o + 4].copy_from_slice(&(*idx as u32).to_le_bytes());
-        b[o + 4..o + 8].copy_from_slice(&(*slot as u32).to_le_bytes());
-        let p = BLOCK as usize + k * width;
-        b[p..p + width].copy_from_slice(data);
+/// A record's bytes before it has a sequence: built, payload and its
+/// checksum included, outside the journal's lock; under it, only the
+/// sequence and the final checksum go in (`seal`).
+struct Unsealed {
+    b: AlignedBuf,
+    payload_crc: u32,
+}
+
+impl Unsealed {
+    /// A record of `entries` (chunk index, slot, new columns [lo, hi)) of
+    /// stripe `stripe`.
+    fn new(stripe: u64, lo: u64, hi: u64, entries: &[(usize, usize, &[u8])], uuid: &Uuid) -> Self {
+        let width = (hi - lo) as usize;
+        let mut b = AlignedBuf::new(BLOCK as usize + entries.len() * width);
+        b[..8].copy_from_slice(REC_MAGIC);
+        b[UUID_AT..UUID_AT + 16].copy_from_slice(&uuid.0);
+        let mut put = |o: usize, v: u64| b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        put(16, stripe);
+        put(24, lo);
+        put(32, hi);
+        put(40, entries.len() as u64);
+        for (k, (idx, slot, data)) in entries.iter().enumerate() {
+            let o = 48 + k * 8;
+            b[o..o + 4].copy_from_slice(&(*idx as u32).to_le_bytes());
+            b[o + 4..o + 8].copy_from_slice(&(*slot as u32).to_le_bytes());
+            let p = BLOCK as usize + k * width;
+            b[p..p + width].copy_from_slice(data);
+        }
+        let payload_crc = crc32c::crc32c(&b[BLOCK as usize..]);
+        Unsealed { b, payload_crc }
     }
-    // CRC over the header (less its last 4 bytes) and the payload.
-    let mut crc = crc32c::crc32c(&b[..4092]);
-    crc = crc32c::crc32c_append(crc, &b[BLOCK as usize..]);
-    b[4092..4096].copy_from_slice(&crc.to_le_bytes());
-    b
+
+    /// Puts in the sequence, then the CRC over the header (less its last 4
+    /// bytes) and the payload.
+    fn seal(&mut self, seq: u64) {
+        let b = &mut self.b;
+        b[8..16].copy_from_slice(&seq.to_le_bytes());
+        let payload = b.len() - BLOCK as usize;
+        let crc = crc32c::crc32c_combine(crc32c::crc32c(&b[..4092]), self.payload_crc, payload);
+        b[4092..4096].copy_from_slice(&crc.to_le_bytes());
+    }
 }
 
 impl Array {
@@ -191,39 +263,47 @@ impl Array {
     /// their places in the order their groups are written, so a group is
     /// always the ring's next stretch, and no record is written in place
     /// before every record ahead of it is durable.
-    pub(super) fn journal_stripe(&self, s: u64, lo: u64, chunks: &[(usize, &[u8])]) -> Result<()> {
+    pub(super) fn journal_stripe(&self, s: u64, lo: u64, chunks: &[(usize, &[u8])]) -> Result<u64> {
         let Some(j) = &self.journal else {
-            return Ok(());
+            return Ok(0);
         };
         let width = chunks[0].1.len() as u64;
         let size = BLOCK + chunks.len() as u64 * width;
+        let rec = self.unsealed(s, lo, chunks);
+        let mut st = j.state.lock();
         assert!(
-            size <= END - RECORDS && chunks.len() <= MAX_ENTRIES,
+            size <= st.end - RECORDS && chunks.len() <= MAX_ENTRIES,
             "caller slices records to fit"
         );
-        let mut st = j.state.lock();
-        loop {
+        let at = loop {
             while st.settling {
                 j.changed.wait(&mut st);
             }
-            if !st.settle_first && st.head + size <= END {
-                break;
+            if st.settle_first {
+                // A record left unwritten: every earlier record's in-place
+                // write made durable, and the header past them all.
+                self.settle_locked(j, &mut st)?;
+                continue;
             }
-            // Wrap (or a record left unwritten): make every earlier
-            // record's in-place write durable, and say so in the header,
-            // before overwriting them.
-            self.settle_locked(j, &mut st)?;
-        }
-        let (at, block) = self.take_place(j, &mut st, s, lo, chunks);
+            if let Some(at) = st.room(size) {
+                break at;
+            }
+            // The ring is full: free the records at its front already in
+            // place, or wait until one is (or another's checkpoint ends).
+            if !self.checkpoint(j, &mut st)? {
+                j.changed.wait(&mut st);
+            }
+        };
+        let (seq, block) = self.take_place(j, &mut st, at, s, rec, false);
         let len = block.len() as u64;
         let committed = self.commit_record(&mut st, at, block);
         if let Ok(true) = committed {
             self.count_record(len);
-            return Ok(());
+            return Ok(seq);
         }
         // Its group could not be made durable with the array within its
         // redundancy (or its leader panicked): no in-place write follows.
-        commit::record_given_up(j, &mut st);
+        commit::record_given_up(j, &mut st, seq);
         if let Err(panic) = committed {
             drop(st);
             std::panic::resume_unwind(panic);
@@ -232,78 +312,88 @@ impl Array {
     }
 
     /// `journal_stripe` for a writer that must not wait (a shard's): the
-    /// record queued for the next group, `done` called when that group
-    /// ends (`commit.rs`). The caller writes the chunks in place only if
-    /// `done` says the record is durable, then calls `journal_write_done`.
+    /// record queued for the next group and its sequence returned, `done`
+    /// called when that group ends (`commit.rs`). The caller writes the
+    /// chunks in place only if `done` says the record is durable, then
+    /// calls `journal_write_done`.
     ///
-    /// Nothing is queued, and `done` comes back, where the record would
-    /// have to wait before it could take a place (the journal's lock busy,
-    /// a settle or a wrap due, a record given up before it), where it
-    /// does not fit one record, and where no member's flush waits (members
-    /// in memory: there a record is written alone, `commit_record`). The
-    /// blocking path (`journal_stripe`) takes those writes.
+    /// Where the ring has no room (or a settle is emptying it), nothing is
+    /// queued and `room` is called once there may be: `NotQueued::Later`
+    /// (the committer frees the ring's front meanwhile). The blocking path
+    /// (`journal_stripe`) takes the writes whose record would wait for
+    /// something else (the journal's lock busy, a settle due after a
+    /// record was given up), that do not fit one record, that the array
+    /// cannot take (past its redundancy), or whose members' flushes wait
+    /// for nothing (members in memory: there a record is written alone,
+    /// `commit_record`).
     pub(crate) fn journal_submit(
         self: &Arc<Self>,
         s: u64,
         lo: u64,
         chunks: &[(usize, &[u8])],
         done: JournalDone,
-    ) -> std::result::Result<(), JournalDone> {
+        room: RoomWake,
+    ) -> std::result::Result<u64, NotQueued> {
         let Some(j) = &self.journal else {
-            return Err(done);
+            return Err(NotQueued::Blocking);
         };
         let width = chunks.first().map_or(0, |c| c.1.len() as u64);
         let size = BLOCK + chunks.len() as u64 * width;
         if width == 0
-            || size > END - RECORDS
             || chunks.len() > MAX_ENTRIES
             || self.flushes_wait_for_nothing()
+            || !self.within_redundancy()
+            || !self.start_committer(j)
         {
-            return Err(done);
+            return Err(NotQueued::Blocking);
         }
+        let rec = self.unsealed(s, lo, chunks);
         let Some(mut st) = j.state.try_lock_for(std::time::Duration::from_micros(50)) else {
-            return Err(done);
+            return Err(NotQueued::Blocking);
         };
-        if st.settling || st.settle_first || st.head + size > END {
-            return Err(done);
+        if st.settle_first || size > st.end - RECORDS {
+            return Err(NotQueued::Blocking);
         }
-        let (at, block) = self.take_place(j, &mut st, s, lo, chunks);
-        self.queue_record(j, &mut st, at, block, done);
-        Ok(())
+        let Some(at) = st.room(size).filter(|_| !st.settling) else {
+            st.room_waiters.push(room);
+            j.committer.checkpoint_due();
+            return Err(NotQueued::Later);
+        };
+        let (seq, block) = self.take_place(j, &mut st, at, s, rec, true);
+        self.queue_record(j, &mut st, at, seq, block, done);
+        Ok(seq)
     }
 
-    /// Gives a record of `chunks` (stripe index, new columns [lo, ..)) of
-    /// stripe `s` the ring's next place and sequence, with its stripe
-    /// unsettled and counted in flight: its bytes, and where they go. The
-    /// caller has checked that it fits before the ring's end, and that no
-    /// settle is due or running.
+    /// The bytes of a record of `chunks` (stripe index, new columns
+    /// [lo, ..)) of stripe `s`, but for its sequence (`take_place`): built
+    /// before the journal's lock is taken.
+    fn unsealed(&self, s: u64, lo: u64, chunks: &[(usize, &[u8])]) -> Unsealed {
+        let map = self.geo.stripe_map(s);
+        let entries: Vec<(usize, usize, &[u8])> = chunks
+            .iter()
+            .map(|&(i, d)| (i, map.members[i], d))
+            .collect();
+        Unsealed::new(s, lo, lo + chunks[0].1.len() as u64, &entries, &self.uuid)
+    }
+
+    /// Gives record `rec` (of stripe `s`) the ring's place `at` (from
+    /// `JState::room`) and the next sequence, with its stripe unsettled and
+    /// counted in flight: its sequence and sealed bytes. The caller has
+    /// checked that no settle is due or running. `queued`: its writer does
+    /// not wait (`journal_submit`).
     fn take_place(
         &self,
         j: &Journal,
         st: &mut JState,
+        at: u64,
         s: u64,
-        lo: u64,
-        chunks: &[(usize, &[u8])],
+        mut rec: Unsealed,
+        queued: bool,
     ) -> (u64, AlignedBuf) {
-        let map = self.geo.stripe_map(s);
-        let rec = Record {
-            seq: st.next_seq,
-            stripe: s,
-            lo,
-            hi: lo + chunks[0].1.len() as u64,
-            entries: chunks
-                .iter()
-                .map(|&(i, d)| (i, map.members[i], d.to_vec()))
-                .collect(),
-        };
-        let block = encode_record(&rec, &self.uuid);
-        let at = st.head;
-        st.head += block.len() as u64;
-        st.next_seq += 1;
         j.any_unsettled.store(true, Ordering::Release);
-        st.unsettled.insert(s);
-        st.in_flight += 1;
-        (at, block)
+        let seq = st.place(at, rec.b.len() as u64, s, queued);
+        rec.seal(seq);
+        (seq, rec.b)
     }
 
     /// A record of `len` bytes is durable.
@@ -322,21 +412,27 @@ impl Array {
             return ArrayError::Member {
                 member: "the degraded-write journal".into(),
                 source: io::Error::other(
-                    "this write's record could not be made durable while members were failing; nothing was written in place: write it again",
+                    "this write's journal record could not be made durable (members failed, or its group's writer stopped); nothing was written in place: write it again",
                 ),
             };
         }
         self.failed_error()
     }
 
-    /// The in-place write of the last record `journal_stripe` wrote for
-    /// this caller has finished (or failed): a settle may pass it now.
-    pub(super) fn journal_write_done(&self) {
+    /// The in-place write of record `seq` (from `journal_stripe` or
+    /// `journal_submit`) has finished, or failed: a settle may pass it
+    /// now, and a checkpoint once those ahead of it are done too.
+    pub(super) fn journal_write_done(&self, seq: u64) {
         if let Some(j) = &self.journal {
             let mut st = j.state.lock();
-            st.in_flight -= 1;
-            if st.in_flight == 0 {
+            let front = st.record_done(seq);
+            if front || st.in_flight == 0 {
                 j.changed.notify_all();
+            }
+            if front && st.wants_checkpoint() {
+                // Freed ahead of need, by the committer, where there is
+                // one: the writers go on meanwhile.
+                j.committer.checkpoint_due();
             }
         }
     }
@@ -346,7 +442,7 @@ impl Array {
     /// `s` are only added under it).
     pub(super) fn journal_pending(&self, s: u64) -> bool {
         self.journal.as_ref().is_some_and(|j| {
-            j.any_unsettled.load(Ordering::Acquire) && j.state.lock().unsettled.contains(&s)
+            j.any_unsettled.load(Ordering::Acquire) && j.state.lock().unsettled.contains_key(&s)
         })
     }
 
@@ -359,7 +455,27 @@ impl Array {
 
     /// Most columns one record may carry for `count` chunks.
     pub(super) fn journal_slice(&self, count: usize) -> u64 {
-        ((END - RECORDS - BLOCK) / count as u64) / BLOCK * BLOCK
+        let end = self.journal.as_ref().map_or(END, |j| j.state.lock().end);
+        ((end - RECORDS - BLOCK) / count as u64) / BLOCK * BLOCK
+    }
+
+    /// Keeps the journal's records in the first `bytes` of its ring, so
+    /// that it wraps, and is reclaimed, every few records: for the
+    /// deterministic simulation, whose runs are too short to fill the
+    /// whole ring. Call before any record is written (after a start).
+    #[doc(hidden)]
+    pub fn limit_journal_ring(&self, bytes: u64) {
+        if let Some(j) = &self.journal {
+            let mut st = j.state.lock();
+            assert!(
+                st.live.is_empty() && st.head == RECORDS,
+                "before any record"
+            );
+            // Room for a record of every member's chunk, one block each
+            // (`journal_slice` slices no finer).
+            let least = BLOCK * (1 + self.slots.len() as u64);
+            st.end = RECORDS + bytes.clamp(least, END - RECORDS);
+        }
     }
 
     pub(super) fn has_journal(&self) -> bool {
@@ -398,37 +514,25 @@ impl Array {
         st: &mut parking_lot::MutexGuard<'_, JState>,
     ) -> Result<()> {
         st.settling = true;
-        while st.in_flight > 0 {
+        while st.in_flight > 0 || st.checkpointing {
             j.changed.wait(st);
         }
         let r = self.flush_members().and_then(|()| {
-            st.tail_seq = st.next_seq - 1;
-            st.head = RECORDS;
-            st.unsettled.clear();
+            let tail = st.next_seq - 1;
+            st.emptied(tail);
             j.any_unsettled.store(false, Ordering::Release);
-            self.write_journal_block(&encode_head(st.tail_seq, &self.uuid), JOURNAL_OFFSET)
+            self.write_journal_block(&encode_head(tail, RECORDS, &self.uuid), JOURNAL_OFFSET)
         });
         st.settle_first &= r.is_err();
         st.settling = false;
         j.changed.notify_all();
+        wake_room_waiters(st);
         r
     }
 
     /// Writes (and flushes) a journal block on every member not failed.
     pub(super) fn write_journal_block(&self, b: &[u8], at: u64) -> Result<()> {
-        let handles = self.member_handles();
-        let erred: Vec<(usize, io::Error)> = self
-            .present_slots()
-            .into_iter()
-            .filter_map(|i| {
-                let m = &handles[i];
-                m.write_at(b, at)
-                    .and_then(|_| m.flush())
-                    .err()
-                    .map(|e| (i, e))
-            })
-            .collect();
-        if !self.fail_erred(&handles, erred, "journal write") {
+        if !self.write_everywhere(&[(at, b)]) {
             return Err(self.failed_error());
         }
         Ok(())
@@ -476,17 +580,20 @@ impl Array {
                 )));
             }
             let head = decode_head(&area[..BLOCK as usize], &self.uuid);
-            if let Some(t) = head {
+            if let Some((t, _)) = head {
                 tail = tail.max(t);
             }
-            // The chain on this member: from its header's sequence on, one
-            // after another; the first break ends it.
-            let mut want = head.unwrap_or(0) + 1;
-            let mut at = BLOCK as usize;
-            while let Some((rec, len)) = decode_record(&area[at..], &self.uuid) {
-                if rec.seq != want {
-                    break;
-                }
+            // The chain on this member: from its header's sequence and
+            // place on, one after another, each where the last one ended
+            // or (where it did not fit before the area's end) at the
+            // area's start; the first break ends it.
+            let (after, mut at) = head.unwrap_or((0, RECORDS));
+            let mut want = after + 1;
+            let found_at = |p: u64, want: u64| {
+                let (rec, len) = decode_record(&area[(p - JOURNAL_OFFSET) as usize..], &self.uuid)?;
+                (rec.seq == want).then_some((rec, p + len as u64))
+            };
+            while let Some((rec, end)) = found_at(at, want).or_else(|| found_at(RECORDS, want)) {
                 if !self.record_fits(&rec) {
                     tracing::warn!(array = %self.name, slot = i, seq = rec.seq, stripe = rec.stripe,
                         "a journal record does not fit this array's layout; it and those after it are not replayed");
@@ -496,7 +603,7 @@ impl Array {
                     records.push(rec);
                 }
                 want += 1;
-                at += len;
+                at = end;
             }
         }
         records.retain(|r| r.seq > tail);
@@ -517,7 +624,7 @@ impl Array {
         let last = records.last().map_or(tail, |r| r.seq).max(tail).max(seen);
         j.any_unsettled.store(false, Ordering::Release);
         *j.state.lock() = JState::fresh(last);
-        self.write_journal_block(&encode_head(last, &self.uuid), JOURNAL_OFFSET)?;
+        self.write_journal_block(&encode_head(last, RECORDS, &self.uuid), JOURNAL_OFFSET)?;
         Ok(records.len())
     }
 
@@ -531,8 +638,11 @@ impl Array {
         let Some(j) = &self.journal else {
             return Ok(());
         };
-        let tail = j.state.lock().tail_seq;
-        m.write_at(&encode_head(tail, &self.uuid), JOURNAL_OFFSET)?;
+        let (tail, tail_at) = {
+            let st = j.state.lock();
+            (st.tail_seq, st.tail_at)
+        };
+        m.write_at(&encode_head(tail, tail_at, &self.uuid), JOURNAL_OFFSET)?;
         m.write_at(&AlignedBuf::new((END - RECORDS) as usize), RECORDS)?;
         m.flush()
     }
@@ -543,7 +653,7 @@ impl Array {
         if self.journal.is_none() {
             return Ok(());
         }
-        self.write_journal_block(&encode_head(0, &self.uuid), JOURNAL_OFFSET)
+        self.write_journal_block(&encode_head(0, RECORDS, &self.uuid), JOURNAL_OFFSET)
     }
 
     /// Whether a record's fields fit this array: a stripe that exists,
@@ -567,7 +677,7 @@ impl Array {
 /// any: those were not yet in place when it stopped.
 fn legacy_records_owed(area: &[u8]) -> Option<usize> {
     let none = Uuid([0; 16]);
-    let tail = decode_head(&area[..BLOCK as usize], &none)?;
+    let (tail, _) = decode_head(&area[..BLOCK as usize], &none)?;
     let mut at = BLOCK as usize;
     let mut owed = 0;
     while let Some((rec, len)) = decode_record(&area[at..], &none) {

@@ -3,6 +3,15 @@
 use super::*;
 use crate::member::RamMember;
 
+/// The bytes of a record: header block, then each entry's columns.
+fn encode_record(r: &Record, uuid: &Uuid) -> AlignedBuf {
+    let entries: Vec<(usize, usize, &[u8])> =
+        r.entries.iter().map(|(i, s, d)| (*i, *s, &d[..])).collect();
+    let mut u = Unsealed::new(r.stripe, r.lo, r.hi, &entries, uuid);
+    u.seal(r.seq);
+    u.b
+}
+
 fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
     move || {
         x ^= x << 13;
@@ -152,7 +161,7 @@ fn records_that_do_not_fit_the_layout_are_not_replayed() {
         let b2 = encode_record(&good, &a.uuid);
         for member in &m {
             member
-                .write_at(&encode_head(0, &a.uuid), JOURNAL_OFFSET)
+                .write_at(&encode_head(0, RECORDS, &a.uuid), JOURNAL_OFFSET)
                 .unwrap();
             member.write_at(&b1, RECORDS).unwrap();
             member.write_at(&b2, RECORDS + b1.len() as u64).unwrap();
@@ -241,9 +250,10 @@ fn a_record_left_past_a_gap_never_chains_on_after_a_restart() {
     // After the restart, two records of the same size, then a crash
     // before any settle.
     for (stripe, byte) in [(1, 0x11u8), (2, 0x22)] {
-        a.journal_stripe(stripe, 0, &[(0, &[byte; 4096][..])])
+        let seq = a
+            .journal_stripe(stripe, 0, &[(0, &[byte; 4096][..])])
             .unwrap();
-        a.journal_write_done();
+        a.journal_write_done(seq);
     }
     assert_eq!(
         a.journal_recover().unwrap(),
@@ -267,7 +277,7 @@ fn records_owed_by_an_earlier_version_stop_the_start() {
     let rec = block_record(&a, 8, 0, 0xEE);
     for member in &m {
         member
-            .write_at(&encode_head(7, &none), JOURNAL_OFFSET)
+            .write_at(&encode_head(7, RECORDS, &none), JOURNAL_OFFSET)
             .unwrap();
         member
             .write_at(&encode_record(&rec, &none), RECORDS)
@@ -281,8 +291,58 @@ fn records_owed_by_an_earlier_version_stop_the_start() {
     // Settled (nothing past the tail): no objection.
     for member in &m {
         member
-            .write_at(&encode_head(8, &none), JOURNAL_OFFSET)
+            .write_at(&encode_head(8, RECORDS, &none), JOURNAL_OFFSET)
             .unwrap();
     }
     assert_eq!(a.journal_recover().unwrap(), 0);
+}
+
+/// The ring is reused in place: a checkpoint frees the space of records
+/// already in place while later ones stay, and a record that does not fit
+/// before the area's end goes to its start. After a crash, replay follows
+/// the chain from the header's place across that wrap, and puts back
+/// exactly the records not known to be in place.
+#[test]
+fn the_ring_is_reclaimed_in_place_and_replayed_across_its_wrap() {
+    let (a, m) = array("jring");
+    let j = a.journal.as_ref().unwrap();
+    let rows = a.geo.rows();
+    let size = BLOCK + 4096;
+    let head = || j.state.lock().head;
+    // Records whose in-place writes are done (the test writes none: none
+    // of them may ever be replayed), past the first time the ring filled,
+    // until one more fits before the area's end and no second one does.
+    let mut i = 0;
+    while a.io_stats().journal_checkpoints == 0 || head() + 2 * size <= END {
+        let seq = a
+            .journal_stripe(i % rows, 0, &[(0, &[0x5Au8; 4096][..])])
+            .unwrap();
+        a.journal_write_done(seq);
+        i += 1;
+    }
+    assert!(head() + size <= END);
+    // Three records whose in-place writes never happen (a crash during
+    // them): the first at the area's end, the other two at its start, once
+    // a checkpoint freed it.
+    let kept: Vec<(u64, u8)> = (1..=3).map(|k| (rows - k, 0xA0 + k as u8)).collect();
+    for &(stripe, byte) in &kept {
+        a.journal_stripe(stripe, 0, &[(0, &[byte; 4096][..])])
+            .unwrap();
+    }
+    assert_eq!(head(), RECORDS + 2 * size, "the last two went to the start");
+    let mut area = AlignedBuf::new(BLOCK as usize);
+    m[0].read_at(&mut area, JOURNAL_OFFSET).unwrap();
+    let (_, tail_at) = decode_head(&area, &a.uuid).unwrap();
+    assert_eq!(
+        tail_at,
+        END - size,
+        "the header points past the records freed"
+    );
+    assert_eq!(a.journal_recover().unwrap(), 3);
+    for s in 0..rows {
+        let want = kept.iter().find(|k| k.0 == s).map_or(0, |k| k.1);
+        let mut got = vec![1u8; 4096];
+        a.read(s * a.geo.stripe_data_bytes(), &mut got).unwrap();
+        assert!(got.iter().all(|&b| b == want), "stripe {s}");
+    }
 }

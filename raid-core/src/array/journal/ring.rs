@@ -1,0 +1,178 @@
+//! The journal's ring: where records go, and how their space comes back
+//! without stopping the writers.
+//!
+//! Records past the header's sequence (`live`) lie one after another from
+//! the header's place (`tail_at`) on; a record that does not fit before
+//! the ring's end goes to its start instead (a reader that does not find
+//! the next record where the last one ended looks there). A record's space
+//! is reused only once the header has moved past it, and the header moves
+//! past a run of records at the ring's front only once their in-place
+//! writes are done and the members flushed (`checkpoint`): every record a
+//! crash could leave half in place is still in the chain after it. Nothing
+//! waits for the records still in flight behind that run, so degraded
+//! writes go on while the ring is reclaimed; only a settle (`flush`, a
+//! rebuild) waits for every record, and empties the ring.
+
+use super::{encode_head, JState, Journal, JOURNAL_OFFSET, RECORDS};
+use crate::array::{Array, Result};
+use parking_lot::MutexGuard;
+use std::sync::atomic::Ordering;
+
+/// A record past the header's sequence.
+pub(super) struct Live {
+    seq: u64,
+    /// Where it lies, and its length.
+    at: u64,
+    len: u64,
+    /// Its in-place write is done (or it was given up: none follows).
+    done: bool,
+    /// Its writer does not wait (a shard's: `journal_submit`).
+    queued: bool,
+}
+
+impl JState {
+    /// Where a record of `size` bytes can go now, if anywhere: after the
+    /// last record, or at the ring's start when it does not fit before its
+    /// end, never over a record the header has not moved past.
+    pub(super) fn room(&self, size: u64) -> Option<u64> {
+        let fits_at_head = self.head + size <= self.end;
+        let Some(front) = self.live.front().map(|r| r.at) else {
+            return Some(if fits_at_head { self.head } else { RECORDS });
+        };
+        if self.head > front {
+            // The records run from `front` to `head`: room after them, or
+            // before them from the start.
+            if fits_at_head {
+                Some(self.head)
+            } else {
+                (RECORDS + size <= front).then_some(RECORDS)
+            }
+        } else {
+            // Wrapped: room only between the last record and the first.
+            (self.head + size <= front).then_some(self.head)
+        }
+    }
+
+    /// Takes the ring's place `at` (from `room`) and the next sequence for
+    /// a record of `len` bytes of stripe `s` (`queued`: its writer does not
+    /// wait): its sequence.
+    pub(super) fn place(&mut self, at: u64, len: u64, s: u64, queued: bool) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.head = at + len;
+        self.live.push_back(Live {
+            seq,
+            at,
+            len,
+            done: false,
+            queued,
+        });
+        self.queued_live += queued as usize;
+        self.live_bytes += len;
+        self.unsettled.insert(s, seq);
+        self.in_flight += 1;
+        seq
+    }
+
+    /// Record `seq`'s in-place write is done (or none follows). Returns
+    /// whether it was the ring's first not done: the front may be
+    /// reclaimed further now.
+    pub(super) fn record_done(&mut self, seq: u64) -> bool {
+        self.in_flight -= 1;
+        let Some(first) = self.live.front().map(|r| r.seq) else {
+            return false;
+        };
+        if let Some(r) = seq
+            .checked_sub(first)
+            .and_then(|i| self.live.get_mut(i as usize))
+        {
+            r.done = true;
+            if std::mem::take(&mut r.queued) {
+                self.queued_live -= 1;
+            }
+        }
+        self.live
+            .iter()
+            .find(|r| !r.done)
+            .is_none_or(|r| r.seq > seq)
+    }
+
+    /// How many records at the ring's front are done.
+    fn done_front(&self) -> usize {
+        self.live.iter().take_while(|r| r.done).count()
+    }
+
+    /// Whether a checkpoint is worth running ahead of need: the ring is
+    /// half full, and its front can be reclaimed.
+    pub(super) fn wants_checkpoint(&self) -> bool {
+        !self.checkpointing
+            && !self.settling
+            && (self.live_bytes > (self.end - RECORDS) / 2 || !self.room_waiters.is_empty())
+            && self.live.front().is_some_and(|r| r.done)
+    }
+
+    /// An empty ring after the header that says `tail_seq`, the next
+    /// record at the area's start.
+    pub(super) fn emptied(&mut self, tail_seq: u64) {
+        self.tail_seq = tail_seq;
+        self.tail_at = RECORDS;
+        self.head = RECORDS;
+        self.live.clear();
+        self.live_bytes = 0;
+        self.queued_live = 0;
+        self.unsettled.clear();
+    }
+}
+
+impl Array {
+    /// Moves the header past the records at the ring's front whose
+    /// in-place writes are done, and frees their space: the members
+    /// flushed (those writes durable), then the header written. Called with
+    /// the journal's lock, given up for the I/O; returns whether it freed
+    /// any. Waits for nothing in flight; one runs at a time, and none
+    /// during a settle.
+    pub(super) fn checkpoint(&self, j: &Journal, st: &mut MutexGuard<'_, JState>) -> Result<bool> {
+        let n = st.done_front();
+        if n == 0 || st.checkpointing || st.settling {
+            return Ok(false);
+        }
+        let tail = st.live[n - 1].seq;
+        // Where the record after it lies, or the next will: a reader that
+        // does not find it there looks at the area's start (`room`).
+        let tail_at = st.live.get(n).map_or(st.head, |r| r.at);
+        st.checkpointing = true;
+        let written = MutexGuard::unlocked(st, || {
+            self.flush_members().and_then(|()| {
+                let head = encode_head(tail, tail_at, &self.uuid);
+                self.write_journal_block(&head, JOURNAL_OFFSET)
+            })
+        });
+        st.checkpointing = false;
+        j.changed.notify_all();
+        if written.is_err() {
+            // Those waiting for room try again (and meet the failure).
+            wake_room_waiters(st);
+        }
+        written?;
+        // Only now, with the header durable, is their space free.
+        st.tail_seq = tail;
+        st.tail_at = tail_at;
+        let freed: u64 = st.live.drain(..n).map(|r| r.len).sum();
+        st.live_bytes -= freed;
+        st.unsettled.retain(|_, last| *last > tail);
+        j.any_unsettled
+            .store(!st.unsettled.is_empty(), Ordering::Release);
+        self.activity.journal_checkpoints.add(1);
+        wake_room_waiters(st);
+        Ok(true)
+    }
+}
+
+/// Calls the writers waiting for room (`NotQueued::Later`), with the
+/// journal's lock given up meanwhile.
+pub(super) fn wake_room_waiters(st: &mut MutexGuard<'_, JState>) {
+    let waiters = std::mem::take(&mut st.room_waiters);
+    if !waiters.is_empty() {
+        MutexGuard::unlocked(st, || waiters.into_iter().for_each(|w| w()));
+    }
+}

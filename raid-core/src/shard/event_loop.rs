@@ -2,8 +2,8 @@
 //! it. The loop, from its inbox (requests from clients, completions of
 //! timed I/O, the journal's word on a record) and its ring's completions,
 //! sleeps only in the ring, and otherwise waits only for locks held for
-//! short stretches (the stripe lock table's, the journal's state, which a
-//! shard takes for at most 50 us before it gives up): a sleeping shard is
+//! short stretches (the stripe lock table's, the journal's state, whose
+//! holders give it up for their I/O): a sleeping shard is
 //! woken by an eventfd read it keeps armed on the ring, written only when
 //! it sleeps.
 //!

@@ -28,7 +28,7 @@
 //!
 //! Every other request (degraded writes that would recover a chunk, whose
 //! members are in memory, or whose record the journal refuses for other
-//! than room: its lock busy, a settle due, too large; degraded reads
+//! than room: a settle due, too large for the ring; degraded reads
 //! across stripes,
 //! writes across stripes or chunks, reads of more than 256 chunks, on a member that can do neither, one whose
 //! member erred, one that would have to wait for a lock, a bitmap write,

@@ -9,17 +9,17 @@
 //!
 //! Records take their places in the ring under the journal's lock, in
 //! sequence order, and a group takes every record queued so far: so each
-//! group is the ring's next stretch, and its records are all durable
-//! before any of them is written in place. A group's writes reach a member
+//! group is the ring's next stretch (wrapping at its end, `ring.rs`), and
+//! its records are all durable before any of them is written in place. A group's writes reach a member
 //! in any order, so a crash may leave one of its records durable past a
 //! missing one: replay stops at the gap (none of the group's in-place
 //! writes had begun), and recovery moves the next sequence past every
 //! record it finds, so nothing written later chains on to it (`mod.rs`).
-//! A group given up (its leader panicked) leaves such a gap while the
-//! array runs: the groups after it are still written in place, their
-//! records past the gap never replayed, which is safe because none of the
-//! given-up records is written in place and the journal settles before
-//! the next record of their stripes (`JState::settle_first`).
+//! A group given up (its leader panicked, or the array went past its
+//! redundancy) takes every record queued behind it down with it, since
+//! replay would stop at the gap it leaves; the journal then settles before
+//! the next record takes a place (`JState::settle_first`), so no record
+//! chains on after them.
 //!
 //! A writer that must not wait (a shard's, `journal_submit`) queues its
 //! record with a callback instead. Its groups are led by whichever writer
@@ -246,7 +246,7 @@ impl Array {
         st.group.writing = true;
         let records = std::mem::take(&mut st.group.queued);
         let group = std::mem::take(&mut st.group.forming);
-        let calls = std::mem::take(&mut st.group.calls);
+        let mut calls = std::mem::take(&mut st.group.calls);
         let written = MutexGuard::unlocked(st, || {
             std::panic::catch_unwind(AssertUnwindSafe(|| self.write_group(&records)))
         });
@@ -254,6 +254,17 @@ impl Array {
         group.outcome.set(ok).expect("a group is written once");
         st.group.writing = false;
         group.wake.notify_all();
+        if !ok {
+            // Given up, and with it every record queued behind it: none
+            // is durable or in place yet, and one written in place now
+            // could not be replayed after a crash (replay stops at the
+            // first record missing, one of these).
+            st.group.queued.clear();
+            let next = std::mem::take(&mut st.group.forming);
+            next.outcome.set(false).expect("not yet written");
+            next.wake.notify_all();
+            calls.append(&mut st.group.calls);
+        }
         // The next group's records wait for a leader: one of them, or
         // the committer for those whose writers do not wait.
         st.group.forming.wake.notify_one();

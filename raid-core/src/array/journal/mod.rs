@@ -13,12 +13,15 @@
 //!
 //! Layout (from JOURNAL_OFFSET on each member): one 4 KiB header block
 //! (magic, the sequence number up to which every record is known to be in
-//! place, the array's UUID, CRC-32C), then records, each a 4 KiB header
-//! (magic, sequence, stripe, column range, the chunk indices and slots it
-//! carries, the array's UUID, CRC-32C of header and payload) followed by
-//! the chunks' columns. The area is used as a ring: before it wraps, every
-//! member is flushed and the header moved past all records so far. `flush`
-//! moves the header too; `create` writes a fresh one.
+//! place, where the record after it lies, the array's UUID, CRC-32C), then
+//! records, each a 4 KiB header (magic, sequence, stripe, column range,
+//! the chunk indices and slots it carries, the array's UUID, CRC-32C of
+//! header and payload) followed by the chunks' columns. The area is a
+//! ring reclaimed in place (`ring.rs`): a checkpoint moves the header past
+//! the records at its front already in place, once every member is
+//! flushed, while later records stay and writers go on. `flush` settles
+//! it (every record in place, the ring empty again); `create` writes a
+//! fresh header.
 //!
 //! Records are made durable in groups (`commit.rs`): the writers that
 //! arrive while one group is being written and flushed form the next, so
@@ -40,6 +43,7 @@ use crate::metadata::{DATA_OFFSET, JOURNAL_OFFSET};
 mod commit;
 mod ring;
 
+use parking_lot::MutexGuard;
 use ring::wake_room_waiters;
 
 pub(crate) use commit::JournalDone;
@@ -76,8 +80,8 @@ pub(super) struct Journal {
     /// Set under `state` before a stripe is added; a writer of stripe s
     /// holds s's lock, so a record of s was added (and this set) before.
     any_unsettled: AtomicBool,
-    /// Signalled when `in_flight` drops, the ring's first record not done
-    /// is done, or a settle or a checkpoint ends.
+    /// Signalled when `in_flight` reaches zero, the ring's first record not
+    /// done is done, or a settle or a checkpoint ends.
     changed: parking_lot::Condvar,
     /// The thread that leads groups of records whose writers do not wait
     /// (`commit.rs`).
@@ -206,7 +210,7 @@ fn decode_head(b: &[u8], uuid: &Uuid) -> Option<(u64, u64)> {
         0 => RECORDS,
         at => at,
     };
-    Some((get(8), at))
+    (RECORDS..=END).contains(&at).then_some((get(8), at))
 }
 
 /// A record's bytes before it has a sequence: built, payload and its
@@ -321,8 +325,8 @@ impl Array {
     /// queued and `room` is called once there may be: `NotQueued::Later`
     /// (the committer frees the ring's front meanwhile). The blocking path
     /// (`journal_stripe`) takes the writes whose record would wait for
-    /// something else (the journal's lock busy, a settle due after a
-    /// record was given up), that do not fit one record, that the array
+    /// something else (a settle due after a record was given up, the
+    /// journal's lock held for long), that do not fit the ring, that the array
     /// cannot take (past its redundancy), or whose members' flushes wait
     /// for nothing (members in memory: there a record is written alone,
     /// `commit_record`).
@@ -348,7 +352,14 @@ impl Array {
             return Err(NotQueued::Blocking);
         }
         let rec = self.unsealed(s, lo, chunks);
-        let Some(mut st) = j.state.try_lock_for(std::time::Duration::from_micros(50)) else {
+        // Held only for short stretches: every holder gives it up for its
+        // I/O (a group's writes, a checkpoint, a settle), but for a record
+        // written alone, which is not done while a shard's is live, nor
+        // where a shard gets here (members whose flushes wait). Should
+        // that change under it (members failing meanwhile), the shard
+        // gives up after a while rather than wait on a write whose member
+        // error waits for the shard's own writes.
+        let Some(mut st) = j.state.try_lock_for(std::time::Duration::from_millis(10)) else {
             return Err(NotQueued::Blocking);
         };
         if st.settle_first || size > st.end - RECORDS {
@@ -356,6 +367,7 @@ impl Array {
         }
         let Some(at) = st.room(size).filter(|_| !st.settling) else {
             st.room_waiters.push(room);
+            drop(st);
             j.committer.checkpoint_due();
             return Err(NotQueued::Later);
         };
@@ -429,7 +441,9 @@ impl Array {
             if front || st.in_flight == 0 {
                 j.changed.notify_all();
             }
-            if front && st.wants_checkpoint() {
+            let reclaim = front && st.wants_checkpoint();
+            drop(st);
+            if reclaim {
                 // Freed ahead of need, by the committer, where there is
                 // one: the writers go on meanwhile.
                 j.committer.checkpoint_due();
@@ -495,7 +509,8 @@ impl Array {
             return Ok(());
         };
         let mut st = j.state.lock();
-        // Another settle (or a wrap) first: what it leaves may be settled.
+        // Another settle (or a new member's ring being made) first: what it
+        // leaves may be settled.
         while st.settling {
             j.changed.wait(&mut st);
         }
@@ -508,21 +523,33 @@ impl Array {
     /// The settle itself, with the state's lock held (and given up only
     /// while waiting for the records in flight, whose groups' leaders and
     /// writers need it).
-    fn settle_locked(
-        &self,
-        j: &Journal,
-        st: &mut parking_lot::MutexGuard<'_, JState>,
-    ) -> Result<()> {
+    fn settle_locked(&self, j: &Journal, st: &mut MutexGuard<'_, JState>) -> Result<()> {
         st.settling = true;
         while st.in_flight > 0 || st.checkpointing {
             j.changed.wait(st);
         }
-        let r = self.flush_members().and_then(|()| {
-            let tail = st.next_seq - 1;
+        // No record takes a place while `settling`: the I/O runs with the
+        // lock given up, so no one waits on it behind a flush (a shard
+        // saying its record is done, the committer).
+        let tail = st.next_seq - 1;
+        let r = MutexGuard::unlocked(st, || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.flush_members().and_then(|()| {
+                    let head = encode_head(tail, RECORDS, &self.uuid);
+                    self.write_journal_block(&head, JOURNAL_OFFSET)
+                })
+            }))
+        });
+        let r = r.unwrap_or_else(|p| {
+            // Ended even by a panic, or every later settle waits for ever.
+            st.settling = false;
+            j.changed.notify_all();
+            std::panic::resume_unwind(p)
+        });
+        if r.is_ok() {
             st.emptied(tail);
             j.any_unsettled.store(false, Ordering::Release);
-            self.write_journal_block(&encode_head(tail, RECORDS, &self.uuid), JOURNAL_OFFSET)
-        });
+        }
         st.settle_first &= r.is_err();
         st.settling = false;
         j.changed.notify_all();
@@ -638,13 +665,26 @@ impl Array {
         let Some(j) = &self.journal else {
             return Ok(());
         };
-        let (tail, tail_at) = {
-            let st = j.state.lock();
-            (st.tail_seq, st.tail_at)
-        };
-        m.write_at(&encode_head(tail, tail_at, &self.uuid), JOURNAL_OFFSET)?;
-        m.write_at(&AlignedBuf::new((END - RECORDS) as usize), RECORDS)?;
-        m.flush()
+        // No record takes a place, and no checkpoint moves the header,
+        // while the new member's ring is made: it gets the header as it
+        // stands.
+        let mut st = j.state.lock();
+        while st.settling || st.checkpointing {
+            j.changed.wait(&mut st);
+        }
+        st.settling = true;
+        let head = encode_head(st.tail_seq, st.tail_at, &self.uuid);
+        let made = MutexGuard::unlocked(&mut st, || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                m.write_at(&head, JOURNAL_OFFSET)?;
+                m.write_at(&AlignedBuf::new((END - RECORDS) as usize), RECORDS)?;
+                m.flush()
+            }))
+        });
+        st.settling = false;
+        j.changed.notify_all();
+        wake_room_waiters(&mut st);
+        made.unwrap_or_else(|p| std::panic::resume_unwind(p))
     }
 
     /// A new array's journal: a header with nothing to replay, on every

@@ -16,6 +16,7 @@
 use super::{encode_head, JState, Journal, JOURNAL_OFFSET, RECORDS};
 use crate::array::{Array, Result};
 use parking_lot::MutexGuard;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 
 /// A record past the header's sequence.
@@ -142,13 +143,18 @@ impl Array {
         let tail_at = st.live.get(n).map_or(st.head, |r| r.at);
         st.checkpointing = true;
         let written = MutexGuard::unlocked(st, || {
-            self.flush_members().and_then(|()| {
-                let head = encode_head(tail, tail_at, &self.uuid);
-                self.write_journal_block(&head, JOURNAL_OFFSET)
-            })
+            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                self.flush_members().and_then(|()| {
+                    let head = encode_head(tail, tail_at, &self.uuid);
+                    self.write_journal_block(&head, JOURNAL_OFFSET)
+                })
+            }))
         });
+        // Ended, even by a panic: a checkpoint that never ends would keep
+        // every settle (a flush, a rebuild) waiting.
         st.checkpointing = false;
         j.changed.notify_all();
+        let written = written.unwrap_or_else(|p| std::panic::resume_unwind(p));
         if written.is_err() {
             // Those waiting for room try again (and meet the failure).
             wake_room_waiters(st);

@@ -98,18 +98,31 @@ impl JState {
             .is_none_or(|r| r.seq > seq)
     }
 
-    /// How many records at the ring's front are done.
-    fn done_front(&self) -> usize {
-        self.live.iter().take_while(|r| r.done).count()
+    /// How many records at the ring's front are done, and their bytes.
+    fn done_front(&self) -> (usize, u64) {
+        self.live
+            .iter()
+            .take_while(|r| r.done)
+            .fold((0, 0), |(n, b), r| (n + 1, b + r.len))
+    }
+
+    /// Whether a checkpoint would free enough to pay for its two flushes
+    /// of every member: a quarter of the ring, or every record in it
+    /// (none left in flight to wait for). One per record done would cost
+    /// more than the records.
+    pub(super) fn worth_checkpoint(&self) -> bool {
+        let (n, bytes) = self.done_front();
+        n > 0 && (bytes >= (self.end - RECORDS) / 4 || n == self.live.len())
     }
 
     /// Whether a checkpoint is worth running ahead of need: the ring is
-    /// half full, and its front can be reclaimed.
+    /// half full (or a shard waits for room), and its front can be
+    /// reclaimed.
     pub(super) fn wants_checkpoint(&self) -> bool {
         !self.checkpointing
             && !self.settling
             && (self.live_bytes > (self.end - RECORDS) / 2 || !self.room_waiters.is_empty())
-            && self.live.front().is_some_and(|r| r.done)
+            && self.worth_checkpoint()
     }
 
     /// An empty ring after the header that says `tail_seq`, the next
@@ -130,13 +143,13 @@ impl Array {
     /// in-place writes are done, and frees their space: the members
     /// flushed (those writes durable), then the header written. Called with
     /// the journal's lock, given up for the I/O; returns whether it freed
-    /// any. Waits for nothing in flight; one runs at a time, and none
-    /// during a settle.
+    /// any. Waits for nothing in flight; one runs at a time, none during
+    /// a settle, and none that would free too little (`worth_checkpoint`).
     pub(super) fn checkpoint(&self, j: &Journal, st: &mut MutexGuard<'_, JState>) -> Result<bool> {
-        let n = st.done_front();
-        if n == 0 || st.checkpointing || st.settling {
+        if !st.worth_checkpoint() || st.checkpointing || st.settling {
             return Ok(false);
         }
+        let (n, _) = st.done_front();
         let tail = st.live[n - 1].seq;
         // Where the record after it lies, or the next will: a reader that
         // does not find it there looks at the area's start (`room`).

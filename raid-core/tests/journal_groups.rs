@@ -222,30 +222,32 @@ impl Member for PanicsInJournal {
     }
 }
 
+/// A degraded RAID5 of 4 RAM members (slot 1 failed) whose slot 0 is a
+/// `PanicsInJournal` (disarmed; `once` as given), every block written
+/// once so that every bitmap region is dirty already: later writes write
+/// only journal records outside the data.
+fn gated_array(tag: &str, once: bool) -> (Arc<Array>, Arc<PanicsInJournal>) {
+    let m = Members::ram(4, ROWS * CHUNK, &format!("{tag}-"));
+    let gate = Arc::new(PanicsInJournal {
+        inner: m.faulty[0].clone(),
+        armed: AtomicBool::new(false),
+        waits: true,
+        once,
+    });
+    let mut refs = m.refs();
+    refs[0] = gate.clone();
+    let a = support::array::create_shared(Level::Raid5, refs, tag, CHUNK);
+    a.fail_slot(1, "test");
+    a.write(0, &vec![0u8; a.capacity() as usize]).unwrap();
+    (a, gate)
+}
+
 /// A group's leader that panics leaves no one waiting on its group: the
 /// writers it carried fail, and a flush (which settles the journal, so
 /// waits for every record in flight) and later writes go on.
 #[test]
 fn a_panic_while_writing_a_group_wedges_nothing() {
-    let m = Members::ram(4, ROWS * CHUNK, "jpanic-");
-    let gate = Arc::new(PanicsInJournal {
-        inner: m.faulty[0].clone(),
-        armed: AtomicBool::new(false),
-        waits: true,
-        once: false,
-    });
-    let mut refs = m.refs();
-    refs[0] = gate.clone();
-    let a = Arc::new(support::array::create_shared(
-        Level::Raid5,
-        refs,
-        "jpanic",
-        CHUNK,
-    ));
-    a.fail_slot(1, "test");
-    // Every bitmap region dirty already: the writes below write only
-    // journal records outside the data.
-    a.write(0, &vec![0u8; a.capacity() as usize]).unwrap();
+    let (a, gate) = gated_array("jpanic", false);
     gate.armed.store(true, Ordering::Release);
     // Each writer's outcome: acknowledged, failed, or panicked.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -293,23 +295,7 @@ fn a_panic_while_writing_a_group_wedges_nothing() {
 /// written in place and torn by a crash could never be repaired.
 #[test]
 fn records_queued_behind_a_given_up_group_are_given_up_too() {
-    let m = Members::ram(4, ROWS * CHUNK, "jbehind-");
-    let gate = Arc::new(PanicsInJournal {
-        inner: m.faulty[0].clone(),
-        armed: AtomicBool::new(false),
-        waits: true,
-        once: true,
-    });
-    let mut refs = m.refs();
-    refs[0] = gate.clone();
-    let a = Arc::new(support::array::create_shared(
-        Level::Raid5,
-        refs,
-        "jbehind",
-        CHUNK,
-    ));
-    a.fail_slot(1, "test");
-    a.write(0, &vec![0u8; a.capacity() as usize]).unwrap();
+    let (a, gate) = gated_array("jbehind", true);
     gate.armed.store(true, Ordering::Release);
     let write = |k: u64| {
         let a = a.clone();

@@ -24,6 +24,7 @@ mod parity_io;
 mod rebuild;
 mod scrub;
 mod unjournaled;
+mod write_plan;
 
 pub use assemble::Assembly;
 pub(crate) use block_io::DirectPiece;

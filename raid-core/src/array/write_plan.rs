@@ -1,0 +1,73 @@
+//! Which way a RAID5/6 stripe write runs: read-modify-write or
+//! reconstruct-write, by the member reads each needs, for an optimal
+//! stripe and for one with chunks missing. One rule for the blocking path
+//! (`parity_io.rs`) and the shards (`async_write.rs`).
+
+use super::parity_io::{columns, full_piece, Piece};
+use super::*;
+
+impl Array {
+    /// Whether read-modify-write reads fewer chunks than reconstruct-write
+    /// for the pieces `ps` of one stripe (every member readable).
+    pub(super) fn prefers_rmw(&self, ps: &[Piece]) -> bool {
+        self.rmw_reads_fewer(ps, |_| true)
+    }
+
+    /// Whether read-modify-write can run on the pieces `ps` of one stripe,
+    /// whose chunk `i` is `readable(i)` or not, and reads fewer chunks
+    /// than reconstruct-write. It can while the chunks it reads are
+    /// readable (the pieces' own and the parity): a chunk missing
+    /// elsewhere in the stripe is in the parity already, and the change is
+    /// applied to it (as md does). Reconstruct-write reads the data chunks
+    /// the request does not cover whole, or, if one of those is missing,
+    /// every chunk present (to recover it).
+    pub(super) fn rmw_reads_fewer(&self, ps: &[Piece], readable: impl Fn(usize) -> bool) -> bool {
+        let nd = self.geo.data_chunks();
+        let np = self.geo.level.parity_chunks();
+        if !ps.iter().all(|p| readable(p.idx)) || !(nd..nd + np).all(&readable) {
+            return false;
+        }
+        let (lo, hi) = columns(ps);
+        // The data chunks reconstruct-write needs, and whether all are there.
+        let (need, all_there) = (0..nd)
+            .filter(|&i| full_piece(ps, i, lo, hi).is_none())
+            .fold((0, true), |(n, all), i| (n + 1, all && readable(i)));
+        let rcw_reads = if all_there {
+            need
+        } else {
+            (0..nd + np).filter(|&i| readable(i)).count()
+        };
+        ps.len() + np < rcw_reads
+    }
+
+    /// How a shard writes the pieces `ps` of a stripe with a chunk
+    /// missing (chunk `i` is `readable(i)` or not), through the journal:
+    /// Some(true) by read-modify-write, Some(false) by reconstruct-write,
+    /// whichever reads fewer of the two that need only chunks present;
+    /// None where neither does (a chunk the request does not cover whole
+    /// is missing, and so is one the read-modify-write reads: recovering
+    /// it is the blocking path's), or the stripe is past its redundancy,
+    /// or the array keeps no journal.
+    pub(super) fn degraded_plan(
+        &self,
+        ps: &[Piece],
+        readable: impl Fn(usize) -> bool,
+    ) -> Option<bool> {
+        let nd = self.geo.data_chunks();
+        let np = self.geo.level.parity_chunks();
+        if !self.has_journal() || (0..nd + np).filter(|&i| !readable(i)).count() > np {
+            return None;
+        }
+        let (lo, hi) = columns(ps);
+        let rmw_can = ps.iter().all(|p| readable(p.idx)) && (nd..nd + np).all(&readable);
+        let rcw_can = (0..nd)
+            .filter(|&i| full_piece(ps, i, lo, hi).is_none())
+            .all(&readable);
+        match (rmw_can, rcw_can) {
+            (true, true) => Some(self.rmw_reads_fewer(ps, readable)),
+            (true, false) => Some(true),
+            (false, true) => Some(false),
+            (false, false) => None,
+        }
+    }
+}

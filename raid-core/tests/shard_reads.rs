@@ -255,15 +255,9 @@ fn drive(name: String) -> SimNvme {
 /// not when the next request happens to arrive.
 #[test]
 fn more_reads_than_the_ring_holds_all_complete() {
-    // On tmpfs where there is one: page-cache reads complete inside the
-    // submission, all at once.
-    let shm = std::path::Path::new("/dev/shm");
-    let base = if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    };
-    let dir = base.join(format!("raid-shard-full-{}", std::process::id()));
+    // Not on tmpfs: reads from members in memory never reach a shard
+    // (`reads_from_members_in_memory_run_in_the_callers_thread`).
+    let dir = std::env::temp_dir().join(format!("raid-shard-full-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let a = array(Level::Raid5, files(&dir, 4), "shard-full");
     let model = fill(&a, 10);
@@ -416,4 +410,76 @@ fn a_read_of_very_many_chunks_takes_the_blocking_path() {
         assert_eq!(e.counts().on_shards.load(Ordering::Relaxed), on);
         assert_eq!(e.counts().blocking.load(Ordering::Relaxed), off);
     }
+}
+
+/// Where files in memory can be made: /dev/shm where it is tmpfs.
+fn memory_dir(tag: &str) -> Option<std::path::PathBuf> {
+    let shm = std::path::Path::new("/dev/shm");
+    shm.is_dir()
+        .then(|| shm.join(format!("raid-shard-{tag}-{}", std::process::id())))
+}
+
+/// Members that are files in memory: a read whose chunks all have a
+/// readable copy is copied in the caller's thread and answered before
+/// `Engine::read` returns; one that needs a lost chunk goes to the shards
+/// (or the blocking path); a member whose copy errs is failed and the read
+/// reconstructed, as on the shards.
+#[test]
+fn reads_from_members_in_memory_run_in_the_callers_thread() {
+    let Some(dir) = memory_dir("inline") else {
+        eprintln!("no /dev/shm here: reads in the caller's thread not tried");
+        return;
+    };
+    let members = |sub: &str| {
+        let d = dir.join(sub);
+        std::fs::create_dir_all(&d).unwrap();
+        let f: Vec<Arc<FaultyMember>> = files(&d, 5)
+            .into_iter()
+            .map(|m| Arc::new(FaultyMember::new(m)))
+            .collect();
+        let refs: Vec<MemberRef> = f.iter().map(|m| m.clone() as MemberRef).collect();
+        (f, refs)
+    };
+    let (_, refs) = members("a");
+    let a = array(Level::Raid5, refs, "shard-inline");
+    let mut model = fill(&a, 40);
+    let e = Engine::start(a.clone(), 2).unwrap();
+    let counts = e.counts();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+
+    let answered = Arc::new(std::sync::Mutex::new(None));
+    let to = answered.clone();
+    e.read(
+        CHUNK - 4096,
+        AlignedBuf::new(8192),
+        Box::new(move |r| *to.lock().unwrap() = Some(r)),
+    );
+    let b = answered.lock().unwrap().take().expect("answered in read");
+    assert!(b.unwrap()[..] == model[CHUNK as usize - 4096..CHUNK as usize + 4096]);
+
+    reads_match(&e, &model, 2000, 64, 41);
+    assert_eq!(count(&counts.inline), 2001);
+    assert_eq!(count(&counts.on_shards) + count(&counts.blocking), 0);
+
+    // A member lost: reads of its chunks are recovered elsewhere, with the
+    // data written since, not the lost member's.
+    a.fail_member(1, false).unwrap();
+    overwrite(&a, &mut model, 42);
+    reads_match(&e, &model, 2000, 64, 43);
+    assert!(count(&counts.degraded_on_shards) + count(&counts.blocking) > 0);
+    assert!(count(&counts.inline) > 2001 + 1000);
+
+    // A member whose reads err, on a RAID5 with all its members: failed
+    // (never read again), every read still its data.
+    drop(e);
+    let (faulty, refs) = members("b");
+    let a = array(Level::Raid5, refs, "shard-inline-err");
+    let model = fill(&a, 44);
+    let e = Engine::start(a.clone(), 2).unwrap();
+    faulty[3].fail_all();
+    reads_match(&e, &model, 2000, 64, 45);
+    assert_eq!(a.slots()[3].state, SlotState::Failed);
+    assert!(e.counts().blocking.load(Ordering::Relaxed) > 0);
+    drop(e);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -101,6 +101,13 @@ impl Array {
         })
     }
 
+    /// Whether any member is in memory: only then may a read be copied in
+    /// its caller's thread (`crate::shard`), which checks each piece's
+    /// member; a cheap test that spares every other array the plan.
+    pub(crate) fn any_in_memory(&self) -> bool {
+        self.member_handles().iter().any(|m| m.in_memory())
+    }
+
     /// Counts a read the shards served from their members (each member's
     /// own I/O is counted where it completed), from `t`; `ok`: whether it
     /// was answered with its data.

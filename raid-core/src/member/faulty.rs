@@ -182,6 +182,12 @@ impl Member for FaultyMember {
     fn flush_waits(&self) -> bool {
         self.inner.flush_waits() || !self.state.lock().faults.latency.is_zero()
     }
+    /// A copy in memory, as the member underneath is, unless a latency
+    /// is armed: then each I/O sleeps, which no caller that must not block
+    /// may be made to do.
+    fn in_memory(&self) -> bool {
+        self.inner.in_memory() && self.state.lock().faults.latency.is_zero()
+    }
     /// Timed I/O goes to a device underneath that serves it, with the
     /// same faults and power-cut log (not the latency: a caller of timed
     /// I/O must not be made to sleep).

@@ -11,7 +11,9 @@
 //! and its completion posted back to the shard. A RAID5/6 read inside one
 //! stripe with a chunk that has no readable member is served there too:
 //! the stripe's other chunks read under its lock, the missing one
-//! recovered on the shard's thread (`array::degraded_read`).
+//! recovered on the shard's thread (`array::degraded_read`). A read whose
+//! chunks are all on members in memory skips the shard: it is a copy that
+//! waits for no device, so it runs in the caller's thread (`inline.rs`).
 //!
 //! A write inside one RAID5/6 stripe (or one RAID0/1/10 chunk) whose
 //! members are all readable is a state machine the stripe's shard runs
@@ -46,6 +48,7 @@
 //! the write goes to the blocking path, which waits for it).
 
 mod event_loop;
+mod inline;
 mod merge;
 mod ops;
 mod read;
@@ -71,9 +74,11 @@ pub type ReadResult = std::result::Result<AlignedBuf, ArrayError>;
 /// What a write hands back: its buffer (for the caller's next request),
 /// or why it failed.
 pub type WriteResult = std::result::Result<AlignedBuf, ArrayError>;
-/// Called once when a read completes, on a shard's thread or a fallback
-/// thread: it should hand the result on and return, not block, and must
-/// not drop the last handle to the `Engine` (its drop joins that thread).
+/// Called once when a read completes, on a shard's thread, a fallback
+/// thread, or (a read copied from members in memory, `inline.rs`) the
+/// caller's own thread before `Engine::read` returns: it should hand the
+/// result on and return, not block, and must not drop the last handle to
+/// the `Engine` (its drop joins that thread).
 pub type ReadDone = Box<dyn FnOnce(ReadResult) + Send>;
 /// Called once when a write completes; as `ReadDone`.
 pub type WriteDone = Box<dyn FnOnce(WriteResult) + Send>;
@@ -94,6 +99,9 @@ pub struct Counts {
     /// Reads served on the shards that recovered a chunk (counted in
     /// `on_shards` too).
     pub degraded_on_shards: AtomicU64,
+    /// Reads copied from members in memory in the caller's thread
+    /// (`inline.rs`), not counted in `on_shards`.
+    pub inline: AtomicU64,
     pub blocking: AtomicU64,
     pub writes_on_shards: AtomicU64,
     pub writes_blocking: AtomicU64,
@@ -404,6 +412,10 @@ impl Engine {
 
     fn read_in(&self, owed: &mut Vec<usize>, offset: u64, buf: AlignedBuf, done: ReadDone) {
         let chunk = offset / self.array.geometry().chunk;
+        let (buf, done) = match self.read_inline(offset, buf, done) {
+            Ok(()) => return,
+            Err(back) => back,
+        };
         let job = ReadJob { offset, buf, done };
         match self.shard_of(chunk) {
             Some(i) => self.push(owed, i, Request::Read(job)),

@@ -118,7 +118,9 @@ impl FileMember {
         } else {
             meta.len()
         };
-        let in_memory = on_memory_fs(&file);
+        // A block device's node lives on devtmpfs, which answers fstatfs
+        // with tmpfs's magic: the device behind it is no copy in memory.
+        let in_memory = !block_device && on_memory_fs(&file);
         tracing::debug!(path = %path.display(), direct, in_memory, size, "member opened");
         Ok(FileMember {
             stats: Default::default(),

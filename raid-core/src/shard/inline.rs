@@ -22,9 +22,11 @@ use crate::member::{count_took, Member};
 use crate::stats::Started;
 use std::sync::atomic::Ordering;
 
-/// Chunks a read may touch and still be copied here: a larger read is a
-/// long copy that the shards spread better (and the blocking path takes).
+/// Chunks a read may touch, and bytes it may copy, and still be copied
+/// here: a larger read is a long copy that holds up the caller (a front
+/// end's one reader of a connection), which the shards spread better.
 const MAX_PIECES: usize = 16;
+const MAX_BYTES: usize = 256 << 10;
 
 impl Engine {
     /// Serves the read in this thread and answers it, where it can (see
@@ -36,7 +38,9 @@ impl Engine {
         mut buf: AlignedBuf,
         done: ReadDone,
     ) -> Result<(), (AlignedBuf, ReadDone)> {
-        if !self.array.any_in_memory() {
+        // No shards (no io_uring): every request runs on the blocking
+        // threads, as `Engine::start` says.
+        if self.shards.is_empty() || buf.len() > MAX_BYTES || !self.array.any_in_memory() {
             return Err((buf, done));
         }
         let Some(plan) = self.array.direct_read(offset, buf.len() as u64) else {

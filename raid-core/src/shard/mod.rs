@@ -383,7 +383,9 @@ impl Engine {
     /// Reads `buf.len()` bytes at `offset` (4 KiB aligned, inside the
     /// array) into `buf`; `done` gets it back filled, or the error. The
     /// caller's buffers go round (no allocation per request: one of 128
-    /// KiB or more is a fresh mapping of memory each time). Returns at once.
+    /// KiB or more is a fresh mapping of memory each time). Returns at once,
+    /// except that a read copied from members in memory (`inline.rs`) is
+    /// copied and answered first.
     pub fn read(&self, offset: u64, buf: AlignedBuf, done: ReadDone) {
         self.batch().read(offset, buf, done)
     }

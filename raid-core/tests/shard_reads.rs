@@ -8,9 +8,7 @@
 use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
-use raid_core::member::{
-    io_path, Faults, FaultyMember, IoPath, Member, MemberRef, RamMember, SimNvme,
-};
+use raid_core::member::{io_path, Faults, FaultyMember, IoPath, MemberRef, RamMember, SimNvme};
 use raid_core::metadata::SlotState;
 use raid_core::metadata::DATA_OFFSET;
 use raid_core::shard::{Engine, ReadResult};

@@ -57,8 +57,19 @@ pub struct World {
 
 impl World {
     pub fn new(tag: &str) -> World {
-        let dir =
-            std::env::temp_dir().join(format!("raid-e2e-{tag}-{}-{}", std::process::id(), nanos()));
+        World::under(&std::env::temp_dir(), tag)
+    }
+
+    /// A world whose folder is in memory (/dev/shm, tmpfs), where there is
+    /// one: members there are copies in memory, which the array serves
+    /// differently (reads copied in the thread that asked for them).
+    pub fn in_memory(tag: &str) -> Option<World> {
+        let shm = Path::new("/dev/shm");
+        shm.is_dir().then(|| World::under(shm, tag))
+    }
+
+    fn under(base: &Path, tag: &str) -> World {
+        let dir = base.join(format!("raid-e2e-{tag}-{}-{}", std::process::id(), nanos()));
         std::fs::create_dir_all(&dir).unwrap();
         World {
             dir,

@@ -173,10 +173,23 @@ fn hostile_nbd_requests_get_errors_or_a_disconnect() {
 /// optimal, its parity consistent, and the server serving.
 #[test]
 fn many_requests_in_flight_on_one_connection() {
+    in_flight_on_one_connection(World::new("inflight"));
+}
+
+/// The same with members in memory: reads are answered in the
+/// connection's reader thread, their replies sent when it lets them go.
+#[test]
+fn many_requests_in_flight_on_one_connection_members_in_memory() {
+    match World::in_memory("inflight-mem") {
+        Some(w) => in_flight_on_one_connection(w),
+        None => eprintln!("no /dev/shm here: members in memory not tried"),
+    }
+}
+
+fn in_flight_on_one_connection(w: World) {
     use std::collections::HashMap;
     use std::io::{Read, Write};
     const N: u64 = 300;
-    let w = World::new("inflight");
     let (_m, sock, _) = served(&w, "inflight");
     let (mut c, size) = nbd_connect(&sock, "inflight");
     let block = |i: u64| -> Vec<u8> { (0..4096u64).map(|k| (i * 31 + k % 253) as u8).collect() };

@@ -4,6 +4,15 @@
 //! replies in the order they complete, every reply that is ready in one
 //! system call. No thread waits for a request: how many are in flight is
 //! the client's choice, up to `MAX_IN_FLIGHT`, not a count of threads.
+//!
+//! Reads from members in memory complete in the reader's own thread (the
+//! engine copies them there). Their replies wake no one as they queue: the
+//! reader lets the writer go once before it may wait (for the client or
+//! for room), every `BATCH` requests, or once `DEFER_BYTES` are queued,
+//! so a socket read's worth of them costs one wake-up of the writer and
+//! one vectored write, not one of each per reply. Replies completed on
+//! other threads wake the writer at once, as they must: the reader may be
+//! about to wait for the client, which waits for them.
 
 use super::{protocol_error, tflags, Conn};
 use crate::nbd::{self, Check, Request};
@@ -26,6 +35,17 @@ const POOL_BYTES: usize = 16 << 20;
 /// Requests handed to the engine before the shards owed a wake-up are
 /// rung, though more are at hand.
 const BATCH: usize = 16;
+/// Bytes of replies queued by the reader's thread before it wakes the
+/// writer without waiting for the end of its batch: beyond this, sending
+/// while the reader copies pays more than the wake-up it saves.
+const DEFER_BYTES: usize = 256 << 10;
+
+std::thread_local! {
+    /// The connection whose reader runs on this thread (its `Shared`'s
+    /// address), so that a reply queued here knows the reader will let it
+    /// go (`Shared::push`); 0 on every other thread.
+    static READER_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 
 /// A reply's buffer.
 enum Payload {
@@ -103,6 +123,8 @@ struct State {
     /// system call, made only when someone sleeps.
     writer_asleep: bool,
     reader_asleep: bool,
+    /// Bytes of the replies in `out` (their requests' counts).
+    out_bytes: usize,
     pool: HashMap<usize, Vec<AlignedBuf>>,
     pool_bytes: usize,
 }
@@ -143,14 +165,35 @@ struct Shared {
 }
 
 impl Shared {
-    /// Called by completions: never blocks beyond the lock.
+    /// Called by completions: never blocks beyond the lock. One queued by
+    /// the reader's own thread wakes no one until `DEFER_BYTES` are
+    /// queued: the reader lets it go (`let_replies_go`).
     fn push(&self, o: Out) {
+        let on_reader = READER_OF.with(|r| r.get()) == self as *const Shared as usize;
         let mut s = self.state.lock().unwrap();
+        if let Out::Reply(r) = &o {
+            s.out_bytes += r.bytes;
+        }
         s.out.push(o);
-        if s.writer_asleep {
+        if s.writer_asleep && (!on_reader || s.out_bytes >= DEFER_BYTES) {
             s.writer_asleep = false;
             drop(s);
             self.ready.notify_one();
+        }
+    }
+
+    /// Called by the reader before it may wait (for the client, or for
+    /// room), and every `BATCH` requests: wakes the writer for the replies
+    /// its own thread queued.
+    fn let_replies_go(&self) {
+        let mut s = self.state.lock().unwrap();
+        Self::let_go_locked(&mut s, &self.ready);
+    }
+
+    fn let_go_locked(s: &mut State, ready: &Condvar) {
+        if s.writer_asleep && !s.out.is_empty() {
+            s.writer_asleep = false;
+            ready.notify_one();
         }
     }
 
@@ -182,6 +225,7 @@ pub(super) fn transmission(c: Box<dyn Conn>, array: Arc<Array>, engine: &Engine)
                 mark: |s| s.reading_done = true,
                 wake: &sh.ready,
             };
+            let _reader = ReaderOf::mark(sh);
             read_requests(&mut reader, &array, engine, sh)
         };
         let _ = writer.join();
@@ -199,6 +243,22 @@ struct Farewell<'a> {
     shared: &'a Shared,
     mark: fn(&mut State),
     wake: &'a Condvar,
+}
+
+/// Marks this thread as `shared`'s reader while it lives (`READER_OF`).
+struct ReaderOf;
+
+impl ReaderOf {
+    fn mark(shared: &Shared) -> ReaderOf {
+        READER_OF.with(|r| r.set(shared as *const Shared as usize));
+        ReaderOf
+    }
+}
+
+impl Drop for ReaderOf {
+    fn drop(&mut self) {
+        READER_OF.with(|r| r.set(0));
+    }
 }
 
 impl Drop for Farewell<'_> {
@@ -229,6 +289,7 @@ fn read_requests(
         if r.buffer().len() < Request::LEN || in_batch == BATCH {
             batch = ring(batch, engine);
             in_batch = 0;
+            shared.let_replies_go();
         }
         let mut h = [0u8; Request::LEN];
         match r.read_exact(&mut h) {
@@ -265,6 +326,7 @@ fn read_requests(
                     s = shared.state.lock().unwrap();
                     continue;
                 }
+                Shared::let_go_locked(&mut s, &shared.ready);
                 s.reader_asleep = true;
                 s = shared.room.wait(s).unwrap();
             }
@@ -283,6 +345,7 @@ fn read_requests(
             if r.buffer().len() < buf.len() {
                 batch = ring(batch, engine);
                 in_batch = 0;
+                shared.let_replies_go();
             }
             if let Err(e) = r.read_exact(&mut buf) {
                 shared.reply(req.cookie, nbd::EIO, Payload::None, bytes);
@@ -397,6 +460,7 @@ fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
             if s.out.is_empty() {
                 return;
             }
+            s.out_bytes = 0;
             std::mem::take(&mut s.out)
         };
         let mut replies = Vec::with_capacity(batch.len());

@@ -177,7 +177,9 @@ fn many_requests_in_flight_on_one_connection() {
 }
 
 /// The same with members in memory: reads are answered in the
-/// connection's reader thread, their replies sent when it lets them go.
+/// connection's reader thread, their replies sent when it lets them go
+/// (where io_uring runs: without it every request takes the engine's
+/// blocking threads, and this is the test above again).
 #[test]
 fn many_requests_in_flight_on_one_connection_members_in_memory() {
     match World::in_memory("inflight-mem") {

@@ -123,7 +123,7 @@ struct State {
     /// system call, made only when someone sleeps.
     writer_asleep: bool,
     reader_asleep: bool,
-    /// Bytes of the replies in `out` (their requests' counts).
+    /// Bytes of read data in the replies in `out`.
     out_bytes: usize,
     pool: HashMap<usize, Vec<AlignedBuf>>,
     pool_bytes: usize,
@@ -171,8 +171,13 @@ impl Shared {
     fn push(&self, o: Out) {
         let on_reader = READER_OF.with(|r| r.get()) == self as *const Shared as usize;
         let mut s = self.state.lock().unwrap();
-        if let Out::Reply(r) = &o {
-            s.out_bytes += r.bytes;
+        if let Out::Reply(Reply {
+            err: 0,
+            payload: Payload::Data(d),
+            ..
+        }) = &o
+        {
+            s.out_bytes += d.len();
         }
         s.out.push(o);
         if s.writer_asleep && (!on_reader || s.out_bytes >= DEFER_BYTES) {

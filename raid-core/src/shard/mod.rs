@@ -78,7 +78,9 @@ pub type WriteResult = std::result::Result<AlignedBuf, ArrayError>;
 /// thread, or (a read copied from members in memory, `inline.rs`) the
 /// caller's own thread before `Engine::read` returns: it should hand the
 /// result on and return, not block, and must not drop the last handle to
-/// the `Engine` (its drop joins that thread).
+/// the `Engine` (its drop joins that thread). Nor should it issue the next
+/// read itself: copied inline, that read's completion would run inside
+/// this one, a recursion as deep as the chain.
 pub type ReadDone = Box<dyn FnOnce(ReadResult) + Send>;
 /// Called once when a write completes; as `ReadDone`.
 pub type WriteDone = Box<dyn FnOnce(WriteResult) + Send>;

@@ -414,8 +414,11 @@ impl World {
             );
             return;
         }
+        // One run at a time: runs side by side would race for the power
+        // cut's budget and the disks' coins, and a seed would not replay.
         let opts = RebuildOptions {
             batch_rows: 4,
+            parallel: 1,
             ..Default::default()
         };
         match self.a().hot_replace_copy(&opts, &AtomicBool::new(false)) {
@@ -429,8 +432,11 @@ impl World {
             return;
         };
         trace!(self, "rebuild slot {slot}");
+        // One run at a time: runs side by side would race for the power
+        // cut's budget and the disks' coins, and a seed would not replay.
         let opts = RebuildOptions {
             batch_rows: 4,
+            parallel: 1,
             ..Default::default()
         };
         match self.a().rebuild(slot, &opts, &AtomicBool::new(false)) {

@@ -7,6 +7,13 @@
 //! saved in the metadata every `checkpoint_bytes` or `checkpoint_every`,
 //! whichever comes first, after a flush of the new
 //! member, so a stop or crash resumes from there.
+//!
+//! A batch is cut into `parallel` runs of `batch_rows` rows (at most 256
+//! rows in all), rebuilt side by side on rayon's threads while the
+//! coordinator holds every lock of the batch: their member reads are in flight together (on drives, one
+//! run's writes overlap another's reads), and where members are memory
+//! the copies run on every core. The position still moves only once the
+//! whole batch is written, so the rule above holds as it did.
 
 use super::*;
 use crate::buf::AlignedBuf;
@@ -25,6 +32,9 @@ pub struct RebuildOptions {
     pub live_rate: Option<Arc<AtomicU64>>,
     /// Rows (stripes) per batch: the parity engine's batch size.
     pub batch_rows: u64,
+    /// Batches rebuilt side by side, each on a thread (see the module's
+    /// doc); 1: one at a time. By default the cores, at most 4.
+    pub parallel: usize,
     /// Save the restart position at least this often...
     pub checkpoint_bytes: u64,
     /// ...and at least this often in time, so a slow (rate-limited or
@@ -38,6 +48,7 @@ impl Default for RebuildOptions {
             rate_limit: None,
             live_rate: None,
             batch_rows: 32,
+            parallel: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             checkpoint_bytes: 256 << 20,
             checkpoint_every: Duration::from_secs(5),
         }
@@ -116,9 +127,15 @@ impl Array {
         // A re-added member holds every row no write touched since it left.
         let dirty_only = s.resync_dirty_only.load(Ordering::Acquire);
         let mut next_report = 0u64;
-        let batch = opts.batch_rows.clamp(1, 256);
-        // Chunk buffers, reused batch after batch.
-        let mut pool = crate::buf::BufPool::new(chunk as usize);
+        let run_rows = opts.batch_rows.clamp(1, 256);
+        // At most 256 rows locked at once, as before runs: writers into a
+        // batch wait for all of it.
+        let batch = (run_rows * opts.parallel.clamp(1, 16) as u64).min(256.max(run_rows));
+        let parallel = batch.div_ceil(run_rows) as usize;
+        // Chunk buffers for each run, reused batch after batch.
+        let mut pools: Vec<_> = (0..parallel)
+            .map(|_| crate::buf::BufPool::new(chunk as usize))
+            .collect();
         let ckpt_rows = (opts.checkpoint_bytes / chunk).max(1);
         while row < total {
             if stop.load(Ordering::Acquire) {
@@ -130,23 +147,18 @@ impl Array {
             let began = Instant::now();
             let step = {
                 let _held = self.locks.lock(self.rebuild_lock_keys(slot, row, end));
-                let r = if dirty_only && self.rows_clean(row, end) {
-                    Ok(())
-                } else {
-                    copied += end - row;
-                    match self.geo.level {
-                        Level::Raid5 | Level::Raid6 => {
-                            self.rebuild_parity_rows(slot, &target, row, end, &mut pool)
-                        }
-                        _ => self.rebuild_mirror_rows(slot, &target, row, end),
-                    }
-                };
+                let r =
+                    self.rebuild_runs(slot, &target, row, end, run_rows, dirty_only, &mut pools);
                 // Only while the slot still holds this rebuild's member.
-                r.and_then(|()| self.advance_rebuild(&ticket, end))
+                r.and_then(|n| {
+                    copied += n;
+                    self.advance_rebuild(&ticket, end)
+                })
             };
             if let Err(e) = step {
                 return Err(self.rebuild_ended_by(&ticket, &target, e));
             }
+            let this_batch = end - row;
             row = end;
             if row < total
                 && (row - saved >= ckpt_rows || saved_at.elapsed() >= opts.checkpoint_every)
@@ -165,7 +177,7 @@ impl Array {
                     eta_s = format!("{left:.0}"), "rebuild progress");
                 next_report = pct + 5;
             }
-            pace(opts.rate_limit, &opts.live_rate, batch * chunk, began);
+            pace(opts.rate_limit, &opts.live_rate, this_batch * chunk, began);
         }
         if let Err(e) = target.flush() {
             self.fail_slot_if(slot, &target, &format!("flush failed: {e}"));
@@ -180,6 +192,68 @@ impl Array {
         self.resync_deferred()?;
         tracing::info!(array = %self.name, slot, rows_copied = copied, rows = total, secs = started.elapsed().as_secs_f64(), "rebuild finished");
         Ok(RebuildEnd::Finished)
+    }
+
+    /// Rebuilds rows [row, end), whose locks the caller holds, in runs of
+    /// `run_rows` side by side, one per pool, each on a thread of its own;
+    /// a re-added member's runs whose rows are clean are skipped. Returns
+    /// the rows copied, or the first error.
+    ///
+    /// Not on rayon's threads: a run may wait for writers in flight
+    /// (failing a member drains them), whose parity work needs a rayon
+    /// thread free. For the same reason a caller that is itself on a rayon
+    /// thread runs the runs one after another: blocked joining them, it
+    /// would hold a thread their parallel work may need. A run whose
+    /// thread cannot be made runs on the caller's.
+    #[allow(clippy::too_many_arguments)]
+    fn rebuild_runs(
+        &self,
+        slot: usize,
+        target: &MemberRef,
+        row: u64,
+        end: u64,
+        run_rows: u64,
+        dirty_only: bool,
+        pools: &mut [crate::buf::BufPool],
+    ) -> Result<u64> {
+        let one = |lo: u64, pool: &mut crate::buf::BufPool| -> Result<u64> {
+            let hi = (lo + run_rows).min(end);
+            if dirty_only && self.rows_clean(lo, hi) {
+                return Ok(0);
+            }
+            match self.geo.level {
+                Level::Raid5 | Level::Raid6 => {
+                    self.rebuild_parity_rows(slot, target, lo, hi, pool)?
+                }
+                _ => self.rebuild_mirror_rows(slot, target, lo, hi)?,
+            }
+            Ok(hi - lo)
+        };
+        let starts: Vec<u64> = (row..end).step_by(run_rows as usize).collect();
+        if starts.len() == 1 || rayon::current_thread_index().is_some() {
+            let runs = starts.iter().zip(pools.iter_mut());
+            return runs.map(|(&lo, pool)| one(lo, pool)).sum();
+        }
+        std::thread::scope(|sc| {
+            let mut inline = Vec::new();
+            let mut threads = Vec::new();
+            for (&lo, pool) in starts.iter().zip(pools.iter_mut()) {
+                let run = std::thread::Builder::new().name("rebuild-run".into());
+                match run.spawn_scoped(sc, move || one(lo, pool)) {
+                    Ok(h) => threads.push(h),
+                    Err(_) => inline.push(lo),
+                }
+            }
+            // Pools of runs whose thread could not be made are still
+            // lent to those threads' closures: take a fresh one.
+            let mut spare = crate::buf::BufPool::new(self.geo.chunk as usize);
+            let here: Result<u64> = inline.into_iter().map(|lo| one(lo, &mut spare)).sum();
+            let there: Result<u64> = threads
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .sum();
+            Ok(here? + there?)
+        })
     }
 
     /// Records why a rebuild ended with an error, once: its own member

@@ -23,29 +23,46 @@ const CHUNK: u64 = 16 << 10;
 const DATA: u64 = 8 << 20;
 
 #[test]
-fn runs_side_by_side_from_a_rayon_thread_under_writes() {
-    // Rayon's pool with one thread, and the rebuild on it: blocked
-    // joining runs on threads of their own, it would be the thread their
-    // parallel parity work waits for.
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build_global()
-        .expect("the first use of rayon in this test binary");
+fn runs_under_writes_from_a_plain_and_a_rayon_thread() {
+    one_rayon_thread();
     for (level, n) in [
         (Level::Raid1, 2),
         (Level::Raid5, 5),
         (Level::Raid6, 6),
         (Level::Raid10, 4),
     ] {
-        rebuild_under_writes(level, n, false);
-        rebuild_under_writes(level, n, true);
+        rebuild_under_writes(level, n, false, None);
+        rebuild_under_writes(level, n, true, None);
     }
+}
+
+/// A source member of a RAID6 vanishes while runs side by side read it:
+/// runs meet its errors together, it is failed once, the rebuild goes on
+/// from the others and ends with the data whole.
+#[test]
+fn a_source_member_lost_under_runs_side_by_side() {
+    one_rayon_thread();
+    rebuild_under_writes(Level::Raid6, 6, false, Some(3));
+}
+
+/// Rayon's pool with one thread, before any test of this binary uses it.
+/// A rebuild on that thread, blocked joining runs on threads of their own,
+/// would hold the one thread their parallel parity work waits for.
+fn one_rayon_thread() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build_global()
+            .expect("the first use of rayon in this test binary")
+    });
 }
 
 /// Fails and replaces a member of a new array of `level`, rebuilds it in
 /// runs side by side (from a rayon thread where `on_rayon`) while a writer
-/// writes, and checks the outcome.
-fn rebuild_under_writes(level: Level, n: usize, on_rayon: bool) {
+/// writes, member `vanishes` (if any) going as it starts, and checks the
+/// outcome.
+fn rebuild_under_writes(level: Level, n: usize, on_rayon: bool, vanishes: Option<usize>) {
     {
         let tag = format!("runs{level:?}{on_rayon}");
         let members = support::array::Members::ram(n, DATA, &tag);
@@ -90,13 +107,17 @@ fn rebuild_under_writes(level: Level, n: usize, on_rayon: bool) {
         } else {
             std::thread::spawn(rebuild);
         }
+        if let Some(v) = vanishes {
+            members.faulty[v].fail_all();
+        }
         let r = rx
             .recv_timeout(std::time::Duration::from_secs(60))
             .unwrap_or_else(|_| panic!("{level:?}, on rayon {on_rayon}: the rebuild hung"));
         assert_eq!(r.unwrap(), RebuildEnd::Finished, "{level:?}");
         stop.store(true, Ordering::Relaxed);
         writer.join().unwrap();
-        assert!(a.slots().iter().all(|s| s.state == SlotState::Active));
+        let failed = |s: usize| a.slots()[s].state == SlotState::Failed;
+        assert!((0..n).all(|s| failed(s) == (Some(s) == vanishes)));
         let model = model.lock().unwrap();
         support::array::assert_matches(&a, &model);
         support::array::assert_consistent(&a, &members_now(&members.refs(), lost, &new));

@@ -414,11 +414,8 @@ impl World {
             );
             return;
         }
-        // One run at a time: runs side by side would race for the power
-        // cut's budget and the disks' coins, and a seed would not replay.
         let opts = RebuildOptions {
             batch_rows: 4,
-            parallel: 1,
             ..Default::default()
         };
         match self.a().hot_replace_copy(&opts, &AtomicBool::new(false)) {

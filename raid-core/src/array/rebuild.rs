@@ -9,8 +9,9 @@
 //! member, so a stop or crash resumes from there.
 //!
 //! A batch is cut into `parallel` runs of `batch_rows` rows (at most 256
-//! rows in all), rebuilt side by side on rayon's threads while the
-//! coordinator holds every lock of the batch: their member reads are in flight together (on drives, one
+//! rows in all), rebuilt side by side on threads made for the rebuild
+//! (`rebuild_runs.rs`) while the rebuild's own thread holds every lock of
+//! the batch: their member reads are in flight together (on drives, one
 //! run's writes overlap another's reads), and where members are memory
 //! the copies run on every core. The position still moves only once the
 //! whole batch is written, so the rule above holds as it did.
@@ -32,8 +33,10 @@ pub struct RebuildOptions {
     pub live_rate: Option<Arc<AtomicU64>>,
     /// Rows (stripes) per batch: the parity engine's batch size.
     pub batch_rows: u64,
-    /// Batches rebuilt side by side, each on a thread (see the module's
-    /// doc); 1: one at a time. By default the cores, at most 4.
+    /// Runs of `batch_rows` rebuilt side by side, each on a thread (see
+    /// the module's doc); 1: one at a time. By default the cores, at most
+    /// 4. A rebuild on a rayon thread runs them one at a time whatever
+    /// this says. A hot replace's copy does not use it.
     pub parallel: usize,
     /// Save the restart position at least this often...
     pub checkpoint_bytes: u64,
@@ -86,16 +89,15 @@ impl Array {
         opts: &RebuildOptions,
         stop: &AtomicBool,
     ) -> Result<RebuildEnd> {
-        let ticket = self.rebuild_ticket(slot)?;
+        let ticket = &self.rebuild_ticket(slot)?;
         let s = &self.slots[slot];
-        let target = s
+        let target = &s
             .member
             .read()
             .clone()
             .expect("a rebuilding slot has a member");
         let total = self.geo.rows();
-        let chunk = self.geo.chunk;
-        let mut row = s.rebuild_row.load(Ordering::Acquire);
+        let row = s.rebuild_row.load(Ordering::Acquire);
         {
             let mut meta = self.meta.lock();
             self.record(
@@ -110,36 +112,57 @@ impl Array {
         // Records from before this member arrived hold the slot's old
         // contents: settle them before the rebuild writes (see journal.rs).
         self.journal_settle()
-            .map_err(|e| self.rebuild_ended_by(&ticket, &target, e))?;
-        if let Err(e) = self.journal_admit(&target) {
-            self.fail_slot_if(slot, &target, &format!("journal write failed: {e}"));
+            .map_err(|e| self.rebuild_ended_by(ticket, target, e))?;
+        if let Err(e) = self.journal_admit(target) {
+            self.fail_slot_if(slot, target, &format!("journal write failed: {e}"));
             let e = ArrayError::Member {
                 member: target.identity().into(),
                 source: e,
             };
-            return Err(self.rebuild_ended_by(&ticket, &target, e));
+            return Err(self.rebuild_ended_by(ticket, target, e));
         }
+        // A re-added member holds every row no write touched since it left.
+        let dirty_only = s.resync_dirty_only.load(Ordering::Acquire);
+        let run_rows = opts.batch_rows.clamp(1, 256);
+        // At most 256 rows locked at once, as before runs: writers into a
+        // batch wait for all of it.
+        let batch = (run_rows * opts.parallel.clamp(1, 16) as u64).min(256.max(run_rows));
+        let of = super::rebuild_runs::RunOf {
+            slot,
+            target,
+            dirty_only,
+        };
+        std::thread::scope(|sc| {
+            let parallel = batch.div_ceil(run_rows) as usize;
+            let mut runs = self.run_threads(sc, parallel, of);
+            self.rebuild_rows(ticket, of, (row, batch, run_rows), opts, stop, &mut runs)
+        })
+    }
+
+    /// The rebuild's batches from `row` (`batch` rows each, in runs of
+    /// `run_rows`), then its end (see `rebuild`).
+    fn rebuild_rows(
+        &self,
+        ticket: &membership::RebuildTicket,
+        of: super::rebuild_runs::RunOf<'_>,
+        (mut row, batch, run_rows): (u64, u64, u64),
+        opts: &RebuildOptions,
+        stop: &AtomicBool,
+        runs: &mut super::rebuild_runs::RunThreads,
+    ) -> Result<RebuildEnd> {
+        let (slot, target) = (of.slot, of.target);
+        let total = self.geo.rows();
+        let chunk = self.geo.chunk;
         let started = Instant::now();
         let first_row = row;
         let mut saved = row;
         let mut saved_at = Instant::now();
         let mut copied = 0u64;
-        // A re-added member holds every row no write touched since it left.
-        let dirty_only = s.resync_dirty_only.load(Ordering::Acquire);
         let mut next_report = 0u64;
-        let run_rows = opts.batch_rows.clamp(1, 256);
-        // At most 256 rows locked at once, as before runs: writers into a
-        // batch wait for all of it.
-        let batch = (run_rows * opts.parallel.clamp(1, 16) as u64).min(256.max(run_rows));
-        let parallel = batch.div_ceil(run_rows) as usize;
-        // Chunk buffers for each run, reused batch after batch.
-        let mut pools: Vec<_> = (0..parallel)
-            .map(|_| crate::buf::BufPool::new(chunk as usize))
-            .collect();
         let ckpt_rows = (opts.checkpoint_bytes / chunk).max(1);
         while row < total {
             if stop.load(Ordering::Acquire) {
-                self.save_rebuild_position(&ticket, &target)?;
+                self.save_rebuild_position(ticket, target)?;
                 tracing::info!(array = %self.name, slot, row, "rebuild interrupted; will resume here");
                 return Ok(RebuildEnd::Interrupted);
             }
@@ -147,24 +170,23 @@ impl Array {
             let began = Instant::now();
             let step = {
                 let _held = self.locks.lock(self.rebuild_lock_keys(slot, row, end));
-                let r =
-                    self.rebuild_runs(slot, &target, row, end, run_rows, dirty_only, &mut pools);
+                let r = self.rebuild_batch(runs, of, (row, end), run_rows);
                 // Only while the slot still holds this rebuild's member.
                 r.and_then(|n| {
                     copied += n;
-                    self.advance_rebuild(&ticket, end)
+                    self.advance_rebuild(ticket, end)
                 })
             };
             if let Err(e) = step {
-                return Err(self.rebuild_ended_by(&ticket, &target, e));
+                return Err(self.rebuild_ended_by(ticket, target, e));
             }
             let this_batch = end - row;
             row = end;
             if row < total
                 && (row - saved >= ckpt_rows || saved_at.elapsed() >= opts.checkpoint_every)
             {
-                self.save_rebuild_position(&ticket, &target)
-                    .map_err(|e| self.rebuild_ended_by(&ticket, &target, e))?;
+                self.save_rebuild_position(ticket, target)
+                    .map_err(|e| self.rebuild_ended_by(ticket, target, e))?;
                 saved = row;
                 saved_at = Instant::now();
             }
@@ -180,80 +202,18 @@ impl Array {
             pace(opts.rate_limit, &opts.live_rate, this_batch * chunk, began);
         }
         if let Err(e) = target.flush() {
-            self.fail_slot_if(slot, &target, &format!("flush failed: {e}"));
+            self.fail_slot_if(slot, target, &format!("flush failed: {e}"));
             let e = ArrayError::Member {
                 member: target.identity().into(),
                 source: e,
             };
-            return Err(self.rebuild_ended_by(&ticket, &target, e));
+            return Err(self.rebuild_ended_by(ticket, target, e));
         }
-        self.finish_rebuild(&ticket, copied)
-            .map_err(|e| self.rebuild_ended_by(&ticket, &target, e))?;
+        self.finish_rebuild(ticket, copied)
+            .map_err(|e| self.rebuild_ended_by(ticket, target, e))?;
         self.resync_deferred()?;
         tracing::info!(array = %self.name, slot, rows_copied = copied, rows = total, secs = started.elapsed().as_secs_f64(), "rebuild finished");
         Ok(RebuildEnd::Finished)
-    }
-
-    /// Rebuilds rows [row, end), whose locks the caller holds, in runs of
-    /// `run_rows` side by side, one per pool, each on a thread of its own;
-    /// a re-added member's runs whose rows are clean are skipped. Returns
-    /// the rows copied, or the first error.
-    ///
-    /// Not on rayon's threads: a run may wait for writers in flight
-    /// (failing a member drains them), whose parity work needs a rayon
-    /// thread free. For the same reason a caller that is itself on a rayon
-    /// thread runs the runs one after another: blocked joining them, it
-    /// would hold a thread their parallel work may need. A run whose
-    /// thread cannot be made runs on the caller's.
-    #[allow(clippy::too_many_arguments)]
-    fn rebuild_runs(
-        &self,
-        slot: usize,
-        target: &MemberRef,
-        row: u64,
-        end: u64,
-        run_rows: u64,
-        dirty_only: bool,
-        pools: &mut [crate::buf::BufPool],
-    ) -> Result<u64> {
-        let one = |lo: u64, pool: &mut crate::buf::BufPool| -> Result<u64> {
-            let hi = (lo + run_rows).min(end);
-            if dirty_only && self.rows_clean(lo, hi) {
-                return Ok(0);
-            }
-            match self.geo.level {
-                Level::Raid5 | Level::Raid6 => {
-                    self.rebuild_parity_rows(slot, target, lo, hi, pool)?
-                }
-                _ => self.rebuild_mirror_rows(slot, target, lo, hi)?,
-            }
-            Ok(hi - lo)
-        };
-        let starts: Vec<u64> = (row..end).step_by(run_rows as usize).collect();
-        if starts.len() == 1 || rayon::current_thread_index().is_some() {
-            let runs = starts.iter().zip(pools.iter_mut());
-            return runs.map(|(&lo, pool)| one(lo, pool)).sum();
-        }
-        std::thread::scope(|sc| {
-            let mut inline = Vec::new();
-            let mut threads = Vec::new();
-            for (&lo, pool) in starts.iter().zip(pools.iter_mut()) {
-                let run = std::thread::Builder::new().name("rebuild-run".into());
-                match run.spawn_scoped(sc, move || one(lo, pool)) {
-                    Ok(h) => threads.push(h),
-                    Err(_) => inline.push(lo),
-                }
-            }
-            // Pools of runs whose thread could not be made are still
-            // lent to those threads' closures: take a fresh one.
-            let mut spare = crate::buf::BufPool::new(self.geo.chunk as usize);
-            let here: Result<u64> = inline.into_iter().map(|lo| one(lo, &mut spare)).sum();
-            let there: Result<u64> = threads
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .sum();
-            Ok(here? + there?)
-        })
     }
 
     /// Records why a rebuild ended with an error, once: its own member
@@ -324,7 +284,7 @@ impl Array {
         }
     }
 
-    fn rebuild_parity_rows(
+    pub(super) fn rebuild_parity_rows(
         &self,
         slot: usize,
         target: &MemberRef,
@@ -447,7 +407,7 @@ impl Array {
         DATA_OFFSET + row * self.geo.chunk
     }
 
-    fn rebuild_mirror_rows(
+    pub(super) fn rebuild_mirror_rows(
         &self,
         slot: usize,
         target: &MemberRef,

@@ -385,12 +385,20 @@ fn a_member_read_error_fails_it_and_the_read_is_reconstructed() {
     let faulty: Vec<Arc<FaultyMember>> = (0..5)
         .map(|i| Arc::new(FaultyMember::new(Arc::new(drive(format!("sim:r{i}"))))))
         .collect();
+    read_errors_fail_the_member(&faulty, "shard-rerr", 128, 16);
+}
+
+/// A RAID5 of `faulty`, filled, whose member 3 then errs on every I/O
+/// under 2000 reads, `depth` in flight (seeds from `seed`): every read
+/// returns its data, the member is failed, and the blocking path served
+/// some reads (the reconstruction).
+fn read_errors_fail_the_member(faulty: &[Arc<FaultyMember>], tag: &str, depth: usize, seed: u64) {
     let members: Vec<MemberRef> = faulty.iter().map(|f| f.clone() as MemberRef).collect();
-    let a = array(Level::Raid5, members, "shard-rerr");
-    let model = fill(&a, 16);
+    let a = array(Level::Raid5, members, tag);
+    let model = fill(&a, seed);
     let e = Engine::start(a.clone(), 2).unwrap();
     faulty[3].fail_all();
-    reads_match(&e, &model, 2000, 128, 17);
+    reads_match(&e, &model, 2000, depth, seed + 1);
     assert_eq!(a.slots()[3].state, SlotState::Failed);
     assert!(e.counts().blocking.load(Ordering::Relaxed) > 0);
 }
@@ -420,13 +428,6 @@ fn a_read_of_very_many_chunks_takes_the_blocking_path() {
     }
 }
 
-/// Where files in memory can be made: /dev/shm where it is tmpfs.
-fn memory_dir(tag: &str) -> Option<std::path::PathBuf> {
-    let shm = std::path::Path::new("/dev/shm");
-    shm.is_dir()
-        .then(|| shm.join(format!("raid-shard-{tag}-{}", std::process::id())))
-}
-
 /// Members that are files in memory: a read whose chunks all have a
 /// readable copy is copied in the caller's thread and answered before
 /// `Engine::read` returns; one that needs a lost chunk goes to the shards
@@ -434,7 +435,7 @@ fn memory_dir(tag: &str) -> Option<std::path::PathBuf> {
 /// reconstructed, as on the shards.
 #[test]
 fn reads_from_members_in_memory_run_in_the_callers_thread() {
-    let Some(dir) = memory_dir("inline") else {
+    let Some(dir) = support::array::memory_dir("raid-shard-inline") else {
         eprintln!("no /dev/shm here: reads in the caller's thread not tried");
         return;
     };
@@ -480,15 +481,8 @@ fn reads_from_members_in_memory_run_in_the_callers_thread() {
     // A member whose reads err, on a RAID5 with all its members: failed
     // (never read again), every read still its data.
     drop(e);
-    let (faulty, refs) = members("b");
-    let a = array(Level::Raid5, refs, "shard-inline-err");
-    let model = fill(&a, 44);
-    let e = Engine::start(a.clone(), 2).unwrap();
-    faulty[3].fail_all();
-    reads_match(&e, &model, 2000, 64, 45);
-    assert_eq!(a.slots()[3].state, SlotState::Failed);
-    assert!(e.counts().blocking.load(Ordering::Relaxed) > 0);
-    drop(e);
+    let (faulty, _) = members("b");
+    read_errors_fail_the_member(&faulty, "shard-inline-err", 64, 44);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -501,7 +495,7 @@ fn reads_from_members_in_memory_run_in_the_callers_thread() {
 fn reads_in_the_callers_thread_under_writes_and_membership_changes() {
     use raid_core::array::{RebuildEnd, RebuildOptions};
     use std::sync::atomic::{AtomicBool, AtomicU64};
-    let Some(dir) = memory_dir("inline-churn") else {
+    let Some(dir) = support::array::memory_dir("raid-shard-inline-churn") else {
         eprintln!("no /dev/shm here: reads in the caller's thread not tried");
         return;
     };

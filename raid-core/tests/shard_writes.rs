@@ -109,17 +109,10 @@ fn scrub_clean(a: &Array) {
     }
 }
 
-/// Where files in memory can be made: /dev/shm where it is tmpfs.
-fn memory_dir() -> Option<std::path::PathBuf> {
-    let shm = std::path::Path::new("/dev/shm");
-    shm.is_dir()
-        .then(|| shm.join(format!("raid-shard-w-{}", std::process::id())))
-}
-
 #[test]
 fn writes_on_file_members_and_simulated_drives() {
     let dir = std::env::temp_dir().join(format!("raid-shard-w-{}", std::process::id()));
-    let mem = memory_dir();
+    let mem = support::array::memory_dir("raid-shard-w");
     if mem.is_none() {
         eprintln!("no /dev/shm here: files in memory not tried");
     }

@@ -74,6 +74,15 @@ pub fn files(dir: &std::path::Path, n: usize, data_bytes: u64) -> Vec<MemberRef>
         .collect()
 }
 
+/// A folder in memory for member files, `/dev/shm/<tag>-<pid>`, where
+/// /dev/shm exists (tmpfs): members there are copies in memory
+/// (`Member::in_memory`), which the engine serves differently.
+pub fn memory_dir(tag: &str) -> Option<std::path::PathBuf> {
+    let shm = std::path::Path::new("/dev/shm");
+    shm.is_dir()
+        .then(|| shm.join(format!("{tag}-{}", std::process::id())))
+}
+
 /// A simulated datacenter drive (80 us reads, 20 us writes, 128 at once)
 /// of `data_bytes` after the metadata.
 pub fn sim_drive(name: String, data_bytes: u64) -> raid_core::member::SimNvme {

@@ -397,17 +397,23 @@ fn main() {
             // A check-only scrub, idle: member bytes read per second against
             // the bare members' 128 KiB sequential reads (every member at
             // once, like the scrub).
+            // One run at a time, then the default (runs side by side).
             let seq = run(&bare, Work::SeqRead128k, 128 * 1024, qd, dur).mbs;
-            let t = Instant::now();
-            let r = a
-                .scrub(&ScrubOptions::default(), &AtomicBool::new(false))
-                .unwrap();
-            assert!(r.mismatches.is_empty());
-            let rate = r.bytes_read as f64 / t.elapsed().as_secs_f64() / 1e6;
-            println!(
-                "| raid5 scrub | idle, check | - | {rate:.0} | - | {seq:.0} (bare seq read) | {:.2}x | - | - | - |",
-                rate / seq
-            );
+            let serial = ScrubOptions {
+                parallel: 1,
+                ..Default::default()
+            };
+            for opts in [serial, ScrubOptions::default()] {
+                let t = Instant::now();
+                let r = a.scrub(&opts, &AtomicBool::new(false)).unwrap();
+                assert!(r.mismatches.is_empty());
+                let rate = r.bytes_read as f64 / t.elapsed().as_secs_f64() / 1e6;
+                println!(
+                    "| raid5 scrub | idle, check, {} run(s) at once | - | {rate:.0} | - | {seq:.0} (bare seq read) | {:.2}x | - | - | - |",
+                    opts.parallel,
+                    rate / seq
+                );
+            }
         }
     }
     shards_table(qd, dur, rounds);

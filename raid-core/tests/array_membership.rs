@@ -1275,7 +1275,14 @@ fn no_job_starts_once_the_array_is_closing() {
     a.set_rates(Some(DATA / 4), None);
     a.fail_member(1, false).unwrap();
     a.replace(1, ram("close-new")).unwrap();
-    assert!(a.kick_rebuild(&RebuildOptions::default()));
+    // Small batches, paced by the rate: the rebuild is still running when
+    // the jobs stop (one batch of the default size is the whole array).
+    let paced = RebuildOptions {
+        batch_rows: 4,
+        parallel: 1,
+        ..Default::default()
+    };
+    assert!(a.kick_rebuild(&paced));
     assert!(a.copy_progress().is_some());
     a.stop_jobs();
     assert!(a.copy_progress().is_none());

@@ -8,7 +8,9 @@
 //! writers of those rows take, and copies the old device's rows to the new
 //! one. Rows already copied get every later write through the pair; rows
 //! not yet copied get it too and are copied after, under the lock, so both
-//! orders end with the new device holding the current data.
+//! orders end with the new device holding the current data. A batch is cut
+//! into runs copied side by side, as a rebuild's (`runs.rs`): one run's
+//! read from the old device in flight while another writes the new one.
 //!
 //! When the copy is complete the new device becomes the slot's member under
 //! a fresh member uuid, and the metadata says so; the old device is let go
@@ -21,6 +23,7 @@
 //! Nothing is recorded on disk until the end: a crash or stop midway leaves
 //! the old device the member, and the replacement can be started again.
 
+use super::runs;
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::member::{submit, IoOp, MemberIo};
@@ -245,47 +248,89 @@ impl Array {
             Some(h) => (h.slot, h.pair.clone()),
             None => return Err(ArrayError::Invalid("no hot replace in progress".into())),
         };
+        let chunk = self.geo.chunk;
+        // One run: its rows read from the old device at once, then written
+        // to the new one. Only the old device's error ends the copy (the
+        // slot fails); the new one's drops the replacement at the next
+        // batch (`hot_replace_broken`).
+        let work = |(lo, hi): runs::Run, _: &mut crate::buf::BufPool| -> Result<()> {
+            let mut buf = AlignedBuf::new(((hi - lo) * chunk) as usize);
+            let at = DATA_OFFSET + lo * chunk;
+            pair.old
+                .read_at(&mut buf, at)
+                .map_err(|e| ArrayError::Member {
+                    member: pair.old.identity().into(),
+                    source: e,
+                })?;
+            let mut w = [MemberIo {
+                member: 0,
+                offset: at,
+                op: IoOp::Write(&buf),
+            }];
+            if let Some(Err(e)) = submit(std::slice::from_ref(&pair.new), &mut w).pop() {
+                pair.new_err(e);
+            }
+            Ok(())
+        };
+        let (run_rows, batch) = runs::run_and_batch_rows(opts.batch_rows, opts.parallel);
+        let started = Instant::now();
+        let copied = std::thread::scope(|sc| {
+            let mut runs = self.run_threads(sc, (run_rows, batch), "hot-replace-run", &work);
+            self.hot_replace_batches(slot, &pair, opts, stop, (batch, run_rows), &mut runs)
+        })?;
+        if copied == RebuildEnd::Interrupted {
+            return Ok(copied);
+        }
+        self.hot_replace_switch(slot, &pair)?;
+        tracing::info!(array = %self.name, slot, secs = started.elapsed().as_secs_f64(), "hot replace finished");
+        Ok(RebuildEnd::Finished)
+    }
+
+    /// The copy's batches (`batch` rows each, in runs of `run_rows`):
+    /// Finished once every row is on the new device.
+    fn hot_replace_batches(
+        &self,
+        slot: usize,
+        pair: &Arc<Mirrored>,
+        opts: &RebuildOptions,
+        stop: &AtomicBool,
+        (batch, run_rows): (u64, u64),
+        runs: &mut runs::RunThreads<'_, ()>,
+    ) -> Result<RebuildEnd> {
         let total = self.geo.rows();
         let chunk = self.geo.chunk;
-        let batch = opts.batch_rows.clamp(1, 256);
-        let started = Instant::now();
         let mut row = 0;
         while row < total {
             if stop.load(Ordering::Acquire) {
-                self.end_hot_replace(slot, &pair, "stopped before the copy was complete: the old member stays; replace again to restart it");
+                self.end_hot_replace(slot, pair, "stopped before the copy was complete: the old member stays; replace again to restart it");
                 return Ok(RebuildEnd::Interrupted);
             }
             let end = (row + batch).min(total);
             let began = Instant::now();
             {
                 let _held = self.locks.lock(self.rebuild_lock_keys(slot, row, end));
-                if let Some(why) = self.hot_replace_broken(slot, &pair) {
-                    self.end_hot_replace(slot, &pair, &why);
+                if let Some(why) = self.hot_replace_broken(slot, pair) {
+                    self.end_hot_replace(slot, pair, &why);
                     return Err(ArrayError::Refused {
                         rule: Rule::Superseded,
                         detail: why,
                     });
                 }
-                let len = ((end - row) * chunk) as usize;
-                let mut buf = AlignedBuf::new(len);
-                let at = DATA_OFFSET + row * chunk;
-                if let Err(e) = pair.old.read_at(&mut buf, at) {
+                let copied: Result<()> = runs.batch((row, end), run_rows).into_iter().collect();
+                if let Err(e) = copied {
                     drop(_held);
-                    self.fail_slot(slot, &format!("read error during hot replace: {e}"));
-                    let why = format!("the old member failed ({e}); put the replacement in with replace, which rebuilds it");
-                    self.end_hot_replace(slot, &pair, &why);
-                    return Err(ArrayError::Member {
-                        member: pair.old.identity().into(),
-                        source: e,
-                    });
-                }
-                let mut w = [MemberIo {
-                    member: 0,
-                    offset: at,
-                    op: IoOp::Write(&buf),
-                }];
-                if let Some(Err(e)) = submit(std::slice::from_ref(&pair.new), &mut w).pop() {
-                    pair.new_err(e);
+                    let why = match &e {
+                        ArrayError::Member { source, .. } => {
+                            self.fail_slot(
+                                slot,
+                                &format!("read error during hot replace: {source}"),
+                            );
+                            format!("the old member failed ({source}); put the replacement in with replace, which rebuilds it")
+                        }
+                        other => format!("the copy stopped ({other}); replace again to restart it"),
+                    };
+                    self.end_hot_replace(slot, pair, &why);
+                    return Err(e);
                 }
                 if let Some(h) = self.hot.lock().as_ref() {
                     h.row.store(end, Ordering::Release);
@@ -294,6 +339,12 @@ impl Array {
             pace(opts.rate_limit, &opts.live_rate, (end - row) * chunk, began);
             row = end;
         }
+        Ok(RebuildEnd::Finished)
+    }
+
+    /// Once every row is copied: the new device flushed, the journal
+    /// settled, then the new device made the slot's member.
+    fn hot_replace_switch(&self, slot: usize, pair: &Arc<Mirrored>) -> Result<RebuildEnd> {
         if let Err(e) = pair.new.flush() {
             pair.new_err(e);
         }
@@ -302,7 +353,7 @@ impl Array {
         if let Err(e) = self.journal_settle() {
             self.end_hot_replace(
                 slot,
-                &pair,
+                pair,
                 &format!("the journal could not be settled: {e}"),
             );
             return Err(e);
@@ -329,7 +380,7 @@ impl Array {
         if let Err(e) = metadata::write_superblock(pair.new.as_ref(), &sb) {
             pair.new_err(e);
         }
-        if let Some(why) = self.hot_replace_broken(slot, &pair) {
+        if let Some(why) = self.hot_replace_broken(slot, pair) {
             // A copy of that metadata may have landed: wipe it, and move the
             // array's own metadata past its event, so the device never
             // outranks the members if it is offered at a start.
@@ -341,7 +392,7 @@ impl Array {
             meta.events += 1;
             self.persist(&mut meta);
             drop(meta);
-            self.end_hot_replace(slot, &pair, &why);
+            self.end_hot_replace(slot, pair, &why);
             return Err(ArrayError::Refused {
                 rule: Rule::Superseded,
                 detail: why,
@@ -365,7 +416,6 @@ impl Array {
         self.persist_from(&mut meta, Some(slot));
         drop(meta);
         self.rewrite_bitmap();
-        tracing::info!(array = %self.name, slot, secs = started.elapsed().as_secs_f64(), "hot replace finished");
         Ok(RebuildEnd::Finished)
     }
 

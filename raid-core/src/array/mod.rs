@@ -22,7 +22,7 @@ mod membership;
 mod mirror_io;
 mod parity_io;
 mod rebuild;
-mod rebuild_runs;
+mod runs;
 mod scrub;
 mod unjournaled;
 mod write_plan;

@@ -10,12 +10,11 @@
 //!
 //! A batch is cut into `parallel` runs of `batch_rows` rows (at most 256
 //! rows in all), rebuilt side by side on threads made for the rebuild
-//! (`rebuild_runs.rs`) while the rebuild's own thread holds every lock of
-//! the batch: their member reads are in flight together (on drives, one
-//! run's writes overlap another's reads), and where members are memory
-//! the copies run on every core. The position still moves only once the
-//! whole batch is written, so the rule above holds as it did.
+//! (`runs.rs`) while the rebuild's own thread holds every lock of the
+//! batch. The position moves only once the whole batch is written, so the
+//! rule above holds for the batch as a whole.
 
+use super::runs;
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::layout::ChunkRole;
@@ -36,7 +35,9 @@ pub struct RebuildOptions {
     /// Runs of `batch_rows` rebuilt side by side, each on a thread (see
     /// the module's doc); 1: one at a time. By default the cores, at most
     /// 4. A rebuild on a rayon thread runs them one at a time whatever
-    /// this says. A hot replace's copy does not use it.
+    /// this says. A hot replace's copy runs the same way. Writers into a
+    /// batch wait for all of it: `batch_rows` x `parallel` rows, at most
+    /// 256.
     pub parallel: usize,
     /// Save the restart position at least this often...
     pub checkpoint_bytes: u64,
@@ -123,19 +124,29 @@ impl Array {
         }
         // A re-added member holds every row no write touched since it left.
         let dirty_only = s.resync_dirty_only.load(Ordering::Acquire);
-        let run_rows = opts.batch_rows.clamp(1, 256);
-        // At most 256 rows locked at once, as before runs: writers into a
-        // batch wait for all of it.
-        let batch = (run_rows * opts.parallel.clamp(1, 16) as u64).min(256.max(run_rows));
-        let of = super::rebuild_runs::RunOf {
-            slot,
-            target,
-            dirty_only,
+        let (run_rows, batch) = runs::run_and_batch_rows(opts.batch_rows, opts.parallel);
+        let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<u64> {
+            if dirty_only && self.rows_clean(lo, hi) {
+                return Ok(0);
+            }
+            match self.geo.level {
+                Level::Raid5 | Level::Raid6 => {
+                    self.rebuild_parity_rows(slot, target, lo, hi, pool)?
+                }
+                _ => self.rebuild_mirror_rows(slot, target, lo, hi)?,
+            }
+            Ok(hi - lo)
         };
         std::thread::scope(|sc| {
-            let parallel = batch.div_ceil(run_rows) as usize;
-            let mut runs = self.run_threads(sc, parallel, of);
-            self.rebuild_rows(ticket, of, (row, batch, run_rows), opts, stop, &mut runs)
+            let mut runs = self.run_threads(sc, (run_rows, batch), "rebuild-run", &work);
+            self.rebuild_rows(
+                ticket,
+                target,
+                (row, batch, run_rows),
+                opts,
+                stop,
+                &mut runs,
+            )
         })
     }
 
@@ -144,13 +155,13 @@ impl Array {
     fn rebuild_rows(
         &self,
         ticket: &membership::RebuildTicket,
-        of: super::rebuild_runs::RunOf<'_>,
+        target: &MemberRef,
         (mut row, batch, run_rows): (u64, u64, u64),
         opts: &RebuildOptions,
         stop: &AtomicBool,
-        runs: &mut super::rebuild_runs::RunThreads,
+        runs: &mut runs::RunThreads<'_, u64>,
     ) -> Result<RebuildEnd> {
-        let (slot, target) = (of.slot, of.target);
+        let slot = ticket.slot;
         let total = self.geo.rows();
         let chunk = self.geo.chunk;
         let started = Instant::now();
@@ -170,7 +181,7 @@ impl Array {
             let began = Instant::now();
             let step = {
                 let _held = self.locks.lock(self.rebuild_lock_keys(slot, row, end));
-                let r = self.rebuild_batch(runs, of, (row, end), run_rows);
+                let r: Result<u64> = runs.batch((row, end), run_rows).into_iter().sum();
                 // Only while the slot still holds this rebuild's member.
                 r.and_then(|n| {
                     copied += n;

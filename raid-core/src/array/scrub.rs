@@ -1,7 +1,10 @@
 //! Scrub: read every stripe (or mirrored chunk), check that redundancy
 //! agrees with data, report mismatches by stripe and member, and with
 //! `repair` fix them. Online: each batch holds its stripe locks, so writers
-//! wait only for the batch being checked.
+//! wait only for the batch being checked. A batch is cut into `parallel`
+//! runs of `batch_rows`, checked side by side as a rebuild's are
+//! (`runs.rs`): one run's reads in flight while another's parity is
+//! recomputed.
 //!
 //! Repair rules:
 //! - RAID6: the syndromes locate a single bad chunk. With Pd = P ^ P(data)
@@ -14,6 +17,7 @@
 //! - RAID1/10: the first readable copy is taken as the truth and copied over
 //!   the others (md's rule).
 
+use super::runs;
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::parity::gf;
@@ -25,7 +29,13 @@ pub struct ScrubOptions {
     pub repair: bool,
     /// Most bytes read per second from all members together (None: no limit).
     pub rate_limit: Option<u64>,
+    /// Rows per run: the parity engine's batch.
     pub batch_rows: u64,
+    /// Runs of `batch_rows` checked side by side, each on a thread (at
+    /// most 256 rows locked at once); 1: one at a time. By default the
+    /// cores, at most 4 (as a rebuild's). A scrub on a rayon thread runs
+    /// them one at a time whatever this says.
+    pub parallel: usize,
     /// A rate the operator can change while the scrub runs (bytes per
     /// second, 0: none); replaces `rate_limit` when set.
     pub live_rate: Option<Arc<AtomicU64>>,
@@ -39,6 +49,7 @@ impl Default for ScrubOptions {
             repair: false,
             rate_limit: None,
             batch_rows: 16,
+            parallel: RebuildOptions::default().parallel,
             live_rate: None,
             progress: None,
         }
@@ -60,6 +71,9 @@ pub struct Mismatch {
 /// What a scrub found.
 #[derive(Clone, Debug, Default)]
 pub struct ScrubReport {
+    /// Rows checked, up to the end of the last batch checked whole. A
+    /// scrub that ended with an error may have found (and repaired)
+    /// mismatches past it, in the runs of its last batch.
     pub rows: u64,
     pub bytes_read: u64,
     pub mismatches: Vec<Mismatch>,
@@ -91,37 +105,84 @@ impl Array {
             ));
         }
         let mut report = ScrubReport::default();
-        let rows = match self.geo.level {
-            Level::Raid5 | Level::Raid6 => self.geo.rows(),
-            _ => self.capacity() / self.geo.chunk,
-        };
-        let mut next_report = 0;
-        let mut row = 0;
+        let rows = self.scrub_rows();
         // Every batch is checked against this: a member that failed or was
         // replaced since is not in sync, and nothing is judged (let alone
         // repaired) from what it holds.
         let epoch = self.membership_epoch();
-        // Chunk buffers, reused batch after batch.
-        let mut pool = crate::buf::BufPool::new(self.geo.chunk as usize);
+        let repair = opts.repair;
+        // A run's findings, with the error that ended it (what it found
+        // before counts). Once a run has erred, the runs not yet begun
+        // do nothing: the scrub ends with this batch.
+        let erred = AtomicBool::new(false);
+        let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| {
+            let mut found = ScrubReport::default();
+            if erred.load(Ordering::Acquire) {
+                return Ok((found, Ok(())));
+            }
+            let r = match self.geo.level {
+                Level::Raid5 | Level::Raid6 => {
+                    self.scrub_stripes(lo..hi, repair, epoch, &mut found, pool)
+                }
+                _ => (lo..hi).try_for_each(|c| self.scrub_chunk(c, repair, epoch, &mut found)),
+            };
+            if r.is_err() {
+                erred.store(true, Ordering::Release);
+            }
+            Ok((found, r))
+        };
+        let (run_rows, batch) = runs::run_and_batch_rows(opts.batch_rows, opts.parallel);
         tracing::info!(array = %self.name, rows, repair = opts.repair, "scrub started");
+        let r = std::thread::scope(|sc| {
+            let mut runs = self.run_threads(sc, (run_rows, batch), "scrub-run", &work);
+            self.scrub_batches(opts, stop, (batch, run_rows), &mut runs, &mut report)
+        });
+        if let Err(e) = r {
+            self.record_scrub_end(&report, Some(&e));
+            return Err(e);
+        }
+        self.record_scrub_end(&report, None);
+        tracing::info!(array = %self.name, rows = report.rows, mismatches = report.mismatches.len(), "scrub finished");
+        Ok(report)
+    }
+
+    /// The scrub's batches (`batch` rows each, in runs of `run_rows`),
+    /// their findings added to `report`.
+    fn scrub_batches(
+        &self,
+        opts: &ScrubOptions,
+        stop: &AtomicBool,
+        (batch, run_rows): (u64, u64),
+        runs: &mut runs::RunThreads<'_, (ScrubReport, Result<()>)>,
+        report: &mut ScrubReport,
+    ) -> Result<()> {
+        let rows = self.scrub_rows();
+        let mut next_report = 0;
+        let mut row = 0;
         while row < rows {
             if stop.load(Ordering::Acquire) {
                 report.interrupted = true;
                 break;
             }
-            let end = (row + opts.batch_rows.max(1)).min(rows);
+            let end = (row + batch).min(rows);
             let (began, read_before) = (Instant::now(), report.bytes_read);
             {
                 let _held = self.locks.lock(row..end);
-                let r = match self.geo.level {
-                    Level::Raid5 | Level::Raid6 => {
-                        self.scrub_stripes(row..end, opts.repair, epoch, &mut report, &mut pool)
+                let mut failed = None;
+                for r in runs.batch((row, end), run_rows) {
+                    let ended = match r {
+                        Ok((found, ended)) => {
+                            report.bytes_read += found.bytes_read;
+                            report.mismatches.extend(found.mismatches);
+                            ended
+                        }
+                        Err(e) => Err(e),
+                    };
+                    if let (Err(e), None) = (ended, &failed) {
+                        failed = Some(e);
                     }
-                    _ => (row..end)
-                        .try_for_each(|r| self.scrub_chunk(r, opts.repair, epoch, &mut report)),
-                };
-                if let Err(e) = r {
-                    self.record_scrub_end(&report, Some(&e));
+                }
+                if let Some(e) = failed {
                     return Err(e);
                 }
             }
@@ -142,9 +203,7 @@ impl Array {
                 began,
             );
         }
-        self.record_scrub_end(&report, None);
-        tracing::info!(array = %self.name, rows = report.rows, mismatches = report.mismatches.len(), "scrub finished");
-        Ok(report)
+        Ok(())
     }
 
     /// One event per scrub run, whatever it found.

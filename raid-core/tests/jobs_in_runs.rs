@@ -1,0 +1,360 @@
+//! The long jobs' batches cut into runs worked side by side (a rebuild's
+//! and a hot replace's `RebuildOptions::parallel`, a scrub's
+//! `ScrubOptions::parallel`), for each redundant level: from a plain
+//! thread (runs on threads of their own), and from a rayon thread (where
+//! such runs once hung for ever, the parity engine's parallel work inside
+//! them left to a pool whose one thread waited for them; there they run
+//! one after another).
+//!
+//! A rebuilt or hot-replaced member comes out in sync under writes: the
+//! data reads back as written, from the new member too, and parity and
+//! copies agree. A scrub in runs finds what one run finds, in the same
+//! order, repairs it, and finds nothing under writes on a clean array.
+
+use raid_core::array::{Array, RebuildEnd, RebuildOptions, ScrubOptions, ScrubReport};
+use raid_core::buf::AlignedBuf;
+use raid_core::layout::Level;
+use raid_core::member::{Member, MemberRef, RamMember};
+use raid_core::metadata::{SlotState, DATA_OFFSET};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+mod support;
+
+const CHUNK: u64 = 16 << 10;
+const DATA: u64 = 8 << 20;
+
+#[test]
+fn runs_under_writes_from_a_plain_and_a_rayon_thread() {
+    one_rayon_thread();
+    for (level, n) in [
+        (Level::Raid1, 2),
+        (Level::Raid5, 5),
+        (Level::Raid6, 6),
+        (Level::Raid10, 4),
+    ] {
+        rebuild_under_writes(level, n, false, None);
+        rebuild_under_writes(level, n, true, None);
+    }
+}
+
+/// A source member of a RAID6 vanishes while runs side by side read it:
+/// runs meet its errors together, it is failed once, the rebuild goes on
+/// from the others and ends with the data whole.
+#[test]
+fn a_source_member_lost_under_runs_side_by_side() {
+    one_rayon_thread();
+    rebuild_under_writes(Level::Raid6, 6, false, Some(3));
+}
+
+/// Rayon's pool with one thread, before any test of this binary uses it.
+/// A rebuild on that thread, blocked joining runs on threads of their own,
+/// would hold the one thread their parallel parity work waits for.
+fn one_rayon_thread() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build_global()
+            .expect("the first use of rayon in this test binary")
+    });
+}
+
+/// Fails and replaces a member of a new array of `level`, rebuilds it in
+/// runs side by side (from a rayon thread where `on_rayon`) while a writer
+/// writes, member `vanishes` (if any) going as it starts, and checks the
+/// outcome.
+fn rebuild_under_writes(level: Level, n: usize, on_rayon: bool, vanishes: Option<usize>) {
+    {
+        let tag = format!("runs{level:?}{on_rayon}");
+        let members = support::array::Members::ram(n, DATA, &tag);
+        let a = support::array::create_shared(level, members.refs(), "runs", CHUNK);
+        let size = a.capacity() as usize;
+        let model = Arc::new(Mutex::new(vec![0u8; size]));
+        a.write(0, &AlignedBuf::new(size)).unwrap();
+        let lost = 1;
+        a.fail_member(lost, false).unwrap();
+        let new: MemberRef = Arc::new(RamMember::new(format!("ram:{tag}-new"), DATA_OFFSET + DATA));
+        a.replace(lost, new.clone()).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (a, model, stop) = (a.clone(), model.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(7);
+                let mut b = AlignedBuf::new(4096);
+                while !stop.load(Ordering::Relaxed) {
+                    let off = rng.gen_range(0..size / 4096) * 4096;
+                    rng.fill(&mut b[..]);
+                    // The model under its lock with the write: writes of
+                    // one block land in the model's order.
+                    let mut m = model.lock().unwrap();
+                    a.write(off as u64, &b).unwrap();
+                    m[off..off + 4096].copy_from_slice(&b);
+                }
+            })
+        };
+        let opts = RebuildOptions {
+            batch_rows: 2,
+            parallel: 4,
+            ..Default::default()
+        };
+        let a2 = a.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let rebuild = move || {
+            tx.send(a2.rebuild(lost, &opts, &AtomicBool::new(false)))
+                .unwrap();
+        };
+        if on_rayon {
+            rayon::spawn(rebuild);
+        } else {
+            std::thread::spawn(rebuild);
+        }
+        if let Some(v) = vanishes {
+            members.faulty[v].fail_all();
+        }
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("{level:?}, on rayon {on_rayon}: the rebuild hung"));
+        assert_eq!(r.unwrap(), RebuildEnd::Finished, "{level:?}");
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        let failed = |s: usize| a.slots()[s].state == SlotState::Failed;
+        assert!((0..n).all(|s| failed(s) == (Some(s) == vanishes)));
+        let model = model.lock().unwrap();
+        support::array::assert_matches(&a, &model);
+        support::array::assert_consistent(&a, &members_now(&members.refs(), lost, &new));
+    }
+}
+
+/// The array's members after `lost` was replaced by `new`.
+fn members_now(old: &[MemberRef], lost: usize, new: &MemberRef) -> Vec<MemberRef> {
+    let mut m = old.to_vec();
+    m[lost] = new.clone();
+    m
+}
+
+/// Every redundant level, with its member count.
+const LEVELS: [(Level, usize); 4] = [
+    (Level::Raid1, 2),
+    (Level::Raid5, 5),
+    (Level::Raid6, 6),
+    (Level::Raid10, 4),
+];
+
+/// Runs `job` on a plain thread, or on a rayon thread where `on_rayon`;
+/// panics if it has not ended within a minute.
+fn run_job<T: Send + 'static>(
+    on_rayon: bool,
+    what: &str,
+    job: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let job = move || tx.send(job()).unwrap();
+    if on_rayon {
+        rayon::spawn(job);
+    } else {
+        std::thread::spawn(job);
+    }
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{what}, on rayon {on_rayon}: it hung"))
+}
+
+/// A writer of random 4 KiB blocks into `a`, `model` kept with it, until
+/// `stop`.
+fn writer(
+    a: Arc<Array>,
+    model: Arc<Mutex<Vec<u8>>>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let size = a.capacity() as usize;
+        let mut rng = SmallRng::seed_from_u64(11);
+        let mut b = AlignedBuf::new(4096);
+        while !stop.load(Ordering::Relaxed) {
+            let off = rng.gen_range(0..size / 4096) * 4096;
+            rng.fill(&mut b[..]);
+            let mut m = model.lock().unwrap();
+            a.write(off as u64, &b).unwrap();
+            m[off..off + 4096].copy_from_slice(&b);
+        }
+    })
+}
+
+/// A hot replace's copy in runs side by side (4 runs of 2 rows) while a
+/// writer writes: the new device comes out the member, in sync.
+#[test]
+fn hot_replace_in_runs_under_writes_from_a_plain_and_a_rayon_thread() {
+    one_rayon_thread();
+    for (level, n) in LEVELS {
+        for on_rayon in [false, true] {
+            let tag = format!("hotruns{level:?}{on_rayon}");
+            let members = support::array::Members::ram(n, DATA, &tag);
+            let a = support::array::create_shared(level, members.refs(), "hotruns", CHUNK);
+            let size = a.capacity() as usize;
+            let model = Arc::new(Mutex::new(vec![0u8; size]));
+            a.write(0, &AlignedBuf::new(size)).unwrap();
+            let slot = 1;
+            let new: MemberRef =
+                Arc::new(RamMember::new(format!("ram:{tag}-new"), DATA_OFFSET + DATA));
+            a.hot_replace(slot, new.clone()).unwrap();
+            let stop = Arc::new(AtomicBool::new(false));
+            let w = writer(a.clone(), model.clone(), stop.clone());
+            let opts = RebuildOptions {
+                batch_rows: 2,
+                parallel: 4,
+                ..Default::default()
+            };
+            let a2 = a.clone();
+            let r = run_job(on_rayon, "hot replace", move || {
+                a2.hot_replace_copy(&opts, &AtomicBool::new(false))
+            });
+            assert_eq!(r.unwrap(), RebuildEnd::Finished, "{level:?}");
+            stop.store(true, Ordering::Relaxed);
+            w.join().unwrap();
+            assert!(a.slots().iter().all(|s| s.state == SlotState::Active));
+            assert_eq!(a.slots()[slot].member.as_deref(), Some(new.identity()));
+            let model = model.lock().unwrap();
+            support::array::assert_matches(&a, &model);
+            support::array::assert_consistent(&a, &members_now(&members.refs(), slot, &new));
+        }
+    }
+}
+
+/// Bytes flipped in the chunk of `row` on `member`, behind the array's back.
+fn corrupt(m: &support::array::Members, member: usize, row: u64) {
+    let off = DATA_OFFSET + row * CHUNK + 100;
+    let mut b = [0u8; 3];
+    m.faulty[member].read_at(&mut b, off).unwrap();
+    for x in b.iter_mut() {
+        *x ^= 0x5c;
+    }
+    m.faulty[member].write_at(&b, off).unwrap();
+}
+
+/// The scrub report's findings, comparable between two scrubs.
+fn findings(r: &ScrubReport) -> Vec<(u64, usize, String)> {
+    r.mismatches
+        .iter()
+        .map(|m| (m.stripe, m.slot, m.what.clone()))
+        .collect()
+}
+
+/// Corruption in rows that fall in different runs and batches: a scrub in
+/// runs side by side (4 runs of 2 rows) reports what a scrub in one run
+/// reports, in the same order, from a plain and from a rayon thread;
+/// repaired in runs, the array scrubs clean and reads back whole.
+#[test]
+fn a_scrub_in_runs_finds_and_repairs_what_one_run_does() {
+    one_rayon_thread();
+    for (level, n) in LEVELS {
+        for on_rayon in [false, true] {
+            let tag = format!("scrubruns{level:?}{on_rayon}");
+            let members = support::array::Members::ram(n, DATA, &tag);
+            let a = support::array::create_shared(level, members.refs(), "scrubruns", CHUNK);
+            let size = a.capacity() as usize;
+            let mut img = vec![0u8; size];
+            SmallRng::seed_from_u64(5).fill(&mut img[..]);
+            a.write(0, &img).unwrap();
+            for (k, row) in [0u64, 3, 5, 6, 9, 17, 40, 41].into_iter().enumerate() {
+                corrupt(&members, k % n, row);
+            }
+            let scrub = |a: &Arc<Array>, parallel: usize, repair: bool| {
+                let (a, what) = (a.clone(), format!("{level:?} scrub"));
+                let opts = ScrubOptions {
+                    repair,
+                    batch_rows: 2,
+                    parallel,
+                    ..Default::default()
+                };
+                run_job(on_rayon, &what, move || {
+                    a.scrub(&opts, &AtomicBool::new(false)).unwrap()
+                })
+            };
+            let one = scrub(&a, 1, false);
+            let side_by_side = scrub(&a, 4, false);
+            assert!(!one.mismatches.is_empty(), "{level:?}: nothing found");
+            assert_eq!(findings(&side_by_side), findings(&one), "{level:?}");
+            assert_eq!(side_by_side.bytes_read, one.bytes_read, "{level:?}");
+            assert_eq!(side_by_side.rows, one.rows, "{level:?}");
+            let repaired = scrub(&a, 4, true);
+            assert_eq!(repaired.mismatches.len(), one.mismatches.len(), "{level:?}");
+            assert!(repaired.mismatches.iter().all(|m| m.repaired));
+            assert!(scrub(&a, 4, false).mismatches.is_empty(), "{level:?}");
+            // RAID6 locates the bad chunk, data or parity: the data reads
+            // back as written (RAID5 and mirrors cannot tell which copy
+            // was wrong, and keep the data's or the first copy).
+            if level == Level::Raid6 {
+                support::array::assert_matches(&a, &img);
+            }
+        }
+    }
+}
+
+/// A check-only scrub in runs side by side while a writer writes: each
+/// batch holds its stripes' locks, so no stripe is judged half-written.
+#[test]
+fn a_scrub_in_runs_under_writes_finds_nothing() {
+    one_rayon_thread();
+    for (level, n) in LEVELS {
+        let tag = format!("scrubwrites{level:?}");
+        let members = support::array::Members::ram(n, DATA, &tag);
+        let a = support::array::create_shared(level, members.refs(), "scrubwrites", CHUNK);
+        let size = a.capacity() as usize;
+        let model = Arc::new(Mutex::new(vec![0u8; size]));
+        a.write(0, &AlignedBuf::new(size)).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let w = writer(a.clone(), model.clone(), stop.clone());
+        let opts = ScrubOptions {
+            batch_rows: 2,
+            parallel: 4,
+            ..Default::default()
+        };
+        for _ in 0..3 {
+            let r = a.scrub(&opts, &AtomicBool::new(false)).unwrap();
+            assert!(r.mismatches.is_empty(), "{level:?}: {:?}", r.mismatches);
+        }
+        stop.store(true, Ordering::Relaxed);
+        w.join().unwrap();
+        support::array::assert_matches(&a, &model.lock().unwrap());
+    }
+}
+
+/// The old device errs on the rows of one run of a batch while the other
+/// runs copy theirs: the copy ends, the slot is failed (its device lost a
+/// read), the replacement is dropped, and the data is whole from the
+/// others.
+#[test]
+fn a_hot_replace_whose_old_device_errs_in_one_run() {
+    one_rayon_thread();
+    let members = support::array::Members::ram(5, DATA, "hoterr");
+    let a = support::array::create_shared(Level::Raid5, members.refs(), "hoterr", CHUNK);
+    let size = a.capacity() as usize;
+    let mut img = vec![0u8; size];
+    SmallRng::seed_from_u64(9).fill(&mut img[..]);
+    a.write(0, &img).unwrap();
+    let slot = 2;
+    let new: MemberRef = Arc::new(RamMember::new("ram:hoterr-new", DATA_OFFSET + DATA));
+    a.hot_replace(slot, new).unwrap();
+    // Rows 12 and 13: the third of four runs of 2 rows in the second batch.
+    let bad = DATA_OFFSET + 13 * CHUNK;
+    members.faulty[slot].set_faults(raid_core::member::Faults {
+        fail_ranges: vec![(bad, bad + 512)],
+        ..Default::default()
+    });
+    let opts = RebuildOptions {
+        batch_rows: 2,
+        parallel: 4,
+        ..Default::default()
+    };
+    let r = a.hot_replace_copy(&opts, &AtomicBool::new(false));
+    assert!(r.is_err(), "the copy went on past a read error: {r:?}");
+    assert_eq!(a.slots()[slot].state, SlotState::Failed);
+    assert!(a.hot_replace_progress().is_none());
+    assert!(a
+        .event_log()
+        .iter()
+        .any(|(_, e)| e.kind() == "hot_replace_failed"));
+    support::array::assert_matches(&a, &img);
+}

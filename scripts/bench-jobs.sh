@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The array's long jobs on the machine's own disk, timed, two raidctl
+# binaries alternating on the same members in one run: a check-only scrub,
+# a hot replace (an active member copied onto a new file, then switched in)
+# and a rebuild (a member failed, replaced by a new file, `raidctl wait`).
+# RAID5 of 4 files (chunk 64 KiB) filled with data through NBD first, so
+# that every read reaches the disk (members are opened with O_DIRECT).
+# Rounds alternate which binary goes first; the disk's own caching swings
+# single rounds by tens of percent, so compare several.
+#   OLD=/path/to/old/raidctl bash scripts/bench-jobs.sh
+#   (JOBS_DIR=/var/tmp/raid-jobs JOBS_SIZE=1G JOBS_ROUNDS=2 JOBS="scrub hot rebuild")
+# OLD must read the same on-disk format and state records.
+set -euo pipefail
+OLD=${OLD:?set OLD to the raidctl binary to compare against (e.g. one built from an earlier commit)}
+NEW=${NEW:-$(cd "$(dirname "$0")/.." && pwd)/target/release/raidctl}
+D=${JOBS_DIR:-/var/tmp/raid-jobs}
+SIZE=${JOBS_SIZE:-1G}
+ROUNDS=${JOBS_ROUNDS:-2}
+JOBS=${JOBS:-scrub hot rebuild}
+export RAIDCTL_LOG=warn
+. "$(dirname "$0")/env.sh"
+command -v qemu-io >/dev/null || { echo "bench-jobs: needs qemu-io (qemu-utils)" >&2; exit 1; }
+cleanup() {
+  for b in "$OLD" "$NEW"; do "$b" --state-dir $D/st stop jobs >/dev/null 2>&1 || true; done
+  rm -rf $D
+}
+trap cleanup EXIT
+rm -rf $D; mkdir -p $D/st
+for i in 0 1 2 3; do truncate -s $SIZE $D/m$i; done
+truncate -s $SIZE $D/spare
+$NEW --state-dir $D/st create jobs --level 5 --parity cpu --sparse $D/m0 $D/m1 $D/m2 $D/m3 >/dev/null
+$NEW --state-dir $D/st start jobs --nbd unix:$D/nbd.sock >/dev/null
+# The first 3 x (member - 64 MiB) of the array written, 256 MiB a request.
+cap=$(( ($(stat -c %s $D/m0) / 1048576 - 64) * 3 ))
+writes=(); for ((o = 0; o < cap; o += 256)); do writes+=(-c "write -P 7 ${o}M $(( cap - o < 256 ? cap - o : 256 ))M"); done
+qemu-io --image-opts "driver=raw,file.driver=nbd,file.server.type=unix,file.server.path=$D/nbd.sock,file.export=jobs" \
+  "${writes[@]}" >/dev/null
+$NEW --state-dir $D/st stop jobs >/dev/null
+now() { date +%s.%N; }
+secs() { echo "$2 - $1" | bc; }
+# The member in slot 3 and the file not in the array (they trade places).
+cur=$D/m3; free=$D/spare
+for round in $(seq 1 $ROUNDS); do
+  # Which goes first alternates, so that neither always follows the other's writes.
+  order="old new"; [ $((round % 2)) = 0 ] && order="new old"
+  for b in $order; do
+    bin=$OLD; [ $b = new ] && bin=$NEW
+    sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
+    $bin --state-dir $D/st start jobs >/dev/null
+    line="$b round $round:"
+    for job in $JOBS; do
+      t0=$(now)
+      case $job in
+        scrub)
+          $bin --state-dir $D/st scrub jobs | grep -q " 0 mismatches" || { echo "bench-jobs: scrub found mismatches" >&2; exit 1; } ;;
+        hot)
+          $bin --state-dir $D/st replace jobs $cur $free >/dev/null
+          $bin --state-dir $D/st wait jobs >/dev/null
+          t=$cur; cur=$free; free=$t ;;
+        rebuild)
+          $bin --state-dir $D/st fail jobs $cur >/dev/null
+          $bin --state-dir $D/st replace jobs $cur $free >/dev/null
+          $bin --state-dir $D/st wait jobs >/dev/null
+          t=$cur; cur=$free; free=$t ;;
+      esac
+      # The file that left the array: its superblocks wiped, so it can come back as new.
+      dd if=/dev/zero of=$free bs=4096 count=2 conv=notrunc status=none
+      line="$line $job $(printf %.2f $(secs $t0 $(now))) s,"
+    done
+    $bin --state-dir $D/st stop jobs >/dev/null
+    echo "${line%,}"
+  done
+done

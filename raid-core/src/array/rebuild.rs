@@ -183,15 +183,16 @@ impl Array {
                 let _held = self.locks.lock(self.rebuild_lock_keys(slot, row, end));
                 let r: Result<u64> = runs.batch((row, end), run_rows).into_iter().sum();
                 // Only while the slot still holds this rebuild's member.
-                r.and_then(|n| {
-                    copied += n;
-                    self.advance_rebuild(ticket, end)
-                })
+                r.and_then(|n| self.advance_rebuild(ticket, end).map(|()| n))
             };
-            if let Err(e) = step {
-                return Err(self.rebuild_ended_by(ticket, target, e));
-            }
-            let this_batch = end - row;
+            // Rows written to the member: a re-added member's clean rows
+            // are skipped, not paced (a resync of a few written regions
+            // under a rate limit takes their time, not the member's).
+            let this_batch = match step {
+                Ok(n) => n,
+                Err(e) => return Err(self.rebuild_ended_by(ticket, target, e)),
+            };
+            copied += this_batch;
             row = end;
             if row < total
                 && (row - saved >= ckpt_rows || saved_at.elapsed() >= opts.checkpoint_every)

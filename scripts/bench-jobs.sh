@@ -17,6 +17,9 @@ D=${JOBS_DIR:-/var/tmp/raid-jobs}
 SIZE=${JOBS_SIZE:-1G}
 ROUNDS=${JOBS_ROUNDS:-2}
 JOBS=${JOBS:-scrub hot rebuild}
+# The daemon logs each job's own time at level info (`raidctl wait` polls,
+# in steps of tenths of a second): a hot replace's and a rebuild's are
+# taken from there.
 export RAIDCTL_LOG=warn
 . "$(dirname "$0")/env.sh"
 command -v qemu-io >/dev/null || { echo "bench-jobs: needs qemu-io (qemu-utils)" >&2; exit 1; }
@@ -28,6 +31,16 @@ trap cleanup EXIT
 rm -rf $D; mkdir -p $D/st
 for i in 0 1 2 3; do truncate -s $SIZE $D/m$i; done
 truncate -s $SIZE $D/spare
+# The spare written through once, so no round pays for allocating it.
+dd if=/dev/zero of=$D/spare bs=1M count=$(( $(stat -c %s $D/spare) / 1048576 )) conv=notrunc status=none
+now() { date +%s.%N; }
+# A stopped array's daemon lingers a few seconds for the next command: wait
+# until it is gone (it holds daemon.lock while it lives), so that the next
+# start runs the binary it names, not the other's daemon.
+daemon_gone() { flock $D/st/daemon.lock true; }
+# The secs= of the last daemon log line that says "$1".
+logged() { grep "$1" $D/st/daemon.log | tail -1 | sed -n 's/.*secs=\([0-9.]*\).*/\1/p'; }
+secs() { echo "$2 - $1" | bc; }
 $NEW --state-dir $D/st create jobs --level 5 --parity cpu --sparse $D/m0 $D/m1 $D/m2 $D/m3 >/dev/null
 $NEW --state-dir $D/st start jobs --nbd unix:$D/nbd.sock >/dev/null
 # The first 3 x (member - 64 MiB) of the array written, 256 MiB a request.
@@ -36,8 +49,7 @@ writes=(); for ((o = 0; o < cap; o += 256)); do writes+=(-c "write -P 7 ${o}M $(
 qemu-io --image-opts "driver=raw,file.driver=nbd,file.server.type=unix,file.server.path=$D/nbd.sock,file.export=jobs" \
   "${writes[@]}" >/dev/null
 $NEW --state-dir $D/st stop jobs >/dev/null
-now() { date +%s.%N; }
-secs() { echo "$2 - $1" | bc; }
+daemon_gone
 # The member in slot 3 and the file not in the array (they trade places).
 cur=$D/m3; free=$D/spare
 for round in $(seq 1 $ROUNDS); do
@@ -46,28 +58,31 @@ for round in $(seq 1 $ROUNDS); do
   for b in $order; do
     bin=$OLD; [ $b = new ] && bin=$NEW
     sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
-    $bin --state-dir $D/st start jobs >/dev/null
+    RAIDCTL_LOG=info $bin --state-dir $D/st start jobs >/dev/null
     line="$b round $round:"
     for job in $JOBS; do
-      t0=$(now)
+      t0=$(now); took=
       case $job in
         scrub)
           $bin --state-dir $D/st scrub jobs | grep -q " 0 mismatches" || { echo "bench-jobs: scrub found mismatches" >&2; exit 1; } ;;
         hot)
           $bin --state-dir $D/st replace jobs $cur $free >/dev/null
           $bin --state-dir $D/st wait jobs >/dev/null
+          took=$(logged "hot replace finished")
           t=$cur; cur=$free; free=$t ;;
         rebuild)
           $bin --state-dir $D/st fail jobs $cur >/dev/null
           $bin --state-dir $D/st replace jobs $cur $free >/dev/null
           $bin --state-dir $D/st wait jobs >/dev/null
+          took=$(logged "rebuild finished")
           t=$cur; cur=$free; free=$t ;;
       esac
       # The file that left the array: its superblocks wiped, so it can come back as new.
       dd if=/dev/zero of=$free bs=4096 count=2 conv=notrunc status=none
-      line="$line $job $(printf %.2f $(secs $t0 $(now))) s,"
+      line="$line $job $(printf %.2f ${took:-$(secs $t0 $(now))}) s,"
     done
     $bin --state-dir $D/st stop jobs >/dev/null
+    daemon_gone
     echo "${line%,}"
   done
 done

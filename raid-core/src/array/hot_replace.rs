@@ -25,7 +25,6 @@
 
 use super::runs;
 use super::*;
-use crate::buf::AlignedBuf;
 use crate::member::{submit, IoOp, MemberIo};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
@@ -249,25 +248,50 @@ impl Array {
             None => return Err(ArrayError::Invalid("no hot replace in progress".into())),
         };
         let chunk = self.geo.chunk;
-        // One run: its rows read from the old device at once, then written
-        // to the new one. Only the old device's error ends the copy (the
-        // slot fails); the new one's drops the replacement at the next
-        // batch (`hot_replace_broken`).
-        let work = |(lo, hi): runs::Run, _: &mut crate::buf::BufPool| -> Result<()> {
-            let mut buf = AlignedBuf::new(((hi - lo) * chunk) as usize);
-            let at = DATA_OFFSET + lo * chunk;
-            pair.old
-                .read_at(&mut buf, at)
-                .map_err(|e| ArrayError::Member {
+        // One run: its rows' chunks read from the old device together (in
+        // flight at once where it takes io_uring), then written to the new
+        // one together, into chunk buffers the run's thread keeps (a fresh
+        // buffer per run would be a new mapping of memory each time). Only
+        // the old device's error ends the copy (the slot fails); the new
+        // one's drops the replacement at the next batch
+        // (`hot_replace_broken`).
+        let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<()> {
+            let at = |row: u64| DATA_OFFSET + row * chunk;
+            // Every byte is read into before it is written out.
+            let mut bufs = pool.take((hi - lo) as usize);
+            let mut reads: Vec<MemberIo> = (lo..hi)
+                .zip(bufs.iter_mut())
+                .map(|(row, b)| MemberIo {
+                    member: 0,
+                    offset: at(row),
+                    op: IoOp::Read(&mut b[..]),
+                })
+                .collect();
+            let failed = submit(std::slice::from_ref(&pair.old), &mut reads)
+                .into_iter()
+                .find_map(|r| r.err());
+            drop(reads);
+            if let Some(e) = failed {
+                pool.put(bufs);
+                return Err(ArrayError::Member {
                     member: pair.old.identity().into(),
                     source: e,
-                })?;
-            let mut w = [MemberIo {
-                member: 0,
-                offset: at,
-                op: IoOp::Write(&buf),
-            }];
-            if let Some(Err(e)) = submit(std::slice::from_ref(&pair.new), &mut w).pop() {
+                });
+            }
+            let mut writes: Vec<MemberIo> = (lo..hi)
+                .zip(bufs.iter())
+                .map(|(row, b)| MemberIo {
+                    member: 0,
+                    offset: at(row),
+                    op: IoOp::Write(&b[..]),
+                })
+                .collect();
+            let failed = submit(std::slice::from_ref(&pair.new), &mut writes)
+                .into_iter()
+                .find_map(|r| r.err());
+            drop(writes);
+            pool.put(bufs);
+            if let Some(e) = failed {
                 pair.new_err(e);
             }
             Ok(())

@@ -262,6 +262,21 @@ fn metrics_pass_promtool_and_a_prometheus_server_reads_them() {
         get("raidctl_array_parity_fallbacks_total", &[("array", "mx")]),
         0.0
     );
+    // The NBD export's engine: each of the 128 writes served once, on a
+    // shard or the blocking threads; the reads too; nothing on shards
+    // where there are none.
+    let engine = |op: &str, path: &str| {
+        get(
+            "raidctl_engine_requests_total",
+            &[("array", "mx"), ("op", op), ("path", path)],
+        )
+    };
+    let writes = engine("write", "shard") + engine("write", "blocking");
+    assert_eq!(writes, 128.0);
+    let reads = engine("read", "shard") + engine("read", "inline") + engine("read", "blocking");
+    assert!(reads >= 1.0);
+    let shards = get("raidctl_engine_shards", &[("array", "mx")]);
+    assert!(shards >= 1.0 || engine("read", "shard") + engine("write", "shard") == 0.0);
     assert!(http_get(port, "/nothing").unwrap().0 == 404);
 
     // A real server scrapes the daemon; a member fails; it sees it.

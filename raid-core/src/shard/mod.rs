@@ -382,6 +382,12 @@ impl Engine {
         &self.counts
     }
 
+    /// Shards it runs: 0 where io_uring was refused (every request then
+    /// runs on the blocking threads).
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
     /// Reads `buf.len()` bytes at `offset` (4 KiB aligned, inside the
     /// array) into `buf`; `done` gets it back filled, or the error. The
     /// caller's buffers go round (no allocation per request: one of 128

@@ -5,7 +5,7 @@
 use super::{Daemon, Served};
 use crate::error::{CliError, Result};
 use crate::health::{DriveHealth, HealthThresholds, Probe};
-use crate::metrics::{ArraySample, HealthSample, Sample};
+use crate::metrics::{ArraySample, EngineSample, HealthSample, Sample};
 use crate::protocol::{ArrayIo, Response};
 use crate::status::MemberHealth;
 use raid_core::array::ArrayEvent;
@@ -123,7 +123,17 @@ impl Daemon {
                     warnings: h.warnings.len(),
                 })
                 .collect();
+            let exports = s.exports.lock();
+            let engine = (!exports.is_empty()).then(|| {
+                let mut g = EngineSample::default();
+                for e in exports.iter().filter_map(|x| x.engine()) {
+                    g.add(&e);
+                }
+                g
+            });
+            drop(exports);
             out.push(ArraySample {
+                engine,
                 io: s.array.io_stats(),
                 status: st,
                 events,

@@ -79,6 +79,10 @@ type Conns = Arc<Mutex<std::collections::HashMap<u64, Sock>>>;
 /// A running export.
 pub struct Export {
     desc: String,
+    /// The array's I/O engine serving its connections, for its counters:
+    /// not held, so that it still goes with the last connection (see
+    /// `accept_loop`).
+    engine: std::sync::Weak<Engine>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     conns: Conns,
@@ -134,6 +138,12 @@ fn tcp_addr(a: &str) -> String {
 }
 
 impl Export {
+    /// The I/O engine serving the export's connections (None once it
+    /// stopped).
+    pub fn engine(&self) -> Option<Arc<Engine>> {
+        self.engine.upgrade()
+    }
+
     /// `spec`: `unix:PATH`, `tcp:PORT` (loopback) or `tcp:HOST:PORT`.
     pub fn start_nbd(array: Arc<Array>, spec: &str, sec: &Security) -> Result<Export> {
         check_spec(spec, sec)?;
@@ -221,12 +231,14 @@ impl Export {
             (Some(_), false) => format!("{desc}, TLS"),
             (None, _) => desc,
         };
+        let weak_engine = Arc::downgrade(&engine);
         let thread = {
             let (stop, conns) = (stop.clone(), conns.clone());
             std::thread::spawn(move || accept_loop(listener, array, engine, tls, stop, conns))
         };
         Ok(Export {
             desc,
+            engine: weak_engine,
             stop,
             thread: Some(thread),
             conns,

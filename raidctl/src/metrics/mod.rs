@@ -31,10 +31,47 @@ pub struct HealthSample {
     pub warnings: usize,
 }
 
+/// How the I/O engine of an array's NBD exports served their requests,
+/// summed over the exports.
+#[derive(Clone, Debug, Default)]
+pub struct EngineSample {
+    /// Shards (a thread and an io_uring each); 0 where io_uring was
+    /// refused and every request runs on the blocking threads.
+    pub shards: u64,
+    pub reads_on_shards: u64,
+    /// Reads copied from members in memory in the requester's thread.
+    pub reads_inline: u64,
+    pub reads_blocking: u64,
+    pub writes_on_shards: u64,
+    pub writes_blocking: u64,
+    /// Writes merged into the write of another (each counted once above).
+    pub writes_merged: u64,
+    /// Times a degraded write waited on its shard for room in the journal.
+    pub journal_waits: u64,
+}
+
+impl EngineSample {
+    /// Adds what `e` served so far.
+    pub fn add(&mut self, e: &raid_core::shard::Engine) {
+        let c = e.counts();
+        let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        self.shards += e.shard_count() as u64;
+        self.reads_on_shards += n(&c.on_shards);
+        self.reads_inline += n(&c.inline);
+        self.reads_blocking += n(&c.blocking);
+        self.writes_on_shards += n(&c.writes_on_shards);
+        self.writes_blocking += n(&c.writes_blocking);
+        self.writes_merged += n(&c.writes_merged);
+        self.journal_waits += n(&c.journal_waits);
+    }
+}
+
 /// One array at scrape time.
 pub struct ArraySample {
     pub status: ArrayStatus,
     pub io: ArrayIoSnapshot,
+    /// Its NBD exports' engine; None without an export.
+    pub engine: Option<EngineSample>,
     /// Events in the array's log since start, by kind.
     pub events: BTreeMap<String, u64>,
     pub health: Vec<HealthSample>,
@@ -257,6 +294,7 @@ pub fn render(s: &Sample) -> String {
         "Write-intent bitmap writes (each to every member in sync).",
         |a| Some(a.io.bitmap_writes as f64),
     );
+    engine_families(&mut e, s);
     {
         let mut f = e.family(
             "raidctl_member_state",
@@ -611,4 +649,55 @@ fn respond(
         "HTTP/1.1 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// The NBD exports' engine: how its requests were served (arrays without
+/// an export have none of these series).
+fn engine_families(e: &mut Exposition, s: &Sample) {
+    per_array(
+        e,
+        s,
+        "raidctl_engine_shards",
+        Kind::Gauge,
+        "Shards (a thread and an io_uring each) serving the array's NBD exports; 0 where io_uring is refused and every request runs on the blocking threads.",
+        |a| a.engine.as_ref().map(|g| g.shards as f64),
+    );
+    {
+        let mut f = e.family(
+            "raidctl_engine_requests_total",
+            Kind::Counter,
+            "Reads and writes of the NBD exports by where they were served: shard (on a shard's io_uring), inline (a read copied from members in memory in the requester's thread), blocking (the blocking threads: a member without io_uring, a stripe another thread holds, a degraded path).",
+        );
+        for a in &s.arrays {
+            let Some(g) = &a.engine else { continue };
+            for (op, path, v) in [
+                ("read", "shard", g.reads_on_shards),
+                ("read", "inline", g.reads_inline),
+                ("read", "blocking", g.reads_blocking),
+                ("write", "shard", g.writes_on_shards),
+                ("write", "blocking", g.writes_blocking),
+            ] {
+                f.sample(
+                    &[("array", &a.status.name), ("op", op), ("path", path)],
+                    v as f64,
+                );
+            }
+        }
+    }
+    per_array(
+        e,
+        s,
+        "raidctl_engine_writes_merged_total",
+        Kind::Counter,
+        "Writes that waited for their stripe and were merged into the write of another.",
+        |a| a.engine.as_ref().map(|g| g.writes_merged as f64),
+    );
+    per_array(
+        e,
+        s,
+        "raidctl_engine_journal_waits_total",
+        Kind::Counter,
+        "Times a degraded write waited on its shard for room in the journal's ring.",
+        |a| a.engine.as_ref().map(|g| g.journal_waits as f64),
+    );
 }

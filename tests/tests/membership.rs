@@ -641,6 +641,44 @@ fn scrub_runs_in_the_background_shows_its_progress_and_cancels() {
     w.ok(&["stop", "bg"]);
 }
 
+/// A scrub waited for on a terminal shows its progress on one line of
+/// stderr, redrawn while it runs and cleared at the end; without a
+/// terminal (a script, cron) it prints only its report.
+#[test]
+fn a_scrub_waited_for_on_a_terminal_shows_its_progress() {
+    let w = World::new("ttyscrub");
+    let m: Vec<PathBuf> = (0..4)
+        .map(|i| w.sparse(&format!("t{i}.img"), 32 * MIB))
+        .collect();
+    let mut args = vec!["create", "tty", "--level", "5", "--chunk", "16K"];
+    args.extend(m.iter().map(|p| s(p)));
+    w.ok(&args);
+    // About 3 s for ~120 MiB of members.
+    let o = w.run_env(&["start", "tty"], &[("RAIDCTL_SCRUB_RATE", "40M")]);
+    assert!(o.status.success(), "{o:?}");
+    // `script` (util-linux) runs the command on a pseudo-terminal.
+    let line = format!("{} scrub tty", raid_e2e::raidctl_path().display());
+    let o = std::process::Command::new("script")
+        .args(["-qefc", &line, "/dev/null"])
+        .env("RAIDCTL_STATE_DIR", w.state())
+        .env("RAIDCTL_LOG", "warn")
+        .output()
+        .expect("run script (util-linux)");
+    let tty = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{tty}");
+    assert!(
+        tty.contains("tty: scrub ") && tty.contains("% at "),
+        "{tty}"
+    );
+    assert!(tty.contains("\x1b[K"), "the line is not cleared: {tty}");
+    assert!(tty.contains("scrub of 'tty'"), "{tty}");
+    let o = w.run(&["scrub", "tty"]);
+    assert!(o.status.success(), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("% at "), "progress without a terminal: {err}");
+    w.ok(&["stop", "tty"]);
+}
+
 /// The `next` of member_missing and of a scrub that left mismatches, run as
 /// printed.
 #[test]

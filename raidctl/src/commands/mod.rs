@@ -20,6 +20,7 @@ use raid_core::layout::Level;
 use raid_core::member::{DeviceKey, FileMember, Member, MemberRef};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -278,16 +279,34 @@ pub fn run(cli: Cli) -> Result<()> {
             background,
             cancel,
         } => {
-            let r = daemon_call(
-                &st,
-                &name,
-                Request::Scrub {
-                    name: name.clone(),
-                    repair,
-                    background,
-                    cancel,
-                },
-            )?;
+            let ask = || {
+                daemon_call(
+                    &st,
+                    &name,
+                    Request::Scrub {
+                        name: name.clone(),
+                        repair,
+                        background,
+                        cancel,
+                    },
+                )
+            };
+            // A scrub waited for shows its progress on a terminal.
+            let shown = !background
+                && !cancel
+                && fmt != Format::Json
+                && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let r = if shown {
+                let done = AtomicBool::new(false);
+                std::thread::scope(|sc| {
+                    sc.spawn(|| scrub_progress_line(&st, &name, &done));
+                    let r = ask();
+                    done.store(true, Ordering::Release);
+                    r
+                })?
+            } else {
+                ask()?
+            };
             if background || cancel {
                 print_message(&r);
                 return Ok(());
@@ -553,6 +572,42 @@ fn show(st: &StateDir, name: Option<&str>, fmt: Format, detail: bool) -> Result<
 /// Waits until no rebuild is pending or running, then says how the array
 /// ended: 0 optimal; 1 degraded (nothing to rebuild onto), failed, or a
 /// rebuild that cannot run.
+/// While a scrub the command waits for runs: its progress on one line of
+/// the terminal (stderr), redrawn every second, cleared once `done`.
+fn scrub_progress_line(st: &StateDir, name: &str, done: &AtomicBool) {
+    let mut drawn = false;
+    let mut next = Instant::now() + Duration::from_secs(1);
+    while !done.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(50));
+        if Instant::now() < next {
+            continue;
+        }
+        next += Duration::from_secs(1);
+        let ask = Request::Status {
+            name: Some(name.into()),
+        };
+        let Ok(r) = daemon_call(st, name, ask) else {
+            continue;
+        };
+        let Some(s) = r.arrays.into_iter().next().and_then(|a| a.scrub) else {
+            continue;
+        };
+        let left = s
+            .eta_seconds
+            .map(|e| format!(", {e:.0} s left"))
+            .unwrap_or_default();
+        eprint!(
+            "\r\x1b[K{name}: scrub {:.1}% at {}/s{left}",
+            s.percent,
+            status::human_bytes(s.rate_bytes_per_sec as u64)
+        );
+        drawn = true;
+    }
+    if drawn {
+        eprint!("\r\x1b[K");
+    }
+}
+
 fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
     let t = Instant::now();
     let mut last = -1.0;

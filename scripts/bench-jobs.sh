@@ -37,9 +37,19 @@ now() { date +%s.%N; }
 # A stopped array's daemon lingers a few seconds for the next command: wait
 # until it is gone (it holds daemon.lock while it lives), so that the next
 # start runs the binary it names, not the other's daemon.
-daemon_gone() { flock $D/st/daemon.lock true; }
-# The secs= of the last daemon log line that says "$1".
-logged() { grep "$1" $D/st/daemon.log | tail -1 | sed -n 's/.*secs=\([0-9.]*\).*/\1/p'; }
+daemon_gone() { flock -w 60 $D/st/daemon.lock true || { echo "bench-jobs: a daemon did not exit" >&2; exit 1; }; }
+# Lines of the daemon's log that say "$1".
+said() { local n; n=$(grep -c "$1" $D/st/daemon.log 2>/dev/null) || true; echo "${n:-0}"; }
+# The secs= of the daemon log line that says "$1" after the first $2 such
+# lines: waited for (the daemon logs a job's end just after `wait` sees it).
+logged() {
+  local t=$(( $(date +%s) + 60 ))
+  while [ "$(said "$1")" -le "$2" ]; do
+    [ $(date +%s) -lt $t ] || { echo "bench-jobs: the daemon never logged '$1'" >&2; exit 1; }
+    sleep 0.1
+  done
+  grep "$1" $D/st/daemon.log | sed -n "$(( $2 + 1 ))p" | sed -n 's/.*secs=\([0-9.]*\).*/\1/p'
+}
 secs() { echo "$2 - $1" | bc; }
 $NEW --state-dir $D/st create jobs --level 5 --parity cpu --sparse $D/m0 $D/m1 $D/m2 $D/m3 >/dev/null
 $NEW --state-dir $D/st start jobs --nbd unix:$D/nbd.sock >/dev/null
@@ -66,15 +76,17 @@ for round in $(seq 1 $ROUNDS); do
         scrub)
           $bin --state-dir $D/st scrub jobs | grep -q " 0 mismatches" || { echo "bench-jobs: scrub found mismatches" >&2; exit 1; } ;;
         hot)
+          before=$(said "hot replace finished")
           $bin --state-dir $D/st replace jobs $cur $free >/dev/null
           $bin --state-dir $D/st wait jobs >/dev/null
-          took=$(logged "hot replace finished")
+          took=$(logged "hot replace finished" $before)
           t=$cur; cur=$free; free=$t ;;
         rebuild)
+          before=$(said "rebuild finished")
           $bin --state-dir $D/st fail jobs $cur >/dev/null
           $bin --state-dir $D/st replace jobs $cur $free >/dev/null
           $bin --state-dir $D/st wait jobs >/dev/null
-          took=$(logged "rebuild finished")
+          took=$(logged "rebuild finished" $before)
           t=$cur; cur=$free; free=$t ;;
       esac
       # The file that left the array: its superblocks wiped, so it can come back as new.

@@ -263,16 +263,17 @@ fn metrics_pass_promtool_and_a_prometheus_server_reads_them() {
         0.0
     );
     // The NBD export's engine: each of the 128 writes served once, on a
-    // shard or the blocking threads; the reads too; nothing on shards
-    // where there are none.
+    // shard or the blocking threads, or merged into another; the reads
+    // too; nothing on shards where there are none.
     let engine = |op: &str, path: &str| {
         get(
             "raidctl_engine_requests_total",
             &[("array", "mx"), ("op", op), ("path", path)],
         )
     };
+    let merged = get("raidctl_engine_writes_merged_total", &[("array", "mx")]);
     let writes = engine("write", "shard") + engine("write", "blocking");
-    assert_eq!(writes, 128.0);
+    assert_eq!(writes + merged, 128.0);
     let reads = engine("read", "shard") + engine("read", "inline") + engine("read", "blocking");
     assert!(reads >= 1.0);
     let shards = get("raidctl_engine_shards", &[("array", "mx")]);

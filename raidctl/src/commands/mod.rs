@@ -297,12 +297,19 @@ pub fn run(cli: Cli) -> Result<()> {
                 && fmt != Format::Json
                 && std::io::IsTerminal::is_terminal(&std::io::stderr());
             let r = if shown {
+                /// Ends the progress line however the call ends (a panic
+                /// too: the scope would wait for the line's thread).
+                struct Ends<'a>(&'a AtomicBool);
+                impl Drop for Ends<'_> {
+                    fn drop(&mut self) {
+                        self.0.store(true, Ordering::Release);
+                    }
+                }
                 let done = AtomicBool::new(false);
                 std::thread::scope(|sc| {
                     sc.spawn(|| scrub_progress_line(&st, &name, &done));
-                    let r = ask();
-                    done.store(true, Ordering::Release);
-                    r
+                    let _ends = Ends(&done);
+                    ask()
                 })?
             } else {
                 ask()?
@@ -569,9 +576,6 @@ fn show(st: &StateDir, name: Option<&str>, fmt: Format, detail: bool) -> Result<
     Ok(())
 }
 
-/// Waits until no rebuild is pending or running, then says how the array
-/// ended: 0 optimal; 1 degraded (nothing to rebuild onto), failed, or a
-/// rebuild that cannot run.
 /// While a scrub the command waits for runs: its progress on one line of
 /// the terminal (stderr), redrawn every second, cleared once `done`.
 fn scrub_progress_line(st: &StateDir, name: &str, done: &AtomicBool) {
@@ -582,7 +586,7 @@ fn scrub_progress_line(st: &StateDir, name: &str, done: &AtomicBool) {
         if Instant::now() < next {
             continue;
         }
-        next += Duration::from_secs(1);
+        next = Instant::now() + Duration::from_secs(1);
         let ask = Request::Status {
             name: Some(name.into()),
         };
@@ -608,6 +612,9 @@ fn scrub_progress_line(st: &StateDir, name: &str, done: &AtomicBool) {
     }
 }
 
+/// Waits until no rebuild is pending or running, then says how the array
+/// ended: 0 optimal; 1 degraded (nothing to rebuild onto), failed, or a
+/// rebuild that cannot run.
 fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
     let t = Instant::now();
     let mut last = -1.0;

@@ -44,7 +44,9 @@ pub struct EngineSample {
     pub reads_blocking: u64,
     pub writes_on_shards: u64,
     pub writes_blocking: u64,
-    /// Writes merged into the write of another (each counted once above).
+    /// Writes merged into the write of another: a merged write counts once
+    /// above, as the one request it was served as; client writes are the
+    /// writes above plus these.
     pub writes_merged: u64,
     /// Times a degraded write waited on its shard for room in the journal.
     pub journal_waits: u64,
@@ -666,7 +668,7 @@ fn engine_families(e: &mut Exposition, s: &Sample) {
         let mut f = e.family(
             "raidctl_engine_requests_total",
             Kind::Counter,
-            "Reads and writes of the NBD exports by where they were served: shard (on a shard's io_uring), inline (a read copied from members in memory in the requester's thread), blocking (the blocking threads: a member without io_uring, a stripe another thread holds, a degraded path).",
+            "Reads and writes of the NBD exports by where they were served: shard (on a shard), inline (a read copied from members in memory in the requester's thread), blocking (handed to the blocking threads). Writes merged into another count once, as that one.",
         );
         for a in &s.arrays {
             let Some(g) = &a.engine else { continue };

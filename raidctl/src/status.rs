@@ -152,10 +152,11 @@ impl ParityStatus {
     }
 }
 
-/// Status of a running array.
+/// Status of a running array. `copy_rate`: the running rebuild's or hot
+/// replace's kind, slot and bytes per second so far.
 pub fn of_running(
     a: &Array,
-    rebuild_rate: Option<(usize, f64)>,
+    copy_rate: Option<(raid_core::array::CopyKind, usize, f64)>,
     exports: Vec<String>,
     engine: Option<EngineReport>,
 ) -> ArrayStatus {
@@ -177,9 +178,9 @@ pub fn of_running(
         .collect();
     let rebuild = a.rebuilding_slots().first().and_then(|&slot| {
         let (done, total) = a.rebuild_progress(slot)?;
-        let rate = rebuild_rate
-            .filter(|(s, _)| *s == slot)
-            .map(|(_, r)| r)
+        let rate = copy_rate
+            .filter(|(k, s, _)| *k == raid_core::array::CopyKind::Rebuild && *s == slot)
+            .map(|(_, _, r)| r)
             .unwrap_or(0.0);
         let left = ((total - done) * g.chunk) as f64;
         Some(RebuildStatus {
@@ -212,14 +213,19 @@ pub fn of_running(
         out_of_space: a.out_of_space(),
         hot_replace: a.hot_replace_progress().map(|(slot, member, done, total)| {
             let chunk = g.chunk;
+            let rate = copy_rate
+                .filter(|(k, s, _)| *k == raid_core::array::CopyKind::HotReplace && *s == slot)
+                .map(|(_, _, r)| r)
+                .unwrap_or(0.0);
+            let left = (total.saturating_sub(done) * chunk) as f64;
             RebuildStatus {
                 slot,
                 member,
                 done_bytes: done * chunk,
                 total_bytes: total * chunk,
                 percent: done as f64 * 100.0 / total.max(1) as f64,
-                rate_bytes_per_sec: 0.0,
-                eta_seconds: None,
+                rate_bytes_per_sec: rate,
+                eta_seconds: (rate > 0.0).then(|| left / rate),
             }
         }),
         exports,
@@ -473,25 +479,30 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
     for sp in &s.spares {
         out.push_str(&format!("  spare    {:<11} {sp}\n", "spare"));
     }
+    // " at RATE/s, N s left", once the copy's rate is measurable.
+    let rate_of = |r: &RebuildStatus| match r.rate_bytes_per_sec > 0.0 {
+        true => format!(
+            " at {}/s, {:.0} s left",
+            human_bytes(r.rate_bytes_per_sec as u64),
+            r.eta_seconds.unwrap_or(0.0)
+        ),
+        false => String::new(),
+    };
     if let Some(r) = &s.rebuild {
-        let rate = if r.rate_bytes_per_sec > 0.0 {
-            format!(
-                " at {}/s, {:.0} s left",
-                human_bytes(r.rate_bytes_per_sec as u64),
-                r.eta_seconds.unwrap_or(0.0)
-            )
-        } else {
-            String::new()
-        };
         out.push_str(&format!(
-            "  rebuild: slot {} {:.1}%{rate}\n",
-            r.slot, r.percent
+            "  rebuild: slot {} {:.1}%{}\n",
+            r.slot,
+            r.percent,
+            rate_of(r)
         ));
     }
     if let Some(h) = &s.hot_replace {
         out.push_str(&format!(
-            "  hot replace: slot {} onto {} {:.1}%\n",
-            h.slot, h.member, h.percent
+            "  hot replace: slot {} onto {} {:.1}%{}\n",
+            h.slot,
+            h.member,
+            h.percent,
+            rate_of(h)
         ));
     }
     if let Some(m) = &s.out_of_space {

@@ -560,19 +560,33 @@ fn replace_of_an_active_member_is_a_hot_replace_that_never_degrades() {
     let w = World::new("hot");
     let (m, sock) = running(&w, "hot", "5", 4);
     let new = w.sparse("hot-new.img", 16 * MIB);
+    // Paced (about 2 s), so that its progress can be seen.
+    w.ok(&["rate", "hot", "--rebuild", "8M"]);
     let out = w.ok(&["replace", "hot", s(&m[1]), s(&new)]);
     assert!(out.contains("hot replace"), "{out}");
-    // Never degraded while it copies.
+    // Never degraded while it copies; its rate and time left are shown.
     let t = Instant::now();
+    let mut rated = None;
     loop {
         let st = w.status_json("hot");
         assert_eq!(st["state"], "optimal", "{st}");
-        if st["hot_replace"].is_null() {
+        let h = &st["hot_replace"];
+        if h.is_null() {
             break;
+        }
+        if h["rate_bytes_per_sec"].as_f64().unwrap_or(0.0) > 0.0 && rated.is_none() {
+            assert!(h["eta_seconds"].as_f64().is_some(), "{h}");
+            rated = Some(w.ok(&["status", "hot"]));
         }
         assert!(t.elapsed() < Duration::from_secs(60), "{st}");
         std::thread::sleep(Duration::from_millis(20));
     }
+    let text = rated.expect("a hot replace whose rate was never shown");
+    assert!(
+        text.contains("hot replace: slot 1") && text.contains("/s, "),
+        "{text}"
+    );
+    w.ok(&["rate", "hot", "--rebuild", "0"]);
     w.ok(&["wait", "hot"]);
     let st = w.status_json("hot");
     assert_eq!(st["members"][1]["path"], s(&new), "{st}");

@@ -18,11 +18,7 @@ impl Daemon {
             if name.is_some_and(|x| x != n) {
                 continue;
             }
-            let rate = s
-                .array
-                .copy_progress()
-                .filter(|c| c.kind == raid_core::array::CopyKind::Rebuild)
-                .map(|c| (c.slot, c.rate));
+            let rate = s.array.copy_progress().map(|c| (c.kind, c.slot, c.rate));
             let mut exports: Vec<String> = s.exports.lock().iter().map(|e| e.describe()).collect();
             if let Some(m) = s.mount.lock().as_ref() {
                 exports.push(format!(

@@ -108,6 +108,13 @@ impl Array {
         self.member_handles().iter().any(|m| m.in_memory())
     }
 
+    /// Whether every member is in memory (files on tmpfs or ramfs): its
+    /// I/O then waits for no device, and a front end needs no more
+    /// requests in flight than it has cores to copy with.
+    pub fn all_in_memory(&self) -> bool {
+        self.member_handles().iter().all(|m| m.in_memory())
+    }
+
     /// Counts a read the shards served from their members (each member's
     /// own I/O is counted where it completed), from `t`; `ok`: whether it
     /// was answered with its data.

@@ -31,17 +31,20 @@ use std::sync::Arc;
 
 /// Requests served at once (threads reading `/dev/fuse`): the array's API
 /// blocks a thread per request in flight, so this is the export's queue
-/// depth. 8 per core, at least 16 and at most 128: on 2 vCPUs, 16 served
-/// more of every job than 8, 32 or 64 (`docs/benchmarks.md`); drives with
-/// tens of microseconds per I/O need more in flight on bigger machines.
+/// depth. 8 per core, at most 128, and at least 16 where every member is
+/// in memory (on 2 vCPUs, 16 served more of every job than 8, 32 or 64:
+/// there each thread beyond the cores costs wake-ups), at least 64 where
+/// a member is a device (a thread then waits for it: on the VM's disk 64
+/// served 1.25-1.48x of 16 at QD 128, `docs/benchmarks.md`).
 /// RAIDCTL_FUSE_WORKERS sets it.
-fn threads() -> usize {
+fn threads(in_memory: bool) -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let least = if in_memory { 16 } else { 64 };
     std::env::var("RAIDCTL_FUSE_WORKERS")
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|&n: &usize| (1..=1024).contains(&n))
-        .unwrap_or((8 * cores).clamp(16, 128))
+        .unwrap_or((8 * cores).clamp(least, 128))
 }
 
 /// Largest read or write the kernel sends in one request (and so the size
@@ -61,7 +64,7 @@ fn uring_param() -> Option<bool> {
 /// the fuse module's `enable_uring` is off, or RAIDCTL_FUSE_URING=0.
 /// RAIDCTL_FUSE_URING=N sets the entries per queue; by default the
 /// `/dev/fuse` threads' count spread over the online CPUs, at least 8.
-fn ring_depth() -> Option<usize> {
+fn ring_depth(threads: usize) -> Option<usize> {
     let enabled = uring_param() == Some(true);
     let asked = std::env::var("RAIDCTL_FUSE_URING").ok();
     match asked.as_deref().map(str::parse::<usize>) {
@@ -69,7 +72,7 @@ fn ring_depth() -> Option<usize> {
         Some(Ok(n)) if enabled => Some(n.min(256)),
         _ if enabled => {
             let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-            Some((threads() / cores).clamp(8, 64))
+            Some((threads / cores).clamp(8, 64))
         }
         _ => None,
     }
@@ -112,10 +115,10 @@ impl Mounted {
                 partial: Default::default(),
             },
         });
-        let n = threads();
+        let n = threads(fs.io.array.all_in_memory());
         // Prepared before INIT can arrive: the kernel waits for every
         // queue of a ring it was promised.
-        let ring = ring_depth().and_then(|depth| match ring::Ring::prepare(&fd, fs.clone(), depth) {
+        let ring = ring_depth(n).and_then(|depth| match ring::Ring::prepare(&fd, fs.clone(), depth) {
             Ok(r) => Some(r),
             Err(e) => {
                 tracing::warn!("FUSE over io_uring: cannot prepare the rings ({e}); threads reading /dev/fuse serve the mount");

@@ -77,3 +77,101 @@ fn every_request_is_answered_by_the_blocking_threads() {
     drop(e);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Reads held by their members until this many are held at once.
+const AT_ONCE: usize = 64;
+
+/// A member in RAM whose data reads (past the metadata) wait, once the
+/// gate is armed, until `AT_ONCE` reads are waiting together across all
+/// the gate's members (or a few seconds have passed), and which records
+/// the most that ever waited together: a device with latency, whose
+/// requests in flight at once are what the engine's threads allow.
+struct Gated {
+    ram: raid_core::member::RamMember,
+    gate: std::sync::Arc<Gate>,
+}
+
+#[derive(Default)]
+struct Gate {
+    armed: std::sync::atomic::AtomicBool,
+    waiting: std::sync::Mutex<(usize, usize)>,
+    all_in: std::sync::Condvar,
+}
+
+impl raid_core::member::Member for Gated {
+    fn identity(&self) -> &str {
+        self.ram.identity()
+    }
+    fn device_key(&self) -> raid_core::member::DeviceKey {
+        self.ram.device_key()
+    }
+    fn size(&self) -> u64 {
+        self.ram.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        if self.gate.armed.load(Ordering::Acquire) && offset >= raid_core::metadata::DATA_OFFSET {
+            let mut w = self.gate.waiting.lock().unwrap();
+            w.0 += 1;
+            w.1 = w.1.max(w.0);
+            if w.1 >= AT_ONCE {
+                self.gate.all_in.notify_all();
+            }
+            let t = std::time::Duration::from_secs(3);
+            let (mut w, _) = self
+                .gate
+                .all_in
+                .wait_timeout_while(w, t, |w| w.1 < AT_ONCE)
+                .unwrap();
+            w.0 -= 1;
+        }
+        self.ram.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.ram.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.ram.flush()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.ram.write_zeroes(offset, len)
+    }
+}
+
+/// Without io_uring every request waits for its member on one of the
+/// engine's blocking threads, so their number is the array's queue depth:
+/// `AT_ONCE` reads given at once are all at their members together (with
+/// the 8 threads there once were, 8 were, and the rest waited).
+#[test]
+fn requests_wait_for_their_members_side_by_side() {
+    std::env::set_var("RAID_NO_URING", "1");
+    let gate = std::sync::Arc::new(Gate::default());
+    let members: Vec<raid_core::member::MemberRef> = (0..4)
+        .map(|i| {
+            std::sync::Arc::new(Gated {
+                ram: raid_core::member::RamMember::new(
+                    format!("ram:gated{i}"),
+                    raid_core::metadata::DATA_OFFSET + (8 << 20),
+                ),
+                gate: gate.clone(),
+            }) as raid_core::member::MemberRef
+        })
+        .collect();
+    let a = support::array::create_shared(Level::Raid0, members, "gated", 64 * 1024);
+    let e = Engine::start(a.clone(), 2).unwrap();
+    gate.armed.store(true, Ordering::Release);
+    let (tx, rx) = mpsc::channel();
+    for i in 0..AT_ONCE as u64 {
+        let tx = tx.clone();
+        e.read(
+            i * 64 * 1024,
+            AlignedBuf::new(4096),
+            Box::new(move |r| tx.send(r.map(|_| ())).unwrap()),
+        );
+    }
+    for _ in 0..AT_ONCE {
+        rx.recv().unwrap().unwrap();
+    }
+    let most = gate.waiting.lock().unwrap().1;
+    assert_eq!(most, AT_ONCE, "reads at their members at once");
+    assert_eq!(e.shard_count(), 0);
+}

@@ -112,7 +112,12 @@ impl Array {
     /// I/O then waits for no device, and a front end needs no more
     /// requests in flight than it has cores to copy with.
     pub fn all_in_memory(&self) -> bool {
-        self.member_handles().iter().all(|m| m.in_memory())
+        self.every_member(|m| m.in_memory())
+    }
+
+    /// Whether every member passes `f` (what the engine asks of them).
+    pub(crate) fn every_member(&self, f: impl Fn(&dyn crate::member::Member) -> bool) -> bool {
+        self.member_handles().iter().all(|m| f(m.as_ref()))
     }
 
     /// Counts a read the shards served from their members (each member's

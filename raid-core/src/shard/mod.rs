@@ -87,11 +87,24 @@ pub type WriteDone = Box<dyn FnOnce(WriteResult) + Send>;
 /// Called once when a flush or a zeroing completes; as `ReadDone`.
 pub type Done = Box<dyn FnOnce(std::result::Result<(), ArrayError>) + Send>;
 
-/// Threads running requests the shards do not serve themselves.
+/// Threads running requests the shards do not serve themselves, where
+/// the shards serve every member: what is left (a member that erred, a
+/// stripe another thread holds) is the exception.
 const FALLBACK_THREADS: usize = 8;
-/// The engine's first threads: the fallback pool, the finishing thread
-/// and the flushing thread.
-const BLOCKING_THREADS: usize = FALLBACK_THREADS + 2;
+
+/// The fallback pool's threads for `shards` shards over `array`: where
+/// every request runs there (no io_uring), or every request to a member
+/// the shards cannot serve (one that takes neither io_uring nor timed I/O:
+/// a network member), each thread waits for a member's latency with one
+/// request, so the pool is the array's queue depth: 8 per core, 64 to 128
+/// (the FUSE export's rule for members that are devices).
+fn fallback_threads(array: &Array, shards: usize) -> usize {
+    if shards > 0 && array.every_member(event_loop::non_blocking) {
+        return FALLBACK_THREADS;
+    }
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (8 * cores).clamp(64, 128)
+}
 
 /// How many requests the shards served themselves, and how many they sent
 /// to the blocking path.
@@ -123,7 +136,11 @@ pub struct Engine {
     array: Arc<Array>,
     counts: Arc<Counts>,
     shards: Vec<Arc<Inbox>>,
+    /// The blocking threads (the fallback pool, the finishing thread and
+    /// the flushing thread), then the shards'.
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// How many of `threads` are blocking threads.
+    blocking_threads: usize,
     /// The blocking threads' channels (the shards hold clones): dropped
     /// once the shards stopped, which ends those threads.
     blocking: Option<Blocking>,
@@ -297,7 +314,8 @@ impl Engine {
             crate::member::IoPath::IoUring => shards.max(1),
             crate::member::IoPath::PreadPwrite => {
                 tracing::info!(
-                    "array I/O engine: no io_uring; every request runs on {FALLBACK_THREADS} blocking threads"
+                    "array I/O engine: no io_uring; every request runs on {} blocking threads",
+                    fallback_threads(&array, 0)
                 );
                 0
             }
@@ -311,7 +329,8 @@ impl Engine {
                 Ok(ring) => parts.push((inbox, ring)),
                 Err(e) if parts.is_empty() => {
                     tracing::warn!(
-                        "array I/O engine: no io_uring ({e}); every request runs on {FALLBACK_THREADS} blocking threads. To use the shards, allow io_uring (sysctl kernel.io_uring_disabled=0, the container's seccomp policy) or raise the locked-memory limit (ulimit -l); RAID_NO_URING=1 chooses this path on purpose"
+                        "array I/O engine: no io_uring ({e}); every request runs on {} blocking threads. To use the shards, allow io_uring (sysctl kernel.io_uring_disabled=0, the container's seccomp policy) or raise the locked-memory limit (ulimit -l); RAID_NO_URING=1 chooses this path on purpose",
+                        fallback_threads(&array, 0)
                     );
                     break;
                 }
@@ -338,6 +357,7 @@ impl Engine {
             counts: counts.clone(),
             shards: Vec::new(),
             threads: Vec::new(),
+            blocking_threads: 0,
             blocking: Some(Blocking {
                 fallback,
                 finisher,
@@ -345,17 +365,19 @@ impl Engine {
                 counts,
             }),
         };
-        for i in 0..=FALLBACK_THREADS {
+        let pool = fallback_threads(&array, parts.len());
+        for i in 0..=pool {
             let a = array.clone();
-            let (rx, name) = match i {
-                FALLBACK_THREADS => (fin_rx.clone(), "write-finisher".to_string()),
-                _ => (frx.clone(), format!("io-fallback-{i}")),
+            let (rx, name) = match i == pool {
+                true => (fin_rx.clone(), "write-finisher".to_string()),
+                false => (frx.clone(), format!("io-fallback-{i}")),
             };
             engine.threads.push(
                 std::thread::Builder::new()
                     .name(name)
                     .spawn(move || fallback_loop(&a, &rx))?,
             );
+            engine.blocking_threads += 1;
         }
         let a = array.clone();
         engine.threads.push(
@@ -363,6 +385,7 @@ impl Engine {
                 .name("flusher".into())
                 .spawn(move || flusher_loop(&a, &flush_rx))?,
         );
+        engine.blocking_threads += 1;
         for (i, (inbox, ring)) in parts.into_iter().enumerate() {
             let blocking = engine.blocking.clone().expect("set above");
             let shard = Shard::new(array.clone(), inbox.clone(), ring, blocking);
@@ -534,7 +557,10 @@ impl Drop for Engine {
             s.ring_bell();
         }
         let n = self.threads.len();
-        let shard_threads: Vec<_> = self.threads.drain(BLOCKING_THREADS.min(n)..n).collect();
+        let shard_threads: Vec<_> = self
+            .threads
+            .drain(self.blocking_threads.min(n)..n)
+            .collect();
         for t in shard_threads {
             let _ = t.join();
         }

@@ -182,7 +182,7 @@ pub fn of_running(
             .filter(|(k, s, _)| *k == raid_core::array::CopyKind::Rebuild && *s == slot)
             .map(|(_, _, r)| r)
             .unwrap_or(0.0);
-        let left = ((total - done) * g.chunk) as f64;
+        let left = (total.saturating_sub(done) * g.chunk) as f64;
         Some(RebuildStatus {
             slot,
             member: members[slot].path.clone().unwrap_or_default(),

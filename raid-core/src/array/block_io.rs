@@ -115,9 +115,16 @@ impl Array {
         self.every_member(|m| m.in_memory())
     }
 
-    /// Whether every member passes `f` (what the engine asks of them).
+    /// Whether every member passes `f` (what the engine asks of them);
+    /// a slot with no member (missing, removed) takes no I/O and is not
+    /// asked.
     pub(crate) fn every_member(&self, f: impl Fn(&dyn crate::member::Member) -> bool) -> bool {
-        self.member_handles().iter().all(|m| f(m.as_ref()))
+        let handles = self.member_handles();
+        self.slots
+            .iter()
+            .zip(handles.iter())
+            .filter(|(s, _)| s.member.read().is_some())
+            .all(|(_, m)| f(m.as_ref()))
     }
 
     /// Counts a read the shards served from their members (each member's

@@ -97,7 +97,9 @@ const FALLBACK_THREADS: usize = 8;
 /// the shards cannot serve (one that takes neither io_uring nor timed I/O:
 /// a network member), each thread waits for a member's latency with one
 /// request, so the pool is the array's queue depth: 8 per core, 64 to 128
-/// (the FUSE export's rule for members that are devices).
+/// (the FUSE export's rule for members that are devices). Chosen at
+/// start: a hot replace's pair of devices, which takes neither, is served
+/// by the pool the engine started with while its copy runs.
 fn fallback_threads(array: &Array, shards: usize) -> usize {
     if shards > 0 && array.every_member(event_loop::non_blocking) {
         return FALLBACK_THREADS;

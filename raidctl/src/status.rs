@@ -354,6 +354,19 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
     }
 }
 
+/// " at RATE/s, N s left" for a rebuild or hot replace, once its rate is
+/// measurable; empty before.
+pub fn rate_and_time_left(r: &RebuildStatus) -> String {
+    match r.rate_bytes_per_sec > 0.0 {
+        true => format!(
+            " at {}/s, {:.0} s left",
+            human_bytes(r.rate_bytes_per_sec as u64),
+            r.eta_seconds.unwrap_or(0.0)
+        ),
+        false => String::new(),
+    }
+}
+
 pub fn human_bytes(b: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = b as f64;
@@ -479,15 +492,7 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
     for sp in &s.spares {
         out.push_str(&format!("  spare    {:<11} {sp}\n", "spare"));
     }
-    // " at RATE/s, N s left", once the copy's rate is measurable.
-    let rate_of = |r: &RebuildStatus| match r.rate_bytes_per_sec > 0.0 {
-        true => format!(
-            " at {}/s, {:.0} s left",
-            human_bytes(r.rate_bytes_per_sec as u64),
-            r.eta_seconds.unwrap_or(0.0)
-        ),
-        false => String::new(),
-    };
+    let rate_of = rate_and_time_left;
     if let Some(r) = &s.rebuild {
         out.push_str(&format!(
             "  rebuild: slot {} {:.1}%{}\n",

@@ -564,6 +564,14 @@ fn replace_of_an_active_member_is_a_hot_replace_that_never_degrades() {
     w.ok(&["rate", "hot", "--rebuild", "8M"]);
     let out = w.ok(&["replace", "hot", s(&m[1]), s(&new)]);
     assert!(out.contains("hot replace"), "{out}");
+    // `wait` alongside: its lines say how far, how fast, how long.
+    let waiter = std::process::Command::new(raid_e2e::raidctl_path())
+        .args(["wait", "hot"])
+        .env("RAIDCTL_STATE_DIR", w.state())
+        .env("RAIDCTL_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     // Never degraded while it copies; its rate and time left are shown.
     let t = Instant::now();
     let mut rated = None;
@@ -587,6 +595,14 @@ fn replace_of_an_active_member_is_a_hot_replace_that_never_degrades() {
         "{text}"
     );
     w.ok(&["rate", "hot", "--rebuild", "0"]);
+    let waited = waiter.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&waited.stdout);
+    assert!(waited.status.success(), "{said}");
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("hot: replacing slot 1 ") && l.contains("/s, ")),
+        "{said}"
+    );
     w.ok(&["wait", "hot"]);
     let st = w.status_json("hot");
     assert_eq!(st["members"][1]["path"], s(&new), "{st}");

@@ -633,13 +633,23 @@ fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
             .ok_or_else(|| CliError::not_found(format!("array '{name}' is not running")))?;
         if let Some(rb) = &s.rebuild {
             if rb.percent - last >= 10.0 {
-                out!("{name}: rebuilding slot {} {:.0}%", rb.slot, rb.percent);
+                out!(
+                    "{name}: rebuilding slot {} {:.0}%{}",
+                    rb.slot,
+                    rb.percent,
+                    status::rate_and_time_left(rb)
+                );
                 last = rb.percent;
             }
         }
         if let Some(h) = &s.hot_replace {
             if h.percent - last >= 10.0 {
-                out!("{name}: replacing slot {} {:.0}%", h.slot, h.percent);
+                out!(
+                    "{name}: replacing slot {} {:.0}%{}",
+                    h.slot,
+                    h.percent,
+                    status::rate_and_time_left(h)
+                );
                 last = h.percent;
             }
         }

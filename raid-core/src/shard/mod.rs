@@ -143,6 +143,8 @@ pub struct Engine {
     threads: Vec<std::thread::JoinHandle<()>>,
     /// How many of `threads` are blocking threads.
     blocking_threads: usize,
+    /// How many of those run requests (the fallback pool).
+    pool: usize,
     /// The blocking threads' channels (the shards hold clones): dropped
     /// once the shards stopped, which ends those threads.
     blocking: Option<Blocking>,
@@ -360,6 +362,7 @@ impl Engine {
             shards: Vec::new(),
             threads: Vec::new(),
             blocking_threads: 0,
+            pool: 0,
             blocking: Some(Blocking {
                 fallback,
                 finisher,
@@ -368,6 +371,7 @@ impl Engine {
             }),
         };
         let pool = fallback_threads(&array, parts.len());
+        engine.pool = pool;
         for i in 0..=pool {
             let a = array.clone();
             let (rx, name) = match i == pool {
@@ -411,6 +415,16 @@ impl Engine {
     /// runs on the blocking threads).
     pub fn shard_count(&self) -> usize {
         self.shards.len()
+    }
+
+    /// How it serves requests, for a status line: its shards, or the
+    /// blocking threads that run every request where it has none.
+    pub fn describe(&self) -> String {
+        match self.shards.len() {
+            0 => format!("no io_uring: {} blocking threads", self.pool),
+            1 => "1 shard".into(),
+            n => format!("{n} shards"),
+        }
     }
 
     /// Reads `buf.len()` bytes at `offset` (4 KiB aligned, inside the

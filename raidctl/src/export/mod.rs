@@ -231,6 +231,7 @@ impl Export {
             (Some(_), false) => format!("{desc}, TLS"),
             (None, _) => desc,
         };
+        let desc = format!("{desc}, {}", engine.describe());
         let weak_engine = Arc::downgrade(&engine);
         let thread = {
             let (stop, conns) = (stop.clone(), conns.clone());

@@ -5,7 +5,6 @@ mod support;
 
 use raid_core::array::{Array, ArrayEvent, ScrubOptions};
 use raid_core::layout::{ChunkRole, Level};
-use raid_core::member::Member;
 use raid_core::metadata::DATA_OFFSET;
 use std::sync::atomic::AtomicBool;
 use support::array::{assert_consistent, assert_matches, create, Members};
@@ -24,13 +23,7 @@ fn filled(level: Level, n: usize, tag: &str) -> (Members, Array, Vec<u8>) {
 
 /// Flips bytes of the chunk at `row` on `member`, behind the array's back.
 fn corrupt(m: &Members, member: usize, row: u64, at: u64) {
-    let off = DATA_OFFSET + row * CHUNK + at;
-    let mut b = [0u8; 3];
-    m.faulty[member].read_at(&mut b, off).unwrap();
-    for x in b.iter_mut() {
-        *x ^= 0x5c;
-    }
-    m.faulty[member].write_at(&b, off).unwrap();
+    m.corrupt(member, DATA_OFFSET + row * CHUNK + at);
 }
 
 fn scrub(a: &Array, repair: bool) -> raid_core::array::ScrubReport {

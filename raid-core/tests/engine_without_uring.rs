@@ -8,6 +8,7 @@ mod support;
 
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
+use raid_core::member::Member;
 use raid_core::shard::Engine;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
@@ -87,7 +88,7 @@ const AT_ONCE: usize = 64;
 /// the most that ever waited together: a device with latency, whose
 /// requests in flight at once are what the engine's threads allow.
 struct Gated {
-    ram: raid_core::member::RamMember,
+    inner: raid_core::member::RamMember,
     gate: std::sync::Arc<Gate>,
 }
 
@@ -98,16 +99,8 @@ struct Gate {
     all_in: std::sync::Condvar,
 }
 
-impl raid_core::member::Member for Gated {
-    fn identity(&self) -> &str {
-        self.ram.identity()
-    }
-    fn device_key(&self) -> raid_core::member::DeviceKey {
-        self.ram.device_key()
-    }
-    fn size(&self) -> u64 {
-        self.ram.size()
-    }
+impl Member for Gated {
+    support::pass_through_to_inner!(writes);
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         if self.gate.armed.load(Ordering::Acquire) && offset >= raid_core::metadata::DATA_OFFSET {
             let mut w = self.gate.waiting.lock().unwrap();
@@ -124,16 +117,7 @@ impl raid_core::member::Member for Gated {
                 .unwrap();
             w.0 -= 1;
         }
-        self.ram.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.ram.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.ram.flush()
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.ram.write_zeroes(offset, len)
+        self.inner.read_at(buf, offset)
     }
 }
 
@@ -148,7 +132,7 @@ fn requests_wait_for_their_members_side_by_side() {
     let members: Vec<raid_core::member::MemberRef> = (0..4)
         .map(|i| {
             std::sync::Arc::new(Gated {
-                ram: raid_core::member::RamMember::new(
+                inner: raid_core::member::RamMember::new(
                     format!("ram:gated{i}"),
                     raid_core::metadata::DATA_OFFSET + (8 << 20),
                 ),

@@ -14,7 +14,7 @@
 use raid_core::array::{Array, RebuildEnd, RebuildOptions, ScrubOptions, ScrubReport};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
-use raid_core::member::{Member, MemberRef, RamMember};
+use raid_core::member::{MemberRef, RamMember};
 use raid_core::metadata::{SlotState, DATA_OFFSET};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -29,12 +29,7 @@ const DATA: u64 = 8 << 20;
 #[test]
 fn runs_under_writes_from_a_plain_and_a_rayon_thread() {
     one_rayon_thread();
-    for (level, n) in [
-        (Level::Raid1, 2),
-        (Level::Raid5, 5),
-        (Level::Raid6, 6),
-        (Level::Raid10, 4),
-    ] {
+    for (level, n) in LEVELS {
         rebuild_under_writes(level, n, false, None);
         rebuild_under_writes(level, n, true, None);
     }
@@ -67,65 +62,74 @@ fn one_rayon_thread() {
 /// writes, member `vanishes` (if any) going as it starts, and checks the
 /// outcome.
 fn rebuild_under_writes(level: Level, n: usize, on_rayon: bool, vanishes: Option<usize>) {
-    {
-        let tag = format!("runs{level:?}{on_rayon}");
-        let members = support::array::Members::ram(n, DATA, &tag);
-        let a = support::array::create_shared(level, members.refs(), "runs", CHUNK);
-        let size = a.capacity() as usize;
-        let model = Arc::new(Mutex::new(vec![0u8; size]));
-        a.write(0, &AlignedBuf::new(size)).unwrap();
-        let lost = 1;
-        a.fail_member(lost, false).unwrap();
-        let new: MemberRef = Arc::new(RamMember::new(format!("ram:{tag}-new"), DATA_OFFSET + DATA));
-        a.replace(lost, new.clone()).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let writer = {
-            let (a, model, stop) = (a.clone(), model.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut rng = SmallRng::seed_from_u64(7);
-                let mut b = AlignedBuf::new(4096);
-                while !stop.load(Ordering::Relaxed) {
-                    let off = rng.gen_range(0..size / 4096) * 4096;
-                    rng.fill(&mut b[..]);
-                    // The model under its lock with the write: writes of
-                    // one block land in the model's order.
-                    let mut m = model.lock().unwrap();
-                    a.write(off as u64, &b).unwrap();
-                    m[off..off + 4096].copy_from_slice(&b);
-                }
-            })
-        };
-        let opts = RebuildOptions {
-            batch_rows: 2,
-            parallel: 4,
-            ..Default::default()
-        };
-        let a2 = a.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let rebuild = move || {
-            tx.send(a2.rebuild(lost, &opts, &AtomicBool::new(false)))
-                .unwrap();
-        };
-        if on_rayon {
-            rayon::spawn(rebuild);
-        } else {
-            std::thread::spawn(rebuild);
-        }
-        if let Some(v) = vanishes {
-            members.faulty[v].fail_all();
-        }
-        let r = rx
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("{level:?}, on rayon {on_rayon}: the rebuild hung"));
-        assert_eq!(r.unwrap(), RebuildEnd::Finished, "{level:?}");
-        stop.store(true, Ordering::Relaxed);
-        writer.join().unwrap();
-        let failed = |s: usize| a.slots()[s].state == SlotState::Failed;
-        assert!((0..n).all(|s| failed(s) == (Some(s) == vanishes)));
-        let model = model.lock().unwrap();
-        support::array::assert_matches(&a, &model);
-        support::array::assert_consistent(&a, &members_now(&members.refs(), lost, &new));
+    let tag = format!("runs{level:?}{on_rayon}");
+    let (members, a, model) = zeroed(level, n, &tag);
+    let lost = 1;
+    a.fail_member(lost, false).unwrap();
+    let new = ram_member(&tag);
+    a.replace(lost, new.clone()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = writer(a.clone(), model.clone(), stop.clone(), 7);
+    let a2 = a.clone();
+    let rebuilt = start_job(on_rayon, move || {
+        a2.rebuild(lost, &runs_of_two(), &AtomicBool::new(false))
+    });
+    if let Some(v) = vanishes {
+        members.faulty[v].fail_all();
     }
+    let r = ended(rebuilt, std::time::Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("{level:?}, on rayon {on_rayon}: the rebuild hung"));
+    assert_eq!(r.unwrap(), RebuildEnd::Finished, "{level:?}");
+    stop.store(true, Ordering::Relaxed);
+    w.join().unwrap();
+    let failed = |s: usize| a.slots()[s].state == SlotState::Failed;
+    assert!((0..n).all(|s| failed(s) == (Some(s) == vanishes)));
+    let model = model.lock().unwrap();
+    support::array::assert_matches(&a, &model);
+    support::array::assert_consistent(&a, &members_now(&members.refs(), lost, &new));
+}
+
+/// Rebuild or hot replace options: runs of 2 rows, 4 side by side.
+fn runs_of_two() -> RebuildOptions {
+    RebuildOptions {
+        batch_rows: 2,
+        parallel: 4,
+        ..Default::default()
+    }
+}
+
+/// A new array of `level` over `n` members in RAM, zeroed, with its model.
+fn zeroed(
+    level: Level,
+    n: usize,
+    tag: &str,
+) -> (support::array::Members, Arc<Array>, Arc<Mutex<Vec<u8>>>) {
+    let members = support::array::Members::ram(n, DATA, tag);
+    let a = support::array::create_shared(level, members.refs(), tag, CHUNK);
+    let size = a.capacity() as usize;
+    a.write(0, &AlignedBuf::new(size)).unwrap();
+    (members, a, Arc::new(Mutex::new(vec![0u8; size])))
+}
+
+/// A new array of `level` over `n` members in RAM, filled with random
+/// bytes from `seed`, and those bytes.
+fn filled(
+    level: Level,
+    n: usize,
+    tag: &str,
+    seed: u64,
+) -> (support::array::Members, Arc<Array>, Vec<u8>) {
+    let members = support::array::Members::ram(n, DATA, tag);
+    let a = support::array::create_shared(level, members.refs(), tag, CHUNK);
+    let mut img = vec![0u8; a.capacity() as usize];
+    SmallRng::seed_from_u64(seed).fill(&mut img[..]);
+    a.write(0, &img).unwrap();
+    (members, a, img)
+}
+
+/// A blank member in RAM the size of the array's, named after `tag`.
+fn ram_member(tag: &str) -> MemberRef {
+    Arc::new(RamMember::new(format!("ram:{tag}-new"), DATA_OFFSET + DATA))
 }
 
 /// The array's members after `lost` was replaced by `new`.
@@ -143,13 +147,12 @@ const LEVELS: [(Level, usize); 4] = [
     (Level::Raid10, 4),
 ];
 
-/// Runs `job` on a plain thread, or on a rayon thread where `on_rayon`;
-/// panics if it has not ended within a minute.
-fn run_job<T: Send + 'static>(
+/// Starts `job` on a plain thread, or on a rayon thread where `on_rayon`;
+/// its outcome comes through the receiver.
+fn start_job<T: Send + 'static>(
     on_rayon: bool,
-    what: &str,
     job: impl FnOnce() -> T + Send + 'static,
-) -> T {
+) -> std::sync::mpsc::Receiver<T> {
     let (tx, rx) = std::sync::mpsc::channel();
     let job = move || tx.send(job()).unwrap();
     if on_rayon {
@@ -157,24 +160,42 @@ fn run_job<T: Send + 'static>(
     } else {
         std::thread::spawn(job);
     }
-    rx.recv_timeout(std::time::Duration::from_secs(60))
-        .unwrap_or_else(|_| panic!("{what}, on rayon {on_rayon}: it hung"))
+    rx
 }
 
-/// A writer of random 4 KiB blocks into `a`, `model` kept with it, until
-/// `stop`.
+/// A started job's outcome, or None if it has not ended within `limit`.
+fn ended<T>(job: std::sync::mpsc::Receiver<T>, limit: std::time::Duration) -> Option<T> {
+    job.recv_timeout(limit).ok()
+}
+
+/// Runs `job` as `start_job` does; panics if it has not ended within a
+/// minute.
+fn run_job<T: Send + 'static>(
+    on_rayon: bool,
+    what: &str,
+    job: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    ended(start_job(on_rayon, job), std::time::Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("{what}, on rayon {on_rayon}: it hung"))
+}
+
+/// A writer of random 4 KiB blocks (from `seed`) into `a`, `model` kept
+/// with it, until `stop`.
 fn writer(
     a: Arc<Array>,
     model: Arc<Mutex<Vec<u8>>>,
     stop: Arc<AtomicBool>,
+    seed: u64,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let size = a.capacity() as usize;
-        let mut rng = SmallRng::seed_from_u64(11);
+        let mut rng = SmallRng::seed_from_u64(seed);
         let mut b = AlignedBuf::new(4096);
         while !stop.load(Ordering::Relaxed) {
             let off = rng.gen_range(0..size / 4096) * 4096;
             rng.fill(&mut b[..]);
+            // The model under its lock with the write: writes of one
+            // block land in the model's order.
             let mut m = model.lock().unwrap();
             a.write(off as u64, &b).unwrap();
             m[off..off + 4096].copy_from_slice(&b);
@@ -190,25 +211,15 @@ fn hot_replace_in_runs_under_writes_from_a_plain_and_a_rayon_thread() {
     for (level, n) in LEVELS {
         for on_rayon in [false, true] {
             let tag = format!("hotruns{level:?}{on_rayon}");
-            let members = support::array::Members::ram(n, DATA, &tag);
-            let a = support::array::create_shared(level, members.refs(), "hotruns", CHUNK);
-            let size = a.capacity() as usize;
-            let model = Arc::new(Mutex::new(vec![0u8; size]));
-            a.write(0, &AlignedBuf::new(size)).unwrap();
+            let (members, a, model) = zeroed(level, n, &tag);
             let slot = 1;
-            let new: MemberRef =
-                Arc::new(RamMember::new(format!("ram:{tag}-new"), DATA_OFFSET + DATA));
+            let new = ram_member(&tag);
             a.hot_replace(slot, new.clone()).unwrap();
             let stop = Arc::new(AtomicBool::new(false));
-            let w = writer(a.clone(), model.clone(), stop.clone());
-            let opts = RebuildOptions {
-                batch_rows: 2,
-                parallel: 4,
-                ..Default::default()
-            };
+            let w = writer(a.clone(), model.clone(), stop.clone(), 11);
             let a2 = a.clone();
             let r = run_job(on_rayon, "hot replace", move || {
-                a2.hot_replace_copy(&opts, &AtomicBool::new(false))
+                a2.hot_replace_copy(&runs_of_two(), &AtomicBool::new(false))
             });
             assert_eq!(r.unwrap(), RebuildEnd::Finished, "{level:?}");
             stop.store(true, Ordering::Relaxed);
@@ -220,17 +231,6 @@ fn hot_replace_in_runs_under_writes_from_a_plain_and_a_rayon_thread() {
             support::array::assert_consistent(&a, &members_now(&members.refs(), slot, &new));
         }
     }
-}
-
-/// Bytes flipped in the chunk of `row` on `member`, behind the array's back.
-fn corrupt(m: &support::array::Members, member: usize, row: u64) {
-    let off = DATA_OFFSET + row * CHUNK + 100;
-    let mut b = [0u8; 3];
-    m.faulty[member].read_at(&mut b, off).unwrap();
-    for x in b.iter_mut() {
-        *x ^= 0x5c;
-    }
-    m.faulty[member].write_at(&b, off).unwrap();
 }
 
 /// The scrub report's findings, comparable between two scrubs.
@@ -251,14 +251,10 @@ fn a_scrub_in_runs_finds_and_repairs_what_one_run_does() {
     for (level, n) in LEVELS {
         for on_rayon in [false, true] {
             let tag = format!("scrubruns{level:?}{on_rayon}");
-            let members = support::array::Members::ram(n, DATA, &tag);
-            let a = support::array::create_shared(level, members.refs(), "scrubruns", CHUNK);
-            let size = a.capacity() as usize;
-            let mut img = vec![0u8; size];
-            SmallRng::seed_from_u64(5).fill(&mut img[..]);
-            a.write(0, &img).unwrap();
+            let (members, a, img) = filled(level, n, &tag, 5);
+            // Rows in different runs and batches, each on a member in turn.
             for (k, row) in [0u64, 3, 5, 6, 9, 17, 40, 41].into_iter().enumerate() {
-                corrupt(&members, k % n, row);
+                members.corrupt(k % n, DATA_OFFSET + row * CHUNK + 100);
             }
             let scrub = |a: &Arc<Array>, parallel: usize, repair: bool| {
                 let (a, what) = (a.clone(), format!("{level:?} scrub"));
@@ -298,14 +294,9 @@ fn a_scrub_in_runs_finds_and_repairs_what_one_run_does() {
 fn a_scrub_in_runs_under_writes_finds_nothing() {
     one_rayon_thread();
     for (level, n) in LEVELS {
-        let tag = format!("scrubwrites{level:?}");
-        let members = support::array::Members::ram(n, DATA, &tag);
-        let a = support::array::create_shared(level, members.refs(), "scrubwrites", CHUNK);
-        let size = a.capacity() as usize;
-        let model = Arc::new(Mutex::new(vec![0u8; size]));
-        a.write(0, &AlignedBuf::new(size)).unwrap();
+        let (_members, a, model) = zeroed(level, n, &format!("scrubwrites{level:?}"));
         let stop = Arc::new(AtomicBool::new(false));
-        let w = writer(a.clone(), model.clone(), stop.clone());
+        let w = writer(a.clone(), model.clone(), stop.clone(), 11);
         let opts = ScrubOptions {
             batch_rows: 2,
             parallel: 4,
@@ -328,27 +319,16 @@ fn a_scrub_in_runs_under_writes_finds_nothing() {
 #[test]
 fn a_hot_replace_whose_old_device_errs_in_one_run() {
     one_rayon_thread();
-    let members = support::array::Members::ram(5, DATA, "hoterr");
-    let a = support::array::create_shared(Level::Raid5, members.refs(), "hoterr", CHUNK);
-    let size = a.capacity() as usize;
-    let mut img = vec![0u8; size];
-    SmallRng::seed_from_u64(9).fill(&mut img[..]);
-    a.write(0, &img).unwrap();
+    let (members, a, img) = filled(Level::Raid5, 5, "hoterr", 9);
     let slot = 2;
-    let new: MemberRef = Arc::new(RamMember::new("ram:hoterr-new", DATA_OFFSET + DATA));
-    a.hot_replace(slot, new).unwrap();
+    a.hot_replace(slot, ram_member("hoterr")).unwrap();
     // Rows 12 and 13: the third of four runs of 2 rows in the second batch.
     let bad = DATA_OFFSET + 13 * CHUNK;
     members.faulty[slot].set_faults(raid_core::member::Faults {
         fail_ranges: vec![(bad, bad + 512)],
         ..Default::default()
     });
-    let opts = RebuildOptions {
-        batch_rows: 2,
-        parallel: 4,
-        ..Default::default()
-    };
-    let r = a.hot_replace_copy(&opts, &AtomicBool::new(false));
+    let r = a.hot_replace_copy(&runs_of_two(), &AtomicBool::new(false));
     assert!(r.is_err(), "the copy went on past a read error: {r:?}");
     assert_eq!(a.slots()[slot].state, SlotState::Failed);
     assert!(a.hot_replace_progress().is_none());
@@ -366,12 +346,8 @@ fn a_hot_replace_whose_old_device_errs_in_one_run() {
 #[test]
 fn a_paced_resync_skips_clean_rows_unpaced() {
     one_rayon_thread();
-    let members = support::array::Members::ram(5, DATA, "resync");
-    let a = support::array::create_shared(Level::Raid5, members.refs(), "resync", CHUNK);
-    let size = a.capacity() as usize;
-    let mut img = vec![0u8; size];
-    SmallRng::seed_from_u64(3).fill(&mut img[..]);
-    a.write(0, &img).unwrap();
+    let (members, a, mut img) = filled(Level::Raid5, 5, "resync", 3);
+    let size = img.len();
     a.flush().unwrap();
     a.fail_member(1, false).unwrap();
     let at = size / 2;
@@ -386,10 +362,8 @@ fn a_paced_resync_skips_clean_rows_unpaced() {
         ..Default::default()
     };
     let a2 = a.clone();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(a2.rebuild(1, &opts, &AtomicBool::new(false))));
-    let r = rx
-        .recv_timeout(std::time::Duration::from_secs(20))
+    let resync = start_job(false, move || a2.rebuild(1, &opts, &AtomicBool::new(false)));
+    let r = ended(resync, std::time::Duration::from_secs(20))
         .expect("the resync paced the rows it skipped");
     assert_eq!(r.unwrap(), RebuildEnd::Finished);
     assert!(a.slots().iter().all(|s| s.state == SlotState::Active));

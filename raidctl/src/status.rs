@@ -367,6 +367,19 @@ pub fn rate_and_time_left(r: &RebuildStatus) -> String {
     }
 }
 
+/// "N.N% at RATE/s, N s left" for a running scrub (the time left once
+/// measurable).
+pub fn scrub_progress(sc: &ScrubStatus) -> String {
+    format!(
+        "{:.1}% at {}/s{}",
+        sc.percent,
+        human_bytes(sc.rate_bytes_per_sec as u64),
+        sc.eta_seconds
+            .map(|e| format!(", {e:.0} s left"))
+            .unwrap_or_default()
+    )
+}
+
 pub fn human_bytes(b: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = b as f64;
@@ -492,13 +505,12 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
     for sp in &s.spares {
         out.push_str(&format!("  spare    {:<11} {sp}\n", "spare"));
     }
-    let rate_of = rate_and_time_left;
     if let Some(r) = &s.rebuild {
         out.push_str(&format!(
             "  rebuild: slot {} {:.1}%{}\n",
             r.slot,
             r.percent,
-            rate_of(r)
+            rate_and_time_left(r)
         ));
     }
     if let Some(h) = &s.hot_replace {
@@ -507,7 +519,7 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
             h.slot,
             h.member,
             h.percent,
-            rate_of(h)
+            rate_and_time_left(h)
         ));
     }
     if let Some(m) = &s.out_of_space {
@@ -518,13 +530,9 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
     }
     if let Some(sc) = &s.scrub {
         out.push_str(&format!(
-            "  scrub ({}): {:.1}% at {}/s{}\n",
+            "  scrub ({}): {}\n",
             if sc.repair { "repair" } else { "check only" },
-            sc.percent,
-            human_bytes(sc.rate_bytes_per_sec as u64),
-            sc.eta_seconds
-                .map(|e| format!(", {e:.0} s left"))
-                .unwrap_or_default()
+            scrub_progress(sc)
         ));
     }
     if s.rebuild_stalled {

@@ -618,18 +618,25 @@ fn replace_of_an_active_member_is_a_hot_replace_that_never_degrades() {
     reads_back(&sock, "hot");
 }
 
+/// Creates and starts `name`, a RAID5 (chunk 16 KiB) of four sparse 32
+/// MiB members, its scrubs paced at `rate` (bytes per second over ~120
+/// MiB of members).
+fn paced_scrubs(w: &World, name: &str, rate: &str) {
+    let m: Vec<PathBuf> = (0..4)
+        .map(|i| w.sparse(&format!("{name}{i}.img"), 32 * MIB))
+        .collect();
+    let mut args = vec!["create", name, "--level", "5", "--chunk", "16K"];
+    args.extend(m.iter().map(|p| s(p)));
+    w.ok(&args);
+    let o = w.run_env(&["start", name], &[("RAIDCTL_SCRUB_RATE", rate)]);
+    assert!(o.status.success(), "{o:?}");
+}
+
 #[test]
 fn scrub_runs_in_the_background_shows_its_progress_and_cancels() {
     let w = World::new("bgscrub");
-    let m: Vec<PathBuf> = (0..4)
-        .map(|i| w.sparse(&format!("s{i}.img"), 32 * MIB))
-        .collect();
-    let mut args = vec!["create", "bg", "--level", "5", "--chunk", "16K"];
-    args.extend(m.iter().map(|p| s(p)));
-    w.ok(&args);
-    // Slow enough to be seen running: 8 MiB/s over ~120 MiB of members.
-    let o = w.run_env(&["start", "bg"], &[("RAIDCTL_SCRUB_RATE", "8M")]);
-    assert!(o.status.success(), "{o:?}");
+    // Slow enough to be seen running: about 15 s.
+    paced_scrubs(&w, "bg", "8M");
     let out = w.ok(&["scrub", "bg", "--background"]);
     assert!(out.contains("started"), "{out}");
     refused(&w, &["scrub", "bg"], "already running");
@@ -677,15 +684,8 @@ fn scrub_runs_in_the_background_shows_its_progress_and_cancels() {
 #[test]
 fn a_scrub_waited_for_on_a_terminal_shows_its_progress() {
     let w = World::new("ttyscrub");
-    let m: Vec<PathBuf> = (0..4)
-        .map(|i| w.sparse(&format!("t{i}.img"), 32 * MIB))
-        .collect();
-    let mut args = vec!["create", "tty", "--level", "5", "--chunk", "16K"];
-    args.extend(m.iter().map(|p| s(p)));
-    w.ok(&args);
-    // About 8 s for ~120 MiB of members: the line is drawn each second.
-    let o = w.run_env(&["start", "tty"], &[("RAIDCTL_SCRUB_RATE", "16M")]);
-    assert!(o.status.success(), "{o:?}");
+    // About 8 s: the line is drawn each second.
+    paced_scrubs(&w, "tty", "16M");
     // `script` (util-linux, essential on Debian) runs the command on a
     // pseudo-terminal.
     let line = format!("{} scrub tty", raid_e2e::raidctl_path().display());

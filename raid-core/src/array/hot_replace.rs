@@ -259,39 +259,22 @@ impl Array {
             let at = |row: u64| DATA_OFFSET + row * chunk;
             // Every byte is read into before it is written out.
             let mut bufs = pool.take((hi - lo) as usize);
-            let mut reads: Vec<MemberIo> = (lo..hi)
-                .zip(bufs.iter_mut())
-                .map(|(row, b)| MemberIo {
-                    member: 0,
-                    offset: at(row),
-                    op: IoOp::Read(&mut b[..]),
-                })
-                .collect();
-            let failed = submit(std::slice::from_ref(&pair.old), &mut reads)
-                .into_iter()
-                .find_map(|r| r.err());
-            drop(reads);
-            if let Some(e) = failed {
+            let reads = (lo..hi).zip(bufs.iter_mut());
+            let read = submit_to(
+                &pair.old,
+                reads.map(|(r, b)| (at(r), IoOp::Read(&mut b[..]))),
+            );
+            if let Err(e) = read {
                 pool.put(bufs);
                 return Err(ArrayError::Member {
                     member: pair.old.identity().into(),
                     source: e,
                 });
             }
-            let mut writes: Vec<MemberIo> = (lo..hi)
-                .zip(bufs.iter())
-                .map(|(row, b)| MemberIo {
-                    member: 0,
-                    offset: at(row),
-                    op: IoOp::Write(&b[..]),
-                })
-                .collect();
-            let failed = submit(std::slice::from_ref(&pair.new), &mut writes)
-                .into_iter()
-                .find_map(|r| r.err());
-            drop(writes);
+            let writes = (lo..hi).zip(bufs.iter());
+            let written = submit_to(&pair.new, writes.map(|(r, b)| (at(r), IoOp::Write(&b[..]))));
             pool.put(bufs);
-            if let Some(e) = failed {
+            if let Err(e) = written {
                 pair.new_err(e);
             }
             Ok(())
@@ -490,4 +473,19 @@ impl Array {
             },
         );
     }
+}
+
+/// Runs `ios` (offset, operation) on `m` together, in flight at once where
+/// it takes io_uring; the first error, if any.
+fn submit_to<'b>(m: &MemberRef, ios: impl Iterator<Item = (u64, IoOp<'b>)>) -> io::Result<()> {
+    let mut ios: Vec<MemberIo> = ios
+        .map(|(offset, op)| MemberIo {
+            member: 0,
+            offset,
+            op,
+        })
+        .collect();
+    submit(std::slice::from_ref(m), &mut ios)
+        .into_iter()
+        .collect()
 }

@@ -82,7 +82,7 @@ impl Array {
                             // panic goes on, raised again when the scope
                             // ends.
                             Err(p) => {
-                                let why = format!("a {what} run panicked");
+                                let why = format!("a {what} run panicked (the log says where); the job stopped where it was: start it again");
                                 drop(rtx.send((i, Err(ArrayError::Invalid(why)))));
                                 resume_unwind(p);
                             }
@@ -143,7 +143,11 @@ impl<T> RunThreads<'_, T> {
                 Err(_) => break,
             }
         }
-        let gone = || ArrayError::Invalid("no thread left to work a run on".into());
+        let gone = || {
+            ArrayError::Invalid(
+                "every thread of the job's runs ended (each panicked: the log says where); the job stopped where it was: start it again".into(),
+            )
+        };
         out.into_iter()
             .map(|r| r.unwrap_or_else(|| Err(gone())))
             .collect()

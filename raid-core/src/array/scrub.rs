@@ -170,16 +170,11 @@ impl Array {
                 let _held = self.locks.lock(row..end);
                 let mut failed = None;
                 for r in runs.batch((row, end), run_rows) {
-                    let ended = match r {
-                        Ok((found, ended)) => {
-                            report.bytes_read += found.bytes_read;
-                            report.mismatches.extend(found.mismatches);
-                            ended
-                        }
-                        Err(e) => Err(e),
-                    };
-                    if let (Err(e), None) = (ended, &failed) {
-                        failed = Some(e);
+                    let (found, ended) = r.unwrap_or_else(|e| (ScrubReport::default(), Err(e)));
+                    report.bytes_read += found.bytes_read;
+                    report.mismatches.extend(found.mismatches);
+                    if failed.is_none() {
+                        failed = ended.err();
                     }
                 }
                 if let Some(e) = failed {

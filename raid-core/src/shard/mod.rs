@@ -96,14 +96,23 @@ const FALLBACK_THREADS: usize = 8;
 /// every request runs there (no io_uring), or every request to a member
 /// the shards cannot serve (one that takes neither io_uring nor timed I/O:
 /// a network member), each thread waits for a member's latency with one
-/// request, so the pool is the array's queue depth: 8 per core, 64 to 128
-/// (the FUSE export's rule for members that are devices). Chosen at
-/// start: a hot replace's pair of devices, which takes neither, is served
-/// by the pool the engine started with while its copy runs.
+/// request, so the pool is the array's queue depth
+/// (`threads_waiting_on_devices`). Chosen at start: a hot replace's pair
+/// of devices, which takes neither, is served by the pool the engine
+/// started with while its copy runs.
 fn fallback_threads(array: &Array, shards: usize) -> usize {
     if shards > 0 && array.every_member(event_loop::non_blocking) {
         return FALLBACK_THREADS;
     }
+    threads_waiting_on_devices()
+}
+
+/// Threads for a front end or pool where each holds one request while a
+/// device serves it, so that their number is the queue depth: 8 per
+/// core, 64 to 128 (on the VM's disk 64 served up to 1.5-1.9x of 8 or 16,
+/// `docs/benchmarks.md`). The engine's blocking pool without shards and
+/// the FUSE export over devices both take it.
+pub fn threads_waiting_on_devices() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     (8 * cores).clamp(64, 128)
 }
@@ -141,9 +150,9 @@ pub struct Engine {
     /// The blocking threads (the fallback pool, the finishing thread and
     /// the flushing thread), then the shards'.
     threads: Vec<std::thread::JoinHandle<()>>,
-    /// How many of `threads` are blocking threads.
-    blocking_threads: usize,
-    /// How many of those run requests (the fallback pool).
+    /// How many blocking threads run requests (the fallback pool): the
+    /// first `pool + 2` of `threads` are blocking threads, where any
+    /// shard thread started.
     pool: usize,
     /// The blocking threads' channels (the shards hold clones): dropped
     /// once the shards stopped, which ends those threads.
@@ -316,26 +325,18 @@ impl Engine {
     pub fn start(array: Arc<Array>, shards: usize) -> std::io::Result<Engine> {
         let shards = match crate::member::io_path() {
             crate::member::IoPath::IoUring => shards.max(1),
-            crate::member::IoPath::PreadPwrite => {
-                tracing::info!(
-                    "array I/O engine: no io_uring; every request runs on {} blocking threads",
-                    fallback_threads(&array, 0)
-                );
-                0
-            }
+            crate::member::IoPath::PreadPwrite => 0,
         };
         // Every shard's eventfd and ring first, so that a refusal leaves
         // nothing started.
         let mut parts = Vec::new();
+        let mut refused = None;
         for _ in 0..shards {
             let inbox = Arc::new(Inbox::new()?);
             match IoUring::new(event_loop::RING + 1) {
                 Ok(ring) => parts.push((inbox, ring)),
                 Err(e) if parts.is_empty() => {
-                    tracing::warn!(
-                        "array I/O engine: no io_uring ({e}); every request runs on {} blocking threads. To use the shards, allow io_uring (sysctl kernel.io_uring_disabled=0, the container's seccomp policy) or raise the locked-memory limit (ulimit -l); RAID_NO_URING=1 chooses this path on purpose",
-                        fallback_threads(&array, 0)
-                    );
+                    refused = Some(e);
                     break;
                 }
                 Err(e) => {
@@ -361,7 +362,6 @@ impl Engine {
             counts: counts.clone(),
             shards: Vec::new(),
             threads: Vec::new(),
-            blocking_threads: 0,
             pool: 0,
             blocking: Some(Blocking {
                 fallback,
@@ -372,6 +372,15 @@ impl Engine {
         };
         let pool = fallback_threads(&array, parts.len());
         engine.pool = pool;
+        match (parts.is_empty(), refused) {
+            (false, _) => {}
+            (true, None) => tracing::info!(
+                "array I/O engine: no io_uring; every request runs on {pool} blocking threads"
+            ),
+            (true, Some(e)) => tracing::warn!(
+                "array I/O engine: no io_uring ({e}); every request runs on {pool} blocking threads. To use the shards, allow io_uring (sysctl kernel.io_uring_disabled=0, the container's seccomp policy) or raise the locked-memory limit (ulimit -l); RAID_NO_URING=1 chooses this path on purpose"
+            ),
+        }
         for i in 0..=pool {
             let a = array.clone();
             let (rx, name) = match i == pool {
@@ -383,7 +392,6 @@ impl Engine {
                     .name(name)
                     .spawn(move || fallback_loop(&a, &rx))?,
             );
-            engine.blocking_threads += 1;
         }
         let a = array.clone();
         engine.threads.push(
@@ -391,7 +399,6 @@ impl Engine {
                 .name("flusher".into())
                 .spawn(move || flusher_loop(&a, &flush_rx))?,
         );
-        engine.blocking_threads += 1;
         for (i, (inbox, ring)) in parts.into_iter().enumerate() {
             let blocking = engine.blocking.clone().expect("set above");
             let shard = Shard::new(array.clone(), inbox.clone(), ring, blocking);
@@ -573,10 +580,10 @@ impl Drop for Engine {
             s.ring_bell();
         }
         let n = self.threads.len();
-        let shard_threads: Vec<_> = self
-            .threads
-            .drain(self.blocking_threads.min(n)..n)
-            .collect();
+        // The pool, the finisher and the flusher first (a start that failed
+        // among them started no shard).
+        let blocking = self.pool + 2;
+        let shard_threads: Vec<_> = self.threads.drain(blocking.min(n)..n).collect();
         for t in shard_threads {
             let _ = t.join();
         }

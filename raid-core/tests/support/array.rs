@@ -3,7 +3,7 @@
 
 use raid_core::array::{Array, CreateOptions};
 use raid_core::layout::{ChunkRole, Level};
-use raid_core::member::{FaultyMember, MemberRef, RamMember};
+use raid_core::member::{FaultyMember, Member, MemberRef, RamMember};
 use raid_core::metadata::{SlotState, DATA_OFFSET};
 use raid_core::parity::{CpuEngine, ParityEngine};
 use std::sync::Arc;
@@ -28,6 +28,15 @@ impl Members {
     }
     pub fn refs(&self) -> Vec<MemberRef> {
         self.faulty.iter().map(|f| f.clone() as MemberRef).collect()
+    }
+    /// Flips 3 bytes at `offset` of `member`, behind the array's back.
+    pub fn corrupt(&self, member: usize, offset: u64) {
+        let mut b = [0u8; 3];
+        self.faulty[member].read_at(&mut b, offset).unwrap();
+        for x in b.iter_mut() {
+            *x ^= 0x5c;
+        }
+        self.faulty[member].write_at(&b, offset).unwrap();
     }
 }
 

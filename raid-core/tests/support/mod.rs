@@ -7,13 +7,26 @@ pub mod isal;
 pub mod array;
 pub mod power_cut;
 
-/// Inside `impl Member for W`, where `W` has a field `inner: MemberRef`:
+/// Inside `impl Member for W`, where `W` has a field `inner` (a member):
 /// the methods a test wrapper passes straight through to it (identity,
-/// device key, size, read, flush, zeroing). The wrapper writes its own
-/// `write_at`, and whatever else it changes.
+/// device key, size, flush, zeroing, and the read). The wrapper writes
+/// its own `write_at`, and whatever else it changes; with `(writes)`, its
+/// own `read_at` instead, and the writes pass through.
 #[allow(unused_macros)]
 macro_rules! pass_through_to_inner {
     () => {
+        support::pass_through_to_inner!(@common);
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+    };
+    (writes) => {
+        support::pass_through_to_inner!(@common);
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            self.inner.write_at(buf, offset)
+        }
+    };
+    (@common) => {
         fn identity(&self) -> &str {
             self.inner.identity()
         }
@@ -22,9 +35,6 @@ macro_rules! pass_through_to_inner {
         }
         fn size(&self) -> u64 {
             self.inner.size()
-        }
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-            self.inner.read_at(buf, offset)
         }
         fn flush(&self) -> std::io::Result<()> {
             self.inner.flush()

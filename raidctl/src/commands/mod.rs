@@ -596,15 +596,7 @@ fn scrub_progress_line(st: &StateDir, name: &str, done: &AtomicBool) {
         let Some(s) = r.arrays.into_iter().next().and_then(|a| a.scrub) else {
             continue;
         };
-        let left = s
-            .eta_seconds
-            .map(|e| format!(", {e:.0} s left"))
-            .unwrap_or_default();
-        eprint!(
-            "\r\x1b[K{name}: scrub {:.1}% at {}/s{left}",
-            s.percent,
-            status::human_bytes(s.rate_bytes_per_sec as u64)
-        );
+        eprint!("\r\x1b[K{name}: scrub {}", status::scrub_progress(&s));
         drawn = true;
     }
     if drawn {

@@ -33,18 +33,20 @@ use std::sync::Arc;
 /// blocks a thread per request in flight, so this is the export's queue
 /// depth. 8 per core, at most 128, and at least 16 where every member is
 /// in memory (on 2 vCPUs, 16 served more of every job than 8, 32 or 64:
-/// there each thread beyond the cores costs wake-ups), at least 64 where
-/// a member is a device (a thread then waits for it: on the VM's disk 64
-/// served 1.25-1.48x of 16 at QD 128, `docs/benchmarks.md`).
+/// there each thread beyond the cores costs wake-ups), and where a member
+/// is a device the rule for threads that wait on devices (at least 64:
+/// `raid_core::shard::threads_waiting_on_devices`).
 /// RAIDCTL_FUSE_WORKERS sets it.
 fn threads(in_memory: bool) -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let least = if in_memory { 16 } else { 64 };
     std::env::var("RAIDCTL_FUSE_WORKERS")
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|&n: &usize| (1..=1024).contains(&n))
-        .unwrap_or((8 * cores).clamp(least, 128))
+        .unwrap_or(match in_memory {
+            true => (8 * cores).clamp(16, 128),
+            false => raid_core::shard::threads_waiting_on_devices(),
+        })
 }
 
 /// Largest read or write the kernel sends in one request (and so the size

@@ -9,8 +9,8 @@ use raid_core::array::{Array, ArrayState, ScrubOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{io_path, FaultyMember, IoPath, MemberRef, SimNvme};
-use raid_core::metadata::SlotState;
-use raid_core::shard::{Engine, WriteResult};
+use raid_core::metadata::{SlotState, DATA_OFFSET};
+use raid_core::shard::{Engine, ReadResult, WriteResult};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -357,7 +357,7 @@ fn a_member_write_error_fails_the_member_and_the_write_stands() {
 /// A hot replace, then a member failed, replaced and rebuilt, while the
 /// shards keep writing: no healthy member is failed on the way (a slot
 /// holding a pair of devices during the hot replace takes its writes on
-/// the blocking path), both copies finish, and every block and every
+/// both devices at once), both copies finish, and every block and every
 /// stripe's parity is right at the end.
 #[test]
 fn hot_replace_and_rebuild_under_shard_writes() {
@@ -502,4 +502,158 @@ fn a_request_behind_an_open_batch_completes_when_it_ends() {
                 .expect("both reads complete once the batch ends"));
         }
     }
+}
+
+/// `n` random 4 KiB reads through the engine, 64 in flight, each checked
+/// against the model.
+fn reads(e: &Engine, model: &[u8], n: usize, seed: u64) {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let blocks = model.len() as u64 / 4096;
+    let send = |_, answer: Box<dyn FnOnce((u64, ReadResult)) + Send>| {
+        let off = rng.gen_range(0..blocks) * 4096;
+        e.read(
+            off,
+            AlignedBuf::new(4096),
+            Box::new(move |r| answer((off, r))),
+        );
+    };
+    support::in_flight(n, 64, send, |(off, r)| {
+        let b = r.unwrap_or_else(|err| panic!("read at {off}: {err}"));
+        let at = off as usize;
+        assert!(b[..] == model[at..at + 4096], "wrong data at {off}");
+    });
+}
+
+/// While a slot holds a hot replace's pair of devices, the shards serve
+/// its reads (from the old device) and its writes (to both at once): only
+/// writes across stripes (chunks) take the blocking path, as without a
+/// pair. Writes go on while the copy runs, and at the end the new device
+/// is the member with every block and every stripe's parity right, so
+/// the writes the shards sent to rows already copied reached it.
+#[test]
+fn a_hot_replace_pair_is_served_on_the_shards() {
+    use raid_core::array::RebuildEnd;
+    for (level, n) in [
+        (Level::Raid1, 2),
+        (Level::Raid10, 4),
+        (Level::Raid5, 5),
+        (Level::Raid6, 6),
+    ] {
+        let members: Vec<MemberRef> = (0..n).map(|i| Arc::new(drive(i)) as MemberRef).collect();
+        let a = array(level, members, "shard-pair");
+        let mut model = start_model(&a);
+        let e = Engine::start(a.clone(), 2).unwrap();
+        writes(&e, &mut model, 300, 64, 21, |_| true);
+        a.hot_replace(1, Arc::new(drive(11))).unwrap();
+        let c = e.counts();
+        let count = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+        let before = [&c.writes_on_shards, &c.writes_blocking, &c.blocking].map(count);
+        writes(&e, &mut model, 2000, 64, 22, |_| true);
+        reads(&e, &model, 2000, 23);
+        let [on, off, reads_off] = [&c.writes_on_shards, &c.writes_blocking, &c.blocking]
+            .map(count)
+            .into_iter()
+            .zip(before)
+            .map(|(now, was)| now - was)
+            .collect::<Vec<_>>()[..]
+        else {
+            unreachable!()
+        };
+        assert!(
+            on > 4 * off,
+            "{level:?}: {on} writes on the shards, {off} blocking"
+        );
+        assert_eq!(reads_off, 0, "{level:?}: reads of the pair went blocking");
+        // Paced, so that writes land on rows copied and rows not yet.
+        let copy = paced_copy(&a, 16 << 20);
+        let mut seed = 24;
+        while !copy.is_finished() {
+            writes(&e, &mut model, 200, 64, seed, |_| true);
+            seed += 1;
+        }
+        assert!(seed > 25, "{level:?}: the copy ended before the writes");
+        let r = copy.join().unwrap().unwrap();
+        assert!(matches!(r, RebuildEnd::Finished));
+        assert_eq!(a.slots()[1].member.as_deref(), Some("sim:w11"));
+        drop(e);
+        assert_eq!(a.state(), ArrayState::Optimal);
+        matches(&a, &model);
+        scrub_clean(&a);
+    }
+}
+
+/// A hot replace's copy on its own thread, at `rate` bytes per second.
+fn paced_copy(
+    a: &Arc<Array>,
+    rate: u64,
+) -> std::thread::JoinHandle<Result<raid_core::array::RebuildEnd, raid_core::array::ArrayError>> {
+    let a = a.clone();
+    std::thread::spawn(move || {
+        let opts = raid_core::array::RebuildOptions {
+            batch_rows: 4,
+            rate_limit: Some(rate),
+            ..Default::default()
+        };
+        a.hot_replace_copy(&opts, &AtomicBool::new(false))
+    })
+}
+
+/// The replacement failing the writes the shards send to rows the copy
+/// has passed (which the copy never writes again, so only the shards can
+/// tell): each write stands (the old device has it), and the copy then
+/// refuses to switch, so the old device stays the member with every
+/// block right. Had the shards dropped the error, the replacement would
+/// take the slot without those writes.
+#[test]
+fn a_replacement_failing_under_shard_writes_is_dropped() {
+    use raid_core::member::Faults;
+    let members: Vec<MemberRef> = (0..5).map(|i| Arc::new(drive(i)) as MemberRef).collect();
+    let a = array(Level::Raid5, members, "shard-pair-fail");
+    let mut model = start_model(&a);
+    let e = Engine::start(a.clone(), 2).unwrap();
+    // Every bitmap region dirty, so no write below waits for its bit (that
+    // would take the blocking path).
+    writes(&e, &mut model, 2000, 64, 31, |_| true);
+    let new = Arc::new(FaultyMember::new(Arc::new(drive(12))));
+    a.hot_replace(2, new.clone()).unwrap();
+    let copy = paced_copy(&a, 4 << 20);
+    let geo = a.geometry();
+    let copied = loop {
+        let (_, _, row, _) = a.hot_replace_progress().expect("copying");
+        if row >= geo.rows() / 4 {
+            break row;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // A RAID5 stripe is a row of every member.
+    new.set_faults(Faults {
+        fail_ranges: vec![(DATA_OFFSET, DATA_OFFSET + copied * geo.chunk)],
+        ..Default::default()
+    });
+    let c = e.counts();
+    let blocking = c.writes_blocking.load(Ordering::Relaxed);
+    let blocks = copied * geo.stripe_data_bytes() / 4096;
+    let mut rng = SmallRng::seed_from_u64(32);
+    let picks = rand::seq::index::sample(&mut rng, blocks as usize, 300).into_vec();
+    let send = |i: usize, answer: Box<dyn FnOnce((u64, WriteResult)) + Send>| {
+        let off = picks[i] as u64 * 4096;
+        let mut b = AlignedBuf::new(4096);
+        b.fill((i % 251) as u8 + 1);
+        model[off as usize..off as usize + 4096].copy_from_slice(&b);
+        e.write(off, b, Box::new(move |r| answer((off, r))));
+    };
+    support::in_flight(picks.len(), 32, send, |(off, r)| {
+        r.unwrap_or_else(|err| panic!("write at {off}: {err}"));
+    });
+    assert_eq!(c.writes_blocking.load(Ordering::Relaxed), blocking);
+    assert_eq!(c.write_errors.load(Ordering::Relaxed), 0);
+    let err = copy.join().unwrap().expect_err("the replacement failed");
+    assert!(err.to_string().contains("replacement"), "{err}");
+    assert_eq!(a.slots()[2].member.as_deref(), Some("sim:w2"));
+    assert_eq!(a.slots()[2].state, SlotState::Active);
+    assert!(a.hot_replace_progress().is_none());
+    drop(e);
+    assert_eq!(a.state(), ArrayState::Optimal);
+    matches(&a, &model);
+    scrub_clean(&a);
 }

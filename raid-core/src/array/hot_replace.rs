@@ -25,7 +25,7 @@
 
 use super::runs;
 use super::*;
-use crate::member::{submit, IoOp, MemberIo};
+use crate::member::{submit, IoOp, MemberIo, Pair};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
@@ -98,26 +98,21 @@ impl Member for Mirrored {
         self.old.size()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        match self.after_switch() {
-            Some(n) => n.read_at(buf, offset),
-            None => self.old.read_at(buf, offset),
-        }
+        self.read_from().read_at(buf, offset)
     }
     // The new device is written first, so a write whose old half fails
     // still reached it (it may be the member by now); after the switch its
-    // errors are the caller's.
+    // errors are the caller's. A shard writes both halves at once
+    // (`Member::pair`), which keeps that: both are written whatever the
+    // other's outcome.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        if let Some(n) = self.after_switch() {
-            return n.write_at(buf, offset);
-        }
-        // The superblocks stay the old device's until the switch: a crash
-        // midway must not leave the replacement claiming the slot.
-        if offset >= crate::metadata::BITMAP_OFFSET && !self.new_failed.load(Ordering::Acquire) {
-            if let Err(e) = self.new.write_at(buf, offset) {
-                self.new_result(e)?;
+        let (first, second) = self.write_to(offset);
+        if let Some(n) = second {
+            if let Err(e) = n.write_at(buf, offset) {
+                self.second_failed(e)?;
             }
         }
-        self.old.write_at(buf, offset)
+        first.write_at(buf, offset)
     }
     fn flush(&self) -> io::Result<()> {
         if let Some(n) = self.after_switch() {
@@ -139,6 +134,39 @@ impl Member for Mirrored {
     }
     fn is_direct(&self) -> bool {
         self.old.is_direct() || self.new.is_direct()
+    }
+    /// Both devices in memory: every I/O of the pair is a copy, so reads
+    /// of the slot are still copied in the caller's thread.
+    fn in_memory(&self) -> bool {
+        self.old.in_memory() && self.new.in_memory()
+    }
+    fn flush_waits(&self) -> bool {
+        self.old.flush_waits() || self.new.flush_waits()
+    }
+    fn pair(&self) -> Option<&dyn Pair> {
+        Some(self)
+    }
+}
+
+impl Pair for Mirrored {
+    fn devices(&self) -> [&MemberRef; 2] {
+        [&self.old, &self.new]
+    }
+    fn read_from(&self) -> &MemberRef {
+        self.after_switch().unwrap_or(&self.old)
+    }
+    fn write_to(&self, offset: u64) -> (&MemberRef, Option<&MemberRef>) {
+        if let Some(n) = self.after_switch() {
+            return (n, None);
+        }
+        // The superblocks stay the old device's until the switch: a crash
+        // midway must not leave the replacement claiming the slot.
+        let both =
+            offset >= crate::metadata::BITMAP_OFFSET && !self.new_failed.load(Ordering::Acquire);
+        (&self.old, both.then_some(&self.new))
+    }
+    fn second_failed(&self, e: io::Error) -> io::Result<()> {
+        self.new_result(e)
     }
 }
 

@@ -169,6 +169,47 @@ pub trait Member: Send + Sync {
     fn io_stats(&self) -> Option<&IoStats> {
         None
     }
+    /// A member that is two devices written together (a hot replace's
+    /// old device and its replacement): where each of its I/Os goes, so a
+    /// caller that must not block (a shard) can run them on the devices'
+    /// own paths, both halves of a write in flight at once. `None`: one
+    /// device.
+    fn pair(&self) -> Option<&dyn Pair> {
+        None
+    }
+}
+
+/// `handles` with each pair of devices (`Member::pair`) replaced by the
+/// device its reads go to now, for a read planned on them: an error of
+/// that read is then the device's, and fails the slot only while the slot
+/// still holds it (`fail_slot_if`), not the replacement that took the
+/// slot meanwhile (reads hold no lock across a hot replace's switch).
+pub(crate) fn read_devices(handles: Arc<Vec<MemberRef>>) -> Arc<Vec<MemberRef>> {
+    if handles.iter().all(|m| m.pair().is_none()) {
+        return handles;
+    }
+    let one = |m: &MemberRef| {
+        m.pair()
+            .map_or_else(|| m.clone(), |p| p.read_from().clone())
+    };
+    Arc::new(handles.iter().map(one).collect())
+}
+
+/// Where the I/O of a member made of two devices goes (`Member::pair`).
+/// Its own `read_at`/`write_at` follow the same rules one I/O at a time.
+pub trait Pair: Send + Sync {
+    /// Both devices, whatever the I/Os now go to.
+    fn devices(&self) -> [&MemberRef; 2];
+    /// The device a read goes to now.
+    fn read_from(&self) -> &MemberRef;
+    /// The devices a write at `offset` goes to now: the one whose result
+    /// is the write's, and the one written alongside, if any, whose error
+    /// goes to `second_failed`.
+    fn write_to(&self, offset: u64) -> (&MemberRef, Option<&MemberRef>);
+    /// The device written alongside failed a write (`e`): `Ok` where that
+    /// only drops it and the write stands on the first, `Err` where its
+    /// errors are the write's by now.
+    fn second_failed(&self, e: io::Error) -> io::Result<()>;
 }
 
 /// Waits for a flush `Member::begin_flush` started, and says how it went.

@@ -73,7 +73,10 @@ pub(super) fn ud(key: usize, sub: usize) -> u64 {
 /// memory counts: it may wait for a page to be reclaimed or swapped in,
 /// never for a device's queue).
 pub(super) fn non_blocking(m: &dyn Member) -> bool {
-    on_ring(m) || m.timed() || m.in_memory()
+    match m.pair() {
+        Some(p) => super::pair::pair_non_blocking(p),
+        None => on_ring(m) || m.timed() || m.in_memory(),
+    }
 }
 
 pub(super) struct Shard {
@@ -362,7 +365,8 @@ impl Shard {
     /// Starts a member I/O for the request whose I/O `ud` it is: on the
     /// ring when the member is on it, in place on a member in memory, as a
     /// timed I/O otherwise (one done in place, or that fails as it
-    /// starts, is handled at the next reap, as completions are).
+    /// starts, is handled at the next reap, as completions are); on a
+    /// pair of devices, on each device's own way (`pair.rs`).
     ///
     /// # Safety
     /// `ptr` and `len` are a buffer of that request, heap memory that
@@ -378,6 +382,10 @@ impl Shard {
         len: usize,
         at: u64,
     ) {
+        if let Some(p) = m.pair() {
+            // SAFETY: the caller's promise.
+            return unsafe { self.start_pair_io(ud, m, p, write, ptr, len, at) };
+        }
         if on_ring(m.as_ref()) {
             let fd = types::Fd(m.uring_fd().expect("checked"));
             let e = if write {
@@ -451,12 +459,13 @@ impl Shard {
 
     /// Member I/O `ud` completed: `res` as a ring's (bytes moved or
     /// -errno), or None for a timed I/O that moved all its bytes.
-    fn complete(&mut self, ud: u64, res: Option<i32>) {
+    pub(super) fn complete(&mut self, ud: u64, res: Option<i32>) {
         let k = (ud >> SUB_BITS) as usize;
         let sub = (ud & ((1 << SUB_BITS) - 1)) as usize;
         match &self.slab[k] {
             Some(Op::Read(_)) => self.read_io_done(k, sub, res),
             Some(Op::Write(_)) => self.write_io_done(k, sub, res),
+            Some(Op::Pair(_)) => self.pair_io_done(k, sub, res),
             None => tracing::error!("shard: a completion for no request ({ud:#x})"),
         }
     }

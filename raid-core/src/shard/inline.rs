@@ -51,14 +51,15 @@ impl Engine {
         {
             return Err((buf, done));
         }
+        let handles = crate::member::read_devices(plan.handles);
         let started = Started::now();
         for p in &plan.pieces {
-            let m: &dyn Member = plan.handles[p.slot].as_ref();
+            let m: &dyn Member = handles[p.slot].as_ref();
             let t = Started::now();
             let r = m.read_at(&mut buf[p.pos..p.pos + p.len], p.at);
             count_took(m, true, p.len, t.took(), r.is_ok());
             if let Err(e) = r {
-                let failed = Some((p.slot, plan.handles[p.slot].clone(), e));
+                let failed = Some((p.slot, handles[p.slot].clone(), e));
                 let job = ReadJob { offset, buf, done };
                 self.blocking(Fallback::Read { job, failed });
                 return Ok(());

@@ -42,6 +42,9 @@
 //! member may wait for writers in flight, which the shards must go on
 //! serving).
 //!
+//! A slot being hot-replaced holds a pair of devices: the shards run its
+//! reads on the old device and its writes on both at once (`pair.rs`).
+//!
 //! Rebuild and scrub still run on the blocking engine; the stripe lock
 //! table keeps both engines' writers and them apart (a shard takes a
 //! lock only if its slot in the table is free; held by another thread,
@@ -51,6 +54,7 @@ mod event_loop;
 mod inline;
 mod merge;
 mod ops;
+mod pair;
 mod read;
 mod stepped;
 mod write;
@@ -98,8 +102,8 @@ const FALLBACK_THREADS: usize = 8;
 /// a network member), each thread waits for a member's latency with one
 /// request, so the pool is the array's queue depth
 /// (`threads_waiting_on_devices`). Chosen at start: a hot replace's pair
-/// of devices, which takes neither, is served by the pool the engine
-/// started with while its copy runs.
+/// of devices is served by the shards where both of its devices can be
+/// (`pair.rs`), and otherwise by the pool the engine started with.
 fn fallback_threads(array: &Array, shards: usize) -> usize {
     if shards > 0 && array.every_member(event_loop::non_blocking) {
         return FALLBACK_THREADS;

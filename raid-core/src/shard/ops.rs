@@ -15,6 +15,9 @@ use std::sync::Arc;
 pub(super) enum Op {
     Read(Box<ReadOp>),
     Write(Box<WriteOp>),
+    /// A write to both devices of a pair (`pair.rs`), for an I/O of
+    /// another request.
+    Pair(Box<super::pair::PairOp>),
 }
 
 /// A read in flight on a shard.

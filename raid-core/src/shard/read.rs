@@ -40,7 +40,7 @@ impl Shard {
         let op = ReadOp {
             job,
             degraded,
-            handles: plan.handles,
+            handles: crate::member::read_devices(plan.handles),
             pieces: plan.pieces,
             moved: vec![0; n],
             left: n,

@@ -26,7 +26,11 @@
 //! shard (`raid_core::shard::Stepped`, the engine's own shard run by this
 //! thread): the simulation completes each member I/O in an order the seed
 //! chooses, and a disk may vanish or go bad, or the power go, between any
-//! two of them (`simulation/shards.rs`).
+//! two of them (`simulation/shards.rs`). In three of those lives in four
+//! the journal's committer is not a thread but a step the round runs when
+//! the seed says (`Array::step_journal_commits`): the shard's degraded
+//! writes queue their records for groups, whose writes and flushes the
+//! power may cut anywhere.
 //!
 //! `SIM_SEEDS=N` seeds (10,000 by default, for each kind of life; CI runs
 //! them), `SIM_FIRST=K` to start elsewhere, `RAID_SOAK=1` for 200,000. A
@@ -517,6 +521,7 @@ impl World {
         let asm = Array::assemble(refs)
             .unwrap_or_else(|e| panic!("seed {}: no start after a power cut: {e}", self.seed));
         small_journal(self.seed, &asm.array);
+        stepped_groups(self.seed, self.timeline.is_some(), &asm.array);
         self.array = Some(Arc::new(asm.array));
         trace!(
             self,
@@ -624,6 +629,7 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
     )
     .unwrap();
     small_journal(seed, &array);
+    stepped_groups(seed, on_shard, &array);
     let blocks = (array.capacity() as usize) / BLOCK;
     let mut w = World {
         seed,
@@ -693,6 +699,19 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
 fn small_journal(seed: u64, a: &Array) {
     if seed % 5 == 4 {
         a.limit_journal_ring(48 * 1024);
+    }
+}
+
+/// Three lives on a shard in four have the journal's group commit played
+/// by the seed: the shard's degraded writes queue their records for a
+/// group, led when the round chooses (`commit_journal_step`, the
+/// committer's work on this thread) or by a blocking writer that comes
+/// first. The fourth keeps them on the blocking path, each record written
+/// alone (what members whose flushes wait for nothing get). By the seed
+/// alone, so no life's draws change for it.
+fn stepped_groups(seed: u64, on_shard: bool, a: &Array) {
+    if on_shard && seed % 4 != 3 {
+        a.step_journal_commits();
     }
 }
 
@@ -773,12 +792,12 @@ fn lives(on_shard: bool) {
     // A run of many lives that served none of these on the shard tested
     // nothing of it (a few lives may well not).
     if on_shard && failed.is_empty() && seeds().end - seeds().start >= 1000 {
-        let [reads, writes, reads_b, writes_b, degraded, merged, erred] =
+        let [reads, writes, reads_b, writes_b, degraded, merged, erred, groups] =
             shards::SERVED.each_ref().map(|n| n.load(Ordering::Relaxed));
-        eprintln!("served on the shard: {reads} reads ({degraded} degraded), {writes} writes ({merged} more merged into them, {erred} ended by a member's error); on the blocking path: {reads_b} reads, {writes_b} writes");
+        eprintln!("served on the shard: {reads} reads ({degraded} degraded), {writes} writes ({merged} more merged into them, {erred} ended by a member's error); on the blocking path: {reads_b} reads, {writes_b} writes; journal groups led by the committer's step: {groups}");
         assert!(
-            reads > 0 && writes > 0 && degraded > 0 && merged > 0 && erred > 0,
-            "the shard served no read, no degraded read, no write, no merged write or no write a member failed"
+            reads > 0 && writes > 0 && degraded > 0 && merged > 0 && erred > 0 && groups > 0,
+            "the shard served no read, no degraded read, no write, no merged write or no write a member failed, or no journal group was led"
         );
     }
     if let Some((seed, msg)) = failed.first() {

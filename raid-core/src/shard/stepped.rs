@@ -88,6 +88,29 @@ impl Stepped {
         self.fallback.len() + self.finisher.len()
     }
 
+    /// Writes whose member writes erred, handed to the blocking path to
+    /// be ended and not yet run (`blocking_queued` counts them too).
+    pub fn finishing_queued(&self) -> usize {
+        self.finisher.len()
+    }
+
+    /// Runs one write whose member writes erred (failing the member, then
+    /// ending the write), if there is one: it waits for no stripe lock
+    /// (it holds its own) and no journaled write, only for writes without
+    /// a record whose member I/O is in flight. So, unlike `run_blocking`,
+    /// it may run while the shard is busy with writes waiting for the
+    /// journal (for its group, or for room in its ring that only this
+    /// write's end can free), as long as no member I/O is in flight.
+    pub fn run_finishing(&mut self) -> bool {
+        match self.finisher.try_recv() {
+            Ok(f) => {
+                blocking_work(&self.array, f);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Runs one request the shard handed to the blocking path on this
     /// thread, writes whose member writes erred first (a blocking write
     /// may wait for the stripe lock one of them holds); false if there was

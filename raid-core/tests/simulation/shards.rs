@@ -2,9 +2,13 @@
 //! engine's own shard (`raid_core::shard::Stepped`), its loop turned by
 //! this thread after each event the seed chooses: a request given, a
 //! member I/O completed (in any order), a disk vanishing or going bad
-//! between two completions. What the shard hands to the blocking path
-//! runs here too, once nothing is in flight on the shard (it may wait for
-//! a stripe lock or for writers in flight, which only this thread moves).
+//! between two completions, the journal's committer leading a group of
+//! the shard's records (where the life steps it). What the shard hands to
+//! the blocking path runs here too, once nothing is in flight on the shard
+//! (it may wait for a stripe lock or for writers in flight, which only
+//! this thread moves); a write whose member write erred is ended as soon
+//! as no member I/O is in flight, since a write waiting on the shard for
+//! room in the journal may need its end.
 //!
 //! Invariants, on top of the life's: a read returns, block by block, the
 //! last acknowledged write or one in flight during the read; a write is
@@ -25,7 +29,9 @@ use std::sync::{Arc, Mutex};
 
 /// Reads and writes the shards served themselves, over every life of
 /// the run: a run in which they served none tested nothing of them.
-pub(super) static SERVED: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+/// The last: journal groups the committer's step led
+/// (`commit_journal_step`).
+pub(super) static SERVED: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
 
 /// Answers the round's clients heard, by request, in the order answered.
 type Heard = Arc<Mutex<Vec<(usize, Result<AlignedBuf, ArrayError>)>>>;
@@ -62,14 +68,18 @@ impl World {
             .map(|n| n.load(Ordering::Relaxed))
         };
         let before = served(self);
-        self.play_round();
+        let groups = self.play_round();
         for (i, n) in served(self).into_iter().enumerate() {
             SERVED[i].fetch_add(n - before[i], Ordering::Relaxed);
         }
+        SERVED[7].fetch_add(groups, Ordering::Relaxed);
     }
 
-    fn play_round(&mut self) {
+    /// Plays the round; returns the journal groups the committer's step
+    /// led in it.
+    fn play_round(&mut self) -> u64 {
         let tl = self.timeline.clone().expect("a life on a shard");
+        let mut groups = 0;
         let heard: Heard = Default::default();
         let mut asked: BTreeMap<usize, Asked> = BTreeMap::new();
         let n = self.rng.gen_range(1..=16);
@@ -93,12 +103,24 @@ impl World {
                         }
                     }
                 }
-                return;
+                return groups;
             }
             let st = self.stepped.as_mut().expect("made above");
             let (pending, busy, queued) = (tl.pending(), st.busy(), st.blocking_queued());
+            let finishing = st.finishing_queued();
+            // Records of the shard's degraded writes wait for a leader (or
+            // the journal's ring for freeing): the committer's step runs
+            // at a moment the seed picks among the member I/Os, or when
+            // nothing else can move.
+            let due = self.a().journal_commit_due();
             let r = self.rng.gen_range(0..100);
-            if given < n && (r < 35 || (pending == 0 && queued == 0)) {
+            if due && ((35..50).contains(&r) || pending == 0) {
+                trace!(
+                    self,
+                    "  the journal's committer: leads a group, frees the ring"
+                );
+                groups += self.a().commit_journal_step() as u64;
+            } else if given < n && (r < 35 || (pending == 0 && queued == 0)) {
                 self.give(given, &heard, &mut asked);
                 given += 1;
                 if self.rng.gen_bool(0.5) {
@@ -121,6 +143,12 @@ impl World {
             } else if queued > 0 && !busy {
                 trace!(self, "  a request on the blocking path");
                 self.stepped.as_mut().expect("made above").run_blocking();
+            } else if pending == 0 && finishing > 0 {
+                // The shard waits for the journal (room in its ring that
+                // this write's end frees): as the engine's finishing
+                // thread would, without waiting for the shard.
+                trace!(self, "  a write whose member write erred ends");
+                self.stepped.as_mut().expect("made above").run_finishing();
             } else if unturned {
                 // Nothing else to do: the shard takes what waits.
             } else {
@@ -135,7 +163,7 @@ impl World {
                     self.seed,
                     asked.keys().collect::<Vec<_>>()
                 );
-                return;
+                return groups;
             }
             self.stepped.as_mut().expect("made above").turn();
             unturned = false;
@@ -279,7 +307,10 @@ impl World {
             .disks
             .iter()
             .any(|d| members.contains(&d.name) && d.st.lock().unwrap().vanished);
-        !planned && !gone
+        // A flush settles the journal, which waits for every record's
+        // in-place writes: here only this thread moves them.
+        let records = self.a().journal_records_in_flight();
+        !planned && !gone && records == 0
     }
 
     /// With member I/O in flight, an active member's disk vanishes or a

@@ -77,11 +77,20 @@ struct Group {
 #[derive(Default)]
 pub(super) struct Committer {
     started: AtomicBool,
+    /// Run by its caller, not a thread (`Array::step_journal_commits`).
+    stepped: AtomicBool,
     /// Held while the thread is being started.
     starting: Mutex<()>,
     /// A group of records with callbacks may be waiting for a leader.
     due: Mutex<bool>,
     wake: Condvar,
+}
+
+impl Journal {
+    /// Whether the committer is run by its caller (`step_journal_commits`).
+    pub(super) fn committer_stepped(&self) -> bool {
+        self.committer.stepped.load(Ordering::Acquire)
+    }
 }
 
 impl Committer {
@@ -119,25 +128,81 @@ fn committer(array: Weak<Array>, c: Arc<Committer>) {
             *due = false;
         }
         let Some(a) = array.upgrade() else { return };
+        a.committer_work();
+    }
+}
+
+impl Array {
+    /// What the committer does each time it is called.
+    fn committer_work(&self) {
         // A panic here would leave the shards' records with no leader: it
-        // is logged, and the thread goes on.
+        // is logged, and the committer goes on.
         let worked = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let j = a.journal.as_ref().expect("started by the journal");
+            let j = self.journal.as_ref().expect("started by the journal");
             let mut st = j.state.lock();
             while !st.group.writing && !st.group.calls.is_empty() {
-                if a.lead_group(j, &mut st).is_err() {
-                    tracing::error!(array = %a.name, "degraded-write journal: writing a group panicked; its records were given up");
+                if self.lead_group(j, &mut st).is_err() {
+                    tracing::error!(array = %self.name, "degraded-write journal: writing a group panicked; its records were given up");
                 }
             }
             if st.wants_checkpoint() {
-                if let Err(e) = a.checkpoint(j, &mut st) {
-                    tracing::error!(array = %a.name, "degraded-write journal: freeing its ring failed: {e}");
+                if let Err(e) = self.checkpoint(j, &mut st) {
+                    tracing::error!(array = %self.name, "degraded-write journal: freeing its ring failed: {e}");
                 }
             }
         }));
         if worked.is_err() {
-            tracing::error!(array = %a.name, "degraded-write journal: its committer panicked; it goes on");
+            tracing::error!(array = %self.name, "degraded-write journal: its committer panicked; it goes on");
         }
+    }
+
+    /// For the deterministic simulation: the journal's committer is not a
+    /// thread but `commit_journal_step`, run by the caller when it
+    /// chooses, and a shard's degraded writes queue their records for
+    /// groups even where no member's flush waits (where each record would
+    /// otherwise be written alone, on the blocking path), so that groups
+    /// of shards' records, their leaders and a cut anywhere among their
+    /// writes are played in an order the seed picks. Call before any write.
+    #[doc(hidden)]
+    pub fn step_journal_commits(&self) {
+        if let Some(j) = &self.journal {
+            assert!(
+                !j.committer.started.load(Ordering::Acquire),
+                "before any record"
+            );
+            j.committer.stepped.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether the stepped committer (`step_journal_commits`) was called
+    /// for: records wait for a leader, or the ring's front for freeing.
+    #[doc(hidden)]
+    pub fn journal_commit_due(&self) -> bool {
+        self.journal
+            .as_ref()
+            .is_some_and(|j| *j.committer.due.lock())
+    }
+
+    /// Does the stepped committer's work, if it was called for; returns
+    /// whether it was.
+    #[doc(hidden)]
+    pub fn commit_journal_step(&self) -> bool {
+        let Some(j) = &self.journal else { return false };
+        if !std::mem::take(&mut *j.committer.due.lock()) {
+            return false;
+        }
+        self.committer_work();
+        true
+    }
+
+    /// Records whose writes are not all in place yet, or that wait for a
+    /// group: a flush (which settles the journal) waits for them, so a
+    /// caller that alone moves them (the simulation) must not flush now.
+    #[doc(hidden)]
+    pub fn journal_records_in_flight(&self) -> usize {
+        self.journal
+            .as_ref()
+            .map_or(0, |j| j.state.lock().in_flight)
     }
 }
 
@@ -170,6 +235,11 @@ impl Array {
         }
         let _one = j.committer.starting.lock();
         if j.committer.started.load(Ordering::Acquire) {
+            return true;
+        }
+        if j.committer.stepped.load(Ordering::Acquire) {
+            // Its caller leads the groups (`commit_journal_step`).
+            j.committer.started.store(true, Ordering::Release);
             return true;
         }
         let (a, c) = (Arc::downgrade(self), j.committer.clone());

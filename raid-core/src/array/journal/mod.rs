@@ -345,7 +345,7 @@ impl Array {
         let size = BLOCK + chunks.len() as u64 * width;
         if width == 0
             || chunks.len() > MAX_ENTRIES
-            || self.flushes_wait_for_nothing()
+            || (self.flushes_wait_for_nothing() && !j.committer_stepped())
             || !self.within_redundancy()
             || !self.start_committer(j)
         {

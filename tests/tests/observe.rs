@@ -263,8 +263,9 @@ fn metrics_pass_promtool_and_a_prometheus_server_reads_them() {
         0.0
     );
     // The NBD export's engine: each of the 128 writes served once, on a
-    // shard or the blocking threads, or merged into another; the reads
-    // too; nothing on shards where there are none.
+    // shard, in the reader's thread (members in memory) or on the blocking
+    // threads, or merged into another; the reads too; nothing on shards
+    // where there are none.
     let engine = |op: &str, path: &str| {
         get(
             "raidctl_engine_requests_total",
@@ -272,7 +273,7 @@ fn metrics_pass_promtool_and_a_prometheus_server_reads_them() {
         )
     };
     let merged = get("raidctl_engine_writes_merged_total", &[("array", "mx")]);
-    let writes = engine("write", "shard") + engine("write", "blocking");
+    let writes = engine("write", "shard") + engine("write", "inline") + engine("write", "blocking");
     assert_eq!(writes + merged, 128.0);
     let reads = engine("read", "shard") + engine("read", "inline") + engine("read", "blocking");
     assert!(reads >= 1.0);

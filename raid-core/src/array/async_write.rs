@@ -583,6 +583,18 @@ impl AsyncWrite {
         self.journal_due
     }
 
+    /// Whether the write was planned on a stripe with a chunk missing (it
+    /// will be journaled).
+    pub(crate) fn degraded(&self) -> bool {
+        matches!(
+            self.shape,
+            Shape::Stripe {
+                degraded: Some(_),
+                ..
+            }
+        )
+    }
+
     /// Queues the write's journal record (its new columns for every
     /// member written: a degraded stripe's) for the next group; `done` is
     /// called with whether it is durable, then `journaled` (or

@@ -224,11 +224,15 @@ impl Shard {
             // The lock goes with it to the finishing thread: the writes
             // waiting for it try again, and take the blocking path while
             // that thread holds it.
-            Next::Finish(results) => self.blocking.send(Fallback::Finish {
-                w: op.w,
-                results,
-                done: op.done,
-            }),
+            Next::Finish(results) => {
+                let counts = &self.blocking.counts;
+                counts.writes_on_shards.fetch_add(1, Ordering::Relaxed);
+                self.blocking.send(Fallback::Finish {
+                    w: op.w,
+                    results,
+                    done: op.done,
+                })
+            }
         }
         self.release(key);
     }

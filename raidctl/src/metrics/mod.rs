@@ -43,6 +43,8 @@ pub struct EngineSample {
     pub reads_inline: u64,
     pub reads_blocking: u64,
     pub writes_on_shards: u64,
+    /// Writes to members in memory run in the requester's thread.
+    pub writes_inline: u64,
     pub writes_blocking: u64,
     /// Writes merged into the write of another: a merged write counts once
     /// above, as the one request it was served as; client writes are the
@@ -62,6 +64,7 @@ impl EngineSample {
         self.reads_inline += n(&c.inline);
         self.reads_blocking += n(&c.blocking);
         self.writes_on_shards += n(&c.writes_on_shards);
+        self.writes_inline += n(&c.writes_inline);
         self.writes_blocking += n(&c.writes_blocking);
         self.writes_merged += n(&c.writes_merged);
         self.journal_waits += n(&c.journal_waits);
@@ -668,7 +671,7 @@ fn engine_families(e: &mut Exposition, s: &Sample) {
         let mut f = e.family(
             "raidctl_engine_requests_total",
             Kind::Counter,
-            "Reads and writes of the NBD exports by where they were served: shard (on a shard), inline (a read copied from members in memory in the requester's thread), blocking (handed to the blocking threads). Writes merged into another count once, as that one.",
+            "Reads and writes of the NBD exports by where they were served: shard (on a shard), inline (a read copied from, or a write copied to, members in memory in the requester's thread), blocking (handed to the blocking threads). Writes merged into another count once, as that one.",
         );
         for a in &s.arrays {
             let Some(g) = &a.engine else { continue };
@@ -677,6 +680,7 @@ fn engine_families(e: &mut Exposition, s: &Sample) {
                 ("read", "inline", g.reads_inline),
                 ("read", "blocking", g.reads_blocking),
                 ("write", "shard", g.writes_on_shards),
+                ("write", "inline", g.writes_inline),
                 ("write", "blocking", g.writes_blocking),
             ] {
                 f.sample(

@@ -35,6 +35,11 @@ fn drive(i: usize) -> SimNvme {
     support::array::sim_drive(format!("sim:w{i}"), DATA)
 }
 
+/// Simulated drives `sim:w0` to `sim:w{n-1}`.
+fn drives(n: usize) -> Vec<MemberRef> {
+    (0..n).map(|i| Arc::new(drive(i)) as MemberRef).collect()
+}
+
 /// A first write through the blocking engine (the array was clean: the
 /// shards leave marking it dirty to that path), and the model.
 fn start_model(a: &Array) -> Vec<u8> {
@@ -137,7 +142,7 @@ fn writes_on_file_members_and_simulated_drives() {
             let sub = base.join(format!("{level:?}-{kind}"));
             std::fs::create_dir_all(&sub).unwrap();
             let members = match kind {
-                "sim" => (0..n).map(|i| Arc::new(drive(i)) as MemberRef).collect(),
+                "sim" => drives(n),
                 _ => files(&sub, n),
             };
             let all_in_memory = members.iter().all(|m| m.in_memory());
@@ -190,7 +195,7 @@ fn shard_and_blocking_writers_share_stripes() {
         (Level::Raid6, "memory"),
     ] {
         let members: Vec<MemberRef> = match (kind, &mem) {
-            ("sim", _) => (0..6).map(|i| Arc::new(drive(i)) as MemberRef).collect(),
+            ("sim", _) => drives(6),
             (_, Some(m)) => {
                 let sub = m.join(format!("{level:?}"));
                 std::fs::create_dir_all(&sub).unwrap();
@@ -249,7 +254,7 @@ fn shard_and_blocking_writers_share_stripes() {
 #[test]
 fn sequential_writes_that_wait_for_a_stripe_merge() {
     for level in [Level::Raid5, Level::Raid6, Level::Raid10] {
-        let members: Vec<MemberRef> = (0..6).map(|i| Arc::new(drive(i)) as MemberRef).collect();
+        let members = drives(6);
         let a = array(level, members, "shard-merge");
         let model = start_model(&a);
         let e = Engine::start(a.clone(), 2).unwrap();
@@ -331,7 +336,7 @@ fn a_member_failing_under_shard_writes() {
 /// rebuilds and scrubs clean.
 #[test]
 fn degraded_shard_writes_wait_for_room_in_the_journal() {
-    let members: Vec<MemberRef> = (0..5).map(|i| Arc::new(drive(i)) as MemberRef).collect();
+    let members = drives(5);
     let a = array(Level::Raid5, members, "shard-room");
     let mut model = start_model(&a);
     a.fail_member(1, false).unwrap();
@@ -391,7 +396,7 @@ fn a_member_write_error_fails_the_member_and_the_write_stands() {
 #[test]
 fn hot_replace_and_rebuild_under_shard_writes() {
     use raid_core::array::{RebuildEnd, RebuildOptions};
-    let members: Vec<MemberRef> = (0..5).map(|i| Arc::new(drive(i)) as MemberRef).collect();
+    let members = drives(5);
     let a = array(Level::Raid5, members, "shard-churn");
     let mut model = start_model(&a);
     let e = Engine::start(a.clone(), 2).unwrap();
@@ -568,7 +573,7 @@ fn a_hot_replace_pair_is_served_on_the_shards() {
         (Level::Raid5, 5),
         (Level::Raid6, 6),
     ] {
-        let members: Vec<MemberRef> = (0..n).map(|i| Arc::new(drive(i)) as MemberRef).collect();
+        let members = drives(n);
         let a = array(level, members, "shard-pair");
         let mut model = start_model(&a);
         let e = Engine::start(a.clone(), 2).unwrap();
@@ -639,7 +644,7 @@ fn paced_copy(
 #[test]
 fn a_replacement_failing_under_shard_writes_is_dropped() {
     use raid_core::member::Faults;
-    let members: Vec<MemberRef> = (0..5).map(|i| Arc::new(drive(i)) as MemberRef).collect();
+    let members = drives(5);
     let a = array(Level::Raid5, members, "shard-pair-fail");
     let mut model = start_model(&a);
     let e = Engine::start(a.clone(), 2).unwrap();

@@ -79,7 +79,7 @@ impl Array {
         if len == 0 || self.check_range(offset, len).is_err() {
             return None;
         }
-        let handles = self.member_handles();
+        let handles = self.read_handles();
         let chunk = self.geo.chunk;
         let mut pieces = Vec::new();
         let mut pos = 0;
@@ -95,10 +95,15 @@ impl Array {
             });
             pos += n;
         }
-        Some(DirectRead {
-            handles: Arc::clone(&handles),
-            pieces,
-        })
+        Some(DirectRead { handles, pieces })
+    }
+
+    /// The member table for reads: a hot replace's pair as the device its
+    /// reads go to (`member::read_devices`), so that a read's error is
+    /// that device's, and fails the slot only while the slot still holds
+    /// it (reads take no lock across the hot replace's switch).
+    pub(super) fn read_handles(&self) -> Arc<Vec<MemberRef>> {
+        crate::member::read_devices(Arc::clone(&self.member_handles()))
     }
 
     /// Whether any member is in memory: only then may a read be copied in
@@ -185,7 +190,7 @@ impl Array {
     fn read_aligned(&self, offset: u64, buf: &mut [u8], t: Started) -> Result<()> {
         // Fast path: inside one chunk, straight to a readable member. The
         // handles first, readability after (see `read_places`).
-        let handles = self.member_handles();
+        let handles = self.read_handles();
         if let Some((slot, at)) = self.direct_target(offset, buf.len() as u64) {
             let r = handles[slot].read_at(buf, at);
             let len = buf.len();

@@ -187,7 +187,7 @@ impl Array {
     ) -> std::result::Result<(), ReadFailure> {
         use crate::member::{submit, IoOp, MemberIo};
         assert_eq!(bufs.len(), places.len(), "a buffer for each place");
-        let handles = self.member_handles();
+        let handles = self.read_handles();
         if places
             .iter()
             .any(|&(slot, off)| !self.readable(slot, (off - DATA_OFFSET) / self.geo.chunk))

@@ -42,7 +42,7 @@ impl Array {
         let pieces = self.chunk_pieces(offset, buf.len() as u64);
         let mut pending: Vec<usize> = (0..pieces.len()).collect();
         while !pending.is_empty() {
-            let handles = self.member_handles();
+            let handles = self.read_handles();
             let start = self.rr.fetch_add(1, Ordering::Relaxed);
             let mut plan = Vec::new();
             let mut load = vec![0usize; self.geo.members];

@@ -133,7 +133,7 @@ impl Array {
 
     pub(super) fn parity_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let pieces = self.pieces(offset, buf.len() as u64);
-        let handles = self.member_handles();
+        let handles = self.read_handles();
         let mut degraded: Vec<u64> = Vec::new();
         {
             let mut ios = Vec::new();

@@ -78,7 +78,7 @@ impl Engine {
         {
             return Err((buf, done));
         }
-        let handles = crate::member::read_devices(plan.handles);
+        let handles = plan.handles;
         let started = Started::now();
         for p in &plan.pieces {
             let m: &dyn Member = handles[p.slot].as_ref();

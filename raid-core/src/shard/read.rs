@@ -40,7 +40,7 @@ impl Shard {
         let op = ReadOp {
             job,
             degraded,
-            handles: crate::member::read_devices(plan.handles),
+            handles: plan.handles,
             pieces: plan.pieces,
             moved: vec![0; n],
             left: n,

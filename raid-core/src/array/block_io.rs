@@ -95,15 +95,16 @@ impl Array {
             });
             pos += n;
         }
-        Some(DirectRead { handles, pieces })
+        Some(DirectRead {
+            handles: Arc::clone(&handles),
+            pieces,
+        })
     }
 
-    /// The member table for reads: a hot replace's pair as the device its
-    /// reads go to (`member::read_devices`), so that a read's error is
-    /// that device's, and fails the slot only while the slot still holds
-    /// it (reads take no lock across the hot replace's switch).
-    pub(super) fn read_handles(&self) -> Arc<Vec<MemberRef>> {
-        crate::member::read_devices(Arc::clone(&self.member_handles()))
+    /// The member table reads are planned on (`member_io::Handles::reads`:
+    /// a hot replace's pair as the device its reads go to).
+    pub(super) fn read_handles(&self) -> arc_swap::Guard<Arc<Vec<MemberRef>>> {
+        self.handles.reads.load()
     }
 
     /// Whether any member is in memory: only then may a read be copied in

@@ -278,13 +278,11 @@ impl Array {
     /// Puts a member into a slot: control plane and data path together.
     pub(super) fn set_member(&self, slot: usize, m: MemberRef) {
         *self.slots[slot].member.write() = Some(m.clone());
-        let mut v: Vec<MemberRef> = self.handles.load().as_ref().clone();
-        v[slot] = m;
-        self.handles.store(Arc::new(v));
+        self.handles.put(slot, m);
     }
 
-    pub(super) fn handles_of(slots: &[Slot]) -> arc_swap::ArcSwap<Vec<MemberRef>> {
-        arc_swap::ArcSwap::from_pointee(
+    pub(super) fn handles_of(slots: &[Slot]) -> Handles {
+        let all: Arc<Vec<MemberRef>> = Arc::new(
             slots
                 .iter()
                 .map(|s| {
@@ -294,6 +292,40 @@ impl Array {
                         .unwrap_or_else(|| Arc::new(Absent) as MemberRef)
                 })
                 .collect(),
-        )
+        );
+        // No hot replace yet: the reads' table is the same.
+        Handles {
+            all: arc_swap::ArcSwap::new(all.clone()),
+            reads: arc_swap::ArcSwap::new(all),
+        }
+    }
+}
+
+/// The slots' members as vectors for the data path, swapped whole on the
+/// rare change (`Handles::put`), so the data path reads them without
+/// taking a lock or touching a shared counter.
+pub(super) struct Handles {
+    /// Every slot's member (a slot with none: `Absent`).
+    pub(super) all: arc_swap::ArcSwap<Vec<MemberRef>>,
+    /// The same, with a hot replace's pair as the device its reads go to:
+    /// reads are planned on it, so that a read's error is that device's
+    /// and fails the slot only while the slot still holds it (reads take
+    /// no lock across the hot replace's switch, after which the pair
+    /// names the new device). The pair reads its old device until the
+    /// switch, which puts the new device in the slot.
+    pub(super) reads: arc_swap::ArcSwap<Vec<MemberRef>>,
+}
+
+impl Handles {
+    /// Puts `m` in `slot` of both tables.
+    pub(super) fn put(&self, slot: usize, m: MemberRef) {
+        let read = m
+            .pair()
+            .map_or_else(|| m.clone(), |p| p.read_from().clone());
+        for (table, m) in [(&self.all, m), (&self.reads, read)] {
+            let mut v: Vec<MemberRef> = table.load().as_ref().clone();
+            v[slot] = m;
+            table.store(Arc::new(v));
+        }
     }
 }

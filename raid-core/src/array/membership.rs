@@ -443,9 +443,7 @@ impl Array {
             ));
         }
         *self.slots[slot].member.write() = None;
-        let mut v: Vec<MemberRef> = self.handles.load().as_ref().clone();
-        v[slot] = Arc::new(Absent);
-        self.handles.store(Arc::new(v));
+        self.handles.put(slot, Arc::new(Absent));
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.persist(&mut meta);
         Ok(Some(slot))

@@ -239,10 +239,8 @@ pub struct Array {
     ctime: u64,
     engine: Arc<dyn ParityEngine>,
     slots: Vec<Slot>,
-    /// The slots' members as one vector for the data path; see `set_member`.
-    /// Swapped whole on the rare change, so the data path reads it without
-    /// taking a lock or touching a shared counter.
-    handles: arc_swap::ArcSwap<Vec<MemberRef>>,
+    /// The slots' members for the data path; see `set_member`.
+    handles: member_io::Handles,
     locks: StripeLocks,
     /// The membership lock (see `membership`): every change of who is in
     /// the array, and every metadata write, happens under it.
@@ -538,7 +536,7 @@ impl Array {
 
     /// The members by slot, for the data path (missing ones stand in).
     fn member_handles(&self) -> arc_swap::Guard<Arc<Vec<MemberRef>>> {
-        self.handles.load()
+        self.handles.all.load()
     }
 
     /// The slots whose member is not failed: those a flush or a journal

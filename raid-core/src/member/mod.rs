@@ -179,23 +179,6 @@ pub trait Member: Send + Sync {
     }
 }
 
-/// `handles` with each pair of devices (`Member::pair`) replaced by the
-/// device its reads go to now, for reads planned on them (the array's
-/// `read_handles`): an error of such a read is then the device's, and
-/// fails the slot only while the slot still holds it (`fail_slot_if`), not
-/// the replacement that took the slot meanwhile (reads hold no lock
-/// across a hot replace's switch).
-pub(crate) fn read_devices(handles: Arc<Vec<MemberRef>>) -> Arc<Vec<MemberRef>> {
-    if handles.iter().all(|m| m.pair().is_none()) {
-        return handles;
-    }
-    let one = |m: &MemberRef| {
-        m.pair()
-            .map_or_else(|| m.clone(), |p| p.read_from().clone())
-    };
-    Arc::new(handles.iter().map(one).collect())
-}
-
 /// Where the I/O of a member made of two devices goes (`Member::pair`).
 /// Its own `read_at`/`write_at` follow the same rules one I/O at a time.
 pub trait Pair: Send + Sync {

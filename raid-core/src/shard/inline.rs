@@ -131,8 +131,8 @@ impl Engine {
             let results = (0..w.ios().len())
                 .map(|i| {
                     let io = w.ios()[i];
-                    let m = w.handles()[io.slot].clone();
                     let (ptr, len) = w.io_buf(i);
+                    let m = &w.handles()[io.slot];
                     let started = Started::now();
                     // SAFETY: `io_buf` is a buffer of `w` (its own, or its
                     // request's data), alive and unmoved while `w` is, and

@@ -18,11 +18,10 @@ pub(super) struct PairOp {
     parent: u64,
     /// Bytes each half was asked to move.
     len: usize,
-    /// The pair (its rule for the second device's error), and its two
-    /// devices as the write started: held, so their fds stay open while
-    /// the halves are in flight.
+    /// The pair: its rule for the second device's error, and its two
+    /// devices, which it holds (their fds stay open while the halves are
+    /// in flight).
     pair: MemberRef,
-    halves: [MemberRef; 2],
     /// Each half's result, once in (as `Shard::complete` takes them).
     results: [Option<Option<i32>>; 2],
 }
@@ -52,32 +51,29 @@ impl Shard {
         at: u64,
     ) {
         if !write {
-            let from = p.read_from().clone();
-            // SAFETY: the caller's promise; `from` is held by the pair,
-            // which the request holds.
-            return unsafe { self.start_io(ud_, &from, false, ptr, len, at) };
+            // SAFETY: the caller's promise; the device is held by the
+            // pair, which the request holds.
+            return unsafe { self.start_io(ud_, p.read_from(), false, ptr, len, at) };
         }
         let (first, second) = p.write_to(at);
-        let first = first.clone();
-        let Some(second) = second.cloned() else {
+        let Some(second) = second else {
             // SAFETY: as above.
-            return unsafe { self.start_io(ud_, &first, true, ptr, len, at) };
+            return unsafe { self.start_io(ud_, first, true, ptr, len, at) };
         };
         let op = PairOp {
             parent: ud_,
             len,
             pair: m.clone(),
-            halves: [first.clone(), second.clone()],
             results: [None, None],
         };
         let k = self.key(Op::Pair(Box::new(op)));
         // SAFETY: the caller's promise for both halves: the same bytes,
-        // only read by both; each half's device is held by the pair's
-        // entry in the slab, which stays there until both have completed,
+        // only read by both; each half's device is held by the pair, which
+        // the pair's entry in the slab holds until both have completed,
         // and the request's I/O completes (its buffer may go) only then.
         unsafe {
-            self.start_io(ud(k, 0), &first, true, ptr, len, at);
-            self.start_io(ud(k, 1), &second, true, ptr, len, at);
+            self.start_io(ud(k, 0), first, true, ptr, len, at);
+            self.start_io(ud(k, 1), second, true, ptr, len, at);
         }
     }
 
@@ -97,7 +93,6 @@ impl Shard {
         let [first, second] = op.results.map(|r| r.expect("both in"));
         let p = op.pair.pair().expect("a pair member");
         let res = joined(op.len, first, second, p);
-        drop(op.halves);
         self.complete(op.parent, res);
     }
 }

@@ -102,13 +102,8 @@ impl Stepped {
     /// journal (for its group, or for room in its ring that only this
     /// write's end can free), as long as no member I/O is in flight.
     pub fn run_finishing(&mut self) -> bool {
-        match self.finisher.try_recv() {
-            Ok(f) => {
-                blocking_work(&self.array, f);
-                true
-            }
-            Err(_) => false,
-        }
+        let f = self.finisher.try_recv().ok();
+        self.run(f)
     }
 
     /// Runs one request the shard handed to the blocking path on this
@@ -117,16 +112,16 @@ impl Stepped {
     /// none. It may wait for a stripe lock or for writers in flight: call
     /// it when the shard is not busy.
     pub fn run_blocking(&mut self) -> bool {
-        match self
+        let f = self
             .finisher
             .try_recv()
-            .or_else(|_| self.fallback.try_recv())
-        {
-            Ok(f) => {
-                blocking_work(&self.array, f);
-                true
-            }
-            Err(_) => false,
-        }
+            .or_else(|_| self.fallback.try_recv());
+        self.run(f.ok())
+    }
+
+    /// Runs `f` on this thread, as the engine's blocking threads would;
+    /// whether there was one.
+    fn run(&self, f: Option<Fallback>) -> bool {
+        f.map(|f| blocking_work(&self.array, f)).is_some()
     }
 }

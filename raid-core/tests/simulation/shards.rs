@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex};
 
 /// Reads and writes the shards served themselves, over every life of
 /// the run: a run in which they served none tested nothing of them.
-/// The last: journal groups the committer's step led
-/// (`commit_journal_step`).
+/// The last: the journal committer's steps that found work
+/// (`commit_journal_step`: groups to lead, a ring to free).
 pub(super) static SERVED: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
 
 /// Answers the round's clients heard, by request, in the order answered.
@@ -68,18 +68,14 @@ impl World {
             .map(|n| n.load(Ordering::Relaxed))
         };
         let before = served(self);
-        let groups = self.play_round();
+        self.play_round();
         for (i, n) in served(self).into_iter().enumerate() {
             SERVED[i].fetch_add(n - before[i], Ordering::Relaxed);
         }
-        SERVED[7].fetch_add(groups, Ordering::Relaxed);
     }
 
-    /// Plays the round; returns the journal groups the committer's step
-    /// led in it.
-    fn play_round(&mut self) -> u64 {
+    fn play_round(&mut self) {
         let tl = self.timeline.clone().expect("a life on a shard");
-        let mut groups = 0;
         let heard: Heard = Default::default();
         let mut asked: BTreeMap<usize, Asked> = BTreeMap::new();
         let n = self.rng.gen_range(1..=16);
@@ -103,7 +99,7 @@ impl World {
                         }
                     }
                 }
-                return groups;
+                return;
             }
             let st = self.stepped.as_mut().expect("made above");
             let (pending, busy, queued) = (tl.pending(), st.busy(), st.blocking_queued());
@@ -119,7 +115,9 @@ impl World {
                     self,
                     "  the journal's committer: leads a group, frees the ring"
                 );
-                groups += self.a().commit_journal_step() as u64;
+                if self.a().commit_journal_step() {
+                    SERVED[7].fetch_add(1, Ordering::Relaxed);
+                }
             } else if given < n && (r < 35 || (pending == 0 && queued == 0)) {
                 self.give(given, &heard, &mut asked);
                 given += 1;
@@ -163,7 +161,7 @@ impl World {
                     self.seed,
                     asked.keys().collect::<Vec<_>>()
                 );
-                return groups;
+                return;
             }
             self.stepped.as_mut().expect("made above").turn();
             unturned = false;

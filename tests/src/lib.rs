@@ -250,6 +250,24 @@ pub fn make_executable(p: &Path) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// Whether `p` is on tmpfs or ramfs, where the daemon treats members as
+/// copies in memory.
+pub fn on_memory_fs(p: &Path) -> bool {
+    const TMPFS_MAGIC: u32 = 0x0102_1994;
+    const RAMFS_MAGIC: u32 = 0x8584_58f6;
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs is plain old data, filled by the kernel.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a pointer to a live statfs.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    // f_type's width differs between targets; the magic numbers are 32-bit.
+    matches!(st.f_type as u32, TMPFS_MAGIC | RAMFS_MAGIC)
+}
+
 /// Fails the test, naming the fix, when `tool` is not installed.
 pub fn need(tool: &str) {
     let found = Command::new("sh")

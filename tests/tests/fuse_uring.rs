@@ -71,6 +71,15 @@ fn served_through_ring(log: &str) -> Option<u64> {
     log[..at].rsplit(' ').next()?.parse().ok()
 }
 
+/// "E entries in all, served by T threads", from the log at mount.
+fn ring_shape(log: &str) -> Option<(u64, u64)> {
+    let at = log.find(" entries in all, served by ")?;
+    let entries = log[..at].rsplit(' ').next()?.parse().ok()?;
+    let rest = &log[at + " entries in all, served by ".len()..];
+    let threads = rest.split(' ').next()?.parse().ok()?;
+    Some((entries, threads))
+}
+
 #[test]
 fn the_mounted_array_over_fuse_io_uring() {
     for t in ["losetup", "fio", "mkfs.ext4", "mount"] {
@@ -80,7 +89,31 @@ fn the_mounted_array_over_fuse_io_uring() {
         println!("skipped: no {PARAM} to switch on (kernel before 6.14, or not root)");
         return;
     };
+    // Members in a folder of the test machine's temporary directory: on a
+    // disk each entry has its own thread; in memory a thread serves
+    // several entries, answering in batches.
     let w = World::new("fuse-uring");
+    served_through_the_ring(w, &|entries, threads| {
+        let on_disk = !raid_e2e::on_memory_fs(&std::env::temp_dir());
+        assert!(
+            !on_disk || entries == threads,
+            "{entries} entries, {threads} threads"
+        );
+    });
+    match World::in_memory("fuse-uring-mem") {
+        Some(w) => served_through_the_ring(w, &|entries, threads| {
+            assert!(entries > threads, "{entries} entries, {threads} threads");
+        }),
+        None => println!("skipped the members in memory: no /dev/shm"),
+    }
+    served_through_dev_fuse();
+}
+
+/// A RAID5 in `w` mounted over the ring: fio's verified writes at depth
+/// through the loop device, partial blocks into the FUSE file, ext4
+/// through a member failure; `shape` checks the ring's entries and
+/// threads.
+fn served_through_the_ring(w: World, shape: &dyn Fn(u64, u64)) {
     let m = started(&w, "fu", &[("RAIDCTL_LOG", "info")]);
     let out = w.ok(&["mount", "fu", "--loop"]);
     let dev = out.lines().next().unwrap().trim().to_string();
@@ -89,6 +122,8 @@ fn the_mounted_array_over_fuse_io_uring() {
         log.contains("FUSE transport: io_uring"),
         "the ring is not used:\n{log}"
     );
+    let (entries, threads) = ring_shape(&log).unwrap_or_else(|| panic!("no ring shape:\n{log}"));
+    shape(entries, threads);
     // `status` says how the mount is served.
     let st = w.status_json("fu");
     let exports = st["exports"].to_string();
@@ -125,8 +160,10 @@ fn the_mounted_array_over_fuse_io_uring() {
     // No entry lost, no reply refused, no fallback on the way.
     assert!(!log.contains("FUSE ring:"), "{log}");
     w.ok(&["stop", "fu"]);
+}
 
-    // Asked not to use it: the threads reading /dev/fuse serve the mount.
+/// Asked not to use it: the threads reading /dev/fuse serve the mount.
+fn served_through_dev_fuse() {
     let w = World::new("fuse-uring-off");
     started(
         &w,

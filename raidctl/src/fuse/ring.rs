@@ -7,12 +7,19 @@
 //! shared between CPUs.
 //!
 //! The kernel serves ring *entries*, each a header buffer and a payload
-//! buffer. Here each entry has its own thread and its own small io_uring,
-//! because the array's API blocks a thread per request in flight: the
-//! entries of a queue are that queue's depth. The threads are not pinned
-//! to their queue's CPU (libfuse pins its one thread per queue): with a
-//! thread blocked per request, pinning cost 10-30% on every job of
-//! `scripts/bench-mount.sh` on 2 vCPUs.
+//! buffer; the entries of a queue are that queue's depth. A thread
+//! (`Worker`) serves its share of a queue's entries on its own io_uring:
+//! - where a member is a device, one entry, because the array's API
+//!   blocks a thread per request in flight;
+//! - where every member is in memory, several: a request is answered
+//!   without waiting, so the replies to all that one wake-up brought are
+//!   committed, and the next requests waited for, in one io_uring_enter
+//!   (a queue's entries are shared by a few threads: see
+//!   `RING_THREADS_IN_MEMORY`).
+//!
+//! The threads are not pinned to their queue's CPU (libfuse pins its one
+//! thread per queue): with a thread blocked per request, pinning cost
+//! 10-30% on every job of `scripts/bench-mount.sh` on 2 vCPUs.
 //!
 //! Order, set by the kernel (fs/fuse/dev_uring.c):
 //! - INIT is answered on `/dev/fuse`, asking for FUSE_OVER_IO_URING; only
@@ -26,10 +33,11 @@
 //!
 //! Buffers: the kernel copies into an entry's buffers only while a command
 //! of that entry is in flight, in the context of the thread that submitted
-//! it. A thread frees them only after reaping the completion of its one
-//! command (ENOTCONN at unmount, or an error), after which nothing in the
-//! kernel writes to them; if io_uring_enter keeps failing with a command
-//! in flight, the buffers are kept for good instead (`Entry::abandon`).
+//! it. A thread frees its entries' buffers only after reaping the
+//! completion of each one's last command (ENOTCONN at unmount, or an
+//! error), after which nothing in the kernel writes to them; if
+//! io_uring_enter keeps failing with commands in flight, the buffers are
+//! kept for good instead (`Worker::abandon`).
 //!
 //! An entry is not given up while the ring serves: a reply the kernel
 //! refuses is followed by a new registration, and a request whose handling
@@ -63,6 +71,7 @@ pub struct Gate {
     cv: Condvar,
     queues: usize,
     entries: usize,
+    threads: usize,
     /// Requests answered through the ring, said at unmount.
     served: AtomicU64,
 }
@@ -76,9 +85,11 @@ impl Gate {
             tracing::info!(
                 queues = self.queues,
                 entries = self.entries,
-                "FUSE transport: io_uring, {} queues (one per CPU), {} entries in all, each with its own thread; /dev/fuse threads answer the rest (INIT, FORGET, INTERRUPT)",
+                threads = self.threads,
+                "FUSE transport: io_uring, {} queues (one per CPU), {} entries in all, served by {} threads; /dev/fuse threads answer the rest (INIT, FORGET, INTERRUPT)",
                 self.queues,
-                self.entries
+                self.entries,
+                self.threads
             );
         } else if !offered {
             tracing::info!(
@@ -121,36 +132,45 @@ pub struct Ring {
 impl Ring {
     /// Makes `depth` entries for each online CPU's queue (one for a CPU
     /// that is possible but offline: the kernel needs every possible
-    /// CPU's queue filled before it uses any), each with its io_uring,
-    /// buffers and thread. Fails, with nothing left running, if any cannot
-    /// be made: the export then does not ask for io_uring.
-    pub fn prepare(fd: &File, fs: Arc<Fs>, depth: usize) -> io::Result<Ring> {
+    /// CPU's queue filled before it uses any), with their buffers, and
+    /// `threads_per_queue` threads sharing a queue's entries, each on its
+    /// own io_uring (`Worker`). Fails, with nothing left running, if any
+    /// cannot be made: the export then does not ask for io_uring.
+    pub fn prepare(
+        fd: &File,
+        fs: Arc<Fs>,
+        depth: usize,
+        threads_per_queue: usize,
+    ) -> io::Result<Ring> {
         let possible = cpus("possible").ok_or_else(|| io::Error::other("no CPU list in /sys"))?;
         let online = cpus("online").unwrap_or_else(|| possible.clone());
-        let mut entries = Vec::new();
+        let mut workers = Vec::new();
         for &q in &possible {
             let n = if online.contains(&q) { depth } else { 1 };
-            for _ in 0..n {
-                entries.push(Entry::new(fd, q as u16)?);
+            let t = threads_per_queue.clamp(1, n);
+            for k in 0..t {
+                let m = n / t + usize::from(k < n % t);
+                workers.push(Worker::new(fd, q as u16, m)?);
             }
         }
         let gate = Arc::new(Gate {
             state: Mutex::new(None),
             cv: Condvar::new(),
             queues: possible.len(),
-            entries: entries.len(),
+            entries: workers.iter().map(|w| w.entries.len()).sum(),
+            threads: workers.len(),
             served: AtomicU64::new(0),
         });
-        let threads = entries
+        let threads = workers
             .into_iter()
             .enumerate()
-            .map(|(i, e)| {
+            .map(|(i, w)| {
                 let (fs, gate) = (fs.clone(), gate.clone());
                 std::thread::Builder::new()
                     .name(format!("fuse-ring-{i}"))
                     .spawn(move || {
                         if gate.wait() {
-                            e.serve(&fs, &gate.served);
+                            w.serve(&fs, &gate.served);
                         }
                     })
             })
@@ -201,13 +221,25 @@ fn cpus(which: &str) -> Option<Vec<usize>> {
     (!v.is_empty()).then_some(v)
 }
 
-/// One ring entry: its queue, its io_uring, its buffers.
-struct Entry {
+/// One thread's share of a queue: its io_uring and the entries it serves.
+/// Where every member is in memory a request is answered without waiting,
+/// so one thread serves all of its queue's entries and answers in batches:
+/// the replies to what one wake-up brought are committed in one
+/// io_uring_enter, which also waits for the next requests. Where a member
+/// is a device, each entry has its own thread (the array's API blocks one
+/// per request in flight).
+struct Worker {
     qid: u16,
     uring: IoUring<squeue::Entry128>,
-    /// This entry's own descriptor on the connection (a dup), so the
+    /// This worker's own descriptor on the connection (a dup), so the
     /// session threads closing theirs cannot pull it from under it.
     fd: File,
+    entries: Vec<Entry>,
+}
+
+/// One ring entry: the buffers the kernel puts a request in and takes its
+/// reply from.
+struct Entry {
     header: AlignedBuf,
     payload: AlignedBuf,
     /// The two buffers, as REGISTER hands them to the kernel.
@@ -218,9 +250,22 @@ struct Entry {
 // entry owns and which move with it (their heap memory does not move).
 unsafe impl Send for Entry {}
 
+/// What an entry does next, once its command completed.
+enum Next {
+    /// Sends this command (REGISTER or COMMIT_AND_FETCH) under this id.
+    Send(u32, u64),
+    /// Registers again after a pause (the kernel has not taken INIT's
+    /// reply yet).
+    RegisterLater,
+    /// Registers with an empty payload buffer, which the kernel must
+    /// refuse, and then ends (`refuse_ring`).
+    Refuse,
+    /// Ends: the connection is gone, or the entry cannot serve.
+    End,
+}
+
 impl Entry {
-    fn new(fd: &File, qid: u16) -> io::Result<Entry> {
-        let uring = IoUring::<squeue::Entry128>::builder().build(2)?;
+    fn new() -> Entry {
         let mut header = AlignedBuf::new(4096);
         // The kernel wants room for its largest request: MAX_IO of data.
         let mut payload = AlignedBuf::new(MAX_IO as usize);
@@ -234,25 +279,35 @@ impl Entry {
                 iov_len: payload.len(),
             },
         ];
-        Ok(Entry {
-            qid,
-            uring,
-            fd: fd.try_clone()?,
+        Entry {
             header,
             payload,
             iov,
+        }
+    }
+}
+
+impl Worker {
+    fn new(fd: &File, qid: u16, entries: usize) -> io::Result<Worker> {
+        let uring = IoUring::<squeue::Entry128>::builder()
+            .build(entries.next_power_of_two().max(2) as u32)?;
+        Ok(Worker {
+            qid,
+            uring,
+            fd: fd.try_clone()?,
+            entries: (0..entries).map(|_| Entry::new()).collect(),
         })
     }
 
-    /// The SQE of a command: REGISTER (with the buffers) or
+    /// The SQE of entry `i`'s command: REGISTER (with the buffers) or
     /// COMMIT_AND_FETCH (the reply in the buffers, under `commit_id`).
-    fn sqe(&self, cmd: u32, commit_id: u64) -> squeue::Entry128 {
+    fn sqe(&self, i: usize, cmd: u32, commit_id: u64) -> squeue::Entry128 {
         let mut b = opcode::UringCmd80::new(types::Fd(self.fd.as_raw_fd()), cmd)
             .cmd(ring::cmd_req(commit_id, self.qid));
         if cmd == ring::CMD_REGISTER {
-            b = b.addr(Some(self.iov.as_ptr() as u64));
+            b = b.addr(Some(self.entries[i].iov.as_ptr() as u64));
         }
-        let sqe = b.build();
+        let sqe = b.build().user_data(i as u64);
         if cmd != ring::CMD_REGISTER {
             return sqe;
         }
@@ -270,117 +325,166 @@ impl Entry {
         }
     }
 
-    /// Submits one command and waits for its completion: its result.
-    /// None: io_uring_enter kept failing for `ENTER_PATIENCE`, and the
-    /// command may still be in flight: the caller must then never free
-    /// the buffers (`abandon`). A command the kernel took is otherwise
-    /// always waited for, so a thread never leaves it behind.
-    fn run(&mut self, cmd: u32, commit_id: u64) -> Option<i32> {
-        let sqe = self.sqe(cmd, commit_id);
-        // SAFETY: the buffers the command names (`iov`, `header`,
-        // `payload`) belong to this entry, and the entry is freed only
-        // after this command's completion was reaped, or never
-        // (`abandon`).
-        unsafe { self.uring.submission().push(&sqe) }.ok()?;
+    /// Submits what is queued and waits for at least one completion.
+    /// False: io_uring_enter kept failing for `ENTER_PATIENCE`, with
+    /// commands perhaps still in flight: the caller must then never free
+    /// the buffers (`abandon`).
+    fn enter(&mut self) -> bool {
         let began = Instant::now();
         loop {
             match self.uring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Ok(_) => return true,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => return true,
                 Err(e) => {
                     if began.elapsed() > ENTER_PATIENCE {
                         tracing::error!(queue = self.qid, "FUSE ring: io_uring_enter: {e}");
-                        return None;
+                        return false;
                     }
                     std::thread::sleep(Duration::from_millis(1));
                 }
             }
-            if let Some(c) = self.uring.completion().next() {
-                return Some(c.result());
-            }
         }
     }
 
-    /// Gives the entry up with a command perhaps still in flight: its
+    /// Gives the worker up with commands perhaps still in flight: its
     /// buffers stay allocated for good, so the kernel never writes into
     /// freed memory.
     fn abandon(self) {
         tracing::error!(
             queue = self.qid,
-            "FUSE ring: an entry is abandoned with its buffers ({} KiB kept)",
-            (self.payload.len() + self.header.len()) >> 10
+            "FUSE ring: {} entries are abandoned with their buffers ({} KiB kept)",
+            self.entries.len(),
+            self.entries
+                .iter()
+                .map(|e| e.payload.len() + e.header.len())
+                .sum::<usize>()
+                >> 10
         );
         std::mem::forget(self);
     }
 
-    /// Makes the kernel give up the ring for this connection: a
-    /// registration it must refuse (a payload buffer too small) puts the
-    /// connection back on `/dev/fuse` and wakes the requests held for the
-    /// ring. For an entry that cannot register: without it the ring would
-    /// never be ready and every request would wait.
-    fn refuse_ring(mut self) {
-        self.iov[1].iov_len = 0;
-        match self.run(ring::CMD_REGISTER, 0) {
-            Some(_) => {}
-            None => self.abandon(),
-        }
-    }
-
-    /// Registers, then serves requests until the connection ends.
+    /// Registers every entry, then serves requests until the connection
+    /// ends. Each entry has at most one command in flight; a command the
+    /// kernel took is always reaped before the worker (and the buffers it
+    /// names) is freed, unless the worker is abandoned.
     fn serve(mut self, fs: &Fs, served: &AtomicU64) {
         let began = Instant::now();
-        let mut cmd = ring::CMD_REGISTER;
-        let mut commit_id = 0;
+        let n = self.entries.len();
+        let mut next: Vec<Next> = (0..n).map(|_| Next::Send(ring::CMD_REGISTER, 0)).collect();
+        // The command each entry has in flight.
+        let mut sent: Vec<Option<(u32, u64)>> = vec![None; n];
+        let mut reaped = Vec::with_capacity(n);
         loop {
-            let Some(r) = self.run(cmd, commit_id) else {
-                return self.abandon();
-            };
-            match -r {
-                0 => {}
-                libc::EAGAIN | libc::EINTR if cmd == ring::CMD_REGISTER => {
-                    if began.elapsed() < REGISTER_PATIENCE {
-                        // INIT's reply not taken yet.
-                        std::thread::sleep(Duration::from_millis(1));
-                        continue;
-                    }
-                    tracing::warn!(
-                        queue = self.qid,
-                        "FUSE ring: cannot register; sending the connection back to /dev/fuse"
-                    );
-                    return self.refuse_ring();
-                }
-                libc::EINTR | libc::EAGAIN => continue,
-                // Unmounted, or the connection was ended.
-                libc::ENOTCONN | libc::ECONNABORTED | libc::ENODEV => return,
-                e if cmd == ring::CMD_REGISTER => {
-                    tracing::warn!(
-                        queue = self.qid,
-                        "FUSE ring: the kernel refused to register a ring entry ({}); if the ring was not complete yet, /dev/fuse serves the connection",
-                        io::Error::from_raw_os_error(e)
-                    );
-                    return;
-                }
-                e => {
-                    // The entry is still needed: a queue with none left
-                    // would hold its CPU's requests for good.
-                    tracing::warn!(
-                        queue = self.qid,
-                        "FUSE ring: the kernel refused a reply ({}); the entry registers again",
-                        io::Error::from_raw_os_error(e)
-                    );
-                    cmd = ring::CMD_REGISTER;
-                    continue;
-                }
+            if next.iter().any(|x| matches!(x, Next::RegisterLater)) {
+                // INIT's reply not taken yet.
+                std::thread::sleep(Duration::from_millis(1));
             }
-            commit_id = self.request(fs);
-            served.fetch_add(1, Ordering::Relaxed);
-            cmd = ring::CMD_COMMIT_AND_FETCH;
+            for i in 0..n {
+                let cmd = match std::mem::replace(&mut next[i], Next::End) {
+                    Next::Send(cmd, id) => (cmd, id),
+                    Next::RegisterLater => (ring::CMD_REGISTER, 0),
+                    Next::Refuse => {
+                        // A payload buffer too small: a registration the
+                        // kernel must refuse.
+                        self.entries[i].iov[1].iov_len = 0;
+                        (ring::CMD_REGISTER, 0)
+                    }
+                    Next::End => continue,
+                };
+                let sqe = self.sqe(i, cmd.0, cmd.1);
+                // SAFETY: the buffers the command names (`iov`, `header`,
+                // `payload` of entry i) belong to this worker, which is
+                // freed only after this command's completion was reaped,
+                // or never (`abandon`). The ring has room: it has at
+                // least as many entries as there are commands, one each.
+                unsafe { self.uring.submission().push(&sqe) }.expect("a slot per entry");
+                sent[i] = Some(cmd);
+            }
+            if sent.iter().all(Option::is_none) {
+                return;
+            }
+            if !self.enter() {
+                return self.abandon();
+            }
+            reaped.extend(
+                self.uring
+                    .completion()
+                    .map(|c| (c.user_data() as usize, c.result())),
+            );
+            for (i, r) in reaped.drain(..) {
+                let (cmd, id) = sent[i].take().expect("a command in flight");
+                next[i] = self.outcome(i, cmd, id, r, began, fs, served);
+            }
         }
     }
 
+    /// What entry `i` does after its command `cmd` (sent under
+    /// `commit_id`) completed with `r`; a request it brought is served.
+    #[allow(clippy::too_many_arguments)]
+    fn outcome(
+        &mut self,
+        i: usize,
+        cmd: u32,
+        commit_id: u64,
+        r: i32,
+        began: Instant,
+        fs: &Fs,
+        served: &AtomicU64,
+    ) -> Next {
+        if cmd == ring::CMD_REGISTER && self.entries[i].iov[1].iov_len == 0 {
+            // A refusal's registration: whatever the kernel said, done.
+            return Next::End;
+        }
+        match -r {
+            0 => {
+                let id = self.request(i, fs);
+                served.fetch_add(1, Ordering::Relaxed);
+                Next::Send(ring::CMD_COMMIT_AND_FETCH, id)
+            }
+            libc::EAGAIN | libc::EINTR if cmd == ring::CMD_REGISTER => {
+                if began.elapsed() < REGISTER_PATIENCE {
+                    return Next::RegisterLater;
+                }
+                tracing::warn!(
+                    queue = self.qid,
+                    "FUSE ring: cannot register; sending the connection back to /dev/fuse"
+                );
+                Next::Refuse
+            }
+            libc::EINTR | libc::EAGAIN => Next::Send(cmd, commit_id),
+            // Unmounted, or the connection was ended.
+            libc::ENOTCONN | libc::ECONNABORTED | libc::ENODEV => Next::End,
+            e if cmd == ring::CMD_REGISTER => {
+                tracing::warn!(
+                    queue = self.qid,
+                    "FUSE ring: the kernel refused to register a ring entry ({}); if the ring was not complete yet, /dev/fuse serves the connection",
+                    io::Error::from_raw_os_error(e)
+                );
+                Next::End
+            }
+            e => {
+                // The entry is still needed: a queue with none left
+                // would hold its CPU's requests for good.
+                tracing::warn!(
+                    queue = self.qid,
+                    "FUSE ring: the kernel refused a reply ({}); the entry registers again",
+                    io::Error::from_raw_os_error(e)
+                );
+                Next::Send(ring::CMD_REGISTER, 0)
+            }
+        }
+    }
+
+    /// Serves the request the kernel put in entry `i`'s buffers.
+    fn request(&mut self, i: usize, fs: &Fs) -> u64 {
+        self.entries[i].request(fs, self.qid)
+    }
+}
+
+impl Entry {
     /// Serves the request the kernel put in the buffers, leaving the reply
     /// there; returns the id to commit it under.
-    fn request(&mut self, fs: &Fs) -> u64 {
+    fn request(&mut self, fs: &Fs, qid: u16) -> u64 {
         let h = InHeader::fields(&self.header[ring::IN_OUT..]).expect("header buffer");
         let commit_id = ring::commit_id(&self.header).expect("header buffer");
         let len = ring::payload_sz(&self.header).expect("header buffer") as usize;
@@ -392,7 +496,7 @@ impl Entry {
         }));
         let reply = handled.unwrap_or_else(|_| {
             tracing::error!(
-                queue = self.qid,
+                queue = qid,
                 opcode = h.opcode,
                 "FUSE ring: a request's handling panicked; answered EIO"
             );

@@ -68,7 +68,8 @@ impl World {
         shm.is_dir().then(|| World::under(shm, tag))
     }
 
-    fn under(base: &Path, tag: &str) -> World {
+    /// A world whose folder is in `base`.
+    pub fn under(base: &Path, tag: &str) -> World {
         let dir = base.join(format!("raid-e2e-{tag}-{}-{}", std::process::id(), nanos()));
         std::fs::create_dir_all(&dir).unwrap();
         World {
@@ -248,6 +249,21 @@ pub fn free_port() -> u16 {
 pub fn make_executable(p: &Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Bytes free to an unprivileged writer on the filesystem of `p` (0 if it
+/// cannot be asked).
+pub fn free_bytes(p: &Path) -> u64 {
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
+        return 0;
+    };
+    // SAFETY: statvfs is plain old data, filled by the kernel.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a pointer to a live statvfs.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return 0;
+    }
+    st.f_bavail as u64 * st.f_frsize as u64
 }
 
 /// Whether `p` is on tmpfs or ramfs, where the daemon treats members as

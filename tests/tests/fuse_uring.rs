@@ -80,6 +80,22 @@ fn ring_shape(log: &str) -> Option<(u64, u64)> {
     Some((entries, threads))
 }
 
+/// "up to B per io_uring_enter", from the log at unmount: the most
+/// requests one wake-up brought a serving thread.
+fn largest_batch(log: &str) -> Option<u64> {
+    let at = log.find(" per io_uring_enter")?;
+    log[..at].rsplit(' ').next()?.parse().ok()
+}
+
+/// How the ring is expected to be served: a thread per entry (members on
+/// a disk), or threads answering several requests per wake-up (members in
+/// memory).
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    ThreadPerEntry,
+    Batched,
+}
+
 #[test]
 fn the_mounted_array_over_fuse_io_uring() {
     for t in ["losetup", "fio", "mkfs.ext4", "mount"] {
@@ -89,32 +105,37 @@ fn the_mounted_array_over_fuse_io_uring() {
         println!("skipped: no {PARAM} to switch on (kernel before 6.14, or not root)");
         return;
     };
-    // Members in a folder of the test machine's temporary directory: on a
-    // disk each entry has its own thread; in memory a thread serves
-    // several entries, answering in batches.
-    let w = World::new("fuse-uring");
-    served_through_the_ring(w, &|entries, threads| {
-        let on_disk = !raid_e2e::on_memory_fs(&std::env::temp_dir());
-        assert!(
-            !on_disk || entries == threads,
-            "{entries} entries, {threads} threads"
+    // Members on a disk (the build's own folder): a thread per entry.
+    let disk = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    if raid_e2e::on_memory_fs(disk) {
+        println!(
+            "skipped the members on a disk: {} is in memory",
+            disk.display()
         );
-    });
-    match World::in_memory("fuse-uring-mem") {
-        Some(w) => served_through_the_ring(w, &|entries, threads| {
-            assert!(entries > threads, "{entries} entries, {threads} threads");
-        }),
-        None => println!("skipped the members in memory: no /dev/shm"),
+    } else {
+        served_through_the_ring(World::under(disk, "fuse-uring"), Shape::ThreadPerEntry);
+    }
+    // Members in memory: threads answering in batches.
+    let shm = Path::new("/dev/shm");
+    if raid_e2e::free_bytes(shm) < 2 << 30 {
+        println!("skipped the members in memory: under 2 GiB free in /dev/shm");
+    } else {
+        let w = World::in_memory("fuse-uring-mem").expect("/dev/shm");
+        served_through_the_ring(w, Shape::Batched);
     }
     served_through_dev_fuse();
 }
 
 /// A RAID5 in `w` mounted over the ring: fio's verified writes at depth
 /// through the loop device, partial blocks into the FUSE file, ext4
-/// through a member failure; `shape` checks the ring's entries and
-/// threads.
-fn served_through_the_ring(w: World, shape: &dyn Fn(u64, u64)) {
-    let m = started(&w, "fu", &[("RAIDCTL_LOG", "info")]);
+/// through a member failure, served in the `shape` expected.
+fn served_through_the_ring(w: World, shape: Shape) {
+    // The default shape, whatever the caller's environment says.
+    let m = started(
+        &w,
+        "fu",
+        &[("RAIDCTL_LOG", "info"), ("RAIDCTL_FUSE_URING", "")],
+    );
     let out = w.ok(&["mount", "fu", "--loop"]);
     let dev = out.lines().next().unwrap().trim().to_string();
     let log = daemon_log(&w);
@@ -123,7 +144,10 @@ fn served_through_the_ring(w: World, shape: &dyn Fn(u64, u64)) {
         "the ring is not used:\n{log}"
     );
     let (entries, threads) = ring_shape(&log).unwrap_or_else(|| panic!("no ring shape:\n{log}"));
-    shape(entries, threads);
+    match shape {
+        Shape::ThreadPerEntry => assert_eq!(entries, threads, "{log}"),
+        Shape::Batched => assert!(entries > threads, "{log}"),
+    }
     // `status` says how the mount is served.
     let st = w.status_json("fu");
     let exports = st["exports"].to_string();
@@ -157,6 +181,13 @@ fn served_through_the_ring(w: World, shape: &dyn Fn(u64, u64)) {
     let n = served_through_ring(&log).unwrap_or_else(|| panic!("no ring count:\n{log}"));
     // fio alone wrote 32 MiB in 4 KiB requests (and read them back).
     assert!(n > 16_000, "only {n} requests through the ring");
+    // At QD 32, a thread serving several entries is brought several
+    // requests at once; a thread with one entry never is.
+    let batch = largest_batch(&log).unwrap_or_else(|| panic!("no batch size:\n{log}"));
+    match shape {
+        Shape::ThreadPerEntry => assert_eq!(batch, 1, "{log}"),
+        Shape::Batched => assert!(batch > 1, "{log}"),
+    }
     // No entry lost, no reply refused, no fallback on the way.
     assert!(!log.contains("FUSE ring:"), "{log}");
     w.ok(&["stop", "fu"]);

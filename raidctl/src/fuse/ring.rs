@@ -60,8 +60,8 @@ use std::time::{Duration, Instant};
 /// How long registration is retried while the kernel has not yet taken
 /// INIT's reply (EAGAIN).
 const REGISTER_PATIENCE: Duration = Duration::from_secs(10);
-/// How long a failing io_uring_enter is retried before its entry is
-/// abandoned.
+/// How long a failing io_uring_enter is retried before its thread's
+/// entries are abandoned.
 const ENTER_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Opened by INIT: whether the ring threads register (the kernel agreed to
@@ -74,6 +74,10 @@ pub struct Gate {
     threads: usize,
     /// Requests answered through the ring, said at unmount.
     served: AtomicU64,
+    /// The most requests one io_uring_enter brought a thread, said at
+    /// unmount: above 1 where a thread serves several entries and
+    /// requests came together.
+    largest_batch: AtomicU64,
 }
 
 impl Gate {
@@ -160,6 +164,7 @@ impl Ring {
             entries: workers.iter().map(|w| w.entries.len()).sum(),
             threads: workers.len(),
             served: AtomicU64::new(0),
+            largest_batch: AtomicU64::new(0),
         });
         let threads = workers
             .into_iter()
@@ -170,7 +175,7 @@ impl Ring {
                     .name(format!("fuse-ring-{i}"))
                     .spawn(move || {
                         if gate.wait() {
-                            w.serve(&fs, &gate.served);
+                            w.serve_or_abandon(&fs, &gate);
                         }
                     })
             })
@@ -203,8 +208,9 @@ impl Ring {
         }
         if *self.gate.state.lock() == Some(true) {
             tracing::info!(
-                "FUSE over io_uring: {} requests served through the ring",
-                self.gate.served.load(Ordering::Relaxed)
+                "FUSE over io_uring: {} requests served through the ring, up to {} per io_uring_enter",
+                self.gate.served.load(Ordering::Relaxed),
+                self.gate.largest_batch.load(Ordering::Relaxed)
             );
         }
     }
@@ -223,11 +229,14 @@ fn cpus(which: &str) -> Option<Vec<usize>> {
 
 /// One thread's share of a queue: its io_uring and the entries it serves.
 /// Where every member is in memory a request is answered without waiting,
-/// so one thread serves all of its queue's entries and answers in batches:
-/// the replies to what one wake-up brought are committed in one
+/// so a thread serves several of its queue's entries and answers in
+/// batches: the replies to what one wake-up brought are committed in one
 /// io_uring_enter, which also waits for the next requests. Where a member
 /// is a device, each entry has its own thread (the array's API blocks one
-/// per request in flight).
+/// per request in flight). The shape is chosen at mount: an array whose
+/// members later move to a device (a hot replace onto a drive) is served
+/// the same way, each thread waiting for the device request by request,
+/// until it is mounted again.
 struct Worker {
     qid: u16,
     uring: IoUring<squeue::Entry128>,
@@ -258,7 +267,8 @@ enum Next {
     /// reply yet).
     RegisterLater,
     /// Registers with an empty payload buffer, which the kernel must
-    /// refuse, and then ends (`refuse_ring`).
+    /// refuse (putting the connection back on `/dev/fuse` and waking the
+    /// requests held for the ring), and then ends.
     Refuse,
     /// Ends: the connection is gone, or the entry cannot serve.
     End,
@@ -363,11 +373,30 @@ impl Worker {
         std::mem::forget(self);
     }
 
+    /// Serves until the connection ends, then frees the buffers; gives
+    /// them up instead (`abandon`) where a command may still be in flight:
+    /// io_uring_enter kept failing, or serving panicked (a panic past a
+    /// request's own handling, which is answered EIO), since then other
+    /// entries' commands are in flight and the kernel may still copy a
+    /// request into their buffers.
+    fn serve_or_abandon(mut self, fs: &Fs, gate: &Gate) {
+        let served =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve(fs, gate)));
+        match served {
+            Ok(true) => {}
+            Ok(false) => self.abandon(),
+            Err(_) => {
+                tracing::error!(queue = self.qid, "FUSE ring: a serving thread panicked");
+                self.abandon()
+            }
+        }
+    }
+
     /// Registers every entry, then serves requests until the connection
-    /// ends. Each entry has at most one command in flight; a command the
-    /// kernel took is always reaped before the worker (and the buffers it
-    /// names) is freed, unless the worker is abandoned.
-    fn serve(mut self, fs: &Fs, served: &AtomicU64) {
+    /// ends. Each entry has at most one command in flight. True: every
+    /// command the kernel took was reaped; false: io_uring_enter kept
+    /// failing with commands in flight.
+    fn serve(&mut self, fs: &Fs, gate: &Gate) -> bool {
         let began = Instant::now();
         let n = self.entries.len();
         let mut next: Vec<Next> = (0..n).map(|_| Next::Send(ring::CMD_REGISTER, 0)).collect();
@@ -395,25 +424,29 @@ impl Worker {
                 // SAFETY: the buffers the command names (`iov`, `header`,
                 // `payload` of entry i) belong to this worker, which is
                 // freed only after this command's completion was reaped,
-                // or never (`abandon`). The ring has room: it has at
-                // least as many entries as there are commands, one each.
+                // or never (`serve_or_abandon`: also on a panic). The
+                // ring has room: it has at least as many slots as the
+                // worker has entries, and each entry has one command
+                // queued or in flight at most.
                 unsafe { self.uring.submission().push(&sqe) }.expect("a slot per entry");
                 sent[i] = Some(cmd);
             }
             if sent.iter().all(Option::is_none) {
-                return;
+                return true;
             }
             if !self.enter() {
-                return self.abandon();
+                return false;
             }
             reaped.extend(
                 self.uring
                     .completion()
                     .map(|c| (c.user_data() as usize, c.result())),
             );
+            gate.largest_batch
+                .fetch_max(reaped.len() as u64, Ordering::Relaxed);
             for (i, r) in reaped.drain(..) {
                 let (cmd, id) = sent[i].take().expect("a command in flight");
-                next[i] = self.outcome(i, cmd, id, r, began, fs, served);
+                next[i] = self.outcome(i, cmd, id, r, began, fs, &gate.served);
             }
         }
     }

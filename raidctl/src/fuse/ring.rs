@@ -74,9 +74,9 @@ pub struct Gate {
     threads: usize,
     /// Requests answered through the ring, said at unmount.
     served: AtomicU64,
-    /// The most requests one io_uring_enter brought a thread, said at
-    /// unmount: above 1 where a thread serves several entries and
-    /// requests came together.
+    /// The most requests one io_uring_enter brought a thread (requests,
+    /// not other completions), said at unmount: above 1 where a thread
+    /// serves several entries and requests came together.
     largest_batch: AtomicU64,
 }
 
@@ -442,17 +442,19 @@ impl Worker {
                     .completion()
                     .map(|c| (c.user_data() as usize, c.result())),
             );
-            gate.largest_batch
-                .fetch_max(reaped.len() as u64, Ordering::Relaxed);
+            let mut served = 0;
             for (i, r) in reaped.drain(..) {
                 let (cmd, id) = sent[i].take().expect("a command in flight");
-                next[i] = self.outcome(i, cmd, id, r, began, fs, &gate.served);
+                next[i] = self.outcome(i, cmd, id, r, began, fs, &mut served);
             }
+            gate.served.fetch_add(served, Ordering::Relaxed);
+            gate.largest_batch.fetch_max(served, Ordering::Relaxed);
         }
     }
 
     /// What entry `i` does after its command `cmd` (sent under
-    /// `commit_id`) completed with `r`; a request it brought is served.
+    /// `commit_id`) completed with `r`; a request it brought is served
+    /// (and counted in `served`).
     #[allow(clippy::too_many_arguments)]
     fn outcome(
         &mut self,
@@ -462,7 +464,7 @@ impl Worker {
         r: i32,
         began: Instant,
         fs: &Fs,
-        served: &AtomicU64,
+        served: &mut u64,
     ) -> Next {
         if cmd == ring::CMD_REGISTER && self.entries[i].iov[1].iov_len == 0 {
             // A refusal's registration: whatever the kernel said, done.
@@ -471,7 +473,7 @@ impl Worker {
         match -r {
             0 => {
                 let id = self.request(i, fs);
-                served.fetch_add(1, Ordering::Relaxed);
+                *served += 1;
                 Next::Send(ring::CMD_COMMIT_AND_FETCH, id)
             }
             libc::EAGAIN | libc::EINTR if cmd == ring::CMD_REGISTER => {

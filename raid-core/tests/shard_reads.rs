@@ -608,3 +608,51 @@ fn reads_in_the_callers_thread_under_writes_and_membership_changes() {
     drop(e);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The fallback pool grows where a member the shards cannot serve keeps
+/// its threads busy: such a member (a network member) can join after the
+/// engine started, by a hot replace or a rebuild onto it, and was then
+/// served by the few threads sized for short work. Here two members in
+/// memory (the shards copy them), then a latency armed on one: it is now
+/// neither in memory nor on a ring, so its reads go to the pool, 64 in
+/// flight, each waiting 2 ms. Every read must still match what was
+/// written, and the pool must have grown.
+#[test]
+fn the_fallback_pool_grows_when_a_member_turns_blocking() {
+    let Some(dir) = support::array::memory_dir("pool-grow") else {
+        println!("skipped: no /dev/shm, where members start in memory");
+        return;
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    let faulty: Vec<Arc<FaultyMember>> = files(&dir, 2)
+        .into_iter()
+        .map(|m| Arc::new(FaultyMember::new(m)))
+        .collect();
+    let members = faulty.iter().map(|f| f.clone() as MemberRef).collect();
+    let a = array(Level::Raid0, members, "pool-grow");
+    assert!(a.all_in_memory(), "/dev/shm is not tmpfs here");
+    let model = fill(&a, 41);
+    let e = Engine::start(a.clone(), 1).unwrap();
+    if e.shard_count() == 0 {
+        // Without shards the pool starts at the most it may have.
+        println!("skipped: no io_uring, so no shard");
+        return;
+    }
+    let at_start = e.fallback_threads();
+    faulty[1].set_faults(Faults {
+        latency: Duration::from_millis(2),
+        ..Default::default()
+    });
+    reads_match(&e, &model, 512, 64, 42);
+    assert!(
+        e.counts().blocking.load(Ordering::Relaxed) > 100,
+        "the slow member's reads did not go to the pool"
+    );
+    let grown = e.fallback_threads();
+    assert!(
+        grown > at_start,
+        "the pool stayed at {at_start} threads with 64 reads waiting"
+    );
+    drop(e);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

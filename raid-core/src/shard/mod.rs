@@ -57,6 +57,7 @@ mod inline;
 mod merge;
 mod ops;
 mod pair;
+mod pool;
 mod read;
 mod stepped;
 mod write;
@@ -103,9 +104,10 @@ const FALLBACK_THREADS: usize = 8;
 /// the shards cannot serve (one that takes neither io_uring nor timed I/O:
 /// a network member), each thread waits for a member's latency with one
 /// request, so the pool is the array's queue depth
-/// (`threads_waiting_on_devices`). Chosen at start: a hot replace's pair
-/// of devices is served by the shards where both of its devices can be
-/// (`pair.rs`), and otherwise by the pool the engine started with.
+/// (`threads_waiting_on_devices`). The size it starts at: a member the
+/// shards cannot serve that joins later (a hot replace's pair that they
+/// cannot serve, `pair.rs`, or a rebuild onto a network member) grows
+/// the pool while it keeps every thread busy (`pool.rs`).
 fn fallback_threads(array: &Array, shards: usize) -> usize {
     if shards > 0 && array.every_member(event_loop::non_blocking) {
         return FALLBACK_THREADS;
@@ -157,13 +159,10 @@ pub struct Engine {
     array: Arc<Array>,
     counts: Arc<Counts>,
     shards: Vec<Arc<Inbox>>,
-    /// The blocking threads (the fallback pool, the finishing thread and
-    /// the flushing thread), then the shards'.
+    /// The finishing thread and the flushing thread, then the shards'.
     threads: Vec<std::thread::JoinHandle<()>>,
-    /// How many blocking threads run requests (the fallback pool): the
-    /// first `pool + 2` of `threads` are blocking threads, where any
-    /// shard thread started.
-    pool: usize,
+    /// The blocking threads that run requests (`pool.rs`), once started.
+    pool: Option<Arc<pool::Pool>>,
     /// The blocking threads' channels (the shards hold clones): dropped
     /// once the shards stopped, which ends those threads.
     blocking: Option<Blocking>,
@@ -281,6 +280,9 @@ impl Inbox {
 #[derive(Clone)]
 struct Blocking {
     fallback: channel::Sender<Fallback>,
+    /// The threads taking `fallback`'s requests, grown where they wait
+    /// (None in the deterministic simulation, which runs them itself).
+    pool: Option<Arc<pool::Pool>>,
     finisher: channel::Sender<Fallback>,
     flusher: channel::Sender<Done>,
     counts: Arc<Counts>,
@@ -307,8 +309,18 @@ impl Blocking {
         for n in counters {
             n.fetch_add(1, Ordering::Relaxed);
         }
-        if let Err(channel::SendError(f)) = to.send(f) {
-            match f {
+        let to_pool = matches!(
+            f,
+            Fallback::Read { .. } | Fallback::Write { .. } | Fallback::Zeroes { .. }
+        );
+        match to.send(f) {
+            Ok(()) if to_pool => {
+                if let Some(p) = &self.pool {
+                    p.grow();
+                }
+            }
+            Ok(()) => {}
+            Err(channel::SendError(f)) => match f {
                 Fallback::Read { job, .. } => answer(job.done, Err(stopping())),
                 Fallback::Write { job, .. } => answer(job.done, Err(stopping())),
                 Fallback::Zeroes { done, .. } => answer(done, Err(stopping())),
@@ -320,7 +332,7 @@ impl Blocking {
                     std::mem::forget(w);
                     answer(done, Err(stopping()))
                 }
-            }
+            },
         }
     }
 }
@@ -366,6 +378,8 @@ impl Engine {
         let (finisher, fin_rx) = channel::unbounded::<Fallback>();
         let (flusher, flush_rx) = channel::unbounded::<Done>();
         let counts = Arc::new(Counts::default());
+        let threads = fallback_threads(&array, parts.len());
+        let pool = pool::Pool::new(array.clone(), frx, threads_waiting_on_devices());
         // The engine holds the only senders from here: on an error below,
         // its drop ends every thread that started.
         let mut engine = Engine {
@@ -373,37 +387,33 @@ impl Engine {
             counts: counts.clone(),
             shards: Vec::new(),
             threads: Vec::new(),
-            pool: 0,
+            pool: Some(pool.clone()),
             blocking: Some(Blocking {
                 fallback,
+                pool: Some(pool),
                 finisher,
                 flusher,
                 counts,
             }),
         };
-        let pool = fallback_threads(&array, parts.len());
-        engine.pool = pool;
+        for _ in 0..threads {
+            engine.pool.as_ref().expect("set above").add()?;
+        }
         match (parts.is_empty(), refused) {
             (false, _) => {}
             (true, None) => tracing::info!(
-                "array I/O engine: no io_uring; every request runs on {pool} blocking threads"
+                "array I/O engine: no io_uring; every request runs on {threads} blocking threads"
             ),
             (true, Some(e)) => tracing::warn!(
-                "array I/O engine: no io_uring ({e}); every request runs on {pool} blocking threads. To use the shards, allow io_uring (sysctl kernel.io_uring_disabled=0, the container's seccomp policy) or raise the locked-memory limit (ulimit -l); RAID_NO_URING=1 chooses this path on purpose"
+                "array I/O engine: no io_uring ({e}); every request runs on {threads} blocking threads. To use the shards, allow io_uring (sysctl kernel.io_uring_disabled=0, the container's seccomp policy) or raise the locked-memory limit (ulimit -l); RAID_NO_URING=1 chooses this path on purpose"
             ),
         }
-        for i in 0..=pool {
-            let a = array.clone();
-            let (rx, name) = match i == pool {
-                true => (fin_rx.clone(), "write-finisher".to_string()),
-                false => (frx.clone(), format!("io-fallback-{i}")),
-            };
-            engine.threads.push(
-                std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || fallback_loop(&a, &rx))?,
-            );
-        }
+        let a = array.clone();
+        engine.threads.push(
+            std::thread::Builder::new()
+                .name("write-finisher".into())
+                .spawn(move || fallback_loop(&a, &fin_rx))?,
+        );
         let a = array.clone();
         engine.threads.push(
             std::thread::Builder::new()
@@ -424,6 +434,12 @@ impl Engine {
         Ok(engine)
     }
 
+    /// Threads in the fallback pool now (it grows where a member the
+    /// shards cannot serve keeps them busy: `pool.rs`).
+    pub fn fallback_threads(&self) -> usize {
+        self.pool.as_ref().map_or(0, |p| p.threads())
+    }
+
     /// Requests served so far, by path.
     pub fn counts(&self) -> &Counts {
         &self.counts
@@ -439,7 +455,7 @@ impl Engine {
     /// blocking threads that run every request where it has none.
     pub fn describe(&self) -> String {
         match self.shards.len() {
-            0 => format!("no io_uring: {} blocking threads", self.pool),
+            0 => format!("no io_uring: {} blocking threads", self.fallback_threads()),
             1 => "1 shard".into(),
             n => format!("{n} shards"),
         }
@@ -600,10 +616,9 @@ impl Drop for Engine {
             s.ring_bell();
         }
         let n = self.threads.len();
-        // The pool, the finisher and the flusher first (a start that failed
-        // among them started no shard).
-        let blocking = self.pool + 2;
-        let shard_threads: Vec<_> = self.threads.drain(blocking.min(n)..n).collect();
+        // The finisher and the flusher first (a start that failed among
+        // them started no shard).
+        let shard_threads: Vec<_> = self.threads.drain(2.min(n)..n).collect();
         for t in shard_threads {
             let _ = t.join();
         }
@@ -611,6 +626,9 @@ impl Drop for Engine {
         drop(self.blocking.take());
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        if let Some(p) = self.pool.take() {
+            p.join();
         }
     }
 }

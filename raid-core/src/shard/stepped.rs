@@ -41,6 +41,8 @@ impl Stepped {
         let (flusher, flush_rx) = channel::unbounded();
         let blocking = Blocking {
             fallback,
+            // The simulation runs the fallback requests itself.
+            pool: None,
             finisher,
             flusher,
             counts: Arc::new(Counts::default()),

@@ -38,6 +38,10 @@ pub struct EngineSample {
     /// Shards (a thread and an io_uring each); 0 where io_uring was
     /// refused and every request runs on the blocking threads.
     pub shards: u64,
+    /// Threads running requests on the blocking path (`Engine::
+    /// fallback_threads`): they grow while a member the shards cannot
+    /// serve keeps them busy.
+    pub blocking_threads: u64,
     pub reads_on_shards: u64,
     /// Reads copied from members in memory in the requester's thread.
     pub reads_inline: u64,
@@ -60,6 +64,7 @@ impl EngineSample {
         let c = e.counts();
         let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         self.shards += e.shard_count() as u64;
+        self.blocking_threads += e.fallback_threads() as u64;
         self.reads_on_shards += n(&c.on_shards);
         self.reads_inline += n(&c.inline);
         self.reads_blocking += n(&c.blocking);
@@ -666,6 +671,14 @@ fn engine_families(e: &mut Exposition, s: &Sample) {
         Kind::Gauge,
         "Shards (a thread and an io_uring each) serving the array's NBD exports; 0 where io_uring is refused and every request runs on the blocking threads.",
         |a| a.engine.as_ref().map(|g| g.shards as f64),
+    );
+    per_array(
+        e,
+        s,
+        "raidctl_engine_blocking_threads",
+        Kind::Gauge,
+        "Threads running the NBD exports' requests on the blocking path, one request each: their queue depth there. They start at 8 where the shards serve every member (64 to 128 otherwise) and grow while a member the shards cannot serve keeps them all busy.",
+        |a| a.engine.as_ref().map(|g| g.blocking_threads as f64),
     );
     {
         let mut f = e.family(

@@ -251,37 +251,29 @@ pub fn make_executable(p: &Path) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-/// Bytes free to an unprivileged writer on the filesystem of `p` (0 if it
-/// cannot be asked).
-pub fn free_bytes(p: &Path) -> u64 {
-    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
-        return 0;
-    };
-    // SAFETY: statvfs is plain old data, filled by the kernel.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a pointer to a live statvfs.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return 0;
-    }
-    st.f_bavail as u64 * st.f_frsize as u64
-}
-
-/// Whether `p` is on tmpfs or ramfs, where the daemon treats members as
-/// copies in memory.
-pub fn on_memory_fs(p: &Path) -> bool {
-    const TMPFS_MAGIC: u32 = 0x0102_1994;
-    const RAMFS_MAGIC: u32 = 0x8584_58f6;
-    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
+/// What statfs(2) says of the filesystem holding `p`.
+fn statfs(p: &Path) -> Option<libc::statfs> {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok()?;
     // SAFETY: statfs is plain old data, filled by the kernel.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: a NUL-terminated path and a pointer to a live statfs.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return false;
-    }
+    (unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0).then_some(st)
+}
+
+/// Bytes free to an unprivileged writer on the filesystem of `p` (0 if it
+/// cannot be asked). The fields' widths differ between targets.
+#[allow(clippy::unnecessary_cast)]
+pub fn free_bytes(p: &Path) -> u64 {
+    statfs(p).map_or(0, |st| st.f_bavail as u64 * st.f_bsize as u64)
+}
+
+/// Whether `p` is on tmpfs or ramfs, where the daemon treats members as
+/// copies in memory (the same magic numbers as raid-core's member files).
+pub fn on_memory_fs(p: &Path) -> bool {
+    const TMPFS_MAGIC: u32 = 0x0102_1994;
+    const RAMFS_MAGIC: u32 = 0x8584_58f6;
     // f_type's width differs between targets; the magic numbers are 32-bit.
-    matches!(st.f_type as u32, TMPFS_MAGIC | RAMFS_MAGIC)
+    statfs(p).is_some_and(|st| matches!(st.f_type as u32, TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
 /// Fails the test, naming the fix, when `tool` is not installed.

@@ -118,8 +118,9 @@ fn fallback_threads(array: &Array, shards: usize) -> usize {
 /// Threads for a front end or pool where each holds one request while a
 /// device serves it, so that their number is the queue depth: 8 per
 /// core, 64 to 128 (on the VM's disk 64 served up to 1.5-1.9x of 8 or 16,
-/// `docs/benchmarks.md`). The engine's blocking pool without shards and
-/// the FUSE export over devices both take it.
+/// `docs/benchmarks.md`). The engine's blocking pool without shards, the
+/// most that pool grows to beside shards (`pool.rs`), and the FUSE export
+/// over devices all take it.
 pub fn threads_waiting_on_devices() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     (8 * cores).clamp(64, 128)
@@ -161,8 +162,8 @@ pub struct Engine {
     shards: Vec<Arc<Inbox>>,
     /// The finishing thread and the flushing thread, then the shards'.
     threads: Vec<std::thread::JoinHandle<()>>,
-    /// The blocking threads that run requests (`pool.rs`), once started.
-    pool: Option<Arc<pool::Pool>>,
+    /// The blocking threads that run requests (`pool.rs`).
+    pool: Arc<pool::Pool>,
     /// The blocking threads' channels (the shards hold clones): dropped
     /// once the shards stopped, which ends those threads.
     blocking: Option<Blocking>,
@@ -299,20 +300,21 @@ fn stopping() -> ArrayError {
 impl Blocking {
     fn send(&self, f: Fallback) {
         let c = &self.counts;
-        let (to, counters): (_, &[&AtomicU64]) = match &f {
-            Fallback::Read { .. } => (&self.fallback, &[&c.blocking]),
-            Fallback::Write { .. } => (&self.fallback, &[&c.writes_blocking]),
-            Fallback::Zeroes { .. } => (&self.fallback, &[]),
+        let (to_pool, counters): (_, &[&AtomicU64]) = match &f {
+            Fallback::Read { .. } => (true, &[&c.blocking]),
+            Fallback::Write { .. } => (true, &[&c.writes_blocking]),
+            Fallback::Zeroes { .. } => (true, &[]),
             // Counted where it ran too (a shard's, or inline).
-            Fallback::Finish { .. } => (&self.finisher, &[&c.write_errors]),
+            Fallback::Finish { .. } => (false, &[&c.write_errors]),
+        };
+        let to = if to_pool {
+            &self.fallback
+        } else {
+            &self.finisher
         };
         for n in counters {
             n.fetch_add(1, Ordering::Relaxed);
         }
-        let to_pool = matches!(
-            f,
-            Fallback::Read { .. } | Fallback::Write { .. } | Fallback::Zeroes { .. }
-        );
         match to.send(f) {
             Ok(()) if to_pool => {
                 if let Some(p) = &self.pool {
@@ -387,7 +389,7 @@ impl Engine {
             counts: counts.clone(),
             shards: Vec::new(),
             threads: Vec::new(),
-            pool: Some(pool.clone()),
+            pool: pool.clone(),
             blocking: Some(Blocking {
                 fallback,
                 pool: Some(pool),
@@ -397,7 +399,7 @@ impl Engine {
             }),
         };
         for _ in 0..threads {
-            engine.pool.as_ref().expect("set above").add()?;
+            engine.pool.add()?;
         }
         match (parts.is_empty(), refused) {
             (false, _) => {}
@@ -437,7 +439,7 @@ impl Engine {
     /// Threads in the fallback pool now (it grows where a member the
     /// shards cannot serve keeps them busy: `pool.rs`).
     pub fn fallback_threads(&self) -> usize {
-        self.pool.as_ref().map_or(0, |p| p.threads())
+        self.pool.threads()
     }
 
     /// Requests served so far, by path.
@@ -627,9 +629,7 @@ impl Drop for Engine {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        if let Some(p) = self.pool.take() {
-            p.join();
-        }
+        self.pool.join();
     }
 }
 
@@ -643,17 +643,18 @@ fn answer<T>(done: Box<dyn FnOnce(T) + Send>, r: T) {
 }
 
 fn fallback_loop(array: &Array, rx: &channel::Receiver<Fallback>) {
-    loop {
-        let f = match rx.recv() {
-            Ok(f) => f,
-            Err(_) => return,
-        };
-        // A panic in the array's code is a bug; the thread stays to serve
-        // what follows (the request that met it is not answered).
-        let run = std::panic::AssertUnwindSafe(|| blocking_work(array, f));
-        if std::panic::catch_unwind(run).is_err() {
-            tracing::error!("shard: a request on the blocking path panicked");
-        }
+    while let Ok(f) = rx.recv() {
+        run_blocking(array, f);
+    }
+}
+
+/// Runs one request on a blocking thread. A panic in the array's code is
+/// a bug; the thread stays to serve what follows (the request that met it
+/// is not answered).
+fn run_blocking(array: &Array, f: Fallback) {
+    let run = std::panic::AssertUnwindSafe(|| blocking_work(array, f));
+    if std::panic::catch_unwind(run).is_err() {
+        tracing::error!("shard: a request on the blocking path panicked");
     }
 }
 

@@ -15,7 +15,7 @@
 //! engine stops.
 
 use super::event_loop;
-use super::{blocking_work, Fallback};
+use super::{run_blocking, Fallback};
 use crate::array::Array;
 use crossbeam_channel as channel;
 use parking_lot::Mutex;
@@ -55,7 +55,6 @@ impl Pool {
     /// Starts one thread, whatever the pool's state (its first ones).
     pub fn add(self: &Arc<Self>) -> std::io::Result<()> {
         let i = self.threads.fetch_add(1, Ordering::SeqCst);
-        self.max.fetch_max(i + 1, Ordering::AcqRel);
         self.spawn(i).inspect_err(|_| {
             self.threads.fetch_sub(1, Ordering::SeqCst);
         })
@@ -71,7 +70,10 @@ impl Pool {
     /// in the array (where they serve every member, the pool's few
     /// threads only run short work, and more would only share the cores).
     /// Called as a request is queued and as a thread takes one, so that a
-    /// burst queued faster than threads wake still grows the pool. A panic
+    /// burst queued faster than threads wake still grows the pool; that
+    /// thread (a shard's, a requester's, a pool thread) pays for the check
+    /// of the members and the spawn, at most once per thread the pool
+    /// gains, and only while it is saturated. A panic
     /// in it (a member's bug, met through `every_member`) is logged, not
     /// passed to the caller: a shard's loop or a request in hand.
     pub fn grow(self: &Arc<Self>) {
@@ -129,13 +131,7 @@ impl Pool {
         while let Ok(f) = self.rx.recv() {
             self.busy.fetch_add(1, Ordering::SeqCst);
             self.grow();
-            // A panic in the array's code is a bug; the thread stays to
-            // serve what follows (the request that met it is not
-            // answered).
-            let run = std::panic::AssertUnwindSafe(|| blocking_work(&self.array, f));
-            if std::panic::catch_unwind(run).is_err() {
-                tracing::error!("shard: a request on the blocking path panicked");
-            }
+            run_blocking(&self.array, f);
             self.busy.fetch_sub(1, Ordering::SeqCst);
         }
     }

@@ -677,7 +677,7 @@ fn engine_families(e: &mut Exposition, s: &Sample) {
         s,
         "raidctl_engine_blocking_threads",
         Kind::Gauge,
-        "Threads running the NBD exports' requests on the blocking path, one request each: their queue depth there. They start at 8 where the shards serve every member (64 to 128 otherwise) and grow while a member the shards cannot serve keeps them all busy.",
+        "Threads running the NBD exports' requests on the blocking path, one request each: their queue depth there. They start at 8 per export where the shards serve every member (64 to 128 otherwise) and grow while a member the shards cannot serve keeps them all busy.",
         |a| a.engine.as_ref().map(|g| g.blocking_threads as f64),
     );
     {

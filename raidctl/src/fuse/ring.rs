@@ -274,6 +274,9 @@ enum Next {
     Refuse,
     /// Ends: the connection is gone, or the entry cannot serve.
     End,
+    /// Serves the request the kernel put in the buffers, then commits
+    /// the reply with the fetch of the next.
+    Serve,
 }
 
 impl Entry {
@@ -420,7 +423,8 @@ impl Worker {
                         self.entries[i].iov[1].iov_len = 0;
                         (ring::CMD_REGISTER, 0)
                     }
-                    Next::End => continue,
+                    // (Serve is turned into its commit as it is reaped.)
+                    Next::End | Next::Serve => continue,
                 };
                 let sqe = self.sqe(i, cmd.0, cmd.1);
                 // SAFETY: the buffers the command names (`iov`, `header`,
@@ -446,38 +450,31 @@ impl Worker {
             );
             let mut served = 0;
             for (i, r) in reaped.drain(..) {
-                let (cmd, id) = sent[i].take().expect("a command in flight");
-                next[i] = self.outcome(i, cmd, id, r, began, fs, &mut served);
+                let done = sent[i].take().expect("a command in flight");
+                next[i] = match self.outcome(i, done, r, began) {
+                    Next::Serve => {
+                        served += 1;
+                        let id = self.entries[i].request(fs, self.qid);
+                        Next::Send(ring::CMD_COMMIT_AND_FETCH, id)
+                    }
+                    n => n,
+                };
             }
             gate.served.fetch_add(served, Ordering::Relaxed);
             gate.largest_batch.fetch_max(served, Ordering::Relaxed);
         }
     }
 
-    /// What entry `i` does after its command `cmd` (sent under
-    /// `commit_id`) completed with `r`; a request it brought is served
-    /// (and counted in `served`).
-    #[allow(clippy::too_many_arguments)]
-    fn outcome(
-        &mut self,
-        i: usize,
-        cmd: u32,
-        commit_id: u64,
-        r: i32,
-        began: Instant,
-        fs: &Fs,
-        served: &mut u64,
-    ) -> Next {
+    /// What entry `i` does after its command (`cmd`, sent under
+    /// `commit_id`) completed with `r`; registration is retried until
+    /// `REGISTER_PATIENCE` after `began`.
+    fn outcome(&self, i: usize, (cmd, commit_id): (u32, u64), r: i32, began: Instant) -> Next {
         if cmd == ring::CMD_REGISTER && self.entries[i].iov[1].iov_len == 0 {
             // A refusal's registration: whatever the kernel said, done.
             return Next::End;
         }
         match -r {
-            0 => {
-                let id = self.request(i, fs);
-                *served += 1;
-                Next::Send(ring::CMD_COMMIT_AND_FETCH, id)
-            }
+            0 => Next::Serve,
             libc::EAGAIN | libc::EINTR if cmd == ring::CMD_REGISTER => {
                 if began.elapsed() < REGISTER_PATIENCE {
                     return Next::RegisterLater;
@@ -510,11 +507,6 @@ impl Worker {
                 Next::Send(ring::CMD_REGISTER, 0)
             }
         }
-    }
-
-    /// Serves the request the kernel put in entry `i`'s buffers.
-    fn request(&mut self, i: usize, fs: &Fs) -> u64 {
-        self.entries[i].request(fs, self.qid)
     }
 }
 

@@ -80,6 +80,9 @@ pub struct Gate {
     /// not other completions), said at unmount: above 1 where a thread
     /// serves several entries and requests came together.
     largest_batch: AtomicU64,
+    /// Said once: threads serving several entries found a member no
+    /// longer in memory.
+    shape_outgrown: std::sync::atomic::AtomicBool,
 }
 
 impl Gate {
@@ -167,6 +170,7 @@ impl Ring {
             threads: workers.len(),
             served: AtomicU64::new(0),
             largest_batch: AtomicU64::new(0),
+            shape_outgrown: Default::default(),
         });
         let threads = workers
             .into_iter()
@@ -361,6 +365,18 @@ impl Worker {
         }
     }
 
+    /// Says once per mount that this shape (threads serving several
+    /// entries, chosen because every member was in memory) now waits on a
+    /// device request by request, and what to do.
+    fn outgrown(&self, gate: &Gate) {
+        if !gate.shape_outgrown.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                queue = self.qid,
+                "FUSE ring: a member is no longer in memory, and this mount's ring threads serve several requests each, one after another: unmount and mount again to have a thread per request"
+            );
+        }
+    }
+
     /// Gives the worker up with commands perhaps still in flight: its
     /// buffers stay allocated for good, so the kernel never writes into
     /// freed memory.
@@ -462,6 +478,9 @@ impl Worker {
             }
             gate.served.fetch_add(served, Ordering::Relaxed);
             gate.largest_batch.fetch_max(served, Ordering::Relaxed);
+            if n > 1 && served > 1 && !fs.io.array.all_in_memory() {
+                self.outgrown(gate);
+            }
         }
     }
 

@@ -242,7 +242,7 @@ fn cpus(which: &str) -> Option<Vec<usize>> {
 /// per request in flight). The shape is chosen at mount: an array whose
 /// members later move to a device (a hot replace onto a drive) is served
 /// the same way, each thread waiting for the device request by request,
-/// until it is mounted again.
+/// until it is mounted again (said once in the log: `outgrown`).
 struct Worker {
     qid: u16,
     uring: IoUring<squeue::Entry128>,

@@ -151,10 +151,14 @@ fn served_through_the_ring(w: World, shape: Shape) {
         Shape::ThreadPerEntry => assert_eq!(entries, threads, "{log}"),
         Shape::Batched => assert!(entries > threads, "{log}"),
     }
-    // `status` says how the mount is served.
+    // `status` says how the mount is served, as the log does.
     let st = w.status_json("fu");
     let exports = st["exports"].to_string();
-    assert!(exports.contains("io_uring, "), "{exports}");
+    let said = format!("{entries} entries, {threads} threads");
+    assert!(
+        exports.contains("io_uring, ") && exports.contains(&said),
+        "{exports}"
+    );
     // Block I/O at depth through the loop device, then partial blocks
     // straight into the FUSE file (read-merge-write of shared blocks).
     fio_verified(&dev, 32 * MIB, "4k", &[]);

@@ -192,12 +192,12 @@ impl Mounted {
     }
 
     /// How requests reach the daemon, for status: "io_uring, 2 queues, 32
-    /// entries" (entries in all) or "/dev/fuse, 16 threads".
+    /// entries, 4 threads" (entries in all) or "/dev/fuse, 16 threads".
     pub fn transport(&self) -> String {
         match &self.ring {
             Some(r) if r.used() == Some(true) => {
-                let (q, e) = r.shape();
-                format!("io_uring, {q} queues, {e} entries")
+                let (q, e, t) = r.shape();
+                format!("io_uring, {q} queues, {e} entries, {t} threads")
             }
             _ => format!("/dev/fuse, {} threads", self.threads.len()),
         }

@@ -200,9 +200,9 @@ impl Ring {
         *self.gate.state.lock()
     }
 
-    /// The ring's shape, for status: queues and entries.
-    pub fn shape(&self) -> (usize, usize) {
-        (self.gate.queues, self.gate.entries)
+    /// The ring's shape, for status: queues, entries in all, threads.
+    pub fn shape(&self) -> (usize, usize, usize) {
+        (self.gate.queues, self.gate.entries, self.gate.threads)
     }
 
     /// Joins the threads; the connection must be ended (or the gate

@@ -177,6 +177,8 @@ fn runbook_the_array_has_failed() {
     let w = World::new("rb-failed");
     let m = members(&w, "f", 4, 32 * MIB);
     let sock = running(&w, "data", "5", &m, false);
+    // Mounted too: a failed array must still stop at the first try.
+    w.ok(&["mount", "data"]);
     w.ok(&["fail", "data", s(&m[0])]);
     reads(&sock, "data", "write -P 0x44 4M 1M");
     w.ok(&["fail", "data", s(&m[3]), "--force"]);

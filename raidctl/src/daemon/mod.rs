@@ -580,7 +580,9 @@ impl Daemon {
     fn stop(&self, name: &str) -> Result<String> {
         let served = self.served(name)?;
         if served.mount.lock().is_some() {
-            self.unmount(name)?;
+            // Not flushed here: closing the array flushes, and a failed
+            // array must still stop.
+            self.unmount_only(name)?;
         }
         for e in served.exports.lock().drain(..) {
             e.stop();

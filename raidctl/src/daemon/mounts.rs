@@ -37,7 +37,27 @@ impl Daemon {
         Ok(msg)
     }
 
+    /// Unmounts and flushes. A failed array has nothing to flush to: it is
+    /// unmounted all the same and says so; a flush error on a live array
+    /// is reported with the unmount it followed.
     pub(super) fn unmount(&self, name: &str) -> Result<String> {
+        let s = self.served(name)?;
+        let dir = self.unmount_only(name)?;
+        let done = format!("array '{name}' unmounted from {}", dir.display());
+        match s.array.flush() {
+            Ok(()) => Ok(done),
+            Err(e) if s.array.state() == raid_core::array::ArrayState::Failed => Ok(format!(
+                "{done}; it has failed, so nothing was flushed ({e})"
+            )),
+            Err(e) => Err(CliError::failed(format!(
+                "{done}, but the flush after it failed: {e}"
+            ))),
+        }
+    }
+
+    /// Detaches the loop device and unmounts, without flushing (`stop`
+    /// flushes as it closes the array). Returns the mount point.
+    pub(super) fn unmount_only(&self, name: &str) -> Result<PathBuf> {
         let s = self.served(name)?;
         let m = s
             .mount
@@ -60,7 +80,6 @@ impl Daemon {
             *s.mount.lock() = Some(m);
             return Err(CliError::refused(why));
         }
-        s.array.flush()?;
-        Ok(format!("array '{name}' unmounted from {}", dir.display()))
+        Ok(dir)
     }
 }

@@ -760,3 +760,38 @@ fn the_next_of_a_missing_member_and_of_a_scrub_work_as_printed() {
     scrub_clean(&w, "nm");
     reads_back(&sock, "nm");
 }
+
+/// A start that names its members must name all of them: one left out by
+/// mistake would run an optimal array degraded, and that member would
+/// need a resync when it came back. Refused (exit 4, metadata untouched)
+/// unless forced; recorded members that cannot be opened still let a
+/// plain `start` run degraded.
+#[test]
+fn a_start_naming_too_few_members_is_refused_unless_forced() {
+    let w = World::new("too-few");
+    let m: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("m{i}.img"), 64 << 20))
+        .collect();
+    w.ok(&["create", "tf", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    w.ok(&["start", "tf"]);
+    w.ok(&["stop", "tf"]);
+    let events = |p: &Path| -> u64 {
+        let v: serde_json::Value =
+            serde_json::from_str(&w.ok(&["examine", s(p), "--format", "json"])).unwrap();
+        v[0]["events"].as_u64().unwrap()
+    };
+    let before: Vec<u64> = m.iter().map(|p| events(p)).collect();
+    let (code, out, err) = w.code(&["start", "tf", "--members", s(&m[0]), s(&m[1])]);
+    assert_eq!(code, 4, "{out}{err}");
+    assert!(err.contains("slot 2") && err.contains("--force"), "{err}");
+    let after: Vec<u64> = m.iter().map(|p| events(p)).collect();
+    assert_eq!(before, after, "a refused start wrote metadata");
+    // Every member given: optimal, nothing to resync.
+    w.ok(&["start", "tf", "--members", s(&m[2]), s(&m[0]), s(&m[1])]);
+    assert_eq!(w.status_json("tf")["state"], "optimal");
+    w.ok(&["stop", "tf"]);
+    // Forced: it runs without the one left out, and says so.
+    w.ok(&["start", "tf", "--force", "--members", s(&m[0]), s(&m[1])]);
+    assert_eq!(w.status_json("tf")["state"], "degraded");
+    w.ok(&["stop", "tf"]);
+}

@@ -15,7 +15,13 @@ pub struct Assembly {
     pub forced: Vec<(String, String)>,
 }
 
-pub(super) fn assemble(members: Vec<MemberRef>, force: bool) -> Result<Assembly> {
+/// `allow_missing`: whether a slot in sync in the metadata may be left
+/// without a member (the array then starts degraded).
+pub(super) fn assemble(
+    members: Vec<MemberRef>,
+    force: bool,
+    allow_missing: bool,
+) -> Result<Assembly> {
     if members.is_empty() {
         return Err(ArrayError::Assembly("no members given".into()));
     }
@@ -180,6 +186,20 @@ pub(super) fn assemble(members: Vec<MemberRef>, force: bool) -> Result<Assembly>
         .filter(|(i, e)| e.state != SlotState::Failed && slots[*i].state() == SlotState::Failed)
         .map(|(i, _)| i)
         .collect();
+    if !allow_missing && !newly_missing.is_empty() {
+        let list: Vec<String> = newly_missing.iter().map(|i| i.to_string()).collect();
+        let left_out: Vec<&str> = refused.iter().map(|(m, _)| m.as_str()).collect();
+        return Err(ArrayError::Assembly(format!(
+            "slot {} of '{}' is in sync in the metadata but none of the members given fills it{}: started without it, the array would run degraded and that member would need a resync when it comes back. Give every member, or add --force to start without it",
+            list.join(", "),
+            truth.name,
+            if left_out.is_empty() {
+                String::new()
+            } else {
+                format!(" (not usable: {})", left_out.join(", "))
+            }
+        )));
+    }
     let array = Array {
         geo,
         name: truth.name.clone(),

@@ -394,14 +394,23 @@ impl Array {
 
     /// Assembles from members that carry this array's metadata (any order).
     pub fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
-        assemble::assemble(members, false)
+        assemble::assemble(members, false, true)
+    }
+
+    /// Assembles like `assemble`, but refuses, with nothing written, where
+    /// a slot the metadata has in sync has no member among those given:
+    /// for a start that names its members, where one left out by mistake
+    /// would turn an optimal array degraded and that member stale (a
+    /// resync when it comes back). `assemble_forced` starts without them.
+    pub fn assemble_all(members: Vec<MemberRef>) -> Result<Assembly> {
+        assemble::assemble(members, false, false)
     }
 
     /// Assembles like `assemble`; when the members in sync are too few,
     /// takes back members marked failed, newest metadata first, until the
     /// array can serve (`Assembly::forced` says which and why).
     pub fn assemble_forced(members: Vec<MemberRef>) -> Result<Assembly> {
-        assemble::assemble(members, true)
+        assemble::assemble(members, true, true)
     }
 
     /// Uses `engine` for parity from now on (e.g. the GPU engine).

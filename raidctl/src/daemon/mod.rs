@@ -449,8 +449,13 @@ impl Daemon {
                 Err(e) => notes.push(format!("member {} is missing ({e})", p.display())),
             }
         }
+        // Members named on the command line must be all of them: one left
+        // out by mistake would turn the array degraded. Recorded members
+        // that cannot be opened (a drive gone) do not stop it.
         let asm = if force {
             Array::assemble_forced(opened)?
+        } else if importing {
+            Array::assemble_all(opened)?
         } else {
             Array::assemble(opened)?
         };

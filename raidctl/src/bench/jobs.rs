@@ -76,9 +76,37 @@ impl Target {
     }
 }
 
-/// Runs one profile on one target for `secs`; latencies in microseconds.
+/// A run's shared state: when its jobs stop, and how many I/Os they have
+/// timed so far.
+pub(super) struct Run {
+    stop: AtomicBool,
+    timed: AtomicU64,
+}
+
+impl Run {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    fn timed_one(&self) {
+        self.timed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// How long a run waits past its time for its first timed I/O (a start
+/// slowed by a loaded machine: an NBD handshake, threads not yet
+/// scheduled) before it gives up and reports none.
+const FIRST_IO_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Runs one profile on one target for `secs`, and on until at least one
+/// I/O was timed (a short run on a loaded machine could otherwise report
+/// 0 IOPS, which says nothing about the target); latencies in
+/// microseconds.
 pub(super) fn run(t: &Target, p: &Profile, data: Data, size: u64, secs: f64) -> (f64, Vec<u32>) {
-    let stop = AtomicBool::new(false);
+    let stop = Run {
+        stop: AtomicBool::new(false),
+        timed: AtomicU64::new(0),
+    };
     let lats = Mutex::new(Vec::new());
     let started = Instant::now();
     std::thread::scope(|sc| {
@@ -109,7 +137,7 @@ pub(super) fn run(t: &Target, p: &Profile, data: Data, size: u64, secs: f64) -> 
                             let lanes = (p.jobs * threads) as u64;
                             let lane = (job * threads + th) as u64;
                             let mut i = 0u64;
-                            while !stop.load(Ordering::Relaxed) {
+                            while !stop.stopped() {
                                 let b = block_at(p, &mut rng, blocks, lane, lanes, i);
                                 i += 1;
                                 if p.write {
@@ -118,6 +146,7 @@ pub(super) fn run(t: &Target, p: &Profile, data: Data, size: u64, secs: f64) -> 
                                 let t0 = Instant::now();
                                 t.io(p.write, b * p.bs as u64, &mut buf);
                                 mine.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                                stop.timed_one();
                             }
                             lats.lock().unwrap().extend(mine);
                         });
@@ -126,7 +155,11 @@ pub(super) fn run(t: &Target, p: &Profile, data: Data, size: u64, secs: f64) -> 
             }
         }
         std::thread::sleep(Duration::from_secs_f64(secs));
-        stop.store(true, Ordering::Relaxed);
+        let waited = Instant::now();
+        while stop.timed.load(Ordering::Relaxed) == 0 && waited.elapsed() < FIRST_IO_PATIENCE {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        stop.stop.store(true, Ordering::Relaxed);
     });
     let elapsed = started.elapsed().as_secs_f64();
     let mut l = lats.into_inner().unwrap();
@@ -146,14 +179,7 @@ fn block_at(p: &Profile, rng: &mut SmallRng, blocks: u64, lane: u64, lanes: u64,
 
 /// One thread keeping `qd` requests in flight on the shards until
 /// `stop`; each completion hands the thread its latency and buffer back.
-fn shards_job(
-    e: &Engine,
-    p: &Profile,
-    data: Data,
-    size: u64,
-    job: usize,
-    stop: &AtomicBool,
-) -> Vec<u32> {
+fn shards_job(e: &Engine, p: &Profile, data: Data, size: u64, job: usize, stop: &Run) -> Vec<u32> {
     let (tx, rx) = mpsc::channel::<(u32, AlignedBuf)>();
     let mut rng = SmallRng::seed_from_u64(job as u64 + 177);
     let blocks = size / p.bs as u64;
@@ -162,7 +188,7 @@ fn shards_job(
     let mut in_flight = 0;
     let mut i = 0u64;
     loop {
-        while in_flight < p.qd && !stop.load(Ordering::Relaxed) {
+        while in_flight < p.qd && !stop.stopped() {
             let b = block_at(p, &mut rng, blocks, job as u64, p.jobs as u64, i);
             i += 1;
             let (off, tx, t0) = (b * p.bs as u64, tx.clone(), Instant::now());
@@ -185,8 +211,9 @@ fn shards_job(
         }
         let (lat, buf) = rx.recv().expect("a completion");
         in_flight -= 1;
-        if !stop.load(Ordering::Relaxed) {
+        if !stop.stopped() {
             lats.push(lat);
+            stop.timed_one();
         }
         spare.push(buf);
     }
@@ -200,7 +227,7 @@ fn nbd_job(
     data: Data,
     size: u64,
     job: usize,
-    stop: &AtomicBool,
+    stop: &Run,
 ) -> Vec<u32> {
     let mut c = nbd_connect(sock, name).expect("NBD connect");
     let mut reader = c.try_clone().unwrap();
@@ -248,6 +275,7 @@ fn nbd_job(
                 }
                 if let Some(t0) = started2.lock().unwrap().remove(&cookie) {
                     l.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                    stop.timed_one();
                 }
                 got += 1;
                 let _ = credit_tx.send(());
@@ -257,7 +285,7 @@ fn nbd_job(
         let mut buf = vec![0u8; p.bs];
         let blocks = size / p.bs as u64;
         let mut i = 0u64;
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.stopped() {
             if credit_rx.recv_timeout(Duration::from_millis(50)).is_err() {
                 continue;
             }

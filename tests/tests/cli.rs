@@ -687,3 +687,34 @@ fn bench_plumbing_on_a_tiny_run() {
     assert_eq!(r["sweep"].as_array().unwrap().len(), 4 * 8);
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<polyline"));
 }
+
+/// Members of different sizes are each used up to the smallest's size:
+/// `create` says how much of the larger ones holds nothing (as mdadm
+/// does), and says nothing where they match.
+#[test]
+fn create_says_when_members_differ_in_size() {
+    let w = World::new("uneven");
+    let a = w.sparse("a.img", 64 << 20);
+    let b = w.sparse("b.img", 64 << 20);
+    let c = w.sparse("c.img", 32 << 20);
+    let out = w.ok(&[
+        "create",
+        "un",
+        "--level",
+        "5",
+        "--sparse",
+        s(&a),
+        s(&b),
+        s(&c),
+    ]);
+    assert!(
+        out.contains("differ in size") && out.contains("32.0 MiB"),
+        "{out}"
+    );
+    let (d, e) = (w.sparse("d.img", 64 << 20), w.sparse("e.img", 64 << 20));
+    let out = w.ok(&["create", "ev", "--level", "1", "--sparse", s(&d), s(&e)]);
+    assert!(
+        out.contains("created") && !out.contains("differ in size"),
+        "{out}"
+    );
+}

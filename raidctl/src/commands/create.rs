@@ -89,7 +89,7 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
             Content::Nothing => {}
             Content::Array { name: other, uuid } => {
                 return Err(CliError::refused(format!(
-                    "member {} is part of array '{other}' (uuid {uuid}): use --force to overwrite, or raidctl stop {other}",
+                    "member {} is part of array '{other}' (uuid {uuid}): --force overwrites it, and with it that array's data on this device (a running array's members are never overwritten: raidctl list shows what runs)",
                     p.display()
                 )))
             }
@@ -103,9 +103,8 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
         }
         if let Some(owner) = st.owner_of(p, Some(name)) {
             return Err(CliError::refused(format!(
-                "member {} is recorded as part of array '{}': use --force to overwrite, or raidctl stop {}",
+                "member {} is recorded as part of array '{}': --force overwrites it, and with it that array's data on this device (a running array's members are never overwritten: raidctl list shows what runs)",
                 p.display(),
-                owner.name,
                 owner.name
             )));
         }
@@ -147,6 +146,7 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     }
     let m: Vec<MemberRef> = m.into_iter().map(|(m, _)| m).collect();
     let s: Vec<MemberRef> = s.into_iter().map(|(m, _)| m).collect();
+    let uneven = uneven_sizes(&m);
     st.ensure()?;
     let array = Array::create(
         m,
@@ -187,6 +187,25 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     for p in &spares {
         out!("  spare: {}", p.display());
     }
+    if let Some(note) = uneven {
+        out!("note: {note}");
+    }
     out!("start it with: raidctl start {name}");
     Ok(())
+}
+
+/// Members of different sizes: every member is used up to the smallest's
+/// size, so the rest of the larger ones holds nothing. Said (as mdadm
+/// does) where it is more than 1% of the largest.
+fn uneven_sizes(members: &[MemberRef]) -> Option<String> {
+    let sizes = members.iter().map(|m| m.size());
+    let (min, max) = (sizes.clone().min()?, sizes.max()?);
+    ((max - min) * 100 > max).then(|| {
+        format!(
+            "the members differ in size (smallest {}, largest {}): each is used up to the smallest's size, so {} of the largest holds nothing",
+            status::human_bytes(min),
+            status::human_bytes(max),
+            status::human_bytes(max - min)
+        )
+    })
 }

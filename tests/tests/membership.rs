@@ -795,3 +795,38 @@ fn a_start_naming_too_few_members_is_refused_unless_forced() {
     assert_eq!(w.status_json("tf")["state"], "degraded");
     w.ok(&["stop", "tf"]);
 }
+
+/// While a hot replace copies, its target is named as such to a command
+/// that would take it (not as a spare to remove); when the source fails,
+/// `fail` says that the copy ended with it, and the command that rebuilds
+/// onto the same device then works.
+#[test]
+fn a_hot_replace_whose_source_fails_says_so() {
+    let w = World::new("hot-src");
+    let (m, sock) = running(&w, "hs", "5", 4);
+    let new = w.sparse("hs-new.img", 16 * MIB);
+    w.ok(&["rate", "hs", "--rebuild", "4M"]);
+    w.ok(&["replace", "hs", s(&m[1]), s(&new)]);
+    let (code, _, err) = w.code(&["add", "hs", s(&new)]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("copying a member onto"), "{err}");
+    let out = w.ok(&["fail", "hs", s(&m[1])]);
+    assert!(
+        out.contains("hot replace of slot 1") && out.contains("raidctl replace hs"),
+        "{out}"
+    );
+    w.ok(&["rate", "hs", "--rebuild", "0"]);
+    // The copy ends at its next batch: then the device is free.
+    let t = Instant::now();
+    while !w.status_json("hs")["hot_replace"].is_null() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the copy never ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    w.ok(&["replace", "hs", s(&m[1]), s(&new)]);
+    w.ok(&["wait", "hs"]);
+    assert_eq!(w.status_json("hs")["state"], "optimal");
+    reads_back(&sock, "hs");
+}

@@ -260,7 +260,7 @@ impl Array {
     }
 
     /// Whether the device `key` is the replacement being copied to.
-    pub(super) fn is_replacement(&self, key: crate::member::DeviceKey) -> bool {
+    pub fn is_replacement(&self, key: crate::member::DeviceKey) -> bool {
         self.hot
             .lock()
             .as_ref()

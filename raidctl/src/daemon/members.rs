@@ -41,6 +41,12 @@ impl Daemon {
         let s = self.served(name)?;
         let slot = self.slot_named(&s, member)?;
         let was = s.array.state();
+        // A hot replace of this slot ends with its source: said below.
+        let copy = s
+            .array
+            .hot_replace_progress()
+            .filter(|(hot, ..)| *hot == slot)
+            .map(|(_, new, ..)| new);
         s.array.fail_member(slot, force)?;
         self.reconnects.hold(name, slot);
         let now = s.array.state();
@@ -49,6 +55,12 @@ impl Daemon {
             member.display(),
             now.name()
         );
+        if let Some(new) = copy {
+            msg.push_str(&format!(
+                "\nthe hot replace of slot {slot} onto {new} ends with it (its source failed), at the copy's next batch: once raidctl status {name} no longer shows it, {new} is free, and raidctl replace {name} {} {new} rebuilds the slot onto it",
+                member.display()
+            ));
+        }
         if now == raid_core::array::ArrayState::Failed && was != now {
             msg.push_str(&format!(
                 "\nforced: '{name}' has lost more members than its level tolerates and serves no I/O now. To undo: raidctl stop {name}; raidctl start {name} --force (takes back the newest failed members)"
@@ -89,6 +101,14 @@ impl Daemon {
                 return Err(CliError::refused(format!(
                     "{} is the member of slot {slot} of array '{}' (the same {key}, whatever the path): a device can only be in one place. Name a device that is in no array",
                     path.display(),
+                    other.array.name()
+                )));
+            }
+            if other.array.is_replacement(key) {
+                return Err(CliError::refused(format!(
+                    "{} is the device array '{}' is copying a member onto (a hot replace): wait for the copy to end (raidctl status {} shows it), or name another device",
+                    path.display(),
+                    other.array.name(),
                     other.array.name()
                 )));
             }

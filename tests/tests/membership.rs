@@ -772,7 +772,18 @@ fn a_start_naming_too_few_members_is_refused_unless_forced() {
     let m: Vec<PathBuf> = (0..3)
         .map(|i| w.sparse(&format!("m{i}.img"), 64 << 20))
         .collect();
-    w.ok(&["create", "tf", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    let sp = w.sparse("sp.img", 64 << 20);
+    w.ok(&[
+        "create",
+        "tf",
+        "--level",
+        "5",
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+        "--spare",
+        s(&sp),
+    ]);
     w.ok(&["start", "tf"]);
     w.ok(&["stop", "tf"]);
     let events = |p: &Path| -> u64 {
@@ -786,9 +797,11 @@ fn a_start_naming_too_few_members_is_refused_unless_forced() {
     assert!(err.contains("slot 2") && err.contains("--force"), "{err}");
     let after: Vec<u64> = m.iter().map(|p| events(p)).collect();
     assert_eq!(before, after, "a refused start wrote metadata");
-    // Every member given: optimal, nothing to resync.
-    w.ok(&["start", "tf", "--members", s(&m[2]), s(&m[0]), s(&m[1])]);
+    // Every member given: optimal, nothing to resync; the spare left out
+    // is said to be no longer recorded.
+    let out = w.ok(&["start", "tf", "--members", s(&m[2]), s(&m[0]), s(&m[1])]);
     assert_eq!(w.status_json("tf")["state"], "optimal");
+    assert!(out.contains("spare") && out.contains("not given"), "{out}");
     w.ok(&["stop", "tf"]);
     // Forced: it runs without the one left out, and says so.
     w.ok(&["start", "tf", "--force", "--members", s(&m[0]), s(&m[1])]);

@@ -508,6 +508,15 @@ impl Daemon {
             spares: array.spares().into_iter().map(PathBuf::from).collect(),
             parity: parity_asked.unwrap_or(parity),
         };
+        if let (Ok(r), true) = (&recorded, importing) {
+            for spare in r.spares.iter().filter(|p| !record.spares.contains(p)) {
+                notes.push(format!(
+                    "spare {} was recorded for '{name}' but not given: it is no longer its spare (raidctl add {name} {} takes it back)",
+                    spare.display(),
+                    spare.display()
+                ));
+            }
+        }
         self.state.save(&record)?;
         let engine = Arc::new(parity_engine(&record.parity, g));
         array.set_engine(engine.clone());

@@ -718,3 +718,53 @@ fn create_says_when_members_differ_in_size() {
         "{out}"
     );
 }
+
+/// `create --force` over a member of another (stopped) array says what it
+/// overwrote: that array has lost the device.
+#[test]
+fn create_force_says_what_it_overwrote() {
+    let w = World::new("overwrote");
+    let m: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("m{i}.img"), 32 << 20))
+        .collect();
+    w.ok(&[
+        "create",
+        "old",
+        "--level",
+        "5",
+        "--sparse",
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+    ]);
+    let fresh = w.sparse("f.img", 32 << 20);
+    let (code, _, err) = w.code(&[
+        "create",
+        "new",
+        "--level",
+        "1",
+        "--sparse",
+        s(&m[0]),
+        s(&fresh),
+    ]);
+    assert_eq!(code, 4, "{err}");
+    let out = w.ok(&[
+        "create",
+        "new",
+        "--level",
+        "1",
+        "--sparse",
+        "--force",
+        s(&m[0]),
+        s(&fresh),
+    ]);
+    let notes: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("--force overwrote"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{out}");
+    assert!(
+        notes[0].contains(s(&m[0])) && notes[0].contains("'old'"),
+        "{out}"
+    );
+}

@@ -79,10 +79,25 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
             }));
         }
     }
+    // What --force overwrites, said after it is done.
+    let mut overwritten = Vec::new();
     for p in members.iter().chain(&spares) {
         let content = probe(p)
             .map_err(|e| CliError::not_found(format!("cannot read {}: {e}", p.display())))?;
         if force {
+            let owner = st.owner_of(p, Some(name)).map(|r| r.name);
+            match (&content, owner) {
+                (Content::Array { name: other, uuid }, _) => overwritten.push(format!(
+                    "{} held array '{other}' (uuid {uuid}): that array has lost this device",
+                    p.display()
+                )),
+                (_, Some(other)) => overwritten.push(format!(
+                    "{} was recorded as part of array '{other}': that array has lost this device",
+                    p.display()
+                )),
+                (Content::Nothing, None) => {}
+                (c, None) => overwritten.push(format!("{} held {}", p.display(), describe(c))),
+            }
             continue;
         }
         match content {
@@ -189,6 +204,9 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     }
     if let Some(note) = uneven {
         out!("note: {note}");
+    }
+    for o in &overwritten {
+        out!("note: --force overwrote {o}");
     }
     out!("start it with: raidctl start {name}");
     Ok(())

@@ -164,6 +164,7 @@ impl Config {
                 insecure: a.insecure,
                 parity: a.parity.clone(),
                 force: false,
+                listed: false,
             })
             .collect()
     }

@@ -38,6 +38,12 @@ pub enum Request {
         /// `--assemble --force`).
         #[serde(default)]
         force: bool,
+        /// `members` were typed by the operator (`--members`): every slot
+        /// in sync must be among them, since one left out by mistake would
+        /// start the array degraded. Not for a scan's or the config's
+        /// list, where a member not found is a drive gone.
+        #[serde(default)]
+        listed: bool,
     },
     Stop {
         name: String,

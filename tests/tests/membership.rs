@@ -829,17 +829,44 @@ fn a_hot_replace_whose_source_fails_says_so() {
         "{out}"
     );
     w.ok(&["rate", "hs", "--rebuild", "0"]);
-    // The copy ends at its next batch: then the device is free.
+    // The copy ends at its next batch; its thread then lets the device
+    // go. Until then a replace onto it is refused as in use.
     let t = Instant::now();
-    while !w.status_json("hs")["hot_replace"].is_null() {
+    loop {
+        let (code, _, err) = w.code(&["replace", "hs", s(&m[1]), s(&new)]);
+        if code == 0 {
+            break;
+        }
+        assert!(err.contains("in use") || err.contains("copying"), "{err}");
         assert!(
             t.elapsed() < Duration::from_secs(60),
-            "the copy never ended"
+            "the copy never ended: {err}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    w.ok(&["replace", "hs", s(&m[1]), s(&new)]);
     w.ok(&["wait", "hs"]);
     assert_eq!(w.status_json("hs")["state"], "optimal");
     reads_back(&sock, "hs");
+}
+
+/// A scan (or the daemon's config) that does not find a member is a drive
+/// gone, not a typing slip: the array starts degraded, as before, and
+/// says which member is missing.
+#[test]
+fn a_scan_that_misses_a_member_starts_degraded() {
+    let w = World::new("scan-miss");
+    let m: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("m{i}.img"), 64 << 20))
+        .collect();
+    w.ok(&["create", "sm", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    w.ok(&["start", "sm"]);
+    w.ok(&["stop", "sm"]);
+    let only = w.dir.join("found");
+    std::fs::create_dir_all(&only).unwrap();
+    for p in &m[..2] {
+        std::os::unix::fs::symlink(p, only.join(p.file_name().unwrap())).unwrap();
+    }
+    w.ok(&["start", "sm", "--scan", s(&only)]);
+    assert_eq!(w.status_json("sm")["state"], "degraded");
+    w.ok(&["stop", "sm"]);
 }

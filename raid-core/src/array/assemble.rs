@@ -186,20 +186,6 @@ pub(super) fn assemble(
         .filter(|(i, e)| e.state != SlotState::Failed && slots[*i].state() == SlotState::Failed)
         .map(|(i, _)| i)
         .collect();
-    if !allow_missing && !newly_missing.is_empty() {
-        let list: Vec<String> = newly_missing.iter().map(|i| i.to_string()).collect();
-        let left_out: Vec<&str> = refused.iter().map(|(m, _)| m.as_str()).collect();
-        return Err(ArrayError::Assembly(format!(
-            "slot {} of '{}' is in sync in the metadata but none of the members given fills it{}: started without it, the array would run degraded and that member would need a resync when it comes back. Give every member, or add --force to start without it",
-            list.join(", "),
-            truth.name,
-            if left_out.is_empty() {
-                String::new()
-            } else {
-                format!(" (not usable: {})", left_out.join(", "))
-            }
-        )));
-    }
     let array = Array {
         geo,
         name: truth.name.clone(),
@@ -248,6 +234,25 @@ pub(super) fn assemble(
                 " Not enough members marked failed are present to force it either: find the missing ones (raidctl examine DEV shows what a device holds)"
             } else {
                 " If members were marked failed but their data is intact (failed by mistake, a cable, a full filesystem), raidctl start NAME --force takes back the newest of them"
+            }
+        )));
+    }
+    // After the check above, so that an array too short of members to
+    // start at all says that instead; before anything is written.
+    if !allow_missing && !newly_missing.is_empty() {
+        let list: Vec<String> = newly_missing.iter().map(|i| i.to_string()).collect();
+        let unusable: Vec<String> = refused
+            .iter()
+            .map(|(m, why)| format!("{m}: {why}"))
+            .collect();
+        return Err(ArrayError::Assembly(format!(
+            "slot {} of '{}' was serving in the metadata, and none of the members given fills it{}: started without it, the array would run degraded and that member would need a resync when it comes back. Give that member too, or, if it is really gone, add --force (which also takes back members marked failed, newest first, where the array needs them)",
+            list.join(", "),
+            truth.name,
+            if unusable.is_empty() {
+                String::new()
+            } else {
+                format!(" (given but not usable: {})", unusable.join("; "))
             }
         )));
     }

@@ -88,12 +88,14 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
             let owner = st.owner_of(p, Some(name)).map(|r| r.name);
             match (&content, owner) {
                 (Content::Array { name: other, uuid }, _) => overwritten.push(format!(
-                    "{} held array '{other}' (uuid {uuid}): that array has lost this device",
-                    p.display()
+                    "{} held array '{other}' (uuid {uuid}): that array has lost this device{}",
+                    p.display(),
+                    run_without(other, name)
                 )),
                 (_, Some(other)) => overwritten.push(format!(
-                    "{} was recorded as part of array '{other}': that array has lost this device",
-                    p.display()
+                    "{} was recorded as part of array '{other}': that array has lost this device{}",
+                    p.display(),
+                    run_without(&other, name)
                 )),
                 (Content::Nothing, None) => {}
                 (c, None) => overwritten.push(format!("{} held {}", p.display(), describe(c))),
@@ -210,6 +212,17 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     }
     out!("start it with: raidctl start {name}");
     Ok(())
+}
+
+/// How array `other`, which lost a device to `--force`, runs on without
+/// it (nothing where it is the array being created again).
+fn run_without(other: &str, creating: &str) -> String {
+    if other == creating {
+        return String::new();
+    }
+    format!(
+        " (a plain start of '{other}' now refuses; raidctl start {other} --force --members <its other devices> runs it degraded, where its level allows)"
+    )
 }
 
 /// Members of different sizes: every member is used up to the smallest's

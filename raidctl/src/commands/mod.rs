@@ -62,6 +62,7 @@ pub fn run(cli: Cli) -> Result<()> {
             scan,
             force,
         } => {
+            let listed = scan.is_none() && !members.is_empty();
             let members = match scan {
                 Some(dirs) => scan_members(&st, &name, &dirs)?,
                 None => members,
@@ -76,7 +77,8 @@ pub fn run(cli: Cli) -> Result<()> {
                     },
                 )
             });
-            start(&st, &name, members, nbd, foreground, parity, force)
+            let how = start::How { force, listed };
+            start(&st, &name, members, nbd, foreground, parity, how)
         }
         Command::Stop { name } => {
             let r = daemon_call(&st, &name, Request::Stop { name: name.clone() })?;

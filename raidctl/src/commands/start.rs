@@ -3,6 +3,14 @@
 
 use super::*;
 
+/// How the members are to be taken: `force`, members marked failed or
+/// stale too; `listed`, the members were typed (`--members`), so each slot
+/// in sync must be among them.
+pub(super) struct How {
+    pub force: bool,
+    pub listed: bool,
+}
+
 pub(super) fn start(
     st: &StateDir,
     name: &str,
@@ -10,7 +18,7 @@ pub(super) fn start(
     nbd: Option<(String, crate::export::Security)>,
     foreground: bool,
     parity: Option<Parity>,
-    force: bool,
+    How { force, listed }: How,
 ) -> Result<()> {
     check_name(name)?;
     let members: Vec<PathBuf> = members.iter().map(|p| existing(p)).collect::<Result<_>>()?;
@@ -30,6 +38,7 @@ pub(super) fn start(
         insecure: sec.insecure,
         parity: parity.map(|p| p.name().to_string()),
         force,
+        listed,
     };
     if foreground {
         let c = Config::load(st, None)?;

@@ -57,7 +57,7 @@ impl Daemon {
         );
         if let Some(new) = copy {
             msg.push_str(&format!(
-                "\nthe hot replace of slot {slot} onto {new} ends with it (its source failed), at the copy's next batch: once raidctl status {name} no longer shows it, {new} is free, and raidctl replace {name} {} {new} rebuilds the slot onto it",
+                "\nthe hot replace of slot {slot} onto {new} ends with it (its source failed), at the copy's next batch; {new} is then free, and unless a spare takes the slot, raidctl replace {name} {} {new} rebuilds it onto {new}",
                 member.display()
             ));
         }
@@ -106,7 +106,7 @@ impl Daemon {
             }
             if other.array.is_replacement(key) {
                 return Err(CliError::refused(format!(
-                    "{} is the device array '{}' is copying a member onto (a hot replace): wait for the copy to end (raidctl status {} shows it), or name another device",
+                    "{} is the device array '{}' is copying a member onto (a hot replace): it becomes that slot's member when the copy ends (raidctl status {} shows it). Name another device",
                     path.display(),
                     other.array.name(),
                     other.array.name()

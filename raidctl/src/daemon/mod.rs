@@ -327,14 +327,21 @@ impl Daemon {
                 insecure,
                 parity,
                 force,
+                listed,
             } => {
                 let sec = crate::export::Security {
                     tls,
                     verify_peer: tls_verify_peer,
                     insecure,
                 };
-                self.start(&name, members, nbd.map(|n| (n, sec)), parity, force)
-                    .map(Response::ok)
+                self.start(
+                    &name,
+                    members,
+                    nbd.map(|n| (n, sec)),
+                    parity,
+                    (force, listed),
+                )
+                .map(Response::ok)
             }
             Request::Stop { name } => self.stop(&name).map(Response::ok),
             Request::Status { name } => self.status(name.as_deref()),
@@ -389,7 +396,9 @@ impl Daemon {
         members: Vec<PathBuf>,
         nbd: Option<(String, crate::export::Security)>,
         parity_asked: Option<String>,
-        force: bool,
+        // `force`: members marked failed or stale too; `listed`: the
+        // members were typed, each slot in sync must be among them.
+        (force, listed): (bool, bool),
     ) -> Result<String> {
         if self.arrays.lock().contains_key(name) {
             return Err(CliError::refused(format!(
@@ -424,7 +433,10 @@ impl Daemon {
             } else {
                 FileMember::open(p).map(|m| {
                     // Arrays created sparse before this was the rule: their
-                    // metadata and journal area gets its blocks now.
+                    // metadata and journal area gets its blocks now, before
+                    // assembly writes there (a full filesystem must not
+                    // stop it). It changes no byte: a refused start below
+                    // leaves every member's contents as they were.
                     if let Err(e) = m.allocate_range(0, raid_core::metadata::DATA_OFFSET) {
                         tracing::warn!(member = %p.display(), "cannot allocate the metadata area: {e}");
                     }
@@ -449,12 +461,13 @@ impl Daemon {
                 Err(e) => notes.push(format!("member {} is missing ({e})", p.display())),
             }
         }
-        // Members named on the command line must be all of them: one left
-        // out by mistake would turn the array degraded. Recorded members
-        // that cannot be opened (a drive gone) do not stop it.
+        // Members typed on the command line must be all of them: one left
+        // out by mistake would turn the array degraded. Recorded members,
+        // a scan's or the config's, that cannot be found (a drive gone)
+        // do not stop it.
         let asm = if force {
             Array::assemble_forced(opened)?
-        } else if importing {
+        } else if listed {
             Array::assemble_all(opened)?
         } else {
             Array::assemble(opened)?
@@ -509,7 +522,13 @@ impl Daemon {
             parity: parity_asked.unwrap_or(parity),
         };
         if let (Ok(r), true) = (&recorded, importing) {
-            for spare in r.spares.iter().filter(|p| !record.spares.contains(p)) {
+            let key = |p: &PathBuf| raid_core::member::DeviceKey::of_path(p).ok();
+            let given: Vec<_> = record.spares.iter().filter_map(key).collect();
+            let dropped = r
+                .spares
+                .iter()
+                .filter(|p| key(p).is_none_or(|k| !given.contains(&k)));
+            for spare in dropped {
                 notes.push(format!(
                     "spare {} was recorded for '{name}' but not given: it is no longer its spare (raidctl add {name} {} takes it back)",
                     spare.display(),

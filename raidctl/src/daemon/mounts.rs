@@ -47,7 +47,7 @@ impl Daemon {
         match s.array.flush() {
             Ok(()) => Ok(done),
             Err(e) if s.array.state() == raid_core::array::ArrayState::Failed => Ok(format!(
-                "{done}; it has failed, so nothing was flushed ({e})"
+                "{done}; it has failed, so its flush did not complete ({e})"
             )),
             Err(e) => Err(CliError::failed(format!(
                 "{done}, but the flush after it failed: {e}"

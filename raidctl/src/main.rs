@@ -157,7 +157,9 @@ pub enum Command {
         scan: Option<Vec<PathBuf>>,
         /// When too few members are in sync to start, take back members
         /// marked failed whose data is intact, newest metadata first (like
-        /// mdadm --assemble --force); prints what it took and why.
+        /// mdadm --assemble --force); prints what it took and why. With
+        /// --members, also start without a member that was serving and is
+        /// not among those given (refused otherwise).
         #[arg(long)]
         force: bool,
     },

@@ -424,6 +424,8 @@ impl Worker {
         // The command each entry has in flight.
         let mut sent: Vec<Option<(u32, u64)>> = vec![None; n];
         let mut reaped = Vec::with_capacity(n);
+        // The membership epoch the shape was last checked at (none yet).
+        let mut checked = u64::MAX;
         loop {
             if next.iter().any(|x| matches!(x, Next::RegisterLater)) {
                 // INIT's reply not taken yet.
@@ -478,8 +480,15 @@ impl Worker {
             }
             gate.served.fetch_add(served, Ordering::Relaxed);
             gate.largest_batch.fetch_max(served, Ordering::Relaxed);
-            if n > 1 && served > 1 && !fs.io.array.all_in_memory() {
-                self.outgrown(gate);
+            // Whether the shape still fits: asked again only once the
+            // members changed (reading every member's handle per batch
+            // would tax the batches).
+            let epoch = fs.io.array.membership_epoch();
+            if n > 1 && epoch != checked {
+                checked = epoch;
+                if !fs.io.array.all_in_memory() {
+                    self.outgrown(gate);
+                }
             }
         }
     }

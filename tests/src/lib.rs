@@ -82,6 +82,13 @@ impl World {
         self.dir.join("state")
     }
 
+    /// `n` sparse files of `size` bytes, named `{tag}0.img`, `{tag}1.img`...
+    pub fn sparse_members(&self, tag: &str, n: usize, size: u64) -> Vec<PathBuf> {
+        (0..n)
+            .map(|i| self.sparse(&format!("{tag}{i}.img"), size))
+            .collect()
+    }
+
     /// A sparse file of `size` bytes.
     pub fn sparse(&self, name: &str, size: u64) -> PathBuf {
         let p = self.dir.join(name);

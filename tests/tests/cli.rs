@@ -14,9 +14,7 @@ fn s(p: &std::path::Path) -> &str {
 #[test]
 fn create_start_fail_replace_rebuild_stop_and_start_again() {
     let w = World::new("flow");
-    let m: Vec<PathBuf> = (0..5)
-        .map(|i| w.sparse(&format!("m{i}.img"), 64 * MIB))
-        .collect();
+    let m = w.sparse_members("m", 5, 64 * MIB);
     let out = w.ok(&[
         "create",
         "flow",
@@ -116,9 +114,7 @@ fn create_start_fail_replace_rebuild_stop_and_start_again() {
 #[test]
 fn members_moved_to_another_host_start_with_members() {
     let w = World::new("move");
-    let m: Vec<PathBuf> = (0..3)
-        .map(|i| w.sparse(&format!("m{i}.img"), 32 * MIB))
-        .collect();
+    let m = w.sparse_members("m", 3, 32 * MIB);
     w.ok(&["create", "mv", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
     // "Another host": a fresh state directory that has never heard of it.
     std::fs::remove_dir_all(w.state()).unwrap();
@@ -145,9 +141,7 @@ struct Wrong {
 #[test]
 fn wrong_invocations_exit_with_their_code_and_change_nothing() {
     let w = World::new("wrong");
-    let m: Vec<PathBuf> = (0..6)
-        .map(|i| w.sparse(&format!("m{i}.img"), 32 * MIB))
-        .collect();
+    let m = w.sparse_members("m", 6, 32 * MIB);
     let tiny = w.sparse("tiny.img", MIB / 2);
     // A member with an ext4 superblock magic, one with a GPT header.
     let ext4 = w.sparse("ext4.img", 32 * MIB);
@@ -387,9 +381,7 @@ fn write_at(p: &std::path::Path, off: u64, data: &[u8]) {
 fn scrub_finds_and_repairs_silent_corruption() {
     use std::os::unix::fs::FileExt;
     let w = World::new("scrub");
-    let m: Vec<PathBuf> = (0..5)
-        .map(|i| w.sparse(&format!("m{i}.img"), 16 * MIB))
-        .collect();
+    let m = w.sparse_members("m", 5, 16 * MIB);
     w.ok(&[
         "create",
         "sc",
@@ -450,9 +442,7 @@ fn scrub_finds_and_repairs_silent_corruption() {
 fn sigterm_stops_every_array_clean() {
     use std::os::unix::fs::FileExt;
     let w = World::new("term");
-    let m: Vec<PathBuf> = (0..3)
-        .map(|i| w.sparse(&format!("m{i}.img"), 16 * MIB))
-        .collect();
+    let m = w.sparse_members("m", 3, 16 * MIB);
     w.ok(&["create", "tm", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
     let sock = w.dir.join("tm.sock");
     w.ok(&["start", "tm", "--nbd", &format!("unix:{}", sock.display())]);
@@ -521,9 +511,7 @@ fn sigterm_stops_every_array_clean() {
 fn scheduled_scrub_repairs_by_itself() {
     use std::os::unix::fs::FileExt;
     let w = World::new("sched");
-    let m: Vec<PathBuf> = (0..4)
-        .map(|i| w.sparse(&format!("m{i}.img"), 16 * MIB))
-        .collect();
+    let m = w.sparse_members("m", 4, 16 * MIB);
     w.ok(&[
         "create",
         "sd",
@@ -597,9 +585,7 @@ fn scheduled_scrub_repairs_by_itself() {
 #[test]
 fn the_pread_pwrite_fallback_serves_the_array() {
     let w = World::new("nouring");
-    let m: Vec<PathBuf> = (0..4)
-        .map(|i| w.sparse(&format!("m{i}.img"), 32 * MIB))
-        .collect();
+    let m = w.sparse_members("m", 4, 32 * MIB);
     w.ok(&[
         "create",
         "nu",
@@ -724,9 +710,7 @@ fn create_says_when_members_differ_in_size() {
 #[test]
 fn create_force_says_what_it_overwrote() {
     let w = World::new("overwrote");
-    let m: Vec<PathBuf> = (0..3)
-        .map(|i| w.sparse(&format!("m{i}.img"), 32 << 20))
-        .collect();
+    let m = w.sparse_members("m", 3, 32 << 20);
     w.ok(&[
         "create",
         "old",

@@ -68,26 +68,28 @@ fn daemon_log(w: &World) -> String {
     std::fs::read_to_string(w.state().join("daemon.log")).unwrap_or_default()
 }
 
+/// The number the log puts just before `words` (its first mention).
+fn number_before(log: &str, words: &str) -> Option<u64> {
+    let at = log.find(words)?;
+    log[..at].rsplit(' ').next()?.parse().ok()
+}
+
 /// "N requests served through the ring", from the log at unmount.
 fn served_through_ring(log: &str) -> Option<u64> {
-    let at = log.find(" requests served through the ring")?;
-    log[..at].rsplit(' ').next()?.parse().ok()
+    number_before(log, " requests served through the ring")
 }
 
 /// "E entries in all, served by T threads", from the log at mount.
 fn ring_shape(log: &str) -> Option<(u64, u64)> {
-    let at = log.find(" entries in all, served by ")?;
-    let entries = log[..at].rsplit(' ').next()?.parse().ok()?;
-    let rest = &log[at + " entries in all, served by ".len()..];
-    let threads = rest.split(' ').next()?.parse().ok()?;
+    let entries = number_before(log, " entries in all, served by ")?;
+    let threads = number_before(log, " threads; /dev/fuse threads answer")?;
     Some((entries, threads))
 }
 
 /// "up to B per io_uring_enter", from the log at unmount: the most
 /// requests one wake-up brought a serving thread.
 fn largest_batch(log: &str) -> Option<u64> {
-    let at = log.find(" per io_uring_enter")?;
-    log[..at].rsplit(' ').next()?.parse().ok()
+    number_before(log, " per io_uring_enter")
 }
 
 /// How the ring is expected to be served: a thread per entry (members on

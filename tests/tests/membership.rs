@@ -769,9 +769,7 @@ fn the_next_of_a_missing_member_and_of_a_scrub_work_as_printed() {
 #[test]
 fn a_start_naming_too_few_members_is_refused_unless_forced() {
     let w = World::new("too-few");
-    let m: Vec<PathBuf> = (0..3)
-        .map(|i| w.sparse(&format!("m{i}.img"), 64 << 20))
-        .collect();
+    let m = w.sparse_members("m", 3, 64 << 20);
     let sp = w.sparse("sp.img", 64 << 20);
     w.ok(&[
         "create",
@@ -855,9 +853,7 @@ fn a_hot_replace_whose_source_fails_says_so() {
 #[test]
 fn a_scan_that_misses_a_member_starts_degraded() {
     let w = World::new("scan-miss");
-    let m: Vec<PathBuf> = (0..3)
-        .map(|i| w.sparse(&format!("m{i}.img"), 64 << 20))
-        .collect();
+    let m = w.sparse_members("m", 3, 64 << 20);
     w.ok(&["create", "sm", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
     w.ok(&["start", "sm"]);
     w.ok(&["stop", "sm"]);

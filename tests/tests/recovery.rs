@@ -26,12 +26,6 @@ fn running(w: &World, name: &str, level: &str, m: &[PathBuf], sparse: bool) -> P
     sock
 }
 
-fn members(w: &World, tag: &str, n: usize, size: u64) -> Vec<PathBuf> {
-    (0..n)
-        .map(|i| w.sparse(&format!("{tag}{i}.img"), size))
-        .collect()
-}
-
 fn reads(sock: &Path, name: &str, cmd: &str) {
     let (ok, text) = qemu_io(sock, name, &[cmd]);
     assert!(ok, "{cmd}: {text}");
@@ -53,7 +47,7 @@ fn start_nbd(w: &World, name: &str, sock: &Path, extra: &[&str]) -> String {
 #[test]
 fn runbook_i_failed_the_wrong_disk() {
     let w = World::new("rb-wrong");
-    let m = members(&w, "w", 4, 32 * MIB);
+    let m = w.sparse_members("w", 4, 32 * MIB);
     let sock = running(&w, "data", "5", &m, false);
     w.ok(&["fail", "data", s(&m[2])]);
     // Written while it is out: the only region a re-add copies back.
@@ -87,7 +81,7 @@ fn runbook_i_failed_the_wrong_disk() {
 #[test]
 fn runbook_one_drives_metadata_is_unreadable() {
     let w = World::new("rb-header");
-    let m = members(&w, "h", 4, 32 * MIB);
+    let m = w.sparse_members("h", 4, 32 * MIB);
     let sock = running(&w, "data", "6", &m, false);
     w.ok(&["stop", "data"]);
     // Both metadata copies of m[3] overwritten.
@@ -112,7 +106,7 @@ fn runbook_one_drives_metadata_is_unreadable() {
 #[test]
 fn runbook_the_daemon_crashed() {
     let w = World::new("rb-crash");
-    let m = members(&w, "c", 4, 32 * MIB);
+    let m = w.sparse_members("c", 4, 32 * MIB);
     let sock = running(&w, "data", "5", &m, false);
     w.ok(&["fail", "data", s(&m[1])]);
     // Degraded writes in flight when the daemon dies.
@@ -140,7 +134,7 @@ fn runbook_the_daemon_crashed() {
 #[test]
 fn runbook_the_state_directory_is_lost() {
     let w = World::new("rb-state");
-    let m = members(&w, "st", 3, 32 * MIB);
+    let m = w.sparse_members("st", 3, 32 * MIB);
     let sock = running(&w, "data", "1", &m, false);
     w.ok(&["stop", "data"]);
     std::fs::remove_dir_all(w.state()).unwrap();
@@ -175,7 +169,7 @@ fn runbook_the_state_directory_is_lost() {
 #[test]
 fn runbook_the_array_has_failed() {
     let w = World::new("rb-failed");
-    let m = members(&w, "f", 4, 32 * MIB);
+    let m = w.sparse_members("f", 4, 32 * MIB);
     let sock = running(&w, "data", "5", &m, false);
     // Mounted too: a failed array must still stop at the first try.
     w.ok(&["mount", "data"]);
@@ -335,13 +329,13 @@ fn runbook_the_filesystem_under_member_files_filled_up() {
 #[test]
 fn members_that_moved_are_found_by_uuid() {
     let w = World::new("rb-scan");
-    let m = members(&w, "sc", 3, 32 * MIB);
+    let m = w.sparse_members("sc", 3, 32 * MIB);
     let sock = running(&w, "data", "5", &m, false);
     w.ok(&["stop", "data"]);
     let moved = w.dir.join("moved");
     std::fs::create_dir_all(&moved).unwrap();
     // A stranger in the same folder is left alone.
-    let other = members(&w, "ot", 2, 32 * MIB);
+    let other = w.sparse_members("ot", 2, 32 * MIB);
     w.ok(&[
         "create",
         "other",

@@ -84,47 +84,13 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     for p in members.iter().chain(&spares) {
         let content = probe(p)
             .map_err(|e| CliError::not_found(format!("cannot read {}: {e}", p.display())))?;
-        if force {
-            let owner = st.owner_of(p, Some(name)).map(|r| r.name);
-            match (&content, owner) {
-                (Content::Array { name: other, uuid }, _) => overwritten.push(format!(
-                    "{} held array '{other}' (uuid {uuid}): that array has lost this device{}",
-                    p.display(),
-                    run_without(other, name)
-                )),
-                (_, Some(other)) => overwritten.push(format!(
-                    "{} was recorded as part of array '{other}': that array has lost this device{}",
-                    p.display(),
-                    run_without(&other, name)
-                )),
-                (Content::Nothing, None) => {}
-                (c, None) => overwritten.push(format!("{} held {}", p.display(), describe(c))),
-            }
+        let Some(h) = Held::of(st, p, name, content) else {
             continue;
+        };
+        if !force {
+            return Err(CliError::refused(h.refusal(p)));
         }
-        match content {
-            Content::Nothing => {}
-            Content::Array { name: other, uuid } => {
-                return Err(CliError::refused(format!(
-                    "member {} is part of array '{other}' (uuid {uuid}): --force overwrites it, and with it that array's data on this device (a running array's members are never overwritten: raidctl list shows what runs)",
-                    p.display()
-                )))
-            }
-            c => {
-                return Err(CliError::refused(format!(
-                    "member {} holds {}: use --force to overwrite it",
-                    p.display(),
-                    describe(&c)
-                )))
-            }
-        }
-        if let Some(owner) = st.owner_of(p, Some(name)) {
-            return Err(CliError::refused(format!(
-                "member {} is recorded as part of array '{}': --force overwrites it, and with it that array's data on this device (a running array's members are never overwritten: raidctl list shows what runs)",
-                p.display(),
-                owner.name
-            )));
-        }
+        overwritten.push(h.overwritten(p, name));
     }
     // Opening takes every member exclusively: one a running array holds is
     // refused here, before anything is written, --force or not.
@@ -212,6 +178,60 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     }
     out!("start it with: raidctl start {name}");
     Ok(())
+}
+
+/// What a device named for the new array already holds, where it holds
+/// anything: refused without --force, said after it with.
+enum Held {
+    /// Another array's metadata.
+    Array { name: String, uuid: String },
+    /// Nothing of ours, but another array's record lists it.
+    Recorded(String),
+    /// Something else: a filesystem, a partition table.
+    Other(String),
+}
+
+/// What --force does to a device of another array.
+const FORCE_OVERWRITES: &str = "--force overwrites it, and with it that array's data on this device (a running array's members are never overwritten: raidctl list shows what runs)";
+
+impl Held {
+    fn of(st: &StateDir, p: &Path, creating: &str, content: Content) -> Option<Held> {
+        match content {
+            Content::Nothing => st
+                .owner_of(p, Some(creating))
+                .map(|r| Held::Recorded(r.name)),
+            Content::Array { name, uuid } => Some(Held::Array { name, uuid }),
+            c => Some(Held::Other(describe(&c))),
+        }
+    }
+
+    fn refusal(&self, p: &Path) -> String {
+        let p = p.display();
+        match self {
+            Held::Array { name, uuid } => {
+                format!("member {p} is part of array '{name}' (uuid {uuid}): {FORCE_OVERWRITES}")
+            }
+            Held::Recorded(name) => {
+                format!("member {p} is recorded as part of array '{name}': {FORCE_OVERWRITES}")
+            }
+            Held::Other(what) => format!("member {p} holds {what}: use --force to overwrite it"),
+        }
+    }
+
+    fn overwritten(&self, p: &Path, creating: &str) -> String {
+        let p = p.display();
+        match self {
+            Held::Array { name, uuid } => format!(
+                "{p} held array '{name}' (uuid {uuid}): that array has lost this device{}",
+                run_without(name, creating)
+            ),
+            Held::Recorded(name) => format!(
+                "{p} was recorded as part of array '{name}': that array has lost this device{}",
+                run_without(name, creating)
+            ),
+            Held::Other(what) => format!("{p} held {what}"),
+        }
+    }
 }
 
 /// How array `other`, which lost a device to `--force`, runs on without

@@ -293,12 +293,19 @@ impl Array {
                 })
                 .collect(),
         );
-        // No hot replace yet: the reads' table is the same.
+        let reads = Arc::new(all.iter().map(read_side).collect());
         Handles {
-            all: arc_swap::ArcSwap::new(all.clone()),
-            reads: arc_swap::ArcSwap::new(all),
+            all: arc_swap::ArcSwap::new(all),
+            reads: arc_swap::ArcSwap::new(reads),
         }
     }
+}
+
+/// Where `m`'s reads go, in the reads' table: a hot replace's pair reads
+/// its old device; any other member is itself.
+fn read_side(m: &MemberRef) -> MemberRef {
+    m.pair()
+        .map_or_else(|| m.clone(), |p| p.read_from().clone())
 }
 
 /// The slots' members as vectors for the data path, swapped whole on the
@@ -319,9 +326,7 @@ pub(super) struct Handles {
 impl Handles {
     /// Puts `m` in `slot` of both tables.
     pub(super) fn put(&self, slot: usize, m: MemberRef) {
-        let read = m
-            .pair()
-            .map_or_else(|| m.clone(), |p| p.read_from().clone());
+        let read = read_side(&m);
         for (table, m) in [(&self.all, m), (&self.reads, read)] {
             let mut v: Vec<MemberRef> = table.load().as_ref().clone();
             v[slot] = m;

@@ -382,9 +382,9 @@ impl Shard {
         len: usize,
         at: u64,
     ) {
-        if let Some(p) = m.pair() {
+        if m.pair().is_some() {
             // SAFETY: the caller's promise.
-            return unsafe { self.start_pair_io(ud, m, p, write, ptr, len, at) };
+            return unsafe { self.start_pair_io(ud, m, write, ptr, len, at) };
         }
         if on_ring(m.as_ref()) {
             let fd = types::Fd(m.uring_fd().expect("checked"));

@@ -29,7 +29,7 @@
 use super::{answer, Engine, Fallback, ReadDone, ReadJob, WriteDone, WriteJob};
 use crate::array::async_write::{AsyncWrite, Next, Start};
 use crate::buf::AlignedBuf;
-use crate::member::{count_took, Member};
+use crate::member::{read_counted, write_counted, Member};
 use crate::stats::Started;
 use std::sync::atomic::Ordering;
 
@@ -82,10 +82,7 @@ impl Engine {
         let started = Started::now();
         for p in &plan.pieces {
             let m: &dyn Member = handles[p.slot].as_ref();
-            let t = Started::now();
-            let r = m.read_at(&mut buf[p.pos..p.pos + p.len], p.at);
-            count_took(m, true, p.len, t.took(), r.is_ok());
-            if let Err(e) = r {
+            if let Err(e) = read_counted(m, &mut buf[p.pos..p.pos + p.len], p.at) {
                 let failed = Some((p.slot, handles[p.slot].clone(), e));
                 let job = ReadJob { offset, buf, done };
                 self.blocking(Fallback::Read { job, failed });
@@ -124,56 +121,61 @@ impl Engine {
             Start::Go(w) => w,
             Start::Blocking(data) => return Err((data, done)),
         };
-        loop {
-            if w.journal_due() {
-                return Err((w.give_up(), done));
-            }
+        let next = loop {
+            debug_assert!(
+                !w.journal_due(),
+                "only a degraded stripe's write is journaled, and it was handed back at its start"
+            );
             let results = (0..w.ios().len())
                 .map(|i| {
                     let io = w.ios()[i];
                     let (ptr, len) = w.io_buf(i);
-                    let m = &w.handles()[io.slot];
-                    let started = Started::now();
+                    let m = w.handles()[io.slot].as_ref();
                     // SAFETY: `io_buf` is a buffer of `w` (its own, or its
                     // request's data), alive and unmoved while `w` is, and
                     // nothing else uses it during this call: this thread
                     // owns `w`, and a step's reads go to buffers no other
                     // I/O of the step uses (its writes only read theirs).
-                    let r = unsafe {
+                    unsafe {
                         match io.write {
-                            true => m.write_at(std::slice::from_raw_parts(ptr, len), io.offset),
-                            false => m.read_at(std::slice::from_raw_parts_mut(ptr, len), io.offset),
+                            true => {
+                                write_counted(m, std::slice::from_raw_parts(ptr, len), io.offset)
+                            }
+                            false => {
+                                read_counted(m, std::slice::from_raw_parts_mut(ptr, len), io.offset)
+                            }
                         }
-                    };
-                    count_took(m.as_ref(), !io.write, len, started.took(), r.is_ok());
-                    r
+                    }
                 })
                 .collect();
             match w.advance(results) {
                 Next::Io => continue,
-                Next::Done(r) => {
-                    // Its guards go before the client hears.
-                    let data = w.give_up();
-                    self.counts.writes_inline.fetch_add(1, Ordering::Relaxed);
-                    answer(done, r.map(|()| data));
-                }
-                Next::Blocking(failed) => {
-                    let job = WriteJob {
-                        offset,
-                        data: w.give_up(),
-                        done,
-                    };
-                    self.blocking(Fallback::Write { job, failed });
-                }
-                // Failing a member waits for writers in flight: on the
-                // engine's finishing thread, as a shard's write.
-                Next::Finish(results) => {
-                    self.counts.writes_inline.fetch_add(1, Ordering::Relaxed);
-                    self.blocking(Fallback::Finish { w, results, done })
-                }
+                next => break next,
             }
-            return Ok(());
+        };
+        if matches!(next, Next::Done(_) | Next::Finish(_)) {
+            self.counts.writes_inline.fetch_add(1, Ordering::Relaxed);
         }
+        match next {
+            Next::Io => unreachable!("looped on above"),
+            Next::Done(r) => {
+                // Its guards go before the client hears.
+                let data = w.give_up();
+                answer(done, r.map(|()| data));
+            }
+            Next::Blocking(failed) => {
+                let job = WriteJob {
+                    offset,
+                    data: w.give_up(),
+                    done,
+                };
+                self.blocking(Fallback::Write { job, failed });
+            }
+            // Failing a member waits for writers in flight: on the
+            // engine's finishing thread, as a shard's write.
+            Next::Finish(results) => self.blocking(Fallback::Finish { w, results, done }),
+        }
+        Ok(())
     }
 }
 

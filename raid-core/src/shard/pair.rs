@@ -34,22 +34,21 @@ pub(super) fn pair_non_blocking(p: &dyn Pair) -> bool {
 }
 
 impl Shard {
-    /// Starts I/O `ud` on member `m`, the pair `p` (as `start_io`).
+    /// Starts I/O `ud` on member `m`, a pair (as `start_io`).
     ///
     /// # Safety
     /// As `start_io`'s: the buffer stays put and alive until I/O `ud`'s
     /// completion is reaped, which is after both halves' are.
-    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn start_pair_io(
         &mut self,
         ud_: u64,
         m: &MemberRef,
-        p: &dyn Pair,
         write: bool,
         ptr: *mut u8,
         len: usize,
         at: u64,
     ) {
+        let p = m.pair().expect("a pair member");
         if !write {
             // SAFETY: the caller's promise; the device is held by the
             // pair, which the request holds.
@@ -147,14 +146,14 @@ pub(super) fn joined(
 mod tests {
     use super::*;
     use crate::member::{MemberRef, RamMember};
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
     /// A pair whose second device's errors are the write's once
     /// `switched`, counting the errors it was told of.
     struct Fake {
         devices: [MemberRef; 2],
-        switched: AtomicBool,
+        switched: bool,
         told: AtomicUsize,
     }
 
@@ -170,7 +169,7 @@ mod tests {
         }
         fn second_failed(&self, e: io::Error) -> io::Result<()> {
             self.told.fetch_add(1, Ordering::Relaxed);
-            match self.switched.load(Ordering::Relaxed) {
+            match self.switched {
                 true => Err(e),
                 false => Ok(()),
             }
@@ -181,7 +180,7 @@ mod tests {
         let ram = || Arc::new(RamMember::new("ram:pair", 1 << 20)) as MemberRef;
         Fake {
             devices: [ram(), ram()],
-            switched: AtomicBool::new(switched),
+            switched,
             told: AtomicUsize::new(0),
         }
     }

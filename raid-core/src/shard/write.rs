@@ -212,27 +212,24 @@ impl Shard {
             unreachable!("a write")
         };
         let key = op.w.lock_key();
+        // Done or Finish (the others are handled above): served here.
+        let counts = &self.blocking.counts;
+        counts.writes_on_shards.fetch_add(1, Ordering::Relaxed);
         match next {
             Next::Io | Next::Blocking(_) => unreachable!("handled above"),
             Next::Done(r) => {
                 // Its guards go before the client hears.
                 let data = op.w.give_up();
-                let counts = &self.blocking.counts;
-                counts.writes_on_shards.fetch_add(1, Ordering::Relaxed);
                 answer(op.done, r.map(|()| data));
             }
             // The lock goes with it to the finishing thread: the writes
             // waiting for it try again, and take the blocking path while
             // that thread holds it.
-            Next::Finish(results) => {
-                let counts = &self.blocking.counts;
-                counts.writes_on_shards.fetch_add(1, Ordering::Relaxed);
-                self.blocking.send(Fallback::Finish {
-                    w: op.w,
-                    results,
-                    done: op.done,
-                })
-            }
+            Next::Finish(results) => self.blocking.send(Fallback::Finish {
+                w: op.w,
+                results,
+                done: op.done,
+            }),
         }
         self.release(key);
     }

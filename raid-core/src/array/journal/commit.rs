@@ -168,7 +168,7 @@ impl Array {
         if let Some(j) = &self.journal {
             assert!(
                 !j.committer.started.load(Ordering::Acquire),
-                "before any record"
+                "step_journal_commits must be called before the array's first degraded write: its journal's committer has already started"
             );
             j.committer.stepped.store(true, Ordering::Release);
         }
@@ -237,7 +237,7 @@ impl Array {
         if j.committer.started.load(Ordering::Acquire) {
             return true;
         }
-        if j.committer.stepped.load(Ordering::Acquire) {
+        if j.committer_stepped() {
             // Its caller leads the groups (`commit_journal_step`).
             j.committer.started.store(true, Ordering::Release);
             return true;

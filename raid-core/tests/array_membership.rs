@@ -1120,11 +1120,15 @@ fn hot_replace_keeps_redundancy_and_every_write() {
     }
 }
 
+/// The old device fails during its hot replace: the replacement takes
+/// the slot as a rebuilding member (no second command, no window for a
+/// spare), is rebuilt from the others, and is the member after a restart.
 #[test]
-fn a_hot_replace_whose_old_member_fails_leaves_the_slot_failed_and_the_new_device_free() {
+fn a_hot_replace_whose_old_member_fails_becomes_a_rebuild_onto_the_new_device() {
     let (m, a, img) = filled(Level::Raid5, 4, "hf");
     let a = Arc::new(a);
     let new = ram("hf-new");
+    a.add_spare(ram("hf-spare")).unwrap();
     a.hot_replace(1, new.clone()).unwrap();
     m.faulty[1].fail_all();
     let opts = RebuildOptions {
@@ -1132,17 +1136,57 @@ fn a_hot_replace_whose_old_member_fails_leaves_the_slot_failed_and_the_new_devic
         ..Default::default()
     };
     assert!(a.hot_replace_copy(&opts, &AtomicBool::new(false)).is_err());
-    assert_eq!(a.slots()[1].state, SlotState::Failed);
+    assert_eq!(a.slots()[1].state, SlotState::Rebuilding);
+    assert_eq!(a.slots()[1].member.as_deref(), Some(new.identity()));
+    assert_eq!(a.rebuild_wanted(), Some(1));
     assert!(a.hot_replace_progress().is_none());
-    assert!(a
-        .event_log()
-        .iter()
-        .any(|(_, e)| e.kind() == "hot_replace_failed"));
+    let kinds: Vec<&str> = a.event_log().iter().map(|(_, e)| e.kind()).collect();
+    assert!(kinds.contains(&"hot_replace_rebuilding"), "{kinds:?}");
+    assert!(!kinds.contains(&"hot_replace_failed"), "{kinds:?}");
+    // The spare was not needed: it stays a spare.
+    assert_eq!(a.spares().len(), 1);
     assert_matches(&a, &img);
-    // The replacement is free: it goes in by a plain replace and rebuild.
-    a.replace(1, new.clone()).unwrap();
     a.rebuild(1, &RebuildOptions::default(), &AtomicBool::new(false))
         .unwrap();
+    assert_eq!(a.state(), ArrayState::Optimal);
+    assert_matches(&a, &img);
+    // Started again from its members: the new device is slot 1's member.
+    let mut refs = m.refs();
+    refs[1] = new.clone();
+    a.close().unwrap();
+    drop(a);
+    let asm = Array::assemble(refs).unwrap();
+    assert_eq!(asm.array.state(), ArrayState::Optimal);
+    assert_matches(&asm.array, &img);
+}
+
+/// The replacement fails first, then the old device: nothing takes the
+/// slot (the replacement is not trusted), and the slot is failed.
+#[test]
+fn a_hot_replace_whose_both_devices_fail_leaves_the_slot_failed() {
+    use raid_core::member::{FaultyMember, Member};
+    let (m, a, img) = filled(Level::Raid5, 4, "hb");
+    let new = Arc::new(FaultyMember::new(ram("hb-new")));
+    a.hot_replace(1, new.clone()).unwrap();
+    new.fail_all();
+    m.faulty[1].fail_all();
+    // Writes reach both devices (a stripe's every chunk is written): both
+    // fail them, and the slot fails.
+    a.write(0, &img[..1 << 20]).unwrap();
+    assert_eq!(a.slots()[1].state, SlotState::Failed);
+    let e = a
+        .hot_replace_copy(&RebuildOptions::default(), &AtomicBool::new(false))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(a.slots()[1].state, SlotState::Failed);
+    assert_ne!(a.slots()[1].member.as_deref(), Some(new.identity()));
+    let reason = a
+        .event_log()
+        .iter()
+        .find(|(_, e)| e.kind() == "hot_replace_failed")
+        .map(|(_, e)| e.describe())
+        .unwrap_or_else(|| panic!("no hot_replace_failed event: {e}"));
+    assert!(reason.contains("failed too"), "{reason}");
     assert_matches(&a, &img);
 }
 

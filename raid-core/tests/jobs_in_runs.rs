@@ -313,15 +313,16 @@ fn a_scrub_in_runs_under_writes_finds_nothing() {
 }
 
 /// The old device errs on the rows of one run of a batch while the other
-/// runs copy theirs: the copy ends, the slot is failed (its device lost a
-/// read), the replacement is dropped, and the data is whole from the
-/// others.
+/// runs copy theirs: the copy ends, the old device's slot fails (it lost a
+/// read) and the replacement takes it to be rebuilt; the data is whole
+/// from the others, and after the rebuild.
 #[test]
 fn a_hot_replace_whose_old_device_errs_in_one_run() {
     one_rayon_thread();
     let (members, a, img) = filled(Level::Raid5, 5, "hoterr", 9);
     let slot = 2;
-    a.hot_replace(slot, ram_member("hoterr")).unwrap();
+    let new = ram_member("hoterr");
+    a.hot_replace(slot, new.clone()).unwrap();
     // Rows 12 and 13: the third of four runs of 2 rows in the second batch.
     let bad = DATA_OFFSET + 13 * CHUNK;
     members.faulty[slot].set_faults(raid_core::member::Faults {
@@ -330,12 +331,17 @@ fn a_hot_replace_whose_old_device_errs_in_one_run() {
     });
     let r = a.hot_replace_copy(&runs_of_two(), &AtomicBool::new(false));
     assert!(r.is_err(), "the copy went on past a read error: {r:?}");
-    assert_eq!(a.slots()[slot].state, SlotState::Failed);
+    assert_eq!(a.slots()[slot].state, SlotState::Rebuilding);
+    assert_eq!(a.slots()[slot].member.as_deref(), Some(new.identity()));
     assert!(a.hot_replace_progress().is_none());
     assert!(a
         .event_log()
         .iter()
-        .any(|(_, e)| e.kind() == "hot_replace_failed"));
+        .any(|(_, e)| e.kind() == "hot_replace_rebuilding"));
+    support::array::assert_matches(&a, &img);
+    a.rebuild(slot, &runs_of_two(), &AtomicBool::new(false))
+        .unwrap();
+    assert_eq!(a.state(), raid_core::array::ArrayState::Optimal);
     support::array::assert_matches(&a, &img);
 }
 
@@ -369,4 +375,71 @@ fn a_paced_resync_skips_clean_rows_unpaced() {
     assert!(a.slots().iter().all(|s| s.state == SlotState::Active));
     support::array::assert_matches(&a, &img);
     support::array::assert_consistent(&a, &members.refs());
+}
+
+/// A stop (what a closing array sends its jobs) ends a paced rebuild,
+/// scrub or hot replace in the middle of its pause: at 1 KiB/s a first
+/// batch of 16 rows of 16 KiB asks for a pause of over four minutes, and
+/// none of them may wait it out.
+#[test]
+fn a_stop_ends_a_paced_job_in_its_pause() {
+    one_rayon_thread();
+    let limit = std::time::Duration::from_secs(60);
+    let slow = RebuildOptions {
+        rate_limit: Some(1 << 10),
+        batch_rows: 16,
+        parallel: 1,
+        ..Default::default()
+    };
+    let stop_later = |stop: Arc<AtomicBool>| {
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            stop.store(true, Ordering::Release);
+        })
+    };
+
+    let (members, a, img) = filled(Level::Raid5, 5, "pausestop", 4);
+    a.fail_member(1, false).unwrap();
+    a.replace(1, ram_member("pausestop-new")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = stop_later(stop.clone());
+    let (a2, opts, st) = (a.clone(), slow.clone(), stop.clone());
+    let r = ended(start_job(false, move || a2.rebuild(1, &opts, &st)), limit)
+        .expect("the rebuild slept through its stop");
+    t.join().unwrap();
+    assert_eq!(r.unwrap(), RebuildEnd::Interrupted);
+
+    let (members2, b, img2) = filled(Level::Raid5, 5, "pausestop2", 5);
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = stop_later(stop.clone());
+    let (b2, st) = (b.clone(), stop.clone());
+    let scrub = ScrubOptions {
+        rate_limit: Some(1 << 10),
+        batch_rows: 16,
+        parallel: 1,
+        ..Default::default()
+    };
+    let r = ended(start_job(false, move || b2.scrub(&scrub, &st)), limit)
+        .expect("the scrub slept through its stop");
+    t.join().unwrap();
+    assert!(r.is_ok(), "{r:?}");
+
+    b.hot_replace(2, ram_member("pausestop2-new")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = stop_later(stop.clone());
+    let (b2, st) = (b.clone(), stop.clone());
+    let r = ended(
+        start_job(false, move || b2.hot_replace_copy(&slow, &st)),
+        limit,
+    )
+    .expect("the hot replace slept through its stop");
+    t.join().unwrap();
+    assert_eq!(r.unwrap(), RebuildEnd::Interrupted);
+    assert_eq!(
+        b.slots()[2].member,
+        Some(members2.refs()[2].identity().to_string())
+    );
+    support::array::assert_matches(&a, &img);
+    support::array::assert_matches(&b, &img2);
+    drop(members);
 }

@@ -418,13 +418,36 @@ impl World {
             );
             return;
         }
+        // A third of the copies meet a bad spot on the old disk, drawn
+        // from a stream of its own (the life's other draws stay as they
+        // were): its slot fails and the new disk takes it, to be rebuilt.
+        // Not with a cut planned in this step: a cut before the array saw
+        // the spot is the write hole's double fault (`cut_allowed`).
+        let mut side = StdRng::seed_from_u64(self.seed ^ ((self.disks.len() as u64) << 40));
+        let no_cut = self.power.budget.load(Ordering::SeqCst) == i64::MAX;
+        if no_cut && side.gen_ratio(1, 3) {
+            let old = self.a().slots()[slot].member.clone().unwrap_or_default();
+            let row = side.gen_range(0..self.rows);
+            let at = DATA_OFFSET + row * CHUNK;
+            trace!(
+                self,
+                "disk {old} (slot {slot}) goes bad at row {row} during the copy"
+            );
+            if let Some(d) = self.disks.iter().find(|d| d.name == old) {
+                d.st.lock().unwrap().bad.push((at, at + CHUNK));
+            }
+        }
         let opts = RebuildOptions {
             batch_rows: 4,
             ..Default::default()
         };
         match self.a().hot_replace_copy(&opts, &AtomicBool::new(false)) {
             Ok(_) => {}
-            Err(e) => trace!(self, "hot replace ended: {e}"),
+            // The old disk failed: the new one took its slot, to be rebuilt.
+            Err(e) => {
+                trace!(self, "hot replace ended: {e}");
+                self.rebuild();
+            }
         }
     }
 

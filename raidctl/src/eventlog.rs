@@ -102,6 +102,7 @@ pub fn record_of(
         | E::SpareActivated { member, .. }
         | E::MemberReAdded { member, .. }
         | E::OutOfSpace { member, .. } => Some(member.clone()),
+        E::HotReplaceRebuilding { new, .. } => Some(new.clone()),
         _ => s.and_then(|s| s.member.clone()).or_else(|| {
             slot.and_then(|i| record_members.get(i))
                 .map(|p| p.display().to_string())
@@ -116,9 +117,20 @@ pub fn record_of(
                 "raidctl stop {name}; bring the lost members back, then raidctl start {name} --force (docs/recovery.md)"
             ))
         }
+        // A hot replace's source: its replacement took the slot already
+        // (`hot_replace_rebuilding`), so nothing is to be replaced.
+        E::MemberFailed { member, .. }
+            if s.is_some_and(|s| {
+                s.state != raid_core::metadata::SlotState::Failed
+                    && s.member.as_ref().is_some_and(|m| m != member)
+            }) =>
+        {
+            Some(format!("raidctl wait {name} (its slot is being rebuilt onto another device)"))
+        }
         E::MemberFailed { member, .. } => {
             Some(format!("raidctl replace {name} {member} NEW_DEVICE"))
         }
+        E::HotReplaceRebuilding { .. } => Some(format!("raidctl wait {name}")),
         E::MemberMissing { .. } => member
             .as_ref()
             .map(|m| format!("reconnect {m}, or raidctl replace {name} {m} NEW_DEVICE")),

@@ -69,6 +69,13 @@ pub enum ArrayEvent {
         old: String,
         new: String,
     },
+    /// The old member failed during its hot replace: `new` took the slot
+    /// as a rebuilding member, rebuilt from the other members.
+    HotReplaceRebuilding {
+        slot: usize,
+        old: String,
+        new: String,
+    },
     /// The hot replace was dropped: the old member stays (or, if it was
     /// the one that failed, the slot is failed).
     HotReplaceFailed {
@@ -139,6 +146,7 @@ impl ArrayEvent {
             | ArrayEvent::SpareActivated { .. }
             | ArrayEvent::ParityEngineFallback { .. }
             | ArrayEvent::HotReplaceFailed { .. }
+            | ArrayEvent::HotReplaceRebuilding { .. }
             | ArrayEvent::MemberHealthWarning { .. } => Severity::Warning,
             ArrayEvent::ScrubFinished {
                 mismatches, error, ..
@@ -173,6 +181,7 @@ impl ArrayEvent {
             ArrayEvent::HotReplaceStarted { .. } => "hot_replace_started",
             ArrayEvent::HotReplaceFinished { .. } => "hot_replace_finished",
             ArrayEvent::HotReplaceFailed { .. } => "hot_replace_failed",
+            ArrayEvent::HotReplaceRebuilding { .. } => "hot_replace_rebuilding",
             ArrayEvent::RebuildFailed { .. } => "rebuild_failed",
             ArrayEvent::SpareActivated { .. } => "spare_activated",
             ArrayEvent::ScrubFinished { .. } => "scrub_finished",
@@ -195,6 +204,7 @@ impl ArrayEvent {
             | ArrayEvent::HotReplaceStarted { slot, .. }
             | ArrayEvent::HotReplaceFinished { slot, .. }
             | ArrayEvent::HotReplaceFailed { slot, .. }
+            | ArrayEvent::HotReplaceRebuilding { slot, .. }
             | ArrayEvent::RebuildFailed { slot, .. }
             | ArrayEvent::SpareActivated { slot, .. }
             | ArrayEvent::MemberHealthWarning { slot, .. } => Some(*slot),
@@ -233,6 +243,9 @@ impl ArrayEvent {
             ArrayEvent::HotReplaceFinished { slot, old, new } => {
                 format!("{new} replaced {old} in slot {slot}")
             }
+            ArrayEvent::HotReplaceRebuilding { slot, old, new } => format!(
+                "{old} failed during the hot replace of slot {slot}: {new} takes the slot and is rebuilt from the other members"
+            ),
             ArrayEvent::HotReplaceFailed { slot, new, reason } => {
                 format!("hot replace of slot {slot} onto {new} dropped: {reason}")
             }

@@ -16,9 +16,12 @@
 //! a fresh member uuid, and the metadata says so; the old device is let go
 //! (its own metadata names a member uuid the array no longer has, so it is
 //! refused as stale if it is ever given back). If the old device fails
-//! meanwhile, the slot fails as usual and the replacement is dropped (put it
-//! in with `replace`, which rebuilds it); if the new one fails, the
-//! replacement is dropped and the old device simply stays.
+//! meanwhile, the slot fails as usual and the replacement takes it as a
+//! rebuilding member, rebuilt from the other members (mdadm does the same:
+//! the device the operator chose for the slot is the one it gets, with no
+//! second command and no window in which a spare or nothing takes it); if
+//! the new one fails, the replacement is dropped and the old device simply
+//! stays.
 //!
 //! Nothing is recorded on disk until the end: a crash or stop midway leaves
 //! the old device the member, and the replacement can be started again.
@@ -360,7 +363,7 @@ impl Array {
                                 slot,
                                 &format!("read error during hot replace: {source}"),
                             );
-                            format!("the old member failed ({source}); put the replacement in with replace, which rebuilds it")
+                            format!("the old member failed ({source})")
                         }
                         other => format!("the copy stopped ({other}); replace again to restart it"),
                     };
@@ -371,7 +374,13 @@ impl Array {
                     h.row.store(end, Ordering::Release);
                 }
             }
-            pace(opts.rate_limit, &opts.live_rate, (end - row) * chunk, began);
+            pace(
+                opts.rate_limit,
+                &opts.live_rate,
+                (end - row) * chunk,
+                began,
+                stop,
+            );
             row = end;
         }
         Ok(RebuildEnd::Finished)
@@ -427,6 +436,9 @@ impl Array {
             meta.events += 1;
             self.persist(&mut meta);
             drop(meta);
+            // The stripes back to the writers first: if the old device
+            // failed, the replacement now takes the slot to be rebuilt.
+            drop(_quiet);
             self.end_hot_replace(slot, pair, &why);
             return Err(ArrayError::Refused {
                 rule: Rule::Superseded,
@@ -456,16 +468,16 @@ impl Array {
 
     /// Why the hot replacement cannot go on, if it cannot.
     fn hot_replace_broken(&self, slot: usize, pair: &Arc<Mirrored>) -> Option<String> {
+        if self.slots[slot].state() != SlotState::Active {
+            return Some(format!(
+                "{} failed during the hot replace",
+                pair.old.identity()
+            ));
+        }
         if pair.new_failed.load(Ordering::Acquire) {
             return Some(format!(
                 "the replacement {} failed; {} stays the member",
                 pair.new.identity(),
-                pair.old.identity()
-            ));
-        }
-        if self.slots[slot].state() != SlotState::Active {
-            return Some(format!(
-                "{} failed during the hot replace; put the replacement in with replace, which rebuilds it",
                 pair.old.identity()
             ));
         }
@@ -474,8 +486,13 @@ impl Array {
         None
     }
 
-    /// Drops the replacement: the slot gets the old device back alone (if
-    /// it still holds the pair), and the reason is recorded once.
+    /// Ends the hot replacement, once. If the old device failed (its slot
+    /// is failed, still holding the pair) and the replacement did not, the
+    /// replacement takes the slot as a rebuilding member, as a `replace`
+    /// would put it there: the copy so far is not trusted (writes while
+    /// the slot was failed skipped it), the rebuild starts from row 0.
+    /// Otherwise the replacement is dropped and the slot gets the old
+    /// device back alone. Either way it is recorded once.
     fn end_hot_replace(&self, slot: usize, pair: &Arc<Mirrored>, why: &str) {
         let mut meta = self.meta.lock();
         let mut hot = self.hot.lock();
@@ -489,6 +506,39 @@ impl Array {
             .read()
             .as_ref()
             .is_some_and(|m| Arc::ptr_eq(m, &(pair.clone() as MemberRef)));
+        let mut why = why.to_string();
+        let source_failed = self.slots[slot].state() == SlotState::Failed;
+        let new_failed = pair.new_failed.load(Ordering::Acquire);
+        if source_failed && new_failed {
+            why = format!(
+                "{why}; the replacement {} failed too, so it cannot take the slot",
+                pair.new.identity()
+            );
+        }
+        if holds_pair && source_failed && !new_failed {
+            match self.replace_locked(&mut meta, slot, pair.new.clone()) {
+                Ok(()) => {
+                    tracing::warn!(array = %self.name, slot, old = pair.old.identity(), new = pair.new.identity(), "hot replace source failed: the replacement is rebuilt in its place");
+                    self.record(
+                        &mut meta,
+                        ArrayEvent::HotReplaceRebuilding {
+                            slot,
+                            old: pair.old.identity().into(),
+                            new: pair.new.identity().into(),
+                        },
+                    );
+                    drop(meta);
+                    self.rewrite_bitmap();
+                    return;
+                }
+                Err(e) => {
+                    why = format!(
+                        "{why}; {} cannot be rebuilt in its place: {e}",
+                        pair.new.identity()
+                    )
+                }
+            }
+        }
         if holds_pair {
             self.set_member(slot, pair.old.clone());
         }
@@ -497,7 +547,7 @@ impl Array {
             ArrayEvent::HotReplaceFailed {
                 slot,
                 new: pair.new.identity().into(),
-                reason: why.into(),
+                reason: why,
             },
         );
     }

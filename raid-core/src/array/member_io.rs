@@ -11,22 +11,32 @@ use crate::stats::Started;
 /// moved `bytes` and began at `began`: sleeps what the rate asks. The live
 /// rate (bytes per second, 0: none) is read at every step, so the operator
 /// can change it while the work runs; when present it replaces the fixed
-/// one (its 0 lifts the limit).
+/// one (its 0 lifts the limit). The sleep is cut into short slices that
+/// look at `stop` and the live rate again: a step of a large batch at a
+/// low rate may ask for many seconds, and neither a stop (which a closing
+/// array waits for) nor a rate raised meanwhile should wait them out.
 pub(super) fn pace(
     fixed: Option<u64>,
     live: &Option<Arc<AtomicU64>>,
     bytes: u64,
     began: std::time::Instant,
+    stop: &AtomicBool,
 ) {
-    let limit = match live {
-        Some(l) => Some(l.load(Ordering::Acquire)).filter(|&l| l > 0),
-        None => fixed,
-    };
-    if let Some(limit) = limit {
+    const SLICE: std::time::Duration = std::time::Duration::from_millis(50);
+    loop {
+        let limit = match live {
+            Some(l) => Some(l.load(Ordering::Acquire)).filter(|&l| l > 0),
+            None => fixed,
+        };
+        let Some(limit) = limit else { return };
         let want = std::time::Duration::from_secs_f64(bytes as f64 / limit as f64);
-        if let Some(wait) = want.checked_sub(began.elapsed()) {
-            std::thread::sleep(wait);
+        let Some(wait) = want.checked_sub(began.elapsed()).filter(|w| !w.is_zero()) else {
+            return;
+        };
+        if stop.load(Ordering::Acquire) {
+            return;
         }
+        std::thread::sleep(wait.min(SLICE));
     }
 }
 

@@ -464,7 +464,12 @@ impl Array {
 
     /// Checks and applies a replacement; `new` passed `check_new_device`
     /// (or is this array's own spare).
-    fn replace_locked(&self, meta: &mut Guard<'_>, slot: usize, new: MemberRef) -> Result<()> {
+    pub(super) fn replace_locked(
+        &self,
+        meta: &mut Guard<'_>,
+        slot: usize,
+        new: MemberRef,
+    ) -> Result<()> {
         let s = self
             .slots
             .get(slot)

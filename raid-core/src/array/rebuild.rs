@@ -211,7 +211,13 @@ impl Array {
                     eta_s = format!("{left:.0}"), "rebuild progress");
                 next_report = pct + 5;
             }
-            pace(opts.rate_limit, &opts.live_rate, this_batch * chunk, began);
+            pace(
+                opts.rate_limit,
+                &opts.live_rate,
+                this_batch * chunk,
+                began,
+                stop,
+            );
         }
         if let Err(e) = target.flush() {
             self.fail_slot_if(slot, target, &format!("flush failed: {e}"));

@@ -6,7 +6,6 @@
 use super::{describe, Daemon, Served};
 use crate::error::{CliError, Result};
 use crate::inspect::{probe, Content};
-use raid_core::array::RebuildEnd;
 use raid_core::member::{DeviceKey, MemberRef};
 use std::path::Path;
 use std::sync::Arc;
@@ -55,11 +54,14 @@ impl Daemon {
             member.display(),
             now.name()
         );
-        if let Some(new) = copy {
-            msg.push_str(&format!(
-                "\nthe hot replace of slot {slot} onto {new} ends with it (its source failed), at the copy's next batch; {new} is then free, and unless a spare takes the slot, raidctl replace {name} {} {new} rebuilds it onto {new}",
-                member.display()
-            ));
+        match copy {
+            Some(new) if now == raid_core::array::ArrayState::Failed => msg.push_str(&format!(
+                "\nthe hot replace of slot {slot} onto {new} is dropped at the copy's next batch: there is nothing left to rebuild {new} from"
+            )),
+            Some(new) => msg.push_str(&format!(
+                "\nthe hot replace of slot {slot} onto {new} becomes a rebuild: at the copy's next batch {new} takes the slot and is rebuilt from the other members (raidctl wait {name})"
+            )),
+            None => {}
         }
         if now == raid_core::array::ArrayState::Failed && was != now {
             msg.push_str(&format!(
@@ -243,12 +245,18 @@ impl Daemon {
     ) -> Result<String> {
         let name = s.array.name().to_string();
         let (served, state, path) = (s.clone(), self.state.clone(), new.to_path_buf());
+        let (key, reconnects) = (m.device_key(), self.reconnects.clone());
         s.array.start_hot_replace(
             slot,
             m,
             &self.rebuild_opts,
-            Box::new(move |_, r| {
-                if let Ok(RebuildEnd::Finished) = r {
+            // The new device holds the slot when the copy switched it in,
+            // and also when the old one failed and it took the slot to be
+            // rebuilt (the monitor starts that rebuild once this copy's
+            // thread has ended).
+            Box::new(move |a, _| {
+                if a.slot_by_key(key) == Some(slot) {
+                    reconnects.release(a.name(), slot);
                     served.record.lock().members[slot] = path;
                     if let Err(e) = state.save(&served.record.lock()) {
                         tracing::error!("cannot record the replacement: {e}");

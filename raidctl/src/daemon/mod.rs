@@ -69,7 +69,7 @@ pub struct Daemon {
     /// systemd watchdog is pinged only while it keeps going.
     monitor_tick: std::sync::atomic::AtomicU64,
     /// Tries at network members given up as unreachable.
-    reconnects: reconnect::Tries,
+    reconnects: Arc<reconnect::Tries>,
 }
 
 /// How the daemon runs.

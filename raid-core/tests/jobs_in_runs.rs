@@ -443,3 +443,40 @@ fn a_stop_ends_a_paced_job_in_its_pause() {
     support::array::assert_matches(&b, &img2);
     drop(members);
 }
+
+/// The old device fails while a slow hot replace pauses between batches:
+/// the pause ends there, and the replacement takes the slot at once
+/// instead of after the pause (at 1 KiB/s, over four minutes), during
+/// which the slot would sit failed with nothing rebuilding it.
+#[test]
+fn a_source_failing_in_a_paced_pause_is_taken_over_at_once() {
+    one_rayon_thread();
+    let (_members, a, img) = filled(Level::Raid5, 5, "pausefail", 6);
+    let new = ram_member("pausefail-new");
+    a.hot_replace(3, new.clone()).unwrap();
+    let slow = RebuildOptions {
+        rate_limit: Some(1 << 10),
+        batch_rows: 16,
+        parallel: 1,
+        ..Default::default()
+    };
+    let a2 = a.clone();
+    let copy = start_job(false, move || {
+        a2.hot_replace_copy(&slow, &AtomicBool::new(false))
+    });
+    // Into the first batch's pause (its rows copied), then the fail.
+    let t = std::time::Instant::now();
+    while a.hot_replace_progress().is_some_and(|p| p.2 == 0) {
+        assert!(t.elapsed() < std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    a.fail_member(3, false).unwrap();
+    let r = ended(copy, std::time::Duration::from_secs(60))
+        .expect("the copy slept through its source's failure");
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(a.slots()[3].state, SlotState::Rebuilding);
+    assert_eq!(a.slots()[3].member.as_deref(), Some(new.identity()));
+    a.rebuild(3, &runs_of_two(), &AtomicBool::new(false))
+        .unwrap();
+    support::array::assert_matches(&a, &img);
+}

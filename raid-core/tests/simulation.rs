@@ -424,8 +424,7 @@ impl World {
         // Not with a cut planned in this step: a cut before the array saw
         // the spot is the write hole's double fault (`cut_allowed`).
         let mut side = StdRng::seed_from_u64(self.seed ^ ((self.disks.len() as u64) << 40));
-        let no_cut = self.power.budget.load(Ordering::SeqCst) == i64::MAX;
-        if no_cut && side.gen_ratio(1, 3) {
+        if !self.power.cut_planned() && side.gen_ratio(1, 3) {
             let old = self.a().slots()[slot].member.clone().unwrap_or_default();
             let row = side.gen_range(0..self.rows);
             let at = DATA_OFFSET + row * CHUNK;

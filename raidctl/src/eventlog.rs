@@ -117,13 +117,15 @@ pub fn record_of(
                 "raidctl stop {name}; bring the lost members back, then raidctl start {name} --force (docs/recovery.md)"
             ))
         }
-        // A hot replace's source: its replacement took the slot already
-        // (`hot_replace_rebuilding`), so nothing is to be replaced.
-        E::MemberFailed { member, .. }
-            if s.is_some_and(|s| {
-                s.state != raid_core::metadata::SlotState::Failed
-                    && s.member.as_ref().is_some_and(|m| m != member)
-            }) =>
+        // A hot replace's source: its replacement takes the slot (at the
+        // copy's next look) or took it already (`hot_replace_rebuilding`),
+        // so nothing is to be replaced; a replace would drop that device.
+        E::MemberFailed { member, slot: failed, .. }
+            if a.hot_replace_progress().is_some_and(|h| h.0 == *failed)
+                || s.is_some_and(|s| {
+                    s.state != raid_core::metadata::SlotState::Failed
+                        && s.member.as_ref().is_some_and(|m| m != member)
+                }) =>
         {
             Some(format!("raidctl wait {name} (its slot is being rebuilt onto another device)"))
         }

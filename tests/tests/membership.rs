@@ -845,6 +845,10 @@ fn a_hot_replace_whose_source_fails_becomes_a_rebuild() {
     );
     let events = w.ok(&["events", "hs"]);
     assert!(events.contains("hot_replace_rebuilding"), "{events}");
+    // The old member's failure does not ask for a replace (which would
+    // drop the device its slot now has).
+    let next = next_of(&w, "hs", "member_failed").unwrap_or_default();
+    assert!(next.starts_with("raidctl wait hs"), "{next}");
     reads_back(&sock, "hs");
     // Started again from the record: the new device is slot 1's member.
     w.ok(&["stop", "hs"]);

@@ -374,12 +374,16 @@ impl Array {
                     h.row.store(end, Ordering::Release);
                 }
             }
+            // A source that fails meanwhile ends the pause too: its slot
+            // is degraded until the replacement takes it, at the next batch.
+            let ended =
+                || stop.load(Ordering::Acquire) || self.hot_replace_broken(slot, pair).is_some();
             pace(
                 opts.rate_limit,
                 &opts.live_rate,
                 (end - row) * chunk,
                 began,
-                stop,
+                &ended,
             );
             row = end;
         }
@@ -516,7 +520,16 @@ impl Array {
             );
         }
         if holds_pair && source_failed && !new_failed {
-            match self.replace_locked(&mut meta, slot, pair.new.clone()) {
+            // Its metadata write may fail it at once (the slot failed again).
+            let took = self
+                .replace_locked(&mut meta, slot, pair.new.clone())
+                .and_then(|()| match self.slots[slot].state() {
+                    SlotState::Rebuilding => Ok(()),
+                    _ => Err(ArrayError::Invalid(
+                        "it failed as its metadata was written".into(),
+                    )),
+                });
+            match took {
                 Ok(()) => {
                     tracing::warn!(array = %self.name, slot, old = pair.old.identity(), new = pair.new.identity(), "hot replace source failed: the replacement is rebuilt in its place");
                     self.record(

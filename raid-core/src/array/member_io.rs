@@ -12,15 +12,16 @@ use crate::stats::Started;
 /// rate (bytes per second, 0: none) is read at every step, so the operator
 /// can change it while the work runs; when present it replaces the fixed
 /// one (its 0 lifts the limit). The sleep is cut into short slices that
-/// look at `stop` and the live rate again: a step of a large batch at a
-/// low rate may ask for many seconds, and neither a stop (which a closing
-/// array waits for) nor a rate raised meanwhile should wait them out.
+/// ask `interrupted` and read the live rate again: a step of a large batch
+/// at a low rate may ask for many seconds, and neither a stop (which a
+/// closing array waits for), nor what ends the work early (a hot replace's
+/// source failing), nor a rate raised meanwhile should wait them out.
 pub(super) fn pace(
     fixed: Option<u64>,
     live: &Option<Arc<AtomicU64>>,
     bytes: u64,
     began: std::time::Instant,
-    stop: &AtomicBool,
+    interrupted: &dyn Fn() -> bool,
 ) {
     const SLICE: std::time::Duration = std::time::Duration::from_millis(50);
     loop {
@@ -33,7 +34,7 @@ pub(super) fn pace(
         let Some(wait) = want.checked_sub(began.elapsed()).filter(|w| !w.is_zero()) else {
             return;
         };
-        if stop.load(Ordering::Acquire) {
+        if interrupted() {
             return;
         }
         std::thread::sleep(wait.min(SLICE));

@@ -216,7 +216,7 @@ impl Array {
                 &opts.live_rate,
                 this_batch * chunk,
                 began,
-                stop,
+                &|| stop.load(Ordering::Acquire),
             );
         }
         if let Err(e) = target.flush() {

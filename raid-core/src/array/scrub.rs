@@ -196,7 +196,7 @@ impl Array {
                 &opts.live_rate,
                 report.bytes_read - read_before,
                 began,
-                stop,
+                &|| stop.load(Ordering::Acquire),
             );
         }
         Ok(())

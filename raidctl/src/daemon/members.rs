@@ -46,8 +46,15 @@ impl Daemon {
             .hot_replace_progress()
             .filter(|(hot, ..)| *hot == slot)
             .map(|(_, new, ..)| new);
-        s.array.fail_member(slot, force)?;
-        self.reconnects.hold(name, slot);
+        // Held before the fail: a hot replace's copy may take the slot for
+        // its new device as soon as the fail is in, and release it.
+        let newly_held = self.reconnects.hold(name, slot);
+        if let Err(e) = s.array.fail_member(slot, force) {
+            if newly_held {
+                self.reconnects.release(name, slot);
+            }
+            return Err(e.into());
+        }
         let now = s.array.state();
         let mut msg = format!(
             "member {} (slot {slot}) of '{name}' marked failed; array is {}",
@@ -59,7 +66,7 @@ impl Daemon {
                 "\nthe hot replace of slot {slot} onto {new} is dropped at the copy's next batch: there is nothing left to rebuild {new} from"
             )),
             Some(new) => msg.push_str(&format!(
-                "\nthe hot replace of slot {slot} onto {new} becomes a rebuild: at the copy's next batch {new} takes the slot and is rebuilt from the other members (raidctl wait {name})"
+                "\nthe hot replace of slot {slot} onto {new} becomes a rebuild: {new} takes the slot as soon as the copy sees the failure (its current batch, or its pause, ends) and is rebuilt from the other members (raidctl wait {name})"
             )),
             None => {}
         }

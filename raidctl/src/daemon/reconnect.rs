@@ -26,9 +26,10 @@ pub(super) struct Tries(
 );
 
 impl Tries {
-    /// The operator failed this slot: leave it to them.
-    pub(super) fn hold(&self, array: &str, slot: usize) {
-        self.1.lock().insert((array.to_string(), slot));
+    /// The operator failed this slot: leave it to them. False if it was
+    /// held already.
+    pub(super) fn hold(&self, array: &str, slot: usize) -> bool {
+        self.1.lock().insert((array.to_string(), slot))
     }
 
     /// A device took the slot again (re-add, replace).

@@ -30,7 +30,7 @@ pub struct EventRecord {
     pub next: Option<String>,
 }
 
-fn path(st: &StateDir, array: &str) -> std::path::PathBuf {
+pub fn path(st: &StateDir, array: &str) -> std::path::PathBuf {
     st.root.join("events").join(format!("{array}.jsonl"))
 }
 

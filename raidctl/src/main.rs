@@ -165,6 +165,21 @@ pub enum Command {
     },
     /// Flush and stop a running array; no data is lost.
     Stop { name: String },
+    /// Forget a stopped array here (its record and event log); its members
+    /// keep its metadata, so `start NAME --members ...` brings it back.
+    /// With --wipe --force, also erase its metadata from its members.
+    Delete {
+        name: String,
+        /// Also erase the array's metadata (superblocks, bitmap, journal)
+        /// from every member and spare that carries it, so the devices are
+        /// free; refused without --force, since the array can then no
+        /// longer be assembled.
+        #[arg(long)]
+        wipe: bool,
+        /// With --wipe: do it.
+        #[arg(long, requires = "wipe")]
+        force: bool,
+    },
     /// The known arrays, one line each.
     List,
     /// State of one array or all. Exit status: 0 optimal, 1 degraded or

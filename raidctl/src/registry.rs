@@ -115,6 +115,13 @@ impl StateDir {
             .map_err(|e| CliError::failed(format!("cannot write {}: {e}", p.display())))
     }
 
+    /// Removes the record of `name` (`delete`).
+    pub fn remove(&self, name: &str) -> Result<()> {
+        let p = self.record_path(name);
+        std::fs::remove_file(&p)
+            .map_err(|e| CliError::failed(format!("cannot remove {}: {e}", p.display())))
+    }
+
     pub fn list(&self) -> Vec<ArrayRecord> {
         let mut out: Vec<ArrayRecord> = std::fs::read_dir(self.arrays())
             .into_iter()

@@ -1,10 +1,12 @@
 //! One function per command: argument checks, then raid-core or the daemon.
 
 mod create;
+mod delete;
 mod iostat;
 mod start;
 
 use create::{create, CreateArgs};
+use delete::delete;
 use start::{scan_members, start};
 
 use crate::config::Config;
@@ -85,6 +87,7 @@ pub fn run(cli: Cli) -> Result<()> {
             print_message(&r);
             Ok(())
         }
+        Command::Delete { name, wipe, force } => delete(&st, &name, wipe, force),
         Command::List => list(&st, fmt),
         Command::Status { name } => show(&st, name.as_deref(), fmt, false),
         Command::Detail { name } => show(&st, Some(&name), fmt, true),

@@ -1,0 +1,123 @@
+//! The end of an array's life: `raidctl delete` forgets a stopped array
+//! (the members keep its metadata: it can be brought back), and with
+//! `--wipe --force` erases its metadata from the devices that carry it,
+//! which are then free; never under a running array, never from a device
+//! that carries another array's metadata.
+
+use raid_e2e::{qemu_io, World};
+use std::path::Path;
+
+const MIB: u64 = 1 << 20;
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Whether `raidctl examine` finds array `name`'s metadata on `p`.
+fn carries(w: &World, p: &Path, name: &str) -> bool {
+    w.code(&["examine", s(p)]).1.lines().any(|l| {
+        let mut words = l.split_whitespace();
+        words.next() == Some("array:") && words.next() == Some(name)
+    })
+}
+
+#[test]
+fn delete_forgets_and_wipe_force_frees_the_devices() {
+    let w = World::new("delete");
+    let m = w.sparse_members("dl", 3, 32 * MIB);
+    let spare = w.sparse("dl-spare.img", 32 * MIB);
+    w.ok(&[
+        "create",
+        "dl",
+        "--level",
+        "5",
+        "--spare",
+        s(&spare),
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+    ]);
+    let sock = w.dir.join("dl.sock");
+    let nbd = format!("unix:{}", sock.display());
+    w.ok(&["start", "dl", "--nbd", &nbd]);
+    let (ok, text) = qemu_io(&sock, "dl", &["write -P 0x3c 0 4M"]);
+    assert!(ok, "{text}");
+
+    // Never under a running array.
+    let (code, _, err) = w.code(&["delete", "dl"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("is running") && err.contains("raidctl stop dl"),
+        "{err}"
+    );
+    w.ok(&["stop", "dl"]);
+
+    // --wipe loses the array: refused without --force, nothing changed.
+    let (code, _, err) = w.code(&["delete", "dl", "--wipe"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("--force"), "{err}");
+    assert!(w.ok(&["list"]).contains("dl"));
+    assert!(carries(&w, &m[0], "dl"));
+    // --force alone means nothing: a usage error.
+    let (code, _, err) = w.code(&["delete", "dl", "--force"]);
+    assert_eq!(code, 2, "{err}");
+
+    // Forgotten: gone from the list, and brought back from its members.
+    let out = w.ok(&["delete", "dl"]);
+    assert!(
+        out.contains("forgotten") && out.contains("--members"),
+        "{out}"
+    );
+    assert!(!w.ok(&["list"]).contains("dl"));
+    let (code, _, _) = w.code(&["status", "dl"]);
+    assert_ne!(code, 0);
+    w.ok(&[
+        "start",
+        "dl",
+        "--nbd",
+        &nbd,
+        "--members",
+        s(&m[2]),
+        s(&m[0]),
+        s(&m[1]),
+    ]);
+    let (ok, text) = qemu_io(&sock, "dl", &["read -P 0x3c 0 4M"]);
+    assert!(ok, "the array brought back serves other data:\n{text}");
+    // Members typed at an import are the record's; its spare is added again.
+    w.ok(&["add", "dl", s(&spare)]);
+    w.ok(&["stop", "dl"]);
+
+    // A device recorded for it that now carries another array's metadata
+    // (here: a copy of another array's member) is left as it is.
+    let o = w.sparse_members("other", 3, 32 * MIB);
+    w.ok(&[
+        "create",
+        "other",
+        "--level",
+        "5",
+        s(&o[0]),
+        s(&o[1]),
+        s(&o[2]),
+    ]);
+    std::fs::copy(&o[0], &m[2]).unwrap();
+    let out = w.ok(&["delete", "dl", "--wipe", "--force"]);
+    assert!(out.contains("deleted"), "{out}");
+    for p in [&m[0], &m[1], &spare] {
+        assert!(out.contains(&format!("{}: metadata erased", s(p))), "{out}");
+        assert!(!carries(&w, p, "dl"), "{} still carries the array", s(p));
+    }
+    assert!(
+        out.contains(&format!("{}: carries another array's metadata", s(&m[2]))),
+        "{out}"
+    );
+    assert!(carries(&w, &m[2], "other"));
+    assert!(carries(&w, &o[0], "other"));
+    // The list of arrays knows only the other one.
+    let list = w.ok(&["list"]);
+    assert!(list.contains("other") && !list.contains("dl"), "{list}");
+
+    // The wiped devices are free: a new array takes them without --force.
+    w.ok(&["create", "again", "--level", "1", s(&m[0]), s(&m[1])]);
+    w.ok(&["start", "again"]);
+    w.ok(&["stop", "again"]);
+}

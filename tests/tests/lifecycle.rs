@@ -80,11 +80,11 @@ fn delete_forgets_and_wipe_force_frees_the_devices() {
         s(&m[2]),
         s(&m[0]),
         s(&m[1]),
+        s(&spare),
     ]);
+    assert_eq!(w.status_json("dl")["spares"][0], s(&spare));
     let (ok, text) = qemu_io(&sock, "dl", &["read -P 0x3c 0 4M"]);
     assert!(ok, "the array brought back serves other data:\n{text}");
-    // Members typed at an import are the record's; its spare is added again.
-    w.ok(&["add", "dl", s(&spare)]);
     w.ok(&["stop", "dl"]);
 
     // A device recorded for it that now carries another array's metadata

@@ -59,7 +59,7 @@ pub(super) fn delete(st: &StateDir, name: &str, wipe: bool, force: bool) -> Resu
         out!(
             "array '{name}' forgotten: its record and event log removed. Its {} devices still carry its metadata: raidctl start {name} --members {} brings it back; create --force, or delete --wipe --force before this, frees them",
             devices.len(),
-            list_paths(&r.members.iter().collect::<Vec<_>>())
+            list_paths(&devices)
         );
     }
     for s in said {

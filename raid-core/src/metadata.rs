@@ -284,8 +284,16 @@ impl Superblock {
             ));
         }
         let data_offset = get_u64(b, OFF_DATA_OFFSET);
-        if data_offset < (SB_OFFSETS[1] + SB_SIZE as u64) || !data_offset.is_multiple_of(4096) {
-            return Err(bad("data offset", format!("{data_offset}")));
+        // Recorded, but every reader here places the bitmap, the journal
+        // and the data by DATA_OFFSET: metadata naming another offset (a
+        // later format) would be read at the wrong place, so it is refused.
+        if data_offset != DATA_OFFSET {
+            return Err(bad(
+                "data offset",
+                format!(
+                    "{data_offset} (this version reads arrays whose data starts at {DATA_OFFSET})"
+                ),
+            ));
         }
         let bitmap_region_rows = get_u64(b, OFF_BITMAP_ROWS);
         if bitmap_region_rows != 0
@@ -463,6 +471,16 @@ mod tests {
         assert_eq!(get_u64(&b, 256 + 3 * 32 + 24), 7);
         assert_eq!(&b[2304..2320], &[99; 16]);
         assert_eq!(get_u32(&b, 4092), crc32c::crc32c(&b[..4092]));
+    }
+
+    /// Well-formed metadata naming another data offset is refused, not
+    /// read at this version's offsets.
+    #[test]
+    fn another_data_offset_is_refused() {
+        let mut sb = sample();
+        sb.data_offset = 2 * DATA_OFFSET;
+        let e = Superblock::decode(&sb.encode()).unwrap_err();
+        assert!(format!("{e:?}").contains("data offset"), "{e:?}");
     }
 
     #[test]

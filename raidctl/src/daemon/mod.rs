@@ -594,6 +594,7 @@ impl Daemon {
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
+        notes.extend(crate::fuse::place::dead_note(&self.default_mount_dir(name)));
         let mut msg = format!(
             "array '{name}' started: {} {}, {} usable",
             g.level,

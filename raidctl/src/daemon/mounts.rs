@@ -21,20 +21,28 @@ impl Daemon {
                 m.dir.display()
             )));
         }
-        // RAIDCTL_MOUNT_DIR: where the systemd unit keeps mount points (its
-        // runtime directory); else the state directory's mnt/.
-        let base = std::env::var_os("RAIDCTL_MOUNT_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| self.state.root.join("mnt"));
-        let dir = dir.unwrap_or_else(|| base.join(name));
+        let dir = dir.unwrap_or_else(|| self.default_mount_dir(name));
         let m = crate::fuse::Mounted::mount(s.array.clone(), &dir, with_loop)
             .map_err(CliError::failed)?;
         let mut msg = format!("array '{name}' is the file {}", m.file.display());
         if let Some(d) = &m.loop_dev {
             msg = format!("{d}\n{msg}, attached to {d}");
         }
+        if let Some(c) = &m.cleared {
+            msg.push_str(&format!("\nnote: {c}"));
+        }
         *slot = Some(m);
         Ok(msg)
+    }
+
+    /// Where `mount` puts array `name` without --dir: RAIDCTL_MOUNT_DIR
+    /// (where the systemd unit keeps mount points, its runtime directory),
+    /// else the state directory's mnt/.
+    pub(super) fn default_mount_dir(&self, name: &str) -> PathBuf {
+        std::env::var_os("RAIDCTL_MOUNT_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.state.root.join("mnt"))
+            .join(name)
     }
 
     /// Unmounts and flushes. A failed array has nothing to flush to: it is

@@ -22,6 +22,7 @@ mod abi;
 mod io;
 mod mount;
 mod ops;
+pub mod place;
 mod ring;
 mod session;
 
@@ -122,6 +123,8 @@ pub struct Mounted {
     pub dir: std::path::PathBuf,
     pub file: std::path::PathBuf,
     pub loop_dev: Option<String>,
+    /// What was cleared before mounting (a dead mount on the folder).
+    pub cleared: Option<String>,
 }
 
 impl Mounted {
@@ -130,6 +133,7 @@ impl Mounted {
         dir: &std::path::Path,
         with_loop: bool,
     ) -> Result<Mounted, String> {
+        let cleared = place::check(dir)?;
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create mount point {}: {e}", dir.display()))?;
         let file = dir.join(array.name());
@@ -177,6 +181,7 @@ impl Mounted {
             dir: dir.to_path_buf(),
             file,
             loop_dev: None,
+            cleared,
         };
         if with_loop {
             match attach_loop(&m.file) {
@@ -253,6 +258,19 @@ impl Mounted {
                 return Err(Box::new((self, format!("losetup -d {dev}: {why}"))));
             }
             self.loop_dev = None;
+        }
+        // Only our own mount: another one put on top of it since would be
+        // the one taken off.
+        let top = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(&self.dir).map(|m| m.dev()).ok()
+        };
+        if self.conn.is_some() && top.is_some() && top != self.conn {
+            let dir = self.dir.display().to_string();
+            return Err(Box::new((
+                self,
+                format!("{dir} has another mount on top of the array's: unmount that one first (umount {dir}), then unmount again"),
+            )));
         }
         // Unmounted here rather than by the FUSE crate, which only logs a
         // failure: a mount that is still busy keeps serving the array.

@@ -38,3 +38,58 @@ fn a_block_device_is_not_in_memory_though_its_node_is_on_devtmpfs() {
     std::fs::remove_file(&img).unwrap();
     assert!(!m.unwrap().in_memory(), "{dev} taken for memory");
 }
+
+/// A member file truncated underneath a running array: the size check
+/// (the daemon's, every quarter second) fails that member before a write
+/// past its new end grows it again with a hole, whose zeros reads would
+/// then serve as data with no error at all; reads come from the others.
+#[test]
+fn a_member_file_that_shrank_is_failed_by_the_size_check() {
+    use raid_core::array::{Array, CreateOptions};
+    use raid_core::layout::Level;
+    use raid_core::member::MemberRef;
+    use raid_core::metadata::SlotState;
+    let dir = std::env::temp_dir().join(format!("raid-shrank-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let paths: Vec<_> = (0..3).map(|i| dir.join(format!("m{i}.img"))).collect();
+    for p in &paths {
+        std::fs::File::create(p).unwrap().set_len(16 << 20).unwrap();
+    }
+    let members: Vec<MemberRef> = paths
+        .iter()
+        .map(|p| std::sync::Arc::new(FileMember::open(p).unwrap()) as MemberRef)
+        .collect();
+    let a = Array::create(
+        members,
+        vec![],
+        CreateOptions {
+            name: "shrank".into(),
+            level: Level::Raid5,
+            chunk: 64 << 10,
+        },
+    )
+    .unwrap();
+    let cap = a.capacity() as usize;
+    let img: Vec<u8> = (0..cap).map(|i| (i * 7 + i / 4096) as u8).collect();
+    a.write(0, &img).unwrap();
+    a.flush().unwrap();
+    a.check_member_sizes();
+    assert!(a.slots().iter().all(|s| s.state == SlotState::Active));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&paths[1])
+        .unwrap()
+        .set_len(4 << 20)
+        .unwrap();
+    a.check_member_sizes();
+    assert_eq!(a.slots()[1].state, SlotState::Failed);
+    // A write past the cut now skips the failed member: it stays short.
+    let tail = cap - (256 << 10);
+    a.write(tail as u64, &img[tail..]).unwrap();
+    assert_eq!(std::fs::metadata(&paths[1]).unwrap().len(), 4 << 20);
+    let mut back = vec![0u8; cap];
+    a.read(0, &mut back).unwrap();
+    assert!(back == img, "the array served the hole's zeros");
+    drop(a);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

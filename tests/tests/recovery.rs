@@ -358,3 +358,34 @@ fn members_that_moved_are_found_by_uuid() {
     }
     reads(&sock, "data", "read -P 0x5a 0 8M");
 }
+
+/// A member file truncated underneath the running array (by mistake, by a
+/// script): the daemon fails it by itself within moments, before any I/O
+/// touches it, and the data comes from the others; then the usual replace.
+#[test]
+fn a_member_file_truncated_underneath_is_failed_by_the_daemon() {
+    let w = World::new("rb-trunc");
+    let m = w.sparse_members("t", 4, 32 * MIB);
+    let sock = running(&w, "data", "5", &m, false);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&m[3])
+        .unwrap()
+        .set_len(4 * MIB)
+        .unwrap();
+    let t = std::time::Instant::now();
+    while w.status_json("data")["state"] != "degraded" {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "the truncated member was never failed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let ev = w.ok(&["events", "data"]);
+    assert!(ev.contains("shrank"), "{ev}");
+    reads(&sock, "data", "read -P 0x5a 0 8M");
+    let new = w.sparse("t-new.img", 32 * MIB);
+    w.ok(&["replace", "data", s(&m[3]), s(&new)]);
+    w.ok(&["wait", "data"]);
+    reads(&sock, "data", "read -P 0x5a 0 8M");
+}

@@ -58,6 +58,31 @@ impl Array {
         self.persist_failure(&mut meta);
     }
 
+    /// Fails each member whose device shrank under the part the array uses
+    /// (a member file truncated underneath it). A read past its new end
+    /// comes back short and fails the member by itself; but a write there
+    /// first grows the file again with a hole, whose zeros later reads
+    /// return with no error at all. The daemon asks this every few hundred
+    /// milliseconds; an fstat per file member is all it costs.
+    pub fn check_member_sizes(&self) {
+        let used = DATA_OFFSET + self.geo.member_size;
+        let handles = self.member_handles();
+        for (i, m) in handles.iter().enumerate() {
+            if self.slots[i].state() == SlotState::Failed {
+                continue;
+            }
+            if let Some(Ok(now)) = m.size_now() {
+                if now < used {
+                    self.fail_slot_if(
+                        i,
+                        m,
+                        &format!("the device shrank to {now} bytes, under the {used} the array uses (truncated underneath it?)"),
+                    );
+                }
+            }
+        }
+    }
+
     /// Persists a failure, after the parity writes in flight without a
     /// journal record have finished and every surviving member is flushed.
     ///

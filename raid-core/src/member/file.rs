@@ -248,6 +248,9 @@ impl Member for FileMember {
     fn size(&self) -> u64 {
         self.size
     }
+    fn size_now(&self) -> Option<io::Result<u64>> {
+        (!self.block_device).then(|| self.file.metadata().map(|m| m.len()))
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         if self.direct && !is_aligned(buf) {
             let mut b = AlignedBuf::new(buf.len().next_multiple_of(crate::buf::ALIGN));

@@ -91,6 +91,11 @@ pub trait Member: Send + Sync {
     fn device_key(&self) -> DeviceKey;
     /// Size in bytes.
     fn size(&self) -> u64;
+    /// The size now, asked of the device, where it can change under the
+    /// array (a regular file someone truncates); None where it cannot.
+    fn size_now(&self) -> Option<io::Result<u64>> {
+        None
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Makes every completed write durable.

@@ -694,9 +694,9 @@ impl Daemon {
         }
     }
 
-    /// Every quarter second: new events are logged and alerted; a failed
-    /// slot with a spare at hand gets the spare; a rebuilding slot gets a
-    /// rebuild thread.
+    /// Every quarter second: new events are logged and alerted; a member
+    /// file that shrank is failed; a failed slot with a spare at hand gets
+    /// the spare; a rebuilding slot gets a rebuild thread.
     fn monitor(self: &Arc<Self>) {
         while !self.term.load(Ordering::Acquire) {
             self.monitor_tick
@@ -704,6 +704,7 @@ impl Daemon {
             self.process_events();
             let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
             for s in arrays {
+                s.array.check_member_sizes();
                 self.retry_unreachable(&s);
                 // A rebuild or hot replace running: nothing to start.
                 if s.array.copy_progress().is_some() {

@@ -197,7 +197,8 @@ pub enum Command {
         force: bool,
     },
     /// Change the rate limits of rebuilds, hot replaces and scrubs, also of
-    /// those running now (0: no limit); with no option, show them.
+    /// those running now (0: no limit), kept across restarts; with no
+    /// option, show them.
     Rate {
         name: String,
         /// Bytes per second written by a rebuild or hot replace (e.g. 200M).

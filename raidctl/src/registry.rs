@@ -23,6 +23,12 @@ pub struct ArrayRecord {
     pub spares: Vec<PathBuf>,
     /// cpu, gpu or auto.
     pub parity: String,
+    /// `raidctl rate`'s limits, bytes per second (0: none), kept across
+    /// restarts; None: the daemon's environment decides at each start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuild_rate: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrub_rate: Option<u64>,
 }
 
 #[derive(Clone, Debug)]

@@ -121,3 +121,23 @@ fn delete_forgets_and_wipe_force_frees_the_devices() {
     w.ok(&["start", "again"]);
     w.ok(&["stop", "again"]);
 }
+
+/// A rate set with `raidctl rate` holds across a stop and start (it was
+/// reset to the daemon's default, so a rebuild then ran unthrottled).
+#[test]
+fn rates_hold_across_a_restart() {
+    let w = World::new("rates");
+    let m = w.sparse_members("rt", 3, 32 * MIB);
+    w.ok(&["create", "rt", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    w.ok(&["start", "rt"]);
+    w.ok(&["rate", "rt", "--rebuild", "3M"]);
+    w.ok(&["rate", "rt", "--scrub", "5M"]);
+    w.ok(&["stop", "rt"]);
+    w.ok(&["start", "rt"]);
+    let out = w.ok(&["rate", "rt"]);
+    assert!(
+        out.contains("rebuild and replace 3.0 MiB/s") && out.contains("scrub 5.0 MiB/s"),
+        "{out}"
+    );
+    w.ok(&["stop", "rt"]);
+}

@@ -799,7 +799,10 @@ fn a_start_naming_too_few_members_is_refused_unless_forced() {
     // is said to be no longer recorded.
     let out = w.ok(&["start", "tf", "--members", s(&m[2]), s(&m[0]), s(&m[1])]);
     assert_eq!(w.status_json("tf")["state"], "optimal");
-    assert!(out.contains("spare") && out.contains("not given"), "{out}");
+    assert!(
+        out.contains("spare") && out.contains("not among the devices given"),
+        "{out}"
+    );
     w.ok(&["stop", "tf"]);
     // Forced: it runs without the one left out, and says so.
     w.ok(&["start", "tf", "--force", "--members", s(&m[0]), s(&m[1])]);

@@ -26,9 +26,14 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
         ))
     })?;
     let chunk = parse_size(a.chunk).map_err(CliError::usage)?;
-    if !chunk.is_power_of_two() || !(4096..=1 << 20).contains(&chunk) {
+    if !chunk.is_power_of_two() {
         return Err(CliError::usage(format!(
-            "chunk {chunk} bytes is not a power of two between 4K and 1M"
+            "chunk {chunk} bytes is not a power of two: use one from 4K to 1M (64K is usual)"
+        )));
+    }
+    if !(4096..=1 << 20).contains(&chunk) {
+        return Err(CliError::usage(format!(
+            "chunk {chunk} bytes is outside 4K to 1M: use one in that range (64K is usual)"
         )));
     }
     if st.exists(name) && !force {
@@ -90,7 +95,7 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
         if !force {
             return Err(CliError::refused(h.refusal(p)));
         }
-        overwritten.push(h.overwritten(p, name));
+        overwritten.push(h.overwritten(p, name, st, &members, &spares));
     }
     // Opening takes every member exclusively: one a running array holds is
     // refused here, before anything is written, --force or not.
@@ -150,6 +155,8 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
         members: members.clone(),
         spares: spares.clone(),
         parity: a.parity.name().into(),
+        rebuild_rate: None,
+        scrub_rate: None,
     })?;
     let parity = a.parity;
     out!(
@@ -218,16 +225,28 @@ impl Held {
         }
     }
 
-    fn overwritten(&self, p: &Path, creating: &str) -> String {
+    fn overwritten(
+        &self,
+        p: &Path,
+        creating: &str,
+        st: &StateDir,
+        members: &[PathBuf],
+        spares: &[PathBuf],
+    ) -> String {
         let p = p.display();
+        let taken: Vec<DeviceKey> = members
+            .iter()
+            .chain(spares)
+            .filter_map(|d| DeviceKey::of_path(d).ok())
+            .collect();
         match self {
             Held::Array { name, uuid } => format!(
                 "{p} held array '{name}' (uuid {uuid}): that array has lost this device{}",
-                run_without(name, creating)
+                run_without(name, creating, st, &taken)
             ),
             Held::Recorded(name) => format!(
                 "{p} was recorded as part of array '{name}': that array has lost this device{}",
-                run_without(name, creating)
+                run_without(name, creating, st, &taken)
             ),
             Held::Other(what) => format!("{p} held {what}"),
         }
@@ -235,10 +254,24 @@ impl Held {
 }
 
 /// How array `other`, which lost a device to `--force`, runs on without
-/// it (nothing where it is the array being created again).
-fn run_without(other: &str, creating: &str) -> String {
+/// it (nothing where it is the array being created again); where this
+/// create took every device it has left, how to forget it.
+fn run_without(other: &str, creating: &str, st: &StateDir, taken: &[DeviceKey]) -> String {
     if other == creating {
         return String::new();
+    }
+    let left = st.load(other).ok().map(|r| {
+        r.members
+            .iter()
+            .chain(&r.spares)
+            .filter_map(|d| DeviceKey::of_path(d).ok())
+            .filter(|k| !taken.contains(k))
+            .count()
+    });
+    if left == Some(0) {
+        return format!(
+            " ('{other}' has no device left: raidctl delete {other} forgets it, so that it is no longer listed as failed)"
+        );
     }
     format!(
         " (a plain start of '{other}' now refuses; raidctl start {other} --force --members <its other devices> runs it degraded, where its level allows)"

@@ -336,10 +336,10 @@ pub fn run(cli: Cli) -> Result<()> {
                     s.rows_checked,
                     status::human_bytes(s.bytes_read),
                     s.mismatches.len(),
-                    if s.repair {
-                        " (repaired)"
-                    } else {
-                        " (check only: raidctl scrub --repair fixes them)"
+                    match (s.repair, s.mismatches.is_empty()) {
+                        (_, true) => "",
+                        (true, false) => " (repaired)",
+                        (false, false) => " (check only: raidctl scrub --repair fixes them)",
                     }
                 );
                 for m in &s.mismatches {
@@ -613,6 +613,7 @@ fn scrub_progress_line(st: &StateDir, name: &str, done: &AtomicBool) {
 /// ended: 0 optimal; 1 degraded (nothing to rebuild onto), failed, or a
 /// rebuild that cannot run.
 fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
+    st.load(name)?;
     let t = Instant::now();
     let mut last = -1.0;
     loop {
@@ -623,11 +624,11 @@ fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
                 name: Some(name.into()),
             },
         )?;
-        let s = r
-            .arrays
-            .into_iter()
-            .next()
-            .ok_or_else(|| CliError::not_found(format!("array '{name}' is not running")))?;
+        let s = r.arrays.into_iter().next().ok_or_else(|| {
+            CliError::refused(format!(
+                "array '{name}' is not running (raidctl start {name})"
+            ))
+        })?;
         if let Some(rb) = &s.rebuild {
             if rb.percent - last >= 10.0 {
                 out!(

@@ -68,6 +68,17 @@ impl Daemon {
             Some(new) => msg.push_str(&format!(
                 "\nthe hot replace of slot {slot} onto {new} becomes a rebuild: {new} takes the slot as soon as the copy sees the failure (its current batch, or its pause, ends) and is rebuilt from the other members (raidctl wait {name})"
             )),
+            // A spare at hand takes the slot at the monitor's next look: a
+            // re-add of this member is then refused, so say what remains.
+            None if now != raid_core::array::ArrayState::Failed => {
+                if let Some(spare) = s.array.spares().first() {
+                    msg.push_str(&format!(
+                        "
+spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then come back only as a spare (raidctl add {name} {m})",
+                        m = member.display()
+                    ));
+                }
+            }
             None => {}
         }
         if now == raid_core::array::ArrayState::Failed && was != now {

@@ -465,6 +465,12 @@ impl Daemon {
         // out by mistake would turn the array degraded. Recorded members,
         // a scan's or the config's, that cannot be found (a drive gone)
         // do not stop it.
+        if opened.is_empty() {
+            return Err(CliError::not_found(format!(
+                "none of the devices of '{name}' could be opened ({}): if they moved, raidctl start {name} --scan [DIR...] finds them by the array's uuid; or name them with --members",
+                notes.join("; ")
+            )));
+        }
         let asm = if force {
             Array::assemble_forced(opened)?
         } else if listed {
@@ -520,17 +526,24 @@ impl Daemon {
                 .collect(),
             spares: array.spares().into_iter().map(PathBuf::from).collect(),
             parity: parity_asked.unwrap_or(parity),
+            rebuild_rate: recorded.as_ref().ok().and_then(|r| r.rebuild_rate),
+            scrub_rate: recorded.as_ref().ok().and_then(|r| r.scrub_rate),
         };
         if let (Ok(r), true) = (&recorded, importing) {
+            // A recorded spare is dropped from the record when it is not
+            // among the devices this start was given. One whose recorded
+            // path is gone (moved: a scan's case) counts as given while as
+            // many spares were found as were recorded.
             let key = |p: &PathBuf| raid_core::member::DeviceKey::of_path(p).ok();
             let given: Vec<_> = record.spares.iter().filter_map(key).collect();
-            let dropped = r
-                .spares
-                .iter()
-                .filter(|p| key(p).is_none_or(|k| !given.contains(&k)));
+            let moved_ok = record.spares.len() >= r.spares.len();
+            let dropped = r.spares.iter().filter(|p| match key(p) {
+                Some(k) => !given.contains(&k),
+                None => !moved_ok,
+            });
             for spare in dropped {
                 notes.push(format!(
-                    "spare {} was recorded for '{name}' but not given: it is no longer its spare (raidctl add {name} {} takes it back)",
+                    "spare {} of '{name}' was not among the devices given to this start, so the array runs without it and it is no longer recorded as its spare: raidctl add {name} {} takes it back (or list it with the members at the next import)",
                     spare.display(),
                     spare.display()
                 ));
@@ -542,9 +555,18 @@ impl Daemon {
         let array = Arc::new(array);
         // Background work starts at the environment's rates (raidctl rate
         // changes them).
+        // What `raidctl rate` set for it, else the environment's.
         array.set_rates(
-            Some(self.rebuild_opts.rate_limit.unwrap_or(0)),
-            Some(scrub_options(false).rate_limit.unwrap_or(0)),
+            Some(
+                record
+                    .rebuild_rate
+                    .unwrap_or(self.rebuild_opts.rate_limit.unwrap_or(0)),
+            ),
+            Some(
+                record
+                    .scrub_rate
+                    .unwrap_or(scrub_options(false).rate_limit.unwrap_or(0)),
+            ),
         );
         array.record_event(ArrayEvent::ParityEngineChosen {
             engine: engine.name(),

@@ -20,6 +20,13 @@ impl Daemon {
         let s = self.served(name)?;
         s.array.set_rates(rebuild, scrub);
         let (r, sc) = s.array.rates();
+        // Kept in the record: a restart keeps them too.
+        if rebuild.is_some() || scrub.is_some() {
+            let mut rec = s.record.lock();
+            rec.rebuild_rate = rebuild.or(rec.rebuild_rate);
+            rec.scrub_rate = scrub.or(rec.scrub_rate);
+            self.state.save(&rec)?;
+        }
         let show = |r: u64| {
             if r == 0 {
                 "no limit".to_string()

@@ -129,13 +129,18 @@ pub(super) fn assemble(
     let mut slot_member: Vec<Option<MemberRef>> = vec![None; geo.members];
     let mut spares = Vec::new();
     for (m, sb) in read {
+        // Left out as one with unreadable metadata is: its slot counts as
+        // missing (a stale device that was cut, in a scanned folder, must
+        // not keep the array from starting; a member cut is a drive gone).
         if m.size() < truth.data_offset + truth.data_size {
-            return Err(ArrayError::Assembly(format!(
-                "member {} is {} bytes, smaller than the array's {} bytes per member: it was truncated or is the wrong device",
-                m.identity(),
+            let why = format!(
+                "{} bytes, smaller than the array's {} bytes per member: it was truncated or is the wrong device; left out, replace it to rebuild its slot",
                 m.size(),
                 truth.data_offset + truth.data_size
-            )));
+            );
+            tracing::warn!(member = m.identity(), "{why}");
+            refused.push((m.identity().to_string(), why));
+            continue;
         }
         if let Some(i) = truth.slots.iter().position(|s| s.uuid == sb.member_uuid) {
             if truth.slots[i].state == SlotState::Failed {

@@ -141,3 +141,59 @@ fn rates_hold_across_a_restart() {
     );
     w.ok(&["stop", "rt"]);
 }
+
+fn kill_daemon(w: &World) {
+    let killed = std::process::Command::new("pkill")
+        .args([
+            "-9",
+            "-f",
+            "--",
+            &format!("--state-dir {} daemon", w.state().display()),
+        ])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+}
+
+/// A hot replace cut short says so: by `stop` (which stops its copy), and
+/// at the start after a daemon killed while it copied (nothing of it is on
+/// disk, the old member stays; the event log used to end at "started").
+#[test]
+fn a_hot_replace_cut_short_says_so() {
+    let w = World::new("hot-cut");
+    let m = w.sparse_members("hc", 3, 32 * MIB);
+    let new = w.sparse("hc-new.img", 32 * MIB);
+    w.ok(&["create", "hc", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    w.ok(&["start", "hc"]);
+    w.ok(&["rate", "hc", "--rebuild", "1M"]);
+    w.ok(&["replace", "hc", s(&m[1]), s(&new)]);
+    let out = w.ok(&["stop", "hc"]);
+    assert!(
+        out.contains("hot replace of slot 1") && out.contains("stopped"),
+        "{out}"
+    );
+    w.ok(&["start", "hc"]);
+    w.ok(&["replace", "hc", s(&m[1]), s(&new)]);
+    kill_daemon(&w);
+    let out = w.ok(&["start", "hc"]);
+    assert!(out.contains("did not end"), "{out}");
+    let st = w.status_json("hc");
+    assert_eq!(st["state"], "optimal", "{st}");
+    assert_eq!(st["members"][1]["path"], s(&m[1]), "{st}");
+    let events = w.ok(&["events", "hc"]);
+    let last = events
+        .lines()
+        .rev()
+        .find(|l| l.contains("hot replace"))
+        .unwrap_or_default();
+    assert!(
+        last.contains("dropped") && last.contains("daemon ended"),
+        "{events}"
+    );
+    // Said once: a second start finds the log ended.
+    w.ok(&["stop", "hc"]);
+    let out = w.ok(&["start", "hc"]);
+    assert!(!out.contains("did not end"), "{out}");
+    w.ok(&["stop", "hc"]);
+}

@@ -89,6 +89,27 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
         Ok(msg)
     }
 
+    /// A hot replace the event log shows started and never ended (the
+    /// daemon was killed while it copied): its slot and new device. Nothing
+    /// of it is on disk (the old device is still the member), but the log
+    /// and its alerts would otherwise stop at "started".
+    pub(super) fn unfinished_hot_replace(&self, name: &str) -> Option<(usize, String)> {
+        let log = crate::eventlog::read(&self.state, name);
+        let last = log
+            .iter()
+            .rev()
+            .find(|r| r.event.starts_with("hot_replace_"))?;
+        if last.event != "hot_replace_started" {
+            return None;
+        }
+        // "... copying OLD onto NEW, redundancy kept" (ArrayEvent::describe).
+        let new = last
+            .message
+            .rsplit_once(" onto ")
+            .map(|(_, t)| t.trim_end_matches(", redundancy kept").to_string())?;
+        Some((last.slot?, new))
+    }
+
     pub(super) fn remove(&self, name: &str, member: &Path) -> Result<String> {
         let s = self.served(name)?;
         let key = match DeviceKey::of_path(member) {

@@ -617,6 +617,13 @@ impl Daemon {
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
         notes.extend(crate::fuse::place::dead_note(&self.default_mount_dir(name)));
+        if let Some((slot, new)) = self.unfinished_hot_replace(name) {
+            let reason = "the daemon ended before the copy was complete (killed, or the host went down): the old member stays; replace again to restart it".to_string();
+            notes.push(format!(
+                "the hot replace of slot {slot} onto {new} did not end: {reason}"
+            ));
+            array.record_event(ArrayEvent::HotReplaceFailed { slot, new, reason });
+        }
         let mut msg = format!(
             "array '{name}' started: {} {}, {} usable",
             g.level,
@@ -643,9 +650,26 @@ impl Daemon {
         for e in served.exports.lock().drain(..) {
             e.stop();
         }
-        // close() stops and joins the array's rebuild, hot replace and scrub
-        // before it flushes.
+        // What close() stops (it joins the array's rebuild, hot replace and
+        // scrub before it flushes), to be said.
+        let hot = served.array.hot_replace_progress();
+        let rebuild = served
+            .array
+            .copy_progress()
+            .filter(|c| c.kind == raid_core::array::CopyKind::Rebuild);
         let closed = served.array.close();
+        let mut stopped_work = String::new();
+        if let Some((slot, new, ..)) = hot {
+            stopped_work.push_str(&format!(
+                "; the hot replace of slot {slot} onto {new} was stopped before its copy was complete: the old member stays (raidctl replace {name} OLD {new} starts it again)"
+            ));
+        }
+        if let Some(c) = rebuild {
+            stopped_work.push_str(&format!(
+                "; the rebuild of slot {} pauses and resumes from where it was at the next start",
+                c.slot
+            ));
+        }
         {
             let _one = self.events_lock.lock();
             self.process_events_of(&served);
@@ -653,7 +677,9 @@ impl Daemon {
         match closed {
             Ok(()) => {
                 self.arrays.lock().remove(name);
-                Ok(format!("array '{name}' stopped (flushed, marked clean)"))
+                Ok(format!(
+                    "array '{name}' stopped (flushed, marked clean){stopped_work}"
+                ))
             }
             // A failed array serves nothing: stopping it must still work,
             // so the operator can start it again (with --force).

@@ -316,7 +316,7 @@ fn wrong_invocations_exit_with_their_code_and_change_nothing() {
         Wrong {
             args: a(&["add", "live", s(&m[3])]),
             code: 4,
-            says: "is part of array 'other'",
+            says: "carries the metadata of array 'other'",
         },
         Wrong {
             args: a(&["start", "other", "--nbd", "carrier-pigeon:1"]),

@@ -235,6 +235,28 @@ fn block_device_size(f: &File) -> io::Result<u64> {
     Ok(size)
 }
 
+impl FileMember {
+    /// A read that ended early: the file ends before `offset` plus the
+    /// read, which for a member of the array's size means it was cut
+    /// short underneath it (std says only "failed to fill whole buffer").
+    fn short_read(&self, e: io::Error, offset: u64) -> io::Error {
+        if e.kind() != io::ErrorKind::UnexpectedEof {
+            return e;
+        }
+        let now = self
+            .file
+            .metadata()
+            .map_or("unknown".to_string(), |m| m.len().to_string());
+        io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "read at byte {offset} past the end of {} ({now} bytes now, {} when opened): truncated underneath the array?",
+                self.name, self.size
+            ),
+        )
+    }
+}
+
 impl Member for FileMember {
     fn io_stats(&self) -> Option<&crate::stats::IoStats> {
         Some(&self.stats)
@@ -254,11 +276,15 @@ impl Member for FileMember {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         if self.direct && !is_aligned(buf) {
             let mut b = AlignedBuf::new(buf.len().next_multiple_of(crate::buf::ALIGN));
-            self.file.read_exact_at(&mut b[..buf.len()], offset)?;
+            self.file
+                .read_exact_at(&mut b[..buf.len()], offset)
+                .map_err(|e| self.short_read(e, offset))?;
             buf.copy_from_slice(&b[..buf.len()]);
             return Ok(());
         }
-        self.file.read_exact_at(buf, offset)
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| self.short_read(e, offset))
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         if self.direct && !is_aligned(buf) {

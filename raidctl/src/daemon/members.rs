@@ -164,14 +164,29 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
             }
         }
         match probe(path) {
-            Err(e) => return Err(CliError::not_found(format!("{} cannot be read: {e}", path.display()))),
+            Err(e) => {
+                return Err(CliError::not_found(format!(
+                    "{} cannot be read: {e}",
+                    path.display()
+                )))
+            }
             Ok(Content::Nothing) => {}
             Ok(Content::Array { uuid, .. }) if uuid == served.array.uuid().to_string() => {}
             Ok(Content::Array { name, uuid }) => {
+                // Not a running array's (checked above): a stopped one's,
+                // or one this host does not know.
+                let free = if self.state.exists(&name) {
+                    format!("if '{name}' is no longer wanted, raidctl delete {name} --wipe --force frees its devices")
+                } else {
+                    format!(
+                        "if its data is not wanted, erase its first MiB (dd if=/dev/zero of={} bs=1M count=1)",
+                        path.display()
+                    )
+                };
                 return Err(CliError::refused(format!(
-                    "{} is part of array '{name}' (uuid {uuid}): stop that array, or wipe the device first",
+                    "{} carries the metadata of array '{name}' (uuid {uuid}), which is not running: {free}",
                     path.display()
-                )))
+                )));
             }
             Ok(other) => {
                 return Err(CliError::refused(format!(

@@ -131,12 +131,22 @@ fn a_member_file_cut_short_while_stopped_is_left_out_at_start() {
     a.write(0, &img).unwrap();
     a.close().unwrap();
     drop(a);
+    // A full copy taken before the cut (a backup, a dd gone wrong).
+    let copy = dir.join("m2-copy.img");
+    std::fs::copy(&paths[2], &copy).unwrap();
     std::fs::OpenOptions::new()
         .write(true)
         .open(&paths[2])
         .unwrap()
         .set_len(4 << 20)
         .unwrap();
+    // Given beside the cut member, the copy is not taken in its place.
+    let mut with_copy = open();
+    with_copy.push(std::sync::Arc::new(FileMember::open(&copy).unwrap()) as MemberRef);
+    let e = Array::assemble(with_copy)
+        .err()
+        .expect("a copy taken for a cut member");
+    assert!(e.to_string().contains("two devices claim slot 2"), "{e}");
     let asm = Array::assemble(open()).unwrap();
     assert_eq!(asm.array.state(), ArrayState::Degraded);
     assert!(

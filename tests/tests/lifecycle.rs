@@ -153,7 +153,24 @@ fn kill_daemon(w: &World) {
         .status()
         .unwrap();
     assert!(killed.success());
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Gone, not only signalled: its file locks and FUSE device go with it.
+    let t = std::time::Instant::now();
+    while std::process::Command::new("pgrep")
+        .args([
+            "-f",
+            "--",
+            &format!("--state-dir {} daemon", w.state().display()),
+        ])
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "the daemon lives on"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// A hot replace cut short says so: by `stop` (which stops its copy), and
@@ -196,4 +213,35 @@ fn a_hot_replace_cut_short_says_so() {
     let out = w.ok(&["start", "hc"]);
     assert!(!out.contains("did not end"), "{out}");
     w.ok(&["stop", "hc"]);
+}
+
+/// `delete --wipe --force` holds every device before it erases any: one
+/// in use (here: taken since by another array that runs) refuses the whole
+/// command, and nothing is erased.
+#[test]
+fn delete_wipe_of_a_device_in_use_erases_nothing() {
+    let w = World::new("delete-busy");
+    let m = w.sparse_members("db", 4, 32 * MIB);
+    w.ok(&["create", "db", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    let x = w.sparse_members("dx", 2, 32 * MIB);
+    w.ok(&[
+        "create",
+        "dx",
+        "--level",
+        "5",
+        "--force",
+        s(&m[2]),
+        s(&x[0]),
+        s(&x[1]),
+    ]);
+    w.ok(&["start", "dx"]);
+    let (code, _, err) = w.code(&["delete", "db", "--wipe", "--force"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("in use") && err.contains("nothing was wiped"),
+        "{err}"
+    );
+    assert!(carries(&w, &m[0], "db") && carries(&w, &m[1], "db"));
+    assert!(w.ok(&["list"]).contains("db"));
+    w.ok(&["stop", "dx"]);
 }

@@ -56,7 +56,24 @@ fn kill_daemon(w: &World) {
         .status()
         .unwrap();
     assert!(killed.success());
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Gone, not only signalled: its file locks and FUSE device go with it.
+    let t = std::time::Instant::now();
+    while std::process::Command::new("pgrep")
+        .args([
+            "-f",
+            "--",
+            &format!("--state-dir {} daemon", w.state().display()),
+        ])
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "the daemon lives on"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -77,7 +94,14 @@ fn a_mount_left_by_a_killed_daemon_is_cleared_or_named() {
     assert!(out.contains("left by a daemon"), "{out}");
     // Nothing mounted on its loop device: the next mount clears it.
     let out = w.ok(&["mount", "pd", "--loop"]);
-    assert!(out.contains("unmounted") && out.contains(&dev), "{out}");
+    let note = out
+        .lines()
+        .find(|l| l.contains("left by a daemon that died"))
+        .unwrap_or_default();
+    assert!(
+        note.contains("unmounted") && note.contains(&format!("{dev} detached")),
+        "{out}"
+    );
     let dev2 = out.lines().next().unwrap().to_string();
     run_ok(Command::new("mkfs.ext4").args(["-q", "-F", &dev2]));
     let mnt = w.dir.join("ext4");

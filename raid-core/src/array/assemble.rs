@@ -127,8 +127,23 @@ pub(super) fn assemble(
     // metadata first (md's --assemble --force rule).
     let mut failed_but_present: Vec<(usize, MemberRef, Superblock)> = Vec::new();
     let mut slot_member: Vec<Option<MemberRef>> = vec![None; geo.members];
+    // Who claims each slot, a device cut short included: a second device
+    // with the same member uuid (a copy) is refused whichever of the two
+    // was cut, never taken in the cut one's place.
+    let mut claimed: Vec<Option<String>> = vec![None; geo.members];
     let mut spares = Vec::new();
     for (m, sb) in read {
+        if let Some(i) = truth.slots.iter().position(|s| s.uuid == sb.member_uuid) {
+            if truth.slots[i].state != SlotState::Failed {
+                if let Some(first) = claimed[i].replace(m.identity().to_string()) {
+                    return Err(ArrayError::Assembly(format!(
+                        "two devices claim slot {i} of '{}' ({first} and {}): one is a copy of the other; leave one out",
+                        truth.name,
+                        m.identity()
+                    )));
+                }
+            }
+        }
         // Left out as one with unreadable metadata is: its slot counts as
         // missing (a stale device that was cut, in a scanned folder, must
         // not keep the array from starting; a member cut is a drive gone).
@@ -153,13 +168,7 @@ pub(super) fn assemble(
                 failed_but_present.push((i, m, sb));
                 continue;
             }
-            if slot_member[i].is_some() {
-                return Err(ArrayError::Assembly(format!(
-                    "two members claim slot {i} of '{}' (the second is {}): one is a copy of the other; leave one out",
-                    truth.name,
-                    m.identity()
-                )));
-            }
+            // A second claim was refused above.
             slot_member[i] = Some(m);
         } else if truth.spares.contains(&sb.member_uuid) {
             spares.push((sb.member_uuid, m));

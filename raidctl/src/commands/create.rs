@@ -158,6 +158,14 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
         rebuild_rate: None,
         scrub_rate: None,
     })?;
+    // A log left under this name is another array's (one --force replaced,
+    // or one deleted by hand): its events must not read as this one's.
+    let log = crate::eventlog::path(st, name);
+    if log.exists() {
+        if let Err(e) = std::fs::remove_file(&log) {
+            tracing::warn!("cannot remove the old event log {}: {e}", log.display());
+        }
+    }
     let parity = a.parity;
     out!(
         "created {level} '{name}': {} members, chunk {}, capacity {}, parity engine {}{}",

@@ -24,6 +24,9 @@ pub(super) fn delete(st: &StateDir, name: &str, wipe: bool, force: bool) -> Resu
             list_paths(&devices)
         )));
     }
+    // Read before anything changes: a config that does not parse must not
+    // turn a finished delete into an error.
+    let in_config = Config::load(st, None).is_ok_and(|c| c.array.iter().any(|a| a.name == name));
     let mut said = Vec::new();
     if wipe {
         // Every device held (the exclusive open a start takes) before any
@@ -31,6 +34,16 @@ pub(super) fn delete(st: &StateDir, name: &str, wipe: bool, force: bool) -> Resu
         // that got there first makes this refuse, having changed nothing.
         let mut held = Vec::new();
         for p in &devices {
+            // A network member is not held exclusively by an open here (a
+            // start on another host could take it meanwhile): left to its
+            // server.
+            if crate::remote::is_remote(p) {
+                said.push(format!(
+                    "{}: a network member, not wiped from here (erase its first MiB on its server)",
+                    p.display()
+                ));
+                continue;
+            }
             match crate::remote::open_member(p) {
                 Ok(m) => held.push((p, m)),
                 Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {
@@ -65,7 +78,7 @@ pub(super) fn delete(st: &StateDir, name: &str, wipe: bool, force: bool) -> Resu
     for s in said {
         out!("  {s}");
     }
-    if Config::load(st, None)?.array.iter().any(|a| a.name == name) {
+    if in_config {
         out!(
             "note: {} still starts '{name}' ([[array]] name = \"{name}\"): remove that entry",
             st.root.join("raidctl.toml").display()

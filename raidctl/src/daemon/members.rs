@@ -93,7 +93,14 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
     /// daemon was killed while it copied): its slot and new device. Nothing
     /// of it is on disk (the old device is still the member), but the log
     /// and its alerts would otherwise stop at "started".
-    pub(super) fn unfinished_hot_replace(&self, name: &str) -> Option<(usize, String)> {
+    /// A slot whose device is `new` already (the switch, or the takeover
+    /// after its source failed, reached the metadata but not the log
+    /// before the daemon died) did end, whatever the log says.
+    pub(super) fn unfinished_hot_replace(
+        &self,
+        name: &str,
+        array: &raid_core::array::Array,
+    ) -> Option<(usize, String)> {
         let log = crate::eventlog::read(&self.state, name);
         let last = log
             .iter()
@@ -107,7 +114,12 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
             .message
             .rsplit_once(" onto ")
             .map(|(_, t)| t.trim_end_matches(", redundancy kept").to_string())?;
-        Some((last.slot?, new))
+        let slot = last.slot?;
+        let holds_new = array
+            .slots()
+            .get(slot)
+            .is_some_and(|s| s.member.as_deref() == Some(new.as_str()));
+        (!holds_new).then_some((slot, new))
     }
 
     pub(super) fn remove(&self, name: &str, member: &Path) -> Result<String> {
@@ -173,9 +185,19 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
             Ok(Content::Nothing) => {}
             Ok(Content::Array { uuid, .. }) if uuid == served.array.uuid().to_string() => {}
             Ok(Content::Array { name, uuid }) => {
-                // Not a running array's (checked above): a stopped one's,
-                // or one this host does not know.
-                let free = if self.state.exists(&name) {
+                // Not held by a running array (checked above, by device):
+                // a stopped array's, an old member of one, or one this
+                // host does not know. Deleting that array frees this device
+                // only where the record is of this very array and names
+                // it; otherwise it would wipe another array's devices.
+                let recorded = self.state.load(&name).is_ok_and(|r| {
+                    r.uuid == uuid
+                        && r.members
+                            .iter()
+                            .chain(&r.spares)
+                            .any(|p| DeviceKey::of_path(p).ok() == Some(key))
+                });
+                let free = if recorded {
                     format!("if '{name}' is no longer wanted, raidctl delete {name} --wipe --force frees its devices")
                 } else {
                     format!(
@@ -184,7 +206,7 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
                     )
                 };
                 return Err(CliError::refused(format!(
-                    "{} carries the metadata of array '{name}' (uuid {uuid}), which is not running: {free}",
+                    "{} carries the metadata of array '{name}' (uuid {uuid}): {free}",
                     path.display()
                 )));
             }

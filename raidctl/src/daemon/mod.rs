@@ -553,9 +553,8 @@ impl Daemon {
         let engine = Arc::new(parity_engine(&record.parity, g));
         array.set_engine(engine.clone());
         let array = Arc::new(array);
-        // Background work starts at the environment's rates (raidctl rate
-        // changes them).
-        // What `raidctl rate` set for it, else the environment's.
+        // Background work starts at the rates `raidctl rate` kept in the
+        // record (0 there: no limit, on purpose), else the environment's.
         array.set_rates(
             Some(
                 record
@@ -617,7 +616,7 @@ impl Daemon {
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
         notes.extend(crate::fuse::place::dead_note(&self.default_mount_dir(name)));
-        if let Some((slot, new)) = self.unfinished_hot_replace(name) {
+        if let Some((slot, new)) = self.unfinished_hot_replace(name, &array) {
             let reason = "the daemon ended before the copy was complete (killed, or the host went down): the old member stays; replace again to restart it".to_string();
             notes.push(format!(
                 "the hot replace of slot {slot} onto {new} did not end: {reason}"

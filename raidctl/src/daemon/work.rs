@@ -18,15 +18,18 @@ impl Daemon {
         scrub: Option<u64>,
     ) -> Result<String> {
         let s = self.served(name)?;
-        s.array.set_rates(rebuild, scrub);
-        let (r, sc) = s.array.rates();
-        // Kept in the record: a restart keeps them too.
+        // Kept in the record, so a restart keeps them too; saved first, so
+        // that an error leaves the rates as they were.
         if rebuild.is_some() || scrub.is_some() {
             let mut rec = s.record.lock();
-            rec.rebuild_rate = rebuild.or(rec.rebuild_rate);
-            rec.scrub_rate = scrub.or(rec.scrub_rate);
-            self.state.save(&rec)?;
+            let mut next = rec.clone();
+            next.rebuild_rate = rebuild.or(rec.rebuild_rate);
+            next.scrub_rate = scrub.or(rec.scrub_rate);
+            self.state.save(&next)?;
+            *rec = next;
         }
+        s.array.set_rates(rebuild, scrub);
+        let (r, sc) = s.array.rates();
         let show = |r: u64| {
             if r == 0 {
                 "no limit".to_string()

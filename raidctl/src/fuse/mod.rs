@@ -238,6 +238,17 @@ impl Mounted {
     /// handed back as it was. Done, every request the threads had is
     /// answered: they are joined.
     pub fn unmount(mut self) -> Result<(), Box<(Mounted, String)>> {
+        // Only our own mount: another one put on top of it since would be
+        // the one taken off. Asked of mountinfo before anything changes
+        // (a stat would go to our own threads, which a hung member holds).
+        let top = place::top_mount(&self.dir).map(|t| t.dev);
+        if self.conn.is_some() && top.is_some() && top != self.conn {
+            let dir = self.dir.display().to_string();
+            return Err(Box::new((
+                self,
+                format!("{dir} has another mount on top of the array's: unmount that one first (umount {dir}), then unmount again"),
+            )));
+        }
         if let Some(dev) = self.loop_dev.clone() {
             if let Some(mp) = mounted_at(&dev) {
                 return Err(Box::new((
@@ -258,19 +269,6 @@ impl Mounted {
                 return Err(Box::new((self, format!("losetup -d {dev}: {why}"))));
             }
             self.loop_dev = None;
-        }
-        // Only our own mount: another one put on top of it since would be
-        // the one taken off.
-        let top = {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::metadata(&self.dir).map(|m| m.dev()).ok()
-        };
-        if self.conn.is_some() && top.is_some() && top != self.conn {
-            let dir = self.dir.display().to_string();
-            return Err(Box::new((
-                self,
-                format!("{dir} has another mount on top of the array's: unmount that one first (umount {dir}), then unmount again"),
-            )));
         }
         // Unmounted here rather than by the FUSE crate, which only logs a
         // failure: a mount that is still busy keeps serving the array.

@@ -12,12 +12,46 @@ use std::path::{Path, PathBuf};
 /// Checks that `dir` can take a mount (clearing a dead one); Err says why
 /// not and what to do. Ok(Some(note)) when a dead mount was cleared.
 pub fn check(dir: &Path) -> Result<Option<String>, String> {
-    let d = dir.display();
     if is_dead(dir) {
-        return clear_dead(dir).map(Some);
+        let cleared = clear_dead(dir)?;
+        // What was under it must pass the same checks.
+        return check_live(dir).map(|()| Some(cleared));
     }
+    check_live(dir).map(|()| None)
+}
+
+/// The top mount on `dir` (the last in mountinfo: mounts stack in order).
+pub struct Top {
+    /// Its device number, as `stat` gives it.
+    pub dev: u64,
+    fstype: String,
+    source: String,
+}
+
+/// The mount on top at `dir`, from /proc/self/mountinfo (no call into the
+/// filesystem itself, which may hang or be dead).
+pub fn top_mount(dir: &Path) -> Option<Top> {
+    let want = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().rev().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        if Path::new(&f.get(4)?.replace("\\040", " ")) != want {
+            return None;
+        }
+        let (maj, min) = f.get(2)?.split_once(':')?;
+        let dash = f.iter().position(|x| *x == "-")?;
+        Some(Top {
+            dev: libc::makedev(maj.parse().ok()?, min.parse().ok()?),
+            fstype: f.get(dash + 1)?.to_string(),
+            source: f.get(dash + 2)?.to_string(),
+        })
+    })
+}
+
+fn check_live(dir: &Path) -> Result<(), String> {
+    let d = dir.display();
     match std::fs::metadata(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(format!("cannot use {d} as a mount point: {e}")),
         Ok(m) if !m.is_dir() => Err(format!(
             "{d} is not a folder: name an empty folder to mount on (--dir)"
@@ -26,7 +60,7 @@ pub fn check(dir: &Path) -> Result<Option<String>, String> {
             "{d} is a mount point already: a mount there would hide it, and unmounting would take the wrong one off. Name an empty folder that is not a mount point (--dir)"
         )),
         Ok(_) => match std::fs::read_dir(dir).map(|mut r| r.next()) {
-            Ok(None) => Ok(None),
+            Ok(None) => Ok(()),
             Ok(Some(first)) => Err(format!(
                 "{d} is not empty (it holds {}{}): a mount there would hide what it holds. Name an empty folder (--dir)",
                 first
@@ -49,11 +83,12 @@ pub fn dead_note(dir: &Path) -> Option<String> {
     })
 }
 
-/// Whether `dir` is a mount whose FUSE server is gone: listing it fails
-/// with ENOTCONN (its own attributes may still be answered from the
-/// kernel's cache, so a stat does not tell).
+/// Whether `dir` is one of our FUSE mounts (source `raidctl:NAME`) whose
+/// daemon is gone: listing it fails with ENOTCONN (its own attributes may
+/// still be answered from the kernel's cache, so a stat does not tell).
+/// Another program's dead mount (an sshfs) is not ours to clear.
 fn is_dead(dir: &Path) -> bool {
-    is_mounted(dir)
+    top_mount(dir).is_some_and(|t| t.fstype.starts_with("fuse") && t.source.starts_with("raidctl:"))
         && std::fs::read_dir(dir)
             .err()
             .is_some_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
@@ -68,16 +103,23 @@ fn clear_dead(dir: &Path) -> Result<String, String> {
     let loops = loops_under(dir);
     let busy: Vec<(String, String)> = loops
         .iter()
-        .filter_map(|l| super::mounted_at(l).map(|mp| (l.clone(), mp)))
+        .filter_map(|l| in_use(l).map(|by| (l.clone(), by)))
         .collect();
     if !busy.is_empty() {
-        let mut steps: Vec<String> = busy.iter().map(|(_, mp)| format!("umount {mp}")).collect();
+        let mut steps: Vec<String> = busy
+            .iter()
+            .filter(|(_, by)| by.starts_with('/'))
+            .map(|(_, mp)| format!("umount {mp}"))
+            .collect();
         steps.extend(loops.iter().map(|l| format!("losetup -d {l}")));
         steps.push(format!("umount -l {d}"));
         return Err(format!(
-            "{d} is a FUSE mount left by a daemon that ended without unmounting (killed?), and a filesystem is still mounted on its loop device ({}): its I/O fails. Clear it, then mount again: {}",
+            "{d} is a FUSE mount left by a daemon that ended without unmounting (killed?), and its loop device is still in use ({}): its I/O fails. Clear it, then mount again: {}",
             busy.iter()
-                .map(|(l, mp)| format!("{l} on {mp}"))
+                .map(|(l, by)| match by.starts_with('/') {
+                    true => format!("{l} mounted on {by}"),
+                    false => format!("{l} {by}"),
+                })
                 .collect::<Vec<_>>()
                 .join(", "),
             steps.join("; ")
@@ -106,8 +148,35 @@ fn clear_dead(dir: &Path) -> Result<String, String> {
     ))
 }
 
+/// What uses loop device `dev`: where it (or a partition of it) is
+/// mounted, or what holds it (device-mapper, md: /sys/block/*/holders).
+fn in_use(dev: &str) -> Option<String> {
+    if let Some(mp) = super::mounted_at(dev) {
+        return Some(mp);
+    }
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let part = format!("{dev}p");
+    if let Some(mp) = mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        f.next()?
+            .starts_with(&part)
+            .then(|| f.next().unwrap_or("").to_string())
+    }) {
+        return Some(mp);
+    }
+    let name = dev.trim_start_matches("/dev/");
+    let holders: Vec<String> = std::fs::read_dir(format!("/sys/block/{name}/holders"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    (!holders.is_empty()).then(|| format!("held by {}", holders.join(", ")))
+}
+
 /// The loop devices whose backing file lies under `dir`.
 fn loops_under(dir: &Path) -> Vec<String> {
+    let dir = &std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     let Ok(entries) = std::fs::read_dir("/sys/block") else {
         return vec![];
     };

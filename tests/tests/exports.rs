@@ -581,3 +581,25 @@ fn only_root_opens_the_fuse_file() {
     w.ok(&["unmount", "fperm"]);
     w.ok(&["stop", "fperm"]);
 }
+
+/// A second array asking for the socket or TCP port another array is
+/// exported on is refused, naming that array (the error used to say only
+/// that something held it).
+#[test]
+fn an_export_place_taken_names_the_array_that_holds_it() {
+    let w = World::new("clash");
+    let (_m, sock, _uri) = served(&w, "ca");
+    let m = w.sparse_members("cb", 3, 32 * MIB);
+    w.ok(&["create", "cb", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    let port = raid_e2e::free_port();
+    for spec in [format!("unix:{}", sock.display()), format!("tcp:{port}")] {
+        if spec.starts_with("tcp:") {
+            w.ok(&["stop", "ca"]);
+            w.ok(&["start", "ca", "--nbd", &spec]);
+        }
+        let (code, _, err) = w.code(&["start", "cb", "--nbd", &spec]);
+        assert_eq!(code, 4, "{err}");
+        assert!(err.contains("array 'ca'"), "{err}");
+    }
+    w.ok(&["stop", "ca"]);
+}

@@ -407,6 +407,16 @@ impl Daemon {
         }
         if let Some((spec, sec)) = &nbd {
             crate::export::check_spec(spec, sec)?;
+            let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
+            if let Some(other) = arrays
+                .iter()
+                .find(|s| s.exports.lock().iter().any(|e| e.listens_at(spec)))
+            {
+                let other = other.array.name();
+                return Err(CliError::refused(format!(
+                    "{spec} is where array '{other}' is exported already: choose another for '{name}' (or raidctl stop {other} first)"
+                )));
+            }
         }
         if let Some(p) = &parity_asked {
             p.parse::<ParityMode>().map_err(CliError::usage)?;

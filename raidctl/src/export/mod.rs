@@ -15,7 +15,7 @@ use std::io::{self, Read, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -87,6 +87,8 @@ pub struct Export {
     thread: Option<JoinHandle<()>>,
     conns: Conns,
     socket_path: Option<PathBuf>,
+    /// The TCP port listened on, if on TCP.
+    tcp_port: Option<u16>,
 }
 
 /// Checks an export spec and its security before anything is assembled:
@@ -226,6 +228,10 @@ impl Export {
             Listener::Unix(_, p) => Some(p.clone()),
             Listener::Tcp(_) => None,
         };
+        let tcp_port = match &listener {
+            Listener::Tcp(l) => l.local_addr().ok().map(|a| a.port()),
+            Listener::Unix(..) => None,
+        };
         let desc = match (&tls, sec.verify_peer) {
             (Some(_), true) => format!("{desc}, TLS with client certificates"),
             (Some(_), false) => format!("{desc}, TLS"),
@@ -244,11 +250,25 @@ impl Export {
             thread: Some(thread),
             conns,
             socket_path,
+            tcp_port,
         })
     }
 
     pub fn describe(&self) -> String {
         self.desc.clone()
+    }
+
+    /// Whether `spec` names where this export listens: the same socket
+    /// path, or the same TCP port (two listeners cannot share one).
+    pub fn listens_at(&self, spec: &str) -> bool {
+        if let Some(path) = spec.strip_prefix("unix:") {
+            return self.socket_path.as_deref() == Some(Path::new(path));
+        }
+        let port = spec
+            .strip_prefix("tcp:")
+            .and_then(|a| tcp_addr(a).rsplit_once(':').map(|(_, p)| p.to_string()))
+            .and_then(|p| p.parse::<u16>().ok());
+        port.is_some() && port == self.tcp_port
     }
 
     /// Stops accepting, closes every connection, waits for the acceptor.

@@ -242,7 +242,10 @@ impl Array {
         Some(CopyProgress {
             kind: r.kind,
             slot: r.slot,
-            rate: (done.saturating_sub(r.start_row) * self.geo.chunk) as f64 / secs,
+            rate: under_limit(
+                (done.saturating_sub(r.start_row) * self.geo.chunk) as f64 / secs,
+                &self.jobs.rebuild_rate,
+            ),
         })
     }
 
@@ -345,7 +348,10 @@ impl Array {
             repair: j.repair,
             rows_done: done,
             rows_total: j.rows,
-            rate: (done * self.geo.chunk * self.geo.members as u64) as f64 / secs,
+            rate: under_limit(
+                (done * self.geo.chunk * self.geo.members as u64) as f64 / secs,
+                &self.jobs.scrub_rate,
+            ),
         })
     }
 
@@ -367,5 +373,15 @@ impl Array {
             let _ = r.handle.join();
         }
         let _ = self.cancel_scrub();
+    }
+}
+
+/// A rate measured since a job began, at most its limit (0: none): a
+/// job's first batch runs before its first pause, so for its first
+/// seconds the plain average reads far above the limit it keeps.
+fn under_limit(measured: f64, limit: &AtomicU64) -> f64 {
+    match limit.load(Ordering::Acquire) {
+        0 => measured,
+        l => measured.min(l as f64),
     }
 }

@@ -45,42 +45,15 @@ fn a_block_device_is_not_in_memory_though_its_node_is_on_devtmpfs() {
 /// then serve as data with no error at all; reads come from the others.
 #[test]
 fn a_member_file_that_shrank_is_failed_by_the_size_check() {
-    use raid_core::array::{Array, CreateOptions};
-    use raid_core::layout::Level;
-    use raid_core::member::MemberRef;
     use raid_core::metadata::SlotState;
-    let dir = std::env::temp_dir().join(format!("raid-shrank-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let paths: Vec<_> = (0..3).map(|i| dir.join(format!("m{i}.img"))).collect();
-    for p in &paths {
-        std::fs::File::create(p).unwrap().set_len(16 << 20).unwrap();
-    }
-    let members: Vec<MemberRef> = paths
-        .iter()
-        .map(|p| std::sync::Arc::new(FileMember::open(p).unwrap()) as MemberRef)
-        .collect();
-    let a = Array::create(
-        members,
-        vec![],
-        CreateOptions {
-            name: "shrank".into(),
-            level: Level::Raid5,
-            chunk: 64 << 10,
-        },
-    )
-    .unwrap();
+    let (dir, paths, a) = files_raid5("shrank");
     let cap = a.capacity() as usize;
     let img: Vec<u8> = (0..cap).map(|i| (i * 7 + i / 4096) as u8).collect();
     a.write(0, &img).unwrap();
     a.flush().unwrap();
     a.check_member_sizes();
     assert!(a.slots().iter().all(|s| s.state == SlotState::Active));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&paths[1])
-        .unwrap()
-        .set_len(4 << 20)
-        .unwrap();
+    cut(&paths[1], 4 << 20);
     a.check_member_sizes();
     assert_eq!(a.slots()[1].state, SlotState::Failed);
     // A write past the cut now skips the failed member: it stays short.
@@ -100,31 +73,10 @@ fn a_member_file_that_shrank_is_failed_by_the_size_check() {
 /// whole start.
 #[test]
 fn a_member_file_cut_short_while_stopped_is_left_out_at_start() {
-    use raid_core::array::{Array, ArrayState, CreateOptions};
-    use raid_core::layout::Level;
+    use raid_core::array::{Array, ArrayState};
     use raid_core::member::MemberRef;
-    let dir = std::env::temp_dir().join(format!("raid-cut-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let paths: Vec<_> = (0..3).map(|i| dir.join(format!("m{i}.img"))).collect();
-    for p in &paths {
-        std::fs::File::create(p).unwrap().set_len(16 << 20).unwrap();
-    }
-    let open = || -> Vec<MemberRef> {
-        paths
-            .iter()
-            .map(|p| std::sync::Arc::new(FileMember::open(p).unwrap()) as MemberRef)
-            .collect()
-    };
-    let a = Array::create(
-        open(),
-        vec![],
-        CreateOptions {
-            name: "cut".into(),
-            level: Level::Raid5,
-            chunk: 64 << 10,
-        },
-    )
-    .unwrap();
+    let (dir, paths, a) = files_raid5("cut");
+    let open = || open_all(&paths);
     let img: Vec<u8> = (0..a.capacity() as usize)
         .map(|i| (i / 512) as u8)
         .collect();
@@ -134,12 +86,7 @@ fn a_member_file_cut_short_while_stopped_is_left_out_at_start() {
     // A full copy taken before the cut (a backup, a dd gone wrong).
     let copy = dir.join("m2-copy.img");
     std::fs::copy(&paths[2], &copy).unwrap();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&paths[2])
-        .unwrap()
-        .set_len(4 << 20)
-        .unwrap();
+    cut(&paths[2], 4 << 20);
     // Given beside the cut member, the copy is not taken in its place.
     let mut with_copy = open();
     with_copy.push(std::sync::Arc::new(FileMember::open(&copy).unwrap()) as MemberRef);
@@ -161,4 +108,48 @@ fn a_member_file_cut_short_while_stopped_is_left_out_at_start() {
     assert!(back == img);
     drop(asm);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A RAID5 of three 16 MiB member files in a fresh folder named for
+/// `tag`; the folder, the files (to cut), and how to open them again.
+fn files_raid5(
+    tag: &str,
+) -> (
+    std::path::PathBuf,
+    Vec<std::path::PathBuf>,
+    raid_core::array::Array,
+) {
+    let dir = std::env::temp_dir().join(format!("raid-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let paths: Vec<_> = (0..3).map(|i| dir.join(format!("m{i}.img"))).collect();
+    for p in &paths {
+        std::fs::File::create(p).unwrap().set_len(16 << 20).unwrap();
+    }
+    let a = raid_core::array::Array::create(
+        open_all(&paths),
+        vec![],
+        raid_core::array::CreateOptions {
+            name: tag.into(),
+            level: raid_core::layout::Level::Raid5,
+            chunk: 64 << 10,
+        },
+    )
+    .unwrap();
+    (dir, paths, a)
+}
+
+fn open_all(paths: &[std::path::PathBuf]) -> Vec<raid_core::member::MemberRef> {
+    paths
+        .iter()
+        .map(|p| std::sync::Arc::new(FileMember::open(p).unwrap()) as raid_core::member::MemberRef)
+        .collect()
+}
+
+fn cut(p: &std::path::Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(p)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
 }

@@ -177,6 +177,31 @@ impl World {
         v
     }
 
+    /// Kills this world's daemon with SIGKILL (a crash: no goodbye) and
+    /// waits until it is gone, not only signalled: its file locks and its
+    /// FUSE device go with it.
+    pub fn kill_daemon(&self) {
+        let pattern = format!("--state-dir {} daemon", self.state().display());
+        let killed = Command::new("pkill")
+            .args(["-9", "-f", "--", &pattern])
+            .status()
+            .unwrap();
+        assert!(killed.success(), "no daemon to kill");
+        let t = std::time::Instant::now();
+        while Command::new("pgrep")
+            .args(["-f", "--", &pattern])
+            .status()
+            .unwrap()
+            .success()
+        {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(30),
+                "the daemon lives on"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// Runs and returns (exit code, stdout, stderr).
     pub fn code(&self, args: &[&str]) -> (i32, String, String) {
         let o = self.run(args);

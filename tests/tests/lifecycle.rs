@@ -142,37 +142,6 @@ fn rates_hold_across_a_restart() {
     w.ok(&["stop", "rt"]);
 }
 
-fn kill_daemon(w: &World) {
-    let killed = std::process::Command::new("pkill")
-        .args([
-            "-9",
-            "-f",
-            "--",
-            &format!("--state-dir {} daemon", w.state().display()),
-        ])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    // Gone, not only signalled: its file locks and FUSE device go with it.
-    let t = std::time::Instant::now();
-    while std::process::Command::new("pgrep")
-        .args([
-            "-f",
-            "--",
-            &format!("--state-dir {} daemon", w.state().display()),
-        ])
-        .status()
-        .unwrap()
-        .success()
-    {
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(30),
-            "the daemon lives on"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 /// A hot replace cut short says so: by `stop` (which stops its copy), and
 /// at the start after a daemon killed while it copied (nothing of it is on
 /// disk, the old member stays; the event log used to end at "started").
@@ -192,7 +161,7 @@ fn a_hot_replace_cut_short_says_so() {
     );
     w.ok(&["start", "hc"]);
     w.ok(&["replace", "hc", s(&m[1]), s(&new)]);
-    kill_daemon(&w);
+    w.kill_daemon();
     let out = w.ok(&["start", "hc"]);
     assert!(out.contains("did not end"), "{out}");
     let st = w.status_json("hc");

@@ -45,37 +45,6 @@ fn a_mount_needs_an_empty_folder_that_is_not_a_mount_point() {
     w.ok(&["stop", "pb"]);
 }
 
-fn kill_daemon(w: &World) {
-    let killed = Command::new("pkill")
-        .args([
-            "-9",
-            "-f",
-            "--",
-            &format!("--state-dir {} daemon", w.state().display()),
-        ])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    // Gone, not only signalled: its file locks and FUSE device go with it.
-    let t = std::time::Instant::now();
-    while std::process::Command::new("pgrep")
-        .args([
-            "-f",
-            "--",
-            &format!("--state-dir {} daemon", w.state().display()),
-        ])
-        .status()
-        .unwrap()
-        .success()
-    {
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(30),
-            "the daemon lives on"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_mount_left_by_a_killed_daemon_is_cleared_or_named() {
     need("mkfs.ext4");
@@ -88,7 +57,7 @@ fn a_mount_left_by_a_killed_daemon_is_cleared_or_named() {
         .unwrap()
         .to_string();
     let dir = w.state().join("mnt").join("pd");
-    kill_daemon(&w);
+    w.kill_daemon();
     // The next start says the mount is dead.
     let out = w.ok(&["start", "pd"]);
     assert!(out.contains("left by a daemon"), "{out}");
@@ -107,7 +76,7 @@ fn a_mount_left_by_a_killed_daemon_is_cleared_or_named() {
     let mnt = w.dir.join("ext4");
     std::fs::create_dir_all(&mnt).unwrap();
     run_ok(Command::new("mount").arg(&dev2).arg(&mnt));
-    kill_daemon(&w);
+    w.kill_daemon();
     w.ok(&["start", "pd"]);
     // A filesystem still mounted on it: refused, with the commands.
     let (code, _, err) = w.code(&["mount", "pd", "--loop"]);

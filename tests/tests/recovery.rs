@@ -111,17 +111,7 @@ fn runbook_the_daemon_crashed() {
     w.ok(&["fail", "data", s(&m[1])]);
     // Degraded writes in flight when the daemon dies.
     reads(&sock, "data", "write -P 0x33 2M 2M");
-    let killed = Command::new("pkill")
-        .args([
-            "-9",
-            "-f",
-            "--",
-            &format!("--state-dir {} daemon", w.state().display()),
-        ])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    w.kill_daemon();
     start_nbd(&w, "data", &sock, &[]);
     reads(&sock, "data", "read -P 0x5a 0 2M");
     reads(&sock, "data", "read -P 0x33 2M 2M");

@@ -379,3 +379,45 @@ fn a_member_file_truncated_underneath_is_failed_by_the_daemon() {
     w.ok(&["wait", "data"]);
     reads(&sock, "data", "read -P 0x5a 0 8M");
 }
+
+/// A member file deleted underneath the running array (rm of the wrong
+/// file): the array serves on from the open file, the daemon warns once
+/// (status alone said optimal until the next start found it missing), and
+/// the hot replace it points to moves the slot to a new file with every
+/// bit of redundancy kept; the array then starts again whole.
+#[test]
+fn a_member_file_deleted_underneath_is_warned_and_hot_replaced() {
+    let w = World::new("rb-deleted");
+    let m = w.sparse_members("d", 4, 32 * MIB);
+    let sock = running(&w, "data", "5", &m, false);
+    std::fs::remove_file(&m[2]).unwrap();
+    let t = std::time::Instant::now();
+    let warned = loop {
+        let ev = w.ok(&["events", "data"]);
+        if ev.contains("deleted while the array uses it") {
+            break ev;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "no warning: {ev}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    // Once: a second, several monitor rounds later, says nothing new.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let ev = w.ok(&["events", "data"]);
+    assert_eq!(
+        ev.matches("deleted while the array uses it").count(),
+        1,
+        "{warned}"
+    );
+    assert_eq!(w.status_json("data")["state"], "optimal");
+    reads(&sock, "data", "read -P 0x5a 0 8M");
+    let new = w.sparse("d-new.img", 32 * MIB);
+    w.ok(&["replace", "data", s(&m[2]), s(&new)]);
+    w.ok(&["wait", "data"]);
+    w.ok(&["stop", "data"]);
+    start_nbd(&w, "data", &sock, &[]);
+    assert_eq!(w.status_json("data")["state"], "optimal");
+    reads(&sock, "data", "read -P 0x5a 0 8M");
+}

@@ -83,6 +83,19 @@ impl Array {
         }
     }
 
+    /// The slots (not failed) whose member file was deleted while in use,
+    /// with its name: it serves on through its open file, but the next
+    /// start will not find it (the daemon warns, once per member).
+    pub fn deleted_members(&self) -> Vec<(usize, String)> {
+        let handles = self.member_handles();
+        handles
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| self.slots[*i].state() != SlotState::Failed && m.deleted())
+            .map(|(i, m)| (i, m.identity().to_string()))
+            .collect()
+    }
+
     /// Persists a failure, after the parity writes in flight without a
     /// journal record have finished and every surviving member is flushed.
     ///

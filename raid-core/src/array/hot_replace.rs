@@ -105,6 +105,9 @@ impl Member for Mirrored {
     fn size_now(&self) -> Option<io::Result<u64>> {
         self.read_from().size_now()
     }
+    fn deleted(&self) -> bool {
+        self.read_from().deleted()
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.read_from().read_at(buf, offset)
     }

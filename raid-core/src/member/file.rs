@@ -273,6 +273,10 @@ impl Member for FileMember {
     fn size_now(&self) -> Option<io::Result<u64>> {
         (!self.block_device).then(|| self.file.metadata().map(|m| m.len()))
     }
+    fn deleted(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        !self.block_device && self.file.metadata().is_ok_and(|m| m.nlink() == 0)
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         if self.direct && !is_aligned(buf) {
             let mut b = AlignedBuf::new(buf.len().next_multiple_of(crate::buf::ALIGN));

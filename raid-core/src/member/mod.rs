@@ -96,6 +96,12 @@ pub trait Member: Send + Sync {
     fn size_now(&self) -> Option<io::Result<u64>> {
         None
     }
+    /// The device was deleted while in use (a member file unlinked): the
+    /// array still reaches it through its open file, but a start will not
+    /// find it. False where that cannot happen.
+    fn deleted(&self) -> bool {
+        false
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Makes every completed write durable.

@@ -48,6 +48,8 @@ struct Served {
     health: Mutex<std::collections::BTreeMap<usize, observe::HealthReading>>,
     /// Its drives were read at least once since it started.
     health_checked: AtomicBool,
+    /// Members whose deletion was warned about (once each).
+    deleted_warned: Mutex<std::collections::HashSet<String>>,
 }
 
 pub struct Daemon {
@@ -622,6 +624,7 @@ impl Daemon {
             events_seen: std::sync::atomic::AtomicUsize::new(0),
             health: Default::default(),
             health_checked: AtomicBool::new(false),
+            deleted_warned: Default::default(),
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
@@ -762,6 +765,7 @@ impl Daemon {
             let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
             for s in arrays {
                 s.array.check_member_sizes();
+                self.warn_deleted_members(&s);
                 self.retry_unreachable(&s);
                 // A rebuild or hot replace running: nothing to start.
                 if s.array.copy_progress().is_some() {

@@ -193,6 +193,23 @@ impl Daemon {
             .collect()
     }
 
+    /// A member file deleted while the array uses it serves on through its
+    /// open file, and `status` would say optimal until the next start
+    /// finds it missing: warned once per member, with the way out (a hot
+    /// replace keeps every bit of redundancy while it moves it).
+    pub(super) fn warn_deleted_members(&self, s: &Served) {
+        for (slot, member) in s.array.deleted_members() {
+            if s.deleted_warned.lock().insert(member.clone()) {
+                tracing::warn!(array = s.array.name(), member = %member, "member file deleted while in use");
+                s.array.record_event(ArrayEvent::MemberHealthWarning {
+                    slot,
+                    member,
+                    reason: "its file was deleted while the array uses it: the array serves on from the open file, but the next start will not find it".into(),
+                });
+            }
+        }
+    }
+
     /// Reads every member drive of every array once; a warning not raised
     /// before for that member becomes a `member_health_warning` event
     /// (logged and alerted like the others).

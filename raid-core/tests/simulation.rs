@@ -421,10 +421,13 @@ impl World {
         // A third of the copies meet a bad spot on the old disk, drawn
         // from a stream of its own (the life's other draws stay as they
         // were): its slot fails and the new disk takes it, to be rebuilt.
-        // Not with a cut planned in this step: a cut before the array saw
-        // the spot is the write hole's double fault (`cut_allowed`).
+        // On RAID5/6 not with a cut planned in this step: a cut before the
+        // array saw the spot is the write hole's double fault
+        // (`cut_allowed`). Mirrors take it: a cut may then land anywhere
+        // in the failure, the takeover or the rebuild that follows.
         let mut side = StdRng::seed_from_u64(self.seed ^ ((self.disks.len() as u64) << 40));
-        if !self.power.cut_planned() && side.gen_ratio(1, 3) {
+        let parity = matches!(self.level, Level::Raid5 | Level::Raid6);
+        if !(parity && self.power.cut_planned()) && side.gen_ratio(1, 3) {
             let old = self.a().slots()[slot].member.clone().unwrap_or_default();
             let row = side.gen_range(0..self.rows);
             let at = DATA_OFFSET + row * CHUNK;

@@ -153,3 +153,19 @@ fn cut(p: &std::path::Path, len: u64) {
         .set_len(len)
         .unwrap();
 }
+
+/// A member file deleted while the array uses it is named (the daemon
+/// warns once); one renamed is not (the record follows it at the next
+/// stop), nor are the others.
+#[test]
+fn a_deleted_member_file_is_named_and_a_renamed_one_is_not() {
+    let (dir, paths, a) = files_raid5("deleted");
+    assert!(a.deleted_members().is_empty());
+    std::fs::rename(&paths[0], dir.join("moved.img")).unwrap();
+    assert!(a.deleted_members().is_empty());
+    std::fs::remove_file(&paths[1]).unwrap();
+    let gone: Vec<usize> = a.deleted_members().iter().map(|(i, _)| *i).collect();
+    assert_eq!(gone, vec![1]);
+    drop(a);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -394,7 +394,7 @@ fn a_member_file_deleted_underneath_is_warned_and_hot_replaced() {
     let t = std::time::Instant::now();
     let warned = loop {
         let ev = w.ok(&["events", "data"]);
-        if ev.contains("deleted while the array uses it") {
+        if ev.contains("was deleted (or replaced at its path)") {
             break ev;
         }
         assert!(
@@ -407,7 +407,7 @@ fn a_member_file_deleted_underneath_is_warned_and_hot_replaced() {
     std::thread::sleep(std::time::Duration::from_secs(1));
     let ev = w.ok(&["events", "data"]);
     assert_eq!(
-        ev.matches("deleted while the array uses it").count(),
+        ev.matches("was deleted (or replaced at its path)").count(),
         1,
         "{warned}"
     );

@@ -86,13 +86,13 @@ impl Array {
     /// The slots (not failed) whose member file was deleted while in use,
     /// with its name: it serves on through its open file, but the next
     /// start will not find it (the daemon warns, once per member).
-    pub fn deleted_members(&self) -> Vec<(usize, String)> {
+    pub fn deleted_members(&self) -> Vec<(usize, MemberRef)> {
         let handles = self.member_handles();
         handles
             .iter()
             .enumerate()
             .filter(|(i, m)| self.slots[*i].state() != SlotState::Failed && m.deleted())
-            .map(|(i, m)| (i, m.identity().to_string()))
+            .map(|(i, m)| (i, m.clone()))
             .collect()
     }
 

@@ -91,7 +91,8 @@ pub(super) struct Jobs {
 pub struct CopyProgress {
     pub kind: CopyKind,
     pub slot: usize,
-    /// Bytes per second written since this run started.
+    /// Bytes per second written since this run started, at most its
+    /// rate limit (`under_limit`).
     pub rate: f64,
 }
 
@@ -101,7 +102,8 @@ pub struct ScrubProgress {
     pub repair: bool,
     pub rows_done: u64,
     pub rows_total: u64,
-    /// Bytes per second read from the members since it started.
+    /// Bytes per second read from the members since it started, at most
+    /// its rate limit (`under_limit`).
     pub rate: f64,
 }
 

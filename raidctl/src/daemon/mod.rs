@@ -48,8 +48,9 @@ struct Served {
     health: Mutex<std::collections::BTreeMap<usize, observe::HealthReading>>,
     /// Its drives were read at least once since it started.
     health_checked: AtomicBool,
-    /// Members whose deletion was warned about (once each).
-    deleted_warned: Mutex<std::collections::HashSet<String>>,
+    /// Members whose deletion was warned about (once each), by slot and
+    /// device: a new file at the same path that goes too is warned again.
+    deleted_warned: Mutex<std::collections::HashSet<(usize, raid_core::member::DeviceKey)>>,
 }
 
 pub struct Daemon {

@@ -197,16 +197,20 @@ impl Daemon {
     /// open file, and `status` would say optimal until the next start
     /// finds it missing: warned once per member, with the way out (a hot
     /// replace keeps every bit of redundancy while it moves it).
+    /// Not said of a slot being hot-replaced: the copy that moves it runs.
     pub(super) fn warn_deleted_members(&self, s: &Served) {
-        for (slot, member) in s.array.deleted_members() {
-            if s.deleted_warned.lock().insert(member.clone()) {
-                tracing::warn!(array = s.array.name(), member = %member, "member file deleted while in use");
-                s.array.record_event(ArrayEvent::MemberHealthWarning {
-                    slot,
-                    member,
-                    reason: "its file was deleted while the array uses it: the array serves on from the open file, but the next start will not find it".into(),
-                });
+        let copying = s.array.hot_replace_progress().map(|h| h.0);
+        for (slot, m) in s.array.deleted_members() {
+            if copying == Some(slot) || !s.deleted_warned.lock().insert((slot, m.device_key())) {
+                continue;
             }
+            let member = m.identity().to_string();
+            tracing::warn!(array = s.array.name(), member = %member, "member file deleted while in use");
+            s.array.record_event(ArrayEvent::MemberHealthWarning {
+                slot,
+                member,
+                reason: "its file was deleted (or replaced at its path) while the array uses it: the array serves on from the open file, but the next start will not find it there".into(),
+            });
         }
     }
 

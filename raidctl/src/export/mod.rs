@@ -87,8 +87,8 @@ pub struct Export {
     thread: Option<JoinHandle<()>>,
     conns: Conns,
     socket_path: Option<PathBuf>,
-    /// The TCP port listened on, if on TCP.
-    tcp_port: Option<u16>,
+    /// The TCP address listened on, if on TCP.
+    tcp_addr: Option<std::net::SocketAddr>,
 }
 
 /// Checks an export spec and its security before anything is assembled:
@@ -228,8 +228,8 @@ impl Export {
             Listener::Unix(_, p) => Some(p.clone()),
             Listener::Tcp(_) => None,
         };
-        let tcp_port = match &listener {
-            Listener::Tcp(l) => l.local_addr().ok().map(|a| a.port()),
+        let tcp_addr = match &listener {
+            Listener::Tcp(l) => l.local_addr().ok(),
             Listener::Unix(..) => None,
         };
         let desc = match (&tls, sec.verify_peer) {
@@ -250,7 +250,7 @@ impl Export {
             thread: Some(thread),
             conns,
             socket_path,
-            tcp_port,
+            tcp_addr,
         })
     }
 
@@ -258,17 +258,31 @@ impl Export {
         self.desc.clone()
     }
 
-    /// Whether `spec` names where this export listens: the same socket
-    /// path, or the same TCP port (two listeners cannot share one).
+    /// Whether `spec` names where this export listens: its socket (the
+    /// same file, by inode, whatever the path), or an address whose bind
+    /// would clash with its own (the same port, and the same address or
+    /// either one the wildcard of its family).
     pub fn listens_at(&self, spec: &str) -> bool {
         if let Some(path) = spec.strip_prefix("unix:") {
-            return self.socket_path.as_deref() == Some(Path::new(path));
+            use std::os::unix::fs::MetadataExt;
+            let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+            return self
+                .socket_path
+                .as_deref()
+                .is_some_and(|ours| id(ours).is_some() && id(ours) == id(Path::new(path)));
         }
-        let port = spec
-            .strip_prefix("tcp:")
-            .and_then(|a| tcp_addr(a).rsplit_once(':').map(|(_, p)| p.to_string()))
-            .and_then(|p| p.parse::<u16>().ok());
-        port.is_some() && port == self.tcp_port
+        let (Some(ours), Some(a)) = (self.tcp_addr, spec.strip_prefix("tcp:")) else {
+            return false;
+        };
+        use std::net::ToSocketAddrs;
+        let Ok(theirs) = tcp_addr(a).to_socket_addrs() else {
+            return false;
+        };
+        theirs.into_iter().any(|t| {
+            t.port() == ours.port()
+                && t.is_ipv4() == ours.is_ipv4()
+                && (t.ip() == ours.ip() || t.ip().is_unspecified() || ours.ip().is_unspecified())
+        })
     }
 
     /// Stops accepting, closes every connection, waits for the acceptor.

@@ -14,6 +14,7 @@ use crate::error::{CliError, Result};
 use crate::eventlog::EventRecord;
 use crate::registry::StateDir;
 use lettre::message::header::ContentType;
+use lettre::message::Mailbox;
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{Message, SmtpTransport, Transport};
@@ -23,10 +24,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// How to reach the SMTP server.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Security {
-    /// Plain connection upgraded with STARTTLS; refuses if the server cannot.
+    /// Plain connection upgraded with STARTTLS; refuses if the server
+    /// cannot. The default.
+    #[default]
     Starttls,
     /// TLS from the first byte (port 465).
     Tls,
@@ -40,6 +43,7 @@ pub enum Security {
 pub struct AlertConfig {
     pub smtp_host: String,
     pub smtp_port: Option<u16>,
+    #[serde(default)]
     pub security: Security,
     pub username: Option<String>,
     /// A file holding the SMTP password (first line).
@@ -150,25 +154,40 @@ impl AlertConfig {
         Ok(t.build())
     }
 
-    /// Sends one message; returns the server's answer.
-    pub fn send(&self, subject: &str, body: &str) -> Result<String> {
+    /// The sender and the recipients, parsed: what makes every message
+    /// fail whatever the server says. Checked when the config is loaded
+    /// (a daemon must not start with alerts that can never go, retrying
+    /// them for ever) and before each message.
+    pub fn addresses(&self) -> Result<(Mailbox, Vec<Mailbox>)> {
         let from = self
             .from
             .parse()
             .map_err(|e| CliError::usage(format!("from address '{}': {e}", self.from)))?;
-        let mut b = Message::builder()
-            .from(from)
-            .subject(subject)
-            .header(ContentType::TEXT_PLAIN);
         if self.to.is_empty() {
             return Err(CliError::usage(
                 "alerts have no recipient: set to = [\"ops@example.com\"]",
             ));
         }
-        for t in &self.to {
-            b = b.to(t
-                .parse()
-                .map_err(|e| CliError::usage(format!("recipient '{t}': {e}")))?);
+        let to = self
+            .to
+            .iter()
+            .map(|t| {
+                t.parse()
+                    .map_err(|e| CliError::usage(format!("recipient '{t}': {e}")))
+            })
+            .collect::<Result<_>>()?;
+        Ok((from, to))
+    }
+
+    /// Sends one message; returns the server's answer.
+    pub fn send(&self, subject: &str, body: &str) -> Result<String> {
+        let (from, to) = self.addresses()?;
+        let mut b = Message::builder()
+            .from(from)
+            .subject(subject)
+            .header(ContentType::TEXT_PLAIN);
+        for t in to {
+            b = b.to(t);
         }
         let msg = b
             .body(body.to_string())
@@ -285,12 +304,37 @@ pub fn run_hook(hook: &Path, r: &EventRecord) {
         )
         .env("RAIDCTL_NEXT", r.next.as_deref().unwrap_or(""))
         .stdin(std::process::Stdio::null());
-    match c.status() {
+    let mut child = match c.spawn() {
+        Ok(ch) => ch,
+        Err(e) => return tracing::warn!(hook = %hook.display(), "event hook could not run: {e}"),
+    };
+    // A hook that hangs is killed: one per event, they would pile up (and
+    // outlive the daemon) under a burst of events.
+    let began = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Ok(s),
+            Ok(None) if began.elapsed() >= HOOK_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break Err(format!(
+                    "still running after {} s: killed",
+                    HOOK_TIMEOUT.as_secs()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => break Err(e.to_string()),
+        }
+    };
+    match status {
         Ok(s) if s.success() => {}
         Ok(s) => tracing::warn!(hook = %hook.display(), "event hook exited with {s}"),
-        Err(e) => tracing::warn!(hook = %hook.display(), "event hook could not run: {e}"),
+        Err(e) => tracing::warn!(hook = %hook.display(), "event hook: {e}"),
     }
 }
+
+/// How long an event hook may run.
+const HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How many alerts wait to go out.
 pub fn queue_len(st: &StateDir) -> usize {

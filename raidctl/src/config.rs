@@ -99,6 +99,19 @@ impl Config {
         })?;
         if let Some(a) = &c.alerts {
             a.min_severity()?;
+            a.addresses()
+                .map_err(|e| CliError::usage(format!("{}: [alerts] {}", p.display(), e.msg)))?;
+        }
+        if let Some(s) = &c.scrub {
+            // Zero (or less) would scrub without pause, each run an event
+            // and an alert.
+            if !(s.every_hours.is_finite() && s.every_hours > 0.0) {
+                return Err(CliError::usage(format!(
+                    "{}: [scrub] every_hours = {} is out of range: give a number of hours above 0 (168 is weekly)",
+                    p.display(),
+                    s.every_hours
+                )));
+            }
         }
         if let Some(m) = &c.metrics {
             crate::metrics::parse_listen(&m.listen)
@@ -187,6 +200,35 @@ mod tests {
         let r = Config::load(&st, Some(&p));
         let _ = std::fs::remove_dir_all(&dir);
         r
+    }
+
+    /// What makes alerts or the schedule unusable is refused at load, by
+    /// the rule it breaks (a daemon used to start with alerts that could
+    /// never go, retrying them for ever, or scrub without pause); the
+    /// example's `[alerts]` without `security` loads (STARTTLS).
+    #[test]
+    fn alerts_and_schedule_are_checked_at_load() {
+        let alerts = |extra: &str| {
+            format!(
+                "[alerts]\nsmtp_host = \"mail.example.com\"\nfrom = \"raid@example.com\"\n{extra}"
+            )
+        };
+        let c = load(&alerts("to = [\"ops@example.com\"]\n")).unwrap();
+        assert_eq!(
+            c.alerts.unwrap().security,
+            crate::alerts::Security::Starttls
+        );
+        let e = load(&alerts("to = []\n")).err().unwrap();
+        assert!(e.msg.contains("no recipient"), "{}", e.msg);
+        let e = load(&alerts("to = [\"not an address\"]\n")).err().unwrap();
+        assert!(e.msg.contains("recipient 'not an address'"), "{}", e.msg);
+        for bad in ["0", "-5", "nan"] {
+            let e = load(&format!("[scrub]\nevery_hours = {bad}\n"))
+                .err()
+                .unwrap();
+            assert!(e.msg.contains("every_hours"), "{bad}: {}", e.msg);
+        }
+        assert!(load("[scrub]\nevery_hours = 168\n").is_ok());
     }
 
     #[test]

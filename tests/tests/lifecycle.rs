@@ -214,3 +214,47 @@ fn delete_wipe_of_a_device_in_use_erases_nothing() {
     assert!(w.ok(&["list"]).contains("db"));
     w.ok(&["stop", "dx"]);
 }
+
+/// A scrub cancelled while the schedule runs it stays cancelled until the
+/// schedule's next period (it used to start again within a second), and a
+/// background scrub that cannot run (a rebuild first) is refused to its
+/// caller (it used to answer "started" and only log the failure).
+#[test]
+fn a_cancelled_scheduled_scrub_stays_cancelled() {
+    let w = World::new("scrub-cancel");
+    let m = w.sparse_members("sc", 4, 32 * MIB);
+    w.ok(&["create", "sc", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    std::fs::write(
+        w.state().join("raidctl.toml"),
+        "[scrub]\nevery_hours = 168\n",
+    )
+    .unwrap();
+    w.ok(&["start", "sc"]);
+    w.ok(&["rate", "sc", "--scrub", "1M"]);
+    // Due at once (never scrubbed): the monitor starts it.
+    let t = std::time::Instant::now();
+    while w.status_json("sc")["scrub"].is_null() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "no scheduled scrub"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = w.ok(&["scrub", "sc", "--cancel"]);
+    assert!(
+        out.contains("cancelled") && out.contains("next scrub is due in 168 hours"),
+        "{out}"
+    );
+    // Several monitor rounds later, still none.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let st = w.status_json("sc");
+    assert!(st["scrub"].is_null(), "the schedule started it again: {st}");
+
+    w.ok(&["rate", "sc", "--rebuild", "1M"]);
+    w.ok(&["fail", "sc", s(&m[1])]);
+    w.ok(&["replace", "sc", s(&m[1]), s(&m[3])]);
+    let (code, _, err) = w.code(&["scrub", "sc", "--background"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("scrub needs every member in sync"), "{err}");
+    w.ok(&["stop", "sc"]);
+}

@@ -262,6 +262,7 @@ impl Array {
                 self.name
             )));
         }
+        self.scrub_possible()?;
         if job.run.as_ref().is_some_and(|j| !j.handle.is_finished()) {
             return Err(ArrayError::Refused {
                 rule: Rule::WrongSlotState,

@@ -89,16 +89,29 @@ impl Array {
         }
     }
 
+    /// Whether a scrub can run now: with a member missing or out of sync
+    /// there is nothing to check against. Asked again by the scrub itself;
+    /// asked first by `start_scrub`, so a scrub in the background that
+    /// cannot run is refused to its caller, not only logged.
+    pub(super) fn scrub_possible(&self) -> Result<()> {
+        if self.state() != ArrayState::Optimal {
+            return Err(ArrayError::Refused {
+                rule: Rule::WrongSlotState,
+                detail: format!(
+                    "array '{}' is {}: scrub needs every member in sync (raidctl wait {} for the rebuild first)",
+                    self.name,
+                    self.state().name(),
+                    self.name
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Checks (and with `repair`, fixes) every stripe. The array must be
     /// optimal: with a member missing, there is nothing to check against.
     pub fn scrub(&self, opts: &ScrubOptions, stop: &AtomicBool) -> Result<ScrubReport> {
-        if self.state() != ArrayState::Optimal {
-            return Err(ArrayError::Invalid(format!(
-                "array '{}' is {}: scrub needs every member in sync (rebuild first)",
-                self.name,
-                self.state().name()
-            )));
-        }
+        self.scrub_possible()?;
         if self.geo.level == Level::Raid0 {
             return Err(ArrayError::Invalid(
                 "RAID0 has no redundancy to check".into(),

@@ -19,6 +19,14 @@ pub(super) struct CreateArgs<'a> {
 pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     let (name, force) = (a.name, a.force);
     check_name(name)?;
+    // Valid for an array that has it already (start takes it after --),
+    // but a new one would need -- before its name in every command, and
+    // the commands its events suggest would not work as printed.
+    if name.starts_with('-') {
+        return Err(CliError::usage(format!(
+            "array name '{name}' starts with '-': every command would read it as an option. Choose a name that starts with a letter or digit"
+        )));
+    }
     let level = Level::from_number(a.level).ok_or_else(|| {
         CliError::usage(format!(
             "RAID level {} is not supported: use 0, 1, 5, 6 or 10",

@@ -91,7 +91,7 @@ fn rule_of(warning: &str) -> String {
     warning.chars().filter(|c| !c.is_ascii_digit()).collect()
 }
 
-fn unix_now() -> u64 {
+pub(super) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -1,6 +1,7 @@
 //! The daemon's side of the arrays' background work: rate limits, scrubs
 //! asked for or scheduled. The work itself runs on threads the array owns.
 
+use super::observe::unix_now;
 use super::{scrub_options, Daemon, Served};
 use crate::error::{CliError, Result};
 use crate::protocol::Response;
@@ -88,9 +89,20 @@ impl Daemon {
                 .array
                 .cancel_scrub()
                 .ok_or_else(|| CliError::refused(format!("no scrub of '{name}' is running")))?;
-            return Ok(Response::ok(format!(
-                "scrub of '{name}' cancelled after {done} of {rows} rows"
-            )));
+            let mut msg = format!("scrub of '{name}' cancelled after {done} of {rows} rows");
+            // A cancel holds until the schedule's next period: counted as
+            // the period's scrub, or the schedule would start it again at
+            // once (a scrub hurting production must stay stopped).
+            if let Some(sched) = &self.scrub_schedule {
+                let mark = self.scrub_mark(name);
+                let _ = std::fs::create_dir_all(mark.parent().unwrap());
+                let _ = std::fs::write(&mark, unix_now().to_string());
+                msg.push_str(&format!(
+                    "; the schedule's next scrub is due in {} hours",
+                    sched.every_hours
+                ));
+            }
+            return Ok(Response::ok(msg));
         }
         let id = self.start_scrub(&s, repair, None)?;
         if background {
@@ -129,6 +141,12 @@ impl Daemon {
         })
     }
 
+    /// Where the schedule remembers the last scrub of array `name` (seconds
+    /// since the epoch): one that completed, or was cancelled.
+    fn scrub_mark(&self, name: &str) -> PathBuf {
+        self.state.root.join("scrub").join(format!("{name}.last"))
+    }
+
     /// Starts a scrub when the schedule says one is due: the last one is
     /// remembered in STATE_DIR/scrub/NAME.last (seconds since the epoch).
     pub(super) fn scheduled_scrub(&self, s: &Arc<Served>) {
@@ -140,15 +158,8 @@ impl Daemon {
         {
             return;
         }
-        let mark = self
-            .state
-            .root
-            .join("scrub")
-            .join(format!("{}.last", s.array.name()));
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let mark = self.scrub_mark(s.array.name());
+        let now = unix_now();
         let last: u64 = std::fs::read_to_string(&mark)
             .ok()
             .and_then(|t| t.trim().parse().ok())

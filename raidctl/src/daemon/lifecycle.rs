@@ -1,0 +1,338 @@
+//! Starting and stopping one array in the daemon: its members opened
+//! (and what a start must refuse), assembly, the record, the parity
+//! engine, its export; and a stop that says what background work it cut.
+
+use super::*;
+
+impl Daemon {
+    pub(super) fn start(
+        &self,
+        name: &str,
+        members: Vec<PathBuf>,
+        nbd: Option<(String, crate::export::Security)>,
+        parity_asked: Option<String>,
+        // `force`: members marked failed or stale too; `listed`: the
+        // members were typed, each slot in sync must be among them.
+        (force, listed): (bool, bool),
+    ) -> Result<String> {
+        if self.arrays.lock().contains_key(name) {
+            return Err(CliError::refused(format!(
+                "array '{name}' is already running"
+            )));
+        }
+        if let Some((spec, sec)) = &nbd {
+            crate::export::check_spec(spec, sec)?;
+            let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
+            if let Some(other) = arrays
+                .iter()
+                .find(|s| s.exports.lock().iter().any(|e| e.listens_at(spec)))
+            {
+                let other = other.array.name();
+                return Err(CliError::refused(format!(
+                    "{spec} is where array '{other}' is exported already: choose another for '{name}' (or raidctl stop {other} first)"
+                )));
+            }
+        }
+        if let Some(p) = &parity_asked {
+            p.parse::<ParityMode>().map_err(CliError::usage)?;
+        }
+        let recorded = self.state.load(name);
+        let importing = !members.is_empty();
+        let (paths, spares, parity) = match (&recorded, importing) {
+            (_, true) => (
+                members.clone(),
+                vec![],
+                recorded
+                    .as_ref()
+                    .map(|r| r.parity.clone())
+                    .unwrap_or("auto".into()),
+            ),
+            (Ok(r), false) => (r.members.clone(), r.spares.clone(), r.parity.clone()),
+            (Err(e), false) => return Err(e.clone()),
+        };
+        let mut opened: Vec<MemberRef> = Vec::new();
+        let mut notes = Vec::new();
+        for p in paths.iter().chain(&spares) {
+            let m = if crate::remote::is_remote(p) {
+                crate::remote::open_member(p)
+            } else {
+                FileMember::open(p).map(|m| {
+                    // Arrays created sparse before this was the rule: their
+                    // metadata and journal area gets its blocks now, before
+                    // assembly writes there (a full filesystem must not
+                    // stop it). It changes no byte: a refused start below
+                    // leaves every member's contents as they were.
+                    if let Err(e) = m.allocate_range(0, raid_core::metadata::DATA_OFFSET) {
+                        tracing::warn!(member = %p.display(), "cannot allocate the metadata area: {e}");
+                    }
+                    Arc::new(m) as MemberRef
+                })
+            };
+            match m {
+                Ok(m) => opened.push(m),
+                // Held by another array or program: starting without it
+                // would mark it failed for nothing. Refuse the whole start.
+                Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {
+                    return Err(CliError::refused(format!(
+                        "{e}; '{name}' is not started. Stop whatever holds it (raidctl list shows the running arrays)"
+                    )))
+                }
+                Err(e) if importing => {
+                    return Err(CliError::not_found(format!(
+                        "member {} cannot be opened: {e}",
+                        p.display()
+                    )))
+                }
+                Err(e) => notes.push(format!("member {} is missing ({e})", p.display())),
+            }
+        }
+        // Members typed on the command line must be all of them: one left
+        // out by mistake would turn the array degraded. Recorded members,
+        // a scan's or the config's, that cannot be found (a drive gone)
+        // do not stop it.
+        if opened.is_empty() {
+            return Err(CliError::not_found(format!(
+                "none of the devices of '{name}' could be opened ({}): if they moved, raidctl start {name} --scan [DIR...] finds them by the array's uuid; or name them with --members",
+                notes.join("; ")
+            )));
+        }
+        let asm = if force {
+            Array::assemble_forced(opened)?
+        } else if listed {
+            Array::assemble_all(opened)?
+        } else {
+            Array::assemble(opened)?
+        };
+        let mut array = asm.array;
+        if array.name() != name {
+            return Err(CliError::refused(format!(
+                "the members given carry array '{}', not '{name}': start it as raidctl start {} --members ...",
+                array.name(),
+                array.name()
+            )));
+        }
+        if let Ok(r) = &recorded {
+            if r.uuid != array.uuid().to_string() {
+                return Err(CliError::refused(format!(
+                    "the members carry array '{name}' uuid {}, but {} records '{name}' uuid {}: a different array of the same name",
+                    array.uuid(),
+                    self.state.root.display(),
+                    r.uuid
+                )));
+            }
+        }
+        for (m, why) in &asm.refused {
+            notes.push(format!("member {m} not used: {why}"));
+        }
+        for (m, why) in &asm.forced {
+            notes.push(format!("member {m} {why}"));
+        }
+        let g = array.geometry();
+        let record = ArrayRecord {
+            name: name.to_string(),
+            uuid: array.uuid().to_string(),
+            level: g.level.number(),
+            chunk: g.chunk,
+            members: array
+                .slots()
+                .iter()
+                .map(|s| {
+                    s.member
+                        .as_ref()
+                        .map(PathBuf::from)
+                        .or_else(|| {
+                            recorded
+                                .as_ref()
+                                .ok()
+                                .and_then(|r| r.members.get(s.slot).cloned())
+                        })
+                        .unwrap_or_default()
+                })
+                .collect(),
+            spares: array.spares().into_iter().map(PathBuf::from).collect(),
+            parity: parity_asked.unwrap_or(parity),
+            rebuild_rate: recorded.as_ref().ok().and_then(|r| r.rebuild_rate),
+            scrub_rate: recorded.as_ref().ok().and_then(|r| r.scrub_rate),
+        };
+        if let (Ok(r), true) = (&recorded, importing) {
+            // A recorded spare is dropped from the record when it is not
+            // among the devices this start was given. One whose recorded
+            // path is gone (moved: a scan's case) counts as given while as
+            // many spares were found as were recorded.
+            let key = |p: &PathBuf| raid_core::member::DeviceKey::of_path(p).ok();
+            let given: Vec<_> = record.spares.iter().filter_map(key).collect();
+            let moved_ok = record.spares.len() >= r.spares.len();
+            let dropped = r.spares.iter().filter(|p| match key(p) {
+                Some(k) => !given.contains(&k),
+                None => !moved_ok,
+            });
+            for spare in dropped {
+                notes.push(format!(
+                    "spare {} of '{name}' was not among the devices given to this start, so the array runs without it and it is no longer recorded as its spare: raidctl add {name} {} takes it back (or list it with the members at the next import)",
+                    spare.display(),
+                    spare.display()
+                ));
+            }
+        }
+        self.state.save(&record)?;
+        let engine = Arc::new(parity_engine(&record.parity, g));
+        array.set_engine(engine.clone());
+        let array = Arc::new(array);
+        // Background work starts at the rates `raidctl rate` kept in the
+        // record (0 there: no limit, on purpose), else the environment's.
+        array.set_rates(
+            Some(
+                record
+                    .rebuild_rate
+                    .unwrap_or(self.rebuild_opts.rate_limit.unwrap_or(0)),
+            ),
+            Some(
+                record
+                    .scrub_rate
+                    .unwrap_or(scrub_options(false).rate_limit.unwrap_or(0)),
+            ),
+        );
+        array.record_event(ArrayEvent::ParityEngineChosen {
+            engine: engine.name(),
+            detail: engine.describe_choice(),
+        });
+        let weak = Arc::downgrade(&array);
+        engine.on_fallback(move |f| {
+            // The hook runs on the thread whose parity call met the GPU's
+            // failure: a shard, or a writer counted in the array's parity
+            // writes in flight. Failing a member holds the array's metadata
+            // lock while it waits for those writers, so this must not wait
+            // for that lock: the event is logged now where the lock is
+            // free, else from a thread of its own.
+            let Some(a) = weak.upgrade() else { return };
+            let ev = ArrayEvent::ParityEngineFallback {
+                from: f.from,
+                to: f.to,
+                reason: f.reason,
+            };
+            if let Err(ev) = a.try_record_event(ev) {
+                let log = move || a.record_event(ev);
+                if let Err(e) = std::thread::Builder::new()
+                    .name("event-log".into())
+                    .spawn(log)
+                {
+                    tracing::error!("cannot log the parity engine's fallback: {e}");
+                }
+            }
+        });
+        let mut exports = Vec::new();
+        if let Some((spec, sec)) = nbd {
+            exports.push(crate::export::Export::start_nbd(
+                array.clone(),
+                &spec,
+                &sec,
+            )?);
+        }
+        let served = Arc::new(Served {
+            array: array.clone(),
+            engine,
+            record: Mutex::new(record),
+            exports: Mutex::new(exports),
+            mount: Mutex::new(None),
+            events_seen: std::sync::atomic::AtomicUsize::new(0),
+            health: Default::default(),
+            health_checked: AtomicBool::new(false),
+            deleted_warned: Default::default(),
+        });
+        self.arrays.lock().insert(name.to_string(), served.clone());
+        self.kick_rebuild(&served);
+        notes.extend(crate::fuse::place::dead_note(&self.default_mount_dir(name)));
+        if let Some((slot, new)) = self.unfinished_hot_replace(name, &array) {
+            let reason = "the daemon ended before the copy was complete (killed, or the host went down): the old member stays; replace again to restart it".to_string();
+            notes.push(format!(
+                "the hot replace of slot {slot} onto {new} did not end: {reason}"
+            ));
+            array.record_event(ArrayEvent::HotReplaceFailed { slot, new, reason });
+        }
+        let mut msg = format!(
+            "array '{name}' started: {} {}, {} usable",
+            g.level,
+            array.state().name(),
+            status::human_bytes(g.capacity())
+        );
+        for e in served.exports.lock().iter() {
+            msg.push_str(&format!("\nexport: {}", e.describe()));
+        }
+        for n in notes {
+            msg.push_str(&format!("\nnote: {n}"));
+        }
+        tracing::info!("{msg}");
+        Ok(msg)
+    }
+
+    pub(super) fn stop(&self, name: &str) -> Result<String> {
+        let served = self.served(name)?;
+        if served.mount.lock().is_some() {
+            // Not flushed here: closing the array flushes, and a failed
+            // array must still stop.
+            self.unmount_only(name)?;
+        }
+        for e in served.exports.lock().drain(..) {
+            e.stop();
+        }
+        // What close() stops (it joins the array's rebuild, hot replace and
+        // scrub before it flushes), to be said.
+        let hot = served.array.hot_replace_progress();
+        let rebuild = served
+            .array
+            .copy_progress()
+            .filter(|c| c.kind == raid_core::array::CopyKind::Rebuild);
+        let closed = served.array.close();
+        let mut stopped_work = String::new();
+        if let Some((slot, new, ..)) = hot {
+            stopped_work.push_str(&format!(
+                "; the hot replace of slot {slot} onto {new} was stopped before its copy was complete: the old member stays (raidctl replace {name} OLD {new} starts it again)"
+            ));
+        }
+        if let Some(c) = rebuild {
+            stopped_work.push_str(&format!(
+                "; the rebuild of slot {} pauses and resumes from where it was at the next start",
+                c.slot
+            ));
+        }
+        {
+            let _one = self.events_lock.lock();
+            self.process_events_of(&served);
+        }
+        match closed {
+            Ok(()) => {
+                self.arrays.lock().remove(name);
+                Ok(format!(
+                    "array '{name}' stopped (flushed, marked clean){stopped_work}"
+                ))
+            }
+            // A failed array serves nothing: stopping it must still work,
+            // so the operator can start it again (with --force).
+            Err(e) if served.array.state() == raid_core::array::ArrayState::Failed => {
+                self.arrays.lock().remove(name);
+                Ok(format!(
+                    "array '{name}' stopped; it had failed ({e}), so it is not marked clean. Next: bring the lost members back, then raidctl start {name} (or raidctl start {name} --force to take back members marked failed: docs/recovery.md)"
+                ))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// The parity engine for an array: the recorded mode (cpu, gpu, auto), on
+/// the array's own stripe shape for `auto`'s measurement. Levels without
+/// parity never open a GPU.
+fn parity_engine(mode: &str, g: raid_core::layout::Geometry) -> Selection {
+    let mode: ParityMode = mode.parse().unwrap_or(ParityMode::Auto);
+    let Some(kind) = g.level.parity_kind() else {
+        return Selection::no_parity(mode, format!("{} computes no parity", g.level));
+    };
+    Selection::new(
+        mode,
+        StripeShape {
+            kind,
+            data_chunks: g.data_chunks(),
+            chunk: g.chunk as usize,
+        },
+    )
+}

@@ -258,3 +258,20 @@ fn a_cancelled_scheduled_scrub_stays_cancelled() {
     assert!(err.contains("scrub needs every member in sync"), "{err}");
     w.ok(&["stop", "sc"]);
 }
+
+/// A start that would spawn the daemon over a config it cannot load says
+/// why, naming the line, with the usage exit code (it said only that the
+/// daemon did not come up, exit 5, the reason left in the daemon's log).
+#[test]
+fn a_start_over_a_bad_config_names_the_line() {
+    let w = World::new("bad-config");
+    let m = w.sparse_members("bc", 3, 32 * MIB);
+    w.ok(&["create", "bc", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    std::fs::write(w.state().join("raidctl.toml"), "[scrub\nevery_hours = 1\n").unwrap();
+    let (code, _, err) = w.code(&["start", "bc"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not a valid config: line 1"), "{err}");
+    std::fs::remove_file(w.state().join("raidctl.toml")).unwrap();
+    w.ok(&["start", "bc"]);
+    w.ok(&["stop", "bc"]);
+}

@@ -112,6 +112,10 @@ fn ensure_daemon(st: &StateDir) -> Result<()> {
     if call(&st.socket(), &Request::Ping)?.is_some() {
         return Ok(());
     }
+    // The daemon reads the state folder's config as it starts and stops
+    // on an error there: said here, naming the line, rather than as "did
+    // not come up" with the reason left in its log.
+    Config::load(st, None)?;
     st.ensure()?;
     let log = std::fs::OpenOptions::new()
         .create(true)

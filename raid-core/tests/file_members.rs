@@ -51,10 +51,10 @@ fn a_member_file_that_shrank_is_failed_by_the_size_check() {
     let img: Vec<u8> = (0..cap).map(|i| (i * 7 + i / 4096) as u8).collect();
     a.write(0, &img).unwrap();
     a.flush().unwrap();
-    a.check_member_sizes();
+    a.check_member_files();
     assert!(a.slots().iter().all(|s| s.state == SlotState::Active));
     cut(&paths[1], 4 << 20);
-    a.check_member_sizes();
+    a.check_member_files();
     assert_eq!(a.slots()[1].state, SlotState::Failed);
     // A write past the cut now skips the failed member: it stays short.
     let tail = cap - (256 << 10);
@@ -160,11 +160,11 @@ fn cut(p: &std::path::Path, len: u64) {
 #[test]
 fn a_deleted_member_file_is_named_and_a_renamed_one_is_not() {
     let (dir, paths, a) = files_raid5("deleted");
-    assert!(a.deleted_members().is_empty());
+    assert!(a.check_member_files().is_empty());
     std::fs::rename(&paths[0], dir.join("moved.img")).unwrap();
-    assert!(a.deleted_members().is_empty());
+    assert!(a.check_member_files().is_empty());
     std::fs::remove_file(&paths[1]).unwrap();
-    let gone: Vec<usize> = a.deleted_members().iter().map(|(i, _)| *i).collect();
+    let gone: Vec<usize> = a.check_member_files().iter().map(|(i, _)| *i).collect();
     assert_eq!(gone, vec![1]);
     drop(a);
     std::fs::remove_dir_all(&dir).unwrap();

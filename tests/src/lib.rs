@@ -187,19 +187,13 @@ impl World {
             .status()
             .unwrap();
         assert!(killed.success(), "no daemon to kill");
-        let t = std::time::Instant::now();
-        while Command::new("pgrep")
-            .args(["-f", "--", &pattern])
-            .status()
-            .unwrap()
-            .success()
-        {
-            assert!(
-                t.elapsed() < std::time::Duration::from_secs(30),
-                "the daemon lives on"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        eventually("the killed daemon to be gone", || {
+            !Command::new("pgrep")
+                .args(["-f", "--", &pattern])
+                .status()
+                .unwrap()
+                .success()
+        });
     }
 
     /// Runs and returns (exit code, stdout, stderr).
@@ -363,4 +357,18 @@ pub fn fio_verified_writes(name: &str, size: u64, extra: &[&str]) {
         job["read"]["io_bytes"].as_u64().unwrap() >= size,
         "verify read nothing: {out}"
     );
+}
+
+/// Waits until `done` holds, asking every 50 ms; panics naming `what`
+/// after 30 s (for what the daemon does by itself: a monitor round, a
+/// scheduled job).
+pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let t = std::time::Instant::now();
+    while !done() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "waited 30 s for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }

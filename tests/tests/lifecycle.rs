@@ -232,14 +232,9 @@ fn a_cancelled_scheduled_scrub_stays_cancelled() {
     w.ok(&["start", "sc"]);
     w.ok(&["rate", "sc", "--scrub", "1M"]);
     // Due at once (never scrubbed): the monitor starts it.
-    let t = std::time::Instant::now();
-    while w.status_json("sc")["scrub"].is_null() {
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(30),
-            "no scheduled scrub"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    raid_e2e::eventually("the scheduled scrub", || {
+        !w.status_json("sc")["scrub"].is_null()
+    });
     let out = w.ok(&["scrub", "sc", "--cancel"]);
     assert!(
         out.contains("cancelled") && out.contains("next scrub is due in 168 hours"),

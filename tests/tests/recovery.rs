@@ -363,14 +363,9 @@ fn a_member_file_truncated_underneath_is_failed_by_the_daemon() {
         .unwrap()
         .set_len(4 * MIB)
         .unwrap();
-    let t = std::time::Instant::now();
-    while w.status_json("data")["state"] != "degraded" {
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(30),
-            "the truncated member was never failed"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    raid_e2e::eventually("the truncated member to be failed", || {
+        w.status_json("data")["state"] == "degraded"
+    });
     let ev = w.ok(&["events", "data"]);
     assert!(ev.contains("shrank"), "{ev}");
     reads(&sock, "data", "read -P 0x5a 0 8M");
@@ -391,18 +386,11 @@ fn a_member_file_deleted_underneath_is_warned_and_hot_replaced() {
     let m = w.sparse_members("d", 4, 32 * MIB);
     let sock = running(&w, "data", "5", &m, false);
     std::fs::remove_file(&m[2]).unwrap();
-    let t = std::time::Instant::now();
-    let warned = loop {
-        let ev = w.ok(&["events", "data"]);
-        if ev.contains("was deleted (or replaced at its path)") {
-            break ev;
-        }
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(30),
-            "no warning: {ev}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let mut warned = String::new();
+    raid_e2e::eventually("the warning of a deleted member", || {
+        warned = w.ok(&["events", "data"]);
+        warned.contains("was deleted (or replaced at its path)")
+    });
     // Once: a second, several monitor rounds later, says nothing new.
     std::thread::sleep(std::time::Duration::from_secs(1));
     let ev = w.ok(&["events", "data"]);

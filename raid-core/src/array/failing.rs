@@ -58,42 +58,37 @@ impl Array {
         self.persist_failure(&mut meta);
     }
 
-    /// Fails each member whose device shrank under the part the array uses
-    /// (a member file truncated underneath it). A read past its new end
-    /// comes back short and fails the member by itself; but a write there
-    /// first grows the file again with a hole, whose zeros later reads
-    /// return with no error at all. The daemon asks this every few hundred
-    /// milliseconds; an fstat per file member is all it costs.
-    pub fn check_member_sizes(&self) {
+    /// Looks at each member file (one fstat each) for what can happen to
+    /// it underneath the array. One that shrank under the part the array
+    /// uses (truncated) is failed: a read past its new end comes back short
+    /// and fails it by itself, but a write there first grows the file
+    /// again with a hole, whose zeros later reads return with no error at
+    /// all. Returns the slots (not failed) whose file was deleted while in
+    /// use: it serves on through its open file, but the next start will
+    /// not find it (the daemon warns, once per member). The daemon asks
+    /// this every few hundred milliseconds.
+    pub fn check_member_files(&self) -> Vec<(usize, MemberRef)> {
         let used = DATA_OFFSET + self.geo.member_size;
         let handles = self.member_handles();
+        let mut deleted = Vec::new();
         for (i, m) in handles.iter().enumerate() {
             if self.slots[i].state() == SlotState::Failed {
                 continue;
             }
-            if let Some(Ok(now)) = m.size_now() {
-                if now < used {
-                    self.fail_slot_if(
-                        i,
-                        m,
-                        &format!("the device shrank to {now} bytes, under the {used} the array uses (truncated underneath it?)"),
-                    );
-                }
+            let Some(Ok(now)) = m.file_now() else {
+                continue;
+            };
+            if now.len < used {
+                self.fail_slot_if(
+                    i,
+                    m,
+                    &format!("the device shrank to {} bytes, under the {used} the array uses (truncated underneath it?)", now.len),
+                );
+            } else if !now.linked {
+                deleted.push((i, m.clone()));
             }
         }
-    }
-
-    /// The slots (not failed) whose member file was deleted while in use,
-    /// with its name: it serves on through its open file, but the next
-    /// start will not find it (the daemon warns, once per member).
-    pub fn deleted_members(&self) -> Vec<(usize, MemberRef)> {
-        let handles = self.member_handles();
-        handles
-            .iter()
-            .enumerate()
-            .filter(|(i, m)| self.slots[*i].state() != SlotState::Failed && m.deleted())
-            .map(|(i, m)| (i, m.clone()))
-            .collect()
+        deleted
     }
 
     /// Persists a failure, after the parity writes in flight without a

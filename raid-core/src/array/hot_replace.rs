@@ -102,11 +102,8 @@ impl Member for Mirrored {
     }
     /// The slot's device's (the old one until the switch): the monitor's
     /// shrink check covers a slot being hot-replaced too.
-    fn size_now(&self) -> Option<io::Result<u64>> {
-        self.read_from().size_now()
-    }
-    fn deleted(&self) -> bool {
-        self.read_from().deleted()
+    fn file_now(&self) -> Option<io::Result<crate::member::FileNow>> {
+        self.read_from().file_now()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.read_from().read_at(buf, offset)

@@ -270,12 +270,14 @@ impl Member for FileMember {
     fn size(&self) -> u64 {
         self.size
     }
-    fn size_now(&self) -> Option<io::Result<u64>> {
-        (!self.block_device).then(|| self.file.metadata().map(|m| m.len()))
-    }
-    fn deleted(&self) -> bool {
+    fn file_now(&self) -> Option<io::Result<super::FileNow>> {
         use std::os::unix::fs::MetadataExt;
-        !self.block_device && self.file.metadata().is_ok_and(|m| m.nlink() == 0)
+        (!self.block_device).then(|| {
+            self.file.metadata().map(|m| super::FileNow {
+                len: m.len(),
+                linked: m.nlink() > 0,
+            })
+        })
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         if self.direct && !is_aligned(buf) {

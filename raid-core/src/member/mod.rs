@@ -91,16 +91,11 @@ pub trait Member: Send + Sync {
     fn device_key(&self) -> DeviceKey;
     /// Size in bytes.
     fn size(&self) -> u64;
-    /// The size now, asked of the device, where it can change under the
-    /// array (a regular file someone truncates); None where it cannot.
-    fn size_now(&self) -> Option<io::Result<u64>> {
+    /// The file behind the member now (one fstat), where it can change
+    /// under the array: a regular file someone truncates or deletes. None
+    /// where it cannot (block devices, memory, network).
+    fn file_now(&self) -> Option<io::Result<FileNow>> {
         None
-    }
-    /// The device was deleted while in use (a member file unlinked): the
-    /// array still reaches it through its open file, but a start will not
-    /// find it. False where that cannot happen.
-    fn deleted(&self) -> bool {
-        false
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
@@ -266,6 +261,16 @@ pub fn count_took(
 pub type MemberRef = Arc<dyn Member>;
 
 /// One member I/O of a batch.
+/// A member file as `Member::file_now` finds it.
+#[derive(Clone, Copy, Debug)]
+pub struct FileNow {
+    /// Its size in bytes.
+    pub len: u64,
+    /// Still named by some path: deleted while in use, the array reaches
+    /// it through its open file, but a start will not find it.
+    pub linked: bool,
+}
+
 pub struct MemberIo<'a> {
     /// Index into the member slice given to `submit`.
     pub member: usize,

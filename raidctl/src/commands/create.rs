@@ -94,6 +94,7 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     }
     // What --force overwrites, said after it is done.
     let mut overwritten = Vec::new();
+    let taken: Vec<DeviceKey> = seen.keys().copied().collect();
     for p in members.iter().chain(&spares) {
         let content = probe(p)
             .map_err(|e| CliError::not_found(format!("cannot read {}: {e}", p.display())))?;
@@ -103,7 +104,7 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
         if !force {
             return Err(CliError::refused(h.refusal(p)));
         }
-        overwritten.push(h.overwritten(p, name, st, &members, &spares));
+        overwritten.push(h.overwritten(p, name, st, &taken));
     }
     // Opening takes every member exclusively: one a running array holds is
     // refused here, before anything is written, --force or not.
@@ -246,23 +247,18 @@ impl Held {
         p: &Path,
         creating: &str,
         st: &StateDir,
-        members: &[PathBuf],
-        spares: &[PathBuf],
+        // Every device this create takes (by identity).
+        taken: &[DeviceKey],
     ) -> String {
         let p = p.display();
-        let taken: Vec<DeviceKey> = members
-            .iter()
-            .chain(spares)
-            .filter_map(|d| DeviceKey::of_path(d).ok())
-            .collect();
         match self {
             Held::Array { name, uuid } => format!(
                 "{p} held array '{name}' (uuid {uuid}): that array has lost this device{}",
-                run_without(name, creating, st, &taken)
+                run_without(name, creating, st, taken)
             ),
             Held::Recorded(name) => format!(
                 "{p} was recorded as part of array '{name}': that array has lost this device{}",
-                run_without(name, creating, st, &taken)
+                run_without(name, creating, st, taken)
             ),
             Held::Other(what) => format!("{p} held {what}"),
         }

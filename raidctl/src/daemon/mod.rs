@@ -453,8 +453,8 @@ impl Daemon {
             self.process_events();
             let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
             for s in arrays {
-                s.array.check_member_sizes();
-                self.warn_deleted_members(&s);
+                let deleted = s.array.check_member_files();
+                self.warn_deleted_members(&s, deleted);
                 self.retry_unreachable(&s);
                 // A rebuild or hot replace running: nothing to start.
                 if s.array.copy_progress().is_some() {

@@ -198,9 +198,13 @@ impl Daemon {
     /// finds it missing: warned once per member, with the way out (a hot
     /// replace keeps every bit of redundancy while it moves it).
     /// Not said of a slot being hot-replaced: the copy that moves it runs.
-    pub(super) fn warn_deleted_members(&self, s: &Served) {
+    pub(super) fn warn_deleted_members(
+        &self,
+        s: &Served,
+        deleted: Vec<(usize, raid_core::member::MemberRef)>,
+    ) {
         let copying = s.array.hot_replace_progress().map(|h| h.0);
-        for (slot, m) in s.array.deleted_members() {
+        for (slot, m) in deleted {
             if copying == Some(slot) || !s.deleted_warned.lock().insert((slot, m.device_key())) {
                 continue;
             }

@@ -182,10 +182,5 @@ pub fn umount_lazy(dir: &Path) -> io::Result<()> {
 
 /// Whether `dir` is a mount point now (from /proc/self/mountinfo).
 pub(super) fn is_mounted(dir: &Path) -> bool {
-    let want = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|t| {
-        t.lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .any(|mp| Path::new(&mp.replace("\\040", " ")) == want)
-    })
+    super::place::top_mount(dir).is_some()
 }

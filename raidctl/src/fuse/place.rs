@@ -52,7 +52,7 @@ fn check_live(dir: &Path) -> Result<(), String> {
     let d = dir.display();
     match std::fs::metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("cannot use {d} as a mount point: {e}")),
+        Err(e) => Err(format!("cannot use {d} as a mount point: {e}. Name another folder (--dir)")),
         Ok(m) if !m.is_dir() => Err(format!(
             "{d} is not a folder: name an empty folder to mount on (--dir)"
         )),
@@ -68,7 +68,7 @@ fn check_live(dir: &Path) -> Result<(), String> {
                     .unwrap_or_default(),
                 if std::fs::read_dir(dir).map_or(0, |r| r.count()) > 1 { ", ..." } else { "" }
             )),
-            Err(e) => Err(format!("cannot read {d}: {e}")),
+            Err(e) => Err(format!("cannot read {d}: {e}. Name another folder (--dir)")),
         },
     }
 }

@@ -578,10 +578,16 @@ fn a_stalled_or_hostile_client_cannot_stop_the_metrics() {
     write!(stall, "GET /metr").unwrap();
     let mut huge = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     let _ = huge.write_all(&vec![b'a'; 64 << 10]);
-    // A scrape still gets its answer (after the stalled one's timeout).
+    // A scrape still gets its answer, while the stalled one waits still
+    // (each connection has a thread: none waits out another's timeout).
     let (code, text) = http_get(port, "/metrics").unwrap();
     assert_eq!(code, 200);
     assert!(text.contains("raidctl_arrays 0"), "{text}");
+    stall.set_nonblocking(true).unwrap();
+    match stall.read(&mut [0u8; 1]) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        r => panic!("the scrape was answered only after the stalled client was let go: {r:?}"),
+    }
     promtool_check(&text);
     let mut answer = String::new();
     let _ = body.read_to_string(&mut answer);

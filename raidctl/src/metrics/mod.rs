@@ -17,7 +17,7 @@ use crate::status::ArrayStatus;
 use raid_core::stats::{ArrayIoSnapshot, IoSnapshot, OpSnapshot, LATENCY_BUCKETS_US};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -548,16 +548,22 @@ pub fn parse_listen(spec: &str) -> Result<SocketAddr> {
     })
 }
 
+/// Connections answered at once; each holds a thread for at most its
+/// timeouts (5 s to read the request, 5 s to write the answer).
+const CONNECTIONS: usize = 16;
+
 /// Serves `GET /metrics` on `addr` until `stop`, each scrape rendering
 /// what `sample` returns. Binds before returning, so a port in use is an
 /// error of the daemon's start rather than a log line.
 ///
-/// A small HTTP/1.1 responder of its own rather than a server crate: one
-/// connection at a time, each bounded by read and write timeouts and an
-/// 8 KiB request head, no request body read, the connection closed after
-/// the answer. A client that stalls or sends a body can delay a scrape by
-/// the timeout, never hang the daemon or its shutdown (tiny_http, tried
-/// first, blocks for good on a request whose announced body never comes).
+/// A small HTTP/1.1 responder of its own rather than a server crate: a
+/// thread per connection, at most `CONNECTIONS` at once, each bounded by
+/// read and write timeouts and an 8 KiB request head, no request body
+/// read, the connection closed after the answer. A client that stalls or
+/// sends a body holds its own thread until the timeout, never another
+/// client's scrape, the daemon or its shutdown (tiny_http, tried first,
+/// blocks for good on a request whose announced body never comes). A
+/// connection beyond the limit is answered 503 at once.
 pub fn serve(
     addr: SocketAddr,
     sample: Arc<dyn Fn() -> Sample + Send + Sync>,
@@ -572,12 +578,30 @@ pub fn serve(
         .set_nonblocking(true)
         .map_err(|e| CliError::failed(format!("metrics listener: {e}")))?;
     tracing::info!(%addr, "metrics served at http://{addr}/metrics");
+    let open = Arc::new(AtomicUsize::new(0));
     Ok(std::thread::spawn(move || {
         while !stop.load(Ordering::Acquire) {
             match listener.accept() {
-                Ok((conn, _)) => {
-                    if let Err(e) = answer(conn, sample.as_ref()) {
-                        tracing::debug!("metrics request: {e}");
+                Ok((mut conn, _)) => {
+                    if open.fetch_add(1, Ordering::AcqRel) >= CONNECTIONS {
+                        open.fetch_sub(1, Ordering::AcqRel);
+                        let _ = conn.set_nonblocking(true);
+                        let _ = respond(&mut conn, 503, "too many connections\n", "text/plain");
+                        continue;
+                    }
+                    let (sample, held) = (sample.clone(), open.clone());
+                    let spawned = std::thread::Builder::new()
+                        .name("metrics-conn".into())
+                        .spawn(move || {
+                            if let Err(e) = answer(conn, sample.as_ref()) {
+                                tracing::debug!("metrics request: {e}");
+                            }
+                            held.fetch_sub(1, Ordering::AcqRel);
+                        });
+                    if let Err(e) = spawned {
+                        // The connection went with the closure: closed.
+                        open.fetch_sub(1, Ordering::AcqRel);
+                        tracing::warn!("metrics: no thread for a connection: {e}");
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -652,6 +676,7 @@ fn respond(
         200 => "OK",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        503 => "Service Unavailable",
         _ => "Request Header Fields Too Large",
     };
     write!(

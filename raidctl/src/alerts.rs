@@ -264,6 +264,9 @@ pub fn compose(events: &[EventRecord]) -> (String, String) {
         if let Some(s) = &e.member_serial {
             body.push_str(&format!("  serial: {s}\n"));
         }
+        if let Some(n) = &e.new_member {
+            body.push_str(&format!("  new member: {n}\n"));
+        }
         if let Some(n) = &e.next {
             body.push_str(&format!("  next: {n}\n"));
         }
@@ -302,6 +305,7 @@ pub fn run_hook(hook: &Path, r: &EventRecord) {
             "RAIDCTL_MEMBER_UUID",
             r.member_uuid.as_deref().unwrap_or(""),
         )
+        .env("RAIDCTL_NEW_MEMBER", r.new_member.as_deref().unwrap_or(""))
         .env("RAIDCTL_NEXT", r.next.as_deref().unwrap_or(""))
         .stdin(std::process::Stdio::null());
     let mut child = match c.spawn() {

@@ -26,6 +26,11 @@ pub struct EventRecord {
     pub member: Option<String>,
     pub member_uuid: Option<String>,
     pub member_serial: Option<String>,
+    /// A hot replace's new device (its `member` is the one it replaces,
+    /// while that holds the slot). Absent from other events, and from
+    /// records an earlier version wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_member: Option<String>,
     /// The command to run next, when there is an obvious one.
     pub next: Option<String>,
 }
@@ -80,6 +85,7 @@ pub fn record_for_test() -> EventRecord {
         member: None,
         member_uuid: None,
         member_serial: None,
+        new_member: None,
         next: None,
     }
 }
@@ -177,6 +183,13 @@ pub fn record_of(
         member_uuid: s.map(|s| s.uuid.to_string()),
         member_serial: member.as_deref().and_then(serial_of),
         member,
+        new_member: match ev {
+            E::HotReplaceStarted { new, .. }
+            | E::HotReplaceFinished { new, .. }
+            | E::HotReplaceRebuilding { new, .. }
+            | E::HotReplaceFailed { new, .. } => Some(new.clone()),
+            _ => None,
+        },
         next,
     }
 }
@@ -240,5 +253,18 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(1_796_008_845), "2026-11-30T03:20:45Z");
+    }
+
+    /// A log an earlier version wrote (no `new_member`) still reads, and
+    /// a record without one writes none.
+    #[test]
+    fn records_without_a_new_member_read_and_write() {
+        let mut r = record_for_test();
+        let line = serde_json::to_string(&r).unwrap();
+        assert!(!line.contains("new_member"), "{line}");
+        assert_eq!(serde_json::from_str::<EventRecord>(&line).unwrap(), r);
+        r.new_member = Some("/dev/nvme3n1".into());
+        let line = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<EventRecord>(&line).unwrap(), r);
     }
 }

@@ -177,6 +177,15 @@ fn a_hot_replace_cut_short_says_so() {
         last.contains("dropped") && last.contains("daemon ended"),
         "{events}"
     );
+    // The records name the new device in a field of its own.
+    let json = w.ok(&["events", "hc", "--format", "json"]);
+    let records: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    let started: Vec<_> = records
+        .iter()
+        .filter(|r| r["event"] == "hot_replace_started")
+        .collect();
+    assert!(!started.is_empty(), "{json}");
+    assert!(started.iter().all(|r| r["new_member"] == s(&new)), "{json}");
     // Said once: a second start finds the log ended.
     w.ok(&["stop", "hc"]);
     let out = w.ok(&["start", "hc"]);

@@ -109,11 +109,13 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
         if last.event != "hot_replace_started" {
             return None;
         }
+        // A log an earlier version wrote names it only in the message:
         // "... copying OLD onto NEW, redundancy kept" (ArrayEvent::describe).
-        let new = last
-            .message
-            .rsplit_once(" onto ")
-            .map(|(_, t)| t.trim_end_matches(", redundancy kept").to_string())?;
+        let new = last.new_member.clone().or_else(|| {
+            last.message
+                .rsplit_once(" onto ")
+                .map(|(_, t)| t.trim_end_matches(", redundancy kept").to_string())
+        })?;
         let slot = last.slot?;
         let holds_new = array
             .slots()

@@ -265,6 +265,81 @@ fn in_flight_on_one_connection(w: World) {
     w.ok(&["stop", "inflight"]);
 }
 
+/// A client that sends a long run of reads before it reads any reply:
+/// their data (about 18 MiB) overflows the socket's buffers, so the server
+/// sends part of a batch of replies, then the rest later, from another
+/// thread. Every reply arrives once, whole, with its own data, and the
+/// connection does not stall while the client reads them all.
+#[test]
+fn replies_a_client_does_not_read_at_once_arrive_whole() {
+    let w = World::in_memory("unread").unwrap_or_else(|| World::new("unread"));
+    unread_replies(w);
+}
+
+fn unread_replies(w: World) {
+    use std::io::{Read, Write};
+    let (_m, sock, _) = served(&w, "unread");
+    let (mut c, _) = nbd_connect(&sock, "unread");
+    let byte = |o: u64| (o / 4096 * 7 + o % 251) as u8;
+    const AREA: u64 = 24 * MIB;
+    // The pattern, 64 KiB writes, replies read as they come.
+    let mut rc = c.try_clone().unwrap();
+    std::thread::scope(|sc| {
+        let replies = sc.spawn(|| {
+            (0..AREA / (64 << 10))
+                .map(|_| nbd_reply(&mut rc).expect("a reply").0)
+                .collect::<Vec<_>>()
+        });
+        for (i, at) in (0..AREA).step_by(64 << 10).enumerate() {
+            nbd_request(&mut c, 1, 0, i as u64, at, 64 << 10);
+            let d: Vec<u8> = (at..at + (64 << 10)).map(byte).collect();
+            c.write_all(&d).unwrap();
+        }
+        assert!(replies.join().unwrap().iter().all(|&e| e == 0));
+    });
+    // Reads of 60 KiB with one of 4 KiB in four, all sent before any reply
+    // is read: the 256 the server answers before it waits carry more than
+    // its socket buffer's 8 MiB.
+    let mut reads = Vec::new();
+    let mut at = 0;
+    while at + (60 << 10) <= AREA {
+        let len = if reads.len() % 4 == 0 { 4096 } else { 60 << 10 };
+        reads.push((at, len));
+        at += len;
+    }
+    assert!(
+        reads.len() > 256,
+        "more reads than the server keeps in flight"
+    );
+    let mut wc = c.try_clone().unwrap();
+    std::thread::scope(|sc| {
+        // The requests go from a thread of their own: the server stops
+        // reading them once 256 are unanswered.
+        sc.spawn(|| {
+            for (i, &(at, len)) in reads.iter().enumerate() {
+                nbd_request(&mut wc, 0, 0, 1000 + i as u64, at, len as u32);
+            }
+        });
+        // Let the server's replies fill the socket before any is read.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..reads.len() {
+            let (err, cookie) = nbd_reply(&mut c).expect("a reply");
+            assert_eq!(err, 0, "read {cookie} failed");
+            assert!(seen.insert(cookie), "cookie {cookie} answered twice");
+            let (at, len) = reads[(cookie - 1000) as usize];
+            let mut d = vec![0u8; len as usize];
+            c.read_exact(&mut d).unwrap();
+            let want: Vec<u8> = (at..at + len).map(byte).collect();
+            assert!(d == want, "read {cookie} at {at}+{len} came back wrong");
+        }
+    });
+    nbd_request(&mut c, 2, 0, 0, 0, 0); // disconnect
+    drop((c, rc, wc));
+    assert_eq!(w.status_json("unread")["state"], "optimal");
+    w.ok(&["stop", "unread"]);
+}
+
 #[test]
 fn nbdinfo_sees_size_block_sizes_and_flags() {
     need("nbdinfo");

@@ -26,24 +26,46 @@ trait Conn: Read + Write + Send + Sync + 'static {
     fn try_clone_box(&self) -> io::Result<Box<dyn Conn>>;
     fn shutdown_both(&self);
     fn shutdown_read(&self);
+    /// Sends what the socket takes now without waiting for room: the bytes
+    /// sent (0 where it has no room), or None where the stream cannot
+    /// (TLS: its records are framed by one writer, which may wait).
+    fn send_now(&self, _bufs: &[io::IoSlice<'_>]) -> Option<io::Result<usize>> {
+        None
+    }
+    /// Whether `send_now` sends.
+    fn sends_now(&self) -> bool {
+        false
+    }
 }
-/// Both streams clone and shut down alike (`try_clone`, `shutdown`).
-macro_rules! conn {
-    ($($t:ty),*) => {$(
-        impl Conn for $t {
-            fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
-                Ok(Box::new(self.try_clone()?))
-            }
-            fn shutdown_both(&self) {
-                self.shutdown(std::net::Shutdown::Both)
-            }
-            fn shutdown_read(&self) {
-                self.shutdown(std::net::Shutdown::Read)
-            }
-        }
-    )*};
+impl Conn for Sock {
+    fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
+        Ok(Box::new(self.try_clone()?))
+    }
+    fn shutdown_both(&self) {
+        self.shutdown(std::net::Shutdown::Both)
+    }
+    fn shutdown_read(&self) {
+        self.shutdown(std::net::Shutdown::Read)
+    }
+    fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> Option<io::Result<usize>> {
+        Some(Sock::send_now(self, bufs))
+    }
+    fn sends_now(&self) -> bool {
+        true
+    }
 }
-conn!(Sock, TlsStream);
+
+impl Conn for TlsStream {
+    fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
+        Ok(Box::new(self.try_clone()?))
+    }
+    fn shutdown_both(&self) {
+        self.shutdown(std::net::Shutdown::Both)
+    }
+    fn shutdown_read(&self) {
+        self.shutdown(std::net::Shutdown::Read)
+    }
+}
 
 /// How a TCP export is secured.
 #[derive(Clone, Debug, Default)]

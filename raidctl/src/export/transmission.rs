@@ -7,12 +7,17 @@
 //!
 //! Reads from members in memory complete in the reader's own thread (the
 //! engine copies them there). Their replies wake no one as they queue: the
-//! reader lets the writer go once before it may wait (for the client or
+//! reader lets them go once before it may wait (for the client or
 //! for room), every `BATCH` requests, or once `DEFER_BYTES` are queued,
-//! so a socket read's worth of them costs one wake-up of the writer and
-//! one vectored write, not one of each per reply. Replies completed on
-//! other threads wake the writer at once, as they must: the reader may be
-//! about to wait for the client, which waits for them.
+//! so a socket read's worth of them costs one vectored write, not one per
+//! reply. On a plain socket the reader sends them itself where the socket
+//! takes them without waiting and they carry little data (`DIRECT_BYTES`),
+//! and the writer is not woken at all; what the socket does not take goes
+//! to the writer, which sends it first. The reader never waits on the
+//! socket's send side: a client that sends before it reads would then
+//! hold both ends. Replies completed on other threads wake the writer at
+//! once, as they must: the reader may be about to wait for the client,
+//! which waits for them.
 
 use super::{protocol_error, tflags, Conn};
 use crate::nbd::{self, Check, Request};
@@ -39,6 +44,11 @@ const BATCH: usize = 16;
 /// writer without waiting for the end of its batch: beyond this, sending
 /// while the reader copies pays more than the wake-up it saves.
 const DEFER_BYTES: usize = 256 << 10;
+/// Most bytes of read data in the replies the reader sends itself; more
+/// go to the writer, so that their copy into the socket runs beside the
+/// reader's next copies (sending 256 KiB batches from the reader cost
+/// 128 KiB reads a tenth).
+const DIRECT_BYTES: usize = 64 << 10;
 
 std::thread_local! {
     /// The connection whose reader runs on this thread (its `Shared`'s
@@ -62,6 +72,21 @@ struct Reply {
     err: u32,
     payload: Payload,
     bytes: usize,
+}
+
+/// Replies the reader began to send: their first `sent` bytes (headers
+/// and data, in the order `send` writes them) are out, the writer sends
+/// the rest before anything else.
+struct Carry {
+    replies: Vec<Reply>,
+    sent: usize,
+}
+
+/// Who writes to the socket now (`State::sending`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Sender {
+    Reader,
+    Writer,
 }
 
 /// What the writer thread is given.
@@ -119,6 +144,11 @@ struct State {
     reading_done: bool,
     /// Writing to the client failed: replies are dropped, the reader stops.
     broken: bool,
+    /// The thread writing to the socket, if one is: the other leaves it
+    /// alone, so replies never interleave.
+    sending: Option<Sender>,
+    /// What the reader's send left unsent, for the writer.
+    carry: Option<Carry>,
     /// The writer (the reader) sleeps on `ready` (`room`): a wake-up is a
     /// system call, made only when someone sleeps.
     writer_asleep: bool,
@@ -130,6 +160,21 @@ struct State {
 }
 
 impl State {
+    /// Replies sent (or dropped): their room goes back to the reader, their
+    /// buffers to the pool. Returns the buffers the pool had no room for,
+    /// to be freed once the lock is let go.
+    fn settle(&mut self, replies: Vec<Reply>) -> Vec<AlignedBuf> {
+        let mut unkept = Vec::new();
+        for r in replies {
+            self.in_flight -= 1;
+            self.bytes -= r.bytes;
+            if let Payload::Data(b) | Payload::Spare(b) = r.payload {
+                unkept.extend(self.keep_buf(b));
+            }
+        }
+        unkept
+    }
+
     fn take_buf(&mut self, len: usize) -> AlignedBuf {
         match self.pool.get_mut(&len).and_then(|v| v.pop()) {
             Some(b) => {
@@ -180,23 +225,68 @@ impl Shared {
             s.out_bytes += d.len();
         }
         s.out.push(o);
-        if s.writer_asleep && (!on_reader || s.out_bytes >= DEFER_BYTES) {
+        // While the reader sends, the writer could not send this yet: the
+        // reader wakes it when done (`let_replies_go`).
+        let reader_sends = s.sending == Some(Sender::Reader);
+        if s.writer_asleep && !reader_sends && (!on_reader || s.out_bytes >= DEFER_BYTES) {
             s.writer_asleep = false;
             drop(s);
             self.ready.notify_one();
         }
     }
 
-    /// Called by the reader before it may wait (for the client, or for
-    /// room), and every `BATCH` requests: wakes the writer for the replies
-    /// its own thread queued.
-    fn let_replies_go(&self) {
+    /// Called by the reader before it may wait for the client, and every
+    /// `BATCH` requests: sends the replies queued so far itself where `c`
+    /// takes them without waiting, no one else is sending and they carry
+    /// at most `DIRECT_BYTES` of data; otherwise (and for what the socket
+    /// did not take) wakes the writer.
+    fn let_replies_go(&self, c: &dyn Conn) {
         let mut s = self.state.lock().unwrap();
+        let direct = c.sends_now()
+            && s.sending.is_none()
+            && !s.broken
+            && s.carry.is_none()
+            && !s.out.is_empty()
+            && s.out_bytes <= DIRECT_BYTES
+            && s.out.iter().all(|o| matches!(o, Out::Reply(_)));
+        if !direct {
+            return Self::let_go_locked(&mut s, &self.ready);
+        }
+        let replies: Vec<Reply> = std::mem::take(&mut s.out)
+            .into_iter()
+            .map(|o| match o {
+                Out::Reply(r) => r,
+                Out::FlushThenReply(..) => unreachable!("looked at"),
+            })
+            .collect();
+        s.out_bytes = 0;
+        s.sending = Some(Sender::Reader);
+        drop(s);
+        let total: usize = replies.iter().map(Reply::wire_len).sum();
+        let sent = with_slices(&replies, 0, |slices| c.send_now(slices));
+        let mut s = self.state.lock().unwrap();
+        s.sending = None;
+        let unkept = match sent {
+            Some(Ok(n)) if n == total => s.settle(replies),
+            // The rest (all of it, on an error: the writer meets the error
+            // itself and ends the connection as it does for its own).
+            Some(Ok(n)) => {
+                s.carry = Some(Carry { replies, sent: n });
+                Vec::new()
+            }
+            Some(Err(_)) | None => {
+                s.carry = Some(Carry { replies, sent: 0 });
+                Vec::new()
+            }
+        };
         Self::let_go_locked(&mut s, &self.ready);
+        drop(s);
+        drop(unkept);
     }
 
+    /// Wakes the writer if it sleeps and has something to send.
     fn let_go_locked(s: &mut State, ready: &Condvar) {
-        if s.writer_asleep && !s.out.is_empty() {
+        if s.writer_asleep && (!s.out.is_empty() || s.carry.is_some()) {
             s.writer_asleep = false;
             ready.notify_one();
         }
@@ -294,7 +384,7 @@ fn read_requests(
         if r.buffer().len() < Request::LEN || in_batch == BATCH {
             batch = ring(batch, engine);
             in_batch = 0;
-            shared.let_replies_go();
+            shared.let_replies_go(&**r.get_ref());
         }
         let mut h = [0u8; Request::LEN];
         match r.read_exact(&mut h) {
@@ -350,7 +440,7 @@ fn read_requests(
             if r.buffer().len() < buf.len() {
                 batch = ring(batch, engine);
                 in_batch = 0;
-                shared.let_replies_go();
+                shared.let_replies_go(&**r.get_ref());
             }
             if let Err(e) = r.read_exact(&mut buf) {
                 shared.reply(req.cookie, nbd::EIO, Payload::None, bytes);
@@ -456,19 +546,27 @@ fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
         wake: &shared.room,
     };
     loop {
-        let batch = {
+        let (carry, batch) = {
             let mut s = shared.state.lock().unwrap();
-            while s.out.is_empty() && !(s.reading_done && s.in_flight == 0) {
+            // The reader may be sending: its replies hold `in_flight` up.
+            while (s.sending.is_some() || (s.out.is_empty() && s.carry.is_none()))
+                && !(s.reading_done && s.in_flight == 0)
+            {
                 s.writer_asleep = true;
                 s = shared.ready.wait(s).unwrap();
             }
-            if s.out.is_empty() {
+            if s.out.is_empty() && s.carry.is_none() {
                 return;
             }
             s.out_bytes = 0;
-            std::mem::take(&mut s.out)
+            s.sending = Some(Sender::Writer);
+            (s.carry.take(), std::mem::take(&mut s.out))
         };
-        let mut replies = Vec::with_capacity(batch.len());
+        // What the reader's send left goes first, from where it stopped.
+        let (mut replies, skip) = match carry {
+            Some(c) => (c.replies, c.sent),
+            None => (Vec::new(), 0),
+        };
         let mut fua = Vec::new();
         for o in batch {
             match o {
@@ -492,11 +590,12 @@ fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
             }));
         }
         if replies.is_empty() {
+            shared.state.lock().unwrap().sending = None;
             continue;
         }
         let broken = shared.state.lock().unwrap().broken;
         if !broken {
-            if let Err(e) = send(&mut *c, &replies) {
+            if let Err(e) = send(&mut *c, &replies, skip) {
                 tracing::debug!("nbd: replies not sent: {e}");
                 shared.state.lock().unwrap().broken = true;
                 // Wake the reader out of its read of the socket.
@@ -504,15 +603,9 @@ fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
             }
         }
         let mut s = shared.state.lock().unwrap();
+        s.sending = None;
         let wake = std::mem::take(&mut s.reader_asleep);
-        let mut unkept = Vec::new();
-        for r in replies {
-            s.in_flight -= 1;
-            s.bytes -= r.bytes;
-            if let Payload::Data(b) | Payload::Spare(b) = r.payload {
-                unkept.extend(s.keep_buf(b));
-            }
-        }
+        let unkept = s.settle(replies);
         drop(s);
         drop(unkept);
         if wake {
@@ -521,10 +614,25 @@ fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
     }
 }
 
-/// Writes simple replies: each header, and a successful read's data after
-/// it, in as few system calls as the socket takes.
-fn send(c: &mut dyn Conn, replies: &[Reply]) -> io::Result<()> {
-    let mut slices = Vec::with_capacity(2 * replies.len());
+impl Reply {
+    /// Its bytes on the wire: a simple reply's header, and a successful
+    /// read's data.
+    fn wire_len(&self) -> usize {
+        16 + self.data().map_or(0, <[u8]>::len)
+    }
+
+    /// The data sent after its header.
+    fn data(&self) -> Option<&[u8]> {
+        match (self.err, &self.payload) {
+            (0, Payload::Data(d)) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+/// Calls `f` with the replies' wire form as slices (each header, then a
+/// successful read's data), the first `skip` bytes left out.
+fn with_slices<T>(replies: &[Reply], skip: usize, f: impl FnOnce(&mut [IoSlice<'_>]) -> T) -> T {
     let heads: Vec<[u8; 16]> = replies
         .iter()
         .map(|r| {
@@ -535,20 +643,31 @@ fn send(c: &mut dyn Conn, replies: &[Reply]) -> io::Result<()> {
             h
         })
         .collect();
+    let mut slices = Vec::with_capacity(2 * replies.len());
     for (r, h) in replies.iter().zip(&heads) {
         slices.push(IoSlice::new(h));
-        if let (0, Payload::Data(d)) = (r.err, &r.payload) {
+        if let Some(d) = r.data() {
             slices.push(IoSlice::new(d));
         }
     }
     let mut rest = &mut slices[..];
-    while !rest.is_empty() {
-        let n = c.write_vectored(rest)?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
+    IoSlice::advance_slices(&mut rest, skip);
+    f(rest)
+}
+
+/// Writes simple replies, the first `skip` bytes of their wire form left
+/// out (sent already), in as few system calls as the socket takes.
+fn send(c: &mut dyn Conn, replies: &[Reply], skip: usize) -> io::Result<()> {
+    with_slices(replies, skip, |mut rest| -> io::Result<()> {
+        while !rest.is_empty() {
+            let n = c.write_vectored(rest)?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            IoSlice::advance_slices(&mut rest, n);
         }
-        IoSlice::advance_slices(&mut rest, n);
-    }
+        Ok(())
+    })?;
     c.flush()
 }
 
@@ -593,5 +712,100 @@ mod tests {
             queued(&shared),
             vec![(1, nbd::EIO), (2, 0), (3, nbd::EIO), (4, u32::MAX)]
         );
+    }
+
+    /// The reader's own send on a socket with little room and a client not
+    /// reading: what the socket did not take is left to the writer (the
+    /// replies still in flight, no one sending), and the writer's send of
+    /// it completes the stream byte for byte.
+    #[test]
+    fn a_reader_send_cut_short_is_finished_by_the_writer() {
+        use crate::remote::tls::Sock;
+        use std::io::Read;
+        let (a, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let small: libc::c_int = 4096;
+        // SAFETY: sets an int option on a live socket from a live int.
+        let r = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&a),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&small as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(r, 0);
+        let conn = Sock::Unix(a);
+        let shared = Shared::default();
+        for cookie in 0..6u64 {
+            let mut d = AlignedBuf::new(8192);
+            d.iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = (i as u64 ^ cookie) as u8);
+            shared.state.lock().unwrap().in_flight += 1;
+            shared.reply(cookie, 0, Payload::Data(d), 0);
+        }
+        shared.let_replies_go(&conn);
+        let carry = {
+            let mut s = shared.state.lock().unwrap();
+            assert_eq!(s.sending, None);
+            assert!(s.out.is_empty());
+            assert_eq!(s.in_flight, 6, "nothing settled before it is all sent");
+            s.carry.take().expect("the socket could not take it all")
+        };
+        let total: usize = carry.replies.iter().map(Reply::wire_len).sum();
+        assert!(carry.sent < total, "{} of {total}", carry.sent);
+        let reading = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            peer.read_to_end(&mut got).unwrap();
+            got
+        });
+        let mut writer = conn.try_clone().unwrap();
+        send(&mut writer, &carry.replies, carry.sent).unwrap();
+        drop((writer, conn));
+        let whole: Vec<u8> = with_slices(&carry.replies, 0, |s| {
+            s.iter().flat_map(|x| x.to_vec()).collect()
+        });
+        assert!(reading.join().unwrap() == whole);
+    }
+
+    /// What a send that stopped part-way leaves is the rest of the wire
+    /// form exactly, wherever it stopped: inside a header, inside data,
+    /// between replies.
+    #[test]
+    fn the_rest_after_a_partial_send_is_the_wire_form_from_there() {
+        let data = |n: usize, seed: u8| {
+            let mut b = AlignedBuf::new(n);
+            b.iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = seed ^ i as u8);
+            b
+        };
+        let reply = |cookie, err, payload| Reply {
+            cookie,
+            err,
+            payload,
+            bytes: 0,
+        };
+        let replies = vec![
+            reply(1, 0, Payload::Data(data(4096, 1))),
+            reply(2, 0, Payload::None),
+            // An error's data is not sent.
+            reply(3, nbd::EIO, Payload::Data(data(4096, 3))),
+            reply(4, 0, Payload::Spare(data(4096, 4))),
+            reply(5, 0, Payload::Data(data(8192, 5))),
+        ];
+        let whole: Vec<u8> =
+            with_slices(&replies, 0, |s| s.iter().flat_map(|x| x.to_vec()).collect());
+        let total: usize = replies.iter().map(Reply::wire_len).sum();
+        assert_eq!(whole.len(), total);
+        assert_eq!(total, 5 * 16 + 4096 + 8192);
+        assert_eq!(&whole[8..16], &1u64.to_be_bytes());
+        for skip in 0..=total {
+            let rest: Vec<u8> = with_slices(&replies, skip, |s| {
+                s.iter().flat_map(|x| x.to_vec()).collect()
+            });
+            assert!(rest == whole[skip..], "after {skip} bytes");
+        }
     }
 }

@@ -69,6 +69,33 @@ impl Sock {
         }
         self.shutdown(std::net::Shutdown::Both);
     }
+    /// Sends what the socket takes now, never waiting for room in its
+    /// send buffer: the bytes sent, 0 where there was no room.
+    pub fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            Sock::Tcp(s) => s.as_raw_fd(),
+            Sock::Unix(s) => s.as_raw_fd(),
+        };
+        // SAFETY: a zeroed msghdr is valid; it points at `bufs`, whose
+        // IoSlices have iovec's layout (std guarantees it on Unix) and
+        // outlive the call, which only reads them. The fd is the live
+        // socket `self` owns.
+        let n = unsafe {
+            let mut m: libc::msghdr = std::mem::zeroed();
+            m.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+            m.msg_iovlen = bufs.len().min(libc::UIO_MAXIOV as usize) as _;
+            libc::sendmsg(fd, &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        match io::Error::last_os_error() {
+            e if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            e if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+            e => Err(e),
+        }
+    }
     pub fn set_read_timeout(&self, t: Option<std::time::Duration>) -> io::Result<()> {
         match self {
             Sock::Tcp(s) => s.set_read_timeout(t),

@@ -390,9 +390,27 @@ fn init_logging() {
     }
     tracing_subscriber::fmt()
         .with_env_filter(filter())
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+/// stderr for log lines, dropping those it cannot take. A daemon started
+/// by `raidctl start` logs to a file in its state folder: where that
+/// filesystem is full or read-only, a line that fails must cost only that
+/// line. (Told of the error, tracing's writer reports it with
+/// `eprintln!`, which panics when stderr fails: the thread that logged,
+/// a request's or a rebuild's, died with whatever it held.)
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn main() -> ExitCode {

@@ -116,9 +116,19 @@ impl StateDir {
         let p = self.record_path(&r.name);
         let tmp = p.with_extension("toml.tmp");
         let text = toml::to_string_pretty(r).expect("record serialises");
-        std::fs::write(&tmp, text)
-            .and_then(|_| std::fs::rename(&tmp, &p))
-            .map_err(|e| CliError::failed(format!("cannot write {}: {e}", p.display())))
+        // Durable before it replaces the old one, and the rename durable
+        // too: after a power cut the record is the old or the new, whole.
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            std::io::Write::write_all(&mut f, text.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &p)?;
+            std::fs::File::open(self.arrays())?.sync_all()
+        };
+        write().map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            CliError::failed(format!("cannot write {}: {e}", p.display()))
+        })
     }
 
     /// Removes the record of `name` (`delete`).

@@ -84,6 +84,10 @@ pub struct ArrayStatus {
     /// started again), if one did.
     #[serde(default)]
     pub out_of_space: Option<String>,
+    /// Why the array's record (the devices its next start opens) lags its
+    /// membership, if it does: the daemon writes it again until it can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_lags: Option<String>,
     pub exports: Vec<String>,
 }
 
@@ -211,6 +215,7 @@ pub fn of_running(
         rebuild_stalled: a.rebuild_stalled(),
         scrub: None,
         out_of_space: a.out_of_space(),
+        record_lags: None,
         hot_replace: a.hot_replace_progress().map(|(slot, member, done, total)| {
             let chunk = g.chunk;
             let rate = copy_rate
@@ -284,6 +289,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
             hot_replace: None,
             scrub: None,
             out_of_space: None,
+            record_lags: None,
             exports: vec![],
         };
     };
@@ -350,6 +356,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         hot_replace: None,
         scrub: None,
         out_of_space: None,
+        record_lags: None,
         exports: vec![],
     }
 }
@@ -526,6 +533,11 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
         out.push_str(&format!(
             "  writes stopped: {m} is on a full filesystem; free space, then raidctl stop {n}; raidctl start {n}\n",
             n = s.name
+        ));
+    }
+    if let Some(e) = &s.record_lags {
+        out.push_str(&format!(
+            "  record not written: {e}; a restart now would not find the array's new membership (free space there, or make it writable: the daemon writes it again every quarter second)\n"
         ));
     }
     if let Some(sc) = &s.scrub {

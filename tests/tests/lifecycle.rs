@@ -279,3 +279,175 @@ fn a_start_over_a_bad_config_names_the_line() {
     w.ok(&["start", "bc"]);
     w.ok(&["stop", "bc"]);
 }
+
+/// A tmpfs of `size` mounted at `dir` for a test, lazily unmounted when
+/// dropped (declared before the `World`, it outlives the world's `stop`).
+struct SmallFs(std::path::PathBuf);
+
+impl SmallFs {
+    fn mount(dir: &Path, size: &str) -> SmallFs {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size}"),
+                "tmpfs",
+                s(dir),
+            ])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount a tmpfs at {}", dir.display());
+        SmallFs(dir.to_path_buf())
+    }
+
+    /// Fills it: a file of zeros until no space is left.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.0.join("filler")).unwrap();
+        let zeros = vec![0u8; 4096];
+        while f.write_all(&zeros).is_ok() {}
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.0.join("filler")).unwrap();
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .args(["-l", s(&self.0)])
+            .status();
+    }
+}
+
+/// A state folder that is full: a command that would change membership
+/// changes nothing and says so (it used to apply the change, then fail on
+/// the record, and the next start left the new member out); a change the
+/// daemon makes by itself meanwhile (a hot replace's switch) is shown as
+/// not recorded, and recorded once there is room, so a restart keeps it.
+#[test]
+fn a_full_state_folder_changes_nothing_and_a_lagging_record_catches_up() {
+    let mut fs = None;
+    let w = World::new("state-full");
+    let fs = fs.insert(SmallFs::mount(&w.state(), "4M"));
+    let m = w.sparse_members("sf", 4, 8 * MIB);
+    let (new, spare, hot) = (
+        w.sparse("sf-new.img", 8 * MIB),
+        w.sparse("sf-spare.img", 8 * MIB),
+        w.sparse("sf-hot.img", 8 * MIB),
+    );
+    w.ok(&[
+        "create",
+        "sf",
+        "--level",
+        "5",
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+        s(&m[3]),
+    ]);
+    w.ok(&["start", "sf"]);
+    fs.fill();
+    w.ok(&["fail", "sf", s(&m[2])]);
+    for args in [
+        vec!["replace", "sf", s(&m[2]), s(&new)],
+        vec!["add", "sf", s(&spare)],
+    ] {
+        let (code, _, err) = w.code(&args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(err.contains("nothing changed"), "{err}");
+    }
+    let st = w.status_json("sf");
+    assert_eq!(st["members"][2]["state"], "failed", "{st}");
+    assert_eq!(st["spares"].as_array().unwrap().len(), 0, "{st}");
+    assert!(!carries(&w, &new, "sf") && !carries(&w, &spare, "sf"));
+    // With room, the same command runs.
+    fs.free();
+    w.ok(&["replace", "sf", s(&m[2]), s(&new)]);
+    w.ok(&["wait", "sf"]);
+    // A hot replace whose switch comes while the folder is full.
+    w.ok(&["rate", "sf", "--rebuild", "4M"]);
+    w.ok(&["replace", "sf", s(&m[1]), s(&hot)]);
+    fs.fill();
+    raid_e2e::eventually("the hot replace switches", || {
+        w.status_json("sf")["members"][1]["path"] == s(&hot)
+    });
+    let st = w.status_json("sf");
+    assert!(st["record_lags"].is_string(), "{st}");
+    assert!(w.ok(&["status", "sf"]).contains("record not written"));
+    fs.free();
+    raid_e2e::eventually("the record is written again", || {
+        w.status_json("sf")["record_lags"].is_null()
+    });
+    w.ok(&["stop", "sf"]);
+    w.ok(&["start", "sf"]);
+    let st = w.status_json("sf");
+    assert_eq!(st["state"], "optimal", "{st}");
+    assert_eq!(st["members"][1]["path"], s(&hot), "{st}");
+    assert_eq!(st["members"][2]["path"], s(&new), "{st}");
+    w.ok(&["stop", "sf"]);
+}
+
+/// A daemon whose log cannot be written (its state folder full or
+/// read-only; here its stderr is /dev/full, where every write fails)
+/// still answers every command: a log line that fails used to panic the
+/// thread that logged it, so `fail` was applied but answered as if no
+/// array ran, and `stop` then said the same.
+#[test]
+fn a_daemon_whose_log_cannot_be_written_still_answers() {
+    let w = World::new("log-full");
+    std::fs::create_dir_all(w.state()).unwrap();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let mut daemon = std::process::Command::new(raid_e2e::raidctl_path())
+        .env("RAIDCTL_STATE_DIR", w.state())
+        .args(["daemon", "--exit-when-idle"])
+        .stdout(full.try_clone().unwrap())
+        .stderr(full)
+        .spawn()
+        .unwrap();
+    raid_e2e::eventually("the daemon listens", || {
+        w.state().join("raidctl.sock").exists()
+    });
+    let m = w.sparse_members("lf", 4, 8 * MIB);
+    let spare = w.sparse("lf-spare.img", 8 * MIB);
+    w.ok(&[
+        "create",
+        "lf",
+        "--level",
+        "5",
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+        s(&m[3]),
+    ]);
+    w.ok(&["start", "lf"]);
+    w.ok(&["add", "lf", s(&spare)]);
+    let out = w.ok(&["fail", "lf", s(&m[3])]);
+    assert!(out.contains("marked failed"), "{out}");
+    w.ok(&["wait", "lf"]);
+    // The daemon that served all this is the one started here, not one
+    // `start` had to spawn in its place.
+    assert!(
+        daemon.try_wait().unwrap().is_none(),
+        "the daemon whose log fails died"
+    );
+    let st = w.status_json("lf");
+    assert_eq!(st["state"], "optimal", "{st}");
+    assert_eq!(st["members"][3]["path"], s(&spare), "{st}");
+    w.ok(&["stop", "lf"]);
+    let end = std::time::Instant::now();
+    while daemon.try_wait().unwrap().is_none() {
+        assert!(
+            end.elapsed().as_secs() < 30,
+            "the daemon did not end once idle"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

@@ -238,6 +238,7 @@ impl Daemon {
             health: Default::default(),
             health_checked: AtomicBool::new(false),
             deleted_warned: Default::default(),
+            record_unsaved: Default::default(),
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
@@ -298,6 +299,13 @@ impl Daemon {
         {
             let _one = self.events_lock.lock();
             self.process_events_of(&served);
+        }
+        // A record that lags is tried once more: after this, no one will.
+        self.save_record_again(&served);
+        if let Some(e) = self.record_lag(&served) {
+            stopped_work.push_str(&format!(
+                "; warning: its record could not be written ({e}), so it may name devices that left the array and miss some that joined: start it with raidctl start {name} --scan DIR (the folders of its devices), which finds them by their metadata"
+            ));
         }
         match closed {
             Ok(()) => {

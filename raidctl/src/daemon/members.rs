@@ -138,10 +138,14 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
                 )));
             }
         };
+        self.record_writable(&s)?;
         s.array.remove_member(key)?;
         s.record.lock().spares.retain(|p| p != member);
-        self.state.save(&s.record.lock())?;
-        Ok(format!("member {} removed from '{name}'", member.display()))
+        let warn = self.save_record(&s).err().unwrap_or_default();
+        Ok(format!(
+            "member {} removed from '{name}'{warn}",
+            member.display()
+        ))
     }
 
     /// Opens a device that is to join `served`, refusing one that is in
@@ -236,10 +240,14 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
     pub(super) fn add(&self, name: &str, member: &Path) -> Result<String> {
         let s = self.served(name)?;
         let m = self.open_new_member(&s, member)?;
+        self.record_writable(&s)?;
         s.array.add_spare(m)?;
         s.record.lock().spares.push(member.to_path_buf());
-        self.state.save(&s.record.lock())?;
-        Ok(format!("{} added to '{name}' as a spare", member.display()))
+        let warn = self.save_record(&s).err().unwrap_or_default();
+        Ok(format!(
+            "{} added to '{name}' as a spare{warn}",
+            member.display()
+        ))
     }
 
     /// Takes back a member that left its slot: it must not be held by any
@@ -280,13 +288,14 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
             },
             None => open()?,
         };
+        self.record_writable(&s)?;
         let slot = s.array.re_add(m)?;
         self.reconnects.release(name, slot);
         s.record.lock().members[slot] = member.to_path_buf();
-        self.state.save(&s.record.lock())?;
+        let warn = self.save_record(&s).err().unwrap_or_default();
         self.kick_rebuild(&s);
         Ok(format!(
-            "{} re-added to slot {slot} of '{name}'; resyncing the regions written since it left",
+            "{} re-added to slot {slot} of '{name}'; resyncing the regions written since it left{warn}",
             member.display()
         ))
     }
@@ -295,16 +304,19 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
         let s = self.served(name)?;
         let slot = self.slot_named(&s, old)?;
         let m = self.open_new_member(&s, new)?;
+        // A hot replace records its switch when the copy makes it: that
+        // record must be writable too.
+        self.record_writable(&s)?;
         if s.array.slots()[slot].state == raid_core::metadata::SlotState::Active {
             return self.hot_replace(&s, slot, m, old, new);
         }
         s.array.replace(slot, m)?;
         self.reconnects.release(name, slot);
         s.record.lock().members[slot] = new.to_path_buf();
-        self.state.save(&s.record.lock())?;
+        let warn = self.save_record(&s).err().unwrap_or_default();
         self.kick_rebuild(&s);
         Ok(format!(
-            "{} replaces {} in slot {slot} of '{name}'; rebuild started",
+            "{} replaces {} in slot {slot} of '{name}'; rebuild started{warn}",
             new.display(),
             old.display()
         ))
@@ -336,9 +348,8 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
                 if a.slot_by_key(key) == Some(slot) {
                     reconnects.release(a.name(), slot);
                     served.record.lock().members[slot] = path;
-                    if let Err(e) = state.save(&served.record.lock()) {
-                        tracing::error!("cannot record the replacement: {e}");
-                    }
+                    // Written again by the monitor where it cannot be now.
+                    let _ = super::record::save(&state, &served);
                 }
             }),
         )?;

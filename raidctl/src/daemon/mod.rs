@@ -8,6 +8,7 @@ mod mounts;
 mod observe;
 mod process;
 mod reconnect;
+mod record;
 mod report;
 mod work;
 
@@ -52,6 +53,9 @@ struct Served {
     /// Members whose deletion was warned about (once each), by slot and
     /// device: a new file at the same path that goes too is warned again.
     deleted_warned: Mutex<std::collections::HashSet<(usize, raid_core::member::DeviceKey)>>,
+    /// Why the record on disk lags the array's membership (it could not
+    /// be written): the monitor writes it again every round until it can.
+    record_unsaved: Mutex<Option<String>>,
 }
 
 pub struct Daemon {
@@ -189,12 +193,17 @@ impl Daemon {
             if !r.ok {
                 let e = CliError::new(r.code.unwrap_or(code::FAILED), r.error.unwrap_or_default());
                 tracing::error!(array = %name, "array not started: {e}");
-                eprintln!("raidctl: error: array '{name}' not started: {e}");
+                // Not eprintln!, which panics where stderr fails (a log
+                // file on a full filesystem).
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "raidctl: error: array '{name}' not started: {e}"
+                );
                 first_error.get_or_insert(e);
                 continue;
             }
             if let Some(m) = r.message {
-                out!("{m}");
+                let _ = writeln!(std::io::stdout(), "{m}");
             }
         }
         if let Some(e) = first_error.filter(|_| d.arrays.lock().is_empty() && asked > 0) {
@@ -453,6 +462,7 @@ impl Daemon {
             self.process_events();
             let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
             for s in arrays {
+                self.save_record_again(&s);
                 let deleted = s.array.check_member_files();
                 self.warn_deleted_members(&s, deleted);
                 self.retry_unreachable(&s);
@@ -470,10 +480,12 @@ impl Daemon {
                         match s.array.activate_spare(f.slot) {
                             Ok(Some(spare)) => {
                                 tracing::warn!(array = s.array.name(), slot = f.slot, spare = %spare, "spare activated");
-                                let mut r = s.record.lock();
-                                r.members[f.slot] = PathBuf::from(&spare);
-                                r.spares.retain(|p| p != Path::new(&spare));
-                                let _ = self.state.save(&r);
+                                {
+                                    let mut r = s.record.lock();
+                                    r.members[f.slot] = PathBuf::from(&spare);
+                                    r.spares.retain(|p| p != Path::new(&spare));
+                                }
+                                let _ = self.save_record(&s);
                             }
                             Ok(None) => {}
                             Err(e) => tracing::error!(

@@ -31,6 +31,7 @@ impl Daemon {
                 }
             }
             let mut st = status::of_running(&s.array, rate, exports, Some(s.engine.report()));
+            st.record_lags = self.record_lag(s);
             let mut health = self.member_health(s);
             for m in &mut st.members {
                 // A reading of the device the slot held before is not this one's.

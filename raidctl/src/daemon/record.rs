@@ -1,0 +1,77 @@
+//! The array's record (STATE_DIR/arrays/NAME.toml) kept in step with its
+//! membership. A start opens the devices the record names, so a record
+//! that lags a change (its folder full or read-only) brings the array up
+//! without a member it has: a new member's rebuild lost, the array
+//! degraded. So a command that changes membership first checks that the
+//! record can be written, and changes nothing where it cannot; and a
+//! record the daemon could not write after a change (one the daemon made
+//! itself: a spare taking a slot, a hot replace's switch; or a folder that
+//! filled meanwhile) is written again by the monitor every round until it
+//! lands, while `status` says it lags.
+
+use super::{Daemon, Served};
+use crate::error::{CliError, Result};
+use crate::registry::StateDir;
+
+impl Daemon {
+    /// Writes the record as it is (the same content as on disk, where
+    /// nothing lags): an error, before a membership change is made, means
+    /// the change could not be recorded, so it is refused.
+    pub(super) fn record_writable(&self, s: &Served) -> Result<()> {
+        let rec = s.record.lock();
+        match self.state.save(&rec) {
+            Ok(()) => {
+                *s.record_unsaved.lock() = None;
+                Ok(())
+            }
+            Err(e) => Err(CliError::failed(format!(
+                "nothing changed: {e}. The record names the array's devices for its next start: free space on that filesystem (or make it writable), then run the command again"
+            ))),
+        }
+    }
+
+    /// Writes the record after a change. Where it cannot, remembers why
+    /// (the monitor writes it again) and returns the warning a command's
+    /// answer carries.
+    pub(super) fn save_record(&self, s: &Served) -> std::result::Result<(), String> {
+        save(&self.state, s)
+    }
+
+    /// The monitor's round: a record that could not be written is written
+    /// again.
+    pub(super) fn save_record_again(&self, s: &Served) {
+        if s.record_unsaved.lock().is_none() {
+            return;
+        }
+        let rec = s.record.lock();
+        if self.state.save(&rec).is_ok() {
+            *s.record_unsaved.lock() = None;
+            tracing::info!(array = %rec.name, "the array's record is written again");
+        }
+    }
+
+    /// Why the record on disk lags the array, if it does.
+    pub(super) fn record_lag(&self, s: &Served) -> Option<String> {
+        s.record_unsaved.lock().clone()
+    }
+}
+
+/// `Daemon::save_record`, for a change made away from a command (a hot
+/// replace's switch, on its copy's thread).
+pub(super) fn save(state: &StateDir, s: &Served) -> std::result::Result<(), String> {
+    let rec = s.record.lock();
+    match state.save(&rec) {
+        Ok(()) => {
+            *s.record_unsaved.lock() = None;
+            Ok(())
+        }
+        Err(e) => {
+            tracing::error!(array = %rec.name, "the array's record lags its membership: {e}");
+            *s.record_unsaved.lock() = Some(e.msg.clone());
+            Err(format!(
+                "\nwarning: the change is made, but the array's record could not be written ({e}): until it is, a restart would not find the array's new membership. The daemon writes it again every quarter second: free space on that filesystem (or make it writable); raidctl status {} says when it is written.",
+                rec.name
+            ))
+        }
+    }
+}

@@ -122,13 +122,33 @@ impl StateDir {
             let mut f = std::fs::File::create(&tmp)?;
             std::io::Write::write_all(&mut f, text.as_bytes())?;
             f.sync_all()?;
-            std::fs::rename(&tmp, &p)?;
-            std::fs::File::open(self.arrays())?.sync_all()
+            std::fs::rename(&tmp, &p)
         };
         write().map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
             CliError::failed(format!("cannot write {}: {e}", p.display()))
-        })
+        })?;
+        // The record is in place; where the folder's filesystem cannot
+        // sync a directory (EINVAL on some network and FUSE filesystems)
+        // its rename is as durable as that filesystem makes it.
+        if let Err(e) = std::fs::File::open(self.arrays()).and_then(|d| d.sync_all()) {
+            tracing::debug!("{}: the folder's sync: {e}", self.arrays().display());
+        }
+        Ok(())
+    }
+
+    /// Whether a record can be written now: a file of a record's size is
+    /// written, synced and removed in the records' folder.
+    pub fn check_writable(&self) -> Result<()> {
+        let p = self.arrays().join(".writable");
+        let probe = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&p)?;
+            std::io::Write::write_all(&mut f, &[b'#'; 4096])?;
+            f.sync_all()
+        };
+        let r = probe();
+        let _ = std::fs::remove_file(&p);
+        r.map_err(|e| CliError::failed(format!("cannot write in {}: {e}", self.arrays().display())))
     }
 
     /// Removes the record of `name` (`delete`).

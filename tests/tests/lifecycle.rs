@@ -365,6 +365,12 @@ fn a_full_state_folder_changes_nothing_and_a_lagging_record_catches_up() {
     assert_eq!(st["members"][2]["state"], "failed", "{st}");
     assert_eq!(st["spares"].as_array().unwrap().len(), 0, "{st}");
     assert!(!carries(&w, &new, "sf") && !carries(&w, &spare, "sf"));
+    // Nor is an array created on devices whose record cannot be written.
+    let g = w.sparse_members("sg", 3, 8 * MIB);
+    let (code, _, err) = w.code(&["create", "sg", "--level", "5", s(&g[0]), s(&g[1]), s(&g[2])]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("nothing written"), "{err}");
+    assert!(g.iter().all(|d| !carries(&w, d, "sg")));
     // With room, the same command runs.
     fs.free();
     w.ok(&["replace", "sf", s(&m[2]), s(&new)]);

@@ -881,3 +881,44 @@ fn a_scan_that_misses_a_member_starts_degraded() {
     assert_eq!(w.status_json("sm")["state"], "degraded");
     w.ok(&["stop", "sm"]);
 }
+
+/// A hot replace is called off by failing its new device (as with mdadm):
+/// the copy ends, the old device stays the member with the data, and the
+/// new one is free again. `remove` of the new device points there, and
+/// `remove` of a device the array does not hold names it by its path.
+#[test]
+fn failing_the_new_device_calls_a_hot_replace_off() {
+    let w = World::new("hot-off");
+    let (m, sock) = running(&w, "ho", "5", 4);
+    let new = w.sparse("ho-new.img", 16 * MIB);
+    let stranger = w.sparse("ho-stranger.img", 16 * MIB);
+    w.ok(&["rate", "ho", "--rebuild", "1M"]);
+    w.ok(&["replace", "ho", s(&m[1]), s(&new)]);
+    let (code, _, err) = w.code(&["remove", "ho", s(&new)]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("raidctl fail ho"), "{err}");
+    let (code, _, err) = w.code(&["remove", "ho", s(&stranger)]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains(s(&stranger)), "{err}");
+    let out = w.ok(&["fail", "ho", s(&new)]);
+    assert!(out.contains("dropped"), "{out}");
+    raid_e2e::eventually("the copy ends", || {
+        w.status_json("ho")["hot_replace"].is_null()
+    });
+    let st = w.status_json("ho");
+    assert_eq!(st["state"], "optimal", "{st}");
+    assert_eq!(st["members"][1]["path"], s(&m[1]), "{st}");
+    let events = w.ok(&["events", "ho"]);
+    assert!(
+        events.contains("hot_replace_failed") || events.contains("dropped"),
+        "{events}"
+    );
+    let (ok, text) = qemu_io(&sock, "ho", &["read -P 0x5a 0 8M"]);
+    assert!(ok, "{text}");
+    // The new device is free again: another hot replace may take it.
+    w.ok(&["rate", "ho", "--rebuild", "0"]);
+    w.ok(&["replace", "ho", s(&m[1]), s(&new)]);
+    w.ok(&["wait", "ho"]);
+    assert_eq!(w.status_json("ho")["members"][1]["path"], s(&new));
+    w.ok(&["stop", "ho"]);
+}

@@ -170,14 +170,39 @@ impl Array {
         }
         let would_fail = self.within_redundancy() && !self.within_redundancy_without(Some(slot));
         if would_fail && !force {
+            let down: Vec<usize> = (0..self.slots.len())
+                .filter(|&i| self.slots[i].state() != SlotState::Active)
+                .collect();
+            // RAID10 loses data when every copy of a chunk is down, not by
+            // a count: name the slots, already down, that hold the other
+            // copies of this one's chunks.
+            let why = match self.geo.level {
+                Level::Raid10 => {
+                    let mut partners: Vec<usize> = (0..self.geo.members as u64)
+                        .map(|c| self.geo.chunk_copies(c))
+                        .filter(|copies| copies.iter().any(|p| p.member == slot))
+                        .flat_map(|copies| copies.into_iter().map(|p| p.member))
+                        .filter(|m| *m != slot && down.contains(m))
+                        .collect();
+                    partners.sort_unstable();
+                    partners.dedup();
+                    format!(
+                        "it holds the only copy left of chunks whose other copy is on slot{} {}, already down",
+                        if partners.len() == 1 { "" } else { "s" },
+                        partners.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+                    )
+                }
+                l => format!(
+                    "{l} tolerates {} lost member(s) and {} already down",
+                    l.tolerated_failures(self.geo.members),
+                    down.len()
+                ),
+            };
             return Err(refuse(
                 Rule::WouldLoseData,
                 format!(
-                    "failing {who} would leave '{}' without its data: {} tolerates {} lost member(s) and {} already down. If the drive is really gone, add --force (the array then stops serving I/O)",
+                    "failing {who} would leave '{}' without its data: {why}. If the drive is really gone, add --force (the array then stops serving I/O)",
                     self.name,
-                    self.geo.level,
-                    self.geo.level.tolerated_failures(self.geo.members),
-                    self.slots.iter().filter(|s| s.state() != SlotState::Active).count()
                 ),
             ));
         }

@@ -20,8 +20,8 @@
 //! rebuilding member, rebuilt from the other members (mdadm does the same:
 //! the device the operator chose for the slot is the one it gets, with no
 //! second command and no window in which a spare or nothing takes it); if
-//! the new one fails, the replacement is dropped and the old device simply
-//! stays.
+//! the new one fails (or the operator fails it: `drop_replacement`), the
+//! replacement is dropped and the old device simply stays.
 //!
 //! Nothing is recorded on disk until the end: a crash or stop midway leaves
 //! the old device the member, and the replacement can be started again.
@@ -273,6 +273,23 @@ impl Array {
             .lock()
             .as_ref()
             .is_some_and(|h| h.pair.new.device_key() == key)
+    }
+
+    /// Drops the replacement `key` of the hot replace that runs, as its own
+    /// failure would (the operator's `fail` of the new device): the copy
+    /// ends at its next batch and the old device stays the member. Returns
+    /// the slot, or None where `key` is no running copy's replacement (or
+    /// its copy has already switched it in: it is the member then).
+    pub fn drop_replacement(&self, key: crate::member::DeviceKey) -> Option<usize> {
+        let hot = self.hot.lock();
+        let h = hot.as_ref()?;
+        if h.pair.new.device_key() != key || h.pair.switched.load(Ordering::Acquire) {
+            return None;
+        }
+        h.pair.new_err(io::Error::other(
+            "failed by the operator: the hot replace is dropped",
+        ));
+        Some(h.slot)
     }
 
     /// Copies the slot being hot-replaced onto its replacement, then makes

@@ -95,13 +95,18 @@ impl Array {
     /// cannot run is refused to its caller, not only logged.
     pub(super) fn scrub_possible(&self) -> Result<()> {
         if self.state() != ArrayState::Optimal {
+            // Nothing to wait for where no slot is being rebuilt.
+            let next = if self.rebuilding_slots().is_empty() {
+                format!("raidctl replace {} FAILED NEW_DEVICE first", self.name)
+            } else {
+                format!("raidctl wait {} for the rebuild first", self.name)
+            };
             return Err(ArrayError::Refused {
                 rule: Rule::WrongSlotState,
                 detail: format!(
-                    "array '{}' is {}: scrub needs every member in sync (raidctl wait {} for the rebuild first)",
+                    "array '{}' is {}: scrub needs every member in sync ({next})",
                     self.name,
                     self.state().name(),
-                    self.name
                 ),
             });
         }

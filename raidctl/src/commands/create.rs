@@ -145,6 +145,13 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     let s: Vec<MemberRef> = s.into_iter().map(|(m, _)| m).collect();
     let uneven = uneven_sizes(&m);
     st.ensure()?;
+    // The record must be writable before any device is: else the devices
+    // would carry an array no record names.
+    st.check_writable().map_err(|e| {
+        CliError::failed(format!(
+            "nothing written: {e}. Free space on that filesystem (or make it writable), then create again"
+        ))
+    })?;
     let array = Array::create(
         m,
         s,
@@ -166,6 +173,12 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
         parity: a.parity.name().into(),
         rebuild_rate: None,
         scrub_rate: None,
+    })
+    .map_err(|e| {
+        CliError::failed(format!(
+            "the array is created on its devices, but its record could not be written ({e}): once there is room, raidctl start {name} --members {} records it",
+            members.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" ")
+        ))
     })?;
     // A log left under this name is another array's (one --force replaced,
     // or one deleted by hand): its events must not read as this one's.

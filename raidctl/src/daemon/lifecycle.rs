@@ -174,7 +174,20 @@ impl Daemon {
                 ));
             }
         }
-        self.state.save(&record)?;
+        // The array's metadata is written already (assembly may have taken
+        // members back or recorded missing ones): a record that cannot be
+        // written now must not undo the start half-way. It lags, shown by
+        // status and written again by the monitor (`record.rs`).
+        let lag = match self.state.save(&record) {
+            Ok(()) => None,
+            Err(e) => {
+                tracing::error!(array = %name, "the array's record lags its membership: {e}");
+                notes.push(format!(
+                    "warning: the array's record could not be written ({e}): the daemon writes it again every quarter second; free space on that filesystem (or make it writable)"
+                ));
+                Some(e.msg)
+            }
+        };
         let engine = Arc::new(parity_engine(&record.parity, g));
         array.set_engine(engine.clone());
         let array = Arc::new(array);
@@ -238,7 +251,7 @@ impl Daemon {
             health: Default::default(),
             health_checked: AtomicBool::new(false),
             deleted_warned: Default::default(),
-            record_unsaved: Default::default(),
+            record_unsaved: Mutex::new(lag),
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
@@ -301,10 +314,12 @@ impl Daemon {
             self.process_events_of(&served);
         }
         // A record that lags is tried once more: after this, no one will.
+        // Logged too: a stop at shutdown has no one to tell but the log.
         self.save_record_again(&served);
         if let Some(e) = self.record_lag(&served) {
+            tracing::error!(array = %name, "stopped with its record lagging its membership: {e}; start it with raidctl start {name} --scan DIR");
             stopped_work.push_str(&format!(
-                "; warning: its record could not be written ({e}), so it may name devices that left the array and miss some that joined: start it with raidctl start {name} --scan DIR (the folders of its devices), which finds them by their metadata"
+                "; warning: its record could not be written ({e}), so it may name devices that left the array and miss some that joined: once there is room, start it with raidctl start {name} --scan DIR (the folders of its devices), which finds them by their metadata"
             ));
         }
         match closed {
@@ -319,7 +334,7 @@ impl Daemon {
             Err(e) if served.array.state() == raid_core::array::ArrayState::Failed => {
                 self.arrays.lock().remove(name);
                 Ok(format!(
-                    "array '{name}' stopped; it had failed ({e}), so it is not marked clean. Next: bring the lost members back, then raidctl start {name} (or raidctl start {name} --force to take back members marked failed: docs/recovery.md)"
+                    "array '{name}' stopped; it had failed ({e}), so it is not marked clean. Next: bring the lost members back, then raidctl start {name} (or raidctl start {name} --force to take back members marked failed: docs/recovery.md){stopped_work}"
                 ))
             }
             Err(e) => Err(e.into()),

@@ -38,6 +38,16 @@ impl Daemon {
 
     pub(super) fn fail(&self, name: &str, member: &Path, force: bool) -> Result<String> {
         let s = self.served(name)?;
+        // The new device of a hot replace: failing it drops the replacement.
+        if let Some(slot) = crate::remote::key_of(member)
+            .ok()
+            .and_then(|k| s.array.drop_replacement(k))
+        {
+            return Ok(format!(
+                "the hot replace of slot {slot} of '{name}' onto {} is dropped at the copy's next batch; the slot's member stays as it was, with all redundancy",
+                member.display()
+            ));
+        }
         let slot = self.slot_named(&s, member)?;
         let was = s.array.state();
         // A hot replace of this slot ends with its source: said below.
@@ -138,13 +148,26 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
                 )));
             }
         };
+        if s.array.is_replacement(key) {
+            return Err(CliError::refused(format!(
+                "{} is the new device of a hot replace that runs, not yet a member: to drop it, raidctl fail {name} {}",
+                member.display(),
+                member.display()
+            )));
+        }
+        if !s.array.holds(key) {
+            return Err(CliError::refused(format!(
+                "{} is neither a member nor a spare of '{name}' (raidctl status {name} lists them)",
+                member.display()
+            )));
+        }
         self.record_writable(&s)?;
         s.array.remove_member(key)?;
         s.record.lock().spares.retain(|p| p != member);
         let warn = self.save_record(&s).err().unwrap_or_default();
         Ok(format!(
-            "member {} removed from '{name}'{warn}",
-            member.display()
+            "member {m} removed from '{name}'; its metadata stays on it: raidctl add {name} {m} takes it back, and for another array erase its first MiB first (dd if=/dev/zero of={m} bs=1M count=1){warn}",
+            m = member.display()
         ))
     }
 
@@ -288,7 +311,15 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
             },
             None => open()?,
         };
-        self.record_writable(&s)?;
+        // Where the record names this path in its slot already (a network
+        // member reconnecting, a re-add by the recorded path) it does not
+        // change: nothing to refuse for.
+        let recorded = s.array.slot_by_key(key).is_some_and(|slot| {
+            s.record.lock().members.get(slot).map(|p| p.as_path()) == Some(member)
+        });
+        if !recorded {
+            self.record_writable(&s)?;
+        }
         let slot = s.array.re_add(m)?;
         self.reconnects.release(name, slot);
         s.record.lock().members[slot] = member.to_path_buf();

@@ -37,35 +37,33 @@ trait Conn: Read + Write + Send + Sync + 'static {
         false
     }
 }
-impl Conn for Sock {
-    fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
-        Ok(Box::new(self.try_clone()?))
-    }
-    fn shutdown_both(&self) {
-        self.shutdown(std::net::Shutdown::Both)
-    }
-    fn shutdown_read(&self) {
-        self.shutdown(std::net::Shutdown::Read)
-    }
+/// Both streams clone and shut down alike (`try_clone`, `shutdown`); the
+/// methods given in braces are the stream's own.
+macro_rules! conn {
+    ($t:ty { $($own:item)* }) => {
+        impl Conn for $t {
+            fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
+                Ok(Box::new(self.try_clone()?))
+            }
+            fn shutdown_both(&self) {
+                self.shutdown(std::net::Shutdown::Both)
+            }
+            fn shutdown_read(&self) {
+                self.shutdown(std::net::Shutdown::Read)
+            }
+            $($own)*
+        }
+    };
+}
+conn!(Sock {
     fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> Option<io::Result<usize>> {
         Some(Sock::send_now(self, bufs))
     }
     fn sends_now(&self) -> bool {
         true
     }
-}
-
-impl Conn for TlsStream {
-    fn try_clone_box(&self) -> io::Result<Box<dyn Conn>> {
-        Ok(Box::new(self.try_clone()?))
-    }
-    fn shutdown_both(&self) {
-        self.shutdown(std::net::Shutdown::Both)
-    }
-    fn shutdown_read(&self) {
-        self.shutdown(std::net::Shutdown::Read)
-    }
-}
+});
+conn!(TlsStream {});
 
 /// How a TCP export is secured.
 #[derive(Clone, Debug, Default)]

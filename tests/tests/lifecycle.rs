@@ -280,8 +280,10 @@ fn a_start_over_a_bad_config_names_the_line() {
     w.ok(&["stop", "bc"]);
 }
 
-/// A tmpfs of `size` mounted at `dir` for a test, lazily unmounted when
-/// dropped (declared before the `World`, it outlives the world's `stop`).
+/// A tmpfs of `size` mounted at `dir` (a world's state folder) for a test,
+/// lazily unmounted when dropped. Declared before the `World`, it outlives
+/// the world's `stop`; the world cannot remove its folder while the mount
+/// is in it, so this removes it once unmounted.
 struct SmallFs(std::path::PathBuf);
 
 impl SmallFs {
@@ -321,6 +323,9 @@ impl Drop for SmallFs {
         let _ = std::process::Command::new("umount")
             .args(["-l", s(&self.0)])
             .status();
+        if let Some(world) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(world);
+        }
     }
 }
 

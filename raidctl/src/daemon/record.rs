@@ -18,16 +18,11 @@ impl Daemon {
     /// nothing lags): an error, before a membership change is made, means
     /// the change could not be recorded, so it is refused.
     pub(super) fn record_writable(&self, s: &Served) -> Result<()> {
-        let rec = s.record.lock();
-        match self.state.save(&rec) {
-            Ok(()) => {
-                *s.record_unsaved.lock() = None;
-                Ok(())
-            }
-            Err(e) => Err(CliError::failed(format!(
+        write(&self.state, s, false).map_err(|e| {
+            CliError::failed(format!(
                 "nothing changed: {e}. The record names the array's devices for its next start: free space on that filesystem (or make it writable), then run the command again"
-            ))),
-        }
+            ))
+        })
     }
 
     /// Writes the record after a change. Where it cannot, remembers why
@@ -43,10 +38,8 @@ impl Daemon {
         if s.record_unsaved.lock().is_none() {
             return;
         }
-        let rec = s.record.lock();
-        if self.state.save(&rec).is_ok() {
-            *s.record_unsaved.lock() = None;
-            tracing::info!(array = %rec.name, "the array's record is written again");
+        if write(&self.state, s, true).is_ok() {
+            tracing::info!(array = %s.array.name(), "the array's record is written again");
         }
     }
 
@@ -59,19 +52,25 @@ impl Daemon {
 /// `Daemon::save_record`, for a change made away from a command (a hot
 /// replace's switch, on its copy's thread).
 pub(super) fn save(state: &StateDir, s: &Served) -> std::result::Result<(), String> {
+    write(state, s, true).map_err(|e| {
+        let name = s.array.name();
+        tracing::error!(array = %name, "the array's record lags its membership: {e}");
+        format!(
+            "\nwarning: the change is made, but the array's record could not be written ({e}): until it is, a restart would not find the array's new membership. The daemon writes it again every quarter second: free space on that filesystem (or make it writable); raidctl status {name} says when it is written."
+        )
+    })
+}
+
+/// Writes the record as it is in memory, under its lock (so writes land in
+/// the order the record changed): one that lands ends any lag; one that
+/// fails after a change (`lags`) marks it, still under that lock.
+fn write(state: &StateDir, s: &Served, lags: bool) -> Result<()> {
     let rec = s.record.lock();
-    match state.save(&rec) {
-        Ok(()) => {
-            *s.record_unsaved.lock() = None;
-            Ok(())
-        }
-        Err(e) => {
-            tracing::error!(array = %rec.name, "the array's record lags its membership: {e}");
-            *s.record_unsaved.lock() = Some(e.msg.clone());
-            Err(format!(
-                "\nwarning: the change is made, but the array's record could not be written ({e}): until it is, a restart would not find the array's new membership. The daemon writes it again every quarter second: free space on that filesystem (or make it writable); raidctl status {} says when it is written.",
-                rec.name
-            ))
-        }
+    let r = state.save(&rec);
+    match &r {
+        Ok(()) => *s.record_unsaved.lock() = None,
+        Err(e) if lags => *s.record_unsaved.lock() = Some(e.msg.clone()),
+        Err(_) => {}
     }
+    r
 }

@@ -5,6 +5,7 @@
 //! export shares one engine.
 
 mod transmission;
+mod wire;
 
 use crate::error::{CliError, Result};
 use crate::nbd;

@@ -19,13 +19,14 @@
 //! once, as they must: the reader may be about to wait for the client,
 //! which waits for them.
 
+use super::wire::{send, with_slices, Carry, Payload, Reply};
 use super::{protocol_error, tflags, Conn};
 use crate::nbd::{self, Check, Request};
 use raid_core::array::{Array, ArrayError, BLOCK};
 use raid_core::buf::AlignedBuf;
 use raid_core::shard::{Batch, Engine};
 use std::collections::HashMap;
-use std::io::{self, IoSlice, Read};
+use std::io::{self, Read};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// Requests in flight per connection before the reader waits for replies
@@ -55,31 +56,6 @@ std::thread_local! {
     /// address), so that a reply queued here knows the reader will let it
     /// go (`Shared::push`); 0 on every other thread.
     static READER_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// A reply's buffer.
-enum Payload {
-    None,
-    /// A read's data, sent after the header.
-    Data(AlignedBuf),
-    /// A write's buffer, kept for the next requests.
-    Spare(AlignedBuf),
-}
-
-/// A simple reply; `bytes` is what its request counted in flight.
-struct Reply {
-    cookie: u64,
-    err: u32,
-    payload: Payload,
-    bytes: usize,
-}
-
-/// Replies the reader began to send: their first `sent` bytes (headers
-/// and data, in the order `send` writes them) are out, the writer sends
-/// the rest before anything else.
-struct Carry {
-    replies: Vec<Reply>,
-    sent: usize,
 }
 
 /// Who writes to the socket now (`State::sending`).
@@ -216,13 +192,8 @@ impl Shared {
     fn push(&self, o: Out) {
         let on_reader = READER_OF.with(|r| r.get()) == self as *const Shared as usize;
         let mut s = self.state.lock().unwrap();
-        if let Out::Reply(Reply {
-            err: 0,
-            payload: Payload::Data(d),
-            ..
-        }) = &o
-        {
-            s.out_bytes += d.len();
+        if let Out::Reply(r) = &o {
+            s.out_bytes += r.data().map_or(0, <[u8]>::len);
         }
         s.out.push(o);
         // While the reader sends, the writer could not send this yet: the
@@ -614,63 +585,6 @@ fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
     }
 }
 
-impl Reply {
-    /// Its bytes on the wire: a simple reply's header, and a successful
-    /// read's data.
-    fn wire_len(&self) -> usize {
-        16 + self.data().map_or(0, <[u8]>::len)
-    }
-
-    /// The data sent after its header.
-    fn data(&self) -> Option<&[u8]> {
-        match (self.err, &self.payload) {
-            (0, Payload::Data(d)) => Some(d),
-            _ => None,
-        }
-    }
-}
-
-/// Calls `f` with the replies' wire form as slices (each header, then a
-/// successful read's data), the first `skip` bytes left out.
-fn with_slices<T>(replies: &[Reply], skip: usize, f: impl FnOnce(&mut [IoSlice<'_>]) -> T) -> T {
-    let heads: Vec<[u8; 16]> = replies
-        .iter()
-        .map(|r| {
-            let mut h = [0u8; 16];
-            h[0..4].copy_from_slice(&nbd::SIMPLE_REPLY_MAGIC.to_be_bytes());
-            h[4..8].copy_from_slice(&r.err.to_be_bytes());
-            h[8..16].copy_from_slice(&r.cookie.to_be_bytes());
-            h
-        })
-        .collect();
-    let mut slices = Vec::with_capacity(2 * replies.len());
-    for (r, h) in replies.iter().zip(&heads) {
-        slices.push(IoSlice::new(h));
-        if let Some(d) = r.data() {
-            slices.push(IoSlice::new(d));
-        }
-    }
-    let mut rest = &mut slices[..];
-    IoSlice::advance_slices(&mut rest, skip);
-    f(rest)
-}
-
-/// Writes simple replies, the first `skip` bytes of their wire form left
-/// out (sent already), in as few system calls as the socket takes.
-fn send(c: &mut dyn Conn, replies: &[Reply], skip: usize) -> io::Result<()> {
-    with_slices(replies, skip, |mut rest| -> io::Result<()> {
-        while !rest.is_empty() {
-            let n = c.write_vectored(rest)?;
-            if n == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
-            }
-            IoSlice::advance_slices(&mut rest, n);
-        }
-        Ok(())
-    })?;
-    c.flush()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -767,45 +681,5 @@ mod tests {
             s.iter().flat_map(|x| x.to_vec()).collect()
         });
         assert!(reading.join().unwrap() == whole);
-    }
-
-    /// What a send that stopped part-way leaves is the rest of the wire
-    /// form exactly, wherever it stopped: inside a header, inside data,
-    /// between replies.
-    #[test]
-    fn the_rest_after_a_partial_send_is_the_wire_form_from_there() {
-        let data = |n: usize, seed: u8| {
-            let mut b = AlignedBuf::new(n);
-            b.iter_mut()
-                .enumerate()
-                .for_each(|(i, x)| *x = seed ^ i as u8);
-            b
-        };
-        let reply = |cookie, err, payload| Reply {
-            cookie,
-            err,
-            payload,
-            bytes: 0,
-        };
-        let replies = vec![
-            reply(1, 0, Payload::Data(data(4096, 1))),
-            reply(2, 0, Payload::None),
-            // An error's data is not sent.
-            reply(3, nbd::EIO, Payload::Data(data(4096, 3))),
-            reply(4, 0, Payload::Spare(data(4096, 4))),
-            reply(5, 0, Payload::Data(data(8192, 5))),
-        ];
-        let whole: Vec<u8> =
-            with_slices(&replies, 0, |s| s.iter().flat_map(|x| x.to_vec()).collect());
-        let total: usize = replies.iter().map(Reply::wire_len).sum();
-        assert_eq!(whole.len(), total);
-        assert_eq!(total, 5 * 16 + 4096 + 8192);
-        assert_eq!(&whole[8..16], &1u64.to_be_bytes());
-        for skip in 0..=total {
-            let rest: Vec<u8> = with_slices(&replies, skip, |s| {
-                s.iter().flat_map(|x| x.to_vec()).collect()
-            });
-            assert!(rest == whole[skip..], "after {skip} bytes");
-        }
     }
 }

@@ -452,6 +452,12 @@ fn a_daemon_whose_log_cannot_be_written_still_answers() {
     let st = w.status_json("lf");
     assert_eq!(st["state"], "optimal", "{st}");
     assert_eq!(st["members"][3]["path"], s(&spare), "{st}");
+    // The record, which the next start opens, names the spare in the slot
+    // it took and no longer as a spare.
+    let rec = std::fs::read_to_string(w.state().join("arrays/lf.toml")).unwrap();
+    let rec: toml::Value = toml::from_str(&rec).unwrap();
+    assert_eq!(rec["members"][3].as_str(), Some(s(&spare)), "{rec}");
+    assert_eq!(rec["spares"].as_array().map(Vec::len), Some(0), "{rec}");
     w.ok(&["stop", "lf"]);
     let end = std::time::Instant::now();
     while daemon.try_wait().unwrap().is_none() {

@@ -163,7 +163,7 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
         }
         self.record_writable(&s)?;
         s.array.remove_member(key)?;
-        s.record.lock().spares.retain(|p| p != member);
+        s.record_spares(None);
         let warn = self.save_record(&s).err().unwrap_or_default();
         Ok(format!(
             "member {m} removed from '{name}'; its metadata stays on it: raidctl add {name} {m} takes it back, and for another array erase its first MiB first (dd if=/dev/zero of={m} bs=1M count=1){warn}",
@@ -265,7 +265,7 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
         let m = self.open_new_member(&s, member)?;
         self.record_writable(&s)?;
         s.array.add_spare(m)?;
-        s.record.lock().spares.push(member.to_path_buf());
+        s.record_spares(Some(member));
         let warn = self.save_record(&s).err().unwrap_or_default();
         Ok(format!(
             "{} added to '{name}' as a spare{warn}",
@@ -322,7 +322,7 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
         }
         let slot = s.array.re_add(m)?;
         self.reconnects.release(name, slot);
-        s.record.lock().members[slot] = member.to_path_buf();
+        s.record_slot(slot, key, member);
         let warn = self.save_record(&s).err().unwrap_or_default();
         self.kick_rebuild(&s);
         Ok(format!(
@@ -341,9 +341,10 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
         if s.array.slots()[slot].state == raid_core::metadata::SlotState::Active {
             return self.hot_replace(&s, slot, m, old, new);
         }
+        let key = m.device_key();
         s.array.replace(slot, m)?;
         self.reconnects.release(name, slot);
-        s.record.lock().members[slot] = new.to_path_buf();
+        s.record_slot(slot, key, new);
         let warn = self.save_record(&s).err().unwrap_or_default();
         self.kick_rebuild(&s);
         Ok(format!(
@@ -376,9 +377,8 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
             // rebuilt (the monitor starts that rebuild once this copy's
             // thread has ended).
             Box::new(move |a, _| {
-                if a.slot_by_key(key) == Some(slot) {
+                if served.record_slot(slot, key, &path) {
                     reconnects.release(a.name(), slot);
-                    served.record.lock().members[slot] = path;
                     // Written again by the monitor where it cannot be now.
                     let _ = super::record::save(&state, &served);
                 }

@@ -480,11 +480,11 @@ impl Daemon {
                         match s.array.activate_spare(f.slot) {
                             Ok(Some(spare)) => {
                                 tracing::warn!(array = s.array.name(), slot = f.slot, spare = %spare, "spare activated");
-                                {
-                                    let mut r = s.record.lock();
-                                    r.members[f.slot] = PathBuf::from(&spare);
-                                    r.spares.retain(|p| p != Path::new(&spare));
+                                let member = s.array.member_of(f.slot);
+                                if let Some(m) = member.filter(|m| m.identity() == spare) {
+                                    s.record_slot(f.slot, m.device_key(), Path::new(&spare));
                                 }
+                                s.record_spares(None);
                                 let _ = self.save_record(&s);
                             }
                             Ok(None) => {}

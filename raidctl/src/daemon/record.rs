@@ -12,6 +12,8 @@
 use super::{Daemon, Served};
 use crate::error::{CliError, Result};
 use crate::registry::StateDir;
+use raid_core::member::DeviceKey;
+use std::path::Path;
 
 impl Daemon {
     /// Writes the record as it is (the same content as on disk, where
@@ -46,6 +48,41 @@ impl Daemon {
     /// Why the record on disk lags the array, if it does.
     pub(super) fn record_lag(&self, s: &Served) -> Option<String> {
         s.record_unsaved.lock().clone()
+    }
+}
+
+impl Served {
+    /// Names `path` in the record as `slot`'s device where the array's slot
+    /// holds device `key` now, and says whether it did. Checked and written
+    /// under the record's lock: of two changes to one slot made close
+    /// together (a replace, then a fail and another replace; a spare's
+    /// activation beside a command), the record ends naming the device
+    /// the array ended with, whichever thread reaches here last.
+    pub(super) fn record_slot(&self, slot: usize, key: DeviceKey, path: &Path) -> bool {
+        let mut rec = self.record.lock();
+        let holds = self.array.slot_by_key(key) == Some(slot);
+        if holds {
+            rec.members[slot] = path.to_path_buf();
+        }
+        holds
+    }
+
+    /// Brings the record's spares in step with the array's: a path stays
+    /// while the device it names is a spare, and `added` is named where it
+    /// is one now (the same rule as `record_slot`, for the list of spares).
+    pub(super) fn record_spares(&self, added: Option<&Path>) {
+        let mut rec = self.record.lock();
+        let is_spare = |p: &Path| {
+            crate::remote::key_of(p).is_ok_and(|k| {
+                self.array.holds(k)
+                    && self.array.slot_by_key(k).is_none()
+                    && !self.array.is_replacement(k)
+            })
+        };
+        rec.spares.retain(|p| is_spare(p));
+        if let Some(p) = added.filter(|p| is_spare(p) && !rec.spares.iter().any(|q| q == p)) {
+            rec.spares.push(p.to_path_buf());
+        }
     }
 }
 

@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct MemberStatus {
     pub slot: usize,
-    /// Path of the member in the slot; null when missing.
+    /// Path of the member in the slot; for a `missing` slot of a running
+    /// array, the device its record names (not in use); null where
+    /// nothing names one.
     pub path: Option<String>,
     pub uuid: String,
     /// active, failed, rebuilding or missing.
@@ -491,10 +493,15 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
     }
     for m in &s.members {
         out.push_str(&format!(
-            "  slot {:<3} {:<11} {}{}\n",
+            "  slot {:<3} {:<11} {}{}{}\n",
             m.slot,
             m.state,
             m.path.as_deref().unwrap_or("-"),
+            if m.state == "missing" && m.path.is_some() && s.running {
+                " (recorded; not in use)"
+            } else {
+                ""
+            },
             if detail {
                 format!("  uuid {}", m.uuid)
             } else {

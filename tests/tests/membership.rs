@@ -190,6 +190,12 @@ fn fail_past_redundancy_is_refused_and_a_forced_failure_can_be_undone() {
     let (code, _, err) = w.code(&["start", "fp"]);
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("--force"), "{err}");
+    // Both members are at hand: the refusal says why each is not used.
+    assert!(
+        err.contains(&format!("given but not usable: {}: stale", s(&m[0])))
+            && err.contains(&format!("{}: stale", s(&m[1]))),
+        "{err}"
+    );
     // Forced assembly takes back m1 (failed last, holds every write), not m0.
     let out = w.ok(&[
         "start",
@@ -202,6 +208,14 @@ fn fail_past_redundancy_is_refused_and_a_forced_failure_can_be_undone() {
     let states = member_states(&w, "fp");
     assert_eq!(states[1..], ["active", "active"], "{states:?}");
     assert_ne!(states[0], "active", "{states:?}");
+    // The slot left out names the device recorded for it, not nothing.
+    let st = w.status_json("fp");
+    assert_eq!(st["members"][0]["path"], s(&m[0]), "{st}");
+    let (_, out, _) = w.code(&["status", "fp"]);
+    assert!(
+        out.contains(&format!("{} (recorded; not in use)", s(&m[0]))),
+        "{out}"
+    );
     let (ok, text) = qemu_io(&sock, "fp", &["read -P 0x5a 0 12M"]);
     assert!(ok, "{text}");
     let new = w.sparse("new0.img", 16 * MIB);

@@ -237,12 +237,24 @@ pub(super) fn assemble(
         refused.retain(|(m, _)| !forced.iter().any(|(f, _)| f == m));
     }
     if !array.within_redundancy() {
+        // A slot without a device may have had one given that was not
+        // used (marked failed, stale): "missing" alone would send the
+        // operator looking for a device that is at hand.
+        let unusable: Vec<String> = refused
+            .iter()
+            .map(|(m, why)| format!("{m}: {why}"))
+            .collect();
         return Err(ArrayError::Assembly(format!(
-            "array '{}' cannot start: {}.{}",
+            "array '{}' cannot start: {}{}.{}",
             array.name,
             match array.failed_error() {
                 ArrayError::Failed { detail, .. } => detail,
                 e => e.to_string(),
+            },
+            if unusable.is_empty() {
+                String::new()
+            } else {
+                format!(" (given but not usable: {})", unusable.join("; "))
             },
             if force {
                 " Not enough members marked failed are present to force it either: find the missing ones (raidctl examine DEV shows what a device holds)"

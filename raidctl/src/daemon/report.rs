@@ -32,6 +32,13 @@ impl Daemon {
             }
             let mut st = status::of_running(&s.array, rate, exports, Some(s.engine.report()));
             st.record_lags = self.record_lag(s);
+            // A slot without a device in use (missing at start, or left out
+            // there as failed or stale) names the device its record names,
+            // the one to look for or to replace.
+            let recorded = s.record.lock().members.clone();
+            for m in st.members.iter_mut().filter(|m| m.path.is_none()) {
+                m.path = recorded.get(m.slot).map(|p| p.display().to_string());
+            }
             let mut health = self.member_health(s);
             for m in &mut st.members {
                 // A reading of the device the slot held before is not this one's.

@@ -313,6 +313,15 @@ impl SmallFs {
         while f.write_all(&zeros).is_ok() {}
     }
 
+    fn read_only(&self) {
+        let ok = std::process::Command::new("mount")
+            .args(["-o", "remount,ro", s(&self.0)])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "remount {} read-only", self.0.display());
+    }
+
     fn free(&self) {
         std::fs::remove_file(self.0.join("filler")).unwrap();
     }
@@ -401,6 +410,16 @@ fn a_full_state_folder_changes_nothing_and_a_lagging_record_catches_up() {
     assert_eq!(st["members"][1]["path"], s(&hot), "{st}");
     assert_eq!(st["members"][2]["path"], s(&new), "{st}");
     w.ok(&["stop", "sf"]);
+    // A read-only state folder: no daemon can run from it (its socket and
+    // log live there), said as such with exit 5, not as a file error.
+    w.kill_daemon();
+    fs.read_only();
+    let (code, _, err) = w.code(&["start", "sf"]);
+    assert_eq!(code, 5, "{err}");
+    assert!(
+        err.contains("cannot start the daemon") && err.contains("make that folder writable"),
+        "{err}"
+    );
 }
 
 /// A daemon whose log cannot be written (its state folder full or

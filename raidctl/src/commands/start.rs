@@ -121,7 +121,15 @@ fn ensure_daemon(st: &StateDir) -> Result<()> {
         .create(true)
         .append(true)
         .open(st.log())
-        .map_err(|e| CliError::failed(format!("cannot open {}: {e}", st.log().display())))?;
+        .map_err(|e| {
+            // The daemon keeps its socket and log in the state folder: a
+            // folder it cannot write is one it cannot run from (exit 5).
+            CliError::daemon(format!(
+                "cannot start the daemon: cannot write its log {} ({e}). The daemon keeps its socket, log and the arrays' records in {}: make that folder writable (or name another with --state-dir / RAIDCTL_STATE_DIR)",
+                st.log().display(),
+                st.root.display()
+            ))
+        })?;
     let exe = std::env::current_exe()
         .map_err(|e| CliError::failed(format!("cannot find raidctl itself: {e}")))?;
     let mut cmd = std::process::Command::new(exe);

@@ -133,8 +133,10 @@ pub enum GeometryError {
     },
     #[error("chunk size {0} bytes is not a power of two between 4 KiB and 1 MiB")]
     BadChunk(u64),
-    #[error("members are too small: each needs room for at least one chunk of {chunk} bytes after the metadata")]
+    #[error("members are too small: each needs its first MiB for the metadata and at least one chunk of {chunk} bytes after it (two for raid10): use larger devices, or a smaller --chunk")]
     TooSmall { chunk: u64 },
+    #[error("spare {spare} is {size} bytes, smaller than the {need} bytes each member uses: name a spare at least as large as the members")]
+    SpareTooSmall { spare: String, size: u64, need: u64 },
 }
 
 /// Most members an array may have (also bounded by the metadata's member table).

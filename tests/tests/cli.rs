@@ -271,6 +271,21 @@ fn wrong_invocations_exit_with_their_code_and_change_nothing() {
             says: "too small",
         },
         Wrong {
+            args: a(&[
+                "create",
+                "x",
+                "--level",
+                "5",
+                &f(0),
+                &f(1),
+                &f(2),
+                "--spare",
+                s(&tiny),
+            ]),
+            code: 2,
+            says: "smaller than the",
+        },
+        Wrong {
             args: a(&["create", "x", "--level", "5"]),
             code: 2,
             says: "required",
@@ -338,8 +353,14 @@ fn wrong_invocations_exit_with_their_code_and_change_nothing() {
         .chain([&ext4, &gpt, &tiny])
         .cloned()
         .collect();
+    // Content and allocated blocks: a refused create must not allocate
+    // the member files either (it used to, before its size checks).
+    let look = |p: &PathBuf| {
+        use std::os::unix::fs::MetadataExt;
+        (file_hash(p), std::fs::metadata(p).unwrap().blocks())
+    };
     for c in &cases {
-        let before: Vec<u64> = watched.iter().map(|p| file_hash(p)).collect();
+        let before: Vec<_> = watched.iter().map(look).collect();
         let args: Vec<&str> = c.args.iter().map(|x| x.as_str()).collect();
         let o = w.run(&args);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -353,7 +374,7 @@ fn wrong_invocations_exit_with_their_code_and_change_nothing() {
             "raidctl {args:?}: message lacks {:?}:\n{err}",
             c.says
         );
-        let after: Vec<u64> = watched.iter().map(|p| file_hash(p)).collect();
+        let after: Vec<_> = watched.iter().map(look).collect();
         for (i, (b, a)) in before.iter().zip(&after).enumerate() {
             // The running array's members may take metadata updates of its own.
             if i < 3 {

@@ -286,18 +286,17 @@ fn now_secs() -> u64 {
 }
 
 impl Array {
-    /// Writes fresh metadata on `members` (slot order = list order) and
-    /// `spares`, and returns the running array. The data areas of redundant
-    /// levels are zeroed (hole-punched where possible), which makes every
-    /// stripe's parity and every mirror consistent from the start without a
-    /// resync.
-    pub fn create(
-        members: Vec<MemberRef>,
-        spares: Vec<MemberRef>,
-        opts: CreateOptions,
-    ) -> Result<Array> {
+    /// Every check `create` makes before it writes anything, and the
+    /// geometry they give: a caller that prepares the devices first (the
+    /// CLI allocates member files) runs it before, so that input refused
+    /// here leaves every device as it was.
+    pub fn check_create(
+        members: &[MemberRef],
+        spares: &[MemberRef],
+        opts: &CreateOptions,
+    ) -> Result<Geometry> {
         let mut seen = std::collections::HashMap::new();
-        for m in members.iter().chain(&spares) {
+        for m in members.iter().chain(spares) {
             if let Some(first) = seen.insert(m.device_key(), m.identity().to_string()) {
                 return Err(ArrayError::Refused {
                     rule: Rule::AlreadyMember,
@@ -328,16 +327,29 @@ impl Array {
         let smallest = members.iter().map(|m| m.size()).min().unwrap_or(0);
         let usable = smallest.saturating_sub(DATA_OFFSET);
         let geo = Geometry::new(opts.level, members.len(), opts.chunk, usable)?;
-        for s in &spares {
+        for s in spares {
             if s.size() < DATA_OFFSET + geo.member_size {
-                return Err(ArrayError::Invalid(format!(
-                    "spare {} is {} bytes, smaller than the {} bytes each member needs",
-                    s.identity(),
-                    s.size(),
-                    DATA_OFFSET + geo.member_size
-                )));
+                return Err(ArrayError::Geometry(GeometryError::SpareTooSmall {
+                    spare: s.identity().into(),
+                    size: s.size(),
+                    need: DATA_OFFSET + geo.member_size,
+                }));
             }
         }
+        Ok(geo)
+    }
+
+    /// Writes fresh metadata on `members` (slot order = list order) and
+    /// `spares`, and returns the running array. The data areas of redundant
+    /// levels are zeroed (hole-punched where possible), which makes every
+    /// stripe's parity and every mirror consistent from the start without a
+    /// resync.
+    pub fn create(
+        members: Vec<MemberRef>,
+        spares: Vec<MemberRef>,
+        opts: CreateOptions,
+    ) -> Result<Array> {
+        let geo = Array::check_create(&members, &spares, &opts)?;
         if opts.level != Level::Raid0 {
             for m in &members {
                 m.write_zeroes(DATA_OFFSET, geo.member_size)

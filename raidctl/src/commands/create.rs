@@ -126,6 +126,17 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     };
     let m: Vec<_> = members.iter().map(open).collect::<Result<_>>()?;
     let s: Vec<_> = spares.iter().map(open).collect::<Result<_>>()?;
+    let opts = CreateOptions {
+        name: name.into(),
+        level,
+        chunk,
+    };
+    // Sizes and the rest checked before a file is allocated: refused
+    // input leaves the devices as they were.
+    {
+        let refs = |v: &[(MemberRef, _)]| v.iter().map(|(m, _)| m.clone()).collect::<Vec<_>>();
+        Array::check_create(&refs(&m), &refs(&s), &opts)?;
+    }
     for f in m.iter().chain(&s).filter_map(|(_, f)| f.as_ref()) {
         // Even sparse, the metadata, bitmap and journal area is allocated:
         // a full filesystem must never stop those writes.
@@ -152,15 +163,7 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
             "nothing written: {e}. Free space on that filesystem (or make it writable), then create again"
         ))
     })?;
-    let array = Array::create(
-        m,
-        s,
-        CreateOptions {
-            name: name.into(),
-            level,
-            chunk,
-        },
-    )?;
+    let array = Array::create(m, s, opts)?;
     array.close()?;
     let g = array.geometry();
     st.save(&ArrayRecord {

@@ -290,6 +290,42 @@ fn wrong_invocations_exit_with_their_code_and_change_nothing() {
             code: 2,
             says: "required",
         },
+        // Refused before assembly writes the members' metadata.
+        Wrong {
+            args: a(&[
+                "start",
+                "renamed",
+                "--members",
+                s(&m[3]),
+                s(&m[4]),
+                s(&m[5]),
+            ]),
+            code: 4,
+            says: "carry array 'other', not 'renamed'",
+        },
+        Wrong {
+            args: a(&[
+                "start",
+                "other",
+                "--nbd",
+                &format!("unix:{}", w.dir.display()),
+            ]),
+            code: 4,
+            says: "exists and is not a socket",
+        },
+        Wrong {
+            args: a(&[
+                "start",
+                "other",
+                "--members",
+                s(&m[3]),
+                s(&m[4]),
+                s(&m[5]),
+                s(&m[5]),
+            ]),
+            code: 4,
+            says: "list each device once",
+        },
         Wrong {
             args: a(&["start", "ghost"]),
             code: 3,

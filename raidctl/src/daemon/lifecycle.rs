@@ -50,6 +50,21 @@ impl Daemon {
             (Ok(r), false) => (r.members.clone(), r.spares.clone(), r.parity.clone()),
             (Err(e), false) => return Err(e.clone()),
         };
+        // Each device once, by identity (a second open of the same one
+        // would be refused as "in use", which it is not).
+        let mut seen = std::collections::HashMap::new();
+        for p in paths.iter().filter(|_| importing) {
+            if let Some(first) = crate::remote::key_of(p)
+                .ok()
+                .and_then(|k| seen.insert(k, p))
+            {
+                return Err(CliError::refused(format!(
+                    "{} and {} are the same device: list each device once",
+                    first.display(),
+                    p.display()
+                )));
+            }
+        }
         let mut opened: Vec<MemberRef> = Vec::new();
         let mut notes = Vec::new();
         for p in paths.iter().chain(&spares) {
@@ -95,6 +110,31 @@ impl Daemon {
                 "none of the devices of '{name}' could be opened ({}): if they moved, raidctl start {name} --scan [DIR...] finds them by the array's uuid; or name them with --members",
                 notes.join("; ")
             )));
+        }
+        // Which array the devices carry, read before assembly writes to
+        // them: a start refused for naming the wrong array must leave
+        // every device as it was (the same checks follow assembly, for
+        // what it settles from all of them).
+        let carried: Vec<_> = opened
+            .iter()
+            .filter_map(|m| raid_core::metadata::read_superblock(m.as_ref()).ok())
+            .collect();
+        if !carried.is_empty() && !carried.iter().any(|sb| sb.name == name) {
+            let other = &carried[0].name;
+            return Err(CliError::refused(format!(
+                "the members given carry array '{other}', not '{name}': start it as raidctl start {other} --members ..."
+            )));
+        }
+        if let Ok(r) = &recorded {
+            let named: Vec<_> = carried.iter().filter(|sb| sb.name == name).collect();
+            if !named.is_empty() && !named.iter().any(|sb| sb.array_uuid.to_string() == r.uuid) {
+                return Err(CliError::refused(format!(
+                    "the members carry array '{name}' uuid {}, but {} records '{name}' uuid {}: a different array of the same name",
+                    named[0].array_uuid,
+                    self.state.root.display(),
+                    r.uuid
+                )));
+            }
         }
         let asm = if force {
             Array::assemble_forced(opened)?

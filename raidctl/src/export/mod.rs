@@ -115,6 +115,27 @@ pub struct Export {
 /// Checks an export spec and its security before anything is assembled:
 /// a TCP address other than loopback is served only with TLS, unless
 /// `insecure` says otherwise.
+/// Whether the export may listen at `path`: nothing there, or a stale
+/// socket (returns true: to be removed before the bind). A socket a
+/// server answers on, or any other file, is refused: only a stale socket
+/// is replaced, never a file that sits at the path the operator typed.
+fn unix_path_free(path: &Path) -> Result<bool> {
+    if UnixStream::connect(path).is_ok() {
+        return Err(CliError::refused(format!(
+            "{} is in use by another server: choose another path for the NBD socket",
+            path.display()
+        )));
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => Ok(true),
+        Ok(_) => Err(CliError::refused(format!(
+            "{} exists and is not a socket: choose another path for the NBD socket, or remove it yourself if it is not wanted",
+            path.display()
+        ))),
+        Err(_) => Ok(false),
+    }
+}
+
 pub fn check_spec(spec: &str, sec: &Security) -> Result<()> {
     if sec.verify_peer && sec.tls.is_none() {
         return Err(CliError::usage(
@@ -122,7 +143,7 @@ pub fn check_spec(spec: &str, sec: &Security) -> Result<()> {
         ));
     }
     match spec.split_once(':') {
-        Some(("unix", p)) if !p.is_empty() => Ok(()),
+        Some(("unix", p)) if !p.is_empty() => unix_path_free(Path::new(p)).map(|_| ()),
         Some(("tcp", a)) if !a.is_empty() => {
             let addr = tcp_addr(a);
             let loopback = std::net::ToSocketAddrs::to_socket_addrs(&addr)
@@ -186,25 +207,8 @@ impl Export {
             })?);
         let (listener, desc) = if let Some(path) = spec.strip_prefix("unix:") {
             let path = PathBuf::from(path);
-            if UnixStream::connect(&path).is_ok() {
-                return Err(CliError::refused(format!(
-                    "{} is in use by another server",
-                    path.display()
-                )));
-            }
-            // Only a stale socket is replaced: never a file that happens to
-            // sit at the path the operator typed.
-            match std::fs::symlink_metadata(&path) {
-                Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
-                    let _ = std::fs::remove_file(&path);
-                }
-                Ok(_) => {
-                    return Err(CliError::refused(format!(
-                        "{} exists and is not a socket: choose another path for the NBD socket, or remove it yourself if it is not wanted",
-                        path.display()
-                    )))
-                }
-                Err(_) => {}
+            if unix_path_free(&path)? {
+                let _ = std::fs::remove_file(&path);
             }
             let l = UnixListener::bind(&path).map_err(|e| {
                 CliError::failed(format!("cannot listen on {}: {e}", path.display()))

@@ -45,6 +45,16 @@ fn a_mount_needs_an_empty_folder_that_is_not_a_mount_point() {
     w.ok(&["stop", "pb"]);
 }
 
+/// Whether anything is mounted on `dir` (/proc/mounts, which never calls
+/// into a dead FUSE mount).
+fn mounted(dir: &Path) -> bool {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(s(&dir)))
+}
+
 #[test]
 fn a_mount_left_by_a_killed_daemon_is_cleared_or_named() {
     need("mkfs.ext4");
@@ -92,7 +102,60 @@ fn a_mount_left_by_a_killed_daemon_is_cleared_or_named() {
     run_ok(Command::new("umount").arg(&mnt));
     run_ok(Command::new("losetup").args(["-d", &dev2]));
     run_ok(Command::new("umount").arg("-l").arg(&dir));
-    w.ok(&["mount", "pd", "--loop"]);
+    let dev3 = w
+        .ok(&["mount", "pd", "--loop"])
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    // A process holding the loop device open: unmount refuses and changes
+    // nothing (a detach would only mark the device to go when it closes,
+    // and the export would vanish then).
+    let mut holder = Command::new("sh")
+        .args(["-c", &format!("exec sleep 30 3<{dev3}")])
+        .spawn()
+        .unwrap();
+    raid_e2e::eventually("the holder opens the loop device", || {
+        std::fs::read_dir(format!("/proc/{}/fd", holder.id()))
+            .map(|d| {
+                d.flatten()
+                    .any(|f| std::fs::read_link(f.path()).is_ok_and(|t| t == Path::new(&dev3)))
+            })
+            .unwrap_or(false)
+    });
+    let (code, _, err) = w.code(&["unmount", "pd"]);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains(&format!("{dev3} is in use (open by pid")),
+        "{err}"
+    );
+    let flags = run_ok(Command::new("losetup").args(["-n", "-O", "AUTOCLEAR", &dev3]));
+    assert_eq!(
+        flags.trim(),
+        "0",
+        "the refused unmount marked {dev3} to detach"
+    );
     w.ok(&["unmount", "pd"]);
-    w.ok(&["stop", "pd"]);
+    // A mount a killed daemon left, with nothing on its loop device:
+    // unmount clears it (it said "not mounted"), and so does stop.
+    w.ok(&["mount", "pd"]);
+    w.kill_daemon();
+    w.ok(&["start", "pd"]);
+    let out = w.ok(&["unmount", "pd"]);
+    assert!(
+        out.contains("left by a daemon that died: unmounted"),
+        "{out}"
+    );
+    assert!(!mounted(&dir), "{} still mounted", dir.display());
+    w.ok(&["mount", "pd"]);
+    w.kill_daemon();
+    w.ok(&["start", "pd"]);
+    let out = w.ok(&["stop", "pd"]);
+    assert!(
+        out.contains("left by a daemon that died: unmounted"),
+        "{out}"
+    );
+    assert!(!mounted(&dir), "{} still mounted", dir.display());
 }

@@ -295,7 +295,10 @@ impl Daemon {
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
-        notes.extend(crate::fuse::place::dead_note(&self.default_mount_dir(name)));
+        notes.extend(crate::fuse::place::dead_note(
+            &self.default_mount_dir(name),
+            name,
+        ));
         if let Some((slot, new)) = self.unfinished_hot_replace(name, &array) {
             let reason = "the daemon ended before the copy was complete (killed, or the host went down): the old member stays; replace again to restart it".to_string();
             notes.push(format!(
@@ -321,10 +324,20 @@ impl Daemon {
 
     pub(super) fn stop(&self, name: &str) -> Result<String> {
         let served = self.served(name)?;
+        let mut stopped_work = String::new();
         if served.mount.lock().is_some() {
             // Not flushed here: closing the array flushes, and a failed
             // array must still stop.
             self.unmount_only(name)?;
+        } else {
+            // A mount a killed daemon left is cleared where it can be, and
+            // said where it cannot: it must not outlive the array unsaid.
+            match crate::fuse::place::clear_dead_of(name) {
+                Ok(cleared) => cleared
+                    .iter()
+                    .for_each(|c| stopped_work.push_str(&format!("; {c}"))),
+                Err(why) => stopped_work.push_str(&format!("; note: {why}")),
+            }
         }
         for e in served.exports.lock().drain(..) {
             e.stop();
@@ -337,7 +350,6 @@ impl Daemon {
             .copy_progress()
             .filter(|c| c.kind == raid_core::array::CopyKind::Rebuild);
         let closed = served.array.close();
-        let mut stopped_work = String::new();
         if let Some((slot, new, ..)) = hot {
             stopped_work.push_str(&format!(
                 "; the hot replace of slot {slot} onto {new} was stopped before its copy was complete: the old member stays (raidctl replace {name} OLD {new} starts it again)"

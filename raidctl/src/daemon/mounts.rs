@@ -50,6 +50,14 @@ impl Daemon {
     /// is reported with the unmount it followed.
     pub(super) fn unmount(&self, name: &str) -> Result<String> {
         let s = self.served(name)?;
+        if s.mount.lock().is_none() {
+            // A mount a killed daemon left (nothing serves it): cleared
+            // here too, not only by the next `mount`.
+            let cleared = crate::fuse::place::clear_dead_of(name).map_err(CliError::refused)?;
+            if !cleared.is_empty() {
+                return Ok(cleared.join("\n"));
+            }
+        }
         let dir = self.unmount_only(name)?;
         let done = format!("array '{name}' unmounted from {}", dir.display());
         match s.array.flush() {

@@ -256,6 +256,12 @@ impl Mounted {
                     format!("{dev} is mounted on {mp}: umount {mp} first"),
                 )));
             }
+            if let Some(by) = place::in_use(&dev) {
+                return Err(Box::new((
+                    self,
+                    format!("{dev} is in use ({by}): nothing changed; stop what uses it, then unmount again"),
+                )));
+            }
             let out = match std::process::Command::new("losetup")
                 .arg("-d")
                 .arg(&dev)

@@ -74,10 +74,10 @@ fn check_live(dir: &Path) -> Result<(), String> {
 }
 
 /// A note when `dir` is a mount left by a daemon that died, for `start`.
-pub fn dead_note(dir: &Path) -> Option<String> {
+pub fn dead_note(dir: &Path, name: &str) -> Option<String> {
     is_dead(dir).then(|| {
         format!(
-            "{} is a FUSE mount left by a daemon that ended without unmounting (killed?): nothing serves it; raidctl mount clears it",
+            "{} is a FUSE mount left by a daemon that ended without unmounting (killed?): nothing serves it; raidctl unmount {name} (or mount {name}) clears it",
             dir.display()
         )
     })
@@ -149,8 +149,11 @@ fn clear_dead(dir: &Path) -> Result<String, String> {
 }
 
 /// What uses loop device `dev`: where it (or a partition of it) is
-/// mounted, or what holds it (device-mapper, md: /sys/block/*/holders).
-fn in_use(dev: &str) -> Option<String> {
+/// mounted, what holds it (device-mapper, md: /sys/block/*/holders), or
+/// which processes have it open (a VM, a dd). A detach while any does
+/// only marks it to go when the last closes (the kernel's autoclear): the
+/// export would be gone later with nothing said.
+pub fn in_use(dev: &str) -> Option<String> {
     if let Some(mp) = super::mounted_at(dev) {
         return Some(mp);
     }
@@ -171,7 +174,53 @@ fn in_use(dev: &str) -> Option<String> {
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
-    (!holders.is_empty()).then(|| format!("held by {}", holders.join(", ")))
+    if !holders.is_empty() {
+        return Some(format!("held by {}", holders.join(", ")));
+    }
+    let openers = openers(Path::new(dev));
+    (!openers.is_empty()).then(|| format!("open by {}", openers.join(", ")))
+}
+
+/// The processes with `dev` open, as "pid N (command)", from /proc/*/fd.
+fn openers(dev: &Path) -> Vec<String> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    procs
+        .flatten()
+        .filter_map(|p| {
+            let pid: u32 = p.file_name().to_str()?.parse().ok()?;
+            let holds = std::fs::read_dir(p.path().join("fd"))
+                .ok()?
+                .flatten()
+                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == dev));
+            holds.then(|| {
+                let comm = std::fs::read_to_string(p.path().join("comm")).unwrap_or_default();
+                format!("pid {pid} ({})", comm.trim())
+            })
+        })
+        .collect()
+}
+
+/// Clears the mounts of array `name` left by a daemon that died (`unmount`
+/// after a kill: the daemon that runs now does not hold them); says what
+/// it cleared, or why it could not.
+pub fn clear_dead_of(name: &str) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let source = format!("raidctl:{name}");
+    let dirs: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let dash = f.iter().position(|x| *x == "-")?;
+            let dir = PathBuf::from(f.get(4)?.replace("\\040", " "));
+            (*f.get(dash + 2)? == source).then_some(dir)
+        })
+        .collect();
+    dirs.iter()
+        .filter(|d| is_dead(d))
+        .map(|d| clear_dead(d))
+        .collect()
 }
 
 /// The loop devices whose backing file lies under `dir`.

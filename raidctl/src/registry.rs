@@ -115,7 +115,9 @@ impl StateDir {
         let r = &r;
         let p = self.record_path(&r.name);
         let tmp = p.with_extension("toml.tmp");
-        let text = toml::to_string_pretty(r).expect("record serialises");
+        let text = toml::to_string_pretty(r).map_err(|e| {
+            CliError::failed(format!("cannot write the record of '{}': {e}", r.name))
+        })?;
         // Durable before it replaces the old one, and the rename durable
         // too: after a power cut the record is the old or the new, whole.
         let write = || -> std::io::Result<()> {

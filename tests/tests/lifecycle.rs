@@ -132,6 +132,11 @@ fn rates_hold_across_a_restart() {
     w.ok(&["start", "rt"]);
     w.ok(&["rate", "rt", "--rebuild", "3M"]);
     w.ok(&["rate", "rt", "--scrub", "5M"]);
+    // A rate the record cannot hold is bad input, not a daemon's panic
+    // answered as "not running"; the rates stay as they were.
+    let (code, _, err) = w.code(&["rate", "rt", "--rebuild", "10000000T"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("beyond any device"), "{err}");
     w.ok(&["stop", "rt"]);
     w.ok(&["start", "rt"]);
     let out = w.ok(&["rate", "rt"]);

@@ -114,9 +114,15 @@ pub fn run(cli: Cli) -> Result<()> {
             rebuild,
             scrub,
         } => {
+            // A record keeps it as a TOML integer (at most 2^63 - 1).
             let size = |v: Option<String>| -> Result<Option<u64>> {
-                v.map(|v| parse_size(&v).map_err(CliError::usage))
-                    .transpose()
+                v.map(|v| match parse_size(&v).map_err(CliError::usage)? {
+                    r if r > i64::MAX as u64 => Err(CliError::usage(format!(
+                        "rate {v} is beyond any device (at most 8388607T): give a rate in bytes per second such as 200M, or 0 for no limit"
+                    ))),
+                    r => Ok(r),
+                })
+                .transpose()
             };
             print_message(&daemon_call(
                 &st,

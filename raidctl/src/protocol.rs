@@ -160,6 +160,10 @@ pub struct ScrubMismatch {
     pub member: Option<String>,
     pub what: String,
     pub repaired: bool,
+    /// Whether the wrong chunk was found (RAID6, one chunk wrong); where
+    /// not, a repair rewrites the redundancy from the data.
+    #[serde(default)]
+    pub located: bool,
 }
 
 impl Response {

@@ -341,6 +341,13 @@ fn wrong_invocations_exit_with_their_code_and_change_nothing() {
             code: 4,
             says: "is not running",
         },
+        // With the daemon running, a name it does not know is unknown,
+        // not "not running".
+        Wrong {
+            args: a(&["fail", "ghost", s(&m[3])]),
+            code: 3,
+            says: "no array named 'ghost'",
+        },
         Wrong {
             args: a(&["status", "ghost"]),
             code: 3,
@@ -480,6 +487,9 @@ fn scrub_finds_and_repairs_silent_corruption() {
     );
     assert_eq!(mm.len(), 1, "{found}");
     assert_eq!(mm[0]["member"], s(&m[3]));
+    // RAID6 names the bad chunk: the repair rewrites that one.
+    assert_eq!(mm[0]["located"], true, "{found}");
+    assert!(text.contains("rewrites the chunks found wrong"), "{text}");
     let out = w.ok(&["scrub", "sc", "--repair"]);
     assert!(out.contains("1 mismatches (repaired)"), "{out}");
     let after: serde_json::Value =

@@ -66,6 +66,10 @@ pub struct Mismatch {
     /// What was decided.
     pub what: String,
     pub repaired: bool,
+    /// Whether the wrong chunk was found (RAID6's syndromes): where not
+    /// (RAID5, mirrors, more than one chunk wrong), a repair makes the
+    /// redundancy agree with the data, which may be the bad part.
+    pub located: bool,
 }
 
 /// What a scrub found.
@@ -435,6 +439,9 @@ impl Array {
             )
         };
         let slot = map.members[idx];
+        // RAID6 with one chunk wrong names it; RAID5 and a RAID6 with more
+        // wrong rewrite the parity (`fixed` holds P, and Q for RAID6).
+        let located = self.geo.level != Level::Raid5 && fixed.len() == 1;
         if repair {
             for (i, good) in &fixed {
                 chunks[*i][..].copy_from_slice(good);
@@ -447,6 +454,7 @@ impl Array {
             slot,
             what,
             repaired: repair,
+            located,
         });
         Ok(())
     }
@@ -488,6 +496,7 @@ impl Array {
                     slot,
                     what,
                     repaired: repair,
+                    located: false,
                 });
             }
         }

@@ -345,7 +345,12 @@ pub fn run(cli: Cli) -> Result<()> {
                     match (s.repair, s.mismatches.is_empty()) {
                         (_, true) => "",
                         (true, false) => " (repaired)",
-                        (false, false) => " (check only: raidctl scrub --repair fixes them)",
+                        (false, false) if s.mismatches.iter().all(|m| m.located) => {
+                            " (check only: raidctl scrub --repair rewrites the chunks found wrong)"
+                        }
+                        (false, false) => {
+                            " (check only). Where the wrong chunk cannot be located (RAID5, mirrors, more than one chunk wrong), --repair makes the parity or copies agree with the data, which may be the bad part: if one member is suspect (its errors, its health), fail and replace it instead, so that it is rebuilt from the others; else raidctl scrub --repair"
+                        }
                     }
                 );
                 for m in &s.mismatches {

@@ -395,12 +395,18 @@ impl Daemon {
         r.unwrap_or_else(|e| Response::err(&e))
     }
 
+    /// The running array `name`; else why not: unknown here (exit 3, as
+    /// without a daemon) or known and stopped (exit 4).
     fn served(&self, name: &str) -> Result<Arc<Served>> {
-        self.arrays.lock().get(name).cloned().ok_or_else(|| {
-            CliError::refused(format!(
-                "array '{name}' is not running (raidctl start {name})"
-            ))
-        })
+        if let Some(s) = self.arrays.lock().get(name).cloned() {
+            return Ok(s);
+        }
+        if !self.state.exists(name) {
+            self.state.load(name)?;
+        }
+        Err(CliError::refused(format!(
+            "array '{name}' is not running (raidctl start {name})"
+        )))
     }
 
     /// Starts the array's rebuild if a slot wants one and no copy runs.

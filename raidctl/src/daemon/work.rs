@@ -131,6 +131,7 @@ impl Daemon {
                     member: slots.get(m.slot).and_then(|x| x.member.clone()),
                     what: m.what.clone(),
                     repaired: m.repaired,
+                    located: m.located,
                 })
                 .collect(),
         };

@@ -91,8 +91,8 @@ pub enum Command {
     /// Create an array: write metadata on the members and record it.
     Create {
         name: String,
-        /// RAID level: 0, 1, 5, 6 or 10.
-        #[arg(long)]
+        /// RAID level: 0, 1, 5, 6 or 10 (raid5 and the like are read too).
+        #[arg(long, value_parser = parse_level)]
         level: u32,
         /// Chunk size, a power of two from 4K to 1M.
         #[arg(long, default_value = "64K")]
@@ -429,4 +429,16 @@ fn main() -> ExitCode {
             ExitCode::from(e.code)
         }
     }
+}
+
+/// A RAID level as typed: `5`, `raid5` or `RAID5`; which levels exist is
+/// checked by `create`, which names them.
+fn parse_level(v: &str) -> Result<u32, String> {
+    let digits = v
+        .strip_prefix("raid")
+        .or_else(|| v.strip_prefix("RAID"))
+        .unwrap_or(v);
+    digits
+        .parse()
+        .map_err(|_| format!("'{v}' is not a RAID level: use 0, 1, 5, 6 or 10"))
 }

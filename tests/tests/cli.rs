@@ -286,6 +286,16 @@ fn wrong_invocations_exit_with_their_code_and_change_nothing() {
             says: "smaller than the",
         },
         Wrong {
+            args: a(&["create", "x", "--level", "raid5", &f(0), &f(1), s(&w.dir)]),
+            code: 2,
+            says: "is a folder",
+        },
+        Wrong {
+            args: a(&["create", "x", "--level", "raid7", &f(0), &f(1), &f(2)]),
+            code: 2,
+            says: "RAID level 7 is not supported",
+        },
+        Wrong {
             args: a(&["create", "x", "--level", "5"]),
             code: 2,
             says: "required",

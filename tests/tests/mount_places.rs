@@ -29,12 +29,12 @@ fn a_mount_needs_an_empty_folder_that_is_not_a_mount_point() {
     w.ok(&["mount", "pa", "--dir", s(&dir)]);
     // A second array on the same folder: refused, the first one untouched.
     let (code, _, err) = w.code(&["mount", "pb", "--dir", s(&dir)]);
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 4, "{err}");
     assert!(err.contains("mount point already"), "{err}");
     assert!(dir.join("pa").exists());
     // A folder that holds something (here: the members themselves).
     let (code, _, err) = w.code(&["mount", "pb", "--dir", s(&w.dir)]);
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 4, "{err}");
     assert!(err.contains("not empty"), "{err}");
     assert!(w.dir.join("pb0.img").exists());
     w.ok(&["unmount", "pa"]);
@@ -90,7 +90,7 @@ fn a_mount_left_by_a_killed_daemon_is_cleared_or_named() {
     w.ok(&["start", "pd"]);
     // A filesystem still mounted on it: refused, with the commands.
     let (code, _, err) = w.code(&["mount", "pd", "--loop"]);
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 4, "{err}");
     for step in [
         format!("umount {}", mnt.display()),
         format!("losetup -d {dev2}"),

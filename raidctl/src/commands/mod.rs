@@ -396,13 +396,21 @@ fn existing(p: &Path) -> Result<PathBuf> {
     if crate::remote::is_remote(p) {
         return Ok(p.to_path_buf());
     }
-    std::fs::canonicalize(p).map_err(|_| {
+    let full = std::fs::canonicalize(p).map_err(|_| {
         CliError::not_found(format!(
             "no such file or device: {} (for an array on files, create it first: truncate -s 10G {})",
             p.display(),
             p.display()
         ))
-    })
+    })?;
+    if full.is_dir() {
+        return Err(CliError::usage(format!(
+            "{} is a folder: name a block device, or a file in it (truncate -s 10G {}/member0.img makes one)",
+            p.display(),
+            p.display()
+        )));
+    }
+    Ok(full)
 }
 
 /// The names of the arrays the daemon serves now (none without a daemon).

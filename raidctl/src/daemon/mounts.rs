@@ -22,13 +22,16 @@ impl Daemon {
             )));
         }
         let dir = dir.unwrap_or_else(|| self.default_mount_dir(name));
+        // A folder that cannot take the mount is refused (exit 4), before
+        // anything is made; a mount that fails after is a failure (1).
+        let cleared = crate::fuse::place::check(&dir).map_err(CliError::refused)?;
         let m = crate::fuse::Mounted::mount(s.array.clone(), &dir, with_loop)
             .map_err(CliError::failed)?;
         let mut msg = format!("array '{name}' is the file {}", m.file.display());
         if let Some(d) = &m.loop_dev {
             msg = format!("{d}\n{msg}, attached to {d}");
         }
-        if let Some(c) = &m.cleared {
+        if let Some(c) = &cleared {
             msg.push_str(&format!("\nnote: {c}"));
         }
         *slot = Some(m);

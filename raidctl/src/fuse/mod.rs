@@ -123,17 +123,16 @@ pub struct Mounted {
     pub dir: std::path::PathBuf,
     pub file: std::path::PathBuf,
     pub loop_dev: Option<String>,
-    /// What was cleared before mounting (a dead mount on the folder).
-    pub cleared: Option<String>,
 }
 
 impl Mounted {
+    /// Mounts `array` on `dir`, which the caller checked could take it
+    /// (`place::check`).
     pub fn mount(
         array: Arc<Array>,
         dir: &std::path::Path,
         with_loop: bool,
     ) -> Result<Mounted, String> {
-        let cleared = place::check(dir)?;
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create mount point {}: {e}", dir.display()))?;
         let file = dir.join(array.name());
@@ -181,7 +180,6 @@ impl Mounted {
             dir: dir.to_path_buf(),
             file,
             loop_dev: None,
-            cleared,
         };
         if with_loop {
             match attach_loop(&m.file) {

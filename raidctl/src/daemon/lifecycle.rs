@@ -66,21 +66,16 @@ impl Daemon {
             }
         }
         let mut opened: Vec<MemberRef> = Vec::new();
+        let mut files: Vec<Arc<FileMember>> = Vec::new();
         let mut notes = Vec::new();
         for p in paths.iter().chain(&spares) {
             let m = if crate::remote::is_remote(p) {
                 crate::remote::open_member(p)
             } else {
                 FileMember::open(p).map(|m| {
-                    // Arrays created sparse before this was the rule: their
-                    // metadata and journal area gets its blocks now, before
-                    // assembly writes there (a full filesystem must not
-                    // stop it). It changes no byte: a refused start below
-                    // leaves every member's contents as they were.
-                    if let Err(e) = m.allocate_range(0, raid_core::metadata::DATA_OFFSET) {
-                        tracing::warn!(member = %p.display(), "cannot allocate the metadata area: {e}");
-                    }
-                    Arc::new(m) as MemberRef
+                    let m = Arc::new(m);
+                    files.push(m.clone());
+                    m as MemberRef
                 })
             };
             match m {
@@ -134,6 +129,15 @@ impl Daemon {
                     self.state.root.display(),
                     r.uuid
                 )));
+            }
+        }
+        // Arrays created sparse before this was the rule: their metadata
+        // and journal area gets its blocks now, before assembly writes
+        // there (a full filesystem must not stop it), and after the checks
+        // above, so that a refused start leaves the files as they were.
+        for f in &files {
+            if let Err(e) = f.allocate_range(0, raid_core::metadata::DATA_OFFSET) {
+                tracing::warn!(member = %raid_core::member::Member::identity(f.as_ref()), "cannot allocate the metadata area: {e}");
             }
         }
         let asm = if force {

@@ -171,12 +171,9 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
         ))
     }
 
-    /// Opens a device that is to join `served`, refusing one that is in
-    /// any array (by identity: a hard link or another path to a member is
-    /// the member), holds data, or is in use.
-    pub(super) fn open_new_member(&self, served: &Served, path: &Path) -> Result<MemberRef> {
-        let key = crate::remote::key_of(path)
-            .map_err(|e| CliError::not_found(format!("{} cannot be read: {e}", path.display())))?;
+    /// Refuses `path` (device `key`) where a running array holds it: as a
+    /// member, as the new device of a hot replace, or as a spare.
+    fn not_held(&self, path: &Path, key: DeviceKey) -> Result<()> {
         let running: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
         for other in running {
             if let Some(slot) = other.array.slot_by_key(key) {
@@ -204,6 +201,16 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// Opens a device that is to join `served`, refusing one that is in
+    /// any array (by identity: a hard link or another path to a member is
+    /// the member), holds data, or is in use.
+    pub(super) fn open_new_member(&self, served: &Served, path: &Path) -> Result<MemberRef> {
+        let key = crate::remote::key_of(path)
+            .map_err(|e| CliError::not_found(format!("{} cannot be read: {e}", path.display())))?;
+        self.not_held(path, key)?;
         match probe(path) {
             Err(e) => {
                 return Err(CliError::not_found(format!(
@@ -255,7 +262,12 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
             )));
         }
         crate::remote::open_member(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::ResourceBusy => CliError::refused(e.to_string()),
+            // Taken meanwhile by a command that ran at the same time (the
+            // checks above passed): said as the array and slot that hold it.
+            std::io::ErrorKind::ResourceBusy => self
+                .not_held(path, key)
+                .err()
+                .unwrap_or_else(|| CliError::refused(e.to_string())),
             _ => CliError::not_found(format!("{} cannot be opened: {e}", path.display())),
         })
     }

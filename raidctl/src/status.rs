@@ -90,6 +90,11 @@ pub struct ArrayStatus {
     /// membership, if it does: the daemon writes it again until it can.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub record_lags: Option<String>,
+    /// A stopped array whose metadata says it was not stopped cleanly (a
+    /// crash, a kill, a power cut): its next start resyncs the regions
+    /// that were being written.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unclean: bool,
     pub exports: Vec<String>,
 }
 
@@ -218,6 +223,7 @@ pub fn of_running(
         scrub: None,
         out_of_space: a.out_of_space(),
         record_lags: None,
+        unclean: false,
         hot_replace: a.hot_replace_progress().map(|(slot, member, done, total)| {
             let chunk = g.chunk;
             let rate = copy_rate
@@ -292,6 +298,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
             scrub: None,
             out_of_space: None,
             record_lags: None,
+            unclean: false,
             exports: vec![],
         };
     };
@@ -359,6 +366,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         scrub: None,
         out_of_space: None,
         record_lags: None,
+        unclean: !truth.clean,
         exports: vec![],
     }
 }
@@ -456,14 +464,20 @@ pub fn render_health(d: &crate::health::DriveHealth, warnings: &[String]) -> Str
     out
 }
 
+/// An array's state as `status` and `list` write it: a stopped one's
+/// health with it, and whether it was stopped cleanly.
+pub fn state_line(s: &ArrayStatus) -> String {
+    match (s.running, s.unclean) {
+        (true, _) => s.state.clone(),
+        (false, false) => format!("stopped ({})", s.health),
+        (false, true) => format!("stopped ({}, unclean)", s.health),
+    }
+}
+
 /// The text form of `status` / `detail`.
 pub fn render(s: &ArrayStatus, detail: bool) -> String {
     let mut out = String::new();
-    let state = if s.running {
-        s.state.clone()
-    } else {
-        format!("stopped ({})", s.health)
-    };
+    let state = state_line(s);
     out.push_str(&format!(
         "{}: {} {} chunk {} capacity {} engine {}\n",
         s.name,
@@ -473,6 +487,9 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
         human_bytes(s.capacity_bytes),
         s.parity_engine
     ));
+    if !s.running && s.unclean {
+        out.push_str("  not stopped cleanly (a crash, a kill, a power cut): its next start resyncs the regions that were being written\n");
+    }
     let p = &s.parity;
     if s.running && !p.parity_mode.is_empty() {
         let mut parts = vec![format!("mode {}", p.parity_mode)];

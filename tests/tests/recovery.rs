@@ -112,6 +112,12 @@ fn runbook_the_daemon_crashed() {
     // Degraded writes in flight when the daemon dies.
     reads(&sock, "data", "write -P 0x33 2M 2M");
     w.kill_daemon();
+    // Before the start: the status says it was not stopped cleanly.
+    let st = w.status_json("data");
+    assert_eq!(st["unclean"], true, "{st}");
+    let (_, text, _) = w.code(&["status", "data"]);
+    assert!(text.contains("not stopped cleanly"), "{text}");
+    assert!(w.ok(&["list"]).contains("unclean"));
     start_nbd(&w, "data", &sock, &[]);
     reads(&sock, "data", "read -P 0x5a 0 2M");
     reads(&sock, "data", "read -P 0x33 2M 2M");

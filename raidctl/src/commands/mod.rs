@@ -553,11 +553,7 @@ fn list(st: &StateDir, fmt: Format) -> Result<()> {
         out!("no arrays recorded in {}", st.root.display());
     }
     for s in &all {
-        let state = if s.running {
-            s.state.clone()
-        } else {
-            format!("stopped ({})", s.health)
-        };
+        let state = status::state_line(s);
         out!(
             "{:<16} {:<7} {:<22} {:>10} {} members",
             s.name,

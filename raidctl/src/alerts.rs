@@ -223,32 +223,43 @@ fn explain(e: &lettre::transport::smtp::Error, c: &AlertConfig) -> String {
 
 /// The subject and body of a message about some events of one array.
 pub fn compose(events: &[EventRecord]) -> (String, String) {
-    // The subject names the first of the most severe events.
+    // The subject names the array's state as the last event left it, and
+    // the array's own failure where there is one, else the first of the
+    // most severe events: a mail that says the array failed must not read
+    // like the earlier ones that said a member failed.
     let top = events
         .iter()
         .filter_map(|e| Severity::from_name(&e.severity))
         .max();
     let first = events
         .iter()
-        .find(|e| Severity::from_name(&e.severity) == top)
+        .find(|e| e.event == "array_failed")
+        .or_else(|| {
+            events
+                .iter()
+                .find(|e| Severity::from_name(&e.severity) == top)
+        })
         .unwrap_or(&events[0]);
+    let state = events.last().map(|e| e.array_state.as_str()).unwrap_or("");
     let more = if events.len() > 1 {
         format!(" (+{} more)", events.len() - 1)
     } else {
         String::new()
     };
     let subject = format!(
-        "[raidctl] {} array {}: {} ({}){more}",
+        "[raidctl] {} array {}{}: {} ({}){more}",
         first.host,
         first.array,
+        match state {
+            "" | "-" => String::new(),
+            s => format!(" {s}"),
+        },
         first.event.replace('_', " "),
         first.severity
     );
     let mut body = format!(
         "Host: {}\nArray: {}\nArray state: {}\n\n",
-        first.host,
-        first.array,
-        events.last().map(|e| e.array_state.as_str()).unwrap_or("")
+        first.host, first.array, state
     );
     for e in events {
         body.push_str(&format!(
@@ -439,5 +450,31 @@ pub fn sender(
         } else {
             backoff = Duration::from_secs(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compose;
+
+    #[test]
+    fn a_mail_with_the_arrays_failure_says_so_in_its_subject() {
+        let mut member = crate::eventlog::record_for_test();
+        member.event = "member_failed".into();
+        member.severity = "critical".into();
+        member.array_state = "degraded".into();
+        let mut array = member.clone();
+        array.event = "array_failed".into();
+        array.array_state = "failed".into();
+        let (subject, _) = compose(&[member.clone(), array]);
+        assert!(
+            subject.contains("failed: array failed (critical) (+1 more)"),
+            "{subject}"
+        );
+        let (subject, _) = compose(&[member]);
+        assert!(
+            subject.contains("degraded: member failed (critical)"),
+            "{subject}"
+        );
     }
 }

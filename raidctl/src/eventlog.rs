@@ -180,7 +180,15 @@ pub fn record_of(
         message: ev.describe(),
         array_state: a.state().name().into(),
         slot,
-        member_uuid: s.map(|s| s.uuid.to_string()),
+        // The event's own member's: the slot may hold another device now
+        // (a spare took it), whose uuid would send the operator to the
+        // wrong drive.
+        member_uuid: match ev {
+            E::MemberFailed { uuid, .. } => Some(uuid.to_string()),
+            _ => s
+                .filter(|s| member.is_none() || s.member == member)
+                .map(|s| s.uuid.to_string()),
+        },
         member_serial: member.as_deref().and_then(serial_of),
         member,
         new_member: match ev {

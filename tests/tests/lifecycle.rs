@@ -492,3 +492,53 @@ fn a_daemon_whose_log_cannot_be_written_still_answers() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// A member that fails while a spare is at hand: the failure's event (and
+/// its mail) names the failed member's uuid, not that of the spare that
+/// takes its slot before the event is read (a uuid or serial sends the
+/// operator to a drive).
+#[test]
+fn a_failure_event_names_the_failed_member_not_the_spare() {
+    let w = World::new("ev-uuid");
+    let m = w.sparse_members("eu", 3, 16 * MIB);
+    let spare = w.sparse("eu-spare.img", 16 * MIB);
+    w.ok(&[
+        "create",
+        "eu",
+        "--level",
+        "5",
+        "--spare",
+        s(&spare),
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+    ]);
+    w.ok(&["start", "eu"]);
+    let uuid = w.status_json("eu")["members"][1]["uuid"].clone();
+    // Cut short under the array: the monitor's size check fails it, and
+    // the spare takes the slot in the same round.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&m[1])
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let events = || -> serde_json::Value {
+        serde_json::from_str(&w.ok(&["events", "eu", "--format", "json"])).unwrap()
+    };
+    let failed = || {
+        events()
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["event"] == "member_failed")
+            .cloned()
+    };
+    raid_e2e::eventually("the member's failure is logged", || failed().is_some());
+    w.ok(&["wait", "eu"]);
+    assert_eq!(w.status_json("eu")["members"][1]["path"], s(&spare));
+    let ev = failed().unwrap();
+    assert_eq!(ev["member"], s(&m[1]), "{ev}");
+    assert_eq!(ev["member_uuid"], uuid, "{ev}");
+    w.ok(&["stop", "eu"]);
+}

@@ -39,6 +39,10 @@ pub enum ArrayEvent {
     MemberFailed {
         slot: usize,
         member: String,
+        /// The failed member's own uuid, taken as it failed: a spare or a
+        /// new device may hold the slot (with another uuid) by the time
+        /// the event is read.
+        uuid: crate::metadata::Uuid,
         reason: String,
     },
     MemberMissing {
@@ -219,6 +223,7 @@ impl ArrayEvent {
                 slot,
                 member,
                 reason,
+                ..
             } => format!("member {member} (slot {slot}) failed: {reason}"),
             ArrayEvent::MemberMissing { slot } => {
                 format!("the member of slot {slot} was missing at start")

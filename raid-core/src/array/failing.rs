@@ -34,6 +34,7 @@ impl Array {
             ArrayEvent::MemberFailed {
                 slot,
                 member,
+                uuid: *s.uuid.read(),
                 reason: reason.into(),
             },
         );

@@ -748,5 +748,11 @@ fn alert_test(st: &StateDir, config: Option<&Path>) -> Result<()> {
         "test message sent to {}: server answered {answer}",
         a.to.join(", ")
     );
+    let queued = crate::alerts::queue_len(st);
+    if queued > 0 {
+        out!(
+            "note: {queued} alert(s) of the arrays are queued, not yet delivered (the server could not be reached or refused them): a running daemon retries them, and sends them now that the server answers (its log says why each failed)"
+        );
+    }
     Ok(())
 }

@@ -21,7 +21,8 @@ impl Daemon {
             )));
         }
         if let Some((spec, sec)) = &nbd {
-            crate::export::check_spec(spec, sec)?;
+            // Another array's export named first: the spec's own check
+            // would call it only "another server".
             let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
             if let Some(other) = arrays
                 .iter()
@@ -32,6 +33,7 @@ impl Daemon {
                     "{spec} is where array '{other}' is exported already: choose another for '{name}' (or raidctl stop {other} first)"
                 )));
             }
+            crate::export::check_spec(spec, sec)?;
         }
         if let Some(p) = &parity_asked {
             p.parse::<ParityMode>().map_err(CliError::usage)?;

@@ -231,6 +231,7 @@ impl Daemon {
         // with none, so a request it accepted is always answered (a client
         // whose connection is reset may then assume it was never seen).
         let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut alerts_held = false;
         while !d.term.load(Ordering::Acquire) {
             if hup.swap(false, Ordering::AcqRel) {
                 reopen_log(&d.state);
@@ -261,6 +262,17 @@ impl Daemon {
             if !d.arrays.lock().is_empty() || in_flight.load(Ordering::Acquire) > 0 {
                 idle_since = Instant::now();
             } else if opts.exit_when_idle && idle_since.elapsed() > Duration::from_secs(5) {
+                // Alerts still queued (the mail server down when an array
+                // failed and was stopped): no one would send them until
+                // the next start, so the daemon stays up to deliver them.
+                if d.alerts.is_some() && !crate::alerts::queue_is_empty(&d.state) {
+                    if !alerts_held {
+                        tracing::warn!("no array served, but alerts are still queued: the daemon stays up until they are sent");
+                        alerts_held = true;
+                    }
+                    idle_since = Instant::now() - Duration::from_secs(4);
+                    continue;
+                }
                 tracing::info!("no array served: daemon exits");
                 break;
             }

@@ -542,3 +542,41 @@ fn a_failure_event_names_the_failed_member_not_the_spare() {
     assert_eq!(ev["member_uuid"], uuid, "{ev}");
     w.ok(&["stop", "eu"]);
 }
+
+/// `start` just as the daemon before it exits (idle, its socket gone, the
+/// state folder's lock still held while it finishes): the daemon it spawns
+/// finds the lock taken and ends; start then waits for the lock and spawns
+/// another (it said "the daemon did not come up"). The exiting daemon is
+/// played here by this test holding the lock for a second.
+#[test]
+fn start_beside_a_daemon_that_is_exiting_comes_up() {
+    use std::os::fd::AsRawFd;
+    let w = World::new("exiting");
+    let m = w.sparse_members("ex", 3, 16 * MIB);
+    w.ok(&["create", "ex", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(w.state().join("daemon.lock"))
+        .unwrap();
+    // SAFETY: flock on an fd this test owns.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        drop(lock);
+    });
+    let out = std::process::Command::new(raid_e2e::raidctl_path())
+        .env("RAIDCTL_STATE_DIR", w.state())
+        .args(["start", "ex"])
+        .output()
+        .unwrap();
+    releaser.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(w.status_json("ex")["state"], "optimal");
+    w.ok(&["stop", "ex"]);
+}

@@ -117,46 +117,61 @@ fn ensure_daemon(st: &StateDir) -> Result<()> {
     // not come up" with the reason left in its log.
     Config::load(st, None)?;
     st.ensure()?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(st.log())
-        .map_err(|e| {
-            // The daemon keeps its socket and log in the state folder: a
-            // folder it cannot write is one it cannot run from (exit 5).
-            CliError::daemon(format!(
-                "cannot start the daemon: cannot write its log {} ({e}). The daemon keeps its socket, log and the arrays' records in {}: make that folder writable (or name another with --state-dir / RAIDCTL_STATE_DIR)",
-                st.log().display(),
-                st.root.display()
-            ))
-        })?;
-    let exe = std::env::current_exe()
-        .map_err(|e| CliError::failed(format!("cannot find raidctl itself: {e}")))?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.arg("--state-dir")
-        .arg(&st.root)
-        .arg("daemon")
-        .arg("--exit-when-idle")
-        .stdin(std::process::Stdio::null())
-        .stdout(
-            log.try_clone()
-                .map_err(|e| CliError::failed(e.to_string()))?,
-        )
-        .stderr(log);
-    // SAFETY: setsid is async-signal-safe; it detaches the daemon from the
-    // caller's session so it outlives the terminal.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
-    cmd.spawn()
-        .map_err(|e| CliError::failed(format!("cannot start the daemon: {e}")))?;
+    let spawn = || -> Result<std::process::Child> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(st.log())
+            .map_err(|e| {
+                // The daemon keeps its socket and log in the state folder: a
+                // folder it cannot write is one it cannot run from (exit 5).
+                CliError::daemon(format!(
+                    "cannot start the daemon: cannot write its log {} ({e}). The daemon keeps its socket, log and the arrays' records in {}: make that folder writable (or name another with --state-dir / RAIDCTL_STATE_DIR)",
+                    st.log().display(),
+                    st.root.display()
+                ))
+            })?;
+        let exe = std::env::current_exe()
+            .map_err(|e| CliError::failed(format!("cannot find raidctl itself: {e}")))?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.arg("--state-dir")
+            .arg(&st.root)
+            .arg("daemon")
+            .arg("--exit-when-idle")
+            .stdin(std::process::Stdio::null())
+            .stdout(
+                log.try_clone()
+                    .map_err(|e| CliError::failed(e.to_string()))?,
+            )
+            .stderr(log);
+        // SAFETY: setsid is async-signal-safe; it detaches the daemon from the
+        // caller's session so it outlives the terminal.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        cmd.spawn()
+            .map_err(|e| CliError::failed(format!("cannot start the daemon: {e}")))
+    };
+    let mut child = spawn()?;
+    let mut tries = 1;
     let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(10) {
+    while t.elapsed() < Duration::from_secs(30) {
         if call(&st.socket(), &Request::Ping)?.is_some() {
             return Ok(());
+        }
+        // The new daemon ended at once: the one before it, idle and
+        // exiting (its socket gone already, alerts still going out), held
+        // the state folder's lock. Once it lets go, start one again.
+        if child.try_wait().ok().flatten().is_some() && !daemon_lock_held(st) {
+            if tries == 4 {
+                // Ended each time with the lock free: its log says why.
+                break;
+            }
+            child = spawn()?;
+            tries += 1;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -164,4 +179,15 @@ fn ensure_daemon(st: &StateDir) -> Result<()> {
         "the daemon did not come up; see {}",
         st.log().display()
     )))
+}
+
+/// Whether a daemon holds the state folder's lock (`daemon.lock`): asked
+/// with a shared lock taken and let go at once.
+fn daemon_lock_held(st: &StateDir) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = std::fs::File::open(st.root.join("daemon.lock")) else {
+        return false;
+    };
+    // SAFETY: plain syscall on an fd we own; the lock goes with the file.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) != 0 }
 }

@@ -24,6 +24,10 @@ pub struct MemberStatus {
     /// arrays, and until the first check).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<MemberHealth>,
+    /// A warning about the member that is not a drive's reading: its file
+    /// deleted (or replaced at its path) while the array uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// A member drive's last health reading.
@@ -185,6 +189,7 @@ pub fn of_running(
             path: s.member,
             uuid: s.uuid.to_string(),
             health: None,
+            warning: None,
         })
         .collect();
     let rebuild = a.rebuilding_slots().first().and_then(|&slot| {
@@ -289,6 +294,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
                     uuid: String::new(),
                     state: "missing".into(),
                     health: None,
+                    warning: None,
                 })
                 .collect(),
             spares: vec![],
@@ -323,6 +329,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
                 uuid: e.uuid.to_string(),
                 state: state.into(),
                 health: None,
+                warning: None,
             }
         })
         .collect();
@@ -525,6 +532,9 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
                 String::new()
             }
         ));
+        if let Some(w) = &m.warning {
+            out.push_str(&format!("           warning: {w}\n"));
+        }
         if let Some(h) = &m.health {
             if detail {
                 out.push_str(&render_health(&h.drive, &h.warnings));

@@ -405,11 +405,20 @@ fn a_member_file_deleted_underneath_is_warned_and_hot_replaced() {
         1,
         "{warned}"
     );
-    assert_eq!(w.status_json("data")["state"], "optimal");
+    let st = w.status_json("data");
+    assert_eq!(st["state"], "optimal");
+    // Status says it too, on the slot (it showed nothing but the event).
+    let warning = st["members"][2]["warning"].as_str().unwrap_or_default();
+    assert!(warning.contains("deleted"), "{st}");
+    assert!(st["members"][1]["warning"].is_null(), "{st}");
+    assert!(w.ok(&["status", "data"]).contains("warning: its file was deleted"));
     reads(&sock, "data", "read -P 0x5a 0 8M");
     let new = w.sparse("d-new.img", 32 * MIB);
     w.ok(&["replace", "data", s(&m[2]), s(&new)]);
     w.ok(&["wait", "data"]);
+    // Moved: the new device carries no warning.
+    let st = w.status_json("data");
+    assert!(st["members"][2]["warning"].is_null(), "{st}");
     w.ok(&["stop", "data"]);
     start_nbd(&w, "data", &sock, &[]);
     assert_eq!(w.status_json("data")["state"], "optimal");

@@ -39,6 +39,15 @@ impl Daemon {
             for m in st.members.iter_mut().filter(|m| m.path.is_none()) {
                 m.path = recorded.get(m.slot).map(|p| p.display().to_string());
             }
+            // A member whose file was deleted under the array: said where
+            // the slot still holds that very device.
+            let deleted = s.deleted_warned.lock().clone();
+            for m in &mut st.members {
+                let key = s.array.member_of(m.slot).map(|d| d.device_key());
+                if key.is_some_and(|k| deleted.contains(&(m.slot, k))) {
+                    m.warning = Some("its file was deleted (or replaced at its path) while the array uses it: the next start will not find it; move it with a hot replace (raidctl replace NAME OLD NEW)".into());
+                }
+            }
             let mut health = self.member_health(s);
             for m in &mut st.members {
                 // A reading of the device the slot held before is not this one's.

@@ -168,6 +168,8 @@ pub fn record_of(
             repaired,
             ..
         } if mismatches > repaired => Some(format!("raidctl scrub {name} --repair")),
+        E::ScrubCut { repair: true } => Some(format!("raidctl scrub {name} --repair")),
+        E::ScrubCut { repair: false } => Some(format!("raidctl scrub {name}")),
         _ => None,
     };
     EventRecord {

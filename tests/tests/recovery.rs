@@ -119,12 +119,28 @@ fn runbook_the_daemon_crashed() {
     assert!(text.contains("not stopped cleanly"), "{text}");
     assert!(w.ok(&["list"]).contains("unclean"));
     start_nbd(&w, "data", &sock, &[]);
+    // The event log says it went down uncleanly (only the daemon's log did).
+    assert!(w.ok(&["events", "data"]).contains("unclean_stop"));
     reads(&sock, "data", "read -P 0x5a 0 2M");
     reads(&sock, "data", "read -P 0x33 2M 2M");
     let new = w.sparse("c-new.img", 32 * MIB);
     w.ok(&["replace", "data", s(&m[1]), s(&new)]);
     w.ok(&["wait", "data"]);
     scrub_clean(&w, "data");
+    // A scrub the daemon dies in: the next start says it did not end (the
+    // log ended at the scrub before, as if nothing had run).
+    w.ok(&["rate", "data", "--scrub", "1M"]);
+    w.ok(&["scrub", "data", "--background"]);
+    w.kill_daemon();
+    let out = start_nbd(&w, "data", &sock, &[]);
+    assert!(out.contains("did not end"), "{out}");
+    let events = w.ok(&["events", "data"]);
+    assert!(events.contains("scrub_cut"), "{events}");
+    // Said once: the start after a clean stop says nothing of it.
+    w.ok(&["stop", "data"]);
+    let out = start_nbd(&w, "data", &sock, &[]);
+    assert!(!out.contains("did not end"), "{out}");
+    w.ok(&["stop", "data"]);
 }
 
 #[test]
@@ -411,7 +427,9 @@ fn a_member_file_deleted_underneath_is_warned_and_hot_replaced() {
     let warning = st["members"][2]["warning"].as_str().unwrap_or_default();
     assert!(warning.contains("deleted"), "{st}");
     assert!(st["members"][1]["warning"].is_null(), "{st}");
-    assert!(w.ok(&["status", "data"]).contains("warning: its file was deleted"));
+    assert!(w
+        .ok(&["status", "data"])
+        .contains("warning: its file was deleted"));
     reads(&sock, "data", "read -P 0x5a 0 8M");
     let new = w.sparse("d-new.img", 32 * MIB);
     w.ok(&["replace", "data", s(&m[2]), s(&new)]);

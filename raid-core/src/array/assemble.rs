@@ -308,6 +308,7 @@ pub(super) fn assemble(
     if !truth.clean {
         let n = array.resync_dirty()?;
         tracing::warn!(array = %array.name, regions = n, "array was not stopped cleanly: resynced the regions the bitmap marked");
+        array.record_event(ArrayEvent::UncleanStop { regions: n as u64 });
     }
     if !newly_missing.is_empty() {
         {

@@ -134,6 +134,18 @@ pub enum ArrayEvent {
         member: String,
         reason: String,
     },
+    /// The array was not stopped cleanly (a crash, a kill, a power cut):
+    /// at its start, the regions its write-intent bitmap marked were
+    /// resynced.
+    UncleanStop {
+        regions: u64,
+    },
+    /// A scrub did not end: the process that ran it stopped meanwhile
+    /// (killed, a crash). Said at the next start; what it checked before
+    /// is not known, the rest of the array is unchecked.
+    ScrubCut {
+        repair: bool,
+    },
     /// `raidctl alert test`.
     Test,
 }
@@ -151,7 +163,9 @@ impl ArrayEvent {
             | ArrayEvent::ParityEngineFallback { .. }
             | ArrayEvent::HotReplaceFailed { .. }
             | ArrayEvent::HotReplaceRebuilding { .. }
-            | ArrayEvent::MemberHealthWarning { .. } => Severity::Warning,
+            | ArrayEvent::MemberHealthWarning { .. }
+            | ArrayEvent::UncleanStop { .. }
+            | ArrayEvent::ScrubCut { .. } => Severity::Warning,
             ArrayEvent::ScrubFinished {
                 mismatches, error, ..
             } => {
@@ -192,6 +206,8 @@ impl ArrayEvent {
             ArrayEvent::ParityEngineFallback { .. } => "parity_engine_fallback",
             ArrayEvent::ParityEngineChosen { .. } => "parity_engine_chosen",
             ArrayEvent::MemberHealthWarning { .. } => "member_health_warning",
+            ArrayEvent::UncleanStop { .. } => "unclean_stop",
+            ArrayEvent::ScrubCut { .. } => "scrub_cut",
             ArrayEvent::Test => "test",
         }
     }
@@ -291,6 +307,13 @@ impl ArrayEvent {
             ArrayEvent::ParityEngineFallback { from, to, reason } => {
                 format!("parity moved from {from} to {to}: {reason}")
             }
+            ArrayEvent::UncleanStop { regions } => format!(
+                "the array was not stopped cleanly (a crash, a kill, a power cut): {regions} region(s) marked as being written were resynced at this start"
+            ),
+            ArrayEvent::ScrubCut { repair } => format!(
+                "a scrub{} did not end: the daemon stopped while it ran (killed, a crash); the part it had not reached is unchecked",
+                if *repair { " with repair" } else { "" }
+            ),
             ArrayEvent::ParityEngineChosen { engine, detail } => {
                 format!("parity engine {engine} ({detail})")
             }

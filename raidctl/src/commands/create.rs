@@ -191,6 +191,10 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
             tracing::warn!("cannot remove the old event log {}: {e}", log.display());
         }
     }
+    // So are its scrub marks (when one last ran, one it never saw end).
+    for mark in ["last", "running"] {
+        let _ = std::fs::remove_file(st.root.join("scrub").join(format!("{name}.{mark}")));
+    }
     let parity = a.parity;
     out!(
         "created {level} '{name}': {} members, chunk {}, capacity {}, parity engine {}{}",

@@ -312,6 +312,18 @@ impl Daemon {
             ));
             array.record_event(ArrayEvent::HotReplaceFailed { slot, new, reason });
         }
+        // A scrub the daemon before never saw end.
+        let cut = self.scrub_running_mark(name);
+        if let Ok(kind) = std::fs::read_to_string(&cut) {
+            let _ = std::fs::remove_file(&cut);
+            let repair = kind.trim() == "repair";
+            notes.push(format!(
+                "a scrub{} of '{name}' did not end (the daemon stopped while it ran): raidctl scrub {name}{} checks the whole array again",
+                if repair { " with repair" } else { "" },
+                if repair { " --repair" } else { "" }
+            ));
+            array.record_event(ArrayEvent::ScrubCut { repair });
+        }
         let mut msg = format!(
             "array '{name}' started: {} {}, {} usable",
             g.level,

@@ -53,24 +53,38 @@ impl Daemon {
         repair: bool,
         mark: Option<(PathBuf, u64)>,
     ) -> Result<u64> {
+        // Kept while it runs: a scrub the daemon never saw end (killed,
+        // a crash) is said at the next start (`scrub_cut`).
+        let running = self.scrub_running_mark(s.array.name());
+        let _ = std::fs::create_dir_all(running.parent().unwrap());
+        let _ = std::fs::write(&running, if repair { "repair" } else { "check" });
+        let ended = running.clone();
         let id = s.array.start_scrub(
             &scrub_options(repair),
-            Box::new(move |array, r| match r {
-                Ok(rep) if !rep.interrupted => {
-                    tracing::info!(
-                        array = array.name(),
-                        mismatches = rep.mismatches.len(),
-                        "scrub done"
-                    );
-                    if let Some((mark, now)) = mark {
-                        let _ = std::fs::create_dir_all(mark.parent().unwrap());
-                        let _ = std::fs::write(&mark, now.to_string());
+            Box::new(move |array, r| {
+                let _ = std::fs::remove_file(&ended);
+                match r {
+                    Ok(rep) if !rep.interrupted => {
+                        tracing::info!(
+                            array = array.name(),
+                            mismatches = rep.mismatches.len(),
+                            "scrub done"
+                        );
+                        if let Some((mark, now)) = mark {
+                            let _ = std::fs::create_dir_all(mark.parent().unwrap());
+                            let _ = std::fs::write(&mark, now.to_string());
+                        }
                     }
+                    Ok(_) => tracing::info!(array = array.name(), "scrub interrupted"),
+                    Err(e) => tracing::warn!(array = array.name(), "scrub failed: {e}"),
                 }
-                Ok(_) => tracing::info!(array = array.name(), "scrub interrupted"),
-                Err(e) => tracing::warn!(array = array.name(), "scrub failed: {e}"),
             }),
-        )?;
+        );
+        // Refused: the mark is the running scrub's, if one runs, else none.
+        if id.is_err() && s.array.scrub_progress().is_none() {
+            let _ = std::fs::remove_file(&running);
+        }
+        let id = id?;
         Ok(id)
     }
 
@@ -144,6 +158,14 @@ impl Daemon {
 
     /// Where the schedule remembers the last scrub of array `name` (seconds
     /// since the epoch): one that completed, or was cancelled.
+    /// Where a running scrub is marked (`repair` or `check`).
+    pub(super) fn scrub_running_mark(&self, name: &str) -> PathBuf {
+        self.state
+            .root
+            .join("scrub")
+            .join(format!("{name}.running"))
+    }
+
     fn scrub_mark(&self, name: &str) -> PathBuf {
         self.state.root.join("scrub").join(format!("{name}.last"))
     }

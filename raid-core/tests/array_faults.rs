@@ -359,6 +359,21 @@ fn rebuild_resumes_from_its_saved_position_after_a_stop() {
             .unwrap(),
         RebuildEnd::Finished
     );
+    // Its event says where it resumed, not that it started.
+    let started = a.event_log().into_iter().find_map(|(_, e)| match e {
+        e @ ArrayEvent::RebuildStarted { .. } => Some(e),
+        _ => None,
+    });
+    let started = started.expect("a rebuild_started event");
+    assert!(
+        matches!(started, ArrayEvent::RebuildStarted { from_row, .. } if from_row == resumed),
+        "{started:?}"
+    );
+    assert!(
+        started.describe().contains("resumed at row"),
+        "{}",
+        started.describe()
+    );
     assert_eq!(a.state(), ArrayState::Optimal);
     assert_matches(&a, &img);
     assert_consistent(&a, &refs);

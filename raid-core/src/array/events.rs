@@ -53,11 +53,16 @@ pub enum ArrayEvent {
     RebuildStarted {
         slot: usize,
         member: String,
+        /// The row it starts from: 0, or where an earlier run of it
+        /// stopped (a restart resumes from its checkpoint).
+        from_row: u64,
+        rows: u64,
     },
     RebuildFinished {
         slot: usize,
-        /// Rows written to the member: all of them for a new member, the
-        /// regions written meanwhile for a re-added one.
+        /// Rows written to the member by this run: from where it started
+        /// or resumed for a new member, the regions written meanwhile for
+        /// a re-added one.
         rows_copied: u64,
         rows: u64,
     },
@@ -250,9 +255,21 @@ impl ArrayEvent {
             ArrayEvent::ArrayFailed => {
                 "the array has failed: more members are lost than its level tolerates".into()
             }
-            ArrayEvent::RebuildStarted { slot, member } => {
-                format!("rebuild of slot {slot} onto {member} started")
-            }
+            ArrayEvent::RebuildStarted {
+                slot,
+                member,
+                from_row: 0,
+                ..
+            } => format!("rebuild of slot {slot} onto {member} started"),
+            ArrayEvent::RebuildStarted {
+                slot,
+                member,
+                from_row,
+                rows,
+            } => format!(
+                "rebuild of slot {slot} onto {member} resumed at row {from_row} of {rows} ({:.1}%), where it stopped",
+                *from_row as f64 * 100.0 / (*rows).max(1) as f64
+            ),
             ArrayEvent::RebuildFinished {
                 slot,
                 rows_copied,

@@ -106,6 +106,8 @@ impl Array {
                 ArrayEvent::RebuildStarted {
                     slot,
                     member: target.identity().into(),
+                    from_row: row,
+                    rows: total,
                 },
             );
         }

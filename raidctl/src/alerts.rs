@@ -144,7 +144,7 @@ impl AlertConfig {
         let mut t = SmtpTransport::builder_dangerous(&self.smtp_host)
             .port(self.port())
             .tls(tls)
-            .timeout(Some(Duration::from_secs(20)));
+            .timeout(Some(SMTP_TIMEOUT));
         if let Some(user) = &self.username {
             let pw = self.password()?.ok_or_else(|| {
                 CliError::usage("username is set but neither password_file nor password_env is: say where the password is")
@@ -204,6 +204,9 @@ impl AlertConfig {
     }
 }
 
+/// How long the mail server may take to answer each step.
+const SMTP_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// Turns lettre's error into what the operator should check.
 fn explain(e: &lettre::transport::smtp::Error, c: &AlertConfig) -> String {
     let text = e.to_string();
@@ -216,7 +219,29 @@ fn explain(e: &lettre::transport::smtp::Error, c: &AlertConfig) -> String {
         );
     }
     if e.is_permanent() || e.is_transient() {
-        return format!("SMTP server {server} refused the message: {text}");
+        // Which recipients, as the server's answer may not say.
+        return format!(
+            "SMTP server {server} refused the message to {}: {text}",
+            c.to.join(", ")
+        );
+    }
+    // A read that waited its whole timeout shows as EAGAIN ("Resource
+    // temporarily unavailable"): said as what it is.
+    let io = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .map(|io| io.kind());
+    if e.is_timeout()
+        || matches!(
+            io,
+            Some(std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+        )
+    {
+        return format!(
+            "SMTP server {server} did not answer within {} s: is it up and reachable, and is the port ({}) and security ({:?}) right?",
+            SMTP_TIMEOUT.as_secs(),
+            c.port(),
+            c.security
+        );
     }
     format!("cannot deliver through {server} ({:?}): {text}", c.security)
 }

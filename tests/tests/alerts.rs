@@ -309,3 +309,20 @@ fn a_wrong_password_is_a_clear_error_and_stays_secret() {
     let out = w.ok(&["alert", "test"]);
     assert!(out.contains("250"), "{out}");
 }
+
+/// A mail server that takes the connection and never answers: `alert
+/// test` says it did not answer in time (it said "network error: Resource
+/// temporarily unavailable").
+#[test]
+fn a_server_that_never_answers_is_said_to_time_out() {
+    let w = World::new("mute");
+    // Bound and listening (the kernel completes the connection), never
+    // accepted: no greeting ever comes.
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = mute.local_addr().unwrap().port();
+    write_config(&w, port, "security = \"plain\"\n");
+    let (code, _, err) = w.code(&["alert", "test"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("did not answer within"), "{err}");
+    drop(mute);
+}

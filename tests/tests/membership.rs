@@ -942,3 +942,24 @@ fn failing_the_new_device_calls_a_hot_replace_off() {
     assert_eq!(w.status_json("ho")["members"][1]["path"], s(&new));
     w.ok(&["stop", "ho"]);
 }
+
+/// A failed member named as its own slot's new device: `replace` points to
+/// `re-add` (it said the device was in another place), and after `remove`
+/// the same replace rebuilds it whole.
+#[test]
+fn replacing_a_failed_member_by_itself_points_to_re_add() {
+    let w = World::new("self-replace");
+    let (m, sock) = running(&w, "sr", "5", 3);
+    w.ok(&["fail", "sr", s(&m[1])]);
+    refused(
+        &w,
+        &["replace", "sr", s(&m[1]), s(&m[1])],
+        &format!("raidctl re-add sr {}", s(&m[1])),
+    );
+    w.ok(&["remove", "sr", s(&m[1])]);
+    w.ok(&["replace", "sr", s(&m[1]), s(&m[1])]);
+    w.ok(&["wait", "sr"]);
+    assert_eq!(w.status_json("sr")["state"], "optimal");
+    reads_back(&sock, "sr");
+    scrub_clean(&w, "sr");
+}

@@ -346,6 +346,16 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
     pub(super) fn replace(&self, name: &str, old: &Path, new: &Path) -> Result<String> {
         let s = self.served(name)?;
         let slot = self.slot_named(&s, old)?;
+        // The slot's own failed member named as its new device: what is
+        // meant is a re-add, or a full rebuild once it is out of the slot.
+        let own = crate::remote::key_of(new).is_ok_and(|k| s.array.slot_by_key(k) == Some(slot))
+            && s.array.slots()[slot].state == raid_core::metadata::SlotState::Failed;
+        if own {
+            return Err(CliError::refused(format!(
+                "{n} is slot {slot}'s own member, marked failed: to take it back, raidctl re-add {name} {n} (only the regions written since it left are resynced); to rebuild it whole, raidctl remove {name} {n} first, then this replace",
+                n = new.display()
+            )));
+        }
         let m = self.open_new_member(&s, new)?;
         // A hot replace records its switch when the copy makes it: that
         // record must be writable too.

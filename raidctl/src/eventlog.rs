@@ -187,8 +187,11 @@ pub fn record_of(
         // wrong drive.
         member_uuid: match ev {
             E::MemberFailed { uuid, .. } => Some(uuid.to_string()),
+            // A slot with no device (member_missing) keeps the uuid of
+            // the one it waits for; a slot whose device is another than
+            // the event's has none to give.
             _ => s
-                .filter(|s| member.is_none() || s.member == member)
+                .filter(|s| s.member.is_none() || member.is_none() || s.member == member)
                 .map(|s| s.uuid.to_string()),
         },
         member_serial: member.as_deref().and_then(serial_of),

@@ -370,11 +370,13 @@ pub enum AlertCmd {
 /// Logs go to stderr, or straight to the journal (with priorities from the
 /// levels: error err, warn warning, info notice... as tracing-journald maps
 /// them) when systemd connected stderr to it. `RAIDCTL_LOG` filters
-/// (default info).
-fn init_logging() {
+/// (default: info for the daemon, whose log is the record of what it did;
+/// warn for the other commands, whose answer says what they did).
+fn init_logging(default: &'static str) {
     use tracing_subscriber::prelude::*;
     let filter = || {
-        tracing_subscriber::EnvFilter::try_from_env("RAIDCTL_LOG").unwrap_or_else(|_| "info".into())
+        tracing_subscriber::EnvFilter::try_from_env("RAIDCTL_LOG")
+            .unwrap_or_else(|_| default.into())
     };
     if systemd::stderr_is_journal() {
         match tracing_journald::layer() {
@@ -414,12 +416,15 @@ impl std::io::Write for LossyStderr {
 }
 
 fn main() -> ExitCode {
-    init_logging();
+    let cli = Cli::parse();
+    init_logging(match cli.command {
+        Command::Daemon { .. } => "info",
+        _ => "warn",
+    });
     // Records, logs, the event log and sockets hold array layouts, member
     // paths and alert settings: private to the user that runs raidctl.
     // SAFETY: umask only sets this process's file-creation mask.
     unsafe { libc::umask(0o077) };
-    let cli = Cli::parse();
     match commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -256,6 +256,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         .members
         .iter()
         .chain(&r.spares)
+        .filter(|p| !p.as_os_str().is_empty())
         .map(|p| {
             let sb = FileMember::inspect(p)
                 .ok()
@@ -290,7 +291,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
                 .enumerate()
                 .map(|(i, p)| MemberStatus {
                     slot: i,
-                    path: Some(p.display().to_string()),
+                    path: (!p.as_os_str().is_empty()).then(|| p.display().to_string()),
                     uuid: String::new(),
                     state: "missing".into(),
                     health: None,

@@ -545,9 +545,9 @@ fn a_failure_event_names_the_failed_member_not_the_spare() {
 
 /// `start` just as the daemon before it exits (idle, its socket gone, the
 /// state folder's lock still held while it finishes): the daemon it spawns
-/// finds the lock taken and ends; start then waits for the lock and spawns
-/// another (it said "the daemon did not come up"). The exiting daemon is
-/// played here by this test holding the lock for a second.
+/// waits for the lock (it ended at once, and start said "the daemon did
+/// not come up"). The exiting daemon is played here by this test holding
+/// the lock for a second.
 #[test]
 fn start_beside_a_daemon_that_is_exiting_comes_up() {
     use std::os::fd::AsRawFd;

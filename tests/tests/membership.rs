@@ -963,3 +963,33 @@ fn replacing_a_failed_member_by_itself_points_to_re_add() {
     reads_back(&sock, "sr");
     scrub_clean(&w, "sr");
 }
+
+/// A member removed from one array and put in another (as `remove` says it
+/// may be, once erased): `add` takes it though the first array's record
+/// still names it for the slot (it was refused as "recorded as a member of
+/// array ..."), and the first array's next start leaves that slot empty and
+/// says why (it refused to start at all, the device being "in use").
+#[test]
+fn a_removed_member_can_join_another_array() {
+    let w = World::new("moved");
+    let (m, _sock) = running(&w, "mv1", "5", 3);
+    let (_o, _osock) = running(&w, "mv2", "5", 3);
+    w.ok(&["fail", "mv1", s(&m[2])]);
+    w.ok(&["remove", "mv1", s(&m[2])]);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&m[2])
+        .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &vec![0u8; MIB as usize], 0))
+        .unwrap();
+    w.ok(&["add", "mv2", s(&m[2])]);
+    w.ok(&["stop", "mv1"]);
+    let out = w.ok(&["start", "mv1"]);
+    assert!(
+        out.contains("is recorded for 'mv1' but is not used"),
+        "{out}"
+    );
+    assert_eq!(w.status_json("mv1")["state"], "degraded");
+    assert_eq!(w.status_json("mv2")["spares"][0], s(&m[2]));
+    w.ok(&["stop", "mv1"]);
+    w.ok(&["stop", "mv2"]);
+}

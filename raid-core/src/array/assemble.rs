@@ -308,7 +308,10 @@ pub(super) fn assemble(
     if !truth.clean {
         let n = array.resync_dirty()?;
         tracing::warn!(array = %array.name, regions = n, "array was not stopped cleanly: resynced the regions the bitmap marked");
-        array.record_event(ArrayEvent::UncleanStop { regions: n as u64 });
+        array.record_event(ArrayEvent::UncleanStop {
+            regions: n as u64,
+            deferred: array.resync_pending.load(Ordering::Acquire),
+        });
     }
     if !newly_missing.is_empty() {
         {

@@ -144,6 +144,9 @@ pub enum ArrayEvent {
     /// resynced.
     UncleanStop {
         regions: u64,
+        /// The array is degraded: parity cannot be checked until the
+        /// rebuild ends, which resyncs them then.
+        deferred: bool,
     },
     /// A scrub did not end: the process that ran it stopped meanwhile
     /// (killed, a crash). Said at the next start; what it checked before
@@ -324,7 +327,10 @@ impl ArrayEvent {
             ArrayEvent::ParityEngineFallback { from, to, reason } => {
                 format!("parity moved from {from} to {to}: {reason}")
             }
-            ArrayEvent::UncleanStop { regions } => format!(
+            ArrayEvent::UncleanStop {
+                deferred: true, ..
+            } => "the array was not stopped cleanly (a crash, a kill, a power cut) while degraded: the stripes being written cannot be checked until the rebuild ends, which resyncs them".into(),
+            ArrayEvent::UncleanStop { regions, .. } => format!(
                 "the array was not stopped cleanly (a crash, a kill, a power cut): {regions} region(s) marked as being written were resynced at this start"
             ),
             ArrayEvent::ScrubCut { repair } => format!(

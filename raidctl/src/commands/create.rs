@@ -137,6 +137,14 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
         let refs = |v: &[(MemberRef, _)]| v.iter().map(|(m, _)| m.clone()).collect::<Vec<_>>();
         Array::check_create(&refs(&m), &refs(&s), &opts)?;
     }
+    st.ensure()?;
+    // The record must be writable before any device is written (or
+    // allocated): else the devices would carry an array no record names.
+    st.check_writable().map_err(|e| {
+        CliError::failed(format!(
+            "nothing written: {e}. Free space on that filesystem (or make it writable), then create again"
+        ))
+    })?;
     for f in m.iter().chain(&s).filter_map(|(_, f)| f.as_ref()) {
         // Even sparse, the metadata, bitmap and journal area is allocated:
         // a full filesystem must never stop those writes.
@@ -155,14 +163,6 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     let m: Vec<MemberRef> = m.into_iter().map(|(m, _)| m).collect();
     let s: Vec<MemberRef> = s.into_iter().map(|(m, _)| m).collect();
     let uneven = uneven_sizes(&m);
-    st.ensure()?;
-    // The record must be writable before any device is: else the devices
-    // would carry an array no record names.
-    st.check_writable().map_err(|e| {
-        CliError::failed(format!(
-            "nothing written: {e}. Free space on that filesystem (or make it writable), then create again"
-        ))
-    })?;
     let array = Array::create(m, s, opts)?;
     array.close()?;
     let g = array.geometry();

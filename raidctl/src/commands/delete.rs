@@ -16,7 +16,13 @@ pub(super) fn delete(st: &StateDir, name: &str, wipe: bool, force: bool) -> Resu
             "array '{name}' is running: stop it first (raidctl stop {name}), then delete it"
         )));
     }
-    let devices: Vec<&PathBuf> = r.members.iter().chain(&r.spares).collect();
+    // An empty path is a slot whose member was removed.
+    let devices: Vec<&PathBuf> = r
+        .members
+        .iter()
+        .chain(&r.spares)
+        .filter(|p| !p.as_os_str().is_empty())
+        .collect();
     if wipe && !force {
         return Err(CliError::refused(format!(
             "--wipe erases the metadata of '{name}' from its {} devices ({}): its data can no longer be assembled from them. Add --force to do it; without --wipe, delete only forgets the array here (raidctl start {name} --members ... brings it back)",
@@ -60,6 +66,11 @@ pub(super) fn delete(st: &StateDir, name: &str, wipe: bool, force: bool) -> Resu
         }
     }
     st.remove(name)?;
+    // Its scrub marks too: an array imported later under this name must
+    // not read them as its own.
+    for mark in ["last", "running"] {
+        let _ = std::fs::remove_file(st.root.join("scrub").join(format!("{name}.{mark}")));
+    }
     let log = crate::eventlog::path(st, name);
     if log.exists() {
         if let Err(e) = std::fs::remove_file(&log) {

@@ -751,7 +751,7 @@ fn alert_test(st: &StateDir, config: Option<&Path>) -> Result<()> {
     let queued = crate::alerts::queue_len(st);
     if queued > 0 {
         out!(
-            "note: {queued} alert(s) of the arrays are queued, not yet delivered (the server could not be reached or refused them): a running daemon retries them, and sends them now that the server answers (its log says why each failed)"
+            "note: {queued} alert(s) of the arrays are queued, not yet delivered (the server could not be reached or refused them): the daemon retries them with the settings it started with (restart it after changing them: raidctl stop, then start, of every array); its log says why each failed"
         );
     }
     Ok(())

@@ -155,23 +155,13 @@ fn ensure_daemon(st: &StateDir) -> Result<()> {
         cmd.spawn()
             .map_err(|e| CliError::failed(format!("cannot start the daemon: {e}")))
     };
-    let mut child = spawn()?;
-    let mut tries = 1;
+    spawn()?;
+    // Up to 40 s: a daemon that finds the one before it still exiting
+    // waits up to 30 s for its lock (`daemon::process::lock_daemon`).
     let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(30) {
+    while t.elapsed() < Duration::from_secs(40) {
         if call(&st.socket(), &Request::Ping)?.is_some() {
             return Ok(());
-        }
-        // The new daemon ended at once: the one before it, idle and
-        // exiting (its socket gone already, alerts still going out), held
-        // the state folder's lock. Once it lets go, start one again.
-        if child.try_wait().ok().flatten().is_some() && !daemon_lock_held(st) {
-            if tries == 4 {
-                // Ended each time with the lock free: its log says why.
-                break;
-            }
-            child = spawn()?;
-            tries += 1;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -179,15 +169,4 @@ fn ensure_daemon(st: &StateDir) -> Result<()> {
         "the daemon did not come up; see {}",
         st.log().display()
     )))
-}
-
-/// Whether a daemon holds the state folder's lock (`daemon.lock`): asked
-/// with a shared lock taken and let go at once.
-fn daemon_lock_held(st: &StateDir) -> bool {
-    use std::os::fd::AsRawFd;
-    let Ok(f) = std::fs::File::open(st.root.join("daemon.lock")) else {
-        return false;
-    };
-    // SAFETY: plain syscall on an fd we own; the lock goes with the file.
-    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) != 0 }
 }

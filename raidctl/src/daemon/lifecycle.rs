@@ -70,7 +70,12 @@ impl Daemon {
         let mut opened: Vec<MemberRef> = Vec::new();
         let mut files: Vec<Arc<FileMember>> = Vec::new();
         let mut notes = Vec::new();
-        for p in paths.iter().chain(&spares) {
+        // An empty path: a slot whose member was removed; nothing to open.
+        for p in paths
+            .iter()
+            .chain(&spares)
+            .filter(|p| !p.as_os_str().is_empty())
+        {
             let m = if crate::remote::is_remote(p) {
                 crate::remote::open_member(p)
             } else {
@@ -80,7 +85,21 @@ impl Daemon {
                     m as MemberRef
                 })
             };
+            // A device the record still names for a slot (a member
+            // removed there) that another running array holds now: not
+            // this array's any more, so its slot stays empty rather than
+            // the whole start refused as "in use".
+            let elsewhere = |e: &std::io::Error| {
+                let key = crate::remote::key_of(p).ok()?;
+                let held = e.kind() == std::io::ErrorKind::ResourceBusy && !importing;
+                held.then(|| self.not_held(p, key).err()).flatten()
+            };
             match m {
+                Err(e) if elsewhere(&e).is_some() => notes.push(format!(
+                    "{} is recorded for '{name}' but is not used: {}",
+                    p.display(),
+                    elsewhere(&e).map(|e| e.msg).unwrap_or_default()
+                )),
                 Ok(m) => opened.push(m),
                 // Held by another array or program: starting without it
                 // would mark it failed for nothing. Refuse the whole start.
@@ -298,6 +317,7 @@ impl Daemon {
             health_checked: AtomicBool::new(false),
             deleted_warned: Default::default(),
             record_unsaved: Mutex::new(lag),
+            scrub_mark: Mutex::new(()),
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
         self.kick_rebuild(&served);
@@ -350,11 +370,11 @@ impl Daemon {
         } else {
             // A mount a killed daemon left is cleared where it can be, and
             // said where it cannot: it must not outlive the array unsaid.
-            match crate::fuse::place::clear_dead_of(name) {
-                Ok(cleared) => cleared
-                    .iter()
-                    .for_each(|c| stopped_work.push_str(&format!("; {c}"))),
-                Err(why) => stopped_work.push_str(&format!("; note: {why}")),
+            for r in crate::fuse::place::clear_dead_of(&served.array) {
+                match r {
+                    Ok(cleared) => stopped_work.push_str(&format!("; {cleared}")),
+                    Err(why) => stopped_work.push_str(&format!("; note: {why}")),
+                }
             }
         }
         for e in served.exports.lock().drain(..) {

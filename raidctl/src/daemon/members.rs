@@ -173,7 +173,7 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
 
     /// Refuses `path` (device `key`) where a running array holds it: as a
     /// member, as the new device of a hot replace, or as a spare.
-    fn not_held(&self, path: &Path, key: DeviceKey) -> Result<()> {
+    pub(super) fn not_held(&self, path: &Path, key: DeviceKey) -> Result<()> {
         let running: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
         for other in running {
             if let Some(slot) = other.array.slot_by_key(key) {
@@ -254,7 +254,17 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
                 )))
             }
         }
-        if let Some(owner) = self.state.owner_of(path, Some(served.array.name())) {
+        // A record naming it for a slot its running array no longer holds
+        // it in (a member removed there, kept as the slot's recorded
+        // device) does not make it that array's: the running array says.
+        let owner = self
+            .state
+            .owner_of(path, Some(served.array.name()))
+            .filter(|r| {
+                let running = self.arrays.lock().get(&r.name).cloned();
+                running.is_none_or(|a| a.array.holds(key))
+            });
+        if let Some(owner) = owner {
             return Err(CliError::refused(format!(
                 "{} is recorded as a member of array '{}'",
                 path.display(),

@@ -56,6 +56,10 @@ struct Served {
     /// Why the record on disk lags the array's membership (it could not
     /// be written): the monitor writes it again every round until it can.
     record_unsaved: Mutex<Option<String>>,
+    /// Held while a scrub is started and its running mark written, and
+    /// by its end as it removes the mark: a scrub that ends at once
+    /// cannot remove the mark before it is written.
+    scrub_mark: Mutex<()>,
 }
 
 pub struct Daemon {
@@ -99,13 +103,16 @@ pub struct DaemonOptions {
     pub remote_timeout: Duration,
 }
 
+/// How long a daemon with no array stays up for alerts it cannot send.
+const ALERT_HOLD: Duration = Duration::from_secs(3600);
+
 impl Daemon {
     pub fn run(state: StateDir, opts: DaemonOptions) -> Result<()> {
         state.ensure()?;
         // One daemon per state directory, whatever the race: two CLIs that
         // both found no daemon start two, and only one gets this lock (the
         // other exits; its CLI finds the winner on the socket).
-        let _single = lock_daemon(&state)?;
+        let _single = lock_daemon(&state, opts.exit_when_idle)?;
         let sock = state.socket();
         if UnixStream::connect(&sock).is_ok() {
             return Err(CliError::refused(format!(
@@ -231,7 +238,8 @@ impl Daemon {
         // with none, so a request it accepted is always answered (a client
         // whose connection is reset may then assume it was never seen).
         let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let mut alerts_held = false;
+        // Since when an idle daemon has stayed up for queued alerts.
+        let mut alerts_held: Option<Instant> = None;
         while !d.term.load(Ordering::Acquire) {
             if hup.swap(false, Ordering::AcqRel) {
                 reopen_log(&d.state);
@@ -261,17 +269,27 @@ impl Daemon {
             }
             if !d.arrays.lock().is_empty() || in_flight.load(Ordering::Acquire) > 0 {
                 idle_since = Instant::now();
+                alerts_held = None;
             } else if opts.exit_when_idle && idle_since.elapsed() > Duration::from_secs(5) {
                 // Alerts still queued (the mail server down when an array
                 // failed and was stopped): no one would send them until
                 // the next start, so the daemon stays up to deliver them.
-                if d.alerts.is_some() && !crate::alerts::queue_is_empty(&d.state) {
-                    if !alerts_held {
-                        tracing::warn!("no array served, but alerts are still queued: the daemon stays up until they are sent");
-                        alerts_held = true;
+                // Held an hour at most: a server that refuses them for good
+                // (a wrong password, a rejected address) would keep it up
+                // forever, and it reads its config only as it starts.
+                let held = *alerts_held.get_or_insert_with(Instant::now);
+                if d.alerts.is_some()
+                    && !crate::alerts::queue_is_empty(&d.state)
+                    && held.elapsed() < ALERT_HOLD
+                {
+                    if held.elapsed() < Duration::from_secs(1) {
+                        tracing::warn!("no array served, but alerts are still queued: the daemon stays up until they are sent (an hour at most; then the next start sends them)");
                     }
                     idle_since = Instant::now() - Duration::from_secs(4);
                     continue;
+                }
+                if d.alerts.is_some() && !crate::alerts::queue_is_empty(&d.state) {
+                    tracing::error!("alerts still queued after an hour: the daemon exits; the next start sends them (its log says why they failed)");
                 }
                 tracing::info!("no array served: daemon exits");
                 break;

@@ -56,9 +56,16 @@ impl Daemon {
         if s.mount.lock().is_none() {
             // A mount a killed daemon left (nothing serves it): cleared
             // here too, not only by the next `mount`.
-            let cleared = crate::fuse::place::clear_dead_of(name).map_err(CliError::refused)?;
+            let cleared = crate::fuse::place::clear_dead_of(&s.array);
             if !cleared.is_empty() {
-                return Ok(cleared.join("\n"));
+                let said: Vec<&str> = cleared
+                    .iter()
+                    .map(|r| r.as_deref().unwrap_or_else(|e| e))
+                    .collect();
+                return match cleared.iter().all(|r| r.is_ok()) {
+                    true => Ok(said.join("\n")),
+                    false => Err(CliError::refused(said.join("\n"))),
+                };
             }
         }
         let dir = self.unmount_only(name)?;

@@ -6,7 +6,11 @@ use crate::registry::StateDir;
 use std::path::Path;
 
 /// Takes STATE_DIR/daemon.lock exclusively for the daemon's lifetime.
-pub(super) fn lock_daemon(st: &StateDir) -> Result<std::fs::File> {
+/// `wait`: a daemon started on demand (`raidctl start`) may find the one
+/// before it still holding the lock as it exits (idle, its socket gone
+/// already): it waits for it, up to 30 s, unless a daemon answers on the
+/// socket meanwhile (then that one serves).
+pub(super) fn lock_daemon(st: &StateDir, wait: bool) -> Result<std::fs::File> {
     use std::os::fd::AsRawFd;
     let p = st.root.join("daemon.lock");
     let f = std::fs::OpenOptions::new()
@@ -15,13 +19,18 @@ pub(super) fn lock_daemon(st: &StateDir) -> Result<std::fs::File> {
         .write(true)
         .open(&p)
         .map_err(|e| CliError::failed(format!("cannot open {}: {e}", p.display())))?;
+    let t = std::time::Instant::now();
     // SAFETY: plain syscall on an fd we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(CliError::refused(format!(
-            "a daemon already serves {} (it holds {})",
-            st.root.display(),
-            p.display()
-        )));
+    while unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let served = std::os::unix::net::UnixStream::connect(st.socket()).is_ok();
+        if !wait || served || t.elapsed() > std::time::Duration::from_secs(30) {
+            return Err(CliError::refused(format!(
+                "a daemon already serves {} (it holds {})",
+                st.root.display(),
+                p.display()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
     Ok(f)
 }

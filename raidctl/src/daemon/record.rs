@@ -72,12 +72,17 @@ impl Served {
     /// is one now (the same rule as `record_slot`, for the list of spares).
     pub(super) fn record_spares(&self, added: Option<&Path>) {
         let mut rec = self.record.lock();
+        // By the name the array knows it by, else by identity (the same
+        // device under another path); a spare whose path no longer stats
+        // is still the array's while the array names it.
+        let names = self.array.spares();
         let is_spare = |p: &Path| {
-            crate::remote::key_of(p).is_ok_and(|k| {
-                self.array.holds(k)
-                    && self.array.slot_by_key(k).is_none()
-                    && !self.array.is_replacement(k)
-            })
+            names.iter().any(|n| Path::new(n) == p)
+                || crate::remote::key_of(p).is_ok_and(|k| {
+                    self.array.holds(k)
+                        && self.array.slot_by_key(k).is_none()
+                        && !self.array.is_replacement(k)
+                })
         };
         rec.spares.retain(|p| is_spare(p));
         if let Some(p) = added.filter(|p| is_spare(p) && !rec.spares.iter().any(|q| q == p)) {

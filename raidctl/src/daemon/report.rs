@@ -37,7 +37,10 @@ impl Daemon {
             // the one to look for or to replace.
             let recorded = s.record.lock().members.clone();
             for m in st.members.iter_mut().filter(|m| m.path.is_none()) {
-                m.path = recorded.get(m.slot).map(|p| p.display().to_string());
+                m.path = recorded
+                    .get(m.slot)
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .map(|p| p.display().to_string());
             }
             // A member whose file was deleted under the array: said where
             // the slot still holds that very device.

@@ -54,15 +54,20 @@ impl Daemon {
         mark: Option<(PathBuf, u64)>,
     ) -> Result<u64> {
         // Kept while it runs: a scrub the daemon never saw end (killed,
-        // a crash) is said at the next start (`scrub_cut`).
+        // a crash) is said at the next start (`scrub_cut`). Written once
+        // the scrub is started (a refused one leaves the mark of the one
+        // that runs as it is), under the lock its end takes to remove it.
         let running = self.scrub_running_mark(s.array.name());
-        let _ = std::fs::create_dir_all(running.parent().unwrap());
-        let _ = std::fs::write(&running, if repair { "repair" } else { "check" });
-        let ended = running.clone();
+        let (ended, served) = (running.clone(), Arc::downgrade(s));
+        let _marking = s.scrub_mark.lock();
         let id = s.array.start_scrub(
             &scrub_options(repair),
             Box::new(move |array, r| {
-                let _ = std::fs::remove_file(&ended);
+                {
+                    let served = served.upgrade();
+                    let _marking = served.as_ref().map(|s| s.scrub_mark.lock());
+                    let _ = std::fs::remove_file(&ended);
+                }
                 match r {
                     Ok(rep) if !rep.interrupted => {
                         tracing::info!(
@@ -79,12 +84,9 @@ impl Daemon {
                     Err(e) => tracing::warn!(array = array.name(), "scrub failed: {e}"),
                 }
             }),
-        );
-        // Refused: the mark is the running scrub's, if one runs, else none.
-        if id.is_err() && s.array.scrub_progress().is_none() {
-            let _ = std::fs::remove_file(&running);
-        }
-        let id = id?;
+        )?;
+        let _ = std::fs::create_dir_all(running.parent().unwrap());
+        let _ = std::fs::write(&running, if repair { "repair" } else { "check" });
         Ok(id)
     }
 

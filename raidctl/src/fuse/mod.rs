@@ -136,7 +136,7 @@ impl Mounted {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create mount point {}: {e}", dir.display()))?;
         let file = dir.join(array.name());
-        let fd = mount::mount(dir, &format!("raidctl:{}", array.name())).map_err(|e| {
+        let fd = mount::mount(dir, &place::source_of(&array)).map_err(|e| {
             format!(
                 "FUSE mount on {} failed: {e} (is /dev/fuse there? are you root?)",
                 dir.display()

@@ -194,20 +194,25 @@ fn openers(dev: &Path) -> Vec<String> {
                 .ok()?
                 .flatten()
                 .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == dev));
-            holds.then(|| {
-                let comm = std::fs::read_to_string(p.path().join("comm")).unwrap_or_default();
-                format!("pid {pid} ({})", comm.trim())
-            })
+            let comm = std::fs::read_to_string(p.path().join("comm")).unwrap_or_default();
+            (holds && !is_udev(&comm)).then(|| format!("pid {pid} ({})", comm.trim()))
         })
         .collect()
 }
 
-/// Clears the mounts of array `name` left by a daemon that died (`unmount`
-/// after a kill: the daemon that runs now does not hold them); says what
-/// it cleared, or why it could not.
-pub fn clear_dead_of(name: &str) -> Result<Vec<String>, String> {
+/// The mount's source as mountinfo shows it: `raidctl:NAME:UUID`, the
+/// array's uuid telling it from an array of the same name served from
+/// another state folder.
+pub fn source_of(array: &raid_core::array::Array) -> String {
+    format!("raidctl:{}:{}", array.name(), array.uuid())
+}
+
+/// Clears the mounts of `array` left by a daemon that died (`unmount`
+/// after a kill: the daemon that runs now does not hold them): what each
+/// cleared, or why it could not.
+pub fn clear_dead_of(array: &raid_core::array::Array) -> Vec<Result<String, String>> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let source = format!("raidctl:{name}");
+    let source = source_of(array);
     let dirs: Vec<PathBuf> = text
         .lines()
         .filter_map(|l| {
@@ -221,6 +226,12 @@ pub fn clear_dead_of(name: &str) -> Result<Vec<String>, String> {
         .filter(|d| is_dead(d))
         .map(|d| clear_dead(d))
         .collect()
+}
+
+/// The processes that probe a block device as it changes (udev's
+/// workers): they hold it for a moment after an unmount, and are no user.
+fn is_udev(comm: &str) -> bool {
+    comm.contains("udev")
 }
 
 /// The loop devices whose backing file lies under `dir`.

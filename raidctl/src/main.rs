@@ -418,7 +418,11 @@ impl std::io::Write for LossyStderr {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(match cli.command {
-        Command::Daemon { .. } => "info",
+        // The daemon, also run in-process by `start --foreground`.
+        Command::Daemon { .. }
+        | Command::Start {
+            foreground: true, ..
+        } => "info",
         _ => "warn",
     });
     // Records, logs, the event log and sockets hold array layouts, member

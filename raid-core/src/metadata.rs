@@ -365,6 +365,7 @@ pub fn read_superblock(m: &dyn crate::member::Member) -> Result<Superblock, Read
     let mut buf = crate::buf::AlignedBuf::new(SB_SIZE);
     let mut best: Option<Superblock> = None;
     let mut errors = Vec::new();
+    let mut damaged = false;
     for off in SB_OFFSETS {
         let r = if m.size() < off + SB_SIZE as u64 {
             Err(format!(
@@ -373,7 +374,10 @@ pub fn read_superblock(m: &dyn crate::member::Member) -> Result<Superblock, Read
         } else {
             match m.read_at(&mut buf, off) {
                 Err(e) => Err(format!("copy at byte {off}: read error: {e}")),
-                Ok(()) => Superblock::decode(&buf).map_err(|e| format!("copy at byte {off}: {e}")),
+                Ok(()) => Superblock::decode(&buf).map_err(|e| {
+                    damaged |= e != MetaError::NoMagic;
+                    format!("copy at byte {off}: {e}")
+                }),
             }
         };
         match r {
@@ -385,13 +389,22 @@ pub fn read_superblock(m: &dyn crate::member::Member) -> Result<Superblock, Read
             Err(e) => errors.push(e),
         }
     }
-    best.ok_or(ReadError(errors.join("; ")))
+    best.ok_or(ReadError {
+        why: errors.join("; "),
+        damaged,
+    })
 }
 
 /// Why no copy of a member's metadata could be used (one reason per copy).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{0}")]
-pub struct ReadError(pub String);
+#[error("{why}")]
+pub struct ReadError {
+    pub why: String,
+    /// A copy carried this format's magic but was not valid (corrupt, or
+    /// of a newer version): a member whose metadata is damaged, not a
+    /// device that never held any.
+    pub damaged: bool,
+}
 
 /// Writes a superblock to one member: copy 0, flush, copy 1, flush. A crash
 /// between the two leaves one complete copy, old or new.

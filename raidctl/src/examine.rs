@@ -65,12 +65,26 @@ impl Examined {
 }
 
 pub fn examine(device: &Path) -> Examined {
+    if device.is_dir() {
+        return Examined::bare(
+            device,
+            "unreadable",
+            "a folder, not a device or a file: name a member device or file".into(),
+        );
+    }
     let m = match FileMember::inspect(device) {
         Ok(m) => m,
         Err(e) => return Examined::bare(device, "unreadable", format!("cannot open: {e}")),
     };
     let sb = match read_superblock(&m as &dyn Member) {
         Ok(sb) => sb,
+        Err(e) if e.damaged => {
+            return Examined::bare(
+                device,
+                "damaged",
+                format!("array metadata found, but no copy of it is valid ({e}): a member whose metadata is damaged; its array starts without it (raidctl start says so), and raidctl replace puts a device (this one too) back in its slot"),
+            )
+        }
         Err(e) => {
             let what = match probe(device) {
                 Ok(Content::Nothing) => "no array metadata, nothing recognisable".to_string(),
@@ -129,6 +143,10 @@ pub fn run(devices: &[PathBuf], fmt: Format) -> Result<()> {
     }
     if all.iter().any(|e| e.kind == "unreadable") {
         return Err(CliError::quiet(code::NOT_FOUND));
+    }
+    // Damaged metadata is worth a non-zero status to a script.
+    if all.iter().any(|e| e.kind == "damaged") {
+        return Err(CliError::quiet(code::FAILED));
     }
     Ok(())
 }

@@ -488,6 +488,18 @@ fn examine_says_what_each_device_holds() {
         text.contains("slot 0, active") && text.contains("events:"),
         "{text}"
     );
+    // Both copies of m3's metadata corrupted: damaged (exit 1), not
+    // "nothing recognisable" with exit 0; a folder is no device (exit 3).
+    let f = std::fs::OpenOptions::new().write(true).open(&m[3]).unwrap();
+    for off in [100, 4096 + 100] {
+        std::os::unix::fs::FileExt::write_all_at(&f, b"rot", off).unwrap();
+    }
+    let (code, text, _) = w.code(&["examine", s(&m[3])]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("damaged"), "{text}");
+    let (code, text, _) = w.code(&["examine", s(&w.dir)]);
+    assert_eq!(code, 3, "{text}");
+    assert!(text.contains("a folder"), "{text}");
 }
 
 #[test]

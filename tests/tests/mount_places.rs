@@ -38,9 +38,14 @@ fn a_mount_needs_an_empty_folder_that_is_not_a_mount_point() {
     assert!(err.contains("not empty"), "{err}");
     assert!(w.dir.join("pb0.img").exists());
     w.ok(&["unmount", "pa"]);
+    // The folder mount made is gone with the mount (it was left behind).
+    assert!(!dir.exists(), "{} left behind", dir.display());
+    // One that was there stays.
+    std::fs::create_dir_all(&dir).unwrap();
     w.ok(&["mount", "pb", "--dir", s(&dir)]);
     assert!(dir.join("pb").exists());
     w.ok(&["unmount", "pb"]);
+    assert!(dir.is_dir());
     w.ok(&["stop", "pa"]);
     w.ok(&["stop", "pb"]);
 }

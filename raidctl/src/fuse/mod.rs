@@ -123,6 +123,8 @@ pub struct Mounted {
     pub dir: std::path::PathBuf,
     pub file: std::path::PathBuf,
     pub loop_dev: Option<String>,
+    /// The mount point did not exist: `mount` made it, `unmount` removes it.
+    made_dir: bool,
 }
 
 impl Mounted {
@@ -133,6 +135,8 @@ impl Mounted {
         dir: &std::path::Path,
         with_loop: bool,
     ) -> Result<Mounted, String> {
+        // A folder made here is removed again at unmount.
+        let made_dir = !dir.exists();
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create mount point {}: {e}", dir.display()))?;
         let file = dir.join(array.name());
@@ -180,6 +184,7 @@ impl Mounted {
             dir: dir.to_path_buf(),
             file,
             loop_dev: None,
+            made_dir,
         };
         if with_loop {
             match attach_loop(&m.file) {
@@ -285,6 +290,10 @@ impl Mounted {
         }
         // Unmounted: each thread answers what it holds and ends.
         self.abort_and_join();
+        if self.made_dir {
+            // Only if empty: never what someone put there since.
+            let _ = std::fs::remove_dir(&self.dir);
+        }
         Ok(())
     }
 }

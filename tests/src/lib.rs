@@ -212,7 +212,16 @@ impl Drop for World {
         for n in self.started.borrow().iter() {
             let _ = self.run(&["stop", n]);
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // Once more if something wrote into it meanwhile: an event hook
+        // the daemon ran as the array stopped can add its output file
+        // between the removal of the entries and of the folder itself.
+        for _ in 0..3 {
+            let _ = std::fs::remove_dir_all(&self.dir);
+            if !self.dir.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
     }
 }
 

@@ -57,6 +57,25 @@ impl StateDir {
         self.arrays().join(format!("{name}.toml"))
     }
 
+    /// Where the scrub schedule remembers the last scrub of array `name`
+    /// (seconds since the epoch): one that completed, or was cancelled.
+    pub fn scrub_last(&self, name: &str) -> PathBuf {
+        self.root.join("scrub").join(format!("{name}.last"))
+    }
+
+    /// Where a running scrub of array `name` is marked (`repair` or
+    /// `check`): one the daemon never saw end is said at the next start.
+    pub fn scrub_running(&self, name: &str) -> PathBuf {
+        self.root.join("scrub").join(format!("{name}.running"))
+    }
+
+    /// Removes the scrub marks kept under `name`: those of another array
+    /// once one is created, deleted or imported under that name.
+    pub fn remove_scrub_marks(&self, name: &str) {
+        let _ = std::fs::remove_file(self.scrub_last(name));
+        let _ = std::fs::remove_file(self.scrub_running(name));
+    }
+
     /// Creates the state directory (mode 0700: it holds member paths,
     /// alert settings and the daemon's socket), and tightens one an older
     /// version left open.

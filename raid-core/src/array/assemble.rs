@@ -236,14 +236,21 @@ pub(super) fn assemble(
         forced = force_back(&array, failed_but_present, truth.events);
         refused.retain(|(m, _)| !forced.iter().any(|(f, _)| f == m));
     }
+    // The devices given and not used, and why (marked failed, stale,
+    // another array's): said with either refusal below, as a slot without
+    // a device may have had one at hand.
+    let unusable = match refused.is_empty() {
+        true => String::new(),
+        false => format!(
+            " (given but not usable: {})",
+            refused
+                .iter()
+                .map(|(m, why)| format!("{m}: {why}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    };
     if !array.within_redundancy() {
-        // A slot without a device may have had one given that was not
-        // used (marked failed, stale): "missing" alone would send the
-        // operator looking for a device that is at hand.
-        let unusable: Vec<String> = refused
-            .iter()
-            .map(|(m, why)| format!("{m}: {why}"))
-            .collect();
         return Err(ArrayError::Assembly(format!(
             "array '{}' cannot start: {}{}.{}",
             array.name,
@@ -251,11 +258,7 @@ pub(super) fn assemble(
                 ArrayError::Failed { detail, .. } => detail,
                 e => e.to_string(),
             },
-            if unusable.is_empty() {
-                String::new()
-            } else {
-                format!(" (given but not usable: {})", unusable.join("; "))
-            },
+            unusable,
             if force {
                 " Not enough members marked failed are present to force it either: find the missing ones (raidctl examine DEV shows what a device holds)"
             } else {
@@ -267,19 +270,11 @@ pub(super) fn assemble(
     // start at all says that instead; before anything is written.
     if !allow_missing && !newly_missing.is_empty() {
         let list: Vec<String> = newly_missing.iter().map(|i| i.to_string()).collect();
-        let unusable: Vec<String> = refused
-            .iter()
-            .map(|(m, why)| format!("{m}: {why}"))
-            .collect();
         return Err(ArrayError::Assembly(format!(
             "slot {} of '{}' was serving in the metadata, and none of the members given fills it{}: started without it, the array would run degraded and that member would need a resync when it comes back. Give that member too, or, if it is really gone, add --force (which also takes back members marked failed, newest first, where the array needs them)",
             list.join(", "),
             truth.name,
-            if unusable.is_empty() {
-                String::new()
-            } else {
-                format!(" (given but not usable: {})", unusable.join("; "))
-            }
+            unusable
         )));
     }
     if !forced.is_empty() {

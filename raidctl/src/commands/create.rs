@@ -124,8 +124,18 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
         })?);
         Ok((f.clone(), Some(f)))
     };
-    let m: Vec<_> = members.iter().map(open).collect::<Result<_>>()?;
-    let s: Vec<_> = spares.iter().map(open).collect::<Result<_>>()?;
+    let (m, m_files): (Vec<MemberRef>, Vec<_>) = members
+        .iter()
+        .map(open)
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .unzip();
+    let (s, s_files): (Vec<MemberRef>, Vec<_>) = spares
+        .iter()
+        .map(open)
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .unzip();
     let opts = CreateOptions {
         name: name.into(),
         level,
@@ -133,10 +143,7 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     };
     // Sizes and the rest checked before a file is allocated: refused
     // input leaves the devices as they were.
-    {
-        let refs = |v: &[(MemberRef, _)]| v.iter().map(|(m, _)| m.clone()).collect::<Vec<_>>();
-        Array::check_create(&refs(&m), &refs(&s), &opts)?;
-    }
+    Array::check_create(&m, &s, &opts)?;
     st.ensure()?;
     // The record must be writable before any device is written (or
     // allocated): else the devices would carry an array no record names.
@@ -145,7 +152,7 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
             "nothing written: {e}. Free space on that filesystem (or make it writable), then create again"
         ))
     })?;
-    for f in m.iter().chain(&s).filter_map(|(_, f)| f.as_ref()) {
+    for f in m_files.iter().chain(&s_files).flatten() {
         // Even sparse, the metadata, bitmap and journal area is allocated:
         // a full filesystem must never stop those writes.
         let r = if a.sparse {
@@ -160,8 +167,8 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
             ))
         })?;
     }
-    let m: Vec<MemberRef> = m.into_iter().map(|(m, _)| m).collect();
-    let s: Vec<MemberRef> = s.into_iter().map(|(m, _)| m).collect();
+    // The array holds the members from here: the allocation's handles go.
+    drop((m_files, s_files));
     let uneven = uneven_sizes(&m);
     let array = Array::create(m, s, opts)?;
     array.close()?;
@@ -191,10 +198,7 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
             tracing::warn!("cannot remove the old event log {}: {e}", log.display());
         }
     }
-    // So are its scrub marks (when one last ran, one it never saw end).
-    for mark in ["last", "running"] {
-        let _ = std::fs::remove_file(st.root.join("scrub").join(format!("{name}.{mark}")));
-    }
+    st.remove_scrub_marks(name);
     let parity = a.parity;
     out!(
         "created {level} '{name}': {} members, chunk {}, capacity {}, parity engine {}{}",

@@ -16,7 +16,7 @@ pub(super) fn delete(st: &StateDir, name: &str, wipe: bool, force: bool) -> Resu
             "array '{name}' is running: stop it first (raidctl stop {name}), then delete it"
         )));
     }
-    // An empty path is a slot whose member was removed.
+    // An empty path: a slot no device was ever recorded for.
     let devices: Vec<&PathBuf> = r
         .members
         .iter()
@@ -66,11 +66,7 @@ pub(super) fn delete(st: &StateDir, name: &str, wipe: bool, force: bool) -> Resu
         }
     }
     st.remove(name)?;
-    // Its scrub marks too: an array imported later under this name must
-    // not read them as its own.
-    for mark in ["last", "running"] {
-        let _ = std::fs::remove_file(st.root.join("scrub").join(format!("{name}.{mark}")));
-    }
+    st.remove_scrub_marks(name);
     let log = crate::eventlog::path(st, name);
     if log.exists() {
         if let Err(e) = std::fs::remove_file(&log) {

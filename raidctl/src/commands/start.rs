@@ -117,45 +117,42 @@ fn ensure_daemon(st: &StateDir) -> Result<()> {
     // not come up" with the reason left in its log.
     Config::load(st, None)?;
     st.ensure()?;
-    let spawn = || -> Result<std::process::Child> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(st.log())
-            .map_err(|e| {
-                // The daemon keeps its socket and log in the state folder: a
-                // folder it cannot write is one it cannot run from (exit 5).
-                CliError::daemon(format!(
-                    "cannot start the daemon: cannot write its log {} ({e}). The daemon keeps its socket, log and the arrays' records in {}: make that folder writable (or name another with --state-dir / RAIDCTL_STATE_DIR)",
-                    st.log().display(),
-                    st.root.display()
-                ))
-            })?;
-        let exe = std::env::current_exe()
-            .map_err(|e| CliError::failed(format!("cannot find raidctl itself: {e}")))?;
-        let mut cmd = std::process::Command::new(exe);
-        cmd.arg("--state-dir")
-            .arg(&st.root)
-            .arg("daemon")
-            .arg("--exit-when-idle")
-            .stdin(std::process::Stdio::null())
-            .stdout(
-                log.try_clone()
-                    .map_err(|e| CliError::failed(e.to_string()))?,
-            )
-            .stderr(log);
-        // SAFETY: setsid is async-signal-safe; it detaches the daemon from the
-        // caller's session so it outlives the terminal.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            });
-        }
-        cmd.spawn()
-            .map_err(|e| CliError::failed(format!("cannot start the daemon: {e}")))
-    };
-    spawn()?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(st.log())
+        .map_err(|e| {
+            // The daemon keeps its socket and log in the state folder: a
+            // folder it cannot write is one it cannot run from (exit 5).
+            CliError::daemon(format!(
+                "cannot start the daemon: cannot write its log {} ({e}). The daemon keeps its socket, log and the arrays' records in {}: make that folder writable (or name another with --state-dir / RAIDCTL_STATE_DIR)",
+                st.log().display(),
+                st.root.display()
+            ))
+        })?;
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::failed(format!("cannot find raidctl itself: {e}")))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("--state-dir")
+        .arg(&st.root)
+        .arg("daemon")
+        .arg("--exit-when-idle")
+        .stdin(std::process::Stdio::null())
+        .stdout(
+            log.try_clone()
+                .map_err(|e| CliError::failed(e.to_string()))?,
+        )
+        .stderr(log);
+    // SAFETY: setsid is async-signal-safe; it detaches the daemon from the
+    // caller's session so it outlives the terminal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .map_err(|e| CliError::failed(format!("cannot start the daemon: {e}")))?;
     // Up to 40 s: a daemon that finds the one before it still exiting
     // waits up to 30 s for its lock (`daemon::process::lock_daemon`).
     let t = Instant::now();

@@ -70,7 +70,8 @@ impl Daemon {
         let mut opened: Vec<MemberRef> = Vec::new();
         let mut files: Vec<Arc<FileMember>> = Vec::new();
         let mut notes = Vec::new();
-        // An empty path: a slot whose member was removed; nothing to open.
+        // An empty path: a slot no device was ever recorded for (a start
+        // that found none for it); nothing to open.
         for p in paths
             .iter()
             .chain(&spares)
@@ -89,16 +90,19 @@ impl Daemon {
             // removed there) that another running array holds now: not
             // this array's any more, so its slot stays empty rather than
             // the whole start refused as "in use".
-            let elsewhere = |e: &std::io::Error| {
-                let key = crate::remote::key_of(p).ok()?;
-                let held = e.kind() == std::io::ErrorKind::ResourceBusy && !importing;
-                held.then(|| self.not_held(p, key).err()).flatten()
+            let elsewhere = match &m {
+                Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy && !importing => {
+                    crate::remote::key_of(p)
+                        .ok()
+                        .and_then(|k| self.not_held(p, k).err())
+                }
+                _ => None,
             };
             match m {
-                Err(e) if elsewhere(&e).is_some() => notes.push(format!(
+                Err(_) if elsewhere.is_some() => notes.push(format!(
                     "{} is recorded for '{name}' but is not used: {}",
                     p.display(),
-                    elsewhere(&e).map(|e| e.msg).unwrap_or_default()
+                    elsewhere.map(|e| e.msg).unwrap_or_default()
                 )),
                 Ok(m) => opened.push(m),
                 // Held by another array or program: starting without it
@@ -131,27 +135,12 @@ impl Daemon {
         // them: a start refused for naming the wrong array must leave
         // every device as it was (the same checks follow assembly, for
         // what it settles from all of them).
-        let carried: Vec<_> = opened
+        let carried: Vec<(String, String)> = opened
             .iter()
             .filter_map(|m| raid_core::metadata::read_superblock(m.as_ref()).ok())
+            .map(|sb| (sb.name, sb.array_uuid.to_string()))
             .collect();
-        if !carried.is_empty() && !carried.iter().any(|sb| sb.name == name) {
-            let other = &carried[0].name;
-            return Err(CliError::refused(format!(
-                "the members given carry array '{other}', not '{name}': start it as raidctl start {other} --members ..."
-            )));
-        }
-        if let Ok(r) = &recorded {
-            let named: Vec<_> = carried.iter().filter(|sb| sb.name == name).collect();
-            if !named.is_empty() && !named.iter().any(|sb| sb.array_uuid.to_string() == r.uuid) {
-                return Err(CliError::refused(format!(
-                    "the members carry array '{name}' uuid {}, but {} records '{name}' uuid {}: a different array of the same name",
-                    named[0].array_uuid,
-                    self.state.root.display(),
-                    r.uuid
-                )));
-            }
-        }
+        self.same_array(name, &recorded, &carried)?;
         // Arrays created sparse before this was the rule: their metadata
         // and journal area gets its blocks now, before assembly writes
         // there (a full filesystem must not stop it), and after the checks
@@ -169,23 +158,12 @@ impl Daemon {
             Array::assemble(opened)?
         };
         let mut array = asm.array;
-        if array.name() != name {
-            return Err(CliError::refused(format!(
-                "the members given carry array '{}', not '{name}': start it as raidctl start {} --members ...",
-                array.name(),
-                array.name()
-            )));
-        }
-        if let Ok(r) = &recorded {
-            if r.uuid != array.uuid().to_string() {
-                return Err(CliError::refused(format!(
-                    "the members carry array '{name}' uuid {}, but {} records '{name}' uuid {}: a different array of the same name",
-                    array.uuid(),
-                    self.state.root.display(),
-                    r.uuid
-                )));
-            }
-        }
+        // The same rule on what assembly settled from all of them.
+        self.same_array(
+            name,
+            &recorded,
+            &[(array.name().to_string(), array.uuid().to_string())],
+        )?;
         for (m, why) in &asm.refused {
             notes.push(format!("member {m} not used: {why}"));
         }
@@ -333,7 +311,7 @@ impl Daemon {
             array.record_event(ArrayEvent::HotReplaceFailed { slot, new, reason });
         }
         // A scrub the daemon before never saw end.
-        let cut = self.scrub_running_mark(name);
+        let cut = self.state.scrub_running(name);
         if let Ok(kind) = std::fs::read_to_string(&cut) {
             let _ = std::fs::remove_file(&cut);
             let repair = kind.trim() == "repair";
@@ -358,6 +336,34 @@ impl Daemon {
         }
         tracing::info!("{msg}");
         Ok(msg)
+    }
+
+    /// Refuses a start whose devices carry another array: none of
+    /// `carried` (name, uuid) is array `name`, or, where the state folder
+    /// records `name`, none of those so named has its uuid (a different
+    /// array of the same name). An empty `carried` says nothing.
+    fn same_array(
+        &self,
+        name: &str,
+        recorded: &Result<ArrayRecord>,
+        carried: &[(String, String)],
+    ) -> Result<()> {
+        let named: Vec<_> = carried.iter().filter(|(n, _)| n == name).collect();
+        if let (Some((other, _)), true) = (carried.first(), named.is_empty()) {
+            return Err(CliError::refused(format!(
+                "the members given carry array '{other}', not '{name}': start it as raidctl start {other} --members ..."
+            )));
+        }
+        if let (Ok(r), Some((_, uuid))) = (recorded, named.first()) {
+            if !named.iter().any(|(_, u)| *u == r.uuid) {
+                return Err(CliError::refused(format!(
+                    "the members carry array '{name}' uuid {uuid}, but {} records '{name}' uuid {}: a different array of the same name",
+                    self.state.root.display(),
+                    r.uuid
+                )));
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn stop(&self, name: &str) -> Result<String> {

@@ -277,18 +277,16 @@ impl Daemon {
                 // Held an hour at most: a server that refuses them for good
                 // (a wrong password, a rejected address) would keep it up
                 // forever, and it reads its config only as it starts.
-                let held = *alerts_held.get_or_insert_with(Instant::now);
-                if d.alerts.is_some()
-                    && !crate::alerts::queue_is_empty(&d.state)
-                    && held.elapsed() < ALERT_HOLD
-                {
-                    if held.elapsed() < Duration::from_secs(1) {
-                        tracing::warn!("no array served, but alerts are still queued: the daemon stays up until they are sent (an hour at most; then the next start sends them)");
-                    }
-                    idle_since = Instant::now() - Duration::from_secs(4);
-                    continue;
-                }
                 if d.alerts.is_some() && !crate::alerts::queue_is_empty(&d.state) {
+                    let held = alerts_held.get_or_insert_with(|| {
+                        tracing::warn!("no array served, but alerts are still queued: the daemon stays up until they are sent (an hour at most; then the next start sends them)");
+                        Instant::now()
+                    });
+                    if held.elapsed() < ALERT_HOLD {
+                        // Asked again in a second.
+                        idle_since = Instant::now() - Duration::from_secs(4);
+                        continue;
+                    }
                     tracing::error!("alerts still queued after an hour: the daemon exits; the next start sends them (its log says why they failed)");
                 }
                 tracing::info!("no array served: daemon exits");

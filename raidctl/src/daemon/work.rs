@@ -57,7 +57,7 @@ impl Daemon {
         // a crash) is said at the next start (`scrub_cut`). Written once
         // the scrub is started (a refused one leaves the mark of the one
         // that runs as it is), under the lock its end takes to remove it.
-        let running = self.scrub_running_mark(s.array.name());
+        let running = self.state.scrub_running(s.array.name());
         let (ended, served) = (running.clone(), Arc::downgrade(s));
         let _marking = s.scrub_mark.lock();
         let id = s.array.start_scrub(
@@ -110,7 +110,7 @@ impl Daemon {
             // the period's scrub, or the schedule would start it again at
             // once (a scrub hurting production must stay stopped).
             if let Some(sched) = &self.scrub_schedule {
-                let mark = self.scrub_mark(name);
+                let mark = self.state.scrub_last(name);
                 let _ = std::fs::create_dir_all(mark.parent().unwrap());
                 let _ = std::fs::write(&mark, unix_now().to_string());
                 msg.push_str(&format!(
@@ -158,20 +158,6 @@ impl Daemon {
         })
     }
 
-    /// Where the schedule remembers the last scrub of array `name` (seconds
-    /// since the epoch): one that completed, or was cancelled.
-    /// Where a running scrub is marked (`repair` or `check`).
-    pub(super) fn scrub_running_mark(&self, name: &str) -> PathBuf {
-        self.state
-            .root
-            .join("scrub")
-            .join(format!("{name}.running"))
-    }
-
-    fn scrub_mark(&self, name: &str) -> PathBuf {
-        self.state.root.join("scrub").join(format!("{name}.last"))
-    }
-
     /// Starts a scrub when the schedule says one is due: the last one is
     /// remembered in STATE_DIR/scrub/NAME.last (seconds since the epoch).
     pub(super) fn scheduled_scrub(&self, s: &Arc<Served>) {
@@ -183,7 +169,7 @@ impl Daemon {
         {
             return;
         }
-        let mark = self.scrub_mark(s.array.name());
+        let mark = self.state.scrub_last(s.array.name());
         let now = unix_now();
         let last: u64 = std::fs::read_to_string(&mark)
             .ok()

@@ -112,9 +112,6 @@ pub struct Export {
     tcp_addr: Option<std::net::SocketAddr>,
 }
 
-/// Checks an export spec and its security before anything is assembled:
-/// a TCP address other than loopback is served only with TLS, unless
-/// `insecure` says otherwise.
 /// Whether the export may listen at `path`: nothing there, or a stale
 /// socket (returns true: to be removed before the bind). A socket a
 /// server answers on, or any other file, is refused: only a stale socket
@@ -136,6 +133,9 @@ fn unix_path_free(path: &Path) -> Result<bool> {
     }
 }
 
+/// Checks an export spec and its security before anything is assembled:
+/// a TCP address other than loopback is served only with TLS, unless
+/// `insecure` says otherwise.
 pub fn check_spec(spec: &str, sec: &Security) -> Result<()> {
     if sec.verify_peer && sec.tls.is_none() {
         return Err(CliError::usage(

@@ -32,20 +32,29 @@ pub struct Top {
 /// filesystem itself, which may hang or be dead).
 pub fn top_mount(dir: &Path) -> Option<Top> {
     let want = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    text.lines().rev().find_map(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        if Path::new(&f.get(4)?.replace("\\040", " ")) != want {
-            return None;
-        }
-        let (maj, min) = f.get(2)?.split_once(':')?;
-        let dash = f.iter().position(|x| *x == "-")?;
-        Some(Top {
-            dev: libc::makedev(maj.parse().ok()?, min.parse().ok()?),
-            fstype: f.get(dash + 1)?.to_string(),
-            source: f.get(dash + 2)?.to_string(),
+    mounts()
+        .into_iter()
+        .rev()
+        .find(|(d, _)| *d == want)
+        .map(|(_, t)| t)
+}
+
+/// Every mount, in mountinfo's order (mounts stack in it): where, and what.
+fn mounts() -> Vec<(PathBuf, Top)> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let (maj, min) = f.get(2)?.split_once(':')?;
+            let dash = f.iter().position(|x| *x == "-")?;
+            let top = Top {
+                dev: libc::makedev(maj.parse().ok()?, min.parse().ok()?),
+                fstype: f.get(dash + 1)?.to_string(),
+                source: f.get(dash + 2)?.to_string(),
+            };
+            Some((PathBuf::from(f.get(4)?.replace("\\040", " ")), top))
         })
-    })
+        .collect()
 }
 
 fn check_live(dir: &Path) -> Result<(), String> {
@@ -211,20 +220,11 @@ pub fn source_of(array: &raid_core::array::Array) -> String {
 /// after a kill: the daemon that runs now does not hold them): what each
 /// cleared, or why it could not.
 pub fn clear_dead_of(array: &raid_core::array::Array) -> Vec<Result<String, String>> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let source = source_of(array);
-    let dirs: Vec<PathBuf> = text
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            let dash = f.iter().position(|x| *x == "-")?;
-            let dir = PathBuf::from(f.get(4)?.replace("\\040", " "));
-            (*f.get(dash + 2)? == source).then_some(dir)
-        })
-        .collect();
-    dirs.iter()
-        .filter(|d| is_dead(d))
-        .map(|d| clear_dead(d))
+    mounts()
+        .into_iter()
+        .filter(|(d, t)| t.source == source && is_dead(d))
+        .map(|(d, _)| clear_dead(&d))
         .collect()
 }
 

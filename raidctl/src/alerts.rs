@@ -327,6 +327,41 @@ pub fn enqueue(st: &StateDir, r: &EventRecord, seq: u64) -> Result<()> {
         .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))
 }
 
+/// Runs the event hook, one event at a time and in the events' order, on
+/// a thread of its own (as mdadm runs its PROGRAM: waits for each): a
+/// script that keeps state (a ticket opened on `member_failed`, closed on
+/// `rebuild_finished`) sees the events as they happened. A hook that hangs
+/// holds the next ones up to `HOOK_TIMEOUT`, then is killed.
+#[derive(Default)]
+pub struct HookRunner {
+    queue: std::sync::Mutex<Option<std::sync::mpsc::Sender<(PathBuf, EventRecord)>>>,
+}
+
+impl HookRunner {
+    /// Queues `r` for `hook`; the thread that runs them starts with the
+    /// first.
+    pub fn run(&self, hook: PathBuf, r: EventRecord) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = q.get_or_insert_with(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<(PathBuf, EventRecord)>();
+            let spawned = std::thread::Builder::new()
+                .name("event-hooks".into())
+                .spawn(move || {
+                    for (hook, r) in rx {
+                        run_hook(&hook, &r);
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!("event hooks: no thread to run them: {e}");
+            }
+            tx
+        });
+        if tx.send((hook.clone(), r)).is_err() {
+            tracing::warn!(hook = %hook.display(), "event hook not run: its thread ended");
+        }
+    }
+}
+
 /// Runs the hook for one event, details in the environment.
 pub fn run_hook(hook: &Path, r: &EventRecord) {
     let mut c = std::process::Command::new(hook);

@@ -111,7 +111,9 @@ fn member_failure_arrives_as_one_message_with_what_to_do() {
     // A hook that appends what it is told to a file.
     let hook = w.dir.join("hook.sh");
     let hook_out = w.dir.join("hook.out");
-    std::fs::write(&hook, format!("#!/bin/sh\necho \"$RAIDCTL_EVENT $RAIDCTL_SEVERITY $RAIDCTL_ARRAY $RAIDCTL_MEMBER\" >> {}\n", hook_out.display())).unwrap();
+    // It takes its time over the failure, so that a hook run for the
+    // next event beside it (not after it) would write first.
+    std::fs::write(&hook, format!("#!/bin/sh\n[ \"$RAIDCTL_EVENT\" = member_failed ] && sleep 0.5\necho \"$RAIDCTL_EVENT $RAIDCTL_SEVERITY $RAIDCTL_ARRAY $RAIDCTL_MEMBER\" >> {}\n", hook_out.display())).unwrap();
     make_executable(&hook);
     write_config(
         &w,
@@ -166,11 +168,24 @@ fn member_failure_arrives_as_one_message_with_what_to_do() {
         kinds.contains(&"member_failed") && kinds.contains(&"array_degraded"),
         "{kinds:?}"
     );
-    let hooked = std::fs::read_to_string(&hook_out).unwrap_or_default();
+    // The hook ran for every event, one after another in the log's order.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let hooked = loop {
+        let h = std::fs::read_to_string(&hook_out).unwrap_or_default();
+        if h.lines().count() >= kinds.len() || std::time::Instant::now() > deadline {
+            break h;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
     assert!(
         hooked.contains(&format!("member_failed critical mailarr {victim}")),
         "hook saw: {hooked}"
     );
+    let hook_kinds: Vec<&str> = hooked
+        .lines()
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(hook_kinds, kinds, "the hook's order against the log's");
     w.ok(&["stop", "mailarr"]);
 }
 

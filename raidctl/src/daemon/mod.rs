@@ -71,6 +71,8 @@ pub struct Daemon {
     alert_seq: std::sync::atomic::AtomicU64,
     /// Serialises `process_events`.
     events_lock: Mutex<()>,
+    /// Runs the event hook in the events' order.
+    hooks: crate::alerts::HookRunner,
     scrub_schedule: Option<crate::config::ScrubSchedule>,
     alert_counters: Arc<AlertCounters>,
     /// The daemon's clock for `iostat` intervals.
@@ -153,6 +155,7 @@ impl Daemon {
             alerts: opts.alerts.clone(),
             alert_seq: std::sync::atomic::AtomicU64::new(0),
             events_lock: Mutex::new(()),
+            hooks: Default::default(),
             scrub_schedule: opts.scrub.clone(),
             alert_counters: Default::default(),
             started: Instant::now(),
@@ -480,7 +483,7 @@ impl Daemon {
                     }
                 }
                 if let Some(hook) = cfg.hook.clone() {
-                    std::thread::spawn(move || crate::alerts::run_hook(&hook, &r));
+                    self.hooks.run(hook, r);
                 }
             }
         }

@@ -324,13 +324,30 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
                 (None, _) => "missing",
                 (Some(_), s) => s.name(),
             };
+            // A slot whose member was not found names the device the record
+            // has for it, and says what was wrong there.
+            let recorded = r
+                .members
+                .get(i)
+                .filter(|p| !p.as_os_str().is_empty())
+                .map(|p| p.display().to_string());
+            let warning = match (&path, &recorded) {
+                (None, Some(p)) => Some(format!(
+                    "{p}, recorded for this slot, {}",
+                    match std::fs::metadata(p) {
+                        Err(_) => "is gone".to_string(),
+                        Ok(_) => "does not hold this slot's member".to_string(),
+                    }
+                )),
+                _ => None,
+            };
             MemberStatus {
                 slot: i,
-                path,
+                path: path.or(recorded),
                 uuid: e.uuid.to_string(),
                 state: state.into(),
                 health: None,
-                warning: None,
+                warning,
             }
         })
         .collect();
@@ -522,10 +539,10 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
             m.slot,
             m.state,
             m.path.as_deref().unwrap_or("-"),
-            if m.state == "missing" && m.path.is_some() && s.running {
-                " (recorded; not in use)"
-            } else {
-                ""
+            match (m.state.as_str(), &m.path, s.running) {
+                ("missing" | "failed", Some(_), false) if m.warning.is_some() => " (recorded)",
+                ("missing", Some(_), true) => " (recorded; not in use)",
+                _ => "",
             },
             if detail {
                 format!("  uuid {}", m.uuid)

@@ -596,6 +596,49 @@ fn sigterm_stops_every_array_clean() {
     w.ok(&["stop", "tm"]);
 }
 
+/// A stopped array whose member file is gone, or overwritten, names the
+/// device its record has for that slot and what is wrong there (it showed
+/// "-"), in text and JSON.
+#[test]
+fn a_stopped_array_names_the_recorded_device_it_did_not_find() {
+    let w = World::new("gone");
+    let m = w.sparse_members("m", 4, 16 * MIB);
+    w.ok(&[
+        "create",
+        "gn",
+        "--level",
+        "6",
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+        s(&m[3]),
+    ]);
+    std::fs::remove_file(&m[1]).unwrap();
+    std::fs::write(&m[2], vec![0u8; 16 * MIB as usize]).unwrap();
+    let st = w.status_json("gn");
+    assert_eq!(st["health"], "degraded", "{st}");
+    assert_eq!(st["members"][1]["state"], "missing");
+    assert_eq!(st["members"][1]["path"], s(&m[1]));
+    let warning = |i: usize| {
+        st["members"][i]["warning"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    assert!(warning(1).contains("is gone"), "{st}");
+    assert_eq!(st["members"][2]["path"], s(&m[2]));
+    assert!(
+        warning(2).contains("does not hold this slot's member"),
+        "{st}"
+    );
+    assert!(st["members"][0]["warning"].is_null(), "{st}");
+    // Exit 1: degraded.
+    let (code, out, _) = w.code(&["status", "gn"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("{} (recorded)", s(&m[1]))), "{out}");
+    assert!(out.contains("is gone"), "{out}");
+}
+
 #[test]
 fn scheduled_scrub_repairs_by_itself() {
     use std::os::unix::fs::FileExt;

@@ -1406,3 +1406,59 @@ fn a_hot_replace_whose_new_device_refuses_metadata_keeps_the_old_member() {
     new.heal();
     assert!(raid_core::metadata::read_superblock(new.as_ref()).is_err());
 }
+
+/// A replacement whose file is truncated or deleted under the copy is
+/// dropped, the old device stays the member and the data is whole. The
+/// copy's own writes used to grow a truncated file again, with holes where
+/// rows had been copied, and the switch put it in the slot: the array then
+/// read zeros there. A deleted one was switched in and gone at the next
+/// start.
+#[test]
+fn a_hot_replace_whose_new_file_is_truncated_or_deleted_keeps_the_old_member() {
+    let dir = std::env::temp_dir().join(format!("raid-hrt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, (what, cut)) in [
+        (
+            "shrank",
+            &(|p: &std::path::Path| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(p)
+                    .unwrap()
+                    .set_len(1 << 20)
+                    .unwrap()
+            }) as &dyn Fn(&std::path::Path),
+        ),
+        ("deleted", &|p: &std::path::Path| {
+            std::fs::remove_file(p).unwrap()
+        }),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (_m, a, img) = filled(Level::Raid5, 4, &format!("htrunc{i}"));
+        let old = a.slots()[1].member.clone();
+        let path = dir.join(format!("new{i}"));
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(DATA_OFFSET + DATA)
+            .unwrap();
+        let new: MemberRef = Arc::new(FileMember::open(&path).unwrap());
+        a.hot_replace(1, new).unwrap();
+        cut(&path);
+        let opts = RebuildOptions {
+            batch_rows: 2,
+            ..Default::default()
+        };
+        let e = a
+            .hot_replace_copy(&opts, &AtomicBool::new(false))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(what) && e.contains("stays the member"), "{e}");
+        assert_eq!(a.state(), ArrayState::Optimal);
+        assert_eq!(a.slots()[1].state, SlotState::Active);
+        assert_eq!(a.slots()[1].member, old);
+        assert_matches(&a, &img);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -65,6 +65,27 @@ impl Mirrored {
 }
 
 impl Mirrored {
+    /// What is wrong with the new device's file, if anything: shrunk under
+    /// the `used` bytes the array uses, or deleted, while the copy runs.
+    /// The copy's own writes would grow a truncated file again with holes
+    /// where rows were copied, and a deleted one is gone at the next start:
+    /// either switched in would be a member that lost data.
+    fn new_file_trouble(&self, used: u64) -> Option<String> {
+        let Some(Ok(now)) = self.new.file_now() else {
+            return None;
+        };
+        if now.len < used {
+            Some(format!(
+                "shrank to {} bytes, under the {used} the array uses (truncated underneath the copy?)",
+                now.len
+            ))
+        } else if !now.linked {
+            Some("was deleted during the copy".into())
+        } else {
+            None
+        }
+    }
+
     /// After the switch the pair is only the new device: a handle taken
     /// before it (a bitmap or journal write, a flush) reaches the member.
     fn after_switch(&self) -> Option<&MemberRef> {
@@ -499,6 +520,16 @@ impl Array {
                 "{} failed during the hot replace",
                 pair.old.identity()
             ));
+        }
+        if !pair.new_failed.load(Ordering::Acquire) {
+            if let Some(trouble) = pair.new_file_trouble(DATA_OFFSET + self.geo.member_size) {
+                pair.new_err(io::Error::other(trouble.clone()));
+                return Some(format!(
+                    "the replacement {} {trouble}; {} stays the member",
+                    pair.new.identity(),
+                    pair.old.identity()
+                ));
+            }
         }
         if pair.new_failed.load(Ordering::Acquire) {
             return Some(format!(

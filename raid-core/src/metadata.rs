@@ -53,6 +53,9 @@ const OFF_UTIME: usize = 176;
 const OFF_TABLE: usize = 256;
 const ENTRY: usize = 32;
 const OFF_SPARE_TABLE: usize = OFF_TABLE + MAX_MEMBERS * ENTRY; // 2304
+/// `SlotEntry::left_events`, 8 bytes per slot (zero in metadata written
+/// before the field: read as "not known").
+const OFF_LEFT_TABLE: usize = OFF_SPARE_TABLE + MAX_SPARES * 16; // 2560
 const OFF_CRC: usize = SB_SIZE - 4; // 4092
 
 const FLAG_CLEAN: u32 = 1;
@@ -100,6 +103,13 @@ pub struct SlotEntry {
     pub state: SlotState,
     /// For Rebuilding: rows (chunks of the member) already in sync.
     pub rebuild_row: u64,
+    /// For Failed: the event counter of the last metadata its member took
+    /// before it failed (0: not known, as in metadata written before this
+    /// field). A re-add resyncs only the bitmap's regions onto a member
+    /// whose own metadata is at least that new; an older copy of it (a
+    /// server restarted on an old image, a disk put back from a backup)
+    /// lacks writes the bitmap no longer marks, and is copied whole.
+    pub left_events: u64,
 }
 
 /// A 16-byte UUID, printed in the usual 8-4-4-4-12 form.
@@ -231,6 +241,7 @@ impl Superblock {
             b[o..o + 16].copy_from_slice(&s.uuid.0);
             put_u32(&mut b, o + 16, s.state.code());
             put_u64(&mut b, o + 24, s.rebuild_row);
+            put_u64(&mut b, OFF_LEFT_TABLE + i * 8, s.left_events);
         }
         for (i, u) in self.spares.iter().enumerate() {
             let o = OFF_SPARE_TABLE + i * 16;
@@ -333,6 +344,7 @@ impl Superblock {
                 uuid: get_uuid(b, o),
                 state,
                 rebuild_row,
+                left_events: get_u64(b, OFF_LEFT_TABLE + i * 8),
             });
         }
         let spares = (0..spares)
@@ -441,12 +453,13 @@ mod tests {
             slots: (0..5)
                 .map(|i| SlotEntry {
                     uuid: Uuid([10 + i as u8; 16]),
-                    state: if i == 3 {
-                        SlotState::Rebuilding
-                    } else {
-                        SlotState::Active
+                    state: match i {
+                        3 => SlotState::Rebuilding,
+                        4 => SlotState::Failed,
+                        _ => SlotState::Active,
                     },
                     rebuild_row: if i == 3 { 7 } else { 0 },
+                    left_events: if i == 4 { 41 } else { 0 },
                 })
                 .collect(),
             spares: vec![Uuid([99; 16])],

@@ -1462,3 +1462,46 @@ fn a_hot_replace_whose_new_file_is_truncated_or_deleted_keeps_the_old_member() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A re-add of an older copy of the member (its metadata from before a
+/// later event it had taken: a server restarted on an old image, a disk
+/// put back from a backup) copies it whole. The bitmap marks only what was
+/// written since the last flush before the member left, so a resync of
+/// those regions alone left the copy's stale rows in place, served as
+/// data: every row written between the copy and the failure.
+#[test]
+fn re_add_of_an_older_copy_of_the_member_copies_it_whole() {
+    let (m, a, _) = filled(Level::Raid5, 4, "stalecopy");
+    a.flush().unwrap();
+    let old = m.refs()[1].clone();
+    let mut image = vec![0u8; old.size() as usize];
+    old.read_at(&mut image, 0).unwrap();
+    // A metadata event the copy misses, then new data everywhere, flushed:
+    // the bitmap's bits for it are cleared.
+    a.add_spare(ram("stalecopy-spare")).unwrap();
+    let img = pattern(a.capacity() as usize, 77);
+    a.write(0, &img).unwrap();
+    a.flush().unwrap();
+    a.fail_member(1, false).unwrap();
+    old.write_at(&image, 0).unwrap();
+    let slot = a.re_add(old.clone()).unwrap();
+    assert_eq!(slot, 1);
+    assert!(!a.resyncs_dirty_only(1), "an older copy is copied whole");
+    let said = a
+        .event_log()
+        .iter()
+        .find_map(|(_, e)| match e {
+            raid_core::array::ArrayEvent::MemberReAdded { whole, .. } => whole.clone(),
+            _ => None,
+        })
+        .expect("the re-add says why it copies whole");
+    assert!(said.contains("older copy"), "{said}");
+    assert_eq!(
+        a.rebuild(1, &RebuildOptions::default(), &AtomicBool::new(false))
+            .unwrap(),
+        RebuildEnd::Finished
+    );
+    assert_eq!(a.state(), ArrayState::Optimal);
+    assert_matches(&a, &img);
+    assert_consistent(&a, &m.refs());
+}

@@ -158,6 +158,106 @@ fn a_member_whose_server_dies_fails_and_comes_back_by_re_add() {
     w.ok(&["stop", "net5"]);
 }
 
+/// A member's server restarted on an older image of its disk (taken
+/// before the array last started) is not trusted: it used to be taken back
+/// on reconnecting, with no resync, and the array served old and new data
+/// mixed. Now the reconnection finds older metadata than the member last
+/// wrote, gives it up, and the daemon's re-add copies it whole; every byte
+/// then reads back as last written through that member alone.
+#[test]
+fn a_server_restarted_on_an_older_image_is_copied_whole() {
+    need("nbdkit");
+    let w = World::new("nbdstale");
+    config(&w, 2.0);
+    let files: Vec<PathBuf> = (0..2)
+        .map(|i| w.sparse(&format!("disk{i}.img"), 32 * MIB))
+        .collect();
+    let socks: Vec<PathBuf> = (0..2).map(|i| w.dir.join(format!("d{i}.sock"))).collect();
+    let mut servers: Vec<Server> = (0..2).map(|i| nbdkit_unix(&socks[i], &files[i])).collect();
+    let uris: Vec<String> = socks
+        .iter()
+        .map(|s| format!("nbd+unix:///?socket={}", s.display()))
+        .collect();
+    w.ok(&["create", "st1", "--level", "1", &uris[0], &uris[1]]);
+    let sock = w.dir.join("st1.sock");
+    let export = format!("unix:{}", sock.display());
+    w.ok(&["start", "st1", "--nbd", &export]);
+    let (ok, out) = qemu_io(&sock, "st1", &["write -P 0xaa 0 30M", "flush"]);
+    assert!(ok, "{out}");
+    w.ok(&["stop", "st1"]);
+    let snapshot = w.dir.join("disk1-old.img");
+    std::fs::copy(&files[1], &snapshot).unwrap();
+    w.ok(&["start", "st1", "--nbd", &export]);
+    let (ok, out) = qemu_io(&sock, "st1", &["write -P 0xbb 0 30M", "flush"]);
+    assert!(ok, "{out}");
+    // Member 1's server comes back at once, on the old image.
+    servers[1].kill();
+    std::fs::copy(&snapshot, &files[1]).unwrap();
+    servers[1] = nbdkit_unix(&socks[1], &files[1]);
+    let (ok, out) = qemu_io(&sock, "st1", &["write -P 0xbb 30M 1M", "flush"]);
+    assert!(ok, "{out}");
+    wait_for("the stale member's whole copy", 60, || {
+        state(&w, "st1") == "optimal" && resyncs(&w, "st1").iter().any(|(c, r)| c == r)
+    });
+    let events = std::fs::read_to_string(w.state().join("events/st1.jsonl")).unwrap();
+    assert!(events.contains("copied whole"), "{events}");
+    // Member 0 goes: every byte comes from the copied member now.
+    servers[0].kill();
+    let (ok, out) = qemu_io(&sock, "st1", &["read -P 0xbb 0 31M"]);
+    assert!(ok, "the re-added member holds old data: {out}");
+    w.ok(&["stop", "st1"]);
+}
+
+/// The operator names a network member by its URI in fail, remove and
+/// replace (the URI was taken for a file path under the current folder,
+/// and no command could reach the member). A member the daemon gave up
+/// that the operator then fails stays out when its server comes back.
+#[test]
+fn the_operator_names_a_network_member_by_its_uri() {
+    need("nbdkit");
+    let w = World::new("nbdname");
+    config(&w, 1.0);
+    let files: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("n{i}.img"), 32 * MIB))
+        .collect();
+    let socks: Vec<PathBuf> = (0..3).map(|i| w.dir.join(format!("n{i}.sock"))).collect();
+    let mut servers: Vec<Server> = (0..3).map(|i| nbdkit_unix(&socks[i], &files[i])).collect();
+    let uris: Vec<String> = socks
+        .iter()
+        .map(|s| format!("nbd+unix:///?socket={}", s.display()))
+        .collect();
+    w.ok(&["create", "nm", "--level", "5", &uris[0], &uris[1], &uris[2]]);
+    let sock = w.dir.join("nm.sock");
+    w.ok(&["start", "nm", "--nbd", &format!("unix:{}", sock.display())]);
+    // Given up while away, then failed by the operator: kept out.
+    servers[2].kill();
+    let (ok, out) = qemu_io(&sock, "nm", &["write -P 0x5c 0 4M", "flush"]);
+    assert!(ok, "{out}");
+    assert_eq!(state(&w, "nm"), "degraded");
+    let out = w.ok(&["fail", "nm", &uris[2]]);
+    assert!(out.contains("stays out"), "{out}");
+    servers[2] = nbdkit_unix(&socks[2], &files[2]);
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        state(&w, "nm"),
+        "degraded",
+        "a member the operator failed came back by itself"
+    );
+    // Removed by its URI, and its slot filled by replace naming it.
+    let out = w.ok(&["remove", "nm", &uris[2]]);
+    assert!(out.contains("removed"), "{out}");
+    let local = w.sparse("local.img", 32 * MIB);
+    let out = w.ok(&["replace", "nm", &uris[2], local.to_str().unwrap()]);
+    assert!(out.contains("rebuild"), "{out}");
+    w.ok(&["wait", "nm", "--timeout", "60"]);
+    // And fail of an active network member by its URI.
+    let out = w.ok(&["fail", "nm", &uris[1]]);
+    assert!(out.contains("marked failed"), "{out}");
+    let (ok, out) = qemu_io(&sock, "nm", &["read -P 0x5c 0 4M"]);
+    assert!(ok, "{out}");
+    w.ok(&["stop", "nm"]);
+}
+
 /// Options the array refuses, with what to do instead.
 #[test]
 fn wrong_remote_members_are_refused_with_the_fix() {

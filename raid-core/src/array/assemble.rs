@@ -127,6 +127,8 @@ pub(super) fn assemble(
     // metadata first (md's --assemble --force rule).
     let mut failed_but_present: Vec<(usize, MemberRef, Superblock)> = Vec::new();
     let mut slot_member: Vec<Option<MemberRef>> = vec![None; geo.members];
+    // The event counter of the metadata each slot's member carries.
+    let mut slot_events: Vec<u64> = vec![0; geo.members];
     // Who claims each slot, a device cut short included: a second device
     // with the same member uuid (a copy) is refused whichever of the two
     // was cut, never taken in the cut one's place.
@@ -170,6 +172,7 @@ pub(super) fn assemble(
             }
             // A second claim was refused above.
             slot_member[i] = Some(m);
+            slot_events[i] = sb.events;
         } else if truth.spares.contains(&sb.member_uuid) {
             spares.push((sb.member_uuid, m));
         } else {
@@ -193,6 +196,16 @@ pub(super) fn assemble(
             Slot::new(m, e.uuid, state, e.rebuild_row)
         })
         .collect();
+    for (i, (s, e)) in slots.iter().zip(&truth.slots).enumerate() {
+        s.member_events.store(slot_events[i], Ordering::Release);
+        // A slot failed before keeps when it left; one whose member is
+        // missing now was in the newest metadata, so it left at its event.
+        let left = match e.state {
+            SlotState::Failed => e.left_events,
+            _ => truth.events,
+        };
+        s.left_events.store(left, Ordering::Release);
+    }
     let newly_missing: Vec<usize> = truth
         .slots
         .iter()
@@ -353,6 +366,7 @@ fn force_back(
         }
         array.set_member(i, m.clone());
         s.incarnation.fetch_add(1, Ordering::AcqRel);
+        s.member_events.store(sb.events, Ordering::Release);
         s.set_state(SlotState::Active);
         array.epoch.fetch_add(1, Ordering::AcqRel);
         let why = format!(

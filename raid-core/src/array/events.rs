@@ -102,6 +102,9 @@ pub enum ArrayEvent {
     MemberReAdded {
         slot: usize,
         member: String,
+        /// Why it is copied whole, not only the regions written since it
+        /// left (`Array::re_add`).
+        whole: Option<String>,
     },
     RebuildFailed {
         slot: usize,
@@ -293,9 +296,18 @@ impl ArrayEvent {
             ArrayEvent::OutOfSpace { slot, member } => format!(
                 "member {member} (slot {slot}) is on a full filesystem: the array takes no more writes until space is freed and it is started again; no member was failed, no data lost"
             ),
-            ArrayEvent::MemberReAdded { slot, member } => format!(
+            ArrayEvent::MemberReAdded {
+                slot,
+                member,
+                whole: None,
+            } => format!(
                 "{member} re-added to slot {slot}: resyncing the regions written since it left"
             ),
+            ArrayEvent::MemberReAdded {
+                slot,
+                member,
+                whole: Some(why),
+            } => format!("{member} re-added to slot {slot}: copied whole, as {why}"),
             ArrayEvent::RebuildFailed { slot, reason } => {
                 format!("rebuild of slot {slot} failed: {reason}")
             }

@@ -19,6 +19,8 @@ impl Array {
             return;
         }
         let was_ok = self.within_redundancy();
+        s.left_events
+            .store(s.member_events.load(Ordering::Acquire), Ordering::Release);
         s.set_state(SlotState::Failed);
         s.incarnation.fetch_add(1, Ordering::AcqRel);
         self.epoch.fetch_add(1, Ordering::AcqRel);

@@ -259,6 +259,7 @@ impl Array {
                     self.quiesce_survivors(meta);
                     continue 'round;
                 }
+                s.member_events.store(sb.events, Ordering::Release);
             }
             for (u, m) in meta.spares.clone() {
                 let sb = self.superblock(meta, ROLE_SPARE, u);
@@ -304,6 +305,18 @@ impl Array {
                 sb.array_uuid,
                 self.name
             )));
+        }
+        let need = DATA_OFFSET + self.geo.member_size;
+        if m.size() < need {
+            return Err(refuse(
+                Rule::TooSmall,
+                format!(
+                    "{} is {} bytes now, under the {need} each member of '{}' needs: it was cut short (or another device answers there); it cannot come back",
+                    m.identity(),
+                    m.size(),
+                    self.name
+                ),
+            ));
         }
         if self.bitmap.is_none() {
             return Err(refuse(
@@ -361,25 +374,52 @@ impl Array {
             ));
         }
         // Only a member that was in sync when it left holds the rows no
-        // write touched since: one that left mid-rebuild is copied whole.
-        let dirty_only = sb
+        // write touched since: one that left mid-rebuild is copied whole,
+        // and so is an older copy of it (the bitmap no longer marks what
+        // was written between that copy and its leaving).
+        let left = s.left_events.load(Ordering::Acquire);
+        let whole = if sb
             .slots
             .get(slot)
-            .is_some_and(|e| e.state == SlotState::Active);
+            .is_none_or(|e| e.state != SlotState::Active)
+        {
+            Some("it left while being rebuilt".to_string())
+        } else if left == 0 {
+            Some("when it left is not recorded".to_string())
+        } else if sb.events < left {
+            Some(format!(
+                "it carries metadata event {} but had taken event {left} when it left: an older copy of the member (a server restarted on an old image, a disk put back from a backup?)",
+                sb.events
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = &whole {
+            tracing::warn!(array = %self.name, slot, member = m.identity(), "re-add copies the member whole: {why}");
+        }
         let ident = m.identity().to_string();
-        self.start_rebuilding(slot, m, dirty_only);
+        self.start_rebuilding(slot, m, whole.is_none());
         self.record(
             &mut meta,
             ArrayEvent::MemberReAdded {
                 slot,
                 member: ident.clone(),
+                whole,
             },
         );
         self.persist(&mut meta);
         drop(meta);
         self.rewrite_bitmap();
-        tracing::info!(array = %self.name, slot, member = %ident, "member re-added; resyncing the regions written since it left");
+        tracing::info!(array = %self.name, slot, member = %ident, "member re-added");
         Ok(slot)
+    }
+
+    /// Whether the member being rebuilt in `slot` is resynced only where
+    /// the write-intent bitmap marks writes (a re-add), not copied whole.
+    pub fn resyncs_dirty_only(&self, slot: usize) -> bool {
+        self.slots.get(slot).is_some_and(|s| {
+            s.state() == SlotState::Rebuilding && s.resync_dirty_only.load(Ordering::Acquire)
+        })
     }
 
     /// "slot 2 (/path)" or "slot 2 (missing)".

@@ -166,6 +166,13 @@ struct Slot {
     /// Bumped whenever the slot fails or gets a device (even the same one
     /// back): a rebuild's ticket names the incarnation it works for.
     incarnation: AtomicU64,
+    /// The event counter of the last metadata written whole to the slot's
+    /// member (at assembly: the one it carried).
+    member_events: AtomicU64,
+    /// For a failed slot: `member_events` when it failed, kept in the
+    /// metadata (`SlotEntry::left_events`; 0: not known). A re-add of an
+    /// older copy of the member copies it whole.
+    left_events: AtomicU64,
 }
 
 impl Slot {
@@ -178,6 +185,8 @@ impl Slot {
             rebuild_failed_epoch: AtomicU64::new(membership::NO_EPOCH),
             resync_dirty_only: AtomicBool::new(false),
             incarnation: AtomicU64::new(0),
+            member_events: AtomicU64::new(0),
+            left_events: AtomicU64::new(0),
         };
         s.set_state(state);
         s
@@ -670,6 +679,12 @@ impl Array {
                         } else {
                             0
                         },
+                        // And this for a failed one.
+                        left_events: if state == SlotState::Failed {
+                            s.left_events.load(Ordering::Acquire)
+                        } else {
+                            0
+                        },
                     }
                 })
                 .collect(),
@@ -688,6 +703,7 @@ impl Array {
                 member: m.identity().into(),
                 source: e,
             })?;
+            s.member_events.store(sb.events, Ordering::Release);
         }
         for (u, m) in meta.spares.clone() {
             let sb = self.superblock(&meta, ROLE_SPARE, u);

@@ -384,8 +384,12 @@ fn print_message(r: &Response) {
     }
 }
 
-/// An absolute path without requiring it to exist (a vanished member).
+/// An absolute path without requiring it to exist (a vanished member); a
+/// network member's URI as given.
 fn absolute(p: &Path) -> PathBuf {
+    if crate::remote::is_remote(p) {
+        return p.to_path_buf();
+    }
     std::fs::canonicalize(p)
         .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
 }

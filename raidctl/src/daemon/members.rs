@@ -6,6 +6,7 @@
 use super::{describe, Daemon, Served};
 use crate::error::{CliError, Result};
 use crate::inspect::{probe, Content};
+use raid_core::array::{ArrayError, Rule};
 use raid_core::member::{DeviceKey, MemberRef};
 use std::path::Path;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ impl Daemon {
     /// member has that name, else an empty slot recorded under that path (a
     /// member missing or left out at start).
     pub(super) fn slot_named(&self, s: &Served, path: &Path) -> Result<usize> {
-        if let Ok(key) = DeviceKey::of_path(path) {
+        if let Ok(key) = crate::remote::key_of(path) {
             if let Some(slot) = s.array.slot_by_key(key) {
                 return Ok(slot);
             }
@@ -60,6 +61,24 @@ impl Daemon {
         // its new device as soon as the fail is in, and release it.
         let newly_held = self.reconnects.hold(name, slot);
         if let Err(e) = s.array.fail_member(slot, force) {
+            // A network member the daemon gave up (unreachable) is failed
+            // already, and would come back by itself when its server
+            // answers: the operator's fail keeps it out.
+            let given_up = s.array.member_of(slot).is_some_and(|m| m.unreachable());
+            if given_up
+                && matches!(
+                    e,
+                    ArrayError::Refused {
+                        rule: Rule::AlreadyFailed,
+                        ..
+                    }
+                )
+            {
+                return Ok(format!(
+                    "member {m} (slot {slot}) of '{name}' was failed already (given up as unreachable); it now stays out: it is not taken back when its server answers again (raidctl re-add {name} {m} takes it back, raidctl replace {name} {m} NEW_DEVICE puts another device in)",
+                    m = member.display()
+                ));
+            }
             if newly_held {
                 self.reconnects.release(name, slot);
             }
@@ -136,7 +155,7 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
 
     pub(super) fn remove(&self, name: &str, member: &Path) -> Result<String> {
         let s = self.served(name)?;
-        let key = match DeviceKey::of_path(member) {
+        let key = match crate::remote::key_of(member) {
             Ok(k) => k,
             Err(_) => {
                 // The device is gone: its slot (if any) is already empty.
@@ -343,12 +362,17 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
             self.record_writable(&s)?;
         }
         let slot = s.array.re_add(m)?;
+        // Asked before its rebuild starts (a short one may end at once).
+        let how = match s.array.resyncs_dirty_only(slot) {
+            true => "resyncing the regions written since it left",
+            false => "copying it whole (raidctl events says why)",
+        };
         self.reconnects.release(name, slot);
         s.record_slot(slot, key, member);
         let warn = self.save_record(&s).err().unwrap_or_default();
         self.kick_rebuild(&s);
         Ok(format!(
-            "{} re-added to slot {slot} of '{name}'; resyncing the regions written since it left{warn}",
+            "{} re-added to slot {slot} of '{name}'; {how}{warn}",
             member.display()
         ))
     }

@@ -17,7 +17,9 @@
 //!   which resyncs what the write-intent bitmap marked (every region
 //!   written since the last flush that reached every member).
 //! - On reconnecting, the export must be the same disk: same size and
-//!   flags, and the same member identity in its array metadata.
+//!   flags, the same member identity in its array metadata, and that
+//!   metadata as new as the last this member wrote (a server restarted on
+//!   an older image of the disk carries an older one: it lacks writes).
 //! - Reconnecting is retried with backoff; an I/O that cannot be done within
 //!   the member timeout (`[remote] timeout_seconds`, default 30) fails, and
 //!   the member is given up.
@@ -26,7 +28,7 @@
 //! through `Member::unreachable`: the daemon then tries to reach the export
 //! again and re-adds it when it answers.
 
-use super::conn::{member_uuid, Conn, Failure, Kind, Slot};
+use super::conn::{superblock, Conn, Failure, Kind, Slot};
 use super::handshake::{connect, Export, HANDSHAKE};
 use super::timeout;
 use super::tls;
@@ -55,6 +57,10 @@ struct Inner {
     errored: AtomicBool,
     /// The member identity in the export's array metadata, once known.
     member_uuid: Mutex<Option<raid_core::metadata::Uuid>>,
+    /// The event counter of the array metadata last written to the
+    /// export's first metadata copy through this member (or found there
+    /// at open): a reconnection must find that one there.
+    sb_events: Mutex<Option<u64>>,
     stats: IoStats,
 }
 
@@ -87,7 +93,7 @@ impl NbdMember {
                 format!("{text}: the export takes no flush, so no write to it could be made durable: serve it with flush (nbdkit and qemu-nbd do by default)"),
             ));
         }
-        let uuid = member_uuid(&conn, Instant::now() + HANDSHAKE);
+        let sb = superblock(&conn, Instant::now() + HANDSHAKE);
         Ok(NbdMember(Arc::new(Inner {
             text: text.to_string(),
             key: key(&uri),
@@ -98,7 +104,8 @@ impl NbdMember {
             reconnecting: Mutex::new(()),
             lost: AtomicBool::new(false),
             errored: AtomicBool::new(false),
-            member_uuid: Mutex::new(uuid),
+            member_uuid: Mutex::new(sb.as_ref().map(|s| s.member_uuid)),
+            sb_events: Mutex::new(sb.map(|s| s.events)),
             stats: Default::default(),
         })))
     }
@@ -137,6 +144,18 @@ impl Inner {
         self.gone()
     }
 
+    /// Keeps the event counter of array metadata written over the first
+    /// metadata copy, for `same_disk`. Set as it is sent: a write that does
+    /// not reach the server ends the member anyway (given up, or failed).
+    fn note_write(&self, offset: u64, payload: &[u8]) {
+        use raid_core::metadata::{Superblock, SB_OFFSETS, SB_SIZE};
+        if offset == SB_OFFSETS[0] && payload.len() >= SB_SIZE {
+            if let Ok(sb) = Superblock::decode(&payload[..SB_SIZE]) {
+                *self.sb_events.lock() = Some(sb.events);
+            }
+        }
+    }
+
     /// After `c` died: whether requests may be sent again on another
     /// connection (see the module's doc).
     fn after_loss(&self, c: &Conn) -> io::Result<()> {
@@ -162,7 +181,21 @@ impl Inner {
                 e.size, e.flags, self.export.size, self.export.flags
             ));
         }
-        let now = member_uuid(c, Instant::now() + HANDSHAKE);
+        let sb = superblock(c, Instant::now() + HANDSHAKE);
+        if let (Some(wrote), Some(sb)) = (*self.sb_events.lock(), &sb) {
+            if sb.events != wrote {
+                return Err(format!(
+                    "the export carries array metadata event {} where this member last wrote event {wrote}: {}",
+                    sb.events,
+                    if sb.events < wrote {
+                        "an older copy of the disk (a server restarted on an old image?), without the writes since"
+                    } else {
+                        "something else wrote to it meanwhile"
+                    }
+                ));
+            }
+        }
+        let now = sb.map(|s| s.member_uuid);
         let mut known = self.member_uuid.lock();
         match (*known, now) {
             (Some(a), Some(b)) if a != b => Err(format!(
@@ -245,6 +278,9 @@ impl Inner {
         mut out: Option<&mut [u8]>,
         began: Instant,
     ) -> io::Result<()> {
+        if let Kind::Write { .. } = kind {
+            self.note_write(offset, payload);
+        }
         let deadline = began + timeout();
         loop {
             if Instant::now() >= deadline {
@@ -430,7 +466,10 @@ impl Member for NbdMember {
         let began = Instant::now();
         let sent = match &io.op {
             IoOp::Read(b) => conn.send(Kind::Read, io.offset, b.len(), &[]),
-            IoOp::Write(b) => conn.send(Kind::Write { fua: false }, io.offset, b.len(), b),
+            IoOp::Write(b) => {
+                i.note_write(io.offset, b);
+                conn.send(Kind::Write { fua: false }, io.offset, b.len(), b)
+            }
         };
         // Not sent: the synchronous path reconnects and sends it.
         let slot = sent.ok()?;

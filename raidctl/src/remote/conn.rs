@@ -279,15 +279,13 @@ impl Conn {
 
 /// The member identity in the array metadata at the start of the export,
 /// read on `c`; None when it carries none (or cannot be read in time).
-pub(super) fn member_uuid(c: &Conn, deadline: Instant) -> Option<raid_core::metadata::Uuid> {
+pub(super) fn superblock(c: &Conn, deadline: Instant) -> Option<raid_core::metadata::Superblock> {
     let len = raid_core::metadata::SB_SIZE;
     let slot = c
         .send(Kind::Read, raid_core::metadata::SB_OFFSETS[0], len, &[])
         .ok()?;
     let data = c.wait(&slot, deadline).ok()?;
-    raid_core::metadata::Superblock::decode(&data)
-        .ok()
-        .map(|sb| sb.member_uuid)
+    raid_core::metadata::Superblock::decode(&data).ok()
 }
 
 impl Conn {

@@ -1103,7 +1103,12 @@ fn hot_replace_keeps_redundancy_and_every_write() {
             let old = refs[slot].clone();
             refs[slot] = new.clone();
             assert_consistent(&a, &refs);
-            // Restarted with the old device given too: it is stale.
+            // The old device's metadata is erased: alone, it is no array.
+            assert!(
+                raid_core::metadata::read_superblock(old.as_ref()).is_err(),
+                "{ctx}"
+            );
+            // Restarted with the old device given too: it is left out.
             a.close().unwrap();
             drop(a);
             let mut all = refs.clone();

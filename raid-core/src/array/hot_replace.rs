@@ -13,9 +13,10 @@
 //! read from the old device in flight while another writes the new one.
 //!
 //! When the copy is complete the new device becomes the slot's member under
-//! a fresh member uuid, and the metadata says so; the old device is let go
-//! (its own metadata names a member uuid the array no longer has, so it is
-//! refused as stale if it is ever given back). If the old device fails
+//! a fresh member uuid, and the metadata says so; the old device is let go,
+//! its metadata erased (it would name itself the slot's active member, and
+//! alone at a start would be assembled with the data of the day it left;
+//! given back beside the members, it is left out). If the old device fails
 //! meanwhile, the slot fails as usual and the replacement takes it as a
 //! rebuilding member, rebuilt from the other members (mdadm does the same:
 //! the device the operator chose for the slot is the one it gets, with no
@@ -510,7 +511,29 @@ impl Array {
         self.persist_from(&mut meta, Some(slot));
         drop(meta);
         self.rewrite_bitmap();
+        self.let_go_of_replaced(&pair.old);
         Ok(RebuildEnd::Finished)
+    }
+
+    /// Erases the metadata of a device a hot replace took out of its slot.
+    /// It would still say it is that slot's active member, only at an older
+    /// event: offered alone at a start (its array deleted, the others
+    /// wiped) it would be assembled, degraded, with the data of the day it
+    /// left. Erased, it is a free device. Its data is left as it is.
+    fn let_go_of_replaced(&self, old: &MemberRef) {
+        let zero = crate::buf::AlignedBuf::new(metadata::SB_SIZE);
+        let erased = metadata::SB_OFFSETS
+            .iter()
+            .try_for_each(|&off| old.write_at(&zero, off))
+            .and_then(|()| old.flush());
+        match erased {
+            Ok(()) => {
+                tracing::info!(array = %self.name, member = old.identity(), "replaced device's metadata erased: it is in no array now")
+            }
+            Err(e) => {
+                tracing::warn!(array = %self.name, member = old.identity(), "the replaced device's metadata could not be erased ({e}): it still names its old slot, at an older event than the array's")
+            }
+        }
     }
 
     /// Why the hot replacement cannot go on, if it cannot.

@@ -163,4 +163,27 @@ fn a_mount_left_by_a_killed_daemon_is_cleared_or_named() {
         "{out}"
     );
     assert!(!mounted(&dir), "{} still mounted", dir.display());
+    // The same with the array not started again: no daemon serves it, and
+    // unmount and stop clear the mount and its loop device all the same
+    // (they said the array was not running and left both).
+    for cmd in ["unmount", "stop"] {
+        w.ok(&["start", "pd"]);
+        let dev = w
+            .ok(&["mount", "pd", "--loop"])
+            .lines()
+            .next()
+            .unwrap()
+            .to_string();
+        w.kill_daemon();
+        let out = w.ok(&[cmd, "pd"]);
+        assert!(
+            out.contains("left by a daemon that died: unmounted")
+                && out.contains(&format!("loop device {dev} detached"))
+                && out.contains("is not running"),
+            "{cmd}: {out}"
+        );
+        assert!(!mounted(&dir), "{cmd}: {} still mounted", dir.display());
+        let (code, _, err) = w.code(&[cmd, "pd"]);
+        assert_eq!(code, 4, "{cmd} again: {err}");
+    }
 }

@@ -83,8 +83,10 @@ pub fn run(cli: Cli) -> Result<()> {
             start(&st, &name, members, nbd, foreground, parity, how)
         }
         Command::Stop { name } => {
-            let r = daemon_call(&st, &name, Request::Stop { name: name.clone() })?;
-            print_message(&r);
+            match daemon_call(&st, &name, Request::Stop { name: name.clone() }) {
+                Ok(r) => print_message(&r),
+                Err(e) => clear_left_mounts(&st, &name, e)?,
+            }
             Ok(())
         }
         Command::Delete { name, wipe, force } => delete(&st, &name, wipe, force),
@@ -202,11 +204,10 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Unmount { name } => {
-            print_message(&daemon_call(
-                &st,
-                &name,
-                Request::Unmount { name: name.clone() },
-            )?);
+            match daemon_call(&st, &name, Request::Unmount { name: name.clone() }) {
+                Ok(r) => print_message(&r),
+                Err(e) => clear_left_mounts(&st, &name, e)?,
+            }
             Ok(())
         }
         Command::Wait { name, timeout } => wait(&st, &name, timeout),
@@ -522,6 +523,36 @@ fn daemon_call(st: &StateDir, name: &str, req: Request) -> Result<Response> {
             )))
         }
     }
+}
+
+/// `stop` or `unmount` of an array that is not running, refused with `e`:
+/// the mounts its daemon left when it was killed (a FUSE mount nothing
+/// serves, its loop device) are cleared and said, since no daemon will;
+/// without any, `e` stands.
+fn clear_left_mounts(st: &StateDir, name: &str, e: CliError) -> Result<()> {
+    let Ok(record) = st.load(name) else {
+        return Err(e);
+    };
+    if running_names(st)?.iter().any(|n| n == name) {
+        return Err(e);
+    }
+    let source = crate::fuse::place::source_for(name, &record.uuid);
+    let cleared = crate::fuse::place::clear_dead_from(&source);
+    if cleared.is_empty() {
+        return Err(e);
+    }
+    let mut failed = Vec::new();
+    for r in cleared {
+        match r {
+            Ok(m) => out!("{m}"),
+            Err(why) => failed.push(why),
+        }
+    }
+    if !failed.is_empty() {
+        return Err(CliError::refused(failed.join("\n")));
+    }
+    out!("array '{name}' is not running (raidctl start {name})");
+    Ok(())
 }
 
 /// Every known array's status: running ones from the daemon, the rest from disk.

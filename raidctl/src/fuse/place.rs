@@ -213,14 +213,24 @@ fn openers(dev: &Path) -> Vec<String> {
 /// array's uuid telling it from an array of the same name served from
 /// another state folder.
 pub fn source_of(array: &raid_core::array::Array) -> String {
-    format!("raidctl:{}:{}", array.name(), array.uuid())
+    source_for(array.name(), &array.uuid().to_string())
+}
+
+/// The mount source of the array named `name` with uuid `uuid`.
+pub fn source_for(name: &str, uuid: &str) -> String {
+    format!("raidctl:{name}:{uuid}")
 }
 
 /// Clears the mounts of `array` left by a daemon that died (`unmount`
 /// after a kill: the daemon that runs now does not hold them): what each
 /// cleared, or why it could not.
 pub fn clear_dead_of(array: &raid_core::array::Array) -> Vec<Result<String, String>> {
-    let source = source_of(array);
+    clear_dead_from(&source_of(array))
+}
+
+/// `clear_dead_of` by the mounts' source (`source_for`): for an array that
+/// is not running, whose daemon was killed with it mounted.
+pub fn clear_dead_from(source: &str) -> Vec<Result<String, String>> {
     mounts()
         .into_iter()
         .filter(|(d, t)| t.source == source && is_dead(d))

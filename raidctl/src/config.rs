@@ -130,7 +130,15 @@ impl Config {
                 )));
             }
         }
+        let mut names = std::collections::HashSet::new();
         for a in &c.array {
+            if !names.insert(a.name.as_str()) {
+                return Err(CliError::usage(format!(
+                    "{}: array '{}' has two [[array]] entries: keep one",
+                    p.display(),
+                    a.name
+                )));
+            }
             if let Some(mode) = &a.parity {
                 mode.parse::<raid_gpu::ParityMode>().map_err(|e| {
                     CliError::usage(format!("{}: array '{}': {e}", p.display(), a.name))
@@ -165,12 +173,22 @@ impl Config {
         }
     }
 
-    pub fn starts(&self) -> Vec<Request> {
+    /// The starts the config asks for. An entry's `members` only imports
+    /// an array not recorded in `st`: for one recorded they are left out
+    /// (and that is logged), so a stale list never overrides the record and
+    /// leaves a member it does not name out of the array.
+    pub fn starts(&self, st: &StateDir) -> Vec<Request> {
         self.array
             .iter()
             .map(|a| Request::Start {
                 name: a.name.clone(),
-                members: a.members.clone(),
+                members: match (a.members.is_empty(), st.load(&a.name)) {
+                    (false, Ok(_)) => {
+                        tracing::warn!(array = %a.name, "the config's members are ignored: they only import an array not yet recorded, and this one is (its record names its devices)");
+                        vec![]
+                    }
+                    _ => a.members.clone(),
+                },
                 nbd: a.nbd.clone(),
                 tls: a.tls.clone(),
                 tls_verify_peer: a.tls_verify_peer,
@@ -234,7 +252,10 @@ mod tests {
     #[test]
     fn an_array_entry_carries_its_parity_engine_to_start() {
         let c = load("[[array]]\nname = \"data\"\nparity = \"gpu\"\n").unwrap();
-        match &c.starts()[..] {
+        let none = StateDir {
+            root: std::env::temp_dir().join("raidctl-config-no-state"),
+        };
+        match &c.starts(&none)[..] {
             [Request::Start { name, parity, .. }] => {
                 assert_eq!(name, "data");
                 assert_eq!(parity.as_deref(), Some("gpu"));

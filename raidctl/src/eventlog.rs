@@ -109,10 +109,13 @@ pub fn record_of(
         | E::MemberReAdded { member, .. }
         | E::OutOfSpace { member, .. } => Some(member.clone()),
         E::HotReplaceRebuilding { new, .. } => Some(new.clone()),
-        _ => s.and_then(|s| s.member.clone()).or_else(|| {
-            slot.and_then(|i| record_members.get(i))
-                .map(|p| p.display().to_string())
-        }),
+        _ => s
+            .and_then(|s| s.member.clone())
+            .or_else(|| {
+                slot.and_then(|i| record_members.get(i))
+                    .map(|p| p.display().to_string())
+            })
+            .filter(|m| !m.is_empty()),
     };
     let name = a.name();
     let next = match ev {
@@ -139,9 +142,12 @@ pub fn record_of(
             Some(format!("raidctl replace {name} {member} NEW_DEVICE"))
         }
         E::HotReplaceRebuilding { .. } => Some(format!("raidctl wait {name}")),
-        E::MemberMissing { .. } => member
-            .as_ref()
-            .map(|m| format!("reconnect {m}, or raidctl replace {name} {m} NEW_DEVICE")),
+        E::MemberMissing { slot, .. } => Some(match &member {
+            Some(m) => format!("reconnect {m}, or raidctl replace {name} {m} NEW_DEVICE"),
+            None => format!(
+                "bring back the device of slot {slot} (raidctl examine DEVICE says which slot a device held) and raidctl start {name} again"
+            ),
+        }),
         E::ArrayFailed => Some(format!(
             "raidctl stop {name}; bring the lost members back, then raidctl start {name} --force (docs/recovery.md)"
         )),

@@ -419,10 +419,16 @@ fn one_array_failing_to_start_does_not_stop_the_others() {
     // Two of bad's three members gone: it cannot start.
     std::fs::remove_file(&bad[0]).unwrap();
     std::fs::remove_file(&bad[1]).unwrap();
+    // Good's entry names one of its two members: `members` only imports
+    // an array not yet recorded, so its record's two are used (the list
+    // used to win, and left a healthy member out for good).
     let conf = w.dir.join("raidctl.toml");
     std::fs::write(
         &conf,
-        "[[array]]\nname = \"bad\"\n\n[[array]]\nname = \"good\"\n",
+        format!(
+            "[[array]]\nname = \"bad\"\n\n[[array]]\nname = \"good\"\nmembers = [\"{}\"]\n",
+            s(&good[0])
+        ),
     )
     .unwrap();
     let mut d = std::process::Command::new(raid_e2e::raidctl_path())
@@ -448,6 +454,23 @@ fn one_array_failing_to_start_does_not_stop_the_others() {
     assert_eq!(state["state"], "optimal", "{state}");
     unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
     let _ = d.wait();
+}
+
+#[test]
+fn a_config_naming_an_array_twice_is_refused() {
+    let w = World::new("twice");
+    let conf = w.dir.join("raidctl.toml");
+    std::fs::write(
+        &conf,
+        "[[array]]\nname = \"fa\"\n\n[[array]]\nname = \"fa\"\n",
+    )
+    .unwrap();
+    let (code, out, err) = w.code(&["daemon", "--config", s(&conf)]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("array 'fa' has two [[array]] entries"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -221,7 +221,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 .as_deref()
                 .map(crate::metrics::parse_listen)
                 .transpose()?;
-            let start = c.starts();
+            let start = c.starts(&st);
             Daemon::run(st, c.daemon_options(exit_when_idle, start, metrics))
         }
         Command::Events { name } => events(&st, &name, fmt),

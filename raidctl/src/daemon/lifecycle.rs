@@ -388,15 +388,21 @@ impl Daemon {
         }
         // What close() stops (it joins the array's rebuild, hot replace and
         // scrub before it flushes), to be said.
-        let hot = served.array.hot_replace_progress();
+        let hot = served.array.hot_replace_progress().map(|(slot, new, ..)| {
+            let old = served
+                .array
+                .member_of(slot)
+                .map(|m| m.identity().to_string());
+            (slot, new, old.unwrap_or_else(|| "OLD".into()))
+        });
         let rebuild = served
             .array
             .copy_progress()
             .filter(|c| c.kind == raid_core::array::CopyKind::Rebuild);
         let closed = served.array.close();
-        if let Some((slot, new, ..)) = hot {
+        if let Some((slot, new, old)) = hot {
             stopped_work.push_str(&format!(
-                "; the hot replace of slot {slot} onto {new} was stopped before its copy was complete: the old member stays (raidctl replace {name} OLD {new} starts it again)"
+                "; the hot replace of slot {slot} onto {new} was stopped before its copy was complete: the old member stays (raidctl replace {name} {old} {new} starts it again)"
             ));
         }
         if let Some(c) = rebuild {

@@ -101,9 +101,14 @@ impl Daemon {
             // re-add of this member is then refused, so say what remains.
             None if now != raid_core::array::ArrayState::Failed => {
                 if let Some(spare) = s.array.spares().first() {
+                    // The monitor starts no rebuild while a copy runs.
+                    let when = match s.array.hot_replace_progress() {
+                        Some((hot, ..)) => format!("once the hot replace of slot {hot} ends"),
+                        None => "within a second".to_string(),
+                    };
                     msg.push_str(&format!(
                         "
-spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then come back only as a spare (raidctl add {name} {m})",
+spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back only as a spare (raidctl add {name} {m})",
                         m = member.display()
                     ));
                 }
@@ -440,8 +445,18 @@ spare {spare} takes slot {slot} within a second and is rebuilt; {m} can then com
                 }
             }),
         )?;
+        // Said as it is: a degraded array stays degraded during the copy.
+        let meanwhile = match s.array.state() {
+            raid_core::array::ArrayState::Optimal => {
+                "the array keeps its redundancy meanwhile".to_string()
+            }
+            st => format!(
+                "the array stays {} meanwhile (the slot keeps its device until the copy ends)",
+                st.name()
+            ),
+        };
         Ok(format!(
-            "hot replace: copying {} onto {} in slot {slot} of '{name}'; the array keeps its redundancy meanwhile (raidctl wait {name})",
+            "hot replace: copying {} onto {} in slot {slot} of '{name}'; {meanwhile} (raidctl wait {name})",
             old.display(),
             new.display()
         ))

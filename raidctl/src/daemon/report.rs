@@ -48,7 +48,11 @@ impl Daemon {
             for m in &mut st.members {
                 let key = s.array.member_of(m.slot).map(|d| d.device_key());
                 if key.is_some_and(|k| deleted.contains(&(m.slot, k))) {
-                    m.warning = Some("its file was deleted (or replaced at its path) while the array uses it: the next start will not find it; move it with a hot replace (raidctl replace NAME OLD NEW)".into());
+                    m.warning = Some(format!(
+                        "its file was deleted (or replaced at its path) while the array uses it: the next start will not find it; move it with a hot replace (raidctl replace {} {} NEW)",
+                        st.name,
+                        m.path.as_deref().unwrap_or("OLD")
+                    ));
                 }
             }
             let mut health = self.member_health(s);

@@ -53,6 +53,8 @@ struct Inner {
     reconnecting: Mutex<()>,
     /// Given up: every I/O fails (see the module's doc).
     lost: AtomicBool,
+    /// Why it was given up, said by every I/O that fails for it.
+    lost_why: Mutex<Option<String>>,
     /// The server answered a request with an error.
     errored: AtomicBool,
     /// The member identity in the export's array metadata, once known.
@@ -103,6 +105,7 @@ impl NbdMember {
             conn: Mutex::new(Some(conn)),
             reconnecting: Mutex::new(()),
             lost: AtomicBool::new(false),
+            lost_why: Mutex::new(None),
             errored: AtomicBool::new(false),
             member_uuid: Mutex::new(sb.as_ref().map(|s| s.member_uuid)),
             sb_events: Mutex::new(sb.map(|s| s.events)),
@@ -128,13 +131,22 @@ impl Inner {
     }
 
     fn gone(&self) -> io::Error {
+        let why = self.lost_why.lock().clone().unwrap_or_else(|| {
+            "unreachable, or its connection was lost with writes not yet flushed".into()
+        });
         io::Error::new(
             io::ErrorKind::NotConnected,
-            format!("{} was given up (unreachable, or its connection was lost with writes not yet flushed)", self.text),
+            format!("{} was given up: {why}", self.text),
         )
     }
 
     fn give_up(&self, why: &str) -> io::Error {
+        {
+            let mut w = self.lost_why.lock();
+            if w.is_none() {
+                *w = Some(why.to_string());
+            }
+        }
         if !self.lost.swap(true, Ordering::AcqRel) {
             tracing::error!(member = %self.text, "network member given up: {why}");
             if let Some(c) = self.conn.lock().take() {

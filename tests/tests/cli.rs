@@ -804,6 +804,28 @@ fn bench_plumbing_on_a_tiny_run() {
     assert_eq!(cap[2]["survives_failures"], 0);
     assert_eq!(r["sweep"].as_array().unwrap().len(), 4 * 8);
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<polyline"));
+    // It leaves none of its files in the folder it was given.
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert!(left.is_empty(), "{left:?}");
+    // Arguments it cannot run with: a usage error before anything is made
+    // (they panicked, or were refused, after the member files were made,
+    // which stayed).
+    for bad in [
+        &["--seconds=-1"][..],
+        &["--seconds", "nan"],
+        &["--seconds", "99999999999999999999"],
+        &["--sweep-seconds", "0"],
+        &["--members", "1"],
+        &["--level", "6", "--members", "3"],
+        &["--member-size", "1"],
+    ] {
+        let mut args = vec!["bench", "--dir", s(&dir)];
+        args.extend_from_slice(bad);
+        let (code, out, err) = w.code(&args);
+        assert_eq!(code, 2, "{bad:?}: {out}{err}");
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{bad:?} left {left:?}");
+    }
 }
 
 /// Members of different sizes are each used up to the smallest's size:

@@ -224,9 +224,76 @@ fn write_plots(report: &Report, a: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn bench(a: &BenchArgs) -> Result<Report> {
+/// The smallest member the profiles run on.
+const MIN_MEMBER_BYTES: u64 = 16 << 20;
+/// The longest run asked of one profile or sweep point.
+const MAX_SECONDS: f64 = 86_400.0;
+
+/// Checks the arguments before anything is made: the level and its member
+/// count, the member size, the run lengths.
+fn check_args(a: &BenchArgs) -> Result<Level> {
     let level = Level::from_number(a.level)
         .ok_or_else(|| CliError::usage(format!("level {} is not 0, 1, 5, 6 or 10", a.level)))?;
+    let (min, max) = (level.min_members(), raid_core::layout::MAX_MEMBERS);
+    if !(min..=max).contains(&a.members) {
+        return Err(CliError::usage(format!(
+            "--members {}: {level} takes {min} to {max} members",
+            a.members
+        )));
+    }
+    if a.member_bytes < MIN_MEMBER_BYTES {
+        return Err(CliError::usage(format!(
+            "--member-size {} bytes is too small to bench: give 16M or more (the default is 1G)",
+            a.member_bytes
+        )));
+    }
+    for (flag, s) in [
+        ("--seconds", a.seconds),
+        ("--sweep-seconds", a.sweep_seconds),
+    ] {
+        if !(s.is_finite() && s > 0.0 && s <= MAX_SECONDS) {
+            return Err(CliError::usage(format!(
+                "{flag} {s}: give a number of seconds above 0, at most {MAX_SECONDS}"
+            )));
+        }
+    }
+    Ok(level)
+}
+
+/// The bench's files, removed however it ends (an error, a panic): the
+/// members, the lone member and the socket, and the folder if the bench
+/// made it.
+struct Scratch {
+    dir: PathBuf,
+    owned: bool,
+    files: std::sync::Mutex<Vec<PathBuf>>,
+}
+
+impl Scratch {
+    fn file(&self, name: &str) -> PathBuf {
+        let p = self.dir.join(name);
+        self.files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(p.clone());
+        p
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let files = self.files.get_mut().unwrap_or_else(|e| e.into_inner());
+        for f in files.iter() {
+            let _ = std::fs::remove_file(f);
+        }
+        if self.owned {
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+}
+
+pub fn bench(a: &BenchArgs) -> Result<Report> {
+    let level = check_args(a)?;
     let dir = match &a.dir {
         Some(d) => d.clone(),
         None => std::env::temp_dir().join(format!("raidctl-bench-{}", std::process::id())),
@@ -234,8 +301,13 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
     let owned = a.dir.is_none();
     std::fs::create_dir_all(&dir)
         .map_err(|e| CliError::failed(format!("{}: {e}", dir.display())))?;
+    let scratch = Scratch {
+        dir: dir.clone(),
+        owned,
+        files: Default::default(),
+    };
     let file = |name: &str| -> Result<MemberRef> {
-        let p = dir.join(name);
+        let p = scratch.file(name);
         let f = std::fs::File::create(&p)
             .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))?;
         f.set_len(raid_core::metadata::DATA_OFFSET + a.member_bytes)
@@ -257,7 +329,7 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
             chunk: 64 * 1024,
         },
     )?);
-    let sock = dir.join("bench.sock");
+    let sock = scratch.file("bench.sock");
     let export = crate::export::Export::start_nbd(
         array.clone(),
         &format!("unix:{}", sock.display()),
@@ -371,9 +443,7 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
             .map_err(|e| CliError::failed(format!("{}: {e}", j.display())))?;
     }
     write_plots(&report, a)?;
-    if owned {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
+    drop(scratch);
     Ok(report)
 }
 

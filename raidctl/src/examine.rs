@@ -6,7 +6,6 @@
 use crate::error::{code, CliError, Result};
 use crate::inspect::{probe, Content};
 use crate::Format;
-use raid_core::member::{FileMember, Member};
 use raid_core::metadata::{read_superblock, ROLE_SPARE};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -65,18 +64,19 @@ impl Examined {
 }
 
 pub fn examine(device: &Path) -> Examined {
-    if device.is_dir() {
+    let remote = crate::remote::is_remote(device);
+    if device.is_dir() && !remote {
         return Examined::bare(
             device,
             "unreadable",
             "a folder, not a device or a file: name a member device or file".into(),
         );
     }
-    let m = match FileMember::inspect(device) {
+    let m = match crate::remote::inspect_member(device) {
         Ok(m) => m,
         Err(e) => return Examined::bare(device, "unreadable", format!("cannot open: {e}")),
     };
-    let sb = match read_superblock(&m as &dyn Member) {
+    let sb = match read_superblock(m.as_ref()) {
         Ok(sb) => sb,
         Err(e) if e.damaged => {
             return Examined::bare(
@@ -86,10 +86,10 @@ pub fn examine(device: &Path) -> Examined {
             )
         }
         Err(e) => {
-            let what = match probe(device) {
-                Ok(Content::Nothing) => "no array metadata, nothing recognisable".to_string(),
-                Ok(c) => format!("no array metadata; holds {}", crate::daemon::describe(&c)),
-                Err(_) => String::new(),
+            let what = match probe(device).ok().filter(|_| !remote) {
+                Some(Content::Nothing) => "no array metadata, nothing recognisable".to_string(),
+                Some(c) => format!("no array metadata; holds {}", crate::daemon::describe(&c)),
+                None => String::new(),
             };
             return Examined::bare(
                 device,

@@ -4,7 +4,6 @@
 
 use crate::registry::ArrayRecord;
 use raid_core::array::Array;
-use raid_core::member::{FileMember, Member};
 use raid_core::metadata::{read_superblock, SlotState, Superblock};
 use raid_gpu::EngineReport;
 use serde::{Deserialize, Serialize};
@@ -258,9 +257,9 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         .chain(&r.spares)
         .filter(|p| !p.as_os_str().is_empty())
         .map(|p| {
-            let sb = FileMember::inspect(p)
+            let sb = crate::remote::inspect_member(p)
                 .ok()
-                .and_then(|m| read_superblock(&m as &dyn Member).ok());
+                .and_then(|m| read_superblock(m.as_ref()).ok());
             (
                 p.display().to_string(),
                 sb.filter(|sb| sb.array_uuid.to_string() == r.uuid),
@@ -334,9 +333,14 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
             let warning = match (&path, &recorded) {
                 (None, Some(p)) => Some(format!(
                     "{p}, recorded for this slot, {}",
-                    match std::fs::metadata(p) {
-                        Err(_) => "is gone".to_string(),
-                        Ok(_) => "does not hold this slot's member".to_string(),
+                    match (
+                        crate::remote::is_remote(std::path::Path::new(p)),
+                        std::fs::metadata(p)
+                    ) {
+                        (true, _) =>
+                            "does not answer, or does not hold this slot's member".to_string(),
+                        (false, Err(_)) => "is gone".to_string(),
+                        (false, Ok(_)) => "does not hold this slot's member".to_string(),
                     }
                 )),
                 _ => None,

@@ -185,6 +185,15 @@ fn a_server_restarted_on_an_older_image_is_copied_whole() {
     let (ok, out) = qemu_io(&sock, "st1", &["write -P 0xaa 0 30M", "flush"]);
     assert!(ok, "{out}");
     w.ok(&["stop", "st1"]);
+    // Stopped, its network members are read for its status (it said
+    // failed, every slot missing), and examine reads a URI.
+    let st = w.status_json("st1");
+    assert_eq!(st["health"], "optimal", "{st}");
+    assert_eq!(st["members"][1]["path"], uris[1].as_str(), "{st}");
+    let ex: serde_json::Value =
+        serde_json::from_str(&w.ok(&["examine", &uris[1], "--format", "json"])).unwrap();
+    assert_eq!(ex[0]["kind"], "member", "{ex}");
+    assert_eq!(ex[0]["slot"], 1, "{ex}");
     let snapshot = w.dir.join("disk1-old.img");
     std::fs::copy(&files[1], &snapshot).unwrap();
     w.ok(&["start", "st1", "--nbd", &export]);

@@ -74,13 +74,18 @@ impl NbdMember {
     /// read-only export, or one that does not take flushes (writes could
     /// not be made durable).
     pub fn open(text: &str) -> io::Result<NbdMember> {
+        Self::open_within(text, HANDSHAKE.min(timeout()))
+    }
+
+    /// `open`, giving up on the connection after `within`.
+    pub fn open_within(text: &str, within: Duration) -> io::Result<NbdMember> {
         let uri =
             NbdUri::parse(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let tls = match &uri.tls {
             Some(t) => Some(tls::client_config(t.certificates.as_ref())?),
             None => None,
         };
-        let (conn, export) = connect(&uri, tls.as_ref(), HANDSHAKE.min(timeout()))
+        let (conn, export) = connect(&uri, tls.as_ref(), within)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", uri.place())))?;
         if export.flags & nbd::TFLAG_READ_ONLY != 0 {
             return Err(io::Error::new(

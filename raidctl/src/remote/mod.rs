@@ -38,6 +38,20 @@ pub fn open_member(p: &Path) -> io::Result<MemberRef> {
     }
 }
 
+/// Opens a device to read its metadata, by the name the operator gave:
+/// a file or block device read-only (`FileMember::inspect`: safe on a
+/// member in use), or an NBD export, given up after a few seconds (a
+/// command that looks must not hang on a host that is down).
+pub fn inspect_member(p: &Path) -> io::Result<MemberRef> {
+    match p.to_str().filter(|s| looks_like_uri(s)) {
+        Some(u) => Ok(Arc::new(client::NbdMember::open_within(
+            u,
+            std::time::Duration::from_secs(3),
+        )?)),
+        None => Ok(Arc::new(FileMember::inspect(p)?)),
+    }
+}
+
 /// Whether `p` names a network member.
 pub fn is_remote(p: &Path) -> bool {
     p.to_str().is_some_and(looks_like_uri)

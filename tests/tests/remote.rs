@@ -577,6 +577,20 @@ fn a_network_export_needs_tls_or_insecure() {
     assert_eq!(state(&w, "ins"), "stopped");
     let (code, _, err) = w.code(&["start", "ins", "--nbd", &spec, "--tls-verify-peer"]);
     assert_ne!(code, 0, "{err}");
+    // A TLS folder without its files: not found (exit 3), the file named.
+    let empty = w.dir.join("no-certs");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (code, _, err) = w.code(&[
+        "start",
+        "ins",
+        "--nbd",
+        &spec,
+        "--tls",
+        empty.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("server-cert.pem: no such file"), "{err}");
+    assert_eq!(state(&w, "ins"), "stopped");
     let out = w.ok(&["start", "ins", "--nbd", &spec, "--insecure"]);
     assert!(out.contains(&format!("tcp:0.0.0.0:{port}")), "{out}");
     w.ok(&["stop", "ins"]);

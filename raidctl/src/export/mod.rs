@@ -193,9 +193,13 @@ impl Export {
         check_spec(spec, sec)?;
         let tls = match &sec.tls {
             Some(dir) => Some(tls::server_config(dir, sec.verify_peer).map_err(|e| {
-                CliError::usage(format!(
+                let msg = format!(
                     "TLS for the NBD export: {e}. The directory needs server-cert.pem and server-key.pem (PEM), and ca-cert.pem with --tls-verify-peer"
-                ))
+                );
+                match e.kind() {
+                    io::ErrorKind::NotFound => CliError::not_found(msg),
+                    _ => CliError::usage(msg),
+                }
             })?),
             None => None,
         };
@@ -565,7 +569,12 @@ fn serve(
                 option_reply(c.as_mut(), opt, nbd::REP_ACK, &[])?;
                 let sock = plain.take().expect("checked above");
                 let conn = rustls::ServerConnection::new(cfg.clone()).map_err(io::Error::other)?;
-                let t = TlsStream::handshake(conn, sock, TLS_HANDSHAKE)?;
+                // Said at warning level: a client refused for its
+                // certificate gets only an alert, so the reason is here.
+                let t = TlsStream::handshake(conn, sock, TLS_HANDSHAKE).map_err(|e| {
+                    tracing::warn!("nbd: a client's TLS handshake failed: {e}");
+                    e
+                })?;
                 c = Box::new(t);
             }
             nbd::OPT_EXPORT_NAME => {

@@ -301,10 +301,23 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// A PEM file that could not be read: NotFound where it is not there (the
+/// command's "not found" exit), else what was wrong with it.
+fn pem_err(p: &Path, e: impl std::fmt::Display) -> io::Error {
+    if p.exists() {
+        io::Error::other(format!("{}: {e}", p.display()))
+    } else {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{}: no such file", p.display()),
+        )
+    }
+}
+
 fn certs(p: &Path) -> io::Result<Vec<CertificateDer<'static>>> {
     let v: Vec<_> = CertificateDer::pem_file_iter(p)
         .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| io::Error::other(format!("{}: {e}", p.display())))?;
+        .map_err(|e| pem_err(p, e))?;
     if v.is_empty() {
         return Err(io::Error::other(format!(
             "{}: no certificate in it",
@@ -315,7 +328,7 @@ fn certs(p: &Path) -> io::Result<Vec<CertificateDer<'static>>> {
 }
 
 fn key(p: &Path) -> io::Result<PrivateKeyDer<'static>> {
-    PrivateKeyDer::from_pem_file(p).map_err(|e| io::Error::other(format!("{}: {e}", p.display())))
+    PrivateKeyDer::from_pem_file(p).map_err(|e| pem_err(p, e))
 }
 
 fn roots(p: &Path) -> io::Result<Arc<rustls::RootCertStore>> {

@@ -162,8 +162,9 @@ fn a_member_whose_server_dies_fails_and_comes_back_by_re_add() {
 /// before the array last started) is not trusted: it used to be taken back
 /// on reconnecting, with no resync, and the array served old and new data
 /// mixed. Now the reconnection finds older metadata than the member last
-/// wrote, gives it up, and the daemon's re-add copies it whole; every byte
-/// then reads back as last written through that member alone.
+/// wrote and fails the member, left to the operator (the daemon does not
+/// take it back by itself); the operator's re-add copies it whole, and
+/// every byte then reads back as last written through that member alone.
 #[test]
 fn a_server_restarted_on_an_older_image_is_copied_whole() {
     need("nbdkit");
@@ -205,6 +206,17 @@ fn a_server_restarted_on_an_older_image_is_copied_whole() {
     servers[1] = nbdkit_unix(&socks[1], &files[1]);
     let (ok, out) = qemu_io(&sock, "st1", &["write -P 0xbb 30M 1M", "flush"]);
     assert!(ok, "{out}");
+    wait_for("the stale member's failure", 20, || {
+        state(&w, "st1") == "degraded"
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        state(&w, "st1"),
+        "degraded",
+        "the old image was taken back by itself"
+    );
+    let out = w.ok(&["re-add", "st1", &uris[1]]);
+    assert!(out.contains("copying it whole"), "{out}");
     wait_for("the stale member's whole copy", 60, || {
         state(&w, "st1") == "optimal" && resyncs(&w, "st1").iter().any(|(c, r)| c == r)
     });
@@ -265,6 +277,44 @@ fn the_operator_names_a_network_member_by_its_uri() {
     let (ok, out) = qemu_io(&sock, "nm", &["read -P 0x5c 0 4M"]);
     assert!(ok, "{out}");
     w.ok(&["stop", "nm"]);
+}
+
+/// A server restarted on the same disk while idle is reconnected, also
+/// by a metadata write: the write is sent after the connection went, so
+/// the disk still carries the metadata before it. Counting that write as
+/// on the disk already gave the member up, and failing another member
+/// (whose failure is written to this one) failed the whole array.
+#[test]
+fn an_idle_server_restart_survives_a_metadata_write() {
+    need("nbdkit");
+    let w = World::new("nbdidle");
+    config(&w, 5.0);
+    let files: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("i{i}.img"), 32 * MIB))
+        .collect();
+    let socks: Vec<PathBuf> = (0..3).map(|i| w.dir.join(format!("i{i}.sock"))).collect();
+    let mut servers: Vec<Server> = (0..3).map(|i| nbdkit_unix(&socks[i], &files[i])).collect();
+    let uris: Vec<String> = socks
+        .iter()
+        .map(|s| format!("nbd+unix:///?socket={}", s.display()))
+        .collect();
+    w.ok(&[
+        "create", "id5", "--level", "5", &uris[0], &uris[1], &uris[2],
+    ]);
+    let sock = w.dir.join("id5.sock");
+    w.ok(&["start", "id5", "--nbd", &format!("unix:{}", sock.display())]);
+    servers[2].kill();
+    servers[2] = nbdkit_unix(&socks[2], &files[2]);
+    // The first write of the run marks the array in use on every member
+    // first: a metadata write is the first I/O the restarted server sees.
+    let (ok, out) = qemu_io(&sock, "id5", &["write -P 0x3e 0 8M", "flush"]);
+    assert!(ok, "{out}");
+    assert_eq!(state(&w, "id5"), "optimal");
+    w.ok(&["fail", "id5", &uris[0]]);
+    assert_eq!(state(&w, "id5"), "degraded");
+    let (ok, out) = qemu_io(&sock, "id5", &["read -P 0x3e 0 8M"]);
+    assert!(ok, "{out}");
+    w.ok(&["stop", "id5"]);
 }
 
 /// Options the array refuses, with what to do instead.

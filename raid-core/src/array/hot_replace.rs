@@ -495,7 +495,7 @@ impl Array {
         }
         pair.switched.store(true, Ordering::SeqCst);
         self.set_member(slot, pair.new.clone());
-        *s.uuid.write() = new_uuid;
+        let old_uuid = std::mem::replace(&mut *s.uuid.write(), new_uuid);
         s.incarnation.fetch_add(1, Ordering::AcqRel);
         *self.hot.lock() = None;
         self.epoch.fetch_add(1, Ordering::AcqRel);
@@ -509,9 +509,10 @@ impl Array {
         );
         // The new member learns it is the member before the others say so.
         self.persist_from(&mut meta, Some(slot));
+        // Under `meta`: no add of the old device as a spare comes between.
+        self.let_go_of_replaced(&pair.old, old_uuid);
         drop(meta);
         self.rewrite_bitmap();
-        self.let_go_of_replaced(&pair.old);
         Ok(RebuildEnd::Finished)
     }
 
@@ -520,7 +521,19 @@ impl Array {
     /// event: offered alone at a start (its array deleted, the others
     /// wiped) it would be assembled, degraded, with the data of the day it
     /// left. Erased, it is a free device. Its data is left as it is.
-    fn let_go_of_replaced(&self, old: &MemberRef) {
+    /// Only metadata naming it this array's member `was` is erased: two
+    /// names of one disk that the array could not tell apart (a file and a
+    /// loop device over it, two addresses of one NBD export) would make the
+    /// old device the new one, which now carries the slot's new identity.
+    fn let_go_of_replaced(&self, old: &MemberRef, was: Uuid) {
+        match metadata::read_superblock(old.as_ref()) {
+            Ok(sb) if sb.array_uuid == self.uuid && sb.member_uuid == was => {}
+            Ok(_) => {
+                tracing::warn!(array = %self.name, member = old.identity(), "the replaced device carries other metadata now (the new device under another name?): left as it is");
+                return;
+            }
+            Err(_) => return,
+        }
         let zero = crate::buf::AlignedBuf::new(metadata::SB_SIZE);
         let erased = metadata::SB_OFFSETS
             .iter()

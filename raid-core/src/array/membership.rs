@@ -391,6 +391,13 @@ impl Array {
                 "it carries metadata event {} but had taken event {left} when it left: an older copy of the member (a server restarted on an old image, a disk put back from a backup?)",
                 sb.events
             ))
+        } else if sb.events > left + 1 {
+            // One more is a metadata write whose first copy landed as the
+            // member failed; more, something else wrote to it since.
+            Some(format!(
+                "it carries metadata event {}, newer than the {left} it had taken when it left: something else wrote to it since (assembled elsewhere?)",
+                sb.events
+            ))
         } else {
             None
         };

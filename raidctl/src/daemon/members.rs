@@ -322,6 +322,13 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
     /// Takes back a member that left its slot: it must not be held by any
     /// other running array; the array checks it is this slot's own member.
     pub(super) fn re_add(&self, name: &str, member: &Path) -> Result<String> {
+        self.re_add_as(name, member, false)
+    }
+
+    /// `re_add`; `auto`: the daemon's own, for a network member back after
+    /// it was given up, which must not take a slot the operator failed
+    /// meanwhile (checked under the holds' lock, which `fail` takes too).
+    pub(super) fn re_add_as(&self, name: &str, member: &Path, auto: bool) -> Result<String> {
         let s = self.served(name)?;
         let key = crate::remote::key_of(member).map_err(|e| {
             CliError::not_found(format!("{} cannot be read: {e}", member.display()))
@@ -344,10 +351,11 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
                 _ => CliError::not_found(format!("{} cannot be opened: {e}", member.display())),
             })
         };
-        // A network member that was given up takes a new connection.
+        // A network member takes a new connection (the old one was given
+        // up, or its server answered with errors or another disk).
         let m: MemberRef = match s.array.slot_by_key(key) {
             Some(slot) => match s.array.member_of(slot) {
-                Some(m) if m.unreachable() => open()?,
+                Some(m) if m.unreachable() || crate::remote::is_remote(member) => open()?,
                 Some(m) => m,
                 None => {
                     return Err(CliError::refused(format!(
@@ -366,7 +374,19 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
         if !recorded {
             self.record_writable(&s)?;
         }
-        let slot = s.array.re_add(m)?;
+        let slot = {
+            let holds = self.reconnects.holds();
+            if auto {
+                if let Some(slot) = s.array.slot_by_key(key) {
+                    if holds.contains(&(name.to_string(), slot)) {
+                        return Err(CliError::refused(format!(
+                            "slot {slot} of '{name}' was failed by the operator: it is not taken back by itself"
+                        )));
+                    }
+                }
+            }
+            s.array.re_add(m)?
+        };
         // Asked before its rebuild starts (a short one may end at once).
         let how = match s.array.resyncs_dirty_only(slot) {
             true => "resyncing the regions written since it left",

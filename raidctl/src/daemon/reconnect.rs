@@ -32,6 +32,12 @@ impl Tries {
         self.1.lock().insert((array.to_string(), slot))
     }
 
+    /// The slots the operator failed, locked: a re-add by the daemon
+    /// checks and acts under it, so a `fail` (`hold`) waits for it.
+    pub(super) fn holds(&self) -> parking_lot::MutexGuard<'_, HashSet<(String, usize)>> {
+        self.1.lock()
+    }
+
     /// A device took the slot again (re-add, replace).
     pub(super) fn release(&self, array: &str, slot: usize) {
         self.1.lock().remove(&(array.to_string(), slot));
@@ -72,7 +78,7 @@ impl Daemon {
             }
             let (d, member) = (self.clone(), PathBuf::from(m.identity()));
             std::thread::spawn(move || {
-                let r = d.re_add(&key.0, &member);
+                let r = d.re_add_as(&key.0, &member, true);
                 let mut t = d.reconnects.0.lock();
                 match r {
                     Ok(msg) => {

@@ -59,11 +59,22 @@ struct Inner {
     errored: AtomicBool,
     /// The member identity in the export's array metadata, once known.
     member_uuid: Mutex<Option<raid_core::metadata::Uuid>>,
-    /// The event counter of the array metadata last written to the
-    /// export's first metadata copy through this member (or found there
-    /// at open): a reconnection must find that one there.
-    sb_events: Mutex<Option<u64>>,
+    /// The event counters of the array metadata written over the export's
+    /// first metadata copy through this member: a reconnection must find
+    /// one of them there (see `SbWritten`).
+    sb_events: Mutex<SbWritten>,
     stats: IoStats,
+}
+
+/// The array metadata written through a member, by event counter. A
+/// reconnection finds `acked` there, or `pending` if that write reached
+/// the server before the connection went (one that was in flight, or
+/// acknowledged and not flushed, gives the member up anyway); any other
+/// is another copy of the disk.
+#[derive(Clone, Copy, Default)]
+struct SbWritten {
+    acked: Option<u64>,
+    pending: Option<u64>,
 }
 
 /// A member reached over NBD.
@@ -113,7 +124,10 @@ impl NbdMember {
             lost_why: Mutex::new(None),
             errored: AtomicBool::new(false),
             member_uuid: Mutex::new(sb.as_ref().map(|s| s.member_uuid)),
-            sb_events: Mutex::new(sb.map(|s| s.events)),
+            sb_events: Mutex::new(SbWritten {
+                acked: sb.map(|s| s.events),
+                pending: None,
+            }),
             stats: Default::default(),
         })))
     }
@@ -161,15 +175,27 @@ impl Inner {
         self.gone()
     }
 
-    /// Keeps the event counter of array metadata written over the first
-    /// metadata copy, for `same_disk`. Set as it is sent: a write that does
-    /// not reach the server ends the member anyway (given up, or failed).
-    fn note_write(&self, offset: u64, payload: &[u8]) {
+    /// Notes array metadata written over the first metadata copy, for
+    /// `same_disk`: as it is sent (`acked` false), and once the server
+    /// acknowledged it, when it also becomes the member identity expected
+    /// there (a replace or spare activation writes a new one).
+    fn note_write(&self, offset: u64, payload: &[u8], acked: bool) {
         use raid_core::metadata::{Superblock, SB_OFFSETS, SB_SIZE};
-        if offset == SB_OFFSETS[0] && payload.len() >= SB_SIZE {
-            if let Ok(sb) = Superblock::decode(&payload[..SB_SIZE]) {
-                *self.sb_events.lock() = Some(sb.events);
+        if offset != SB_OFFSETS[0] || payload.len() < SB_SIZE {
+            return;
+        }
+        let Ok(sb) = Superblock::decode(&payload[..SB_SIZE]) else {
+            return;
+        };
+        let mut w = self.sb_events.lock();
+        if acked {
+            w.acked = Some(sb.events);
+            if w.pending == Some(sb.events) {
+                w.pending = None;
             }
+            *self.member_uuid.lock() = Some(sb.member_uuid);
+        } else {
+            w.pending = Some(sb.events);
         }
     }
 
@@ -199,12 +225,13 @@ impl Inner {
             ));
         }
         let sb = superblock(c, Instant::now() + HANDSHAKE);
-        if let (Some(wrote), Some(sb)) = (*self.sb_events.lock(), &sb) {
-            if sb.events != wrote {
+        let w = *self.sb_events.lock();
+        if let (Some(acked), Some(sb)) = (w.acked, &sb) {
+            if sb.events != acked && Some(sb.events) != w.pending {
                 return Err(format!(
-                    "the export carries array metadata event {} where this member last wrote event {wrote}: {}",
+                    "the export carries array metadata event {} where this member last wrote event {acked}: {}",
                     sb.events,
-                    if sb.events < wrote {
+                    if sb.events < acked {
                         "an older copy of the disk (a server restarted on an old image?), without the writes since"
                     } else {
                         "something else wrote to it meanwhile"
@@ -261,6 +288,9 @@ impl Inner {
                 Ok((c, e)) => {
                     if let Err(why) = self.same_disk(&c, &e) {
                         c.kill();
+                        // It answered, with something else than this member:
+                        // left to the operator, not re-added by the daemon.
+                        self.errored.store(true, Ordering::Release);
                         return Err(self.give_up(&why));
                     }
                     tracing::info!(member = %self.text, "reconnected");
@@ -295,8 +325,9 @@ impl Inner {
         mut out: Option<&mut [u8]>,
         began: Instant,
     ) -> io::Result<()> {
-        if let Kind::Write { .. } = kind {
-            self.note_write(offset, payload);
+        let write = matches!(kind, Kind::Write { .. });
+        if write {
+            self.note_write(offset, payload, false);
         }
         let deadline = began + timeout();
         loop {
@@ -323,6 +354,9 @@ impl Inner {
                 Ok(data) => {
                     if let Some(o) = out.as_deref_mut() {
                         o.copy_from_slice(&data);
+                    }
+                    if write {
+                        self.note_write(offset, payload, true);
                     }
                     return Ok(());
                 }
@@ -365,8 +399,9 @@ impl Pending for InFlight {
         let deadline = self.began + timeout();
         match self.conn.wait(&self.slot, deadline) {
             Ok(data) => {
-                if let IoOp::Read(b) = &mut io.op {
-                    b.copy_from_slice(&data);
+                match &mut io.op {
+                    IoOp::Read(b) => b.copy_from_slice(&data),
+                    IoOp::Write(b) => self.inner.note_write(io.offset, b, true),
                 }
                 Ok(())
             }
@@ -484,7 +519,7 @@ impl Member for NbdMember {
         let sent = match &io.op {
             IoOp::Read(b) => conn.send(Kind::Read, io.offset, b.len(), &[]),
             IoOp::Write(b) => {
-                i.note_write(io.offset, b);
+                i.note_write(io.offset, b, false);
                 conn.send(Kind::Write { fua: false }, io.offset, b.len(), b)
             }
         };

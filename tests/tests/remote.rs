@@ -317,6 +317,40 @@ fn an_idle_server_restart_survives_a_metadata_write() {
     w.ok(&["stop", "id5"]);
 }
 
+/// A member's host that goes away while the array sits idle is found by
+/// the daemon's probe (NBD has no keepalive): the member is failed and the
+/// hook told within the probe interval and the member timeout, with no
+/// request sent to the array (it stayed "optimal" until the next one).
+#[test]
+fn a_host_gone_while_the_array_is_idle_is_found() {
+    need("nbdkit");
+    let w = World::new("nbdprobe");
+    let hook_out = config(&w, 1.0);
+    let files: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("p{i}.img"), 32 * MIB))
+        .collect();
+    let socks: Vec<PathBuf> = (0..3).map(|i| w.dir.join(format!("p{i}.sock"))).collect();
+    let mut servers: Vec<Server> = (0..3).map(|i| nbdkit_unix(&socks[i], &files[i])).collect();
+    let uris: Vec<String> = socks
+        .iter()
+        .map(|s| format!("nbd+unix:///?socket={}", s.display()))
+        .collect();
+    w.ok(&[
+        "create", "pr5", "--level", "5", &uris[0], &uris[1], &uris[2],
+    ]);
+    w.ok(&["start", "pr5"]);
+    assert_eq!(state(&w, "pr5"), "optimal");
+    servers[1].kill();
+    wait_for("the idle array to find its member gone", 30, || {
+        state(&w, "pr5") == "degraded"
+    });
+    let alerted = format!("member_failed critical pr5 {}", uris[1]);
+    wait_for(&format!("the hook's '{alerted}'"), 20, || {
+        std::fs::read_to_string(&hook_out).is_ok_and(|a| a.contains(&alerted))
+    });
+    w.ok(&["stop", "pr5"]);
+}
+
 /// Options the array refuses, with what to do instead.
 #[test]
 fn wrong_remote_members_are_refused_with_the_fix() {

@@ -230,6 +230,7 @@ pub(super) fn assemble(
             log: Vec::new(),
         }),
         dirty_marked: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
         resync_pending: AtomicBool::new(false),
         unjournaled: Default::default(),
         bitmap: bitmap_bits

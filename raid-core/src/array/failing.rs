@@ -149,11 +149,28 @@ impl Array {
             .read()
             .as_ref()
             .is_some_and(|cur| cur.device_key() == m.device_key());
-        if !holds || s.state() == SlotState::Failed {
+        if !holds || s.state() == SlotState::Failed || self.closed.load(Ordering::Acquire) {
             return;
         }
         self.fail_locked(&mut meta, slot, reason);
         self.persist_failure(&mut meta);
+    }
+
+    /// Reads `slot`'s first metadata copy from its device, as any read of
+    /// it would: an error fails the member. The daemon reads its network
+    /// members so every few seconds, so that a host that went away while
+    /// the array sat idle is found (failed, alerted) then, not at the next
+    /// request. Returns the error, if any.
+    pub fn probe_member(&self, slot: usize) -> Option<io::Error> {
+        let s = self.slots.get(slot)?;
+        if s.state() == SlotState::Failed {
+            return None;
+        }
+        let m = s.member.read().clone()?;
+        let mut buf = crate::buf::AlignedBuf::new(metadata::SB_SIZE);
+        let e = m.read_at(&mut buf, metadata::SB_OFFSETS[0]).err()?;
+        self.fail_slot_if(slot, &m, &format!("a read of its metadata failed: {e}"));
+        Some(e)
     }
 
     /// The operator's `fail`: refused when the member is already failed, or

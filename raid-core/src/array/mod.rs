@@ -257,6 +257,11 @@ pub struct Array {
     /// The membership epoch: bumped by every membership change.
     epoch: AtomicU64,
     dirty_marked: AtomicBool,
+    /// Stopped by `close` (set under `meta`): a late I/O error (a probe of a
+    /// network member still waiting for its host) fails no member then; the
+    /// array may be assembled again meanwhile, and its metadata is that
+    /// array's to write.
+    closed: AtomicBool,
     /// An unclean stop left regions to resync that could not be while a
     /// parity array was degraded (see `resync_dirty`): they are resynced
     /// as soon as a rebuild makes it optimal again.
@@ -389,6 +394,7 @@ impl Array {
                 log: Vec::new(),
             }),
             dirty_marked: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             resync_pending: AtomicBool::new(false),
             unjournaled: Default::default(),
             bitmap: (opts.level != Level::Raid0).then(|| {
@@ -746,6 +752,7 @@ impl Array {
         meta.clean = clean;
         self.dirty_marked.store(false, Ordering::Release);
         self.persist(&mut meta);
+        self.closed.store(true, Ordering::Release);
         drop(meta);
         tracing::info!(array = %self.name, "array stopped clean");
         Ok(())

@@ -503,6 +503,7 @@ impl Daemon {
                 let deleted = s.array.check_member_files();
                 self.warn_deleted_members(&s, deleted);
                 self.retry_unreachable(&s);
+                self.probe_network_members(&s);
                 // A rebuild or hot replace running: nothing to start.
                 if s.array.copy_progress().is_some() {
                     continue;

@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 /// Time between two tries at one member.
 const RETRY: Duration = Duration::from_secs(2);
+/// Time between two reads of an active network member's metadata
+/// (`probe_network_members`).
+const PROBE: Duration = Duration::from_secs(5);
 
 /// Per (array, slot): a try running now, or when the next may start; and
 /// the slots the operator failed (`raidctl fail`), which are never brought
@@ -23,6 +26,9 @@ const RETRY: Duration = Duration::from_secs(2);
 pub(super) struct Tries(
     Mutex<HashMap<(String, usize), Try>>,
     Mutex<HashSet<(String, usize)>>,
+    /// Per (array, slot): the probe of an active network member running,
+    /// or when the next may start.
+    Mutex<HashMap<(String, usize), Try>>,
 );
 
 impl Tries {
@@ -50,6 +56,46 @@ enum Try {
 }
 
 impl Daemon {
+    /// Reads each active network member's metadata every `PROBE` (on a
+    /// thread of its own: an answer may take the member timeout). NBD has
+    /// no keepalive, so without it a host that went away while the array
+    /// sat idle would be found only by the next request: now it is failed
+    /// and alerted within `PROBE` and the member timeout, while the other
+    /// members still hold the redundancy to replace it.
+    pub(super) fn probe_network_members(self: &Arc<Self>, s: &Arc<Served>) {
+        for slot in s.array.slots() {
+            if slot.state == SlotState::Failed {
+                continue;
+            }
+            let Some(m) = s.array.member_of(slot.slot) else {
+                continue;
+            };
+            if !crate::remote::is_remote(std::path::Path::new(m.identity())) {
+                continue;
+            }
+            let key = (s.array.name().to_string(), slot.slot);
+            {
+                let mut p = self.reconnects.2.lock();
+                match p.get(&key) {
+                    Some(Try::Running) => continue,
+                    Some(Try::After(at)) if Instant::now() < *at => continue,
+                    _ => {}
+                }
+                p.insert(key.clone(), Try::Running);
+            }
+            let (d, s) = (self.clone(), s.clone());
+            std::thread::spawn(move || {
+                if let Some(e) = s.array.probe_member(key.1) {
+                    tracing::warn!(array = %key.0, slot = key.1, "network member's probe read failed: {e}");
+                }
+                d.reconnects
+                    .2
+                    .lock()
+                    .insert(key, Try::After(Instant::now() + PROBE));
+            });
+        }
+    }
+
     /// Starts a try (on its own thread: connecting may take seconds) for
     /// each slot of `s` whose member was given up as unreachable.
     pub(super) fn retry_unreachable(self: &Arc<Self>, s: &Arc<Served>) {

@@ -1510,3 +1510,33 @@ fn re_add_of_an_older_copy_of_the_member_copies_it_whole() {
     assert_matches(&a, &img);
     assert_consistent(&a, &m.refs());
 }
+
+/// An error from outside the array's own I/O (the daemon's probe of a
+/// network member) fails the slot only while it holds that very handle
+/// and the array is not closed: a stopped array writes no metadata for a
+/// late error, and a device back under a new handle is not failed for the
+/// old one's.
+#[test]
+fn a_probed_error_fails_only_the_handle_held_and_never_a_closed_array() {
+    let (m, a, _) = filled(Level::Raid5, 4, "probed");
+    let held = a.member_of(1).unwrap();
+    let other: MemberRef = ram("probed-other");
+    assert!(!a.fail_probed(1, &other, "not this handle"));
+    assert!(!a.fail_probed(1, &m.refs()[2], "another slot's handle"));
+    assert_eq!(a.state(), ArrayState::Optimal);
+    a.close().unwrap();
+    let events = |i: usize| {
+        raid_core::metadata::read_superblock(m.refs()[i].as_ref())
+            .unwrap()
+            .events
+    };
+    let closed_at = events(0);
+    assert!(!a.fail_probed(1, &held, "after close"));
+    assert_eq!(events(0), closed_at, "metadata was written after close");
+    drop(a);
+    let asm = Array::assemble(m.refs()).unwrap();
+    assert_eq!(asm.array.state(), ArrayState::Optimal);
+    let held = asm.array.member_of(2).unwrap();
+    assert!(asm.array.fail_probed(2, &held, "a host gone"));
+    assert_eq!(asm.array.slots()[2].state, SlotState::Failed);
+}

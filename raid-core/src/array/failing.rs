@@ -156,21 +156,36 @@ impl Array {
         self.persist_failure(&mut meta);
     }
 
-    /// Reads `slot`'s first metadata copy from its device, as any read of
-    /// it would: an error fails the member. The daemon reads its network
-    /// members so every few seconds, so that a host that went away while
-    /// the array sat idle is found (failed, alerted) then, not at the next
-    /// request. Returns the error, if any.
-    pub fn probe_member(&self, slot: usize) -> Option<io::Error> {
-        let s = self.slots.get(slot)?;
-        if s.state() == SlotState::Failed {
-            return None;
+    /// Fails `slot` for an error `m` gave outside the array's own I/O (the
+    /// daemon's probe of a network member: a read of its metadata block
+    /// every few seconds, so that a host gone while the array sat idle is
+    /// found then, not at the next request). Only if the slot still holds
+    /// that very handle (not the same device re-added since under a new
+    /// one) and the array is not closed. Returns whether it failed it.
+    pub fn fail_probed(&self, slot: usize, m: &MemberRef, reason: &str) -> bool {
+        let mut meta = self.meta.lock();
+        let Some(s) = self.slots.get(slot) else {
+            return false;
+        };
+        let holds = s
+            .member
+            .read()
+            .as_ref()
+            .is_some_and(|cur| Arc::ptr_eq(cur, m));
+        if !holds || s.state() == SlotState::Failed || self.closed.load(Ordering::Acquire) {
+            return false;
         }
-        let m = s.member.read().clone()?;
-        let mut buf = crate::buf::AlignedBuf::new(metadata::SB_SIZE);
-        let e = m.read_at(&mut buf, metadata::SB_OFFSETS[0]).err()?;
-        self.fail_slot_if(slot, &m, &format!("a read of its metadata failed: {e}"));
-        Some(e)
+        self.fail_locked(&mut meta, slot, reason);
+        self.persist_failure(&mut meta);
+        true
+    }
+
+    /// Marks the array closed without `close`'s flush and clean mark: for
+    /// a failed array the daemon stops all the same. Nothing then fails a
+    /// member or writes its metadata for a late error (see `closed`).
+    pub fn retire(&self) {
+        let _meta = self.meta.lock();
+        self.closed.store(true, Ordering::Release);
     }
 
     /// The operator's `fail`: refused when the member is already failed, or

@@ -434,6 +434,7 @@ impl Daemon {
             // A failed array serves nothing: stopping it must still work,
             // so the operator can start it again (with --force).
             Err(e) if served.array.state() == raid_core::array::ArrayState::Failed => {
+                served.array.retire();
                 self.arrays.lock().remove(name);
                 Ok(format!(
                     "array '{name}' stopped; it had failed ({e}), so it is not marked clean. Next: bring the lost members back, then raidctl start {name} (or raidctl start {name} --force to take back members marked failed: docs/recovery.md){stopped_work}"

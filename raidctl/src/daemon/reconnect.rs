@@ -83,10 +83,21 @@ impl Daemon {
                 }
                 p.insert(key.clone(), Try::Running);
             }
-            let (d, s) = (self.clone(), s.clone());
+            // The thread holds the member's handle and a weak reference to
+            // the array only: a stopped array is not kept alive (its local
+            // members' locks, its other connections) by a probe waiting up
+            // to the member timeout for a host that is gone.
+            let (d, array) = (self.clone(), Arc::downgrade(&s.array));
             std::thread::spawn(move || {
-                if let Some(e) = s.array.probe_member(key.1) {
-                    tracing::warn!(array = %key.0, slot = key.1, "network member's probe read failed: {e}");
+                let mut buf = raid_core::buf::AlignedBuf::new(raid_core::metadata::SB_SIZE);
+                if let Err(e) = m.read_at(&mut buf, raid_core::metadata::SB_OFFSETS[0]) {
+                    let why = format!("a read of its metadata failed: {e}");
+                    if array
+                        .upgrade()
+                        .is_some_and(|a| a.fail_probed(key.1, &m, &why))
+                    {
+                        tracing::warn!(array = %key.0, slot = key.1, "network member failed by its probe: {e}");
+                    }
                 }
                 d.reconnects
                     .2

@@ -28,6 +28,28 @@ fn nbdkit_unix(sock: &Path, file: &Path) -> Server {
     Server(c)
 }
 
+/// `n` nbdkit exports of 32 MiB sparse files (`FILE{i}.img`, served on
+/// `SOCK{i}.sock`): their files, sockets, servers and URIs.
+fn exports(
+    w: &World,
+    file: &str,
+    sock: &str,
+    n: usize,
+) -> (Vec<PathBuf>, Vec<PathBuf>, Vec<Server>, Vec<String>) {
+    let files: Vec<PathBuf> = (0..n)
+        .map(|i| w.sparse(&format!("{file}{i}.img"), 32 * MIB))
+        .collect();
+    let socks: Vec<PathBuf> = (0..n)
+        .map(|i| w.dir.join(format!("{sock}{i}.sock")))
+        .collect();
+    let servers = (0..n).map(|i| nbdkit_unix(&socks[i], &files[i])).collect();
+    let uris = socks
+        .iter()
+        .map(|s| format!("nbd+unix:///?socket={}", s.display()))
+        .collect();
+    (files, socks, servers, uris)
+}
+
 /// The daemon's config: network members given up after `timeout` s, and
 /// alerts to a hook that appends "EVENT SEVERITY ARRAY MEMBER" to
 /// `hook.out` (mail goes to a port nobody listens on: it is queued).
@@ -170,15 +192,7 @@ fn a_server_restarted_on_an_older_image_is_copied_whole() {
     need("nbdkit");
     let w = World::new("nbdstale");
     config(&w, 2.0);
-    let files: Vec<PathBuf> = (0..2)
-        .map(|i| w.sparse(&format!("disk{i}.img"), 32 * MIB))
-        .collect();
-    let socks: Vec<PathBuf> = (0..2).map(|i| w.dir.join(format!("d{i}.sock"))).collect();
-    let mut servers: Vec<Server> = (0..2).map(|i| nbdkit_unix(&socks[i], &files[i])).collect();
-    let uris: Vec<String> = socks
-        .iter()
-        .map(|s| format!("nbd+unix:///?socket={}", s.display()))
-        .collect();
+    let (files, socks, mut servers, uris) = exports(&w, "disk", "d", 2);
     w.ok(&["create", "st1", "--level", "1", &uris[0], &uris[1]]);
     let sock = w.dir.join("st1.sock");
     let export = format!("unix:{}", sock.display());
@@ -238,15 +252,7 @@ fn the_operator_names_a_network_member_by_its_uri() {
     need("nbdkit");
     let w = World::new("nbdname");
     config(&w, 1.0);
-    let files: Vec<PathBuf> = (0..3)
-        .map(|i| w.sparse(&format!("n{i}.img"), 32 * MIB))
-        .collect();
-    let socks: Vec<PathBuf> = (0..3).map(|i| w.dir.join(format!("n{i}.sock"))).collect();
-    let mut servers: Vec<Server> = (0..3).map(|i| nbdkit_unix(&socks[i], &files[i])).collect();
-    let uris: Vec<String> = socks
-        .iter()
-        .map(|s| format!("nbd+unix:///?socket={}", s.display()))
-        .collect();
+    let (files, socks, mut servers, uris) = exports(&w, "n", "n", 3);
     w.ok(&["create", "nm", "--level", "5", &uris[0], &uris[1], &uris[2]]);
     let sock = w.dir.join("nm.sock");
     w.ok(&["start", "nm", "--nbd", &format!("unix:{}", sock.display())]);
@@ -289,15 +295,7 @@ fn an_idle_server_restart_survives_a_metadata_write() {
     need("nbdkit");
     let w = World::new("nbdidle");
     config(&w, 5.0);
-    let files: Vec<PathBuf> = (0..3)
-        .map(|i| w.sparse(&format!("i{i}.img"), 32 * MIB))
-        .collect();
-    let socks: Vec<PathBuf> = (0..3).map(|i| w.dir.join(format!("i{i}.sock"))).collect();
-    let mut servers: Vec<Server> = (0..3).map(|i| nbdkit_unix(&socks[i], &files[i])).collect();
-    let uris: Vec<String> = socks
-        .iter()
-        .map(|s| format!("nbd+unix:///?socket={}", s.display()))
-        .collect();
+    let (files, socks, mut servers, uris) = exports(&w, "i", "i", 3);
     w.ok(&[
         "create", "id5", "--level", "5", &uris[0], &uris[1], &uris[2],
     ]);
@@ -326,15 +324,7 @@ fn a_host_gone_while_the_array_is_idle_is_found() {
     need("nbdkit");
     let w = World::new("nbdprobe");
     let hook_out = config(&w, 1.0);
-    let files: Vec<PathBuf> = (0..3)
-        .map(|i| w.sparse(&format!("p{i}.img"), 32 * MIB))
-        .collect();
-    let socks: Vec<PathBuf> = (0..3).map(|i| w.dir.join(format!("p{i}.sock"))).collect();
-    let mut servers: Vec<Server> = (0..3).map(|i| nbdkit_unix(&socks[i], &files[i])).collect();
-    let uris: Vec<String> = socks
-        .iter()
-        .map(|s| format!("nbd+unix:///?socket={}", s.display()))
-        .collect();
+    let (_, _, mut servers, uris) = exports(&w, "p", "p", 3);
     w.ok(&[
         "create", "pr5", "--level", "5", &uris[0], &uris[1], &uris[2],
     ]);

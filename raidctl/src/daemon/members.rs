@@ -375,14 +375,14 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
             self.record_writable(&s)?;
         }
         let slot = {
-            let holds = self.reconnects.holds();
-            if auto {
-                if let Some(slot) = s.array.slot_by_key(key) {
-                    if holds.contains(&(name.to_string(), slot)) {
-                        return Err(CliError::refused(format!(
-                            "slot {slot} of '{name}' was failed by the operator: it is not taken back by itself"
-                        )));
-                    }
+            // The daemon's own re-add holds the holds' lock through it.
+            let holds = auto.then(|| self.reconnects.holds());
+            let slot = s.array.slot_by_key(key);
+            if let (Some(holds), Some(slot)) = (&holds, slot) {
+                if holds.contains(&(name.to_string(), slot)) {
+                    return Err(CliError::refused(format!(
+                        "slot {slot} of '{name}' was failed by the operator: it is not taken back by itself"
+                    )));
                 }
             }
             s.array.re_add(m)?

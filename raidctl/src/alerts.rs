@@ -342,23 +342,35 @@ impl HookRunner {
     /// first.
     pub fn run(&self, hook: PathBuf, r: EventRecord) {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        let tx = q.get_or_insert_with(|| {
-            let (tx, rx) = std::sync::mpsc::channel::<(PathBuf, EventRecord)>();
-            let spawned = std::thread::Builder::new()
-                .name("event-hooks".into())
-                .spawn(move || {
-                    for (hook, r) in rx {
-                        run_hook(&hook, &r);
-                    }
-                });
-            if let Err(e) = spawned {
-                tracing::warn!("event hooks: no thread to run them: {e}");
+        let mut job = (hook, r);
+        // A thread that ended (it could not start, or a hook's run
+        // panicked) is started again, once per event.
+        for _ in 0..2 {
+            let tx = q.get_or_insert_with(Self::start);
+            match tx.send(job) {
+                Ok(()) => return,
+                Err(std::sync::mpsc::SendError(back)) => {
+                    job = back;
+                    *q = None;
+                }
             }
-            tx
-        });
-        if tx.send((hook.clone(), r)).is_err() {
-            tracing::warn!(hook = %hook.display(), "event hook not run: its thread ended");
         }
+        tracing::warn!(hook = %job.0.display(), "event hook not run: no thread to run it");
+    }
+
+    fn start() -> std::sync::mpsc::Sender<(PathBuf, EventRecord)> {
+        let (tx, rx) = std::sync::mpsc::channel::<(PathBuf, EventRecord)>();
+        let spawned = std::thread::Builder::new()
+            .name("event-hooks".into())
+            .spawn(move || {
+                for (hook, r) in rx {
+                    run_hook(&hook, &r);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("event hooks: no thread to run them: {e}");
+        }
+        tx
     }
 }
 

@@ -130,6 +130,9 @@ pub fn examine(device: &Path) -> Examined {
 }
 
 pub fn run(devices: &[PathBuf], fmt: Format) -> Result<()> {
+    // A network device that connects and then does not answer is given up
+    // after a few seconds, not the daemon's member timeout (30 s a read).
+    crate::remote::set_timeout(std::time::Duration::from_secs(3));
     let all: Vec<Examined> = devices.iter().map(|d| examine(d)).collect();
     if fmt == Format::Json {
         out!(

@@ -810,6 +810,19 @@ fn bench_plumbing_on_a_tiny_run() {
     // Arguments it cannot run with: a usage error before anything is made
     // (they panicked, or were refused, after the member files were made,
     // which stayed).
+    // A --dir holding a file of the bench's names: refused, and the file
+    // is left as it was (it was overwritten, or removed at the end).
+    for name in ["m0.img", "bench.sock"] {
+        let mine = dir.join(name);
+        std::fs::write(&mine, b"not the bench's").unwrap();
+        let (code, out, err) = w.code(&["bench", "--dir", s(&dir), "--member-size", "16M"]);
+        assert_eq!(code, 4, "{name}: {out}{err}");
+        assert!(err.contains(&format!("{} exists", mine.display())), "{err}");
+        assert_eq!(std::fs::read(&mine).unwrap(), b"not the bench's");
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1, "{name}: {left:?}");
+        std::fs::remove_file(&mine).unwrap();
+    }
     for bad in [
         &["--seconds=-1"][..],
         &["--seconds", "nan"],

@@ -270,13 +270,30 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn file(&self, name: &str) -> PathBuf {
+    /// Makes the file `name` in the folder, or refuses if something is
+    /// there already: a user's file, another bench's or server's, is never
+    /// overwritten, nor removed at the end.
+    fn create(&self, name: &str) -> Result<(PathBuf, std::fs::File)> {
         let p = self.dir.join(name);
-        self.files
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(p.clone());
-        p
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&p)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => CliError::refused(format!(
+                    "{} exists: the bench makes its own files in --dir (m0.img, ..., alone.img, bench.sock); name a folder without them",
+                    p.display()
+                )),
+                _ => CliError::failed(format!("{}: {e}", p.display())),
+            })?;
+        self.made(p.clone());
+        Ok((p, f))
+    }
+
+    /// `p` is the bench's own: removed at the end.
+    fn made(&self, p: PathBuf) {
+        self.files.lock().unwrap_or_else(|e| e.into_inner()).push(p);
     }
 }
 
@@ -307,9 +324,7 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
         files: Default::default(),
     };
     let file = |name: &str| -> Result<MemberRef> {
-        let p = scratch.file(name);
-        let f = std::fs::File::create(&p)
-            .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))?;
+        let (p, f) = scratch.create(name)?;
         f.set_len(raid_core::metadata::DATA_OFFSET + a.member_bytes)
             .map_err(|e| CliError::failed(e.to_string()))?;
         Ok(Arc::new(FileMember::open(&p).map_err(|e| {
@@ -329,12 +344,21 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
             chunk: 64 * 1024,
         },
     )?);
-    let sock = scratch.file("bench.sock");
+    // The export makes the socket: it is the bench's once that succeeded
+    // (the export refuses a path something else holds).
+    let sock = dir.join("bench.sock");
+    if sock.symlink_metadata().is_ok() {
+        return Err(CliError::refused(format!(
+            "{} exists: the bench makes its own files in --dir (m0.img, ..., alone.img, bench.sock); name a folder without them",
+            sock.display()
+        )));
+    }
     let export = crate::export::Export::start_nbd(
         array.clone(),
         &format!("unix:{}", sock.display()),
         &Default::default(),
     )?;
+    scratch.made(sock.clone());
     let shards = std::thread::available_parallelism().map_or(1, |n| n.get());
     let engine = Arc::new(
         raid_core::shard::Engine::start(array.clone(), shards)

@@ -562,6 +562,9 @@ fn statuses(st: &StateDir) -> Result<Vec<ArrayStatus>> {
         None => vec![],
     };
     let mut out = running.clone();
+    // A stopped array's network members are read here, in the command: one
+    // that does not answer is given up after a few seconds (see examine).
+    crate::remote::set_timeout(std::time::Duration::from_secs(3));
     for r in st.list() {
         if !running.iter().any(|s| s.name == r.name) {
             out.push(status::of_stopped(&r));

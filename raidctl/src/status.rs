@@ -251,6 +251,8 @@ pub fn of_running(
 
 /// Status of a stopped array, from the newest metadata on its members.
 pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
+    // Why a device could not be read, by path: said for a missing slot.
+    let mut unread = std::collections::HashMap::new();
     let found: Vec<(String, Option<Superblock>)> = r
         .members
         .iter()
@@ -258,11 +260,15 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         .filter(|p| !p.as_os_str().is_empty())
         .map(|p| {
             let sb = crate::remote::inspect_member(p)
-                .ok()
-                .and_then(|m| read_superblock(m.as_ref()).ok());
+                .map_err(|e| e.to_string())
+                .and_then(|m| read_superblock(m.as_ref()).map_err(|e| e.to_string()));
+            let path = p.display().to_string();
+            if let Err(e) = &sb {
+                unread.insert(path.clone(), e.clone());
+            }
             (
-                p.display().to_string(),
-                sb.filter(|sb| sb.array_uuid.to_string() == r.uuid),
+                path,
+                sb.ok().filter(|sb| sb.array_uuid.to_string() == r.uuid),
             )
         })
         .collect();
@@ -337,8 +343,10 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
                         crate::remote::is_remote(std::path::Path::new(p)),
                         std::fs::metadata(p)
                     ) {
-                        (true, _) =>
-                            "does not answer, or does not hold this slot's member".to_string(),
+                        (true, _) => match unread.get(p) {
+                            Some(e) => format!("cannot be read: {e}"),
+                            None => "does not hold this slot's member".to_string(),
+                        },
                         (false, Err(_)) => "is gone".to_string(),
                         (false, Ok(_)) => "does not hold this slot's member".to_string(),
                     }

@@ -339,6 +339,13 @@ fn a_host_gone_while_the_array_is_idle_is_found() {
         std::fs::read_to_string(&hook_out).is_ok_and(|a| a.contains(&alerted))
     });
     w.ok(&["stop", "pr5"]);
+    // Stopped, the gone member's slot says why it could not be read.
+    let st = w.status_json("pr5");
+    let warning = st["members"][1]["warning"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(warning.contains("cannot be read"), "{st}");
 }
 
 /// Options the array refuses, with what to do instead.

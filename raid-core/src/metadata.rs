@@ -418,6 +418,22 @@ pub struct ReadError {
     pub damaged: bool,
 }
 
+/// Erases both superblock copies of a member (zeros), then flushes: the
+/// device then carries no array's metadata. Each copy, and the flush, is
+/// tried whatever the others' outcome; the first error is returned.
+pub fn erase_superblocks(m: &dyn crate::member::Member) -> std::io::Result<()> {
+    let zero = crate::buf::AlignedBuf::new(SB_SIZE);
+    let erased: Vec<std::io::Result<()>> = SB_OFFSETS
+        .iter()
+        .map(|&off| m.write_at(&zero, off))
+        .collect();
+    let flushed = m.flush();
+    erased
+        .into_iter()
+        .collect::<std::io::Result<()>>()
+        .and(flushed)
+}
+
 /// Writes a superblock to one member: copy 0, flush, copy 1, flush. A crash
 /// between the two leaves one complete copy, old or new.
 pub fn write_superblock(m: &dyn crate::member::Member, sb: &Superblock) -> std::io::Result<()> {

@@ -139,21 +139,28 @@ impl Array {
     /// (a stale handle) must not fail its successor. A hot replace's pair
     /// counts as its old device (see `hot_replace`).
     pub(super) fn fail_slot_if(&self, slot: usize, m: &MemberRef, reason: &str) {
-        let mut meta = self.meta.lock();
-        let s = &self.slots[slot];
         // By device, not by handle: the same device behind a handle taken
         // before a hot replace's pair was dropped is still this member; a
         // device that was replaced since is not.
-        let holds = s
-            .member
-            .read()
-            .as_ref()
-            .is_some_and(|cur| cur.device_key() == m.device_key());
+        self.fail_if_held(slot, reason, |cur| cur.device_key() == m.device_key());
+    }
+
+    /// Fails `slot` (durably, as `fail_slot` does) if its member passes
+    /// `held`, it is not failed already and the array is not closed (a late
+    /// error then writes nothing: the array may be assembled again
+    /// meanwhile). Returns whether it failed it.
+    fn fail_if_held(&self, slot: usize, reason: &str, held: impl Fn(&MemberRef) -> bool) -> bool {
+        let mut meta = self.meta.lock();
+        let Some(s) = self.slots.get(slot) else {
+            return false;
+        };
+        let holds = s.member.read().as_ref().is_some_and(held);
         if !holds || s.state() == SlotState::Failed || self.closed.load(Ordering::Acquire) {
-            return;
+            return false;
         }
         self.fail_locked(&mut meta, slot, reason);
         self.persist_failure(&mut meta);
+        true
     }
 
     /// Fails `slot` for an error `m` gave outside the array's own I/O (the
@@ -163,21 +170,7 @@ impl Array {
     /// that very handle (not the same device re-added since under a new
     /// one) and the array is not closed. Returns whether it failed it.
     pub fn fail_probed(&self, slot: usize, m: &MemberRef, reason: &str) -> bool {
-        let mut meta = self.meta.lock();
-        let Some(s) = self.slots.get(slot) else {
-            return false;
-        };
-        let holds = s
-            .member
-            .read()
-            .as_ref()
-            .is_some_and(|cur| Arc::ptr_eq(cur, m));
-        if !holds || s.state() == SlotState::Failed || self.closed.load(Ordering::Acquire) {
-            return false;
-        }
-        self.fail_locked(&mut meta, slot, reason);
-        self.persist_failure(&mut meta);
-        true
+        self.fail_if_held(slot, reason, |cur| Arc::ptr_eq(cur, m))
     }
 
     /// Marks the array closed without `close`'s flush and clean mark: for

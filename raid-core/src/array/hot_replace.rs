@@ -476,11 +476,7 @@ impl Array {
             // A copy of that metadata may have landed: wipe it, and move the
             // array's own metadata past its event, so the device never
             // outranks the members if it is offered at a start.
-            let zero = crate::buf::AlignedBuf::new(4096);
-            for off in metadata::SB_OFFSETS {
-                let _ = pair.new.write_at(&zero, off);
-            }
-            let _ = pair.new.flush();
+            let _ = metadata::erase_superblocks(pair.new.as_ref());
             meta.events += 1;
             self.persist(&mut meta);
             drop(meta);
@@ -534,12 +530,7 @@ impl Array {
             }
             Err(_) => return,
         }
-        let zero = crate::buf::AlignedBuf::new(metadata::SB_SIZE);
-        let erased = metadata::SB_OFFSETS
-            .iter()
-            .try_for_each(|&off| old.write_at(&zero, off))
-            .and_then(|()| old.flush());
-        match erased {
+        match metadata::erase_superblocks(old.as_ref()) {
             Ok(()) => {
                 tracing::info!(array = %self.name, member = old.identity(), "replaced device's metadata erased: it is in no array now")
             }

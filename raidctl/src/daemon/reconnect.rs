@@ -19,34 +19,36 @@ const RETRY: Duration = Duration::from_secs(2);
 /// (`probe_network_members`).
 const PROBE: Duration = Duration::from_secs(5);
 
-/// Per (array, slot): a try running now, or when the next may start; and
-/// the slots the operator failed (`raidctl fail`), which are never brought
-/// back by themselves.
+/// The daemon's work on network members, per (array, slot).
 #[derive(Default)]
-pub(super) struct Tries(
-    Mutex<HashMap<(String, usize), Try>>,
-    Mutex<HashSet<(String, usize)>>,
-    /// Per (array, slot): the probe of an active network member running,
-    /// or when the next may start.
-    Mutex<HashMap<(String, usize), Try>>,
-);
+pub(super) struct Tries {
+    /// A re-add of a member given up running now, or when the next may
+    /// start.
+    re_adds: Mutex<HashMap<(String, usize), Try>>,
+    /// The slots the operator failed (`raidctl fail`), which are never
+    /// brought back by themselves.
+    held: Mutex<HashSet<(String, usize)>>,
+    /// A probe of an active member running now, or when the next may
+    /// start.
+    probes: Mutex<HashMap<(String, usize), Try>>,
+}
 
 impl Tries {
     /// The operator failed this slot: leave it to them. False if it was
     /// held already.
     pub(super) fn hold(&self, array: &str, slot: usize) -> bool {
-        self.1.lock().insert((array.to_string(), slot))
+        self.held.lock().insert((array.to_string(), slot))
     }
 
     /// The slots the operator failed, locked: a re-add by the daemon
     /// checks and acts under it, so a `fail` (`hold`) waits for it.
     pub(super) fn holds(&self) -> parking_lot::MutexGuard<'_, HashSet<(String, usize)>> {
-        self.1.lock()
+        self.held.lock()
     }
 
     /// A device took the slot again (re-add, replace).
     pub(super) fn release(&self, array: &str, slot: usize) {
-        self.1.lock().remove(&(array.to_string(), slot));
+        self.held.lock().remove(&(array.to_string(), slot));
     }
 }
 
@@ -70,12 +72,12 @@ impl Daemon {
             let Some(m) = s.array.member_of(slot.slot) else {
                 continue;
             };
-            if !crate::remote::is_remote(std::path::Path::new(m.identity())) {
+            if !matches!(m.device_key(), raid_core::member::DeviceKey::Network(_)) {
                 continue;
             }
             let key = (s.array.name().to_string(), slot.slot);
             {
-                let mut p = self.reconnects.2.lock();
+                let mut p = self.reconnects.probes.lock();
                 match p.get(&key) {
                     Some(Try::Running) => continue,
                     Some(Try::After(at)) if Instant::now() < *at => continue,
@@ -100,7 +102,7 @@ impl Daemon {
                     }
                 }
                 d.reconnects
-                    .2
+                    .probes
                     .lock()
                     .insert(key, Try::After(Instant::now() + PROBE));
             });
@@ -121,11 +123,11 @@ impl Daemon {
                 continue;
             }
             let key = (s.array.name().to_string(), slot.slot);
-            if self.reconnects.1.lock().contains(&key) {
+            if self.reconnects.held.lock().contains(&key) {
                 continue;
             }
             {
-                let mut t = self.reconnects.0.lock();
+                let mut t = self.reconnects.re_adds.lock();
                 match t.get(&key) {
                     Some(Try::Running) => continue,
                     Some(Try::After(at)) if Instant::now() < *at => continue,
@@ -136,7 +138,7 @@ impl Daemon {
             let (d, member) = (self.clone(), PathBuf::from(m.identity()));
             std::thread::spawn(move || {
                 let r = d.re_add_as(&key.0, &member, true);
-                let mut t = d.reconnects.0.lock();
+                let mut t = d.reconnects.re_adds.lock();
                 match r {
                     Ok(msg) => {
                         tracing::warn!(array = %key.0, slot = key.1, "network member back: {msg}");

@@ -57,22 +57,21 @@ struct Inner {
     lost_why: Mutex<Option<String>>,
     /// The server answered a request with an error.
     errored: AtomicBool,
-    /// The member identity in the export's array metadata, once known.
-    member_uuid: Mutex<Option<raid_core::metadata::Uuid>>,
-    /// The event counters of the array metadata written over the export's
-    /// first metadata copy through this member: a reconnection must find
-    /// one of them there (see `SbWritten`).
-    sb_events: Mutex<SbWritten>,
+    /// The array metadata the export must carry: found at open, then
+    /// written through this member (see `SbWritten`).
+    written: Mutex<SbWritten>,
     stats: IoStats,
 }
 
-/// The array metadata written through a member, by event counter. A
-/// reconnection finds `acked` there, or `pending` if that write reached
-/// the server before the connection went (one that was in flight, or
-/// acknowledged and not flushed, gives the member up anyway); any other
-/// is another copy of the disk.
+/// The array metadata on the export's first copy, as this member knows
+/// it. A reconnection finds the member identity `uuid` there, and the
+/// event counter `acked`, or `pending` if that write reached the server
+/// before the connection went (one that was in flight, or acknowledged and
+/// not flushed, gives the member up anyway); any other is another disk, or
+/// another copy of it.
 #[derive(Clone, Copy, Default)]
 struct SbWritten {
+    uuid: Option<raid_core::metadata::Uuid>,
     acked: Option<u64>,
     pending: Option<u64>,
 }
@@ -123,8 +122,8 @@ impl NbdMember {
             lost: AtomicBool::new(false),
             lost_why: Mutex::new(None),
             errored: AtomicBool::new(false),
-            member_uuid: Mutex::new(sb.as_ref().map(|s| s.member_uuid)),
-            sb_events: Mutex::new(SbWritten {
+            written: Mutex::new(SbWritten {
+                uuid: sb.as_ref().map(|s| s.member_uuid),
                 acked: sb.map(|s| s.events),
                 pending: None,
             }),
@@ -187,13 +186,13 @@ impl Inner {
         let Ok(sb) = Superblock::decode(&payload[..SB_SIZE]) else {
             return;
         };
-        let mut w = self.sb_events.lock();
+        let mut w = self.written.lock();
         if acked {
             w.acked = Some(sb.events);
             if w.pending == Some(sb.events) {
                 w.pending = None;
             }
-            *self.member_uuid.lock() = Some(sb.member_uuid);
+            w.uuid = Some(sb.member_uuid);
         } else {
             w.pending = Some(sb.events);
         }
@@ -225,7 +224,7 @@ impl Inner {
             ));
         }
         let sb = superblock(c, Instant::now() + HANDSHAKE);
-        let w = *self.sb_events.lock();
+        let mut w = self.written.lock();
         if let (Some(acked), Some(sb)) = (w.acked, &sb) {
             if sb.events != acked && Some(sb.events) != w.pending {
                 return Err(format!(
@@ -239,9 +238,7 @@ impl Inner {
                 ));
             }
         }
-        let now = sb.map(|s| s.member_uuid);
-        let mut known = self.member_uuid.lock();
-        match (*known, now) {
+        match (w.uuid, sb.map(|s| s.member_uuid)) {
             (Some(a), Some(b)) if a != b => Err(format!(
                 "another disk answers there now (member {b}, not {a})"
             )),
@@ -249,7 +246,7 @@ impl Inner {
                 "the export no longer carries this member's metadata (member {a})"
             )),
             (None, b) => {
-                *known = b;
+                w.uuid = b;
                 Ok(())
             }
             _ => Ok(()),

@@ -7,7 +7,8 @@
 //!
 //! `cargo bench -p raid-core --bench array [-- --quick] [-- --qd N]`
 //! (BENCH_LEVEL=raid5 runs one level, BENCH_MEMBERS=N the members per
-//! array, BENCH_SHARDS_ONLY=1 the second table only.)
+//! array, BENCH_WORK=randwrite the workloads of that name, BENCH_SHARDS_ONLY=1
+//! the second table only.)
 //!
 //! Queue depth is the number of threads submitting at once through the
 //! blocking API, or, in the second table, the requests kept in flight
@@ -203,6 +204,12 @@ fn filled_array(level: Level, tag: &str) -> Array {
     a
 }
 
+/// BENCH_WORK=randwrite (say) runs the workloads whose name holds it only,
+/// so that a profiler sees one workload.
+fn chosen_work(w: Work) -> bool {
+    std::env::var("BENCH_WORK").map_or(true, |only| w.name().contains(only.as_str()))
+}
+
 fn block_size(work: Work, a: Option<&Array>) -> u64 {
     match work {
         Work::RandRead4k | Work::RandWrite4k => 4096,
@@ -273,6 +280,9 @@ fn main() {
         let nd = a.geometry().data_chunks() as f64;
         for w in works {
             if w == Work::FullStripeWrite && !matches!(level, Level::Raid5 | Level::Raid6) {
+                continue;
+            }
+            if !chosen_work(w) {
                 continue;
             }
             let (r, b) = side_by_side(&a, w);

@@ -50,6 +50,7 @@ const OFF_CTIME: usize = 96;
 const OFF_NAME: usize = 104;
 const OFF_BITMAP_ROWS: usize = 168;
 const OFF_UTIME: usize = 176;
+const OFF_SETTLED: usize = 184;
 const OFF_TABLE: usize = 256;
 const ENTRY: usize = 32;
 const OFF_SPARE_TABLE: usize = OFF_TABLE + MAX_MEMBERS * ENTRY; // 2304
@@ -158,6 +159,12 @@ pub struct Superblock {
     /// When this superblock was written, seconds since the Unix epoch (0 in
     /// metadata written before the field existed).
     pub utime: u64,
+    /// The event counter of the last metadata change every member not
+    /// failed took (0: not known, as in metadata written before the field).
+    /// A member of a slot serving in the newest metadata whose own metadata
+    /// is older than this is an older copy of the member, not one a crash
+    /// left behind (see `array::assemble`).
+    pub settled: u64,
     /// Rows per bit of the write-intent bitmap; 0 when there is none.
     pub bitmap_region_rows: u64,
     pub name: String,
@@ -233,6 +240,7 @@ impl Superblock {
         put_u64(&mut b, OFF_CTIME, self.ctime);
         put_u64(&mut b, OFF_BITMAP_ROWS, self.bitmap_region_rows);
         put_u64(&mut b, OFF_UTIME, self.utime);
+        put_u64(&mut b, OFF_SETTLED, self.settled);
         let name = self.name.as_bytes();
         let n = name.len().min(NAME_LEN);
         b[OFF_NAME..OFF_NAME + n].copy_from_slice(&name[..n]);
@@ -350,6 +358,13 @@ impl Superblock {
         let spares = (0..spares)
             .map(|i| get_uuid(b, OFF_SPARE_TABLE + i * 16))
             .collect();
+        let (events, settled) = (get_u64(b, OFF_EVENTS), get_u64(b, OFF_SETTLED));
+        if settled > events {
+            return Err(bad(
+                "settled event",
+                format!("{settled}, past the metadata's own event {events}"),
+            ));
+        }
         Ok(Superblock {
             array_uuid: get_uuid(b, OFF_ARRAY_UUID),
             member_uuid: get_uuid(b, OFF_MEMBER_UUID),
@@ -360,9 +375,10 @@ impl Superblock {
             clean: get_u32(b, OFF_FLAGS) & FLAG_CLEAN != 0,
             data_offset,
             data_size,
-            events: get_u64(b, OFF_EVENTS),
+            events,
             ctime: get_u64(b, OFF_CTIME),
             utime: get_u64(b, OFF_UTIME),
+            settled,
             bitmap_region_rows,
             name,
             slots,
@@ -464,6 +480,7 @@ mod tests {
             events: 42,
             ctime: 1_700_000_000,
             utime: 1_700_000_100,
+            settled: 40,
             bitmap_region_rows: 16,
             name: "data".into(),
             slots: (0..5)
@@ -508,6 +525,7 @@ mod tests {
         assert_eq!(&b[104..108], b"data");
         assert_eq!(get_u64(&b, 168), 16);
         assert_eq!(get_u64(&b, 176), 1_700_000_100);
+        assert_eq!(get_u64(&b, 184), 40);
         assert_eq!(&b[256 + 3 * 32..256 + 3 * 32 + 16], &[13; 16]);
         assert_eq!(get_u32(&b, 256 + 3 * 32 + 16), 3);
         assert_eq!(get_u64(&b, 256 + 3 * 32 + 24), 7);

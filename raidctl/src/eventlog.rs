@@ -142,7 +142,10 @@ pub fn record_of(
             Some(format!("raidctl replace {name} {member} NEW_DEVICE"))
         }
         E::HotReplaceRebuilding { .. } => Some(format!("raidctl wait {name}")),
-        E::MemberMissing { slot, .. } => Some(match &member {
+        E::MemberMissing { slot, left_out } => Some(match &member {
+            Some(m) if left_out.is_some() => format!(
+                "raidctl re-add {name} {m} (copies it whole), or raidctl replace {name} {m} NEW_DEVICE"
+            ),
             Some(m) => format!("reconnect {m}, or raidctl replace {name} {m} NEW_DEVICE"),
             None => format!(
                 "bring back the device of slot {slot} (raidctl examine DEVICE says which slot a device held) and raidctl start {name} again"

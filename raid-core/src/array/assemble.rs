@@ -134,6 +134,8 @@ pub(super) fn assemble(
     // was cut, never taken in the cut one's place.
     let mut claimed: Vec<Option<String>> = vec![None; geo.members];
     let mut spares = Vec::new();
+    // Slots whose device was given but is an older copy of their member.
+    let mut stale: Vec<Option<String>> = vec![None; geo.members];
     for (m, sb) in read {
         if let Some(i) = truth.slots.iter().position(|s| s.uuid == sb.member_uuid) {
             if truth.slots[i].state != SlotState::Failed {
@@ -166,6 +168,26 @@ pub(super) fn assemble(
                     truth.events, sb.events
                 );
                 tracing::warn!(member = m.identity(), "{why}");
+                refused.push((m.identity().to_string(), why));
+                failed_but_present.push((i, m, sb));
+                continue;
+            }
+            // Every member not failed took event `settled`: one whose own
+            // metadata is older was not there for it. A crash in the middle
+            // of a change leaves members behind the newest event but never
+            // behind `settled` (each change's rounds are written in full, a
+            // member at a time, before the next begins), so this is an older
+            // copy of the member: an image put back, a clone swapped in,
+            // whose data misses the writes since. md refuses such a member
+            // the same way (an event counter too old); `--force` may still
+            // take it back where the array cannot start without it.
+            if sb.events < truth.settled {
+                let why = format!(
+                    "stale: it holds slot {i}'s metadata of event {}, but every member took event {} since: an older copy of the member (an image put back, a clone swapped in?), missing the writes made since then; left out. raidctl re-add copies it whole, or replace it",
+                    sb.events, truth.settled
+                );
+                tracing::warn!(member = m.identity(), "{why}");
+                stale[i] = Some(format!("{}: {why}", m.identity()));
                 refused.push((m.identity().to_string(), why));
                 failed_but_present.push((i, m, sb));
                 continue;
@@ -225,6 +247,8 @@ pub(super) fn assemble(
         epoch: AtomicU64::new(0),
         meta: Mutex::new(Meta {
             events: truth.events,
+            // Set below, once the members are known.
+            settled: 0,
             clean: truth.clean,
             spares,
             log: Vec::new(),
@@ -250,6 +274,16 @@ pub(super) fn assemble(
         forced = force_back(&array, failed_but_present, truth.events);
         refused.retain(|(m, _)| !forced.iter().any(|(f, _)| f == m));
     }
+    // What every member taken holds: the oldest of their events (a crash
+    // may have left one behind the newest; it is written with the others
+    // at the first change).
+    array.meta.lock().settled = array
+        .slots
+        .iter()
+        .filter(|s| s.state() != SlotState::Failed && s.member.read().is_some())
+        .map(|s| s.member_events.load(Ordering::Acquire))
+        .min()
+        .unwrap_or(truth.events);
     // The devices given and not used, and why (marked failed, stale,
     // another array's): said with either refusal below, as a slot without
     // a device may have had one at hand.
@@ -326,7 +360,8 @@ pub(super) fn assemble(
         {
             let mut meta = array.meta.lock();
             for &i in &newly_missing {
-                array.record(&mut meta, ArrayEvent::MemberMissing { slot: i });
+                let left_out = stale[i].take();
+                array.record(&mut meta, ArrayEvent::MemberMissing { slot: i, left_out });
             }
             array.record(&mut meta, ArrayEvent::ArrayDegraded);
         }

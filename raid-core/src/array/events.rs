@@ -47,6 +47,9 @@ pub enum ArrayEvent {
     },
     MemberMissing {
         slot: usize,
+        /// Why its device, though given, was left out (an older copy of
+        /// the member); None where none was found.
+        left_out: Option<String>,
     },
     ArrayDegraded,
     ArrayFailed,
@@ -227,7 +230,7 @@ impl ArrayEvent {
     pub fn slot(&self) -> Option<usize> {
         match self {
             ArrayEvent::MemberFailed { slot, .. }
-            | ArrayEvent::MemberMissing { slot }
+            | ArrayEvent::MemberMissing { slot, .. }
             | ArrayEvent::RebuildStarted { slot, .. }
             | ArrayEvent::RebuildFinished { slot, .. }
             | ArrayEvent::MemberReAdded { slot, .. }
@@ -252,9 +255,14 @@ impl ArrayEvent {
                 reason,
                 ..
             } => format!("member {member} (slot {slot}) failed: {reason}"),
-            ArrayEvent::MemberMissing { slot } => {
-                format!("the member of slot {slot} was missing at start")
-            }
+            ArrayEvent::MemberMissing {
+                slot,
+                left_out: None,
+            } => format!("the member of slot {slot} was missing at start"),
+            ArrayEvent::MemberMissing {
+                slot,
+                left_out: Some(why),
+            } => format!("the member of slot {slot} was left out at start: {why}"),
             ArrayEvent::ArrayDegraded => {
                 "the array is degraded: it runs with less redundancy".into()
             }
@@ -376,7 +384,11 @@ mod tests {
         assert_eq!(Severity::from_name("warning"), Some(Severity::Warning));
         assert_eq!(ArrayEvent::ArrayFailed.severity(), Severity::Critical);
         assert_eq!(
-            ArrayEvent::MemberMissing { slot: 2 }.kind(),
+            ArrayEvent::MemberMissing {
+                slot: 2,
+                left_out: None
+            }
+            .kind(),
             "member_missing"
         );
     }

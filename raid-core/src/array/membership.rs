@@ -268,6 +268,10 @@ impl Array {
                     meta.spares.retain(|(x, _)| *x != u);
                 }
             }
+            // Every member not failed now holds this event: the next
+            // change's metadata says so (a crash in this one may have left
+            // a member a round or two behind, and that is no older copy).
+            meta.settled = meta.events;
             return;
         }
     }
@@ -414,7 +418,10 @@ impl Array {
                 whole,
             },
         );
-        self.persist(&mut meta);
+        // The member first: the others then name it rebuilding only once it
+        // holds metadata of this change, not its older metadata, which the
+        // next start would take for an older copy of it.
+        self.persist_from(&mut meta, Some(slot));
         drop(meta);
         self.rewrite_bitmap();
         tracing::info!(array = %self.name, slot, member = %ident, "member re-added");

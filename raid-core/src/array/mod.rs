@@ -218,6 +218,10 @@ impl Slot {
 /// Metadata that changes: serialised by one lock so event counters only grow.
 struct Meta {
     events: u64,
+    /// The newest event every member not failed holds durably: the last
+    /// metadata change whose every round was written in full (see
+    /// `metadata::Superblock::settled`).
+    settled: u64,
     clean: bool,
     spares: Vec<(Uuid, MemberRef)>,
     log: Vec<(SystemTime, ArrayEvent)>,
@@ -389,6 +393,7 @@ impl Array {
             epoch: AtomicU64::new(0),
             meta: Mutex::new(Meta {
                 events: 0,
+                settled: 0,
                 clean: true,
                 spares: spares.into_iter().map(|s| (Uuid::random(), s)).collect(),
                 log: Vec::new(),
@@ -669,6 +674,7 @@ impl Array {
             events: meta.events,
             ctime: self.ctime,
             utime: now_secs(),
+            settled: meta.settled,
             bitmap_region_rows: self.bitmap.as_ref().map(|b| b.region_rows).unwrap_or(0),
             name: self.name.clone(),
             slots: self
@@ -718,6 +724,7 @@ impl Array {
                 source: e,
             })?;
         }
+        meta.settled = meta.events;
         Ok(())
     }
 

@@ -1591,3 +1591,33 @@ fn an_older_copy_of_a_member_put_back_while_stopped_is_left_out() {
     assert_matches(&asm.array, &img);
     assert_consistent(&asm.array, &m.refs());
 }
+
+/// Forced back where the array cannot start without it, an older copy is
+/// named for what it is: not "the newest failed member, holding every
+/// write", but a copy lacking the writes since, to check and scrub.
+#[test]
+fn a_forced_start_names_an_older_copy_for_what_it_is() {
+    let (m, a, _) = filled(Level::Raid5, 4, "staleforce");
+    a.close().unwrap();
+    drop(a);
+    let old = m.refs()[2].clone();
+    let mut image = vec![0u8; old.size() as usize];
+    old.read_at(&mut image, 0).unwrap();
+    let asm = Array::assemble(m.refs()).unwrap();
+    asm.array.write(0, &pattern(65536, 5)).unwrap();
+    asm.array.close().unwrap();
+    drop(asm);
+    old.write_at(&image, 0).unwrap();
+    // Slot 1's device gone too: no start without the copy.
+    let given: Vec<MemberRef> = [0, 2, 3].iter().map(|&i| m.refs()[i].clone()).collect();
+    let e = Array::assemble(given.clone()).err().unwrap().to_string();
+    assert!(e.contains("older copy"), "{e}");
+    let asm = Array::assemble_forced(given).unwrap();
+    assert_eq!(asm.forced.len(), 1, "{:?}", asm.forced);
+    let (dev, why) = &asm.forced[0];
+    assert_eq!(dev, old.identity());
+    assert!(
+        why.contains("stale") && why.contains("lacks the writes"),
+        "{why}"
+    );
+}

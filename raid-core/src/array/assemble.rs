@@ -271,7 +271,7 @@ pub(super) fn assemble(
     };
     let mut forced = Vec::new();
     if !array.within_redundancy() && force {
-        forced = force_back(&array, failed_but_present, truth.events);
+        forced = force_back(&array, failed_but_present, &truth);
         refused.retain(|(m, _)| !forced.iter().any(|(f, _)| f == m));
     }
     // What every member taken holds: the oldest of their events (a crash
@@ -383,8 +383,9 @@ pub(super) fn assemble(
 fn force_back(
     array: &Array,
     mut candidates: Vec<(usize, MemberRef, Superblock)>,
-    newest: u64,
+    truth: &Superblock,
 ) -> Vec<(String, String)> {
+    let newest = truth.events;
     candidates.sort_by_key(|(_, _, sb)| std::cmp::Reverse(sb.events));
     let mut taken = Vec::new();
     for (i, m, sb) in candidates {
@@ -405,10 +406,18 @@ fn force_back(
         s.member_events.store(sb.events, Ordering::Release);
         s.set_state(SlotState::Active);
         array.epoch.fetch_add(1, Ordering::AcqRel);
-        let why = format!(
-            "forced back into slot {i} though marked failed: its metadata is from event {} (the newest is {newest}); it was the newest failed member, so it holds every write the array acknowledged while it could still serve",
-            sb.events
-        );
+        let why = if sb.events < truth.settled {
+            // Taken because nothing newer is at hand: say what it lacks.
+            format!(
+                "forced back into slot {i} though stale: its metadata is from event {}, older than event {} every member took; an older copy of the member, it lacks the writes made since: check the filesystem (fsck) and run raidctl scrub --repair",
+                sb.events, truth.settled
+            )
+        } else {
+            format!(
+                "forced back into slot {i} though marked failed: its metadata is from event {} (the newest is {newest}); it was the newest failed member, so it holds every write the array acknowledged while it could still serve",
+                sb.events
+            )
+        };
         taken.push((m.identity().to_string(), why));
     }
     taken

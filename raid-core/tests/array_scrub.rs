@@ -67,10 +67,11 @@ fn raid6_locates_the_corrupt_member_by_syndrome_and_repairs_it() {
         };
         let member = map.members[idx];
         corrupt(&m, member, s, 100 + s * 10);
-        planted.push((s, member));
+        planted.push((s, Some(member)));
     }
     let r = scrub(&a, false);
-    let found: Vec<(u64, usize)> = r.mismatches.iter().map(|x| (x.stripe, x.slot)).collect();
+    let found: Vec<(u64, Option<usize>)> =
+        r.mismatches.iter().map(|x| (x.stripe, x.slot)).collect();
     assert_eq!(found, planted, "{:#?}", r.mismatches);
     // Check-only changed nothing; repair fixes every one.
     assert_eq!(scrub(&a, false).mismatches.len(), planted.len());
@@ -110,7 +111,11 @@ fn raid5_rewrites_parity_and_mirrors_take_the_first_copy() {
     corrupt(&m, pm, 3, 0);
     let r = scrub(&a, true);
     assert_eq!(r.mismatches.len(), 1);
-    assert_eq!((r.mismatches[0].stripe, r.mismatches[0].slot), (3, pm));
+    // Nothing says which chunk is wrong: no member is named (P's own is
+    // no likelier the bad one than any other).
+    let _ = pm;
+    assert_eq!((r.mismatches[0].stripe, r.mismatches[0].slot), (3, None));
+    assert!(!r.mismatches[0].located && !r.mismatches[0].unresolved);
     assert!(scrub(&a, false).mismatches.is_empty());
     assert_consistent(&a, &m.refs());
 
@@ -125,7 +130,7 @@ fn raid5_rewrites_parity_and_mirrors_take_the_first_copy() {
     corrupt(&m, second.member, second.offset / CHUNK, 4000);
     let r = scrub(&a, true);
     assert_eq!(r.mismatches.len(), 1);
-    assert_eq!(r.mismatches[0].slot, second.member);
+    assert_eq!(r.mismatches[0].slot, Some(second.member));
     assert!(scrub(&a, false).mismatches.is_empty());
     assert_matches(&a, &img);
 }
@@ -139,4 +144,79 @@ fn scrub_refuses_a_degraded_array() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("scrub needs every member in sync"), "{e}");
+}
+
+/// Faults in two chunks of one stripe, at different places in their
+/// columns, are each located and repaired: the syndromes are judged a
+/// sector at a time. Judged over the whole chunk they pointed at no one
+/// chunk, and a repair rewrote P and Q over the two bad chunks, making
+/// them permanent (and the next scrub clean).
+#[test]
+fn raid6_faults_in_two_chunks_at_different_places_are_each_repaired() {
+    let (m, a, img) = filled(Level::Raid6, 6, "r6two");
+    let g = a.geometry();
+    let s = 2u64;
+    let map = g.stripe_map(s);
+    let (d0, d1, q) = (
+        map.members[0],
+        map.members[2],
+        map.members[g.data_chunks() + 1],
+    );
+    corrupt(&m, d0, s, 10);
+    corrupt(&m, d1, s, 4096 + 20);
+    corrupt(&m, q, s, 9000);
+    let r = scrub(&a, false);
+    let found: Vec<(Option<usize>, bool)> =
+        r.mismatches.iter().map(|x| (x.slot, x.located)).collect();
+    assert_eq!(
+        found,
+        vec![(Some(d0), true), (Some(d1), true), (Some(q), true)],
+        "{:#?}",
+        r.mismatches
+    );
+    assert!(
+        r.mismatches[0].what.contains("bytes 0-511 of the chunk"),
+        "{:?}",
+        r.mismatches[0]
+    );
+    let r = scrub(&a, true);
+    assert!(r.mismatches.iter().all(|x| x.repaired && !x.unresolved));
+    assert!(scrub(&a, false).mismatches.is_empty());
+    assert_matches(&a, &img);
+    assert_consistent(&a, &m.refs());
+    let said = a
+        .event_log()
+        .into_iter()
+        .map(|(_, e)| e.describe())
+        .find(|d| d.starts_with("scrub finished") && d.contains("3 repaired"))
+        .expect("the repair's event");
+    assert!(
+        said.contains(&format!("stripe {s} slot {d0}")) && said.contains("data chunk 0 is corrupt"),
+        "{said}"
+    );
+}
+
+/// Two chunks wrong in one sector cannot be located: nothing is named,
+/// the finding says so, and a repair only makes the parity agree.
+#[test]
+fn raid6_two_chunks_wrong_in_one_sector_are_unresolved() {
+    let (m, a, _) = filled(Level::Raid6, 6, "r6same");
+    let g = a.geometry();
+    let map = g.stripe_map(3);
+    corrupt(&m, map.members[0], 3, 700);
+    corrupt(&m, map.members[1], 3, 701);
+    let r = scrub(&a, true);
+    assert_eq!(r.mismatches.len(), 1, "{:#?}", r.mismatches);
+    let x = &r.mismatches[0];
+    assert_eq!(
+        (x.slot, x.located, x.unresolved),
+        (None, false, true),
+        "{x:?}"
+    );
+    assert!(
+        x.what.contains("bytes 512-1023") && x.what.contains("may itself be wrong"),
+        "{x:?}"
+    );
+    assert!(scrub(&a, false).mismatches.is_empty());
+    assert_consistent(&a, &m.refs());
 }

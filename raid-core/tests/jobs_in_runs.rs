@@ -234,7 +234,7 @@ fn hot_replace_in_runs_under_writes_from_a_plain_and_a_rayon_thread() {
 }
 
 /// The scrub report's findings, comparable between two scrubs.
-fn findings(r: &ScrubReport) -> Vec<(u64, usize, String)> {
+fn findings(r: &ScrubReport) -> Vec<(u64, Option<usize>, String)> {
     r.mismatches
         .iter()
         .map(|m| (m.stripe, m.slot, m.what.clone()))

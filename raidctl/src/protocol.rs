@@ -156,7 +156,10 @@ pub struct ScrubResult {
 pub struct ScrubMismatch {
     /// Stripe (RAID5/6) or logical chunk (RAID1/10).
     pub stripe: u64,
-    pub slot: usize,
+    /// The slot found to hold the wrong chunk (RAID6), or the mirror copy
+    /// that differs from the first; null where nothing says which chunk
+    /// is wrong (RAID5, more than one chunk wrong).
+    pub slot: Option<usize>,
     pub member: Option<String>,
     pub what: String,
     pub repaired: bool,
@@ -164,6 +167,10 @@ pub struct ScrubMismatch {
     /// not, a repair rewrites the redundancy from the data.
     #[serde(default)]
     pub located: bool,
+    /// More chunks were wrong than the level can locate (RAID6): a repair
+    /// made the parity agree with data that may itself be wrong.
+    #[serde(default)]
+    pub unresolved: bool,
 }
 
 impl Response {

@@ -125,6 +125,11 @@ pub enum ArrayEvent {
         interrupted: bool,
         /// Why it stopped early, if it did.
         error: Option<String>,
+        /// The first mismatches found (at most `SCRUB_FINDINGS_SAID`),
+        /// each with its stripe, member and what was decided: where an
+        /// alert or `events` is all the operator sees of a scrub run in
+        /// the background, whether a fault was located is said here.
+        findings: Vec<String>,
     },
     /// The parity engine in use could not serve (GPU missing, lost or
     /// hung): parity moved to `to` without failing any I/O.
@@ -328,6 +333,7 @@ impl ArrayEvent {
                 repaired,
                 interrupted,
                 error,
+                findings,
             } => {
                 let mut t = format!(
                     "scrub {}: {rows} rows checked, {mismatches} mismatch(es), {repaired} repaired",
@@ -341,6 +347,15 @@ impl ArrayEvent {
                 );
                 if let Some(e) = error {
                     t.push_str(&format!(": {e}"));
+                }
+                if !findings.is_empty() {
+                    t.push_str(&format!("; {}", findings.join("; ")));
+                    if *mismatches > findings.len() as u64 {
+                        t.push_str(&format!(
+                            "; and {} more (daemon log)",
+                            *mismatches - findings.len() as u64
+                        ));
+                    }
                 }
                 t
             }

@@ -7,11 +7,14 @@
 //! recomputed.
 //!
 //! Repair rules:
-//! - RAID6: the syndromes locate a single bad chunk. With Pd = P ^ P(data)
-//!   and Qd = Q ^ Q(data): only Pd set -> P is bad; only Qd set -> Q is bad;
-//!   both set and Qd = g^z * Pd in every byte for one z < n -> data chunk z
-//!   is bad and is repaired as Dz ^ Pd. Anything else (several bad chunks)
-//!   cannot be located: the parity is rewritten from the data.
+//! - RAID6: the syndromes locate a single bad chunk in each sector of the
+//!   columns (512 bytes, judged one by one, so faults in different chunks
+//!   at different places are each found). With Pd = P ^ P(data) and Qd =
+//!   Q ^ Q(data): only Pd set -> P is bad; only Qd set -> Q is bad; both
+//!   set and Qd = g^z * Pd in every byte for one z < n -> data chunk z is
+//!   bad and is repaired as Dz ^ Pd. Anything else (several bad chunks in
+//!   one sector) cannot be located: the parity is rewritten from the data
+//!   there, and the finding says it is unresolved.
 //! - RAID5: one parity cannot say which chunk is wrong: the parity is
 //!   rewritten from the data (md's rule).
 //! - RAID1/10: the first readable copy is taken as the truth and copied over
@@ -56,13 +59,19 @@ impl Default for ScrubOptions {
     }
 }
 
+/// Mismatches a `scrub_finished` event names (the rest are in the log).
+pub const SCRUB_FINDINGS_SAID: usize = 4;
+
 /// One inconsistency found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mismatch {
     /// Stripe (RAID5/6) or logical chunk (mirrors).
     pub stripe: u64,
-    /// The slot found (or ruled) to hold the wrong chunk.
-    pub slot: usize,
+    /// The slot found to hold the wrong chunk (a RAID6 chunk located by
+    /// its syndromes), or, for mirrors, the copy that differs from the
+    /// first; None where nothing says which chunk is wrong (RAID5, a RAID6
+    /// stretch with more than one chunk wrong).
+    pub slot: Option<usize>,
     /// What was decided.
     pub what: String,
     pub repaired: bool,
@@ -70,6 +79,10 @@ pub struct Mismatch {
     /// (RAID5, mirrors, more than one chunk wrong), a repair makes the
     /// redundancy agree with the data, which may be the bad part.
     pub located: bool,
+    /// More chunks were wrong than the level can locate (RAID6: two or
+    /// more in one sector): a repair made the parity agree with data that
+    /// may itself be wrong there.
+    pub unresolved: bool,
 }
 
 /// What a scrub found.
@@ -226,6 +239,17 @@ impl Array {
 
     /// One event per scrub run, whatever it found.
     fn record_scrub_end(&self, report: &ScrubReport, error: Option<&ArrayError>) {
+        let findings = report
+            .mismatches
+            .iter()
+            .take(SCRUB_FINDINGS_SAID)
+            .map(|m| {
+                let slot = m
+                    .slot
+                    .map_or(String::new(), |i| format!(" {}", self.slot_name(i)));
+                format!("stripe {}{slot}: {}", m.stripe, m.what)
+            })
+            .collect();
         let mut meta = self.meta.lock();
         self.record(
             &mut meta,
@@ -235,6 +259,7 @@ impl Array {
                 repaired: report.mismatches.iter().filter(|m| m.repaired).count() as u64,
                 interrupted: report.interrupted,
                 error: error.map(|e| e.to_string()),
+                findings,
             },
         );
     }
@@ -381,81 +406,94 @@ impl Array {
         if !p_bad && !q_bad {
             return Ok(());
         }
-        // Decide which chunk is wrong, and its correct contents.
-        let (idx, what, fixed): (usize, String, Vec<(usize, Vec<u8>)>) = if self.geo.level
-            == Level::Raid5
-        {
-            let mut good = chunks[nd].to_vec();
-            xor_slice(&mut good, p);
-            (
-                nd,
-                if repair {
-                    "P disagrees with the data: P rewritten (RAID5 cannot locate the bad chunk)"
-                } else {
-                    "P disagrees with the data (RAID5 cannot locate the bad chunk; repair rewrites P)"
-                }
-                .into(),
-                vec![(nd, good)],
-            )
-        } else if p_bad && !q_bad {
-            let mut good = chunks[nd].to_vec();
-            xor_slice(&mut good, p);
-            (
-                nd,
-                "P is corrupt (Q agrees with the data)".into(),
-                vec![(nd, good)],
-            )
-        } else if !p_bad && q_bad {
-            let mut good = chunks[nd + 1].to_vec();
-            xor_slice(&mut good, q);
-            (
-                nd + 1,
-                "Q is corrupt (P agrees with the data)".into(),
-                vec![(nd + 1, good)],
-            )
-        } else if let Some(z) = locate(p, q, nd) {
-            let mut good = chunks[z].to_vec();
-            xor_slice(&mut good, p);
-            (
-                z,
-                format!("data chunk {z} is corrupt (located by the P and Q syndromes)"),
-                vec![(z, good)],
-            )
-        } else {
-            // Several chunks wrong: rewrite both parities from the data.
-            let mut gp = chunks[nd].to_vec();
-            xor_slice(&mut gp, p);
-            let mut gq = chunks[nd + 1].to_vec();
-            xor_slice(&mut gq, q);
-            (
-                nd,
-                if repair {
-                    "more than one chunk disagrees: cannot locate; P and Q rewritten from the data"
-                } else {
-                    "more than one chunk disagrees: cannot locate (repair rewrites P and Q from the data)"
-                }
-                .into(),
-                vec![(nd, gp), (nd + 1, gq)],
-            )
-        };
-        let slot = map.members[idx];
-        // RAID6 with one chunk wrong names it; RAID5 and a RAID6 with more
-        // wrong rewrite the parity (`fixed` holds P, and Q for RAID6).
-        let located = self.geo.level != Level::Raid5 && fixed.len() == 1;
+        if self.geo.level == Level::Raid5 {
+            // One parity cannot say which chunk is wrong (md's rule):
+            // the parity is made to agree with the data. No member named:
+            // P's own is no likelier the bad one than any other.
+            if repair {
+                xor_slice(&mut chunks[nd], p);
+                self.scrub_write(map.members[nd], off, &chunks[nd])?;
+            }
+            let what = if repair {
+                "P disagrees with the data: P rewritten (RAID5 cannot locate the bad chunk)"
+            } else {
+                "P disagrees with the data (RAID5 cannot locate the bad chunk; repair rewrites P)"
+            };
+            tracing::warn!(array = %self.name, stripe = s, "{what}");
+            report.mismatches.push(Mismatch {
+                stripe: s,
+                slot: None,
+                what: what.into(),
+                repaired: repair,
+                located: false,
+                unresolved: false,
+            });
+            return Ok(());
+        }
+        // RAID6: each sector of the columns located on its own.
+        let found = judge_units(p, q, nd);
+        let mut touched = vec![false; chunks.len()];
         if repair {
-            for (i, good) in &fixed {
-                chunks[*i][..].copy_from_slice(good);
-                self.scrub_write(map.members[*i], off, &chunks[*i])?;
+            for (c, r) in &found {
+                let mut fix = |i: usize, d: &[u8]| {
+                    xor_slice(&mut chunks[i][r.clone()], &d[r.clone()]);
+                    touched[i] = true;
+                };
+                match *c {
+                    Culprit::Data(z) => fix(z, p),
+                    Culprit::P => fix(nd, p),
+                    Culprit::Q => fix(nd + 1, q),
+                    Culprit::Unknown => {
+                        fix(nd, p);
+                        fix(nd + 1, q);
+                    }
+                }
+            }
+            for (i, _) in touched.iter().enumerate().filter(|(_, &t)| t) {
+                self.scrub_write(map.members[i], off, &chunks[i])?;
             }
         }
-        tracing::warn!(array = %self.name, stripe = s, slot, "{what}");
-        report.mismatches.push(Mismatch {
-            stripe: s,
-            slot,
-            what,
-            repaired: repair,
-            located,
-        });
+        // One finding per culprit, with every stretch it was found in.
+        let mut culprits: Vec<Culprit> = Vec::new();
+        for (c, _) in &found {
+            if !culprits.contains(c) {
+                culprits.push(*c);
+            }
+        }
+        for c in culprits {
+            let at = stretches(found.iter().filter(|(x, _)| *x == c).map(|(_, r)| r));
+            let (slot, what) = match c {
+                Culprit::Data(z) => (
+                    Some(map.members[z]),
+                    format!("data chunk {z} is corrupt at {at} (located by the P and Q syndromes)"),
+                ),
+                Culprit::P => (
+                    Some(map.members[nd]),
+                    format!("P is corrupt at {at} (Q agrees with the data)"),
+                ),
+                Culprit::Q => (
+                    Some(map.members[nd + 1]),
+                    format!("Q is corrupt at {at} (P agrees with the data)"),
+                ),
+                Culprit::Unknown if repair => (
+                    None,
+                    format!("more than one chunk disagrees at {at}: cannot locate; P and Q rewritten there from the data, which may itself be wrong"),
+                ),
+                Culprit::Unknown => (
+                    None,
+                    format!("more than one chunk disagrees at {at}: cannot locate (repair rewrites P and Q there from the data)"),
+                ),
+            };
+            tracing::warn!(array = %self.name, stripe = s, slot, "{what}");
+            report.mismatches.push(Mismatch {
+                stripe: s,
+                slot,
+                what,
+                repaired: repair,
+                located: c != Culprit::Unknown,
+                unresolved: c == Culprit::Unknown,
+            });
+        }
         Ok(())
     }
 
@@ -493,10 +531,11 @@ impl Array {
                 tracing::warn!(array = %self.name, chunk = c, slot, "{what}");
                 report.mismatches.push(Mismatch {
                     stripe: c,
-                    slot,
+                    slot: Some(slot),
                     what,
                     repaired: repair,
                     located: false,
+                    unresolved: false,
                 });
             }
         }
@@ -508,6 +547,60 @@ fn xor_slice(dst: &mut [u8], src: &[u8]) {
     for (d, s) in dst.iter_mut().zip(src) {
         *d ^= s;
     }
+}
+
+/// Bytes of a stripe's columns located together: a sector. Each is
+/// judged on its own (md's raid6check does it per page), so that faults
+/// in different chunks at different places of one stripe are each found
+/// and repaired; all the differing bytes of one sector must point at the
+/// same chunk, which a fault in two chunks there almost never does.
+const LOCATE_UNIT: usize = 512;
+
+/// Which chunk a RAID6 sector's syndromes point at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Culprit {
+    /// Data chunk z: repaired as Dz ^ Pd.
+    Data(usize),
+    P,
+    Q,
+    /// More than one chunk: nothing says which; P and Q are rewritten
+    /// from the data.
+    Unknown,
+}
+
+/// The stretches of a stripe's columns whose syndromes are not zero, in
+/// column order, each with the chunk it points at (neighbouring sectors
+/// that point at the same chunk merged).
+fn judge_units(pd: &[u8], qd: &[u8], n_data: usize) -> Vec<(Culprit, std::ops::Range<usize>)> {
+    let mut out: Vec<(Culprit, std::ops::Range<usize>)> = Vec::new();
+    for at in (0..pd.len()).step_by(LOCATE_UNIT) {
+        let end = (at + LOCATE_UNIT).min(pd.len());
+        let (p, q) = (&pd[at..end], &qd[at..end]);
+        let c = match (p.iter().any(|&b| b != 0), q.iter().any(|&b| b != 0)) {
+            (false, false) => continue,
+            (true, false) => Culprit::P,
+            (false, true) => Culprit::Q,
+            (true, true) => locate(p, q, n_data).map_or(Culprit::Unknown, Culprit::Data),
+        };
+        match out.last_mut() {
+            Some((last, r)) if *last == c && r.end == at => r.end = end,
+            _ => out.push((c, at..end)),
+        }
+    }
+    out
+}
+
+/// "bytes 0-511, 32768-33279 of the chunk", at most four stretches named.
+fn stretches<'a>(rs: impl Iterator<Item = &'a std::ops::Range<usize>>) -> String {
+    let rs: Vec<String> = rs.map(|r| format!("{}-{}", r.start, r.end - 1)).collect();
+    let more = match rs.len() {
+        0..=4 => String::new(),
+        n => format!(" and {} more stretches", n - 4),
+    };
+    format!(
+        "bytes {}{more} of the chunk",
+        rs[..rs.len().min(4)].join(", ")
+    )
 }
 
 /// The data index z with Qd = g^z * Pd in every byte, if one exists.

@@ -144,10 +144,14 @@ impl Daemon {
                 .map(|m| crate::protocol::ScrubMismatch {
                     stripe: m.stripe,
                     slot: m.slot,
-                    member: slots.get(m.slot).and_then(|x| x.member.clone()),
+                    member: m
+                        .slot
+                        .and_then(|i| slots.get(i))
+                        .and_then(|x| x.member.clone()),
                     what: m.what.clone(),
                     repaired: m.repaired,
                     located: m.located,
+                    unresolved: m.unresolved,
                 })
                 .collect(),
         };

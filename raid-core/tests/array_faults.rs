@@ -239,11 +239,11 @@ fn assembly_starts_degraded_with_a_member_missing_and_refuses_too_few() {
     refs.remove(4);
     let asm = Array::assemble(refs.clone()).unwrap();
     assert_eq!(asm.array.state(), ArrayState::Degraded);
-    assert!(asm
-        .array
-        .event_log()
-        .iter()
-        .any(|(_, e)| *e == ArrayEvent::MemberMissing { slot: 4 }));
+    assert!(asm.array.event_log().iter().any(|(_, e)| *e
+        == ArrayEvent::MemberMissing {
+            slot: 4,
+            left_out: None
+        }));
     assert_matches(&asm.array, &img);
     asm.array.close().unwrap();
     drop(asm);

@@ -1621,3 +1621,54 @@ fn a_forced_start_names_an_older_copy_for_what_it_is() {
         "{why}"
     );
 }
+
+/// A RAID6 down one member with another being rebuilt survives no further
+/// loss: it says degraded, not rebuilding (which reads as a rebuild with
+/// a parity of margin left), until the slot with nothing to rebuild onto
+/// has a member again.
+#[test]
+fn a_raid6_down_one_member_while_another_is_rebuilt_is_degraded() {
+    let (_m, a, img) = filled(Level::Raid6, 5, "r6state");
+    a.fail_member(0, false).unwrap();
+    a.fail_member(1, false).unwrap();
+    a.replace(1, ram("r6state-n1")).unwrap();
+    assert_eq!(a.state(), ArrayState::Degraded);
+    let opts = RebuildOptions::default();
+    let stop = AtomicBool::new(false);
+    assert_eq!(a.rebuild(1, &opts, &stop).unwrap(), RebuildEnd::Finished);
+    assert_eq!(a.state(), ArrayState::Degraded);
+    a.replace(0, ram("r6state-n0")).unwrap();
+    assert_eq!(
+        a.state(),
+        ArrayState::Rebuilding,
+        "one slot rebuilding, none failed"
+    );
+    assert_eq!(a.rebuild(0, &opts, &stop).unwrap(), RebuildEnd::Finished);
+    assert_eq!(a.state(), ArrayState::Optimal);
+    assert_matches(&a, &img);
+}
+
+/// A RAID0 takes no spare, at create or later: nothing could ever be
+/// rebuilt onto it, and listing it suggested a protection that is not
+/// there.
+#[test]
+fn a_raid0_takes_no_spare() {
+    let m = Members::ram(2, DATA, "r0spare");
+    let e = Array::create(
+        m.refs(),
+        vec![ram("r0spare-s")],
+        CreateOptions {
+            name: "r0".into(),
+            level: Level::Raid0,
+            chunk: CHUNK,
+        },
+    )
+    .err()
+    .unwrap();
+    assert_eq!(rule_of(&e), Some(Rule::NoRedundancy), "{e}");
+    let a = create(Level::Raid0, &m, CHUNK);
+    let e = a.add_spare(ram("r0spare-s2")).unwrap_err();
+    assert_eq!(rule_of(&e), Some(Rule::NoRedundancy), "{e}");
+    assert!(e.to_string().contains("no redundancy"), "{e}");
+    assert!(a.spares().is_empty());
+}

@@ -138,6 +138,11 @@ pub fn record_of(
         {
             Some(format!("raidctl wait {name} (its slot is being rebuilt onto another device)"))
         }
+        // A hot spare takes the slot at the monitor's next look (the array
+        // is not failed: the arm above): a replace would be refused.
+        E::MemberFailed { .. } if !a.spares().is_empty() => Some(format!(
+            "raidctl wait {name} (a hot spare takes the slot and is rebuilt)"
+        )),
         E::MemberFailed { member, .. } => {
             Some(format!("raidctl replace {name} {member} NEW_DEVICE"))
         }

@@ -6,7 +6,32 @@
 use raid_core::parity::{CpuEngine, ParityEngine, ParityKind, SimdLevel};
 use std::time::Instant;
 
-pub fn run(width: usize, chunk: usize) -> Result<(), String> {
+/// What `selftest` found, as `--format json` prints it.
+#[derive(serde::Serialize)]
+pub struct Report {
+    pub width: usize,
+    pub chunk_bytes: usize,
+    pub engines: Vec<EngineCheck>,
+    /// The GPU adapter checked, if one was.
+    pub gpu_adapter: Option<String>,
+    /// Why no GPU was checked.
+    pub gpu_not_checked: Option<String>,
+    /// The engine arrays use on this CPU.
+    pub chosen: String,
+    pub ok: bool,
+}
+
+/// One engine's row.
+#[derive(serde::Serialize)]
+pub struct EngineCheck {
+    pub engine: String,
+    /// P+Q generation, GB/s (a rough figure; the benchmark measures).
+    pub pq_gb_per_second: f64,
+    pub recovery_cases: usize,
+    pub ok: bool,
+}
+
+pub fn run(width: usize, chunk: usize, json: bool) -> Result<(), String> {
     if !(2..=255).contains(&width) {
         return Err(format!(
             "--width {width} is out of range: RAID6 stripes take 2 to 255 data chunks"
@@ -15,35 +40,69 @@ pub fn run(width: usize, chunk: usize) -> Result<(), String> {
     let oracle = CpuEngine::with_level(SimdLevel::Scalar).map_err(|e| e.to_string())?;
     let data = pseudo_random(width, chunk);
     let reference = stripe(&oracle, &data)?;
-    out!(
-        "parity self-test: {width} data chunks of {} KiB, RAID6 (P+Q, md-compatible)",
-        chunk / 1024
-    );
-    out!(
-        "{:<14} {:>10} {:>10} {:>12}",
-        "level",
-        "P+Q GB/s",
-        "recovery",
-        "result"
-    );
-    let mut failed = false;
+    if !json {
+        out!(
+            "parity self-test: {width} data chunks of {} KiB, RAID6 (P+Q, md-compatible)",
+            chunk / 1024
+        );
+        out!(
+            "{:<14} {:>10} {:>10} {:>12}",
+            "level",
+            "P+Q GB/s",
+            "recovery",
+            "result"
+        );
+    }
+    let mut engines = Vec::new();
+    let mut row = |c: EngineCheck| {
+        if !json {
+            out!(
+                "{:<14} {:>10.2} {:>10} {:>12}",
+                c.engine,
+                c.pq_gb_per_second,
+                format!("{} cases", c.recovery_cases),
+                if c.ok { "ok" } else { "MISMATCH" }
+            );
+        }
+        engines.push(c);
+    };
     for level in SimdLevel::available() {
         let e = CpuEngine::with_level(level)
             .map_err(|e| e.to_string())?
             .single_threaded();
-        failed |= !check(&e, level.name(), &data, &reference)?;
+        row(check(&e, level.name(), &data, &reference)?);
     }
     // The GPU engine too, when an adapter is present (lavapipe counts: it
     // runs the same shader).
-    match raid_gpu::GpuEngine::new() {
+    let (gpu_adapter, gpu_not_checked) = match raid_gpu::GpuEngine::new() {
         Ok(g) => {
-            failed |= !check(&g, "gpu", &data, &reference)?;
-            out!("gpu adapter: {}", g.adapter());
+            row(check(&g, "gpu", &data, &reference)?);
+            (Some(g.adapter().to_string()), None)
         }
-        Err(e) => out!("gpu: not checked ({e})"),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let report = Report {
+        width,
+        chunk_bytes: chunk,
+        ok: engines.iter().all(|c| c.ok),
+        engines,
+        gpu_adapter,
+        gpu_not_checked,
+        chosen: CpuEngine::new().name().to_string(),
+    };
+    if json {
+        out!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("the report serialises")
+        );
+    } else {
+        match (&report.gpu_adapter, &report.gpu_not_checked) {
+            (Some(a), _) => out!("gpu adapter: {a}"),
+            (None, e) => out!("gpu: not checked ({})", e.as_deref().unwrap_or("")),
+        }
+        out!("engine chosen: {}", report.chosen);
     }
-    out!("engine chosen: {}", CpuEngine::new().name());
-    if failed {
+    if !report.ok {
         return Err(
             "a parity kernel disagrees with the scalar oracle: do not use this build".into(),
         );
@@ -52,14 +111,13 @@ pub fn run(width: usize, chunk: usize) -> Result<(), String> {
 }
 
 /// One engine against the oracle's stripe: generation, then every single
-/// and double loss among the first data chunks, P and Q. Prints a table row
-/// and says whether all matched.
+/// and double loss among the first data chunks, P and Q.
 fn check(
     e: &dyn ParityEngine,
     label: &str,
     data: &[Vec<u8>],
     reference: &[Vec<u8>],
-) -> Result<bool, String> {
+) -> Result<EngineCheck, String> {
     let (width, chunk) = (data.len(), data[0].len());
     let got = stripe(e, data)?;
     // A rough speed after the warm-up call above: the best of a few
@@ -90,14 +148,12 @@ fn check(
             cases += 1;
         }
     }
-    out!(
-        "{:<14} {:>10.2} {:>10} {:>12}",
-        label,
-        rate,
-        format!("{cases} cases"),
-        if ok { "ok" } else { "MISMATCH" }
-    );
-    Ok(ok)
+    Ok(EngineCheck {
+        engine: label.to_string(),
+        pq_gb_per_second: rate,
+        recovery_cases: cases,
+        ok,
+    })
 }
 
 fn pseudo_random(width: usize, chunk: usize) -> Vec<Vec<u8>> {

@@ -370,7 +370,13 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         "optimal"
     } else if down > tolerated {
         "failed"
-    } else if rebuilding {
+    } else if rebuilding
+        && members
+            .iter()
+            .all(|m| m.state != "failed" && m.state != "missing")
+    {
+        // As a running array says (`Array::state`): one slot with nothing
+        // to rebuild onto is degraded, whatever else is rebuilt.
         "rebuilding"
     } else {
         "degraded"

@@ -467,6 +467,24 @@ fn a_daemon_whose_log_cannot_be_written_still_answers() {
     let out = w.ok(&["fail", "lf", s(&m[3])]);
     assert!(out.contains("marked failed"), "{out}");
     w.ok(&["wait", "lf"]);
+    // The failure's next step is to wait for the spare, not a replace
+    // (which the spare's slot refuses).
+    let events: serde_json::Value =
+        serde_json::from_str(&w.ok(&["events", "lf", "--format", "json"])).unwrap();
+    let failed = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == "member_failed")
+        .cloned()
+        .expect("the failure is logged");
+    assert!(
+        failed["next"]
+            .as_str()
+            .unwrap()
+            .starts_with("raidctl wait lf"),
+        "{failed}"
+    );
     // The daemon that served all this is the one started here, not one
     // `start` had to spawn in its place.
     assert!(

@@ -18,6 +18,28 @@ fn selftest_passes_and_lists_every_level() {
     assert!(!rows.is_empty(), "{stdout}");
 }
 
+/// `--format json` gives the same check as an object (it printed the text
+/// table).
+#[test]
+fn selftest_speaks_json_when_asked() {
+    let out = raidctl(&[
+        "selftest",
+        "--width",
+        "4",
+        "--chunk-kib",
+        "4",
+        "--format",
+        "json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(v["ok"], true, "{v}");
+    let engines = v["engines"].as_array().unwrap();
+    assert!(engines.iter().any(|e| e["engine"] == "scalar"), "{v}");
+    assert!(engines.iter().all(|e| e["ok"] == true), "{v}");
+}
+
 #[test]
 fn selftest_refuses_a_width_q_cannot_cover() {
     let out = raidctl(&["selftest", "--width", "300"]);

@@ -88,6 +88,11 @@ impl std::fmt::Display for Rule {
     }
 }
 
+/// Why a RAID0 takes no spare: a failed member loses the array's data,
+/// and nothing can be rebuilt onto a spare.
+pub(super) const RAID0_SPARE: &str =
+    "RAID0 has no redundancy: a member that fails takes the array's data with it, and nothing can be rebuilt onto a spare. Keep the device for another array";
+
 pub(super) fn refuse(rule: Rule, detail: String) -> ArrayError {
     ArrayError::Refused { rule, detail }
 }
@@ -448,6 +453,9 @@ impl Array {
 
     /// Adds a hot spare (its metadata is written now).
     pub fn add_spare(&self, m: MemberRef) -> Result<()> {
+        if self.geo.level == Level::Raid0 {
+            return Err(refuse(Rule::NoRedundancy, RAID0_SPARE.into()));
+        }
         let mut meta = self.meta.lock();
         self.check_new_device(&meta, &m)?;
         if meta.spares.len() >= metadata::MAX_SPARES {

@@ -342,6 +342,12 @@ impl Array {
                 metadata::MAX_SPARES
             )));
         }
+        if opts.level == Level::Raid0 && !spares.is_empty() {
+            return Err(membership::refuse(
+                Rule::NoRedundancy,
+                membership::RAID0_SPARE.into(),
+            ));
+        }
         let smallest = members.iter().map(|m| m.size()).min().unwrap_or(0);
         let usable = smallest.saturating_sub(DATA_OFFSET);
         let geo = Geometry::new(opts.level, members.len(), opts.chunk, usable)?;
@@ -549,12 +555,16 @@ impl Array {
             .iter()
             .filter(|s| s.state() == SlotState::Rebuilding)
             .count();
+        // A slot failed with none to rebuild onto says degraded even while
+        // another is rebuilt (a RAID6 down one member and rebuilding
+        // another survives no further loss): a dashboard keyed on the
+        // state must not read that as a rebuild with margin to spare.
         if !self.within_redundancy() {
             ArrayState::Failed
-        } else if rebuilding > 0 {
-            ArrayState::Rebuilding
         } else if failed > 0 {
             ArrayState::Degraded
+        } else if rebuilding > 0 {
+            ArrayState::Rebuilding
         } else {
             ArrayState::Optimal
         }

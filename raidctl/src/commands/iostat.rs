@@ -138,6 +138,10 @@ fn ms(v: Option<f64>) -> String {
     v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into())
 }
 
+/// rMB/s and wMB/s are MiB per second, as sysstat's `iostat -m` counts
+/// them (and `status` and `rate` print rates).
+const MIB: f64 = (1u64 << 20) as f64;
+
 /// The text form: one line per array and per member.
 pub fn render(r: &Report) -> String {
     let mut out = format!(
@@ -160,11 +164,11 @@ pub fn render(r: &Report) -> String {
             "{:<24} {:>9.1} {:>8.2} {:>8} {:>8} {:>9.1} {:>8.2} {:>8} {:>8} {:>7.1} {:>7.2} {:>6}\n",
             name,
             d.read.per_second,
-            d.read.bytes_per_second / 1e6,
+            d.read.bytes_per_second / MIB,
             ms(d.read.await_ms),
             ms(d.read.p99_ms),
             d.write.per_second,
-            d.write.bytes_per_second / 1e6,
+            d.write.bytes_per_second / MIB,
             ms(d.write.await_ms),
             ms(d.write.p99_ms),
             d.flush.per_second,

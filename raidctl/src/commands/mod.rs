@@ -333,7 +333,9 @@ pub fn run(cli: Cli) -> Result<()> {
             let s = r
                 .scrub
                 .ok_or_else(|| CliError::daemon("the daemon sent no scrub report"))?;
-            let unrepaired = s.mismatches.iter().any(|m| !m.repaired);
+            // Unresolved: the parity now agrees with data that may be
+            // wrong; a repair cannot fix that, and scripts must notice.
+            let unrepaired = s.mismatches.iter().any(|m| !m.repaired || m.unresolved);
             if fmt == Format::Json {
                 print_json(&s);
             } else {
@@ -345,6 +347,9 @@ pub fn run(cli: Cli) -> Result<()> {
                     s.mismatches.len(),
                     match (s.repair, s.mismatches.is_empty()) {
                         (_, true) => "",
+                        (true, false) if s.mismatches.iter().any(|m| m.unresolved) => {
+                            " (repaired where located; where more than one chunk was wrong, the parity now agrees with data that may itself be wrong: check the files there (fsck), restore them from a backup if damaged)"
+                        }
                         (true, false) => " (repaired)",
                         (false, false) if s.mismatches.iter().all(|m| m.located) => {
                             " (check only: raidctl scrub --repair rewrites the chunks found wrong)"
@@ -355,13 +360,16 @@ pub fn run(cli: Cli) -> Result<()> {
                     }
                 );
                 for m in &s.mismatches {
-                    out!(
-                        "  stripe {} slot {} {}: {}",
-                        m.stripe,
-                        m.slot,
-                        m.member.as_deref().unwrap_or("-"),
-                        m.what
-                    );
+                    match m.slot {
+                        Some(slot) => out!(
+                            "  stripe {} slot {} {}: {}",
+                            m.stripe,
+                            slot,
+                            m.member.as_deref().unwrap_or("-"),
+                            m.what
+                        ),
+                        None => out!("  stripe {}: {}", m.stripe, m.what),
+                    }
                 }
             }
             // Mismatches left as they are: scripts and cron must notice.
@@ -374,7 +382,8 @@ pub fn run(cli: Cli) -> Result<()> {
             what: AlertCmd::Test { config },
         } => alert_test(&st, config.as_deref()),
         Command::Selftest { width, chunk_kib } => {
-            crate::selftest::run(width, chunk_kib * 1024).map_err(CliError::failed)
+            crate::selftest::run(width, chunk_kib * 1024, fmt == Format::Json)
+                .map_err(CliError::failed)
         }
     }
 }
@@ -722,8 +731,12 @@ fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
             )))
             }
             // Degraded with nothing to rebuild onto: a spare about to be
-            // taken by the monitor is worth waiting for, nothing else is.
-            "degraded" if s.spares.is_empty() => {
+            // taken by the monitor, or a rebuild of another slot (a RAID6
+            // down two, one being rebuilt), is worth waiting for, nothing
+            // else is.
+            "degraded"
+                if s.spares.is_empty() && !s.members.iter().any(|m| m.state == "rebuilding") =>
+            {
                 let failed: Vec<String> = s
                     .members
                     .iter()

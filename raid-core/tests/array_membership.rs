@@ -1620,6 +1620,38 @@ fn a_forced_start_names_an_older_copy_for_what_it_is() {
         why.contains("stale") && why.contains("lacks the writes"),
         "{why}"
     );
+    // Forced back, it serves its slot: not logged missing.
+    assert_eq!(asm.array.slots()[2].state, SlotState::Active);
+    assert!(
+        !asm.array.event_log().iter().any(|(_, e)| matches!(
+            e,
+            raid_core::array::ArrayEvent::MemberMissing { slot: 2, .. }
+        )),
+        "{:?}",
+        asm.array.event_log()
+    );
+}
+
+/// A member failed in order, forced back where the array needs it, is the
+/// newest failed member holding every write the array took: not called an
+/// older copy because another change was written after it failed.
+#[test]
+fn a_forced_start_does_not_call_a_member_failed_in_order_an_older_copy() {
+    let (m, a, _) = filled(Level::Raid5, 4, "forcedorder");
+    a.fail_member(1, false).unwrap();
+    a.fail_member(2, true).unwrap();
+    // One more change after its failure (an enclosure going: the next
+    // member fails too).
+    a.fail_member(3, true).unwrap();
+    drop(a);
+    let asm = Array::assemble_forced(m.refs()).unwrap();
+    assert_eq!(asm.forced.len(), 2, "{:?}", asm.forced);
+    let (dev, why) = &asm.forced[1];
+    assert_eq!(dev, m.refs()[2].identity());
+    assert!(
+        why.contains("newest failed member") && !why.contains("stale"),
+        "{why}"
+    );
 }
 
 /// A RAID6 down one member with another being rebuilt survives no further

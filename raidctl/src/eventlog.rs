@@ -182,6 +182,10 @@ pub fn record_of(
             repaired,
             ..
         } if mismatches > repaired => Some(format!("raidctl scrub {name} --repair")),
+        E::ScrubFinished { unresolved, .. } if *unresolved > 0 => Some(
+            "check the files in the stripes named (fsck; the daemon's log names every one) and restore damaged ones from a backup"
+                .to_string(),
+        ),
         E::ScrubCut { repair: true } => Some(format!("raidctl scrub {name} --repair")),
         E::ScrubCut { repair: false } => Some(format!("raidctl scrub {name}")),
         _ => None,

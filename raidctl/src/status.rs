@@ -320,10 +320,23 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            let path = found
-                .iter()
-                .find(|(_, sb)| sb.as_ref().is_some_and(|sb| sb.member_uuid == e.uuid))
-                .map(|(p, _)| p.clone());
+            let held = found.iter().find_map(|(p, sb)| {
+                sb.as_ref()
+                    .filter(|sb| sb.member_uuid == e.uuid)
+                    .map(|sb| (p.clone(), sb.events))
+            });
+            // The rule a start applies (`array::assemble`): an older copy
+            // of the member does not serve.
+            let stale = held
+                .as_ref()
+                .filter(|(_, ev)| e.state != SlotState::Failed && *ev < truth.settled)
+                .map(|(p, ev)| {
+                    format!(
+                        "{p} holds an older copy of this slot's member (metadata event {ev}; every member took event {} since): a start leaves it out; raidctl re-add copies it whole",
+                        truth.settled
+                    )
+                });
+            let path = held.map(|(p, _)| p).filter(|_| stale.is_none());
             let state = match (&path, e.state) {
                 (None, SlotState::Failed) => "failed",
                 (None, _) => "missing",
@@ -336,7 +349,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
                 .get(i)
                 .filter(|p| !p.as_os_str().is_empty())
                 .map(|p| p.display().to_string());
-            let warning = match (&path, &recorded) {
+            let warning = stale.or_else(|| match (&path, &recorded) {
                 (None, Some(p)) => Some(format!(
                     "{p}, recorded for this slot, {}",
                     match (
@@ -352,7 +365,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
                     }
                 )),
                 _ => None,
-            };
+            });
             MemberStatus {
                 slot: i,
                 path: path.or(recorded),

@@ -274,6 +274,11 @@ pub(super) fn assemble(
         forced = force_back(&array, failed_but_present, &truth);
         refused.retain(|(m, _)| !forced.iter().any(|(f, _)| f == m));
     }
+    // An older copy forced back serves its slot: not missing.
+    let newly_missing: Vec<usize> = newly_missing
+        .into_iter()
+        .filter(|&i| array.slots[i].state() == SlotState::Failed)
+        .collect();
     // What every member taken holds: the oldest of their events (a crash
     // may have left one behind the newest; it is written with the others
     // at the first change).
@@ -397,8 +402,11 @@ fn force_back(
             continue;
         }
         // A member that left while being rebuilt holds partial data: its
-        // own metadata says so. Never taken back as in sync.
-        if sb.slots.get(i).is_none_or(|e| e.state != SlotState::Active) {
+        // own metadata says so. Never taken back as in sync; nor an older
+        // copy of one whose slot the newest metadata has being rebuilt.
+        if sb.slots.get(i).is_none_or(|e| e.state != SlotState::Active)
+            || truth.slots[i].state == SlotState::Rebuilding
+        {
             continue;
         }
         array.set_member(i, m.clone());
@@ -406,11 +414,21 @@ fn force_back(
         s.member_events.store(sb.events, Ordering::Release);
         s.set_state(SlotState::Active);
         array.epoch.fetch_add(1, Ordering::AcqRel);
-        let why = if sb.events < truth.settled {
+        // Older than it should be: than the change every member took (a
+        // slot the newest metadata has serving), or than when it left (a
+        // slot failed; 0: not known). A member failed in order is not.
+        let older = match truth.slots[i].state {
+            SlotState::Failed => {
+                let left = truth.slots[i].left_events;
+                (left != 0 && sb.events < left).then_some((left, "it had taken when it failed"))
+            }
+            _ => (sb.events < truth.settled).then_some((truth.settled, "every member took")),
+        };
+        let why = if let Some((took, who)) = older {
             // Taken because nothing newer is at hand: say what it lacks.
             format!(
-                "forced back into slot {i} though stale: its metadata is from event {}, older than event {} every member took; an older copy of the member, it lacks the writes made since: check the filesystem (fsck) and run raidctl scrub --repair",
-                sb.events, truth.settled
+                "forced back into slot {i} though stale: its metadata is from event {}, older than event {took}, which {who}; an older copy of the member, it lacks the writes made since: check the filesystem (fsck) and run raidctl scrub --repair",
+                sb.events
             )
         } else {
             format!(

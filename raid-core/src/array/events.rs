@@ -122,6 +122,10 @@ pub enum ArrayEvent {
         rows: u64,
         mismatches: u64,
         repaired: u64,
+        /// Findings beyond what the level can locate (RAID6: two chunks
+        /// wrong in one sector): the parity agrees with data that may be
+        /// wrong there.
+        unresolved: u64,
         interrupted: bool,
         /// Why it stopped early, if it did.
         error: Option<String>,
@@ -331,6 +335,7 @@ impl ArrayEvent {
                 rows,
                 mismatches,
                 repaired,
+                unresolved,
                 interrupted,
                 error,
                 findings,
@@ -345,6 +350,11 @@ impl ArrayEvent {
                         "finished"
                     }
                 );
+                if *unresolved > 0 {
+                    t.push_str(&format!(
+                        ", {unresolved} unresolved (more than one chunk wrong: the data there may be wrong)"
+                    ));
+                }
                 if let Some(e) = error {
                     t.push_str(&format!(": {e}"));
                 }

@@ -112,8 +112,10 @@ impl Array {
     /// cannot run is refused to its caller, not only logged.
     pub(super) fn scrub_possible(&self) -> Result<()> {
         if self.state() != ArrayState::Optimal {
-            // Nothing to wait for where no slot is being rebuilt.
-            let next = if self.rebuilding_slots().is_empty() {
+            // Nothing to wait for where a slot has no member to rebuild
+            // onto (a rebuild of another slot leaves it degraded).
+            let failed = self.slots.iter().any(|s| s.state() == SlotState::Failed);
+            let next = if failed || self.rebuilding_slots().is_empty() {
                 format!("raidctl replace {} FAILED NEW_DEVICE first", self.name)
             } else {
                 format!("raidctl wait {} for the rebuild first", self.name)
@@ -257,6 +259,7 @@ impl Array {
                 rows: report.rows,
                 mismatches: report.mismatches.len() as u64,
                 repaired: report.mismatches.iter().filter(|m| m.repaired).count() as u64,
+                unresolved: report.mismatches.iter().filter(|m| m.unresolved).count() as u64,
                 interrupted: report.interrupted,
                 error: error.map(|e| e.to_string()),
                 findings,

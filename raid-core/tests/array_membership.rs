@@ -1541,6 +1541,26 @@ fn a_probed_error_fails_only_the_handle_held_and_never_a_closed_array() {
     assert_eq!(asm.array.slots()[2].state, SlotState::Failed);
 }
 
+/// A stopped RAID5 of 4 whose slot 2 holds an older copy of its member:
+/// an image taken at a stop, put back after a start, new data and a stop
+/// (two metadata changes it misses). Returns the members, slot 2's device
+/// and the data the array holds.
+fn older_copy_of_slot_2(tag: &str) -> (Members, MemberRef, Vec<u8>) {
+    let (m, a, _) = filled(Level::Raid5, 4, tag);
+    a.close().unwrap();
+    drop(a);
+    let old = m.refs()[2].clone();
+    let mut image = vec![0u8; old.size() as usize];
+    old.read_at(&mut image, 0).unwrap();
+    let asm = Array::assemble(m.refs()).unwrap();
+    let img = pattern(asm.array.capacity() as usize, 91);
+    asm.array.write(0, &img).unwrap();
+    asm.array.close().unwrap();
+    drop(asm);
+    old.write_at(&image, 0).unwrap();
+    (m, old, img)
+}
+
 /// An older copy of a member put back while the array was stopped (an image
 /// restored, a clone swapped in) carries metadata naming it the slot's
 /// active member: assembly took it as in sync, and the array then served
@@ -1549,20 +1569,7 @@ fn a_probed_error_fails_only_the_handle_held_and_never_a_closed_array() {
 /// still taken (the deterministic simulation holds that rule to every cut).
 #[test]
 fn an_older_copy_of_a_member_put_back_while_stopped_is_left_out() {
-    let (m, a, _) = filled(Level::Raid5, 4, "stalestart");
-    a.close().unwrap();
-    drop(a);
-    let old = m.refs()[2].clone();
-    let mut image = vec![0u8; old.size() as usize];
-    old.read_at(&mut image, 0).unwrap();
-    // Started and stopped again with new data: two metadata changes the
-    // copy misses.
-    let asm = Array::assemble(m.refs()).unwrap();
-    let img = pattern(asm.array.capacity() as usize, 91);
-    asm.array.write(0, &img).unwrap();
-    asm.array.close().unwrap();
-    drop(asm);
-    old.write_at(&image, 0).unwrap();
+    let (m, old, img) = older_copy_of_slot_2("stalestart");
     let e = Array::assemble_all(m.refs()).err().unwrap().to_string();
     assert!(e.contains("stale") && e.contains("older copy"), "{e}");
     let asm = Array::assemble(m.refs()).unwrap();
@@ -1597,17 +1604,7 @@ fn an_older_copy_of_a_member_put_back_while_stopped_is_left_out() {
 /// write", but a copy lacking the writes since, to check and scrub.
 #[test]
 fn a_forced_start_names_an_older_copy_for_what_it_is() {
-    let (m, a, _) = filled(Level::Raid5, 4, "staleforce");
-    a.close().unwrap();
-    drop(a);
-    let old = m.refs()[2].clone();
-    let mut image = vec![0u8; old.size() as usize];
-    old.read_at(&mut image, 0).unwrap();
-    let asm = Array::assemble(m.refs()).unwrap();
-    asm.array.write(0, &pattern(65536, 5)).unwrap();
-    asm.array.close().unwrap();
-    drop(asm);
-    old.write_at(&image, 0).unwrap();
+    let (m, old, _) = older_copy_of_slot_2("staleforce");
     // Slot 1's device gone too: no start without the copy.
     let given: Vec<MemberRef> = [0, 2, 3].iter().map(|&i| m.refs()[i].clone()).collect();
     let e = Array::assemble(given.clone()).err().unwrap().to_string();

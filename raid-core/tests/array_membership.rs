@@ -1701,3 +1701,27 @@ fn a_raid0_takes_no_spare() {
     assert!(e.to_string().contains("no redundancy"), "{e}");
     assert!(a.spares().is_empty());
 }
+
+/// The operator's spare and remove commands leave a trace in the event
+/// log, as every other membership change does.
+#[test]
+fn spares_added_and_removed_and_members_removed_are_events() {
+    let (_m, a, _) = filled(Level::Raid5, 3, "spareev");
+    let spare = ram("spareev-s");
+    a.add_spare(spare.clone()).unwrap();
+    a.remove_member(spare.device_key()).unwrap();
+    a.fail_member(1, false).unwrap();
+    let gone = a.member_of(1).unwrap();
+    assert_eq!(a.remove_member(gone.device_key()).unwrap(), Some(1));
+    let kinds: Vec<&str> = a.event_log().iter().map(|(_, e)| e.kind()).collect();
+    for k in ["spare_added", "spare_removed", "member_removed"] {
+        assert!(kinds.contains(&k), "{k}: {kinds:?}");
+    }
+    let said = a
+        .event_log()
+        .iter()
+        .map(|(_, e)| e.describe())
+        .find(|d| d.contains("removed from slot 1"))
+        .expect("the removal names its slot");
+    assert!(said.contains(gone.identity()), "{said}");
+}

@@ -107,6 +107,9 @@ pub fn record_of(
         | E::RebuildStarted { member, .. }
         | E::SpareActivated { member, .. }
         | E::MemberReAdded { member, .. }
+        | E::SpareAdded { member }
+        | E::SpareRemoved { member }
+        | E::MemberRemoved { member, .. }
         | E::OutOfSpace { member, .. } => Some(member.clone()),
         E::HotReplaceRebuilding { new, .. } => Some(new.clone()),
         _ => s

@@ -117,6 +117,20 @@ pub enum ArrayEvent {
         slot: usize,
         member: String,
     },
+    /// `raidctl add`: a hot spare joined the array.
+    SpareAdded {
+        member: String,
+    },
+    /// `raidctl remove` of a spare.
+    SpareRemoved {
+        member: String,
+    },
+    /// `raidctl remove` of a failed member: its slot waits empty for a
+    /// replacement.
+    MemberRemoved {
+        slot: usize,
+        member: String,
+    },
     /// One scrub run ended: what it checked and found.
     ScrubFinished {
         rows: u64,
@@ -201,6 +215,9 @@ impl ArrayEvent {
             ArrayEvent::RebuildStarted { .. }
             | ArrayEvent::RebuildFinished { .. }
             | ArrayEvent::MemberReAdded { .. }
+            | ArrayEvent::SpareAdded { .. }
+            | ArrayEvent::SpareRemoved { .. }
+            | ArrayEvent::MemberRemoved { .. }
             | ArrayEvent::HotReplaceStarted { .. }
             | ArrayEvent::HotReplaceFinished { .. }
             | ArrayEvent::ParityEngineChosen { .. }
@@ -218,6 +235,9 @@ impl ArrayEvent {
             ArrayEvent::RebuildStarted { .. } => "rebuild_started",
             ArrayEvent::RebuildFinished { .. } => "rebuild_finished",
             ArrayEvent::MemberReAdded { .. } => "member_re_added",
+            ArrayEvent::SpareAdded { .. } => "spare_added",
+            ArrayEvent::SpareRemoved { .. } => "spare_removed",
+            ArrayEvent::MemberRemoved { .. } => "member_removed",
             ArrayEvent::OutOfSpace { .. } => "out_of_space",
             ArrayEvent::HotReplaceStarted { .. } => "hot_replace_started",
             ArrayEvent::HotReplaceFinished { .. } => "hot_replace_finished",
@@ -243,6 +263,7 @@ impl ArrayEvent {
             | ArrayEvent::RebuildStarted { slot, .. }
             | ArrayEvent::RebuildFinished { slot, .. }
             | ArrayEvent::MemberReAdded { slot, .. }
+            | ArrayEvent::MemberRemoved { slot, .. }
             | ArrayEvent::OutOfSpace { slot, .. }
             | ArrayEvent::HotReplaceStarted { slot, .. }
             | ArrayEvent::HotReplaceFinished { slot, .. }
@@ -330,6 +351,11 @@ impl ArrayEvent {
             }
             ArrayEvent::SpareActivated { slot, member } => {
                 format!("spare {member} took slot {slot}")
+            }
+            ArrayEvent::SpareAdded { member } => format!("{member} added as a hot spare"),
+            ArrayEvent::SpareRemoved { member } => format!("spare {member} removed"),
+            ArrayEvent::MemberRemoved { slot, member } => {
+                format!("failed member {member} removed from slot {slot}: the slot waits for a replacement")
             }
             ArrayEvent::ScrubFinished {
                 rows,

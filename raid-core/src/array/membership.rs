@@ -468,8 +468,10 @@ impl Array {
                 ),
             ));
         }
+        let member = m.identity().to_string();
         meta.spares.push((Uuid::random(), m));
         self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.record(&mut meta, ArrayEvent::SpareAdded { member });
         self.persist(&mut meta);
         Ok(())
     }
@@ -479,10 +481,11 @@ impl Array {
     /// Returns the slot emptied, if a slot was.
     pub fn remove_member(&self, key: DeviceKey) -> Result<Option<usize>> {
         let mut meta = self.meta.lock();
-        let before = meta.spares.len();
-        meta.spares.retain(|(_, m)| m.device_key() != key);
-        if meta.spares.len() != before {
+        if let Some(at) = meta.spares.iter().position(|(_, m)| m.device_key() == key) {
+            let (_, m) = meta.spares.remove(at);
             self.epoch.fetch_add(1, Ordering::AcqRel);
+            let member = m.identity().to_string();
+            self.record(&mut meta, ArrayEvent::SpareRemoved { member });
             self.persist(&mut meta);
             return Ok(None);
         }
@@ -504,9 +507,14 @@ impl Array {
                 ),
             ));
         }
-        *self.slots[slot].member.write() = None;
+        let member = self.slots[slot]
+            .member
+            .write()
+            .take()
+            .map_or_else(String::new, |m| m.identity().to_string());
         self.handles.put(slot, Arc::new(Absent));
         self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.record(&mut meta, ArrayEvent::MemberRemoved { slot, member });
         self.persist(&mut meta);
         Ok(Some(slot))
     }

@@ -90,6 +90,18 @@ pub fn record_for_test() -> EventRecord {
     }
 }
 
+/// Whether the hot spares at hand are enough for every slot failed (none
+/// at hand: false).
+fn spares_cover(a: &raid_core::array::Array) -> bool {
+    let spares = a.spares().len();
+    let failed = a
+        .slots()
+        .iter()
+        .filter(|s| s.state == raid_core::metadata::SlotState::Failed)
+        .count();
+    spares > 0 && failed <= spares
+}
+
 /// The record of an array event, with the member's details and the
 /// command to run next.
 pub fn record_of(
@@ -142,14 +154,21 @@ pub fn record_of(
             Some(format!("raidctl wait {name} (its slot is being rebuilt onto another device)"))
         }
         // A hot spare takes the slot at the monitor's next look (the array
-        // is not failed: the arm above): a replace would be refused.
-        E::MemberFailed { .. } if !a.spares().is_empty() => Some(format!(
+        // is not failed: the arm above): a replace would be refused. Only
+        // while the spares cover every slot that waits for one.
+        E::MemberFailed { .. } | E::MemberMissing { .. } if spares_cover(a) => Some(format!(
             "raidctl wait {name} (a hot spare takes the slot and is rebuilt)"
         )),
         E::MemberFailed { member, .. } => {
             Some(format!("raidctl replace {name} {member} NEW_DEVICE"))
         }
         E::HotReplaceRebuilding { .. } => Some(format!("raidctl wait {name}")),
+        // A spare took the slot since.
+        E::MemberMissing { .. }
+            if s.is_some_and(|s| s.state != raid_core::metadata::SlotState::Failed) =>
+        {
+            Some(format!("raidctl wait {name} (its slot is being rebuilt onto another device)"))
+        }
         E::MemberMissing { slot, left_out } => Some(match &member {
             Some(m) if left_out.is_some() => format!(
                 "raidctl re-add {name} {m} (copies it whole), or raidctl replace {name} {m} NEW_DEVICE"

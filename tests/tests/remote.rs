@@ -493,6 +493,70 @@ fn pki(dir: &Path) -> Pki {
     }
 }
 
+/// A folder with a server certificate that expired on 2020-01-02 (made
+/// with `openssl ca`, which takes explicit dates), or None without openssl.
+fn expired_server_certificate(dir: &Path) -> Option<PathBuf> {
+    if Command::new("openssl").arg("version").output().is_err() {
+        eprintln!("SKIPPED: the expired-certificate check needs openssl");
+        return None;
+    }
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("index.txt"), "").unwrap();
+    std::fs::write(dir.join("serial"), "01\n").unwrap();
+    std::fs::write(
+        dir.join("ca.cnf"),
+        "[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\ndefault_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n",
+    )
+    .unwrap();
+    for args in [
+        &[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "server-key.pem",
+            "-out",
+            "s.csr",
+            "-subj",
+            "/CN=localhost",
+        ][..],
+        &[
+            "ca",
+            "-batch",
+            "-notext",
+            "-config",
+            "ca.cnf",
+            "-selfsign",
+            "-keyfile",
+            "server-key.pem",
+            "-in",
+            "s.csr",
+            "-out",
+            "server-cert.pem",
+            "-startdate",
+            "20200101000000Z",
+            "-enddate",
+            "20200102000000Z",
+        ][..],
+    ] {
+        let o = Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    Some(dir.to_path_buf())
+}
+
 fn qemu_io_tls(port: u16, export: &str, creds: &Path, cmds: &[&str]) -> (bool, String) {
     let mut c = Command::new("qemu-io");
     c.arg("--object")
@@ -672,6 +736,24 @@ fn a_network_export_needs_tls_or_insecure() {
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("server-cert.pem: no such file"), "{err}");
     assert_eq!(state(&w, "ins"), "stopped");
+    // An expired server certificate: refused at start, its date said (it
+    // started, and every client then failed its handshake).
+    if let Some(expired) = expired_server_certificate(&w.dir.join("expired")) {
+        let (code, _, err) = w.code(&[
+            "start",
+            "ins",
+            "--nbd",
+            &spec,
+            "--tls",
+            expired.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("expired on 2020-01-02 00:00 UTC") && err.contains("renew it"),
+            "{err}"
+        );
+        assert_eq!(state(&w, "ins"), "stopped");
+    }
     let out = w.ok(&["start", "ins", "--nbd", &spec, "--insecure"]);
     assert!(out.contains(&format!("tcp:0.0.0.0:{port}")), "{out}");
     w.ok(&["stop", "ins"]);

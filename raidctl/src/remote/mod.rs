@@ -1,6 +1,7 @@
 //! Members on other hosts: NBD URIs as member names, the NBD client that
 //! serves them to the array, and the TLS both it and the export speak.
 
+mod cert_dates;
 pub mod client;
 mod conn;
 mod handshake;

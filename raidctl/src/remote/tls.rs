@@ -327,6 +327,51 @@ fn certs(p: &Path) -> io::Result<Vec<CertificateDer<'static>>> {
     Ok(v)
 }
 
+/// `certs`, the first of which (the one presented) is within its dates:
+/// peers check it at every handshake and refuse it once expired, which
+/// rustls never checks on its own side, so an expired certificate started
+/// and every client then failed. Refused when expired or not valid yet;
+/// warned of in its last two weeks.
+fn own_certs(p: &Path) -> io::Result<Vec<CertificateDer<'static>>> {
+    let v = certs(p)?;
+    let Some((not_before, not_after)) = super::cert_dates::validity(v[0].as_ref()) else {
+        // Not the shape read here: rustls, and the peers, judge it.
+        return Ok(v);
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let when = super::cert_dates::utc;
+    if now > not_after {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{}: the certificate expired on {}, and every peer refuses it: renew it",
+                p.display(),
+                when(not_after)
+            ),
+        ));
+    }
+    if now < not_before {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{}: the certificate is not valid before {}: check this host's clock, or the certificate",
+                p.display(),
+                when(not_before)
+            ),
+        ));
+    }
+    if not_after - now < 14 * 86_400 {
+        tracing::warn!(
+            "{}: the certificate expires on {}: renew it before then",
+            p.display(),
+            when(not_after)
+        );
+    }
+    Ok(v)
+}
+
 fn key(p: &Path) -> io::Result<PrivateKeyDer<'static>> {
     PrivateKeyDer::from_pem_file(p).map_err(|e| pem_err(p, e))
 }
@@ -360,7 +405,7 @@ pub fn server_config(dir: &Path, verify_peer: bool) -> io::Result<Arc<rustls::Se
     };
     let cfg = b
         .with_single_cert(
-            certs(&dir.join("server-cert.pem"))?,
+            own_certs(&dir.join("server-cert.pem"))?,
             key(&dir.join("server-key.pem"))?,
         )
         .map_err(|e| io::Error::other(format!("{}: {e}", dir.display())))?;
@@ -384,7 +429,7 @@ pub fn client_config(dir: Option<&PathBuf>) -> io::Result<Arc<rustls::ClientConf
     let cfg = match dir {
         Some(d) if d.join("client-cert.pem").exists() => b
             .with_client_auth_cert(
-                certs(&d.join("client-cert.pem"))?,
+                own_certs(&d.join("client-cert.pem"))?,
                 key(&d.join("client-key.pem"))?,
             )
             .map_err(|e| io::Error::other(format!("{}: {e}", d.display())))?,

@@ -337,7 +337,7 @@ pub enum Command {
         devices: Vec<PathBuf>,
     },
     /// Print the shell completion script for bash, zsh or fish (the install
-    /// script puts them where each shell looks).
+    /// script puts them where each shell looks), or elvish or powershell.
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,

@@ -91,6 +91,8 @@ impl StateDir {
             (self.root.clone(), 0o700),
             (self.arrays(), 0o700),
             (self.log(), 0o600),
+            // The alert settings (an SMTP password, say).
+            (self.root.join("raidctl.toml"), 0o600),
         ] {
             if std::fs::metadata(&p).is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
                 let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));

@@ -771,7 +771,17 @@ impl Array {
         self.persist(&mut meta);
         self.closed.store(true, Ordering::Release);
         drop(meta);
-        tracing::info!(array = %self.name, "array stopped clean");
+        if clean {
+            tracing::info!(array = %self.name, "array stopped clean");
+        } else {
+            tracing::warn!(array = %self.name, "array stopped, left dirty: the next start resyncs the regions the bitmap kept");
+        }
         Ok(())
+    }
+
+    /// Whether the metadata says clean: after `close`, whether it left the
+    /// array clean (see there for when it does not).
+    pub fn closed_clean(&self) -> bool {
+        self.meta.lock().clean
     }
 }

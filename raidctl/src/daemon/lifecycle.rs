@@ -427,9 +427,15 @@ impl Daemon {
         match closed {
             Ok(()) => {
                 self.arrays.lock().remove(name);
-                Ok(format!(
-                    "array '{name}' stopped (flushed, marked clean){stopped_work}"
-                ))
+                // Left dirty where a write failed on a full filesystem (a
+                // stripe may be torn) or a resync was put off: said so, as
+                // status and examine say it.
+                let how = if served.array.closed_clean() {
+                    "flushed, marked clean"
+                } else {
+                    "flushed; left marked dirty, as a write failed on a full filesystem or a resync was put off: the next start resyncs the regions concerned"
+                };
+                Ok(format!("array '{name}' stopped ({how}){stopped_work}"))
             }
             // A failed array serves nothing: stopping it must still work,
             // so the operator can start it again (with --force).

@@ -202,9 +202,10 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
         for other in running {
             if let Some(slot) = other.array.slot_by_key(key) {
                 return Err(CliError::refused(format!(
-                    "{} is the member of slot {slot} of array '{}' (the same {key}, whatever the path): a device can only be in one place. Name a device that is in no array",
+                    "{} is the member of slot {slot} of array '{}' (the same {key}, whatever the path): a device can only be in one place. Name a device that is in no array [refused: {}]",
                     path.display(),
-                    other.array.name()
+                    other.array.name(),
+                    Rule::AlreadyMember
                 )));
             }
             if other.array.is_replacement(key) {

@@ -174,6 +174,43 @@ impl StateDir {
         r.map_err(|e| CliError::failed(format!("cannot write in {}: {e}", self.arrays().display())))
     }
 
+    /// The lock on array `name` that its `start` and `delete` meet on:
+    /// the daemon holds it shared from a start's first step until the
+    /// array stops (two of those cannot both hold the array: the daemon's
+    /// own reservation keeps them apart), `delete` exclusive while it
+    /// removes the record and the event log. `Ok(None)` where the other
+    /// side holds it; an error where the lock file cannot be made (a
+    /// read-only state folder), which callers go on without.
+    pub fn hold_name(&self, name: &str, exclusive: bool) -> std::io::Result<Option<std::fs::File>> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let dir = self.root.join("locks");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)?;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(dir.join(format!("{name}.lock")))?;
+        let how = if exclusive {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_SH
+        };
+        // SAFETY: flock on a descriptor this function owns (f, open above);
+        // it reads nothing from memory.
+        if unsafe { libc::flock(f.as_raw_fd(), how | libc::LOCK_NB) } == 0 {
+            return Ok(Some(f));
+        }
+        match std::io::Error::last_os_error() {
+            e if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            e => Err(e),
+        }
+    }
+
     /// Removes the record of `name` (`delete`).
     pub fn remove(&self, name: &str) -> Result<()> {
         let p = self.record_path(name);

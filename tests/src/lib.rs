@@ -52,7 +52,7 @@ pub fn raidctl(args: &[&str]) -> Output {
 /// Dropping it stops any array still running and removes the folder.
 pub struct World {
     pub dir: PathBuf,
-    started: std::cell::RefCell<Vec<String>>,
+    started: std::sync::Mutex<Vec<String>>,
 }
 
 impl World {
@@ -111,7 +111,7 @@ impl World {
     pub fn run_in(&self, wrapper: &[&str], args: &[&str], env: &[(&str, &str)]) -> Output {
         if args.first() == Some(&"start") {
             if let Some(n) = args.get(1) {
-                self.started.borrow_mut().push(n.to_string());
+                self.started.lock().unwrap().push(n.to_string());
             }
         }
         let bin = raidctl_path();
@@ -209,7 +209,8 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
-        for n in self.started.borrow().iter() {
+        let started = std::mem::take(&mut *self.started.lock().unwrap());
+        for n in &started {
             let _ = self.run(&["stop", n]);
         }
         // Once more if something wrote into it meanwhile: an event hook

@@ -598,3 +598,75 @@ fn start_beside_a_daemon_that_is_exiting_comes_up() {
     assert_eq!(w.status_json("ex")["state"], "optimal");
     w.ok(&["stop", "ex"]);
 }
+
+/// Two `start`s of one array at once: one starts it, the other says it is
+/// started already (it said the array's devices were held "by a running
+/// array or another program: stop whatever holds it", which is the array
+/// just started).
+#[test]
+fn two_starts_at_once_start_it_once_and_say_so() {
+    let w = World::new("two-starts");
+    let m = w.sparse_members("ts", 3, 16 * MIB);
+    w.ok(&["create", "ts", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    // A daemon first, so that both go to the same one.
+    w.ok(&["start", "ts"]);
+    w.ok(&["stop", "ts"]);
+    for _ in 0..5 {
+        let (a, b) = std::thread::scope(|sc| {
+            let a = sc.spawn(|| w.code(&["start", "ts"]));
+            let b = sc.spawn(|| w.code(&["start", "ts"]));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let (won, lost) = match (a.0, b.0) {
+            (0, _) => (a, b),
+            _ => (b, a),
+        };
+        assert_eq!(won.0, 0, "{won:?} {lost:?}");
+        assert_eq!(lost.0, 4, "{lost:?}");
+        assert!(lost.2.contains("already"), "{lost:?}");
+        w.ok(&["stop", "ts"]);
+    }
+}
+
+/// `delete` racing `start`: never both. A delete that won left the array
+/// unstarted; one that lost removed nothing (it removed the record and
+/// event log of the array the start brought up).
+#[test]
+fn delete_racing_start_never_both_succeed() {
+    let w = World::new("del-start");
+    let m = w.sparse_members("ds", 3, 16 * MIB);
+    let create = || {
+        w.ok(&[
+            "create",
+            "ds",
+            "--level",
+            "5",
+            "--force",
+            s(&m[0]),
+            s(&m[1]),
+            s(&m[2]),
+        ])
+    };
+    create();
+    w.ok(&["start", "ds"]);
+    w.ok(&["stop", "ds"]);
+    for i in 0..8 {
+        let (st, del) = std::thread::scope(|sc| {
+            let st = sc.spawn(|| w.code(&["start", "ds"]));
+            let del = sc.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(i * 40));
+                w.code(&["delete", "ds"])
+            });
+            (st.join().unwrap(), del.join().unwrap())
+        });
+        assert!(st.0 != 0 || del.0 != 0, "both succeeded: {st:?} {del:?}");
+        if st.0 == 0 {
+            // Running, with its record and its log.
+            assert!(w.state().join("arrays/ds.toml").exists(), "{del:?}");
+            assert!(del.2.contains("running"), "{del:?}");
+            w.ok(&["stop", "ds"]);
+        } else {
+            create();
+        }
+    }
+}

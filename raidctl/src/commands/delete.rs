@@ -11,6 +11,21 @@ use super::*;
 
 pub(super) fn delete(st: &StateDir, name: &str, wipe: bool, force: bool) -> Result<()> {
     let r = st.load(name)?;
+    // Held to the end: a start racing this one (whose daemon holds the
+    // lock from its first step while the array runs) either finds this
+    // delete under way, or makes it refuse here, with nothing removed.
+    let _held = match st.hold_name(name, true) {
+        Ok(Some(f)) => Some(f),
+        Ok(None) => {
+            return Err(CliError::refused(format!(
+                "array '{name}' is running or being started: stop it first (raidctl stop {name}), then delete it"
+            )))
+        }
+        Err(e) => {
+            tracing::debug!("no lock for '{name}' ({e}): the running check alone");
+            None
+        }
+    };
     if running_names(st)?.iter().any(|n| n == name) {
         return Err(CliError::refused(format!(
             "array '{name}' is running: stop it first (raidctl stop {name}), then delete it"

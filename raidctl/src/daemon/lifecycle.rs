@@ -4,7 +4,63 @@
 
 use super::*;
 
+/// A start under way (`Daemon::reserve`): the name is kept from a second
+/// start until the array runs or the start fails.
+struct Starting<'a> {
+    daemon: &'a Daemon,
+    name: String,
+    lock: Option<std::fs::File>,
+}
+
+impl Starting<'_> {
+    /// The array runs: its name lock is kept until it stops.
+    fn started(mut self) {
+        if let Some(f) = self.lock.take() {
+            self.daemon.name_locks.lock().insert(self.name.clone(), f);
+        }
+    }
+}
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        self.daemon.starting.lock().remove(&self.name);
+    }
+}
+
 impl Daemon {
+    /// Keeps `name` for this start: refused where the array runs, another
+    /// start of it is under way, or a `delete` of it is.
+    fn reserve(&self, name: &str) -> Result<Starting<'_>> {
+        // Kept first, then the running check: a start that ends between
+        // the two is running by then (it is inserted before it lets go).
+        if !self.starting.lock().insert(name.to_string()) {
+            return Err(CliError::refused(format!(
+                "array '{name}' is being started already (another raidctl start): nothing else was done"
+            )));
+        }
+        let mut s = Starting {
+            daemon: self,
+            name: name.to_string(),
+            lock: None,
+        };
+        if self.arrays.lock().contains_key(name) {
+            return Err(CliError::refused(format!(
+                "array '{name}' is already running"
+            )));
+        }
+        match self.state.hold_name(name, false) {
+            Ok(Some(f)) => s.lock = Some(f),
+            Ok(None) => {
+                return Err(CliError::refused(format!(
+                    "array '{name}' is being deleted (a raidctl delete runs now): not started"
+                )))
+            }
+            // A read-only state folder: started without it, as before.
+            Err(e) => tracing::debug!(array = %name, "no name lock ({e})"),
+        }
+        Ok(s)
+    }
+
     pub(super) fn start(
         &self,
         name: &str,
@@ -15,11 +71,7 @@ impl Daemon {
         // members were typed, each slot in sync must be among them.
         (force, listed): (bool, bool),
     ) -> Result<String> {
-        if self.arrays.lock().contains_key(name) {
-            return Err(CliError::refused(format!(
-                "array '{name}' is already running"
-            )));
-        }
+        let starting = self.reserve(name)?;
         if let Some((spec, sec)) = &nbd {
             // Another array's export named first: the spec's own check
             // would call it only "another server".
@@ -298,6 +350,7 @@ impl Daemon {
             scrub_mark: Mutex::new(()),
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
+        starting.started();
         self.kick_rebuild(&served);
         notes.extend(crate::fuse::place::dead_note(
             &self.default_mount_dir(name),
@@ -427,6 +480,7 @@ impl Daemon {
         match closed {
             Ok(()) => {
                 self.arrays.lock().remove(name);
+                self.name_locks.lock().remove(name);
                 // Left dirty where a write failed on a full filesystem (a
                 // stripe may be torn) or a resync was put off: said so, as
                 // status and examine say it.
@@ -442,6 +496,7 @@ impl Daemon {
             Err(e) if served.array.state() == raid_core::array::ArrayState::Failed => {
                 served.array.retire();
                 self.arrays.lock().remove(name);
+                self.name_locks.lock().remove(name);
                 Ok(format!(
                     "array '{name}' stopped; it had failed ({e}), so it is not marked clean. Next: bring the lost members back, then raidctl start {name} (or raidctl start {name} --force to take back members marked failed: docs/recovery.md){stopped_work}"
                 ))

@@ -65,6 +65,12 @@ struct Served {
 pub struct Daemon {
     state: StateDir,
     arrays: Mutex<HashMap<String, Arc<Served>>>,
+    /// Arrays a `start` is assembling now: a second start of the same one
+    /// is refused as such, not left to fail on its devices being in use.
+    starting: Mutex<std::collections::HashSet<String>>,
+    /// The name lock (`StateDir::hold_name`) of each array started, held
+    /// until it stops, so that a `delete` cannot remove what it runs on.
+    name_locks: Mutex<HashMap<String, std::fs::File>>,
     term: Arc<AtomicBool>,
     rebuild_opts: RebuildOptions,
     alerts: Option<crate::alerts::AlertConfig>,
@@ -147,6 +153,8 @@ impl Daemon {
         let d = Arc::new(Daemon {
             state,
             arrays: Mutex::new(HashMap::new()),
+            starting: Default::default(),
+            name_locks: Default::default(),
             term,
             rebuild_opts: RebuildOptions {
                 rate_limit: rate,

@@ -220,3 +220,43 @@ fn raid6_two_chunks_wrong_in_one_sector_are_unresolved() {
     assert!(scrub(&a, false).mismatches.is_empty());
     assert_consistent(&a, &m.refs());
 }
+
+/// A repair whose write fails ends the scrub with that error, and its
+/// finding stays in the run's event, marked not repaired (it was dropped:
+/// the event counted nothing for the stripe it was repairing).
+#[test]
+fn a_repair_whose_write_fails_keeps_its_finding() {
+    let (m, a, _) = filled(Level::Raid6, 5, "r6wfail");
+    let g = a.geometry();
+    let member = g.stripe_map(0).members[0];
+    corrupt(&m, member, 0, 100);
+    // Its read in, then every I/O fails: the repair's write.
+    m.faulty[member].set_faults(raid_core::member::Faults {
+        fail_after: Some(1),
+        ..Default::default()
+    });
+    let r = a.scrub(
+        &ScrubOptions {
+            repair: true,
+            batch_rows: 1,
+            parallel: 1,
+            ..Default::default()
+        },
+        &AtomicBool::new(false),
+    );
+    assert!(r.is_err(), "{r:?}");
+    let ev = a
+        .event_log()
+        .into_iter()
+        .map(|(_, e)| e)
+        .rfind(|e| e.kind() == "scrub_finished")
+        .unwrap();
+    assert!(
+        matches!(
+            &ev,
+            ArrayEvent::ScrubFinished { mismatches: 1, repaired: 0, findings, .. }
+                if findings[0].contains("data chunk 0 is corrupt")
+        ),
+        "{ev:?}"
+    );
+}

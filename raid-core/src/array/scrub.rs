@@ -97,6 +97,17 @@ pub struct ScrubReport {
     pub interrupted: bool,
 }
 
+impl ScrubReport {
+    /// The findings from `from` on were not repaired after all: their
+    /// write failed (the scrub then ends with that error). Kept in the
+    /// report, and so in the run's event, which used to lose them.
+    fn unrepaired_from(&mut self, from: usize) {
+        for m in &mut self.mismatches[from..] {
+            m.repaired = false;
+        }
+    }
+}
+
 impl Array {
     /// Rows a scrub goes through (stripes; mirrored chunks for RAID1/10).
     pub fn scrub_rows(&self) -> u64 {
@@ -415,7 +426,6 @@ impl Array {
             // P's own is no likelier the bad one than any other.
             if repair {
                 xor_slice(&mut chunks[nd], p);
-                self.scrub_write(map.members[nd], off, &chunks[nd])?;
             }
             let what = if repair {
                 "P disagrees with the data: P rewritten (RAID5 cannot locate the bad chunk)"
@@ -423,6 +433,7 @@ impl Array {
                 "P disagrees with the data (RAID5 cannot locate the bad chunk; repair rewrites P)"
             };
             tracing::warn!(array = %self.name, stripe = s, "{what}");
+            let from = report.mismatches.len();
             report.mismatches.push(Mismatch {
                 stripe: s,
                 slot: None,
@@ -431,6 +442,10 @@ impl Array {
                 located: false,
                 unresolved: false,
             });
+            if repair {
+                let written = self.scrub_write(map.members[nd], off, &chunks[nd]);
+                return written.inspect_err(|_| report.unrepaired_from(from));
+            }
             return Ok(());
         }
         // RAID6: each sector of the columns located on its own.
@@ -452,11 +467,9 @@ impl Array {
                     }
                 }
             }
-            for (i, _) in touched.iter().enumerate().filter(|(_, &t)| t) {
-                self.scrub_write(map.members[i], off, &chunks[i])?;
-            }
         }
         // One finding per culprit, with every stretch it was found in.
+        let from = report.mismatches.len();
         let mut culprits: Vec<Culprit> = Vec::new();
         for (c, _) in &found {
             if !culprits.contains(c) {
@@ -497,6 +510,14 @@ impl Array {
                 unresolved: c == Culprit::Unknown,
             });
         }
+        // Written after the findings are in the report: one whose write
+        // fails ends the scrub, and the findings say they were not repaired.
+        for (i, _) in touched.iter().enumerate().filter(|(_, &t)| t) {
+            if let Err(e) = self.scrub_write(map.members[i], off, &chunks[i]) {
+                report.unrepaired_from(from);
+                return Err(e);
+            }
+        }
         Ok(())
     }
 
@@ -519,9 +540,6 @@ impl Array {
         for (k, b) in bufs.iter().enumerate().skip(1) {
             if b[..] != bufs[0][..] {
                 let slot = copies[k].member;
-                if repair {
-                    self.scrub_write(slot, places[k].1, &bufs[0])?;
-                }
                 let what = format!(
                     "copy on slot {slot} differs from the first copy (slot {}){}",
                     copies[0].member,
@@ -532,6 +550,7 @@ impl Array {
                     }
                 );
                 tracing::warn!(array = %self.name, chunk = c, slot, "{what}");
+                let from = report.mismatches.len();
                 report.mismatches.push(Mismatch {
                     stripe: c,
                     slot: Some(slot),
@@ -540,6 +559,12 @@ impl Array {
                     located: false,
                     unresolved: false,
                 });
+                if repair {
+                    if let Err(e) = self.scrub_write(slot, places[k].1, &bufs[0]) {
+                        report.unrepaired_from(from);
+                        return Err(e);
+                    }
+                }
             }
         }
         Ok(())

@@ -406,20 +406,23 @@ struct Pki {
     anonymous: PathBuf,
 }
 
+/// Runs openssl in `dir`; it must succeed.
+fn openssl(dir: &Path, args: &[&str]) {
+    let o = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 fn pki(dir: &Path) -> Pki {
     need("openssl");
-    let run = |args: &[&str]| {
-        let o = Command::new("openssl")
-            .current_dir(dir)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    };
+    let run = |args: &[&str]| openssl(dir, args);
     let ec = [
         "-newkey",
         "ec",
@@ -543,16 +546,7 @@ fn expired_server_certificate(dir: &Path) -> Option<PathBuf> {
             "20200102000000Z",
         ][..],
     ] {
-        let o = Command::new("openssl")
-            .current_dir(dir)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        openssl(dir, args);
     }
     Some(dir.to_path_buf())
 }

@@ -3,11 +3,15 @@
 mod create;
 mod delete;
 mod iostat;
+mod scrub;
 mod start;
+mod wait;
 
 use create::{create, CreateArgs};
 use delete::delete;
+use scrub::scrub;
 use start::{scan_members, start};
+use wait::wait;
 
 use crate::config::Config;
 use crate::daemon::{describe, parse_size, Daemon};
@@ -290,94 +294,7 @@ pub fn run(cli: Cli) -> Result<()> {
             repair,
             background,
             cancel,
-        } => {
-            let ask = || {
-                daemon_call(
-                    &st,
-                    &name,
-                    Request::Scrub {
-                        name: name.clone(),
-                        repair,
-                        background,
-                        cancel,
-                    },
-                )
-            };
-            // A scrub waited for shows its progress on a terminal.
-            let shown = !background
-                && !cancel
-                && fmt != Format::Json
-                && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let r = if shown {
-                /// Ends the progress line however the call ends (a panic
-                /// too: the scope would wait for the line's thread).
-                struct Ends<'a>(&'a AtomicBool);
-                impl Drop for Ends<'_> {
-                    fn drop(&mut self) {
-                        self.0.store(true, Ordering::Release);
-                    }
-                }
-                let done = AtomicBool::new(false);
-                std::thread::scope(|sc| {
-                    sc.spawn(|| scrub_progress_line(&st, &name, &done));
-                    let _ends = Ends(&done);
-                    ask()
-                })?
-            } else {
-                ask()?
-            };
-            if background || cancel {
-                print_message(&r);
-                return Ok(());
-            }
-            let s = r
-                .scrub
-                .ok_or_else(|| CliError::daemon("the daemon sent no scrub report"))?;
-            // Unresolved: the parity now agrees with data that may be
-            // wrong; a repair cannot fix that, and scripts must notice.
-            let unrepaired = s.mismatches.iter().any(|m| !m.repaired || m.unresolved);
-            if fmt == Format::Json {
-                print_json(&s);
-            } else {
-                out!(
-                    "scrub of '{}': {} rows, {} read, {} mismatches{}",
-                    s.array,
-                    s.rows_checked,
-                    status::human_bytes(s.bytes_read),
-                    s.mismatches.len(),
-                    match (s.repair, s.mismatches.is_empty()) {
-                        (_, true) => "",
-                        (true, false) if s.mismatches.iter().any(|m| m.unresolved) => {
-                            " (repaired where located; where more than one chunk was wrong, the parity now agrees with data that may itself be wrong: check the files there (fsck), restore them from a backup if damaged)"
-                        }
-                        (true, false) => " (repaired)",
-                        (false, false) if s.mismatches.iter().all(|m| m.located) => {
-                            " (check only: raidctl scrub --repair rewrites the chunks found wrong)"
-                        }
-                        (false, false) => {
-                            " (check only). Where the wrong chunk cannot be located (RAID5, mirrors, more than one chunk wrong), --repair makes the parity or copies agree with the data, which may be the bad part: if one member is suspect (its errors, its health), fail and replace it instead, so that it is rebuilt from the others; else raidctl scrub --repair"
-                        }
-                    }
-                );
-                for m in &s.mismatches {
-                    match m.slot {
-                        Some(slot) => out!(
-                            "  stripe {} slot {} {}: {}",
-                            m.stripe,
-                            slot,
-                            m.member.as_deref().unwrap_or("-"),
-                            m.what
-                        ),
-                        None => out!("  stripe {}: {}", m.stripe, m.what),
-                    }
-                }
-            }
-            // Mismatches left as they are: scripts and cron must notice.
-            if unrepaired {
-                return Err(CliError::quiet(crate::error::code::FAILED));
-            }
-            Ok(())
-        }
+        } => scrub(&st, &name, (repair, background, cancel), fmt),
         Command::Alert {
             what: AlertCmd::Test { config },
         } => alert_test(&st, config.as_deref()),
@@ -641,123 +558,6 @@ fn show(st: &StateDir, name: Option<&str>, fmt: Format, detail: bool) -> Result<
         return Err(CliError::quiet(worst));
     }
     Ok(())
-}
-
-/// While a scrub the command waits for runs: its progress on one line of
-/// the terminal (stderr), redrawn every second, cleared once `done`.
-fn scrub_progress_line(st: &StateDir, name: &str, done: &AtomicBool) {
-    let mut drawn = false;
-    let mut next = Instant::now() + Duration::from_secs(1);
-    while !done.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(50));
-        if Instant::now() < next {
-            continue;
-        }
-        next = Instant::now() + Duration::from_secs(1);
-        let ask = Request::Status {
-            name: Some(name.into()),
-        };
-        let Ok(r) = daemon_call(st, name, ask) else {
-            continue;
-        };
-        let Some(s) = r.arrays.into_iter().next().and_then(|a| a.scrub) else {
-            continue;
-        };
-        eprint!("\r\x1b[K{name}: scrub {}", status::scrub_progress(&s));
-        drawn = true;
-    }
-    if drawn {
-        eprint!("\r\x1b[K");
-    }
-}
-
-/// Waits until no rebuild is pending or running, then says how the array
-/// ended: 0 optimal; 1 degraded (nothing to rebuild onto), failed, or a
-/// rebuild that cannot run.
-fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
-    st.load(name)?;
-    let t = Instant::now();
-    let mut last = -1.0;
-    loop {
-        let r = daemon_call(
-            st,
-            name,
-            Request::Status {
-                name: Some(name.into()),
-            },
-        )?;
-        let s = r.arrays.into_iter().next().ok_or_else(|| {
-            CliError::refused(format!(
-                "array '{name}' is not running (raidctl start {name})"
-            ))
-        })?;
-        if let Some(rb) = &s.rebuild {
-            if rb.percent - last >= 10.0 {
-                out!(
-                    "{name}: rebuilding slot {} {:.0}%{}",
-                    rb.slot,
-                    rb.percent,
-                    status::rate_and_time_left(rb)
-                );
-                last = rb.percent;
-            }
-        }
-        if let Some(h) = &s.hot_replace {
-            if h.percent - last >= 10.0 {
-                out!(
-                    "{name}: replacing slot {} {:.0}%{}",
-                    h.slot,
-                    h.percent,
-                    status::rate_and_time_left(h)
-                );
-                last = h.percent;
-            }
-        }
-        match s.state.as_str() {
-            _ if s.hot_replace.is_some() => {}
-            "optimal" => {
-                out!("{name}: optimal");
-                return Ok(());
-            }
-            "failed" => {
-                return Err(CliError::failed(format!(
-                    "array '{name}' has failed: see raidctl events {name} and docs/recovery.md"
-                )))
-            }
-            _ if s.rebuild_stalled => {
-                return Err(CliError::failed(format!(
-                "array '{name}' is {} and its rebuild cannot run (raidctl events {name} says why)",
-                s.state
-            )))
-            }
-            // Degraded with nothing to rebuild onto: a spare about to be
-            // taken by the monitor, or a rebuild of another slot (a RAID6
-            // down two, one being rebuilt), is worth waiting for, nothing
-            // else is.
-            "degraded"
-                if s.spares.is_empty() && !s.members.iter().any(|m| m.state == "rebuilding") =>
-            {
-                let failed: Vec<String> = s
-                    .members
-                    .iter()
-                    .filter(|m| m.state != "active")
-                    .map(|m| m.path.clone().unwrap_or_else(|| format!("slot {}", m.slot)))
-                    .collect();
-                return Err(CliError::failed(format!(
-                    "array '{name}' is degraded and no rebuild is pending ({} down): raidctl replace {name} OLD NEW",
-                    failed.join(", ")
-                )));
-            }
-            _ => {}
-        }
-        if t.elapsed() > Duration::from_secs(timeout) {
-            return Err(CliError::failed(format!(
-                "array '{name}' is still {} after {timeout} s",
-                s.state
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 fn events(st: &StateDir, name: &str, fmt: Format) -> Result<()> {

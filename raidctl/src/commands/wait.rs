@@ -1,0 +1,93 @@
+//! `raidctl wait`: until no rebuild or hot replace is pending or running,
+//! with their progress; the exit status says how the array ended.
+
+use super::*;
+
+/// Waits until no rebuild is pending or running, then says how the array
+/// ended: 0 optimal; 1 degraded (nothing to rebuild onto), failed, or a
+/// rebuild that cannot run.
+pub(super) fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
+    st.load(name)?;
+    let t = Instant::now();
+    let mut last = -1.0;
+    loop {
+        let r = daemon_call(
+            st,
+            name,
+            Request::Status {
+                name: Some(name.into()),
+            },
+        )?;
+        let s = r.arrays.into_iter().next().ok_or_else(|| {
+            CliError::refused(format!(
+                "array '{name}' is not running (raidctl start {name})"
+            ))
+        })?;
+        if let Some(rb) = &s.rebuild {
+            if rb.percent - last >= 10.0 {
+                out!(
+                    "{name}: rebuilding slot {} {:.0}%{}",
+                    rb.slot,
+                    rb.percent,
+                    status::rate_and_time_left(rb)
+                );
+                last = rb.percent;
+            }
+        }
+        if let Some(h) = &s.hot_replace {
+            if h.percent - last >= 10.0 {
+                out!(
+                    "{name}: replacing slot {} {:.0}%{}",
+                    h.slot,
+                    h.percent,
+                    status::rate_and_time_left(h)
+                );
+                last = h.percent;
+            }
+        }
+        match s.state.as_str() {
+            _ if s.hot_replace.is_some() => {}
+            "optimal" => {
+                out!("{name}: optimal");
+                return Ok(());
+            }
+            "failed" => {
+                return Err(CliError::failed(format!(
+                    "array '{name}' has failed: see raidctl events {name} and docs/recovery.md"
+                )))
+            }
+            _ if s.rebuild_stalled => {
+                return Err(CliError::failed(format!(
+                "array '{name}' is {} and its rebuild cannot run (raidctl events {name} says why)",
+                s.state
+            )))
+            }
+            // Degraded with nothing to rebuild onto: a spare about to be
+            // taken by the monitor, or a rebuild of another slot (a RAID6
+            // down two, one being rebuilt), is worth waiting for, nothing
+            // else is.
+            "degraded"
+                if s.spares.is_empty() && !s.members.iter().any(|m| m.state == "rebuilding") =>
+            {
+                let failed: Vec<String> = s
+                    .members
+                    .iter()
+                    .filter(|m| m.state != "active")
+                    .map(|m| m.path.clone().unwrap_or_else(|| format!("slot {}", m.slot)))
+                    .collect();
+                return Err(CliError::failed(format!(
+                    "array '{name}' is degraded and no rebuild is pending ({} down): raidctl replace {name} OLD NEW",
+                    failed.join(", ")
+                )));
+            }
+            _ => {}
+        }
+        if t.elapsed() > Duration::from_secs(timeout) {
+            return Err(CliError::failed(format!(
+                "array '{name}' is still {} after {timeout} s",
+                s.state
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

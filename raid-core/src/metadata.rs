@@ -209,6 +209,23 @@ fn bad(field: &'static str, why: impl Into<String>) -> MetaError {
 }
 
 impl Superblock {
+    /// Whether this, the metadata a device holds for `slot`, is older than
+    /// `truth` (the newest metadata) says that slot's member took: for a
+    /// slot serving, the event every member took (`settled`: a crash mid-
+    /// change leaves a member behind the newest event, never behind that);
+    /// for a slot failed, the event its member had taken when it left (0:
+    /// not known). Such a device is an older copy of the member (an image
+    /// put back, a clone swapped in), missing the writes since. Returns the
+    /// event it should hold at least.
+    pub fn older_copy_in(&self, truth: &Superblock, slot: usize) -> Option<u64> {
+        let entry = truth.slots.get(slot)?;
+        let expected = match entry.state {
+            SlotState::Failed => entry.left_events,
+            _ => truth.settled,
+        };
+        (self.events < expected).then_some(expected)
+    }
+
     /// The geometry this superblock describes.
     pub fn geometry(&self) -> Geometry {
         Geometry {

@@ -323,18 +323,20 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
             let held = found.iter().find_map(|(p, sb)| {
                 sb.as_ref()
                     .filter(|sb| sb.member_uuid == e.uuid)
-                    .map(|sb| (p.clone(), sb.events))
+                    .map(|sb| (p.clone(), sb))
             });
             // The rule a start applies (`array::assemble`): an older copy
-            // of the member does not serve.
+            // of a serving slot's member does not serve.
             let stale = held
                 .as_ref()
-                .filter(|(_, ev)| e.state != SlotState::Failed && *ev < truth.settled)
-                .map(|(p, ev)| {
-                    format!(
-                        "{p} holds an older copy of this slot's member (metadata event {ev}; every member took event {} since): a start leaves it out; raidctl re-add copies it whole",
-                        truth.settled
-                    )
+                .filter(|_| e.state != SlotState::Failed)
+                .and_then(|(p, sb)| {
+                    sb.older_copy_in(&truth, i).map(|settled| {
+                        format!(
+                            "{p} holds an older copy of this slot's member (metadata event {}; every member took event {settled} since): a start leaves it out; raidctl re-add copies it whole",
+                            sb.events
+                        )
+                    })
                 });
             let path = held.map(|(p, _)| p).filter(|_| stale.is_none());
             let state = match (&path, e.state) {

@@ -716,31 +716,27 @@ fn a_network_export_needs_tls_or_insecure() {
     assert_eq!(state(&w, "ins"), "stopped");
     let (code, _, err) = w.code(&["start", "ins", "--nbd", &spec, "--tls-verify-peer"]);
     assert_ne!(code, 0, "{err}");
+    let with_tls = |dir: &Path| {
+        w.code(&[
+            "start",
+            "ins",
+            "--nbd",
+            &spec,
+            "--tls",
+            dir.to_str().unwrap(),
+        ])
+    };
     // A TLS folder without its files: not found (exit 3), the file named.
     let empty = w.dir.join("no-certs");
     std::fs::create_dir_all(&empty).unwrap();
-    let (code, _, err) = w.code(&[
-        "start",
-        "ins",
-        "--nbd",
-        &spec,
-        "--tls",
-        empty.to_str().unwrap(),
-    ]);
+    let (code, _, err) = with_tls(&empty);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("server-cert.pem: no such file"), "{err}");
     assert_eq!(state(&w, "ins"), "stopped");
     // An expired server certificate: refused at start, its date said (it
     // started, and every client then failed its handshake).
     if let Some(expired) = expired_server_certificate(&w.dir.join("expired")) {
-        let (code, _, err) = w.code(&[
-            "start",
-            "ins",
-            "--nbd",
-            &spec,
-            "--tls",
-            expired.to_str().unwrap(),
-        ]);
+        let (code, _, err) = with_tls(&expired);
         assert_eq!(code, 2, "{err}");
         assert!(
             err.contains("expired on 2020-01-02 00:00 UTC") && err.contains("renew it"),

@@ -181,10 +181,10 @@ pub(super) fn assemble(
             // whose data misses the writes since. md refuses such a member
             // the same way (an event counter too old); `--force` may still
             // take it back where the array cannot start without it.
-            if sb.events < truth.settled {
+            if let Some(settled) = sb.older_copy_in(&truth, i) {
                 let why = format!(
-                    "stale: it holds slot {i}'s metadata of event {}, but every member took event {} since: an older copy of the member (an image put back, a clone swapped in?), missing the writes made since then; left out. raidctl re-add copies it whole, or replace it",
-                    sb.events, truth.settled
+                    "stale: it holds slot {i}'s metadata of event {}, but every member took event {settled} since: an older copy of the member (an image put back, a clone swapped in?), missing the writes made since then; left out. raidctl re-add copies it whole, or replace it",
+                    sb.events
                 );
                 tracing::warn!(member = m.identity(), "{why}");
                 stale[i] = Some(format!("{}: {why}", m.identity()));
@@ -414,17 +414,12 @@ fn force_back(
         s.member_events.store(sb.events, Ordering::Release);
         s.set_state(SlotState::Active);
         array.epoch.fetch_add(1, Ordering::AcqRel);
-        // Older than it should be: than the change every member took (a
-        // slot the newest metadata has serving), or than when it left (a
-        // slot failed; 0: not known). A member failed in order is not.
-        let older = match truth.slots[i].state {
-            SlotState::Failed => {
-                let left = truth.slots[i].left_events;
-                (left != 0 && sb.events < left).then_some((left, "it had taken when it failed"))
-            }
-            _ => (sb.events < truth.settled).then_some((truth.settled, "every member took")),
-        };
-        let why = if let Some((took, who)) = older {
+        // A member failed in order is not an older copy.
+        let why = if let Some(took) = sb.older_copy_in(truth, i) {
+            let who = match truth.slots[i].state {
+                SlotState::Failed => "it had taken when it failed",
+                _ => "every member took",
+            };
             // Taken because nothing newer is at hand: say what it lacks.
             format!(
                 "forced back into slot {i} though stale: its metadata is from event {}, older than event {took}, which {who}; an older copy of the member, it lacks the writes made since: check the filesystem (fsck) and run raidctl scrub --repair",

@@ -104,25 +104,11 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// "2026-12-03 14:05 UTC".
+/// "2026-12-03 14:05 UTC" (the event log's calendar; a date before 1970
+/// is said as 1970-01-01).
 pub fn utc(t: i64) -> String {
-    let days = t.div_euclid(86_400);
-    let secs = t.rem_euclid(86_400);
-    // civil_from_days (Hinnant).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        secs / 3600,
-        secs % 3600 / 60
-    )
+    let r = crate::eventlog::rfc3339(t.max(0) as u64);
+    format!("{} {} UTC", &r[..10], &r[11..16])
 }
 
 #[cfg(test)]

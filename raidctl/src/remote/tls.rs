@@ -342,24 +342,23 @@ fn own_certs(p: &Path) -> io::Result<Vec<CertificateDer<'static>>> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     let when = super::cert_dates::utc;
-    if now > not_after {
+    let wrong = if now > not_after {
+        Some(format!(
+            "the certificate expired on {}, and every peer refuses it: renew it",
+            when(not_after)
+        ))
+    } else if now < not_before {
+        Some(format!(
+            "the certificate is not valid before {}: check this host's clock, or the certificate",
+            when(not_before)
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = wrong {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!(
-                "{}: the certificate expired on {}, and every peer refuses it: renew it",
-                p.display(),
-                when(not_after)
-            ),
-        ));
-    }
-    if now < not_before {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "{}: the certificate is not valid before {}: check this host's clock, or the certificate",
-                p.display(),
-                when(not_before)
-            ),
+            format!("{}: {why}", p.display()),
         ));
     }
     if not_after - now < 14 * 86_400 {

@@ -150,8 +150,11 @@ impl Config {
 
     /// How a daemon runs with this config: `start` at once, metrics on
     /// `metrics` when given (the command line wins over `[metrics]`).
+    /// `path`: the file the config was read from (None: the state
+    /// folder's raidctl.toml), read again by the alert sender.
     pub fn daemon_options(
         self,
+        path: Option<&Path>,
         exit_when_idle: bool,
         start: Vec<Request>,
         metrics: Option<std::net::SocketAddr>,
@@ -164,6 +167,7 @@ impl Config {
             exit_when_idle,
             start,
             alerts: self.alerts,
+            config: path.map(Path::to_path_buf),
             scrub: self.scrub,
             metrics: metrics.or(from_file),
             health: self.health.unwrap_or_default(),

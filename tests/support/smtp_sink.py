@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """A real SMTP server on loopback for the alert tests (Debian's python3-aiosmtpd).
 
-Usage: smtp_sink.py PORT OUTDIR [--tls CERT KEY] [--auth USER PASSWORD]
+Usage: smtp_sink.py PORT OUTDIR [--tls CERT KEY] [--auth USER PASSWORD] [--reject ADDR]
 
-Every message it accepts is written to OUTDIR/N.eml. With --tls it offers
+Every message it accepts is written to OUTDIR/N.eml, its envelope's
+recipients to OUTDIR/N.rcpt (one per line). With --reject it answers 550
+to RCPT TO:<ADDR>, as a server does for a mailbox that is gone. With --tls it offers
 STARTTLS and requires it before MAIL; with --auth it requires a login with
 that user and password. Prints "ready" once listening; runs until killed.
 """
@@ -17,15 +19,24 @@ from aiosmtpd.smtp import AuthResult, LoginPassword
 
 
 class Sink:
-    def __init__(self, outdir):
+    def __init__(self, outdir, reject=None):
         self.outdir = outdir
+        self.reject = reject
         self.n = 0
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        if address == self.reject:
+            return "550 5.1.1 mailbox unavailable"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):
         self.n += 1
         path = os.path.join(self.outdir, f"{self.n}.eml")
         with open(path + ".tmp", "wb") as f:
             f.write(envelope.original_content or envelope.content)
+        with open(os.path.join(self.outdir, f"{self.n}.rcpt"), "w") as f:
+            f.write("\n".join(envelope.rcpt_tos) + "\n")
         os.rename(path + ".tmp", path)
         return "250 OK stored as %d" % self.n
 
@@ -52,7 +63,8 @@ def main():
         kw["authenticator"] = authenticator
         kw["auth_required"] = True
         kw["auth_require_tls"] = "--tls" in args
-    c = Controller(Sink(outdir), hostname="127.0.0.1", port=port, server_hostname="localhost", **kw)
+    reject = args[args.index("--reject") + 1] if "--reject" in args else None
+    c = Controller(Sink(outdir, reject), hostname="127.0.0.1", port=port, server_hostname="localhost", **kw)
     c.start()
     print("ready", flush=True)
     try:

@@ -56,6 +56,15 @@ impl Sink {
             .collect()
     }
 
+    /// The envelope's recipients of the `i`th message (from 0).
+    fn rcpts(&self, i: usize) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join(format!("{}.rcpt", i + 1)))
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
     fn wait_for(&self, n: usize, secs: u64) -> Vec<String> {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(secs) {
@@ -340,4 +349,114 @@ fn a_server_that_never_answers_is_said_to_time_out() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("did not answer within"), "{err}");
     drop(mute);
+}
+
+fn queued(w: &World) -> usize {
+    std::fs::read_dir(w.state().join("alerts/queue"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// One address the server refuses for good (a mailbox gone) does not keep
+/// the alert from the others, nor is the alert sent again and again: a
+/// refused transaction is all or nothing, so the daemon then sends to each
+/// recipient on its own. It used to retry the whole message every minute,
+/// for ever, and nobody got the drive failure.
+#[test]
+fn a_refused_recipient_does_not_keep_the_alert_from_the_others() {
+    let w = World::new("rcpt");
+    let port = free_port();
+    let sink = Sink::start(
+        port,
+        &w.dir.join("mail"),
+        &["--reject", "oncall@example.com"],
+    );
+    write_config(&w, port, "security = \"plain\"\n");
+    let o = w.run(&["alert", "test"]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(
+        out.contains("test message sent to ops@example.com"),
+        "{out}"
+    );
+    assert!(
+        err.contains("oncall@example.com") && err.contains("550"),
+        "{err}"
+    );
+    let msgs = sink.wait_for(1, 10);
+    assert_eq!(msgs.len(), 1, "{msgs:#?}");
+    assert_eq!(sink.rcpts(0), ["ops@example.com"]);
+    // What receiving servers and filters look for.
+    assert!(
+        msgs[0].contains("Message-ID: <") && msgs[0].contains("MIME-Version: 1.0"),
+        "{}",
+        msgs[0]
+    );
+    let json: serde_json::Value = serde_json::from_str(&String::from_utf8_lossy(
+        &w.run(&["--format", "json", "alert", "test"]).stdout,
+    ))
+    .unwrap();
+    let sent: Vec<bool> = json["recipients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["sent"].as_bool().unwrap())
+        .collect();
+    assert_eq!(sent, [true, false], "{json}");
+    assert_eq!(sink.wait_for(2, 10).len(), 2);
+
+    let m = array(&w, "rcptarr");
+    w.ok(&["start", "rcptarr"]);
+    w.ok(&["fail", "rcptarr", m[1].to_str().unwrap()]);
+    let msgs = sink.wait_for(3, 30);
+    assert_eq!(msgs.len(), 3, "{msgs:#?}");
+    assert!(msgs[2].contains("member failed"), "{}", msgs[2]);
+    assert_eq!(sink.rcpts(2), ["ops@example.com"]);
+    // Done with: the refusal is final, so the alert leaves the queue and
+    // no copy follows.
+    raid_e2e::eventually("the alert leaves the queue", || queued(&w) == 0);
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(sink.messages().len(), 3, "sent again");
+    w.ok(&["stop", "rcptarr"]);
+}
+
+/// A fix to the alert settings reaches the alerts already queued: the
+/// daemon reads them again before each try. It used to keep the settings
+/// it started with, and stayed up while alerts were queued, so `stop` and
+/// `start` (what `alert test` advised) did not renew them either.
+#[test]
+fn a_fixed_setting_reaches_the_alerts_already_queued() {
+    let w = World::new("refix");
+    // Nothing listens there.
+    let dead = free_port();
+    write_config(&w, dead, "security = \"plain\"\n");
+    let m = array(&w, "refixarr");
+    w.ok(&["start", "refixarr"]);
+    w.ok(&["fail", "refixarr", m[0].to_str().unwrap()]);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(queued(&w) >= 1, "the alert is not queued");
+    let (code, out, _) = w.code(&["alert", "test"]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("queued") && out.contains("reads these settings again"),
+        "{out}"
+    );
+    let port = free_port();
+    let sink = Sink::start(port, &w.dir.join("mail"), &[]);
+    write_config(&w, port, "security = \"plain\"\n");
+    let msgs = sink.wait_for(1, 90);
+    assert_eq!(
+        msgs.len(),
+        1,
+        "the queued alert did not go out with the fixed settings"
+    );
+    assert!(msgs[0].contains("member failed"), "{}", msgs[0]);
+    w.ok(&["stop", "refixarr"]);
 }

@@ -1,5 +1,6 @@
 //! One function per command: argument checks, then raid-core or the daemon.
 
+mod alert;
 mod create;
 mod delete;
 mod iostat;
@@ -226,7 +227,10 @@ pub fn run(cli: Cli) -> Result<()> {
                 .map(crate::metrics::parse_listen)
                 .transpose()?;
             let start = c.starts(&st);
-            Daemon::run(st, c.daemon_options(exit_when_idle, start, metrics))
+            Daemon::run(
+                st,
+                c.daemon_options(config.as_deref(), exit_when_idle, start, metrics),
+            )
         }
         Command::Events { name } => events(&st, &name, fmt),
         Command::Completions { shell } => {
@@ -297,7 +301,7 @@ pub fn run(cli: Cli) -> Result<()> {
         } => scrub(&st, &name, (repair, background, cancel), fmt),
         Command::Alert {
             what: AlertCmd::Test { config },
-        } => alert_test(&st, config.as_deref()),
+        } => alert::test(&st, config.as_deref(), fmt),
         Command::Selftest { width, chunk_kib } => {
             crate::selftest::run(width, chunk_kib * 1024, fmt == Format::Json)
                 .map_err(CliError::failed)
@@ -576,34 +580,6 @@ fn events(st: &StateDir, name: &str, fmt: Format) -> Result<()> {
             print!("  (next: {n})");
         }
         out!();
-    }
-    Ok(())
-}
-
-fn alert_test(st: &StateDir, config: Option<&Path>) -> Result<()> {
-    let c = Config::load(st, config)?;
-    let a = c.alerts.ok_or_else(|| {
-        CliError::not_found(format!(
-            "no [alerts] section in {}: see docs/alerts.md",
-            config.map(|p| p.display().to_string()).unwrap_or_else(|| st
-                .root
-                .join("raidctl.toml")
-                .display()
-                .to_string())
-        ))
-    })?;
-    let r = crate::eventlog::record_for_test();
-    let (subject, body) = crate::alerts::compose(&[r]);
-    let answer = a.send(&subject, &body)?;
-    out!(
-        "test message sent to {}: server answered {answer}",
-        a.to.join(", ")
-    );
-    let queued = crate::alerts::queue_len(st);
-    if queued > 0 {
-        out!(
-            "note: {queued} alert(s) of the arrays are queued, not yet delivered (the server could not be reached or refused them): the daemon retries them with the settings it started with (restart it after changing them: raidctl stop, then start, of every array); its log says why each failed"
-        );
     }
     Ok(())
 }

@@ -42,7 +42,7 @@ pub(super) fn start(
     };
     if foreground {
         let c = Config::load(st, None)?;
-        return Daemon::run(st.clone(), c.daemon_options(false, vec![req], None));
+        return Daemon::run(st.clone(), c.daemon_options(None, false, vec![req], None));
     }
     // A daemon exiting idle just as we connect does not take the request
     // (see protocol::call): start another and ask again.

@@ -101,6 +101,9 @@ pub struct DaemonOptions {
     pub start: Vec<Request>,
     /// Where alerts go; None: events are logged only.
     pub alerts: Option<crate::alerts::AlertConfig>,
+    /// The config file given (None: STATE_DIR/raidctl.toml), whose
+    /// `[alerts]` the sender reads again before each try.
+    pub config: Option<std::path::PathBuf>,
     /// Scrub every array on a schedule.
     pub scrub: Option<crate::config::ScrubSchedule>,
     /// Serve Prometheus metrics here.
@@ -194,7 +197,10 @@ impl Daemon {
             let (st, stop) = (d.state.clone(), sender_stop.clone());
             let counters = d.alert_counters.clone();
             tracing::info!(?cfg, "alerts enabled");
-            std::thread::spawn(move || crate::alerts::sender(st, cfg, stop, counters))
+            let (from, path) = (st.clone(), opts.config.clone());
+            let reload: crate::alerts::Reload =
+                Box::new(move || Ok(crate::config::Config::load(&from, path.as_deref())?.alerts));
+            std::thread::spawn(move || crate::alerts::sender(st, cfg, reload, stop, counters))
         });
         tracing::info!(socket = %sock.display(), pid = std::process::id(), "daemon listening");
         // Each array on its own: one that cannot start never keeps the

@@ -1,30 +1,30 @@
 //! Alerts: email straight to an SMTP server (no local MTA), through an
-//! on-disk queue that survives a down server and a daemon restart, plus an
-//! optional program hook per event (like mdadm's PROGRAM).
+//! on-disk queue that survives a down server and a daemon restart
+//! (`queue`), plus an optional program hook per event (like mdadm's
+//! PROGRAM).
 //!
-//! Delivery: each event worth alerting is written to STATE_DIR/alerts/queue
-//! before anything is sent. A sender thread waits a short coalescing window,
-//! then mails all queued events of an array in one message (a flapping member
-//! makes one message, not a storm) and deletes them once the server accepted
-//! it; on failure it retries with exponential backoff. A crash between the
-//! server's acceptance and the deletion can repeat one message; nothing is
-//! dropped.
+//! Delivery: each event worth alerting is queued before anything is sent;
+//! a sender thread mails an array's queued events in one message (a
+//! flapping member makes one message, not a storm), to each recipient on
+//! its own, and retries what did not go with exponential backoff.
 
 use crate::error::{CliError, Result};
 use crate::eventlog::EventRecord;
-use crate::registry::StateDir;
-use lettre::message::header::ContentType;
-use lettre::message::Mailbox;
+use lettre::address::Envelope;
+use lettre::message::{Mailbox, SinglePart};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{Message, SmtpTransport, Transport};
+pub use queue::{enqueue, queue_is_empty, queue_len, sender, Reload};
 use raid_core::array::Severity;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+mod queue;
+
 /// How to reach the SMTP server.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum Security {
     /// Plain connection upgraded with STARTTLS; refuses if the server
@@ -179,27 +179,153 @@ impl AlertConfig {
         Ok((from, to))
     }
 
-    /// Sends one message; returns the server's answer.
-    pub fn send(&self, subject: &str, body: &str) -> Result<String> {
-        let (from, to) = self.addresses()?;
+    /// Sends one message to each of `to` and says what became of each.
+    /// One transaction for all first; where the server refuses it for
+    /// good, one per recipient, so that one address it refuses (a mailbox
+    /// gone, 550) does not keep the message from the others (a
+    /// transaction is all or nothing). Where the server cannot be reached
+    /// or refuses the login, every recipient shares that answer. The
+    /// headers name every recipient of the settings, `to` or not.
+    pub fn send_each(&self, to: &[String], subject: &str, body: &str) -> Result<Vec<Delivery>> {
+        let (from, all) = self.addresses()?;
         let mut b = Message::builder()
-            .from(from)
+            .from(from.clone())
             .subject(subject)
-            .header(ContentType::TEXT_PLAIN);
-        for t in to {
-            b = b.to(t);
+            // Some receiving servers refuse mail without an id (Gmail's
+            // MX among them) and filters score it as spam.
+            .message_id(None);
+        for m in all {
+            b = b.to(m);
         }
+        let rcpts = to
+            .iter()
+            .map(|t| {
+                t.parse::<Mailbox>()
+                    .map(|m| m.email)
+                    .map_err(|e| CliError::usage(format!("recipient '{t}': {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // `singlepart` sets MIME-Version beside the Content-Type and the
+        // transfer encoding, as RFC 2045 asks.
         let msg = b
-            .body(body.to_string())
+            .singlepart(SinglePart::plain(body.to_string()))
             .map_err(|e| CliError::failed(format!("building the message: {e}")))?;
+        let bytes = msg.formatted();
         let t = self.transport()?;
-        match t.send(&msg) {
-            Ok(r) => Ok(format!(
+        let sent = |r: lettre::transport::smtp::response::Response| {
+            Outcome::Sent(format!(
                 "{} {}",
                 r.code(),
                 r.message().collect::<Vec<_>>().join(" ")
-            )),
-            Err(e) => Err(CliError::failed(explain(&e, self))),
+            ))
+        };
+        let everyone = |outcome: Outcome| {
+            to.iter()
+                .map(|t| Delivery {
+                    to: t.clone(),
+                    outcome: outcome.clone(),
+                })
+                .collect()
+        };
+        if to.len() > 1 {
+            let envelope = Envelope::new(Some(from.email.clone()), rcpts.clone())
+                .map_err(|e| CliError::failed(format!("envelope: {e}")))?;
+            match t.send_raw(&envelope, &bytes) {
+                Ok(r) => return Ok(everyone(sent(r))),
+                Err(e) => match explain(&e, self, &to.join(", ")) {
+                    Outcome::Refused(_) => {}
+                    o => return Ok(everyone(o)),
+                },
+            }
+        }
+        let mut out: Vec<Delivery> = Vec::new();
+        for (addr, rcpt) in to.iter().zip(rcpts) {
+            if let Some(shared) = out.iter().find(|d| d.outcome.shared()) {
+                out.push(Delivery {
+                    to: addr.clone(),
+                    outcome: shared.outcome.clone(),
+                });
+                continue;
+            }
+            let envelope = Envelope::new(Some(from.email.clone()), vec![rcpt])
+                .map_err(|e| CliError::failed(format!("envelope to {addr}: {e}")))?;
+            let outcome = match t.send_raw(&envelope, &bytes) {
+                Ok(r) => sent(r),
+                Err(e) => explain(&e, self, addr),
+            };
+            out.push(Delivery {
+                to: addr.clone(),
+                outcome,
+            });
+        }
+        Ok(out)
+    }
+
+    /// A fingerprint of what decides whether a message goes: the server,
+    /// the login (the password too, read where it lives) and the sender.
+    /// A recipient the server refused is tried again only once this
+    /// changes. Kept in memory only.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (
+            &self.smtp_host,
+            self.port(),
+            self.security,
+            &self.username,
+            self.password().ok().flatten(),
+            &self.ca_file,
+            &self.from,
+        )
+            .hash(&mut h);
+        h.finish()
+    }
+}
+
+/// What became of a message for one recipient.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    pub to: String,
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    /// Accepted: the server's answer.
+    Sent(String),
+    /// Refused for good (a 5xx answer): trying again with the same
+    /// settings gets the same answer.
+    Refused(String),
+    /// Not sent this time (the server down or slow, a 4xx answer): to be
+    /// tried again.
+    Failed(String),
+    /// Not sent, for a reason that holds for every recipient (no
+    /// connection, the login refused): to be tried again, once the
+    /// settings change where the login was refused.
+    FailedForAll { why: String, permanent: bool },
+}
+
+impl Outcome {
+    fn shared(&self) -> bool {
+        matches!(self, Outcome::FailedForAll { .. })
+    }
+
+    /// Whether trying again with the same settings can go otherwise.
+    pub fn permanent(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Refused(_)
+                | Outcome::FailedForAll {
+                    permanent: true,
+                    ..
+                }
+        )
+    }
+
+    pub fn why(&self) -> &str {
+        match self {
+            Outcome::Sent(s) | Outcome::Refused(s) | Outcome::Failed(s) => s,
+            Outcome::FailedForAll { why, .. } => why,
         }
     }
 }
@@ -207,43 +333,54 @@ impl AlertConfig {
 /// How long the mail server may take to answer each step.
 const SMTP_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Turns lettre's error into what the operator should check.
-fn explain(e: &lettre::transport::smtp::Error, c: &AlertConfig) -> String {
+/// Turns lettre's error for the message to `to` into what the operator
+/// should check.
+fn explain(e: &lettre::transport::smtp::Error, c: &AlertConfig, to: &str) -> Outcome {
     let text = e.to_string();
     let server = format!("{}:{}", c.smtp_host, c.port());
     if e.is_permanent() && (text.contains("535") || text.to_lowercase().contains("auth")) {
-        return format!(
-            "SMTP server {server} refused the login for user '{}': {text} (check the password in {})",
-            c.username.as_deref().unwrap_or(""),
-            c.password_file.as_ref().map(|p| p.display().to_string()).or(c.password_env.as_ref().map(|v| format!("${v}"))).unwrap_or_default()
-        );
+        return Outcome::FailedForAll {
+            why: format!(
+                "SMTP server {server} refused the login for user '{}': {text} (check the password in {})",
+                c.username.as_deref().unwrap_or(""),
+                c.password_file.as_ref().map(|p| p.display().to_string()).or(c.password_env.as_ref().map(|v| format!("${v}"))).unwrap_or_default()
+            ),
+            permanent: true,
+        };
     }
-    if e.is_permanent() || e.is_transient() {
-        // Which recipients, as the server's answer may not say.
-        return format!(
-            "SMTP server {server} refused the message to {}: {text}",
-            c.to.join(", ")
-        );
+    if e.is_permanent() {
+        return Outcome::Refused(format!(
+            "SMTP server {server} refused the message to {to}: {text} (check the address, or take it out of `to`)"
+        ));
+    }
+    if e.is_transient() {
+        return Outcome::Failed(format!(
+            "SMTP server {server} put off the message to {to}: {text}"
+        ));
     }
     // A read that waited its whole timeout shows as EAGAIN ("Resource
     // temporarily unavailable"): said as what it is.
     let io = std::error::Error::source(e)
         .and_then(|s| s.downcast_ref::<std::io::Error>())
         .map(|io| io.kind());
-    if e.is_timeout()
+    let why = if e.is_timeout()
         || matches!(
             io,
             Some(std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
-        )
-    {
-        return format!(
+        ) {
+        format!(
             "SMTP server {server} did not answer within {} s: is it up and reachable, and is the port ({}) and security ({:?}) right?",
             SMTP_TIMEOUT.as_secs(),
             c.port(),
             c.security
-        );
+        )
+    } else {
+        format!("cannot deliver through {server} ({:?}): {text}", c.security)
+    };
+    Outcome::FailedForAll {
+        why,
+        permanent: false,
     }
-    format!("cannot deliver through {server} ({:?}): {text}", c.security)
 }
 
 /// The subject and body of a message about some events of one array.
@@ -309,22 +446,6 @@ pub fn compose(events: &[EventRecord]) -> (String, String) {
     }
     body.push_str("\n-- raidctl\n");
     (subject, body)
-}
-
-fn queue_dir(st: &StateDir) -> PathBuf {
-    st.root.join("alerts").join("queue")
-}
-
-/// Puts an event in the outgoing queue (durably, before any send).
-pub fn enqueue(st: &StateDir, r: &EventRecord, seq: u64) -> Result<()> {
-    let dir = queue_dir(st);
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| CliError::failed(format!("{}: {e}", dir.display())))?;
-    let p = dir.join(format!("{:020}-{seq:06}.json", r.unix));
-    let tmp = p.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec(r).unwrap())
-        .and_then(|_| std::fs::rename(&tmp, &p))
-        .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))
 }
 
 /// Runs the event hook, one event at a time and in the events' order, on
@@ -422,108 +543,6 @@ pub fn run_hook(hook: &Path, r: &EventRecord) {
 
 /// How long an event hook may run.
 const HOOK_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// How many alerts wait to go out.
-pub fn queue_len(st: &StateDir) -> usize {
-    std::fs::read_dir(queue_dir(st))
-        .map(|d| {
-            d.flatten()
-                .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-                .count()
-        })
-        .unwrap_or(0)
-}
-
-/// Whether alerts are still waiting to go out.
-pub fn queue_is_empty(st: &StateDir) -> bool {
-    std::fs::read_dir(queue_dir(st))
-        .map(|d| {
-            !d.flatten()
-                .any(|e| e.path().extension().is_some_and(|x| x == "json"))
-        })
-        .unwrap_or(true)
-}
-
-/// The sender: drains the queue until `stop`, with backoff on failure.
-pub fn sender(
-    st: StateDir,
-    cfg: AlertConfig,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    counters: std::sync::Arc<crate::daemon::AlertCounters>,
-) {
-    use std::sync::atomic::Ordering;
-    let mut backoff = Duration::from_secs(1);
-    let mut next_try = Instant::now();
-    let window = Duration::from_secs(cfg.coalesce_seconds);
-    while !stop.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(200));
-        if Instant::now() < next_try {
-            continue;
-        }
-        let mut files: Vec<PathBuf> = std::fs::read_dir(queue_dir(&st))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
-            .collect();
-        if files.is_empty() {
-            continue;
-        }
-        files.sort();
-        let events: Vec<(PathBuf, EventRecord)> = files
-            .into_iter()
-            .filter_map(|p| {
-                let r = std::fs::read(&p).ok().and_then(|b| serde_json::from_slice(&b).ok());
-                if r.is_none() {
-                    tracing::error!(file = %p.display(), "unreadable queued alert; moving it aside");
-                    let _ = std::fs::rename(&p, p.with_extension("bad"));
-                }
-                r.map(|r| (p, r))
-            })
-            .collect();
-        // Wait for the coalescing window after the oldest event.
-        let oldest = events.iter().map(|(_, r)| r.unix).min().unwrap_or(0);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        if now < oldest + window.as_secs() {
-            continue;
-        }
-        let mut arrays: Vec<String> = events.iter().map(|(_, r)| r.array.clone()).collect();
-        arrays.dedup();
-        arrays.sort();
-        arrays.dedup();
-        let mut failed = false;
-        for a in arrays {
-            let batch: Vec<&(PathBuf, EventRecord)> =
-                events.iter().filter(|(_, r)| r.array == a).collect();
-            let records: Vec<EventRecord> = batch.iter().map(|(_, r)| r.clone()).collect();
-            let (subject, body) = compose(&records);
-            match cfg.send(&subject, &body) {
-                Ok(answer) => {
-                    counters.sent.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(array = %a, events = records.len(), "alert sent: {answer}");
-                    for (p, _) in batch {
-                        let _ = std::fs::remove_file(p);
-                    }
-                }
-                Err(e) => {
-                    counters.send_failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(array = %a, "alert not sent, will retry in {backoff:?}: {e}");
-                    failed = true;
-                }
-            }
-        }
-        if failed {
-            next_try = Instant::now() + backoff;
-            backoff = (backoff * 2).min(Duration::from_secs(60));
-        } else {
-            backoff = Duration::from_secs(1);
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -92,7 +92,13 @@ fn a_mount_left_by_a_killed_daemon_is_cleared_or_named() {
     std::fs::create_dir_all(&mnt).unwrap();
     run_ok(Command::new("mount").arg(&dev2).arg(&mnt));
     w.kill_daemon();
-    w.ok(&["start", "pd"]);
+    // The start names the filesystem whose I/O now fails.
+    let out = w.ok(&["start", "pd"]);
+    assert!(
+        out.contains("left by a daemon")
+            && out.contains(&format!("{dev2} mounted on {}", mnt.display())),
+        "{out}"
+    );
     // A filesystem still mounted on it: refused, with the commands.
     let (code, _, err) = w.code(&["mount", "pd", "--loop"]);
     assert_eq!(code, 4, "{err}");
@@ -186,4 +192,22 @@ fn a_mount_left_by_a_killed_daemon_is_cleared_or_named() {
         let (code, _, err) = w.code(&[cmd, "pd"]);
         assert_eq!(code, 4, "{cmd} again: {err}");
     }
+    // A mount in a folder of the operator's choosing: the start names it
+    // too (it looked in the default folder only).
+    let own = w.dir.join("own-place");
+    std::fs::create_dir_all(&own).unwrap();
+    w.ok(&["start", "pd"]);
+    w.ok(&["mount", "pd", "--dir", s(&own)]);
+    w.kill_daemon();
+    let out = w.ok(&["start", "pd"]);
+    assert!(
+        out.contains(&format!(
+            "{} is a FUSE mount left by a daemon",
+            own.display()
+        )),
+        "{out}"
+    );
+    w.ok(&["unmount", "pd"]);
+    assert!(!mounted(&own), "{} still mounted", own.display());
+    w.ok(&["stop", "pd"]);
 }

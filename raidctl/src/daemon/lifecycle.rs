@@ -352,9 +352,9 @@ impl Daemon {
         self.arrays.lock().insert(name.to_string(), served.clone());
         starting.started();
         self.kick_rebuild(&served);
-        notes.extend(crate::fuse::place::dead_note(
+        notes.extend(crate::fuse::place::dead_notes(
+            &array,
             &self.default_mount_dir(name),
-            name,
         ));
         if let Some((slot, new)) = self.unfinished_hot_replace(name, &array) {
             let reason = "the daemon ended before the copy was complete (killed, or the host went down): the old member stays; replace again to restart it".to_string();

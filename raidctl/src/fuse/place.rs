@@ -82,14 +82,41 @@ fn check_live(dir: &Path) -> Result<(), String> {
     }
 }
 
-/// A note when `dir` is a mount left by a daemon that died, for `start`.
-pub fn dead_note(dir: &Path, name: &str) -> Option<String> {
-    is_dead(dir).then(|| {
-        format!(
-            "{} is a FUSE mount left by a daemon that ended without unmounting (killed?): nothing serves it; raidctl unmount {name} (or mount {name}) clears it",
-            dir.display()
-        )
-    })
+/// Notes for `start`: the mounts of `array` (wherever they were made, and
+/// `default_dir`) left by a daemon that died, each with what to do. A
+/// filesystem mounted on such a mount's loop device fails every I/O until
+/// it is unmounted.
+pub fn dead_notes(array: &raid_core::array::Array, default_dir: &Path) -> Vec<String> {
+    let name = array.name();
+    let source = source_of(array);
+    let mut dirs: Vec<PathBuf> = mounts()
+        .into_iter()
+        .filter(|(d, t)| t.source == source && is_dead(d))
+        .map(|(d, _)| d)
+        .collect();
+    if is_dead(default_dir) && !dirs.iter().any(|d| d == default_dir) {
+        dirs.push(default_dir.to_path_buf());
+    }
+    dirs.iter()
+        .map(|d| {
+            let mounted: Vec<String> = loops_under(d)
+                .iter()
+                .filter_map(|l| super::mounted_at(l).map(|mp| format!("{l} mounted on {mp}")))
+                .collect();
+            let what = if mounted.is_empty() {
+                format!("raidctl unmount {name} (or mount {name}) clears it")
+            } else {
+                format!(
+                    "its loop device is still in use ({}), and every I/O there fails: unmount that filesystem, then raidctl mount {name} clears the rest and mounts the array again",
+                    mounted.join(", ")
+                )
+            };
+            format!(
+                "{} is a FUSE mount left by a daemon that ended without unmounting (killed?): nothing serves it; {what}",
+                d.display()
+            )
+        })
+        .collect()
 }
 
 /// Whether `dir` is one of our FUSE mounts (source `raidctl:NAME`) whose
@@ -123,7 +150,7 @@ fn clear_dead(dir: &Path) -> Result<String, String> {
         steps.extend(loops.iter().map(|l| format!("losetup -d {l}")));
         steps.push(format!("umount -l {d}"));
         return Err(format!(
-            "{d} is a FUSE mount left by a daemon that ended without unmounting (killed?), and its loop device is still in use ({}): its I/O fails. Clear it, then mount again: {}",
+            "{d} is a FUSE mount left by a daemon that ended without unmounting (killed?), and its loop device is still in use ({}): its I/O fails. Unmount that filesystem (or stop what holds the device), then run this again: it clears the rest. By hand: {}",
             busy.iter()
                 .map(|(l, by)| match by.starts_with('/') {
                     true => format!("{l} mounted on {by}"),

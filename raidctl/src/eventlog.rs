@@ -6,6 +6,7 @@ use crate::error::{CliError, Result};
 use crate::registry::StateDir;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
+use std::path::Path;
 
 /// One event as logged, mailed and handed to the hook.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -172,6 +173,11 @@ pub fn record_of(
         E::MemberMissing { slot, left_out } => Some(match &member {
             Some(m) if left_out.is_some() => format!(
                 "raidctl re-add {name} {m} (copies it whole), or raidctl replace {name} {m} NEW_DEVICE"
+            ),
+            // There, yet not taken: its metadata did not read (the start's
+            // note says why). Reconnecting would change nothing.
+            Some(m) if Path::new(m).exists() => format!(
+                "raidctl examine {m} ({m} is there but was not taken at start: the start's note says why), then raidctl replace {name} {m} NEW_DEVICE"
             ),
             Some(m) => format!("reconnect {m}, or raidctl replace {name} {m} NEW_DEVICE"),
             None => format!(

@@ -825,6 +825,39 @@ fn the_next_of_a_missing_member_and_of_a_scrub_work_as_printed() {
     reads_back(&sock, "nm");
 }
 
+/// A member whose metadata no longer reads (both copies overwritten) is
+/// left out at start; its device is there, so the event's next step is not
+/// "reconnect" it (which it said) but to look at it and replace it, and
+/// the printed command works.
+#[test]
+fn the_next_of_a_member_whose_metadata_does_not_read_is_not_reconnect() {
+    let w = World::new("next3");
+    let (m, sock) = running(&w, "nz", "5", 4);
+    w.ok(&["stop", "nz"]);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&m[2])
+        .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &[0u8; 8192], 0))
+        .unwrap();
+    w.ok(&["start", "nz", "--nbd", &format!("unix:{}", sock.display())]);
+    let next = next_of(&w, "nz", "member_missing").expect("member_missing says what to do next");
+    assert!(
+        !next.starts_with("reconnect") && next.contains("is there but was not taken"),
+        "{next}"
+    );
+    let cmd = &next[next
+        .find("raidctl replace")
+        .unwrap_or_else(|| panic!("{next}"))..];
+    let new = w.sparse("nz-new.img", 16 * MIB);
+    let cmd = cmd.replace("NEW_DEVICE", s(&new));
+    let args: Vec<&str> = cmd.split_whitespace().collect();
+    w.ok(&args[1..]);
+    w.ok(&["wait", "nz"]);
+    reads_back(&sock, "nz");
+    scrub_clean(&w, "nz");
+    w.ok(&["stop", "nz"]);
+}
+
 /// A start that names its members must name all of them: one left out by
 /// mistake would run an optimal array degraded, and that member would
 /// need a resync when it came back. Refused (exit 4, metadata untouched)

@@ -366,12 +366,17 @@ fn wrong_invocations_exit_with_their_code_and_change_nothing() {
         Wrong {
             args: a(&["start", "live"]),
             code: 4,
-            says: "already running",
+            says: "then start it with --nbd",
         },
         Wrong {
             args: a(&["fail", "live", &f(3)]),
             code: 4,
             says: "is not a member of array 'live'",
+        },
+        Wrong {
+            args: a(&["fail", "live", s(&missing)]),
+            code: 3,
+            says: "does not exist, and no member of array 'live' is named so",
         },
         Wrong {
             // An active member as the new device: it is already in the

@@ -43,9 +43,17 @@ impl Daemon {
             name: name.to_string(),
             lock: None,
         };
-        if self.arrays.lock().contains_key(name) {
+        if let Some(served) = self.arrays.lock().get(name) {
+            // Said with what it serves: a start after a crash without
+            // --nbd serves no export, and a second start with --nbd is
+            // refused here.
+            let exports: Vec<String> = served.exports.lock().iter().map(|e| e.describe()).collect();
+            let serving = match exports.is_empty() {
+                true => "no NBD export".to_string(),
+                false => exports.join(", "),
+            };
             return Err(CliError::refused(format!(
-                "array '{name}' is already running"
+                "array '{name}' is already running (serving {serving}): nothing was changed. To serve it on another export, stop it (raidctl stop {name}), then start it with --nbd"
             )));
         }
         match self.state.hold_name(name, false) {

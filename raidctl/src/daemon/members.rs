@@ -31,9 +31,16 @@ impl Daemon {
             return Ok(i);
         }
         let name = s.array.name();
+        // No such file is "not found" (exit 3), as the exit codes say; a
+        // network member's name is no path.
+        let p = path.display().to_string();
+        if !p.contains("://") && !path.exists() {
+            return Err(CliError::not_found(format!(
+                "{p} does not exist, and no member of array '{name}' is named so (raidctl status {name} lists them)"
+            )));
+        }
         Err(CliError::refused(format!(
-            "{} is not a member of array '{name}' (raidctl status {name} lists them)",
-            path.display()
+            "{p} is not a member of array '{name}' (raidctl status {name} lists them)"
         )))
     }
 

@@ -423,7 +423,11 @@ pub fn compose(events: &[EventRecord]) -> (String, String) {
         "Host: {}\nArray: {}\nArray state: {}\n\n",
         first.host, first.array, state
     );
-    for e in events {
+    // The next steps of events before the array failed were for an array
+    // that still served: a replace they name is refused now. Only the
+    // failure's own (and those after it) are given.
+    let failed_at = events.iter().rposition(|e| e.event == "array_failed");
+    for (i, e) in events.iter().enumerate() {
         body.push_str(&format!(
             "{} [{}] {}: {}\n",
             e.time, e.severity, e.event, e.message
@@ -440,8 +444,12 @@ pub fn compose(events: &[EventRecord]) -> (String, String) {
         if let Some(n) = &e.new_member {
             body.push_str(&format!("  new member: {n}\n"));
         }
-        if let Some(n) = &e.next {
-            body.push_str(&format!("  next: {n}\n"));
+        match &e.next {
+            Some(_) if failed_at.is_some_and(|f| i < f) => {
+                body.push_str("  next: see below (the array failed since)\n")
+            }
+            Some(n) => body.push_str(&format!("  next: {n}\n")),
+            None => {}
         }
     }
     body.push_str("\n-- raidctl\n");
@@ -557,10 +565,18 @@ mod tests {
         let mut array = member.clone();
         array.event = "array_failed".into();
         array.array_state = "failed".into();
-        let (subject, _) = compose(&[member.clone(), array]);
+        member.next = Some("raidctl replace a /dev/x NEW_DEVICE".into());
+        array.next = Some("raidctl stop a; ...".into());
+        let (subject, body) = compose(&[member.clone(), array]);
         assert!(
             subject.contains("failed: array failed (critical) (+1 more)"),
             "{subject}"
+        );
+        // The member's step (a replace, refused on a failed array) is not
+        // given; the failure's is.
+        assert!(
+            !body.contains("raidctl replace") && body.contains("next: raidctl stop a"),
+            "{body}"
         );
         let (subject, _) = compose(&[member]);
         assert!(

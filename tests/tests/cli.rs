@@ -947,3 +947,49 @@ fn create_force_says_what_it_overwrote() {
         "{out}"
     );
 }
+
+/// A create that zeroes its members (not --sparse) shows the zeroing's
+/// progress on a terminal: on a device that cannot zero by itself that is
+/// every byte written, minutes on large drives, and create said nothing
+/// until the end. Without a terminal, no progress line. Members on tmpfs,
+/// which takes no hole punch in an allocated file: zeros are written.
+#[test]
+fn create_shows_the_zeroing_on_a_terminal() {
+    let Some(w) = World::in_memory("zprog") else {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    };
+    let m = w.sparse_members("z", 4, 768 * MIB);
+    let p: Vec<&str> = m.iter().map(|p| s(p)).collect();
+    let line = format!(
+        "{} create zt --level 5 {}",
+        raid_e2e::raidctl_path().display(),
+        p.join(" ")
+    );
+    let Ok(o) = std::process::Command::new("script")
+        .args(["-qefc", &line, "/dev/null"])
+        .env("RAIDCTL_STATE_DIR", w.state())
+        .env("RAIDCTL_LOG", "warn")
+        .output()
+    else {
+        eprintln!("skipped: no `script` (util-linux) to give the command a terminal");
+        return;
+    };
+    let tty = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{tty}");
+    let drawn = tty
+        .rfind("zeroing the members' data areas: ")
+        .unwrap_or_else(|| panic!("no progress: {tty:?}"));
+    let cleared = tty.rfind("\r\x1b[K").expect("a cleared line");
+    assert!(cleared > drawn, "the line is not cleared: {tty:?}");
+    assert!(tty.contains("created raid5 'zt'"), "{tty}");
+    // No terminal: the report only.
+    let out = w.ok(&[
+        "create", "zt", "--force", "--level", "5", p[0], p[1], p[2], p[3],
+    ]);
+    assert!(!out.contains("zeroing the members"), "{out}");
+    // Zeroed: a fresh array reads zeros and its parity agrees.
+    w.ok(&["start", "zt"]);
+    w.ok(&["scrub", "zt"]);
+    w.ok(&["stop", "zt"]);
+}

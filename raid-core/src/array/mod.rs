@@ -373,15 +373,22 @@ impl Array {
         spares: Vec<MemberRef>,
         opts: CreateOptions,
     ) -> Result<Array> {
+        Array::create_with_progress(members, spares, opts, &|_, _| {})
+    }
+
+    /// `create`, calling `progress(bytes zeroed, bytes to zero)` as the
+    /// data areas are zeroed: where a device cannot zero by itself (no
+    /// hole punch, no write-zeroes), that is every byte written, minutes
+    /// on large drives.
+    pub fn create_with_progress(
+        members: Vec<MemberRef>,
+        spares: Vec<MemberRef>,
+        opts: CreateOptions,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<Array> {
         let geo = Array::check_create(&members, &spares, &opts)?;
         if opts.level != Level::Raid0 {
-            for m in &members {
-                m.write_zeroes(DATA_OFFSET, geo.member_size)
-                    .map_err(|e| ArrayError::Member {
-                        member: m.identity().into(),
-                        source: e,
-                    })?;
-            }
+            zero_data_areas(&members, geo.member_size, progress)?;
         }
         let slots: Vec<Slot> = members
             .into_iter()
@@ -784,4 +791,51 @@ impl Array {
     pub fn closed_clean(&self) -> bool {
         self.meta.lock().clean
     }
+}
+
+/// Bytes a member's data area is zeroed in at a time, so that progress is
+/// seen and a failure stops the others soon.
+const ZERO_STEP: u64 = 256 << 20;
+
+/// Zeroes the first `len` bytes of every member's data area, the members
+/// side by side (one thread each: each drive zeroes its own, and where
+/// zeros are written, they go to all drives at once), reporting the bytes
+/// done over all of them after each step.
+fn zero_data_areas(
+    members: &[MemberRef],
+    len: u64,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<()> {
+    let total = len * members.len() as u64;
+    let done = AtomicU64::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let results: Vec<Result<()>> = std::thread::scope(|sc| {
+        let threads: Vec<_> = members
+            .iter()
+            .map(|m| {
+                let (done, stop) = (&done, &stop);
+                sc.spawn(move || -> Result<()> {
+                    let mut at = 0;
+                    while at < len && !stop.load(Ordering::Acquire) {
+                        let n = (len - at).min(ZERO_STEP);
+                        if let Err(e) = m.write_zeroes(DATA_OFFSET + at, n) {
+                            stop.store(true, Ordering::Release);
+                            return Err(ArrayError::Member {
+                                member: m.identity().into(),
+                                source: e,
+                            });
+                        }
+                        at += n;
+                        progress(done.fetch_add(n, Ordering::AcqRel) + n, total);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    results.into_iter().collect()
 }

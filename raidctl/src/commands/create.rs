@@ -170,7 +170,12 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     // The array holds the members from here: the allocation's handles go.
     drop((m_files, s_files));
     let uneven = uneven_sizes(&m);
-    let array = Array::create(m, s, opts)?;
+    let array = {
+        let line = ProgressLine::new(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        let r = Array::create_with_progress(m, s, opts, &|done, total| line.draw(done, total));
+        line.clear();
+        r?
+    };
     array.close()?;
     let g = array.geometry();
     st.save(&ArrayRecord {
@@ -328,4 +333,52 @@ fn uneven_sizes(members: &[MemberRef]) -> Option<String> {
             status::human_bytes(max - min)
         )
     })
+}
+
+/// The zeroing's progress on one line of stderr, where stderr is a
+/// terminal: drawn from a second on, at most twice a second, cleared at
+/// the end. Without a terminal (a script, cron) nothing is drawn.
+struct ProgressLine {
+    shown: bool,
+    began: std::time::Instant,
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl ProgressLine {
+    fn new(shown: bool) -> ProgressLine {
+        ProgressLine {
+            shown,
+            began: std::time::Instant::now(),
+            last: std::sync::Mutex::new(None),
+        }
+    }
+
+    fn draw(&self, done: u64, total: u64) {
+        let now = std::time::Instant::now();
+        if !self.shown || now - self.began < std::time::Duration::from_secs(1) || total == 0 {
+            return;
+        }
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|l| now - l < std::time::Duration::from_millis(500)) {
+            return;
+        }
+        *last = Some(now);
+        eprint!(
+            "\r\x1b[Kzeroing the members' data areas: {:.0}% ({} of {})",
+            done as f64 * 100.0 / total as f64,
+            status::human_bytes(done),
+            status::human_bytes(total)
+        );
+    }
+
+    fn clear(&self) {
+        if self
+            .last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+        {
+            eprint!("\r\x1b[K");
+        }
+    }
 }

@@ -294,10 +294,15 @@ fn wait_returns_when_no_rebuild_is_pending_and_says_how_it_ended() {
     let w = World::new("wait");
     let (m, sock) = running(&w, "wt", "5", 3);
     w.ok(&["fail", "wt", s(&m[1])]);
-    // Degraded with nothing to rebuild onto: wait ends at once, non-zero.
-    let (code, _, err) = w.code(&["wait", "wt", "--timeout", "30"]);
+    // Degraded with nothing to rebuild onto: wait ends at once, non-zero,
+    // and says so as an outcome (what to do next), not as an error.
+    let (code, out, err) = w.code(&["wait", "wt", "--timeout", "30"]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("degraded"), "{err}");
+    assert!(
+        out.contains("wt: degraded, no rebuild pending") && out.contains("raidctl replace wt"),
+        "{out}"
+    );
+    assert!(!err.contains("error"), "{err}");
     let new = w.sparse("new.img", 16 * MIB);
     w.ok(&["replace", "wt", s(&m[1]), s(&new)]);
     // Returns 0 only once the rebuild is done.

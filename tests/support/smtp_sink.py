@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """A real SMTP server on loopback for the alert tests (Debian's python3-aiosmtpd).
 
-Usage: smtp_sink.py PORT OUTDIR [--tls CERT KEY] [--auth USER PASSWORD] [--reject ADDR]
+Usage: smtp_sink.py PORT OUTDIR [--tls CERT KEY] [--auth USER PASSWORD] [--reject ADDR] [--defer ADDR]
 
 Every message it accepts is written to OUTDIR/N.eml, its envelope's
 recipients to OUTDIR/N.rcpt (one per line). With --reject it answers 550
-to RCPT TO:<ADDR>, as a server does for a mailbox that is gone. With --tls it offers
+to RCPT TO:<ADDR> (with a text that says "authorized", as a relay refusal
+does); with --defer, 452 (a mailbox that is full, for now). With --tls it offers
 STARTTLS and requires it before MAIL; with --auth it requires a login with
 that user and password. Prints "ready" once listening; runs until killed.
 """
@@ -19,14 +20,17 @@ from aiosmtpd.smtp import AuthResult, LoginPassword
 
 
 class Sink:
-    def __init__(self, outdir, reject=None):
+    def __init__(self, outdir, reject=None, defer=None):
         self.outdir = outdir
         self.reject = reject
+        self.defer = defer
         self.n = 0
 
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         if address == self.reject:
-            return "550 5.1.1 mailbox unavailable"
+            return "550 5.7.1 relaying to this address not authorized"
+        if address == self.defer:
+            return "452 4.2.2 mailbox full"
         envelope.rcpt_tos.append(address)
         return "250 OK"
 
@@ -64,7 +68,8 @@ def main():
         kw["auth_required"] = True
         kw["auth_require_tls"] = "--tls" in args
     reject = args[args.index("--reject") + 1] if "--reject" in args else None
-    c = Controller(Sink(outdir, reject), hostname="127.0.0.1", port=port, server_hostname="localhost", **kw)
+    defer = args[args.index("--defer") + 1] if "--defer" in args else None
+    c = Controller(Sink(outdir, reject, defer), hostname="127.0.0.1", port=port, server_hostname="localhost", **kw)
     c.start()
     print("ready", flush=True)
     try:

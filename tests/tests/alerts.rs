@@ -361,11 +361,13 @@ fn queued(w: &World) -> usize {
         .unwrap_or(0)
 }
 
-/// One address the server refuses for good (a mailbox gone) does not keep
-/// the alert from the others, nor is the alert sent again and again: a
-/// refused transaction is all or nothing, so the daemon then sends to each
+/// One address the server refuses for good does not keep the alert from
+/// the others, nor is the alert sent again and again: a refused
+/// transaction is all or nothing, so the daemon then sends to each
 /// recipient on its own. It used to retry the whole message every minute,
-/// for ever, and nobody got the drive failure.
+/// for ever, and nobody got the drive failure. The refusal's text says
+/// "authorized", as a relay refusal does: it is no login failure (which
+/// would hold for every recipient).
 #[test]
 fn a_refused_recipient_does_not_keep_the_alert_from_the_others() {
     let w = World::new("rcpt");
@@ -445,7 +447,7 @@ fn a_fixed_setting_reaches_the_alerts_already_queued() {
     let (code, out, _) = w.code(&["alert", "test"]);
     assert_eq!(code, 1);
     assert!(
-        out.contains("queued") && out.contains("reads these settings again"),
+        out.contains("queued") && out.contains("reads its config again"),
         "{out}"
     );
     let port = free_port();
@@ -459,4 +461,31 @@ fn a_fixed_setting_reaches_the_alerts_already_queued() {
     );
     assert!(msgs[0].contains("member failed"), "{}", msgs[0]);
     w.ok(&["stop", "refixarr"]);
+}
+
+/// A mailbox full for now (452) is retried, and meanwhile the others have
+/// the alert, once: the refused transaction is all or nothing, so a
+/// refusal for now of one recipient used to hold the alert from everyone.
+#[test]
+fn a_full_mailbox_does_not_keep_the_alert_from_the_others() {
+    let w = World::new("full");
+    let port = free_port();
+    let sink = Sink::start(
+        port,
+        &w.dir.join("mail"),
+        &["--defer", "oncall@example.com"],
+    );
+    write_config(&w, port, "security = \"plain\"\n");
+    let m = array(&w, "fullarr");
+    w.ok(&["start", "fullarr"]);
+    w.ok(&["fail", "fullarr", m[1].to_str().unwrap()]);
+    let msgs = sink.wait_for(1, 30);
+    assert_eq!(msgs.len(), 1, "{msgs:#?}");
+    assert!(msgs[0].contains("member failed"), "{}", msgs[0]);
+    assert_eq!(sink.rcpts(0), ["ops@example.com"]);
+    // Still owed to the full mailbox, retried: no copy to the other.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(sink.messages().len(), 1, "sent again to ops");
+    assert!(queued(&w) >= 1, "given up on the full mailbox");
+    w.ok(&["stop", "fullarr"]);
 }

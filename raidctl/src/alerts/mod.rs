@@ -232,8 +232,11 @@ impl AlertConfig {
                 .map_err(|e| CliError::failed(format!("envelope: {e}")))?;
             match t.send_raw(&envelope, &bytes) {
                 Ok(r) => return Ok(everyone(sent(r))),
+                // An answer of the server's, for good or for now: maybe
+                // about one recipient (a transaction stops at the first
+                // refused), so each is tried on its own.
                 Err(e) => match explain(&e, self, &to.join(", ")) {
-                    Outcome::Refused(_) => {}
+                    Outcome::Refused(_) | Outcome::Failed(_) => {}
                     o => return Ok(everyone(o)),
                 },
             }
@@ -338,25 +341,35 @@ const SMTP_TIMEOUT: Duration = Duration::from_secs(20);
 fn explain(e: &lettre::transport::smtp::Error, c: &AlertConfig, to: &str) -> Outcome {
     let text = e.to_string();
     let server = format!("{}:{}", c.smtp_host, c.port());
-    if e.is_permanent() && (text.contains("535") || text.to_lowercase().contains("auth")) {
-        return Outcome::FailedForAll {
-            why: format!(
-                "SMTP server {server} refused the login for user '{}': {text} (check the password in {})",
-                c.username.as_deref().unwrap_or(""),
-                c.password_file.as_ref().map(|p| p.display().to_string()).or(c.password_env.as_ref().map(|v| format!("${v}"))).unwrap_or_default()
-            ),
-            permanent: true,
-        };
-    }
-    if e.is_permanent() {
-        return Outcome::Refused(format!(
-            "SMTP server {server} refused the message to {to}: {text} (check the address, or take it out of `to`)"
-        ));
-    }
-    if e.is_transient() {
-        return Outcome::Failed(format!(
-            "SMTP server {server} put off the message to {to}: {text}"
-        ));
+    // Decided by the reply code, never by its text (an address or a
+    // relay refusal may well say "auth").
+    match e.status().map(u16::from) {
+        // Authentication required, too weak, or refused (RFC 4954).
+        Some(530 | 534 | 535 | 538) => {
+            return Outcome::FailedForAll {
+                why: match &c.username {
+                    Some(u) => format!(
+                        "SMTP server {server} refused the login for user '{u}': {text} (check the password in {})",
+                        c.password_file.as_ref().map(|p| p.display().to_string()).or(c.password_env.as_ref().map(|v| format!("${v}"))).unwrap_or_default()
+                    ),
+                    None => format!(
+                        "SMTP server {server} asks for a login: {text} (set username and password_file in [alerts])"
+                    ),
+                },
+                permanent: true,
+            }
+        }
+        Some(code) if code >= 500 => {
+            return Outcome::Refused(format!(
+                "SMTP server {server} refused the message to {to}: {text} (where it names the address: check it, or take it out of `to`)"
+            ))
+        }
+        Some(_) => {
+            return Outcome::Failed(format!(
+                "SMTP server {server} put off the message to {to}: {text}"
+            ))
+        }
+        None => {}
     }
     // A read that waited its whole timeout shows as EAGAIN ("Resource
     // temporarily unavailable"): said as what it is.

@@ -11,13 +11,13 @@
 //! holds the message from the others nor sends them copies at every
 //! retry. An event leaves the queue once every recipient has it or
 //! refused it, and at least one has it; one that every recipient refused
-//! stays queued, untried, until the settings change.
+//! stays queued. A refusal is tried again after an hour, or once the
+//! server, the login or the sender changes.
 //!
-//! The settings are read again before each try (`reload`): a fix to the
-//! server, the login or the recipients takes effect for the alerts already
-//! queued, without a restart of the daemon (which stays up while alerts
-//! are queued). A refusal is tried again once the server, the login or
-//! the sender changes.
+//! The settings are read again every few seconds while alerts wait
+//! (`reload`): a fix to the server, the login or the recipients takes
+//! effect for the alerts already queued, without a restart of the daemon
+//! (which stays up while alerts are queued).
 //!
 //! A crash between the server's acceptance and the deletion of the file
 //! can repeat one message; nothing is dropped.
@@ -72,14 +72,31 @@ pub fn queue_is_empty(st: &StateDir) -> bool {
 /// `[alerts]` section (any more).
 pub type Reload = Box<dyn Fn() -> Result<Option<AlertConfig>> + Send>;
 
-/// Which recipients have a queued event (`true`) or refused it under the
-/// settings of `Ledger::settings` (`false`), by queue file.
+/// What became of a queued event for one recipient.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mark {
+    Had,
+    /// Refused for good, then: tried again once the settings change, or
+    /// after `RETRY_REFUSED` (a fix on the server's side: a mailbox made,
+    /// a relay allowed).
+    Refused(Instant),
+}
+
+/// How long a recipient that refused an alert for good is left alone.
+const RETRY_REFUSED: Duration = Duration::from_secs(3600);
+/// How often the settings are read again while alerts wait.
+const RELOAD_EVERY: Duration = Duration::from_secs(5);
+
+/// What became of each queued event (by its file) for each recipient, in
+/// memory: a daemon started anew may send a recipient a second copy of an
+/// alert another recipient had not yet got.
 #[derive(Default)]
 struct Ledger {
-    by_file: HashMap<PathBuf, HashMap<String, bool>>,
+    by_file: HashMap<PathBuf, HashMap<String, Mark>>,
     settings: u64,
-    /// Files already said to have reached no one.
-    said_unreached: HashSet<PathBuf>,
+    /// Files already said to have reached no one, or not to come off the
+    /// queue.
+    said: HashSet<PathBuf>,
 }
 
 impl Ledger {
@@ -88,35 +105,40 @@ impl Ledger {
         if fingerprint != self.settings {
             self.settings = fingerprint;
             for m in self.by_file.values_mut() {
-                m.retain(|_, had| *had);
+                m.retain(|_, mark| *mark == Mark::Had);
             }
-            self.said_unreached.clear();
+            self.said.clear();
         }
     }
 
-    fn owed(&self, p: &Path, to: &str) -> bool {
-        self.by_file.get(p).is_none_or(|m| !m.contains_key(to))
+    fn owed(&self, p: &Path, to: &str, now: Instant) -> bool {
+        match self.by_file.get(p).and_then(|m| m.get(to)) {
+            None => true,
+            Some(Mark::Had) => false,
+            Some(Mark::Refused(at)) => now.duration_since(*at) >= RETRY_REFUSED,
+        }
     }
 
-    fn mark(&mut self, p: &Path, to: &str, had: bool) {
+    fn mark(&mut self, p: &Path, to: &str, mark: Mark) {
         self.by_file
             .entry(p.to_path_buf())
             .or_default()
-            .insert(to.to_string(), had);
+            .insert(to.to_string(), mark);
     }
 
     /// Every recipient in `to` has it or refused it, and one has it.
     fn settled(&self, p: &Path, to: &[String]) -> bool {
         self.by_file.get(p).is_some_and(|m| {
-            to.iter().all(|t| m.contains_key(t)) && to.iter().any(|t| m.get(t) == Some(&true))
+            to.iter().all(|t| m.contains_key(t)) && to.iter().any(|t| m.get(t) == Some(&Mark::Had))
         })
     }
 
     /// Every recipient in `to` refused it.
     fn unreached(&self, p: &Path, to: &[String]) -> bool {
-        self.by_file
-            .get(p)
-            .is_some_and(|m| to.iter().all(|t| m.get(t) == Some(&false)))
+        self.by_file.get(p).is_some_and(|m| {
+            to.iter()
+                .all(|t| matches!(m.get(t), Some(Mark::Refused(_))))
+        })
     }
 }
 
@@ -135,18 +157,38 @@ pub fn sender(
         settings: cfg.fingerprint(),
         ..Ledger::default()
     };
+    let mut last_reload = Instant::now();
     // The last complaint about the config, said once.
     let mut said_of_config: Option<String> = None;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(200));
-        if Instant::now() < next_try {
+        let now = Instant::now();
+        if now < next_try {
             continue;
         }
         let files = queued(&st);
         ledger.by_file.retain(|p, _| files.contains(p));
-        ledger.said_unreached.retain(|p| files.contains(p));
+        ledger.said.retain(|p| files.contains(p));
         if files.is_empty() {
             continue;
+        }
+        if now.duration_since(last_reload) >= RELOAD_EVERY {
+            last_reload = now;
+            let complaint = match reload() {
+                Ok(Some(c)) => {
+                    cfg = c;
+                    None
+                }
+                Ok(None) => Some("the config has no [alerts] section any more".to_string()),
+                Err(e) => Some(e.msg),
+            };
+            if complaint != said_of_config {
+                if let Some(c) = &complaint {
+                    tracing::warn!("alert settings not read again ({c}): the queued alerts are tried with the settings read before");
+                }
+                said_of_config = complaint;
+            }
+            ledger.settings_are(cfg.fingerprint());
         }
         let events: Vec<(PathBuf, EventRecord)> = files
             .into_iter()
@@ -159,31 +201,19 @@ pub fn sender(
                 r.map(|r| (p, r))
             })
             .collect();
-        // Wait for the coalescing window after the oldest event.
-        let window = Duration::from_secs(cfg.coalesce_seconds);
-        let oldest = events.iter().map(|(_, r)| r.unix).min().unwrap_or(0);
-        let now = std::time::SystemTime::now()
+        // Only what someone is owed waits for the coalescing window (an
+        // alert every recipient refused must not open it for the next).
+        let owed = |p: &Path| cfg.to.iter().any(|t| ledger.owed(p, t, now));
+        let oldest = events
+            .iter()
+            .filter(|(p, _)| owed(p))
+            .map(|(_, r)| r.unix)
+            .min();
+        let wall = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        if now < oldest + window.as_secs() {
-            continue;
-        }
-        let complaint = match reload() {
-            Ok(Some(c)) => {
-                cfg = c;
-                None
-            }
-            Ok(None) => Some("the config has no [alerts] section any more".to_string()),
-            Err(e) => Some(e.msg),
-        };
-        if complaint != said_of_config {
-            if let Some(c) = &complaint {
-                tracing::warn!("alert settings not read again ({c}): the queued alerts are tried with the settings read before");
-            }
-            said_of_config = complaint;
-        }
-        ledger.settings_are(cfg.fingerprint());
+        let due = oldest.is_some_and(|o| wall >= o + cfg.coalesce_seconds);
         let mut arrays: Vec<String> = events.iter().map(|(_, r)| r.array.clone()).collect();
         arrays.sort();
         arrays.dedup();
@@ -193,15 +223,18 @@ pub fn sender(
                 events.iter().filter(|(_, r)| r.array == a).collect();
             // Recipients owed the same events get one message.
             let mut groups: BTreeMap<Vec<usize>, Vec<String>> = BTreeMap::new();
-            for t in &cfg.to {
+            for t in cfg.to.iter().filter(|_| due) {
                 let owed: Vec<usize> = (0..batch.len())
-                    .filter(|&i| ledger.owed(&batch[i].0, t))
+                    .filter(|&i| ledger.owed(&batch[i].0, t, now))
                     .collect();
                 if !owed.is_empty() {
                     groups.entry(owed).or_default().push(t.clone());
                 }
             }
             for (owed, to) in groups {
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
                 let records: Vec<EventRecord> = owed.iter().map(|&i| batch[i].1.clone()).collect();
                 let (subject, body) = compose(&records);
                 let deliveries = match cfg.send_each(&to, &subject, &body) {
@@ -214,14 +247,16 @@ pub fn sender(
                     }
                 };
                 for d in deliveries {
-                    match &d.outcome {
+                    let mark = match &d.outcome {
                         Outcome::Sent(answer) => {
                             counters.sent.fetch_add(1, Ordering::Relaxed);
                             tracing::info!(array = %a, to = %d.to, events = records.len(), "alert sent: {answer}");
+                            Mark::Had
                         }
                         o if o.permanent() => {
                             counters.send_failures.fetch_add(1, Ordering::Relaxed);
-                            tracing::error!(array = %a, to = %d.to, "alert not sent, and not tried again for this recipient until the [alerts] settings change: {}", o.why());
+                            tracing::error!(array = %a, to = %d.to, "alert not sent, and not tried again for this recipient for an hour, or until the [alerts] settings change: {}", o.why());
+                            Mark::Refused(Instant::now())
                         }
                         o => {
                             counters.send_failures.fetch_add(1, Ordering::Relaxed);
@@ -229,19 +264,29 @@ pub fn sender(
                             failed = true;
                             continue;
                         }
-                    }
-                    let had = matches!(d.outcome, Outcome::Sent(_));
+                    };
                     for &i in &owed {
-                        ledger.mark(&batch[i].0, &d.to, had);
+                        ledger.mark(&batch[i].0, &d.to, mark);
                     }
                 }
             }
             for (p, r) in batch {
                 if ledger.settled(p, &cfg.to) {
-                    let _ = std::fs::remove_file(p);
-                    ledger.by_file.remove(p);
-                } else if ledger.unreached(p, &cfg.to) && ledger.said_unreached.insert(p.clone()) {
-                    tracing::error!(array = %a, event = %r.event, "alert refused by every recipient: it stays queued and goes out once the [alerts] settings change (the daemon reads them again before each try)");
+                    match std::fs::remove_file(p) {
+                        Ok(()) => {
+                            ledger.by_file.remove(p);
+                        }
+                        // Kept in the ledger, so not sent again (a state
+                        // folder gone read-only would otherwise have it
+                        // sent at every turn).
+                        Err(e) => {
+                            if ledger.said.insert(p.clone()) {
+                                tracing::error!(file = %p.display(), "a sent alert cannot be taken off the queue ({e}): it is not sent again while the daemon runs");
+                            }
+                        }
+                    }
+                } else if ledger.unreached(p, &cfg.to) && ledger.said.insert(p.clone()) {
+                    tracing::error!(array = %a, event = %r.event, "alert refused by every recipient: it stays queued, tried again in an hour or once the [alerts] settings change (the daemon reads them again every few seconds)");
                 }
             }
         }
@@ -256,8 +301,9 @@ pub fn sender(
 
 #[cfg(test)]
 mod tests {
-    use super::Ledger;
+    use super::{Ledger, Mark, RETRY_REFUSED};
     use std::path::PathBuf;
+    use std::time::Instant;
 
     fn to(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
@@ -267,28 +313,37 @@ mod tests {
     fn an_event_leaves_the_queue_once_each_recipient_has_it_or_refused_it() {
         let mut l = Ledger::default();
         let p = PathBuf::from("1.json");
+        let now = Instant::now();
         let rcpt = to(&["ops@x", "gone@x"]);
-        l.mark(&p, "ops@x", true);
+        l.mark(&p, "ops@x", Mark::Had);
         assert!(!l.settled(&p, &rcpt), "gone@x is still owed it");
-        assert!(l.owed(&p, "gone@x") && !l.owed(&p, "ops@x"));
-        l.mark(&p, "gone@x", false);
+        assert!(l.owed(&p, "gone@x", now) && !l.owed(&p, "ops@x", now));
+        l.mark(&p, "gone@x", Mark::Refused(now));
         assert!(l.settled(&p, &rcpt));
         // A recipient added to the config is owed it again.
         assert!(!l.settled(&p, &to(&["ops@x", "gone@x", "new@x"])));
     }
 
     #[test]
-    fn refused_by_everyone_stays_until_the_settings_change() {
+    fn refused_by_everyone_stays_until_the_settings_change_or_an_hour() {
         let mut l = Ledger::default();
         let p = PathBuf::from("1.json");
+        let now = Instant::now();
         let rcpt = to(&["a@x", "b@x"]);
-        l.mark(&p, "a@x", false);
-        l.mark(&p, "b@x", false);
+        l.mark(&p, "a@x", Mark::Refused(now));
+        l.mark(&p, "b@x", Mark::Refused(now));
         assert!(!l.settled(&p, &rcpt) && l.unreached(&p, &rcpt));
-        assert!(!l.owed(&p, "a@x"), "a refusal is not tried again");
+        assert!(
+            !l.owed(&p, "a@x", now),
+            "a refusal is not tried again at once"
+        );
+        assert!(l.owed(&p, "a@x", now + RETRY_REFUSED), "but an hour on");
         l.settings_are(l.settings);
-        assert!(!l.owed(&p, "a@x"), "the same settings: still not tried");
+        assert!(
+            !l.owed(&p, "a@x", now),
+            "the same settings: still not tried"
+        );
         l.settings_are(l.settings ^ 1);
-        assert!(l.owed(&p, "a@x") && l.owed(&p, "b@x"));
+        assert!(l.owed(&p, "a@x", now) && l.owed(&p, "b@x", now));
     }
 }

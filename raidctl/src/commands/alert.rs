@@ -53,7 +53,7 @@ pub(super) fn test(st: &StateDir, config: Option<&Path>, fmt: Format) -> Result<
         // the operator is waiting for.
         if queued > 0 {
             let who = if daemon {
-                "the daemon reads these settings again before each try, so a fix here takes effect for them at its next try (within a minute)"
+                "the daemon reads its config again every few seconds, so a fix there takes effect for them at its next try (within a minute; a recipient that refused one for good is tried again after an hour, or once the server, login or sender changes)"
             } else {
                 "no daemon runs: they go out when one next does (the next raidctl start)"
             };

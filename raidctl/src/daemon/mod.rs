@@ -293,7 +293,7 @@ impl Daemon {
                 // the next start, so the daemon stays up to deliver them.
                 // Held an hour at most: a server that refuses them for good
                 // (a wrong password, a rejected address) would keep it up
-                // forever, and it reads its config only as it starts.
+                // forever.
                 if d.alerts.is_some() && !crate::alerts::queue_is_empty(&d.state) {
                     let held = alerts_held.get_or_insert_with(|| {
                         tracing::warn!("no array served, but alerts are still queued: the daemon stays up until they are sent (an hour at most; then the next start sends them)");

@@ -550,3 +550,39 @@ fn a_small_degraded_write_reads_only_its_chunk_and_parity() {
         drop(m);
     }
 }
+
+/// A create over an earlier array's members that fails while it zeroes
+/// (a member erring, or the operator's Ctrl-C) leaves no array to start:
+/// the earlier array's metadata goes first. It stayed, over data the
+/// zeroing had begun to clear, and assembled as that array, optimal,
+/// serving zeros for its data.
+#[test]
+fn a_create_cut_short_while_zeroing_leaves_no_earlier_array_to_start() {
+    let (m, a, _img) = filled(Level::Raid5, 4, "recreate");
+    a.close().unwrap();
+    drop(a);
+    // Member 2 errs once the zeroing reaches the middle of its data area.
+    m.faulty[2].set_faults(Faults {
+        fail_ranges: vec![(DATA_OFFSET + DATA / 2, DATA_OFFSET + DATA)],
+        ..Default::default()
+    });
+    let e = Array::create(
+        m.refs(),
+        vec![],
+        CreateOptions {
+            name: "again".into(),
+            level: Level::Raid5,
+            chunk: 16384,
+        },
+    );
+    assert!(e.is_err(), "the create went through a failing member");
+    m.faulty[2].set_faults(Faults::default());
+    match Array::assemble(m.refs()) {
+        Ok(_) => panic!("the earlier array assembled over its zeroed data"),
+        Err(e) => assert!(
+            e.to_string()
+                .contains("no member given has usable array metadata"),
+            "{e}"
+        ),
+    }
+}

@@ -959,7 +959,8 @@ fn create_shows_the_zeroing_on_a_terminal() {
         eprintln!("skipped: no /dev/shm");
         return;
     };
-    let m = w.sparse_members("z", 4, 768 * MIB);
+    // 4 GiB of zeros: well over the half second before the line shows.
+    let m = w.sparse_members("z", 4, 1024 * MIB);
     let p: Vec<&str> = m.iter().map(|p| s(p)).collect();
     let line = format!(
         "{} create zt --level 5 {}",
@@ -984,10 +985,11 @@ fn create_shows_the_zeroing_on_a_terminal() {
     assert!(cleared > drawn, "the line is not cleared: {tty:?}");
     assert!(tty.contains("created raid5 'zt'"), "{tty}");
     // No terminal: the report only.
-    let out = w.ok(&[
+    let (code, _, err) = w.code(&[
         "create", "zt", "--force", "--level", "5", p[0], p[1], p[2], p[3],
     ]);
-    assert!(!out.contains("zeroing the members"), "{out}");
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("zeroing the members"), "{err}");
     // Zeroed: a fresh array reads zeros and its parity agrees.
     w.ok(&["start", "zt"]);
     w.ok(&["scrub", "zt"]);

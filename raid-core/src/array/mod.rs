@@ -387,6 +387,19 @@ impl Array {
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<Array> {
         let geo = Array::check_create(&members, &spares, &opts)?;
+        // What the devices held goes first, durably: a create cut short
+        // while it zeroes (Ctrl-C, a failing member) must not leave an
+        // earlier array's metadata over data no longer its own, which
+        // would start as that array and serve zeros for its data.
+        for m in members.iter().chain(&spares) {
+            let none = crate::buf::AlignedBuf::new(2 * metadata::SB_SIZE);
+            m.write_at(&none, 0)
+                .and_then(|()| m.flush())
+                .map_err(|e| ArrayError::Member {
+                    member: m.identity().into(),
+                    source: e,
+                })?;
+        }
         if opts.level != Level::Raid0 {
             zero_data_areas(&members, geo.member_size, progress)?;
         }
@@ -814,7 +827,7 @@ fn zero_data_areas(
             .iter()
             .map(|m| {
                 let (done, stop) = (&done, &stop);
-                sc.spawn(move || -> Result<()> {
+                let zero = move || -> Result<()> {
                     let mut at = 0;
                     while at < len && !stop.load(Ordering::Acquire) {
                         let n = (len - at).min(ZERO_STEP);
@@ -829,12 +842,19 @@ fn zero_data_areas(
                         progress(done.fetch_add(n, Ordering::AcqRel) + n, total);
                     }
                     Ok(())
-                })
+                };
+                std::thread::Builder::new()
+                    .name("create-zeroes".into())
+                    .spawn_scoped(sc, zero)
+                    .map_err(|e| ArrayError::Member {
+                        member: m.identity().into(),
+                        source: e,
+                    })
             })
             .collect();
         threads
             .into_iter()
-            .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .map(|t| t.and_then(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))))
             .collect()
     });
     results.into_iter().collect()

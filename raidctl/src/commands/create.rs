@@ -336,8 +336,8 @@ fn uneven_sizes(members: &[MemberRef]) -> Option<String> {
 }
 
 /// The zeroing's progress on one line of stderr, where stderr is a
-/// terminal: drawn from a second on, at most twice a second, cleared at
-/// the end. Without a terminal (a script, cron) nothing is drawn.
+/// terminal: drawn from half a second on, at most twice a second, cleared
+/// at the end. Without a terminal (a script, cron) nothing is drawn.
 struct ProgressLine {
     shown: bool,
     began: std::time::Instant,
@@ -355,7 +355,7 @@ impl ProgressLine {
 
     fn draw(&self, done: u64, total: u64) {
         let now = std::time::Instant::now();
-        if !self.shown || now - self.began < std::time::Duration::from_secs(1) || total == 0 {
+        if !self.shown || now - self.began < std::time::Duration::from_millis(500) || total == 0 {
             return;
         }
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());

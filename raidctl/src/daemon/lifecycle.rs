@@ -43,7 +43,8 @@ impl Daemon {
             name: name.to_string(),
             lock: None,
         };
-        if let Some(served) = self.arrays.lock().get(name) {
+        let running = self.arrays.lock().get(name).cloned();
+        if let Some(served) = running {
             // Said with what it serves: a start after a crash without
             // --nbd serves no export, and a second start with --nbd is
             // refused here.

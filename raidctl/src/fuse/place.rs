@@ -94,8 +94,10 @@ pub fn dead_notes(array: &raid_core::array::Array, default_dir: &Path) -> Vec<St
         .filter(|(d, t)| t.source == source && is_dead(d))
         .map(|(d, _)| d)
         .collect();
-    if is_dead(default_dir) && !dirs.iter().any(|d| d == default_dir) {
-        dirs.push(default_dir.to_path_buf());
+    // mountinfo names a mount by its real path.
+    let default_dir = std::fs::canonicalize(default_dir).unwrap_or_else(|_| default_dir.into());
+    if is_dead(&default_dir) && !dirs.contains(&default_dir) {
+        dirs.push(default_dir);
     }
     dirs.iter()
         .map(|d| {
@@ -103,11 +105,13 @@ pub fn dead_notes(array: &raid_core::array::Array, default_dir: &Path) -> Vec<St
                 .iter()
                 .filter_map(|l| super::mounted_at(l).map(|mp| format!("{l} mounted on {mp}")))
                 .collect();
+            // `unmount` clears the array's dead mounts wherever they are
+            // (`mount` only the one in the folder it mounts in).
             let what = if mounted.is_empty() {
-                format!("raidctl unmount {name} (or mount {name}) clears it")
+                format!("raidctl unmount {name} clears it")
             } else {
                 format!(
-                    "its loop device is still in use ({}), and every I/O there fails: unmount that filesystem, then raidctl mount {name} clears the rest and mounts the array again",
+                    "its loop device is still in use ({}), and every I/O there fails: unmount that filesystem, then raidctl unmount {name} clears the rest",
                     mounted.join(", ")
                 )
             };

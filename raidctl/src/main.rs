@@ -20,6 +20,7 @@ macro_rules! out {
 }
 
 mod alerts;
+mod any_bytes;
 mod bench;
 mod commands;
 mod config;

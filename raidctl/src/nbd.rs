@@ -299,6 +299,17 @@ mod fuzz {
                     assert!(r.offset % 4096 == 0 && r.length % 4096 == 0 && r.length > 0);
                     assert!(r.offset + r.length as u64 <= size && r.length <= MAX_REQUEST);
                 }
+                // A client that did not ask for the block size: any byte,
+                // still inside the export.
+                if check(&r, size, 1, false) == Check::Ok
+                    && matches!(r.kind, CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES)
+                {
+                    assert!(r.length > 0 && r.length <= MAX_REQUEST);
+                    assert!(r
+                        .offset
+                        .checked_add(r.length as u64)
+                        .is_some_and(|e| e <= size));
+                }
             }
             let n = (next() % 40) as usize;
             let data: Vec<u8> = (0..n).map(|_| next() as u8).collect();

@@ -5,6 +5,7 @@
 use raid_e2e::{file_hash, fio_verified_writes, need, qemu_io, run_ok as run, World};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
 const MIB: u64 = 1 << 20;
 
@@ -83,6 +84,46 @@ fn nbd_connect(sock: &Path, name: &str) -> (std::os::unix::net::UnixStream, u64)
     (c, u64::from_be_bytes(info[..8].try_into().unwrap()))
 }
 
+/// A raw NBD client negotiating with NBD_OPT_GO, asking for the block
+/// size or not (a client that does not ask may send requests on any byte);
+/// returns the connection and the export's size.
+fn nbd_go(sock: &Path, name: &str, ask_block_size: bool) -> (std::os::unix::net::UnixStream, u64) {
+    use std::io::{Read, Write};
+    let mut c = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut hello = [0u8; 18];
+    c.read_exact(&mut hello).unwrap();
+    c.write_all(&3u32.to_be_bytes()).unwrap();
+    let mut data = (name.len() as u32).to_be_bytes().to_vec();
+    data.extend_from_slice(name.as_bytes());
+    let infos: &[u16] = if ask_block_size { &[3] } else { &[] };
+    data.extend_from_slice(&(infos.len() as u16).to_be_bytes());
+    for i in infos {
+        data.extend_from_slice(&i.to_be_bytes());
+    }
+    let mut opt = b"IHAVEOPT".to_vec();
+    opt.extend_from_slice(&7u32.to_be_bytes()); // GO
+    opt.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    opt.extend_from_slice(&data);
+    c.write_all(&opt).unwrap();
+    let mut size = 0;
+    loop {
+        let mut h = [0u8; 20];
+        c.read_exact(&mut h).unwrap();
+        let kind = u32::from_be_bytes(h[12..16].try_into().unwrap());
+        let len = u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize;
+        let mut d = vec![0u8; len];
+        c.read_exact(&mut d).unwrap();
+        match kind {
+            1 => return (c, size), // ACK
+            3 if d[..2] == [0, 0] => size = u64::from_be_bytes(d[2..10].try_into().unwrap()),
+            3 => {}
+            _ => panic!("GO refused: reply {kind:#x}"),
+        }
+    }
+}
+
 /// One request header (a write's payload follows it, sent by the caller).
 fn nbd_request(
     c: &mut impl std::io::Write,
@@ -121,7 +162,9 @@ fn hostile_nbd_requests_get_errors_or_a_disconnect() {
     use std::os::unix::net::UnixStream;
     let w = World::new("hostile");
     let (_m, sock, _) = served(&w, "hostile");
-    let connect = || nbd_connect(&sock, "hostile");
+    // A client that asked for the block size: its unaligned requests
+    // are refused (one that did not ask gets them served, below).
+    let connect = || nbd_go(&sock, "hostile", true);
     let request = |c: &mut UnixStream, kind: u16, cookie: u64, offset: u64, len: u32| {
         nbd_request(c, kind, 0, cookie, offset, len)
     };
@@ -677,4 +720,147 @@ fn an_export_place_taken_names_the_array_that_holds_it() {
         assert!(err.contains("array 'ca'"), "{err}");
     }
     w.ok(&["stop", "ca"]);
+}
+
+/// A client that did not ask for the block size (the protocol then asks
+/// the server to take requests on any byte, as a kernel client set to
+/// 512-byte sectors sends them) gets them served: reads of any bytes,
+/// writes by read-modify-write of the blocks around them, write-zeroes
+/// and trim. Two such clients writing different sectors of the same
+/// blocks at once keep each other's bytes: each read-modify-write runs
+/// alone among the export's writes. These were refused with EINVAL.
+#[test]
+fn a_client_that_did_not_ask_the_block_size_may_use_any_byte() {
+    use std::io::{Read, Write};
+    let w = World::new("subblock");
+    let (_m, sock, _) = served(&w, "sb");
+    let (mut c, _) = nbd_connect(&sock, "sb");
+    let read = |c: &mut std::os::unix::net::UnixStream, cookie: u64, off: u64, len: u32| {
+        nbd_request(c, 0, 0, cookie, off, len);
+        assert_eq!(nbd_reply(c), Some((0, cookie)), "read {off}+{len}");
+        let mut d = vec![0u8; len as usize];
+        c.read_exact(&mut d).unwrap();
+        d
+    };
+    let write = |c: &mut std::os::unix::net::UnixStream, cookie: u64, off: u64, data: &[u8]| {
+        nbd_request(c, 1, 0, cookie, off, data.len() as u32);
+        c.write_all(data).unwrap();
+        assert_eq!(
+            nbd_reply(c),
+            Some((0, cookie)),
+            "write {off}+{}",
+            data.len()
+        );
+    };
+    write(&mut c, 1, 0, &[0x11; 8192]);
+    write(&mut c, 2, 123, &[0xAB; 7]);
+    let mut want = vec![0x11u8; 8192];
+    want[123..130].fill(0xAB);
+    assert_eq!(read(&mut c, 3, 0, 8192), want);
+    assert_eq!(read(&mut c, 4, 120, 10), want[120..130]);
+    // Write-zeroes across a block boundary, its ends partial.
+    nbd_request(&mut c, 6, 0, 5, 4000, 200);
+    assert_eq!(nbd_reply(&mut c), Some((0, 5)));
+    want[4000..4200].fill(0);
+    assert_eq!(read(&mut c, 6, 0, 8192), want);
+    // A trim inside one block may leave its bytes: it answers, and
+    // changes nothing else.
+    nbd_request(&mut c, 4, 0, 7, 10, 100);
+    assert_eq!(nbd_reply(&mut c), Some((0, 7)));
+    assert_eq!(read(&mut c, 8, 200, 3800), want[200..4000]);
+    // A client that asked for the block size is held to it.
+    let (mut strict, _) = nbd_go(&sock, "sb", true);
+    nbd_request(&mut strict, 1, 0, 9, 123, 7);
+    strict.write_all(&[0xEE; 7]).unwrap();
+    assert_eq!(nbd_reply(&mut strict), Some((22, 9)));
+    assert_eq!(
+        read(&mut c, 10, 0, 8192),
+        want,
+        "the refused write changed bytes"
+    );
+    drop(strict);
+    // Two clients (one by GO without the block size), connected first,
+    // then let go together, write the even and the odd 512-byte sectors
+    // of the same 512 blocks, all their requests sent at once.
+    let base = 1 << 20;
+    const BLOCKS: u64 = 512;
+    let go = Arc::new(std::sync::Barrier::new(2));
+    let writer = |conn: std::os::unix::net::UnixStream, parity: u64, byte: u8| {
+        let go = go.clone();
+        std::thread::spawn(move || {
+            let mut c = conn;
+            let mut rc = c.try_clone().unwrap();
+            let sectors: Vec<u64> = (0..BLOCKS * 8).filter(|i| i % 2 == parity).collect();
+            let n = sectors.len();
+            let replies = std::thread::spawn(move || {
+                (0..n).all(|_| nbd_reply(&mut rc).is_some_and(|(e, _)| e == 0))
+            });
+            let mut all = Vec::new();
+            for (i, sec) in sectors.iter().enumerate() {
+                nbd_request(&mut all, 1, 0, i as u64, base + sec * 512, 512);
+                all.extend_from_slice(&[byte; 512]);
+            }
+            go.wait();
+            c.write_all(&all).unwrap();
+            assert!(replies.join().unwrap(), "a sector write failed");
+        })
+    };
+    let (ca, cb) = (nbd_connect(&sock, "sb").0, nbd_go(&sock, "sb", false).0);
+    let a = writer(ca, 0, 0xA0);
+    let b = writer(cb, 1, 0xB1);
+    a.join().unwrap();
+    b.join().unwrap();
+    let got = read(&mut c, 11, base, (BLOCKS * 4096) as u32);
+    let lost = got
+        .chunks(512)
+        .enumerate()
+        .filter(|(i, sector)| {
+            let byte = if i % 2 == 0 { 0xA0 } else { 0xB1 };
+            !sector.iter().all(|&x| x == byte)
+        })
+        .count();
+    assert_eq!(lost, 0, "sectors that lost their write");
+    // Whole-block writes of a client that asked for the block size, at
+    // the same time as read-modify-writes of the even sectors: no block's
+    // write may be undone by a read-modify-write that read before it (the
+    // odd sectors must all hold it at the end).
+    let whole = |conn: std::os::unix::net::UnixStream| {
+        let go = go.clone();
+        std::thread::spawn(move || {
+            let mut c = conn;
+            let mut rc = c.try_clone().unwrap();
+            let replies = std::thread::spawn(move || {
+                (0..BLOCKS).all(|_| nbd_reply(&mut rc).is_some_and(|(e, _)| e == 0))
+            });
+            let mut all = Vec::new();
+            for b in 0..BLOCKS {
+                nbd_request(&mut all, 1, 0, b, base + b * 4096, 4096);
+                all.extend_from_slice(&[0xCC; 4096]);
+            }
+            go.wait();
+            c.write_all(&all).unwrap();
+            assert!(replies.join().unwrap(), "a block write failed");
+        })
+    };
+    let (ca, cc) = (nbd_connect(&sock, "sb").0, nbd_go(&sock, "sb", true).0);
+    let a = writer(ca, 0, 0xA0);
+    let c2 = whole(cc);
+    a.join().unwrap();
+    c2.join().unwrap();
+    let got = read(&mut c, 12, base, (BLOCKS * 4096) as u32);
+    for (i, sector) in got.chunks(512).enumerate() {
+        let ok = match i % 2 {
+            0 => sector.iter().all(|&x| x == 0xA0) || sector.iter().all(|&x| x == 0xCC),
+            _ => sector.iter().all(|&x| x == 0xCC),
+        };
+        assert!(
+            ok,
+            "block {}: sector {} holds {:#x}",
+            i / 8,
+            i % 8,
+            sector[0]
+        );
+    }
+    w.ok(&["scrub", "sb"]);
+    w.ok(&["stop", "sb"]);
 }

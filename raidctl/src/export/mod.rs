@@ -4,6 +4,7 @@
 //! go out as they complete (`transmission.rs`). Every connection of an
 //! export shares one engine.
 
+mod sub_block;
 mod transmission;
 mod wire;
 
@@ -340,6 +341,9 @@ fn accept_loop(
     stop: Arc<AtomicBool>,
     conns: Conns,
 ) {
+    // The array's byte ranges, its gate shared with every front end: a
+    // client's read-modify-write must not be undone by another's write.
+    let any = Arc::new(crate::any_bytes::AnyBytes::new(array.clone()));
     let mut next_id = 0u64;
     // Every connection's thread: joined before this returns, so `stop`
     // returns only once no request is in flight on the array.
@@ -376,9 +380,9 @@ fn accept_loop(
                     conns.lock().unwrap().insert(id, clone);
                 }
                 let (array, conns, tls) = (array.clone(), conns.clone(), tls.clone());
-                let engine = engine.clone();
+                let (engine, any) = (engine.clone(), any.clone());
                 served.push(std::thread::spawn(move || {
-                    if let Err(e) = serve(c, array, &engine, tls) {
+                    if let Err(e) = serve(c, array, &engine, tls, &any) {
                         tracing::debug!("nbd connection ended: {e}");
                     }
                     // Close it for the client too (the reader's clone would
@@ -488,6 +492,7 @@ fn serve(
     array: Arc<Array>,
     engine: &Engine,
     tls: Option<Arc<rustls::ServerConfig>>,
+    any: &crate::any_bytes::AnyBytes,
 ) -> io::Result<()> {
     // The socket itself, until TLS (when required) is started on it.
     let mut plain = match tls {
@@ -499,6 +504,9 @@ fn serve(
     let ctl = sock.try_clone()?;
     ctl.set_read_timeout(Some(NEGOTIATION))?;
     let mut options = 0;
+    // Whether the client asked for the block size (NBD_INFO_BLOCK_SIZE):
+    // if not, requests not aligned to it are served (`sub_block`).
+    let mut asked_block_size = false;
     let mut c: Box<dyn Conn> = Box::new(sock);
     let mut hello = Vec::new();
     hello.extend_from_slice(&nbd::NBDMAGIC.to_be_bytes());
@@ -624,6 +632,7 @@ fn serve(
                     )?;
                     continue;
                 }
+                asked_block_size |= infos.contains(&nbd::INFO_BLOCK_SIZE);
                 let mut e = nbd::INFO_EXPORT.to_be_bytes().to_vec();
                 e.extend_from_slice(&size.to_be_bytes());
                 e.extend_from_slice(&tflags(&array).to_be_bytes());
@@ -647,5 +656,5 @@ fn serve(
         }
     }
     ctl.set_read_timeout(None)?;
-    transmission::transmission(c, array, engine)
+    transmission::transmission(c, array, engine, !asked_block_size, any)
 }

@@ -19,8 +19,10 @@
 //! once, as they must: the reader may be about to wait for the client,
 //! which waits for them.
 
+use super::sub_block;
 use super::wire::{send, with_slices, Carry, Payload, Reply};
 use super::{protocol_error, tflags, Conn};
+use crate::any_bytes::{AnyBytes, Gate};
 use crate::nbd::{self, Check, Request};
 use raid_core::array::{Array, ArrayError, BLOCK};
 use raid_core::buf::AlignedBuf;
@@ -276,7 +278,16 @@ impl Shared {
 /// Runs the transmission phase until the client disconnects or the
 /// connection fails; every request read is answered (or, once writing to
 /// the client failed, completed and dropped) before it returns.
-pub(super) fn transmission(c: Box<dyn Conn>, array: Arc<Array>, engine: &Engine) -> io::Result<()> {
+/// `lenient`: the client did not ask for the block size, so requests not
+/// aligned to 4 KiB are served (`sub_block`). Every write counts itself
+/// in `any`'s gate, the array's, while in flight.
+pub(super) fn transmission(
+    c: Box<dyn Conn>,
+    array: Arc<Array>,
+    engine: &Engine,
+    lenient: bool,
+    any: &AnyBytes,
+) -> io::Result<()> {
     let mut reader = io::BufReader::with_capacity(256 * 1024, c.try_clone_box()?);
     let shared = Arc::new(Shared::default());
     let outcome = std::thread::scope(|sc| {
@@ -292,7 +303,7 @@ pub(super) fn transmission(c: Box<dyn Conn>, array: Arc<Array>, engine: &Engine)
                 wake: &sh.ready,
             };
             let _reader = ReaderOf::mark(sh);
-            read_requests(&mut reader, &array, engine, sh)
+            read_requests(&mut reader, &array, engine, sh, lenient, any)
         };
         let _ = writer.join();
         r
@@ -345,7 +356,10 @@ fn read_requests(
     array: &Arc<Array>,
     engine: &Engine,
     shared: &Arc<Shared>,
+    lenient: bool,
+    any: &AnyBytes,
 ) -> io::Result<()> {
+    let gate = &any.gate;
     let mut batch = engine.batch();
     let mut in_batch = 0;
     loop {
@@ -368,7 +382,8 @@ fn read_requests(
             return Ok(());
         }
         let read_only = tflags(array) & nbd::TFLAG_READ_ONLY != 0;
-        let check = nbd::check(&req, array.capacity(), BLOCK, read_only);
+        let block = if lenient { 1 } else { BLOCK };
+        let check = nbd::check(&req, array.capacity(), block, read_only);
         if let Check::Disconnect(why) = check {
             return Err(protocol_error(why));
         }
@@ -419,8 +434,35 @@ fn read_requests(
             }
         }
         match check {
+            Check::Ok if sub_block::is_sub_block(&req) => {
+                // Served here, alone among the export's writes: this
+                // connection's own in flight go first.
+                batch = ring(batch, engine);
+                in_batch = 0;
+                shared.let_replies_go(&**r.get_ref());
+                let err = sub_block::serve(any, &req, &mut buf);
+                let payload = match req.kind {
+                    nbd::CMD_READ if err == 0 => Payload::Data(buf),
+                    _ => Payload::Spare(buf),
+                };
+                shared.reply(req.cookie, err, payload, bytes);
+            }
             Check::Ok => {
-                submit(engine, &mut batch, shared, req, buf, bytes);
+                let counted = match req.kind {
+                    nbd::CMD_WRITE | nbd::CMD_TRIM | nbd::CMD_WRITE_ZEROES => {
+                        if !gate.try_enter() {
+                            // A read-modify-write waits for this
+                            // connection's writes in flight too.
+                            batch = ring(batch, engine);
+                            in_batch = 0;
+                            shared.let_replies_go(&**r.get_ref());
+                            gate.enter();
+                        }
+                        Some(Counted(gate.clone()))
+                    }
+                    _ => None,
+                };
+                submit(engine, &mut batch, shared, req, buf, bytes, counted);
                 in_batch += 1;
             }
             Check::Error(errno) => shared.reply(req.cookie, errno, Payload::Spare(buf), bytes),
@@ -435,6 +477,16 @@ fn ring<'e>(batch: Batch<'e>, engine: &'e Engine) -> Batch<'e> {
     engine.batch()
 }
 
+/// A write counted in the array's gate (`any_bytes::Gate`) until it
+/// completes (or its completion is dropped).
+struct Counted(Arc<Gate>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.leave();
+    }
+}
+
 /// Hands one checked request to the engine (a read or write through
 /// `batch`); its completion queues the reply.
 fn submit(
@@ -444,6 +496,7 @@ fn submit(
     req: Request,
     buf: AlignedBuf,
     bytes: usize,
+    counted: Option<Counted>,
 ) {
     let fua = req.flags & nbd::CMD_FLAG_FUA != 0;
     let p = Pending {
@@ -473,10 +526,14 @@ fn submit(
         nbd::CMD_WRITE => batch.write(
             req.offset,
             buf,
-            Box::new(move |r| match r {
-                Ok(b) if fua => p.flush_then_reply(Some(b)),
-                Ok(b) => p.reply(0, Payload::Spare(b)),
-                Err(e) => p.reply(fail(e), Payload::None),
+            Box::new(move |r| {
+                // Written (or failed): out of the gate.
+                drop(counted);
+                match r {
+                    Ok(b) if fua => p.flush_then_reply(Some(b)),
+                    Ok(b) => p.reply(0, Payload::Spare(b)),
+                    Err(e) => p.reply(fail(e), Payload::None),
+                }
             }),
         ),
         nbd::CMD_FLUSH => engine.flush(Box::new(move |r| {
@@ -485,16 +542,19 @@ fn submit(
         nbd::CMD_TRIM | nbd::CMD_WRITE_ZEROES => engine.write_zeroes(
             req.offset,
             req.length as u64,
-            Box::new(move |r| match r {
-                Ok(()) if fua => p.flush_then_reply(None),
-                r => p.reply(r.map_or_else(fail, |()| 0), Payload::None),
+            Box::new(move |r| {
+                drop(counted);
+                match r {
+                    Ok(()) if fua => p.flush_then_reply(None),
+                    r => p.reply(r.map_or_else(fail, |()| 0), Payload::None),
+                }
             }),
         ),
         _ => p.reply(nbd::ENOTSUP, Payload::None),
     }
 }
 
-fn errno_of(e: &ArrayError) -> u32 {
+pub(super) fn errno_of(e: &ArrayError) -> u32 {
     match e {
         ArrayError::Unaligned { .. } => nbd::EINVAL,
         ArrayError::OutOfRange { .. } => nbd::EINVAL,

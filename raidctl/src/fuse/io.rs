@@ -1,23 +1,28 @@
 //! The array's side of the FUSE export: any byte range read, written or
-//! zeroed, whatever its alignment.
+//! zeroed, whatever its alignment (`crate::any_bytes`), errors as errno.
 
-use parking_lot::RwLock;
-use raid_core::array::{Array, BLOCK};
+use crate::any_bytes::AnyBytes;
+use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use std::sync::Arc;
 
-/// The array, and the lock that keeps partial-block writes whole.
+/// The array, and its byte ranges.
 pub struct Io {
     pub array: Arc<Array>,
-    /// Whole-block writes take it shared, a read-merge-write of a partial
-    /// block exclusive: no write can land between its read and its write.
-    pub partial: RwLock<()>,
+    bytes: AnyBytes,
 }
 
 impl Io {
+    pub fn new(array: Arc<Array>) -> Io {
+        Io {
+            bytes: AnyBytes::new(array.clone()),
+            array,
+        }
+    }
+
     /// Whether a range is whole blocks, which `read_whole` takes.
     pub fn is_whole(offset: u64, len: usize) -> bool {
-        offset.is_multiple_of(BLOCK) && (len as u64).is_multiple_of(BLOCK)
+        AnyBytes::is_whole(offset, len)
     }
 
     /// Reads whole blocks (`is_whole`) straight into `dst`, a buffer the
@@ -27,59 +32,18 @@ impl Io {
     }
 
     /// Reads any byte range inside the array; returns the buffer and where
-    /// in it the range starts. Page-aligned buffers, so members opened with
-    /// O_DIRECT take them through io_uring as they are, with no copy.
+    /// in it the range starts.
     pub fn read_any(&self, offset: u64, len: usize) -> Result<(AlignedBuf, usize), i32> {
-        let start = offset / BLOCK * BLOCK;
-        let end = (offset + len as u64).div_ceil(BLOCK) * BLOCK;
-        let mut buf = AlignedBuf::new((end - start) as usize);
-        self.array.read(start, &mut buf).map_err(|_| libc::EIO)?;
-        Ok((buf, (offset - start) as usize))
+        self.bytes.read_any(offset, len).map_err(|_| libc::EIO)
     }
 
     /// Writes any byte range inside the array.
     pub fn write_any(&self, offset: u64, data: &[u8]) -> Result<(), i32> {
-        let end = offset + data.len() as u64;
-        if offset.is_multiple_of(BLOCK) && end.is_multiple_of(BLOCK) {
-            let _g = self.partial.read();
-            return self.array.write(offset, data).map_err(|_| libc::EIO);
-        }
-        let _g = self.partial.write();
-        let start = offset / BLOCK * BLOCK;
-        let aend = end.div_ceil(BLOCK) * BLOCK;
-        let mut buf = AlignedBuf::new((aend - start) as usize);
-        // Only the first and last blocks need their old contents.
-        self.array
-            .read(start, &mut buf[..BLOCK as usize])
-            .map_err(|_| libc::EIO)?;
-        let last = (aend - BLOCK - start) as usize;
-        self.array
-            .read(aend - BLOCK, &mut buf[last..])
-            .map_err(|_| libc::EIO)?;
-        let from = (offset - start) as usize;
-        buf[from..from + data.len()].copy_from_slice(data);
-        self.array.write(start, &buf).map_err(|_| libc::EIO)
+        self.bytes.write_any(offset, data).map_err(|_| libc::EIO)
     }
 
-    /// Zeroes any byte range: whole blocks through the array's
-    /// write-zeroes (a discard on the members), edges by writing zeros.
+    /// Zeroes any byte range.
     pub fn zero_any(&self, offset: u64, len: u64) -> Result<(), i32> {
-        let end = offset + len;
-        let a = offset.div_ceil(BLOCK) * BLOCK;
-        let b = end / BLOCK * BLOCK;
-        if a >= b {
-            return self.write_any(offset, &vec![0u8; len as usize]);
-        }
-        if a > offset {
-            self.write_any(offset, &vec![0u8; (a - offset) as usize])?;
-        }
-        {
-            let _g = self.partial.read();
-            self.array.write_zeroes(a, b - a).map_err(|_| libc::EIO)?;
-        }
-        if end > b {
-            self.write_any(b, &vec![0u8; (end - b) as usize])?;
-        }
-        Ok(())
+        self.bytes.zero_any(offset, len).map_err(|_| libc::EIO)
     }
 }

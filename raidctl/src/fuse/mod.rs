@@ -5,7 +5,7 @@
 //! fsync is the array's flush; fallocate(PUNCH_HOLE) and
 //! fallocate(ZERO_RANGE) are discard / write-zeroes. Requests need not be
 //! block aligned: partial blocks are read, merged and written back with no
-//! other write running (see `Io::write_any`).
+//! other write running (see `crate::any_bytes`).
 //!
 //! The protocol is spoken here (`abi`, `session`), not through a FUSE
 //! crate: many requests at once need several threads reading `/dev/fuse`,
@@ -151,10 +151,7 @@ impl Mounted {
             ctime: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
-            io: io::Io {
-                array,
-                partial: Default::default(),
-            },
+            io: io::Io::new(array),
         });
         let in_memory = fs.io.array.all_in_memory();
         let n = threads(in_memory);

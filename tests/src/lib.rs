@@ -196,6 +196,20 @@ impl World {
         });
     }
 
+    /// Runs raidctl on a pseudo-terminal (`script`, util-linux, essential
+    /// on Debian): what a terminal shows, stdout and stderr together.
+    /// None where there is no `script`. Arguments are joined with spaces:
+    /// no quoting.
+    pub fn on_a_terminal(&self, args: &[&str]) -> Option<Output> {
+        let line = format!("{} {}", raidctl_path().display(), args.join(" "));
+        Command::new("script")
+            .args(["-qefc", &line, "/dev/null"])
+            .env("RAIDCTL_STATE_DIR", self.state())
+            .env("RAIDCTL_LOG", "warn")
+            .output()
+            .ok()
+    }
+
     /// Runs and returns (exit code, stdout, stderr).
     pub fn code(&self, args: &[&str]) -> (i32, String, String) {
         let o = self.run(args);

@@ -962,17 +962,9 @@ fn create_shows_the_zeroing_on_a_terminal() {
     // 4 GiB of zeros: well over the half second before the line shows.
     let m = w.sparse_members("z", 4, 1024 * MIB);
     let p: Vec<&str> = m.iter().map(|p| s(p)).collect();
-    let line = format!(
-        "{} create zt --level 5 {}",
-        raid_e2e::raidctl_path().display(),
-        p.join(" ")
-    );
-    let Ok(o) = std::process::Command::new("script")
-        .args(["-qefc", &line, "/dev/null"])
-        .env("RAIDCTL_STATE_DIR", w.state())
-        .env("RAIDCTL_LOG", "warn")
-        .output()
-    else {
+    let mut args = vec!["create", "zt", "--level", "5"];
+    args.extend(&p);
+    let Some(o) = w.on_a_terminal(&args) else {
         eprintln!("skipped: no `script` (util-linux) to give the command a terminal");
         return;
     };

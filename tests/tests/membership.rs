@@ -749,15 +749,7 @@ fn a_scrub_waited_for_on_a_terminal_shows_its_progress() {
     let w = World::new("ttyscrub");
     // About 8 s: the line is drawn each second.
     paced_scrubs(&w, "tty", "16M");
-    // `script` (util-linux, essential on Debian) runs the command on a
-    // pseudo-terminal.
-    let line = format!("{} scrub tty", raid_e2e::raidctl_path().display());
-    let Ok(o) = std::process::Command::new("script")
-        .args(["-qefc", &line, "/dev/null"])
-        .env("RAIDCTL_STATE_DIR", w.state())
-        .env("RAIDCTL_LOG", "warn")
-        .output()
-    else {
+    let Some(o) = w.on_a_terminal(&["scrub", "tty"]) else {
         eprintln!("skipped: no `script` (util-linux) to give the command a terminal");
         w.ok(&["stop", "tty"]);
         return;

@@ -147,7 +147,12 @@ pub struct ArrayIo {
 pub struct ScrubResult {
     pub array: String,
     pub repair: bool,
+    /// Stripes (RAID5/6) or mirrored chunks (RAID1/10) checked.
     pub rows_checked: u64,
+    /// What `rows_checked` counts: "stripes" or "mirrored chunks" (empty
+    /// from a daemon before it).
+    #[serde(default)]
+    pub rows_are: String,
     pub bytes_read: u64,
     pub mismatches: Vec<ScrubMismatch>,
 }

@@ -512,6 +512,8 @@ fn scrub_finds_and_repairs_silent_corruption() {
         !text.contains("rewritten") && text.contains("check only"),
         "{text}"
     );
+    // It counts stripes here (mirrored chunks on RAID1/10).
+    assert!(text.contains(" stripes, "), "{text}");
     assert_eq!(mm.len(), 1, "{found}");
     assert_eq!(mm[0]["member"], s(&m[3]));
     // RAID6 names the bad chunk: the repair rewrites that one.

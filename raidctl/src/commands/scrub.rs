@@ -60,9 +60,13 @@ pub(super) fn scrub(
         print_json(&s);
     } else {
         out!(
-            "scrub of '{}': {} rows, {} read, {} mismatches{}",
+            "scrub of '{}': {} {}, {} read, {} mismatches{}",
             s.array,
             s.rows_checked,
+            match s.rows_are.as_str() {
+                "" => "rows",
+                unit => unit,
+            },
             status::human_bytes(s.bytes_read),
             s.mismatches.len(),
             match (s.repair, s.mismatches.is_empty()) {

@@ -137,6 +137,11 @@ impl Daemon {
             array: name.into(),
             repair,
             rows_checked: r.rows,
+            rows_are: match s.array.geometry().level.parity_chunks() {
+                0 => "mirrored chunks",
+                _ => "stripes",
+            }
+            .into(),
             bytes_read: r.bytes_read,
             mismatches: r
                 .mismatches

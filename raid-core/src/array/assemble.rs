@@ -46,7 +46,7 @@ pub(super) fn assemble(
     }
     if read.is_empty() {
         return Err(ArrayError::Assembly(format!(
-            "no member given has usable array metadata ({}). Check the paths; a member whose both metadata copies are corrupt must be replaced",
+            "no member given has usable array metadata ({}). Check the paths; a device given to a later create (even one cut short) holds this array no more; a member whose both metadata copies are corrupt must be replaced",
             unreadable.join("; ")
         )));
     }

@@ -388,7 +388,11 @@ fn explain(e: &lettre::transport::smtp::Error, c: &AlertConfig, to: &str) -> Out
             c.security
         )
     } else {
-        format!("cannot deliver through {server} ({:?}): {text}", c.security)
+        // A reply that is no SMTP (a web server on that port) lands here.
+        format!(
+            "cannot deliver through {server} ({:?}): {text} (is that an SMTP server, and are the port and security right?)",
+            c.security
+        )
     };
     Outcome::FailedForAll {
         why,

@@ -10,9 +10,9 @@
 //! those still owed it, so one recipient's mailbox being down neither
 //! holds the message from the others nor sends them copies at every
 //! retry. An event leaves the queue once every recipient has it or
-//! refused it, and at least one has it; one that every recipient refused
-//! stays queued. A refusal is tried again after an hour, or once the
-//! server, the login or the sender changes.
+//! refused it, and at least one has it. One that every recipient refused
+//! stays queued, and is tried again after an hour, or once the server,
+//! the login or the sender changes.
 //!
 //! The settings are read again every few seconds while alerts wait
 //! (`reload`): a fix to the server, the login or the recipients takes
@@ -255,7 +255,7 @@ pub fn sender(
                         }
                         o if o.permanent() => {
                             counters.send_failures.fetch_add(1, Ordering::Relaxed);
-                            tracing::error!(array = %a, to = %d.to, "alert not sent, and not tried again for this recipient for an hour, or until the [alerts] settings change: {}", o.why());
+                            tracing::error!(array = %a, to = %d.to, "alert refused for good for this recipient (fix or remove the address): {}", o.why());
                             Mark::Refused(Instant::now())
                         }
                         o => {
@@ -272,6 +272,9 @@ pub fn sender(
             }
             for (p, r) in batch {
                 if ledger.settled(p, &cfg.to) {
+                    // Some recipient has it: done with, also for those that
+                    // refused it (an address fixed later gets the next
+                    // alerts, not this one).
                     match std::fs::remove_file(p) {
                         Ok(()) => {
                             ledger.by_file.remove(p);

@@ -53,12 +53,12 @@ pub(super) fn test(st: &StateDir, config: Option<&Path>, fmt: Format) -> Result<
         // the operator is waiting for.
         if queued > 0 {
             let who = if daemon {
-                "the daemon reads its config again every few seconds, so a fix there takes effect for them at its next try (within a minute; a recipient that refused one for good is tried again after an hour, or once the server, login or sender changes)"
+                "the daemon reads its config again every few seconds, so a fix there takes effect for them at its next try (within a minute; one that every recipient refused for good is tried again after an hour, or once the server, login or sender changes)"
             } else {
                 "no daemon runs: they go out when one next does (the next raidctl start)"
             };
             out!(
-                "note: {queued} alert(s) of the arrays are queued, not yet delivered: {who}; the daemon's log says why each failed"
+                "note: {queued} event(s) of the arrays are queued for alerts, not yet delivered: {who}; the daemon's log says why each failed"
             );
         }
     }

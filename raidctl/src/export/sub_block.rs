@@ -14,7 +14,10 @@
 //! it (a trim may leave any of its bytes as they were).
 //!
 //! A connection that asked for the block size gets EINVAL for an
-//! unaligned request, as the protocol allows.
+//! unaligned read, write or write-zeroes, as the protocol allows; its
+//! unaligned trims are cut to the whole blocks inside them too (qemu
+//! passes a guest's 512-byte discards on as they are, and a discard that
+//! fails is an error in the guest).
 
 use crate::any_bytes::AnyBytes;
 use crate::nbd::{self, Request};

@@ -382,7 +382,13 @@ fn read_requests(
             return Ok(());
         }
         let read_only = tflags(array) & nbd::TFLAG_READ_ONLY != 0;
-        let block = if lenient { 1 } else { BLOCK };
+        // A trim may be cut to the whole blocks inside it whoever sends
+        // it (qemu passes a guest's 512-byte discards on as they are).
+        let block = if lenient || req.kind == nbd::CMD_TRIM {
+            1
+        } else {
+            BLOCK
+        };
         let check = nbd::check(&req, array.capacity(), block, read_only);
         if let Check::Disconnect(why) = check {
             return Err(protocol_error(why));

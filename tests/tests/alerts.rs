@@ -155,6 +155,9 @@ fn member_failure_arrives_as_one_message_with_what_to_do() {
         "{msg}"
     );
     assert!(msg.contains(&format!("member: {victim}")), "{msg}");
+    // The same for the same events: a copy sent again after a restart can
+    // be told for one.
+    assert!(msg.contains("Message-ID: <raidctl.mailarr."), "{msg}");
     assert!(msg.contains("member uuid: "), "{msg}");
     assert!(msg.contains("Array state: degraded"), "{msg}");
     assert!(

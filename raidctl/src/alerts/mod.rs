@@ -180,20 +180,30 @@ impl AlertConfig {
     }
 
     /// Sends one message to each of `to` and says what became of each.
-    /// One transaction for all first; where the server refuses it for
-    /// good, one per recipient, so that one address it refuses (a mailbox
-    /// gone, 550) does not keep the message from the others (a
+    /// One transaction for all first; where the server refuses it, one per
+    /// recipient, so that one address it refuses (a mailbox gone, 550, or
+    /// full, 452) does not keep the message from the others (a
     /// transaction is all or nothing). Where the server cannot be reached
     /// or refuses the login, every recipient shares that answer. The
     /// headers name every recipient of the settings, `to` or not.
-    pub fn send_each(&self, to: &[String], subject: &str, body: &str) -> Result<Vec<Delivery>> {
+    ///
+    /// `id`: the message's Message-ID, the same for the same events (a
+    /// copy sent again after a restart can then be told for one by the
+    /// receiver); None for a fresh one.
+    pub fn send_each(
+        &self,
+        to: &[String],
+        subject: &str,
+        body: &str,
+        id: Option<String>,
+    ) -> Result<Vec<Delivery>> {
         let (from, all) = self.addresses()?;
         let mut b = Message::builder()
             .from(from.clone())
             .subject(subject)
             // Some receiving servers refuse mail without an id (Gmail's
             // MX among them) and filters score it as spam.
-            .message_id(None);
+            .message_id(id);
         for m in all {
             b = b.to(m);
         }

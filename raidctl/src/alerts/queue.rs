@@ -237,7 +237,8 @@ pub fn sender(
                 }
                 let records: Vec<EventRecord> = owed.iter().map(|&i| batch[i].1.clone()).collect();
                 let (subject, body) = compose(&records);
-                let deliveries = match cfg.send_each(&to, &subject, &body) {
+                let id = message_id(owed.iter().map(|&i| batch[i]));
+                let deliveries = match cfg.send_each(&to, &subject, &body, Some(id)) {
                     Ok(d) => d,
                     Err(e) => {
                         counters.send_failures.fetch_add(1, Ordering::Relaxed);
@@ -302,6 +303,39 @@ pub fn sender(
     }
 }
 
+/// The Message-ID of a message about these queued events: the same for
+/// the same events (their queue files name them), so that a copy sent
+/// again (after a restart of the daemon) can be told for one.
+fn message_id<'a>(events: impl Iterator<Item = &'a (PathBuf, EventRecord)>) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut host = String::new();
+    let mut array = String::new();
+    for (p, r) in events {
+        p.file_name().hash(&mut h);
+        host.clone_from(&r.host);
+        array.clone_from(&r.array);
+    }
+    // Only characters a Message-ID's parts may hold.
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-._".contains(c) {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect()
+    };
+    format!(
+        "<raidctl.{}.{:016x}@{}>",
+        clean(&array),
+        h.finish(),
+        clean(&host)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Ledger, Mark, RETRY_REFUSED};
@@ -325,6 +359,24 @@ mod tests {
         assert!(l.settled(&p, &rcpt));
         // A recipient added to the config is owed it again.
         assert!(!l.settled(&p, &to(&["ops@x", "gone@x", "new@x"])));
+    }
+
+    #[test]
+    fn a_message_about_the_same_events_has_the_same_id() {
+        let ev = |file: &str| {
+            let mut r = crate::eventlog::record_for_test();
+            r.array = "data".into();
+            r.host = "box one".into();
+            (PathBuf::from(format!("/q/{file}")), r)
+        };
+        let (a, b) = (ev("1-000001.json"), ev("1-000002.json"));
+        let id = super::message_id([&a, &b].into_iter());
+        assert_eq!(id, super::message_id([&a, &b].into_iter()));
+        assert_ne!(id, super::message_id([&a].into_iter()));
+        assert!(
+            id.starts_with("<raidctl.data.") && id.ends_with("@box-one>"),
+            "{id}"
+        );
     }
 
     #[test]

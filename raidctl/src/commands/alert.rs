@@ -23,7 +23,7 @@ pub(super) fn test(st: &StateDir, config: Option<&Path>, fmt: Format) -> Result<
     })?;
     let r = crate::eventlog::record_for_test();
     let (subject, body) = crate::alerts::compose(&[r]);
-    let deliveries = a.send_each(&a.to, &subject, &body)?;
+    let deliveries = a.send_each(&a.to, &subject, &body, None)?;
     let queued = crate::alerts::queue_len(st);
     let daemon = call(&st.socket(), &Request::Ping).ok().flatten().is_some();
     let not_sent: Vec<&crate::alerts::Delivery> = deliveries

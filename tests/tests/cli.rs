@@ -989,3 +989,57 @@ fn create_shows_the_zeroing_on_a_terminal() {
     w.ok(&["scrub", "zt"]);
     w.ok(&["stop", "zt"]);
 }
+
+/// Ctrl-C while create zeroes says what it left: nothing created, and the
+/// devices' earlier contents gone (their metadata is erased first). It
+/// ended with nothing said.
+#[test]
+fn create_interrupted_while_zeroing_says_what_it_left() {
+    let Some(w) = World::in_memory("zstop") else {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    };
+    let m = w.sparse_members("z", 4, 1024 * MIB);
+    let mut args = vec!["create", "zi", "--level", "5"];
+    args.extend(m.iter().map(|p| s(p)));
+    // An array there first, sparse: its metadata going says the create
+    // over it (allocating, then erasing, then zeroing) is writing them.
+    let mut first = args.clone();
+    first.push("--sparse");
+    w.ok(&first);
+    args.push("--force");
+    let child = std::process::Command::new(raid_e2e::raidctl_path())
+        .args(&args)
+        .env("RAIDCTL_STATE_DIR", w.state())
+        .env("RAIDCTL_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let erased = || {
+        let mut magic = [0u8; 8];
+        std::fs::File::open(&m[0])
+            .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut magic, 0))
+            .is_ok_and(|()| &magic != b"NVRAIDSB")
+    };
+    let t = std::time::Instant::now();
+    while !erased() && t.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    if o.status.success() {
+        eprintln!("skipped: the create ended before it could be interrupted");
+        return;
+    }
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("create interrupted: nothing was created"),
+        "{err}"
+    );
+    // The earlier array is gone, and no new one stands in its place.
+    let (code, _, err) = w.code(&["start", "zi"]);
+    assert_ne!(code, 0, "{err}");
+}

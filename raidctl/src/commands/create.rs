@@ -144,6 +144,8 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     // Sizes and the rest checked before a file is allocated: refused
     // input leaves the devices as they were.
     Array::check_create(&m, &s, &opts)?;
+    // Until the array is made, an interrupt says what it left.
+    let _said = SayIfInterrupted::arm();
     st.ensure()?;
     // The record must be writable before any device is written (or
     // allocated): else the devices would carry an array no record names.
@@ -172,6 +174,8 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     let uneven = uneven_sizes(&m);
     let array = {
         let line = ProgressLine::new(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        // From here the devices are written: their metadata first.
+        WRITING.store(true, std::sync::atomic::Ordering::SeqCst);
         let r = Array::create_with_progress(m, s, opts, &|done, total| line.draw(done, total));
         line.clear();
         r?
@@ -379,6 +383,62 @@ impl ProgressLine {
             .is_some()
         {
             eprint!("\r\x1b[K");
+        }
+    }
+}
+
+/// While the devices are written (their metadata erased first, then their
+/// data areas zeroed: minutes on large drives), Ctrl-C (or a SIGTERM)
+/// says what it left before the process ends: nothing created, and the
+/// devices no longer hold what they held. It said nothing.
+struct SayIfInterrupted {
+    before: [libc::sighandler_t; 2],
+}
+
+const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+
+/// Whether the devices are being written (`interrupted`'s message).
+static WRITING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn interrupted(sig: libc::c_int) {
+    const ERASED: &[u8] = b"\nraidctl: create interrupted: nothing was created, and the devices no longer hold what they held (their metadata is erased first): run create again\n";
+    const BEFORE: &[u8] =
+        b"\nraidctl: create interrupted before it wrote the devices: nothing was created\n";
+    let msg = match WRITING.load(std::sync::atomic::Ordering::SeqCst) {
+        true => ERASED,
+        false => BEFORE,
+    };
+    // SAFETY: an atomic load, write(2) and _exit(2) are async-signal-safe;
+    // `msg` is a static buffer of that length.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::_exit(128 + sig);
+    }
+}
+
+impl SayIfInterrupted {
+    fn arm() -> SayIfInterrupted {
+        let handler = interrupted as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // SAFETY: installs a handler that only calls async-signal-safe
+        // functions; the handlers before are put back on drop.
+        let before = SIGNALS.map(|sig| unsafe {
+            let b = libc::signal(sig, handler);
+            // A signal the caller ignores (a background job's SIGINT, nohup)
+            // stays ignored.
+            if b == libc::SIG_IGN {
+                libc::signal(sig, libc::SIG_IGN);
+            }
+            b
+        });
+        SayIfInterrupted { before }
+    }
+}
+
+impl Drop for SayIfInterrupted {
+    fn drop(&mut self) {
+        for (sig, h) in SIGNALS.iter().zip(self.before) {
+            // SAFETY: puts back the handler that was there before `arm`.
+            unsafe { libc::signal(*sig, h) };
         }
     }
 }

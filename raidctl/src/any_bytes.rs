@@ -19,9 +19,9 @@ use std::time::Duration;
 type Result<T> = std::result::Result<T, ArrayError>;
 
 /// Keeps a read-modify-write alone among the array's writes: every other
-/// write counts itself in (`try_enter`, `enter`) until it completes
-/// (`leave`); a read-modify-write (`alone`) closes the gate to new ones and
-/// waits for those in flight to end.
+/// write counts itself in (`admit`, `admit_waiting`) until it completes
+/// (its `Counted` dropped); a read-modify-write (`alone`) closes the gate
+/// to new ones and waits for those in flight to end.
 #[derive(Default)]
 pub struct Gate {
     writes: AtomicUsize,
@@ -55,10 +55,28 @@ impl Gate {
     }
 
     /// Counts a write in, unless a read-modify-write holds the gate: then
-    /// false, counting nothing. A caller with writes of its own in flight
+    /// None, counting nothing. A caller with writes of its own in flight
     /// lets them go on first (they may be what the holder waits for), then
-    /// calls `enter`.
-    pub fn try_enter(&self) -> bool {
+    /// calls `admit_waiting`.
+    pub fn admit(self: &Arc<Self>) -> Option<Counted> {
+        self.try_enter().then(|| Counted(self.clone()))
+    }
+
+    /// Counts a write in, waiting while a read-modify-write runs.
+    pub fn admit_waiting(self: &Arc<Self>) -> Counted {
+        while !self.try_enter() {
+            let g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = self
+                .changed
+                .wait_timeout_while(g, Duration::from_millis(100), |_| {
+                    self.closed.load(Ordering::SeqCst)
+                })
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        Counted(self.clone())
+    }
+
+    fn try_enter(&self) -> bool {
         // SeqCst with `alone`: either this sees the gate closed, or the
         // holder sees this write counted.
         self.writes.fetch_add(1, Ordering::SeqCst);
@@ -69,21 +87,8 @@ impl Gate {
         true
     }
 
-    /// Counts a write in, waiting while a read-modify-write runs.
-    pub fn enter(&self) {
-        while !self.try_enter() {
-            let g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-            let _g = self
-                .changed
-                .wait_timeout_while(g, Duration::from_millis(100), |_| {
-                    self.closed.load(Ordering::SeqCst)
-                })
-                .unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
     /// A counted write completed.
-    pub fn leave(&self) {
+    fn leave(&self) {
         if self.writes.fetch_sub(1, Ordering::SeqCst) == 1 && self.closed.load(Ordering::SeqCst) {
             let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
             self.changed.notify_all();
@@ -113,19 +118,15 @@ impl Gate {
         let _open = Open(self);
         f()
     }
+}
 
-    /// Runs `f`, a write of whole blocks, counted in.
-    fn counted<R>(&self, f: impl FnOnce() -> R) -> R {
-        self.enter();
-        /// Counts it out however `f` ends.
-        struct Out<'a>(&'a Gate);
-        impl Drop for Out<'_> {
-            fn drop(&mut self) {
-                self.0.leave();
-            }
-        }
-        let _out = Out(self);
-        f()
+/// A write counted in the gate (`Gate::admit`) until this is dropped: at
+/// its completion, or with its completion where that is dropped unrun.
+pub struct Counted(Arc<Gate>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.leave();
     }
 }
 
@@ -161,7 +162,8 @@ impl AnyBytes {
     pub fn write_any(&self, offset: u64, data: &[u8]) -> Result<()> {
         let end = offset + data.len() as u64;
         if offset.is_multiple_of(BLOCK) && end.is_multiple_of(BLOCK) {
-            return self.gate.counted(|| self.array.write(offset, data));
+            let _in = self.gate.admit_waiting();
+            return self.array.write(offset, data);
         }
         self.gate.alone(|| {
             let start = offset / BLOCK * BLOCK;
@@ -189,7 +191,10 @@ impl AnyBytes {
         if a > offset {
             self.write_any(offset, &vec![0u8; (a - offset) as usize])?;
         }
-        self.gate.counted(|| self.array.write_zeroes(a, b - a))?;
+        {
+            let _in = self.gate.admit_waiting();
+            self.array.write_zeroes(a, b - a)?;
+        }
         if end > b {
             self.write_any(b, &vec![0u8; (end - b) as usize])?;
         }
@@ -204,7 +209,8 @@ impl AnyBytes {
         if a >= b {
             return Ok(());
         }
-        self.gate.counted(|| self.array.write_zeroes(a, b - a))
+        let _in = self.gate.admit_waiting();
+        self.array.write_zeroes(a, b - a)
     }
 }
 

@@ -950,6 +950,18 @@ fn create_force_says_what_it_overwrote() {
     );
 }
 
+/// A world in memory with four 1 GiB sparse members for a create that
+/// zeroes them (tmpfs takes no hole punch in an allocated file: zeros are
+/// written, 4 GiB, seconds here); None, said, where there is no /dev/shm.
+fn zeroing_world(tag: &str) -> Option<(World, Vec<PathBuf>)> {
+    let Some(w) = World::in_memory(tag) else {
+        eprintln!("skipped: no /dev/shm");
+        return None;
+    };
+    let m = w.sparse_members("z", 4, 1024 * MIB);
+    Some((w, m))
+}
+
 /// A create that zeroes its members (not --sparse) shows the zeroing's
 /// progress on a terminal: on a device that cannot zero by itself that is
 /// every byte written, minutes on large drives, and create said nothing
@@ -957,12 +969,9 @@ fn create_force_says_what_it_overwrote() {
 /// which takes no hole punch in an allocated file: zeros are written.
 #[test]
 fn create_shows_the_zeroing_on_a_terminal() {
-    let Some(w) = World::in_memory("zprog") else {
-        eprintln!("skipped: no /dev/shm");
+    let Some((w, m)) = zeroing_world("zprog") else {
         return;
     };
-    // 4 GiB of zeros: well over the half second before the line shows.
-    let m = w.sparse_members("z", 4, 1024 * MIB);
     let p: Vec<&str> = m.iter().map(|p| s(p)).collect();
     let mut args = vec!["create", "zt", "--level", "5"];
     args.extend(&p);
@@ -995,11 +1004,9 @@ fn create_shows_the_zeroing_on_a_terminal() {
 /// ended with nothing said.
 #[test]
 fn create_interrupted_while_zeroing_says_what_it_left() {
-    let Some(w) = World::in_memory("zstop") else {
-        eprintln!("skipped: no /dev/shm");
+    let Some((w, m)) = zeroing_world("zstop") else {
         return;
     };
-    let m = w.sparse_members("z", 4, 1024 * MIB);
     let mut args = vec!["create", "zi", "--level", "5"];
     args.extend(m.iter().map(|p| s(p)));
     // An array there first, sparse: its metadata going says the create

@@ -23,26 +23,17 @@ pub(super) fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
                 "array '{name}' is not running (raidctl start {name})"
             ))
         })?;
-        if let Some(rb) = &s.rebuild {
-            if rb.percent - last >= 10.0 {
+        // A line each 10% of the copy, a rebuild's or a hot replace's.
+        let copies = [("rebuilding", &s.rebuild), ("replacing", &s.hot_replace)];
+        for (doing, c) in copies {
+            if let Some(c) = c.as_ref().filter(|c| c.percent - last >= 10.0) {
                 out!(
-                    "{name}: rebuilding slot {} {:.0}%{}",
-                    rb.slot,
-                    rb.percent,
-                    status::rate_and_time_left(rb)
+                    "{name}: {doing} slot {} {:.0}%{}",
+                    c.slot,
+                    c.percent,
+                    status::rate_and_time_left(c)
                 );
-                last = rb.percent;
-            }
-        }
-        if let Some(h) = &s.hot_replace {
-            if h.percent - last >= 10.0 {
-                out!(
-                    "{name}: replacing slot {} {:.0}%{}",
-                    h.slot,
-                    h.percent,
-                    status::rate_and_time_left(h)
-                );
-                last = h.percent;
+                last = c.percent;
             }
         }
         match s.state.as_str() {

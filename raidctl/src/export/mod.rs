@@ -473,6 +473,17 @@ fn tflags(a: &Array) -> u16 {
         | nbd::TFLAG_CAN_MULTI_CONN
 }
 
+/// The NBD error for an array's refusal or failure.
+fn errno_of(e: &raid_core::array::ArrayError) -> u32 {
+    use raid_core::array::ArrayError;
+    match e {
+        ArrayError::Unaligned { .. } => nbd::EINVAL,
+        ArrayError::OutOfRange { .. } => nbd::EINVAL,
+        ArrayError::NoSpace { .. } => nbd::ENOSPC,
+        _ => nbd::EIO,
+    }
+}
+
 fn preferred_block(a: &Array) -> u32 {
     let g = a.geometry();
     let stripe = g.stripe_data_bytes();

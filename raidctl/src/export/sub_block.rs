@@ -74,7 +74,7 @@ pub(super) fn serve(bytes: &AnyBytes, req: &Request, buf: &mut [u8]) -> u32 {
                 req.offset,
                 req.length
             );
-            super::transmission::errno_of(&e)
+            super::errno_of(&e)
         }
     }
 }

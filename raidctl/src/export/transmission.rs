@@ -19,10 +19,11 @@
 //! once, as they must: the reader may be about to wait for the client,
 //! which waits for them.
 
+use super::errno_of;
 use super::sub_block;
 use super::wire::{send, with_slices, Carry, Payload, Reply};
 use super::{protocol_error, tflags, Conn};
-use crate::any_bytes::{AnyBytes, Gate};
+use crate::any_bytes::{AnyBytes, Counted};
 use crate::nbd::{self, Check, Request};
 use raid_core::array::{Array, ArrayError, BLOCK};
 use raid_core::buf::AlignedBuf;
@@ -456,15 +457,17 @@ fn read_requests(
             Check::Ok => {
                 let counted = match req.kind {
                     nbd::CMD_WRITE | nbd::CMD_TRIM | nbd::CMD_WRITE_ZEROES => {
-                        if !gate.try_enter() {
-                            // A read-modify-write waits for this
-                            // connection's writes in flight too.
-                            batch = ring(batch, engine);
-                            in_batch = 0;
-                            shared.let_replies_go(&**r.get_ref());
-                            gate.enter();
-                        }
-                        Some(Counted(gate.clone()))
+                        Some(match gate.admit() {
+                            Some(c) => c,
+                            None => {
+                                // A read-modify-write waits for this
+                                // connection's writes in flight too.
+                                batch = ring(batch, engine);
+                                in_batch = 0;
+                                shared.let_replies_go(&**r.get_ref());
+                                gate.admit_waiting()
+                            }
+                        })
                     }
                     _ => None,
                 };
@@ -481,16 +484,6 @@ fn read_requests(
 fn ring<'e>(batch: Batch<'e>, engine: &'e Engine) -> Batch<'e> {
     drop(batch);
     engine.batch()
-}
-
-/// A write counted in the array's gate (`any_bytes::Gate`) until it
-/// completes (or its completion is dropped).
-struct Counted(Arc<Gate>);
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.0.leave();
-    }
 }
 
 /// Hands one checked request to the engine (a read or write through
@@ -557,15 +550,6 @@ fn submit(
             }),
         ),
         _ => p.reply(nbd::ENOTSUP, Payload::None),
-    }
-}
-
-pub(super) fn errno_of(e: &ArrayError) -> u32 {
-    match e {
-        ArrayError::Unaligned { .. } => nbd::EINVAL,
-        ArrayError::OutOfRange { .. } => nbd::EINVAL,
-        ArrayError::NoSpace { .. } => nbd::ENOSPC,
-        _ => nbd::EIO,
     }
 }
 

@@ -21,7 +21,7 @@ use raid_core::array::{Array, RebuildOptions, ScrubOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{MemberRef, RamMember};
-use raid_core::metadata::DATA_OFFSET;
+use raid_core::metadata::MIN_DATA_OFFSET;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -91,7 +91,7 @@ impl Bare {
         let m = (off / MEMBER_DATA) as usize;
         (
             m,
-            DATA_OFFSET + (off % MEMBER_DATA).min(MEMBER_DATA - len as u64),
+            MIN_DATA_OFFSET + (off % MEMBER_DATA).min(MEMBER_DATA - len as u64),
         )
     }
 }
@@ -190,7 +190,7 @@ fn members(tag: &str) -> Vec<MemberRef> {
         .map(|i| {
             Arc::new(RamMember::new(
                 format!("ram:{tag}{i}"),
-                DATA_OFFSET + MEMBER_DATA,
+                MIN_DATA_OFFSET + MEMBER_DATA,
             )) as MemberRef
         })
         .collect()
@@ -241,7 +241,7 @@ fn main() {
     let bare = Bare(members("bare"));
     // Pre-fill so reads touch real data.
     for m in &bare.0 {
-        m.write_at(&vec![0x5a; MEMBER_DATA as usize], DATA_OFFSET)
+        m.write_at(&vec![0x5a; MEMBER_DATA as usize], MIN_DATA_OFFSET)
             .unwrap();
     }
     let works = [
@@ -377,8 +377,10 @@ fn main() {
             // Rebuild onto a fresh member, idle, against one member's
             // sequential write rate: one batch at a time, then the default
             // (batches side by side on the cores), each onto a new member.
-            let new: MemberRef =
-                Arc::new(RamMember::new("ram:rebuild-new", DATA_OFFSET + MEMBER_DATA));
+            let new: MemberRef = Arc::new(RamMember::new(
+                "ram:rebuild-new",
+                MIN_DATA_OFFSET + MEMBER_DATA,
+            ));
             let one = Bare(vec![new.clone()]);
             let seq1 = run(&one, Work::SeqWrite128k, 1 << 20, 1, dur).mbs;
             let serial = RebuildOptions {
@@ -391,7 +393,7 @@ fn main() {
                 }
                 let new: MemberRef = Arc::new(RamMember::new(
                     format!("ram:rebuild-new{i}"),
-                    DATA_OFFSET + MEMBER_DATA,
+                    MIN_DATA_OFFSET + MEMBER_DATA,
                 ));
                 a.replace(2, new).unwrap();
                 let t = Instant::now();

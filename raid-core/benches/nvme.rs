@@ -26,7 +26,7 @@ use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{IoOp, MemberRef, NvmeModel, SimNvme};
-use raid_core::metadata::DATA_OFFSET;
+use raid_core::metadata::MIN_DATA_OFFSET;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,7 +64,7 @@ impl Target for Bare {
     }
     fn io(&self, write: bool, off: u64, buf: &mut [u8]) {
         let m = &self.0[(off / MEMBER_DATA) as usize];
-        let at = DATA_OFFSET + off % MEMBER_DATA;
+        let at = MIN_DATA_OFFSET + off % MEMBER_DATA;
         if write {
             m.write_at(buf, at).unwrap()
         } else {
@@ -212,7 +212,7 @@ fn drives(tag: &str) -> Vec<MemberRef> {
         .map(|i| {
             Arc::new(SimNvme::new(
                 format!("sim:{tag}{i}"),
-                DATA_OFFSET + MEMBER_DATA,
+                MIN_DATA_OFFSET + MEMBER_DATA,
                 NvmeModel::datacenter(),
             )) as MemberRef
         })
@@ -259,7 +259,7 @@ fn main() {
     let bare_blocks = bare.size() / BS as u64;
     let bare_start = |write: bool, off: u64, done: Box<dyn FnOnce() + Send>| {
         let m = &bare.0[(off / MEMBER_DATA) as usize];
-        let at = DATA_OFFSET + off % MEMBER_DATA;
+        let at = MIN_DATA_OFFSET + off % MEMBER_DATA;
         // The bytes move at the start (RAM): one scratch buffer serves all.
         let mut scratch = [0u8; BS];
         let op = match write {

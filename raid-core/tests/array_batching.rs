@@ -8,7 +8,7 @@ mod support;
 use raid_core::array::{RebuildEnd, RebuildOptions, ScrubOptions};
 use raid_core::layout::Level;
 use raid_core::member::{MemberRef, RamMember};
-use raid_core::metadata::DATA_OFFSET;
+use raid_core::metadata::MIN_DATA_OFFSET;
 use raid_core::parity::{CpuEngine, GenJob, ParityEngine, ParityError, ParityKind, RecoverJob};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -109,7 +109,7 @@ fn full_stripe_writes_scrub_degraded_reads_and_rebuild_reach_the_engine_as_batch
         let data = 64 * 1024 * 1024 / 16;
         let new: MemberRef = Arc::new(RamMember::new(
             format!("ram:batch-new-{level}"),
-            DATA_OFFSET + data,
+            MIN_DATA_OFFSET + data,
         ));
         a.replace(1, new.clone()).unwrap();
         let end = a

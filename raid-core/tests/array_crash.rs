@@ -91,7 +91,7 @@ fn run_with(level: Level, n: usize, seed: u64, degraded: bool) {
     let new = |_| -> raid_core::member::MemberRef {
         std::sync::Arc::new(raid_core::member::RamMember::new(
             format!("ram:cut{seed}-new"),
-            raid_core::metadata::DATA_OFFSET + ROWS * CHUNK,
+            raid_core::metadata::MIN_DATA_OFFSET + ROWS * CHUNK,
         ))
     };
     rebuild_and_scrub(&a, &got, new, &what);
@@ -180,7 +180,7 @@ struct Gate {
 impl Member for Gate {
     support::pass_through_to_inner!();
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if offset >= raid_core::metadata::DATA_OFFSET
+        if offset >= raid_core::metadata::MIN_DATA_OFFSET
             && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst)
         {
             if let Some(tx) = self.entered.lock().unwrap().take() {
@@ -222,6 +222,7 @@ fn a_failure_waits_for_the_writes_planned_before_it() {
                 name: "t".into(),
                 level: Level::Raid5,
                 chunk: CHUNK,
+                data_offset: None,
             },
         )
         .unwrap(),

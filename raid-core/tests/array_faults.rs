@@ -7,7 +7,7 @@ use raid_core::array::{
 };
 use raid_core::layout::Level;
 use raid_core::member::{Faults, Member, MemberRef, RamMember};
-use raid_core::metadata::{SlotState, DATA_OFFSET, SB_OFFSETS};
+use raid_core::metadata::{SlotState, MIN_DATA_OFFSET, SB_OFFSETS};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use support::array::{assert_consistent, assert_matches, create, Members};
@@ -38,7 +38,7 @@ fn read_errors_are_served_from_redundancy_and_fail_the_member() {
     ] {
         let (m, a, img) = filled(level, n, &format!("re-{level}"));
         m.faulty[1].set_faults(Faults {
-            fail_ranges: vec![(DATA_OFFSET, DATA_OFFSET + DATA)],
+            fail_ranges: vec![(MIN_DATA_OFFSET, MIN_DATA_OFFSET + DATA)],
             ..Default::default()
         });
         assert_matches(&a, &img);
@@ -137,6 +137,7 @@ fn create_refuses_bad_shapes() {
             name: "x".into(),
             level: Level::Raid6,
             chunk: 65536,
+            data_offset: None,
         },
     );
     assert!(
@@ -157,11 +158,12 @@ fn create_refuses_bad_shapes() {
             name: "x".into(),
             level: Level::Raid5,
             chunk: 65536,
+            data_offset: None,
         },
     );
     assert!(e.err().unwrap().to_string().contains("listed twice"));
     let tiny: Vec<MemberRef> = (0..3)
-        .map(|i| Arc::new(RamMember::new(format!("t{i}"), DATA_OFFSET + 4096)) as MemberRef)
+        .map(|i| Arc::new(RamMember::new(format!("t{i}"), MIN_DATA_OFFSET + 4096)) as MemberRef)
         .collect();
     let e = Array::create(
         tiny,
@@ -170,6 +172,7 @@ fn create_refuses_bad_shapes() {
             name: "x".into(),
             level: Level::Raid5,
             chunk: 65536,
+            data_offset: None,
         },
     );
     assert!(e.err().unwrap().to_string().contains("too small"));
@@ -180,6 +183,7 @@ fn create_refuses_bad_shapes() {
             name: "x".into(),
             level: Level::Raid5,
             chunk: 3000,
+            data_offset: None,
         },
     );
     assert!(e.err().unwrap().to_string().contains("power of two"));
@@ -191,7 +195,7 @@ fn members_of_different_sizes_use_the_smallest() {
     let ms: Vec<MemberRef> = sizes
         .iter()
         .enumerate()
-        .map(|(i, s)| Arc::new(RamMember::new(format!("sz{i}"), DATA_OFFSET + s)) as MemberRef)
+        .map(|(i, s)| Arc::new(RamMember::new(format!("sz{i}"), MIN_DATA_OFFSET + s)) as MemberRef)
         .collect();
     let a = Array::create(
         ms,
@@ -200,6 +204,7 @@ fn members_of_different_sizes_use_the_smallest() {
             name: "x".into(),
             level: Level::Raid5,
             chunk: 65536,
+            data_offset: None,
         },
     )
     .unwrap();
@@ -266,7 +271,7 @@ fn assembly_refuses_a_foreign_member_by_name() {
         "{e}"
     );
     // A member without any metadata is left out, and named.
-    let blank: MemberRef = Arc::new(RamMember::new("blank0", DATA_OFFSET + DATA));
+    let blank: MemberRef = Arc::new(RamMember::new("blank0", MIN_DATA_OFFSET + DATA));
     let mut refs = m1.refs();
     refs.push(blank);
     let asm = Array::assemble(refs).unwrap();
@@ -322,7 +327,7 @@ fn a_torn_metadata_copy_leaves_the_other_one() {
 fn rebuild_resumes_from_its_saved_position_after_a_stop() {
     let (m, a, img) = filled(Level::Raid6, 5, "resume");
     a.fail_slot(3, "test");
-    let new: MemberRef = Arc::new(RamMember::new("ram:resume-new", DATA_OFFSET + DATA));
+    let new: MemberRef = Arc::new(RamMember::new("ram:resume-new", MIN_DATA_OFFSET + DATA));
     a.replace(3, new.clone()).unwrap();
     let a = Arc::new(a);
     let stop = Arc::new(AtomicBool::new(false));
@@ -382,7 +387,7 @@ fn rebuild_resumes_from_its_saved_position_after_a_stop() {
 #[test]
 fn spare_takes_over_and_rebuilds() {
     let m = Members::ram(4, DATA, "spare");
-    let spare: MemberRef = Arc::new(RamMember::new("ram:spare-s", DATA_OFFSET + DATA));
+    let spare: MemberRef = Arc::new(RamMember::new("ram:spare-s", MIN_DATA_OFFSET + DATA));
     let a = Array::create(
         m.refs(),
         vec![spare.clone()],
@@ -390,6 +395,7 @@ fn spare_takes_over_and_rebuilds() {
             name: "s".into(),
             level: Level::Raid5,
             chunk: 16384,
+            data_offset: None,
         },
     )
     .unwrap();
@@ -441,7 +447,7 @@ fn flushed_writes_survive_a_power_cut() {
 fn operator_fail_and_replace_errors_say_what_to_do() {
     let (_m, a, _) = filled(Level::Raid5, 3, "op");
     let e = a
-        .replace(0, Arc::new(RamMember::new("x", DATA_OFFSET + DATA)))
+        .replace(0, Arc::new(RamMember::new("x", MIN_DATA_OFFSET + DATA)))
         .unwrap_err()
         .to_string();
     assert!(e.contains("fail it first"), "{e}");
@@ -480,7 +486,7 @@ fn a_slow_member_slows_but_does_not_corrupt() {
 fn two_members_failing_during_a_raid6_rebuild() {
     let (m, a, img) = filled(Level::Raid6, 6, "r6rb");
     a.fail_slot(0, "test");
-    let new: MemberRef = Arc::new(RamMember::new("ram:r6rb-new", DATA_OFFSET + DATA));
+    let new: MemberRef = Arc::new(RamMember::new("ram:r6rb-new", MIN_DATA_OFFSET + DATA));
     a.replace(0, new.clone()).unwrap();
     // A second member dies during the rebuild: still within RAID6's two.
     m.faulty[3].set_faults(Faults {
@@ -541,7 +547,7 @@ fn a_small_degraded_write_reads_only_its_chunk_and_parity() {
         assert_matches(&a, &img);
         let new: MemberRef = Arc::new(RamMember::new(
             format!("ram:dgrmw-{level}-new"),
-            DATA_OFFSET + DATA,
+            MIN_DATA_OFFSET + DATA,
         ));
         a.replace(1, new).unwrap();
         a.rebuild(1, &Default::default(), &AtomicBool::new(false))
@@ -563,7 +569,7 @@ fn a_create_cut_short_while_zeroing_leaves_no_earlier_array_to_start() {
     drop(a);
     // Member 2 errs once the zeroing reaches the middle of its data area.
     m.faulty[2].set_faults(Faults {
-        fail_ranges: vec![(DATA_OFFSET + DATA / 2, DATA_OFFSET + DATA)],
+        fail_ranges: vec![(MIN_DATA_OFFSET + DATA / 2, MIN_DATA_OFFSET + DATA)],
         ..Default::default()
     });
     let e = Array::create(
@@ -573,6 +579,7 @@ fn a_create_cut_short_while_zeroing_leaves_no_earlier_array_to_start() {
             name: "again".into(),
             level: Level::Raid5,
             chunk: 16384,
+            data_offset: None,
         },
     );
     assert!(e.is_err(), "the create went through a failing member");

@@ -9,7 +9,7 @@ use raid_core::array::{
 };
 use raid_core::layout::Level;
 use raid_core::member::{FileMember, MemberRef, RamMember};
-use raid_core::metadata::{SlotState, DATA_OFFSET};
+use raid_core::metadata::{SlotState, MIN_DATA_OFFSET};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 #[allow(unused_imports)]
 use std::io::Write as _;
@@ -35,7 +35,7 @@ fn filled(level: Level, n: usize, tag: &str) -> (Members, Array, Vec<u8>) {
 }
 
 fn ram(name: &str) -> MemberRef {
-    Arc::new(RamMember::new(name, DATA_OFFSET + DATA))
+    Arc::new(RamMember::new(name, MIN_DATA_OFFSET + DATA))
 }
 
 fn rule_of(e: &ArrayError) -> Option<Rule> {
@@ -99,6 +99,7 @@ fn the_same_device_cannot_be_in_an_array_twice() {
             name: "t".into(),
             level: Level::Raid5,
             chunk: CHUNK,
+            data_offset: None,
         },
     )
     .err()
@@ -114,7 +115,7 @@ fn a_hard_link_of_a_member_file_is_the_member() {
     for p in &paths {
         std::fs::File::create(p)
             .unwrap()
-            .set_len(DATA_OFFSET + DATA)
+            .set_len(MIN_DATA_OFFSET + DATA)
             .unwrap();
     }
     let link = dir.join("link");
@@ -131,6 +132,7 @@ fn a_hard_link_of_a_member_file_is_the_member() {
             name: "t".into(),
             level: Level::Raid1,
             chunk: CHUNK,
+            data_offset: None,
         },
     )
     .unwrap();
@@ -382,6 +384,7 @@ fn lifecycle(seed: u64, level: Level, n: usize) {
                 name: "life".into(),
                 level,
                 chunk: CHUNK,
+                data_offset: None,
             },
         )
         .unwrap(),
@@ -737,7 +740,7 @@ fn diagnose(array: &Array, model: &[u8], rebuilt: usize, ctx: &str) {
             for p in g.chunk_copies(c) {
                 let mut b = vec![0u8; chunk];
                 members[p.member]
-                    .read_at(&mut b, DATA_OFFSET + p.offset)
+                    .read_at(&mut b, MIN_DATA_OFFSET + p.offset)
                     .unwrap();
                 if b != want {
                     let first = b.iter().zip(want).position(|(x, y)| x != y).unwrap();
@@ -765,7 +768,7 @@ fn diagnose(array: &Array, model: &[u8], rebuilt: usize, ctx: &str) {
         let read = |m: usize| {
             let mut b = vec![0u8; chunk];
             members[m]
-                .read_at(&mut b, DATA_OFFSET + st * g.chunk)
+                .read_at(&mut b, MIN_DATA_OFFSET + st * g.chunk)
                 .unwrap();
             b
         };
@@ -1446,7 +1449,7 @@ fn a_hot_replace_whose_new_file_is_truncated_or_deleted_keeps_the_old_member() {
         let path = dir.join(format!("new{i}"));
         std::fs::File::create(&path)
             .unwrap()
-            .set_len(DATA_OFFSET + DATA)
+            .set_len(MIN_DATA_OFFSET + DATA)
             .unwrap();
         let new: MemberRef = Arc::new(FileMember::open(&path).unwrap());
         a.hot_replace(1, new).unwrap();
@@ -1690,6 +1693,7 @@ fn a_raid0_takes_no_spare() {
             name: "r0".into(),
             level: Level::Raid0,
             chunk: CHUNK,
+            data_offset: None,
         },
     )
     .err()

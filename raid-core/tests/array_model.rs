@@ -8,7 +8,7 @@ mod support;
 use raid_core::array::{Array, ArrayState, RebuildEnd, RebuildOptions};
 use raid_core::layout::Level;
 use raid_core::member::{FileMember, MemberRef, RamMember};
-use raid_core::metadata::{SlotState, DATA_OFFSET};
+use raid_core::metadata::{SlotState, MIN_DATA_OFFSET};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::AtomicBool;
@@ -66,6 +66,7 @@ fn model_run(
             name: "m".into(),
             level,
             chunk,
+            data_offset: None,
         },
     )
     .unwrap();
@@ -200,7 +201,12 @@ fn model_every_level_on_ram_members() {
                 chunk,
                 1000 + k as u64 * 7 + chunk,
                 600 * soak(),
-                |i| Arc::new(RamMember::new(format!("ram:{tag}{i}"), DATA_OFFSET + data)),
+                |i| {
+                    Arc::new(RamMember::new(
+                        format!("ram:{tag}{i}"),
+                        MIN_DATA_OFFSET + data,
+                    ))
+                },
                 m.refs(),
                 Some(&m),
             );
@@ -217,7 +223,7 @@ fn model_every_level_on_file_members() {
         let mk = |name: String| -> MemberRef {
             let p = dir.join(name);
             let f = std::fs::File::create(&p).unwrap();
-            f.set_len(DATA_OFFSET + data).unwrap();
+            f.set_len(MIN_DATA_OFFSET + data).unwrap();
             Arc::new(FileMember::open(&p).unwrap())
         };
         let members: Vec<MemberRef> = (0..n).map(|i| mk(format!("{level}-{n}-{i}.img"))).collect();
@@ -316,7 +322,7 @@ fn online_rebuild_under_concurrent_writes() {
         array.fail_slot(1, "test");
         let new: MemberRef = Arc::new(RamMember::new(
             format!("ram:orb-{level}-new"),
-            DATA_OFFSET + data,
+            MIN_DATA_OFFSET + data,
         ));
         array.replace(1, new.clone()).unwrap();
         let blocks = cap / BLOCK;

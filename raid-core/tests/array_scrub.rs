@@ -5,7 +5,7 @@ mod support;
 
 use raid_core::array::{Array, ArrayEvent, ScrubOptions};
 use raid_core::layout::{ChunkRole, Level};
-use raid_core::metadata::DATA_OFFSET;
+use raid_core::metadata::MIN_DATA_OFFSET;
 use std::sync::atomic::AtomicBool;
 use support::array::{assert_consistent, assert_matches, create, Members};
 
@@ -23,7 +23,7 @@ fn filled(level: Level, n: usize, tag: &str) -> (Members, Array, Vec<u8>) {
 
 /// Flips bytes of the chunk at `row` on `member`, behind the array's back.
 fn corrupt(m: &Members, member: usize, row: u64, at: u64) {
-    m.corrupt(member, DATA_OFFSET + row * CHUNK + at);
+    m.corrupt(member, MIN_DATA_OFFSET + row * CHUNK + at);
 }
 
 fn scrub(a: &Array, repair: bool) -> raid_core::array::ScrubReport {

@@ -102,7 +102,8 @@ struct Gate {
 impl Member for Gated {
     support::pass_through_to_inner!(writes);
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        if self.gate.armed.load(Ordering::Acquire) && offset >= raid_core::metadata::DATA_OFFSET {
+        if self.gate.armed.load(Ordering::Acquire) && offset >= raid_core::metadata::MIN_DATA_OFFSET
+        {
             let mut w = self.gate.waiting.lock().unwrap();
             w.0 += 1;
             w.1 = w.1.max(w.0);
@@ -134,7 +135,7 @@ fn requests_wait_for_their_members_side_by_side() {
             std::sync::Arc::new(Gated {
                 inner: raid_core::member::RamMember::new(
                     format!("ram:gated{i}"),
-                    raid_core::metadata::DATA_OFFSET + (8 << 20),
+                    raid_core::metadata::MIN_DATA_OFFSET + (8 << 20),
                 ),
                 gate: gate.clone(),
             }) as raid_core::member::MemberRef

@@ -132,6 +132,7 @@ fn files_raid5(
             name: tag.into(),
             level: raid_core::layout::Level::Raid5,
             chunk: 64 << 10,
+            data_offset: None,
         },
     )
     .unwrap();

@@ -15,7 +15,7 @@ use raid_core::array::{Array, RebuildEnd, RebuildOptions, ScrubOptions, ScrubRep
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{MemberRef, RamMember};
-use raid_core::metadata::{SlotState, DATA_OFFSET};
+use raid_core::metadata::{SlotState, MIN_DATA_OFFSET};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -129,7 +129,10 @@ fn filled(
 
 /// A blank member in RAM the size of the array's, named after `tag`.
 fn ram_member(tag: &str) -> MemberRef {
-    Arc::new(RamMember::new(format!("ram:{tag}-new"), DATA_OFFSET + DATA))
+    Arc::new(RamMember::new(
+        format!("ram:{tag}-new"),
+        MIN_DATA_OFFSET + DATA,
+    ))
 }
 
 /// The array's members after `lost` was replaced by `new`.
@@ -254,7 +257,7 @@ fn a_scrub_in_runs_finds_and_repairs_what_one_run_does() {
             let (members, a, img) = filled(level, n, &tag, 5);
             // Rows in different runs and batches, each on a member in turn.
             for (k, row) in [0u64, 3, 5, 6, 9, 17, 40, 41].into_iter().enumerate() {
-                members.corrupt(k % n, DATA_OFFSET + row * CHUNK + 100);
+                members.corrupt(k % n, MIN_DATA_OFFSET + row * CHUNK + 100);
             }
             let scrub = |a: &Arc<Array>, parallel: usize, repair: bool| {
                 let (a, what) = (a.clone(), format!("{level:?} scrub"));
@@ -324,7 +327,7 @@ fn a_hot_replace_whose_old_device_errs_in_one_run() {
     let new = ram_member("hoterr");
     a.hot_replace(slot, new.clone()).unwrap();
     // Rows 12 and 13: the third of four runs of 2 rows in the second batch.
-    let bad = DATA_OFFSET + 13 * CHUNK;
+    let bad = MIN_DATA_OFFSET + 13 * CHUNK;
     members.faulty[slot].set_faults(raid_core::member::Faults {
         fail_ranges: vec![(bad, bad + 512)],
         ..Default::default()

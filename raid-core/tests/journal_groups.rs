@@ -8,7 +8,7 @@ mod support;
 use raid_core::array::Array;
 use raid_core::layout::Level;
 use raid_core::member::{Faults, FaultyMember, Member, MemberRef, RamMember};
-use raid_core::metadata::{DATA_OFFSET, JOURNAL_OFFSET};
+use raid_core::metadata::{JOURNAL_OFFSET, MIN_DATA_OFFSET};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,7 +48,7 @@ fn degraded(level: Level, n: usize, tag: &str, latency: Duration) -> (Array, Mem
 fn replacement(tag: &str) -> MemberRef {
     Arc::new(RamMember::new(
         format!("ram:{tag}new"),
-        DATA_OFFSET + ROWS * CHUNK,
+        MIN_DATA_OFFSET + ROWS * CHUNK,
     ))
 }
 
@@ -207,7 +207,7 @@ struct PanicsInJournal {
 impl Member for PanicsInJournal {
     support::pass_through_to_inner!();
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        let journal = (JOURNAL_OFFSET..DATA_OFFSET).contains(&offset);
+        let journal = (JOURNAL_OFFSET..MIN_DATA_OFFSET).contains(&offset);
         if journal && self.armed.load(Ordering::Acquire) {
             std::thread::sleep(Duration::from_millis(5));
             if self.once {

@@ -18,7 +18,7 @@ use raid_core::array::{Array, CreateOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{FaultyMember, Member, MemberRef, NvmeModel, SimNvme};
-use raid_core::metadata::DATA_OFFSET;
+use raid_core::metadata::MIN_DATA_OFFSET;
 use raid_core::shard::Engine;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -61,7 +61,7 @@ fn drive(name: String) -> Arc<FaultyMember> {
         write: Duration::from_micros(3),
         queue: 64,
     };
-    let d = SimNvme::new(name, DATA_OFFSET + ROWS * CHUNK, model);
+    let d = SimNvme::new(name, MIN_DATA_OFFSET + ROWS * CHUNK, model);
     Arc::new(FaultyMember::new(Arc::new(d)))
 }
 
@@ -119,6 +119,7 @@ fn run(level: Level, n: usize, seed: u64, degraded: bool) -> u64 {
                 name: format!("pc{seed}"),
                 level,
                 chunk: CHUNK,
+                data_offset: None,
             },
         )
         .unwrap(),

@@ -10,7 +10,7 @@ use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{io_path, Faults, FaultyMember, IoPath, MemberRef, RamMember, SimNvme};
 use raid_core::metadata::SlotState;
-use raid_core::metadata::DATA_OFFSET;
+use raid_core::metadata::MIN_DATA_OFFSET;
 use raid_core::shard::{Engine, ReadResult};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -144,7 +144,7 @@ fn a_degraded_read_never_sees_a_stripe_half_written() {
             // Each member's blocking I/O slower than the last: a writer's
             // data and parity land that far apart. Timed I/O (the shards'
             // reads) is RAM's, at once.
-            let m = RamMember::new(format!("ram:half{i}"), DATA_OFFSET + DATA);
+            let m = RamMember::new(format!("ram:half{i}"), MIN_DATA_OFFSET + DATA);
             let f = FaultyMember::new(Arc::new(m));
             f.set_faults(Faults {
                 latency: Duration::from_micros(100 * i),
@@ -352,7 +352,7 @@ fn members_that_can_do_neither_take_the_blocking_path() {
         .map(|i| {
             Arc::new(Plain(RamMember::new(
                 format!("ram:sh{i}"),
-                DATA_OFFSET + DATA,
+                MIN_DATA_OFFSET + DATA,
             ))) as MemberRef
         })
         .collect();
@@ -368,7 +368,9 @@ fn members_that_can_do_neither_take_the_blocking_path() {
 #[test]
 fn ram_members_are_served_by_the_shards() {
     let members: Vec<MemberRef> = (0..4)
-        .map(|i| Arc::new(RamMember::new(format!("ram:sr{i}"), DATA_OFFSET + DATA)) as MemberRef)
+        .map(|i| {
+            Arc::new(RamMember::new(format!("ram:sr{i}"), MIN_DATA_OFFSET + DATA)) as MemberRef
+        })
         .collect();
     let a = array(Level::Raid5, members, "shard-ram");
     let model = fill(&a, 19);

@@ -9,7 +9,7 @@ use raid_core::array::{Array, ArrayState, ScrubOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{io_path, FaultyMember, IoPath, MemberRef, SimNvme};
-use raid_core::metadata::{SlotState, DATA_OFFSET};
+use raid_core::metadata::{SlotState, MIN_DATA_OFFSET};
 use raid_core::shard::{Engine, ReadResult, WriteResult};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -664,7 +664,7 @@ fn a_replacement_failing_under_shard_writes_is_dropped() {
     };
     // A RAID5 stripe is a row of every member.
     new.set_faults(Faults {
-        fail_ranges: vec![(DATA_OFFSET, DATA_OFFSET + copied * geo.chunk)],
+        fail_ranges: vec![(MIN_DATA_OFFSET, MIN_DATA_OFFSET + copied * geo.chunk)],
         ..Default::default()
     });
     let c = e.counts();

@@ -43,7 +43,7 @@ use raid_core::array::{
 };
 use raid_core::layout::Level;
 use raid_core::member::MemberRef;
-use raid_core::metadata::{SlotState, DATA_OFFSET};
+use raid_core::metadata::{SlotState, MIN_DATA_OFFSET};
 use raid_core::shard::Stepped;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -122,6 +122,8 @@ struct World {
     stepped: Option<Stepped>,
     /// Rows of each disk.
     rows: u64,
+    /// Where the array's data starts on each disk (`data_offset_of`).
+    data_offset: u64,
 }
 
 macro_rules! trace {
@@ -145,7 +147,13 @@ impl World {
     /// A new disk on this life's power (and timeline).
     fn new_disk(&mut self) -> Arc<SimDisk> {
         let name = format!("s{}-d{}", self.seed, self.disks.len());
-        disk(name, &self.power, self.timeline.as_ref(), self.rows)
+        disk(
+            name,
+            &self.power,
+            self.timeline.as_ref(),
+            self.rows,
+            self.data_offset,
+        )
     }
 
     fn a(&self) -> &Array {
@@ -277,7 +285,7 @@ impl World {
             for d in &self.disks {
                 let st = d.st.lock().unwrap();
                 let mut b = [0u8; 4];
-                st.copy_out(DATA_OFFSET + 512, &mut b);
+                st.copy_out(self.data_offset + 512, &mut b);
                 trace!(
                     self,
                     "  {} row 0 sector 1: {:02x?} unflushed {}",
@@ -336,7 +344,7 @@ impl World {
             }
             _ => {
                 let row = self.rng.gen_range(0..self.rows);
-                let at = DATA_OFFSET + row * CHUNK;
+                let at = self.data_offset + row * CHUNK;
                 trace!(self, "disk {member} (slot {slot}) goes bad at row {row}");
                 d.st.lock().unwrap().bad.push((at, at + CHUNK));
             }
@@ -432,7 +440,7 @@ impl World {
         if !(kept || parity && self.power.cut_planned()) && side.gen_ratio(1, 3) {
             let old = self.a().slots()[slot].member.clone().unwrap_or_default();
             let row = side.gen_range(0..self.rows);
-            let at = DATA_OFFSET + row * CHUNK;
+            let at = self.data_offset + row * CHUNK;
             trace!(
                 self,
                 "disk {old} (slot {slot}) goes bad at row {row} during the copy"
@@ -524,7 +532,7 @@ impl World {
             for d in &self.disks {
                 let st = d.st.lock().unwrap();
                 let mut b = [0u8; 4];
-                st.copy_out(DATA_OFFSET + 512, &mut b);
+                st.copy_out(self.data_offset + 512, &mut b);
                 trace!(self, "  {} row 0 sector 1: {:02x?}", d.name, b);
             }
         }
@@ -625,6 +633,18 @@ impl World {
     }
 }
 
+/// Where seed `seed`'s array has its data (and its journal ring ends): one
+/// life in three further in than the smallest offset, so that every path
+/// that places member I/O is played with the offset the array records,
+/// not the one most arrays have (taken from the seed, not its stream, so
+/// that the other lives play as they did).
+fn data_offset_of(seed: u64) -> u64 {
+    match seed % 3 {
+        0 => 2 * MIN_DATA_OFFSET,
+        _ => MIN_DATA_OFFSET,
+    }
+}
+
 /// The life of seed `seed`; `on_shard`: with rounds of requests in flight
 /// on a shard (another life than the same seed's without).
 fn life(seed: u64, trace: bool, on_shard: bool) {
@@ -642,8 +662,17 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
         budget: AtomicI64::new(i64::MAX),
         off: AtomicBool::new(false),
     });
+    let data_offset = data_offset_of(seed);
     let disks: Vec<Arc<SimDisk>> = (0..n)
-        .map(|i| disk(format!("s{seed}-d{i}"), &power, timeline.as_ref(), rows))
+        .map(|i| {
+            disk(
+                format!("s{seed}-d{i}"),
+                &power,
+                timeline.as_ref(),
+                rows,
+                data_offset,
+            )
+        })
         .collect();
     let array = Array::create(
         disks.iter().map(|d| d.clone() as MemberRef).collect(),
@@ -652,6 +681,7 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
             name: "sim".into(),
             level,
             chunk: CHUNK,
+            data_offset: Some(data_offset),
         },
     )
     .unwrap();
@@ -671,6 +701,7 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
         timeline,
         stepped: None,
         rows,
+        data_offset,
     };
     for d in &w.disks {
         d.st.lock().unwrap().unflushed.clear();

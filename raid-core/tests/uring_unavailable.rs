@@ -7,7 +7,7 @@
 use raid_core::array::{Array, ArrayState, CreateOptions};
 use raid_core::layout::Level;
 use raid_core::member::{FileMember, MemberRef};
-use raid_core::metadata::DATA_OFFSET;
+use raid_core::metadata::MIN_DATA_OFFSET;
 use std::sync::Arc;
 
 #[test]
@@ -19,7 +19,7 @@ fn no_io_uring_fails_no_member() {
             let p = dir.join(format!("m{i}"));
             std::fs::File::create(&p)
                 .unwrap()
-                .set_len(DATA_OFFSET + (8 << 20))
+                .set_len(MIN_DATA_OFFSET + (8 << 20))
                 .unwrap();
             Arc::new(FileMember::open(&p).unwrap()) as MemberRef
         })
@@ -32,6 +32,7 @@ fn no_io_uring_fails_no_member() {
                 name: "nouring".into(),
                 level: Level::Raid5,
                 chunk: 65536,
+                data_offset: None,
             },
         )
         .unwrap(),

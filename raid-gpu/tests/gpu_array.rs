@@ -7,7 +7,7 @@
 use raid_core::array::{Array, CreateOptions, RebuildEnd, RebuildOptions, ScrubOptions};
 use raid_core::layout::Level;
 use raid_core::member::{MemberRef, RamMember};
-use raid_core::metadata::DATA_OFFSET;
+use raid_core::metadata::MIN_DATA_OFFSET;
 use raid_gpu::{GpuEngine, ParityMode, Selection, StripeShape};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ fn an_array_on_the_gpu_engine_matches_its_model_through_a_failure_and_rebuild() 
             .map(|i| {
                 Arc::new(RamMember::new(
                     format!("ram:ga-{level}-{i}"),
-                    DATA_OFFSET + data,
+                    MIN_DATA_OFFSET + data,
                 )) as MemberRef
             })
             .collect();
@@ -39,6 +39,7 @@ fn an_array_on_the_gpu_engine_matches_its_model_through_a_failure_and_rebuild() 
                 name: "ga".into(),
                 level,
                 chunk,
+                data_offset: None,
             },
         )
         .unwrap();
@@ -94,7 +95,7 @@ fn an_array_on_the_gpu_engine_matches_its_model_through_a_failure_and_rebuild() 
         // Replace and rebuild on the GPU; scrub finds the GPU's parity right.
         let new: MemberRef = Arc::new(RamMember::new(
             format!("ram:ga-{level}-new"),
-            DATA_OFFSET + data,
+            MIN_DATA_OFFSET + data,
         ));
         a.replace(2, new).unwrap();
         let end = a

@@ -21,6 +21,11 @@ pub struct Examined {
     pub array_uuid: Option<String>,
     pub level: Option<String>,
     pub chunk_bytes: Option<u64>,
+    /// Where the array's data starts on the device: the metadata, bitmap
+    /// and degraded-write journal ring lie before it.
+    pub data_offset_bytes: Option<u64>,
+    /// Bytes of the device the array's data uses, from the data offset on.
+    pub data_bytes: Option<u64>,
     pub members: Option<usize>,
     /// The slot this device holds, per its own metadata.
     pub slot: Option<usize>,
@@ -49,6 +54,8 @@ impl Examined {
             array_uuid: None,
             level: None,
             chunk_bytes: None,
+            data_offset_bytes: None,
+            data_bytes: None,
             members: None,
             slot: None,
             member_uuid: None,
@@ -114,6 +121,8 @@ pub fn examine(device: &Path) -> Examined {
         array_uuid: Some(sb.array_uuid.to_string()),
         level: Some(sb.level.to_string()),
         chunk_bytes: Some(sb.chunk as u64),
+        data_offset_bytes: Some(sb.data_offset),
+        data_bytes: Some(sb.data_size),
         members: Some(sb.slots.len()),
         slot: (sb.role != ROLE_SPARE).then_some(sb.role as usize),
         member_uuid: Some(sb.member_uuid.to_string()),
@@ -173,6 +182,13 @@ fn render(e: &Examined) -> String {
         e.members.unwrap_or(0),
         crate::status::human_bytes(e.chunk_bytes.unwrap_or(0))
     ));
+    if let (Some(at), Some(len)) = (e.data_offset_bytes, e.data_bytes) {
+        t.push_str(&format!(
+            "  data:    {} from {} on (metadata and journal before it)\n",
+            crate::status::human_bytes(len),
+            crate::status::human_bytes(at)
+        ));
+    }
     match e.slot {
         Some(s) => t.push_str(&format!(
             "  role:    slot {s}, {}{}\n",

@@ -149,6 +149,33 @@ fn runbook_the_daemon_crashed() {
     w.ok(&["stop", "data"]);
 }
 
+/// A RAID5 of members of 1 GiB or more keeps its degraded-write journal in
+/// a 16 MiB ring (its data starts after it, as `examine` says), where small
+/// members keep 1 MiB: degraded writes of more than the small ring holds, a
+/// daemon killed after them and a start come through it.
+#[test]
+fn large_members_keep_a_large_journal_ring() {
+    let w = World::new("big-ring");
+    let m = w.sparse_members("b", 4, 1 << 30);
+    let sock = running(&w, "big", "5", &m, true);
+    let ex = w.ok(&["examine", s(&m[0])]);
+    assert!(ex.contains("from 16.0 MiB on"), "{ex}");
+    let small = w.sparse_members("s", 3, 64 * MIB);
+    let mut args = vec!["create", "small", "--level", "5"];
+    args.extend(small.iter().map(|p| s(p)));
+    w.ok(&args);
+    let ex = w.ok(&["examine", s(&small[0])]);
+    assert!(ex.contains("from 1.0 MiB on"), "{ex}");
+    w.ok(&["fail", "big", s(&m[1])]);
+    reads(&sock, "big", "write -P 0x33 2M 4M");
+    w.kill_daemon();
+    start_nbd(&w, "big", &sock, &[]);
+    reads(&sock, "big", "read -P 0x5a 0 2M");
+    reads(&sock, "big", "read -P 0x33 2M 4M");
+    reads(&sock, "big", "read -P 0x5a 6M 2M");
+    w.ok(&["stop", "big"]);
+}
+
 #[test]
 fn runbook_the_state_directory_is_lost() {
     let w = World::new("rb-state");

@@ -14,6 +14,7 @@ pub fn array(members: Vec<MemberRef>, level: Level, chunk: u64) -> Array {
             name: "bench".into(),
             level,
             chunk,
+            data_offset: None,
         },
     )
     .unwrap()

@@ -237,6 +237,7 @@ pub(super) fn assemble(
         .collect();
     let array = Array {
         geo,
+        data_offset: truth.data_offset,
         name: truth.name.clone(),
         uuid: truth.array_uuid,
         ctime: truth.ctime,
@@ -260,7 +261,7 @@ pub(super) fn assemble(
         bitmap: bitmap_bits
             .map(|bits| super::bitmap::Bitmap::new(truth.bitmap_region_rows, geo.rows(), bits)),
         journal: matches!(geo.level, Level::Raid5 | Level::Raid6)
-            .then(|| super::journal::Journal::new(0)),
+            .then(|| super::journal::Journal::new(0, truth.data_offset)),
         rr: AtomicUsize::new(0),
         hot: Mutex::new(None),
         out_of_space: Mutex::new(None),

@@ -464,7 +464,7 @@ impl AsyncWrite {
                     .iter()
                     .map(|p| MemberOp {
                         slot: p.member,
-                        offset: DATA_OFFSET + p.offset + within,
+                        offset: a.data_offset + p.offset + within,
                         buf: IoBuf::Data { pos: 0, len },
                         write: true,
                     })

@@ -400,7 +400,7 @@ impl Array {
                 .chunk_copies(c)
                 .iter()
                 .filter(|p| self.readable(p.member, p.offset / chunk))
-                .map(|p| (p.member, DATA_OFFSET + p.offset))
+                .map(|p| (p.member, self.data_offset + p.offset))
                 .collect();
             if places.len() < 2 {
                 return Ok(());
@@ -433,7 +433,7 @@ impl Array {
     fn resync_stripe(&self, s: u64) -> Result<()> {
         let map = self.geo.stripe_map(s);
         let nd = self.geo.data_chunks();
-        let off = DATA_OFFSET + s * self.geo.chunk;
+        let off = self.data_offset + s * self.geo.chunk;
         let places: Vec<(usize, u64)> = map.members.iter().map(|&m| (m, off)).collect();
         let chunks = self.scrub_read(&places)?;
         let len = self.geo.chunk as usize;

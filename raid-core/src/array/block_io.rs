@@ -54,7 +54,7 @@ impl Array {
                 let s = c / nd;
                 let m = self.geo.stripe_member(s, (c % nd) as usize);
                 self.readable(m, s)
-                    .then_some((m, DATA_OFFSET + s * chunk + within))
+                    .then_some((m, self.data_offset + s * chunk + within))
             }
             _ => {
                 let n = self.geo.copies();
@@ -62,7 +62,7 @@ impl Array {
                     .map(|j| self.geo.copy_place(c, (c as usize + j) % n))
                     .find_map(|p| {
                         self.readable(p.member, p.offset / chunk)
-                            .then_some((p.member, DATA_OFFSET + p.offset + within))
+                            .then_some((p.member, self.data_offset + p.offset + within))
                     })
             }
         }

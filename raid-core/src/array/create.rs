@@ -6,14 +6,14 @@ use super::*;
 
 impl Array {
     /// Every check `create` makes before it writes anything, and the
-    /// geometry they give: a caller that prepares the devices first (the
+    /// shape they give: a caller that prepares the devices first (the
     /// CLI allocates member files) runs it before, so that input refused
     /// here leaves every device as it was.
     pub fn check_create(
         members: &[MemberRef],
         spares: &[MemberRef],
         opts: &CreateOptions,
-    ) -> Result<Geometry> {
+    ) -> Result<CreatePlan> {
         let mut seen = std::collections::HashMap::new();
         for m in members.iter().chain(spares) {
             if let Some(first) = seen.insert(m.device_key(), m.identity().to_string()) {
@@ -50,18 +50,29 @@ impl Array {
             ));
         }
         let smallest = members.iter().map(|m| m.size()).min().unwrap_or(0);
-        let usable = smallest.saturating_sub(DATA_OFFSET);
+        let data_offset = match opts.data_offset {
+            None => metadata::data_offset_for(opts.level, smallest),
+            Some(o) if metadata::data_offset_is_valid(o) => o,
+            Some(o) => {
+                return Err(ArrayError::Invalid(format!(
+                    "data offset {o}: it must be a whole number of MiB from {} to {}",
+                    metadata::MIN_DATA_OFFSET,
+                    metadata::MAX_DATA_OFFSET
+                )))
+            }
+        };
+        let usable = smallest.saturating_sub(data_offset);
         let geo = Geometry::new(opts.level, members.len(), opts.chunk, usable)?;
         for s in spares {
-            if s.size() < DATA_OFFSET + geo.member_size {
+            if s.size() < data_offset + geo.member_size {
                 return Err(ArrayError::Geometry(GeometryError::SpareTooSmall {
                     spare: s.identity().into(),
                     size: s.size(),
-                    need: DATA_OFFSET + geo.member_size,
+                    need: data_offset + geo.member_size,
                 }));
             }
         }
-        Ok(geo)
+        Ok(CreatePlan { geo, data_offset })
     }
 
     /// Writes fresh metadata on `members` (slot order = list order) and
@@ -87,7 +98,8 @@ impl Array {
         opts: CreateOptions,
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<Array> {
-        let geo = Array::check_create(&members, &spares, &opts)?;
+        let plan = Array::check_create(&members, &spares, &opts)?;
+        let geo = plan.geo;
         // What the devices held goes first, durably: a create cut short
         // while it zeroes (Ctrl-C, a failing member) must not leave an
         // earlier array's metadata over data no longer its own, which
@@ -102,7 +114,7 @@ impl Array {
                 })?;
         }
         if opts.level != Level::Raid0 {
-            zero_data_areas(&members, geo.member_size, progress)?;
+            zero_data_areas(&members, plan.data_offset, geo.member_size, progress)?;
         }
         let slots: Vec<Slot> = members
             .into_iter()
@@ -110,6 +122,7 @@ impl Array {
             .collect();
         let array = Array {
             geo,
+            data_offset: plan.data_offset,
             name: opts.name,
             uuid: Uuid::random(),
             ctime: now_secs(),
@@ -133,7 +146,7 @@ impl Array {
                 bitmap::Bitmap::new(bitmap::region_rows_for(geo.rows()), geo.rows(), Vec::new())
             }),
             journal: matches!(opts.level, Level::Raid5 | Level::Raid6)
-                .then(|| journal::Journal::new(0)),
+                .then(|| journal::Journal::new(0, plan.data_offset)),
             rr: AtomicUsize::new(0),
             hot: Mutex::new(None),
             out_of_space: Mutex::new(None),
@@ -162,6 +175,7 @@ const ZERO_STEP: u64 = 256 << 20;
 /// done over all of them after each step.
 fn zero_data_areas(
     members: &[MemberRef],
+    data_offset: u64,
     len: u64,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<()> {
@@ -177,7 +191,7 @@ fn zero_data_areas(
                     let mut at = 0;
                     while at < len && !stop.load(Ordering::Acquire) {
                         let n = (len - at).min(ZERO_STEP);
-                        if let Err(e) = m.write_zeroes(DATA_OFFSET + at, n) {
+                        if let Err(e) = m.write_zeroes(data_offset + at, n) {
                             stop.store(true, Ordering::Release);
                             return Err(ArrayError::Member {
                                 member: m.identity().into(),

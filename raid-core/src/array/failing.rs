@@ -71,7 +71,7 @@ impl Array {
     /// not find it (the daemon warns, once per member). The daemon asks
     /// this every few hundred milliseconds.
     pub fn check_member_files(&self) -> Vec<(usize, MemberRef)> {
-        let used = DATA_OFFSET + self.geo.member_size;
+        let used = self.data_offset + self.geo.member_size;
         let handles = self.member_handles();
         let mut deleted = Vec::new();
         for (i, m) in handles.iter().enumerate() {

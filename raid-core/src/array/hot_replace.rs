@@ -331,7 +331,7 @@ impl Array {
         // one's drops the replacement at the next batch
         // (`hot_replace_broken`).
         let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<()> {
-            let at = |row: u64| DATA_OFFSET + row * chunk;
+            let at = |row: u64| self.data_offset + row * chunk;
             // Every byte is read into before it is written out.
             let mut bufs = pool.take((hi - lo) as usize);
             let reads = (lo..hi).zip(bufs.iter_mut());
@@ -549,7 +549,7 @@ impl Array {
             ));
         }
         if !pair.new_failed.load(Ordering::Acquire) {
-            if let Some(trouble) = pair.new_file_trouble(DATA_OFFSET + self.geo.member_size) {
+            if let Some(trouble) = pair.new_file_trouble(self.data_offset + self.geo.member_size) {
                 pair.new_err(io::Error::other(trouble.clone()));
                 return Some(format!(
                     "the replacement {} {trouble}; {} stays the member",

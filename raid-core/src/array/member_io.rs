@@ -201,7 +201,7 @@ impl Array {
         let handles = self.read_handles();
         if places
             .iter()
-            .any(|&(slot, off)| !self.readable(slot, (off - DATA_OFFSET) / self.geo.chunk))
+            .any(|&(slot, off)| !self.readable(slot, (off - self.data_offset) / self.geo.chunk))
         {
             return Err(ReadFailure::Changed);
         }

@@ -207,7 +207,7 @@ impl Array {
                 ),
             ));
         }
-        let need = DATA_OFFSET + self.geo.member_size;
+        let need = self.data_offset + self.geo.member_size;
         if m.size() < need {
             return Err(refuse(
                 Rule::TooSmall,
@@ -315,7 +315,7 @@ impl Array {
                 self.name
             )));
         }
-        let need = DATA_OFFSET + self.geo.member_size;
+        let need = self.data_offset + self.geo.member_size;
         if m.size() < need {
             return Err(refuse(
                 Rule::TooSmall,

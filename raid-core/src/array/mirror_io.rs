@@ -77,7 +77,7 @@ impl Array {
                 at = p.pos + p.len as usize;
                 ios.push(MemberIo {
                     member: c.member,
-                    offset: DATA_OFFSET + c.offset + p.within,
+                    offset: self.data_offset + c.offset + p.within,
                     op: IoOp::Read(head),
                 });
             }
@@ -113,7 +113,7 @@ impl Array {
                 if self.copy_readable(&c) {
                     ios.push(MemberIo {
                         member: c.member,
-                        offset: DATA_OFFSET + c.offset + p.within,
+                        offset: self.data_offset + c.offset + p.within,
                         op: IoOp::Write(&data[p.pos..p.pos + p.len as usize]),
                     });
                     owner.push((k, c));
@@ -162,7 +162,7 @@ impl Array {
             for p in &pieces {
                 for c in self.geo.chunk_copies(p.chunk) {
                     if self.copy_readable(&c) {
-                        ranges.push((c.member, DATA_OFFSET + c.offset + p.within, p.len));
+                        ranges.push((c.member, self.data_offset + c.offset + p.within, p.len));
                     }
                 }
             }

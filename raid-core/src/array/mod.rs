@@ -39,7 +39,7 @@ pub use scrub::{Mismatch, ScrubOptions, ScrubReport};
 
 use crate::layout::{Geometry, GeometryError, Level};
 use crate::member::{Member, MemberRef};
-use crate::metadata::{self, SlotEntry, SlotState, Superblock, Uuid, DATA_OFFSET, ROLE_SPARE};
+use crate::metadata::{self, SlotEntry, SlotState, Superblock, Uuid, ROLE_SPARE};
 use crate::parity::{CpuEngine, ParityEngine, ParityError};
 use locks::StripeLocks;
 use member_io::{pace, Absent, ReadFailure};
@@ -233,6 +233,18 @@ pub struct CreateOptions {
     pub name: String,
     pub level: Level,
     pub chunk: u64,
+    /// Where the data starts on every member; None (what the CLI gives):
+    /// `metadata::data_offset_for` chooses. The deterministic simulation
+    /// and tests set it to place data elsewhere than the default.
+    pub data_offset: Option<u64>,
+}
+
+/// What `Array::check_create` found: the array's shape, and where its data
+/// starts on every member.
+#[derive(Clone, Copy, Debug)]
+pub struct CreatePlan {
+    pub geo: Geometry,
+    pub data_offset: u64,
 }
 
 /// A member slot's state as reported.
@@ -248,6 +260,10 @@ pub struct SlotStatus {
 /// One assembled, running array.
 pub struct Array {
     geo: Geometry,
+    /// Where the data area starts on every member (the superblock's
+    /// `data_offset`): the journal's ring ends here
+    /// (`metadata::data_offset_for`).
+    data_offset: u64,
     name: String,
     uuid: Uuid,
     ctime: u64,
@@ -336,6 +352,10 @@ impl Array {
     }
     pub fn geometry(&self) -> Geometry {
         self.geo
+    }
+    /// Where the data area starts on every member.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
     }
     pub fn capacity(&self) -> u64 {
         self.geo.capacity()
@@ -554,7 +574,7 @@ impl Array {
             layout: metadata::LAYOUT_DEFAULT,
             chunk: self.geo.chunk as u32,
             clean: meta.clean,
-            data_offset: DATA_OFFSET,
+            data_offset: self.data_offset,
             data_size: self.geo.member_size,
             events: meta.events,
             ctime: self.ctime,

@@ -97,7 +97,7 @@ impl Array {
 
     /// Member byte offset of row `s`, plus `within`.
     pub(super) fn row_offset(&self, s: u64, within: u64) -> u64 {
-        DATA_OFFSET + s * self.geo.chunk + within
+        self.data_offset + s * self.geo.chunk + within
     }
 
     pub(super) fn pieces(&self, offset: u64, len: u64) -> Vec<Piece> {

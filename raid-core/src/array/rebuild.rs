@@ -424,7 +424,7 @@ impl Array {
     }
 
     fn row_offset_of(&self, row: u64) -> u64 {
-        DATA_OFFSET + row * self.geo.chunk
+        self.data_offset + row * self.geo.chunk
     }
 
     pub(super) fn rebuild_mirror_rows(
@@ -449,7 +449,7 @@ impl Array {
                         p.member != slot && self.readable(p.member, p.offset / self.geo.chunk)
                     })
                     .ok_or_else(|| self.failed_error())?;
-                places.push((src.member, DATA_OFFSET + src.offset));
+                places.push((src.member, self.data_offset + src.offset));
             }
             let bufs = match self.read_places(&places, chunk) {
                 Ok(b) => b,

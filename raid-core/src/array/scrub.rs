@@ -349,7 +349,7 @@ impl Array {
         let places: Vec<(usize, u64)> = rows
             .clone()
             .flat_map(|s| {
-                let off = DATA_OFFSET + s * self.geo.chunk;
+                let off = self.data_offset + s * self.geo.chunk;
                 self.geo
                     .stripe_map(s)
                     .members
@@ -407,7 +407,7 @@ impl Array {
     ) -> Result<()> {
         let map = self.geo.stripe_map(s);
         let nd = self.geo.data_chunks();
-        let off = DATA_OFFSET + s * self.geo.chunk;
+        let off = self.data_offset + s * self.geo.chunk;
         let mut no_q = AlignedBuf::new(0);
         let q = q.unwrap_or(&mut no_q);
         // p, q become the syndromes Pd, Qd.
@@ -532,7 +532,7 @@ impl Array {
         let copies = self.geo.chunk_copies(c);
         let places: Vec<(usize, u64)> = copies
             .iter()
-            .map(|p| (p.member, DATA_OFFSET + p.offset))
+            .map(|p| (p.member, self.data_offset + p.offset))
             .collect();
         let bufs = self.scrub_read(&places)?;
         self.scrub_still_in_sync(epoch)?;

@@ -4,7 +4,6 @@
 
 use super::{CHUNK, SECTOR};
 use raid_core::member::{DeviceKey, IoOp, Member, TimedDone};
-use raid_core::metadata::DATA_OFFSET;
 use rand::rngs::StdRng;
 use rand::Rng;
 use std::collections::BTreeMap;
@@ -105,12 +104,13 @@ pub fn disk(
     power: &Arc<Power>,
     timeline: Option<&Arc<Timeline>>,
     rows: u64,
+    data_offset: u64,
 ) -> Arc<SimDisk> {
     static NEXT: AtomicU64 = AtomicU64::new(1 << 40);
     Arc::new_cyclic(|me| SimDisk {
         name,
         key: NEXT.fetch_add(1, Ordering::Relaxed),
-        size: DATA_OFFSET + rows * CHUNK,
+        size: data_offset + rows * CHUNK,
         power: power.clone(),
         st: Mutex::new(DiskState::default()),
         timeline: timeline.cloned(),

@@ -20,7 +20,7 @@
 use super::{World, BLOCK};
 use raid_core::array::ArrayError;
 use raid_core::buf::AlignedBuf;
-use raid_core::metadata::{SlotState, DATA_OFFSET};
+use raid_core::metadata::SlotState;
 use raid_core::shard::Stepped;
 use rand::Rng;
 use std::collections::BTreeMap;
@@ -336,7 +336,7 @@ impl World {
             d.st.lock().unwrap().vanished = true;
         } else {
             let row = self.rng.gen_range(0..self.rows);
-            let at = DATA_OFFSET + row * super::CHUNK;
+            let at = self.data_offset + row * super::CHUNK;
             trace!(self, "  disk {name} goes bad at row {row}");
             d.st.lock().unwrap().bad.push((at, at + super::CHUNK));
         }

@@ -4,7 +4,7 @@
 use raid_core::array::{Array, CreateOptions};
 use raid_core::layout::{ChunkRole, Level};
 use raid_core::member::{FaultyMember, Member, MemberRef, RamMember};
-use raid_core::metadata::{SlotState, DATA_OFFSET};
+use raid_core::metadata::{SlotState, MIN_DATA_OFFSET};
 use raid_core::parity::{CpuEngine, ParityEngine};
 use std::sync::Arc;
 
@@ -19,7 +19,7 @@ impl Members {
                 .map(|i| {
                     let ram: MemberRef = Arc::new(RamMember::new(
                         format!("ram:{tag}{i}"),
-                        DATA_OFFSET + data_bytes,
+                        MIN_DATA_OFFSET + data_bytes,
                     ));
                     Arc::new(FaultyMember::new(ram))
                 })
@@ -48,6 +48,7 @@ pub fn create(level: Level, members: &Members, chunk: u64) -> Array {
             name: "t".into(),
             level,
             chunk,
+            data_offset: None,
         },
     )
     .expect("create")
@@ -63,6 +64,7 @@ pub fn create_shared(level: Level, members: Vec<MemberRef>, tag: &str, chunk: u6
                 name: tag.into(),
                 level,
                 chunk,
+                data_offset: None,
             },
         )
         .expect("create"),
@@ -76,7 +78,7 @@ pub fn files(dir: &std::path::Path, n: usize, data_bytes: u64) -> Vec<MemberRef>
             let p = dir.join(format!("m{i}.img"));
             std::fs::File::create(&p)
                 .unwrap()
-                .set_len(DATA_OFFSET + data_bytes)
+                .set_len(MIN_DATA_OFFSET + data_bytes)
                 .unwrap();
             Arc::new(raid_core::member::FileMember::open(&p).unwrap()) as MemberRef
         })
@@ -100,7 +102,7 @@ pub fn sim_drive(name: String, data_bytes: u64) -> raid_core::member::SimNvme {
         write: std::time::Duration::from_micros(20),
         queue: 128,
     };
-    raid_core::member::SimNvme::new(name, DATA_OFFSET + data_bytes, model)
+    raid_core::member::SimNvme::new(name, MIN_DATA_OFFSET + data_bytes, model)
 }
 
 /// Reads the whole array and compares it with the model.
@@ -127,7 +129,7 @@ pub fn assert_consistent(array: &Array, members: &[MemberRef]) {
     let read = |m: usize, row: u64| {
         let mut b = vec![0u8; chunk];
         members[m]
-            .read_at(&mut b, DATA_OFFSET + row * g.chunk)
+            .read_at(&mut b, MIN_DATA_OFFSET + row * g.chunk)
             .unwrap();
         b
     };

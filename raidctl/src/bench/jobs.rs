@@ -46,7 +46,7 @@ impl Target {
     pub(super) fn size(&self) -> u64 {
         match self {
             Target::Array(a) | Target::Shards(_, a) => a.capacity(),
-            Target::Member(m) => m.size() - raid_core::metadata::DATA_OFFSET,
+            Target::Member(m) => m.size() - raid_core::metadata::MIN_DATA_OFFSET,
             Target::Nbd(..) => 0,
         }
     }
@@ -61,7 +61,7 @@ impl Target {
                 r.expect("array I/O");
             }
             Target::Member(m) => {
-                let at = raid_core::metadata::DATA_OFFSET + off;
+                let at = raid_core::metadata::MIN_DATA_OFFSET + off;
                 let r = if write {
                     m.write_at(buf, at)
                 } else {

@@ -323,18 +323,21 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
         owned,
         files: Default::default(),
     };
-    let file = |name: &str| -> Result<MemberRef> {
+    // The data starts where `raidctl create` would put it on such members;
+    // the lone drive's data at the smallest offset (`jobs::Target`).
+    let data_offset = raid_core::metadata::data_offset_for(level, a.member_bytes);
+    let file = |name: &str, data_offset: u64| -> Result<MemberRef> {
         let (p, f) = scratch.create(name)?;
-        f.set_len(raid_core::metadata::DATA_OFFSET + a.member_bytes)
+        f.set_len(data_offset + a.member_bytes)
             .map_err(|e| CliError::failed(e.to_string()))?;
         Ok(Arc::new(FileMember::open(&p).map_err(|e| {
             CliError::failed(format!("{}: {e}", p.display()))
         })?))
     };
     let members: Vec<MemberRef> = (0..a.members)
-        .map(|i| file(&format!("m{i}.img")))
+        .map(|i| file(&format!("m{i}.img"), data_offset))
         .collect::<Result<_>>()?;
-    let alone = file("alone.img")?;
+    let alone = file("alone.img", raid_core::metadata::MIN_DATA_OFFSET)?;
     let array = Arc::new(Array::create(
         members,
         vec![],
@@ -342,6 +345,7 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
             name: "bench".into(),
             level,
             chunk: 64 * 1024,
+            data_offset: Some(data_offset),
         },
     )?);
     // The export makes the socket: it is the bench's once that succeeded

@@ -140,10 +140,11 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
         name: name.into(),
         level,
         chunk,
+        data_offset: None,
     };
     // Sizes and the rest checked before a file is allocated: refused
     // input leaves the devices as they were.
-    Array::check_create(&m, &s, &opts)?;
+    let plan = Array::check_create(&m, &s, &opts)?;
     // Until the array is made, an interrupt says what it left.
     let _said = SayIfInterrupted::arm();
     st.ensure()?;
@@ -158,7 +159,7 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
         // Even sparse, the metadata, bitmap and journal area is allocated:
         // a full filesystem must never stop those writes.
         let r = if a.sparse {
-            f.allocate_range(0, raid_core::metadata::DATA_OFFSET)
+            f.allocate_range(0, plan.data_offset)
         } else {
             f.allocate()
         };

@@ -114,7 +114,8 @@ fn wipe_one(p: &Path, m: &dyn Member, uuid: &str) -> String {
     let p = p.display();
     match raid_core::metadata::read_superblock(m) {
         Ok(sb) if sb.array_uuid.to_string() == uuid => {
-            let area = raid_core::metadata::DATA_OFFSET.min(m.size()) as usize;
+            // The superblocks, bitmap and journal: all before the data.
+            let area = sb.data_offset.min(m.size()) as usize;
             let zero = raid_core::buf::AlignedBuf::new(area);
             match m.write_at(&zero, 0).and_then(|()| m.flush()) {
                 Ok(()) => format!("{p}: metadata erased"),

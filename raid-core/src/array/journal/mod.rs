@@ -38,7 +38,7 @@
 
 use super::*;
 use crate::buf::AlignedBuf;
-use crate::metadata::{DATA_OFFSET, JOURNAL_OFFSET};
+use crate::metadata::JOURNAL_OFFSET;
 
 mod commit;
 mod ring;
@@ -66,7 +66,6 @@ const HEAD_MAGIC: &[u8; 8] = b"NVRAIDJH";
 const REC_MAGIC: &[u8; 8] = b"NVRAIDJR";
 const BLOCK: u64 = 4096;
 const RECORDS: u64 = JOURNAL_OFFSET + BLOCK;
-const END: u64 = DATA_OFFSET;
 /// Most chunk entries one record header can list.
 const MAX_ENTRIES: usize = 400;
 /// Where the array's UUID sits in a header or record block (after the
@@ -75,6 +74,8 @@ const UUID_AT: usize = 4060;
 
 pub(super) struct Journal {
     state: Mutex<JState>,
+    /// Where the journal's area ends: the array's data offset.
+    area_end: u64,
     /// Whether `unsettled` may be non-empty: the data path's check needs no
     /// lock in the usual case (nothing journaled since the last flush).
     /// Set under `state` before a stripe is added; a writer of stripe s
@@ -139,11 +140,12 @@ struct JState {
 }
 
 impl JState {
-    /// An empty ring after the header that says `tail_seq`.
-    fn fresh(tail_seq: u64) -> JState {
+    /// An empty ring, ending at `end`, after the header that says
+    /// `tail_seq`.
+    fn fresh(tail_seq: u64, end: u64) -> JState {
         JState {
             head: RECORDS,
-            end: END,
+            end,
             next_seq: tail_seq + 1,
             tail_seq,
             tail_at: RECORDS,
@@ -172,9 +174,11 @@ struct Record {
 }
 
 impl Journal {
-    pub fn new(tail_seq: u64) -> Journal {
+    /// A journal whose area ends at `area_end` (the array's data offset).
+    pub fn new(tail_seq: u64, area_end: u64) -> Journal {
         Journal {
-            state: Mutex::new(JState::fresh(tail_seq)),
+            state: Mutex::new(JState::fresh(tail_seq, area_end)),
+            area_end,
             changed: parking_lot::Condvar::new(),
             any_unsettled: AtomicBool::new(false),
             committer: Default::default(),
@@ -197,8 +201,9 @@ fn encode_head(tail: u64, tail_at: u64, uuid: &Uuid) -> AlignedBuf {
 
 /// A header's tail sequence and the place of the record after it (zero
 /// in headers from before the ring was reclaimed in place: the area's
-/// start, where the records then always began).
-fn decode_head(b: &[u8], uuid: &Uuid) -> Option<(u64, u64)> {
+/// start, where the records then always began), in an area ending at
+/// `end`.
+fn decode_head(b: &[u8], uuid: &Uuid, end: u64) -> Option<(u64, u64)> {
     if &b[..8] != HEAD_MAGIC
         || crc32c::crc32c(&b[..4092]).to_le_bytes() != b[4092..4096]
         || b[UUID_AT..UUID_AT + 16] != uuid.0
@@ -210,7 +215,7 @@ fn decode_head(b: &[u8], uuid: &Uuid) -> Option<(u64, u64)> {
         0 => RECORDS,
         at => at,
     };
-    (RECORDS..=END).contains(&at).then_some((get(8), at))
+    (RECORDS..=end).contains(&at).then_some((get(8), at))
 }
 
 /// A record's bytes before it has a sequence: built (the payload copied)
@@ -471,7 +476,10 @@ impl Array {
 
     /// Most columns one record may carry for `count` chunks.
     pub(super) fn journal_slice(&self, count: usize) -> u64 {
-        let end = self.journal.as_ref().map_or(END, |j| j.state.lock().end);
+        let end = self
+            .journal
+            .as_ref()
+            .map_or(self.data_offset, |j| j.state.lock().end);
         ((end - RECORDS - BLOCK) / count as u64) / BLOCK * BLOCK
     }
 
@@ -490,7 +498,7 @@ impl Array {
             // Room for a record of every member's chunk, one block each
             // (`journal_slice` slices no finer).
             let least = BLOCK * (1 + self.slots.len() as u64);
-            st.end = RECORDS + bytes.clamp(least, END - RECORDS);
+            st.end = RECORDS + bytes.clamp(least, j.area_end - RECORDS);
         }
     }
 
@@ -581,7 +589,7 @@ impl Array {
         let mut tail = 0u64;
         let mut seen = 0u64;
         let mut records: Vec<Record> = Vec::new();
-        let mut area = AlignedBuf::new((END - JOURNAL_OFFSET) as usize);
+        let mut area = AlignedBuf::new((j.area_end - JOURNAL_OFFSET) as usize);
         for (i, m) in handles.iter().enumerate() {
             if self.slots[i].state() == SlotState::Failed
                 || m.read_at(&mut area, JOURNAL_OFFSET).is_err()
@@ -608,7 +616,7 @@ impl Array {
                     m.identity()
                 )));
             }
-            let head = decode_head(&area[..BLOCK as usize], &self.uuid);
+            let head = decode_head(&area[..BLOCK as usize], &self.uuid, j.area_end);
             if let Some((t, _)) = head {
                 tail = tail.max(t);
             }
@@ -640,7 +648,7 @@ impl Array {
         for r in &records {
             for (_, slot, data) in &r.entries {
                 if *slot < handles.len() && self.readable(*slot, r.stripe) {
-                    let off = DATA_OFFSET + r.stripe * self.geo.chunk + r.lo;
+                    let off = self.data_offset + r.stripe * self.geo.chunk + r.lo;
                     if let Err(e) = handles[*slot].write_at(data, off) {
                         self.fail_slot(*slot, &format!("journal replay failed: {e}"));
                     }
@@ -652,7 +660,7 @@ impl Array {
         }
         let last = records.last().map_or(tail, |r| r.seq).max(tail).max(seen);
         j.any_unsettled.store(false, Ordering::Release);
-        *j.state.lock() = JState::fresh(last);
+        *j.state.lock() = JState::fresh(last, j.area_end);
         self.write_journal_block(&encode_head(last, RECORDS, &self.uuid), JOURNAL_OFFSET)?;
         Ok(records.len())
     }
@@ -679,7 +687,7 @@ impl Array {
         let made = MutexGuard::unlocked(&mut st, || {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 m.write_at(&head, JOURNAL_OFFSET)?;
-                m.write_at(&AlignedBuf::new((END - RECORDS) as usize), RECORDS)?;
+                m.write_at(&AlignedBuf::new((j.area_end - RECORDS) as usize), RECORDS)?;
                 m.flush()
             }))
         });
@@ -719,7 +727,11 @@ impl Array {
 /// any: those were not yet in place when it stopped.
 fn legacy_records_owed(area: &[u8]) -> Option<usize> {
     let none = Uuid([0; 16]);
-    let (tail, _) = decode_head(&area[..BLOCK as usize], &none)?;
+    let (tail, _) = decode_head(
+        &area[..BLOCK as usize],
+        &none,
+        JOURNAL_OFFSET + area.len() as u64,
+    )?;
     let mut at = BLOCK as usize;
     let mut owed = 0;
     while let Some((rec, len)) = decode_record(&area[at..], &none) {
@@ -750,7 +762,7 @@ fn sealed_record(b: &[u8], uuid: &Uuid) -> Option<(u64, usize)> {
     }
     let get = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
     let (seq, lo, hi, count) = (get(8), get(24), get(32), get(40) as usize);
-    if hi <= lo || count == 0 || count > MAX_ENTRIES || (hi - lo) > END {
+    if hi <= lo || count == 0 || count > MAX_ENTRIES || (hi - lo) > b.len() as u64 {
         return None;
     }
     let len = BLOCK as usize + count.checked_mul((hi - lo) as usize)?;

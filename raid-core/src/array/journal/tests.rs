@@ -105,13 +105,14 @@ fn block_record(a: &Array, seq: u64, stripe: u64, byte: u8) -> Record {
 }
 
 fn array(tag: &str) -> (Array, Vec<MemberRef>) {
+    array_at(tag, None)
+}
+
+/// `array`, its data (and so its journal's end) at `data_offset`.
+fn array_at(tag: &str, data_offset: Option<u64>) -> (Array, Vec<MemberRef>) {
+    let start = data_offset.unwrap_or(crate::metadata::MIN_DATA_OFFSET);
     let m: Vec<MemberRef> = (0..4)
-        .map(|i| {
-            Arc::new(RamMember::new(
-                format!("ram:{tag}{i}"),
-                DATA_OFFSET + (1 << 20),
-            )) as MemberRef
-        })
+        .map(|i| Arc::new(RamMember::new(format!("ram:{tag}{i}"), start + (1 << 20))) as MemberRef)
         .collect();
     let a = Array::create(
         m.clone(),
@@ -120,9 +121,11 @@ fn array(tag: &str) -> (Array, Vec<MemberRef>) {
             name: tag.into(),
             level: Level::Raid5,
             chunk: 64 * 1024,
+            data_offset,
         },
     )
     .unwrap();
+    assert_eq!(a.data_offset, start);
     (a, m)
 }
 
@@ -301,11 +304,18 @@ fn records_owed_by_an_earlier_version_stop_the_start() {
 /// already in place while later ones stay, and a record that does not fit
 /// before the area's end goes to its start. After a crash, replay follows
 /// the chain from the header's place across that wrap, and puts back
-/// exactly the records not known to be in place.
+/// exactly the records not known to be in place. The same with the ring
+/// of an array whose data starts further in.
 #[test]
 fn the_ring_is_reclaimed_in_place_and_replayed_across_its_wrap() {
-    let (a, m) = array("jring");
+    ring_reclaimed_and_replayed_across_its_wrap(None);
+    ring_reclaimed_and_replayed_across_its_wrap(Some(3 << 20));
+}
+
+fn ring_reclaimed_and_replayed_across_its_wrap(data_offset: Option<u64>) {
+    let (a, m) = array_at(&format!("jring{data_offset:?}"), data_offset);
     let j = a.journal.as_ref().unwrap();
+    let end = a.data_offset;
     let rows = a.geo.rows();
     let size = BLOCK + 4096;
     let head = || j.state.lock().head;
@@ -313,14 +323,14 @@ fn the_ring_is_reclaimed_in_place_and_replayed_across_its_wrap() {
     // of them may ever be replayed), past the first time the ring filled,
     // until one more fits before the area's end and no second one does.
     let mut i = 0;
-    while a.io_stats().journal_checkpoints == 0 || head() + 2 * size <= END {
+    while a.io_stats().journal_checkpoints == 0 || head() + 2 * size <= end {
         let seq = a
             .journal_stripe(i % rows, 0, &[(0, &[0x5Au8; 4096][..])])
             .unwrap();
         a.journal_write_done(seq);
         i += 1;
     }
-    assert!(head() + size <= END);
+    assert!(head() + size <= end);
     // Three records whose in-place writes never happen (a crash during
     // them): the first at the area's end, the other two at its start, once
     // a checkpoint freed it.
@@ -332,10 +342,10 @@ fn the_ring_is_reclaimed_in_place_and_replayed_across_its_wrap() {
     assert_eq!(head(), RECORDS + 2 * size, "the last two went to the start");
     let mut area = AlignedBuf::new(BLOCK as usize);
     m[0].read_at(&mut area, JOURNAL_OFFSET).unwrap();
-    let (_, tail_at) = decode_head(&area, &a.uuid).unwrap();
+    let (_, tail_at) = decode_head(&area, &a.uuid, end).unwrap();
     assert_eq!(
         tail_at,
-        END - size,
+        end - size,
         "the header points past the records freed"
     );
     assert_eq!(a.journal_recover().unwrap(), 3);

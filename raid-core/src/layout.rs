@@ -301,6 +301,19 @@ impl Geometry {
         }
     }
 
+    /// Whether every byte can still be served with the members marked in
+    /// `down` (by slot) out: RAID10 is judged pair by pair (each chunk needs
+    /// one of its copies; the pattern repeats every `members` chunks), the
+    /// others by count. The one rule for a running array's state, its
+    /// membership checks, and the status of a stopped one.
+    pub fn serves_all_without(&self, down: &[bool]) -> bool {
+        match self.level {
+            Level::Raid10 => (0..self.members as u64)
+                .all(|c| self.chunk_copies(c).iter().any(|p| !down[p.member])),
+            l => down.iter().filter(|&&d| d).count() <= l.tolerated_failures(self.members),
+        }
+    }
+
     /// Every copy of logical chunk `c` (RAID0: one, RAID1: all members,
     /// RAID10: two). For RAID5/6 use `stripe_map`.
     pub fn chunk_copies(&self, c: u64) -> Vec<Place> {

@@ -378,12 +378,12 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
             }
         })
         .collect();
-    let down = members.iter().filter(|m| m.state != "active").count();
+    let down: Vec<bool> = members.iter().map(|m| m.state != "active").collect();
     let rebuilding = members.iter().any(|m| m.state == "rebuilding");
-    let tolerated = g.level.tolerated_failures(g.members);
-    let health = if down == 0 {
+    // As a running array judges it (a RAID10 pair by pair).
+    let health = if !down.contains(&true) {
         "optimal"
-    } else if down > tolerated {
+    } else if !g.serves_all_without(&down) {
         "failed"
     } else if rebuilding
         && members

@@ -227,6 +227,28 @@ fn fail_past_redundancy_is_refused_and_a_forced_failure_can_be_undone() {
     scrub_clean(&w, "fp");
 }
 
+/// A RAID10 down one member of each mirror pair still serves every byte:
+/// stopped, its status says degraded (exit 1), as it did running, not
+/// failed (exit 2, which pages as an array lost and points to the failed
+/// array's runbook).
+#[test]
+fn a_stopped_raid10_down_one_of_each_pair_is_degraded_not_failed() {
+    let w = World::new("r10-stopped");
+    let (m, sock) = running(&w, "rt", "10", 4);
+    w.ok(&["fail", "rt", s(&m[0])]);
+    refused(&w, &["fail", "rt", s(&m[1])], "would-lose-data");
+    w.ok(&["fail", "rt", s(&m[2])]);
+    let (code, out, _) = w.code(&["status", "rt"]);
+    assert_eq!(code, 1, "running: {out}");
+    w.ok(&["stop", "rt"]);
+    let (code, out, _) = w.code(&["status", "rt"]);
+    assert_eq!(code, 1, "stopped: {out}");
+    assert_eq!(w.status_json("rt")["health"], "degraded");
+    w.ok(&["start", "rt", "--nbd", &format!("unix:{}", sock.display())]);
+    reads_back(&sock, "rt");
+    w.ok(&["stop", "rt"]);
+}
+
 #[test]
 fn replace_on_a_failed_array_is_refused_without_a_retry_storm() {
     let w = World::new("storm");

@@ -118,8 +118,7 @@ impl Array {
     }
 
     /// Whether the array still serves every byte with `also_down` out as
-    /// well as the slots already down. RAID10 is judged pair by pair (chunk
-    /// copies), the others by count.
+    /// well as the slots already down (`Geometry::serves_all_without`).
     pub(super) fn within_redundancy_without(&self, also_down: Option<usize>) -> bool {
         let down: Vec<bool> = self
             .slots
@@ -127,14 +126,7 @@ impl Array {
             .enumerate()
             .map(|(i, s)| s.state() != SlotState::Active || Some(i) == also_down)
             .collect();
-        let n_down = down.iter().filter(|&&d| d).count();
-        match self.geo.level {
-            // Every chunk needs one active copy; the copy pattern repeats
-            // every `members` chunks.
-            Level::Raid10 => (0..self.geo.members as u64)
-                .all(|c| self.geo.chunk_copies(c).iter().any(|p| !down[p.member])),
-            l => n_down <= l.tolerated_failures(self.geo.members),
-        }
+        self.geo.serves_all_without(&down)
     }
 
     /// The slot whose member is the device `key`.

@@ -51,6 +51,10 @@ pub struct RebuildStatus {
     pub rate_bytes_per_sec: f64,
     /// Seconds left at that rate; null until measurable.
     pub eta_seconds: Option<f64>,
+    /// Other slots to rebuild, each after the one before (one copy runs
+    /// at a time).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_slots: Vec<usize>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -191,7 +195,12 @@ pub fn of_running(
             warning: None,
         })
         .collect();
-    let rebuild = a.rebuilding_slots().first().and_then(|&slot| {
+    // The slot being rebuilt now, else the next one; the others wait.
+    let pending = a.rebuilding_slots();
+    let running = copy_rate
+        .filter(|(k, s, _)| *k == raid_core::array::CopyKind::Rebuild && pending.contains(s))
+        .map(|(_, s, _)| s);
+    let rebuild = running.or(pending.first().copied()).and_then(|slot| {
         let (done, total) = a.rebuild_progress(slot)?;
         let rate = copy_rate
             .filter(|(k, s, _)| *k == raid_core::array::CopyKind::Rebuild && *s == slot)
@@ -206,6 +215,7 @@ pub fn of_running(
             percent: done as f64 * 100.0 / total as f64,
             rate_bytes_per_sec: rate,
             eta_seconds: (rate > 0.0).then(|| left / rate),
+            waiting_slots: pending.iter().copied().filter(|&s| s != slot).collect(),
         })
     });
     ArrayStatus {
@@ -243,6 +253,7 @@ pub fn of_running(
                 percent: done as f64 * 100.0 / total.max(1) as f64,
                 rate_bytes_per_sec: rate,
                 eta_seconds: (rate > 0.0).then(|| left / rate),
+                waiting_slots: vec![],
             }
         }),
         exports,
@@ -604,6 +615,12 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
             r.percent,
             rate_and_time_left(r)
         ));
+        for w in &r.waiting_slots {
+            out.push_str(&format!(
+                "  rebuild: slot {w} waits, rebuilt after slot {}\n",
+                r.slot
+            ));
+        }
     }
     if let Some(h) = &s.hot_replace {
         out.push_str(&format!(

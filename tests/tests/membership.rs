@@ -4,7 +4,7 @@
 //! without the guards (`RAIDCTL_BIN=/path/to/old/raidctl cargo test
 //! --test membership` shows it).
 
-use raid_e2e::{file_hash, qemu_io, World};
+use raid_e2e::{eventually, file_hash, qemu_io, World};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -247,6 +247,40 @@ fn a_stopped_raid10_down_one_of_each_pair_is_degraded_not_failed() {
     w.ok(&["start", "rt", "--nbd", &format!("unix:{}", sock.display())]);
     reads_back(&sock, "rt");
     w.ok(&["stop", "rt"]);
+}
+
+/// Two slots to rebuild: one copy runs at a time. The replace that queues
+/// the second says so, and status shows the rebuild that runs (its
+/// progress) with the other waiting, not the waiting one at 0%.
+#[test]
+fn a_second_rebuild_waits_and_status_shows_the_one_running() {
+    let w = World::new("two-rebuilds");
+    let (m, sock) = running(&w, "tr", "6", 5);
+    w.ok(&["rate", "tr", "--rebuild", "1M"]);
+    w.ok(&["fail", "tr", s(&m[3])]);
+    let first = w.sparse("tr-new3.img", 16 * MIB);
+    let out = w.ok(&["replace", "tr", s(&m[3]), s(&first)]);
+    assert!(out.contains("rebuild started"), "{out}");
+    eventually("the first rebuild to run", || {
+        w.status_json("tr")["rebuild"]["done_bytes"].as_u64() > Some(0)
+    });
+    w.ok(&["fail", "tr", s(&m[0])]);
+    let second = w.sparse("tr-new0.img", 16 * MIB);
+    let out = w.ok(&["replace", "tr", s(&m[0]), s(&second)]);
+    assert!(out.contains("once slot 3's rebuild ends"), "{out}");
+    let st = w.status_json("tr");
+    assert_eq!(st["rebuild"]["slot"], 3, "{st}");
+    assert_eq!(st["rebuild"]["waiting_slots"][0], 0, "{st}");
+    let (_, text, _) = w.code(&["status", "tr"]);
+    assert!(
+        text.contains("slot 0 waits, rebuilt after slot 3"),
+        "{text}"
+    );
+    w.ok(&["rate", "tr", "--rebuild", "0"]);
+    w.ok(&["wait", "tr"]);
+    assert_eq!(w.status_json("tr")["state"], "optimal");
+    reads_back(&sock, "tr");
+    scrub_clean(&w, "tr");
 }
 
 #[test]

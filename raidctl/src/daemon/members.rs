@@ -435,9 +435,22 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
         self.reconnects.release(name, slot);
         s.record_slot(slot, key, new);
         let warn = self.save_record(&s).err().unwrap_or_default();
+        // One copy runs at a time: one already running goes on first.
+        let busy = s.array.copy_progress().filter(|c| c.slot != slot);
         self.kick_rebuild(&s);
+        let when = match busy {
+            Some(c) => format!(
+                "rebuilt once slot {}'s {} ends (raidctl status {name} shows both)",
+                c.slot,
+                match c.kind {
+                    raid_core::array::CopyKind::Rebuild => "rebuild",
+                    raid_core::array::CopyKind::HotReplace => "hot replace",
+                }
+            ),
+            None => "rebuild started".into(),
+        };
         Ok(format!(
-            "{} replaces {} in slot {slot} of '{name}'; rebuild started{warn}",
+            "{} replaces {} in slot {slot} of '{name}'; {when}{warn}",
             new.display(),
             old.display()
         ))

@@ -29,10 +29,10 @@ pub const MIN_DATA_OFFSET: u64 = 1 << 20;
 /// Where member data starts on a RAID5/6 of members of at least
 /// `LARGE_RING_MEMBERS`: a 16 MiB journal ring. A degraded write's record
 /// holds its new chunks and parity (260 KiB for a 128 KiB write at a 128
-/// KiB chunk), so the small ring holds four such records, and every
+/// KiB chunk), so the small ring holds three such records, and every
 /// checkpoint that frees it flushes each member: degraded 128 KiB writes
-/// ran 2.6-4.2x faster on a virtual disk with the large ring, 4 KiB ones
-/// 1.4x (`docs/benchmarks.md`). 15 MiB more per member is 1.5% of a 1 GiB
+/// ran 3.1-3.8x faster on a virtual disk with the large ring
+/// (`docs/benchmarks.md`). 15 MiB more per member is 1.5% of a 1 GiB
 /// member and nothing on a drive.
 pub const LARGE_RING_DATA_OFFSET: u64 = 16 << 20;
 /// The smallest member that gets the large ring.

@@ -750,7 +750,7 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
 }
 
 /// One life in five keeps its journal's records in a ring of 48 KiB
-/// (against about 1 MiB), so that degraded writes wrap it, and have it
+/// (against the 1 or 2 MiB its disks hold), so that degraded writes wrap it, and have it
 /// reclaimed, every few records, power cuts landing anywhere in that.
 /// Chosen by the seed alone, so no life's draws change, and none of the
 /// seeds kept for the bugs they found is among them.

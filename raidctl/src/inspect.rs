@@ -1,7 +1,7 @@
 //! What a device already holds: `create` refuses to overwrite a filesystem,
 //! a partition table or another array's metadata unless `--force`.
 
-use raid_core::metadata::{Superblock, SB_OFFSETS, SB_SIZE};
+use raid_core::metadata::{Superblock, MAGIC, SB_OFFSETS, SB_SIZE};
 use std::io::Read;
 use std::path::Path;
 
@@ -16,6 +16,10 @@ pub enum Content {
         name: String,
         uuid: String,
     },
+    /// Our metadata's magic, but no copy this version reads (damaged, or
+    /// of a later format: an array whose data starts further in, say):
+    /// why. Still a device of some array, never taken as free.
+    UnreadableArray(String),
 }
 
 /// Reads the first 128 KiB of `path` and names what it holds.
@@ -52,6 +56,17 @@ pub fn classify(b: &[u8]) -> Content {
         }
     }
     let at = |o: usize, sig: &[u8]| b.len() >= o + sig.len() && &b[o..o + sig.len()] == sig;
+    for off in SB_OFFSETS {
+        let o = off as usize;
+        if at(o, &MAGIC) {
+            // Whole copies that decode were taken above.
+            let why = match b.get(o..o + SB_SIZE).map(Superblock::decode) {
+                Some(Err(e)) => e.to_string(),
+                _ => "cut short".into(),
+            };
+            return Content::UnreadableArray(why);
+        }
+    }
     if at(1080, &[0x53, 0xEF]) {
         return Content::Filesystem("ext2/3/4");
     }
@@ -105,5 +120,22 @@ mod tests {
         );
         b[446 + 4] = 0x83;
         assert_eq!(classify(&b), Content::PartitionTable("dos (MBR)"));
+    }
+
+    /// Our magic with no copy that reads (damaged, or a later format) is
+    /// a device of some array, never free: create refuses it without
+    /// --force, where it took it for one holding nothing.
+    #[test]
+    fn metadata_this_version_cannot_read_is_an_array_not_nothing() {
+        for off in SB_OFFSETS {
+            let mut b = vec![0u8; 128 * 1024];
+            let o = off as usize;
+            b[o..o + MAGIC.len()].copy_from_slice(&MAGIC);
+            assert!(
+                matches!(classify(&b), Content::UnreadableArray(_)),
+                "magic at {off}: {:?}",
+                classify(&b)
+            );
+        }
     }
 }

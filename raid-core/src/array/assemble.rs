@@ -121,6 +121,18 @@ pub(super) fn assemble(
                 truth.array_uuid
             )));
         }
+        // Never so by the rules (the offset is set at create and every
+        // superblock is written from it): a member that says otherwise
+        // would be read at the wrong place, so it is not read at all.
+        if sb.data_offset != truth.data_offset {
+            return Err(ArrayError::Assembly(format!(
+                "member {} of '{}' puts the data at byte {}, the newest metadata at {}: its metadata does not agree with the others'; leave it out and replace it",
+                m.identity(),
+                truth.name,
+                sb.data_offset,
+                truth.data_offset
+            )));
+        }
     }
     let geo = truth.geometry();
     // Members marked failed that a forced assembly may take back, newest

@@ -307,6 +307,15 @@ impl Array {
                 self.name
             )));
         }
+        if sb.data_offset != self.data_offset {
+            return Err(not_ours(format!(
+                "{} puts the data of '{}' at byte {}, the array at {}: its metadata does not agree with the array's; put it in as a new member (raidctl replace)",
+                m.identity(),
+                self.name,
+                sb.data_offset,
+                self.data_offset
+            )));
+        }
         let need = self.data_offset + self.geo.member_size;
         if m.size() < need {
             return Err(refuse(

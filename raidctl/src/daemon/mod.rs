@@ -575,6 +575,9 @@ pub fn describe(c: &Content) -> String {
         Content::Filesystem(k) => format!("a {k} filesystem"),
         Content::PartitionTable(k) => format!("a {k} partition table"),
         Content::Array { name, uuid } => format!("metadata of array '{name}' (uuid {uuid})"),
+        Content::UnreadableArray(why) => format!(
+            "array metadata this version cannot read ({why}): a member of an array that a later raidctl made, or whose metadata is damaged"
+        ),
     }
 }
 

@@ -762,10 +762,13 @@ fn sealed_record(b: &[u8], uuid: &Uuid) -> Option<(u64, usize)> {
     }
     let get = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
     let (seq, lo, hi, count) = (get(8), get(24), get(32), get(40) as usize);
-    if hi <= lo || count == 0 || count > MAX_ENTRIES || (hi - lo) > b.len() as u64 {
+    // Columns lie within one chunk, of at most MAX_CHUNK bytes.
+    if hi <= lo || count == 0 || count > MAX_ENTRIES || (hi - lo) > crate::layout::MAX_CHUNK {
         return None;
     }
-    let len = BLOCK as usize + count.checked_mul((hi - lo) as usize)?;
+    let len = count
+        .checked_mul((hi - lo) as usize)?
+        .checked_add(BLOCK as usize)?;
     if b.len() < len {
         return None;
     }

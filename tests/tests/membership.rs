@@ -283,6 +283,33 @@ fn a_second_rebuild_waits_and_status_shows_the_one_running() {
     scrub_clean(&w, "tr");
 }
 
+/// An array imported with its members named (its record deleted), one of
+/// them failed before: the failed device is recorded for its slot, as an
+/// ordinary start keeps it, so replace names it, status shows it, and
+/// delete --wipe erases it (it was left with the array's metadata, and no
+/// word said).
+#[test]
+fn an_import_records_the_failed_member_it_was_given() {
+    let w = World::new("import-failed");
+    let (m, _sock) = running(&w, "im", "5", 3);
+    w.ok(&["fail", "im", s(&m[1])]);
+    w.ok(&["stop", "im"]);
+    w.ok(&["delete", "im"]);
+    let out = w.ok(&["start", "im", "--members", s(&m[0]), s(&m[1]), s(&m[2])]);
+    assert!(out.contains("not used"), "{out}");
+    let st = w.status_json("im");
+    assert_eq!(st["members"][1]["path"], s(&m[1]), "{st}");
+    w.ok(&["stop", "im"]);
+    let out = w.ok(&["delete", "im", "--wipe", "--force"]);
+    for p in &m {
+        let ex = w.ok(&["examine", s(p)]);
+        assert!(
+            !ex.contains("array:   im"),
+            "{p:?} still carries the array:\n{ex}\n{out}"
+        );
+    }
+}
+
 #[test]
 fn replace_on_a_failed_array_is_refused_without_a_retry_storm() {
     let w = World::new("storm");

@@ -204,10 +204,12 @@ impl Array {
             return Err(refuse(
                 Rule::TooSmall,
                 format!(
-                    "{} is {} bytes; each member of '{}' needs {need}",
+                    "{} is {} bytes; each member of '{}' needs {need} ({} of metadata and journal, then {} of data): use a device at least that large",
                     m.identity(),
                     m.size(),
-                    self.name
+                    self.name,
+                    self.data_offset,
+                    self.geo.member_size
                 ),
             ));
         }

@@ -196,11 +196,26 @@ impl Daemon {
         // them: a start refused for naming the wrong array must leave
         // every device as it was (the same checks follow assembly, for
         // what it settles from all of them).
-        let carried: Vec<(String, String)> = opened
+        let read: Vec<(String, raid_core::metadata::Superblock)> = opened
             .iter()
-            .filter_map(|m| raid_core::metadata::read_superblock(m.as_ref()).ok())
-            .map(|sb| (sb.name, sb.array_uuid.to_string()))
+            .filter_map(|m| {
+                let sb = raid_core::metadata::read_superblock(m.as_ref()).ok()?;
+                Some((m.identity().to_string(), sb))
+            })
             .collect();
+        let carried: Vec<(String, String)> = read
+            .iter()
+            .map(|(_, sb)| (sb.name.clone(), sb.array_uuid.to_string()))
+            .collect();
+        // The device each slot's metadata names, given though assembly may
+        // leave it out (stale, failed): a slot with no member in use is
+        // recorded with it, where no record names one (an import), so that
+        // replace, delete --wipe and status can name it.
+        let claimed = |uuid: &str, slot: usize| {
+            read.iter()
+                .find(|(_, sb)| sb.array_uuid.to_string() == uuid && sb.role as usize == slot)
+                .map(|(p, _)| PathBuf::from(p))
+        };
         self.same_array(name, &recorded, &carried)?;
         // Arrays created sparse before this was the rule: their metadata
         // and journal area gets its blocks now, before assembly writes
@@ -251,7 +266,9 @@ impl Daemon {
                                 .as_ref()
                                 .ok()
                                 .and_then(|r| r.members.get(s.slot).cloned())
+                                .filter(|p| !p.as_os_str().is_empty())
                         })
+                        .or_else(|| claimed(&array.uuid().to_string(), s.slot))
                         .unwrap_or_default()
                 })
                 .collect(),

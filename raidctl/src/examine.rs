@@ -43,6 +43,15 @@ pub struct Examined {
     pub clean: Option<bool>,
     /// What is there when it is not a member, or why it cannot be read.
     pub detail: Option<String>,
+    /// Where another device examined with it holds newer metadata of the
+    /// same array that no longer gives this device's slot to it (replaced,
+    /// failed): what that metadata says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub superseded: Option<String>,
+    /// The slot table of this device's metadata (member uuid, state), to
+    /// compare devices examined together.
+    #[serde(skip)]
+    slots: Vec<(String, String)>,
 }
 
 impl Examined {
@@ -66,6 +75,8 @@ impl Examined {
             updated: None,
             clean: None,
             detail: Some(detail),
+            superseded: None,
+            slots: Vec::new(),
         }
     }
 }
@@ -135,6 +146,12 @@ pub fn examine(device: &Path) -> Examined {
         updated: time(sb.utime),
         clean: Some(sb.clean),
         detail: None,
+        superseded: None,
+        slots: sb
+            .slots
+            .iter()
+            .map(|e| (e.uuid.to_string(), e.state.name().to_string()))
+            .collect(),
     }
 }
 
@@ -142,7 +159,8 @@ pub fn run(devices: &[PathBuf], fmt: Format) -> Result<()> {
     // A network device that connects and then does not answer is given up
     // after a few seconds, not the daemon's member timeout (30 s a read).
     crate::remote::set_timeout(std::time::Duration::from_secs(3));
-    let all: Vec<Examined> = devices.iter().map(|d| examine(d)).collect();
+    let mut all: Vec<Examined> = devices.iter().map(|d| examine(d)).collect();
+    mark_superseded(&mut all);
     if fmt == Format::Json {
         out!(
             "{}",
@@ -161,6 +179,39 @@ pub fn run(devices: &[PathBuf], fmt: Format) -> Result<()> {
         return Err(CliError::quiet(code::FAILED));
     }
     Ok(())
+}
+
+/// Marks each member whose slot, in the newest metadata of its array among
+/// the devices examined, is no longer its own or is failed: by its own
+/// metadata alone it still looks like a member in service.
+fn mark_superseded(all: &mut [Examined]) {
+    // For each device, the one with its array's newest metadata, if newer.
+    let newest: Vec<Option<usize>> = all
+        .iter()
+        .map(|e| {
+            let uuid = e.array_uuid.as_ref()?;
+            (0..all.len())
+                .filter(|&o| all[o].array_uuid.as_ref() == Some(uuid))
+                .max_by_key(|&o| all[o].events.unwrap_or(0))
+                .filter(|&o| all[o].events > e.events)
+        })
+        .collect();
+    for (i, n) in newest.into_iter().enumerate() {
+        let (Some(n), Some(slot), Some(me)) = (n, all[i].slot, all[i].member_uuid.as_ref()) else {
+            continue;
+        };
+        let (dev, events) = (&all[n].device, all[n].events.unwrap_or(0));
+        let said = match all[n].slots.get(slot) {
+            Some((holder, _)) if holder != me => Some(format!(
+                "{dev} holds newer metadata of this array (event {events}): slot {slot} is another device's now; this one is not in the array"
+            )),
+            Some((_, state)) if state == "failed" => Some(format!(
+                "{dev} holds newer metadata of this array (event {events}): this device is failed there"
+            )),
+            _ => None,
+        };
+        all[i].superseded = said;
+    }
 }
 
 fn render(e: &Examined) -> String {
@@ -211,5 +262,8 @@ fn render(e: &Examined) -> String {
         opt(&e.created),
         opt(&e.updated)
     ));
+    if let Some(s) = &e.superseded {
+        t.push_str(&format!("\n  superseded: {s}"));
+    }
     t
 }

@@ -602,10 +602,27 @@ fn examine_says_what_each_device_holds() {
     // the survivors': that is how a stale member shows.
     assert_eq!(a[1]["slot"], 3);
     assert!(a[1]["events"].as_u64() < a[0]["events"].as_u64(), "{v}");
+    // Examined beside a device with the newer metadata, it says so.
+    assert!(
+        a[1]["superseded"]
+            .as_str()
+            .is_some_and(|t| t.contains("failed there")),
+        "{v}"
+    );
+    assert!(a[0]["superseded"].is_null(), "{v}");
     assert_eq!(a[2]["kind"], "other");
     let text = w.ok(&["examine", s(&m[0])]);
     assert!(
         text.contains("slot 0, active") && text.contains("events:"),
+        "{text}"
+    );
+    // Once replaced, the slot is another device's.
+    let new = w.sparse("ex-new.img", 16 * MIB);
+    w.ok(&["replace", "ex", s(&m[3]), s(&new)]);
+    w.ok(&["wait", "ex"]);
+    let text = w.ok(&["examine", s(&m[3]), s(&m[0])]);
+    assert!(
+        text.contains("superseded:") && text.contains("another device's now"),
         "{text}"
     );
     // Both copies of m3's metadata corrupted: damaged (exit 1), not

@@ -247,41 +247,24 @@ pub(super) fn assemble(
         .filter(|(i, e)| e.state != SlotState::Failed && slots[*i].state() == SlotState::Failed)
         .map(|(i, _)| i)
         .collect();
-    let array = Array {
+    let array = Array::from_parts(super::Parts {
         geo,
         data_offset: truth.data_offset,
         name: truth.name.clone(),
         uuid: truth.array_uuid,
         ctime: truth.ctime,
-        engine: Arc::new(CpuEngine::new()),
-        handles: Array::handles_of(&slots),
         slots,
-        locks: StripeLocks::new(),
-        epoch: AtomicU64::new(0),
-        meta: Mutex::new(Meta {
+        meta: Meta {
             events: truth.events,
             // Set below, once the members are known.
             settled: 0,
             clean: truth.clean,
             spares,
             log: Vec::new(),
-        }),
-        dirty_marked: AtomicBool::new(false),
-        closed: AtomicBool::new(false),
-        resync_pending: AtomicBool::new(false),
-        unjournaled: Default::default(),
+        },
         bitmap: bitmap_bits
             .map(|bits| super::bitmap::Bitmap::new(truth.bitmap_region_rows, geo.rows(), bits)),
-        journal: matches!(geo.level, Level::Raid5 | Level::Raid6)
-            .then(|| super::journal::Journal::new(0, truth.data_offset)),
-        rr: AtomicUsize::new(0),
-        hot: Mutex::new(None),
-        out_of_space: Mutex::new(None),
-        full: AtomicBool::new(false),
-        jobs: Default::default(),
-        client_io: Default::default(),
-        activity: Default::default(),
-    };
+    });
     let mut forced = Vec::new();
     if !array.within_redundancy() && force {
         forced = force_back(&array, failed_but_present, &truth);

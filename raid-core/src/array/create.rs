@@ -120,41 +120,24 @@ impl Array {
             .into_iter()
             .map(|m| Slot::new(Some(m), Uuid::random(), SlotState::Active, 0))
             .collect();
-        let array = Array {
+        let array = Array::from_parts(Parts {
             geo,
             data_offset: plan.data_offset,
             name: opts.name,
             uuid: Uuid::random(),
             ctime: now_secs(),
-            engine: Arc::new(CpuEngine::new()),
-            handles: Array::handles_of(&slots),
             slots,
-            locks: StripeLocks::new(),
-            epoch: AtomicU64::new(0),
-            meta: Mutex::new(Meta {
+            meta: Meta {
                 events: 0,
                 settled: 0,
                 clean: true,
                 spares: spares.into_iter().map(|s| (Uuid::random(), s)).collect(),
                 log: Vec::new(),
-            }),
-            dirty_marked: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
-            resync_pending: AtomicBool::new(false),
-            unjournaled: Default::default(),
+            },
             bitmap: (opts.level != Level::Raid0).then(|| {
                 bitmap::Bitmap::new(bitmap::region_rows_for(geo.rows()), geo.rows(), Vec::new())
             }),
-            journal: matches!(opts.level, Level::Raid5 | Level::Raid6)
-                .then(|| journal::Journal::new(0, plan.data_offset)),
-            rr: AtomicUsize::new(0),
-            hot: Mutex::new(None),
-            out_of_space: Mutex::new(None),
-            full: AtomicBool::new(false),
-            jobs: Default::default(),
-            client_io: Default::default(),
-            activity: Default::default(),
-        };
+        });
         array.write_metadata_strict()?;
         // Records an earlier array left on these members must never chain
         // on from this array's first header (see journal.rs).

@@ -216,6 +216,54 @@ impl Slot {
     }
 }
 
+/// What creation or assembly settles of an array; `Array::from_parts`
+/// starts the rest (engine, locks, journal, counters) the same way for both.
+struct Parts {
+    geo: Geometry,
+    data_offset: u64,
+    name: String,
+    uuid: Uuid,
+    ctime: u64,
+    slots: Vec<Slot>,
+    meta: Meta,
+    bitmap: Option<bitmap::Bitmap>,
+}
+
+impl Array {
+    /// An array of `p`, not yet serving: the CPU parity engine, no I/O in
+    /// flight, and a degraded-write journal (empty, ending at the data)
+    /// where the level keeps parity.
+    fn from_parts(p: Parts) -> Array {
+        Array {
+            journal: (p.geo.level.parity_chunks() > 0)
+                .then(|| journal::Journal::new(0, p.data_offset)),
+            geo: p.geo,
+            data_offset: p.data_offset,
+            name: p.name,
+            uuid: p.uuid,
+            ctime: p.ctime,
+            engine: Arc::new(CpuEngine::new()),
+            handles: Array::handles_of(&p.slots),
+            slots: p.slots,
+            locks: StripeLocks::new(),
+            epoch: AtomicU64::new(0),
+            meta: Mutex::new(p.meta),
+            dirty_marked: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            resync_pending: AtomicBool::new(false),
+            unjournaled: Default::default(),
+            bitmap: p.bitmap,
+            rr: AtomicUsize::new(0),
+            hot: Mutex::new(None),
+            out_of_space: Mutex::new(None),
+            full: AtomicBool::new(false),
+            jobs: Default::default(),
+            client_io: Default::default(),
+            activity: Default::default(),
+        }
+    }
+}
+
 /// Metadata that changes: serialised by one lock so event counters only grow.
 struct Meta {
     events: u64,

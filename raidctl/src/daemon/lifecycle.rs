@@ -222,10 +222,15 @@ impl Daemon {
         // there (a full filesystem must not stop it), and after the checks
         // above, so that a refused start leaves the files as they were.
         for f in &files {
-            let area = raid_core::metadata::read_superblock(f.as_ref())
-                .map_or(raid_core::metadata::MIN_DATA_OFFSET, |sb| sb.data_offset);
+            let me = raid_core::member::Member::identity(f.as_ref());
+            let area = read
+                .iter()
+                .find(|(p, _)| p == me)
+                .map_or(raid_core::metadata::MIN_DATA_OFFSET, |(_, sb)| {
+                    sb.data_offset
+                });
             if let Err(e) = f.allocate_range(0, area) {
-                tracing::warn!(member = %raid_core::member::Member::identity(f.as_ref()), "cannot allocate the metadata area: {e}");
+                tracing::warn!(member = %me, "cannot allocate the metadata area: {e}");
             }
         }
         let asm = if force {

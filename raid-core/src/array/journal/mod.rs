@@ -41,7 +41,13 @@ use crate::buf::AlignedBuf;
 use crate::metadata::JOURNAL_OFFSET;
 
 mod commit;
+mod format;
 mod ring;
+
+use format::{
+    decode_head, decode_record, encode_head, highest_record, legacy_records_owed, Record, Unsealed,
+    BLOCK, MAX_ENTRIES, RECORDS,
+};
 
 use parking_lot::MutexGuard;
 use ring::wake_room_waiters;
@@ -61,16 +67,6 @@ pub(crate) enum NotQueued {
     /// The blocking path's (`journal_submit`'s doc says which).
     Blocking,
 }
-
-const HEAD_MAGIC: &[u8; 8] = b"NVRAIDJH";
-const REC_MAGIC: &[u8; 8] = b"NVRAIDJR";
-const BLOCK: u64 = 4096;
-const RECORDS: u64 = JOURNAL_OFFSET + BLOCK;
-/// Most chunk entries one record header can list.
-const MAX_ENTRIES: usize = 400;
-/// Where the array's UUID sits in a header or record block (after the
-/// entry table's last byte, 48 + 8 * MAX_ENTRIES, before the CRC).
-const UUID_AT: usize = 4060;
 
 pub(super) struct Journal {
     state: Mutex<JState>,
@@ -163,16 +159,6 @@ impl JState {
     }
 }
 
-/// One record: which stripe and columns, and per chunk (index in the
-/// stripe, slot) its new columns.
-struct Record {
-    seq: u64,
-    stripe: u64,
-    lo: u64,
-    hi: u64,
-    entries: Vec<(usize, usize, Vec<u8>)>,
-}
-
 impl Journal {
     /// A journal whose area ends at `area_end` (the array's data offset).
     pub fn new(tail_seq: u64, area_end: u64) -> Journal {
@@ -183,81 +169,6 @@ impl Journal {
             any_unsettled: AtomicBool::new(false),
             committer: Default::default(),
         }
-    }
-}
-
-/// A header: every record up to `tail` is in place, and the next lies at
-/// `tail_at`.
-fn encode_head(tail: u64, tail_at: u64, uuid: &Uuid) -> AlignedBuf {
-    let mut b = AlignedBuf::new(BLOCK as usize);
-    b[..8].copy_from_slice(HEAD_MAGIC);
-    b[8..16].copy_from_slice(&tail.to_le_bytes());
-    b[16..24].copy_from_slice(&tail_at.to_le_bytes());
-    b[UUID_AT..UUID_AT + 16].copy_from_slice(&uuid.0);
-    let crc = crc32c::crc32c(&b[..4092]);
-    b[4092..].copy_from_slice(&crc.to_le_bytes());
-    b
-}
-
-/// A header's tail sequence and the place of the record after it (zero
-/// in headers from before the ring was reclaimed in place: the area's
-/// start, where the records then always began), in an area ending at
-/// `end`.
-fn decode_head(b: &[u8], uuid: &Uuid, end: u64) -> Option<(u64, u64)> {
-    if &b[..8] != HEAD_MAGIC
-        || crc32c::crc32c(&b[..4092]).to_le_bytes() != b[4092..4096]
-        || b[UUID_AT..UUID_AT + 16] != uuid.0
-    {
-        return None;
-    }
-    let get = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-    let at = match get(16) {
-        0 => RECORDS,
-        at => at,
-    };
-    (RECORDS..=end).contains(&at).then_some((get(8), at))
-}
-
-/// A record's bytes before it has a sequence: built (the payload copied)
-/// outside the journal's lock; under it, the sequence and the checksum go
-/// in (`seal`). The checksum covers the header first, sequence included,
-/// so it is computed there: joining a payload's checksum computed before
-/// (`crc32c_combine`) cost more, per record, than the hardware CRC of the
-/// payload itself.
-struct Unsealed {
-    b: AlignedBuf,
-}
-
-impl Unsealed {
-    /// A record of `entries` (chunk index, slot, new columns [lo, hi)) of
-    /// stripe `stripe`.
-    fn new(stripe: u64, lo: u64, hi: u64, entries: &[(usize, usize, &[u8])], uuid: &Uuid) -> Self {
-        let width = (hi - lo) as usize;
-        let mut b = AlignedBuf::new(BLOCK as usize + entries.len() * width);
-        b[..8].copy_from_slice(REC_MAGIC);
-        b[UUID_AT..UUID_AT + 16].copy_from_slice(&uuid.0);
-        let mut put = |o: usize, v: u64| b[o..o + 8].copy_from_slice(&v.to_le_bytes());
-        put(16, stripe);
-        put(24, lo);
-        put(32, hi);
-        put(40, entries.len() as u64);
-        for (k, (idx, slot, data)) in entries.iter().enumerate() {
-            let o = 48 + k * 8;
-            b[o..o + 4].copy_from_slice(&(*idx as u32).to_le_bytes());
-            b[o + 4..o + 8].copy_from_slice(&(*slot as u32).to_le_bytes());
-            let p = BLOCK as usize + k * width;
-            b[p..p + width].copy_from_slice(data);
-        }
-        Unsealed { b }
-    }
-
-    /// Puts in the sequence, then the CRC over the header (less its last 4
-    /// bytes) and the payload.
-    fn seal(&mut self, seq: u64) {
-        let b = &mut self.b;
-        b[8..16].copy_from_slice(&seq.to_le_bytes());
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..4092]), &b[BLOCK as usize..]);
-        b[4092..4096].copy_from_slice(&crc.to_le_bytes());
     }
 }
 
@@ -720,89 +631,6 @@ impl Array {
             *idx < width && !std::mem::replace(&mut seen[*idx], true) && map.members[*idx] == *slot
         })
     }
-}
-
-/// How many records a journal area written by an earlier version (no
-/// array UUID: zeros where it now sits) holds past its header's tail, if
-/// any: those were not yet in place when it stopped.
-fn legacy_records_owed(area: &[u8]) -> Option<usize> {
-    let none = Uuid([0; 16]);
-    let (tail, _) = decode_head(
-        &area[..BLOCK as usize],
-        &none,
-        JOURNAL_OFFSET + area.len() as u64,
-    )?;
-    let mut at = BLOCK as usize;
-    let mut owed = 0;
-    while let Some((rec, len)) = decode_record(&area[at..], &none) {
-        if rec.seq > tail {
-            owed += 1;
-        }
-        at += len;
-    }
-    (owed > 0).then_some(owed)
-}
-
-/// The highest sequence of any record of this array in `ring` (the area
-/// after the header), at any block boundary, chained or not; 0 if none.
-fn highest_record(ring: &[u8], uuid: &Uuid) -> u64 {
-    (0..ring.len())
-        .step_by(512)
-        .filter_map(|at| sealed_record(&ring[at..], uuid))
-        .map(|(seq, _)| seq)
-        .max()
-        .unwrap_or(0)
-}
-
-/// Whether `b` starts with a whole record of this array (magic, UUID,
-/// fields that make sense, checksum): its sequence and length.
-fn sealed_record(b: &[u8], uuid: &Uuid) -> Option<(u64, usize)> {
-    if b.len() < BLOCK as usize || &b[..8] != REC_MAGIC || b[UUID_AT..UUID_AT + 16] != uuid.0 {
-        return None;
-    }
-    let get = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-    let (seq, lo, hi, count) = (get(8), get(24), get(32), get(40) as usize);
-    // Columns lie within one chunk, of at most MAX_CHUNK bytes.
-    if hi <= lo || count == 0 || count > MAX_ENTRIES || (hi - lo) > crate::layout::MAX_CHUNK {
-        return None;
-    }
-    let len = count
-        .checked_mul((hi - lo) as usize)?
-        .checked_add(BLOCK as usize)?;
-    if b.len() < len {
-        return None;
-    }
-    let mut crc = crc32c::crc32c(&b[..4092]);
-    crc = crc32c::crc32c_append(crc, &b[BLOCK as usize..len]);
-    (crc.to_le_bytes() == b[4092..4096]).then_some((seq, len))
-}
-
-/// A record at the start of `b`, and its length; None at the end of the
-/// records (no magic, torn, or a checksum that does not match).
-fn decode_record(b: &[u8], uuid: &Uuid) -> Option<(Record, usize)> {
-    let (seq, len) = sealed_record(b, uuid)?;
-    let get = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-    let (stripe, lo, hi, count) = (get(16), get(24), get(32), get(40) as usize);
-    let width = (hi - lo) as usize;
-    let entries = (0..count)
-        .map(|k| {
-            let o = 48 + k * 8;
-            let idx = u32::from_le_bytes(b[o..o + 4].try_into().unwrap()) as usize;
-            let slot = u32::from_le_bytes(b[o + 4..o + 8].try_into().unwrap()) as usize;
-            let p = BLOCK as usize + k * width;
-            (idx, slot, b[p..p + width].to_vec())
-        })
-        .collect();
-    Some((
-        Record {
-            seq,
-            stripe,
-            lo,
-            hi,
-            entries,
-        },
-        len,
-    ))
 }
 
 #[cfg(test)]

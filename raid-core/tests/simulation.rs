@@ -351,28 +351,31 @@ impl World {
         }
     }
 
-    /// Replaces a failed slot with a new disk and rebuilds it (which a cut
-    /// may stop; the next start resumes it).
+    /// Replaces every failed slot with a new disk and rebuilds them, in
+    /// one pass where there are two (which a cut may stop; the next start
+    /// resumes it).
     fn replace_and_rebuild(&mut self) {
-        let slots = self.a().slots();
-        let Some(slot) = slots
+        let failed: Vec<usize> = self
+            .a()
+            .slots()
             .iter()
-            .find(|s| s.state == SlotState::Failed)
+            .filter(|s| s.state == SlotState::Failed)
             .map(|s| s.slot)
-        else {
-            return self.rebuild();
-        };
-        let d = self.new_disk();
-        trace!(self, "replace slot {slot} with {}", d.name);
-        self.disks.push(d.clone());
-        match self.a().replace(slot, d as MemberRef) {
-            Ok(()) => self.rebuild(),
-            Err(e) => assert!(
-                self.cut_now() || self.a().state() == ArrayState::Failed,
-                "seed {}: replace refused: {e}",
-                self.seed
-            ),
+            .collect();
+        for slot in failed {
+            let d = self.new_disk();
+            trace!(self, "replace slot {slot} with {}", d.name);
+            self.disks.push(d.clone());
+            if let Err(e) = self.a().replace(slot, d as MemberRef) {
+                assert!(
+                    self.cut_now() || self.a().state() == ArrayState::Failed,
+                    "seed {}: replace refused: {e}",
+                    self.seed
+                );
+                return;
+            }
         }
+        self.rebuild();
     }
 
     /// A disk that vanished or went bad comes back (a cable, an enclosure
@@ -464,10 +467,11 @@ impl World {
     }
 
     fn rebuild(&mut self) {
-        let Some(slot) = self.a().rebuild_wanted() else {
+        let slots = self.a().rebuilds_wanted();
+        if slots.is_empty() {
             return;
-        };
-        trace!(self, "rebuild slot {slot}");
+        }
+        trace!(self, "rebuild slots {slots:?}");
         // One run at a time: runs side by side would race for the power
         // cut's budget and the disks' coins, and a seed would not replay.
         let opts = RebuildOptions {
@@ -475,7 +479,7 @@ impl World {
             parallel: 1,
             ..Default::default()
         };
-        match self.a().rebuild(slot, &opts, &AtomicBool::new(false)) {
+        match self.a().rebuild_all(&opts, &AtomicBool::new(false)) {
             Ok(RebuildEnd::Finished) | Ok(RebuildEnd::Interrupted) => {}
             // A fault on a source or the new disk ends it; the array says why.
             Err(e) => trace!(self, "rebuild ended: {e}"),

@@ -55,6 +55,10 @@ pub struct RebuildStatus {
     /// at a time).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waiting_slots: Vec<usize>,
+    /// Other slots rebuilt by the same pass (RAID5/6: one pass of reads
+    /// serves every member being rebuilt), each with its own progress.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub same_pass: Vec<RebuildStatus>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -170,11 +174,11 @@ impl ParityStatus {
     }
 }
 
-/// Status of a running array. `copy_rate`: the running rebuild's or hot
-/// replace's kind, slot and bytes per second so far.
+/// Status of a running array. `copy`: the running rebuild or hot replace
+/// (its kind, slots and bytes per second so far).
 pub fn of_running(
     a: &Array,
-    copy_rate: Option<(raid_core::array::CopyKind, usize, f64)>,
+    copy: Option<&raid_core::array::CopyProgress>,
     exports: Vec<String>,
     engine: Option<EngineReport>,
 ) -> ArrayStatus {
@@ -195,17 +199,21 @@ pub fn of_running(
             warning: None,
         })
         .collect();
-    // The slot being rebuilt now, else the next one; the others wait.
+    // The slots being rebuilt now (one pass), else the next one; the
+    // others wait.
     let pending = a.rebuilding_slots();
-    let running = copy_rate
-        .filter(|(k, s, _)| *k == raid_core::array::CopyKind::Rebuild && pending.contains(s))
-        .map(|(_, s, _)| s);
-    let rebuild = running.or(pending.first().copied()).and_then(|slot| {
+    let pass: Vec<usize> = copy
+        .filter(|c| c.kind == raid_core::array::CopyKind::Rebuild)
+        .map(|c| std::iter::once(c.slot).chain(c.with.iter().copied()))
+        .into_iter()
+        .flatten()
+        .filter(|s| pending.contains(s))
+        .collect();
+    let rate = copy
+        .filter(|c| c.kind == raid_core::array::CopyKind::Rebuild)
+        .map_or(0.0, |c| c.rate);
+    let one = |slot: usize, rate: f64| {
         let (done, total) = a.rebuild_progress(slot)?;
-        let rate = copy_rate
-            .filter(|(k, s, _)| *k == raid_core::array::CopyKind::Rebuild && *s == slot)
-            .map(|(_, _, r)| r)
-            .unwrap_or(0.0);
         let left = (total.saturating_sub(done) * g.chunk) as f64;
         Some(RebuildStatus {
             slot,
@@ -215,8 +223,24 @@ pub fn of_running(
             percent: done as f64 * 100.0 / total as f64,
             rate_bytes_per_sec: rate,
             eta_seconds: (rate > 0.0).then(|| left / rate),
-            waiting_slots: pending.iter().copied().filter(|&s| s != slot).collect(),
+            waiting_slots: vec![],
+            same_pass: vec![],
         })
+    };
+    let rebuild = match pass.split_first() {
+        Some((&first, rest)) => one(first, rate).map(|mut r| {
+            r.same_pass = rest.iter().filter_map(|&s| one(s, rate)).collect();
+            r
+        }),
+        None => pending.first().and_then(|&s| one(s, 0.0)),
+    }
+    .map(|mut r| {
+        r.waiting_slots = pending
+            .iter()
+            .copied()
+            .filter(|s| *s != r.slot && !pass.contains(s))
+            .collect();
+        r
     });
     ArrayStatus {
         name: a.name().into(),
@@ -240,10 +264,9 @@ pub fn of_running(
         unclean: false,
         hot_replace: a.hot_replace_progress().map(|(slot, member, done, total)| {
             let chunk = g.chunk;
-            let rate = copy_rate
-                .filter(|(k, s, _)| *k == raid_core::array::CopyKind::HotReplace && *s == slot)
-                .map(|(_, _, r)| r)
-                .unwrap_or(0.0);
+            let rate = copy
+                .filter(|c| c.kind == raid_core::array::CopyKind::HotReplace && c.slot == slot)
+                .map_or(0.0, |c| c.rate);
             let left = (total.saturating_sub(done) * chunk) as f64;
             RebuildStatus {
                 slot,
@@ -254,6 +277,7 @@ pub fn of_running(
                 rate_bytes_per_sec: rate,
                 eta_seconds: (rate > 0.0).then(|| left / rate),
                 waiting_slots: vec![],
+                same_pass: vec![],
             }
         }),
         exports,
@@ -615,6 +639,12 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
             r.percent,
             rate_and_time_left(r)
         ));
+        for p in &r.same_pass {
+            out.push_str(&format!(
+                "  rebuild: slot {} {:.1}%, in the same pass as slot {}\n",
+                p.slot, p.percent, r.slot
+            ));
+        }
         for w in &r.waiting_slots {
             out.push_str(&format!(
                 "  rebuild: slot {w} waits, rebuilt after slot {}\n",

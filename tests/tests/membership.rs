@@ -254,8 +254,9 @@ fn a_stopped_raid10_down_one_of_each_pair_is_degraded_not_failed() {
 /// progress) with the other waiting, not the waiting one at 0%.
 #[test]
 fn a_second_rebuild_waits_and_status_shows_the_one_running() {
+    // Mirrors rebuild one slot per pass (RAID5/6 join the pass: below).
     let w = World::new("two-rebuilds");
-    let (m, sock) = running(&w, "tr", "6", 5);
+    let (m, sock) = running(&w, "tr", "10", 4);
     w.ok(&["rate", "tr", "--rebuild", "1M"]);
     w.ok(&["fail", "tr", s(&m[3])]);
     let first = w.sparse("tr-new3.img", 16 * MIB);
@@ -264,6 +265,7 @@ fn a_second_rebuild_waits_and_status_shows_the_one_running() {
     eventually("the first rebuild to run", || {
         w.status_json("tr")["rebuild"]["done_bytes"].as_u64() > Some(0)
     });
+    // The other mirror pair's member.
     w.ok(&["fail", "tr", s(&m[0])]);
     let second = w.sparse("tr-new0.img", 16 * MIB);
     let out = w.ok(&["replace", "tr", s(&m[0]), s(&second)]);
@@ -280,7 +282,48 @@ fn a_second_rebuild_waits_and_status_shows_the_one_running() {
     w.ok(&["wait", "tr"]);
     assert_eq!(w.status_json("tr")["state"], "optimal");
     reads_back(&sock, "tr");
-    scrub_clean(&w, "tr");
+}
+
+/// A RAID6's second replacement, while the first is being rebuilt, joins
+/// the pass under way: one pass of reads rebuilds both, the first is done
+/// when it would have been alone, and status shows each.
+#[test]
+fn a_raid6_second_rebuild_joins_the_pass_under_way() {
+    let w = World::new("join-pass");
+    let (m, sock) = running(&w, "jp", "6", 5);
+    w.ok(&["rate", "jp", "--rebuild", "1M"]);
+    w.ok(&["fail", "jp", s(&m[3])]);
+    let first = w.sparse("jp-new3.img", 16 * MIB);
+    let out = w.ok(&["replace", "jp", s(&m[3]), s(&first)]);
+    assert!(out.contains("rebuild started"), "{out}");
+    eventually("the first rebuild to run", || {
+        w.status_json("jp")["rebuild"]["done_bytes"].as_u64() > Some(0)
+    });
+    w.ok(&["fail", "jp", s(&m[0])]);
+    let second = w.sparse("jp-new0.img", 16 * MIB);
+    let out = w.ok(&["replace", "jp", s(&m[0]), s(&second)]);
+    assert!(out.contains("in the pass that rebuilds slot 3"), "{out}");
+    eventually("slot 0 to join the pass", || {
+        let st = w.status_json("jp");
+        st["rebuild"]["slot"] == 3 && st["rebuild"]["same_pass"][0]["slot"] == 0
+    });
+    let st = w.status_json("jp");
+    assert!(st["rebuild"].get("waiting_slots").is_none(), "{st}");
+    let (_, text, _) = w.code(&["status", "jp"]);
+    assert!(text.contains("in the same pass as slot 3"), "{text}");
+    w.ok(&["rate", "jp", "--rebuild", "0"]);
+    w.ok(&["wait", "jp"]);
+    assert_eq!(w.status_json("jp")["state"], "optimal");
+    // Slot 3 first: it was not held back by the slot that joined.
+    let ev = w.ok(&["events", "jp"]);
+    let done = |slot: &str| {
+        ev.lines()
+            .position(|l| l.contains("rebuild_finished") && l.contains(slot))
+            .unwrap_or_else(|| panic!("no rebuild_finished for {slot}:\n{ev}"))
+    };
+    assert!(done("slot 3") < done("slot 0"), "{ev}");
+    reads_back(&sock, "jp");
+    scrub_clean(&w, "jp");
 }
 
 /// An array imported with its members named (its record deleted), one of

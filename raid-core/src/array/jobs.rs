@@ -27,7 +27,6 @@ struct CopyRun {
     stop: Arc<AtomicBool>,
     handle: JoinHandle<()>,
     started: Instant,
-    start_row: u64,
 }
 
 struct ScrubRun {
@@ -84,6 +83,11 @@ pub(super) struct Jobs {
     /// Set by `stop_jobs`: the array is closing, and no job starts again
     /// (a monitor tick must not restart the rebuild `close` just paused).
     closed: AtomicBool,
+    /// The slots the running rebuild pass writes (or will, once its
+    /// cursor reaches them), in the order they joined it.
+    pub(super) pass: Mutex<Vec<usize>>,
+    /// Rows the running rebuild pass has moved its cursor over.
+    pub(super) pass_moved: AtomicU64,
 }
 
 /// A copy (rebuild or hot replace) as a status shows it.
@@ -91,6 +95,9 @@ pub(super) struct Jobs {
 pub struct CopyProgress {
     pub kind: CopyKind,
     pub slot: usize,
+    /// Other slots the same rebuild pass writes (RAID5/6: one pass reads
+    /// for every member being rebuilt).
+    pub with: Vec<usize>,
     /// Bytes per second written since this run started, at most its
     /// rate limit (`under_limit`).
     pub rate: f64,
@@ -157,8 +164,7 @@ impl Array {
             ..opts.clone()
         };
         let (array, st) = (self.clone(), stop.clone());
-        let start_row = self.rebuild_progress(slot).map(|p| p.0).unwrap_or(0);
-        let handle = std::thread::spawn(move || match array.rebuild(slot, &opts, &st) {
+        let handle = std::thread::spawn(move || match array.rebuild_all(&opts, &st) {
             Ok(RebuildEnd::Finished) => {}
             Ok(RebuildEnd::Interrupted) => {
                 tracing::info!(array = array.name(), slot, "rebuild paused")
@@ -171,7 +177,6 @@ impl Array {
             stop,
             handle,
             started: Instant::now(),
-            start_row,
         });
         true
     }
@@ -224,7 +229,6 @@ impl Array {
             stop,
             handle,
             started: Instant::now(),
-            start_row: 0,
         });
         Ok(())
     }
@@ -233,19 +237,27 @@ impl Array {
     pub fn copy_progress(&self) -> Option<CopyProgress> {
         let run = self.jobs.copy.lock();
         let r = run.as_ref().filter(|r| !r.handle.is_finished())?;
-        let done = match r.kind {
-            CopyKind::Rebuild => self
-                .rebuild_progress(r.slot)
-                .map(|p| p.0)
-                .unwrap_or(r.start_row),
-            CopyKind::HotReplace => self.hot_replace_progress().map(|p| p.2).unwrap_or(0),
+        let (slot, with, moved) = match r.kind {
+            CopyKind::Rebuild => {
+                let pass = self.jobs.pass.lock().clone();
+                let moved = self.jobs.pass_moved.load(Ordering::Acquire);
+                match pass.split_first() {
+                    Some((&first, rest)) => (first, rest.to_vec(), moved),
+                    None => (r.slot, Vec::new(), moved),
+                }
+            }
+            CopyKind::HotReplace => {
+                let done = self.hot_replace_progress().map(|p| p.2).unwrap_or(0);
+                (r.slot, Vec::new(), done)
+            }
         };
         let secs = r.started.elapsed().as_secs_f64().max(1e-3);
         Some(CopyProgress {
             kind: r.kind,
-            slot: r.slot,
+            slot,
+            with,
             rate: under_limit(
-                (done.saturating_sub(r.start_row) * self.geo.chunk) as f64 / secs,
+                (moved * self.geo.chunk) as f64 / secs,
                 &self.jobs.rebuild_rate,
             ),
         })

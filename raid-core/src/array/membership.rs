@@ -603,7 +603,10 @@ impl Array {
     fn start_rebuilding(&self, slot: usize, m: MemberRef, dirty_only: bool) {
         let s = &self.slots[slot];
         self.set_member(slot, m);
+        // The position first, then the start (see sync.rs).
         s.rebuild_row.store(0, Ordering::Release);
+        s.rebuild_from.store(0, Ordering::Release);
+        s.rebuild_saved.store(0, Ordering::Release);
         s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
         s.resync_dirty_only.store(dirty_only, Ordering::Release);
         s.incarnation.fetch_add(1, Ordering::AcqRel);
@@ -664,7 +667,7 @@ impl Array {
         })
     }
 
-    fn ticket_holds(&self, t: &RebuildTicket) -> Result<()> {
+    pub(super) fn ticket_holds(&self, t: &RebuildTicket) -> Result<()> {
         let s = &self.slots[t.slot];
         if s.state() == SlotState::Rebuilding
             && *s.uuid.read() == t.member_uuid
@@ -682,8 +685,9 @@ impl Array {
         }
     }
 
-    /// Moves the rebuilt position of the ticket's slot to `row`, if the slot
-    /// still holds the ticket's member. Callers hold the rows' stripe locks.
+    /// Moves the rebuilt position of the ticket's slot to `row` (with
+    /// `sync::WRAPPED` once past the last row), if the slot still holds the
+    /// ticket's member. Callers hold the rows' stripe locks.
     pub(super) fn advance_rebuild(&self, t: &RebuildTicket, row: u64) -> Result<()> {
         let _meta = self.meta.lock();
         self.ticket_holds(t)?;
@@ -691,12 +695,44 @@ impl Array {
         Ok(())
     }
 
-    /// Saves the rebuilt position in the metadata (a restart resumes from it).
-    pub(super) fn checkpoint_rebuild(&self, t: &RebuildTicket) -> Result<()> {
+    /// A rebuild pass under way at `row` takes `slot` on: its ticket, if the
+    /// slot is rebuilding, its rebuild may run now, and nothing of it is in
+    /// sync yet. It is then rebuilt from `row` (`sync.rs`).
+    pub(super) fn join_rebuild(&self, slot: usize, row: u64) -> Option<RebuildTicket> {
+        let _meta = self.meta.lock();
+        let s = &self.slots[slot];
+        let epoch = self.epoch.load(Ordering::Acquire);
+        if s.state() != SlotState::Rebuilding
+            || s.member.read().is_none()
+            || s.rebuild_failed_epoch.load(Ordering::Acquire) == epoch
+            || !s.sync_empty()
+        {
+            return None;
+        }
+        // The start first, then the position: every state between is an
+        // empty range (see sync.rs).
+        s.rebuild_from.store(row, Ordering::Release);
+        s.rebuild_row.store(row, Ordering::Release);
+        Some(RebuildTicket {
+            slot,
+            member_uuid: *s.uuid.read(),
+            incarnation: s.incarnation.load(Ordering::Acquire),
+        })
+    }
+
+    /// Saves rebuilt positions in the metadata (a restart resumes from
+    /// them): each ticket's slot, flushed after every row below its
+    /// `prefix` was written, may say so from now on, if it still holds
+    /// the ticket's member (a slot failed or replaced since is left as
+    /// it is: its new rebuild starts at row 0).
+    pub(super) fn checkpoint_rebuilds(&self, flushed: &[(RebuildTicket, u64)]) {
         let mut meta = self.meta.lock();
-        self.ticket_holds(t)?;
+        for (t, prefix) in flushed {
+            if self.ticket_holds(t).is_ok() {
+                self.slots[t.slot].flushed_to(*prefix);
+            }
+        }
         self.persist(&mut meta);
-        Ok(())
     }
 
     /// Marks the ticket's member in sync: only if the slot still holds it.
@@ -744,11 +780,19 @@ impl Array {
     /// The first slot whose rebuild is pending and may run now: rebuilding,
     /// and not blocked at the current membership epoch.
     pub fn rebuild_wanted(&self) -> Option<usize> {
+        self.rebuilds_wanted().first().copied()
+    }
+
+    /// Every slot whose rebuild is pending and may run now.
+    pub fn rebuilds_wanted(&self) -> Vec<usize> {
         let epoch = self.epoch.load(Ordering::Acquire);
-        self.slots.iter().position(|s| {
-            s.state() == SlotState::Rebuilding
-                && s.rebuild_failed_epoch.load(Ordering::Acquire) != epoch
-        })
+        (0..self.slots.len())
+            .filter(|&i| {
+                let s = &self.slots[i];
+                s.state() == SlotState::Rebuilding
+                    && s.rebuild_failed_epoch.load(Ordering::Acquire) != epoch
+            })
+            .collect()
     }
 
     /// Whether a rebuild is pending but cannot run (the array lost what it

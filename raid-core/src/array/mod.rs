@@ -25,6 +25,7 @@ mod parity_io;
 mod rebuild;
 mod runs;
 mod scrub;
+mod sync;
 mod unjournaled;
 mod write_plan;
 
@@ -156,8 +157,18 @@ struct Slot {
     member: RwLock<Option<MemberRef>>,
     uuid: RwLock<Uuid>,
     state: AtomicU8,
-    /// For a rebuilding member: rows (chunks) already in sync.
+    /// For a rebuilding member: where its rebuild stands (`sync.rs`): the
+    /// position the pass has reached for it, with `sync::WRAPPED` once the
+    /// pass went past the last row and on from row 0.
     rebuild_row: AtomicU64,
+    /// For a rebuilding member: the row its rebuild began at (0, unless it
+    /// joined a pass already under way). Rows from here up to the position
+    /// are in sync.
+    rebuild_from: AtomicU64,
+    /// For a rebuilding member: the row its metadata may say it is in
+    /// sync below (`sync::Slot::saved_row`): where its rebuild last
+    /// flushed it.
+    rebuild_saved: AtomicU64,
     /// The membership epoch at which this slot's rebuild last failed for a
     /// reason outside the slot (`membership::NO_EPOCH`: none).
     rebuild_failed_epoch: AtomicU64,
@@ -183,6 +194,8 @@ impl Slot {
             uuid: RwLock::new(uuid),
             state: AtomicU8::new(ST_FAILED),
             rebuild_row: AtomicU64::new(rebuild_row),
+            rebuild_from: AtomicU64::new(0),
+            rebuild_saved: AtomicU64::new(rebuild_row),
             rebuild_failed_epoch: AtomicU64::new(membership::NO_EPOCH),
             resync_dirty_only: AtomicBool::new(false),
             incarnation: AtomicU64::new(0),
@@ -442,7 +455,7 @@ impl Array {
                 uuid: *s.uuid.read(),
                 state: s.state(),
                 rebuild_row: if s.state() == SlotState::Rebuilding {
-                    s.rebuild_row.load(Ordering::Acquire)
+                    s.saved_row()
                 } else {
                     0
                 },
@@ -523,7 +536,7 @@ impl Array {
         let s = &self.slots[slot];
         match s.state() {
             SlotState::Active => true,
-            SlotState::Rebuilding => row < s.rebuild_row.load(Ordering::Acquire),
+            SlotState::Rebuilding => s.in_sync(row),
             SlotState::Failed => false,
         }
     }
@@ -640,7 +653,7 @@ impl Array {
                         state,
                         // Meaningful for a rebuilding slot only.
                         rebuild_row: if state == SlotState::Rebuilding {
-                            s.rebuild_row.load(Ordering::Acquire)
+                            s.saved_row()
                         } else {
                             0
                         },

@@ -715,19 +715,22 @@ impl Array {
             let mut errors = Vec::new();
             for (slot, m) in handles.iter().enumerate() {
                 // Rows of this member that hold valid data.
-                let upto = match self.slots[slot].state() {
-                    SlotState::Active => e,
-                    SlotState::Rebuilding => {
-                        e.min(self.slots[slot].rebuild_row.load(Ordering::Acquire))
-                    }
+                let ranges = match self.slots[slot].state() {
+                    SlotState::Active => vec![(s, e)],
+                    SlotState::Rebuilding => self.slots[slot].sync_ranges(self.geo.rows()),
                     SlotState::Failed => continue,
                 };
-                if upto <= s {
-                    continue;
-                }
-                if let Err(err) = m.write_zeroes(self.row_offset(s, 0), (upto - s) * self.geo.chunk)
-                {
-                    errors.push((slot, err));
+                for (lo, hi) in ranges {
+                    let (lo, hi) = (lo.max(s), hi.min(e));
+                    if lo >= hi {
+                        continue;
+                    }
+                    if let Err(err) =
+                        m.write_zeroes(self.row_offset(lo, 0), (hi - lo) * self.geo.chunk)
+                    {
+                        errors.push((slot, err));
+                        break;
+                    }
                 }
             }
             // Every member zeroed (or failed at it) before any failure is

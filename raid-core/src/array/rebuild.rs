@@ -15,6 +15,7 @@
 //! rule above holds for the batch as a whole.
 
 use super::runs;
+use super::sync::WRAPPED;
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::layout::ChunkRole;
@@ -59,6 +60,71 @@ impl Default for RebuildOptions {
     }
 }
 
+/// A member a rebuild pass writes.
+struct Target {
+    ticket: membership::RebuildTicket,
+    member: MemberRef,
+    /// Written from the cursor on (its position is the cursor's).
+    joined: bool,
+    /// The row its rebuild began at (`Slot::rebuild_from` when the pass
+    /// took it on): it is done when the pass comes back round to it.
+    from: u64,
+    /// Past the last row and on from row 0 (it joined the pass late).
+    wrapped: bool,
+    /// Rows this pass wrote to it.
+    copied: u64,
+}
+
+impl Target {
+    fn new(a: &Array, ticket: membership::RebuildTicket) -> Target {
+        let s = &a.slots[ticket.slot];
+        Target {
+            member: s
+                .member
+                .read()
+                .clone()
+                .expect("a rebuilding slot has a member"),
+            wrapped: s.rebuild_row.load(Ordering::Acquire) & WRAPPED != 0,
+            from: s.rebuild_from.load(Ordering::Acquire),
+            ticket,
+            joined: false,
+            copied: 0,
+        }
+    }
+
+    fn slot<'a>(&self, a: &'a Array) -> &'a Slot {
+        &a.slots[self.ticket.slot]
+    }
+
+    /// The row its rebuild has reached.
+    fn position(&self, a: &Array) -> u64 {
+        self.slot(a).rebuild_row.load(Ordering::Acquire) & !WRAPPED
+    }
+
+    /// Whether the slot still holds the member this rebuild is for.
+    fn holds(&self, a: &Array) -> bool {
+        a.ticket_holds(&self.ticket).is_ok()
+    }
+}
+
+/// Where a rebuild pass stands.
+struct Pass<'p> {
+    targets: Vec<Target>,
+    /// The next row to rebuild.
+    cursor: u64,
+    /// Members that become rebuilding meanwhile join at the cursor.
+    join_others: bool,
+    batch: u64,
+    run_rows: u64,
+    /// The members a batch writes (slot, device, re-added): what the runs
+    /// read.
+    joined: &'p Mutex<Vec<(usize, MemberRef, bool)>>,
+    /// Members finished by the pass.
+    finished: usize,
+    /// Why the first member that left the pass (failed or replaced) did.
+    dropped: Option<ArrayError>,
+}
+
 /// How a rebuild ended without error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RebuildEnd {
@@ -72,7 +138,7 @@ impl Array {
     pub fn rebuild_progress(&self, slot: usize) -> Option<(u64, u64)> {
         let s = self.slots.get(slot)?;
         (s.state() == SlotState::Rebuilding)
-            .then(|| (s.rebuild_row.load(Ordering::Acquire), self.geo.rows()))
+            .then(|| (s.rows_in_sync(self.geo.rows()), self.geo.rows()))
     }
 
     /// Slots waiting for or in rebuild (`rebuild_wanted` says which may run).
@@ -90,150 +156,431 @@ impl Array {
         opts: &RebuildOptions,
         stop: &AtomicBool,
     ) -> Result<RebuildEnd> {
-        let ticket = &self.rebuild_ticket(slot)?;
-        let s = &self.slots[slot];
-        let target = &s
-            .member
-            .read()
-            .clone()
-            .expect("a rebuilding slot has a member");
-        let total = self.geo.rows();
-        let row = s.rebuild_row.load(Ordering::Acquire);
-        {
-            let mut meta = self.meta.lock();
-            self.record(
-                &mut meta,
-                ArrayEvent::RebuildStarted {
-                    slot,
-                    member: target.identity().into(),
-                    from_row: row,
-                    rows: total,
-                },
-            );
+        self.rebuild_pass(&[slot], false, opts, stop)
+    }
+
+    /// Rebuilds, in one pass, every slot whose rebuild may run now
+    /// (`rebuild_wanted`); on RAID5/6 a slot that becomes rebuilding while
+    /// the pass runs joins it at the row it has reached (see `sync.rs`), so
+    /// a RAID6's second replacement is read for once, not after the first.
+    /// Mirrors are rebuilt one slot per pass. Blocks; `stop` interrupts it.
+    pub fn rebuild_all(&self, opts: &RebuildOptions, stop: &AtomicBool) -> Result<RebuildEnd> {
+        let wanted = self.rebuilds_wanted();
+        let Some(&first) = wanted.first() else {
+            return Ok(RebuildEnd::Finished);
+        };
+        match self.geo.level {
+            Level::Raid5 | Level::Raid6 => self.rebuild_pass(&wanted, true, opts, stop),
+            _ => self.rebuild_pass(&[first], false, opts, stop),
         }
-        tracing::info!(array = %self.name, slot, member = target.identity(), from_row = row, rows = total, "rebuild started");
-        // Records from before this member arrived hold the slot's old
-        // contents: settle them before the rebuild writes (see journal.rs).
-        self.journal_settle()
-            .map_err(|e| self.rebuild_ended_by(ticket, target, e))?;
-        if let Err(e) = self.journal_admit(target) {
-            self.fail_slot_if(slot, target, &format!("journal write failed: {e}"));
-            let e = ArrayError::Member {
-                member: target.identity().into(),
-                source: e,
-            };
-            return Err(self.rebuild_ended_by(ticket, target, e));
-        }
-        // A re-added member holds every row no write touched since it left.
-        let dirty_only = s.resync_dirty_only.load(Ordering::Acquire);
-        let (run_rows, batch) = runs::run_and_batch_rows(opts.batch_rows, opts.parallel);
-        let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<u64> {
-            if dirty_only && self.rows_clean(lo, hi) {
-                return Ok(0);
+    }
+
+    /// The pass: a cursor over the rows from the lowest position of a
+    /// member partly rebuilt, each member written from its own position on
+    /// (`join_others`: members that become rebuilding meanwhile taken on
+    /// at the cursor), past the last row and on from row 0 while a member
+    /// that joined late still needs those rows.
+    fn rebuild_pass(
+        &self,
+        slots: &[usize],
+        join_others: bool,
+        opts: &RebuildOptions,
+        stop: &AtomicBool,
+    ) -> Result<RebuildEnd> {
+        let mut targets = Vec::new();
+        for (k, &slot) in slots.iter().enumerate() {
+            match self.rebuild_ticket(slot) {
+                Ok(ticket) => targets.push(Target::new(self, ticket)),
+                // Asked for by name (the first): say why not.
+                Err(e) if k == 0 => return Err(e),
+                Err(_) => {}
             }
-            match self.geo.level {
-                Level::Raid5 | Level::Raid6 => {
-                    self.rebuild_parity_rows(slot, target, lo, hi, pool)?
+        }
+        // From the lowest position of a member partly rebuilt (none held
+        // back from where it stands); members with nothing in sync yet
+        // start there too, unless they already wait further on.
+        let cursor = targets
+            .iter()
+            .filter(|t| !t.slot(self).sync_empty())
+            .map(|t| t.position(self))
+            .min()
+            .unwrap_or(0);
+        for t in targets.iter_mut() {
+            if t.slot(self).sync_empty() && t.position(self) < cursor {
+                if let Some(ticket) = self.join_rebuild(t.ticket.slot, cursor) {
+                    *t = Target::new(self, ticket);
                 }
-                _ => self.rebuild_mirror_rows(slot, target, lo, hi)?,
             }
-            Ok(hi - lo)
+        }
+        for t in &targets {
+            self.rebuild_began(t, cursor);
+        }
+        *self.jobs.pass.lock() = targets.iter().map(|t| t.ticket.slot).collect();
+        self.jobs.pass_moved.store(0, Ordering::Release);
+        let (run_rows, batch) = runs::run_and_batch_rows(opts.batch_rows, opts.parallel);
+        let joined: Mutex<Vec<(usize, MemberRef, bool)>> = Mutex::new(Vec::new());
+        let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<Vec<u64>> {
+            let all = joined.lock().clone();
+            // A re-added member's clean rows hold what they should.
+            let write: Vec<bool> = all
+                .iter()
+                .map(|&(_, _, dirty_only)| !(dirty_only && self.rows_clean(lo, hi)))
+                .collect();
+            let to: Vec<(usize, &MemberRef)> = all
+                .iter()
+                .zip(&write)
+                .filter(|(_, &w)| w)
+                .map(|((slot, m, _), _)| (*slot, m))
+                .collect();
+            match (self.geo.level, &to[..]) {
+                (_, []) => {}
+                (Level::Raid5 | Level::Raid6, _) => self.rebuild_parity_rows(&to, lo, hi, pool)?,
+                (_, &[(slot, target)]) => self.rebuild_mirror_rows(slot, target, lo, hi)?,
+                _ => unreachable!("mirrors are rebuilt one slot per pass"),
+            }
+            Ok(write.iter().map(|&w| if w { hi - lo } else { 0 }).collect())
         };
         std::thread::scope(|sc| {
             let mut runs = self.run_threads(sc, (run_rows, batch), "rebuild-run", &work);
-            self.rebuild_rows(
-                ticket,
-                target,
-                (row, batch, run_rows),
-                opts,
-                stop,
-                &mut runs,
-            )
+            let mut pass = Pass {
+                targets,
+                cursor,
+                join_others,
+                batch,
+                run_rows,
+                joined: &joined,
+                finished: 0,
+                dropped: None,
+            };
+            let r = self.rebuild_rows(&mut pass, opts, stop, &mut runs);
+            if let Err(e) = &r {
+                self.pass_ended_by(&pass.targets, e);
+            }
+            self.jobs.pass.lock().clear();
+            r
         })
     }
 
-    /// The rebuild's batches from `row` (`batch` rows each, in runs of
-    /// `run_rows`), then its end (see `rebuild`).
+    /// Records that a member's rebuild begins (or goes on) in a pass whose
+    /// cursor is at `row`.
+    fn rebuild_began(&self, t: &Target, row: u64) {
+        let from_row = t.slot(self).saved_row();
+        let mut meta = self.meta.lock();
+        self.record(
+            &mut meta,
+            ArrayEvent::RebuildStarted {
+                slot: t.ticket.slot,
+                member: t.member.identity().into(),
+                from_row,
+                rows: self.geo.rows(),
+            },
+        );
+        drop(meta);
+        tracing::info!(array = %self.name, slot = t.ticket.slot, member = t.member.identity(), from_row, pass_row = row, rows = self.geo.rows(), "rebuild started");
+    }
+
+    /// The pass's batches (see `rebuild_pass`), then each member's end.
     fn rebuild_rows(
         &self,
-        ticket: &membership::RebuildTicket,
-        target: &MemberRef,
-        (mut row, batch, run_rows): (u64, u64, u64),
+        pass: &mut Pass<'_>,
         opts: &RebuildOptions,
         stop: &AtomicBool,
-        runs: &mut runs::RunThreads<'_, u64>,
+        runs: &mut runs::RunThreads<'_, Vec<u64>>,
     ) -> Result<RebuildEnd> {
-        let slot = ticket.slot;
         let total = self.geo.rows();
         let chunk = self.geo.chunk;
         let started = Instant::now();
-        let first_row = row;
-        let mut saved = row;
+        let mut moved = 0u64;
+        let mut since_saved = 0u64;
         let mut saved_at = Instant::now();
-        let mut copied = 0u64;
         let mut next_report = 0u64;
         let ckpt_rows = (opts.checkpoint_bytes / chunk).max(1);
-        while row < total {
+        // Records from before these members arrived hold their slots' old
+        // contents: settle them before the rebuild writes (see journal.rs).
+        self.journal_settle()?;
+        self.admit_targets(&mut pass.targets);
+        loop {
             if stop.load(Ordering::Acquire) {
-                self.save_rebuild_position(ticket, target)?;
-                tracing::info!(array = %self.name, slot, row, "rebuild interrupted; will resume here");
+                self.save_positions(&pass.targets)?;
+                tracing::info!(array = %self.name, row = pass.cursor, "rebuild interrupted; will resume here");
                 return Ok(RebuildEnd::Interrupted);
             }
-            let end = (row + batch).min(total);
+            self.drop_superseded(pass);
+            if pass.join_others {
+                self.join_pass(pass)?;
+            }
+            self.finish_synced(pass)?;
+            for t in pass.targets.iter_mut().filter(|t| !t.joined) {
+                t.joined = t.position(self) == pass.cursor;
+            }
+            if pass.targets.is_empty() {
+                break;
+            }
+            // Up to the next member still to join, or the last row.
+            let waiting = pass
+                .targets
+                .iter()
+                .filter(|t| !t.joined)
+                .map(|t| t.position(self))
+                .filter(|&p| p > pass.cursor)
+                .min();
+            // Nor past where a member that wrapped began: its rows from
+            // there on are in sync, and are not written again.
+            let done_at = pass
+                .targets
+                .iter()
+                .filter(|t| t.joined && t.wrapped)
+                .map(|t| t.from)
+                .min();
+            let end = (pass.cursor + pass.batch)
+                .min(total)
+                .min(waiting.unwrap_or(total))
+                .min(done_at.unwrap_or(total));
+            if pass.targets.iter().all(|t| !t.joined) {
+                // Nobody needs these rows: on to the next to join.
+                pass.cursor = waiting.unwrap_or(0);
+                continue;
+            }
+            assert!(end > pass.cursor, "a rebuild batch must move on");
             let began = Instant::now();
-            let step = {
-                let _held = self.locks.lock(self.rebuild_lock_keys(slot, row, end));
-                let r: Result<u64> = runs.batch((row, end), run_rows).into_iter().sum();
-                // Only while the slot still holds this rebuild's member.
-                r.and_then(|n| self.advance_rebuild(ticket, end).map(|()| n))
-            };
-            // Rows written to the member: a re-added member's clean rows
-            // are skipped, not paced (a resync of a few written regions
-            // under a rate limit takes their time, not the member's).
-            let this_batch = match step {
-                Ok(n) => n,
-                Err(e) => return Err(self.rebuild_ended_by(ticket, target, e)),
-            };
-            copied += this_batch;
-            row = end;
-            if row < total
-                && (row - saved >= ckpt_rows || saved_at.elapsed() >= opts.checkpoint_every)
+            let rows = self.rebuild_batch(pass, end, runs)?;
+            moved += end - pass.cursor;
+            since_saved += end - pass.cursor;
+            self.jobs
+                .pass_moved
+                .fetch_add(end - pass.cursor, Ordering::AcqRel);
+            pass.cursor = end;
+            self.finish_synced(pass)?;
+            if pass.cursor == total {
+                self.wrap_pass(pass)?;
+            }
+            if !pass.targets.is_empty()
+                && (since_saved >= ckpt_rows || saved_at.elapsed() >= opts.checkpoint_every)
             {
-                self.save_rebuild_position(ticket, target)
-                    .map_err(|e| self.rebuild_ended_by(ticket, target, e))?;
-                saved = row;
+                self.save_positions(&pass.targets)?;
+                since_saved = 0;
                 saved_at = Instant::now();
             }
-            let pct = row * 100 / total;
+            let least = pass
+                .targets
+                .iter()
+                .map(|t| t.slot(self).rows_in_sync(total))
+                .min()
+                .unwrap_or(total);
+            let pct = least * 100 / total;
             if pct >= next_report {
                 let secs = started.elapsed().as_secs_f64().max(1e-9);
-                let rate = ((row - first_row) * chunk) as f64 / secs;
-                let left = ((total - row) * chunk) as f64 / rate.max(1.0);
-                tracing::info!(array = %self.name, slot, percent = pct, rate_mib_s = format!("{:.1}", rate / 1048576.0),
+                let rate = (moved * chunk) as f64 / secs;
+                let left = ((total - least) * chunk) as f64 / rate.max(1.0);
+                let slots: Vec<usize> = pass.targets.iter().map(|t| t.ticket.slot).collect();
+                tracing::info!(array = %self.name, ?slots, percent = pct, rate_mib_s = format!("{:.1}", rate / 1048576.0),
                     eta_s = format!("{left:.0}"), "rebuild progress");
                 next_report = pct + 5;
             }
             pace(
                 opts.rate_limit,
                 &opts.live_rate,
-                this_batch * chunk,
+                rows * chunk,
                 began,
                 &|| stop.load(Ordering::Acquire),
             );
         }
-        if let Err(e) = target.flush() {
-            self.fail_slot_if(slot, target, &format!("flush failed: {e}"));
-            let e = ArrayError::Member {
-                member: target.identity().into(),
-                source: e,
-            };
-            return Err(self.rebuild_ended_by(ticket, target, e));
-        }
-        self.finish_rebuild(ticket, copied)
-            .map_err(|e| self.rebuild_ended_by(ticket, target, e))?;
         self.resync_deferred()?;
-        tracing::info!(array = %self.name, slot, rows_copied = copied, rows = total, secs = started.elapsed().as_secs_f64(), "rebuild finished");
-        Ok(RebuildEnd::Finished)
+        match (pass.finished, pass.dropped.take()) {
+            // Every member it was for left it: say why.
+            (0, Some(e)) => Err(e),
+            _ => Ok(RebuildEnd::Finished),
+        }
+    }
+
+    /// Rebuilds rows [cursor, end) onto every member joined, under the
+    /// rows' locks, and moves their positions past them. Returns the most
+    /// rows written to one member (a re-added member's clean rows are
+    /// skipped, not paced).
+    fn rebuild_batch(
+        &self,
+        pass: &mut Pass<'_>,
+        end: u64,
+        runs: &mut runs::RunThreads<'_, Vec<u64>>,
+    ) -> Result<u64> {
+        let row = pass.cursor;
+        let on: Vec<usize> = (0..pass.targets.len())
+            .filter(|&i| pass.targets[i].joined)
+            .collect();
+        *pass.joined.lock() = on
+            .iter()
+            .map(|&i| {
+                let t = &pass.targets[i];
+                let dirty_only = t.slot(self).resync_dirty_only.load(Ordering::Acquire);
+                (t.ticket.slot, t.member.clone(), dirty_only)
+            })
+            .collect();
+        let first = pass.targets[on[0]].ticket.slot;
+        let _held = self.locks.lock(self.rebuild_lock_keys(first, row, end));
+        let mut written = vec![0u64; on.len()];
+        for r in runs.batch((row, end), pass.run_rows) {
+            for (w, n) in written.iter_mut().zip(r?) {
+                *w += n;
+            }
+        }
+        for (&i, n) in on.iter().zip(&written) {
+            let t = &mut pass.targets[i];
+            let at = if t.wrapped { WRAPPED | end } else { end };
+            self.advance_rebuild(&t.ticket, at)?;
+            t.copied += n;
+        }
+        Ok(written.into_iter().max().unwrap_or(0))
+    }
+
+    /// Members that became rebuilding since the pass began, with nothing
+    /// in sync yet, join it at its cursor.
+    fn join_pass(&self, pass: &mut Pass<'_>) -> Result<()> {
+        let mut new = Vec::new();
+        for slot in self.rebuilds_wanted() {
+            if pass.targets.iter().any(|t| t.ticket.slot == slot) {
+                continue;
+            }
+            let here = self.slots[slot].rebuild_row.load(Ordering::Acquire);
+            if here > pass.cursor {
+                continue;
+            }
+            if let Some(ticket) = self.join_rebuild(slot, pass.cursor) {
+                let t = Target::new(self, ticket);
+                self.rebuild_began(&t, pass.cursor);
+                new.push(t);
+            }
+        }
+        if new.is_empty() {
+            return Ok(());
+        }
+        // In the pass before anything can fail, so that its end accounts
+        // for them too.
+        let first_new = pass.targets.len();
+        self.jobs
+            .pass
+            .lock()
+            .extend(new.iter().map(|t| t.ticket.slot));
+        pass.targets.extend(new);
+        self.journal_settle()?;
+        let mut new = pass.targets.split_off(first_new);
+        self.admit_targets(&mut new);
+        pass.targets.extend(new);
+        Ok(())
+    }
+
+    /// Gives each new member's journal area the current header and an
+    /// empty ring (see `journal_admit`); one that cannot take it is failed
+    /// and left out.
+    fn admit_targets(&self, new: &mut Vec<Target>) {
+        let mut kept = Vec::new();
+        for t in new.drain(..) {
+            match self.journal_admit(&t.member) {
+                Ok(()) => kept.push(t),
+                Err(e) => {
+                    let slot = t.ticket.slot;
+                    self.jobs.pass.lock().retain(|&s| s != slot);
+                    self.fail_slot_if(slot, &t.member, &format!("journal write failed: {e}"));
+                    let e = ArrayError::Member {
+                        member: t.member.identity().into(),
+                        source: e,
+                    };
+                    self.rebuild_ended_by(&t.ticket, &t.member, &e);
+                }
+            }
+        }
+        *new = kept;
+    }
+
+    /// Members whose every row is in sync now: flushed, then marked so,
+    /// and out of the pass (one that fails at it stays, for the pass's
+    /// end to account for).
+    fn finish_synced(&self, pass: &mut Pass<'_>) -> Result<()> {
+        let total = self.geo.rows();
+        let mut i = 0;
+        while i < pass.targets.len() {
+            let t = &pass.targets[i];
+            if !t.slot(self).sync_full(total) {
+                i += 1;
+                continue;
+            }
+            if let Err(e) = t.member.flush() {
+                self.fail_slot_if(t.ticket.slot, &t.member, &format!("flush failed: {e}"));
+                return Err(ArrayError::Member {
+                    member: t.member.identity().into(),
+                    source: e,
+                });
+            }
+            self.finish_rebuild(&t.ticket, t.copied)?;
+            pass.finished += 1;
+            let t = pass.targets.remove(i);
+            self.jobs.pass.lock().retain(|&s| s != t.ticket.slot);
+            tracing::info!(array = %self.name, slot = t.ticket.slot, rows_copied = t.copied, rows = total, "rebuild finished");
+        }
+        Ok(())
+    }
+
+    /// Members whose slot no longer holds them (failed, or replaced) leave
+    /// the pass; the others go on. A failed one's end is recorded; the
+    /// first one's error is the pass's if no member is finished by it.
+    fn drop_superseded(&self, pass: &mut Pass<'_>) {
+        let (gone, kept): (Vec<Target>, Vec<Target>) = std::mem::take(&mut pass.targets)
+            .into_iter()
+            .partition(|t| !t.holds(self));
+        pass.targets = kept;
+        for t in gone {
+            self.jobs.pass.lock().retain(|&s| s != t.ticket.slot);
+            let superseded = ArrayError::Refused {
+                rule: Rule::Superseded,
+                detail: format!(
+                    "{} was failed or replaced while it was being rebuilt: this rebuild stops; one for the new member follows",
+                    self.slot_name(t.ticket.slot)
+                ),
+            };
+            if t.slot(self).state() == SlotState::Failed {
+                let e = ArrayError::Invalid("it failed while it was being rebuilt".into());
+                self.rebuild_ended_by(&t.ticket, &t.member, &e);
+            } else {
+                self.rebuild_ended_by(&t.ticket, &t.member, &superseded);
+            }
+            pass.dropped.get_or_insert(superseded);
+        }
+    }
+
+    /// The cursor past the last row: members that joined the pass late go
+    /// on from row 0 (their rows before it are still to do). Their rows
+    /// in sync stay the same (`[from, rows)`), so no lock is needed.
+    fn wrap_pass(&self, pass: &mut Pass<'_>) -> Result<()> {
+        for t in pass.targets.iter_mut().filter(|t| t.joined && !t.wrapped) {
+            self.advance_rebuild(&t.ticket, WRAPPED)?;
+            t.wrapped = true;
+        }
+        pass.cursor = 0;
+        Ok(())
+    }
+
+    /// A pass that ended with `e`: each member's end recorded: one failed
+    /// (by `e` if it is about that member), one superseded (a rebuild of
+    /// its new member follows), or, where `e` is about none of them, the
+    /// array unable to rebuild (blocked until membership changes).
+    /// Members the error was not about keep their positions for the next
+    /// pass.
+    fn pass_ended_by(&self, targets: &[Target], e: &ArrayError) {
+        let about_one = targets.iter().any(|t| !t.holds(self));
+        for t in targets {
+            let failed = self.slots[t.ticket.slot].state() == SlotState::Failed;
+            let its_own =
+                matches!(e, ArrayError::Member { member, .. } if member == t.member.identity());
+            if failed && !its_own {
+                let other = ArrayError::Invalid("it failed while it was being rebuilt".into());
+                self.rebuild_ended_by(&t.ticket, &t.member, &other);
+            } else if failed || !about_one {
+                self.rebuild_ended_by(&t.ticket, &t.member, e);
+            } else if !t.holds(self) {
+                tracing::warn!(array = %self.name, slot = t.ticket.slot, "the slot was failed or replaced while it was being rebuilt: its rebuild stops; one for the new member follows");
+            } else if let Err(e) = self.save_positions(std::slice::from_ref(t)) {
+                tracing::warn!(array = %self.name, slot = t.ticket.slot, "saving the rebuild's position: {e}");
+            }
+        }
     }
 
     /// Records why a rebuild ended with an error, once: its own member
@@ -241,12 +588,7 @@ impl Array {
     /// superseded (a rebuild for the new member follows), or the array lost
     /// what it rebuilds from (blocked until membership changes, so no retry
     /// storm).
-    fn rebuild_ended_by(
-        &self,
-        t: &membership::RebuildTicket,
-        target: &MemberRef,
-        e: ArrayError,
-    ) -> ArrayError {
+    fn rebuild_ended_by(&self, t: &membership::RebuildTicket, target: &MemberRef, e: &ArrayError) {
         let s = &self.slots[t.slot];
         if matches!(
             e,
@@ -271,24 +613,26 @@ impl Array {
         } else {
             self.rebuild_blocked(t, &e.to_string());
         }
-        e
     }
 
-    /// Flushes the new member, then saves its in-sync position (only while
-    /// the slot still holds it).
-    fn save_rebuild_position(
-        &self,
-        t: &membership::RebuildTicket,
-        target: &MemberRef,
-    ) -> Result<()> {
-        target.flush().map_err(|e| {
-            self.fail_slot_if(t.slot, target, &format!("flush failed: {e}"));
-            ArrayError::Member {
-                member: target.identity().into(),
-                source: e,
-            }
-        })?;
-        self.checkpoint_rebuild(t)
+    /// Flushes each member, then saves where each is in sync (once, for
+    /// all): metadata never says a row is in sync before the member's
+    /// flush made it durable. A member whose flush fails is failed.
+    fn save_positions(&self, targets: &[Target]) -> Result<()> {
+        let mut flushed = Vec::with_capacity(targets.len());
+        for t in targets {
+            let prefix = t.slot(self).prefix_in_sync();
+            t.member.flush().map_err(|e| {
+                self.fail_slot_if(t.ticket.slot, &t.member, &format!("flush failed: {e}"));
+                ArrayError::Member {
+                    member: t.member.identity().into(),
+                    source: e,
+                }
+            })?;
+            flushed.push((t.ticket, prefix));
+        }
+        self.checkpoint_rebuilds(&flushed);
+        Ok(())
     }
 
     /// The same lock keys the writers of these rows take.
@@ -304,10 +648,11 @@ impl Array {
         }
     }
 
+    /// Recovers rows [row, end) of every stripe's missing chunks and writes
+    /// those of the `targets` (slot, device).
     pub(super) fn rebuild_parity_rows(
         &self,
-        slot: usize,
-        target: &MemberRef,
+        targets: &[(usize, &MemberRef)],
         row: u64,
         end: u64,
         pool: &mut crate::buf::BufPool,
@@ -383,17 +728,22 @@ impl Array {
                 };
                 self.engine.recover_batch(kind, &mut jobs)?;
             }
-            let outs: Vec<(&[u8], u64)> = bufs
-                .iter()
-                .zip(&maps)
-                .enumerate()
-                .map(|(k, (stripe, map))| {
-                    let i = map.members.iter().position(|&m| m == slot).unwrap();
-                    (&stripe[i][..], self.row_offset_of(row + k as u64))
-                })
-                .collect();
-            let written = self.write_target(slot, target, &outs);
-            drop(outs);
+            let mut written = Ok(());
+            for &(slot, target) in targets {
+                let outs: Vec<(&[u8], u64)> = bufs
+                    .iter()
+                    .zip(&maps)
+                    .enumerate()
+                    .map(|(k, (stripe, map))| {
+                        let i = map.members.iter().position(|&m| m == slot).unwrap();
+                        (&stripe[i][..], self.row_offset_of(row + k as u64))
+                    })
+                    .collect();
+                written = self.write_target(slot, target, &outs);
+                if written.is_err() {
+                    break;
+                }
+            }
             pool.put(bufs.into_iter().flatten());
             return written;
         }

@@ -492,9 +492,13 @@ impl Daemon {
             ));
         }
         if let Some(c) = rebuild {
+            let slots: Vec<String> = std::iter::once(c.slot)
+                .chain(c.with)
+                .map(|s| s.to_string())
+                .collect();
             stopped_work.push_str(&format!(
                 "; the rebuild of slot {} pauses and resumes from where it was at the next start",
-                c.slot
+                slots.join(" and ")
             ));
         }
         {

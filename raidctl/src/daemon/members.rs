@@ -435,10 +435,19 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
         self.reconnects.release(name, slot);
         s.record_slot(slot, key, new);
         let warn = self.save_record(&s).err().unwrap_or_default();
-        // One copy runs at a time: one already running goes on first.
+        // One copy runs at a time: a hot replace, or a mirror's rebuild,
+        // goes on first; a RAID5/6 rebuild pass takes the new member on.
         let busy = s.array.copy_progress().filter(|c| c.slot != slot);
+        let parity = matches!(
+            s.array.geometry().level,
+            raid_core::layout::Level::Raid5 | raid_core::layout::Level::Raid6
+        );
         self.kick_rebuild(&s);
         let when = match busy {
+            Some(c) if parity && c.kind == raid_core::array::CopyKind::Rebuild => format!(
+                "rebuild started, in the pass that rebuilds slot {}: one pass of reads for both, slot {}'s rebuild not held back (raidctl status {name} shows each)",
+                c.slot, c.slot
+            ),
             Some(c) => format!(
                 "rebuilt once slot {}'s {} ends (raidctl status {name} shows both)",
                 c.slot,

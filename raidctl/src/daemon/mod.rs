@@ -518,11 +518,16 @@ impl Daemon {
                 self.warn_deleted_members(&s, deleted);
                 self.retry_unreachable(&s);
                 self.probe_network_members(&s);
-                // A rebuild or hot replace running: nothing to start.
-                if s.array.copy_progress().is_some() {
-                    continue;
-                }
-                if s.array.rebuilding_slots().is_empty() && !s.array.spares().is_empty() {
+                // A spare takes a failed slot while nothing else is being
+                // rebuilt; on RAID6 also while a rebuild runs, whose pass it
+                // joins (one pass of reads for both).
+                let copy = s.array.copy_progress();
+                let joins = s.array.geometry().level == raid_core::layout::Level::Raid6
+                    && copy
+                        .as_ref()
+                        .is_some_and(|c| c.kind == raid_core::array::CopyKind::Rebuild);
+                let idle = copy.is_none() && s.array.rebuilding_slots().is_empty();
+                if (idle || joins) && !s.array.spares().is_empty() {
                     let failed = s
                         .array
                         .slots()
@@ -546,6 +551,10 @@ impl Daemon {
                             ),
                         }
                     }
+                }
+                // A rebuild or hot replace running: nothing to start.
+                if copy.is_some() {
+                    continue;
                 }
                 s.engine.check_health();
                 self.kick_rebuild(&s);

@@ -18,7 +18,7 @@ impl Daemon {
             if name.is_some_and(|x| x != n) {
                 continue;
             }
-            let rate = s.array.copy_progress().map(|c| (c.kind, c.slot, c.rate));
+            let copy = s.array.copy_progress();
             let mut exports: Vec<String> = s.exports.lock().iter().map(|e| e.describe()).collect();
             if let Some(m) = s.mount.lock().as_ref() {
                 exports.push(format!(
@@ -30,7 +30,8 @@ impl Daemon {
                     exports.push(format!("loop {d}"));
                 }
             }
-            let mut st = status::of_running(&s.array, rate, exports, Some(s.engine.report()));
+            let mut st =
+                status::of_running(&s.array, copy.as_ref(), exports, Some(s.engine.report()));
             st.record_lags = self.record_lag(s);
             // A slot without a device in use (missing at start, or left out
             // there as failed or stale) names the device its record names,

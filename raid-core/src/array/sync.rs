@@ -1,0 +1,163 @@
+//! Which rows of a rebuilding member are in sync.
+//!
+//! A rebuild pass moves a cursor over the rows; a member it rebuilds is in
+//! sync from the row its rebuild began at (`Slot::rebuild_from`) up to the
+//! pass's position for it (`Slot::rebuild_row`). Most rebuilds begin at row
+//! 0, so that is a prefix. A member that joins a pass already under way
+//! (a RAID6's second replacement while the first is being rebuilt) begins
+//! at the cursor: the pass goes on to the last row, then from row 0 up to
+//! where that member began (the position carries `WRAPPED` then), so one
+//! pass of reads serves both, and the first member is not held back.
+//!
+//! Readers take no lock, so every change keeps each intermediate state a
+//! subset of the rows really in sync: a position is read before the start
+//! (`in_sync`), and a join stores the start before the position (both
+//! moves of an empty range: `[0, 0)` to `[c, 0)` to `[c, c)`).
+//!
+//! The metadata keeps one row per slot, meaning "rows below it are in
+//! sync" (`saved_row`): a member that joined a pass is saved at 0 until the
+//! pass wraps, then at its position; after a restart it redoes what the
+//! saved row leaves out, which costs time, never data. The row saved is
+//! the one the rebuild last flushed the member at, not its position, so
+//! metadata written by anyone (a failure, a spare) never counts rows
+//! whose writes may still sit in the member's cache.
+
+use super::Slot;
+use std::sync::atomic::Ordering;
+
+/// Marks a position past the last row and on from row 0.
+pub(super) const WRAPPED: u64 = 1 << 63;
+
+impl Slot {
+    /// The rebuild's (start, position, wrapped): the position read before
+    /// and after the start, until both reads agree, so the pair is never
+    /// the start of a new rebuild of the slot with the position of the
+    /// one before (`start_rebuilding` stores the position, then the
+    /// start).
+    fn sync_state(&self) -> (u64, u64, bool) {
+        loop {
+            let pos = self.rebuild_row.load(Ordering::Acquire);
+            let from = self.rebuild_from.load(Ordering::Acquire);
+            if self.rebuild_row.load(Ordering::Acquire) == pos {
+                return (from, pos & !WRAPPED, pos & WRAPPED != 0);
+            }
+        }
+    }
+
+    /// Whether `row` of a rebuilding member is in sync.
+    pub(super) fn in_sync(&self, row: u64) -> bool {
+        let (from, pos, wrapped) = self.sync_state();
+        match wrapped {
+            false => from <= row && row < pos,
+            true => row >= from || row < pos,
+        }
+    }
+
+    /// The rows of a rebuilding member in sync, as at most two ranges
+    /// `[lo, hi)` of `rows` (empty ones left out).
+    pub(super) fn sync_ranges(&self, rows: u64) -> Vec<(u64, u64)> {
+        let (from, pos, wrapped) = self.sync_state();
+        let ranges = match wrapped {
+            false => vec![(from, pos)],
+            true => vec![(0, pos), (from, rows)],
+        };
+        ranges.into_iter().filter(|(lo, hi)| lo < hi).collect()
+    }
+
+    /// How many rows of a rebuilding member are in sync.
+    pub(super) fn rows_in_sync(&self, rows: u64) -> u64 {
+        self.sync_ranges(rows).iter().map(|(lo, hi)| hi - lo).sum()
+    }
+
+    /// The row the metadata keeps (`persist`, whoever calls it): every row
+    /// below it is in sync, and was on the member's medium when the
+    /// rebuild last flushed it (`flushed_to`).
+    pub(super) fn saved_row(&self) -> u64 {
+        self.rebuild_saved.load(Ordering::Acquire)
+    }
+
+    /// Where the rows in sync make a prefix: every row below the result
+    /// (see the module's doc).
+    pub(super) fn prefix_in_sync(&self) -> u64 {
+        let (from, pos, wrapped) = self.sync_state();
+        match (from, wrapped) {
+            (0, _) | (_, true) => pos,
+            _ => 0,
+        }
+    }
+
+    /// The rebuild flushed the member after writing every row below
+    /// `prefix` (a `prefix_in_sync` read before the flush): the metadata
+    /// may say so from now on.
+    pub(super) fn flushed_to(&self, prefix: u64) {
+        self.rebuild_saved.store(prefix, Ordering::Release);
+    }
+
+    /// Whether nothing of the member is in sync yet.
+    pub(super) fn sync_empty(&self) -> bool {
+        let (from, pos, wrapped) = self.sync_state();
+        !wrapped && from == pos
+    }
+
+    /// Whether every row of the member is in sync (`rows` in all).
+    pub(super) fn sync_full(&self, rows: u64) -> bool {
+        let (from, pos, wrapped) = self.sync_state();
+        match wrapped {
+            false => from == 0 && pos == rows,
+            true => pos >= from,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::array::Slot;
+    use crate::metadata::{SlotState, Uuid};
+
+    fn slot(from: u64, pos: u64) -> Slot {
+        let s = Slot::new(None, Uuid::random(), SlotState::Rebuilding, pos);
+        s.rebuild_from.store(from, Ordering::Release);
+        s
+    }
+
+    fn synced(s: &Slot, rows: u64) -> Vec<u64> {
+        (0..rows).filter(|&r| s.in_sync(r)).collect()
+    }
+
+    #[test]
+    fn a_rebuild_from_row_zero_is_a_prefix() {
+        let s = slot(0, 3);
+        assert_eq!(synced(&s, 6), [0, 1, 2]);
+        assert_eq!(s.sync_ranges(6), [(0, 3)]);
+        assert_eq!((s.rows_in_sync(6), s.prefix_in_sync()), (3, 3));
+        assert!(!s.sync_empty() && !s.sync_full(6));
+        assert!(slot(0, 6).sync_full(6) && slot(0, 0).sync_empty());
+    }
+
+    #[test]
+    fn a_member_that_joined_mid_pass_is_saved_at_zero_until_the_wrap() {
+        // Joined at row 4 of 8, rebuilt to row 6.
+        let s = slot(4, 6);
+        assert_eq!(synced(&s, 8), [4, 5]);
+        assert_eq!((s.rows_in_sync(8), s.prefix_in_sync()), (2, 0));
+        assert!(slot(4, 4).sync_empty());
+        // Past the last row, then on to row 2 from 0.
+        let w = slot(4, WRAPPED | 2);
+        assert_eq!(synced(&w, 8), [0, 1, 4, 5, 6, 7]);
+        assert_eq!(w.sync_ranges(8), [(0, 2), (4, 8)]);
+        assert_eq!((w.rows_in_sync(8), w.prefix_in_sync()), (6, 2));
+        assert!(!w.sync_empty() && !w.sync_full(8));
+        // Just wrapped: what phase one left, nothing more.
+        assert_eq!(synced(&slot(4, WRAPPED), 8), [4, 5, 6, 7]);
+        assert!(slot(4, WRAPPED | 4).sync_full(8));
+    }
+
+    #[test]
+    fn every_step_of_a_join_is_empty() {
+        // [0, 0) -> [c, 0) -> [c, c): a reader between any two sees none.
+        for (from, pos) in [(0, 0), (5, 0), (5, 5)] {
+            assert!(synced(&slot(from, pos), 8).is_empty(), "{from} {pos}");
+        }
+    }
+}

@@ -40,10 +40,30 @@ pub fn path(st: &StateDir, array: &str) -> std::path::PathBuf {
     st.root.join("events").join(format!("{array}.jsonl"))
 }
 
+/// The log's previous generation: where `append` moves it once it holds
+/// `ROTATE_BYTES`.
+pub fn older_path(st: &StateDir, array: &str) -> std::path::PathBuf {
+    st.root.join("events").join(format!("{array}.jsonl.1"))
+}
+
+/// Size at which the log starts a new generation (the one before is kept,
+/// the one before that dropped): about 700 events each, so a long-lived
+/// array with weekly scrubs keeps years of events in at most twice this.
+const ROTATE_BYTES: u64 = 1 << 20;
+
 pub fn append(st: &StateDir, r: &EventRecord) -> Result<()> {
+    append_rotating_at(st, r, ROTATE_BYTES)
+}
+
+fn append_rotating_at(st: &StateDir, r: &EventRecord, rotate_bytes: u64) -> Result<()> {
     let p = path(st, &r.array);
     std::fs::create_dir_all(p.parent().unwrap())
         .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))?;
+    if std::fs::metadata(&p).is_ok_and(|m| m.len() >= rotate_bytes) {
+        // Only the daemon appends, one event at a time.
+        std::fs::rename(&p, older_path(st, &r.array))
+            .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))?;
+    }
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -55,11 +75,17 @@ pub fn append(st: &StateDir, r: &EventRecord) -> Result<()> {
         .map_err(|e| CliError::failed(format!("{}: {e}", p.display())))
 }
 
+/// Every event kept, oldest first (the previous generation, then this).
 pub fn read(st: &StateDir, array: &str) -> Vec<EventRecord> {
-    std::fs::read_to_string(path(st, array))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
+    [older_path(st, array), path(st, array)]
+        .iter()
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect::<Vec<_>>()
+        })
         .collect()
 }
 
@@ -306,6 +332,32 @@ pub fn serial_of(path: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The log keeps two generations: bounded, the newest events read
+    /// after the older, none lost at the turn.
+    #[test]
+    fn the_log_keeps_two_generations() {
+        let dir = std::env::temp_dir().join(format!("raidctl-eventlog-{}", std::process::id()));
+        let st = StateDir { root: dir.clone() };
+        let mut r = record_for_test();
+        r.array = "gen".into();
+        let line = serde_json::to_string(&r).unwrap().len() as u64 + 1;
+        let cap = 8 * line;
+        let n = 30;
+        for i in 0..n {
+            r.unix = i;
+            append_rotating_at(&st, &r, cap).unwrap();
+        }
+        let kept: Vec<u64> = read(&st, "gen").iter().map(|r| r.unix).collect();
+        // 30 events in generations of about 8: the oldest dropped, the
+        // newest (a generation or more) kept in order.
+        let first = n - kept.len() as u64;
+        assert!(first > 0 && kept.len() >= 8, "{kept:?}");
+        assert_eq!(kept, (first..n).collect::<Vec<_>>());
+        let size = |p: std::path::PathBuf| std::fs::metadata(p).unwrap().len();
+        assert!(size(path(&st, "gen")) + size(older_path(&st, "gen")) <= 2 * cap);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 
     #[test]
     fn rfc3339_known_dates() {

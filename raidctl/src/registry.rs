@@ -183,32 +183,58 @@ impl StateDir {
     /// read-only state folder), which callers go on without.
     pub fn hold_name(&self, name: &str, exclusive: bool) -> std::io::Result<Option<std::fs::File>> {
         use std::os::fd::AsRawFd;
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
         let dir = self.root.join("locks");
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&dir)?;
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(dir.join(format!("{name}.lock")))?;
+        let path = self.name_lock_path(name);
         let how = if exclusive {
             libc::LOCK_EX
         } else {
             libc::LOCK_SH
         };
-        // SAFETY: flock on a descriptor this function owns (f, open above);
-        // it reads nothing from memory.
-        if unsafe { libc::flock(f.as_raw_fd(), how | libc::LOCK_NB) } == 0 {
-            return Ok(Some(f));
+        // A delete removes the file while it holds it: a lock taken on the
+        // file it removed (opened just before) holds nothing, so the file
+        // locked must still be the one at the path, or it is opened again.
+        loop {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .open(&path)?;
+            // SAFETY: flock on a descriptor this function owns (f, open
+            // above); it reads nothing from memory.
+            if unsafe { libc::flock(f.as_raw_fd(), how | libc::LOCK_NB) } != 0 {
+                return match std::io::Error::last_os_error() {
+                    e if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+                    e => Err(e),
+                };
+            }
+            let held = f.metadata()?;
+            match std::fs::metadata(&path) {
+                Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => {
+                    return Ok(Some(f))
+                }
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
         }
-        match std::io::Error::last_os_error() {
-            e if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
-            e => Err(e),
-        }
+    }
+
+    fn name_lock_path(&self, name: &str) -> PathBuf {
+        self.root.join("locks").join(format!("{name}.lock"))
+    }
+
+    /// Removes the lock file of `name`, which the caller holds exclusive
+    /// (`delete`: the name is free again, and no file is left per name
+    /// ever used). A lock taken on it meanwhile sees it gone and takes the
+    /// next (`hold_name`).
+    pub fn forget_name(&self, name: &str, _held: &std::fs::File) {
+        let _ = std::fs::remove_file(self.name_lock_path(name));
     }
 
     /// Removes the record of `name` (`delete`).

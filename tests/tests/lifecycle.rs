@@ -69,6 +69,8 @@ fn delete_forgets_and_wipe_force_frees_the_devices() {
         "{out}"
     );
     assert!(!w.ok(&["list"]).contains("dl"));
+    // Nothing left of it in the state folder: no file per name ever used.
+    assert!(!w.state().join("locks/dl.lock").exists());
     let (code, _, _) = w.code(&["status", "dl"]);
     assert_ne!(code, 0);
     w.ok(&[

@@ -14,7 +14,7 @@ pub(super) fn delete(st: &StateDir, name: &str, wipe: bool, force: bool) -> Resu
     // Held to the end: a start racing this one (whose daemon holds the
     // lock from its first step while the array runs) either finds this
     // delete under way, or makes it refuse here, with nothing removed.
-    let _held = match st.hold_name(name, true) {
+    let held = match st.hold_name(name, true) {
         Ok(Some(f)) => Some(f),
         Ok(None) => {
             return Err(CliError::refused(format!(
@@ -82,10 +82,17 @@ pub(super) fn delete(st: &StateDir, name: &str, wipe: bool, force: bool) -> Resu
     }
     st.remove(name)?;
     st.remove_scrub_marks(name);
-    let log = crate::eventlog::path(st, name);
-    if log.exists() {
-        if let Err(e) = std::fs::remove_file(&log) {
-            said.push(format!("its event log {} is left: {e}", log.display()));
+    if let Some(f) = &held {
+        st.forget_name(name, f);
+    }
+    for log in [
+        crate::eventlog::path(st, name),
+        crate::eventlog::older_path(st, name),
+    ] {
+        if log.exists() {
+            if let Err(e) = std::fs::remove_file(&log) {
+                said.push(format!("its event log {} is left: {e}", log.display()));
+            }
         }
     }
     if wipe {

@@ -418,6 +418,7 @@ impl std::io::Write for LossyStderr {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    private_runtime_dir();
     init_logging(match cli.command {
         // The daemon, also run in-process by `start --foreground`.
         Command::Daemon { .. }
@@ -438,6 +439,32 @@ fn main() -> ExitCode {
             }
             ExitCode::from(e.code)
         }
+    }
+}
+
+/// Gives the process a private XDG_RUNTIME_DIR where it has none (under
+/// sudo, systemd's system units, cron): Mesa's Vulkan driver probes for a
+/// Wayland display whenever the GPU engine opens an adapter (at every
+/// start of a RAID5/6 array with `--parity auto`), and without one
+/// libwayland writes a bare `error: XDG_RUNTIME_DIR is invalid` line to
+/// stderr, which is the daemon's log: two false errors per start, with
+/// no time. A folder of our own, 0700, that nothing listens in. Called
+/// first, before any thread exists (the environment is not thread-safe).
+fn private_runtime_dir() {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if std::env::var_os("XDG_RUNTIME_DIR").is_some() {
+        return;
+    }
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let dir = std::env::temp_dir().join(format!("raidctl-runtime-{uid}"));
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    // Only a real folder of ours that no one else can enter (not a link
+    // or folder someone else made there first).
+    let ours = std::fs::symlink_metadata(&dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0);
+    if ours {
+        std::env::set_var("XDG_RUNTIME_DIR", &dir);
     }
 }
 

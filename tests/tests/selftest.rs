@@ -72,3 +72,22 @@ fn a_closed_stdout_ends_the_command_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(out.status.code(), Some(0), "{err}");
 }
+
+/// Without XDG_RUNTIME_DIR (sudo, a system unit), opening the GPU engine
+/// (here Mesa's lavapipe) made libwayland print a bare
+/// `error: XDG_RUNTIME_DIR is invalid` line to stderr, the daemon's log:
+/// two false errors per start of a RAID5/6 array. raidctl gives itself a
+/// private one.
+#[test]
+fn no_stray_runtime_dir_error_on_stderr() {
+    let tmp = raid_e2e::World::new("xdg");
+    let out = std::process::Command::new(raid_e2e::raidctl_path())
+        .args(["selftest", "--width", "4", "--chunk-kib", "4"])
+        .env_remove("XDG_RUNTIME_DIR")
+        .env("TMPDIR", &tmp.dir)
+        .output()
+        .expect("run raidctl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("XDG_RUNTIME_DIR"), "{stderr}");
+}

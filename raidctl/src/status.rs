@@ -202,13 +202,28 @@ pub fn of_running(
     // The slots being rebuilt now (one pass), else the next one; the
     // others wait.
     let pending = a.rebuilding_slots();
-    let pass: Vec<usize> = copy
+    let mut pass: Vec<usize> = copy
         .filter(|c| c.kind == raid_core::array::CopyKind::Rebuild)
         .map(|c| std::iter::once(c.slot).chain(c.with.iter().copied()))
         .into_iter()
         .flatten()
         .filter(|s| pending.contains(s))
         .collect();
+    // On RAID5/6 a slot pending while a pass runs joins it at the pass's
+    // next batch: shown in it from the start, not as waiting.
+    if !pass.is_empty()
+        && matches!(
+            g.level,
+            raid_core::layout::Level::Raid5 | raid_core::layout::Level::Raid6
+        )
+    {
+        let joining: Vec<usize> = pending
+            .iter()
+            .copied()
+            .filter(|s| !pass.contains(s) && a.rebuild_progress(*s).is_some_and(|p| p.0 == 0))
+            .collect();
+        pass.extend(joining);
+    }
     let rate = copy
         .filter(|c| c.kind == raid_core::array::CopyKind::Rebuild)
         .map_or(0.0, |c| c.rate);
@@ -641,8 +656,11 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
         ));
         for p in &r.same_pass {
             out.push_str(&format!(
-                "  rebuild: slot {} {:.1}%, in the same pass as slot {}\n",
-                p.slot, p.percent, r.slot
+                "  rebuild: slot {} {:.1}%{}, in the same pass as slot {}\n",
+                p.slot,
+                p.percent,
+                rate_and_time_left(p),
+                r.slot
             ));
         }
         for w in &r.waiting_slots {

@@ -9,7 +9,8 @@ use super::*;
 pub(super) fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
     st.load(name)?;
     let t = Instant::now();
-    let mut last = -1.0;
+    // The percent last printed, per copy and slot.
+    let mut last: std::collections::HashMap<(&str, usize), f64> = Default::default();
     loop {
         let r = daemon_call(
             st,
@@ -23,17 +24,25 @@ pub(super) fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
                 "array '{name}' is not running (raidctl start {name})"
             ))
         })?;
-        // A line each 10% of the copy, a rebuild's or a hot replace's.
-        let copies = [("rebuilding", &s.rebuild), ("replacing", &s.hot_replace)];
+        // A line each 10% of each copy: a rebuild's (every slot of its
+        // pass) or a hot replace's.
+        let rebuilds = s
+            .rebuild
+            .iter()
+            .flat_map(|r| std::iter::once(r).chain(&r.same_pass));
+        let copies = rebuilds
+            .map(|c| ("rebuilding", c))
+            .chain(s.hot_replace.iter().map(|c| ("replacing", c)));
         for (doing, c) in copies {
-            if let Some(c) = c.as_ref().filter(|c| c.percent - last >= 10.0) {
+            let was = last.entry((doing, c.slot)).or_insert(-1.0);
+            if c.percent - *was >= 10.0 {
                 out!(
                     "{name}: {doing} slot {} {:.0}%{}",
                     c.slot,
                     c.percent,
                     status::rate_and_time_left(c)
                 );
-                last = c.percent;
+                *was = c.percent;
             }
         }
         match s.state.as_str() {

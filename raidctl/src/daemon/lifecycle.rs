@@ -492,13 +492,25 @@ impl Daemon {
             ));
         }
         if let Some(c) = rebuild {
-            let slots: Vec<String> = std::iter::once(c.slot)
+            // Where each resumes: the row its metadata saved at the stop (a
+            // slot that joined a pass under way is saved at 0 until the
+            // pass wraps, and starts again).
+            let saved = served.array.slots();
+            let rows = served.array.geometry().rows().max(1);
+            let each: Vec<String> = std::iter::once(c.slot)
                 .chain(c.with)
-                .map(|s| s.to_string())
+                .map(|slot| {
+                    let row = saved.get(slot).map_or(0, |s| s.rebuild_row);
+                    let done = served.array.rebuild_progress(slot).map_or(0, |p| p.0);
+                    match row {
+                        0 if done > 0 => format!("slot {slot} starts again from 0% (it joined a pass under way; its rows are kept only once the pass has wrapped)"),
+                        _ => format!("slot {slot} resumes from {:.1}%", row as f64 * 100.0 / rows as f64),
+                    }
+                })
                 .collect();
             stopped_work.push_str(&format!(
-                "; the rebuild of slot {} pauses and resumes from where it was at the next start",
-                slots.join(" and ")
+                "; the rebuild pauses, and at the next start {}",
+                each.join(", ")
             ));
         }
         {

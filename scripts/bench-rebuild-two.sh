@@ -44,9 +44,10 @@ round() {
   done
   "$b" --state-dir $D/st create r2 --level 6 --parity cpu --sparse $D/m0 $D/m1 $D/m2 $D/m3 $D/m4 $D/m5 >/dev/null
   "$b" --state-dir $D/st start r2 --nbd unix:$D/nbd.sock >/dev/null
-  local cap=$(( ($(stat -c %s $D/m0) / 1048576 - 64) * 4 ))
+  local cap=$(( ($(stat -c %s $D/m0) / 1048576 - 64) * 4 )) o writes=()
+  for ((o = 0; o < cap; o += 256)); do writes+=(-c "write -P 7 ${o}M $(( cap - o < 256 ? cap - o : 256 ))M"); done
   qemu-io --image-opts "driver=raw,file.driver=nbd,file.server.type=unix,file.server.path=$D/nbd.sock,file.export=r2" \
-    -c "write -P 7 0 ${cap}M" >/dev/null
+    "${writes[@]}" >/dev/null
   "$b" --state-dir $D/st fail r2 $D/m1 >/dev/null
   "$b" --state-dir $D/st fail r2 $D/m3 >/dev/null
   local t0 t1="" t2

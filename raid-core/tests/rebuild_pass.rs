@@ -83,15 +83,42 @@ fn write_some(a: &Array, img: &mut [u8], seed: u64) {
     }
 }
 
+/// Runs a pass of `a` (slow), replaces slot 3 with a new device named
+/// `n3` once a quarter of slot 1 is rebuilt, then does `meanwhile` while
+/// the pass runs; returns how the pass ended.
+fn pass_with_second_replacement(
+    a: &Array,
+    stop: &AtomicBool,
+    n3: &str,
+    meanwhile: impl FnOnce(),
+) -> raid_core::array::Result<RebuildEnd> {
+    let rows = a.geometry().rows();
+    std::thread::scope(|sc| {
+        let pass = sc.spawn(|| a.rebuild_all(&slow(), stop));
+        wait_until("a quarter of slot 1", || rows_in_sync(a, 1) * 4 >= rows);
+        a.replace(3, ram(n3)).unwrap();
+        meanwhile();
+        pass.join().unwrap()
+    })
+}
+
+/// Every byte as the model says, parity consistent, and the rebuilt
+/// members hold the data: with two others lost, every byte is read from
+/// them.
+fn rebuilt_members_hold_the_data(a: &Array, img: &[u8]) {
+    assert_matches(a, img);
+    assert_consistent(a, &members_now(a));
+    a.fail_member(0, false).unwrap();
+    a.fail_member(2, false).unwrap();
+    assert_matches(a, img);
+}
+
 #[test]
 fn a_second_replacement_joins_the_pass_under_way() {
     let (_m, a, mut img) = two_down("join");
     let rows = a.geometry().rows();
     let stop = AtomicBool::new(false);
-    std::thread::scope(|sc| {
-        let pass = sc.spawn(|| a.rebuild_all(&slow(), &stop));
-        wait_until("a quarter of slot 1", || rows_in_sync(&a, 1) * 4 >= rows);
-        a.replace(3, ram("join-n3")).unwrap();
+    let end = pass_with_second_replacement(&a, &stop, "join-n3", || {
         wait_until("slot 3 joined", || rows_in_sync(&a, 3) > 0);
         // Joined mid-pass: in sync from where it joined, not from row 0,
         // so its metadata says row 0 until the pass wraps.
@@ -99,8 +126,8 @@ fn a_second_replacement_joins_the_pass_under_way() {
         assert!(rows_in_sync(&a, 3) < at, "slot 3 joined after slot 1 began");
         assert_eq!(a.slots()[3].rebuild_row, 0);
         write_some(&a, &mut img, 1);
-        assert_eq!(pass.join().unwrap().unwrap(), RebuildEnd::Finished);
     });
+    assert_eq!(end.unwrap(), RebuildEnd::Finished);
     assert_eq!(a.state(), ArrayState::Optimal);
     // One pass: slot 1 done first (not held back by slot 3), and each
     // member's every row written once.
@@ -115,13 +142,7 @@ fn a_second_replacement_joins_the_pass_under_way() {
         })
         .collect();
     assert_eq!(ends, [(1, rows), (3, rows)]);
-    assert_matches(&a, &img);
-    assert_consistent(&a, &members_now(&a));
-    // The rebuilt members hold the data: with two others lost, every
-    // byte is read from them.
-    a.fail_member(0, false).unwrap();
-    a.fail_member(2, false).unwrap();
-    assert_matches(&a, &img);
+    rebuilt_members_hold_the_data(&a, &img);
 }
 
 #[test]
@@ -129,15 +150,12 @@ fn a_joined_member_stopped_before_the_wrap_starts_again_from_row_0() {
     let (m, a, mut img) = two_down("joinstop");
     let rows = a.geometry().rows();
     let stop = AtomicBool::new(false);
-    std::thread::scope(|sc| {
-        let pass = sc.spawn(|| a.rebuild_all(&slow(), &stop));
-        wait_until("a quarter of slot 1", || rows_in_sync(&a, 1) * 4 >= rows);
-        a.replace(3, ram("joinstop-n3")).unwrap();
+    let end = pass_with_second_replacement(&a, &stop, "joinstop-n3", || {
         wait_until("slot 3 joined", || rows_in_sync(&a, 3) >= 4);
         write_some(&a, &mut img, 2);
         stop.store(true, Ordering::Release);
-        assert_eq!(pass.join().unwrap().unwrap(), RebuildEnd::Interrupted);
     });
+    assert_eq!(end.unwrap(), RebuildEnd::Interrupted);
     let saved: Vec<u64> = a.slots().iter().map(|s| s.rebuild_row).collect();
     assert!(saved[1] > 0 && saved[1] < rows, "{saved:?}");
     assert_eq!(saved[3], 0, "slot 3's rows in sync are not a prefix yet");
@@ -158,11 +176,7 @@ fn a_joined_member_stopped_before_the_wrap_starts_again_from_row_0() {
         RebuildEnd::Finished
     );
     assert_eq!(a.state(), ArrayState::Optimal);
-    assert_matches(&a, &img);
-    assert_consistent(&a, &members_now(&a));
-    a.fail_member(0, false).unwrap();
-    a.fail_member(2, false).unwrap();
-    assert_matches(&a, &img);
+    rebuilt_members_hold_the_data(&a, &img);
 }
 
 /// Without a join (the API's `rebuild` of one slot), a second pending
@@ -192,17 +206,13 @@ fn rebuild_of_one_slot_leaves_the_other_pending() {
 #[test]
 fn a_member_failing_mid_pass_leaves_it_and_the_other_goes_on() {
     let (_m, a, mut img) = two_down("leave");
-    let rows = a.geometry().rows();
     let stop = AtomicBool::new(false);
-    std::thread::scope(|sc| {
-        let pass = sc.spawn(|| a.rebuild_all(&slow(), &stop));
-        wait_until("a quarter of slot 1", || rows_in_sync(&a, 1) * 4 >= rows);
-        a.replace(3, ram("leave-n3")).unwrap();
+    let end = pass_with_second_replacement(&a, &stop, "leave-n3", || {
         wait_until("slot 3 joined", || rows_in_sync(&a, 3) > 0);
         a.fail_member(3, false).unwrap();
         write_some(&a, &mut img, 3);
-        assert_eq!(pass.join().unwrap().unwrap(), RebuildEnd::Finished);
     });
+    assert_eq!(end.unwrap(), RebuildEnd::Finished);
     assert_eq!(a.slots()[1].state, SlotState::Active);
     assert_eq!(a.slots()[3].state, SlotState::Failed);
     assert_eq!(a.state(), ArrayState::Degraded);
@@ -214,17 +224,10 @@ fn a_member_failing_mid_pass_leaves_it_and_the_other_goes_on() {
     // Replaced while a pass runs: the new device joins and is rebuilt.
     a.fail_member(1, false).unwrap();
     a.replace(1, ram("leave-m1")).unwrap();
-    std::thread::scope(|sc| {
-        let pass = sc.spawn(|| a.rebuild_all(&slow(), &stop));
-        wait_until("a quarter of slot 1", || rows_in_sync(&a, 1) * 4 >= rows);
-        a.replace(3, ram("leave-m3")).unwrap();
+    let end = pass_with_second_replacement(&a, &stop, "leave-m3", || {
         write_some(&a, &mut img, 4);
-        assert_eq!(pass.join().unwrap().unwrap(), RebuildEnd::Finished);
     });
+    assert_eq!(end.unwrap(), RebuildEnd::Finished);
     assert_eq!(a.state(), ArrayState::Optimal);
-    assert_matches(&a, &img);
-    assert_consistent(&a, &members_now(&a));
-    a.fail_member(0, false).unwrap();
-    a.fail_member(2, false).unwrap();
-    assert_matches(&a, &img);
+    rebuilt_members_hold_the_data(&a, &img);
 }

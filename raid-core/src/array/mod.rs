@@ -23,6 +23,8 @@ mod membership;
 mod mirror_io;
 mod parity_io;
 mod rebuild;
+mod rebuild_rows;
+mod rebuild_ticket;
 mod runs;
 mod scrub;
 mod sync;

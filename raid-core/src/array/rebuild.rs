@@ -306,6 +306,7 @@ impl Array {
                 self.join_pass(pass)?;
             }
             self.finish_synced(pass)?;
+            self.publish(pass);
             for t in pass.targets.iter_mut().filter(|t| !t.joined) {
                 t.joined = t.position(self) == pass.cursor;
             }
@@ -347,6 +348,7 @@ impl Array {
                 .fetch_add(end - pass.cursor, Ordering::AcqRel);
             pass.cursor = end;
             self.finish_synced(pass)?;
+            self.publish(pass);
             if pass.cursor == total {
                 self.wrap_pass(pass)?;
             }
@@ -428,6 +430,11 @@ impl Array {
         Ok(written.into_iter().max().unwrap_or(0))
     }
 
+    /// The slots the pass writes, for status (`Array::copy_progress`).
+    fn publish(&self, pass: &Pass<'_>) {
+        *self.jobs.pass.lock() = pass.targets.iter().map(|t| t.ticket.slot).collect();
+    }
+
     /// Members that became rebuilding since the pass began, with nothing
     /// in sync yet, join it at its cursor.
     fn join_pass(&self, pass: &mut Pass<'_>) -> Result<()> {
@@ -452,10 +459,6 @@ impl Array {
         // In the pass before anything can fail, so that its end accounts
         // for them too.
         let first_new = pass.targets.len();
-        self.jobs
-            .pass
-            .lock()
-            .extend(new.iter().map(|t| t.ticket.slot));
         pass.targets.extend(new);
         self.journal_settle()?;
         let mut new = pass.targets.split_off(first_new);
@@ -474,7 +477,6 @@ impl Array {
                 Ok(()) => kept.push(t),
                 Err(e) => {
                     let slot = t.ticket.slot;
-                    self.jobs.pass.lock().retain(|&s| s != slot);
                     self.fail_slot_if(slot, &t.member, &format!("journal write failed: {e}"));
                     let e = ArrayError::Member {
                         member: t.member.identity().into(),
@@ -509,7 +511,6 @@ impl Array {
             self.finish_rebuild(&t.ticket, t.copied)?;
             pass.finished += 1;
             let t = pass.targets.remove(i);
-            self.jobs.pass.lock().retain(|&s| s != t.ticket.slot);
             tracing::info!(array = %self.name, slot = t.ticket.slot, rows_copied = t.copied, rows = total, "rebuild finished");
         }
         Ok(())
@@ -524,7 +525,6 @@ impl Array {
             .partition(|t| !t.holds(self));
         pass.targets = kept;
         for t in gone {
-            self.jobs.pass.lock().retain(|&s| s != t.ticket.slot);
             let superseded = ArrayError::Refused {
                 rule: Rule::Superseded,
                 detail: format!(

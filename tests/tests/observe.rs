@@ -550,12 +550,11 @@ fn nvme_health_where_a_drive_exists() {
     assert!(v[0]["health"]["percentage_used"].is_u64(), "{v}");
 }
 
-#[test]
-fn a_stalled_or_hostile_client_cannot_stop_the_metrics() {
-    let w = World::new("metrics-hostile");
+/// A daemon serving only metrics on a free port, answering by now.
+fn metrics_daemon(w: &World) -> (std::process::Child, u16) {
     std::fs::create_dir_all(w.state()).unwrap();
     let port = free_port();
-    let mut daemon = Command::new(raid_e2e::raidctl_path())
+    let daemon = Command::new(raid_e2e::raidctl_path())
         .env("RAIDCTL_STATE_DIR", w.state())
         .args(["daemon", "--metrics", &format!("127.0.0.1:{port}")])
         .stdout(Stdio::null())
@@ -566,6 +565,13 @@ fn a_stalled_or_hostile_client_cannot_stop_the_metrics() {
     while http_get(port, "/metrics").is_err() && t.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(100));
     }
+    (daemon, port)
+}
+
+#[test]
+fn a_stalled_or_hostile_client_cannot_stop_the_metrics() {
+    let w = World::new("metrics-hostile");
+    let (mut daemon, port) = metrics_daemon(&w);
     // One announces a body it never sends, one sends half a request head
     // and stalls, one sends a head larger than any real one.
     let mut body = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -607,4 +613,59 @@ fn a_stalled_or_hostile_client_cannot_stop_the_metrics() {
         std::thread::sleep(Duration::from_millis(100));
     }
     drop((stall, huge));
+}
+
+/// Clients that open connections and send no request head, or dribble
+/// one, cannot keep the scrapes out: a connection has a few seconds in all
+/// for its head, however slowly it sends, and one that waits for its head
+/// gives its place to a newcomer once every place is taken.
+#[test]
+fn connections_held_open_cannot_keep_the_scrapes_out() {
+    let w = World::new("metrics-held");
+    let (mut daemon, port) = metrics_daemon(&w);
+    // More connections than the endpoint serves at once, each with half a
+    // request head.
+    let held: Vec<std::net::TcpStream> = (0..24)
+        .map(|_| {
+            let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            write!(c, "GET /metr").unwrap();
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, text) = http_get(port, "/metrics").unwrap();
+    assert_eq!(
+        code,
+        200,
+        "a scrape behind {} stalled connections: {text}",
+        held.len()
+    );
+    // One that sends a byte of its head every 300 ms is let go within the
+    // head's time (5 s), not served for ever.
+    let mut drip = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    drip.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let t = Instant::now();
+    let closed_after = loop {
+        let sent = drip.write_all(b"a");
+        let mut b = [0u8; 64];
+        let closed = match drip.read(&mut b) {
+            Ok(_) => true,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        };
+        if sent.is_err() || closed {
+            break t.elapsed();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "a client sending its request head a byte at a time was kept for 30 s"
+        );
+    };
+    assert!(closed_after >= Duration::from_secs(3), "{closed_after:?}");
+    drop(held);
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    assert!(daemon.wait().unwrap().success());
 }

@@ -11,15 +11,16 @@ mod exposition;
 
 pub use exposition::{Exposition, Kind};
 
+mod http;
+
+pub use http::serve;
+
 use crate::error::{CliError, Result};
 use crate::health::DriveHealth;
 use crate::status::ArrayStatus;
 use raid_core::stats::{ArrayIoSnapshot, IoSnapshot, OpSnapshot, LATENCY_BUCKETS_US};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
 /// One member's drive health as last read.
 #[derive(Clone, Debug)]
@@ -62,7 +63,7 @@ impl EngineSample {
     /// Adds what `e` served so far.
     pub fn add(&mut self, e: &raid_core::shard::Engine) {
         let c = e.counts();
-        let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         self.shards += e.shard_count() as u64;
         self.blocking_threads += e.fallback_threads() as u64;
         self.reads_on_shards += n(&c.on_shards);
@@ -546,144 +547,6 @@ pub fn parse_listen(spec: &str) -> Result<SocketAddr> {
             "metrics address '{spec}' is not HOST:PORT (e.g. 127.0.0.1:9469, [::1]:9469)"
         ))
     })
-}
-
-/// Connections answered at once; each holds a thread for at most its
-/// timeouts (5 s to read the request, 5 s to write the answer).
-const CONNECTIONS: usize = 16;
-
-/// Serves `GET /metrics` on `addr` until `stop`, each scrape rendering
-/// what `sample` returns. Binds before returning, so a port in use is an
-/// error of the daemon's start rather than a log line.
-///
-/// A small HTTP/1.1 responder of its own rather than a server crate: a
-/// thread per connection, at most `CONNECTIONS` at once, each bounded by
-/// read and write timeouts and an 8 KiB request head, no request body
-/// read, the connection closed after the answer. A client that stalls or
-/// sends a body holds its own thread until the timeout, never another
-/// client's scrape, the daemon or its shutdown (tiny_http, tried first,
-/// blocks for good on a request whose announced body never comes). A
-/// connection beyond the limit is answered 503 at once.
-pub fn serve(
-    addr: SocketAddr,
-    sample: Arc<dyn Fn() -> Sample + Send + Sync>,
-    stop: Arc<AtomicBool>,
-) -> Result<std::thread::JoinHandle<()>> {
-    let listener = std::net::TcpListener::bind(addr).map_err(|e| {
-        CliError::failed(format!(
-            "cannot serve metrics on {addr}: {e} (another exporter on the port? choose another with [metrics] listen)"
-        ))
-    })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| CliError::failed(format!("metrics listener: {e}")))?;
-    tracing::info!(%addr, "metrics served at http://{addr}/metrics");
-    let open = Arc::new(AtomicUsize::new(0));
-    Ok(std::thread::spawn(move || {
-        while !stop.load(Ordering::Acquire) {
-            match listener.accept() {
-                Ok((mut conn, _)) => {
-                    if open.fetch_add(1, Ordering::AcqRel) >= CONNECTIONS {
-                        open.fetch_sub(1, Ordering::AcqRel);
-                        let _ = conn.set_nonblocking(true);
-                        let _ = respond(&mut conn, 503, "too many connections\n", "text/plain");
-                        continue;
-                    }
-                    let (sample, held) = (sample.clone(), open.clone());
-                    let spawned = std::thread::Builder::new()
-                        .name("metrics-conn".into())
-                        .spawn(move || {
-                            if let Err(e) = answer(conn, sample.as_ref()) {
-                                tracing::debug!("metrics request: {e}");
-                            }
-                            held.fetch_sub(1, Ordering::AcqRel);
-                        });
-                    if let Err(e) = spawned {
-                        // The connection went with the closure: closed.
-                        open.fetch_sub(1, Ordering::AcqRel);
-                        tracing::warn!("metrics: no thread for a connection: {e}");
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(50))
-                }
-                Err(e) => {
-                    tracing::warn!("metrics listener: {e}");
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-            }
-        }
-    }))
-}
-
-/// Reads one request head and answers it.
-fn answer(
-    mut conn: std::net::TcpStream,
-    sample: &(dyn Fn() -> Sample + Send + Sync),
-) -> std::io::Result<()> {
-    use std::io::{Read, Write};
-    const LIMIT: usize = 8 << 10;
-    conn.set_nonblocking(false)?;
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-    conn.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut head = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        if head.len() > LIMIT {
-            return respond(&mut conn, 431, "request head too large\n", "text/plain");
-        }
-        let n = conn.read(&mut chunk)?;
-        if n == 0 {
-            return Ok(());
-        }
-        head.extend_from_slice(&chunk[..n]);
-    }
-    let text = String::from_utf8_lossy(&head);
-    let mut words = text.split_whitespace();
-    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    match (method, path) {
-        ("GET", "/metrics") => {
-            let body = render(&sample());
-            respond(
-                &mut conn,
-                200,
-                &body,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )
-        }
-        ("GET", "/") => respond(
-            &mut conn,
-            200,
-            "raidctl daemon: metrics at /metrics\n",
-            "text/plain",
-        ),
-        ("GET", _) => respond(&mut conn, 404, "not found: try /metrics\n", "text/plain"),
-        _ => respond(&mut conn, 405, "only GET\n", "text/plain"),
-    }?;
-    let _ = conn.flush();
-    Ok(())
-}
-
-fn respond(
-    conn: &mut std::net::TcpStream,
-    code: u16,
-    body: &str,
-    kind: &str,
-) -> std::io::Result<()> {
-    use std::io::Write;
-    let reason = match code {
-        200 => "OK",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        503 => "Service Unavailable",
-        _ => "Request Header Fields Too Large",
-    };
-    write!(
-        conn,
-        "HTTP/1.1 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
 }
 
 /// The NBD exports' engine: how its requests were served (arrays without

@@ -625,6 +625,7 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
             match (m.state.as_str(), &m.path, s.running) {
                 ("missing" | "failed", Some(_), false) if m.warning.is_some() => " (recorded)",
                 ("missing", Some(_), true) => " (recorded; not in use)",
+                ("failed", Some(_), true) if m.warning.is_some() => " (not in use)",
                 _ => "",
             },
             if detail {

@@ -215,7 +215,7 @@ fn fail_past_redundancy_is_refused_and_a_forced_failure_can_be_undone() {
     assert_eq!(st["members"][0]["path"], s(&m[0]), "{st}");
     let (_, out, _) = w.code(&["status", "fp"]);
     assert!(
-        out.contains(&format!("{} (recorded; not in use)", s(&m[0]))),
+        out.contains(&format!("failed      {} (not in use)", s(&m[0]))),
         "{out}"
     );
     let (ok, text) = qemu_io(&sock, "fp", &["read -P 0x5a 0 12M"]);
@@ -341,6 +341,37 @@ fn a_raid6_second_rebuild_joins_the_pass_under_way() {
 /// ordinary start keeps it, so replace names it, status shows it, and
 /// delete --wipe erases it (it was left with the array's metadata, and no
 /// word said).
+/// A member failed before a restart is there, left out: `status` (text,
+/// JSON) says failed, not missing (which would send the operator looking
+/// for a device that is in place), and how to take it back; re-add does.
+#[test]
+fn a_member_failed_before_a_restart_is_shown_failed_not_missing() {
+    let w = World::new("failed-restart");
+    let (m, sock) = running(&w, "fr", "5", 4);
+    w.ok(&["fail", "fr", s(&m[1])]);
+    w.ok(&["stop", "fr"]);
+    w.ok(&["start", "fr", "--nbd", &format!("unix:{}", sock.display())]);
+    let st = w.status_json("fr");
+    assert_eq!(st["members"][1]["state"], "failed", "{st}");
+    assert_eq!(st["members"][1]["path"], s(&m[1]), "{st}");
+    let warning = st["members"][1]["warning"].as_str().unwrap_or_default();
+    assert!(
+        warning.contains(&format!("raidctl re-add fr {}", s(&m[1]))),
+        "{st}"
+    );
+    let (code, text, _) = w.code(&["status", "fr"]);
+    assert_eq!(code, 1, "degraded: {text}");
+    assert!(
+        text.contains(&format!("failed      {} (not in use)", s(&m[1])))
+            && !text.contains("missing"),
+        "{text}"
+    );
+    w.ok(&["re-add", "fr", s(&m[1])]);
+    w.ok(&["wait", "fr"]);
+    assert_eq!(member_states(&w, "fr"), ["active"; 4]);
+    reads_back(&sock, "fr");
+}
+
 #[test]
 fn an_import_records_the_failed_member_it_was_given() {
     let w = World::new("import-failed");

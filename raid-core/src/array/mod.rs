@@ -564,7 +564,7 @@ impl Array {
             .filter(|(_, s)| s.state() != SlotState::Active)
             .map(|(i, s)| match s.member.read().as_ref() {
                 Some(m) => format!("slot {i} ({})", m.identity()),
-                None => format!("slot {i} (missing)"),
+                None => format!("slot {i} (no device in use)"),
             })
             .collect();
         ArrayError::Failed {

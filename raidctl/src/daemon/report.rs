@@ -38,10 +38,19 @@ impl Daemon {
             // the one to look for or to replace.
             let recorded = s.record.lock().members.clone();
             for m in st.members.iter_mut().filter(|m| m.path.is_none()) {
-                m.path = recorded
-                    .get(m.slot)
-                    .filter(|p| !p.as_os_str().is_empty())
-                    .map(|p| p.display().to_string());
+                let path = recorded.get(m.slot).filter(|p| !p.as_os_str().is_empty());
+                m.path = path.map(|p| p.display().to_string());
+                // The slot's own member, there but left out (its slot had
+                // failed before the start): failed, not missing, which
+                // would send the operator looking for a device in place.
+                if path.is_some_and(|p| holds_member(p, &st.uuid, &m.uuid)) {
+                    m.state = "failed".into();
+                    m.warning = Some(format!(
+                        "left out at the start: its slot had failed before. raidctl re-add {name} {p} takes it back if it failed by mistake; raidctl replace {name} {p} NEW rebuilds onto another device",
+                        name = st.name,
+                        p = m.path.as_deref().unwrap_or("OLD"),
+                    ));
+                }
             }
             // A member whose file was deleted under the array: said where
             // the slot still holds that very device.
@@ -86,4 +95,15 @@ impl Daemon {
             ..Default::default()
         })
     }
+}
+
+/// Whether the device at `path` holds the metadata of member `member` of
+/// array `array` (UUIDs as status shows them).
+fn holds_member(path: &std::path::Path, array: &str, member: &str) -> bool {
+    crate::remote::inspect_member(path)
+        .ok()
+        .and_then(|m| raid_core::metadata::read_superblock(m.as_ref()).ok())
+        .is_some_and(|sb| {
+            sb.array_uuid.to_string() == array && sb.member_uuid.to_string() == member
+        })
 }

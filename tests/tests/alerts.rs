@@ -492,3 +492,41 @@ fn a_full_mailbox_does_not_keep_the_alert_from_the_others() {
     assert!(queued(&w) >= 1, "given up on the full mailbox");
     w.ok(&["stop", "fullarr"]);
 }
+
+/// A member failed and taken back before its alert went out: the message
+/// says so (the re-add goes with the alert, though below the threshold),
+/// gives the array's state after it, and asks for no replace of a member
+/// back in its slot.
+#[test]
+fn a_member_back_in_service_before_its_alert_left_is_said_so() {
+    let w = World::new("mail-back");
+    let port = free_port();
+    let sink = Sink::start(port, &w.dir.join("mail"), &[]);
+    std::fs::create_dir_all(w.state()).unwrap();
+    std::fs::write(
+        w.state().join("raidctl.toml"),
+        format!("[alerts]\nsmtp_host = \"127.0.0.1\"\nsmtp_port = {port}\nsecurity = \"plain\"\nfrom = \"raid@localhost\"\nto = [\"ops@example.com\"]\ncoalesce_seconds = 10\n"),
+    )
+    .unwrap();
+    let m = array(&w, "backarr");
+    w.ok(&["start", "backarr"]);
+    let victim = m[1].to_str().unwrap();
+    w.ok(&["fail", "backarr", victim]);
+    w.ok(&["re-add", "backarr", victim]);
+    w.ok(&["wait", "backarr"]);
+    let msgs = sink.wait_for(1, 40);
+    assert_eq!(msgs.len(), 1, "{msgs:#?}");
+    let msg = &msgs[0];
+    assert!(msg.contains("member_failed"), "{msg}");
+    assert!(msg.contains("member_re_added"), "{msg}");
+    assert!(
+        !msg.contains("next: raidctl replace"),
+        "a replace asked for a member back in service: {msg}"
+    );
+    assert!(
+        msg.contains("next: nothing: the slot is back in service since (below)"),
+        "{msg}"
+    );
+    assert!(!msg.contains("Array state: degraded"), "{msg}");
+    w.ok(&["stop", "backarr"]);
+}

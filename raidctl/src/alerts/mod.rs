@@ -15,7 +15,7 @@ use lettre::message::{Mailbox, SinglePart};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{Message, SmtpTransport, Transport};
-pub use queue::{enqueue, queue_is_empty, queue_len, sender, Reload};
+pub use queue::{enqueue, queue_is_empty, queue_len, queued_for, sender, Reload};
 use raid_core::array::Severity;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -411,6 +411,25 @@ fn explain(e: &lettre::transport::smtp::Error, c: &AlertConfig, to: &str) -> Out
 }
 
 /// The subject and body of a message about some events of one array.
+/// Events that put a slot back in service, or on its way there (a
+/// re-added member, a spare taken, a rebuild onto a new device): below
+/// the alerts' threshold, they go out with the alerts of their array still
+/// queued (`follows_up`), so that a message sent after them says so, and
+/// gives no `replace` for a member back in its slot.
+const IN_SERVICE_AGAIN: [&str; 5] = [
+    "member_re_added",
+    "spare_activated",
+    "rebuild_started",
+    "rebuild_finished",
+    "hot_replace_finished",
+];
+
+/// Whether `event`, below the alerts' threshold, goes out all the same:
+/// it puts a slot back in service while alerts of its array wait.
+pub fn follows_up(event: &str) -> bool {
+    IN_SERVICE_AGAIN.contains(&event)
+}
+
 pub fn compose(events: &[EventRecord]) -> (String, String) {
     // The subject names the array's state as the last event left it, and
     // the array's own failure where there is one, else the first of the
@@ -471,9 +490,19 @@ pub fn compose(events: &[EventRecord]) -> (String, String) {
         if let Some(n) = &e.new_member {
             body.push_str(&format!("  new member: {n}\n"));
         }
+        // The slot back in service since, by an event below: its `next`
+        // (replace the member, most often) is done or no longer wanted.
+        let served_again = e.slot.is_some_and(|slot| {
+            events[i + 1..]
+                .iter()
+                .any(|l| l.slot == Some(slot) && follows_up(&l.event))
+        });
         match &e.next {
             Some(_) if failed_at.is_some_and(|f| i < f) => {
                 body.push_str("  next: see below (the array failed since)\n")
+            }
+            Some(_) if served_again => {
+                body.push_str("  next: nothing: the slot is back in service since (below)\n")
             }
             Some(n) => body.push_str(&format!("  next: {n}\n")),
             None => {}

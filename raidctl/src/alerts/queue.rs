@@ -58,6 +58,16 @@ fn queued(st: &StateDir) -> Vec<PathBuf> {
     v
 }
 
+/// Whether alerts of `array` wait to go out.
+pub fn queued_for(st: &StateDir, array: &str) -> bool {
+    queued(st).iter().any(|p| {
+        std::fs::read(p)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<EventRecord>(&b).ok())
+            .is_some_and(|r| r.array == array)
+    })
+}
+
 /// How many alerts wait to go out.
 pub fn queue_len(st: &StateDir) -> usize {
     queued(st).len()

@@ -490,7 +490,12 @@ impl Daemon {
                 let min = cfg
                     .min_severity()
                     .unwrap_or(raid_core::array::Severity::Warning);
-                if ev.severity() >= min {
+                // An event below the threshold that puts a slot back in
+                // service goes with the array's alerts still queued: the
+                // message then says so, not only that the member failed.
+                let follows = crate::alerts::follows_up(&r.event)
+                    && crate::alerts::queued_for(&self.state, &r.array);
+                if ev.severity() >= min || follows {
                     let seq = self.alert_seq.fetch_add(1, Ordering::Relaxed);
                     if let Err(e) = crate::alerts::enqueue(&self.state, &r, seq) {
                         tracing::error!("alert queue: {e}");

@@ -6,7 +6,18 @@ use raid_core::layout::Level;
 use raid_core::member::MemberRef;
 
 /// The array a bench measures: `level` over `members`, chunk `chunk`.
+#[allow(dead_code)] // Not every bench uses it.
 pub fn array(members: Vec<MemberRef>, level: Level, chunk: u64) -> Array {
+    create(members, level, chunk, None)
+}
+
+/// `array`, its data starting at `data_offset` on the members.
+#[allow(dead_code)] // Not every bench uses it.
+pub fn array_at(members: Vec<MemberRef>, level: Level, chunk: u64, data_offset: u64) -> Array {
+    create(members, level, chunk, Some(data_offset))
+}
+
+fn create(members: Vec<MemberRef>, level: Level, chunk: u64, data_offset: Option<u64>) -> Array {
     Array::create(
         members,
         vec![],
@@ -14,7 +25,7 @@ pub fn array(members: Vec<MemberRef>, level: Level, chunk: u64) -> Array {
             name: "bench".into(),
             level,
             chunk,
-            data_offset: None,
+            data_offset,
         },
     )
     .unwrap()

@@ -20,7 +20,7 @@ use parking_lot::{Condvar, Mutex};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -187,6 +187,10 @@ pub struct SimNvme {
     slots: Mutex<BinaryHeap<Reverse<Instant>>>,
     /// Counted by the array's I/O paths (see `Member::io_stats`).
     stats: crate::stats::IoStats,
+    /// Every command the drive took (reads, writes, zeroing, flushes),
+    /// whoever sent it: the journal's writes, uncounted in `stats`, among
+    /// them.
+    commands: AtomicU64,
 }
 
 impl SimNvme {
@@ -194,16 +198,26 @@ impl SimNvme {
         let now = Instant::now();
         SimNvme {
             stats: Default::default(),
+            commands: AtomicU64::new(0),
             ram: RamMember::new(name, size),
             model,
             slots: Mutex::new((0..model.queue.max(1)).map(|_| Reverse(now)).collect()),
         }
     }
 
+    /// How many commands the drive has taken (reads, writes, zeroing and
+    /// flushes),
+    /// as a drive's own log counts them: what a benchmark weighs an I/O
+    /// path by, where the drives' command rate is the bound.
+    pub fn commands(&self) -> u64 {
+        self.commands.load(Ordering::Relaxed)
+    }
+
     /// When an I/O of this kind submitted now completes: it enters service
     /// when the earliest slot is free, and holds that slot for its service
     /// time.
     fn schedule(&self, write: bool, len: usize) -> Instant {
+        self.commands.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let mut s = self.slots.lock();
         let Reverse(free) = s.pop().expect("at least one slot");

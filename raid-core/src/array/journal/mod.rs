@@ -25,7 +25,8 @@
 //!
 //! Records are made durable in groups (`commit.rs`): the writers that
 //! arrive while one group is being written and flushed form the next, so
-//! concurrent degraded writes share one write per member and one flush.
+//! concurrent degraded writes share one write per member (split where the
+//! ring wraps, and every 256 KiB) and one flush.
 //!
 //! Replay trusts a record only if all of these hold, since the ring also
 //! holds older records (and, past the newest, the bytes of records from

@@ -3,14 +3,16 @@
 # member is in sync, two raidctl binaries alternating on the same kind of
 # array in one run. RAID6 of 6 files on the machine's own disk (members are
 # opened with O_DIRECT), 4 x (member - 64 MiB) of data written through NBD
-# first, two members failed, then:
+# first, two members failed (R2_LEVEL=10: a RAID10 of 6, 3 x (member - 64
+# MiB) of data, slots 1 and 3 of two mirror pairs failed), then:
 #   both: the second replaced right after the first (both pending at once);
 #   mid:  the second replaced once the first's rebuild is half done (a
 #         second failure during a rebuild).
 # Prints, per round, the seconds from the first replace until the first
 # new member is active and until the array is optimal.
 #   OLD=/path/to/old/raidctl bash scripts/bench-rebuild-two.sh
-#   (R2_DIR=/var/tmp/raid-r2 R2_SIZE=1G R2_ROUNDS=2 R2_MODES="both mid")
+#   (R2_DIR=/var/tmp/raid-r2 R2_SIZE=1G R2_ROUNDS=2 R2_MODES="both mid"
+#    R2_LEVEL=6)
 set -euo pipefail
 OLD=${OLD:?set OLD to the raidctl binary to compare against (e.g. one built from an earlier commit)}
 NEW=${NEW:-$(cd "$(dirname "$0")/.." && pwd)/target/release/raidctl}
@@ -18,6 +20,8 @@ D=${R2_DIR:-/var/tmp/raid-r2}
 SIZE=${R2_SIZE:-1G}
 ROUNDS=${R2_ROUNDS:-2}
 MODES=${R2_MODES:-both mid}
+LEVEL=${R2_LEVEL:-6}
+case $LEVEL in 6) DATA_MEMBERS=4 ;; 10) DATA_MEMBERS=3 ;; *) echo "bench-rebuild-two: R2_LEVEL is 6 or 10" >&2; exit 1 ;; esac
 export RAIDCTL_LOG=warn
 . "$(dirname "$0")/env.sh"
 command -v qemu-io >/dev/null || { echo "bench-rebuild-two: needs qemu-io (qemu-utils)" >&2; exit 1; }
@@ -42,9 +46,9 @@ round() {
     truncate -s $SIZE $D/$n
     dd if=/dev/zero of=$D/$n bs=1M count=$(( $(stat -c %s $D/$n) / 1048576 )) conv=notrunc status=none
   done
-  "$b" --state-dir $D/st create r2 --level 6 --parity cpu --sparse $D/m0 $D/m1 $D/m2 $D/m3 $D/m4 $D/m5 >/dev/null
+  "$b" --state-dir $D/st create r2 --level $LEVEL --parity cpu --sparse $D/m0 $D/m1 $D/m2 $D/m3 $D/m4 $D/m5 >/dev/null
   "$b" --state-dir $D/st start r2 --nbd unix:$D/nbd.sock >/dev/null
-  local cap=$(( ($(stat -c %s $D/m0) / 1048576 - 64) * 4 )) o writes=()
+  local cap=$(( ($(stat -c %s $D/m0) / 1048576 - 64) * DATA_MEMBERS )) o writes=()
   for ((o = 0; o < cap; o += 256)); do writes+=(-c "write -P 7 ${o}M $(( cap - o < 256 ? cap - o : 256 ))M"); done
   qemu-io --image-opts "driver=raw,file.driver=nbd,file.server.type=unix,file.server.path=$D/nbd.sock,file.export=r2" \
     "${writes[@]}" >/dev/null

@@ -130,10 +130,11 @@ fn spares_cover(a: &raid_core::array::Array) -> bool {
 }
 
 /// The record of an array event, with the member's details and the
-/// command to run next.
+/// command to run next; `state`: the array's as the event was recorded.
 pub fn record_of(
     a: &raid_core::array::Array,
     ev: &raid_core::array::ArrayEvent,
+    state: raid_core::array::ArrayState,
     unix: u64,
     record_members: &[std::path::PathBuf],
 ) -> EventRecord {
@@ -252,7 +253,7 @@ pub fn record_of(
         event: ev.kind().into(),
         severity: ev.severity().name().into(),
         message: ev.describe(),
-        array_state: a.state().name().into(),
+        array_state: state.name().into(),
         slot,
         // The event's own member's: the slot may hold another device now
         // (a spare took it), whose uuid would send the operator to the

@@ -372,6 +372,37 @@ fn a_member_failed_before_a_restart_is_shown_failed_not_missing() {
     reads_back(&sock, "fr");
 }
 
+/// Each event in the log carries the array's state as the event was
+/// recorded, not as the daemon found it on its next turn (a short rebuild
+/// is over by then, and its start read "optimal").
+#[test]
+fn the_event_log_has_the_state_each_event_left() {
+    let w = World::new("event-states");
+    let (m, _sock) = running(&w, "es", "5", 3);
+    // Failed and taken back with nothing written meanwhile: its resync
+    // has nothing to copy, and ends at once.
+    w.ok(&["fail", "es", s(&m[1])]);
+    w.ok(&["re-add", "es", s(&m[1])]);
+    w.ok(&["wait", "es"]);
+    let ev: serde_json::Value =
+        serde_json::from_str(&w.ok(&["events", "es", "--format", "json"])).unwrap();
+    let state_of = |kind: &str| {
+        ev.as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|e| e["event"] == kind)
+            .unwrap_or_else(|| panic!("no {kind}: {ev}"))["array_state"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(state_of("member_failed"), "degraded", "{ev}");
+    assert_eq!(state_of("member_re_added"), "rebuilding", "{ev}");
+    assert_eq!(state_of("rebuild_started"), "rebuilding", "{ev}");
+    assert_eq!(state_of("rebuild_finished"), "optimal", "{ev}");
+}
+
 #[test]
 fn an_import_records_the_failed_member_it_was_given() {
     let w = World::new("import-failed");

@@ -289,6 +289,11 @@ struct Meta {
     clean: bool,
     spares: Vec<(Uuid, MemberRef)>,
     log: Vec<(SystemTime, ArrayEvent)>,
+    /// The array's state as each event of `log` was recorded: a reader
+    /// that comes later (the daemon's monitor, a quarter second on) would
+    /// see the state after the events since (a short rebuild already
+    /// over by then).
+    log_states: Vec<ArrayState>,
 }
 
 /// Options for `Array::create`.
@@ -445,6 +450,21 @@ impl Array {
             .get(first..)
             .map(|l| l.to_vec())
             .unwrap_or_default()
+    }
+
+    /// `event_log_from`, each event with the array's state as it was
+    /// recorded.
+    pub fn event_log_with_states_from(
+        &self,
+        first: usize,
+    ) -> Vec<(SystemTime, ArrayEvent, ArrayState)> {
+        let meta = self.meta.lock();
+        meta.log
+            .iter()
+            .zip(&meta.log_states)
+            .skip(first)
+            .map(|((t, e), s)| (*t, e.clone(), *s))
+            .collect()
     }
 
     pub fn slots(&self) -> Vec<SlotStatus> {
@@ -608,6 +628,7 @@ impl Array {
             Severity::Info => tracing::info!(array = %self.name, event = ev.kind(), "{what}"),
         }
         meta.log.push((SystemTime::now(), ev));
+        meta.log_states.push(self.state());
     }
 
     pub fn slot_of(&self, identity: &str) -> Result<usize> {

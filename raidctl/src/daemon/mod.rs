@@ -474,15 +474,15 @@ impl Daemon {
     /// Callers hold `events_lock`.
     fn process_events_of(&self, s: &Served) {
         let seen = s.events_seen.load(Ordering::Acquire);
-        let new = s.array.event_log_from(seen);
+        let new = s.array.event_log_with_states_from(seen);
         s.events_seen.store(seen + new.len(), Ordering::Release);
-        for (t, ev) in &new {
+        for (t, ev, state) in &new {
             let unix = t
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0);
             let members = s.record.lock().members.clone();
-            let r = crate::eventlog::record_of(&s.array, ev, unix, &members);
+            let r = crate::eventlog::record_of(&s.array, ev, *state, unix, &members);
             if let Err(e) = crate::eventlog::append(&self.state, &r) {
                 tracing::error!("event log: {e}");
             }

@@ -311,8 +311,35 @@ fn metrics_pass_promtool_and_a_prometheus_server_reads_them() {
         1.0,
         30,
     );
+    // Replaced and rebuilt slowly: the slot's own progress is a series.
+    w.ok(&["rate", "mx", "--rebuild", "1M"]);
+    let new = w.sparse("mx-new1.img", 64 * MIB);
+    w.ok(&[
+        "replace",
+        "mx",
+        m[1].to_str().unwrap(),
+        new.to_str().unwrap(),
+    ]);
     let (_, text) = http_get(port, "/metrics").unwrap();
+    let done = sample(
+        &text,
+        "raidctl_member_rebuild_progress_ratio",
+        &[
+            ("array", "mx"),
+            ("slot", "1"),
+            ("member", new.to_str().unwrap()),
+        ],
+    )
+    .unwrap_or_else(|| panic!("no slot progress while rebuilding:\n{text}"));
+    assert!((0.0..=1.0).contains(&done), "{done}");
     promtool_check(&text);
+    w.ok(&["rate", "mx", "--rebuild", "0"]);
+    w.ok(&["wait", "mx"]);
+    let (_, text) = http_get(port, "/metrics").unwrap();
+    assert!(
+        !text.contains("raidctl_member_rebuild_progress_ratio{"),
+        "a slot's progress with no rebuild:\n{text}"
+    );
 }
 
 #[test]

@@ -330,6 +330,29 @@ pub fn render(s: &Sample) -> String {
             }
         }
     }
+    {
+        // Every slot of a rebuild pass, not only the first (which the
+        // array's own ratio follows): a joined slot's progress too.
+        let mut f = e.family(
+            "raidctl_member_rebuild_progress_ratio",
+            Kind::Gauge,
+            "Share of each slot's rebuild done, 0 to 1, for every slot of the rebuild pass under way (or next to run); absent for the others.",
+        );
+        for a in &s.arrays {
+            let Some(r) = &a.status.rebuild else { continue };
+            for p in std::iter::once(r).chain(&r.same_pass) {
+                let slot = p.slot.to_string();
+                f.sample(
+                    &[
+                        ("array", &a.status.name),
+                        ("slot", &slot),
+                        ("member", &p.member),
+                    ],
+                    p.percent / 100.0,
+                );
+            }
+        }
+    }
     let member_labels: Vec<(String, String, String, &IoSnapshot)> = s
         .arrays
         .iter()

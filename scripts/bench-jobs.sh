@@ -11,33 +11,21 @@
 #   (JOBS_DIR=/var/tmp/raid-jobs JOBS_SIZE=1G JOBS_ROUNDS=2 JOBS="scrub hot rebuild")
 # OLD must read the same on-disk format and state records.
 set -euo pipefail
-OLD=${OLD:?set OLD to the raidctl binary to compare against (e.g. one built from an earlier commit)}
-NEW=${NEW:-$(cd "$(dirname "$0")/.." && pwd)/target/release/raidctl}
 D=${JOBS_DIR:-/var/tmp/raid-jobs}
+ARRAY=jobs
 SIZE=${JOBS_SIZE:-1G}
 ROUNDS=${JOBS_ROUNDS:-2}
 JOBS=${JOBS:-scrub hot rebuild}
 # The daemon logs each job's own time at level info (`raidctl wait` polls,
 # in steps of tenths of a second): a hot replace's and a rebuild's are
 # taken from there.
-export RAIDCTL_LOG=warn
-. "$(dirname "$0")/env.sh"
-command -v qemu-io >/dev/null || { echo "bench-jobs: needs qemu-io (qemu-utils)" >&2; exit 1; }
-cleanup() {
-  for b in "$OLD" "$NEW"; do "$b" --state-dir $D/st stop jobs >/dev/null 2>&1 || true; done
-  rm -rf $D
-}
-trap cleanup EXIT
+. "$(dirname "$0")/two-builds.sh"
 rm -rf $D; mkdir -p $D/st
 for i in 0 1 2 3; do truncate -s $SIZE $D/m$i; done
 truncate -s $SIZE $D/spare
 # The spare written through once, so no round pays for allocating it.
 dd if=/dev/zero of=$D/spare bs=1M count=$(( $(stat -c %s $D/spare) / 1048576 )) conv=notrunc status=none
 now() { date +%s.%N; }
-# A stopped array's daemon lingers a few seconds for the next command: wait
-# until it is gone (it holds daemon.lock while it lives), so that the next
-# start runs the binary it names, not the other's daemon.
-daemon_gone() { flock -w 60 $D/st/daemon.lock true || { echo "bench-jobs: a daemon did not exit" >&2; exit 1; }; }
 # Lines of the daemon's log that say "$1".
 said() { local n; n=$(grep -c "$1" $D/st/daemon.log 2>/dev/null) || true; echo "${n:-0}"; }
 # The secs= of the daemon log line that says "$1" after the first $2 such

@@ -14,25 +14,14 @@
 #   (R2_DIR=/var/tmp/raid-r2 R2_SIZE=1G R2_ROUNDS=2 R2_MODES="both mid"
 #    R2_LEVEL=6)
 set -euo pipefail
-OLD=${OLD:?set OLD to the raidctl binary to compare against (e.g. one built from an earlier commit)}
-NEW=${NEW:-$(cd "$(dirname "$0")/.." && pwd)/target/release/raidctl}
 D=${R2_DIR:-/var/tmp/raid-r2}
+ARRAY=r2
 SIZE=${R2_SIZE:-1G}
 ROUNDS=${R2_ROUNDS:-2}
 MODES=${R2_MODES:-both mid}
 LEVEL=${R2_LEVEL:-6}
 case $LEVEL in 6) DATA_MEMBERS=4 ;; 10) DATA_MEMBERS=3 ;; *) echo "bench-rebuild-two: R2_LEVEL is 6 or 10" >&2; exit 1 ;; esac
-export RAIDCTL_LOG=warn
-. "$(dirname "$0")/env.sh"
-command -v qemu-io >/dev/null || { echo "bench-rebuild-two: needs qemu-io (qemu-utils)" >&2; exit 1; }
-cleanup() {
-  for b in "$OLD" "$NEW"; do "$b" --state-dir $D/st stop r2 >/dev/null 2>&1 || true; done
-  rm -rf $D
-}
-trap cleanup EXIT
-# A stopped array's daemon lingers a few seconds: wait until it is gone, so
-# the next round runs the binary it names.
-daemon_gone() { [ ! -e $D/st/daemon.lock ] || flock -w 60 $D/st/daemon.lock true; }
+. "$(dirname "$0")/two-builds.sh"
 # status exits 1 while degraded: its JSON is what counts.
 json() { "$1" --state-dir $D/st status r2 --format json || true; }
 slot_state() { json "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['members'][$2]['state'])"; }

@@ -7,7 +7,8 @@ use std::ops::{Deref, DerefMut};
 /// logical block size of NVMe and 4Kn drives, and the page size.
 pub const ALIGN: usize = 4096;
 
-/// A zeroed, 4 KiB-aligned heap buffer.
+/// A 4 KiB-aligned heap buffer: zeroed (`new`), or filled at once
+/// (`concat`).
 pub struct AlignedBuf {
     ptr: *mut u8,
     len: usize,
@@ -20,6 +21,12 @@ unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
     pub fn new(len: usize) -> AlignedBuf {
+        Self::allocate(len, true)
+    }
+
+    /// `len` bytes, zeroed or not (the caller then writes every byte
+    /// before any is read).
+    fn allocate(len: usize, zeroed: bool) -> AlignedBuf {
         if len == 0 {
             return AlignedBuf {
                 ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(),
@@ -28,46 +35,42 @@ impl AlignedBuf {
         }
         let layout = Layout::from_size_align(len, ALIGN).expect("buffer size");
         // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
+        let ptr = unsafe {
+            match zeroed {
+                true => alloc_zeroed(layout),
+                false => alloc(layout),
+            }
+        };
         if ptr.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
         AlignedBuf { ptr, len }
     }
-}
 
-impl AlignedBuf {
     /// A buffer holding `parts` one after another, not zeroed first: for
     /// a copy of many buffers into one, where the zeroing would be a
     /// second pass over every byte.
     pub fn concat(parts: &[&[u8]]) -> AlignedBuf {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        if len == 0 {
-            return AlignedBuf::new(0);
-        }
-        let layout = Layout::from_size_align(len, ALIGN).expect("buffer size");
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { alloc(layout) };
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
+        let b = Self::allocate(parts.iter().map(|p| p.len()).sum(), false);
         let mut at = 0;
         for p in parts {
-            // SAFETY: `at + p.len() <= len`, the allocation's size (the
+            // SAFETY: `at + p.len() <= b.len`, the allocation's size (the
             // parts' lengths sum to it), and a fresh allocation overlaps
-            // no part. Every byte is written here before the buffer is
-            // handed out, so none is read uninitialised.
-            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), ptr.add(at), p.len()) };
+            // no part (an empty part copies nothing, even to the dangling
+            // pointer of an empty buffer). Every byte is written here
+            // before the buffer is handed out, so none is read
+            // uninitialised.
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), b.ptr.add(at), p.len()) };
             at += p.len();
         }
-        AlignedBuf { ptr, len }
+        b
     }
 }
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         if self.len > 0 {
-            // SAFETY: allocated in `new` with this very layout.
+            // SAFETY: allocated in `allocate` with this very layout.
             unsafe { dealloc(self.ptr, Layout::from_size_align(self.len, ALIGN).unwrap()) }
         }
     }

@@ -299,6 +299,14 @@ pub fn of_running(
     }
 }
 
+/// The metadata on the device at `p` (opened read-only: safe on a member
+/// in use), or why it could not be read.
+pub fn superblock_at(p: &std::path::Path) -> std::result::Result<Superblock, String> {
+    crate::remote::inspect_member(p)
+        .map_err(|e| e.to_string())
+        .and_then(|m| read_superblock(m.as_ref()).map_err(|e| e.to_string()))
+}
+
 /// Status of a stopped array, from the newest metadata on its members.
 pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
     // Why a device could not be read, by path: said for a missing slot.
@@ -309,9 +317,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         .chain(&r.spares)
         .filter(|p| !p.as_os_str().is_empty())
         .map(|p| {
-            let sb = crate::remote::inspect_member(p)
-                .map_err(|e| e.to_string())
-                .and_then(|m| read_superblock(m.as_ref()).map_err(|e| e.to_string()));
+            let sb = superblock_at(p);
             let path = p.display().to_string();
             if let Err(e) = &sb {
                 unread.insert(path.clone(), e.clone());

@@ -261,7 +261,6 @@ pub(super) fn assemble(
             clean: truth.clean,
             spares,
             log: Vec::new(),
-            log_states: Vec::new(),
         },
         bitmap: bitmap_bits
             .map(|bits| super::bitmap::Bitmap::new(truth.bitmap_region_rows, geo.rows(), bits)),

@@ -288,12 +288,11 @@ struct Meta {
     settled: u64,
     clean: bool,
     spares: Vec<(Uuid, MemberRef)>,
-    log: Vec<(SystemTime, ArrayEvent)>,
-    /// The array's state as each event of `log` was recorded: a reader
+    /// Each event with the array's state as it was recorded: a reader
     /// that comes later (the daemon's monitor, a quarter second on) would
-    /// see the state after the events since (a short rebuild already
-    /// over by then).
-    log_states: Vec<ArrayState>,
+    /// see the state after the events since (a short rebuild already over
+    /// by then).
+    log: Vec<(SystemTime, ArrayEvent, ArrayState)>,
 }
 
 /// Options for `Array::create`.
@@ -445,11 +444,10 @@ impl Array {
     /// Events since assembly from the `first`th on: what a reader that has
     /// seen `first` of them has not, without copying the rest.
     pub fn event_log_from(&self, first: usize) -> Vec<(SystemTime, ArrayEvent)> {
-        let meta = self.meta.lock();
-        meta.log
-            .get(first..)
-            .map(|l| l.to_vec())
-            .unwrap_or_default()
+        self.event_log_with_states_from(first)
+            .into_iter()
+            .map(|(t, e, _)| (t, e))
+            .collect()
     }
 
     /// `event_log_from`, each event with the array's state as it was
@@ -460,11 +458,9 @@ impl Array {
     ) -> Vec<(SystemTime, ArrayEvent, ArrayState)> {
         let meta = self.meta.lock();
         meta.log
-            .iter()
-            .zip(&meta.log_states)
-            .skip(first)
-            .map(|((t, e), s)| (*t, e.clone(), *s))
-            .collect()
+            .get(first..)
+            .map(|l| l.to_vec())
+            .unwrap_or_default()
     }
 
     pub fn slots(&self) -> Vec<SlotStatus> {
@@ -627,8 +623,7 @@ impl Array {
             Severity::Warning => tracing::warn!(array = %self.name, event = ev.kind(), "{what}"),
             Severity::Info => tracing::info!(array = %self.name, event = ev.kind(), "{what}"),
         }
-        meta.log.push((SystemTime::now(), ev));
-        meta.log_states.push(self.state());
+        meta.log.push((SystemTime::now(), ev, self.state()));
     }
 
     pub fn slot_of(&self, identity: &str) -> Result<usize> {

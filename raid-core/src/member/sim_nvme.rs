@@ -206,9 +206,8 @@ impl SimNvme {
     }
 
     /// How many commands the drive has taken (reads, writes, zeroing and
-    /// flushes),
-    /// as a drive's own log counts them: what a benchmark weighs an I/O
-    /// path by, where the drives' command rate is the bound.
+    /// flushes), as a drive's own log counts them: what a benchmark weighs
+    /// an I/O path by, where the drives' command rate is the bound.
     pub fn commands(&self) -> u64 {
         self.commands.load(Ordering::Relaxed)
     }

@@ -100,10 +100,6 @@ impl Daemon {
 /// Whether the device at `path` holds the metadata of member `member` of
 /// array `array` (UUIDs as status shows them).
 fn holds_member(path: &std::path::Path, array: &str, member: &str) -> bool {
-    crate::remote::inspect_member(path)
-        .ok()
-        .and_then(|m| raid_core::metadata::read_superblock(m.as_ref()).ok())
-        .is_some_and(|sb| {
-            sb.array_uuid.to_string() == array && sb.member_uuid.to_string() == member
-        })
+    status::superblock_at(path)
+        .is_ok_and(|sb| sb.array_uuid.to_string() == array && sb.member_uuid.to_string() == member)
 }

@@ -422,8 +422,10 @@ impl AsyncWrite {
                 .collect()
         };
         let map = a.geo.stripe_map(s);
+        // Each filled by its read; a read step with one not filled goes
+        // no further (`advance`).
         self.bufs = (0..idxs.len())
-            .map(|_| AlignedBuf::new((hi - lo) as usize))
+            .map(|_| AlignedBuf::for_overwrite((hi - lo) as usize))
             .collect();
         self.ios = idxs
             .iter()

@@ -168,7 +168,8 @@ impl Array {
     }
 
     /// Reads `len` bytes at each `(slot, member offset)` of the data area
-    /// into fresh aligned buffers, all in one submission.
+    /// into aligned buffers (`for_overwrite`: each read fills its buffer,
+    /// or the call fails and none is handed out), all in one submission.
     ///
     /// The members' handles are loaded first and each place's slot checked
     /// readable after: a caller that judged a slot readable, then saw it
@@ -182,7 +183,7 @@ impl Array {
     ) -> std::result::Result<Vec<crate::buf::AlignedBuf>, ReadFailure> {
         let mut bufs: Vec<crate::buf::AlignedBuf> = places
             .iter()
-            .map(|_| crate::buf::AlignedBuf::new(len))
+            .map(|_| crate::buf::AlignedBuf::for_overwrite(len))
             .collect();
         self.read_places_into(places, &mut bufs)?;
         Ok(bufs)

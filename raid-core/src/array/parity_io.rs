@@ -350,8 +350,9 @@ impl Array {
         if !all_readable || pending {
             return Ok(false);
         }
+        // Written whole by the engine before any is read.
         let mut parity: Vec<AlignedBuf> = (0..stripes.len() * np)
-            .map(|_| AlignedBuf::new(chunk))
+            .map(|_| AlignedBuf::for_overwrite(chunk))
             .collect();
         {
             let mut jobs: Vec<GenJob> = parity
@@ -621,8 +622,9 @@ impl Array {
         let srcs: Vec<&[u8]> = (0..cols.len())
             .map(|i| new_column(ps, data, lo, hi, cols, i))
             .collect();
+        // Written whole by the engine before any is read.
         let mut parity: Vec<AlignedBuf> = (0..np)
-            .map(|_| AlignedBuf::new((hi - lo) as usize))
+            .map(|_| AlignedBuf::for_overwrite((hi - lo) as usize))
             .collect();
         match &mut parity[..] {
             [p] => self.engine.gen_p(&srcs, p),

@@ -260,6 +260,19 @@ impl Superblock {
         (self.events < expected).then_some(expected)
     }
 
+    /// Whether this member of `truth`'s slot `slot` took metadata changes
+    /// after `truth` failed it: more than one past the event it had taken
+    /// when it left (one more is a change whose first copy landed on it as
+    /// it failed). A failed member gets no metadata from the array it left,
+    /// so only an assembly without the others (a forced start elsewhere)
+    /// writes it on: the two sides ran apart (split brain). The same rule
+    /// as a re-add's "assembled elsewhere".
+    pub fn ran_apart_from(&self, truth: &Superblock, slot: usize) -> bool {
+        truth.slots.get(slot).is_some_and(|e| {
+            e.state == SlotState::Failed && e.left_events > 0 && self.events > e.left_events + 1
+        })
+    }
+
     /// The geometry this superblock describes.
     pub fn geometry(&self) -> Geometry {
         Geometry {

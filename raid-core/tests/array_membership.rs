@@ -1317,6 +1317,53 @@ fn split_brain_is_refused_not_resolved_by_argument_order() {
     assert!(Array::assemble(vec![m.refs()[1].clone()]).is_ok());
 }
 
+/// The same, with the halves at different event counts: one member failed
+/// out of a mirror, the others written on; the failed one then started
+/// alone elsewhere (forced), written and restarted, so it holds the
+/// newest metadata. Taking it as the truth would leave out the others as
+/// failed, with the writes they acknowledged after it left: assembly
+/// refuses, naming both halves, whichever holds more events; each half
+/// named alone still starts with its own writes.
+#[test]
+fn halves_run_apart_are_refused_whichever_is_newer() {
+    let (m, a, _) = filled(Level::Raid1, 3, "sbn");
+    a.fail_member(0, false).unwrap();
+    a.write(0, &[0xB2; 4096]).unwrap();
+    a.close().unwrap();
+    drop(a);
+    let alone = Array::assemble(vec![m.refs()[0].clone()]).unwrap();
+    alone.array.write(0, &[0xC3; 4096]).unwrap();
+    alone.array.close().unwrap();
+    drop(alone);
+    // Restarts on the lone side: its event count passes the others'.
+    for _ in 0..3 {
+        Array::assemble(vec![m.refs()[0].clone()])
+            .unwrap()
+            .array
+            .close()
+            .unwrap();
+    }
+    for order in [[0usize, 1, 2], [1, 2, 0], [2, 0, 1]] {
+        let refs: Vec<MemberRef> = order.iter().map(|&i| m.refs()[i].clone()).collect();
+        let e = Array::assemble(refs.clone()).err().unwrap().to_string();
+        assert!(e.contains("split brain") && e.contains("ram:sbn0"), "{e}");
+        assert!(e.contains("ram:sbn1") && e.contains("--members"), "{e}");
+        // Forcing takes back failed members; it does not pick a half.
+        let e = Array::assemble_forced(refs).err().unwrap().to_string();
+        assert!(e.contains("split brain"), "{e}");
+    }
+    // The two halves, each alone, hold their own writes.
+    let home = Array::assemble(vec![m.refs()[1].clone(), m.refs()[2].clone()]).unwrap();
+    let mut b = vec![0u8; 4096];
+    home.array.read(0, &mut b).unwrap();
+    assert_eq!(b, vec![0xB2; 4096]);
+    home.array.close().unwrap();
+    drop(home);
+    let away = Array::assemble(vec![m.refs()[0].clone()]).unwrap();
+    away.array.read(0, &mut b).unwrap();
+    assert_eq!(b, vec![0xC3; 4096]);
+}
+
 /// Once the array is closing, no background job starts again: a monitor
 /// tick between `stop_jobs` and the clean mark must not restart the
 /// rebuild that was just paused (it would write on after "clean").

@@ -212,6 +212,62 @@ fn runbook_the_state_directory_is_lost() {
 }
 
 #[test]
+fn runbook_the_array_was_run_in_two_halves() {
+    let w = World::new("rb-halves");
+    let m = w.sparse_members("hv", 3, 32 * MIB);
+    let sock = running(&w, "data", "1", &m, false);
+    w.ok(&["fail", "data", s(&m[0])]);
+    // Acknowledged by the half that stays: m[1] and m[2].
+    reads(&sock, "data", "write -P 0xb2 1M 64k");
+    w.ok(&["stop", "data"]);
+    // The failed member started alone elsewhere (another host, another
+    // state folder), written, and restarted: its event counter passes.
+    let away = World::new("rb-halves-away");
+    let away_sock = away.dir.join("away.sock");
+    let spec = format!("unix:{}", away_sock.display());
+    away.ok(&[
+        "start",
+        "data",
+        "--nbd",
+        &spec,
+        "--members",
+        s(&m[0]),
+        "--force",
+    ]);
+    reads(&away_sock, "data", "write -P 0xc3 2M 64k");
+    away.ok(&["stop", "data"]);
+    for _ in 0..2 {
+        away.ok(&["start", "data"]);
+        away.ok(&["stop", "data"]);
+    }
+    let before: Vec<u64> = m.iter().map(|p| raid_e2e::file_hash(p)).collect();
+    // A plain start at home is refused, naming both halves; so is a forced one.
+    for extra in [&[][..], &["--force"][..]] {
+        let mut args = vec!["start", "data"];
+        args.extend(extra);
+        let (code, out, err) = w.code(&args);
+        assert_ne!(code, 0, "{out}{err}");
+        assert!(err.contains("split brain"), "{err}");
+        assert!(err.contains(s(&m[0])) && err.contains(s(&m[1])), "{err}");
+        assert!(err.contains("--members"), "{err}");
+    }
+    let after: Vec<u64> = m.iter().map(|p| raid_e2e::file_hash(p)).collect();
+    assert_eq!(before, after, "a refused start changed a member");
+    // 1. examine shows the halves; 2. start from the half to keep.
+    let ex = w.ok(&["examine", s(&m[0]), s(&m[1])]);
+    assert!(ex.contains("events"), "{ex}");
+    start_nbd(&w, "data", &sock, &["--members", s(&m[1]), s(&m[2])]);
+    reads(&sock, "data", "read -P 0x5a 0 1M");
+    reads(&sock, "data", "read -P 0xb2 1M 64k");
+    // 3. The other half's device rejoins, copied whole.
+    let out = w.ok(&["re-add", "data", s(&m[0])]);
+    assert!(out.contains("whole") || out.contains("elsewhere"), "{out}");
+    w.ok(&["wait", "data"]);
+    reads(&sock, "data", "read -P 0xb2 1M 64k");
+    scrub_clean(&w, "data");
+}
+
+#[test]
 fn runbook_the_array_has_failed() {
     let w = World::new("rb-failed");
     let m = w.sparse_members("f", 4, 32 * MIB);

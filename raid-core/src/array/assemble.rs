@@ -148,6 +148,9 @@ pub(super) fn assemble(
     let mut spares = Vec::new();
     // Slots whose device was given but is an older copy of their member.
     let mut stale: Vec<Option<String>> = vec![None; geo.members];
+    // Devices whose slot the newest metadata has failed, but which took
+    // metadata changes since they left: run apart from the others.
+    let mut apart: Vec<String> = Vec::new();
     for (m, sb) in read {
         if let Some(i) = truth.slots.iter().position(|s| s.uuid == sb.member_uuid) {
             if truth.slots[i].state != SlotState::Failed {
@@ -174,6 +177,15 @@ pub(super) fn assemble(
             continue;
         }
         if let Some(i) = truth.slots.iter().position(|s| s.uuid == sb.member_uuid) {
+            if sb.ran_apart_from(&truth, i) {
+                apart.push(format!(
+                    "{} (slot {i}: left at event {}, carries {})",
+                    m.identity(),
+                    truth.slots[i].left_events,
+                    sb.events
+                ));
+                continue;
+            }
             if truth.slots[i].state == SlotState::Failed {
                 let why = format!(
                     "stale: slot {i} was failed (metadata event {} against this member's {}); it is not used until rebuilt (raidctl replace), or taken back by raidctl start --force if the array cannot start without it",
@@ -216,6 +228,19 @@ pub(super) fn assemble(
             );
             refused.push((m.identity().to_string(), why));
         }
+    }
+    if !apart.is_empty() {
+        // The newest metadata is one half's view, not the newer data:
+        // each half took writes the other never saw. Starting from either
+        // (forced or not) would mark the other failed and have it rebuilt
+        // over, its writes since the split gone without a word.
+        let newest: Vec<&str> = slot_member.iter().flatten().map(|m| m.identity()).collect();
+        return Err(ArrayError::Assembly(format!(
+            "split brain: {} ran as '{name}' apart from {} after leaving it (the one half failed the other, then both went on): each half holds writes the other lacks, and nothing was started. Start it from one half only: raidctl start {name} --members DEVICE... with that half's devices (raidctl examine DEVICE shows each one's event and view of the array); the other half's devices are then re-added or replaced, which overwrites what they took since the split",
+            apart.join(", "),
+            if newest.is_empty() { "the others".to_string() } else { newest.join(", ") },
+            name = truth.name,
+        )));
     }
     let slots: Vec<Slot> = truth
         .slots

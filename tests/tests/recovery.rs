@@ -103,6 +103,97 @@ fn runbook_one_drives_metadata_is_unreadable() {
     scrub_clean(&w, "data");
 }
 
+/// The same section, for a header damaged rather than overwritten: its
+/// magic intact, both copies failing their checksums. The recorded device
+/// takes its own slot back; a device no record names, with such metadata,
+/// is refused with a way to erase it that works (wipefs does not know
+/// raidctl's metadata).
+#[test]
+fn runbook_one_drives_metadata_is_damaged() {
+    let w = World::new("rb-damaged");
+    let m = w.sparse_members("d", 4, 32 * MIB);
+    let sock = running(&w, "data", "6", &m, false);
+    w.ok(&["stop", "data"]);
+    let f = std::fs::OpenOptions::new().write(true).open(&m[3]).unwrap();
+    for at in [100u64, 4096 + 100] {
+        std::os::unix::fs::FileExt::write_all_at(&f, &[0xEE; 32], at).unwrap();
+    }
+    drop(f);
+    // A copy of it, for a stranger below.
+    let stranger = w.dir.join("stranger.img");
+    std::fs::copy(&m[3], &stranger).unwrap();
+    let out = start_nbd(&w, "data", &sock, &[]);
+    assert!(
+        out.contains("no usable array metadata") && out.contains("slot 3"),
+        "{out}"
+    );
+    let (code, ex, _) = w.code(&["examine", s(&m[3])]);
+    assert_eq!(code, 1, "{ex}");
+    assert!(ex.contains("damaged"), "{ex}");
+    // The healthy drive takes its own slot back, rebuilt in full.
+    w.ok(&["replace", "data", s(&m[3]), s(&m[3])]);
+    w.ok(&["wait", "data"]);
+    reads(&sock, "data", "read -P 0x5a 0 8M");
+    scrub_clean(&w, "data");
+    // A stranger with damaged metadata: refused, with an erase that works.
+    let (code, out, err) = w.code(&["add", "data", s(&stranger)]);
+    assert_ne!(code, 0, "{out}");
+    let dd = format!("dd if=/dev/zero of={} bs=1M count=1", s(&stranger));
+    assert!(err.contains(&dd), "{err}");
+    let args: Vec<&str> = dd.split(' ').collect();
+    let st = Command::new(args[0])
+        .args(&args[1..])
+        .arg("conv=notrunc")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    w.ok(&["add", "data", s(&stranger)]);
+}
+
+/// `start NAME --members` with one device of another array among NAME's
+/// own: the stranger is named, whichever array's metadata is newer.
+#[test]
+fn a_start_names_the_device_of_another_array() {
+    let w = World::new("rb-foreign");
+    let ours = w.sparse_members("o", 3, 32 * MIB);
+    let theirs = w.sparse_members("t", 3, 32 * MIB);
+    running(&w, "ours", "5", &ours, false);
+    let other_sock = running(&w, "theirs", "5", &theirs, false);
+    // Their metadata goes past ours.
+    for _ in 0..3 {
+        w.ok(&["stop", "theirs"]);
+        start_nbd(&w, "theirs", &other_sock, &[]);
+    }
+    w.ok(&["stop", "theirs"]);
+    w.ok(&["stop", "ours"]);
+    let before: Vec<u64> = ours.iter().map(|p| raid_e2e::file_hash(p)).collect();
+    let (code, out, err) = w.code(&[
+        "start",
+        "ours",
+        "--members",
+        s(&ours[0]),
+        s(&ours[1]),
+        s(&ours[2]),
+        s(&theirs[1]),
+    ]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains(&format!("{} carries array 'theirs'", s(&theirs[1]))),
+        "{err}"
+    );
+    assert!(!err.contains(s(&ours[0])), "{err}");
+    let after: Vec<u64> = ours.iter().map(|p| raid_e2e::file_hash(p)).collect();
+    assert_eq!(before, after);
+    w.ok(&[
+        "start",
+        "ours",
+        "--members",
+        s(&ours[0]),
+        s(&ours[1]),
+        s(&ours[2]),
+    ]);
+}
+
 #[test]
 fn runbook_the_daemon_crashed() {
     let w = World::new("rb-crash");

@@ -217,6 +217,7 @@ impl Daemon {
                 .map(|(p, _)| PathBuf::from(p))
         };
         self.same_array(name, &recorded, &carried)?;
+        foreign_devices(name, &recorded, &read)?;
         // Arrays created sparse before this was the rule: their metadata
         // and journal area gets its blocks now, before assembly writes
         // there (a full filesystem must not stop it), and after the checks
@@ -248,7 +249,16 @@ impl Daemon {
             &[(array.name().to_string(), array.uuid().to_string())],
         )?;
         for (m, why) in &asm.refused {
-            notes.push(format!("member {m} not used: {why}"));
+            // Where its metadata cannot say which slot it held, the record
+            // can.
+            let slot = recorded
+                .as_ref()
+                .ok()
+                .and_then(|r| r.members.iter().position(|p| p == Path::new(m)))
+                .filter(|_| why.starts_with("no usable array metadata"))
+                .map(|i| format!(" (the record has it in slot {i})"))
+                .unwrap_or_default();
+            notes.push(format!("member {m} not used{slot}: {why}"));
         }
         for (m, why) in &asm.forced {
             notes.push(format!("member {m} {why}"));
@@ -571,4 +581,52 @@ fn parity_engine(mode: &str, g: raid_core::layout::Geometry) -> Selection {
             chunk: g.chunk as usize,
         },
     )
+}
+
+/// Refuses a start whose devices (`read`: each one's path and metadata)
+/// carry arrays other than `name`'s (its recorded uuid, or where none is
+/// recorded the one most of them carry under that name), naming each
+/// device that does not belong, before assembly: that would take the
+/// newest metadata among all of them for the truth, another array's
+/// maybe, and name `name`'s own devices as the ones to leave out.
+fn foreign_devices(
+    name: &str,
+    recorded: &Result<ArrayRecord>,
+    read: &[(String, raid_core::metadata::Superblock)],
+) -> Result<()> {
+    let uuid_of = |sb: &raid_core::metadata::Superblock| sb.array_uuid.to_string();
+    let ours = match recorded {
+        Ok(r) => r.uuid.clone(),
+        Err(_) => {
+            let named: Vec<String> = read
+                .iter()
+                .filter(|(_, sb)| sb.name == name)
+                .map(|(_, sb)| uuid_of(sb))
+                .collect();
+            let most = named
+                .iter()
+                .max_by_key(|u| named.iter().filter(|v| v == u).count());
+            match most {
+                Some(u) => u.clone(),
+                None => return Ok(()),
+            }
+        }
+    };
+    if !read.iter().any(|(_, sb)| uuid_of(sb) == ours) {
+        // None is this array's: same_array's refusal says which array
+        // they carry.
+        return Ok(());
+    }
+    let foreign: Vec<String> = read
+        .iter()
+        .filter(|(_, sb)| uuid_of(sb) != ours)
+        .map(|(p, sb)| format!("{p} carries array '{}' (uuid {})", sb.name, uuid_of(sb)))
+        .collect();
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::refused(format!(
+        "{}, not '{name}' (uuid {ours}): leave it out of the devices of '{name}'; '{name}' is not started",
+        foreign.join("; ")
+    )))
 }

@@ -240,6 +240,15 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
     /// any array (by identity: a hard link or another path to a member is
     /// the member), holds data, or is in use.
     pub(super) fn open_new_member(&self, served: &Served, path: &Path) -> Result<MemberRef> {
+        /// Whether `served`'s record names the device `key` (a slot's or
+        /// a spare's).
+        fn recorded_in(served: &Served, key: DeviceKey) -> bool {
+            let rec = served.record.lock();
+            rec.members
+                .iter()
+                .chain(&rec.spares)
+                .any(|p| DeviceKey::of_path(p).ok() == Some(key))
+        }
         let key = crate::remote::key_of(path)
             .map_err(|e| CliError::not_found(format!("{} cannot be read: {e}", path.display())))?;
         self.not_held(path, key)?;
@@ -277,6 +286,20 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
                     "{} carries the metadata of array '{name}' (uuid {uuid}): {free}",
                     path.display()
                 )));
+            }
+            // Damaged metadata on a device this array's record names (its
+            // own member, left out at the start for it): put back in its
+            // slot, it is rebuilt whole, as a blank device would be.
+            Ok(Content::UnreadableArray(_)) if recorded_in(served, key) => {}
+            // wipefs does not know raidctl's metadata: it would report
+            // success and leave it.
+            Ok(other @ Content::UnreadableArray(_)) => {
+                return Err(CliError::refused(format!(
+                    "{} holds {}: if its data is not wanted, erase its first MiB (dd if=/dev/zero of={} bs=1M count=1)",
+                    path.display(),
+                    describe(&other),
+                    path.display()
+                )))
             }
             Ok(other) => {
                 return Err(CliError::refused(format!(

@@ -582,6 +582,9 @@ pub fn render_health(d: &crate::health::DriveHealth, warnings: &[String]) -> Str
 /// health with it, and whether it was stopped cleanly.
 pub fn state_line(s: &ArrayStatus) -> String {
     match (s.running, s.unclean) {
+        // Redundancy is one thing, taking writes another: an optimal
+        // array that refuses every write is not what "optimal" reads as.
+        (true, _) if s.out_of_space.is_some() => format!("{}, writes stopped", s.state),
         (true, _) => s.state.clone(),
         (false, false) => format!("stopped ({})", s.health),
         (false, true) => format!("stopped ({}, unclean)", s.health),
@@ -602,7 +605,7 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
         s.parity_engine
     ));
     if !s.running && s.unclean {
-        out.push_str("  not stopped cleanly (a crash, a kill, a power cut): its next start resyncs the regions that were being written\n");
+        out.push_str("  not stopped cleanly (a crash, a kill, a power cut, or a stop after writes failed on a full filesystem): its next start resyncs the regions that were being written\n");
     }
     let p = &s.parity;
     if s.running && !p.parity_mode.is_empty() {

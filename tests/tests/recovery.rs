@@ -474,6 +474,12 @@ fn runbook_the_filesystem_under_member_files_filled_up() {
         ev.contains("out_of_space") && !ev.contains("member_failed"),
         "{ev}"
     );
+    // `list` and status's first line say so, not a bare "optimal".
+    let list = w.ok(&["list"]);
+    assert!(list.contains("writes stopped"), "{list}");
+    let (_, text, _) = w.code(&["status", "data"]);
+    let head = text.lines().next().unwrap_or_default();
+    assert!(head.contains("writes stopped"), "{text}");
     reads(&sock, "data", "read -P 0x5a 0 8M");
     // 1. free space; 2. stop, start; 3. scrub.
     std::fs::remove_file(&filler).unwrap();
@@ -485,6 +491,15 @@ fn runbook_the_filesystem_under_member_files_filled_up() {
         "{out}"
     );
     start_nbd(&w, "data", &sock, &[]);
+    // The resync at this start is put down to the full filesystem too,
+    // not only to a crash.
+    let ev = w.ok(&["events", "data"]);
+    let unclean = ev
+        .lines()
+        .rev()
+        .find(|l| l.contains("unclean_stop"))
+        .unwrap_or_else(|| panic!("{ev}"));
+    assert!(unclean.contains("full filesystem"), "{unclean}");
     reads(&sock, "data", "read -P 0x5a 0 8M");
     for step in 1..done {
         reads(

@@ -168,8 +168,8 @@ pub enum ArrayEvent {
         member: String,
         reason: String,
     },
-    /// The array was not stopped cleanly (a crash, a kill, a power cut):
-    /// at its start, the regions its write-intent bitmap marked were
+    /// The array was not stopped cleanly (a crash, a kill, a power cut,
+    /// or a stop after writes failed on a full filesystem): at its start, the regions its write-intent bitmap marked were
     /// resynced.
     UncleanStop {
         regions: u64,
@@ -400,9 +400,9 @@ impl ArrayEvent {
             }
             ArrayEvent::UncleanStop {
                 deferred: true, ..
-            } => "the array was not stopped cleanly (a crash, a kill, a power cut) while degraded: the stripes being written cannot be checked until the rebuild ends, which resyncs them".into(),
+            } => "the array was not stopped cleanly (a crash, a kill, a power cut, or a stop after writes failed on a full filesystem) while degraded: the stripes being written cannot be checked until the rebuild ends, which resyncs them".into(),
             ArrayEvent::UncleanStop { regions, .. } => format!(
-                "the array was not stopped cleanly (a crash, a kill, a power cut): {regions} region(s) marked as being written were resynced at this start"
+                "the array was not stopped cleanly (a crash, a kill, a power cut, or a stop after writes failed on a full filesystem): {regions} region(s) marked as being written were resynced at this start"
             ),
             ArrayEvent::ScrubCut { repair } => format!(
                 "a scrub{} did not end: the daemon stopped while it ran (killed, a crash); the part it had not reached is unchecked",

@@ -260,16 +260,21 @@ impl Superblock {
         (self.events < expected).then_some(expected)
     }
 
-    /// Whether this member of `truth`'s slot `slot` took metadata changes
-    /// after `truth` failed it: more than one past the event it had taken
-    /// when it left (one more is a change whose first copy landed on it as
-    /// it failed). A failed member gets no metadata from the array it left,
-    /// so only an assembly without the others (a forced start elsewhere)
-    /// writes it on: the two sides ran apart (split brain). The same rule
-    /// as a re-add's "assembled elsewhere".
-    pub fn ran_apart_from(&self, truth: &Superblock, slot: usize) -> bool {
-        truth.slots.get(slot).is_some_and(|e| {
-            e.state == SlotState::Failed && e.left_events > 0 && self.events > e.left_events + 1
+    /// Whether this member, of slot `slot` in `view` (another member's
+    /// metadata), took metadata changes after `view` had it leave: `view`
+    /// holds the slot failed, with this member's uuid, at a known event,
+    /// and this member carries a later one. A failed member gets no
+    /// metadata from the array it left, save one change whose first copy
+    /// landed as it failed; more, only an assembly without the members
+    /// that failed it writes on it. Alone this is no proof of a split
+    /// brain (that one landed copy; a member re-added since); that takes
+    /// both sides having gone on (`array::assemble`).
+    pub fn went_on_after(&self, view: &Superblock, slot: usize) -> bool {
+        view.slots.get(slot).is_some_and(|e| {
+            e.state == SlotState::Failed
+                && e.uuid == self.member_uuid
+                && e.left_events > 0
+                && self.events > e.left_events
         })
     }
 

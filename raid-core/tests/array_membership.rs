@@ -1364,6 +1364,51 @@ fn halves_run_apart_are_refused_whichever_is_newer() {
     assert_eq!(b, vec![0xC3; 4096]);
 }
 
+/// The same, with the half that failed the member crashing right after
+/// (its members carry one change past the split, as a member's landed
+/// copy of a failure would): the lone half going on is the other side of
+/// it, and assembly still refuses.
+#[test]
+fn halves_run_apart_are_refused_when_one_crashed_after_the_split() {
+    let (m, a, _) = filled(Level::Raid1, 3, "sbc");
+    a.fail_member(0, false).unwrap();
+    a.write(0, &[0xB2; 4096]).unwrap();
+    // A crash: no close.
+    drop(a);
+    for _ in 0..3 {
+        let alone = Array::assemble(vec![m.refs()[0].clone()]).unwrap();
+        alone.array.write(0, &[0xC3; 4096]).unwrap();
+        alone.array.close().unwrap();
+    }
+    let e = Array::assemble(m.refs()).err().unwrap().to_string();
+    assert!(e.contains("split brain"), "{e}");
+}
+
+/// Not a split brain: a failed member that took one more change, the
+/// first copy of the metadata written as it failed, which shows every
+/// member in use. It is left out as failed; the array starts.
+#[test]
+fn a_failed_members_landed_copy_is_no_split_brain() {
+    let (m, a, img) = filled(Level::Raid5, 4, "sbl");
+    a.fail_member(1, false).unwrap();
+    a.close().unwrap();
+    drop(a);
+    let d = m.refs()[1].clone();
+    let mut sb = raid_core::metadata::read_superblock(d.as_ref()).unwrap();
+    sb.events += 1;
+    raid_core::metadata::write_superblock(d.as_ref(), &sb).unwrap();
+    let asm = Array::assemble(m.refs()).unwrap();
+    assert_eq!(asm.array.state(), ArrayState::Degraded);
+    assert!(
+        asm.refused.iter().any(|(who, _)| who == "ram:sbl1"),
+        "{:?}",
+        asm.refused
+    );
+    let mut b = vec![0u8; img.len()];
+    asm.array.read(0, &mut b).unwrap();
+    assert!(b == img);
+}
+
 /// Once the array is closing, no background job starts again: a monitor
 /// tick between `stop_jobs` and the clean mark must not restart the
 /// rebuild that was just paused (it would write on after "clean").

@@ -15,6 +15,45 @@ pub struct Assembly {
     pub forced: Vec<(String, String)>,
 }
 
+/// The devices of `read` that ran as the array apart from the newest
+/// metadata's (`truth`'s) members in use, each said with its slot and
+/// events: split brain. Both sides must have gone on without the other:
+/// the device took changes after the truth had it leave, and a device the
+/// truth has in use took changes after that device's own metadata had it
+/// leave. One side alone is a member that merely lags or took one landed
+/// copy as it failed, or one re-added since the other left.
+fn run_apart(read: &[(MemberRef, Superblock)], truth: &Superblock) -> Vec<String> {
+    let slot_of = |sb: &Superblock| {
+        (sb.array_uuid == truth.array_uuid)
+            .then(|| truth.slots.iter().position(|s| s.uuid == sb.member_uuid))
+            .flatten()
+    };
+    let in_use: Vec<(usize, &MemberRef, &Superblock)> = read
+        .iter()
+        .filter_map(|(m, sb)| {
+            let j = slot_of(sb)?;
+            (truth.slots[j].state != SlotState::Failed).then_some((j, m, sb))
+        })
+        .collect();
+    read.iter()
+        .filter_map(|(m, sb)| {
+            let i = slot_of(sb)?;
+            if !sb.went_on_after(truth, i) {
+                return None;
+            }
+            let (j, t, tsb) = in_use.iter().find(|(j, _, tsb)| tsb.went_on_after(sb, *j))?;
+            Some(format!(
+                "{} (slot {i}; its metadata, of event {}, has slot {j}'s {} leave at event {}, which carries {} now)",
+                m.identity(),
+                sb.events,
+                t.identity(),
+                sb.slots[*j].left_events,
+                tsb.events
+            ))
+        })
+        .collect()
+}
+
 /// `allow_missing`: whether a slot in sync in the metadata may be left
 /// without a member (the array then starts degraded).
 pub(super) fn assemble(
@@ -148,9 +187,7 @@ pub(super) fn assemble(
     let mut spares = Vec::new();
     // Slots whose device was given but is an older copy of their member.
     let mut stale: Vec<Option<String>> = vec![None; geo.members];
-    // Devices whose slot the newest metadata has failed, but which took
-    // metadata changes since they left: run apart from the others.
-    let mut apart: Vec<String> = Vec::new();
+    let apart = run_apart(&read, &truth);
     for (m, sb) in read {
         if let Some(i) = truth.slots.iter().position(|s| s.uuid == sb.member_uuid) {
             if truth.slots[i].state != SlotState::Failed {
@@ -177,15 +214,6 @@ pub(super) fn assemble(
             continue;
         }
         if let Some(i) = truth.slots.iter().position(|s| s.uuid == sb.member_uuid) {
-            if sb.ran_apart_from(&truth, i) {
-                apart.push(format!(
-                    "{} (slot {i}: left at event {}, carries {})",
-                    m.identity(),
-                    truth.slots[i].left_events,
-                    sb.events
-                ));
-                continue;
-            }
             if truth.slots[i].state == SlotState::Failed {
                 let why = format!(
                     "stale: slot {i} was failed (metadata event {} against this member's {}); it is not used until rebuilt (raidctl replace), or taken back by raidctl start --force if the array cannot start without it",

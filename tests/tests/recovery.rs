@@ -358,6 +358,39 @@ fn runbook_the_array_was_run_in_two_halves() {
     scrub_clean(&w, "data");
 }
 
+/// A record older than the array (the state folder put back from a copy
+/// taken before a spare took a slot): a start from it would mark the slot
+/// failed for a device that is in sync and only not named. It is refused,
+/// changing nothing; `--scan` finds the devices.
+#[test]
+fn a_start_from_a_record_older_than_the_array_is_refused() {
+    let w = World::new("rb-oldrec");
+    let m = w.sparse_members("r", 4, 32 * MIB);
+    let sock = running(&w, "data", "5", &m[..3], false);
+    let rec = w.state().join("arrays/data.toml");
+    let old = std::fs::read(&rec).unwrap();
+    w.ok(&["add", "data", s(&m[3])]);
+    w.ok(&["fail", "data", s(&m[2])]);
+    w.ok(&["wait", "data"]);
+    reads(&sock, "data", "write -P 0x6e 1M 64k");
+    w.ok(&["stop", "data"]);
+    std::fs::write(&rec, &old).unwrap();
+    let before: Vec<u64> = m.iter().map(|p| raid_e2e::file_hash(p)).collect();
+    let (code, out, err) = w.code(&["start", "data"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("older than the array") && err.contains("--scan"),
+        "{err}"
+    );
+    let after: Vec<u64> = m.iter().map(|p| raid_e2e::file_hash(p)).collect();
+    assert_eq!(before, after, "a refused start changed a member");
+    let spec = format!("unix:{}", sock.display());
+    w.ok(&["start", "data", "--nbd", &spec, "--scan", s(&w.dir)]);
+    assert_eq!(w.status_json("data")["state"], "optimal");
+    reads(&sock, "data", "read -P 0x5a 0 1M");
+    reads(&sock, "data", "read -P 0x6e 1M 64k");
+}
+
 #[test]
 fn runbook_the_array_has_failed() {
     let w = World::new("rb-failed");

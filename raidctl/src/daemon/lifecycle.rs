@@ -218,6 +218,9 @@ impl Daemon {
         };
         self.same_array(name, &recorded, &carried)?;
         foreign_devices(name, &recorded, &read)?;
+        if !importing && !force {
+            outdated_record(name, &recorded, &read)?;
+        }
         // Arrays created sparse before this was the rule: their metadata
         // and journal area gets its blocks now, before assembly writes
         // there (a full filesystem must not stop it), and after the checks
@@ -629,4 +632,46 @@ fn foreign_devices(
         "{}, not '{name}' (uuid {ours}): leave it out of the devices of '{name}'; '{name}' is not started",
         foreign.join("; ")
     )))
+}
+
+/// Refuses a start from the record where the record is older than the
+/// array: a slot in sync in the newest metadata of the devices it names
+/// has none of them as its member, and the device the record names for it
+/// is another (one replaced since, by a spare or a replace). Started, the
+/// slot would be marked failed for a device that is in sync and only not
+/// named (a state folder restored from a copy). A slot whose recorded
+/// device is simply gone is a drive missing, and starts degraded.
+fn outdated_record(
+    name: &str,
+    recorded: &Result<ArrayRecord>,
+    read: &[(String, raid_core::metadata::Superblock)],
+) -> Result<()> {
+    use raid_core::metadata::SlotState;
+    let Ok(r) = recorded else { return Ok(()) };
+    let ours: Vec<&raid_core::metadata::Superblock> = read
+        .iter()
+        .map(|(_, sb)| sb)
+        .filter(|sb| sb.array_uuid.to_string() == r.uuid)
+        .collect();
+    let Some(truth) = ours.iter().max_by_key(|sb| sb.events) else {
+        return Ok(());
+    };
+    for (i, slot) in truth.slots.iter().enumerate() {
+        if slot.state == SlotState::Failed || ours.iter().any(|sb| sb.member_uuid == slot.uuid) {
+            continue;
+        }
+        let Some(path) = r.members.get(i).map(|p| p.to_string_lossy().to_string()) else {
+            continue;
+        };
+        let holds_another = read.iter().any(|(p, sb)| {
+            *p == path && sb.array_uuid.to_string() == r.uuid && sb.member_uuid != slot.uuid
+        });
+        if holds_another {
+            return Err(CliError::refused(format!(
+                "the record of '{name}' is older than the array: it names {path} for slot {i}, but the array's newest metadata (event {}) has another device in sync there, not among the recorded ones (a state folder restored from a copy?). raidctl start {name} --scan DIR... finds the array's devices by their metadata, or name them with --members; nothing was changed",
+                truth.events
+            )));
+        }
+    }
+    Ok(())
 }

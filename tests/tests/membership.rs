@@ -1307,6 +1307,14 @@ fn an_older_copy_of_a_member_is_left_out_at_start() {
         out.contains("degraded") && out.contains("older copy"),
         "{out}"
     );
+    // Running, status says the same: an older copy, not a failure to
+    // take back "if it failed by mistake".
+    let st = w.status_json("oc");
+    let warning = st["members"][2]["warning"].as_str().unwrap_or_default();
+    assert!(
+        warning.contains("older copy") && !warning.contains("failed before"),
+        "{st}"
+    );
     let (ok, text) = qemu_io(&sock, "oc", &["read -P 0x77 0 8M"]);
     assert!(ok, "stale rows served: {text}");
     let out = w.ok(&["re-add", "oc", s(&m[2])]);

@@ -322,6 +322,10 @@ pub struct SlotStatus {
     pub uuid: Uuid,
     pub state: SlotState,
     pub rebuild_row: u64,
+    /// A failed slot's: the metadata event its device had taken when it
+    /// left (0: not recorded). A device of the slot that carries an older
+    /// one is an older copy of it, not the device that failed.
+    pub left_events: u64,
 }
 
 /// One assembled, running array.
@@ -477,6 +481,11 @@ impl Array {
                 } else {
                     0
                 },
+                left_events: if s.state() == SlotState::Failed {
+                    s.left_events.load(Ordering::Acquire)
+                } else {
+                    0
+                },
             })
             .collect()
     }
@@ -586,9 +595,12 @@ impl Array {
         ArrayError::Failed {
             name: self.name.clone(),
             detail: format!(
-                "{} is down ({}), more than {} tolerates",
+                "{} down ({}), more than {} tolerates",
+                match down.len() {
+                    1 => "1 slot is".to_string(),
+                    n => format!("{n} slots are"),
+                },
                 down.join(", "),
-                down.len(),
                 self.geo.level
             ),
         }

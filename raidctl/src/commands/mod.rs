@@ -167,7 +167,7 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::ReAdd { name, member } => {
-            let member = existing(&member)?;
+            let member = existing_member(&member, &name)?;
             print_message(&daemon_call(
                 &st,
                 &name,
@@ -323,6 +323,19 @@ fn absolute(p: &Path) -> PathBuf {
     }
     std::fs::canonicalize(p)
         .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+}
+
+/// A path that must exist and name a device the array had (a re-add, a
+/// start's members), made canonical: where it does not, creating it is no
+/// answer.
+pub(crate) fn existing_member(p: &Path, name: &str) -> Result<PathBuf> {
+    if !crate::remote::is_remote(p) && std::fs::canonicalize(p).is_err() {
+        return Err(CliError::not_found(format!(
+            "no such file or device: {} (raidctl status {name} names the devices the array had; raidctl examine DEV says what a device holds)",
+            p.display()
+        )));
+    }
+    existing(p)
 }
 
 /// A path that must exist, made canonical.

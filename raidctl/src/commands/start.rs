@@ -21,7 +21,10 @@ pub(super) fn start(
     How { force, listed }: How,
 ) -> Result<()> {
     check_name(name)?;
-    let members: Vec<PathBuf> = members.iter().map(|p| existing(p)).collect::<Result<_>>()?;
+    let members: Vec<PathBuf> = members
+        .iter()
+        .map(|p| super::existing_member(p, name))
+        .collect::<Result<_>>()?;
     if members.is_empty() {
         st.load(name)?;
     }

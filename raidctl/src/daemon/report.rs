@@ -37,20 +37,31 @@ impl Daemon {
             // there as failed or stale) names the device its record names,
             // the one to look for or to replace.
             let recorded = s.record.lock().members.clone();
+            let left: Vec<u64> = s.array.slots().iter().map(|x| x.left_events).collect();
             for m in st.members.iter_mut().filter(|m| m.path.is_none()) {
                 let path = recorded.get(m.slot).filter(|p| !p.as_os_str().is_empty());
                 m.path = path.map(|p| p.display().to_string());
                 // The slot's own member, there but left out (its slot had
-                // failed before the start): failed, not missing, which
-                // would send the operator looking for a device in place.
-                if path.is_some_and(|p| holds_member(p, &st.uuid, &m.uuid)) {
-                    m.state = "failed".into();
-                    m.warning = Some(format!(
-                        "left out at the start: its slot had failed before. raidctl re-add {name} {p} takes it back if it failed by mistake; raidctl replace {name} {p} NEW rebuilds onto another device",
-                        name = st.name,
-                        p = m.path.as_deref().unwrap_or("OLD"),
-                    ));
-                }
+                // failed before the start, or it is an older copy): failed,
+                // not missing, which would send the operator looking for a
+                // device in place.
+                let Some(events) = path.and_then(|p| member_events(p, &st.uuid, &m.uuid)) else {
+                    continue;
+                };
+                m.state = "failed".into();
+                let (name, p) = (&st.name, m.path.as_deref().unwrap_or("OLD"));
+                let left = left.get(m.slot).copied().unwrap_or(0);
+                // An older copy of the member (an image put back) never
+                // failed: its metadata predates the slot's last event.
+                m.warning = Some(if events < left {
+                    format!(
+                        "left out at the start: an older copy of the slot's member (its metadata is of event {events}, the slot's member had taken {left}), missing the writes since. raidctl re-add {name} {p} copies it whole; raidctl replace {name} {p} NEW rebuilds onto another device"
+                    )
+                } else {
+                    format!(
+                        "left out at the start: its slot had failed before. raidctl re-add {name} {p} takes it back if it failed by mistake; raidctl replace {name} {p} NEW rebuilds onto another device"
+                    )
+                });
             }
             // A member whose file was deleted under the array: said where
             // the slot still holds that very device.
@@ -99,7 +110,11 @@ impl Daemon {
 
 /// Whether the device at `path` holds the metadata of member `member` of
 /// array `array` (UUIDs as status shows them).
-fn holds_member(path: &std::path::Path, array: &str, member: &str) -> bool {
+/// The metadata event of the device at `path` where it is `member` of
+/// `array`.
+fn member_events(path: &std::path::Path, array: &str, member: &str) -> Option<u64> {
     status::superblock_at(path)
-        .is_ok_and(|sb| sb.array_uuid.to_string() == array && sb.member_uuid.to_string() == member)
+        .ok()
+        .filter(|sb| sb.array_uuid.to_string() == array && sb.member_uuid.to_string() == member)
+        .map(|sb| sb.events)
 }

@@ -1409,6 +1409,33 @@ fn a_failed_members_landed_copy_is_no_split_brain() {
     assert!(b == img);
 }
 
+/// Not a split brain either: a member that failed long before (C), re-added
+/// and rebuilt since, and a member failed later (B) whose metadata holds
+/// one landed copy of the change it failed in, which still shows C failed.
+/// B went on after it left by one change, and C went on after B's view had
+/// it leave, but B's side never had C leave after B itself left.
+#[test]
+fn a_landed_copy_beside_a_member_re_added_since_is_no_split_brain() {
+    let (m, a, img) = filled(Level::Raid1, 3, "sbx");
+    a.fail_member(2, false).unwrap();
+    a.write(0, &img[..4096]).unwrap();
+    a.fail_member(1, false).unwrap();
+    let b = m.refs()[1].clone();
+    let mut sb = raid_core::metadata::read_superblock(b.as_ref()).unwrap();
+    sb.events += 1;
+    raid_core::metadata::write_superblock(b.as_ref(), &sb).unwrap();
+    let slot = a.re_add(m.refs()[2].clone()).unwrap();
+    a.rebuild(slot, &RebuildOptions::default(), &AtomicBool::new(false))
+        .unwrap();
+    a.close().unwrap();
+    drop(a);
+    let asm = Array::assemble(m.refs()).unwrap();
+    assert_eq!(asm.array.state(), ArrayState::Degraded);
+    let mut got = vec![0u8; img.len()];
+    asm.array.read(0, &mut got).unwrap();
+    assert!(got == img);
+}
+
 /// Once the array is closing, no background job starts again: a monitor
 /// tick between `stop_jobs` and the clean mark must not restart the
 /// rebuild that was just paused (it would write on after "clean").

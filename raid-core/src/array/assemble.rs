@@ -41,7 +41,13 @@ fn run_apart(read: &[(MemberRef, Superblock)], truth: &Superblock) -> Vec<String
             if !sb.went_on_after(truth, i) {
                 return None;
             }
-            let (j, t, tsb) = in_use.iter().find(|(j, _, tsb)| tsb.went_on_after(sb, *j))?;
+            // And its side had the other leave after it left itself: a
+            // member that failed long before (and was re-added since) is
+            // no sign of two sides.
+            let (j, t, tsb) = in_use.iter().find(|(j, _, tsb)| {
+                tsb.went_on_after(sb, *j)
+                    && sb.slots[*j].left_events >= truth.slots[i].left_events
+            })?;
             Some(format!(
                 "{} (slot {i}; its metadata, of event {}, has slot {j}'s {} leave at event {}, which carries {} now)",
                 m.identity(),

@@ -657,7 +657,10 @@ fn outdated_record(
         return Ok(());
     };
     for (i, slot) in truth.slots.iter().enumerate() {
-        if slot.state == SlotState::Failed || ours.iter().any(|sb| sb.member_uuid == slot.uuid) {
+        // Only a slot in sync: a rebuilding one's device may be new since
+        // the record (a replace cut short by a crash before the record
+        // was saved), and that array starts degraded as before.
+        if slot.state != SlotState::Active || ours.iter().any(|sb| sb.member_uuid == slot.uuid) {
             continue;
         }
         let Some(path) = r.members.get(i).map(|p| p.to_string_lossy().to_string()) else {

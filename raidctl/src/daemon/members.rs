@@ -197,7 +197,7 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
         s.record_spares(None);
         let warn = self.save_record(&s).err().unwrap_or_default();
         Ok(format!(
-            "member {m} removed from '{name}'; its metadata stays on it: raidctl add {name} {m} takes it back, and for another array erase its first MiB first (dd if=/dev/zero of={m} bs=1M count=1){warn}",
+            "member {m} removed from '{name}'; its metadata stays on it: raidctl add {name} {m} takes it back, and for another array erase its first MiB first (dd if=/dev/zero of={m} bs=1M count=1 conv=notrunc){warn}",
             m = member.display()
         ))
     }
@@ -247,7 +247,7 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
             rec.members
                 .iter()
                 .chain(&rec.spares)
-                .any(|p| DeviceKey::of_path(p).ok() == Some(key))
+                .any(|p| crate::remote::key_of(p).ok() == Some(key))
         }
         let key = crate::remote::key_of(path)
             .map_err(|e| CliError::not_found(format!("{} cannot be read: {e}", path.display())))?;
@@ -278,7 +278,7 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
                     format!("if '{name}' is no longer wanted, raidctl delete {name} --wipe --force frees its devices")
                 } else {
                     format!(
-                        "if its data is not wanted, erase its first MiB (dd if=/dev/zero of={} bs=1M count=1)",
+                        "if its data is not wanted, erase its first MiB (dd if=/dev/zero of={} bs=1M count=1 conv=notrunc)",
                         path.display()
                     )
                 };
@@ -295,7 +295,7 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
             // success and leave it.
             Ok(other @ Content::UnreadableArray(_)) => {
                 return Err(CliError::refused(format!(
-                    "{} holds {}: if its data is not wanted, erase its first MiB (dd if=/dev/zero of={} bs=1M count=1)",
+                    "{} holds {}: if its data is not wanted, erase its first MiB (dd if=/dev/zero of={} bs=1M count=1 conv=notrunc)",
                     path.display(),
                     describe(&other),
                     path.display()

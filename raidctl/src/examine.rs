@@ -52,6 +52,9 @@ pub struct Examined {
     /// compare devices examined together.
     #[serde(skip)]
     slots: Vec<(String, String)>,
+    /// The spares' member uuids in this device's metadata.
+    #[serde(skip)]
+    spares: Vec<String>,
 }
 
 impl Examined {
@@ -77,6 +80,7 @@ impl Examined {
             detail: Some(detail),
             superseded: None,
             slots: Vec::new(),
+            spares: Vec::new(),
         }
     }
 }
@@ -152,6 +156,7 @@ pub fn examine(device: &Path) -> Examined {
             .iter()
             .map(|e| (e.uuid.to_string(), e.state.name().to_string()))
             .collect(),
+        spares: sb.spares.iter().map(|u| u.to_string()).collect(),
     }
 }
 
@@ -197,10 +202,24 @@ fn mark_superseded(all: &mut [Examined]) {
         })
         .collect();
     for (i, n) in newest.into_iter().enumerate() {
-        let (Some(n), Some(slot), Some(me)) = (n, all[i].slot, all[i].member_uuid.as_ref()) else {
+        let (Some(n), Some(me)) = (n, all[i].member_uuid.as_ref()) else {
             continue;
         };
         let (dev, events) = (&all[n].device, all[n].events.unwrap_or(0));
+        let Some(slot) = all[i].slot else {
+            // A spare: taken into a slot since, or no longer the array's.
+            let taken = all[n].slots.iter().position(|(holder, _)| holder == me);
+            all[i].superseded = match taken {
+                Some(k) => Some(format!(
+                    "{dev} holds newer metadata of this array (event {events}): this spare took slot {k} there"
+                )),
+                None if !all[n].spares.contains(me) => Some(format!(
+                    "{dev} holds newer metadata of this array (event {events}): this device is no longer a spare of it"
+                )),
+                None => None,
+            };
+            continue;
+        };
         let said = match all[n].slots.get(slot) {
             Some((holder, _)) if holder != me => Some(format!(
                 "{dev} holds newer metadata of this array (event {events}): slot {slot} is another device's now; this one is not in the array"

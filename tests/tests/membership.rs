@@ -740,6 +740,13 @@ fn examine_says_what_each_device_holds() {
         text.contains("superseded:") && text.contains("another device's now"),
         "{text}"
     );
+    // A spare removed is no longer the array's, though its own metadata
+    // still says spare.
+    let spare = w.sparse("ex-spare.img", 16 * MIB);
+    w.ok(&["add", "ex", s(&spare)]);
+    w.ok(&["remove", "ex", s(&spare)]);
+    let text = w.ok(&["examine", s(&spare), s(&m[0])]);
+    assert!(text.contains("no longer a spare"), "{text}");
     // Both copies of m3's metadata corrupted: damaged (exit 1), not
     // "nothing recognisable" with exit 0; a folder is no device (exit 3).
     let f = std::fs::OpenOptions::new().write(true).open(&m[3]).unwrap();

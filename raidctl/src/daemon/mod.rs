@@ -10,6 +10,7 @@ mod process;
 mod reconnect;
 mod record;
 mod report;
+mod start_checks;
 mod work;
 
 use process::{lock_daemon, remove_own_socket, reopen_log};

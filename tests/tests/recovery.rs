@@ -411,6 +411,22 @@ fn a_record_without_a_replacement_being_rebuilt_still_starts() {
     w.ok(&["stop", "data"]);
 }
 
+/// Nor where a recorded path holds another slot's member now (names that
+/// moved while one drive died): the array starts degraded, finding each
+/// device by its metadata.
+#[test]
+fn a_recorded_path_holding_another_slots_member_still_starts() {
+    let w = World::new("rb-shift");
+    let m = w.sparse_members("r", 3, 32 * MIB);
+    running(&w, "data", "5", &m, false);
+    w.ok(&["stop", "data"]);
+    // Slot 1's drive is gone; slot 2's now answers at slot 1's name.
+    std::fs::rename(&m[2], &m[1]).unwrap();
+    let out = w.ok(&["start", "data"]);
+    assert!(out.contains("degraded"), "{out}");
+    w.ok(&["stop", "data"]);
+}
+
 #[test]
 fn runbook_the_array_has_failed() {
     let w = World::new("rb-failed");

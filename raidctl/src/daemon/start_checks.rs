@@ -56,7 +56,7 @@ pub(super) fn foreign_devices(
 /// Refuses a start from the record where the record is older than the
 /// array: a slot in sync in the newest metadata of the devices it names
 /// has none of them as its member, and the device the record names for it
-/// is another (one replaced since, by a spare or a replace). Started, the
+/// is one the array replaced since (by a spare or a replace). Started, the
 /// slot would be marked failed for a device that is in sync and only not
 /// named (a state folder restored from a copy). A slot whose recorded
 /// device is simply gone is a drive missing, and starts degraded.
@@ -85,10 +85,14 @@ pub(super) fn outdated_record(
         let Some(path) = r.members.get(i).map(|p| p.to_string_lossy().to_string()) else {
             continue;
         };
-        let holds_another = read.iter().any(|(p, sb)| {
-            *p == path && sb.array_uuid.to_string() == r.uuid && sb.member_uuid != slot.uuid
+        // A member the array replaced since: one of another slot there
+        // now is a device renamed, and this slot's own simply missing.
+        let replaced = read.iter().any(|(p, sb)| {
+            *p == path
+                && sb.array_uuid.to_string() == r.uuid
+                && truth.slots.iter().all(|x| x.uuid != sb.member_uuid)
         });
-        if holds_another {
+        if replaced {
             return Err(CliError::refused(format!(
                 "the record of '{name}' is older than the array: it names {path} for slot {i}, but the array's newest metadata (event {}) has another device in sync there, not among the recorded ones (a state folder restored from a copy?). raidctl start {name} --scan DIR... finds the array's devices by their metadata, or name them with --members; nothing was changed",
                 truth.events

@@ -48,7 +48,7 @@ pub(super) fn foreign_devices(
         return Ok(());
     }
     Err(CliError::refused(format!(
-        "{}, not '{name}' (uuid {ours}): leave it out of the devices of '{name}'; '{name}' is not started",
+        "{}, not '{name}' (uuid {ours}): leave it out of the devices of '{name}' (raidctl start {name} --members with its own devices only, or --scan DIR... to find them by their metadata); '{name}' is not started",
         foreign.join("; ")
     )))
 }

@@ -42,6 +42,11 @@ pub fn stopping() {
     ]);
 }
 
+/// A new status line for the service manager (`systemctl status`).
+pub fn status(status: &str) {
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(status)]);
+}
+
 /// The watchdog, when the unit has `WatchdogSec=`: pinged at half the
 /// period, and only while the caller says the daemon is healthy (its
 /// monitor keeps running), so a daemon wedged there is restarted.

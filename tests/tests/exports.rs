@@ -520,6 +520,86 @@ fn ext4_on_the_loop_device_survives_a_member_failure() {
     w.ok(&["stop", "fsx"]);
 }
 
+/// SIGTERM (systemctl stop) while a filesystem is mounted on the array's
+/// loop device: the daemon does not take the device from under it. It
+/// stops what it can, goes on serving that array (and answering
+/// commands) until the filesystem is unmounted, then stops it clean and
+/// exits; the filesystem's writes, synced only at its unmount, are there.
+#[test]
+fn sigterm_waits_for_a_filesystem_on_the_loop_device() {
+    for t in ["losetup", "mkfs.ext4", "mount", "pgrep"] {
+        need(t);
+    }
+    let w = World::new("termfs");
+    served(&w, "tfs");
+    let out = w.ok(&["mount", "tfs", "--loop"]);
+    let dev = out.lines().next().unwrap().trim().to_string();
+    let mnt = w.dir.join("fs");
+    std::fs::create_dir_all(&mnt).unwrap();
+    run(Command::new("mkfs.ext4").args(["-q", "-F", &dev]));
+    run(Command::new("mount").arg(&dev).arg(&mnt));
+    let data: Vec<u8> = (0..8u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    // Written, not synced: in the filesystem's cache when the signal comes.
+    std::fs::write(mnt.join("g.bin"), &data).unwrap();
+    let pattern = format!("--state-dir {} daemon", w.state().display());
+    let pid = String::from_utf8(
+        Command::new("pgrep")
+            .args(["-f", "--", &pattern])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let pid: i32 = pid
+        .split_whitespace()
+        .next()
+        .expect("the daemon runs")
+        .parse()
+        .unwrap();
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    // Still served: the daemon answers, the array runs, the file reads.
+    assert_eq!(
+        unsafe { libc::kill(pid, 0) },
+        0,
+        "the daemon exited under a mounted filesystem"
+    );
+    let st = w.status_json("tfs");
+    assert_eq!(st["running"], true, "{st}");
+    run(&mut Command::new("sync"));
+    assert!(std::fs::read(mnt.join("g.bin")).unwrap() == data);
+    // A second signal changes nothing.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(unsafe { libc::kill(pid, 0) }, 0);
+    run(Command::new("umount").arg(&mnt));
+    let t = std::time::Instant::now();
+    while unsafe { libc::kill(pid, 0) } == 0 && t.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_ne!(
+        unsafe { libc::kill(pid, 0) },
+        0,
+        "the daemon did not exit once unmounted"
+    );
+    let st = w.status_json("tfs");
+    assert_eq!(st["state"], "stopped", "{st}");
+    assert_ne!(st["unclean"], true, "{st}");
+    // Back: the file is whole.
+    let sock = w.dir.join("tfs.sock");
+    w.ok(&["start", "tfs", "--nbd", &format!("unix:{}", sock.display())]);
+    let out = w.ok(&["mount", "tfs", "--loop"]);
+    let dev = out.lines().next().unwrap().trim().to_string();
+    run(Command::new("mount").arg(&dev).arg(&mnt));
+    let got = std::fs::read(mnt.join("g.bin")).unwrap();
+    run(Command::new("umount").arg(&mnt));
+    w.ok(&["unmount", "tfs"]);
+    w.ok(&["stop", "tfs"]);
+    assert!(got == data, "the file written before the signal differs");
+}
+
 /// Many requests at once through the FUSE file and its loop device: fio's
 /// random writes at queue depth 32 on the loop device, then every block
 /// verified; and 512-byte writes at queue depth 32 straight into the FUSE

@@ -258,7 +258,47 @@ impl Daemon {
         let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         // Since when an idle daemon has stayed up for queued alerts.
         let mut alerts_held: Option<Instant> = None;
-        while !d.term.load(Ordering::Acquire) {
+        // Since a signal: when the daemon last tried to stop the arrays a
+        // mount still holds, and what it last said of them.
+        let mut held: Option<(Instant, Vec<(String, String)>)> = None;
+        let mut signalled = false;
+        loop {
+            if d.term.load(Ordering::Acquire) {
+                let again = held
+                    .as_ref()
+                    .is_none_or(|(at, _)| at.elapsed() >= Duration::from_secs(1));
+                if again {
+                    if !signalled {
+                        signalled = true;
+                        crate::systemd::stopping();
+                        tracing::info!("signal received: stopping every array cleanly");
+                    }
+                    let still = d.stop_all();
+                    if still.is_empty() {
+                        break;
+                    }
+                    // A filesystem mounted on an array's loop device (or a
+                    // program holding its FUSE file): exiting would take
+                    // the device from under it (its unsynced writes lost,
+                    // the filesystem left with errors). The array is
+                    // served, and the control socket answers, until it is
+                    // unmounted; said again when what holds it changes.
+                    if held.as_ref().is_none_or(|(_, said)| *said != still) {
+                        for (n, why) in &still {
+                            tracing::error!(array = %n, "not stopped, and still served: {why}; the daemon stops it and exits once that is done");
+                        }
+                        crate::systemd::status(&format!(
+                            "stopping: waiting for {} to be unmounted",
+                            still
+                                .iter()
+                                .map(|(n, _)| n.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ));
+                    }
+                    held = Some((Instant::now(), still));
+                }
+            }
             if hup.swap(false, Ordering::AcqRel) {
                 reopen_log(&d.state);
             }
@@ -288,6 +328,8 @@ impl Daemon {
             if !d.arrays.lock().is_empty() || in_flight.load(Ordering::Acquire) > 0 {
                 idle_since = Instant::now();
                 alerts_held = None;
+            } else if signalled {
+                // Stopping: the signal's turn above ends the loop.
             } else if opts.exit_when_idle && idle_since.elapsed() > Duration::from_secs(5) {
                 // Alerts still queued (the mail server down when an array
                 // failed and was stopped): no one would send them until
@@ -311,10 +353,8 @@ impl Daemon {
                 break;
             }
         }
-        crate::systemd::stopping();
-        if d.term.load(Ordering::Acquire) {
-            tracing::info!("signal received: stopping every array cleanly");
-        } else {
+        if !signalled {
+            crate::systemd::stopping();
             // Idle, no array: stop listening at once, so a client from now
             // on starts a new daemon instead of waiting on this one (which
             // may still spend seconds sending queued alerts).
@@ -346,12 +386,28 @@ impl Daemon {
     /// Stops every array: rebuilds paused at their checkpoint, exports
     /// closed, data flushed, metadata marked clean.
     fn shutdown(&self) {
+        for (n, why) in self.stop_all() {
+            tracing::error!(array = %n, "stop failed: {why}");
+        }
+    }
+
+    /// Stops every array it can; returns those its mount keeps running (a
+    /// filesystem on its loop device, a program holding its FUSE file:
+    /// `stop` refuses those, and they stay served), each with why. Any
+    /// other failure to stop is logged.
+    fn stop_all(&self) -> Vec<(String, String)> {
         let names: Vec<String> = self.arrays.lock().keys().cloned().collect();
+        let mut held = Vec::new();
         for n in names {
-            if let Err(e) = self.stop(&n) {
-                tracing::error!(array = %n, "stop failed: {e}");
+            match self.stop(&n) {
+                Ok(_) => {}
+                Err(e) if self.served(&n).is_ok_and(|s| s.mount.lock().is_some()) => {
+                    held.push((n, e.msg))
+                }
+                Err(e) => tracing::error!(array = %n, "stop failed: {e}"),
             }
         }
+        held
     }
 
     fn serve_connection(&self, stream: UnixStream) {

@@ -206,7 +206,9 @@ pub fn record_of(
             Some(m) if Path::new(m).exists() => format!(
                 "raidctl examine {m} ({m} is there but was not taken at start: the start's note says why), then raidctl replace {name} {m} NEW_DEVICE"
             ),
-            Some(m) => format!("reconnect {m}, or raidctl replace {name} {m} NEW_DEVICE"),
+            Some(m) => format!(
+                "reconnect {m}, then raidctl re-add {name} {m} (it resyncs what was written since), or raidctl replace {name} {m} NEW_DEVICE"
+            ),
             None => format!(
                 "bring back the device of slot {slot} (raidctl examine DEVICE says which slot a device held) and raidctl start {name} again"
             ),

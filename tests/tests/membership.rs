@@ -372,6 +372,33 @@ fn a_member_failed_before_a_restart_is_shown_failed_not_missing() {
     reads_back(&sock, "fr");
 }
 
+/// A member missing at the start that turns up later (a slow drive at
+/// boot): status does not call it a member that failed before, and the
+/// missing event's next step, followed, brings it back.
+#[test]
+fn a_member_that_turns_up_after_the_start_is_not_called_failed_before() {
+    let w = World::new("late-member");
+    let (m, sock) = running(&w, "lm", "5", 4);
+    w.ok(&["stop", "lm"]);
+    let away = w.dir.join("away.img");
+    std::fs::rename(&m[2], &away).unwrap();
+    w.ok(&["start", "lm", "--nbd", &format!("unix:{}", sock.display())]);
+    std::fs::rename(&away, &m[2]).unwrap();
+    let st = w.status_json("lm");
+    let warning = st["members"][2]["warning"].as_str().unwrap_or_default();
+    assert!(
+        warning.contains("missing at the start") && !warning.contains("by mistake"),
+        "{st}"
+    );
+    let next = next_of(&w, "lm", "member_missing").expect("a next step");
+    let readd = format!("raidctl re-add lm {}", s(&m[2]));
+    assert!(next.contains(&readd), "{next}");
+    w.ok(&["re-add", "lm", s(&m[2])]);
+    w.ok(&["wait", "lm"]);
+    assert_eq!(member_states(&w, "lm"), ["active"; 4]);
+    reads_back(&sock, "lm");
+}
+
 /// Each event in the log carries the array's state as the event was
 /// recorded, not as the daemon found it on its next turn (a short rebuild
 /// is over by then, and its start read "optimal").

@@ -334,6 +334,11 @@ pub(super) fn assemble(
         .into_iter()
         .filter(|&i| array.slots[i].state() == SlotState::Failed)
         .collect();
+    for &i in &newly_missing {
+        array.slots[i]
+            .missing_at_start
+            .store(true, Ordering::Release);
+    }
     // What every member taken holds: the oldest of their events (a crash
     // may have left one behind the newest; it is written with the others
     // at the first change).

@@ -598,6 +598,7 @@ impl Array {
         s.rebuild_saved.store(0, Ordering::Release);
         s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
         s.resync_dirty_only.store(dirty_only, Ordering::Release);
+        s.missing_at_start.store(false, Ordering::Release);
         s.incarnation.fetch_add(1, Ordering::AcqRel);
         s.set_state(SlotState::Rebuilding);
         self.epoch.fetch_add(1, Ordering::AcqRel);

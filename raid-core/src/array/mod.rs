@@ -187,6 +187,9 @@ struct Slot {
     /// metadata (`SlotEntry::left_events`; 0: not known). A re-add of an
     /// older copy of the member copies it whole.
     left_events: AtomicU64,
+    /// Failed because no device filled it at the start (it served in the
+    /// metadata), not before: until it gets a device or fails again.
+    missing_at_start: AtomicBool,
 }
 
 impl Slot {
@@ -203,6 +206,7 @@ impl Slot {
             incarnation: AtomicU64::new(0),
             member_events: AtomicU64::new(0),
             left_events: AtomicU64::new(0),
+            missing_at_start: AtomicBool::new(false),
         };
         s.set_state(state);
         s
@@ -326,6 +330,9 @@ pub struct SlotStatus {
     /// left (0: not recorded). A device of the slot that carries an older
     /// one is an older copy of it, not the device that failed.
     pub left_events: u64,
+    /// A failed slot whose device was missing at the start (it served in
+    /// the metadata until then), not one that had failed before.
+    pub missing_at_start: bool,
 }
 
 /// One assembled, running array.
@@ -486,6 +493,8 @@ impl Array {
                 } else {
                     0
                 },
+                missing_at_start: s.state() == SlotState::Failed
+                    && s.missing_at_start.load(Ordering::Acquire),
             })
             .collect()
     }

@@ -37,7 +37,9 @@ impl Daemon {
             // there as failed or stale) names the device its record names,
             // the one to look for or to replace.
             let recorded = s.record.lock().members.clone();
-            let left: Vec<u64> = s.array.slots().iter().map(|x| x.left_events).collect();
+            let slots = s.array.slots();
+            let left: Vec<u64> = slots.iter().map(|x| x.left_events).collect();
+            let missing: Vec<bool> = slots.iter().map(|x| x.missing_at_start).collect();
             for m in st.members.iter_mut().filter(|m| m.path.is_none()) {
                 let path = recorded.get(m.slot).filter(|p| !p.as_os_str().is_empty());
                 m.path = path.map(|p| p.display().to_string());
@@ -56,6 +58,10 @@ impl Daemon {
                 m.warning = Some(if events < left {
                     format!(
                         "left out at the start: an older copy of the slot's member (its metadata is of event {events}, the slot's member had taken {left}), missing the writes since. raidctl re-add {name} {p} copies it whole; raidctl replace {name} {p} NEW rebuilds onto another device"
+                    )
+                } else if missing.get(m.slot).copied().unwrap_or(false) {
+                    format!(
+                        "not in use: it was missing at the start and is there now. raidctl re-add {name} {p} takes it back, resyncing what was written since; raidctl replace {name} {p} NEW rebuilds onto another device"
                     )
                 } else {
                     format!(

@@ -615,6 +615,41 @@ fn sighup_reopens_the_log_and_the_daemon_lives_on() {
     );
 }
 
+/// A daemon run in the foreground with its output sent to a file of the
+/// operator's keeps logging there after SIGHUP (it used to move its log
+/// to the state folder's daemon.log, out of the operator's sight).
+#[test]
+fn sighup_leaves_a_foreground_daemons_own_log_where_it_is() {
+    let w = World::new("hup-fg");
+    let m = w.sparse_members("f", 2, 16 * MIB);
+    w.ok(&["create", "hf", "--level", "1", s(&m[0]), s(&m[1])]);
+    let out = w.dir.join("out.log");
+    let f = std::fs::File::create(&out).unwrap();
+    let mut d = std::process::Command::new(raid_e2e::raidctl_path())
+        .args(["--state-dir", s(&w.state()), "daemon"])
+        .stdout(f.try_clone().unwrap())
+        .stderr(f)
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !w.state().join("raidctl.sock").exists() {
+        assert!(t.elapsed() < Duration::from_secs(20), "no daemon socket");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    w.ok(&["start", "hf"]);
+    assert_eq!(unsafe { libc::kill(d.id() as i32, libc::SIGHUP) }, 0);
+    std::thread::sleep(Duration::from_millis(500));
+    w.ok(&["stop", "hf"]);
+    assert_eq!(unsafe { libc::kill(d.id() as i32, libc::SIGTERM) }, 0);
+    d.wait().unwrap();
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("nothing to reopen"), "{text}");
+    assert!(
+        text.contains("stopped"),
+        "the lines after SIGHUP went elsewhere: {text}"
+    );
+}
+
 fn daemon_pid(w: &World) -> i32 {
     // The daemon the CLI started for this state directory.
     let want = format!("{}", w.state().display());
@@ -670,9 +705,15 @@ fn one_array_failing_to_start_does_not_stop_the_others() {
         ),
     )
     .unwrap();
+    let notify = w.dir.join("notify.sock");
+    let ready = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    ready
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     let mut d = std::process::Command::new(raid_e2e::raidctl_path())
         .env("RAIDCTL_STATE_DIR", w.state())
         .env("RAIDCTL_LOG", "warn")
+        .env("NOTIFY_SOCKET", &notify)
         .args(["daemon", "--config", s(&conf)])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -691,6 +732,14 @@ fn one_array_failing_to_start_does_not_stop_the_others() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(state["state"], "optimal", "{state}");
+    // systemd's status line names the array left out.
+    let mut buf = vec![0u8; 4096];
+    let n = ready.recv(&mut buf).expect("READY=1 from the daemon");
+    let msg = String::from_utf8_lossy(&buf[..n]);
+    assert!(
+        msg.contains("READY=1") && msg.contains("NOT started (see the log): bad"),
+        "{msg}"
+    );
     unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
     let _ = d.wait();
 }

@@ -13,7 +13,7 @@ mod report;
 mod start_checks;
 mod work;
 
-use process::{lock_daemon, remove_own_socket, reopen_log};
+use process::{lock_daemon, logs_to_state_log, remove_own_socket, reopen_log};
 
 pub use observe::{AlertCounters, HealthConfig};
 
@@ -148,6 +148,7 @@ impl Daemon {
         }
         // SIGHUP: reopen the log (logrotate's habit), never die of it.
         let hup = Arc::new(AtomicBool::new(false));
+        let to_state_log = logs_to_state_log(&state);
         signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())
             .map_err(|e| CliError::failed(format!("signal handler: {e}")))?;
         crate::remote::set_timeout(opts.remote_timeout);
@@ -209,6 +210,7 @@ impl Daemon {
         // give up (so `start --foreground` of one array still fails).
         let asked = opts.start.len();
         let mut first_error = None;
+        let mut not_started: Vec<String> = Vec::new();
         for req in opts.start {
             let name = match &req {
                 Request::Start { name, .. } => name.clone(),
@@ -225,6 +227,7 @@ impl Daemon {
                     "raidctl: error: array '{name}' not started: {e}"
                 );
                 first_error.get_or_insert(e);
+                not_started.push(name);
                 continue;
             }
             if let Some(m) = r.message {
@@ -244,8 +247,14 @@ impl Daemon {
             let (d, cfg) = (d.clone(), opts.health.clone());
             std::thread::spawn(move || d.health_loop(cfg));
         }
+        // An array of the config that did not start is in the status
+        // line too: `systemctl status` must not read as all well.
+        let left_out = match not_started.is_empty() {
+            true => String::new(),
+            false => format!("; NOT started (see the log): {}", not_started.join(", ")),
+        };
         crate::systemd::ready(&format!(
-            "serving {} array(s); socket {}",
+            "serving {} array(s){left_out}; socket {}",
             d.arrays.lock().len(),
             sock.display()
         ));
@@ -300,7 +309,7 @@ impl Daemon {
                 }
             }
             if hup.swap(false, Ordering::AcqRel) {
-                reopen_log(&d.state);
+                reopen_log(&d.state, to_state_log);
             }
             if let Some(w) = &mut watchdog {
                 let now = d.started.elapsed().as_millis() as u64;

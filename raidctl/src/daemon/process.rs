@@ -35,21 +35,33 @@ pub(super) fn lock_daemon(st: &StateDir, wait: bool) -> Result<std::fs::File> {
     Ok(f)
 }
 
-/// After SIGHUP: if the daemon logs to its log file (started in the
-/// background by the CLI), reopens that file, so a rotated log is let go.
-/// A daemon logging to a terminal or the journal has nothing to reopen.
-pub(super) fn reopen_log(st: &StateDir) {
-    use std::os::fd::AsRawFd;
+/// Whether the daemon logs to its state folder's `daemon.log` (started
+/// in the background by the CLI, which points its output there), asked
+/// once at its start: a daemon in the foreground whose output an operator
+/// sent elsewhere (a terminal, the journal, a file of their own) keeps it
+/// there.
+pub(super) fn logs_to_state_log(st: &StateDir) -> bool {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: fstat on fd 2, which the process owns for its lifetime, into
     // a zeroed stat buffer it fills.
     let mut cur: libc::stat = unsafe { std::mem::zeroed() };
-    let is_file =
-        unsafe { libc::fstat(2, &mut cur) } == 0 && (cur.st_mode & libc::S_IFMT) == libc::S_IFREG;
-    if !is_file {
-        tracing::info!("SIGHUP: logging to a terminal or the journal; nothing to reopen");
+    let ok = unsafe { libc::fstat(2, &mut cur) } == 0;
+    ok && std::fs::metadata(st.log()).is_ok_and(|m| m.ino() == cur.st_ino && m.dev() == cur.st_dev)
+}
+
+/// After SIGHUP: if the daemon logs to its log file (`logs_to_state_log`
+/// at its start), reopens that file, so a rotated log is let go. A daemon
+/// logging anywhere else has nothing to reopen, and keeps logging there.
+pub(super) fn reopen_log(st: &StateDir, to_state_log: bool) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    if !to_state_log {
+        tracing::info!("SIGHUP: logging to a terminal, the journal or a file of the operator's, not daemon.log; nothing to reopen");
         return;
     }
+    // SAFETY: as in `logs_to_state_log`.
+    let mut cur: libc::stat = unsafe { std::mem::zeroed() };
+    unsafe { libc::fstat(2, &mut cur) };
     let same =
         std::fs::metadata(st.log()).is_ok_and(|m| m.ino() == cur.st_ino && m.dev() == cur.st_dev);
     match std::fs::OpenOptions::new()

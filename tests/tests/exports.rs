@@ -570,6 +570,10 @@ fn sigterm_waits_for_a_filesystem_on_the_loop_device() {
     assert_eq!(st["running"], true, "{st}");
     run(&mut Command::new("sync"));
     assert!(std::fs::read(mnt.join("g.bin")).unwrap() == data);
+    // Nothing new is started meanwhile.
+    let (code, _, err) = w.code(&["start", "tfs"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("stopping"), "{err}");
     // A second signal changes nothing.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     std::thread::sleep(std::time::Duration::from_millis(1500));
@@ -598,6 +602,53 @@ fn sigterm_waits_for_a_filesystem_on_the_loop_device() {
     w.ok(&["unmount", "tfs"]);
     w.ok(&["stop", "tfs"]);
     assert!(got == data, "the file written before the signal differs");
+}
+
+/// The same, with the loop device detached by someone else while the
+/// filesystem was mounted (`losetup -d`: the kernel lets it go at the
+/// unmount): the daemon does not wait for it for ever.
+#[test]
+fn sigterm_after_the_loop_device_was_detached_elsewhere_still_ends() {
+    for t in ["losetup", "mkfs.ext4", "mount", "pgrep"] {
+        need(t);
+    }
+    let w = World::new("termdet");
+    served(&w, "tfd");
+    let out = w.ok(&["mount", "tfd", "--loop"]);
+    let dev = out.lines().next().unwrap().trim().to_string();
+    let mnt = w.dir.join("fs");
+    std::fs::create_dir_all(&mnt).unwrap();
+    run(Command::new("mkfs.ext4").args(["-q", "-F", &dev]));
+    run(Command::new("mount").arg(&dev).arg(&mnt));
+    let pattern = format!("--state-dir {} daemon", w.state().display());
+    let pid = String::from_utf8(
+        Command::new("pgrep")
+            .args(["-f", "--", &pattern])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let pid: i32 = pid.split_whitespace().next().unwrap().parse().unwrap();
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    run(Command::new("losetup").args(["-d", &dev]));
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(
+        unsafe { libc::kill(pid, 0) },
+        0,
+        "exited under the filesystem"
+    );
+    run(Command::new("umount").arg(&mnt));
+    let t = std::time::Instant::now();
+    while unsafe { libc::kill(pid, 0) } == 0 && t.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_ne!(
+        unsafe { libc::kill(pid, 0) },
+        0,
+        "the daemon waits for a loop device gone"
+    );
+    assert_eq!(w.status_json("tfd")["state"], "stopped");
 }
 
 /// Many requests at once through the FUSE file and its loop device: fio's

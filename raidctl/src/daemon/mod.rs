@@ -72,7 +72,14 @@ pub struct Daemon {
     /// The name lock (`StateDir::hold_name`) of each array started, held
     /// until it stops, so that a `delete` cannot remove what it runs on.
     name_locks: Mutex<HashMap<String, std::fs::File>>,
+    /// A signal asked the daemon to stop (SIGTERM, SIGINT): no array is
+    /// started or mounted from then on.
     term: Arc<AtomicBool>,
+    /// The daemon is ending: its arrays are stopped, or it stops them now.
+    /// The monitor and the health checks run until then, so an array a
+    /// mount keeps served after a signal is looked after as before (a
+    /// member that fails gets its spare, its alert).
+    exiting: AtomicBool,
     rebuild_opts: RebuildOptions,
     alerts: Option<crate::alerts::AlertConfig>,
     alert_seq: std::sync::atomic::AtomicU64,
@@ -161,6 +168,7 @@ impl Daemon {
             starting: Default::default(),
             name_locks: Default::default(),
             term,
+            exiting: AtomicBool::new(false),
             rebuild_opts: RebuildOptions {
                 rate_limit: rate,
                 ..Default::default()
@@ -271,6 +279,9 @@ impl Daemon {
         // mount still holds, and what it last said of them.
         let mut held: Option<(Instant, Vec<(String, String)>)> = None;
         let mut signalled = false;
+        // Arrays whose stop failed for another reason than a mount: logged
+        // once, not tried every second (the last try is `shutdown`'s).
+        let mut given_up = std::collections::HashSet::new();
         loop {
             if d.term.load(Ordering::Acquire) {
                 let again = held
@@ -282,8 +293,10 @@ impl Daemon {
                         crate::systemd::stopping();
                         tracing::info!("signal received: stopping every array cleanly");
                     }
-                    let still = d.stop_all();
-                    if still.is_empty() {
+                    let still = d.stop_all(&mut given_up);
+                    // A request under way (a mount being made) is let
+                    // finish first: the next turn stops what it made.
+                    if still.is_empty() && in_flight.load(Ordering::Acquire) == 0 {
                         break;
                     }
                     // A filesystem mounted on an array's loop device (or a
@@ -292,7 +305,7 @@ impl Daemon {
                     // the filesystem left with errors). The array is
                     // served, and the control socket answers, until it is
                     // unmounted; said again when what holds it changes.
-                    if held.as_ref().is_none_or(|(_, said)| *said != still) {
+                    if !still.is_empty() && held.as_ref().is_none_or(|(_, said)| *said != still) {
                         for (n, why) in &still {
                             tracing::error!(array = %n, "not stopped, and still served: {why}; the daemon stops it and exits once that is done");
                         }
@@ -362,6 +375,7 @@ impl Daemon {
                 break;
             }
         }
+        d.exiting.store(true, Ordering::Release);
         if !signalled {
             crate::systemd::stopping();
             // Idle, no array: stop listening at once, so a client from now
@@ -395,7 +409,7 @@ impl Daemon {
     /// Stops every array: rebuilds paused at their checkpoint, exports
     /// closed, data flushed, metadata marked clean.
     fn shutdown(&self) {
-        for (n, why) in self.stop_all() {
+        for (n, why) in self.stop_all(&mut Default::default()) {
             tracing::error!(array = %n, "stop failed: {why}");
         }
     }
@@ -403,9 +417,16 @@ impl Daemon {
     /// Stops every array it can; returns those its mount keeps running (a
     /// filesystem on its loop device, a program holding its FUSE file:
     /// `stop` refuses those, and they stay served), each with why. Any
-    /// other failure to stop is logged.
-    fn stop_all(&self) -> Vec<(String, String)> {
-        let names: Vec<String> = self.arrays.lock().keys().cloned().collect();
+    /// other failure to stop is logged, and the array put in `given_up`,
+    /// which later calls pass over.
+    fn stop_all(&self, given_up: &mut std::collections::HashSet<String>) -> Vec<(String, String)> {
+        let names: Vec<String> = self
+            .arrays
+            .lock()
+            .keys()
+            .filter(|n| !given_up.contains(*n))
+            .cloned()
+            .collect();
         let mut held = Vec::new();
         for n in names {
             match self.stop(&n) {
@@ -413,7 +434,10 @@ impl Daemon {
                 Err(e) if self.served(&n).is_ok_and(|s| s.mount.lock().is_some()) => {
                     held.push((n, e.msg))
                 }
-                Err(e) => tracing::error!(array = %n, "stop failed: {e}"),
+                Err(e) => {
+                    tracing::error!(array = %n, "stop failed: {e}");
+                    given_up.insert(n);
+                }
             }
         }
         held
@@ -440,6 +464,15 @@ impl Daemon {
     }
 
     fn handle(&self, req: Request) -> Response {
+        // Stopping on a signal: nothing new to start or mount (a mount made
+        // now could outlive the daemon's last look at its arrays).
+        if self.term.load(Ordering::Acquire)
+            && matches!(req, Request::Start { .. } | Request::Mount { .. })
+        {
+            return Response::err(&CliError::refused(
+                "the daemon is stopping (it was sent SIGTERM or SIGINT): wait for it to exit, then run the command again",
+            ));
+        }
         let r = match req {
             Request::Ping => Ok(Response::ok("pong")),
             Request::Start {
@@ -578,7 +611,7 @@ impl Daemon {
     /// file that shrank is failed; a failed slot with a spare at hand gets
     /// the spare; a rebuilding slot gets a rebuild thread.
     fn monitor(self: &Arc<Self>) {
-        while !self.term.load(Ordering::Acquire) {
+        while !self.exiting.load(Ordering::Acquire) {
             self.monitor_tick
                 .store(self.started.elapsed().as_millis() as u64, Ordering::Release);
             self.process_events();

@@ -92,7 +92,7 @@ impl Daemon {
             .ok_or_else(|| CliError::refused(format!("array '{name}' is not mounted")))?;
         let dir = m.dir.clone();
         let loop_dev = m.loop_dev.clone();
-        if let Some(dev) = &loop_dev {
+        if let Some(dev) = loop_dev.as_ref().filter(|d| crate::fuse::loop_attached(d)) {
             if let Some(mp) = crate::fuse::mounted_at(dev) {
                 *s.mount.lock() = Some(m);
                 return Err(CliError::refused(format!(

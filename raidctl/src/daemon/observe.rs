@@ -288,7 +288,7 @@ impl Daemon {
     pub(super) fn health_loop(self: Arc<Self>, cfg: HealthConfig) {
         let every = Duration::from_secs_f64(cfg.every_minutes * 60.0);
         let mut next = Instant::now() + every;
-        while !self.term.load(Ordering::Acquire) {
+        while !self.exiting.load(Ordering::Acquire) {
             if Instant::now() >= next {
                 self.check_health(&cfg, false);
                 next = Instant::now() + every;

@@ -127,6 +127,20 @@ pub struct Mounted {
     made_dir: bool,
 }
 
+/// Whether loop device `dev` (`/dev/loopN`) is still attached to a file:
+/// the kernel lets one go by itself once nothing holds it after a
+/// `losetup -d` from someone else while it was mounted. Where the kernel
+/// cannot be asked, it is taken as attached (the checks that refuse then
+/// apply, as before). The file is not compared: asking our own FUSE file
+/// for its identity would wait on our own threads.
+pub fn loop_attached(dev: &str) -> bool {
+    let Some(name) = std::path::Path::new(dev).file_name() else {
+        return true;
+    };
+    let sys = std::path::Path::new("/sys/block").join(name);
+    !sys.is_dir() || sys.join("loop/backing_file").exists()
+}
+
 impl Mounted {
     /// Mounts `array` on `dir`, which the caller checked could take it
     /// (`place::check`).
@@ -248,6 +262,12 @@ impl Mounted {
                 self,
                 format!("{dir} has another mount on top of the array's: unmount that one first (umount {dir}), then unmount again"),
             )));
+        }
+        // Detached by someone else since (losetup -d while it was
+        // mounted, so the kernel let it go at the unmount): nothing to
+        // wait for or to detach.
+        if self.loop_dev.as_deref().is_some_and(|d| !loop_attached(d)) {
+            self.loop_dev = None;
         }
         if let Some(dev) = self.loop_dev.clone() {
             if let Some(mp) = mounted_at(&dev) {

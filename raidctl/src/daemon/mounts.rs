@@ -83,18 +83,23 @@ impl Daemon {
 
     /// Detaches the loop device and unmounts, without flushing (`stop`
     /// flushes as it closes the array). Returns the mount point.
+    ///
+    /// The mount's lock is held throughout, as `mount` holds it: a `stop`
+    /// or `unmount` at the same time (the daemon's own, retried each
+    /// second after a signal, and the operator's) must never find the
+    /// mount gone while it is only being looked at, and go on to close
+    /// the array under a mounted filesystem.
     pub(super) fn unmount_only(&self, name: &str) -> Result<PathBuf> {
         let s = self.served(name)?;
-        let m = s
-            .mount
-            .lock()
+        let mut slot = s.mount.lock();
+        let m = slot
             .take()
             .ok_or_else(|| CliError::refused(format!("array '{name}' is not mounted")))?;
         let dir = m.dir.clone();
         let loop_dev = m.loop_dev.clone();
         if let Some(dev) = loop_dev.as_ref().filter(|d| crate::fuse::loop_attached(d)) {
             if let Some(mp) = crate::fuse::mounted_at(dev) {
-                *s.mount.lock() = Some(m);
+                *slot = Some(m);
                 return Err(CliError::refused(format!(
                     "{dev} is mounted on {mp}: umount {mp} first"
                 )));
@@ -103,7 +108,7 @@ impl Daemon {
         if let Err(refused) = m.unmount() {
             // Still mounted: it stays recorded (stop keeps refusing).
             let (m, why) = *refused;
-            *s.mount.lock() = Some(m);
+            *slot = Some(m);
             return Err(CliError::refused(why));
         }
         Ok(dir)

@@ -78,10 +78,10 @@ impl AlignedBuf {
         let mut at = 0;
         for p in parts {
             // SAFETY: `at + p.len() <= b.len`, the allocation's size (the
-            // parts' lengths sum to it), and `b` overlaps no part (a fresh
-            // allocation, or a spare: its buffer was dropped, so nothing
-            // borrows it) (an empty part copies nothing, even to the dangling
-            // pointer of an empty buffer). Every byte is written here
+            // parts' lengths sum to it); `b` overlaps no part, being a
+            // fresh allocation or a spare (dropped, so nothing borrows
+            // it); an empty part copies nothing, even to the dangling
+            // pointer of an empty buffer. Every byte is written here
             // before the buffer is handed out, so none is read
             // uninitialised.
             unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), b.ptr.add(at), p.len()) };

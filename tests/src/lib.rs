@@ -159,6 +159,28 @@ impl World {
     /// `status NAME --format json`, parsed. Its exit status says the
     /// health (0 optimal, 1 degraded or rebuilding, 2 failed) and must agree
     /// with the state it prints.
+    /// The pid of the daemon the CLI started for this world's state
+    /// directory.
+    pub fn daemon_pid(&self) -> i32 {
+        let want = format!("{}", self.state().display());
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                continue;
+            };
+            let args: Vec<String> = cmd
+                .split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            if args.iter().any(|a| a == "daemon") && args.iter().any(|a| a == &want) {
+                return pid;
+            }
+        }
+        panic!("no daemon for {want}");
+    }
+
     pub fn status_json(&self, name: &str) -> serde_json::Value {
         let o = self.run(&["status", name, "--format", "json"]);
         let out = String::from_utf8_lossy(&o.stdout).into_owned();

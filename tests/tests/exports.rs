@@ -520,6 +520,32 @@ fn ext4_on_the_loop_device_survives_a_member_failure() {
     w.ok(&["stop", "fsx"]);
 }
 
+/// A RAID5 served as `name`, mounted with a loop device that carries a
+/// fresh ext4, mounted on the world's `fs` folder: the world, the loop
+/// device, the mount point.
+fn ext4_on_a_served_array(tag: &str, name: &str) -> (World, String, PathBuf) {
+    for t in ["losetup", "mkfs.ext4", "mount"] {
+        need(t);
+    }
+    let w = World::new(tag);
+    served(&w, name);
+    let out = w.ok(&["mount", name, "--loop"]);
+    let dev = out.lines().next().unwrap().trim().to_string();
+    let mnt = w.dir.join("fs");
+    std::fs::create_dir_all(&mnt).unwrap();
+    run(Command::new("mkfs.ext4").args(["-q", "-F", &dev]));
+    run(Command::new("mount").arg(&dev).arg(&mnt));
+    (w, dev, mnt)
+}
+
+/// Waits up to 30 s for process `pid` to be gone.
+fn wait_for_exit(pid: i32) {
+    let t = std::time::Instant::now();
+    while unsafe { libc::kill(pid, 0) } == 0 && t.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// SIGTERM (systemctl stop) while a filesystem is mounted on the array's
 /// loop device: the daemon does not take the device from under it. It
 /// stops what it can, goes on serving that array (and answering
@@ -527,37 +553,13 @@ fn ext4_on_the_loop_device_survives_a_member_failure() {
 /// exits; the filesystem's writes, synced only at its unmount, are there.
 #[test]
 fn sigterm_waits_for_a_filesystem_on_the_loop_device() {
-    for t in ["losetup", "mkfs.ext4", "mount", "pgrep"] {
-        need(t);
-    }
-    let w = World::new("termfs");
-    served(&w, "tfs");
-    let out = w.ok(&["mount", "tfs", "--loop"]);
-    let dev = out.lines().next().unwrap().trim().to_string();
-    let mnt = w.dir.join("fs");
-    std::fs::create_dir_all(&mnt).unwrap();
-    run(Command::new("mkfs.ext4").args(["-q", "-F", &dev]));
-    run(Command::new("mount").arg(&dev).arg(&mnt));
+    let (w, _dev, mnt) = ext4_on_a_served_array("termfs", "tfs");
     let data: Vec<u8> = (0..8u32 << 20)
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
         .collect();
     // Written, not synced: in the filesystem's cache when the signal comes.
     std::fs::write(mnt.join("g.bin"), &data).unwrap();
-    let pattern = format!("--state-dir {} daemon", w.state().display());
-    let pid = String::from_utf8(
-        Command::new("pgrep")
-            .args(["-f", "--", &pattern])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
-    let pid: i32 = pid
-        .split_whitespace()
-        .next()
-        .expect("the daemon runs")
-        .parse()
-        .unwrap();
+    let pid = w.daemon_pid();
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     std::thread::sleep(std::time::Duration::from_secs(3));
     // Still served: the daemon answers, the array runs, the file reads.
@@ -579,10 +581,7 @@ fn sigterm_waits_for_a_filesystem_on_the_loop_device() {
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert_eq!(unsafe { libc::kill(pid, 0) }, 0);
     run(Command::new("umount").arg(&mnt));
-    let t = std::time::Instant::now();
-    while unsafe { libc::kill(pid, 0) } == 0 && t.elapsed() < std::time::Duration::from_secs(30) {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    wait_for_exit(pid);
     assert_ne!(
         unsafe { libc::kill(pid, 0) },
         0,
@@ -609,27 +608,8 @@ fn sigterm_waits_for_a_filesystem_on_the_loop_device() {
 /// unmount): the daemon does not wait for it for ever.
 #[test]
 fn sigterm_after_the_loop_device_was_detached_elsewhere_still_ends() {
-    for t in ["losetup", "mkfs.ext4", "mount", "pgrep"] {
-        need(t);
-    }
-    let w = World::new("termdet");
-    served(&w, "tfd");
-    let out = w.ok(&["mount", "tfd", "--loop"]);
-    let dev = out.lines().next().unwrap().trim().to_string();
-    let mnt = w.dir.join("fs");
-    std::fs::create_dir_all(&mnt).unwrap();
-    run(Command::new("mkfs.ext4").args(["-q", "-F", &dev]));
-    run(Command::new("mount").arg(&dev).arg(&mnt));
-    let pattern = format!("--state-dir {} daemon", w.state().display());
-    let pid = String::from_utf8(
-        Command::new("pgrep")
-            .args(["-f", "--", &pattern])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
-    let pid: i32 = pid.split_whitespace().next().unwrap().parse().unwrap();
+    let (w, dev, mnt) = ext4_on_a_served_array("termdet", "tfd");
+    let pid = w.daemon_pid();
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     run(Command::new("losetup").args(["-d", &dev]));
     std::thread::sleep(std::time::Duration::from_secs(2));
@@ -639,10 +619,7 @@ fn sigterm_after_the_loop_device_was_detached_elsewhere_still_ends() {
         "exited under the filesystem"
     );
     run(Command::new("umount").arg(&mnt));
-    let t = std::time::Instant::now();
-    while unsafe { libc::kill(pid, 0) } == 0 && t.elapsed() < std::time::Duration::from_secs(30) {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    wait_for_exit(pid);
     assert_ne!(
         unsafe { libc::kill(pid, 0) },
         0,

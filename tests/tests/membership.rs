@@ -596,7 +596,7 @@ fn sighup_reopens_the_log_and_the_daemon_lives_on() {
     let log = w.state().join("daemon.log");
     let rotated = w.state().join("daemon.log.1");
     std::fs::rename(&log, &rotated).unwrap();
-    let pid = daemon_pid(&w);
+    let pid = w.daemon_pid();
     assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
     let t = Instant::now();
     while !log.exists() {
@@ -607,7 +607,7 @@ fn sighup_reopens_the_log_and_the_daemon_lives_on() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(w.status_json("hu")["state"], "optimal");
-    assert_eq!(daemon_pid(&w), pid, "the daemon was replaced");
+    assert_eq!(w.daemon_pid(), pid, "the daemon was replaced");
     reads_back(&sock, "hu");
     assert_eq!(
         std::fs::metadata(&log).unwrap().permissions().mode() & 0o777,
@@ -648,27 +648,6 @@ fn sighup_leaves_a_foreground_daemons_own_log_where_it_is() {
         text.contains("stopped"),
         "the lines after SIGHUP went elsewhere: {text}"
     );
-}
-
-fn daemon_pid(w: &World) -> i32 {
-    // The daemon the CLI started for this state directory.
-    let want = format!("{}", w.state().display());
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmd
-            .split(|&b| b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.iter().any(|a| a == "daemon") && args.iter().any(|a| a == &want) {
-            return pid;
-        }
-    }
-    panic!("no daemon for {want}");
 }
 
 #[test]

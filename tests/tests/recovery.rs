@@ -37,6 +37,12 @@ fn scrub_clean(w: &World, name: &str) {
     assert!(out.contains(" 0 mismatches"), "{out}");
 }
 
+/// Each file's hash: compared before and after a command that must
+/// change nothing on the members.
+fn hashes(files: &[PathBuf]) -> Vec<u64> {
+    files.iter().map(|p| raid_e2e::file_hash(p)).collect()
+}
+
 fn start_nbd(w: &World, name: &str, sock: &Path, extra: &[&str]) -> String {
     let spec = format!("unix:{}", sock.display());
     let mut args = vec!["start", name, "--nbd", &spec];
@@ -166,7 +172,7 @@ fn a_start_names_the_device_of_another_array() {
     }
     w.ok(&["stop", "theirs"]);
     w.ok(&["stop", "ours"]);
-    let before: Vec<u64> = ours.iter().map(|p| raid_e2e::file_hash(p)).collect();
+    let before = hashes(&ours);
     let (code, out, err) = w.code(&[
         "start",
         "ours",
@@ -182,7 +188,7 @@ fn a_start_names_the_device_of_another_array() {
         "{err}"
     );
     assert!(!err.contains(s(&ours[0])), "{err}");
-    let after: Vec<u64> = ours.iter().map(|p| raid_e2e::file_hash(p)).collect();
+    let after = hashes(&ours);
     assert_eq!(before, after);
     w.ok(&[
         "start",
@@ -331,7 +337,7 @@ fn runbook_the_array_was_run_in_two_halves() {
         away.ok(&["start", "data"]);
         away.ok(&["stop", "data"]);
     }
-    let before: Vec<u64> = m.iter().map(|p| raid_e2e::file_hash(p)).collect();
+    let before = hashes(&m);
     // A plain start at home is refused, naming both halves; so is a forced one.
     for extra in [&[][..], &["--force"][..]] {
         let mut args = vec!["start", "data"];
@@ -342,7 +348,7 @@ fn runbook_the_array_was_run_in_two_halves() {
         assert!(err.contains(s(&m[0])) && err.contains(s(&m[1])), "{err}");
         assert!(err.contains("--members"), "{err}");
     }
-    let after: Vec<u64> = m.iter().map(|p| raid_e2e::file_hash(p)).collect();
+    let after = hashes(&m);
     assert_eq!(before, after, "a refused start changed a member");
     // 1. examine shows the halves; 2. start from the half to keep.
     let ex = w.ok(&["examine", s(&m[0]), s(&m[1])]);
@@ -375,14 +381,14 @@ fn a_start_from_a_record_older_than_the_array_is_refused() {
     reads(&sock, "data", "write -P 0x6e 1M 64k");
     w.ok(&["stop", "data"]);
     std::fs::write(&rec, &old).unwrap();
-    let before: Vec<u64> = m.iter().map(|p| raid_e2e::file_hash(p)).collect();
+    let before = hashes(&m);
     let (code, out, err) = w.code(&["start", "data"]);
     assert_ne!(code, 0, "{out}");
     assert!(
         err.contains("older than the array") && err.contains("--scan"),
         "{err}"
     );
-    let after: Vec<u64> = m.iter().map(|p| raid_e2e::file_hash(p)).collect();
+    let after = hashes(&m);
     assert_eq!(before, after, "a refused start changed a member");
     let spec = format!("unix:{}", sock.display());
     w.ok(&["start", "data", "--nbd", &spec, "--scan", s(&w.dir)]);

@@ -60,6 +60,11 @@ fn run_apart(read: &[(MemberRef, Superblock)], truth: &Superblock) -> Vec<String
         .collect()
 }
 
+/// How `Assembly::refused` says a device was left out for metadata it
+/// could not read: such a device cannot say which slot it held, which a
+/// caller with a record of the array can (`raidctl start`'s note).
+pub const NO_USABLE_METADATA: &str = "no usable array metadata";
+
 /// `allow_missing`: whether a slot in sync in the metadata may be left
 /// without a member (the array then starts degraded).
 pub(super) fn assemble(
@@ -80,9 +85,8 @@ pub(super) fn assemble(
             // starting: it is left out (its slot counts as missing), and
             // assembly goes on if the level tolerates that.
             Err(e) => {
-                let why = format!(
-                    "no usable array metadata ({e}): left out; replace it to rebuild its slot"
-                );
+                let why =
+                    format!("{NO_USABLE_METADATA} ({e}): left out; replace it to rebuild its slot");
                 tracing::warn!(member = m.identity(), "{why}");
                 unreadable.push(format!("member {}: {e}", m.identity()));
                 refused.push((m.identity().to_string(), why));

@@ -31,7 +31,7 @@ mod sync;
 mod unjournaled;
 mod write_plan;
 
-pub use assemble::Assembly;
+pub use assemble::{Assembly, NO_USABLE_METADATA};
 pub(crate) use block_io::DirectPiece;
 pub use events::{ArrayEvent, Severity};
 pub use jobs::{CopyDone, CopyKind, CopyProgress, ScrubDone, ScrubProgress};

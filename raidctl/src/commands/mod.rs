@@ -329,26 +329,33 @@ fn absolute(p: &Path) -> PathBuf {
 /// start's members), made canonical: where it does not, creating it is no
 /// answer.
 pub(crate) fn existing_member(p: &Path, name: &str) -> Result<PathBuf> {
-    if !crate::remote::is_remote(p) && std::fs::canonicalize(p).is_err() {
-        return Err(CliError::not_found(format!(
-            "no such file or device: {} (raidctl status {name} names the devices the array had; raidctl examine DEV says what a device holds)",
-            p.display()
-        )));
-    }
-    existing(p)
+    existing_or(p, || {
+        format!("raidctl status {name} names the devices the array had; raidctl examine DEV says what a device holds")
+    })
 }
 
 /// A path that must exist, made canonical.
 fn existing(p: &Path) -> Result<PathBuf> {
+    existing_or(p, || {
+        format!(
+            "for an array on files, create it first: truncate -s 10G {}",
+            p.display()
+        )
+    })
+}
+
+/// `existing`, where a path that does not exist is said with `hint`: what
+/// to do about it.
+fn existing_or(p: &Path, hint: impl FnOnce() -> String) -> Result<PathBuf> {
     // A network member is named by its URI, checked when it is opened.
     if crate::remote::is_remote(p) {
         return Ok(p.to_path_buf());
     }
     let full = std::fs::canonicalize(p).map_err(|_| {
         CliError::not_found(format!(
-            "no such file or device: {} (for an array on files, create it first: truncate -s 10G {})",
+            "no such file or device: {} ({})",
             p.display(),
-            p.display()
+            hint()
         ))
     })?;
     if full.is_dir() {

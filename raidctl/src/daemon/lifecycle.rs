@@ -258,7 +258,7 @@ impl Daemon {
                 .as_ref()
                 .ok()
                 .and_then(|r| r.members.iter().position(|p| p == Path::new(m)))
-                .filter(|_| why.starts_with("no usable array metadata"))
+                .filter(|_| why.starts_with(raid_core::array::NO_USABLE_METADATA))
                 .map(|i| format!(" (the record has it in slot {i})"))
                 .unwrap_or_default();
             notes.push(format!("member {m} not used{slot}: {why}"));

@@ -197,7 +197,8 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
         s.record_spares(None);
         let warn = self.save_record(&s).err().unwrap_or_default();
         Ok(format!(
-            "member {m} removed from '{name}'; its metadata stays on it: raidctl add {name} {m} takes it back, and for another array erase its first MiB first (dd if=/dev/zero of={m} bs=1M count=1 conv=notrunc){warn}",
+            "member {m} removed from '{name}'; its metadata stays on it: raidctl add {name} {m} takes it back, and for another array {}{warn}",
+            erase_hint(member),
             m = member.display()
         ))
     }
@@ -277,10 +278,7 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
                 let free = if recorded {
                     format!("if '{name}' is no longer wanted, raidctl delete {name} --wipe --force frees its devices")
                 } else {
-                    format!(
-                        "if its data is not wanted, erase its first MiB (dd if=/dev/zero of={} bs=1M count=1 conv=notrunc)",
-                        path.display()
-                    )
+                    format!("if its data is not wanted, {}", erase_hint(path))
                 };
                 return Err(CliError::refused(format!(
                     "{} carries the metadata of array '{name}' (uuid {uuid}): {free}",
@@ -295,10 +293,10 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
             // success and leave it.
             Ok(other @ Content::UnreadableArray(_)) => {
                 return Err(CliError::refused(format!(
-                    "{} holds {}: if its data is not wanted, erase its first MiB (dd if=/dev/zero of={} bs=1M count=1 conv=notrunc)",
+                    "{} holds {}: if its data is not wanted, {}",
                     path.display(),
                     describe(&other),
-                    path.display()
+                    erase_hint(path)
                 )))
             }
             Ok(other) => {
@@ -534,4 +532,13 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
             new.display()
         ))
     }
+}
+
+/// How to erase a device's raidctl metadata (both copies lie in its first
+/// MiB; wipefs does not know them), keeping a member file's size.
+fn erase_hint(device: &Path) -> String {
+    format!(
+        "erase its first MiB (dd if=/dev/zero of={} bs=1M count=1 conv=notrunc)",
+        device.display()
+    )
 }

@@ -63,6 +63,54 @@ struct Served {
     scrub_mark: Mutex<()>,
 }
 
+/// The daemon's stop after SIGTERM or SIGINT: every array it can stop is
+/// stopped at once; one a mount keeps (a filesystem on its loop device, a
+/// program holding its FUSE file) is not taken from under it, since its
+/// unsynced writes would be lost with the device. It stays served, the
+/// control socket answering, and is tried again every second; the daemon
+/// ends once none is held and no request is under way.
+#[derive(Default)]
+struct SignalStop {
+    /// When the daemon last tried, and the arrays that try left held, each
+    /// with why (said again only when that changes).
+    last: Option<(Instant, Vec<(String, String)>)>,
+    /// Arrays whose stop failed for another reason than a mount: logged
+    /// once, not tried every second (the last try is `shutdown`'s).
+    given_up: std::collections::HashSet<String>,
+}
+
+impl SignalStop {
+    /// One turn of the main loop after the signal, with `under_way`
+    /// requests being served (a mount being made is let finish, and the
+    /// next turn stops what it made). True: the daemon may end.
+    fn turn(&mut self, d: &Daemon, under_way: usize) -> bool {
+        match &self.last {
+            Some((at, _)) if at.elapsed() < Duration::from_secs(1) => return false,
+            Some(_) => {}
+            None => {
+                crate::systemd::stopping();
+                tracing::info!("signal received: stopping every array cleanly");
+            }
+        }
+        let still = d.stop_all(&mut self.given_up);
+        if still.is_empty() && under_way == 0 {
+            return true;
+        }
+        if !still.is_empty() && self.last.as_ref().is_none_or(|(_, said)| *said != still) {
+            for (n, why) in &still {
+                tracing::error!(array = %n, "not stopped, and still served: {why}; the daemon stops it and exits once that is done");
+            }
+            let names: Vec<&str> = still.iter().map(|(n, _)| n.as_str()).collect();
+            crate::systemd::status(&format!(
+                "stopping: waiting for {} to be unmounted",
+                names.join(", ")
+            ));
+        }
+        self.last = Some((Instant::now(), still));
+        false
+    }
+}
+
 pub struct Daemon {
     state: StateDir,
     arrays: Mutex<HashMap<String, Arc<Served>>>,
@@ -275,50 +323,13 @@ impl Daemon {
         let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         // Since when an idle daemon has stayed up for queued alerts.
         let mut alerts_held: Option<Instant> = None;
-        // Since a signal: when the daemon last tried to stop the arrays a
-        // mount still holds, and what it last said of them.
-        let mut held: Option<(Instant, Vec<(String, String)>)> = None;
-        let mut signalled = false;
-        // Arrays whose stop failed for another reason than a mount: logged
-        // once, not tried every second (the last try is `shutdown`'s).
-        let mut given_up = std::collections::HashSet::new();
+        // Since a signal: the stop it asked for, under way.
+        let mut signalled: Option<SignalStop> = None;
         loop {
             if d.term.load(Ordering::Acquire) {
-                let again = held
-                    .as_ref()
-                    .is_none_or(|(at, _)| at.elapsed() >= Duration::from_secs(1));
-                if again {
-                    if !signalled {
-                        signalled = true;
-                        crate::systemd::stopping();
-                        tracing::info!("signal received: stopping every array cleanly");
-                    }
-                    let still = d.stop_all(&mut given_up);
-                    // A request under way (a mount being made) is let
-                    // finish first: the next turn stops what it made.
-                    if still.is_empty() && in_flight.load(Ordering::Acquire) == 0 {
-                        break;
-                    }
-                    // A filesystem mounted on an array's loop device (or a
-                    // program holding its FUSE file): exiting would take
-                    // the device from under it (its unsynced writes lost,
-                    // the filesystem left with errors). The array is
-                    // served, and the control socket answers, until it is
-                    // unmounted; said again when what holds it changes.
-                    if !still.is_empty() && held.as_ref().is_none_or(|(_, said)| *said != still) {
-                        for (n, why) in &still {
-                            tracing::error!(array = %n, "not stopped, and still served: {why}; the daemon stops it and exits once that is done");
-                        }
-                        crate::systemd::status(&format!(
-                            "stopping: waiting for {} to be unmounted",
-                            still
-                                .iter()
-                                .map(|(n, _)| n.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ));
-                    }
-                    held = Some((Instant::now(), still));
+                let stop = signalled.get_or_insert_with(SignalStop::default);
+                if stop.turn(&d, in_flight.load(Ordering::Acquire)) {
+                    break;
                 }
             }
             if hup.swap(false, Ordering::AcqRel) {
@@ -350,7 +361,7 @@ impl Daemon {
             if !d.arrays.lock().is_empty() || in_flight.load(Ordering::Acquire) > 0 {
                 idle_since = Instant::now();
                 alerts_held = None;
-            } else if signalled {
+            } else if signalled.is_some() {
                 // Stopping: the signal's turn above ends the loop.
             } else if opts.exit_when_idle && idle_since.elapsed() > Duration::from_secs(5) {
                 // Alerts still queued (the mail server down when an array
@@ -376,7 +387,7 @@ impl Daemon {
             }
         }
         d.exiting.store(true, Ordering::Release);
-        if !signalled {
+        if signalled.is_none() {
             crate::systemd::stopping();
             // Idle, no array: stop listening at once, so a client from now
             // on starts a new daemon instead of waiting on this one (which

@@ -96,17 +96,10 @@ impl Daemon {
             .take()
             .ok_or_else(|| CliError::refused(format!("array '{name}' is not mounted")))?;
         let dir = m.dir.clone();
-        let loop_dev = m.loop_dev.clone();
-        if let Some(dev) = loop_dev.as_ref().filter(|d| crate::fuse::loop_attached(d)) {
-            if let Some(mp) = crate::fuse::mounted_at(dev) {
-                *slot = Some(m);
-                return Err(CliError::refused(format!(
-                    "{dev} is mounted on {mp}: umount {mp} first"
-                )));
-            }
-        }
+        // Refused (a filesystem on its loop device, a program holding the
+        // file, another mount on top): it stays recorded, and stop keeps
+        // refusing.
         if let Err(refused) = m.unmount() {
-            // Still mounted: it stays recorded (stop keeps refusing).
             let (m, why) = *refused;
             *slot = Some(m);
             return Err(CliError::refused(why));

@@ -35,18 +35,24 @@ pub(super) fn lock_daemon(st: &StateDir, wait: bool) -> Result<std::fs::File> {
     Ok(f)
 }
 
+/// Whether the process's stderr is the file at `path` (same device and
+/// inode).
+fn stderr_is(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: fstat on fd 2, which the process owns for its lifetime, into
+    // a zeroed stat buffer it fills.
+    let mut cur: libc::stat = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::fstat(2, &mut cur) } == 0;
+    ok && std::fs::metadata(path).is_ok_and(|m| m.ino() == cur.st_ino && m.dev() == cur.st_dev)
+}
+
 /// Whether the daemon logs to its state folder's `daemon.log` (started
 /// in the background by the CLI, which points its output there), asked
 /// once at its start: a daemon in the foreground whose output an operator
 /// sent elsewhere (a terminal, the journal, a file of their own) keeps it
 /// there.
 pub(super) fn logs_to_state_log(st: &StateDir) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    // SAFETY: fstat on fd 2, which the process owns for its lifetime, into
-    // a zeroed stat buffer it fills.
-    let mut cur: libc::stat = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::fstat(2, &mut cur) } == 0;
-    ok && std::fs::metadata(st.log()).is_ok_and(|m| m.ino() == cur.st_ino && m.dev() == cur.st_dev)
+    stderr_is(&st.log())
 }
 
 /// After SIGHUP: if the daemon logs to its log file (`logs_to_state_log`
@@ -54,16 +60,11 @@ pub(super) fn logs_to_state_log(st: &StateDir) -> bool {
 /// logging anywhere else has nothing to reopen, and keeps logging there.
 pub(super) fn reopen_log(st: &StateDir, to_state_log: bool) {
     use std::os::fd::AsRawFd;
-    use std::os::unix::fs::MetadataExt;
     if !to_state_log {
         tracing::info!("SIGHUP: logging to a terminal, the journal or a file of the operator's, not daemon.log; nothing to reopen");
         return;
     }
-    // SAFETY: as in `logs_to_state_log`.
-    let mut cur: libc::stat = unsafe { std::mem::zeroed() };
-    unsafe { libc::fstat(2, &mut cur) };
-    let same =
-        std::fs::metadata(st.log()).is_ok_and(|m| m.ino() == cur.st_ino && m.dev() == cur.st_dev);
+    let same = stderr_is(&st.log());
     match std::fs::OpenOptions::new()
         .create(true)
         .append(true)

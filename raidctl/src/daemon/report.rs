@@ -55,19 +55,25 @@ impl Daemon {
                 let left = left.get(m.slot).copied().unwrap_or(0);
                 // An older copy of the member (an image put back) never
                 // failed: its metadata predates the slot's last event.
-                m.warning = Some(if events < left {
-                    format!(
-                        "left out at the start: an older copy of the slot's member (its metadata is of event {events}, the slot's member had taken {left}), missing the writes since. raidctl re-add {name} {p} copies it whole; raidctl replace {name} {p} NEW rebuilds onto another device"
+                let (why, re_add) = if events < left {
+                    (
+                        format!("left out at the start: an older copy of the slot's member (its metadata is of event {events}, the slot's member had taken {left}), missing the writes since"),
+                        "copies it whole",
                     )
                 } else if missing.get(m.slot).copied().unwrap_or(false) {
-                    format!(
-                        "not in use: it was missing at the start and is there now. raidctl re-add {name} {p} takes it back, resyncing what was written since; raidctl replace {name} {p} NEW rebuilds onto another device"
+                    (
+                        "not in use: it was missing at the start and is there now".to_string(),
+                        "takes it back, resyncing what was written since",
                     )
                 } else {
-                    format!(
-                        "left out at the start: its slot had failed before. raidctl re-add {name} {p} takes it back if it failed by mistake; raidctl replace {name} {p} NEW rebuilds onto another device"
+                    (
+                        "left out at the start: its slot had failed before".to_string(),
+                        "takes it back if it failed by mistake",
                     )
-                });
+                };
+                m.warning = Some(format!(
+                    "{why}. raidctl re-add {name} {p} {re_add}; raidctl replace {name} {p} NEW rebuilds onto another device"
+                ));
             }
             // A member whose file was deleted under the array: said where
             // the slot still holds that very device.
@@ -114,10 +120,8 @@ impl Daemon {
     }
 }
 
-/// Whether the device at `path` holds the metadata of member `member` of
-/// array `array` (UUIDs as status shows them).
-/// The metadata event of the device at `path` where it is `member` of
-/// `array`.
+/// The metadata event of the device at `path` where it holds the metadata
+/// of member `member` of array `array` (UUIDs as status shows them).
 fn member_events(path: &std::path::Path, array: &str, member: &str) -> Option<u64> {
     status::superblock_at(path)
         .ok()

@@ -364,8 +364,8 @@ fn main() {
             let read_bound = MEMBERS as f64 / (2.0 * (MEMBERS - 1) as f64);
             at_depths(false, false, "4k randread, 1 drive failed", read_bound);
             // A degraded write is journaled: its new chunks written to
-            // the journal of all 7 drives left and flushed there before
-            // they are written in place. The bound printed is the optimal
+            // the journal of one drive in sync (RAID5; two for RAID6) and
+            // flushed there before they are written in place. The bound printed is the optimal
             // write's; what matters is the ratio between two builds.
             let before = commands();
             let writes = at_depths(

@@ -11,7 +11,7 @@ use raid_core::member::{Faults, FaultyMember, Member, MemberRef, RamMember};
 use raid_core::metadata::{JOURNAL_OFFSET, MIN_DATA_OFFSET};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::array::{create, Members};
@@ -192,11 +192,15 @@ fn a_power_cut_during_grouped_journal_writes_is_recovered() {
     );
 }
 
-/// A member whose journal writes panic while `armed` (a bug, or a thread
-/// that could not be started, in the middle of a group's writes).
-struct PanicsInJournal {
-    inner: MemberRef,
+/// Journal writes that panic while `armed` (a bug, or a thread that could
+/// not be started, in the middle of a group's writes), on every member of
+/// an array: a record goes to some members only (`journal_copies`).
+#[derive(Default)]
+struct Gate {
     armed: AtomicBool,
+    /// Journal writes let through once armed, before the first panic: the
+    /// record then reached some of its members.
+    spare: AtomicUsize,
     /// What `flush_waits` says: whether the journal writes its records in
     /// groups (true) or alone under its lock (false).
     waits: bool,
@@ -204,39 +208,61 @@ struct PanicsInJournal {
     once: bool,
 }
 
+/// A member behind a `Gate`.
+struct PanicsInJournal {
+    inner: MemberRef,
+    gate: Arc<Gate>,
+}
+
 impl Member for PanicsInJournal {
     support::pass_through_to_inner!();
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        let g = &self.gate;
         let journal = (JOURNAL_OFFSET..MIN_DATA_OFFSET).contains(&offset);
-        if journal && self.armed.load(Ordering::Acquire) {
+        let let_through = || {
+            g.spare
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok()
+        };
+        if journal && g.armed.load(Ordering::Acquire) && !let_through() {
             std::thread::sleep(Duration::from_millis(5));
-            if self.once {
-                self.armed.store(false, Ordering::Release);
+            if g.once {
+                g.armed.store(false, Ordering::Release);
             }
             panic!("injected: a journal write panicked");
         }
         self.inner.write_at(buf, offset)
     }
     fn flush_waits(&self) -> bool {
-        self.waits
+        self.gate.waits
     }
 }
 
-/// A degraded RAID5 of 4 RAM members (slot 1 failed) whose slot 0 is a
-/// `PanicsInJournal` (disarmed; `once` as given), every block written
-/// once so that every bitmap region is dirty already: later writes write
-/// only journal records outside the data.
-fn gated_array(tag: &str, once: bool) -> (Arc<Array>, Arc<PanicsInJournal>) {
+/// The members of `m`, each behind `gate`.
+fn gated(m: &Members, gate: &Arc<Gate>) -> Vec<MemberRef> {
+    m.refs()
+        .into_iter()
+        .map(|inner| {
+            Arc::new(PanicsInJournal {
+                inner,
+                gate: gate.clone(),
+            }) as MemberRef
+        })
+        .collect()
+}
+
+/// A degraded RAID5 of 4 RAM members (slot 1 failed) behind one `Gate`
+/// (disarmed; `once` as given), every block written once so that every
+/// bitmap region is dirty already: later writes write only journal
+/// records outside the data.
+fn gated_array(tag: &str, once: bool) -> (Arc<Array>, Arc<Gate>) {
     let m = Members::ram(4, ROWS * CHUNK, &format!("{tag}-"));
-    let gate = Arc::new(PanicsInJournal {
-        inner: m.faulty[0].clone(),
-        armed: AtomicBool::new(false),
+    let gate = Arc::new(Gate {
         waits: true,
         once,
+        ..Default::default()
     });
-    let mut refs = m.refs();
-    refs[0] = gate.clone();
-    let a = support::array::create_shared(Level::Raid5, refs, tag, CHUNK);
+    let a = support::array::create_shared(Level::Raid5, gated(&m, &gate), tag, CHUNK);
     a.fail_slot(1, "test");
     a.write(0, &vec![0u8; a.capacity() as usize]).unwrap();
     (a, gate)
@@ -335,18 +361,14 @@ fn records_queued_behind_a_given_up_group_are_given_up_too() {
 fn a_record_whose_commit_panicked_is_never_replayed() {
     for waits in [false, true] {
         let tag = format!("jpanicrec{waits}-");
-        let m = Members::ram(4, ROWS * CHUNK, &tag);
-        // The last slot: the members before it hold the record already
-        // when its write panics.
-        let gate = Arc::new(PanicsInJournal {
-            inner: m.faulty[3].clone(),
-            armed: AtomicBool::new(false),
+        // A RAID6 missing a member keeps each record on two members: the
+        // first holds it already when the second's write panics.
+        let m = Members::ram(5, ROWS * CHUNK, &tag);
+        let gate = Arc::new(Gate {
             waits,
-            once: false,
+            ..Default::default()
         });
-        let mut refs = m.refs();
-        refs[3] = gate.clone();
-        let a = support::array::create_shared(Level::Raid5, refs, &tag, CHUNK);
+        let a = support::array::create_shared(Level::Raid6, gated(&m, &gate), &tag, CHUNK);
         let cap = a.capacity() as usize;
         let initial: Vec<u8> = (0..cap).map(|i| (i * 31 % 251) as u8).collect();
         a.write(0, &initial).unwrap();
@@ -362,6 +384,7 @@ fn a_record_whose_commit_panicked_is_never_replayed() {
         let lost = map.members.iter().position(|&x| x == 1).unwrap();
         let others: Vec<usize> = (0..nd).filter(|&i| i != lost).collect();
         a.fail_slot(1, "test");
+        gate.spare.store(1, Ordering::Release);
         gate.armed.store(true, Ordering::Release);
         let w = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             a.write(at(others[0]), &[0xAA; BLOCK])
@@ -369,6 +392,11 @@ fn a_record_whose_commit_panicked_is_never_replayed() {
         assert!(
             !matches!(w, Ok(Ok(()))),
             "{tag}: acknowledged without its record"
+        );
+        assert_eq!(
+            gate.spare.load(Ordering::Acquire),
+            0,
+            "{tag}: the record reached no member before the panic: the test proves nothing"
         );
         gate.armed.store(false, Ordering::Release);
         a.write(at(others[1]), &[0xBB; BLOCK]).unwrap();

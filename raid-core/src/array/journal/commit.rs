@@ -280,7 +280,7 @@ impl Array {
             // arriving meanwhile wait on the lock itself), and no group
             // is in flight to keep ahead of it.
             return std::panic::catch_unwind(AssertUnwindSafe(|| {
-                let ok = self.write_journal_block(&block, at).is_ok();
+                let ok = self.write_records(&[(at, &block[..])]);
                 self.activity.journal_commits.add(ok as u64);
                 ok
             }));
@@ -369,10 +369,10 @@ impl Array {
             .all(|i| self.slots[i].state() == SlotState::Failed || !handles[i].flush_waits())
     }
 
-    /// Writes a group's records to every member not failed, then flushes
-    /// them (`write_everywhere`), counted as one commit if the array is
-    /// within its redundancy after. Records that lie one after another in
-    /// the ring go as one write per member (`runs`).
+    /// Writes a group's records to the members that keep them
+    /// (`write_records`), counted as one commit if the array is within its
+    /// redundancy after. Records that lie one after another in the ring go
+    /// as one write per member (`runs`).
     fn write_group(&self, records: &[(u64, AlignedBuf)]) -> bool {
         let spans = runs(records, MAX_RUN);
         let joined: Vec<Option<AlignedBuf>> = spans
@@ -387,18 +387,72 @@ impl Array {
                 (*at, j.as_deref().unwrap_or(&first[..]))
             })
             .collect();
-        let ok = self.write_everywhere(&blocks);
+        let ok = self.write_records(&blocks);
         self.activity.journal_commits.add(ok as u64);
         ok
     }
 
+    /// Writes records (`blocks`: ring offset, bytes) to the members that
+    /// keep copies of them (`journal_copies`, the next turn), then flushes
+    /// those. Returns whether the array is within its redundancy after.
+    pub(super) fn write_records(&self, blocks: &[(u64, &[u8])]) -> bool {
+        let turn = self
+            .journal
+            .as_ref()
+            .map_or(0, |j| j.turns.fetch_add(1, Ordering::Relaxed));
+        self.write_to(&self.journal_copies(turn), blocks)
+    }
+
+    /// The members a record goes to. A record is needed only while the
+    /// array is degraded, and only as long as some member in sync holds
+    /// it: so it goes to as many members in sync as the array can still
+    /// lose, plus one (a RAID5 missing a member: one; a RAID6 missing one:
+    /// two), taking turns by `turn` so that no one member takes every
+    /// record. Each member that fails later takes a copy and the array's
+    /// margin down by one together, so a member in sync keeps a copy for
+    /// as long as the array lives. Members present but not in sync (being
+    /// rebuilt, re-added) get every record besides: once in sync they add
+    /// to the margin, so they must hold every record the others do.
+    /// Replay finds each record on whichever member holds it
+    /// (`journal_recover`).
+    fn journal_copies(&self, turn: u64) -> Vec<usize> {
+        let in_sync: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].state() == SlotState::Active)
+            .collect();
+        let missing = self.slots.len() - in_sync.len();
+        let margin = self.geo.level.parity_chunks().saturating_sub(missing);
+        let copies = (margin + 1).min(in_sync.len());
+        let first = match in_sync.len() {
+            0 => 0,
+            n => (turn % n as u64) as usize,
+        };
+        let mut to: Vec<usize> = (0..copies)
+            .map(|k| in_sync[(first + k) % in_sync.len()])
+            .chain(
+                self.present_slots()
+                    .into_iter()
+                    .filter(|i| !in_sync.contains(i)),
+            )
+            .collect();
+        to.sort_unstable();
+        to
+    }
+
     /// Writes `blocks` (member offset, bytes) to every member not failed in
-    /// one submission, then flushes them together (`flush_each`); a member
-    /// that fails either is failed. Returns whether the array is within
-    /// its redundancy after.
+    /// one submission, then flushes them together; a member that fails
+    /// either is failed. Returns whether the array is within its
+    /// redundancy after.
     pub(super) fn write_everywhere(&self, blocks: &[(u64, &[u8])]) -> bool {
+        self.write_to(&self.present_slots(), blocks)
+    }
+
+    /// Writes `blocks` to the members of slots `to` in one submission,
+    /// then flushes them together (`flush_each`); a member that fails
+    /// either is failed. Returns whether the array is within its
+    /// redundancy after.
+    fn write_to(&self, to: &[usize], blocks: &[(u64, &[u8])]) -> bool {
         let handles = self.member_handles();
-        let present = self.present_slots();
+        let present = to.to_vec();
         let mut ios: Vec<MemberIo> = present
             .iter()
             .flat_map(|&m| {

@@ -127,15 +127,16 @@ pub(super) fn legacy_records_owed(area: &[u8]) -> Option<usize> {
     (owed > 0).then_some(owed)
 }
 
-/// The highest sequence of any record of this array in `ring` (the area
-/// after the header), at any block boundary, chained or not; 0 if none.
-pub(super) fn highest_record(ring: &[u8], uuid: &Uuid) -> u64 {
+/// Every whole record of this array in `ring` (the area after the
+/// header) at any block boundary, chained or not: its sequence, where it
+/// starts in `ring`, its length.
+pub(super) fn sealed_records<'r>(
+    ring: &'r [u8],
+    uuid: &'r Uuid,
+) -> impl Iterator<Item = (u64, usize, usize)> + 'r {
     (0..ring.len())
         .step_by(512)
-        .filter_map(|at| sealed_record(&ring[at..], uuid))
-        .map(|(seq, _)| seq)
-        .max()
-        .unwrap_or(0)
+        .filter_map(move |at| sealed_record(&ring[at..], uuid).map(|(seq, len)| (seq, at, len)))
 }
 
 /// Whether `b` starts with a whole record of this array (magic, UUID,

@@ -6,8 +6,11 @@
 //! missing that is impossible: its chunk exists only as parity, and a stripe
 //! whose data and parity were half updated would reconstruct it wrong. So a
 //! degraded stripe write first writes its new chunks, as a checksummed
-//! record, to the journal area of every present member and flushes them;
-//! only then does it write them in place. After a crash the next start
+//! record, to the journal area of members and flushes them; only then does
+//! it write them in place. A record goes to as many members in sync as the
+//! array can still lose, plus one, and to every member being brought in
+//! sync (`journal_copies`): a RAID5 missing a member writes it once, where
+//! a copy on every member cost a member write and a flush each. After a crash the next start
 //! replays every record not yet known to be in place, in sequence order,
 //! which completes the torn writes.
 //!
@@ -16,7 +19,8 @@
 //! place, where the record after it lies, the array's UUID, CRC-32C), then
 //! records, each a 4 KiB header (magic, sequence, stripe, column range,
 //! the chunk indices and slots it carries, the array's UUID, CRC-32C of
-//! header and payload) followed by the chunks' columns. The area is a
+//! header and payload) followed by the chunks' columns. A record lies at
+//! the same place on every member that holds it. The area is a
 //! ring reclaimed in place (`ring.rs`): a checkpoint moves the header past
 //! the records at its front already in place, once every member is
 //! flushed, while later records stay and writers go on. `flush` settles
@@ -33,7 +37,8 @@
 //! before the last wrap, client data among them): its checksum; its
 //! array's UUID (a member reused by a new array keeps the old array's
 //! records); its place in the chain (the first after the header carries the
-//! header's sequence + 1, each next one the sequence after it); and its
+//! header's sequence + 1, each next one the sequence after it, where the
+//! one before ended, on whichever member in sync holds it); and its
 //! fields against the geometry (a stripe that exists, columns inside a
 //! chunk, each chunk index once, each slot the one the layout puts it on).
 
@@ -46,7 +51,7 @@ mod format;
 mod ring;
 
 use format::{
-    decode_head, decode_record, encode_head, highest_record, legacy_records_owed, Record, Unsealed,
+    decode_head, decode_record, encode_head, legacy_records_owed, sealed_records, Record, Unsealed,
     BLOCK, MAX_ENTRIES, RECORDS,
 };
 
@@ -84,6 +89,9 @@ pub(super) struct Journal {
     /// The thread that leads groups of records whose writers do not wait
     /// (`commit.rs`).
     committer: Arc<commit::Committer>,
+    /// Counts the records' writes: whose turn it is to keep a copy
+    /// (`journal_copies`).
+    turns: std::sync::atomic::AtomicU64,
 }
 
 struct JState {
@@ -169,13 +177,15 @@ impl Journal {
             changed: parking_lot::Condvar::new(),
             any_unsettled: AtomicBool::new(false),
             committer: Default::default(),
+            turns: Default::default(),
         }
     }
 }
 
 impl Array {
     /// Writes `chunks` (stripe index, new columns [lo, hi)) of degraded
-    /// stripe `s` to the journal of every present member, durably. The
+    /// stripe `s` to the journal, durably (on the members `journal_copies`
+    /// picks). The
     /// caller writes them in place afterwards, under the stripe lock, and
     /// then calls `journal_write_done` (on success only).
     ///
@@ -500,7 +510,14 @@ impl Array {
         let handles = self.member_handles();
         let mut tail = 0u64;
         let mut seen = 0u64;
-        let mut records: Vec<Record> = Vec::new();
+        // The newest header (its sequence, the place after it), and every
+        // whole record of this array in a member in sync's ring, by
+        // sequence: where it lies (slot, place, length). A record is on
+        // some members only (`journal_copies`), so the chain is followed
+        // across them.
+        let mut head: Option<(u64, u64)> = None;
+        let mut places: std::collections::HashMap<u64, Vec<(usize, u64, usize)>> =
+            Default::default();
         let mut area = AlignedBuf::new((j.area_end - JOURNAL_OFFSET) as usize);
         for (i, m) in handles.iter().enumerate() {
             if self.slots[i].state() == SlotState::Failed
@@ -513,7 +530,9 @@ impl Array {
             // the members in any order, so a crash can leave one durable
             // past a gap (and a member out of sync may hold one), and a
             // sequence number reused after this start would chain on to it.
-            seen = seen.max(highest_record(&area[BLOCK as usize..], &self.uuid));
+            let found: Vec<(u64, usize, usize)> =
+                sealed_records(&area[BLOCK as usize..], &self.uuid).collect();
+            seen = seen.max(found.iter().map(|&(seq, ..)| seq).max().unwrap_or(0));
             // Replayed from members in sync only: one that joined
             // (rebuilding, re-added) got every record written since from
             // the others too, and what its own ring holds from before may
@@ -528,35 +547,64 @@ impl Array {
                     m.identity()
                 )));
             }
-            let head = decode_head(&area[..BLOCK as usize], &self.uuid, j.area_end);
-            if let Some((t, _)) = head {
-                tail = tail.max(t);
+            if let Some(h) = decode_head(&area[..BLOCK as usize], &self.uuid, j.area_end) {
+                tail = tail.max(h.0);
+                head = head.max(Some(h));
             }
-            // The chain on this member: from its header's sequence and
-            // place on, one after another, each where the last one ended
-            // or (where it did not fit before the area's end) at the
-            // area's start; the first break ends it.
-            let (after, mut at) = head.unwrap_or((0, RECORDS));
-            let mut want = after + 1;
-            let found_at = |p: u64, want: u64| {
-                let (rec, len) = decode_record(&area[(p - JOURNAL_OFFSET) as usize..], &self.uuid)?;
-                (rec.seq == want).then_some((rec, p + len as u64))
-            };
-            while let Some((rec, end)) = found_at(at, want).or_else(|| found_at(RECORDS, want)) {
-                if !self.record_fits(&rec) {
-                    tracing::warn!(array = %self.name, slot = i, seq = rec.seq, stripe = rec.stripe,
-                        "a journal record does not fit this array's layout; it and those after it are not replayed");
-                    break;
-                }
-                if !records.iter().any(|r| r.seq == rec.seq) {
-                    records.push(rec);
-                }
-                want += 1;
-                at = end;
+            for (seq, at, len) in found {
+                places
+                    .entry(seq)
+                    .or_default()
+                    .push((i, RECORDS + at as u64, len));
             }
         }
-        records.retain(|r| r.seq > tail);
+        // The chain: from the newest header's sequence and place on, one
+        // after another, each where the last one ended or (where it did
+        // not fit before the area's end) at the area's start, on whichever
+        // member holds it; the first break ends it.
+        let (after, mut at) = head.unwrap_or((0, RECORDS));
+        let mut chain: Vec<(usize, u64, usize)> = Vec::new();
+        for want in after + 1.. {
+            let found = places.get(&want).and_then(|p| {
+                let on = |place: u64| p.iter().find(|&&(_, a, _)| a == place).copied();
+                on(at).or_else(|| on(RECORDS))
+            });
+            let Some(place) = found else { break };
+            at = place.1 + place.2 as u64;
+            chain.push(place);
+        }
+        // Their contents, each member's area read once more.
+        let mut records: Vec<Record> = Vec::new();
+        for (i, m) in handles.iter().enumerate() {
+            if !chain.iter().any(|&(slot, ..)| slot == i)
+                || m.read_at(&mut area, JOURNAL_OFFSET).is_err()
+            {
+                continue;
+            }
+            for &(_, place, _) in chain.iter().filter(|&&(slot, ..)| slot == i) {
+                if let Some((rec, _)) =
+                    decode_record(&area[(place - JOURNAL_OFFSET) as usize..], &self.uuid)
+                {
+                    records.push(rec);
+                }
+            }
+        }
         records.sort_by_key(|r| r.seq);
+        // Up to the first that could not be read again, or does not fit
+        // the layout.
+        let mut kept = 0;
+        for (r, want) in records.iter().zip(after + 1..) {
+            if r.seq != want {
+                break;
+            }
+            if !self.record_fits(r) {
+                tracing::warn!(array = %self.name, seq = r.seq, stripe = r.stripe,
+                    "a journal record does not fit this array's layout; it and those after it are not replayed");
+                break;
+            }
+            kept += 1;
+        }
+        records.truncate(kept);
         for r in &records {
             for (_, slot, data) in &r.entries {
                 if *slot < handles.len() && self.readable(*slot, r.stripe) {

@@ -357,3 +357,105 @@ fn ring_reclaimed_and_replayed_across_its_wrap(data_offset: Option<u64>) {
         assert!(got.iter().all(|&b| b == want), "stripe {s}");
     }
 }
+
+/// The sequences of the records each member's ring holds.
+fn rings(m: &[MemberRef], uuid: &Uuid, end: u64) -> Vec<Vec<u64>> {
+    m.iter()
+        .map(|m| {
+            let mut area = AlignedBuf::new((end - JOURNAL_OFFSET) as usize);
+            m.read_at(&mut area, JOURNAL_OFFSET).unwrap();
+            sealed_records(&area[BLOCK as usize..], uuid)
+                .map(|(seq, ..)| seq)
+                .collect()
+        })
+        .collect()
+}
+
+/// A record goes to as many members in sync as the array can still lose,
+/// plus one, taking turns, and to every member being brought in sync:
+/// the members in sync of a RAID5 missing one take one record each in
+/// turn; a member re-added (rebuilding) takes every record; with every
+/// member in sync (a stripe still unsettled), two copies.
+#[test]
+fn a_record_goes_to_as_many_members_in_sync_as_the_array_can_lose_plus_one() {
+    let (a, m) = array("jcopies");
+    let end = a.data_offset;
+    let journal = |stripes: std::ops::Range<u64>| {
+        for s in stripes {
+            let seq = a.journal_stripe(s, 0, &[(0, &[0x11u8; 4096][..])]).unwrap();
+            a.journal_write_done(seq);
+        }
+    };
+    a.fail_slot(3, "test");
+    journal(0..3);
+    let held = rings(&m, &a.uuid, end);
+    assert!(held[3].is_empty(), "the failed member was written");
+    for (slot, seqs) in held.iter().enumerate().take(3) {
+        assert_eq!(seqs.len(), 1, "slot {slot} holds {seqs:?}");
+    }
+    a.flush().unwrap();
+    a.re_add(m[3].clone()).unwrap();
+    // How many records past `last` each member holds.
+    let since = |last: u64| -> Vec<usize> {
+        rings(&m, &a.uuid, end)
+            .iter()
+            .map(|seqs| seqs.iter().filter(|&&q| q > last).count())
+            .collect()
+    };
+    let last = a.journal.as_ref().unwrap().state.lock().next_seq - 1;
+    journal(3..6);
+    let new = since(last);
+    assert_eq!(
+        new[3], 3,
+        "the member being brought in sync missed records: {new:?}"
+    );
+    assert_eq!(new[..3], [1, 1, 1], "the members in sync took no turns");
+    // In sync again (its rows all written since it left), with records
+    // of stripes still unsettled: two copies of each.
+    a.rebuild_all(
+        &Default::default(),
+        &std::sync::atomic::AtomicBool::new(false),
+    )
+    .unwrap();
+    let last = a.journal.as_ref().unwrap().state.lock().next_seq - 1;
+    journal(6..9);
+    assert_eq!(since(last).iter().sum::<usize>(), 6);
+}
+
+/// Replay follows the chain from member to member: each record where the
+/// one before ended, on whichever member in sync holds it; a record out
+/// of its place breaks the chain there.
+#[test]
+fn replay_follows_the_chain_across_members() {
+    let (a, m) = array("jspread");
+    let tail = a.journal.as_ref().unwrap().state.lock().tail_seq;
+    let recs: Vec<AlignedBuf> = (0..3u64)
+        .map(|k| encode_record(&block_record(&a, tail + 1 + k, k, 0xC0 + k as u8), &a.uuid))
+        .collect();
+    // Each record on one member only, one after another in the ring.
+    let place = |recs: &[AlignedBuf], last_off: u64| {
+        let mut at = RECORDS;
+        for (k, r) in recs.iter().enumerate() {
+            let off = if k == recs.len() - 1 { last_off } else { 0 };
+            m[k].write_at(r, at + off).unwrap();
+            at += r.len() as u64;
+        }
+    };
+    let read = |s: u64| {
+        let mut got = vec![0u8; 4096];
+        a.read(s * a.geo.stripe_data_bytes(), &mut got).unwrap();
+        got[0]
+    };
+    place(&recs, 0);
+    assert_eq!(a.journal_recover().unwrap(), 3);
+    assert_eq!((read(0), read(1), read(2)), (0xC0, 0xC1, 0xC2));
+    // The same three, written again past the new header's sequence, the
+    // last one block out of its place.
+    let tail = a.journal.as_ref().unwrap().state.lock().tail_seq;
+    let recs_again: Vec<AlignedBuf> = (0..3u64)
+        .map(|k| encode_record(&block_record(&a, tail + 1 + k, k, 0xD0 + k as u8), &a.uuid))
+        .collect();
+    place(&recs_again, BLOCK);
+    assert_eq!(a.journal_recover().unwrap(), 2);
+    assert_eq!((read(0), read(1), read(2)), (0xD0, 0xD1, 0xC2));
+}

@@ -399,6 +399,25 @@ fn a_member_that_turns_up_after_the_start_is_not_called_failed_before() {
     reads_back(&sock, "lm");
 }
 
+/// A failed member taken out with `remove` is said to be that, not to
+/// have been left out at a start that never happened.
+#[test]
+fn a_removed_member_is_not_called_left_out_at_the_start() {
+    let w = World::new("removed-member");
+    let (m, _sock) = running(&w, "rm", "5", 4);
+    w.ok(&["fail", "rm", s(&m[2])]);
+    w.ok(&["remove", "rm", s(&m[2])]);
+    let st = w.status_json("rm");
+    let warning = st["members"][2]["warning"].as_str().unwrap_or_default();
+    assert!(
+        warning.contains("removed") && !warning.contains("at the start"),
+        "{st}"
+    );
+    w.ok(&["re-add", "rm", s(&m[2])]);
+    w.ok(&["wait", "rm"]);
+    assert_eq!(member_states(&w, "rm"), ["active"; 4]);
+}
+
 /// Each event in the log carries the array's state as the event was
 /// recorded, not as the daemon found it on its next turn (a short rebuild
 /// is over by then, and its start read "optimal").

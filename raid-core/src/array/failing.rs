@@ -22,6 +22,7 @@ impl Array {
         s.left_events
             .store(s.member_events.load(Ordering::Acquire), Ordering::Release);
         s.missing_at_start.store(false, Ordering::Release);
+        s.removed.store(false, Ordering::Release);
         s.set_state(SlotState::Failed);
         s.incarnation.fetch_add(1, Ordering::AcqRel);
         self.epoch.fetch_add(1, Ordering::AcqRel);

@@ -190,6 +190,9 @@ struct Slot {
     /// Failed because no device filled it at the start (it served in the
     /// metadata), not before: until it gets a device or fails again.
     missing_at_start: AtomicBool,
+    /// Its failed device was taken out (`remove_member`) while the array
+    /// ran: until it gets a device or fails again.
+    removed: AtomicBool,
 }
 
 impl Slot {
@@ -207,6 +210,7 @@ impl Slot {
             member_events: AtomicU64::new(0),
             left_events: AtomicU64::new(0),
             missing_at_start: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
         };
         s.set_state(state);
         s
@@ -333,6 +337,9 @@ pub struct SlotStatus {
     /// A failed slot whose device was missing at the start (it served in
     /// the metadata until then), not one that had failed before.
     pub missing_at_start: bool,
+    /// A failed slot whose device was taken out (`remove_member`) since
+    /// the start.
+    pub removed: bool,
 }
 
 /// One assembled, running array.
@@ -495,6 +502,7 @@ impl Array {
                 },
                 missing_at_start: s.state() == SlotState::Failed
                     && s.missing_at_start.load(Ordering::Acquire),
+                removed: s.state() == SlotState::Failed && s.removed.load(Ordering::Acquire),
             })
             .collect()
     }

@@ -40,6 +40,7 @@ impl Daemon {
             let slots = s.array.slots();
             let left: Vec<u64> = slots.iter().map(|x| x.left_events).collect();
             let missing: Vec<bool> = slots.iter().map(|x| x.missing_at_start).collect();
+            let removed: Vec<bool> = slots.iter().map(|x| x.removed).collect();
             for m in st.members.iter_mut().filter(|m| m.path.is_none()) {
                 let path = recorded.get(m.slot).filter(|p| !p.as_os_str().is_empty());
                 m.path = path.map(|p| p.display().to_string());
@@ -59,6 +60,12 @@ impl Daemon {
                     (
                         format!("left out at the start: an older copy of the slot's member (its metadata is of event {events}, the slot's member had taken {left}), missing the writes since"),
                         "copies it whole",
+                    )
+                } else if removed.get(m.slot).copied().unwrap_or(false) {
+                    (
+                        "removed (raidctl remove): it failed, and still holds the array's metadata"
+                            .to_string(),
+                        "takes it back if it failed by mistake",
                     )
                 } else if missing.get(m.slot).copied().unwrap_or(false) {
                     (

@@ -149,6 +149,32 @@ fn rates_hold_across_a_restart() {
     w.ok(&["stop", "rt"]);
 }
 
+/// Two stops at the same instant: one stops the array, the other is told
+/// it is not running, as it would be a moment later (both used to say
+/// they had stopped it).
+#[test]
+fn of_two_stops_at_once_one_stops_the_array() {
+    let w = World::new("two-stops");
+    let m = w.sparse_members("ts", 3, 32 * MIB);
+    w.ok(&["create", "ts", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    for round in 0..3 {
+        w.ok(&["start", "ts"]);
+        let outs: Vec<(i32, String, String)> = std::thread::scope(|sc| {
+            let stops: Vec<_> = (0..2)
+                .map(|_| sc.spawn(|| w.code(&["stop", "ts"])))
+                .collect();
+            stops.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(
+            outs.iter().filter(|o| o.0 == 0).count(),
+            1,
+            "round {round}: {outs:?}"
+        );
+        let other = outs.iter().find(|o| o.0 != 0).unwrap();
+        assert!(other.2.contains("not running"), "round {round}: {other:?}");
+    }
+}
+
 /// A hot replace cut short says so: by `stop` (which stops its copy), and
 /// at the start after a daemon killed while it copied (nothing of it is on
 /// disk, the old member stays; the event log used to end at "started").

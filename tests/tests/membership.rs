@@ -399,6 +399,58 @@ fn a_member_that_turns_up_after_the_start_is_not_called_failed_before() {
     reads_back(&sock, "lm");
 }
 
+/// `fail` says which spare took the slot, having given it: two failures
+/// one after the other on a RAID6 with two spares name each its own spare
+/// (the second used to name the first's, which the monitor had not yet
+/// moved), and status shows the same.
+#[test]
+fn fail_names_the_spare_that_took_the_slot() {
+    let w = World::new("fail-spare");
+    let (m, sock) = running(&w, "fs", "6", 5);
+    let spares: Vec<PathBuf> = (1..=2)
+        .map(|i| w.sparse(&format!("fs-spare{i}.img"), 16 * MIB))
+        .collect();
+    for sp in &spares {
+        w.ok(&["add", "fs", s(sp)]);
+    }
+    for (slot, sp) in spares.iter().enumerate() {
+        let out = w.ok(&["fail", "fs", s(&m[slot])]);
+        let took = format!("spare {} took slot {slot}", s(sp));
+        assert!(out.contains(&took), "{out}");
+    }
+    let st = w.status_json("fs");
+    for (slot, sp) in spares.iter().enumerate() {
+        assert_eq!(st["members"][slot]["path"], s(sp), "{st}");
+    }
+    w.ok(&["wait", "fs"]);
+    reads_back(&sock, "fs");
+}
+
+/// Two commands adding one device at the same instant: one wins, and the
+/// other is told which array holds it (it read "a running array (or
+/// another program) holds it", the winner having the device open before
+/// it was the array's spare).
+#[test]
+fn two_adds_of_one_device_at_once_name_the_array_that_took_it() {
+    let w = World::new("add-race");
+    let _ = running(&w, "ar", "5", 3);
+    for round in 0..5 {
+        let dev = w.sparse(&format!("ar-x{round}.img"), 16 * MIB);
+        let outs: Vec<(i32, String, String)> = std::thread::scope(|sc| {
+            let adds: Vec<_> = (0..2)
+                .map(|_| sc.spawn(|| w.code(&["add", "ar", s(&dev)])))
+                .collect();
+            adds.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(outs.iter().filter(|o| o.0 == 0).count(), 1, "{outs:?}");
+        let lost = outs.iter().find(|o| o.0 != 0).unwrap();
+        assert!(
+            lost.2.contains("array 'ar'") && !lost.2.contains("another program"),
+            "round {round}: {lost:?}"
+        );
+    }
+}
+
 /// A failed member taken out with `remove` is said to be that, not to
 /// have been left out at a start that never happened.
 #[test]

@@ -394,6 +394,7 @@ impl Daemon {
             deleted_warned: Default::default(),
             record_unsaved: Mutex::new(lag),
             scrub_mark: Mutex::new(()),
+            stopping: Mutex::new(()),
         });
         self.arrays.lock().insert(name.to_string(), served.clone());
         starting.started();
@@ -467,6 +468,19 @@ impl Daemon {
 
     pub(super) fn stop(&self, name: &str) -> Result<String> {
         let served = self.served(name)?;
+        let _one = served.stopping.lock();
+        let still = self
+            .arrays
+            .lock()
+            .get(name)
+            .is_some_and(|s| Arc::ptr_eq(s, &served));
+        if !still {
+            return Err(self.served(name).err().unwrap_or_else(|| {
+                CliError::refused(format!(
+                    "array '{name}' was stopped by another command meanwhile, and started again since"
+                ))
+            }));
+        }
         let mut stopped_work = String::new();
         if served.mount.lock().is_some() {
             // Not flushed here: closing the array flushes, and a failed

@@ -104,22 +104,34 @@ impl Daemon {
             Some(new) => msg.push_str(&format!(
                 "\nthe hot replace of slot {slot} onto {new} becomes a rebuild: {new} takes the slot as soon as the copy sees the failure (its current batch, or its pause, ends) and is rebuilt from the other members (raidctl wait {name})"
             )),
-            // A spare at hand takes the slot at the monitor's next look: a
-            // re-add of this member is then refused, so say what remains.
-            None if now != raid_core::array::ArrayState::Failed => {
-                if let Some(spare) = s.array.spares().first() {
-                    // The monitor starts no rebuild while a copy runs.
-                    let when = match s.array.hot_replace_progress() {
-                        Some((hot, ..)) => format!("once the hot replace of slot {hot} ends"),
-                        None => "within a second".to_string(),
+            // A spare at hand takes the slot now, as the monitor would at
+            // its next look (another command may take it first: say what
+            // happened): a re-add of this member is then refused, so say
+            // what remains.
+            None if now != raid_core::array::ArrayState::Failed => match self.take_spare(&s) {
+                Some((took, spare)) if took == slot => msg.push_str(&format!(
+                    "\nspare {spare} took slot {slot} and is being rebuilt (raidctl wait {name}); {m} can come back only as a spare now (raidctl add {name} {m})",
+                    m = member.display()
+                )),
+                Some((took, spare)) => msg.push_str(&format!(
+                    "\nspare {spare} took slot {took}, failed before this one, and is being rebuilt"
+                )),
+                None => {
+                    // The monitor starts no rebuild while another runs.
+                    let busy = match s.array.copy_progress() {
+                        Some(c) if c.kind != raid_core::array::CopyKind::Rebuild => {
+                            Some(("hot replace", c.slot))
+                        }
+                        Some(c) => Some(("rebuild", c.slot)),
+                        None => s.array.rebuilding_slots().first().map(|&k| ("rebuild", k)),
                     };
-                    msg.push_str(&format!(
-                        "
-spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back only as a spare (raidctl add {name} {m})",
-                        m = member.display()
-                    ));
+                    if let (Some(spare), Some((what, k))) = (s.array.spares().first(), busy) {
+                        msg.push_str(&format!(
+                            "\na spare ({spare} now) takes slot {slot} once the {what} of slot {k} ends, if it is still a spare then"
+                        ));
+                    }
                 }
-            }
+            },
             None => {}
         }
         if now == raid_core::array::ArrayState::Failed && was != now {
@@ -326,11 +338,21 @@ spare {spare} takes slot {slot} {when} and is rebuilt; {m} can then come back on
         }
         crate::remote::open_member(path).map_err(|e| match e.kind() {
             // Taken meanwhile by a command that ran at the same time (the
-            // checks above passed): said as the array and slot that hold it.
-            std::io::ErrorKind::ResourceBusy => self
-                .not_held(path, key)
-                .err()
-                .unwrap_or_else(|| CliError::refused(e.to_string())),
+            // checks above passed): said as the array and slot that hold
+            // it, once that command has put it there (it holds the device
+            // open a moment before it does).
+            std::io::ErrorKind::ResourceBusy => {
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                loop {
+                    if let Err(held) = self.not_held(path, key) {
+                        break held;
+                    }
+                    if std::time::Instant::now() >= until {
+                        break CliError::refused(e.to_string());
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            }
             _ => CliError::not_found(format!("{} cannot be opened: {e}", path.display())),
         })
     }

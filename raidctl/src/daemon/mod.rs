@@ -61,6 +61,10 @@ struct Served {
     /// by its end as it removes the mark: a scrub that ends at once
     /// cannot remove the mark before it is written.
     scrub_mark: Mutex<()>,
+    /// Held by `stop` throughout: of two stops at once, the second waits
+    /// for the first and is then told the array is not running, as it
+    /// would be a moment later (both said they had stopped it).
+    stopping: Mutex<()>,
 }
 
 /// The daemon's stop after SIGTERM or SIGINT: every array it can stop is
@@ -633,42 +637,9 @@ impl Daemon {
                 self.warn_deleted_members(&s, deleted);
                 self.retry_unreachable(&s);
                 self.probe_network_members(&s);
-                // A spare takes a failed slot while nothing else is being
-                // rebuilt; on RAID6 also while a rebuild runs, whose pass it
-                // joins (one pass of reads for both).
-                let copy = s.array.copy_progress();
-                let joins = s.array.geometry().level == raid_core::layout::Level::Raid6
-                    && copy
-                        .as_ref()
-                        .is_some_and(|c| c.kind == raid_core::array::CopyKind::Rebuild);
-                let idle = copy.is_none() && s.array.rebuilding_slots().is_empty();
-                if (idle || joins) && !s.array.spares().is_empty() {
-                    let failed = s
-                        .array
-                        .slots()
-                        .into_iter()
-                        .find(|x| x.state == raid_core::metadata::SlotState::Failed);
-                    if let Some(f) = failed {
-                        match s.array.activate_spare(f.slot) {
-                            Ok(Some(spare)) => {
-                                tracing::warn!(array = s.array.name(), slot = f.slot, spare = %spare, "spare activated");
-                                let member = s.array.member_of(f.slot);
-                                if let Some(m) = member.filter(|m| m.identity() == spare) {
-                                    s.record_slot(f.slot, m.device_key(), Path::new(&spare));
-                                }
-                                s.record_spares(None);
-                                let _ = self.save_record(&s);
-                            }
-                            Ok(None) => {}
-                            Err(e) => tracing::error!(
-                                array = s.array.name(),
-                                "spare activation failed: {e}"
-                            ),
-                        }
-                    }
-                }
+                self.take_spare(&s);
                 // A rebuild or hot replace running: nothing to start.
-                if copy.is_some() {
+                if s.array.copy_progress().is_some() {
                     continue;
                 }
                 s.engine.check_health();
@@ -676,6 +647,47 @@ impl Daemon {
                 self.scheduled_scrub(&s);
             }
             std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Daemon {
+    /// A spare takes the first failed slot while nothing else is being
+    /// rebuilt; on RAID6 also while a rebuild runs or waits to, whose pass
+    /// it joins (one pass of reads for both). The monitor's, every turn,
+    /// and `fail`'s, so that it says what happened, not what may. Returns
+    /// the slot and the spare that took it.
+    fn take_spare(&self, s: &Served) -> Option<(usize, String)> {
+        let copy = s.array.copy_progress();
+        let joins = s.array.geometry().level == raid_core::layout::Level::Raid6
+            && copy
+                .as_ref()
+                .is_none_or(|c| c.kind == raid_core::array::CopyKind::Rebuild);
+        let idle = copy.is_none() && s.array.rebuilding_slots().is_empty();
+        if !(idle || joins) || s.array.spares().is_empty() {
+            return None;
+        }
+        let f = s
+            .array
+            .slots()
+            .into_iter()
+            .find(|x| x.state == raid_core::metadata::SlotState::Failed)?;
+        match s.array.activate_spare(f.slot) {
+            Ok(Some(spare)) => {
+                tracing::warn!(array = s.array.name(), slot = f.slot, spare = %spare, "spare activated");
+                let member = s.array.member_of(f.slot);
+                if let Some(m) = member.filter(|m| m.identity() == spare) {
+                    s.record_slot(f.slot, m.device_key(), Path::new(&spare));
+                }
+                s.record_spares(None);
+                let _ = self.save_record(s);
+                Some((f.slot, spare))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::error!(array = s.array.name(), "spare activation failed: {e}");
+                None
+            }
         }
     }
 }

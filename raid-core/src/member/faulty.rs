@@ -14,6 +14,9 @@ pub struct Faults {
     pub fail_after: Option<u64>,
     /// Fail I/O that touches any of these byte ranges [start, end).
     pub fail_ranges: Vec<(u64, u64)>,
+    /// Fail reads (only) that touch any of these byte ranges: sectors
+    /// that cannot be read back, where writes still land.
+    pub fail_read_ranges: Vec<(u64, u64)>,
     /// Fail every I/O (a drive that vanished).
     pub fail_all: bool,
     /// Sleep before each I/O and flush (a slow drive).
@@ -153,6 +156,14 @@ impl Member for FaultyMember {
         self.delay();
         let mut s = self.state.lock();
         self.gate(&mut s, offset, buf.len() as u64)?;
+        let len = buf.len() as u64;
+        if s.faults
+            .fail_read_ranges
+            .iter()
+            .any(|&(a, b)| offset < b && offset + len > a)
+        {
+            return Err(injected("unreadable range", self.inner.identity()));
+        }
         drop(s);
         self.inner.read_at(buf, offset)
     }

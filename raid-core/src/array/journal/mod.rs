@@ -520,9 +520,19 @@ impl Array {
             Default::default();
         let mut area = AlignedBuf::new((j.area_end - JOURNAL_OFFSET) as usize);
         for (i, m) in handles.iter().enumerate() {
-            if self.slots[i].state() == SlotState::Failed
-                || m.read_at(&mut area, JOURNAL_OFFSET).is_err()
-            {
+            if self.slots[i].state() == SlotState::Failed {
+                continue;
+            }
+            if let Err(e) = m.read_at(&mut area, JOURNAL_OFFSET) {
+                // A member in sync may hold the only copy of a record, and
+                // its ring's sequences must count in `seen`: one whose
+                // ring cannot be read is not trusted.
+                if self.slots[i].state() == SlotState::Active {
+                    self.fail_slot(
+                        i,
+                        &format!("its journal could not be read at the start: {e}"),
+                    );
+                }
                 continue;
             }
             // The next sequence goes past every record of this array any
@@ -563,28 +573,43 @@ impl Array {
         // not fit before the area's end) at the area's start, on whichever
         // member holds it; the first break ends it.
         let (after, mut at) = head.unwrap_or((0, RECORDS));
-        let mut chain: Vec<(usize, u64, usize)> = Vec::new();
+        let mut chain: Vec<(u64, u64)> = Vec::new();
         for want in after + 1.. {
             let found = places.get(&want).and_then(|p| {
                 let on = |place: u64| p.iter().find(|&&(_, a, _)| a == place).copied();
                 on(at).or_else(|| on(RECORDS))
             });
-            let Some(place) = found else { break };
-            at = place.1 + place.2 as u64;
-            chain.push(place);
+            let Some((_, place, len)) = found else { break };
+            at = place + len as u64;
+            chain.push((want, place));
         }
-        // Their contents, each member's area read once more.
+        // Their contents: each member's area read once more, for the
+        // records of the chain it holds at their places; one that cannot
+        // be read now is failed, and another member's copy taken.
+        let holds = |slot: usize, (seq, place): (u64, u64)| {
+            places[&seq]
+                .iter()
+                .any(|&(s, p, _)| s == slot && p == place)
+        };
         let mut records: Vec<Record> = Vec::new();
         for (i, m) in handles.iter().enumerate() {
-            if !chain.iter().any(|&(slot, ..)| slot == i)
-                || m.read_at(&mut area, JOURNAL_OFFSET).is_err()
-            {
+            let mine: Vec<(u64, u64)> = chain.iter().copied().filter(|&c| holds(i, c)).collect();
+            if mine.is_empty() || self.slots[i].state() != SlotState::Active {
                 continue;
             }
-            for &(_, place, _) in chain.iter().filter(|&&(slot, ..)| slot == i) {
+            if let Err(e) = m.read_at(&mut area, JOURNAL_OFFSET) {
+                self.fail_slot(
+                    i,
+                    &format!("its journal could not be read at the start: {e}"),
+                );
+                continue;
+            }
+            for (seq, place) in mine {
+                let at = (place - JOURNAL_OFFSET) as usize;
                 if let Some((rec, _)) =
-                    decode_record(&area[(place - JOURNAL_OFFSET) as usize..], &self.uuid)
+                    decode_record(&area[at..], &self.uuid).filter(|(r, _)| r.seq == seq)
                 {
+                    chain.retain(|c| c.0 != seq);
                     records.push(rec);
                 }
             }
@@ -637,10 +662,19 @@ impl Array {
         };
         // No record takes a place, and no checkpoint moves the header,
         // while the new member's ring is made: it gets the header as it
-        // stands.
+        // stands. Every record so far is settled first, under the same
+        // hold of the lock: one placed between a settle and this, whose
+        // copy went to the new member (it gets every record while it is
+        // brought in sync), would lose that copy to the zeros, and a
+        // record with fewer copies than the array's margin could be lost
+        // with the member that holds the rest.
         let mut st = j.state.lock();
         while st.settling || st.checkpointing {
             j.changed.wait(&mut st);
+        }
+        if st.tail_seq + 1 != st.next_seq {
+            self.settle_locked(j, &mut st)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
         }
         st.settling = true;
         let head = encode_head(st.tail_seq, st.tail_at, &self.uuid);

@@ -459,3 +459,71 @@ fn replay_follows_the_chain_across_members() {
     assert_eq!(a.journal_recover().unwrap(), 2);
     assert_eq!((read(0), read(1), read(2)), (0xD0, 0xD1, 0xC2));
 }
+
+/// A record placed after a rebuild's settle and before its new member's
+/// ring is made (a writer between the two) is settled by the making of
+/// that ring: its copy on the new member is lost to the zeros, and the
+/// member in sync that holds its other copy may go; a record after it
+/// must still be found then.
+#[test]
+fn a_record_placed_before_a_new_members_ring_is_made_is_settled_first() {
+    let (a, m) = array("jadmit");
+    a.fail_slot(3, "test");
+    a.re_add(m[3].clone()).unwrap();
+    let block = [0x31u8; 4096];
+    let early = a.journal_stripe(1, 0, &[(0, &block[..])]).unwrap();
+    a.journal_write_done(early);
+    let end = a.data_offset;
+    let holder = (0..3)
+        .find(|&i| rings(&m, &a.uuid, end)[i].contains(&early))
+        .unwrap();
+    a.journal_admit(&m[3]).unwrap();
+    // In sync (as its rebuild would leave it), then a record whose
+    // in-place write never happens, and the member that held the early
+    // record's copy in sync lost.
+    a.slots[3].set_state(SlotState::Active);
+    a.journal_stripe(2, 0, &[(0, &block[..])]).unwrap();
+    a.fail_slot(holder, "test");
+    assert_eq!(
+        a.journal_recover().unwrap(),
+        1,
+        "the record after one whose copies were lost was not replayed"
+    );
+}
+
+/// A member in sync whose journal cannot be read at the start is failed
+/// (it may hold a record's only copy, and its sequences must count), and
+/// the record is taken from another member holding it.
+#[test]
+fn a_member_whose_journal_cannot_be_read_at_the_start_is_failed() {
+    use crate::member::{Faults, FaultyMember};
+    let f: Vec<Arc<FaultyMember>> = (0..4)
+        .map(|i| {
+            let ram = Arc::new(RamMember::new(format!("ram:jread{i}"), 2 << 20));
+            Arc::new(FaultyMember::new(ram))
+        })
+        .collect();
+    let m: Vec<MemberRef> = f.iter().map(|x| x.clone() as MemberRef).collect();
+    let a = Array::create(
+        m.clone(),
+        vec![],
+        CreateOptions {
+            name: "jread".into(),
+            level: Level::Raid5,
+            chunk: 64 * 1024,
+            data_offset: None,
+        },
+    )
+    .unwrap();
+    // With every member in sync, two copies of the record.
+    let seq = a.journal_stripe(0, 0, &[(0, &[0x77u8; 4096][..])]).unwrap();
+    let held = rings(&m, &a.uuid, a.data_offset);
+    let holders: Vec<usize> = (0..4).filter(|&i| held[i].contains(&seq)).collect();
+    assert_eq!(holders.len(), 2, "{held:?}");
+    f[holders[0]].set_faults(Faults {
+        fail_read_ranges: vec![(JOURNAL_OFFSET, a.data_offset)],
+        ..Default::default()
+    });
+    assert_eq!(a.journal_recover().unwrap(), 1);
+    assert_eq!(a.slots[holders[0]].state(), SlotState::Failed);
+}

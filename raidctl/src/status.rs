@@ -585,10 +585,26 @@ pub fn state_line(s: &ArrayStatus) -> String {
         // Redundancy is one thing, taking writes another: an optimal
         // array that refuses every write is not what "optimal" reads as.
         (true, _) if s.out_of_space.is_some() => format!("{}, writes stopped", s.state),
+        // A RAID6 missing two reads "degraded" like one missing one: say
+        // that the next failure takes the data.
+        (true, _) if s.state != "failed" && no_margin(s) => {
+            format!("{}, no redundancy left", s.state)
+        }
         (true, _) => s.state.clone(),
         (false, false) => format!("stopped ({})", s.health),
         (false, true) => format!("stopped ({}, unclean)", s.health),
     }
+}
+
+/// Whether a RAID5/6 has as many slots down (failed, missing, being
+/// rebuilt) as it has parity: one more and its data is lost.
+fn no_margin(s: &ArrayStatus) -> bool {
+    let parity = match s.level.as_str() {
+        "raid5" => 1,
+        "raid6" => 2,
+        _ => return false,
+    };
+    s.members.iter().filter(|m| m.state != "active").count() == parity
 }
 
 /// The text form of `status` / `detail`.

@@ -451,6 +451,25 @@ fn two_adds_of_one_device_at_once_name_the_array_that_took_it() {
     }
 }
 
+/// A RAID6 missing two members says it has no redundancy left; missing
+/// one, it does not (both read "degraded" alone).
+#[test]
+fn a_raid6_missing_two_says_no_redundancy_is_left() {
+    let w = World::new("no-margin");
+    let (m, _sock) = running(&w, "nm", "6", 5);
+    w.ok(&["fail", "nm", s(&m[0])]);
+    let one = w.code(&["status", "nm"]).1;
+    assert!(
+        one.contains("degraded") && !one.contains("no redundancy left"),
+        "{one}"
+    );
+    w.ok(&["fail", "nm", s(&m[1])]);
+    let two = w.code(&["status", "nm"]).1;
+    assert!(two.contains("degraded, no redundancy left"), "{two}");
+    let list = w.code(&["list"]).1;
+    assert!(list.contains("no redundancy left"), "{list}");
+}
+
 /// A failed member taken out with `remove` is said to be that, not to
 /// have been left out at a start that never happened.
 #[test]

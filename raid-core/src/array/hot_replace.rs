@@ -451,8 +451,17 @@ impl Array {
             return Err(e);
         }
         // The new device's journal area starts empty (see journal_admit).
-        if let Err(e) = self.journal_admit(&pair.new) {
-            pair.new_err(e);
+        match self.journal_admit(&pair.new) {
+            Ok(()) => {}
+            Err(ArrayError::Member { source, .. }) => pair.new_err(source),
+            Err(e) => {
+                self.end_hot_replace(
+                    slot,
+                    pair,
+                    &format!("the journal could not be settled: {e}"),
+                );
+                return Err(e);
+            }
         }
         // No data write in flight from here to the switch (stripe locks
         // before `meta`, the order writers take them in): a write the new

@@ -475,15 +475,14 @@ impl Array {
         for t in new.drain(..) {
             match self.journal_admit(&t.member) {
                 Ok(()) => kept.push(t),
-                Err(e) => {
+                Err(e @ ArrayError::Member { .. }) => {
                     let slot = t.ticket.slot;
                     self.fail_slot_if(slot, &t.member, &format!("journal write failed: {e}"));
-                    let e = ArrayError::Member {
-                        member: t.member.identity().into(),
-                        source: e,
-                    };
                     self.rebuild_ended_by(&t.ticket, &t.member, &e);
                 }
+                // The array's own (beyond its redundancy): the new member
+                // is not to blame.
+                Err(e) => self.rebuild_ended_by(&t.ticket, &t.member, &e),
             }
         }
         *new = kept;

@@ -516,6 +516,7 @@ impl Array {
         // some members only (`journal_copies`), so the chain is followed
         // across them.
         let mut head: Option<(u64, u64)> = None;
+        let mut unread: Vec<(usize, std::io::Error)> = Vec::new();
         let mut places: std::collections::HashMap<u64, Vec<(usize, u64, usize)>> =
             Default::default();
         let mut area = AlignedBuf::new((j.area_end - JOURNAL_OFFSET) as usize);
@@ -524,15 +525,7 @@ impl Array {
                 continue;
             }
             if let Err(e) = m.read_at(&mut area, JOURNAL_OFFSET) {
-                // A member in sync may hold the only copy of a record, and
-                // its ring's sequences must count in `seen`: one whose
-                // ring cannot be read is not trusted.
-                if self.slots[i].state() == SlotState::Active {
-                    self.fail_slot(
-                        i,
-                        &format!("its journal could not be read at the start: {e}"),
-                    );
-                }
+                unread.push((i, e));
                 continue;
             }
             // The next sequence goes past every record of this array any
@@ -568,6 +561,7 @@ impl Array {
                     .push((i, RECORDS + at as u64, len));
             }
         }
+        self.journal_unread(j, unread, &mut seen, tail);
         // The chain: from the newest header's sequence and place on, one
         // after another, each where the last one ended or (where it did
         // not fit before the area's end) at the area's start, on whichever
@@ -620,6 +614,8 @@ impl Array {
         let mut kept = 0;
         for (r, want) in records.iter().zip(after + 1..) {
             if r.seq != want {
+                tracing::warn!(array = %self.name, seq = want,
+                    "a journal record could not be read back; it and those after it are not replayed");
                 break;
             }
             if !self.record_fits(r) {
@@ -650,13 +646,52 @@ impl Array {
         Ok(records.len())
     }
 
+    /// Members whose journal area could not be read at the start. Their
+    /// sequences cannot count in `seen`, so it goes past every sequence
+    /// the ring could have held since the newest header (`tail`): none is
+    /// used again. A member in sync among them may hold the only copy of
+    /// a record owed (a record is kept on as few members as the array
+    /// can lose, plus one): where any can be owed (the last stop was not
+    /// clean, and the array is degraded, so writes were journaled) it is
+    /// failed, rather than the stripes its records would repair being
+    /// served torn. Elsewhere nothing is owed: failing it would only take
+    /// redundancy, and, before the resync of an unclean stop, the parity
+    /// that resync repairs torn stripes from. Said either way.
+    fn journal_unread(
+        &self,
+        j: &Journal,
+        unread: Vec<(usize, std::io::Error)>,
+        seen: &mut u64,
+        tail: u64,
+    ) {
+        if unread.is_empty() {
+            return;
+        }
+        *seen = (*seen).max(tail + (j.area_end - RECORDS) / BLOCK);
+        let owed =
+            !self.meta.lock().clean && self.slots.iter().any(|s| s.state() != SlotState::Active);
+        for (i, e) in unread {
+            if self.slots[i].state() != SlotState::Active {
+                continue;
+            }
+            if owed {
+                self.fail_slot(i, &format!("its journal could not be read at the start, and it may hold the only copy of a degraded write's record: {e}"));
+            } else {
+                tracing::warn!(array = %self.name, slot = i, "its journal could not be read at the start ({e}); nothing was owed there (the last stop was clean, or every member was in sync)");
+            }
+        }
+    }
+
     /// A member joining a slot (rebuild of a replacement or a re-added
     /// member, a hot replace's new device): its journal area gets the
     /// current header and a ring of zeros, so nothing it held from before
     /// (another array's records, or this array's never put in place, some
     /// perhaps past a gap a crash left) can chain on once it is in sync.
-    /// Call after `journal_settle`.
-    pub(super) fn journal_admit(&self, m: &MemberRef) -> std::io::Result<()> {
+    /// Every record so far is settled first. Errs with the array's error
+    /// where that settle cannot be done (the array is beyond its
+    /// redundancy: not the member's fault), with `ArrayError::Member`
+    /// where the member cannot take its ring.
+    pub(super) fn journal_admit(&self, m: &MemberRef) -> Result<()> {
         let Some(j) = &self.journal else {
             return Ok(());
         };
@@ -673,8 +708,7 @@ impl Array {
             j.changed.wait(&mut st);
         }
         if st.tail_seq + 1 != st.next_seq {
-            self.settle_locked(j, &mut st)
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            self.settle_locked(j, &mut st)?;
         }
         st.settling = true;
         let head = encode_head(st.tail_seq, st.tail_at, &self.uuid);
@@ -689,6 +723,10 @@ impl Array {
         j.changed.notify_all();
         wake_room_waiters(&mut st);
         made.unwrap_or_else(|p| std::panic::resume_unwind(p))
+            .map_err(|source| ArrayError::Member {
+                member: m.identity().into(),
+                source,
+            })
     }
 
     /// A new array's journal: a header with nothing to replay, on every

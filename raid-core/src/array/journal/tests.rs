@@ -491,39 +491,58 @@ fn a_record_placed_before_a_new_members_ring_is_made_is_settled_first() {
     );
 }
 
-/// A member in sync whose journal cannot be read at the start is failed
-/// (it may hold a record's only copy, and its sequences must count), and
-/// the record is taken from another member holding it.
+/// A member in sync whose journal cannot be read at the start: where a
+/// record can be owed (an unclean stop while degraded) it is failed, as
+/// it may hold a record's only copy; where none can be (every member in
+/// sync), it stays, the record is taken from another member holding it,
+/// and no sequence its ring may hold is used again.
 #[test]
-fn a_member_whose_journal_cannot_be_read_at_the_start_is_failed() {
+fn a_member_whose_journal_cannot_be_read_at_the_start_is_failed_where_a_record_is_owed() {
     use crate::member::{Faults, FaultyMember};
-    let f: Vec<Arc<FaultyMember>> = (0..4)
-        .map(|i| {
-            let ram = Arc::new(RamMember::new(format!("ram:jread{i}"), 2 << 20));
-            Arc::new(FaultyMember::new(ram))
-        })
-        .collect();
-    let m: Vec<MemberRef> = f.iter().map(|x| x.clone() as MemberRef).collect();
-    let a = Array::create(
-        m.clone(),
-        vec![],
-        CreateOptions {
-            name: "jread".into(),
+    let array = |tag: &str| {
+        let f: Vec<Arc<FaultyMember>> = (0..4)
+            .map(|i| {
+                let ram = Arc::new(RamMember::new(format!("ram:{tag}{i}"), 2 << 20));
+                Arc::new(FaultyMember::new(ram))
+            })
+            .collect();
+        let m: Vec<MemberRef> = f.iter().map(|x| x.clone() as MemberRef).collect();
+        let opts = CreateOptions {
+            name: tag.into(),
             level: Level::Raid5,
             chunk: 64 * 1024,
             data_offset: None,
-        },
-    )
-    .unwrap();
-    // With every member in sync, two copies of the record.
-    let seq = a.journal_stripe(0, 0, &[(0, &[0x77u8; 4096][..])]).unwrap();
+        };
+        (Array::create(m.clone(), vec![], opts).unwrap(), f, m)
+    };
+    let unreadable = |a: &Array, f: &[Arc<FaultyMember>], slot: usize| {
+        f[slot].set_faults(Faults {
+            fail_read_ranges: vec![(JOURNAL_OFFSET, a.data_offset)],
+            ..Default::default()
+        });
+    };
+    let block = [0x77u8; 4096];
+    // Written while degraded (dirty: as after a crash): the record's one
+    // copy is on a member that cannot be read back.
+    let (a, f, m) = array("jreadowed");
+    a.write(0, &block).unwrap();
+    a.fail_slot(3, "test");
+    let seq = a.journal_stripe(0, 0, &[(0, &block[..])]).unwrap();
+    let held = rings(&m, &a.uuid, a.data_offset);
+    let holders: Vec<usize> = (0..4).filter(|&i| held[i].contains(&seq)).collect();
+    assert_eq!(holders.len(), 1, "{held:?}");
+    unreadable(&a, &f, holders[0]);
+    let _ = a.journal_recover();
+    assert_eq!(a.slots[holders[0]].state(), SlotState::Failed);
+    // With every member in sync, two copies: the other one is replayed.
+    let (a, f, m) = array("jreadclean");
+    let seq = a.journal_stripe(0, 0, &[(0, &block[..])]).unwrap();
     let held = rings(&m, &a.uuid, a.data_offset);
     let holders: Vec<usize> = (0..4).filter(|&i| held[i].contains(&seq)).collect();
     assert_eq!(holders.len(), 2, "{held:?}");
-    f[holders[0]].set_faults(Faults {
-        fail_read_ranges: vec![(JOURNAL_OFFSET, a.data_offset)],
-        ..Default::default()
-    });
+    unreadable(&a, &f, holders[0]);
     assert_eq!(a.journal_recover().unwrap(), 1);
-    assert_eq!(a.slots[holders[0]].state(), SlotState::Failed);
+    assert_eq!(a.slots[holders[0]].state(), SlotState::Active);
+    let ring = (a.data_offset - RECORDS) / BLOCK;
+    assert!(a.journal.as_ref().unwrap().state.lock().next_seq >= seq + ring);
 }

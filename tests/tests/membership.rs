@@ -451,6 +451,28 @@ fn two_adds_of_one_device_at_once_name_the_array_that_took_it() {
     }
 }
 
+/// A start with a slot down and a spare at hand gives the spare the slot
+/// before it returns, and says so (the monitor used to, a moment later:
+/// status in between offered a re-add the spare was about to make moot).
+#[test]
+fn a_start_gives_a_spare_to_a_slot_that_is_down() {
+    let w = World::new("start-spare");
+    let (m, sock) = running(&w, "ss", "5", 3);
+    let spare = w.sparse("ss-spare.img", 16 * MIB);
+    w.ok(&["add", "ss", s(&spare)]);
+    w.ok(&["stop", "ss"]);
+    let away = w.dir.join("away.img");
+    std::fs::rename(&m[1], &away).unwrap();
+    let out = w.ok(&["start", "ss", "--nbd", &format!("unix:{}", sock.display())]);
+    assert!(
+        out.contains(&format!("spare {} took slot 1", s(&spare))),
+        "{out}"
+    );
+    assert_eq!(w.status_json("ss")["members"][1]["path"], s(&spare));
+    w.ok(&["wait", "ss"]);
+    reads_back(&sock, "ss");
+}
+
 /// A RAID6 missing two members says it has no redundancy left; missing
 /// one, it does not (both read "degraded" alone).
 #[test]

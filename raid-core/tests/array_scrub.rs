@@ -130,7 +130,25 @@ fn raid5_rewrites_parity_and_mirrors_take_the_first_copy() {
     corrupt(&m, second.member, second.offset / CHUNK, 4000);
     let r = scrub(&a, true);
     assert_eq!(r.mismatches.len(), 1);
-    assert_eq!(r.mismatches[0].slot, Some(second.member));
+    // Two copies: nothing says which is wrong, so no member is named.
+    assert_eq!(r.mismatches[0].slot, None);
+    assert!(!r.mismatches[0].located);
+    assert!(scrub(&a, false).mismatches.is_empty());
+    assert_matches(&a, &img);
+}
+
+/// A mirror of three copies whose first copy went bad: the two that agree
+/// are the truth, the bad one is named, and a repair writes theirs over it
+/// (the first copy used to be written over both good ones).
+#[test]
+fn a_three_way_mirror_repairs_the_copy_the_others_outvote() {
+    let (m, a, img) = filled(Level::Raid1, 3, "r1three");
+    let first = a.geometry().chunk_copies(2)[0];
+    corrupt(&m, first.member, first.offset / CHUNK, 100);
+    let r = scrub(&a, true);
+    assert_eq!(r.mismatches.len(), 1, "{:?}", r.mismatches);
+    assert_eq!(r.mismatches[0].slot, Some(first.member));
+    assert!(r.mismatches[0].located);
     assert!(scrub(&a, false).mismatches.is_empty());
     assert_matches(&a, &img);
 }

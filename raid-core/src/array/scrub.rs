@@ -68,16 +68,18 @@ pub struct Mismatch {
     /// Stripe (RAID5/6) or logical chunk (mirrors).
     pub stripe: u64,
     /// The slot found to hold the wrong chunk (a RAID6 chunk located by
-    /// its syndromes), or, for mirrors, the copy that differs from the
-    /// first; None where nothing says which chunk is wrong (RAID5, a RAID6
-    /// stretch with more than one chunk wrong).
+    /// its syndromes, a mirror's copy that differs from a majority of
+    /// three or more); None where nothing says which chunk is wrong
+    /// (RAID5, two copies that differ, a RAID6 stretch with more than one
+    /// chunk wrong).
     pub slot: Option<usize>,
     /// What was decided.
     pub what: String,
     pub repaired: bool,
-    /// Whether the wrong chunk was found (RAID6's syndromes): where not
-    /// (RAID5, mirrors, more than one chunk wrong), a repair makes the
-    /// redundancy agree with the data, which may be the bad part.
+    /// Whether the wrong chunk was found (RAID6's syndromes, a mirror's
+    /// majority): where not (RAID5, two copies, more than one chunk
+    /// wrong), a repair makes the redundancy agree with the data, which
+    /// may be the bad part.
     pub located: bool,
     /// More chunks were wrong than the level can locate (RAID6: two or
     /// more in one sector): a repair made the parity agree with data that
@@ -537,33 +539,58 @@ impl Array {
         let bufs = self.scrub_read(&places)?;
         self.scrub_still_in_sync(epoch)?;
         report.bytes_read += self.geo.chunk * places.len() as u64;
-        for (k, b) in bufs.iter().enumerate().skip(1) {
-            if b[..] != bufs[0][..] {
-                let slot = copies[k].member;
-                let what = format!(
-                    "copy on slot {slot} differs from the first copy (slot {}){}",
-                    copies[0].member,
+        // The copy more than half of them hold (three copies or more),
+        // if any: the others are the wrong ones. Two that differ (or no
+        // majority) say nothing of which is right: the first is kept, as
+        // md's repair does, and no member is named.
+        let agreeing = |k: usize| bufs.iter().filter(|b| b[..] == bufs[k][..]).count();
+        let majority = (0..bufs.len()).find(|&k| agreeing(k) * 2 > bufs.len());
+        let (truth, located) = majority.map_or((0, false), |k| (k, true));
+        for (k, b) in bufs.iter().enumerate() {
+            if b[..] == bufs[truth][..] {
+                continue;
+            }
+            let slot = copies[k].member;
+            let what = match located {
+                true => format!(
+                    "copy on slot {slot} differs from the {} other copies, which agree{}",
+                    agreeing(truth),
                     if repair {
-                        ": first copy written over it"
+                        ": theirs written over it"
                     } else {
-                        " (repair copies the first copy over it)"
+                        " (repair writes theirs over it)"
                     }
-                );
-                tracing::warn!(array = %self.name, chunk = c, slot, "{what}");
-                let from = report.mismatches.len();
-                report.mismatches.push(Mismatch {
-                    stripe: c,
-                    slot: Some(slot),
-                    what,
-                    repaired: repair,
-                    located: false,
-                    unresolved: false,
-                });
-                if repair {
-                    if let Err(e) = self.scrub_write(slot, places[k].1, &bufs[0]) {
-                        report.unrepaired_from(from);
-                        return Err(e);
+                ),
+                false => format!(
+                    "the copies on slots {} and {slot} differ, and nothing says which is right{}",
+                    copies[truth].member,
+                    if repair {
+                        format!(
+                            ": slot {}'s (the first) written over the other",
+                            copies[truth].member
+                        )
+                    } else {
+                        format!(
+                            " (repair writes slot {}'s, the first, over the other)",
+                            copies[truth].member
+                        )
                     }
+                ),
+            };
+            tracing::warn!(array = %self.name, chunk = c, slot, "{what}");
+            let from = report.mismatches.len();
+            report.mismatches.push(Mismatch {
+                stripe: c,
+                slot: located.then_some(slot),
+                what,
+                repaired: repair,
+                located,
+                unresolved: false,
+            });
+            if repair {
+                if let Err(e) = self.scrub_write(slot, places[k].1, &bufs[truth]) {
+                    report.unrepaired_from(from);
+                    return Err(e);
                 }
             }
         }

@@ -597,14 +597,16 @@ pub fn state_line(s: &ArrayStatus) -> String {
 }
 
 /// Whether a RAID5/6 has as many slots down (failed, missing, being
-/// rebuilt) as it has parity: one more and its data is lost.
+/// rebuilt) as it has parity, or a RAID1 one copy left: one more and its
+/// data is lost.
 fn no_margin(s: &ArrayStatus) -> bool {
-    let parity = match s.level.as_str() {
+    let tolerates = match s.level.as_str() {
         "raid5" => 1,
         "raid6" => 2,
+        "raid1" => s.members.len().saturating_sub(1),
         _ => return false,
     };
-    s.members.iter().filter(|m| m.state != "active").count() == parity
+    s.members.iter().filter(|m| m.state != "active").count() == tolerates
 }
 
 /// The text form of `status` / `detail`.

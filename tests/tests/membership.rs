@@ -474,7 +474,8 @@ fn a_start_gives_a_spare_to_a_slot_that_is_down() {
 }
 
 /// A RAID6 missing two members says it has no redundancy left; missing
-/// one, it does not (both read "degraded" alone).
+/// one, it does not (both read "degraded" alone); nor did a RAID1 with
+/// one copy left.
 #[test]
 fn a_raid6_missing_two_says_no_redundancy_is_left() {
     let w = World::new("no-margin");
@@ -490,6 +491,14 @@ fn a_raid6_missing_two_says_no_redundancy_is_left() {
     assert!(two.contains("degraded, no redundancy left"), "{two}");
     let list = w.code(&["list"]).1;
     assert!(list.contains("no redundancy left"), "{list}");
+    // A RAID1 of two with one copy left, the same.
+    let (m1, _) = running(&w, "nm1", "1", 2);
+    w.ok(&["fail", "nm1", s(&m1[0])]);
+    let one_left = w.code(&["status", "nm1"]).1;
+    assert!(
+        one_left.contains("degraded, no redundancy left"),
+        "{one_left}"
+    );
 }
 
 /// A failed member taken out with `remove` is said to be that, not to

@@ -340,8 +340,8 @@ pub(super) fn assemble(
         .collect();
     for &i in &newly_missing {
         array.slots[i]
-            .missing_at_start
-            .store(true, Ordering::Release);
+            .vacancy
+            .store(VACANT_MISSING_AT_START, Ordering::Release);
     }
     // What every member taken holds: the oldest of their events (a crash
     // may have left one behind the newest; it is written with the others

@@ -21,8 +21,7 @@ impl Array {
         let was_ok = self.within_redundancy();
         s.left_events
             .store(s.member_events.load(Ordering::Acquire), Ordering::Release);
-        s.missing_at_start.store(false, Ordering::Release);
-        s.removed.store(false, Ordering::Release);
+        s.clear_vacancy();
         s.set_state(SlotState::Failed);
         s.incarnation.fetch_add(1, Ordering::AcqRel);
         self.epoch.fetch_add(1, Ordering::AcqRel);

@@ -440,17 +440,10 @@ impl Array {
         if let Err(e) = pair.new.flush() {
             pair.new_err(e);
         }
-        // Journal records name slots, not devices: settle them, so none is
-        // ever replayed from before the switch.
-        if let Err(e) = self.journal_settle() {
-            self.end_hot_replace(
-                slot,
-                pair,
-                &format!("the journal could not be settled: {e}"),
-            );
-            return Err(e);
-        }
-        // The new device's journal area starts empty (see journal_admit).
+        // Journal records name slots, not devices: settled (by the
+        // admission of the new device, which starts with an empty journal
+        // area: see journal_admit), so none is ever replayed from before
+        // the switch.
         match self.journal_admit(&pair.new) {
             Ok(()) => {}
             Err(ArrayError::Member { source, .. }) => pair.new_err(source),

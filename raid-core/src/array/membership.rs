@@ -505,7 +505,9 @@ impl Array {
             .take()
             .map_or_else(String::new, |m| m.identity().to_string());
         self.handles.put(slot, Arc::new(Absent));
-        self.slots[slot].removed.store(true, Ordering::Release);
+        self.slots[slot]
+            .vacancy
+            .store(VACANT_REMOVED, Ordering::Release);
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.record(&mut meta, ArrayEvent::MemberRemoved { slot, member });
         self.persist(&mut meta);
@@ -599,8 +601,7 @@ impl Array {
         s.rebuild_saved.store(0, Ordering::Release);
         s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
         s.resync_dirty_only.store(dirty_only, Ordering::Release);
-        s.missing_at_start.store(false, Ordering::Release);
-        s.removed.store(false, Ordering::Release);
+        s.clear_vacancy();
         s.incarnation.fetch_add(1, Ordering::AcqRel);
         s.set_state(SlotState::Rebuilding);
         self.epoch.fetch_add(1, Ordering::AcqRel);

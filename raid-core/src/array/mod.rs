@@ -187,15 +187,31 @@ struct Slot {
     /// metadata (`SlotEntry::left_events`; 0: not known). A re-add of an
     /// older copy of the member copies it whole.
     left_events: AtomicU64,
-    /// Failed because no device filled it at the start (it served in the
-    /// metadata), not before: until it gets a device or fails again.
-    missing_at_start: AtomicBool,
-    /// Its failed device was taken out (`remove_member`) while the array
-    /// ran: until it gets a device or fails again.
-    removed: AtomicBool,
+    /// Why a failed slot has no device beyond its failure (`VACANT_*`):
+    /// until it gets a device or fails again (`clear_vacancy`).
+    vacancy: AtomicU8,
 }
 
+/// `Slot::vacancy`: nothing more than its failure.
+const VACANT_FAILED: u8 = 0;
+/// No device filled it at the start (it served in the metadata), not
+/// failed before.
+const VACANT_MISSING_AT_START: u8 = 1;
+/// Its failed device was taken out (`remove_member`) while the array ran.
+const VACANT_REMOVED: u8 = 2;
+
 impl Slot {
+    /// Whether the slot is failed and vacant for reason `why`.
+    fn vacant(&self, why: u8) -> bool {
+        self.state() == SlotState::Failed && self.vacancy.load(Ordering::Acquire) == why
+    }
+
+    /// The slot fails again or gets a device: the reason it was vacant no
+    /// longer holds.
+    fn clear_vacancy(&self) {
+        self.vacancy.store(VACANT_FAILED, Ordering::Release);
+    }
+
     fn new(member: Option<MemberRef>, uuid: Uuid, state: SlotState, rebuild_row: u64) -> Slot {
         let s = Slot {
             member: RwLock::new(member),
@@ -209,8 +225,7 @@ impl Slot {
             incarnation: AtomicU64::new(0),
             member_events: AtomicU64::new(0),
             left_events: AtomicU64::new(0),
-            missing_at_start: AtomicBool::new(false),
-            removed: AtomicBool::new(false),
+            vacancy: AtomicU8::new(VACANT_FAILED),
         };
         s.set_state(state);
         s
@@ -500,9 +515,8 @@ impl Array {
                 } else {
                     0
                 },
-                missing_at_start: s.state() == SlotState::Failed
-                    && s.missing_at_start.load(Ordering::Acquire),
-                removed: s.state() == SlotState::Failed && s.removed.load(Ordering::Acquire),
+                missing_at_start: s.vacant(VACANT_MISSING_AT_START),
+                removed: s.vacant(VACANT_REMOVED),
             })
             .collect()
     }

@@ -401,7 +401,7 @@ impl Daemon {
         // A failed slot with a spare at hand gets it now, as the monitor
         // would at its next look: status, right after, says so rather than
         // offering a re-add the spare is about to make moot.
-        if let Some((slot, spare)) = self.take_spare(&served) {
+        if let super::SpareTurn::Took(slot, spare) = self.take_spare(&served) {
             notes.push(format!(
                 "spare {spare} took slot {slot}, which had no member in sync, and is being rebuilt"
             ));

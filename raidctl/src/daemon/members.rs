@@ -3,7 +3,7 @@
 //! fail, remove, add, re-add, replace and hot replace, each a call of the
 //! array's own membership rules.
 
-use super::{describe, Daemon, Served};
+use super::{describe, Daemon, Served, SpareTurn};
 use crate::error::{CliError, Result};
 use crate::inspect::{probe, Content};
 use raid_core::array::{ArrayError, Rule};
@@ -109,28 +109,21 @@ impl Daemon {
             // happened): a re-add of this member is then refused, so say
             // what remains.
             None if now != raid_core::array::ArrayState::Failed => match self.take_spare(&s) {
-                Some((took, spare)) if took == slot => msg.push_str(&format!(
+                SpareTurn::Took(took, spare) if took == slot => msg.push_str(&format!(
                     "\nspare {spare} took slot {slot} and is being rebuilt (raidctl wait {name}); {m} can come back only as a spare now (raidctl add {name} {m})",
                     m = member.display()
                 )),
-                Some((took, spare)) => msg.push_str(&format!(
+                SpareTurn::Took(took, spare) => msg.push_str(&format!(
                     "\nspare {spare} took slot {took}, failed before this one, and is being rebuilt"
                 )),
-                None => {
-                    // The monitor starts no rebuild while another runs.
-                    let busy = match s.array.copy_progress() {
-                        Some(c) if c.kind != raid_core::array::CopyKind::Rebuild => {
-                            Some(("hot replace", c.slot))
-                        }
-                        Some(c) => Some(("rebuild", c.slot)),
-                        None => s.array.rebuilding_slots().first().map(|&k| ("rebuild", k)),
-                    };
-                    if let (Some(spare), Some((what, k))) = (s.array.spares().first(), busy) {
+                SpareTurn::Waits(what, k) => {
+                    if let Some(spare) = s.array.spares().first() {
                         msg.push_str(&format!(
                             "\na spare ({spare} now) takes slot {slot} once the {what} of slot {k} ends, if it is still a spare then"
                         ));
                     }
                 }
+                SpareTurn::Nothing => {}
             },
             None => {}
         }

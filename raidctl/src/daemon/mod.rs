@@ -651,27 +651,51 @@ impl Daemon {
     }
 }
 
+/// What `take_spare` did.
+enum SpareTurn {
+    /// The spare (named) took the slot.
+    Took(usize, String),
+    /// A spare waits for the rebuild or hot replace (said) of a slot to
+    /// end.
+    Waits(&'static str, usize),
+    /// No spare, no failed slot, or the activation failed (logged).
+    Nothing,
+}
+
 impl Daemon {
     /// A spare takes the first failed slot while nothing else is being
     /// rebuilt; on RAID6 also while a rebuild runs or waits to, whose pass
-    /// it joins (one pass of reads for both). The monitor's, every turn,
-    /// and `fail`'s, so that it says what happened, not what may. Returns
-    /// the slot and the spare that took it.
-    fn take_spare(&self, s: &Served) -> Option<(usize, String)> {
+    /// it joins (one pass of reads for both). The monitor's, every turn;
+    /// `start`'s and `fail`'s, so that they say what happened, not what
+    /// may.
+    fn take_spare(&self, s: &Served) -> SpareTurn {
+        if s.array.spares().is_empty() {
+            return SpareTurn::Nothing;
+        }
         let copy = s.array.copy_progress();
         let joins = s.array.geometry().level == raid_core::layout::Level::Raid6
             && copy
                 .as_ref()
                 .is_none_or(|c| c.kind == raid_core::array::CopyKind::Rebuild);
-        let idle = copy.is_none() && s.array.rebuilding_slots().is_empty();
-        if !(idle || joins) || s.array.spares().is_empty() {
-            return None;
+        let pending = s.array.rebuilding_slots().first().copied();
+        if !joins {
+            match (&copy, pending) {
+                (Some(c), _) if c.kind != raid_core::array::CopyKind::Rebuild => {
+                    return SpareTurn::Waits("hot replace", c.slot)
+                }
+                (Some(c), _) => return SpareTurn::Waits("rebuild", c.slot),
+                (None, Some(k)) => return SpareTurn::Waits("rebuild", k),
+                (None, None) => {}
+            }
         }
-        let f = s
+        let Some(f) = s
             .array
             .slots()
             .into_iter()
-            .find(|x| x.state == raid_core::metadata::SlotState::Failed)?;
+            .find(|x| x.state == raid_core::metadata::SlotState::Failed)
+        else {
+            return SpareTurn::Nothing;
+        };
         match s.array.activate_spare(f.slot) {
             Ok(Some(spare)) => {
                 tracing::warn!(array = s.array.name(), slot = f.slot, spare = %spare, "spare activated");
@@ -681,12 +705,12 @@ impl Daemon {
                 }
                 s.record_spares(None);
                 let _ = self.save_record(s);
-                Some((f.slot, spare))
+                SpareTurn::Took(f.slot, spare)
             }
-            Ok(None) => None,
+            Ok(None) => SpareTurn::Nothing,
             Err(e) => {
                 tracing::error!(array = s.array.name(), "spare activation failed: {e}");
-                None
+                SpareTurn::Nothing
             }
         }
     }

@@ -421,13 +421,13 @@ impl Array {
             .collect();
         let missing = self.slots.len() - in_sync.len();
         let margin = self.geo.level.parity_chunks().saturating_sub(missing);
-        let copies = (margin + 1).min(in_sync.len());
-        let first = match in_sync.len() {
-            0 => 0,
-            n => (turn % n as u64) as usize,
-        };
-        let mut to: Vec<usize> = (0..copies)
-            .map(|k| in_sync[(first + k) % in_sync.len()])
+        let first = (turn % in_sync.len().max(1) as u64) as usize;
+        let mut to: Vec<usize> = in_sync
+            .iter()
+            .copied()
+            .cycle()
+            .skip(first)
+            .take((margin + 1).min(in_sync.len()))
             .chain(
                 self.present_slots()
                     .into_iter()
@@ -452,8 +452,7 @@ impl Array {
     /// redundancy after.
     fn write_to(&self, to: &[usize], blocks: &[(u64, &[u8])]) -> bool {
         let handles = self.member_handles();
-        let present = to.to_vec();
-        let mut ios: Vec<MemberIo> = present
+        let mut ios: Vec<MemberIo> = to
             .iter()
             .flat_map(|&m| {
                 blocks.iter().map(move |&(at, b)| MemberIo {
@@ -472,8 +471,9 @@ impl Array {
                 }
             }
         }
-        let written: Vec<usize> = present
-            .into_iter()
+        let written: Vec<usize> = to
+            .iter()
+            .copied()
             .filter(|m| !failed.iter().any(|(f, _)| f == m))
             .collect();
         failed.extend(member_io::flush_each(&handles, &written, false));

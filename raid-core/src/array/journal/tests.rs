@@ -1,6 +1,6 @@
 //! The journal's decoder fuzzed, and its replay rules one by one.
 
-use super::format::{REC_MAGIC, UUID_AT};
+use super::format::{decode_head, decode_record, sealed_records, REC_MAGIC, UUID_AT};
 use super::*;
 use crate::member::RamMember;
 

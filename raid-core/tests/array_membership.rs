@@ -326,6 +326,32 @@ fn forced_assembly_takes_back_the_newest_failed_member() {
     assert_matches(&again.array, &img);
 }
 
+/// A mirror whose last copy is failed (forced, or by an error) has no
+/// other member to record that: the last member records its own failure,
+/// so a plain start refuses the failed array as it does any other, and a
+/// forced one takes that member back (it holds every acknowledged write),
+/// never the copy failed first, which missed the writes made since.
+#[test]
+fn a_mirrors_last_member_failed_is_not_taken_back_unasked() {
+    let (m, a, mut img) = filled(Level::Raid1, 2, "lm");
+    a.fail_member(1, false).unwrap();
+    let late = pattern(256 * 1024, 77);
+    a.write(0, &late).unwrap();
+    img[..late.len()].copy_from_slice(&late);
+    a.flush().unwrap();
+    a.fail_member(0, true).unwrap();
+    assert_eq!(a.state(), ArrayState::Failed);
+    drop(a);
+    let e = Array::assemble(m.refs()).err().unwrap().to_string();
+    assert!(e.contains("--force"), "{e}");
+    let asm = Array::assemble_forced(m.refs()).unwrap();
+    assert_eq!(asm.forced.len(), 1, "{:?}", asm.forced);
+    assert_eq!(asm.forced[0].0, "ram:lm0");
+    assert_eq!(asm.array.state(), ArrayState::Degraded);
+    assert_eq!(asm.array.slots()[1].state, SlotState::Failed);
+    assert_matches(&asm.array, &img);
+}
+
 /// The randomized lifecycle: random operator and device events against a
 /// byte model, with a writer running during rebuilds. Every read equals the
 /// model or is an error (never wrong data); at the end the array is brought

@@ -225,10 +225,18 @@ pub(super) fn assemble(
         }
         if let Some(i) = truth.slots.iter().position(|s| s.uuid == sb.member_uuid) {
             if truth.slots[i].state == SlotState::Failed {
-                let why = format!(
-                    "stale: slot {i} was failed (metadata event {} against this member's {}); it is not used until rebuilt (raidctl replace), or taken back by raidctl start --force if the array cannot start without it",
-                    truth.events, sb.events
-                );
+                let why = if sb.slots.get(i).is_some_and(|e| e.state == SlotState::Failed) {
+                    // Its own record (`fail_and_persist`): not stale.
+                    format!(
+                        "slot {i} was failed: its own metadata (event {}) records it, as the last member in sync when the array failed; raidctl start --force takes it back with every write the array acknowledged",
+                        sb.events
+                    )
+                } else {
+                    format!(
+                        "stale: slot {i} was failed (metadata event {} against this member's {}); it is not used until rebuilt (raidctl replace), or taken back by raidctl start --force if the array cannot start without it",
+                        truth.events, sb.events
+                    )
+                };
                 tracing::warn!(member = m.identity(), "{why}");
                 refused.push((m.identity().to_string(), why));
                 failed_but_present.push((i, m, sb));
@@ -467,8 +475,10 @@ fn force_back(
         }
         // A member that left while being rebuilt holds partial data: its
         // own metadata says so. Never taken back as in sync; nor an older
-        // copy of one whose slot the newest metadata has being rebuilt.
-        if sb.slots.get(i).is_none_or(|e| e.state != SlotState::Active)
+        // copy of one whose slot the newest metadata has being rebuilt. Its
+        // own slot failed in its own metadata is the last member in sync
+        // recording its own failure (`fail_and_persist`): in sync.
+        if sb.slots.get(i).is_none_or(|e| e.state == SlotState::Rebuilding)
             || truth.slots[i].state == SlotState::Rebuilding
         {
             continue;

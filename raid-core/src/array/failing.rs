@@ -58,8 +58,7 @@ impl Array {
         if self.slots[slot].state() == SlotState::Failed {
             return;
         }
-        self.fail_locked(&mut meta, slot, reason);
-        self.persist_failure(&mut meta);
+        self.fail_and_persist(&mut meta, slot, reason);
     }
 
     /// Looks at each member file (one fstat each) for what can happen to
@@ -93,6 +92,49 @@ impl Array {
             }
         }
         deleted
+    }
+
+    /// Fails `slot` and makes the failure durable (`persist_failure`).
+    ///
+    /// Metadata goes to the members not failed, so the failure of the last
+    /// of them (a mirror's last copy, failed with `--force` or by an error)
+    /// would be recorded nowhere: the next start would find that member's
+    /// own metadata naming it in sync and take it back without a word,
+    /// though the operator was told a forced start undoes the failure. So
+    /// the last member records its own failure, where it still takes a
+    /// write: a start then refuses the array as failed, and `start --force`
+    /// takes that member back as the newest failed one (its own slot failed
+    /// in its own metadata says that: nothing else writes a failed slot's
+    /// member). Only the last: where two fail together, the one failed
+    /// first may miss writes the other acknowledged after it, and must not
+    /// carry the newest metadata. Only one in sync: a member being rebuilt
+    /// keeps its own metadata's word that it holds part of the data.
+    fn fail_and_persist(&self, meta: &mut Guard<'_>, slot: usize, reason: &str) {
+        let last = self.slots[slot].state() == SlotState::Active
+            && self
+                .slots
+                .iter()
+                .enumerate()
+                .all(|(i, s)| i == slot || s.state() == SlotState::Failed);
+        self.fail_locked(meta, slot, reason);
+        self.persist_failure(meta);
+        if !last {
+            return;
+        }
+        let s = &self.slots[slot];
+        let Some(m) = s.member.read().clone() else {
+            return;
+        };
+        let sb = self.superblock(meta, slot as u32, *s.uuid.read());
+        match metadata::write_superblock(m.as_ref(), &sb) {
+            Ok(()) => s.member_events.store(sb.events, Ordering::Release),
+            Err(e) => tracing::warn!(
+                array = %self.name,
+                slot,
+                member = m.identity(),
+                "the last member cannot record its own failure ({e}): a start may take it back unasked"
+            ),
+        }
     }
 
     /// Persists a failure, after the parity writes in flight without a
@@ -159,8 +201,7 @@ impl Array {
         if !holds || s.state() == SlotState::Failed || self.closed.load(Ordering::Acquire) {
             return false;
         }
-        self.fail_locked(&mut meta, slot, reason);
-        self.persist_failure(&mut meta);
+        self.fail_and_persist(&mut meta, slot, reason);
         true
     }
 
@@ -240,8 +281,7 @@ impl Array {
         } else {
             "failed by operator"
         };
-        self.fail_locked(&mut meta, slot, why);
-        self.persist_failure(&mut meta);
+        self.fail_and_persist(&mut meta, slot, why);
         Ok(slot)
     }
 }

@@ -1401,8 +1401,9 @@ fn failing_the_new_device_calls_a_hot_replace_off() {
     assert_eq!(st["state"], "optimal", "{st}");
     assert_eq!(st["members"][1]["path"], s(&m[1]), "{st}");
     let events = w.ok(&["events", "ho"]);
+    // The event says why, as a member's failure does.
     assert!(
-        events.contains("hot_replace_failed") || events.contains("dropped"),
+        events.contains("hot_replace_failed") && events.contains("failed by the operator"),
         "{events}"
     );
     let (ok, text) = qemu_io(&sock, "ho", &["read -P 0x5a 0 8M"]);

@@ -225,7 +225,11 @@ pub(super) fn assemble(
         }
         if let Some(i) = truth.slots.iter().position(|s| s.uuid == sb.member_uuid) {
             if truth.slots[i].state == SlotState::Failed {
-                let why = if sb.slots.get(i).is_some_and(|e| e.state == SlotState::Failed) {
+                let why = if sb
+                    .slots
+                    .get(i)
+                    .is_some_and(|e| e.state == SlotState::Failed)
+                {
                     // Its own record (`fail_and_persist`): not stale.
                     format!(
                         "slot {i} was failed: its own metadata (event {}) records it, as the last member in sync when the array failed; raidctl start --force takes it back with every write the array acknowledged",
@@ -478,7 +482,10 @@ fn force_back(
         // copy of one whose slot the newest metadata has being rebuilt. Its
         // own slot failed in its own metadata is the last member in sync
         // recording its own failure (`fail_and_persist`): in sync.
-        if sb.slots.get(i).is_none_or(|e| e.state == SlotState::Rebuilding)
+        if sb
+            .slots
+            .get(i)
+            .is_none_or(|e| e.state == SlotState::Rebuilding)
             || truth.slots[i].state == SlotState::Rebuilding
         {
             continue;

@@ -1,5 +1,5 @@
 //! Hot replace: a new device takes an active member's place while the array
-//! keeps all its redundancy (mdadm's `--replace --with`). Used to retire a
+//! loses no redundancy (mdadm's `--replace --with`). Used to retire a
 //! drive that still works but is wearing out, without ever running degraded.
 //!
 //! While it runs, the slot's member is a `Mirrored` pair: reads come from
@@ -39,6 +39,9 @@ struct Mirrored {
     new: MemberRef,
     /// The replacement failed a write or flush: the copier drops it.
     new_failed: AtomicBool,
+    /// Why it failed (the first error): the event that ends the copy says
+    /// so, as a member's failure does.
+    new_why: Mutex<String>,
     /// The new device has taken the slot: a writer still holding this pair
     /// must see the new device's errors (they are the member's now).
     switched: AtomicBool,
@@ -57,6 +60,7 @@ impl Mirrored {
 
     fn new_err(&self, e: io::Error) {
         if !self.new_failed.swap(true, Ordering::AcqRel) {
+            *self.new_why.lock() = e.to_string();
             tracing::error!(
                 member = self.new.identity(),
                 "replacement member failed: {e}"
@@ -255,6 +259,7 @@ impl Array {
             old: old.clone(),
             new: new.clone(),
             new_failed: AtomicBool::new(false),
+            new_why: Mutex::new(String::new()),
             switched: AtomicBool::new(false),
         });
         self.set_member(slot, pair.clone());
@@ -562,8 +567,9 @@ impl Array {
         }
         if pair.new_failed.load(Ordering::Acquire) {
             return Some(format!(
-                "the replacement {} failed; {} stays the member",
+                "the replacement {} failed ({}); {} stays the member",
                 pair.new.identity(),
+                pair.new_why.lock(),
                 pair.old.identity()
             ));
         }
@@ -597,8 +603,9 @@ impl Array {
         let new_failed = pair.new_failed.load(Ordering::Acquire);
         if source_failed && new_failed {
             why = format!(
-                "{why}; the replacement {} failed too, so it cannot take the slot",
-                pair.new.identity()
+                "{why}; the replacement {} failed too ({}), so it cannot take the slot",
+                pair.new.identity(),
+                pair.new_why.lock()
             );
         }
         if holds_pair && source_failed && !new_failed {

@@ -52,7 +52,7 @@ impl Daemon {
             .and_then(|k| s.array.drop_replacement(k))
         {
             return Ok(format!(
-                "the hot replace of slot {slot} of '{name}' onto {} is dropped at the copy's next batch; the slot's member stays as it was, with all redundancy",
+                "the hot replace of slot {slot} of '{name}' onto {} is dropped at the copy's next batch; the slot's member stays as it was, and the array loses no redundancy",
                 member.display()
             ));
         }

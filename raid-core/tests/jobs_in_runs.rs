@@ -483,3 +483,71 @@ fn a_source_failing_in_a_paced_pause_is_taken_over_at_once() {
         .unwrap();
     support::array::assert_matches(&a, &img);
 }
+
+/// The old device fails in the middle of its hot replace: the replacement
+/// takes the slot keeping the rows it was copied, and its rebuild resyncs
+/// those only in regions the bitmap marks (a write made while they were
+/// paired reached both; one made after the failure is marked), rebuilding
+/// the rows not yet copied whole. It used to start again from row 0.
+#[test]
+fn a_hot_replace_whose_source_fails_keeps_the_rows_it_copied() {
+    one_rayon_thread();
+    let (members, a, mut img) = filled(Level::Raid5, 5, "keepcopy", 8);
+    // Whole, flushed: the bitmap marks nothing.
+    a.flush().unwrap();
+    let new = ram_member("keepcopy");
+    a.hot_replace(3, new.clone()).unwrap();
+    let slow = RebuildOptions {
+        rate_limit: Some(1 << 10),
+        batch_rows: 64,
+        parallel: 1,
+        ..Default::default()
+    };
+    let a2 = a.clone();
+    let copy = start_job(false, move || {
+        a2.hot_replace_copy(&slow, &AtomicBool::new(false))
+    });
+    let t = std::time::Instant::now();
+    while a.hot_replace_progress().is_some_and(|p| p.2 == 0) {
+        assert!(t.elapsed() < std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Rows 0-63 are copied (regions 0-3 of 16 rows). Row 40, written while
+    // paired, then flushed: its region's bit is cleared again.
+    let row_bytes = 4 * CHUNK as usize;
+    let mut put = |row: usize, seed: u8| {
+        let data = vec![seed; 4096];
+        let off = row * row_bytes + 8192;
+        a.write(off as u64, &data).unwrap();
+        img[off..off + data.len()].copy_from_slice(&data);
+    };
+    put(40, 0xa1);
+    a.flush().unwrap();
+    a.fail_member(3, false).unwrap();
+    let r = ended(copy, std::time::Duration::from_secs(60)).expect("the copy ended");
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(a.slots()[3].state, SlotState::Rebuilding);
+    assert_eq!(a.slots()[3].member.as_deref(), Some(new.identity()));
+    // Written while slot 3 is out of sync, into a row it was copied.
+    put(5, 0xb2);
+    a.rebuild(3, &runs_of_two(), &AtomicBool::new(false))
+        .unwrap();
+    support::array::assert_matches(&a, &img);
+    support::array::assert_consistent(&a, &members_now(&members.refs(), 3, &new));
+    let rows = a.geometry().rows();
+    let copied = a
+        .event_log()
+        .iter()
+        .find_map(|(_, e)| match e {
+            raid_core::array::ArrayEvent::RebuildFinished {
+                slot: 3,
+                rows_copied,
+                ..
+            } => Some(*rows_copied),
+            _ => None,
+        })
+        .expect("a rebuild_finished event");
+    // Regions 1-3 (rows 16-63) were clean and skipped; region 0 (row 5's)
+    // resynced, and rows 64 on rebuilt.
+    assert_eq!(copied, rows - 48, "{copied} of {rows} rows rebuilt");
+}

@@ -581,16 +581,21 @@ impl Array {
     /// Ends the hot replacement, once. If the old device failed (its slot
     /// is failed, still holding the pair) and the replacement did not, the
     /// replacement takes the slot as a rebuilding member, as a `replace`
-    /// would put it there: the copy so far is not trusted (writes while
-    /// the slot was failed skipped it), the rebuild starts from row 0.
+    /// would put it there, but holding the rows copied so far: its rebuild
+    /// resyncs those only in the regions the bitmap marks (the writes it
+    /// missed while the slot was failed are there), and rebuilds the rest.
     /// Otherwise the replacement is dropped and the slot gets the old
     /// device back alone. Either way it is recorded once.
     fn end_hot_replace(&self, slot: usize, pair: &Arc<Mirrored>, why: &str) {
         let mut meta = self.meta.lock();
         let mut hot = self.hot.lock();
-        if hot.as_ref().is_none_or(|h| !Arc::ptr_eq(&h.pair, pair)) {
+        let Some(copied) = hot
+            .as_ref()
+            .filter(|h| Arc::ptr_eq(&h.pair, pair))
+            .map(|h| h.row.load(Ordering::Acquire))
+        else {
             return;
-        }
+        };
         *hot = None;
         drop(hot);
         let holds_pair = self.slots[slot]
@@ -610,8 +615,13 @@ impl Array {
         }
         if holds_pair && source_failed && !new_failed {
             // Its metadata write may fail it at once (the slot failed again).
+            // The rows copied before the source failed are on the new
+            // device, and every write it missed since (the slot failed
+            // skips it) is in a region the bitmap marks: those rows are
+            // resynced where marked, the rest rebuilt (md keeps a
+            // replacement's recovery position the same way).
             let took = self
-                .replace_locked(&mut meta, slot, pair.new.clone())
+                .replace_holding(&mut meta, slot, pair.new.clone(), copied)
                 .and_then(|()| match self.slots[slot].state() {
                     SlotState::Rebuilding => Ok(()),
                     _ => Err(ArrayError::Invalid(

@@ -406,7 +406,7 @@ impl Array {
             tracing::warn!(array = %self.name, slot, member = m.identity(), "re-add copies the member whole: {why}");
         }
         let ident = m.identity().to_string();
-        self.start_rebuilding(slot, m, whole.is_none());
+        self.start_rebuilding(slot, m, if whole.is_none() { u64::MAX } else { 0 });
         self.record(
             &mut meta,
             ArrayEvent::MemberReAdded {
@@ -429,7 +429,8 @@ impl Array {
     /// the write-intent bitmap marks writes (a re-add), not copied whole.
     pub fn resyncs_dirty_only(&self, slot: usize) -> bool {
         self.slots.get(slot).is_some_and(|s| {
-            s.state() == SlotState::Rebuilding && s.resync_dirty_only.load(Ordering::Acquire)
+            s.state() == SlotState::Rebuilding
+                && s.resync_dirty_below.load(Ordering::Acquire) == u64::MAX
         })
     }
 
@@ -535,6 +536,19 @@ impl Array {
         slot: usize,
         new: MemberRef,
     ) -> Result<()> {
+        self.replace_holding(meta, slot, new, 0)
+    }
+
+    /// `replace_locked` of a device that already holds the slot's rows
+    /// below `dirty_below` but for writes it missed (each in a region the
+    /// bitmap marks): they are resynced where marked, not copied whole.
+    pub(super) fn replace_holding(
+        &self,
+        meta: &mut Guard<'_>,
+        slot: usize,
+        new: MemberRef,
+        dirty_below: u64,
+    ) -> Result<()> {
         let s = self
             .slots
             .get(slot)
@@ -582,7 +596,7 @@ impl Array {
         let ident = new.identity().to_string();
         meta.spares.retain(|(_, m)| m.device_key() != key);
         *s.uuid.write() = Uuid::random();
-        self.start_rebuilding(slot, new, false);
+        self.start_rebuilding(slot, new, dirty_below);
         self.persist(meta);
         tracing::info!(array = %self.name, slot, member = %ident, "replacement member added; rebuild pending");
         Ok(())
@@ -592,7 +606,7 @@ impl Array {
     /// incarnation of the slot. The row is set before the state, so a
     /// reader never sees the slot rebuilding with a stale row. Callers hold
     /// `meta` and persist.
-    fn start_rebuilding(&self, slot: usize, m: MemberRef, dirty_only: bool) {
+    fn start_rebuilding(&self, slot: usize, m: MemberRef, dirty_below: u64) {
         let s = &self.slots[slot];
         self.set_member(slot, m);
         // The position first, then the start (see sync.rs).
@@ -600,7 +614,7 @@ impl Array {
         s.rebuild_from.store(0, Ordering::Release);
         s.rebuild_saved.store(0, Ordering::Release);
         s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
-        s.resync_dirty_only.store(dirty_only, Ordering::Release);
+        s.resync_dirty_below.store(dirty_below, Ordering::Release);
         s.clear_vacancy();
         s.incarnation.fetch_add(1, Ordering::AcqRel);
         s.set_state(SlotState::Rebuilding);

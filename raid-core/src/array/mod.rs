@@ -174,9 +174,13 @@ struct Slot {
     /// The membership epoch at which this slot's rebuild last failed for a
     /// reason outside the slot (`membership::NO_EPOCH`: none).
     rebuild_failed_epoch: AtomicU64,
-    /// A re-added member: its rebuild copies only rows in regions the
-    /// write-intent bitmap marks (the rest it still holds).
-    resync_dirty_only: AtomicBool,
+    /// Rows below this are resynced only in regions the write-intent
+    /// bitmap marks (the rest the member still holds): every row for a
+    /// re-added member (`u64::MAX`), the rows a hot replace had copied for
+    /// a replacement that took over from a failed source, 0 for a member
+    /// rebuilt whole. The bitmap's bits stay set while a slot is out of
+    /// sync, so every write the member missed is in a marked region.
+    resync_dirty_below: AtomicU64,
     /// Bumped whenever the slot fails or gets a device (even the same one
     /// back): a rebuild's ticket names the incarnation it works for.
     incarnation: AtomicU64,
@@ -221,7 +225,7 @@ impl Slot {
             rebuild_from: AtomicU64::new(0),
             rebuild_saved: AtomicU64::new(rebuild_row),
             rebuild_failed_epoch: AtomicU64::new(membership::NO_EPOCH),
-            resync_dirty_only: AtomicBool::new(false),
+            resync_dirty_below: AtomicU64::new(0),
             incarnation: AtomicU64::new(0),
             member_events: AtomicU64::new(0),
             left_events: AtomicU64::new(0),

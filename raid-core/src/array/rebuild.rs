@@ -112,9 +112,9 @@ struct Pass<'p> {
     join_others: bool,
     batch: u64,
     run_rows: u64,
-    /// The members a batch writes (slot, device, re-added): what the runs
-    /// read.
-    joined: &'p Mutex<Vec<(usize, MemberRef, bool)>>,
+    /// The members a batch writes (slot, device, the row below which it is
+    /// resynced only where the bitmap marks writes): what the runs read.
+    joined: &'p Mutex<Vec<(usize, MemberRef, u64)>>,
     /// Members finished by the pass.
     finished: usize,
     /// Why the first member that left the pass (failed or replaced) did.
@@ -214,13 +214,14 @@ impl Array {
         *self.jobs.pass.lock() = targets.iter().map(|t| t.ticket.slot).collect();
         self.jobs.pass_moved.store(0, Ordering::Release);
         let (run_rows, batch) = runs::run_and_batch_rows(opts.batch_rows, opts.parallel);
-        let joined: Mutex<Vec<(usize, MemberRef, bool)>> = Mutex::new(Vec::new());
+        let joined: Mutex<Vec<(usize, MemberRef, u64)>> = Mutex::new(Vec::new());
         let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<Vec<u64>> {
             let all = joined.lock().clone();
-            // A re-added member's clean rows hold what they should.
+            // A re-added member's clean rows hold what they should, as do
+            // those a hot replace copied before its source failed.
             let write: Vec<bool> = all
                 .iter()
-                .map(|&(_, _, dirty_only)| !(dirty_only && self.rows_clean(lo, hi)))
+                .map(|&(_, _, dirty_below)| !(hi <= dirty_below && self.rows_clean(lo, hi)))
                 .collect();
             let to: Vec<(usize, &MemberRef)> = all
                 .iter()
@@ -409,8 +410,8 @@ impl Array {
             .iter()
             .map(|&i| {
                 let t = &pass.targets[i];
-                let dirty_only = t.slot(self).resync_dirty_only.load(Ordering::Acquire);
-                (t.ticket.slot, t.member.clone(), dirty_only)
+                let dirty_below = t.slot(self).resync_dirty_below.load(Ordering::Acquire);
+                (t.ticket.slot, t.member.clone(), dirty_below)
             })
             .collect();
         let first = pass.targets[on[0]].ticket.slot;

@@ -120,7 +120,7 @@ impl Array {
         // and must find its row readable. Resetting it to 0 here made such
         // a writer skip the member it had just been rebuilt onto.
         s.set_state(SlotState::Active);
-        s.resync_dirty_only.store(false, Ordering::Release);
+        s.resync_dirty_below.store(0, Ordering::Release);
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.record(
             &mut meta,

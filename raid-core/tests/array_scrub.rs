@@ -103,6 +103,19 @@ fn raid6_locates_the_corrupt_member_by_syndrome_and_repairs_it() {
     );
 }
 
+/// The last scrub's count of mirror chunks whose copies differ with no
+/// majority.
+fn undecided(a: &Array) -> u64 {
+    a.event_log()
+        .into_iter()
+        .rev()
+        .find_map(|(_, e)| match e {
+            ArrayEvent::ScrubFinished { undecided, .. } => Some(undecided),
+            _ => None,
+        })
+        .expect("a scrub_finished event")
+}
+
 #[test]
 fn raid5_rewrites_parity_and_mirrors_take_the_first_copy() {
     let (m, a, _) = filled(Level::Raid5, 4, "r5");
@@ -116,6 +129,7 @@ fn raid5_rewrites_parity_and_mirrors_take_the_first_copy() {
     let _ = pm;
     assert_eq!((r.mismatches[0].stripe, r.mismatches[0].slot), (3, None));
     assert!(!r.mismatches[0].located && !r.mismatches[0].unresolved);
+    assert_eq!(undecided(&a), 0, "parity is rewritten from the data");
     assert!(scrub(&a, false).mismatches.is_empty());
     assert_consistent(&a, &m.refs());
 
@@ -128,6 +142,10 @@ fn raid5_rewrites_parity_and_mirrors_take_the_first_copy() {
         ChunkRole::Data(c)
     );
     corrupt(&m, second.member, second.offset / CHUNK, 4000);
+    // Said undecided, so that the alert does not offer the repair as the
+    // fix (it keeps the first copy, which may be the bad one).
+    assert_eq!(scrub(&a, false).mismatches.len(), 1);
+    assert_eq!(undecided(&a), 1);
     let r = scrub(&a, true);
     assert_eq!(r.mismatches.len(), 1);
     // Two copies: nothing says which is wrong, so no member is named.
@@ -149,6 +167,7 @@ fn a_three_way_mirror_repairs_the_copy_the_others_outvote() {
     assert_eq!(r.mismatches.len(), 1, "{:?}", r.mismatches);
     assert_eq!(r.mismatches[0].slot, Some(first.member));
     assert!(r.mismatches[0].located);
+    assert_eq!(undecided(&a), 0);
     assert!(scrub(&a, false).mismatches.is_empty());
     assert_matches(&a, &img);
 }

@@ -98,7 +98,8 @@ impl Config {
             ))
         })?;
         if let Some(a) = &c.alerts {
-            a.min_severity()?;
+            a.min_severity()
+                .map_err(|e| CliError::usage(format!("{}: [alerts] {}", p.display(), e.msg)))?;
             a.addresses()
                 .map_err(|e| CliError::usage(format!("{}: [alerts] {}", p.display(), e.msg)))?;
         }

@@ -190,6 +190,15 @@ pub fn record_of(
         E::MemberFailed { member, .. } => {
             Some(format!("raidctl replace {name} {member} NEW_DEVICE"))
         }
+        E::StartedDegraded { .. } if spares_cover(a) => Some(format!(
+            "raidctl wait {name} (a hot spare takes the slot and is rebuilt)"
+        )),
+        E::StartedDegraded { slot, .. } => Some(match &member {
+            Some(m) => format!(
+                "raidctl replace {name} {m} NEW_DEVICE (or raidctl re-add {name} {m} if it failed by mistake)"
+            ),
+            None => format!("raidctl status {name} (it names slot {slot}'s device), then raidctl replace {name} DEVICE NEW_DEVICE"),
+        }),
         E::HotReplaceRebuilding { .. } => Some(format!("raidctl wait {name}")),
         // A spare took the slot since.
         E::MemberMissing { .. }
@@ -233,6 +242,16 @@ pub fn record_of(
         )),
         E::OutOfSpace { member, .. } => Some(format!(
             "free space on the filesystem of {member}, then raidctl stop {name}; raidctl start {name} (docs/recovery.md)"
+        )),
+        // Two mirror copies that differ: a repair keeps the first, which
+        // may be the bad one; find out first.
+        E::ScrubFinished {
+            mismatches,
+            repaired,
+            undecided,
+            ..
+        } if mismatches > repaired && *undecided > 0 => Some(format!(
+            "find which copy is right before any repair: raidctl scrub {name} --repair writes the first copy over the other, which may be the bad one. Check the files in the stripes named (fsck; the daemon's log names each); if one member is suspect (raidctl health, errors in raidctl iostat), raidctl fail it and rebuild it instead (raidctl replace)"
         )),
         E::ScrubFinished {
             mismatches,

@@ -468,6 +468,45 @@ fn write_at(p: &std::path::Path, off: u64, data: &[u8]) {
         .unwrap();
 }
 
+/// Two mirror copies that differ: nothing says which is right, so the
+/// event (what an alert mails) does not offer `--repair` as the next step:
+/// it keeps the first copy, here the bad one.
+#[test]
+fn a_two_copy_mismatch_does_not_offer_the_repair_as_the_fix() {
+    use std::os::unix::fs::FileExt;
+    let w = World::new("scrub-two");
+    let m = w.sparse_members("m", 2, 16 * MIB);
+    w.ok(&["create", "st", "--level", "1", s(&m[0]), s(&m[1])]);
+    let sock = w.dir.join("st.sock");
+    w.ok(&["start", "st", "--nbd", &format!("unix:{}", sock.display())]);
+    let (ok, text) = qemu_io(&sock, "st", &["write -P 0x3c 0 4M"]);
+    assert!(ok, "{text}");
+    // Rot on the first copy, 1 MiB + 5000 bytes into its data area.
+    let f = std::fs::OpenOptions::new().write(true).open(&m[0]).unwrap();
+    f.write_all_at(b"bit rot", MIB + MIB + 5000).unwrap();
+    let (code, out, _) = w.code(&["scrub", "st"]);
+    assert_eq!(code, 1, "{out}");
+    let events: serde_json::Value =
+        serde_json::from_str(&w.ok(&["events", "st", "--format", "json"])).unwrap();
+    let e = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|e| e["event"] == "scrub_finished")
+        .cloned()
+        .unwrap();
+    let next = e["next"].as_str().unwrap();
+    assert!(next.starts_with("find which copy is right"), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing says which is right"),
+        "{e}"
+    );
+    w.ok(&["stop", "st"]);
+}
+
 #[test]
 fn scrub_finds_and_repairs_silent_corruption() {
     use std::os::unix::fs::FileExt;

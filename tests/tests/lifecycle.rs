@@ -698,3 +698,48 @@ fn delete_racing_start_never_both_succeed() {
         }
     }
 }
+
+/// A degraded array is said degraded again at each start (a reboot no one
+/// watched): a critical `started_degraded` event, which alerts mail, naming
+/// the failed slot's device and what to run. It used to log nothing but the
+/// parity engine, so an operator who relies on mail heard of it once.
+#[test]
+fn a_start_of_a_degraded_array_says_so_again() {
+    let w = World::new("start-degraded");
+    let m = w.sparse_members("sd", 3, 16 * MIB);
+    w.ok(&["create", "sd", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    w.ok(&["start", "sd"]);
+    w.ok(&["fail", "sd", s(&m[1])]);
+    let said = |w: &World| -> Vec<serde_json::Value> {
+        let events: serde_json::Value =
+            serde_json::from_str(&w.ok(&["events", "sd", "--format", "json"])).unwrap();
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == "started_degraded")
+            .cloned()
+            .collect()
+    };
+    assert!(said(&w).is_empty(), "not at the failure itself");
+    for round in 1..=2 {
+        w.ok(&["stop", "sd"]);
+        w.ok(&["start", "sd"]);
+        let again = said(&w);
+        assert_eq!(again.len(), round, "{again:?}");
+        let e = again.last().unwrap();
+        assert_eq!(e["severity"], "critical", "{e}");
+        assert_eq!(e["slot"], 1, "{e}");
+        assert_eq!(e["member"], s(&m[1]), "{e}");
+        let next = e["next"].as_str().unwrap();
+        assert!(next.starts_with("raidctl replace sd"), "{e}");
+    }
+    // Whole again: nothing more is said.
+    let new = w.sparse("sd-new.img", 16 * MIB);
+    w.ok(&["replace", "sd", s(&m[1]), s(&new)]);
+    w.ok(&["wait", "sd"]);
+    w.ok(&["stop", "sd"]);
+    w.ok(&["start", "sd"]);
+    assert_eq!(said(&w).len(), 2);
+    w.ok(&["stop", "sd"]);
+}

@@ -437,6 +437,22 @@ pub(super) fn assemble(
             deferred: array.resync_pending.load(Ordering::Acquire),
         });
     }
+    // Slots that failed before this start: said again, since the start
+    // may follow a reboot that no one watched.
+    {
+        let mut meta = array.meta.lock();
+        for (i, s) in array.slots.iter().enumerate() {
+            if s.state() == SlotState::Failed && !newly_missing.contains(&i) {
+                let member = s
+                    .member
+                    .read()
+                    .as_ref()
+                    .map(|m| m.identity().to_string())
+                    .unwrap_or_default();
+                array.record(&mut meta, ArrayEvent::StartedDegraded { slot: i, member });
+            }
+        }
+    }
     if !newly_missing.is_empty() {
         {
             let mut meta = array.meta.lock();

@@ -52,6 +52,13 @@ pub enum ArrayEvent {
         left_out: Option<String>,
     },
     ArrayDegraded,
+    /// The array started with a slot that had failed before (and still
+    /// waits for a device): said at every start, so that an operator told
+    /// once, before a reboot, is told again (mdadm's DegradedArray).
+    StartedDegraded {
+        slot: usize,
+        member: String,
+    },
     ArrayFailed,
     RebuildStarted {
         slot: usize,
@@ -140,6 +147,10 @@ pub enum ArrayEvent {
         /// wrong in one sector): the parity agrees with data that may be
         /// wrong there.
         unresolved: u64,
+        /// Mirror chunks whose copies differ with no majority among them
+        /// (two copies): nothing says which is right, and a repair keeps
+        /// the first, which may be the bad one.
+        undecided: u64,
         interrupted: bool,
         /// Why it stopped early, if it did.
         error: Option<String>,
@@ -192,6 +203,7 @@ impl ArrayEvent {
         match self {
             ArrayEvent::MemberFailed { .. }
             | ArrayEvent::ArrayDegraded
+            | ArrayEvent::StartedDegraded { .. }
             | ArrayEvent::ArrayFailed
             | ArrayEvent::RebuildFailed { .. }
             | ArrayEvent::OutOfSpace { .. } => Severity::Critical,
@@ -231,6 +243,7 @@ impl ArrayEvent {
             ArrayEvent::MemberFailed { .. } => "member_failed",
             ArrayEvent::MemberMissing { .. } => "member_missing",
             ArrayEvent::ArrayDegraded => "array_degraded",
+            ArrayEvent::StartedDegraded { .. } => "started_degraded",
             ArrayEvent::ArrayFailed => "array_failed",
             ArrayEvent::RebuildStarted { .. } => "rebuild_started",
             ArrayEvent::RebuildFinished { .. } => "rebuild_finished",
@@ -260,6 +273,7 @@ impl ArrayEvent {
         match self {
             ArrayEvent::MemberFailed { slot, .. }
             | ArrayEvent::MemberMissing { slot, .. }
+            | ArrayEvent::StartedDegraded { slot, .. }
             | ArrayEvent::RebuildStarted { slot, .. }
             | ArrayEvent::RebuildFinished { slot, .. }
             | ArrayEvent::MemberReAdded { slot, .. }
@@ -296,6 +310,10 @@ impl ArrayEvent {
             ArrayEvent::ArrayDegraded => {
                 "the array is degraded: it runs with less redundancy".into()
             }
+            ArrayEvent::StartedDegraded { slot, member } => format!(
+                "started degraded: slot {slot}{} failed before this start and has no member in sync yet; the array runs with less redundancy",
+                if member.is_empty() { String::new() } else { format!(" ({member})") }
+            ),
             ArrayEvent::ArrayFailed => {
                 "the array has failed: more members are lost than its level tolerates".into()
             }
@@ -362,6 +380,7 @@ impl ArrayEvent {
                 mismatches,
                 repaired,
                 unresolved,
+                undecided,
                 interrupted,
                 error,
                 findings,
@@ -379,6 +398,11 @@ impl ArrayEvent {
                 if *unresolved > 0 {
                     t.push_str(&format!(
                         ", {unresolved} unresolved (more than one chunk wrong: the data there may be wrong)"
+                    ));
+                }
+                if *undecided > 0 && repaired < mismatches {
+                    t.push_str(&format!(
+                        ", {undecided} where two copies differ and nothing says which is right"
                     ));
                 }
                 if let Some(e) = error {

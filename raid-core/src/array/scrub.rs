@@ -273,6 +273,12 @@ impl Array {
                 mismatches: report.mismatches.len() as u64,
                 repaired: report.mismatches.iter().filter(|m| m.repaired).count() as u64,
                 unresolved: report.mismatches.iter().filter(|m| m.unresolved).count() as u64,
+                undecided: match self.geo.level {
+                    Level::Raid1 | Level::Raid10 => {
+                        report.mismatches.iter().filter(|m| !m.located).count() as u64
+                    }
+                    _ => 0,
+                },
                 interrupted: report.interrupted,
                 error: error.map(|e| e.to_string()),
                 findings,

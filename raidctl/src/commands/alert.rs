@@ -60,6 +60,8 @@ pub(super) fn test(st: &StateDir, config: Option<&Path>, fmt: Format) -> Result<
             out!(
                 "note: {queued} event(s) of the arrays are queued for alerts, not yet delivered: {who}; the daemon's log says why each failed"
             );
+        } else {
+            out!("no alerts of the arrays are waiting to be sent");
         }
     }
     if not_sent.is_empty() {

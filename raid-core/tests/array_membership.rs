@@ -1874,3 +1874,65 @@ fn spares_added_and_removed_and_members_removed_are_events() {
         .expect("the removal names its slot");
     assert!(said.contains(gone.identity()), "{said}");
 }
+
+/// A member whose flushes fail while `fail_flush` is set.
+struct FlushFails {
+    inner: MemberRef,
+    fail_flush: AtomicBool,
+}
+
+impl raid_core::member::Member for FlushFails {
+    fn identity(&self) -> &str {
+        self.inner.identity()
+    }
+    fn device_key(&self) -> raid_core::member::DeviceKey {
+        self.inner.device_key()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        if self.fail_flush.swap(false, Ordering::AcqRel) {
+            return Err(std::io::Error::other("injected: one flush fails"));
+        }
+        self.inner.flush()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.write_zeroes(offset, len)
+    }
+}
+
+/// Two copies of a mirror fail together: the first failed, and the other's
+/// flush, which had to make the writes before durable, failed too. The
+/// member that failed last (it may hold writes the first missed) records
+/// its own failure: a plain start refuses the failed array, and a forced
+/// one takes that member back. It used to be recorded nowhere, and a
+/// plain start took both back without a word.
+#[test]
+fn the_last_of_two_mirror_copies_failing_together_records_it() {
+    let (m, a, img) = filled(Level::Raid1, 2, "lt");
+    let refs = m.refs();
+    drop(a);
+    let flaky = Arc::new(FlushFails {
+        inner: refs[1].clone(),
+        fail_flush: AtomicBool::new(false),
+    });
+    let asm = Array::assemble(vec![refs[0].clone(), flaky.clone() as MemberRef]).unwrap();
+    let a = asm.array;
+    flaky.fail_flush.store(true, Ordering::Release);
+    a.fail_member(0, true).unwrap();
+    assert_eq!(a.state(), ArrayState::Failed);
+    drop(a);
+    let e = Array::assemble(m.refs()).err().unwrap().to_string();
+    assert!(e.contains("--force"), "{e}");
+    let asm = Array::assemble_forced(m.refs()).unwrap();
+    assert_eq!(asm.forced.len(), 1, "{:?}", asm.forced);
+    assert_eq!(asm.forced[0].0, "ram:lt1");
+    assert_matches(&asm.array, &img);
+}

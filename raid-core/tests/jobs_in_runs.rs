@@ -551,3 +551,46 @@ fn a_hot_replace_whose_source_fails_keeps_the_rows_it_copied() {
     // resynced, and rows 64 on rebuilt.
     assert_eq!(copied, rows - 48, "{copied} of {rows} rows rebuilt");
 }
+
+/// The old device's file is cut short during its hot replace, then a write
+/// past the cut grows it again with a hole: the copier reads the hole as
+/// zeros, without an error, until it reads past the new end and the slot
+/// fails. The replacement must not keep those rows as copied: it is rebuilt
+/// whole (found by a review of the change that keeps a copy's rows).
+#[test]
+fn a_hot_replace_whose_source_file_was_cut_keeps_nothing_it_copied() {
+    one_rayon_thread();
+    let dir = std::env::temp_dir().join(format!("cut-source-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let members = support::array::files(&dir, 4, DATA);
+    let a = support::array::create_shared(Level::Raid5, members.clone(), "cut", CHUNK);
+    let mut img = vec![0u8; a.capacity() as usize];
+    SmallRng::seed_from_u64(9).fill(&mut img[..]);
+    a.write(0, &img).unwrap();
+    a.flush().unwrap();
+    let new = ram_member("cut");
+    a.hot_replace(1, new.clone()).unwrap();
+    // Cut at row 100; a write at row 300 grows the file to there again.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("m1.img"))
+        .unwrap()
+        .set_len(MIN_DATA_OFFSET + 100 * CHUNK)
+        .unwrap();
+    let row_bytes = 3 * CHUNK as usize;
+    let off = 300 * row_bytes;
+    let data = vec![0x5e; row_bytes];
+    a.write(off as u64, &data).unwrap();
+    img[off..off + data.len()].copy_from_slice(&data);
+    let opts = RebuildOptions {
+        batch_rows: 64,
+        parallel: 1,
+        ..Default::default()
+    };
+    assert!(a.hot_replace_copy(&opts, &AtomicBool::new(false)).is_err());
+    assert_eq!(a.slots()[1].state, SlotState::Rebuilding);
+    a.rebuild(1, &runs_of_two(), &AtomicBool::new(false))
+        .unwrap();
+    support::array::assert_matches(&a, &img);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -336,6 +336,7 @@ pub(super) fn assemble(
             clean: truth.clean,
             spares,
             log: Vec::new(),
+            last_standing: None,
         },
         bitmap: bitmap_bits
             .map(|bits| super::bitmap::Bitmap::new(truth.bitmap_region_rows, geo.rows(), bits)),

@@ -133,6 +133,7 @@ impl Array {
                 clean: true,
                 spares: spares.into_iter().map(|s| (Uuid::random(), s)).collect(),
                 log: Vec::new(),
+                last_standing: None,
             },
             bitmap: (opts.level != Level::Raid0).then(|| {
                 bitmap::Bitmap::new(bitmap::region_rows_for(geo.rows()), geo.rows(), Vec::new())

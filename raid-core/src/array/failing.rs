@@ -19,6 +19,15 @@ impl Array {
             return;
         }
         let was_ok = self.within_redundancy();
+        let last = s.state() == SlotState::Active
+            && self
+                .slots
+                .iter()
+                .enumerate()
+                .all(|(i, o)| i == slot || o.state() == SlotState::Failed);
+        if last {
+            meta.last_standing = Some(slot);
+        }
         s.left_events
             .store(s.member_events.load(Ordering::Acquire), Ordering::Release);
         s.clear_vacancy();
@@ -105,22 +114,19 @@ impl Array {
     /// write: a start then refuses the array as failed, and `start --force`
     /// takes that member back as the newest failed one (its own slot failed
     /// in its own metadata says that: nothing else writes a failed slot's
-    /// member). Only the last: where two fail together, the one failed
-    /// first may miss writes the other acknowledged after it, and must not
-    /// carry the newest metadata. Only one in sync: a member being rebuilt
-    /// keeps its own metadata's word that it holds part of the data.
+    /// member). Only the last (`fail_locked` names it, here `slot` or one
+    /// whose flush failed after it): where two fail together, the one
+    /// failed first may miss writes the other acknowledged after it, and
+    /// must not carry the newest metadata. Only one in sync: a member being
+    /// rebuilt keeps its own metadata's word that it holds part of the data.
     fn fail_and_persist(&self, meta: &mut Guard<'_>, slot: usize, reason: &str) {
-        let last = self.slots[slot].state() == SlotState::Active
-            && self
-                .slots
-                .iter()
-                .enumerate()
-                .all(|(i, s)| i == slot || s.state() == SlotState::Failed);
+        // One a metadata write failed earlier took no record (it erred).
+        meta.last_standing = None;
         self.fail_locked(meta, slot, reason);
         self.persist_failure(meta);
-        if !last {
+        let Some(slot) = meta.last_standing.take() else {
             return;
-        }
+        };
         let s = &self.slots[slot];
         let Some(m) = s.member.read().clone() else {
             return;

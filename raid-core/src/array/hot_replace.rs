@@ -472,12 +472,19 @@ impl Array {
         // the next event), with a flush that makes all it holds durable. If
         // it cannot, the old device stays the member and the array keeps all
         // its redundancy.
+        // Only while the old device still holds the slot: had it failed
+        // meanwhile (the flush and settle above run before `meta`), that
+        // metadata would mark the slot failed in the new device's own
+        // superblock, newest of all, which assembly reads as the last
+        // member in sync recording its own failure.
         let new_uuid = Uuid::random();
-        let mut sb = self.superblock(&meta, slot as u32, new_uuid);
-        sb.events += 1;
-        sb.slots[slot].uuid = new_uuid;
-        if let Err(e) = metadata::write_superblock(pair.new.as_ref(), &sb) {
-            pair.new_err(e);
+        if s.state() == SlotState::Active {
+            let mut sb = self.superblock(&meta, slot as u32, new_uuid);
+            sb.events += 1;
+            sb.slots[slot].uuid = new_uuid;
+            if let Err(e) = metadata::write_superblock(pair.new.as_ref(), &sb) {
+                pair.new_err(e);
+            }
         }
         if let Some(why) = self.hot_replace_broken(slot, pair) {
             // A copy of that metadata may have landed: wipe it, and move the
@@ -619,9 +626,18 @@ impl Array {
             // device, and every write it missed since (the slot failed
             // skips it) is in a region the bitmap marks: those rows are
             // resynced where marked, the rest rebuilt (md keeps a
-            // replacement's recovery position the same way).
+            // replacement's recovery position the same way). Not where the
+            // old device's file was cut short: a write past the cut grows
+            // it again with a hole, read back as zeros without an error,
+            // so rows copied since may be zeros: all are rebuilt.
+            let used = self.data_offset + self.geo.member_size;
+            let cut = pair
+                .old
+                .file_now()
+                .is_some_and(|now| now.map_or(true, |now| now.len < used));
+            let kept = if cut { 0 } else { copied };
             let took = self
-                .replace_holding(&mut meta, slot, pair.new.clone(), copied)
+                .replace_holding(&mut meta, slot, pair.new.clone(), kept)
                 .and_then(|()| match self.slots[slot].state() {
                     SlotState::Rebuilding => Ok(()),
                     _ => Err(ArrayError::Invalid(

@@ -320,6 +320,9 @@ struct Meta {
     /// see the state after the events since (a short rebuild already over
     /// by then).
     log: Vec<(SystemTime, ArrayEvent, ArrayState)>,
+    /// The member in sync that failed last, leaving none: it records its
+    /// own failure (`failing::fail_and_persist`).
+    last_standing: Option<usize>,
 }
 
 /// Options for `Array::create`.
@@ -800,9 +803,18 @@ impl Array {
         Ok(())
     }
 
-    /// Whether the metadata says clean: after `close`, whether it left the
-    /// array clean (see there for when it does not).
-    pub fn closed_clean(&self) -> bool {
-        self.meta.lock().clean
+    /// Why `close` left the array marked dirty, if it did (see there):
+    /// None when the metadata says clean.
+    pub fn left_dirty_because(&self) -> Option<String> {
+        if self.meta.lock().clean {
+            return None;
+        }
+        Some(if let Some(m) = self.out_of_space.lock().as_ref() {
+            format!("a write failed on the full filesystem of {m}, so a stripe there may be torn")
+        } else if self.resync_pending.load(Ordering::Acquire) {
+            "it started degraded after an unclean stop (or a forced start), so the regions written before could not be resynced yet: the rebuild does it, or the next start once the array is whole".into()
+        } else {
+            "it was not stopped clean".into()
+        })
     }
 }

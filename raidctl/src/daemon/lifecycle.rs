@@ -504,8 +504,13 @@ impl Daemon {
                 }
             }
         }
-        for e in served.exports.lock().drain(..) {
-            e.stop();
+        // Clients still connected are cut: said, since they see only a
+        // closed connection.
+        let cut: usize = served.exports.lock().drain(..).map(|e| e.stop()).sum();
+        if cut > 0 {
+            stopped_work.push_str(&format!(
+                "; {cut} NBD client connection(s) were cut: requests they had in flight got no reply (as on any disconnect, the client treats them as not done)"
+            ));
         }
         // What close() stops (it joins the array's rebuild, hot replace and
         // scrub before it flushes), to be said.
@@ -568,10 +573,11 @@ impl Daemon {
                 // Left dirty where a write failed on a full filesystem (a
                 // stripe may be torn) or a resync was put off: said so, as
                 // status and examine say it.
-                let how = if served.array.closed_clean() {
-                    "flushed, marked clean"
-                } else {
-                    "flushed; left marked dirty, as a write failed on a full filesystem or a resync was put off: the next start resyncs the regions concerned"
+                let how = match served.array.left_dirty_because() {
+                    None => "flushed, marked clean".to_string(),
+                    Some(why) => format!(
+                        "flushed; left marked dirty, as {why}: the next start resyncs the regions concerned"
+                    ),
                 };
                 Ok(format!("array '{name}' stopped ({how}){stopped_work}"))
             }

@@ -49,6 +49,8 @@ pub const CMD_TRIM: u16 = 4;
 pub const CMD_WRITE_ZEROES: u16 = 6;
 
 pub const CMD_FLAG_FUA: u16 = 1;
+/// WRITE_ZEROES: allocate, do not punch a hole (this server never does).
+pub const CMD_FLAG_NO_HOLE: u16 = 2;
 
 pub const EPERM: u32 = 1;
 pub const EIO: u32 = 5;
@@ -106,9 +108,11 @@ pub enum Check {
     Disconnect(&'static str),
 }
 
-/// Validates a request against the export: known command, length limits,
-/// 4 KiB alignment, range. One place for every rule, shared by the server
-/// and the fuzz target.
+/// Validates a request against the export: known command and flags,
+/// length limits, 4 KiB alignment, range. One place for every rule, shared
+/// by the server and the fuzz target. `read_only`: as the export was
+/// offered to this client (an array that fails later answers its writes
+/// EIO, a device error, not EPERM).
 pub fn check(r: &Request, size: u64, block: u64, read_only: bool) -> Check {
     match r.kind {
         CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES => {}
@@ -128,6 +132,11 @@ pub fn check(r: &Request, size: u64, block: u64, read_only: bool) -> Check {
     if r.kind == CMD_READ && r.length > MAX_REQUEST {
         return Check::Error(EINVAL);
     }
+    // The flags this server knows; another (DF, FAST_ZERO: not offered)
+    // asks for something it does not do.
+    if r.flags & !(CMD_FLAG_FUA | CMD_FLAG_NO_HOLE) != 0 {
+        return Check::Error(EINVAL);
+    }
     if read_only && r.kind != CMD_READ {
         return Check::Error(EPERM);
     }
@@ -137,7 +146,9 @@ pub fn check(r: &Request, size: u64, block: u64, read_only: bool) -> Check {
     }
     match r.offset.checked_add(r.length as u64) {
         Some(end) if end <= size => Check::Ok,
-        _ if r.kind == CMD_READ => Check::Error(EINVAL),
+        // Past the end: the spec's EINVAL for a read or a trim, ENOSPC
+        // for what would write there.
+        _ if r.kind == CMD_READ || r.kind == CMD_TRIM => Check::Error(EINVAL),
         _ => Check::Error(ENOSPC),
     }
 }
@@ -236,6 +247,22 @@ mod tests {
             Check::Error(EPERM)
         );
         assert_eq!(check(&req(CMD_FLUSH, 0, 0), size, 4096, false), Check::Ok);
+        assert_eq!(
+            check(&req(CMD_TRIM, size - 4096, 8192), size, 4096, false),
+            Check::Error(EINVAL)
+        );
+        let flagged = |flags| Request {
+            flags,
+            ..req(CMD_WRITE_ZEROES, 0, 4096)
+        };
+        assert_eq!(
+            check(&flagged(CMD_FLAG_FUA | CMD_FLAG_NO_HOLE), size, 4096, false),
+            Check::Ok
+        );
+        // DF, FAST_ZERO and unknown bits: not offered.
+        for f in [4, 16, 0x80] {
+            assert_eq!(check(&flagged(f), size, 4096, false), Check::Error(EINVAL));
+        }
         assert_eq!(
             check(&req(CMD_READ, 0, 0), size, 4096, false),
             Check::Error(EINVAL)

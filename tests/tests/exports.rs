@@ -161,7 +161,7 @@ fn hostile_nbd_requests_get_errors_or_a_disconnect() {
     use std::io::{Read, Write};
     use std::os::unix::net::UnixStream;
     let w = World::new("hostile");
-    let (_m, sock, _) = served(&w, "hostile");
+    let (m, sock, _) = served(&w, "hostile");
     // A client that asked for the block size: its unaligned requests
     // are refused (one that did not ask gets them served, below).
     let connect = || nbd_go(&sock, "hostile", true);
@@ -180,6 +180,11 @@ fn hostile_nbd_requests_get_errors_or_a_disconnect() {
     assert_eq!(reply(&mut c), Some((28, 3)));
     request(&mut c, 99, 4, 0, 0); // unknown command
     assert_eq!(reply(&mut c), Some((22, 4)));
+    request(&mut c, 4, 40, size - 4096, 8192); // trim past the end: EINVAL
+    assert_eq!(reply(&mut c), Some((22, 40)));
+    nbd_request(&mut c, 1, 0x10, 41, 0, 4096); // FAST_ZERO, not offered
+    c.write_all(&[0xEE; 4096]).unwrap();
+    assert_eq!(reply(&mut c), Some((22, 41)));
     request(&mut c, 0, 5, 0, 4096); // still serving
     assert_eq!(reply(&mut c), Some((0, 5)));
     let mut data = vec![0u8; 4096];
@@ -205,7 +210,56 @@ fn hostile_nbd_requests_get_errors_or_a_disconnect() {
         "the refused write left bytes behind"
     );
     assert_eq!(w.status_json("hostile")["state"], "optimal");
+    // The array fails under a connection offered a writable export: its
+    // writes get EIO, a device error (they got EPERM, as if read-only); a
+    // connection made since is offered it read-only, and gets EPERM.
+    w.ok(&["fail", "hostile", s(&m[0])]);
+    w.ok(&["fail", "hostile", s(&m[1]), "--force"]);
+    request(&mut c, 1, 8, 0, 4096);
+    c.write_all(&[0xEE; 4096]).unwrap();
+    assert_eq!(reply(&mut c), Some((5, 8)));
+    let (mut late, _) = connect();
+    request(&mut late, 1, 9, 0, 4096);
+    late.write_all(&[0xEE; 4096]).unwrap();
+    assert_eq!(reply(&mut late), Some((1, 9)));
     w.ok(&["stop", "hostile"]);
+}
+
+/// Sockets opened and left silent (no handshake, as a flood would) cannot
+/// lock clients out: with every connection place taken, a new connection
+/// closes the oldest one still negotiating. They used to be refused until
+/// the silent ones timed out (30 s). A client flag the server does not know
+/// ends the handshake.
+#[test]
+fn silent_connections_do_not_lock_clients_out() {
+    use std::io::{Read, Write};
+    let w = World::new("silent");
+    let (_m, sock, _) = served(&w, "silent");
+    let silent: Vec<std::os::unix::net::UnixStream> = (0..140)
+        .map(|_| std::os::unix::net::UnixStream::connect(&sock).unwrap())
+        .collect();
+    // Each honest client, one after another, negotiates and is served.
+    for cookie in 0..3 {
+        let (mut c, _) = nbd_go(&sock, "silent", true);
+        nbd_request(&mut c, 0, 0, cookie, 0, 4096);
+        assert_eq!(nbd_reply(&mut c), Some((0, cookie)));
+        let mut data = vec![0u8; 4096];
+        c.read_exact(&mut data).unwrap();
+    }
+    drop(silent);
+    let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut hello = [0u8; 18];
+    c.read_exact(&mut hello).unwrap();
+    c.write_all(&0x83u32.to_be_bytes()).unwrap(); // an unknown client flag
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "{rest:?}");
+    // A stop cuts the client still connected, and says so.
+    let (_c, _) = nbd_go(&sock, "silent", true);
+    let out = w.ok(&["stop", "silent"]);
+    assert!(out.contains("1 NBD client connection(s) were cut"), "{out}");
 }
 
 /// Many requests sent on one connection without waiting (more than the

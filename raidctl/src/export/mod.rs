@@ -86,7 +86,8 @@ const NEGOTIATION: Duration = Duration::from_secs(30);
 /// Options one client may send before it must pick an export.
 const MAX_OPTIONS: usize = 256;
 /// Connections served at once per export: a client that opens more gets
-/// them closed, rather than a thread each.
+/// them closed, rather than a thread each. When all are taken, a new one
+/// closes the oldest still negotiating instead (`accept_loop`).
 const MAX_CONNECTIONS: usize = 128;
 
 enum Listener {
@@ -315,11 +316,16 @@ impl Export {
         })
     }
 
-    /// Stops accepting, closes every connection, waits for the acceptor.
-    pub fn stop(mut self) {
+    /// Stops accepting, closes every connection, waits for the acceptor
+    /// (the requests in flight end in the array first; their replies go
+    /// with the connection). Returns how many client connections were
+    /// open: the operator is told they were cut.
+    pub fn stop(mut self) -> usize {
         self.stop.store(true, Ordering::Release);
+        let mut open = 0;
         for (_, c) in self.conns.lock().unwrap().drain() {
             c.shutdown_both();
+            open += 1;
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -327,6 +333,7 @@ impl Export {
         if let Some(p) = &self.socket_path {
             let _ = std::fs::remove_file(p);
         }
+        open
     }
 }
 
@@ -348,6 +355,14 @@ fn accept_loop(
     // Every connection's thread: joined before this returns, so `stop`
     // returns only once no request is in flight on the array.
     let mut served: Vec<std::thread::JoinHandle<()>> = Vec::new();
+    // Connections still in the handshake, oldest first, each with the flag
+    // its thread clears when transmission begins. With every place taken,
+    // a new connection closes the oldest of them rather than being refused:
+    // sockets opened and left silent (nothing to authenticate yet, TLS not
+    // begun) would otherwise lock every client out until they time out, and
+    // an honest client negotiates within milliseconds of its connect.
+    let mut negotiating: std::collections::VecDeque<(u64, Arc<AtomicBool>)> =
+        std::collections::VecDeque::new();
     match &listener {
         Listener::Unix(l, _) => l.set_nonblocking(true).ok(),
         Listener::Tcp(l) => l.set_nonblocking(true).ok(),
@@ -368,9 +383,31 @@ fn accept_loop(
             }),
         };
         served.retain(|t| !t.is_finished());
+        negotiating.retain(|(_, n)| n.load(Ordering::Acquire));
+        // Its thread ends once its socket is shut: the place is counted
+        // free at a later accept; one over the cap meanwhile.
+        let full = accepted.is_ok() && served.len() >= MAX_CONNECTIONS;
+        let mut made_room = false;
+        while full && !made_room {
+            let Some((old, flag)) = negotiating.pop_front() else {
+                break;
+            };
+            // Taken from its thread, which may be clearing it that instant
+            // to begin transmission: then that one stays, the next goes.
+            if flag
+                .compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                if let Some(s) = conns.lock().unwrap().get(&old) {
+                    s.shutdown_both();
+                }
+                tracing::warn!("nbd: {MAX_CONNECTIONS} connections open already; closed the oldest one still negotiating to take a new one");
+                made_room = true;
+            }
+        }
         match accepted {
-            Ok(c) if served.len() >= MAX_CONNECTIONS => {
-                tracing::warn!("nbd: {MAX_CONNECTIONS} connections open already; one more refused");
+            Ok(c) if full && !made_room => {
+                tracing::warn!("nbd: {MAX_CONNECTIONS} connections open already, every one past its handshake; one more refused");
                 c.shutdown(std::net::Shutdown::Both);
             }
             Ok(c) => {
@@ -379,12 +416,16 @@ fn accept_loop(
                 if let Ok(clone) = c.try_clone() {
                     conns.lock().unwrap().insert(id, clone);
                 }
+                let flag = Arc::new(AtomicBool::new(true));
+                negotiating.push_back((id, flag.clone()));
                 let (array, conns, tls) = (array.clone(), conns.clone(), tls.clone());
                 let (engine, any) = (engine.clone(), any.clone());
                 served.push(std::thread::spawn(move || {
-                    if let Err(e) = serve(c, array, &engine, tls, &any) {
+                    if let Err(e) = serve(c, array, &engine, tls, &any, &flag) {
                         tracing::debug!("nbd connection ended: {e}");
                     }
+                    // Ended: nothing to evict.
+                    flag.store(false, Ordering::Release);
                     // Close it for the client too (the reader's clone would
                     // otherwise keep it open), and forget it.
                     if let Some(c) = conns.lock().unwrap().remove(&id) {
@@ -504,6 +545,7 @@ fn serve(
     engine: &Engine,
     tls: Option<Arc<rustls::ServerConfig>>,
     any: &crate::any_bytes::AnyBytes,
+    negotiating: &AtomicBool,
 ) -> io::Result<()> {
     // The socket itself, until TLS (when required) is started on it.
     let mut plain = match tls {
@@ -518,6 +560,9 @@ fn serve(
     // Whether the client asked for the block size (NBD_INFO_BLOCK_SIZE):
     // if not, requests not aligned to it are served (`sub_block`).
     let mut asked_block_size = false;
+    // The transmission flags last told to the client (GO's, or
+    // EXPORT_NAME's): what it was offered is what it is held to.
+    let mut flags_sent: u16;
     let mut c: Box<dyn Conn> = Box::new(sock);
     let mut hello = Vec::new();
     hello.extend_from_slice(&nbd::NBDMAGIC.to_be_bytes());
@@ -527,6 +572,11 @@ fn serve(
     let cflags = read_u32(c.as_mut())?;
     if cflags & nbd::FLAG_C_FIXED_NEWSTYLE == 0 {
         return Err(protocol_error("client does not speak fixed newstyle"));
+    }
+    // As nbdkit does: a flag this server does not know asks for a protocol
+    // it does not speak.
+    if cflags & !(nbd::FLAG_C_FIXED_NEWSTYLE | nbd::FLAG_C_NO_ZEROES) != 0 {
+        return Err(protocol_error(format!("unknown client flags {cflags:#x}")));
     }
     let no_zeroes = cflags & nbd::FLAG_C_NO_ZEROES != 0;
     let size = array.capacity();
@@ -603,7 +653,8 @@ fn serve(
                 }
                 let mut b = Vec::new();
                 b.extend_from_slice(&size.to_be_bytes());
-                b.extend_from_slice(&tflags(&array).to_be_bytes());
+                flags_sent = tflags(&array);
+                b.extend_from_slice(&flags_sent.to_be_bytes());
                 if !no_zeroes {
                     b.extend_from_slice(&[0u8; 124]);
                 }
@@ -646,7 +697,8 @@ fn serve(
                 asked_block_size |= infos.contains(&nbd::INFO_BLOCK_SIZE);
                 let mut e = nbd::INFO_EXPORT.to_be_bytes().to_vec();
                 e.extend_from_slice(&size.to_be_bytes());
-                e.extend_from_slice(&tflags(&array).to_be_bytes());
+                flags_sent = tflags(&array);
+                e.extend_from_slice(&flags_sent.to_be_bytes());
                 option_reply(c.as_mut(), opt, nbd::REP_INFO, &e)?;
                 let mut bs = nbd::INFO_BLOCK_SIZE.to_be_bytes().to_vec();
                 bs.extend_from_slice(&(BLOCK as u32).to_be_bytes());
@@ -667,5 +719,16 @@ fn serve(
         }
     }
     ctl.set_read_timeout(None)?;
-    transmission::transmission(c, array, engine, !asked_block_size, any)
+    // Out of the handshake, out of reach of `accept_loop`'s eviction;
+    // unless it was evicted just now.
+    if negotiating
+        .compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return Err(protocol_error(
+            "closed while negotiating: every connection place was taken",
+        ));
+    }
+    let read_only = flags_sent & nbd::TFLAG_READ_ONLY != 0;
+    transmission::transmission(c, array, engine, !asked_block_size, read_only, any)
 }

@@ -22,7 +22,7 @@
 use super::errno_of;
 use super::sub_block;
 use super::wire::{send, with_slices, Carry, Payload, Reply};
-use super::{protocol_error, tflags, Conn};
+use super::{protocol_error, Conn};
 use crate::any_bytes::{AnyBytes, Counted};
 use crate::nbd::{self, Check, Request};
 use raid_core::array::{Array, ArrayError, BLOCK};
@@ -287,6 +287,7 @@ pub(super) fn transmission(
     array: Arc<Array>,
     engine: &Engine,
     lenient: bool,
+    read_only: bool,
     any: &AnyBytes,
 ) -> io::Result<()> {
     let mut reader = io::BufReader::with_capacity(256 * 1024, c.try_clone_box()?);
@@ -304,7 +305,7 @@ pub(super) fn transmission(
                 wake: &sh.ready,
             };
             let _reader = ReaderOf::mark(sh);
-            read_requests(&mut reader, &array, engine, sh, lenient, any)
+            read_requests(&mut reader, &array, engine, sh, (lenient, read_only), any)
         };
         let _ = writer.join();
         r
@@ -357,7 +358,7 @@ fn read_requests(
     array: &Arc<Array>,
     engine: &Engine,
     shared: &Arc<Shared>,
-    lenient: bool,
+    (lenient, read_only): (bool, bool),
     any: &AnyBytes,
 ) -> io::Result<()> {
     let gate = &any.gate;
@@ -382,7 +383,6 @@ fn read_requests(
         if req.kind == nbd::CMD_DISC {
             return Ok(());
         }
-        let read_only = tflags(array) & nbd::TFLAG_READ_ONLY != 0;
         // A trim may be cut to the whole blocks inside it whoever sends
         // it (qemu passes a guest's 512-byte discards on as they are).
         let block = if lenient || req.kind == nbd::CMD_TRIM {

@@ -1936,3 +1936,48 @@ fn the_last_of_two_mirror_copies_failing_together_records_it() {
     assert_eq!(asm.forced[0].0, "ram:lt1");
     assert_matches(&asm.array, &img);
 }
+
+/// A member put back from an older copy of itself (a server restarted on
+/// an old image): its metadata event is the one it had when it left (writes
+/// move no event), but writes made between the copy and its leaving had
+/// their bitmap bits cleared since. The bitmap's stamp says so: the re-add
+/// copies it whole. It used to resync only the regions marked, and the
+/// writes the copy lacked read back old (found by an operator audit of
+/// network members).
+#[test]
+fn a_member_put_back_from_an_older_copy_is_copied_whole() {
+    let (m, a, mut img) = filled(Level::Raid5, 4, "oldimg");
+    a.flush().unwrap();
+    let target = m.refs()[1].clone();
+    let mut image = raid_core::buf::AlignedBuf::new(target.size() as usize);
+    target.read_at(&mut image, 0).unwrap();
+    // Written and flushed while whole: its bits are cleared again.
+    let late = pattern(512 * 1024, 201);
+    a.write(0, &late).unwrap();
+    img[..late.len()].copy_from_slice(&late);
+    a.flush().unwrap();
+    // Across a restart: the stamp is the members' own.
+    a.close().unwrap();
+    drop(a);
+    let a = Array::assemble(m.refs()).unwrap().array;
+    a.fail_member(1, false).unwrap();
+    // The old image back on the device, then the re-add.
+    target.write_at(&image, 0).unwrap();
+    a.re_add(target).unwrap();
+    assert!(
+        !a.resyncs_dirty_only(1),
+        "an older copy must be copied whole"
+    );
+    a.rebuild(1, &RebuildOptions::default(), &AtomicBool::new(false))
+        .unwrap();
+    assert_matches(&a, &img);
+    // And the member as it left (no older copy): resynced where marked only.
+    a.flush().unwrap();
+    a.fail_member(2, false).unwrap();
+    a.re_add(m.refs()[2].clone()).unwrap();
+    assert!(a.resyncs_dirty_only(2));
+    a.rebuild(2, &RebuildOptions::default(), &AtomicBool::new(false))
+        .unwrap();
+    assert_matches(&a, &img);
+    assert_consistent(&a, &m.refs());
+}

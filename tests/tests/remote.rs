@@ -243,6 +243,52 @@ fn a_server_restarted_on_an_older_image_is_copied_whole() {
     w.ok(&["stop", "st1"]);
 }
 
+/// A member's server restarted on an image of its disk copied while the
+/// array ran (idle, its bitmap clean): its metadata event is the one the
+/// member had when it went, since writes move no event, but the writes made
+/// after the copy had their bitmap bits cleared since. It used to be taken
+/// back by itself with only the marked regions resynced, and those writes
+/// read back old (found by an operator audit). Now the bitmap's stamp shows
+/// the image older: the daemon leaves it to the operator, whose re-add
+/// copies it whole.
+#[test]
+fn a_server_restarted_on_an_image_copied_while_running_is_not_taken_back() {
+    need("nbdkit");
+    let w = World::new("nbdrunimg");
+    config(&w, 2.0);
+    let (files, socks, mut servers, uris) = exports(&w, "disk", "r", 3);
+    w.ok(&[
+        "create", "ri5", "--level", "5", &uris[0], &uris[1], &uris[2],
+    ]);
+    let sock = w.dir.join("ri5.sock");
+    w.ok(&["start", "ri5", "--nbd", &format!("unix:{}", sock.display())]);
+    let (ok, out) = qemu_io(&sock, "ri5", &["write -P 0xaa 0 16M", "flush"]);
+    assert!(ok, "{out}");
+    let snapshot = w.dir.join("disk1-running.img");
+    std::fs::copy(&files[1], &snapshot).unwrap();
+    let (ok, out) = qemu_io(&sock, "ri5", &["write -P 0xbb 0 8M", "flush"]);
+    assert!(ok, "{out}");
+    servers[1].kill();
+    wait_for("the member given up", 30, || state(&w, "ri5") == "degraded");
+    std::fs::copy(&snapshot, &files[1]).unwrap();
+    servers[1] = nbdkit_unix(&socks[1], &files[1]);
+    // Several tries of the daemon's (every 2 s): none takes it back.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(
+        state(&w, "ri5"),
+        "degraded",
+        "the old image was taken back by itself"
+    );
+    let out = w.ok(&["re-add", "ri5", &uris[1]]);
+    assert!(out.contains("copying it whole"), "{out}");
+    wait_for("the whole copy", 60, || state(&w, "ri5") == "optimal");
+    // Slot 0 goes: the 0xbb blocks need slot 1's copy.
+    servers[0].kill();
+    let (ok, out) = qemu_io(&sock, "ri5", &["read -P 0xbb 0 8M", "read -P 0xaa 8M 8M"]);
+    assert!(ok, "the re-added member holds old data: {out}");
+    w.ok(&["stop", "ri5"]);
+}
+
 /// The operator names a network member by its URI in fail, remove and
 /// replace (the URI was taken for a file path under the current folder,
 /// and no command could reach the member). A member the daemon gave up

@@ -132,30 +132,30 @@ pub(super) fn assemble(
     // joined lately may not hold the newest block yet, and a dirty bit too
     // many costs a resync of one region, a bit too few a torn stripe.
     let bitmap_bits = if truth.bitmap_region_rows > 0 {
-        let mut union = vec![0u8; crate::metadata::BITMAP_BYTES];
-        let mut got = 0;
+        let mut blocks = Vec::new();
         let mut b = crate::buf::AlignedBuf::new(crate::metadata::BITMAP_BYTES);
         for (m, sb) in &read {
             if sb.array_uuid != truth.array_uuid {
                 continue;
             }
             match m.read_at(&mut b, crate::metadata::BITMAP_OFFSET) {
-                Ok(()) => {
-                    got += 1;
-                    union.iter_mut().zip(b.iter()).for_each(|(u, x)| *u |= x);
-                }
+                Ok(()) => blocks.push(b.to_vec()),
                 Err(e) => tracing::warn!(
                     member = m.identity(),
                     "cannot read the write-intent bitmap: {e}"
                 ),
             }
         }
-        if got == 0 {
+        if blocks.is_empty() {
             return Err(ArrayError::Assembly(
                 "no member's write-intent bitmap could be read".into(),
             ));
         }
-        Some(union)
+        Some(super::bitmap::union_of(
+            truth.bitmap_region_rows,
+            truth.geometry().rows(),
+            &blocks,
+        ))
     } else {
         None
     };

@@ -17,8 +17,14 @@ use crate::metadata::{BITMAP_BYTES, BITMAP_OFFSET};
 use std::ops::RangeInclusive;
 use std::sync::atomic::AtomicU32;
 
-/// Regions the bitmap can describe (one 4 KiB block of bits).
-const MAX_REGIONS: u64 = (BITMAP_BYTES * 8) as u64;
+/// The block's last bytes: its write sequence and the sequence of the last
+/// write that cleared a bit (`Bitmap::seq`), where the array's regions
+/// leave them free.
+const STAMP_BYTES: usize = 16;
+/// Regions an array created now may have: the block, less its stamp. (An
+/// array created before the stamp may have up to `BITMAP_BYTES * 8`; its
+/// block then has no room for one, and carries none.)
+const MAX_REGIONS: u64 = ((BITMAP_BYTES - STAMP_BYTES) * 8) as u64;
 /// Smallest region: fewer rows would set bits more often than it saves in
 /// resync time.
 const MIN_REGION_ROWS: u64 = 16;
@@ -38,6 +44,49 @@ pub(super) struct Bitmap {
     in_flight: Vec<AtomicU32>,
     last_gen: Vec<AtomicU64>,
     gen: AtomicU64,
+    /// The stamp, where the block has room for it (`stamped`): `seq` is
+    /// bumped by every write of the block, `cleared_at` is the `seq` of the
+    /// last one that cleared a bit. Bits are set before a write and cleared
+    /// once it is durable everywhere, so a member whose own block's `seq`
+    /// is at least `cleared_at` holds every write not in a region marked
+    /// now; one below it is an older copy of itself (an image put back)
+    /// that may lack writes whose bits were cleared since (`re_add`).
+    stamped: bool,
+    seq: AtomicU64,
+    cleared_at: AtomicU64,
+}
+
+/// The stamp of a bitmap block: (seq, cleared_at).
+pub(super) fn stamp_of(block: &[u8]) -> (u64, u64) {
+    let at = BITMAP_BYTES - STAMP_BYTES;
+    let word = |i: usize| u64::from_le_bytes(block[at + i..at + i + 8].try_into().unwrap());
+    (word(0), word(8))
+}
+
+/// Whether an array of `rows` rows in regions of `region_rows` leaves its
+/// bitmap block room for the stamp.
+pub(super) fn stamped(region_rows: u64, rows: u64) -> bool {
+    rows.div_ceil(region_rows) <= MAX_REGIONS
+}
+
+/// The bitmap an array starts with from its members' blocks: the union of
+/// their bits (a dirty bit too many costs a resync of one region, one too
+/// few a torn stripe), and the newest of their stamps.
+pub(super) fn union_of(region_rows: u64, rows: u64, blocks: &[Vec<u8>]) -> Vec<u8> {
+    let mut union = vec![0u8; BITMAP_BYTES];
+    for b in blocks {
+        union.iter_mut().zip(b.iter()).for_each(|(u, x)| *u |= x);
+    }
+    if stamped(region_rows, rows) {
+        let (seq, cleared) = blocks
+            .iter()
+            .map(|b| stamp_of(b))
+            .fold((0, 0), |a, s| (a.0.max(s.0), a.1.max(s.1)));
+        let at = BITMAP_BYTES - STAMP_BYTES;
+        union[at..at + 8].copy_from_slice(&seq.to_le_bytes());
+        union[at + 8..].copy_from_slice(&cleared.to_le_bytes());
+    }
+    union
 }
 
 /// Rows per region for an array of `rows` rows.
@@ -50,6 +99,12 @@ impl Bitmap {
         let regions = rows.div_ceil(region_rows) as usize;
         let mut bits = bits;
         bits.resize(BITMAP_BYTES, 0);
+        let stamped = stamped(region_rows, rows);
+        let (seq, cleared_at) = if stamped { stamp_of(&bits) } else { (0, 0) };
+        if stamped {
+            // Not bits of regions.
+            bits[BITMAP_BYTES - STAMP_BYTES..].fill(0);
+        }
         let words = |bits: &[u8]| -> Vec<AtomicU64> {
             bits.chunks(8)
                 .map(|c| AtomicU64::new(u64::from_le_bytes(c.try_into().unwrap())))
@@ -63,7 +118,18 @@ impl Bitmap {
             in_flight: (0..regions).map(|_| AtomicU32::new(0)).collect(),
             last_gen: (0..regions).map(|_| AtomicU64::new(0)).collect(),
             gen: AtomicU64::new(1),
+            stamped,
+            seq: AtomicU64::new(seq),
+            cleared_at: AtomicU64::new(cleared_at),
         }
+    }
+
+    pub(super) fn stamped(&self) -> bool {
+        self.stamped
+    }
+
+    pub(super) fn cleared_at(&self) -> u64 {
+        self.cleared_at.load(Ordering::Acquire)
     }
 
     fn is_set(&self, r: usize) -> bool {
@@ -209,7 +275,7 @@ impl Array {
             if !regions.clone().all(|r| bm.is_durable(r)) {
                 let snap: Vec<u64> = bm.words.iter().map(|w| w.load(Ordering::SeqCst)).collect();
                 let block: Vec<u8> = snap.iter().flat_map(|w| w.to_le_bytes()).collect();
-                self.write_bitmap(&block);
+                self.write_bitmap(&block, false);
                 // On disk now: writers of these regions may pass without the lock.
                 for (d, w) in bm.durable.iter().zip(&snap) {
                     d.fetch_or(*w, Ordering::SeqCst);
@@ -262,7 +328,7 @@ impl Array {
             }
         }
         if changed {
-            self.write_bitmap(&bm.block());
+            self.write_bitmap(&bm.block(), true);
         }
     }
 
@@ -283,7 +349,7 @@ impl Array {
     pub(super) fn rewrite_bitmap(&self) {
         if let Some(bm) = &self.bitmap {
             let _io = bm.io.lock();
-            self.write_bitmap(&bm.block());
+            self.write_bitmap(&bm.block(), false);
         }
     }
 
@@ -296,11 +362,21 @@ impl Array {
     }
 
     /// Writes the bitmap block to every member not failed, and flushes it
-    /// there. A member that cannot take it is failed.
-    fn write_bitmap(&self, bits: &[u8]) {
+    /// there, stamped (`Bitmap::seq`; `clearing`: it clears a bit). A
+    /// member that cannot take it is failed. Callers hold `io`.
+    fn write_bitmap(&self, bits: &[u8], clearing: bool) {
         self.activity.bitmap_writes.add(1);
         let mut block = AlignedBuf::new(BITMAP_BYTES);
         block.copy_from_slice(&bits[..BITMAP_BYTES]);
+        if let Some(bm) = self.bitmap.as_ref().filter(|bm| bm.stamped) {
+            let seq = bm.seq.fetch_add(1, Ordering::AcqRel) + 1;
+            if clearing {
+                bm.cleared_at.store(seq, Ordering::Release);
+            }
+            let at = BITMAP_BYTES - STAMP_BYTES;
+            block[at..at + 8].copy_from_slice(&seq.to_le_bytes());
+            block[at + 8..].copy_from_slice(&bm.cleared_at.load(Ordering::Acquire).to_le_bytes());
+        }
         let handles = self.member_handles();
         for (i, m) in handles.iter().enumerate() {
             if self.slots[i].state() == SlotState::Failed {

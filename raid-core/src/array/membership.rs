@@ -278,6 +278,18 @@ impl Array {
     /// still waits for it (failed, not given to another device since) and
     /// the array can rebuild. Returns the slot.
     pub fn re_add(&self, m: MemberRef) -> Result<usize> {
+        self.re_add_as(m, true)
+    }
+
+    /// `re_add`, refused (nothing changed) where the device is an older
+    /// copy of the member, which would be copied whole: for the daemon's
+    /// own re-add of a network member that answers again, which leaves
+    /// such a device (a server restarted on an old image) to the operator.
+    pub fn re_add_if_current(&self, m: MemberRef) -> Result<usize> {
+        self.re_add_as(m, false)
+    }
+
+    fn re_add_as(&self, m: MemberRef, older_copy_ok: bool) -> Result<usize> {
         let sb = metadata::read_superblock(m.as_ref()).map_err(|e| {
             refuse(
                 Rule::NotReAddable,
@@ -287,6 +299,11 @@ impl Array {
                 ),
             )
         })?;
+        let own_bitmap = {
+            let mut b = crate::buf::AlignedBuf::new(crate::metadata::BITMAP_BYTES);
+            m.read_at(&mut b, crate::metadata::BITMAP_OFFSET)
+                .map(|()| b.to_vec())
+        };
         let mut meta = self.meta.lock();
         let not_ours = |why: String| refuse(Rule::NotReAddable, why);
         if sb.array_uuid != self.uuid {
@@ -387,11 +404,25 @@ impl Array {
             Some("it left while being rebuilt".to_string())
         } else if left == 0 {
             Some("when it left is not recorded".to_string())
-        } else if sb.events < left {
-            Some(format!(
+        } else if let Some(why) = (sb.events < left)
+            .then(|| format!(
                 "it carries metadata event {} but had taken event {left} when it left: an older copy of the member (a server restarted on an old image, a disk put back from a backup?)",
                 sb.events
             ))
+            .or_else(|| self.bitmap_older_than_last_clear(&own_bitmap))
+        {
+            if !older_copy_ok {
+                return Err(refuse(
+                    Rule::NotReAddable,
+                    format!(
+                        "{} is back, but {why}: not taken back by itself. raidctl re-add {} {} copies it whole; or replace it",
+                        m.identity(),
+                        self.name,
+                        m.identity()
+                    ),
+                ));
+            }
+            Some(why)
         } else if sb.events > left + 1 {
             // One more is a metadata write whose first copy landed as the
             // member failed; more, something else wrote to it since.
@@ -423,6 +454,28 @@ impl Array {
         self.rewrite_bitmap();
         tracing::info!(array = %self.name, slot, member = %ident, "member re-added");
         Ok(slot)
+    }
+
+    /// Why `m`'s own write-intent bitmap says it is an older copy of itself,
+    /// if it does: its stamp is from before the last write of the bitmap
+    /// that cleared a bit, so it may lack writes the bitmap no longer marks
+    /// (an image put back, a server restarted on an old copy of its disk:
+    /// its metadata event is the same as when it left, for writes move no
+    /// event). Where it cannot be read, it cannot be trusted either. Arrays
+    /// whose bitmap has no room for the stamp (created before it, with more
+    /// than 32640 regions) have only the event to go by.
+    /// `own`: its block, as read (before `meta`: a network member may take
+    /// its time).
+    fn bitmap_older_than_last_clear(&self, own: &io::Result<Vec<u8>>) -> Option<String> {
+        let bm = self.bitmap.as_ref().filter(|bm| bm.stamped())?;
+        let (seq, _) = match own {
+            Ok(b) => super::bitmap::stamp_of(b),
+            Err(e) => return Some(format!("its write-intent bitmap cannot be read ({e})")),
+        };
+        let cleared = bm.cleared_at();
+        (seq < cleared).then(|| format!(
+            "its write-intent bitmap is from write {seq}, before write {cleared}, the last that cleared regions: an older copy of the member (a server restarted on an old image, a disk put back from a backup?), which may lack writes the bitmap no longer marks"
+        ))
     }
 
     /// Whether the member being rebuilt in `slot` is resynced only where

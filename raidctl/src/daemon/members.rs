@@ -429,7 +429,12 @@ impl Daemon {
                     )));
                 }
             }
-            s.array.re_add(m)?
+            // By itself, only a member as it left: an older copy of it
+            // (a server restarted on an old image) is the operator's call.
+            match auto {
+                true => s.array.re_add_if_current(m)?,
+                false => s.array.re_add(m)?,
+            }
         };
         // Asked before its rebuild starts (a short one may end at once).
         let how = match s.array.resyncs_dirty_only(slot) {

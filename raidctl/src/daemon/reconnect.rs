@@ -31,6 +31,10 @@ pub(super) struct Tries {
     /// A probe of an active member running now, or when the next may
     /// start.
     probes: Mutex<HashMap<(String, usize), Try>>,
+    /// Why the last re-add of a member that answers again was refused (an
+    /// older copy of its disk, another member's): logged when it changes,
+    /// not at every try.
+    refused: Mutex<HashMap<(String, usize), String>>,
 }
 
 impl Tries {
@@ -142,7 +146,18 @@ impl Daemon {
                 match r {
                     Ok(msg) => {
                         tracing::warn!(array = %key.0, slot = key.1, "network member back: {msg}");
+                        d.reconnects.refused.lock().remove(&key);
                         t.remove(&key);
+                    }
+                    // It answers, with a disk not to be taken back by
+                    // itself: said once (the operator's to decide).
+                    Err(e) if e.code == crate::error::code::REFUSED => {
+                        let mut said = d.reconnects.refused.lock();
+                        if said.get(&key) != Some(&e.msg) {
+                            tracing::error!(array = %key.0, slot = key.1, "network member answers again but is not taken back: {}", e.msg);
+                            said.insert(key.clone(), e.msg);
+                        }
+                        t.insert(key, Try::After(Instant::now() + RETRY));
                     }
                     Err(e) => {
                         tracing::debug!(array = %key.0, slot = key.1, "network member still away: {e}");

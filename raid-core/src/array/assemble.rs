@@ -444,12 +444,7 @@ pub(super) fn assemble(
         let mut meta = array.meta.lock();
         for (i, s) in array.slots.iter().enumerate() {
             if s.state() == SlotState::Failed && !newly_missing.contains(&i) {
-                let member = s
-                    .member
-                    .read()
-                    .as_ref()
-                    .map(|m| m.identity().to_string())
-                    .unwrap_or_default();
+                let member = s.identity();
                 array.record(&mut meta, ArrayEvent::StartedDegraded { slot: i, member });
             }
         }

@@ -34,12 +34,7 @@ impl Array {
         s.set_state(SlotState::Failed);
         s.incarnation.fetch_add(1, Ordering::AcqRel);
         self.epoch.fetch_add(1, Ordering::AcqRel);
-        let member = s
-            .member
-            .read()
-            .as_ref()
-            .map(|m| m.identity().to_string())
-            .unwrap_or_default();
+        let member = s.identity();
         tracing::error!(array = %self.name, slot, member = %member, reason, "member failed");
         self.record(
             meta,

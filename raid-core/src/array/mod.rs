@@ -10,6 +10,7 @@ mod assemble;
 pub(crate) mod async_write;
 mod bitmap;
 mod block_io;
+mod clean_mark;
 mod create;
 pub(crate) mod degraded_read;
 mod events;
@@ -255,6 +256,14 @@ impl Slot {
             SlotState::Rebuilding => ST_REBUILDING,
         };
         self.state.store(code, Ordering::Release);
+    }
+    /// Its device's name, "" where it holds none (events name it so).
+    fn identity(&self) -> String {
+        self.member
+            .read()
+            .as_ref()
+            .map(|m| m.identity().to_string())
+            .unwrap_or_default()
     }
 }
 
@@ -760,61 +769,5 @@ impl Array {
         }
         meta.settled = meta.events;
         Ok(())
-    }
-
-    /// Marks the array dirty (once) before its first write since it was
-    /// last clean, so a crash is known at the next start.
-    fn mark_dirty(&self) {
-        if self.dirty_marked.load(Ordering::Acquire) {
-            return;
-        }
-        // Under the lock, and flagged only once durable: a second writer
-        // must not pass while the dirty mark is still on its way to disk.
-        let mut meta = self.meta.lock();
-        if self.dirty_marked.load(Ordering::Acquire) {
-            return;
-        }
-        meta.clean = false;
-        self.persist(&mut meta);
-        self.dirty_marked.store(true, Ordering::Release);
-    }
-
-    /// Flushes and marks the array clean: the orderly stop.
-    pub fn close(&self) -> Result<()> {
-        self.stop_jobs();
-        self.flush()?;
-        // After a write failed on a full filesystem a stripe may be torn:
-        // left dirty, so the next start resyncs the regions the bitmap kept.
-        // So is a resync an unclean, degraded start had to put off: the
-        // next start puts it off again until a rebuild.
-        let clean =
-            self.out_of_space.lock().is_none() && !self.resync_pending.load(Ordering::Acquire);
-        let mut meta = self.meta.lock();
-        meta.clean = clean;
-        self.dirty_marked.store(false, Ordering::Release);
-        self.persist(&mut meta);
-        self.closed.store(true, Ordering::Release);
-        drop(meta);
-        if clean {
-            tracing::info!(array = %self.name, "array stopped clean");
-        } else {
-            tracing::warn!(array = %self.name, "array stopped, left dirty: the next start resyncs the regions the bitmap kept");
-        }
-        Ok(())
-    }
-
-    /// Why `close` left the array marked dirty, if it did (see there):
-    /// None when the metadata says clean.
-    pub fn left_dirty_because(&self) -> Option<String> {
-        if self.meta.lock().clean {
-            return None;
-        }
-        Some(if let Some(m) = self.out_of_space.lock().as_ref() {
-            format!("a write failed on the full filesystem of {m}, so a stripe there may be torn")
-        } else if self.resync_pending.load(Ordering::Acquire) {
-            "it started degraded after an unclean stop (or a forced start), so the regions written before could not be resynced yet: the rebuild does it, or the next start once the array is whole".into()
-        } else {
-            "it was not stopped clean".into()
-        })
     }
 }

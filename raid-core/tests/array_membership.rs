@@ -1981,3 +1981,160 @@ fn a_member_put_back_from_an_older_copy_is_copied_whole() {
     assert_matches(&a, &img);
     assert_consistent(&a, &m.refs());
 }
+
+/// Bytes in a bitmap block that this array never wrote (a spare's old
+/// contents, a block of 0xFF) are never read as its stamp: not as one far
+/// ahead, which made every re-add a whole copy, nor as one at the top of
+/// the range, whose next write wrapped the sequence (and panicked in a
+/// debug build).
+#[test]
+fn bitmap_blocks_the_array_never_wrote_are_not_read_as_its_stamp() {
+    use raid_core::buf::AlignedBuf;
+    use raid_core::metadata::{BITMAP_BYTES, BITMAP_OFFSET};
+    let (m, a, img) = filled(Level::Raid5, 4, "stampjunk");
+    let spare = ram("stampjunk-spare");
+    a.add_spare(spare.clone()).unwrap();
+    a.flush().unwrap();
+    a.close().unwrap();
+    drop(a);
+    let with_spare = || {
+        let mut all = m.refs();
+        all.push(spare.clone());
+        all
+    };
+    // The spare's block as another array left it: a stamp far ahead.
+    let mut block = AlignedBuf::new(BITMAP_BYTES);
+    let at = BITMAP_BYTES - 16;
+    block[at..at + 8].copy_from_slice(&1_000_000u64.to_le_bytes());
+    block[at + 8..].copy_from_slice(&1_000_000u64.to_le_bytes());
+    spare.write_at(&block, BITMAP_OFFSET).unwrap();
+    let a = Array::assemble(with_spare()).unwrap().array;
+    a.fail_member(1, false).unwrap();
+    a.re_add(m.refs()[1].clone()).unwrap();
+    assert!(
+        a.resyncs_dirty_only(1),
+        "the member as it left is resynced where marked only, whatever a spare's block holds"
+    );
+    a.rebuild(1, &RebuildOptions::default(), &AtomicBool::new(false))
+        .unwrap();
+    assert_matches(&a, &img);
+    a.close().unwrap();
+    drop(a);
+    // A member's block of 0xFF: every bit set (a resync of everything, as
+    // after any unclean stop), and no stamp.
+    block.fill(0xFF);
+    m.refs()[2].write_at(&block, BITMAP_OFFSET).unwrap();
+    let a = Array::assemble(with_spare()).unwrap().array;
+    let late = pattern(256 * 1024, 77);
+    a.write(CHUNK, &late).unwrap();
+    a.flush().unwrap();
+    let mut img = img;
+    img[CHUNK as usize..CHUNK as usize + late.len()].copy_from_slice(&late);
+    a.fail_member(3, false).unwrap();
+    a.re_add(m.refs()[3].clone()).unwrap();
+    assert!(a.resyncs_dirty_only(3));
+    a.rebuild(3, &RebuildOptions::default(), &AtomicBool::new(false))
+        .unwrap();
+    assert_matches(&a, &img);
+    assert_consistent(&a, &m.refs());
+}
+
+/// One device under a second name whose device key differs (as one NBD
+/// export by two URIs): nothing but its contents says it is the same.
+struct Alias {
+    inner: MemberRef,
+    name: String,
+}
+
+impl raid_core::member::Member for Alias {
+    fn identity(&self) -> &str {
+        &self.name
+    }
+    fn device_key(&self) -> raid_core::member::DeviceKey {
+        raid_core::member::DeviceKey::Network(
+            self.name
+                .bytes()
+                .fold(7u64, |h, b| h.wrapping_mul(31) ^ b as u64),
+        )
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.write_zeroes(offset, len)
+    }
+}
+
+fn alias(of: &MemberRef, name: &str) -> MemberRef {
+    Arc::new(Alias {
+        inner: of.clone(),
+        name: name.into(),
+    })
+}
+
+/// A member or spare in use under another name is refused as a new device
+/// (it would be written over, and the member with it), by add, replace
+/// and hot replace alike; its own failed device under another name is not
+/// in use, and may go back in its slot.
+#[test]
+fn a_member_under_another_name_is_refused_as_a_new_device() {
+    let (m, a, img) = filled(Level::Raid6, 5, "aliasnew");
+    let spare = ram("aliasnew-spare");
+    a.add_spare(spare.clone()).unwrap();
+    let refs = m.refs();
+    let of_member = alias(&refs[1], "nbd://other-name/m1");
+    let e = a.add_spare(of_member.clone()).unwrap_err();
+    assert_eq!(rule_of(&e), Some(Rule::AlreadyMember), "{e}");
+    assert!(e.to_string().contains("slot 1"), "{e}");
+    let e = a.hot_replace(2, of_member.clone()).unwrap_err();
+    assert_eq!(rule_of(&e), Some(Rule::AlreadyMember), "{e}");
+    let e = a
+        .add_spare(alias(&spare, "nbd://other-name/spare"))
+        .unwrap_err();
+    assert_eq!(rule_of(&e), Some(Rule::AlreadyMember), "{e}");
+    a.fail_member(3, false).unwrap();
+    let e = a.replace(3, of_member).unwrap_err();
+    assert_eq!(rule_of(&e), Some(Rule::AlreadyMember), "{e}");
+    assert_matches(&a, &img);
+    // Slot 3's own device by another name: failed, so not in use.
+    a.replace(3, alias(&refs[3], "nbd://other-name/m3"))
+        .unwrap();
+    a.rebuild(3, &RebuildOptions::default(), &AtomicBool::new(false))
+        .unwrap();
+    assert_matches(&a, &img);
+}
+
+/// Create refuses two names of one device, and leaves it as it was.
+#[test]
+fn create_refuses_one_device_named_twice() {
+    let m = Members::ram(4, DATA, "aliascreate");
+    let refs = m.refs();
+    let before = pattern(8192, 9);
+    refs[1].write_at(&before, 0).unwrap();
+    let mut list = refs.clone();
+    list[3] = alias(&refs[1], "nbd://other-name/d1");
+    let opts = raid_core::array::CreateOptions {
+        name: "alias".into(),
+        level: Level::Raid5,
+        chunk: CHUNK,
+        data_offset: None,
+    };
+    let e = match Array::create(list, vec![], opts) {
+        Ok(_) => panic!("created over one device named twice"),
+        Err(e) => e,
+    };
+    assert_eq!(rule_of(&e), Some(Rule::AlreadyMember), "{e}");
+    assert!(e.to_string().contains("nbd://other-name/d1"), "{e}");
+    let mut after = vec![0u8; 8192];
+    refs[1].read_at(&mut after, 0).unwrap();
+    assert!(after == before, "the refused create changed the device");
+}

@@ -5,7 +5,7 @@
 //! links, and TLS on the export and on members.
 
 use raid_e2e::hosts::{wait_for, Hosts, Server};
-use raid_e2e::{free_port, make_executable, need, qemu_io, World};
+use raid_e2e::{file_hash, free_port, make_executable, need, qemu_io, World};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -440,6 +440,50 @@ fn wrong_remote_members_are_refused_with_the_fix() {
     assert_ne!(code, 0);
     assert!(err.contains("read-only"), "{err}");
     assert!(!w.state().join("arrays/x.json").exists());
+}
+
+/// One export under two URIs (here a second path to its socket) is one
+/// device: create over both, or adding or replacing with the second name
+/// of a member in use, would write one member over another. Each is
+/// refused, naming both, and the export is left as it was.
+#[test]
+fn one_export_by_two_uris_is_one_device() {
+    need("nbdkit");
+    let w = World::new("nbdalias");
+    let (files, socks, _servers, uris) = exports(&w, "a", "a", 4);
+    let link = w.dir.join("second-name.sock");
+    std::os::unix::fs::symlink(&socks[1], &link).unwrap();
+    let second = format!("nbd+unix:///?socket={}", link.display());
+    let before = file_hash(&files[1]);
+    let (code, _, err) = w.code(&["create", "al", "--level", "5", &uris[0], &uris[1], &second]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("same device") && err.contains(&second),
+        "{err}"
+    );
+    assert_eq!(
+        file_hash(&files[1]),
+        before,
+        "a refused create changed the export"
+    );
+    assert!(!w.state().join("arrays/al.json").exists());
+    w.ok(&["create", "al", "--level", "5", &uris[0], &uris[1], &uris[2]]);
+    w.ok(&["start", "al"]);
+    for args in [
+        vec!["add", "al", second.as_str()],
+        vec!["replace", "al", uris[2].as_str(), second.as_str()],
+    ] {
+        let (code, _, err) = w.code(&args);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(
+            err.contains("slot 1") && err.contains("another name"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(state(&w, "al"), "optimal");
+    // The fourth export is a device of its own.
+    w.ok(&["add", "al", &uris[3]]);
+    w.ok(&["stop", "al"]);
 }
 
 /// A certificate authority, a server certificate for 127.0.0.1 and

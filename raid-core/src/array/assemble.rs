@@ -128,16 +128,20 @@ pub(super) fn assemble(
             )));
         }
     }
-    // The bitmap: the union of every member's of this array. A member that
-    // joined lately may not hold the newest block yet, and a dirty bit too
-    // many costs a resync of one region, a bit too few a torn stripe.
+    // The bitmap: the union of every slot member's of this array. A member
+    // that joined lately may not hold the newest block yet, and a dirty bit
+    // too many costs a resync of one region, a bit too few a torn stripe.
+    // Spares are left out: the bitmap is written to slots only, so a
+    // spare's block holds no bits and no stamp of this array.
     let bitmap_bits = if truth.bitmap_region_rows > 0 {
         let mut blocks = Vec::new();
+        let mut slot_members = 0;
         let mut b = crate::buf::AlignedBuf::new(crate::metadata::BITMAP_BYTES);
         for (m, sb) in &read {
-            if sb.array_uuid != truth.array_uuid {
+            if sb.array_uuid != truth.array_uuid || sb.role == crate::metadata::ROLE_SPARE {
                 continue;
             }
+            slot_members += 1;
             match m.read_at(&mut b, crate::metadata::BITMAP_OFFSET) {
                 Ok(()) => blocks.push(b.to_vec()),
                 Err(e) => tracing::warn!(
@@ -146,7 +150,8 @@ pub(super) fn assemble(
                 ),
             }
         }
-        if blocks.is_empty() {
+        // (With spares alone, the count of members says what is wrong.)
+        if blocks.is_empty() && slot_members > 0 {
             return Err(ArrayError::Assembly(
                 "no member's write-intent bitmap could be read".into(),
             ));

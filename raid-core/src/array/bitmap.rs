@@ -56,11 +56,22 @@ pub(super) struct Bitmap {
     cleared_at: AtomicU64,
 }
 
-/// The stamp of a bitmap block: (seq, cleared_at).
-pub(super) fn stamp_of(block: &[u8]) -> (u64, u64) {
+/// Largest sequence a stamp this code wrote can carry: far beyond any
+/// count of bitmap writes, and far enough below `u64::MAX` that bumping it
+/// never wraps. A block claiming more (a device's old bytes, 0xFF fill) was
+/// not stamped by an array and is no stamp.
+const MAX_SEQ: u64 = 1 << 62;
+
+/// The stamp of a bitmap block, (seq, cleared_at), if it is one this code
+/// could have written: a clear is one of the block's writes, so never
+/// later than the last (`cleared_at <= seq`), and `seq <= MAX_SEQ`.
+/// Devices whose block an array never wrote (a new disk, a spare, one that
+/// held something else) can carry any bytes there.
+pub(super) fn stamp_of(block: &[u8]) -> Option<(u64, u64)> {
     let at = BITMAP_BYTES - STAMP_BYTES;
     let word = |i: usize| u64::from_le_bytes(block[at + i..at + i + 8].try_into().unwrap());
-    (word(0), word(8))
+    let (seq, cleared) = (word(0), word(8));
+    (cleared <= seq && seq <= MAX_SEQ).then_some((seq, cleared))
 }
 
 /// Whether an array of `rows` rows in regions of `region_rows` leaves its
@@ -69,9 +80,10 @@ pub(super) fn stamped(region_rows: u64, rows: u64) -> bool {
     rows.div_ceil(region_rows) <= MAX_REGIONS
 }
 
-/// The bitmap an array starts with from its members' blocks: the union of
-/// their bits (a dirty bit too many costs a resync of one region, one too
-/// few a torn stripe), and the newest of their stamps.
+/// The bitmap an array starts with from its slot members' blocks (spares
+/// hold none: the bitmap is written to slots only): the union of their
+/// bits (a dirty bit too many costs a resync of one region, one too few a
+/// torn stripe), and the newest of their valid stamps (`stamp_of`).
 pub(super) fn union_of(region_rows: u64, rows: u64, blocks: &[Vec<u8>]) -> Vec<u8> {
     let mut union = vec![0u8; BITMAP_BYTES];
     for b in blocks {
@@ -80,13 +92,26 @@ pub(super) fn union_of(region_rows: u64, rows: u64, blocks: &[Vec<u8>]) -> Vec<u
     if stamped(region_rows, rows) {
         let (seq, cleared) = blocks
             .iter()
-            .map(|b| stamp_of(b))
+            .filter_map(|b| stamp_of(b))
             .fold((0, 0), |a, s| (a.0.max(s.0), a.1.max(s.1)));
-        let at = BITMAP_BYTES - STAMP_BYTES;
-        union[at..at + 8].copy_from_slice(&seq.to_le_bytes());
-        union[at + 8..].copy_from_slice(&cleared.to_le_bytes());
+        union[BITMAP_BYTES - STAMP_BYTES..].copy_from_slice(&stamp_bytes(seq, cleared));
     }
     union
+}
+
+/// The stamp's bytes, as `stamp_of` reads them.
+fn stamp_bytes(seq: u64, cleared_at: u64) -> [u8; STAMP_BYTES] {
+    let mut b = [0u8; STAMP_BYTES];
+    b[..8].copy_from_slice(&seq.to_le_bytes());
+    b[8..].copy_from_slice(&cleared_at.to_le_bytes());
+    b
+}
+
+/// The bitmap block a device gets as it joins an array (created, added as
+/// a spare, put in a slot): no bits, stamp (0, 0), so whatever it held
+/// before is never read as this array's bitmap.
+pub(super) fn blank_block() -> AlignedBuf {
+    AlignedBuf::new(BITMAP_BYTES)
 }
 
 /// Rows per region for an array of `rows` rows.
@@ -100,10 +125,14 @@ impl Bitmap {
         let mut bits = bits;
         bits.resize(BITMAP_BYTES, 0);
         let stamped = stamped(region_rows, rows);
-        let (seq, cleared_at) = if stamped { stamp_of(&bits) } else { (0, 0) };
-        if stamped {
-            // Not bits of regions.
-            bits[BITMAP_BYTES - STAMP_BYTES..].fill(0);
+        let (seq, cleared_at) = if stamped {
+            stamp_of(&bits).unwrap_or((0, 0))
+        } else {
+            (0, 0)
+        };
+        // Bits past the last region (the stamp among them) mark nothing.
+        for r in regions..BITMAP_BYTES * 8 {
+            bits[r / 8] &= !(1 << (r % 8));
         }
         let words = |bits: &[u8]| -> Vec<AtomicU64> {
             bits.chunks(8)
@@ -344,6 +373,22 @@ impl Array {
         (first..=last).all(|r| !bm.is_set(r))
     }
 
+    /// Blanks `m`'s bitmap block (`blank_block`) as it joins the array, and
+    /// flushes it there before any metadata names it: otherwise the next
+    /// start would read what the device held before (another array's
+    /// block, old bytes) as this array's bits and stamp.
+    pub(super) fn blank_bitmap_of(&self, m: &MemberRef) -> Result<()> {
+        if self.bitmap.is_none() {
+            return Ok(());
+        }
+        m.write_at(&blank_block(), BITMAP_OFFSET)
+            .and_then(|_| m.flush())
+            .map_err(|source| ArrayError::Member {
+                member: m.identity().into(),
+                source,
+            })
+    }
+
     /// Writes the bitmap as it is to every member not failed: a member that
     /// just joined holds it from now on, not only after the next change.
     pub(super) fn rewrite_bitmap(&self) {
@@ -369,13 +414,15 @@ impl Array {
         let mut block = AlignedBuf::new(BITMAP_BYTES);
         block.copy_from_slice(&bits[..BITMAP_BYTES]);
         if let Some(bm) = self.bitmap.as_ref().filter(|bm| bm.stamped) {
-            let seq = bm.seq.fetch_add(1, Ordering::AcqRel) + 1;
+            // Callers hold `io`, so this is the only writer of both. The
+            // start is at most MAX_SEQ (`stamp_of`): no wrap in 2^62 writes.
+            let seq = bm.seq.load(Ordering::Acquire) + 1;
+            bm.seq.store(seq, Ordering::Release);
             if clearing {
                 bm.cleared_at.store(seq, Ordering::Release);
             }
-            let at = BITMAP_BYTES - STAMP_BYTES;
-            block[at..at + 8].copy_from_slice(&seq.to_le_bytes());
-            block[at + 8..].copy_from_slice(&bm.cleared_at.load(Ordering::Acquire).to_le_bytes());
+            let cleared = bm.cleared_at.load(Ordering::Acquire);
+            block[BITMAP_BYTES - STAMP_BYTES..].copy_from_slice(&stamp_bytes(seq, cleared));
         }
         let handles = self.member_handles();
         for (i, m) in handles.iter().enumerate() {
@@ -528,5 +575,55 @@ impl Array {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block_with(seq: u64, cleared: u64, fill: u8) -> Vec<u8> {
+        let mut b = vec![fill; BITMAP_BYTES];
+        b[BITMAP_BYTES - STAMP_BYTES..].copy_from_slice(&stamp_bytes(seq, cleared));
+        b
+    }
+
+    #[test]
+    fn only_stamps_an_array_could_have_written_are_stamps() {
+        assert_eq!(stamp_of(&block_with(7, 5, 0)), Some((7, 5)));
+        assert_eq!(
+            stamp_of(&block_with(MAX_SEQ, MAX_SEQ, 0)),
+            Some((MAX_SEQ, MAX_SEQ))
+        );
+        assert_eq!(stamp_of(&vec![0xFF; BITMAP_BYTES]), None);
+        assert_eq!(
+            stamp_of(&block_with(5, 7, 0)),
+            None,
+            "a clear after the last write"
+        );
+        assert_eq!(stamp_of(&block_with(MAX_SEQ + 1, 0, 0)), None);
+    }
+
+    #[test]
+    fn the_union_keeps_every_bit_and_the_newest_valid_stamp() {
+        let (region_rows, rows) = (16, 16 * 100);
+        let mut a = block_with(40, 30, 0);
+        a[0] = 0b01;
+        let mut b = block_with(45, 20, 0);
+        b[0] = 0b10;
+        let junk = vec![0xFF; BITMAP_BYTES];
+        let u = union_of(region_rows, rows, &[a, b, junk]);
+        assert_eq!(stamp_of(&u), Some((45, 30)));
+        let bm = Bitmap::new(region_rows, rows, u);
+        assert_eq!(bm.seq.load(Ordering::Relaxed), 45);
+        assert_eq!(bm.cleared_at(), 30);
+        // The junk block's bits count (every region dirty), but not past
+        // the last region.
+        assert_eq!(bm.dirty_regions(), (0..100).collect::<Vec<_>>());
+        assert!(bm
+            .words
+            .iter()
+            .skip(2)
+            .all(|w| w.load(Ordering::Relaxed) == 0));
     }
 }

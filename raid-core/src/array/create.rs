@@ -99,6 +99,8 @@ impl Array {
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<Array> {
         let plan = Array::check_create(&members, &spares, &opts)?;
+        let all: Vec<MemberRef> = members.iter().chain(&spares).cloned().collect();
+        refuse_aliases(&all)?;
         let geo = plan.geo;
         // What the devices held goes first, durably: a create cut short
         // while it zeroes (Ctrl-C, a failing member) must not leave an
@@ -202,4 +204,77 @@ fn zero_data_areas(
             .collect()
     });
     results.into_iter().collect()
+}
+
+/// Refuses two names of one device among `devices`, which device keys
+/// cannot tell for every kind of device (one NBD export by two URIs: by
+/// host name and by address, by TCP and by socket): the array would put
+/// two members on one disk, each write over the other. Each device's first
+/// block gets a token naming it, then each is read back: a device that
+/// reads another's token is that device. What the blocks held before is
+/// put back, so a refused create leaves every device as it was.
+fn refuse_aliases(devices: &[MemberRef]) -> Result<()> {
+    const TOKEN: &[u8; 8] = b"NVRAIDPR";
+    if devices.len() < 2 {
+        return Ok(());
+    }
+    let err = |m: &MemberRef, source: io::Error| ArrayError::Member {
+        member: m.identity().into(),
+        source,
+    };
+    let mut saved = Vec::with_capacity(devices.len());
+    for m in devices {
+        let mut b = crate::buf::AlignedBuf::new(metadata::SB_SIZE);
+        m.read_at(&mut b, 0).map_err(|e| err(m, e))?;
+        saved.push(b);
+    }
+    let nonce = Uuid::random();
+    let mut found = Ok(());
+    let mut wrote = 0;
+    for (i, m) in devices.iter().enumerate() {
+        let mut b = crate::buf::AlignedBuf::new(metadata::SB_SIZE);
+        b[..8].copy_from_slice(TOKEN);
+        b[8..24].copy_from_slice(&nonce.0);
+        b[24..32].copy_from_slice(&(i as u64).to_le_bytes());
+        wrote = i + 1;
+        if let Err(e) = m.write_at(&b, 0).and_then(|()| m.flush()) {
+            found = Err(err(m, e));
+            break;
+        }
+    }
+    if found.is_ok() {
+        for (i, m) in devices.iter().enumerate() {
+            let mut b = crate::buf::AlignedBuf::new(metadata::SB_SIZE);
+            if let Err(e) = m.read_at(&mut b, 0) {
+                found = Err(err(m, e));
+                break;
+            }
+            if &b[..8] != TOKEN || b[8..24] != nonce.0 {
+                continue;
+            }
+            let j = u64::from_le_bytes(b[24..32].try_into().unwrap()) as usize;
+            if j != i && j < devices.len() {
+                found = Err(ArrayError::Refused {
+                    rule: Rule::AlreadyMember,
+                    detail: format!(
+                        "{} and {} are the same device (what is written through one reads back through the other: one export by two URIs?): list each device once",
+                        devices[i].identity(),
+                        devices[j].identity()
+                    ),
+                });
+                break;
+            }
+        }
+    }
+    // Put back in reverse order: where two names are one device, the first
+    // name's copy (what it held before any token) lands last.
+    for (m, b) in devices[..wrote].iter().zip(&saved).rev() {
+        if let Err(e) = m.write_at(b, 0).and_then(|()| m.flush()) {
+            tracing::warn!(
+                member = m.identity(),
+                "cannot put back the block the alias check wrote over: {e}"
+            );
+        }
+    }
+    found
 }

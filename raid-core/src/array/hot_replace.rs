@@ -250,6 +250,8 @@ impl Array {
                 ),
             });
         }
+        // Every check passed: the device joins the array now.
+        self.blank_bitmap_of(&new)?;
         let old = s
             .member
             .read()

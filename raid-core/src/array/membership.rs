@@ -188,6 +188,7 @@ impl Array {
                 ),
             ));
         }
+        self.not_a_member_by_metadata(meta, m)?;
         let need = self.data_offset + self.geo.member_size;
         if m.size() < need {
             return Err(refuse(
@@ -203,6 +204,41 @@ impl Array {
             ));
         }
         Ok(())
+    }
+
+    /// Refuses a device whose own metadata says it is a member or spare of
+    /// this array in use now: the same device under another name, which
+    /// its device key cannot tell where the device is on another host (one
+    /// export by two URIs: another host name or address, a socket). Taken
+    /// in as a new device it would be written over, and with it the member
+    /// it is. A copy of a member (an image, a dd) looks the same and is
+    /// refused too: its metadata must go before it is reused.
+    fn not_a_member_by_metadata(&self, meta: &Meta, m: &MemberRef) -> Result<()> {
+        let Ok(sb) = metadata::read_superblock(m.as_ref()) else {
+            return Ok(());
+        };
+        if sb.array_uuid != self.uuid {
+            return Ok(());
+        }
+        let as_slot = self
+            .slots
+            .iter()
+            .position(|s| s.state() != SlotState::Failed && *s.uuid.read() == sb.member_uuid);
+        let spare = meta.spares.iter().find(|(u, _)| *u == sb.member_uuid);
+        let what = match (as_slot, spare) {
+            (Some(slot), _) => format!("the member of {}", self.slot_name(slot)),
+            (None, Some((_, s))) => format!("spare {}", s.identity()),
+            (None, None) => return Ok(()),
+        };
+        Err(refuse(
+            Rule::AlreadyMember,
+            format!(
+                "{} carries the metadata of {what} of '{}', in the array now (member uuid {}): it is that device under another name (the same export by another URI?) or a copy of it. Name a device that is in no array; a copy whose data is not wanted must have its metadata erased first",
+                m.identity(),
+                self.name,
+                sb.member_uuid
+            ),
+        ))
     }
 
     // ---- persist ----------------------------------------------------------
@@ -469,7 +505,10 @@ impl Array {
     fn bitmap_older_than_last_clear(&self, own: &io::Result<Vec<u8>>) -> Option<String> {
         let bm = self.bitmap.as_ref().filter(|bm| bm.stamped())?;
         let (seq, _) = match own {
-            Ok(b) => super::bitmap::stamp_of(b),
+            Ok(b) => match super::bitmap::stamp_of(b) {
+                Some(stamp) => stamp,
+                None => return Some("its write-intent bitmap carries no stamp this array wrote (overwritten since it left?)".into()),
+            },
             Err(e) => return Some(format!("its write-intent bitmap cannot be read ({e})")),
         };
         let cleared = bm.cleared_at();
@@ -514,6 +553,7 @@ impl Array {
                 ),
             ));
         }
+        self.blank_bitmap_of(&m)?;
         let member = m.identity().to_string();
         meta.spares.push((Uuid::random(), m));
         self.epoch.fetch_add(1, Ordering::AcqRel);
@@ -645,6 +685,7 @@ impl Array {
                 ),
             ));
         }
+        self.blank_bitmap_of(&new)?;
         let key = new.device_key();
         let ident = new.identity().to_string();
         meta.spares.retain(|(_, m)| m.device_key() != key);

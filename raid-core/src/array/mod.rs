@@ -753,6 +753,7 @@ impl Array {
         meta.events += 1;
         for (i, s) in self.slots.iter().enumerate() {
             let m = s.member.read().clone().expect("create fills every slot");
+            self.blank_bitmap_of(&m)?;
             let sb = self.superblock(&meta, i as u32, *s.uuid.read());
             metadata::write_superblock(m.as_ref(), &sb).map_err(|e| ArrayError::Member {
                 member: m.identity().into(),
@@ -761,6 +762,7 @@ impl Array {
             s.member_events.store(sb.events, Ordering::Release);
         }
         for (u, m) in meta.spares.clone() {
+            self.blank_bitmap_of(&m)?;
             let sb = self.superblock(&meta, ROLE_SPARE, u);
             metadata::write_superblock(m.as_ref(), &sb).map_err(|e| ArrayError::Member {
                 member: m.identity().into(),

@@ -2138,3 +2138,104 @@ fn create_refuses_one_device_named_twice() {
     refs[1].read_at(&mut after, 0).unwrap();
     assert!(after == before, "the refused create changed the device");
 }
+
+/// The device a hot replace copies onto carries no metadata until the
+/// switch: under another name it is still refused, by its content.
+#[test]
+fn the_device_a_hot_replace_copies_onto_is_refused_under_another_name() {
+    let (m, a, img) = filled(Level::Raid5, 4, "aliashot");
+    let new = ram("aliashot-new");
+    a.hot_replace(0, new.clone()).unwrap();
+    let second = alias(&new, "nbd://other-name/new");
+    let e = a.add_spare(second.clone()).unwrap_err();
+    assert_eq!(rule_of(&e), Some(Rule::AlreadyMember), "{e}");
+    assert!(e.to_string().contains("hot replace"), "{e}");
+    a.fail_member(2, false).unwrap();
+    let e = a.replace(2, second).unwrap_err();
+    assert_eq!(rule_of(&e), Some(Rule::AlreadyMember), "{e}");
+    // Another device is taken.
+    a.replace(2, ram("aliashot-other")).unwrap();
+    a.hot_replace_copy(&RebuildOptions::default(), &AtomicBool::new(false))
+        .unwrap();
+    a.rebuild(2, &RebuildOptions::default(), &AtomicBool::new(false))
+        .unwrap();
+    assert_matches(&a, &img);
+    drop(m);
+}
+
+/// The new device of a hot replace holds the bitmap as it is from the
+/// start: at the switch it may be the only device left with it.
+#[test]
+fn a_hot_replace_gives_its_new_device_the_bitmap_at_once() {
+    use raid_core::metadata::{BITMAP_BYTES, BITMAP_OFFSET};
+    let (m, a, _img) = filled(Level::Raid5, 4, "hotbits");
+    a.flush().unwrap();
+    let new = ram("hotbits-new");
+    // What the device held before: no bitmap of this array.
+    new.write_at(&vec![0x5a; BITMAP_BYTES], BITMAP_OFFSET)
+        .unwrap();
+    a.hot_replace(1, new.clone()).unwrap();
+    let read = |d: &MemberRef| {
+        let mut b = vec![0u8; BITMAP_BYTES];
+        d.read_at(&mut b, BITMAP_OFFSET).unwrap();
+        b
+    };
+    assert!(
+        read(&new) == read(&m.refs()[0]),
+        "the new device's bitmap block differs from the members'"
+    );
+}
+
+/// A spare that cannot be written is dropped as it is called on, so the
+/// next spare takes the slot (the first used to be picked, and to fail,
+/// again and again, with a good spare waiting behind it).
+#[test]
+fn a_spare_that_cannot_be_written_gives_way_to_the_next() {
+    struct Breaks {
+        inner: MemberRef,
+        broken: AtomicBool,
+    }
+    impl raid_core::member::Member for Breaks {
+        fn identity(&self) -> &str {
+            self.inner.identity()
+        }
+        fn device_key(&self) -> raid_core::member::DeviceKey {
+            self.inner.device_key()
+        }
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            if self.broken.load(Ordering::SeqCst) {
+                return Err(std::io::Error::other("broken"));
+            }
+            self.inner.write_at(buf, offset)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+        fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+            self.inner.write_zeroes(offset, len)
+        }
+    }
+    let (_m, a, img) = filled(Level::Raid5, 4, "badspare");
+    let bad = Arc::new(Breaks {
+        inner: ram("badspare-first"),
+        broken: AtomicBool::new(false),
+    });
+    a.add_spare(bad.clone()).unwrap();
+    a.add_spare(ram("badspare-second")).unwrap();
+    a.fail_member(3, false).unwrap();
+    bad.broken.store(true, Ordering::SeqCst);
+    assert!(a.activate_spare(3).is_err());
+    assert_eq!(
+        a.activate_spare(3).unwrap().as_deref(),
+        Some("badspare-second")
+    );
+    a.rebuild(3, &RebuildOptions::default(), &AtomicBool::new(false))
+        .unwrap();
+    assert_matches(&a, &img);
+}

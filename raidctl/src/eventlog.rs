@@ -147,6 +147,7 @@ pub fn record_of(
         | E::RebuildStarted { member, .. }
         | E::SpareActivated { member, .. }
         | E::MemberReAdded { member, .. }
+        | E::MemberKeptOut { member, .. }
         | E::SpareAdded { member }
         | E::SpareRemoved { member }
         | E::MemberRemoved { member, .. }
@@ -187,9 +188,22 @@ pub fn record_of(
         E::MemberFailed { .. } | E::MemberMissing { .. } if spares_cover(a) => Some(format!(
             "raidctl wait {name} (a hot spare takes the slot and is rebuilt)"
         )),
+        // Given up as unreachable: the daemon takes it back by itself
+        // when its server answers again, resyncing what was written
+        // meanwhile; a replace would copy a whole member for a reboot.
+        E::MemberFailed { member, slot, .. }
+            if a.member_of(*slot).is_some_and(|m| m.unreachable()) =>
+        {
+            Some(format!(
+                "bring its server back: the daemon takes it back by itself and resyncs what was written meanwhile (raidctl status {name}); if it is gone for good, raidctl replace {name} {member} NEW_DEVICE"
+            ))
+        }
         E::MemberFailed { member, .. } => {
             Some(format!("raidctl replace {name} {member} NEW_DEVICE"))
         }
+        E::MemberKeptOut { member, .. } => Some(format!(
+            "set its server right (raidctl examine {member} says which disk it serves), then raidctl re-add {name} {member}; or raidctl replace {name} {member} NEW_DEVICE"
+        )),
         E::StartedDegraded { .. } if spares_cover(a) => Some(format!(
             "raidctl wait {name} (a hot spare takes the slot and is rebuilt)"
         )),

@@ -442,6 +442,124 @@ fn wrong_remote_members_are_refused_with_the_fix() {
     assert!(!w.state().join("arrays/x.json").exists());
 }
 
+/// A member whose server is down when the array starts comes back by
+/// itself once its server answers, as one lost while the array runs does,
+/// resyncing only the regions written meanwhile (it used to wait for an
+/// operator's re-add).
+#[test]
+fn a_member_down_at_the_start_comes_back_by_itself() {
+    need("nbdkit");
+    let w = World::new("nbdatstart");
+    config(&w, 1.0);
+    let (files, socks, mut servers, uris) = exports(&w, "s", "s", 3);
+    w.ok(&[
+        "create", "ds", "--level", "5", "--chunk", "64K", &uris[0], &uris[1], &uris[2],
+    ]);
+    let sock = w.dir.join("ds.sock");
+    let nbd = format!("unix:{}", sock.display());
+    w.ok(&["start", "ds", "--nbd", &nbd]);
+    let (ok, out) = qemu_io(&sock, "ds", &["write -P 0x31 0 16M"]);
+    assert!(ok, "{out}");
+    w.ok(&["stop", "ds"]);
+    servers[2].kill();
+    w.ok(&["start", "ds", "--nbd", &nbd]);
+    assert_eq!(state(&w, "ds"), "degraded");
+    let (ok, out) = qemu_io(&sock, "ds", &["write -P 0x32 0 2M"]);
+    assert!(ok, "{out}");
+    servers[2] = nbdkit_unix(&socks[2], &files[2]);
+    wait_for("the member's return", 60, || {
+        state(&w, "ds") == "optimal" && !resyncs(&w, "ds").is_empty()
+    });
+    let (copied, rows) = resyncs(&w, "ds")[0];
+    assert!(
+        copied > 0 && copied * 4 <= rows,
+        "only the regions written while it was away: {copied} of {rows} rows"
+    );
+    // Slot 0 gone: the reads need the returned member's data.
+    servers[0].kill();
+    let (ok, out) = qemu_io(&sock, "ds", &["read -P 0x32 0 2M", "read -P 0x31 2M 14M"]);
+    assert!(ok, "{out}");
+    w.ok(&["stop", "ds"]);
+}
+
+/// A server that answers but not within the member timeout (nbdkit's delay
+/// filter) made its member come back and be lost again every few seconds,
+/// each time with a failure alert and a resync, for as long as the server
+/// was slow. Now after three returns within ten minutes the member is left
+/// to the operator, with a `member_kept_out` alert, and the operator's
+/// re-add takes it back.
+#[test]
+fn a_member_lost_again_at_each_return_is_left_to_the_operator() {
+    need("nbdkit");
+    let w = World::new("nbdflap");
+    let hook_out = config(&w, 1.0);
+    let (files, socks, mut servers, uris) = exports(&w, "f", "f", 3);
+    w.ok(&["create", "fl", "--level", "5", &uris[0], &uris[1], &uris[2]]);
+    w.ok(&["start", "fl"]);
+    servers[1].kill();
+    // Found gone by the daemon's probe of idle members.
+    let failed = format!("member_failed critical fl {}", uris[1]);
+    wait_for(&format!("the alert '{failed}'"), 30, || {
+        std::fs::read_to_string(&hook_out).is_ok_and(|a| a.contains(&failed))
+    });
+    // Back, slow on writes: each return's metadata write times out.
+    let slow = {
+        let _ = std::fs::remove_file(&socks[1]);
+        let c = Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(&socks[1])
+            .args(["--filter=delay", "file"])
+            .arg(&files[1])
+            .arg("wdelay=3")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for("nbdkit", 10, || socks[1].exists());
+        Server(c)
+    };
+    servers[1] = slow;
+    let kept_out = format!("member_kept_out warning fl {}", uris[1]);
+    let t = Instant::now();
+    while !std::fs::read_to_string(&hook_out).is_ok_and(|a| a.contains(&kept_out)) {
+        assert!(
+            t.elapsed() < Duration::from_secs(90),
+            "no '{kept_out}' within 90 s; alerts: {}; events: {}",
+            std::fs::read_to_string(&hook_out).unwrap_or_default(),
+            w.ok(&["events", "fl"])
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let count = |what: &str| {
+        std::fs::read_to_string(&hook_out)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with(what))
+            .count()
+    };
+    let returns = count("member_re_added");
+    assert_eq!(
+        returns,
+        3,
+        "{}",
+        std::fs::read_to_string(&hook_out).unwrap()
+    );
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(
+        count("member_re_added"),
+        returns,
+        "taken back again after it was left to the operator"
+    );
+    assert_eq!(state(&w, "fl"), "degraded");
+    // The server set right, the operator's re-add takes it back.
+    servers[1] = nbdkit_unix(&socks[1], &files[1]);
+    let out = w.ok(&["re-add", "fl", &uris[1]]);
+    assert!(out.contains("re-added"), "{out}");
+    w.ok(&["wait", "fl", "--timeout", "60"]);
+    assert_eq!(state(&w, "fl"), "optimal");
+    w.ok(&["stop", "fl"]);
+}
+
 /// One export under two URIs (here a second path to its socket) is one
 /// device: create over both, or adding or replacing with the second name
 /// of a member in use, would write one member over another. Each is

@@ -75,6 +75,15 @@ impl Array {
         Ok(CreatePlan { geo, data_offset })
     }
 
+    /// Refuses two names of one device among `devices` (by content, where
+    /// device keys cannot tell: `find_aliases`). It writes each device's
+    /// first block and puts it back: a caller that prepares the devices
+    /// (allocates files) runs it, after `check_create`, before that.
+    /// `create` runs it too.
+    pub fn check_distinct_devices(devices: &[MemberRef]) -> Result<()> {
+        refuse_aliases(devices)
+    }
+
     /// Writes fresh metadata on `members` (slot order = list order) and
     /// `spares`, and returns the running array. The data areas of redundant
     /// levels are zeroed (hole-punched where possible), which makes every
@@ -209,14 +218,33 @@ fn zero_data_areas(
 /// Refuses two names of one device among `devices`, which device keys
 /// cannot tell for every kind of device (one NBD export by two URIs: by
 /// host name and by address, by TCP and by socket): the array would put
-/// two members on one disk, each write over the other. Each device's first
-/// block gets a token naming it, then each is read back: a device that
+/// two members on one disk, each write over the other.
+pub(super) fn refuse_aliases(devices: &[MemberRef]) -> Result<()> {
+    match find_aliases(devices)? {
+        None => Ok(()),
+        Some((i, j)) => Err(ArrayError::Refused {
+            rule: Rule::AlreadyMember,
+            detail: format!(
+                "{} and {} are the same device (what is written through one reads back through the other: one export by two URIs?): list each device once",
+                devices[i].identity(),
+                devices[j].identity()
+            ),
+        }),
+    }
+}
+
+/// Two of `devices` that are one device, if any: each device's first
+/// block gets a token naming it, then each is read back; a device that
 /// reads another's token is that device. What the blocks held before is
-/// put back, so a refused create leaves every device as it was.
-fn refuse_aliases(devices: &[MemberRef]) -> Result<()> {
+/// put back (all were read before any token was written, so two names of
+/// one device put back the same bytes); a block that cannot be put back
+/// is an error that says so. A server that keeps its connections apart
+/// (no NBD multi-conn) might hide an alias from this; it never makes one
+/// up.
+pub(super) fn find_aliases(devices: &[MemberRef]) -> Result<Option<(usize, usize)>> {
     const TOKEN: &[u8; 8] = b"NVRAIDPR";
     if devices.len() < 2 {
-        return Ok(());
+        return Ok(None);
     }
     let err = |m: &MemberRef, source: io::Error| ArrayError::Member {
         member: m.identity().into(),
@@ -229,7 +257,7 @@ fn refuse_aliases(devices: &[MemberRef]) -> Result<()> {
         saved.push(b);
     }
     let nonce = Uuid::random();
-    let mut found = Ok(());
+    let mut found = Ok(None);
     let mut wrote = 0;
     for (i, m) in devices.iter().enumerate() {
         let mut b = crate::buf::AlignedBuf::new(metadata::SB_SIZE);
@@ -254,26 +282,17 @@ fn refuse_aliases(devices: &[MemberRef]) -> Result<()> {
             }
             let j = u64::from_le_bytes(b[24..32].try_into().unwrap()) as usize;
             if j != i && j < devices.len() {
-                found = Err(ArrayError::Refused {
-                    rule: Rule::AlreadyMember,
-                    detail: format!(
-                        "{} and {} are the same device (what is written through one reads back through the other: one export by two URIs?): list each device once",
-                        devices[i].identity(),
-                        devices[j].identity()
-                    ),
-                });
+                found = Ok(Some((i, j)));
                 break;
             }
         }
     }
-    // Put back in reverse order: where two names are one device, the first
-    // name's copy (what it held before any token) lands last.
-    for (m, b) in devices[..wrote].iter().zip(&saved).rev() {
+    for (m, b) in devices[..wrote].iter().zip(&saved) {
         if let Err(e) = m.write_at(b, 0).and_then(|()| m.flush()) {
-            tracing::warn!(
-                member = m.identity(),
-                "cannot put back the block the alias check wrote over: {e}"
-            );
+            return Err(ArrayError::Invalid(format!(
+                "{} cannot be written back after the check for two names of one device ({e}): its first 4 KiB now hold a token of that check, not what they held",
+                m.identity()
+            )));
         }
     }
     found

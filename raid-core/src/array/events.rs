@@ -120,6 +120,16 @@ pub enum ArrayEvent {
         slot: usize,
         reason: String,
     },
+    /// A network member the daemon takes back by itself when its server
+    /// answers again was not taken back, and is left to the operator: it
+    /// answers with another disk or an older copy of its own, or it was
+    /// lost again each time it came back (a server too slow for the
+    /// member timeout, a flapping link).
+    MemberKeptOut {
+        slot: usize,
+        member: String,
+        reason: String,
+    },
     SpareActivated {
         slot: usize,
         member: String,
@@ -213,6 +223,7 @@ impl ArrayEvent {
             | ArrayEvent::HotReplaceFailed { .. }
             | ArrayEvent::HotReplaceRebuilding { .. }
             | ArrayEvent::MemberHealthWarning { .. }
+            | ArrayEvent::MemberKeptOut { .. }
             | ArrayEvent::UncleanStop { .. }
             | ArrayEvent::ScrubCut { .. } => Severity::Warning,
             ArrayEvent::ScrubFinished {
@@ -262,6 +273,7 @@ impl ArrayEvent {
             ArrayEvent::ParityEngineFallback { .. } => "parity_engine_fallback",
             ArrayEvent::ParityEngineChosen { .. } => "parity_engine_chosen",
             ArrayEvent::MemberHealthWarning { .. } => "member_health_warning",
+            ArrayEvent::MemberKeptOut { .. } => "member_kept_out",
             ArrayEvent::UncleanStop { .. } => "unclean_stop",
             ArrayEvent::ScrubCut { .. } => "scrub_cut",
             ArrayEvent::Test => "test",
@@ -285,7 +297,8 @@ impl ArrayEvent {
             | ArrayEvent::HotReplaceRebuilding { slot, .. }
             | ArrayEvent::RebuildFailed { slot, .. }
             | ArrayEvent::SpareActivated { slot, .. }
-            | ArrayEvent::MemberHealthWarning { slot, .. } => Some(*slot),
+            | ArrayEvent::MemberHealthWarning { slot, .. }
+            | ArrayEvent::MemberKeptOut { slot, .. } => Some(*slot),
             _ => None,
         }
     }
@@ -443,6 +456,13 @@ impl ArrayEvent {
                 "member {member} (slot {slot}) reports a health problem: {reason}; \
                  it still works: replace it before it fails (raidctl replace, or \
                  add a spare)"
+            ),
+            ArrayEvent::MemberKeptOut {
+                slot,
+                member,
+                reason,
+            } => format!(
+                "network member {member} (slot {slot}) answers again but is not taken back by itself: {reason}"
             ),
             ArrayEvent::Test => "test message".into(),
         }

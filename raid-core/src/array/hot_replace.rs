@@ -250,8 +250,6 @@ impl Array {
                 ),
             });
         }
-        // Every check passed: the device joins the array now.
-        self.blank_bitmap_of(&new)?;
         let old = s
             .member
             .read()
@@ -280,8 +278,42 @@ impl Array {
                 new: new.identity().into(),
             },
         );
+        drop(meta);
+        // The new device holds the bitmap as it is from now on (every later
+        // write of it goes to both devices): at the switch it may be the
+        // only device left with it (its old one erased, another member
+        // failed), and what it held before is no bitmap of this array.
+        self.rewrite_bitmap();
         tracing::info!(array = %self.name, slot, old = old.identity(), new = new.identity(), "hot replace started");
         Ok(())
+    }
+
+    /// Refuses the device a hot replace copies onto, under another name:
+    /// it carries no metadata of this array until the switch, so only its
+    /// content tells (`create::find_aliases`, on its first block, which
+    /// nothing reads until the switch writes its metadata there; the
+    /// switch waits for `meta`, held here).
+    pub(super) fn not_the_hot_replacement_by_content(&self, m: &MemberRef) -> Result<()> {
+        let Some((slot, new)) = self
+            .hot
+            .lock()
+            .as_ref()
+            .map(|h| (h.slot, h.pair.new.clone()))
+        else {
+            return Ok(());
+        };
+        match super::create::find_aliases(&[new.clone(), m.clone()])? {
+            None => Ok(()),
+            Some(_) => Err(super::membership::refuse(
+                Rule::AlreadyMember,
+                format!(
+                    "{} is {}, the device the hot replace of slot {slot} of '{}' copies onto, under another name (the same export by another URI?): name a device that is in no array",
+                    m.identity(),
+                    new.identity(),
+                    self.name
+                ),
+            )),
+        }
     }
 
     /// The slot being hot-replaced, the new device, rows copied and total.

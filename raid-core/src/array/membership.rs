@@ -189,6 +189,7 @@ impl Array {
             ));
         }
         self.not_a_member_by_metadata(meta, m)?;
+        self.not_the_hot_replacement_by_content(m)?;
         let need = self.data_offset + self.geo.member_size;
         if m.size() < need {
             return Err(refuse(
@@ -685,8 +686,24 @@ impl Array {
                 ),
             ));
         }
-        self.blank_bitmap_of(&new)?;
         let key = new.device_key();
+        if let Err(e) = self.blank_bitmap_of(&new) {
+            // A spare that cannot take a write is no spare: dropped, so
+            // the next activation takes the next one.
+            if let Some(at) = meta.spares.iter().position(|(_, m)| m.device_key() == key) {
+                meta.spares.remove(at);
+                tracing::error!(array = %self.name, spare = new.identity(), "spare cannot be written ({e}); dropping it");
+                self.epoch.fetch_add(1, Ordering::AcqRel);
+                self.record(
+                    meta,
+                    ArrayEvent::SpareRemoved {
+                        member: new.identity().to_string(),
+                    },
+                );
+                self.persist(meta);
+            }
+            return Err(e);
+        }
         let ident = new.identity().to_string();
         meta.spares.retain(|(_, m)| m.device_key() != key);
         *s.uuid.write() = Uuid::random();

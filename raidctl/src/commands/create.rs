@@ -145,6 +145,9 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     // Sizes and the rest checked before a file is allocated: refused
     // input leaves the devices as they were.
     let plan = Array::check_create(&m, &s, &opts)?;
+    // One export by two URIs: found by writing through one name and
+    // reading through the other (put back), before anything is allocated.
+    Array::check_distinct_devices(&m.iter().chain(&s).cloned().collect::<Vec<_>>())?;
     // Until the array is made, an interrupt says what it left.
     let _said = SayIfInterrupted::arm();
     st.ensure()?;

@@ -442,6 +442,9 @@ impl Daemon {
             false => "copying it whole (raidctl events says why)",
         };
         self.reconnects.release(name, slot);
+        if !auto {
+            self.reconnects.operator_took(name, slot);
+        }
         s.record_slot(slot, key, member);
         let warn = self.save_record(&s).err().unwrap_or_default();
         self.kick_rebuild(&s);
@@ -474,6 +477,7 @@ impl Daemon {
         let key = m.device_key();
         s.array.replace(slot, m)?;
         self.reconnects.release(name, slot);
+        self.reconnects.operator_took(name, slot);
         s.record_slot(slot, key, new);
         let warn = self.save_record(&s).err().unwrap_or_default();
         // One copy runs at a time: a hot replace, or a mirror's rebuild,
@@ -557,8 +561,14 @@ impl Daemon {
 /// How to erase a device's raidctl metadata (both copies lie in its first
 /// MiB; wipefs does not know them), keeping a member file's size.
 fn erase_hint(device: &Path) -> String {
-    format!(
-        "erase its first MiB (dd if=/dev/zero of={} bs=1M count=1 conv=notrunc)",
-        device.display()
-    )
+    match crate::remote::is_remote(device) {
+        true => format!(
+            "erase its first MiB (qemu-io -f raw -c 'write -z 0 1M' '{}')",
+            device.display()
+        ),
+        false => format!(
+            "erase its first MiB (dd if=/dev/zero of={} bs=1M count=1 conv=notrunc)",
+            device.display()
+        ),
+    }
 }

@@ -4,6 +4,13 @@
 //! every few seconds, and re-added as soon as its export answers and carries
 //! this array's metadata. The re-add resyncs only the regions the
 //! write-intent bitmap marked while it was away.
+//!
+//! A member is left to the operator, with a `member_kept_out` event, where
+//! it answers with a disk not to be taken back by itself (an older copy of
+//! its own, another's), or where it was lost again after each of its last
+//! `RETURNS` returns within `RETURNS_WITHIN` (a server slower than the
+//! member timeout, a flapping link): each return costs a failure alert
+//! and a resync, and would go on for as long as the server is sick.
 
 use super::{Daemon, Served};
 use parking_lot::Mutex;
@@ -18,6 +25,11 @@ const RETRY: Duration = Duration::from_secs(2);
 /// Time between two reads of an active network member's metadata
 /// (`probe_network_members`).
 const PROBE: Duration = Duration::from_secs(5);
+
+/// Returns by itself of one member within `RETURNS_WITHIN` after which a
+/// further loss leaves it to the operator.
+const RETURNS: usize = 3;
+const RETURNS_WITHIN: Duration = Duration::from_secs(600);
 
 /// The daemon's work on network members, per (array, slot).
 #[derive(Default)]
@@ -35,6 +47,8 @@ pub(super) struct Tries {
     /// older copy of its disk, another member's): logged when it changes,
     /// not at every try.
     refused: Mutex<HashMap<(String, usize), String>>,
+    /// When each member came back by itself lately (`RETURNS`).
+    returns: Mutex<HashMap<(String, usize), Vec<Instant>>>,
 }
 
 impl Tries {
@@ -53,6 +67,33 @@ impl Tries {
     /// A device took the slot again (re-add, replace).
     pub(super) fn release(&self, array: &str, slot: usize) {
         self.held.lock().remove(&(array.to_string(), slot));
+    }
+
+    /// The operator put a device in the slot (re-add, replace): its
+    /// returns so far, and why one was refused, no longer count.
+    pub(super) fn operator_took(&self, array: &str, slot: usize) {
+        let key = (array.to_string(), slot);
+        self.returns.lock().remove(&key);
+        self.refused.lock().remove(&key);
+    }
+
+    /// Counts a return by itself; whether the member came back `RETURNS`
+    /// times within `RETURNS_WITHIN` (then this loss is one too many).
+    fn returned(&self, key: &(String, usize)) {
+        let mut r = self.returns.lock();
+        let times = r.entry(key.clone()).or_default();
+        times.retain(|t| t.elapsed() < RETURNS_WITHIN);
+        times.push(Instant::now());
+    }
+
+    fn keeps_returning(&self, key: &(String, usize)) -> bool {
+        self.returns.lock().get(key).is_some_and(|times| {
+            times
+                .iter()
+                .filter(|t| t.elapsed() < RETURNS_WITHIN)
+                .count()
+                >= RETURNS
+        })
     }
 }
 
@@ -114,20 +155,43 @@ impl Daemon {
     }
 
     /// Starts a try (on its own thread: connecting may take seconds) for
-    /// each slot of `s` whose member was given up as unreachable.
+    /// each slot of `s` whose member was given up as unreachable, or whose
+    /// network member did not answer at the start (its server was down
+    /// then: it comes back as one given up later would).
     pub(super) fn retry_unreachable(self: &Arc<Self>, s: &Arc<Served>) {
         for slot in s.array.slots() {
             if slot.state != SlotState::Failed {
                 continue;
             }
-            let Some(m) = s.array.member_of(slot.slot) else {
-                continue;
+            let member = match s.array.member_of(slot.slot) {
+                Some(m) if m.unreachable() => m.identity().to_string(),
+                Some(_) => continue,
+                None if slot.missing_at_start => match s.record.lock().members.get(slot.slot) {
+                    Some(p) if crate::remote::is_remote(p) => p.display().to_string(),
+                    _ => continue,
+                },
+                None => continue,
             };
-            if !m.unreachable() {
-                continue;
-            }
             let key = (s.array.name().to_string(), slot.slot);
             if self.reconnects.held.lock().contains(&key) {
+                continue;
+            }
+            if self.reconnects.keeps_returning(&key) {
+                // Held as the operator's `fail` holds it: their re-add or
+                // replace releases it.
+                if self.reconnects.hold(&key.0, key.1) {
+                    let reason = format!(
+                        "it came back by itself {RETURNS} times within {} minutes and was lost again each time: its server answers, but not within the member timeout ([remote] timeout_seconds) or not for long (an overloaded server, a flapping link)",
+                        RETURNS_WITHIN.as_secs() / 60
+                    );
+                    tracing::error!(array = %key.0, slot = key.1, member = %member, "network member left to the operator: {reason}");
+                    s.array
+                        .record_event(raid_core::array::ArrayEvent::MemberKeptOut {
+                            slot: key.1,
+                            member: member.clone(),
+                            reason,
+                        });
+                }
                 continue;
             }
             {
@@ -139,7 +203,8 @@ impl Daemon {
                 }
                 t.insert(key.clone(), Try::Running);
             }
-            let (d, member) = (self.clone(), PathBuf::from(m.identity()));
+            let (d, member) = (self.clone(), PathBuf::from(member));
+            let array = Arc::downgrade(&s.array);
             std::thread::spawn(move || {
                 let r = d.re_add_as(&key.0, &member, true);
                 let mut t = d.reconnects.re_adds.lock();
@@ -147,6 +212,7 @@ impl Daemon {
                     Ok(msg) => {
                         tracing::warn!(array = %key.0, slot = key.1, "network member back: {msg}");
                         d.reconnects.refused.lock().remove(&key);
+                        d.reconnects.returned(&key);
                         t.remove(&key);
                     }
                     // It answers, with a disk not to be taken back by
@@ -155,6 +221,13 @@ impl Daemon {
                         let mut said = d.reconnects.refused.lock();
                         if said.get(&key) != Some(&e.msg) {
                             tracing::error!(array = %key.0, slot = key.1, "network member answers again but is not taken back: {}", e.msg);
+                            if let Some(a) = array.upgrade() {
+                                a.record_event(raid_core::array::ArrayEvent::MemberKeptOut {
+                                    slot: key.1,
+                                    member: member.display().to_string(),
+                                    reason: e.msg.clone(),
+                                });
+                            }
                             said.insert(key.clone(), e.msg);
                         }
                         t.insert(key, Try::After(Instant::now() + RETRY));

@@ -439,6 +439,27 @@ fn wrong_remote_members_are_refused_with_the_fix() {
     ]);
     assert_ne!(code, 0);
     assert!(err.contains("read-only"), "{err}");
+    // A socket that takes the connection and says nothing: named as such
+    // (it was "Resource temporarily unavailable (os error 11)").
+    let mute = w.dir.join("mute.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&mute).unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in listener.incoming().take(4) {
+            held.push(c);
+        }
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    let (code, _, err) = w.code(&[
+        "create",
+        "x",
+        "--level",
+        "1",
+        &format!("nbd+unix:///?socket={}", mute.display()),
+        g.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no answer within"), "{err}");
     assert!(!w.state().join("arrays/x.json").exists());
 }
 
@@ -558,6 +579,48 @@ fn a_member_lost_again_at_each_return_is_left_to_the_operator() {
     w.ok(&["wait", "fl", "--timeout", "60"]);
     assert_eq!(state(&w, "fl"), "optimal");
     w.ok(&["stop", "fl"]);
+}
+
+/// A member's server back with a blank disk behind the same URI: the
+/// daemon leaves it to the operator with an alert, and re-add and replace
+/// each name the one way on (remove, then replace onto it) rather than
+/// sending the operator from one to the other.
+#[test]
+fn a_blank_disk_behind_a_members_uri_is_rebuilt_after_remove() {
+    need("nbdkit");
+    let w = World::new("nbdblank");
+    let hook_out = config(&w, 1.0);
+    let (files, socks, mut servers, uris) = exports(&w, "b", "b", 3);
+    w.ok(&["create", "bl", "--level", "5", &uris[0], &uris[1], &uris[2]]);
+    w.ok(&["start", "bl"]);
+    servers[2].kill();
+    let failed = format!("member_failed critical bl {}", uris[2]);
+    wait_for(&format!("the alert '{failed}'"), 30, || {
+        std::fs::read_to_string(&hook_out).is_ok_and(|a| a.contains(&failed))
+    });
+    std::fs::remove_file(&files[2]).unwrap();
+    let blank = w.sparse("b2.img", 32 * MIB);
+    servers[2] = nbdkit_unix(&socks[2], &blank);
+    let kept_out = format!("member_kept_out warning bl {}", uris[2]);
+    wait_for(&format!("the alert '{kept_out}'"), 30, || {
+        std::fs::read_to_string(&hook_out).is_ok_and(|a| a.contains(&kept_out))
+    });
+    let remove_then_replace = format!("raidctl remove bl {}", uris[2]);
+    let (code, _, err) = w.code(&["re-add", "bl", &uris[2]]);
+    assert_ne!(code, 0);
+    assert!(err.contains(&remove_then_replace), "{err}");
+    let (code, _, err) = w.code(&["replace", "bl", &uris[2], &uris[2]]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("no metadata") && err.contains(&remove_then_replace),
+        "{err}"
+    );
+    w.ok(&["remove", "bl", &uris[2]]);
+    let out = w.ok(&["replace", "bl", &uris[2], &uris[2]]);
+    assert!(out.contains("rebuild"), "{out}");
+    w.ok(&["wait", "bl", "--timeout", "60"]);
+    assert_eq!(state(&w, "bl"), "optimal");
+    w.ok(&["stop", "bl"]);
 }
 
 /// One export under two URIs (here a second path to its socket) is one

@@ -328,12 +328,19 @@ impl Array {
 
     fn re_add_as(&self, m: MemberRef, older_copy_ok: bool) -> Result<usize> {
         let sb = metadata::read_superblock(m.as_ref()).map_err(|e| {
+            let d = m.identity();
+            let n = &self.name;
+            // Its slot's own device (a disk swapped behind the same path
+            // or URI) must leave the slot before it can come back as new.
+            let how = match self.slot_by_key(m.device_key()) {
+                Some(_) => format!(
+                    "to rebuild onto it whole, raidctl remove {n} {d}, then raidctl replace {n} {d} {d}"
+                ),
+                None => format!("put it in as a new member (raidctl replace {n} FAILED_MEMBER {d})"),
+            };
             refuse(
                 Rule::NotReAddable,
-                format!(
-                    "{} has no readable array metadata ({e}): it cannot be re-added; put it in as a new member (raidctl replace)",
-                    m.identity()
-                ),
+                format!("{d} has no readable array metadata ({e}): it cannot be re-added; {how}"),
             )
         })?;
         let own_bitmap = {

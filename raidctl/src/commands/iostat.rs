@@ -179,10 +179,13 @@ pub fn render(r: &Report) -> String {
     for a in &r.arrays {
         out.push_str(&line(&a.name, &a.rate));
         for m in &a.members {
-            let short = std::path::Path::new(&m.member)
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_else(|| m.member.clone());
+            let short = match crate::remote::uri::NbdUri::parse(&m.member) {
+                Ok(u) => u.short(),
+                Err(_) => std::path::Path::new(&m.member)
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| m.member.clone()),
+            };
             out.push_str(&line(&format!("  {} {}", m.slot, short), &m.rate));
         }
     }

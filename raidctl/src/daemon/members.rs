@@ -462,10 +462,30 @@ impl Daemon {
         let own = crate::remote::key_of(new).is_ok_and(|k| s.array.slot_by_key(k) == Some(slot))
             && s.array.slots()[slot].state == raid_core::metadata::SlotState::Failed;
         if own {
-            return Err(CliError::refused(format!(
-                "{n} is slot {slot}'s own member, marked failed: to take it back, raidctl re-add {name} {n} (only the regions written since it left are resynced); to rebuild it whole, raidctl remove {name} {n} first, then this replace",
-                n = new.display()
-            )));
+            // What it serves now: the member (a re-add fits), or a disk
+            // without the array's metadata (a blank one swapped in behind
+            // the same path or URI), which only a rebuild can fill.
+            // (A network member's old connection may be given up: asked
+            // on a new one; one that cannot be reached is taken as the
+            // member, for a re-add to say more.)
+            let device = match crate::remote::is_remote(new) {
+                true => crate::remote::open_member(new).ok(),
+                false => s.array.member_of(slot),
+            };
+            let holds_member = device.is_none_or(|m| {
+                raid_core::metadata::read_superblock(m.as_ref())
+                    .is_ok_and(|sb| sb.array_uuid == s.array.uuid())
+            });
+            return Err(CliError::refused(match holds_member {
+                true => format!(
+                    "{n} is slot {slot}'s own member, marked failed: to take it back, raidctl re-add {name} {n} (only the regions written since it left are resynced); to rebuild it whole, raidctl remove {name} {n} first, then this replace",
+                    n = new.display()
+                ),
+                false => format!(
+                    "{n} is slot {slot}'s own device, marked failed, and holds no metadata of '{name}' now (a blank disk behind the same name?): raidctl remove {name} {n} takes it out of the slot, then this replace rebuilds onto it",
+                    n = new.display()
+                ),
+            }));
         }
         let m = self.open_new_member(&s, new)?;
         // A hot replace records its switch when the copy makes it: that

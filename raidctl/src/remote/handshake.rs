@@ -32,6 +32,25 @@ pub(super) fn connect(
     tls: Option<&Arc<rustls::ClientConfig>>,
     limit: Duration,
 ) -> io::Result<(Arc<Conn>, Export)> {
+    // A read past the socket's timeout is EAGAIN ("Resource temporarily
+    // unavailable, os error 11"), which tells an operator nothing.
+    negotiate(uri, tls, limit).map_err(|e| match e.kind() {
+        io::ErrorKind::WouldBlock => io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "no answer within {:.1} s: the server took the connection but did not go on with the NBD handshake (overloaded, hung, or not an NBD server)",
+                limit.as_secs_f64()
+            ),
+        ),
+        _ => e,
+    })
+}
+
+fn negotiate(
+    uri: &NbdUri,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    limit: Duration,
+) -> io::Result<(Arc<Conn>, Export)> {
     let sock = match &uri.addr {
         Addr::Tcp { host, port } => {
             let mut last =

@@ -35,6 +35,27 @@ pub struct TlsClient {
 
 pub const DEFAULT_PORT: u16 = 10809;
 
+impl NbdUri {
+    /// A short name for a column (`raidctl iostat`): where the export is
+    /// and its name, without the query (the last part of a certificates
+    /// directory would read as the device).
+    pub fn short(&self) -> String {
+        let at = match &self.addr {
+            Addr::Tcp { host, port } if *port == DEFAULT_PORT => host.clone(),
+            Addr::Tcp { host, port } if host.contains(':') => format!("[{host}]:{port}"),
+            Addr::Tcp { host, port } => format!("{host}:{port}"),
+            Addr::Unix(p) => p
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_else(|| p.display().to_string()),
+        };
+        match self.export.is_empty() {
+            true => at,
+            false => format!("{at}/{}", self.export),
+        }
+    }
+}
+
 /// Whether `s` is meant as an NBD URI (and so not a path).
 pub fn looks_like_uri(s: &str) -> bool {
     ["nbd://", "nbds://", "nbd+unix://", "nbds+unix://"]
@@ -176,6 +197,14 @@ mod tests {
         assert_eq!(u.export, "disk 1");
         assert!(u.tls.is_none());
         let u = NbdUri::parse("nbds://[fd00::2]:7000/x?tls-certificates=/etc/pki/nbd").unwrap();
+        assert_eq!(u.short(), "[fd00::2]:7000/x");
+        assert_eq!(
+            NbdUri::parse("nbd+unix:///disk?socket=/run/a.sock")
+                .unwrap()
+                .short(),
+            "a.sock/disk"
+        );
+        assert_eq!(NbdUri::parse("nbd://h/e").unwrap().short(), "h/e");
         assert_eq!(u.place(), "[fd00::2]:7000");
         let t = u.tls.unwrap();
         assert_eq!(t.hostname, "fd00::2");

@@ -164,8 +164,15 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Flush and stop a running array; no data is lost.
-    Stop { name: String },
+    /// Flush and stop a running array; no data is lost. Refused where
+    /// member files were deleted while it ran (they live on only while it
+    /// runs) and the others cannot serve every byte without them.
+    Stop {
+        name: String,
+        /// Stop even then, losing those members' data.
+        #[arg(long)]
+        force: bool,
+    },
     /// Forget a stopped array here (its record and event log); its members
     /// keep its metadata, so `start NAME --members ...` brings it back.
     /// With --wipe --force, also erase its metadata from its members.

@@ -47,6 +47,10 @@ pub enum Request {
     },
     Stop {
         name: String,
+        /// Stop even where it loses the array's data (member files
+        /// deleted while it ran, beyond its redundancy).
+        #[serde(default)]
+        force: bool,
     },
     Status {
         #[serde(default)]

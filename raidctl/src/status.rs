@@ -691,10 +691,20 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
                 r.slot
             ));
         }
-        for w in &r.waiting_slots {
+        // In line in slot order (the next rebuild is the first pending):
+        // each waits for the running one and for those before it.
+        for (i, w) in r.waiting_slots.iter().enumerate() {
+            let ahead: Vec<String> = std::iter::once(r.slot)
+                .chain(r.waiting_slots[..i].iter().copied())
+                .map(|s| s.to_string())
+                .collect();
+            let ahead = match ahead.split_last() {
+                Some((last, [])) => format!("slot {last}"),
+                Some((last, rest)) => format!("slots {} and {last}", rest.join(", ")),
+                None => unreachable!("the running slot is always ahead"),
+            };
             out.push_str(&format!(
-                "  rebuild: slot {w} waits, rebuilt after slot {}\n",
-                r.slot
+                "  rebuild: slot {w} waits, rebuilt after {ahead}\n"
             ));
         }
     }

@@ -256,7 +256,7 @@ fn a_stopped_raid10_down_one_of_each_pair_is_degraded_not_failed() {
 fn a_second_rebuild_waits_and_status_shows_the_one_running() {
     // Mirrors rebuild one slot per pass (RAID5/6 join the pass: below).
     let w = World::new("two-rebuilds");
-    let (m, sock) = running(&w, "tr", "10", 4);
+    let (m, sock) = running(&w, "tr", "10", 6);
     w.ok(&["rate", "tr", "--rebuild", "1M"]);
     w.ok(&["fail", "tr", s(&m[3])]);
     let first = w.sparse("tr-new3.img", 16 * MIB);
@@ -276,6 +276,15 @@ fn a_second_rebuild_waits_and_status_shows_the_one_running() {
     let (_, text, _) = w.code(&["status", "tr"]);
     assert!(
         text.contains("slot 0 waits, rebuilt after slot 3"),
+        "{text}"
+    );
+    // A third, of the last pair: it waits for both before it.
+    w.ok(&["fail", "tr", s(&m[5])]);
+    let third = w.sparse("tr-new5.img", 16 * MIB);
+    w.ok(&["replace", "tr", s(&m[5]), s(&third)]);
+    let (_, text, _) = w.code(&["status", "tr"]);
+    assert!(
+        text.contains("slot 5 waits, rebuilt after slots 3 and 0"),
         "{text}"
     );
     w.ok(&["rate", "tr", "--rebuild", "0"]);

@@ -718,3 +718,47 @@ fn a_member_file_deleted_underneath_is_warned_and_hot_replaced() {
     assert_eq!(w.status_json("data")["state"], "optimal");
     reads(&sock, "data", "read -P 0x5a 0 8M");
 }
+
+/// Member files deleted underneath the running array live on only while
+/// it runs: `stop` said "no data is lost" and lost them. Two of a RAID5's
+/// four: the stop is refused (nothing done; the array serves on) with the
+/// way out, and `--force` stops anyway, saying what it lost. One: the stop
+/// goes on and says the next start finds the array degraded.
+#[test]
+fn stop_says_what_deleted_member_files_cost_and_refuses_to_lose_the_array() {
+    let w = World::new("rb-stop-deleted");
+    let m = w.sparse_members("sd", 4, 32 * MIB);
+    let sock = running(&w, "data", "5", &m, false);
+    std::fs::remove_file(&m[1]).unwrap();
+    std::fs::remove_file(&m[3]).unwrap();
+    let (code, _, err) = w.code(&["stop", "data"]);
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains("would lose its data") && err.contains("raidctl replace data"),
+        "{err}"
+    );
+    assert_eq!(w.status_json("data")["state"], "optimal");
+    reads(&sock, "data", "read -P 0x5a 0 8M");
+    // One moved to a new file; the other stays deleted: a degraded start.
+    let new = w.sparse("sd-new.img", 32 * MIB);
+    w.ok(&["replace", "data", s(&m[1]), s(&new)]);
+    w.ok(&["wait", "data"]);
+    let out = w.ok(&["stop", "data"]);
+    assert!(
+        out.contains("warning: the file of") && out.contains("degraded"),
+        "{out}"
+    );
+    start_nbd(&w, "data", &sock, &[]);
+    assert_eq!(w.status_json("data")["state"], "degraded");
+    reads(&sock, "data", "read -P 0x5a 0 8M");
+    // Forced, past the redundancy.
+    w.ok(&["stop", "data"]);
+    let w2 = World::new("rb-stop-forced");
+    let m2 = w2.sparse_members("sf", 3, 32 * MIB);
+    running(&w2, "f", "5", &m2, false);
+    std::fs::remove_file(&m2[0]).unwrap();
+    std::fs::remove_file(&m2[2]).unwrap();
+    assert_ne!(w2.code(&["stop", "f"]).0, 0);
+    let out = w2.ok(&["stop", "f", "--force"]);
+    assert!(out.contains("forced:"), "{out}");
+}

@@ -109,11 +109,18 @@ impl Array {
     /// Whether the array still serves every byte with `also_down` out as
     /// well as the slots already down (`Geometry::serves_all_without`).
     pub(super) fn within_redundancy_without(&self, also_down: Option<usize>) -> bool {
+        self.serves_all_without(also_down.as_slice())
+    }
+
+    /// Whether the array would still serve every byte with `slots` out as
+    /// well as the slots down now (a stop's members whose files were
+    /// deleted: `check_member_files`).
+    pub fn serves_all_without(&self, slots: &[usize]) -> bool {
         let down: Vec<bool> = self
             .slots
             .iter()
             .enumerate()
-            .map(|(i, s)| s.state() != SlotState::Active || Some(i) == also_down)
+            .map(|(i, s)| s.state() != SlotState::Active || slots.contains(&i))
             .collect();
         self.geo.serves_all_without(&down)
     }

@@ -87,8 +87,12 @@ pub fn run(cli: Cli) -> Result<()> {
             let how = start::How { force, listed };
             start(&st, &name, members, nbd, foreground, parity, how)
         }
-        Command::Stop { name } => {
-            match daemon_call(&st, &name, Request::Stop { name: name.clone() }) {
+        Command::Stop { name, force } => {
+            let req = Request::Stop {
+                name: name.clone(),
+                force,
+            };
+            match daemon_call(&st, &name, req) {
                 Ok(r) => print_message(&r),
                 Err(e) => clear_left_mounts(&st, &name, e)?,
             }

@@ -474,7 +474,8 @@ impl Daemon {
         Ok(())
     }
 
-    pub(super) fn stop(&self, name: &str) -> Result<String> {
+    /// Stops `name`; `force`: also where that loses its data (`deleted_files`).
+    pub(super) fn stop(&self, name: &str, force: bool) -> Result<String> {
         let served = self.served(name)?;
         let _one = served.stopping.lock();
         let still = self
@@ -489,7 +490,7 @@ impl Daemon {
                 ))
             }));
         }
-        let mut stopped_work = String::new();
+        let mut stopped_work = self.deleted_files(&served, force)?;
         if served.mount.lock().is_some() {
             // Not flushed here: closing the array flushes, and a failed
             // array must still stop.
@@ -593,6 +594,40 @@ impl Daemon {
             }
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+impl Daemon {
+    /// Member files deleted while the array ran live on only in its open
+    /// files: a stop loses them. Refused (nothing done) where the others
+    /// cannot serve every byte without them, unless `force`; otherwise
+    /// said, with what the next start will find.
+    fn deleted_files(&self, served: &Served, force: bool) -> Result<String> {
+        let name = served.array.name();
+        let deleted = served.array.check_member_files();
+        if deleted.is_empty() {
+            return Ok(String::new());
+        }
+        let slots: Vec<usize> = deleted.iter().map(|(s, _)| *s).collect();
+        let list = deleted
+            .iter()
+            .map(|(s, m)| format!("{} (slot {s})", m.identity()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let first = deleted[0].1.identity().to_string();
+        if !served.array.serves_all_without(&slots) {
+            if !force {
+                return Err(CliError::refused(format!(
+                    "stopping '{name}' now would lose its data: the file of {list} was deleted while the array ran and lives on only while it runs, and the other members cannot serve every byte without it. Move it to a new device first (raidctl replace {name} {first} NEW_DEVICE: a hot replace copies it from the open file), then stop; raidctl stop {name} --force stops anyway and loses it"
+                )));
+            }
+            return Ok(format!(
+                "; forced: the file of {list} was deleted while the array ran and is gone with this stop: the array cannot start again without it"
+            ));
+        }
+        Ok(format!(
+            "; warning: the file of {list} was deleted while the array ran and is gone with this stop: the next start finds it missing and the array degraded (then raidctl replace {name} {first} NEW_DEVICE)"
+        ))
     }
 }
 

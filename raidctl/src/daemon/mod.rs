@@ -444,7 +444,9 @@ impl Daemon {
             .collect();
         let mut held = Vec::new();
         for n in names {
-            match self.stop(&n) {
+            // A shutdown stops every array, whatever it loses: said in
+            // its message, which goes to the log.
+            match self.stop(&n, true) {
                 Ok(_) => {}
                 Err(e) if self.served(&n).is_ok_and(|s| s.mount.lock().is_some()) => {
                     held.push((n, e.msg))
@@ -515,7 +517,7 @@ impl Daemon {
                 )
                 .map(Response::ok)
             }
-            Request::Stop { name } => self.stop(&name).map(Response::ok),
+            Request::Stop { name, force } => self.stop(&name, force).map(Response::ok),
             Request::Status { name } => self.status(name.as_deref()),
             Request::Fail {
                 name,

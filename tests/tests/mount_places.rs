@@ -211,3 +211,72 @@ fn a_mount_left_by_a_killed_daemon_is_cleared_or_named() {
     assert!(!mounted(&own), "{} still mounted", own.display());
     w.ok(&["stop", "pd"]);
 }
+
+/// The array's mount taken off by hand, and a tmpfs mounted on the folder
+/// after it: the kernel gives the tmpfs the freed device number, which was
+/// all `unmount` and `stop` checked, so they unmounted the tmpfs (and its
+/// files were gone). Now the mount is known by its source too: status
+/// says it is gone, `unmount` and `stop` leave the tmpfs alone, and a new
+/// `mount` forgets the old one rather than refusing as "already mounted".
+#[test]
+fn a_mount_taken_off_by_hand_leaves_what_is_mounted_there_since() {
+    let w = World::new("mnt-byhand");
+    started(&w, "ph");
+    let dir = w.dir.join("m");
+    for stop in [false, true] {
+        w.ok(&["mount", "ph", "--dir", s(&dir)]);
+        run_ok(Command::new("umount").arg(&dir));
+        run_ok(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "by-hand"])
+                .arg(&dir),
+        );
+        std::fs::write(dir.join("precious"), b"keep me").unwrap();
+        let st = w.ok(&["status", "ph"]);
+        assert!(st.contains("gone"), "{st}");
+        let out = match stop {
+            false => w.ok(&["unmount", "ph"]),
+            true => w.ok(&["stop", "ph"]),
+        };
+        assert!(mounted(&dir), "{out}: the tmpfs was unmounted");
+        assert_eq!(
+            std::fs::read(dir.join("precious")).unwrap(),
+            b"keep me",
+            "{out}"
+        );
+        run_ok(Command::new("umount").arg(&dir));
+        if !stop {
+            assert!(out.contains("taken off outside raidctl"), "{out}");
+            // Mounted again, then taken off by hand: the next mount
+            // forgets it.
+            w.ok(&["mount", "ph", "--dir", s(&dir)]);
+            run_ok(Command::new("umount").arg(&dir));
+            let out = w.ok(&["mount", "ph", "--dir", s(&dir)]);
+            assert!(out.contains("forgotten"), "{out}");
+            w.ok(&["unmount", "ph"]);
+        }
+    }
+}
+
+/// A loop device attached to the array's file by hand holds the mount,
+/// which `fuser` shows only as "kernel mount": `unmount` names it.
+#[test]
+fn unmount_names_a_loop_device_attached_by_hand() {
+    need("losetup");
+    let w = World::new("mnt-loop-hand");
+    started(&w, "pl");
+    let dir = w.dir.join("m");
+    w.ok(&["mount", "pl", "--dir", s(&dir)]);
+    let dev = run_ok(
+        Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(dir.join("pl")),
+    );
+    let dev = dev.trim().to_string();
+    let (code, _, err) = w.code(&["unmount", "pl"]);
+    run_ok(Command::new("losetup").args(["-d", &dev]));
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains(&format!("losetup -d {dev}")), "{err}");
+    w.ok(&["unmount", "pl"]);
+    w.ok(&["stop", "pl"]);
+}

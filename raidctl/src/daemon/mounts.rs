@@ -15,6 +15,24 @@ impl Daemon {
     ) -> Result<String> {
         let s = self.served(name)?;
         let mut slot = s.mount.lock();
+        // A mount taken off outside raidctl (umount by hand) is forgotten
+        // here, its connection ended, rather than refusing every mount
+        // after it as "already mounted".
+        let mut forgot = None;
+        if slot.as_ref().is_some_and(|m| m.gone()) {
+            let old = slot.take().expect("checked");
+            let at = old.dir.display().to_string();
+            match old.unmount() {
+                Ok(()) => forgot = Some(at),
+                Err(b) => {
+                    let (old, why) = *b;
+                    *slot = Some(old);
+                    return Err(CliError::refused(format!(
+                        "array '{name}' was mounted at {at}, and that mount was taken off outside raidctl, but {why}"
+                    )));
+                }
+            }
+        }
         if let Some(m) = slot.as_ref() {
             return Err(CliError::refused(format!(
                 "array '{name}' is already mounted at {} (raidctl unmount {name})",
@@ -33,6 +51,11 @@ impl Daemon {
         }
         if let Some(c) = &cleared {
             msg.push_str(&format!("\nnote: {c}"));
+        }
+        if let Some(at) = &forgot {
+            msg.push_str(&format!(
+                "\nnote: its mount at {at} had been taken off outside raidctl: forgotten"
+            ));
         }
         *slot = Some(m);
         Ok(msg)
@@ -68,8 +91,15 @@ impl Daemon {
                 };
             }
         }
+        let was_gone = s.mount.lock().as_ref().is_some_and(|m| m.gone());
         let dir = self.unmount_only(name)?;
-        let done = format!("array '{name}' unmounted from {}", dir.display());
+        let mut done = format!("array '{name}' unmounted from {}", dir.display());
+        if was_gone {
+            done.push_str(&format!(
+                " (its mount had been taken off outside raidctl already: whatever is mounted on {} now was left alone)",
+                dir.display()
+            ));
+        }
         match s.array.flush() {
             Ok(()) => Ok(done),
             Err(e) if s.array.state() == raid_core::array::ArrayState::Failed => Ok(format!(

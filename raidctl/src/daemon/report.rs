@@ -21,11 +21,13 @@ impl Daemon {
             let copy = s.array.copy_progress();
             let mut exports: Vec<String> = s.exports.lock().iter().map(|e| e.describe()).collect();
             if let Some(m) = s.mount.lock().as_ref() {
-                exports.push(format!(
-                    "fuse file {} ({})",
-                    m.file.display(),
-                    m.transport()
-                ));
+                exports.push(match m.gone() {
+                    true => format!(
+                        "fuse file {} (gone: its mount was taken off outside raidctl; raidctl unmount {n} forgets it)",
+                        m.file.display()
+                    ),
+                    false => format!("fuse file {} ({})", m.file.display(), m.transport()),
+                });
                 if let Some(d) = &m.loop_dev {
                     exports.push(format!("loop {d}"));
                 }

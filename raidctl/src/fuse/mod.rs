@@ -120,6 +120,9 @@ pub struct Mounted {
     ring: Option<ring::Ring>,
     /// The FUSE connection's device number.
     conn: Option<u64>,
+    /// The mount's source (`place::source_for`): with `conn`, what tells
+    /// this mount from another put on the folder since.
+    source: String,
     pub dir: std::path::PathBuf,
     pub file: std::path::PathBuf,
     pub loop_dev: Option<String>,
@@ -154,7 +157,8 @@ impl Mounted {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create mount point {}: {e}", dir.display()))?;
         let file = dir.join(array.name());
-        let fd = mount::mount(dir, &place::source_of(&array)).map_err(|e| {
+        let source = place::source_of(&array);
+        let fd = mount::mount(dir, &source).map_err(|e| {
             format!(
                 "FUSE mount on {} failed: {e} (is /dev/fuse there? are you root?)",
                 dir.display()
@@ -192,6 +196,7 @@ impl Mounted {
             threads,
             ring,
             conn,
+            source,
             dir: dir.to_path_buf(),
             file,
             loop_dev: None,
@@ -222,18 +227,49 @@ impl Mounted {
         }
     }
 
+    /// Where this mount is on its folder now (mountinfo only: a call into
+    /// the folder would go to our own threads).
+    fn placed(&self) -> place::Ours {
+        match self.conn {
+            Some(dev) => place::ours_at(&self.dir, dev, &self.source),
+            None => place::Ours::OnTop,
+        }
+    }
+
+    /// Whether the mount was taken off outside raidctl (umount by hand):
+    /// its folder is no longer the array's, nor is what is mounted there.
+    pub fn gone(&self) -> bool {
+        self.placed() == place::Ours::Gone
+    }
+
     /// Unmounts lazily and ends the connection: for a mount that cannot be
-    /// kept (its loop device failed) or is dropped without `unmount`.
+    /// kept (its loop device failed) or is dropped without `unmount`. Only
+    /// our own mount: one mounted on the folder by hand since is left.
     fn end(&mut self) {
-        let _ = mount::umount_lazy(&self.dir);
+        if self.placed() == place::Ours::OnTop {
+            let _ = mount::umount_lazy(&self.dir);
+        }
         self.abort_and_join();
     }
 
     /// Ends the kernel connection (every thread's read then fails with
     /// ENODEV, even where a copy of the mount lives on in another mount
-    /// namespace), and joins the threads.
+    /// namespace), and joins the threads. The connection's number is ours
+    /// only while it lives, and it lives while our threads run: a mount
+    /// taken off by hand, with nothing holding it, has ended it already
+    /// (the threads end by themselves), and its number may be another
+    /// mount's now, not to be aborted.
     fn abort_and_join(&mut self) {
-        if let Some(dev) = self.conn {
+        if self.gone() {
+            let t = std::time::Instant::now();
+            while !self.threads.iter().all(|h| h.is_finished())
+                && t.elapsed() < std::time::Duration::from_secs(2)
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        let live = !self.threads.iter().all(|h| h.is_finished());
+        if let (Some(dev), true) = (self.conn, live) {
             let p = format!("/sys/fs/fuse/connections/{}/abort", libc::minor(dev));
             let _ = std::fs::write(p, "1");
         }
@@ -255,8 +291,8 @@ impl Mounted {
         // Only our own mount: another one put on top of it since would be
         // the one taken off. Asked of mountinfo before anything changes
         // (a stat would go to our own threads, which a hung member holds).
-        let top = place::top_mount(&self.dir).map(|t| t.dev);
-        if self.conn.is_some() && top.is_some() && top != self.conn {
+        let placed = self.placed();
+        if placed == place::Ours::Under {
             let dir = self.dir.display().to_string();
             return Err(Box::new((
                 self,
@@ -298,11 +334,35 @@ impl Mounted {
         }
         // Unmounted here rather than by the FUSE crate, which only logs a
         // failure: a mount that is still busy keeps serving the array.
-        if let Err(e) = mount::umount(&self.dir) {
+        // Taken off by hand already: whatever is on the folder now is not
+        // ours to unmount (it was, by device number alone: a tmpfs the
+        // kernel gave the freed number, with its files).
+        if placed == place::Ours::Gone {
+            tracing::warn!(dir = %self.dir.display(), "the array's FUSE mount was taken off outside raidctl; only its connection is ended");
+        } else if let Err(e) = mount::umount(&self.dir) {
             let dir = self.dir.display().to_string();
+            // A loop device attached by hand holds it where fuser shows
+            // only "kernel mount": named, with its filesystem.
+            let loops: Vec<String> = loops_on(&self.file)
+                .into_iter()
+                .map(|(dev, at)| match at {
+                    Some(mp) => {
+                        format!("{dev} (mounted on {mp}: umount {mp}, then losetup -d {dev})")
+                    }
+                    None => format!("{dev} (losetup -d {dev})"),
+                })
+                .collect();
+            let why = match loops.is_empty() {
+                true => format!("stop what holds it (fuser -vm {dir})"),
+                false => format!(
+                    "loop devices attached to {} hold it: {}",
+                    self.file.display(),
+                    loops.join("; ")
+                ),
+            };
             return Err(Box::new((
                 self,
-                format!("{dir} is still in use ({e}): stop what holds it (fuser -vm {dir}), then unmount again"),
+                format!("{dir} is still in use ({e}): {why}, then unmount again"),
             )));
         }
         // Unmounted: each thread answers what it holds and ends.
@@ -344,6 +404,32 @@ impl Drop for Mounted {
 }
 
 /// Where a block device is mounted, from /proc/mounts.
+/// Loop devices whose backing file is `file` (from sysfs: no call into
+/// the file, which is our own FUSE mount's), each with where it is
+/// mounted: what holds a mount busy that `fuser` shows only as "kernel
+/// mount" (a loop device attached by hand).
+pub fn loops_on(file: &std::path::Path) -> Vec<(String, Option<String>)> {
+    let Ok(dir) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    let want = file.to_string_lossy();
+    let mut found: Vec<(String, Option<String>)> = dir
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let back = std::fs::read_to_string(e.path().join("loop/backing_file")).ok()?;
+            let back = back.trim_end().trim_end_matches(" (deleted)");
+            (back == want).then(|| {
+                let dev = format!("/dev/{name}");
+                let at = mounted_at(&dev);
+                (dev, at)
+            })
+        })
+        .collect();
+    found.sort();
+    found
+}
+
 pub fn mounted_at(dev: &str) -> Option<String> {
     let text = std::fs::read_to_string("/proc/mounts").ok()?;
     text.lines().find_map(|l| {

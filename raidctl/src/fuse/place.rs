@@ -39,6 +39,33 @@ pub fn top_mount(dir: &Path) -> Option<Top> {
         .map(|(_, t)| t)
 }
 
+/// Where the mount with device `dev` and source `source` (a FUSE mount of
+/// an array: `source_for`) is on `dir`: on top, under another mount put
+/// there since, or not there at all (taken off outside raidctl).
+/// The device number alone does not tell: the kernel gives a freed one
+/// to the next mount that asks (a tmpfs mounted there by hand).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ours {
+    OnTop,
+    Under,
+    Gone,
+}
+
+pub fn ours_at(dir: &Path, dev: u64, source: &str) -> Ours {
+    let want = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let here: Vec<Top> = mounts()
+        .into_iter()
+        .filter(|(d, _)| *d == want)
+        .map(|(_, t)| t)
+        .collect();
+    let is_ours = |t: &Top| t.dev == dev && t.fstype.starts_with("fuse") && t.source == source;
+    match (here.last(), here.iter().any(is_ours)) {
+        (Some(t), true) if is_ours(t) => Ours::OnTop,
+        (_, true) => Ours::Under,
+        (_, false) => Ours::Gone,
+    }
+}
+
 /// Every mount, in mountinfo's order (mounts stack in it): where, and what.
 fn mounts() -> Vec<(PathBuf, Top)> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();

@@ -101,6 +101,10 @@ pub struct ArrayStatus {
     /// membership, if it does: the daemon writes it again until it can.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub record_lags: Option<String>,
+    /// The daemon was asked to stop (SIGTERM, SIGINT) and keeps serving
+    /// this array only until what is mounted on it is unmounted: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopping: Option<String>,
     /// A stopped array whose metadata says it was not stopped cleanly (a
     /// crash, a kill, a power cut): its next start resyncs the regions
     /// that were being written.
@@ -276,6 +280,7 @@ pub fn of_running(
         scrub: None,
         out_of_space: a.out_of_space(),
         record_lags: None,
+        stopping: None,
         unclean: false,
         hot_replace: a.hot_replace_progress().map(|(slot, member, done, total)| {
             let chunk = g.chunk;
@@ -366,6 +371,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
             scrub: None,
             out_of_space: None,
             record_lags: None,
+            stopping: None,
             unclean: false,
             exports: vec![],
         };
@@ -480,6 +486,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         scrub: None,
         out_of_space: None,
         record_lags: None,
+        stopping: None,
         unclean: !truth.clean,
         exports: vec![],
     }
@@ -722,6 +729,9 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
             "  writes stopped: {m} is on a full filesystem; free space, then raidctl stop {n}; raidctl start {n}\n",
             n = s.name
         ));
+    }
+    if let Some(why) = &s.stopping {
+        out.push_str(&format!("  stopping: {why}\n"));
     }
     if let Some(e) = &s.record_lags {
         out.push_str(&format!(

@@ -624,6 +624,12 @@ fn sigterm_waits_for_a_filesystem_on_the_loop_device() {
     );
     let st = w.status_json("tfs");
     assert_eq!(st["running"], true, "{st}");
+    // And says why it runs on (the state alone read as any array's).
+    let stopping = st["stopping"].as_str().unwrap_or_default();
+    assert!(
+        stopping.contains("SIGTERM") && stopping.contains(mnt.to_str().unwrap()),
+        "{st}"
+    );
     run(&mut Command::new("sync"));
     assert!(std::fs::read(mnt.join("g.bin")).unwrap() == data);
     // Nothing new is started meanwhile.

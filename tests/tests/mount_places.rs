@@ -40,6 +40,11 @@ fn a_mount_needs_an_empty_folder_that_is_not_a_mount_point() {
     w.ok(&["unmount", "pa"]);
     // The folder mount made is gone with the mount (it was left behind).
     assert!(!dir.exists(), "{} left behind", dir.display());
+    // And the parents it made for it.
+    let deep = w.dir.join("made").join("for").join("it");
+    w.ok(&["mount", "pa", "--dir", s(&deep)]);
+    w.ok(&["unmount", "pa"]);
+    assert!(!w.dir.join("made").exists(), "parents left behind");
     // One that was there stays.
     std::fs::create_dir_all(&dir).unwrap();
     w.ok(&["mount", "pb", "--dir", s(&dir)]);

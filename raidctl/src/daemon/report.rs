@@ -35,6 +35,24 @@ impl Daemon {
             let mut st =
                 status::of_running(&s.array, copy.as_ref(), exports, Some(s.engine.report()));
             st.record_lags = self.record_lag(s);
+            // Served on after a signal only while a filesystem is mounted
+            // on it (the stop is retried each second): said, since the
+            // state alone reads as any running array's.
+            if self.term.load(std::sync::atomic::Ordering::Acquire) {
+                let on = s
+                    .mount
+                    .lock()
+                    .as_ref()
+                    .and_then(|m| m.loop_dev.clone())
+                    .map(|d| match crate::fuse::mounted_at(&d) {
+                        Some(mp) => format!("{d} is mounted on {mp}"),
+                        None => format!("{d} is in use"),
+                    })
+                    .unwrap_or_else(|| "its mount is in use".into());
+                st.stopping = Some(format!(
+                    "the daemon was sent SIGTERM or SIGINT and stops this array once it can ({on}): unmount that, and it stops"
+                ));
+            }
             // A slot without a device in use (missing at start, or left out
             // there as failed or stale) names the device its record names,
             // the one to look for or to replace.

@@ -126,8 +126,10 @@ pub struct Mounted {
     pub dir: std::path::PathBuf,
     pub file: std::path::PathBuf,
     pub loop_dev: Option<String>,
-    /// The mount point did not exist: `mount` made it, `unmount` removes it.
-    made_dir: bool,
+    /// The highest folder `mount` made for the mount point (the mount
+    /// point, and parents that were missing too): `unmount` removes what
+    /// it made, up to it, each only while empty.
+    made_dir: Option<std::path::PathBuf>,
 }
 
 /// Whether loop device `dev` (`/dev/loopN`) is still attached to a file:
@@ -153,7 +155,11 @@ impl Mounted {
         with_loop: bool,
     ) -> Result<Mounted, String> {
         // A folder made here is removed again at unmount.
-        let made_dir = !dir.exists();
+        let made_dir = dir
+            .ancestors()
+            .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+            .last()
+            .map(|a| a.to_path_buf());
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create mount point {}: {e}", dir.display()))?;
         let file = dir.join(array.name());
@@ -367,9 +373,13 @@ impl Mounted {
         }
         // Unmounted: each thread answers what it holds and ends.
         self.abort_and_join();
-        if self.made_dir {
-            // Only if empty: never what someone put there since.
-            let _ = std::fs::remove_dir(&self.dir);
+        if let Some(top) = &self.made_dir {
+            // Only while empty: never what someone put there since.
+            for d in self.dir.ancestors() {
+                if std::fs::remove_dir(d).is_err() || d == top.as_path() {
+                    break;
+                }
+            }
         }
         Ok(())
     }

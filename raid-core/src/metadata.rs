@@ -463,6 +463,7 @@ pub fn read_superblock(m: &dyn crate::member::Member) -> Result<Superblock, Read
     let mut best: Option<Superblock> = None;
     let mut errors = Vec::new();
     let mut damaged = false;
+    let mut unreadable = false;
     for off in SB_OFFSETS {
         let r = if m.size() < off + SB_SIZE as u64 {
             Err(format!(
@@ -470,7 +471,10 @@ pub fn read_superblock(m: &dyn crate::member::Member) -> Result<Superblock, Read
             ))
         } else {
             match m.read_at(&mut buf, off) {
-                Err(e) => Err(format!("copy at byte {off}: read error: {e}")),
+                Err(e) => {
+                    unreadable = true;
+                    Err(format!("copy at byte {off}: read error: {e}"))
+                }
                 Ok(()) => Superblock::decode(&buf).map_err(|e| {
                     damaged |= e != MetaError::NoMagic;
                     format!("copy at byte {off}: {e}")
@@ -489,6 +493,7 @@ pub fn read_superblock(m: &dyn crate::member::Member) -> Result<Superblock, Read
     best.ok_or(ReadError {
         why: errors.join("; "),
         damaged,
+        unreadable,
     })
 }
 
@@ -501,6 +506,9 @@ pub struct ReadError {
     /// of a newer version): a member whose metadata is damaged, not a
     /// device that never held any.
     pub damaged: bool,
+    /// A copy could not be read at all (an I/O error): what the device
+    /// holds is not known, which is not the same as holding nothing.
+    pub unreadable: bool,
 }
 
 /// Erases both superblock copies of a member (zeros), then flushes: the

@@ -202,7 +202,7 @@ pub fn record_of(
             Some(format!("raidctl replace {name} {member} NEW_DEVICE"))
         }
         E::MemberKeptOut { member, .. } => Some(format!(
-            "set its server right (raidctl examine {member} says which disk it serves), then raidctl re-add {name} {member}; or raidctl replace {name} {member} NEW_DEVICE"
+            "set its server right (raidctl examine {member} says which disk it serves), then raidctl re-add {name} {member}; to rebuild onto the disk it serves now, raidctl remove {name} {member}, then raidctl replace {name} {member} {member}; or raidctl replace {name} {member} NEW_DEVICE"
         )),
         E::StartedDegraded { .. } if spares_cover(a) => Some(format!(
             "raidctl wait {name} (a hot spare takes the slot and is rebuilt)"

@@ -496,6 +496,42 @@ fn a_member_down_at_the_start_comes_back_by_itself() {
         copied > 0 && copied * 4 <= rows,
         "only the regions written while it was away: {copied} of {rows} rows"
     );
+    // The operator's fail keeps such a member out: down at the start,
+    // failed, then back.
+    w.ok(&["stop", "ds"]);
+    servers[2].kill();
+    w.ok(&["start", "ds", "--nbd", &nbd]);
+    let out = w.ok(&["fail", "ds", &uris[2]]);
+    assert!(out.contains("stays out"), "{out}");
+    servers[2] = nbdkit_unix(&socks[2], &files[2]);
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        state(&w, "ds"),
+        "degraded",
+        "taken back after the operator's fail"
+    );
+    w.ok(&["re-add", "ds", &uris[2]]);
+    w.ok(&["wait", "ds", "--timeout", "60"]);
+    // Nor is one the operator's own member list left out.
+    w.ok(&["stop", "ds"]);
+    w.ok(&[
+        "start",
+        "ds",
+        "--nbd",
+        &nbd,
+        "--force",
+        "--members",
+        &uris[0],
+        &uris[1],
+    ]);
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        state(&w, "ds"),
+        "degraded",
+        "a member left out of --members came back"
+    );
+    w.ok(&["re-add", "ds", &uris[2]]);
+    w.ok(&["wait", "ds", "--timeout", "60"]);
     // Slot 0 gone: the reads need the returned member's data.
     servers[0].kill();
     let (ok, out) = qemu_io(&sock, "ds", &["read -P 0x32 0 2M", "read -P 0x31 2M 14M"]);

@@ -287,13 +287,18 @@ pub(super) fn find_aliases(devices: &[MemberRef]) -> Result<Option<(usize, usize
             }
         }
     }
+    // Every device is put back, whatever fails on another.
+    let mut lost = Vec::new();
     for (m, b) in devices[..wrote].iter().zip(&saved) {
         if let Err(e) = m.write_at(b, 0).and_then(|()| m.flush()) {
-            return Err(ArrayError::Invalid(format!(
-                "{} cannot be written back after the check for two names of one device ({e}): its first 4 KiB now hold a token of that check, not what they held",
-                m.identity()
-            )));
+            lost.push(format!("{} ({e})", m.identity()));
         }
+    }
+    if !lost.is_empty() {
+        return Err(ArrayError::Invalid(format!(
+            "{} cannot be written back after the check for two names of one device: the first 4 KiB of each now hold a token of that check, not what they held",
+            lost.join(", ")
+        )));
     }
     found
 }

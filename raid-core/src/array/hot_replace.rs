@@ -294,17 +294,29 @@ impl Array {
     /// nothing reads until the switch writes its metadata there; the
     /// switch waits for `meta`, held here).
     pub(super) fn not_the_hot_replacement_by_content(&self, m: &MemberRef) -> Result<()> {
+        // A replacement that failed is on its way out (the copy drops it
+        // at its next batch) and takes no writes: nothing to compare.
         let Some((slot, new)) = self
             .hot
             .lock()
             .as_ref()
+            .filter(|h| !h.pair.new_failed.load(Ordering::Acquire))
             .map(|h| (h.slot, h.pair.new.clone()))
         else {
             return Ok(());
         };
-        match super::create::find_aliases(&[new.clone(), m.clone()])? {
-            None => Ok(()),
-            Some(_) => Err(super::membership::refuse(
+        match super::create::find_aliases(&[new.clone(), m.clone()]) {
+            Ok(None) => Ok(()),
+            // An I/O error on either says nothing of who is who: the
+            // candidate's own errors show in what follows, and the
+            // replacement's are the copy's to handle. A block not put back
+            // is said (`find_aliases`).
+            Err(ArrayError::Member { member, source }) => {
+                tracing::warn!(array = %self.name, device = %member, "cannot compare with the hot replace's device: {source}");
+                Ok(())
+            }
+            Err(e) => Err(e),
+            Ok(Some(_)) => Err(super::membership::refuse(
                 Rule::AlreadyMember,
                 format!(
                     "{} is {}, the device the hot replace of slot {slot} of '{}' copies onto, under another name (the same export by another URI?): name a device that is in no array",

@@ -396,6 +396,15 @@ impl Daemon {
             scrub_mark: Mutex::new(()),
             stopping: Mutex::new(()),
         });
+        // Slots the operator's own member list left empty are theirs to
+        // fill: not retried by the daemon as a member whose server was
+        // down at the start (that retry is for recorded members).
+        self.reconnects.forget_array(name);
+        if listed {
+            for x in served.array.slots().iter().filter(|x| x.missing_at_start) {
+                self.reconnects.hold(name, x.slot);
+            }
+        }
         self.arrays.lock().insert(name.to_string(), served.clone());
         starting.started();
         // A failed slot with a spare at hand gets it now, as the monitor
@@ -615,10 +624,21 @@ impl Daemon {
             .collect::<Vec<_>>()
             .join(", ");
         let first = deleted[0].1.identity().to_string();
-        if !served.array.serves_all_without(&slots) {
+        // A failed array has no data left to lose by a stop.
+        let failed = served.array.state() == raid_core::array::ArrayState::Failed;
+        if !failed && !served.array.serves_all_without(&slots) {
             if !force {
+                // One being moved already: wait for it, not a second move.
+                let how = match served.array.hot_replace_progress() {
+                    Some((hot, new, ..)) if slots.contains(&hot) => format!(
+                        "The hot replace of slot {hot} moves it onto {new} now: wait for it (raidctl wait {name}), then stop"
+                    ),
+                    _ => format!(
+                        "Move it to a new device first (raidctl replace {name} {first} NEW_DEVICE: a hot replace copies it from the open file), then stop"
+                    ),
+                };
                 return Err(CliError::refused(format!(
-                    "stopping '{name}' now would lose its data: the file of {list} was deleted while the array ran and lives on only while it runs, and the other members cannot serve every byte without it. Move it to a new device first (raidctl replace {name} {first} NEW_DEVICE: a hot replace copies it from the open file), then stop; raidctl stop {name} --force stops anyway and loses it"
+                    "stopping '{name}' now would lose its data: the file of {list} was deleted while the array ran and lives on only while it runs, and the other members cannot serve every byte without it. {how}; raidctl stop {name} --force stops anyway and loses it"
                 )));
             }
             return Ok(format!(

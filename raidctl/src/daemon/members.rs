@@ -71,8 +71,16 @@ impl Daemon {
             // A network member the daemon gave up (unreachable) is failed
             // already, and would come back by itself when its server
             // answers: the operator's fail keeps it out.
+            // So is one whose server did not answer at the start, which
+            // the daemon retries by its recorded URI.
             let given_up = s.array.member_of(slot).is_some_and(|m| m.unreachable());
-            if given_up
+            let missed = s.array.member_of(slot).is_none()
+                && crate::remote::is_remote(member)
+                && s.array
+                    .slots()
+                    .get(slot)
+                    .is_some_and(|x| x.missing_at_start);
+            if (given_up || missed)
                 && matches!(
                     e,
                     ArrayError::Refused {
@@ -82,8 +90,12 @@ impl Daemon {
                 )
             {
                 return Ok(format!(
-                    "member {m} (slot {slot}) of '{name}' was failed already (given up as unreachable); it now stays out: it is not taken back when its server answers again (raidctl re-add {name} {m} takes it back, raidctl replace {name} {m} NEW_DEVICE puts another device in)",
-                    m = member.display()
+                    "member {m} (slot {slot}) of '{name}' was failed already ({why}); it now stays out: it is not taken back when its server answers again (raidctl re-add {name} {m} takes it back, raidctl replace {name} {m} NEW_DEVICE puts another device in)",
+                    m = member.display(),
+                    why = match given_up {
+                        true => "given up as unreachable",
+                        false => "its server did not answer at the start",
+                    }
                 ));
             }
             if newly_held {
@@ -443,7 +455,7 @@ impl Daemon {
         };
         self.reconnects.release(name, slot);
         if !auto {
-            self.reconnects.operator_took(name, slot);
+            self.reconnects.forget_returns(name, slot);
         }
         s.record_slot(slot, key, member);
         let warn = self.save_record(&s).err().unwrap_or_default();
@@ -473,8 +485,11 @@ impl Daemon {
                 false => s.array.member_of(slot),
             };
             let holds_member = device.is_none_or(|m| {
-                raid_core::metadata::read_superblock(m.as_ref())
-                    .is_ok_and(|sb| sb.array_uuid == s.array.uuid())
+                match raid_core::metadata::read_superblock(m.as_ref()) {
+                    Ok(sb) => sb.array_uuid == s.array.uuid(),
+                    // Not read: not known to be blank (a dying disk).
+                    Err(e) => e.unreadable,
+                }
             });
             return Err(CliError::refused(match holds_member {
                 true => format!(
@@ -497,7 +512,7 @@ impl Daemon {
         let key = m.device_key();
         s.array.replace(slot, m)?;
         self.reconnects.release(name, slot);
-        self.reconnects.operator_took(name, slot);
+        self.reconnects.forget_returns(name, slot);
         s.record_slot(slot, key, new);
         let warn = self.save_record(&s).err().unwrap_or_default();
         // One copy runs at a time: a hot replace, or a mirror's rebuild,

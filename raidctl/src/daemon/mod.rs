@@ -701,6 +701,11 @@ impl Daemon {
         match s.array.activate_spare(f.slot) {
             Ok(Some(spare)) => {
                 tracing::warn!(array = s.array.name(), slot = f.slot, spare = %spare, "spare activated");
+                // A hold (a member left to the operator) was the old
+                // device's: the spare, if it is a network member that
+                // blinks later, comes back by itself like any.
+                self.reconnects.release(s.array.name(), f.slot);
+                self.reconnects.forget_returns(s.array.name(), f.slot);
                 let member = s.array.member_of(f.slot);
                 if let Some(m) = member.filter(|m| m.identity() == spare) {
                     s.record_slot(f.slot, m.device_key(), Path::new(&spare));

@@ -69,12 +69,22 @@ impl Tries {
         self.held.lock().remove(&(array.to_string(), slot));
     }
 
-    /// The operator put a device in the slot (re-add, replace): its
-    /// returns so far, and why one was refused, no longer count.
-    pub(super) fn operator_took(&self, array: &str, slot: usize) {
+    /// A device was put in the slot by the operator (re-add, replace) or a
+    /// spare took it: the returns so far, and why one was refused, were
+    /// another device's story.
+    pub(super) fn forget_returns(&self, array: &str, slot: usize) {
         let key = (array.to_string(), slot);
         self.returns.lock().remove(&key);
         self.refused.lock().remove(&key);
+    }
+
+    /// The array starts: what was held or counted for its slots belongs to
+    /// its last run (an operator's fail is in its metadata now: a failed
+    /// member is not retried, only one given up or missing at the start).
+    pub(super) fn forget_array(&self, array: &str) {
+        self.held.lock().retain(|(a, _)| a != array);
+        self.returns.lock().retain(|(a, _), _| a != array);
+        self.refused.lock().retain(|(a, _), _| a != array);
     }
 
     /// Counts a return by itself; whether the member came back `RETURNS`
@@ -178,8 +188,18 @@ impl Daemon {
             }
             if self.reconnects.keeps_returning(&key) {
                 // Held as the operator's `fail` holds it: their re-add or
-                // replace releases it.
-                if self.reconnects.hold(&key.0, key.1) {
+                // replace releases it. Under the holds' lock, which an
+                // operator's re-add takes too: a slot filled meanwhile is
+                // not held (nor alerted) for the device that left it.
+                let newly = {
+                    let mut held = self.reconnects.holds();
+                    s.array
+                        .slots()
+                        .get(key.1)
+                        .is_some_and(|x| x.state == SlotState::Failed)
+                        && held.insert(key.clone())
+                };
+                if newly {
                     let reason = format!(
                         "it came back by itself {RETURNS} times within {} minutes and was lost again each time: its server answers, but not within the member timeout ([remote] timeout_seconds) or not for long (an overloaded server, a flapping link)",
                         RETURNS_WITHIN.as_secs() / 60
@@ -207,35 +227,50 @@ impl Daemon {
             let array = Arc::downgrade(&s.array);
             std::thread::spawn(move || {
                 let r = d.re_add_as(&key.0, &member, true);
-                let mut t = d.reconnects.re_adds.lock();
-                match r {
-                    Ok(msg) => {
-                        tracing::warn!(array = %key.0, slot = key.1, "network member back: {msg}");
-                        d.reconnects.refused.lock().remove(&key);
-                        d.reconnects.returned(&key);
-                        t.remove(&key);
-                    }
-                    // It answers, with a disk not to be taken back by
-                    // itself: said once (the operator's to decide).
-                    Err(e) if e.code == crate::error::code::REFUSED => {
-                        let mut said = d.reconnects.refused.lock();
-                        if said.get(&key) != Some(&e.msg) {
-                            tracing::error!(array = %key.0, slot = key.1, "network member answers again but is not taken back: {}", e.msg);
-                            if let Some(a) = array.upgrade() {
-                                a.record_event(raid_core::array::ArrayEvent::MemberKeptOut {
-                                    slot: key.1,
-                                    member: member.display().to_string(),
-                                    reason: e.msg.clone(),
-                                });
-                            }
-                            said.insert(key.clone(), e.msg);
+                let mut alert = None;
+                {
+                    let mut t = d.reconnects.re_adds.lock();
+                    match r {
+                        Ok(msg) => {
+                            tracing::warn!(array = %key.0, slot = key.1, "network member back: {msg}");
+                            d.reconnects.refused.lock().remove(&key);
+                            d.reconnects.returned(&key);
+                            t.remove(&key);
                         }
-                        t.insert(key, Try::After(Instant::now() + RETRY));
+                        // It answers, with a disk not to be taken back by
+                        // itself: said once (the operator's to decide).
+                        // Not where the refusal is the operator's doing
+                        // (a fail that holds the slot, a re-add or a
+                        // replace that filled it meanwhile).
+                        Err(e) if e.code == crate::error::code::REFUSED => {
+                            let still_waits = !d.reconnects.holds().contains(&key)
+                                && array.upgrade().is_some_and(|a| {
+                                    a.slots()
+                                        .get(key.1)
+                                        .is_some_and(|x| x.state == SlotState::Failed)
+                                });
+                            let mut said = d.reconnects.refused.lock();
+                            if still_waits && said.get(&key) != Some(&e.msg) {
+                                tracing::error!(array = %key.0, slot = key.1, "network member answers again but is not taken back: {}", e.msg);
+                                alert = Some(e.msg.clone());
+                                said.insert(key.clone(), e.msg);
+                            }
+                            t.insert(key.clone(), Try::After(Instant::now() + RETRY));
+                        }
+                        Err(e) => {
+                            tracing::debug!(array = %key.0, slot = key.1, "network member still away: {e}");
+                            t.insert(key.clone(), Try::After(Instant::now() + RETRY));
+                        }
                     }
-                    Err(e) => {
-                        tracing::debug!(array = %key.0, slot = key.1, "network member still away: {e}");
-                        t.insert(key, Try::After(Instant::now() + RETRY));
-                    }
+                }
+                // Recorded with no lock of ours held (it waits for the
+                // array's metadata lock).
+                if let (Some(reason), Some(a)) = (alert, array.upgrade()) {
+                    a.record_event(raid_core::array::ArrayEvent::MemberKeptOut {
+                        slot: key.1,
+                        member: member.display().to_string(),
+                        reason,
+                    });
                 }
             });
         }

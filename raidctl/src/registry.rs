@@ -36,6 +36,16 @@ pub struct StateDir {
     pub root: PathBuf,
 }
 
+/// A record that cannot be read, and how to make it again: its array's
+/// members carry everything it says.
+fn corrupt(p: &Path, name: &str, why: &str) -> String {
+    let why = why.lines().next().unwrap_or_default();
+    format!(
+        "{} is corrupt ({why}): the array's members carry its metadata, so raidctl start {name} --members DEVICE... (or --scan DIR...) writes it again",
+        p.display()
+    )
+}
+
 impl StateDir {
     pub fn resolve(flag: Option<PathBuf>) -> StateDir {
         let root = flag
@@ -120,8 +130,7 @@ impl StateDir {
                 self.root.display()
             ))
         })?;
-        toml::from_str(&text)
-            .map_err(|e| CliError::failed(format!("{} is corrupt: {e}", p.display())))
+        toml::from_str(&text).map_err(|e| CliError::failed(corrupt(&p, name, &e.to_string())))
     }
 
     /// Writes the record; block devices are recorded under a stable name
@@ -245,16 +254,39 @@ impl StateDir {
     }
 
     pub fn list(&self) -> Vec<ArrayRecord> {
-        let mut out: Vec<ArrayRecord> = std::fs::read_dir(self.arrays())
+        self.list_all().0
+    }
+
+    /// The records, and for each record file that cannot be read or
+    /// parsed, why (with the fix): `list` and `status` name those, rather
+    /// than leave the array out as if it did not exist.
+    pub fn list_all(&self) -> (Vec<ArrayRecord>, Vec<String>) {
+        let mut out = Vec::new();
+        let mut bad = Vec::new();
+        for e in std::fs::read_dir(self.arrays())
             .into_iter()
             .flatten()
             .flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "toml"))
-            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-            .filter_map(|t| toml::from_str(&t).ok())
-            .collect();
+        {
+            let p = e.path();
+            if p.extension().is_none_or(|x| x != "toml") {
+                continue;
+            }
+            let name = p
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            match std::fs::read_to_string(&p)
+                .map_err(|e| e.to_string())
+                .and_then(|t| toml::from_str::<ArrayRecord>(&t).map_err(|e| e.to_string()))
+            {
+                Ok(r) => out.push(r),
+                Err(why) => bad.push(corrupt(&p, &name, &why)),
+            }
+        }
         out.sort_by(|a: &ArrayRecord, b| a.name.cmp(&b.name));
-        out
+        bad.sort();
+        (out, bad)
     }
 
     /// The recorded array (other than `except`) that lists `path`, or

@@ -743,3 +743,84 @@ fn a_start_of_a_degraded_array_says_so_again() {
     assert_eq!(said(&w).len(), 2);
     w.ok(&["stop", "sd"]);
 }
+
+/// A loop device over a member file of a running array is that member by
+/// another name, which neither the file's flock nor the loop device's
+/// O_EXCL saw: `create --force` over it zeroed the running array's member
+/// (its status still said optimal), and another daemon started the array
+/// a second time through loop devices (two writers on one array). Both
+/// are refused as in use now, and nothing changes on the member.
+#[test]
+fn a_loop_device_over_a_member_in_use_is_in_use() {
+    raid_e2e::need("losetup");
+    let w = World::new("loop-over-member");
+    let m = w.sparse_members("lm", 3, 32 * (1 << 20));
+    w.ok(&["create", "lm", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    w.ok(&["start", "lm"]);
+    let attach = |p: &Path| {
+        let o = std::process::Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(p)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    };
+    let loops: Vec<String> = m.iter().map(|p| attach(p)).collect();
+    let detach = || {
+        for l in &loops {
+            let _ = std::process::Command::new("losetup")
+                .args(["-d", l])
+                .status();
+        }
+    };
+    let before = raid_e2e::file_hash(&m[0]);
+    let other = w.sparse("other.img", 32 * (1 << 20));
+    let w2 = World::new("loop-over-member-2");
+    let (code, _, err) = w2.code(&[
+        "create",
+        "z",
+        "--level",
+        "1",
+        &loops[0],
+        s(&other),
+        "--force",
+    ]);
+    let (code2, _, err2) = w2.code(&["start", "lm", "--members", &loops[0], &loops[1], &loops[2]]);
+    if code2 == 0 {
+        w2.run(&["stop", "lm"]);
+    }
+    detach();
+    assert_ne!(code, 0, "create over a running member's loop device");
+    assert!(err.contains("in use"), "{err}");
+    assert_eq!(raid_e2e::file_hash(&m[0]), before, "the member changed");
+    assert_ne!(code2, 0, "a second start of a running array");
+    assert!(err2.contains("in use"), "{err2}");
+    assert_eq!(w.status_json("lm")["state"], "optimal");
+    w.ok(&["stop", "lm"]);
+}
+
+/// A record that cannot be parsed left its array out of `list` and
+/// `status`, exit 0, as if it did not exist. Now both name the file and
+/// the fix, and exit 1; the fix (a start naming the members) works.
+#[test]
+fn a_corrupt_record_is_named_by_list_and_status() {
+    let w = World::new("bad-record");
+    let m = w.sparse_members("br", 3, 32 * (1 << 20));
+    w.ok(&["create", "br", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    let rec = w.state().join("arrays/br.toml");
+    std::fs::write(&rec, "garbage ][").unwrap();
+    for cmd in ["list", "status"] {
+        let (code, _, err) = w.code(&[cmd]);
+        assert_eq!(code, 1, "{cmd}: {err}");
+        assert!(
+            err.contains("br.toml is corrupt") && err.contains("raidctl start br --members"),
+            "{cmd}: {err}"
+        );
+    }
+    w.ok(&["start", "br", "--members", s(&m[0]), s(&m[1]), s(&m[2])]);
+    let (code, out, _) = w.code(&["list"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("br"), "{out}");
+    w.ok(&["stop", "br"]);
+}

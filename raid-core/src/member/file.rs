@@ -6,7 +6,10 @@
 //! opened O_EXCL (the kernel then refuses it to mount, md, dm and every
 //! other exclusive opener), a regular file carries an exclusive `flock`.
 //! Both follow the device, not the path, so a hard link or a second path
-//! to a member in use is refused too, by any process.
+//! to a member in use is refused too, by any process. A loop device holds
+//! its backing file (or device) the same way while it is a member: a
+//! loop device over a member's file is that member by another name, which
+//! neither lock sees by itself.
 
 use super::{DeviceKey, Member};
 use crate::buf::{is_aligned, AlignedBuf};
@@ -33,6 +36,9 @@ pub struct FileMember {
     allocated: std::sync::atomic::AtomicBool,
     /// Counted by the array's I/O paths (see `Member::io_stats`).
     stats: crate::stats::IoStats,
+    /// A loop device's backing file (flocked) or device (O_EXCL), held
+    /// while this member is (`hold_loop_backing`).
+    _backing: Option<File>,
 }
 
 /// Whether `f` lives on a filesystem in memory (tmpfs, ramfs).
@@ -109,6 +115,10 @@ impl FileMember {
                 });
             }
         }
+        let backing = match block_device {
+            true => hold_loop_backing(&file, path)?,
+            false => None,
+        };
         // The key of what was opened, not of what the path names now.
         let opened = file.metadata()?;
         let key = DeviceKey::of_metadata(&opened, block_device);
@@ -133,6 +143,7 @@ impl FileMember {
             block_device,
             key,
             allocated,
+            _backing: backing,
         })
     }
 
@@ -159,6 +170,7 @@ impl FileMember {
             in_memory: false,
             block_device,
             allocated: std::sync::atomic::AtomicBool::new(false),
+            _backing: None,
         })
     }
 
@@ -211,6 +223,103 @@ impl FileMember {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// `struct loop_info64` of <linux/loop.h>.
+#[repr(C)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; 64],
+    lo_crypt_name: [u8; 64],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+
+const LOOP_GET_STATUS64: libc::c_ulong = 0x4C05;
+
+/// Where `dev` (opened at `path`) is a loop device, holds what backs it as
+/// a member is held (a file: an exclusive flock; a block device: O_EXCL)
+/// and returns it, to keep while `dev` is a member; refuses with
+/// `ErrorKind::ResourceBusy` where that is held already: by an array that
+/// has the file as a member, or another loop device's array. Not a loop
+/// device, or one whose file cannot be reached by its path (deleted since,
+/// or the path names another file now): nothing to hold.
+fn hold_loop_backing(dev: &File, path: &Path) -> io::Result<Option<File>> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: loop_info64 is plain old data; zeroes are a valid value.
+    let mut info: LoopInfo64 = unsafe { std::mem::zeroed() };
+    // SAFETY: the ioctl writes one loop_info64 through the pointer, which
+    // points to a live one; on a device that is not a loop it fails.
+    let rc = unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_GET_STATUS64 as _, &mut info) };
+    if rc != 0 {
+        return Ok(None);
+    }
+    let rdev = dev.metadata()?.rdev();
+    let sys = format!(
+        "/sys/dev/block/{}:{}/loop/backing_file",
+        libc::major(rdev),
+        libc::minor(rdev)
+    );
+    let Ok(name) = std::fs::read_to_string(&sys) else {
+        return Ok(None);
+    };
+    let name = name.trim_end_matches('\n');
+    if name.ends_with(" (deleted)") {
+        return Ok(None);
+    }
+    let back = Path::new(name);
+    let Ok(meta) = std::fs::metadata(back) else {
+        return Ok(None);
+    };
+    let held_by = |what: &str| {
+        io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            format!(
+                "{} is a loop device over {}, which is in use: {what}",
+                path.display(),
+                back.display()
+            ),
+        )
+    };
+    if meta.file_type().is_block_device() {
+        if meta.rdev() != info.lo_device {
+            return Ok(None);
+        }
+        return match OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_EXCL)
+            .open(back)
+        {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Err(held_by(
+                "a running array (or another program) holds it exclusively",
+            )),
+            Err(_) => Ok(None),
+        };
+    }
+    if meta.ino() != info.lo_inode {
+        return Ok(None);
+    }
+    let Ok(f) = File::open(back) else {
+        return Ok(None);
+    };
+    // SAFETY: plain syscall on our own, open fd.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(held_by("a running array holds it as a member"));
+        }
+        return Ok(None);
+    }
+    Ok(Some(f))
 }
 
 fn in_use(path: &Path) -> io::Error {

@@ -509,8 +509,10 @@ fn clear_left_mounts(st: &StateDir, name: &str, e: CliError) -> Result<()> {
     Ok(())
 }
 
-/// Every known array's status: running ones from the daemon, the rest from disk.
-fn statuses(st: &StateDir) -> Result<Vec<ArrayStatus>> {
+/// Every known array's status: running ones from the daemon, the rest from
+/// disk; and the records that cannot be read, said on stderr (an array
+/// left out without a word reads as one that does not exist).
+fn statuses(st: &StateDir) -> Result<(Vec<ArrayStatus>, bool)> {
     let running = match call(&st.socket(), &Request::Status { name: None })? {
         Some(r) => r.into_result()?.arrays,
         None => vec![],
@@ -519,13 +521,17 @@ fn statuses(st: &StateDir) -> Result<Vec<ArrayStatus>> {
     // A stopped array's network members are read here, in the command: one
     // that does not answer is given up after a few seconds (see examine).
     crate::remote::set_timeout(std::time::Duration::from_secs(3));
-    for r in st.list() {
+    let (records, bad) = st.list_all();
+    for r in records {
         if !running.iter().any(|s| s.name == r.name) {
             out.push(status::of_stopped(&r));
         }
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+    for why in &bad {
+        eprintln!("raidctl: warning: {why}");
+    }
+    Ok((out, !bad.is_empty()))
 }
 
 fn print_json<T: serde::Serialize>(v: &T) {
@@ -536,10 +542,10 @@ fn print_json<T: serde::Serialize>(v: &T) {
 }
 
 fn list(st: &StateDir, fmt: Format) -> Result<()> {
-    let all = statuses(st)?;
+    let (all, bad) = statuses(st)?;
     if fmt == Format::Json {
         print_json(&all);
-        return Ok(());
+        return bad_records(bad);
     }
     if all.is_empty() {
         out!("no arrays recorded in {}", st.root.display());
@@ -555,14 +561,25 @@ fn list(st: &StateDir, fmt: Format) -> Result<()> {
             s.members.len()
         );
     }
-    Ok(())
+    bad_records(bad)
+}
+
+/// `list`'s and `status`'s exit status where a record could not be read
+/// (said on stderr by `statuses`): 1, as for an array that needs a look.
+fn bad_records(bad: bool) -> Result<()> {
+    match bad {
+        true => Err(CliError::quiet(1)),
+        false => Ok(()),
+    }
 }
 
 fn show(st: &StateDir, name: Option<&str>, fmt: Format, detail: bool) -> Result<()> {
     if let Some(n) = name {
         st.load(n)?;
     }
-    let all: Vec<ArrayStatus> = statuses(st)?
+    let (all, bad) = statuses(st)?;
+    let bad = bad && name.is_none();
+    let all: Vec<ArrayStatus> = all
         .into_iter()
         .filter(|s| name.is_none_or(|n| s.name == n))
         .collect();
@@ -581,7 +598,12 @@ fn show(st: &StateDir, name: Option<&str>, fmt: Format, detail: bool) -> Result<
     // `status` says the health in its exit status too (cron, monitoring
     // scripts): 0 optimal, 1 degraded or rebuilding, 2 failed; the worst
     // array decides.
-    let worst = all.iter().map(|s| s.exit_code()).max().unwrap_or(0);
+    let worst = all
+        .iter()
+        .map(|s| s.exit_code())
+        .chain(bad.then_some(1))
+        .max()
+        .unwrap_or(0);
     if !detail && worst > 0 {
         return Err(CliError::quiet(worst));
     }

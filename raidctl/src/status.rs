@@ -105,6 +105,11 @@ pub struct ArrayStatus {
     /// this array only until what is mounted on it is unmounted: why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopping: Option<String>,
+    /// A stopped array (here) whose member files another process holds as
+    /// a running array's members do: another daemon (another state
+    /// directory) may be running it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_elsewhere: Option<String>,
     /// A stopped array whose metadata says it was not stopped cleanly (a
     /// crash, a kill, a power cut): its next start resyncs the regions
     /// that were being written.
@@ -281,6 +286,7 @@ pub fn of_running(
         out_of_space: a.out_of_space(),
         record_lags: None,
         stopping: None,
+        held_elsewhere: None,
         unclean: false,
         hot_replace: a.hot_replace_progress().map(|(slot, member, done, total)| {
             let chunk = g.chunk;
@@ -372,6 +378,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
             out_of_space: None,
             record_lags: None,
             stopping: None,
+            held_elsewhere: held_elsewhere(r),
             unclean: false,
             exports: vec![],
         };
@@ -487,6 +494,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         out_of_space: None,
         record_lags: None,
         stopping: None,
+        held_elsewhere: held_elsewhere(r),
         unclean: !truth.clean,
         exports: vec![],
     }
@@ -589,6 +597,9 @@ pub fn render_health(d: &crate::health::DriveHealth, warnings: &[String]) -> Str
 /// health with it, and whether it was stopped cleanly.
 pub fn state_line(s: &ArrayStatus) -> String {
     match (s.running, s.unclean) {
+        (false, _) if s.held_elsewhere.is_some() => {
+            format!("stopped here ({}), in use elsewhere", s.health)
+        }
         // Redundancy is one thing, taking writes another: an optimal
         // array that refuses every write is not what "optimal" reads as.
         (true, _) if s.out_of_space.is_some() => format!("{}, writes stopped", s.state),
@@ -601,6 +612,50 @@ pub fn state_line(s: &ArrayStatus) -> String {
         (false, false) => format!("stopped ({})", s.health),
         (false, true) => format!("stopped ({}, unclean)", s.health),
     }
+}
+
+/// Which process holds one of `r`'s member files as a running array holds
+/// its members (an exclusive flock, from /proc/locks: asked without taking
+/// a lock, which could make a start at that instant fail as "in use").
+fn held_elsewhere(r: &ArrayRecord) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    r.members.iter().chain(&r.spares).find_map(|p| {
+        let m = std::fs::metadata(p).ok().filter(|m| m.is_file())?;
+        let want = (
+            libc::major(m.dev()) as u64,
+            libc::minor(m.dev()) as u64,
+            m.ino(),
+        );
+        let pid = locks.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // "1: FLOCK  ADVISORY  WRITE 1234 00:2f:5678 0 EOF"; lines of
+            // waiters ("1: -> FLOCK ...") are not holders.
+            if f.get(1) != Some(&"FLOCK") || f.get(3) != Some(&"WRITE") {
+                return None;
+            }
+            let mut id = f.get(5)?.split(':');
+            let maj = u64::from_str_radix(id.next()?, 16).ok()?;
+            let min = u64::from_str_radix(id.next()?, 16).ok()?;
+            let ino: u64 = id.next()?.parse().ok()?;
+            ((maj, min, ino) == want).then(|| f.get(4)?.parse::<u32>().ok())?
+        })?;
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| {
+                c.split(|b| *b == 0)
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .trim()
+                    .to_string()
+            })
+            .unwrap_or_default();
+        Some(format!(
+            "{} is held by process {pid} ({cmd}), as a running array holds its members: another daemon, with another state directory, may run this array; stop it there (raidctl --state-dir DIR stop {})",
+            p.display(),
+            r.name
+        ))
+    })
 }
 
 /// Whether a RAID5/6 has as many slots down (failed, missing, being
@@ -729,6 +784,9 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
             "  writes stopped: {m} is on a full filesystem; free space, then raidctl stop {n}; raidctl start {n}\n",
             n = s.name
         ));
+    }
+    if let Some(why) = &s.held_elsewhere {
+        out.push_str(&format!("  in use elsewhere: {why}\n"));
     }
     if let Some(why) = &s.stopping {
         out.push_str(&format!("  stopping: {why}\n"));

@@ -824,3 +824,29 @@ fn a_corrupt_record_is_named_by_list_and_status() {
     assert!(out.contains("br"), "{out}");
     w.ok(&["stop", "br"]);
 }
+
+/// An array run by another daemon (another state directory) read as
+/// "stopped (optimal)" here, exit 0: status now says its members are held
+/// elsewhere, and by which process.
+#[test]
+fn status_of_an_array_another_daemon_runs_says_so() {
+    let w = World::new("held-elsewhere");
+    let m = w.sparse_members("he", 3, 32 * (1 << 20));
+    w.ok(&["create", "he", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    let w2 = World::new("held-elsewhere-2");
+    std::fs::create_dir_all(w2.state().join("arrays")).unwrap();
+    std::fs::copy(
+        w.state().join("arrays/he.toml"),
+        w2.state().join("arrays/he.toml"),
+    )
+    .unwrap();
+    let (_, out, _) = w2.code(&["status", "he"]);
+    assert!(!out.contains("in use elsewhere"), "{out}");
+    w.ok(&["start", "he"]);
+    let (_, out, _) = w2.code(&["status", "he"]);
+    assert!(
+        out.contains("in use elsewhere") && out.contains(&format!("process {}", w.daemon_pid())),
+        "{out}"
+    );
+    w.ok(&["stop", "he"]);
+}

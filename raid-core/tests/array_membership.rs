@@ -2239,3 +2239,79 @@ fn a_spare_that_cannot_be_written_gives_way_to_the_next() {
         .unwrap();
     assert_matches(&a, &img);
 }
+
+/// A member that fails on the very bitmap write that clears bits holds the
+/// write before it, and every write that clear covered (they were flushed
+/// on it first): it is the member as it left, one write behind, not an
+/// older copy. It was taken for one (its stamp below the last clear), so
+/// the daemon left a network member that blinked at that moment to the
+/// operator, and a re-add copied it whole.
+#[test]
+fn a_member_that_failed_on_the_clearing_bitmap_write_is_no_older_copy() {
+    use raid_core::metadata::BITMAP_OFFSET;
+    struct BitmapFails {
+        inner: MemberRef,
+        armed: AtomicBool,
+    }
+    impl raid_core::member::Member for BitmapFails {
+        fn identity(&self) -> &str {
+            self.inner.identity()
+        }
+        fn device_key(&self) -> raid_core::member::DeviceKey {
+            self.inner.device_key()
+        }
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            if offset == BITMAP_OFFSET && self.armed.load(Ordering::SeqCst) {
+                return Err(std::io::Error::other("gone"));
+            }
+            self.inner.write_at(buf, offset)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+        fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+            self.inner.write_zeroes(offset, len)
+        }
+    }
+    let m = Members::ram(4, DATA, "missedclear");
+    let flaky = Arc::new(BitmapFails {
+        inner: m.refs()[1].clone(),
+        armed: AtomicBool::new(false),
+    });
+    let mut refs = m.refs();
+    refs[1] = flaky.clone();
+    let a = Array::create(
+        refs,
+        vec![],
+        raid_core::array::CreateOptions {
+            name: "mc".into(),
+            level: Level::Raid5,
+            chunk: CHUNK,
+            data_offset: None,
+        },
+    )
+    .unwrap();
+    let mut img = pattern(a.capacity() as usize, 5);
+    a.write(0, &img).unwrap();
+    a.flush().unwrap();
+    // Written again (its bits set), then the flush whose clear it misses.
+    let late = pattern(256 * 1024, 91);
+    a.write(3 * CHUNK, &late).unwrap();
+    img[3 * CHUNK as usize..3 * CHUNK as usize + late.len()].copy_from_slice(&late);
+    flaky.armed.store(true, Ordering::SeqCst);
+    a.flush().unwrap();
+    assert_eq!(a.slots()[1].state, SlotState::Failed);
+    flaky.armed.store(false, Ordering::SeqCst);
+    a.re_add_if_current(flaky.clone()).unwrap();
+    assert!(a.resyncs_dirty_only(1));
+    a.rebuild(1, &RebuildOptions::default(), &AtomicBool::new(false))
+        .unwrap();
+    assert_matches(&a, &img);
+    assert_consistent(&a, &m.refs());
+}

@@ -92,9 +92,14 @@ impl StateDir {
     pub fn ensure(&self) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir_all(self.arrays()).map_err(|e| {
+            // It may exist and be read-only (a read-only mount): then it
+            // is its arrays folder that could not be made.
+            let what = match self.root.is_dir() {
+                true => format!("cannot write in state directory {}", self.root.display()),
+                false => format!("cannot create state directory {}", self.root.display()),
+            };
             CliError::failed(format!(
-                "cannot create state directory {}: {e} (choose another with --state-dir or {STATE_DIR_ENV})",
-                self.root.display()
+                "{what}: {e} (make it writable, or choose another with --state-dir or {STATE_DIR_ENV})"
             ))
         })?;
         for (p, mode) in [

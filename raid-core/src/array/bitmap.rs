@@ -413,6 +413,7 @@ impl Array {
         self.activity.bitmap_writes.add(1);
         let mut block = AlignedBuf::new(BITMAP_BYTES);
         block.copy_from_slice(&bits[..BITMAP_BYTES]);
+        let mut stamp_seq = 0;
         if let Some(bm) = self.bitmap.as_ref().filter(|bm| bm.stamped) {
             // Callers hold `io`, so this is the only writer of both. The
             // start is at most MAX_SEQ (`stamp_of`): no wrap in 2^62 writes.
@@ -423,6 +424,7 @@ impl Array {
             }
             let cleared = bm.cleared_at.load(Ordering::Acquire);
             block[BITMAP_BYTES - STAMP_BYTES..].copy_from_slice(&stamp_bytes(seq, cleared));
+            stamp_seq = seq;
         }
         let handles = self.member_handles();
         for (i, m) in handles.iter().enumerate() {
@@ -430,6 +432,9 @@ impl Array {
                 continue;
             }
             if let Err(e) = m.write_at(&block, BITMAP_OFFSET).and_then(|_| m.flush()) {
+                self.slots[i]
+                    .missed_bitmap_seq
+                    .store(stamp_seq, Ordering::Release);
                 self.fail_slot_if(i, m, &format!("bitmap write failed: {e}"));
             }
         }

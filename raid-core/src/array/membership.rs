@@ -460,7 +460,7 @@ impl Array {
                 "it carries metadata event {} but had taken event {left} when it left: an older copy of the member (a server restarted on an old image, a disk put back from a backup?)",
                 sb.events
             ))
-            .or_else(|| self.bitmap_older_than_last_clear(&own_bitmap))
+            .or_else(|| self.bitmap_older_than_last_clear(slot, &own_bitmap))
         {
             if !older_copy_ok {
                 return Err(refuse(
@@ -517,7 +517,18 @@ impl Array {
     /// than 32640 regions) have only the event to go by.
     /// `own`: its block, as read (before `meta`: a network member may take
     /// its time).
-    fn bitmap_older_than_last_clear(&self, own: &io::Result<Vec<u8>>) -> Option<String> {
+    ///
+    /// Bits are not cleared while a slot is out of sync, so the last clear
+    /// is from before the member left: its own block holds it, unless the
+    /// member failed on that very write (it then holds the one before, and
+    /// every write the clear covered, flushed before it). Known only in
+    /// this run (`Slot::missed_bitmap_seq`); after a restart such a member
+    /// is copied whole.
+    fn bitmap_older_than_last_clear(
+        &self,
+        slot: usize,
+        own: &io::Result<Vec<u8>>,
+    ) -> Option<String> {
         let bm = self.bitmap.as_ref().filter(|bm| bm.stamped())?;
         let (seq, _) = match own {
             Ok(b) => match super::bitmap::stamp_of(b) {
@@ -527,7 +538,9 @@ impl Array {
             Err(e) => return Some(format!("its write-intent bitmap cannot be read ({e})")),
         };
         let cleared = bm.cleared_at();
-        (seq < cleared).then(|| format!(
+        let missed_it = seq + 1 == cleared
+            && self.slots[slot].missed_bitmap_seq.load(Ordering::Acquire) == cleared;
+        (seq < cleared && !missed_it).then(|| format!(
             "its write-intent bitmap is from write {seq}, before write {cleared}, the last that cleared regions: an older copy of the member (a server restarted on an old image, a disk put back from a backup?), which may lack writes the bitmap no longer marks"
         ))
     }
@@ -740,6 +753,7 @@ impl Array {
         s.rebuild_saved.store(0, Ordering::Release);
         s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
         s.resync_dirty_below.store(dirty_below, Ordering::Release);
+        s.missed_bitmap_seq.store(0, Ordering::Release);
         s.clear_vacancy();
         s.incarnation.fetch_add(1, Ordering::AcqRel);
         s.set_state(SlotState::Rebuilding);

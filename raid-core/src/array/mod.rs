@@ -192,6 +192,11 @@ struct Slot {
     /// metadata (`SlotEntry::left_events`; 0: not known). A re-add of an
     /// older copy of the member copies it whole.
     left_events: AtomicU64,
+    /// The bitmap write (its stamp's sequence) the slot's member failed
+    /// on, if it failed on one (0: not on one, or not since this start):
+    /// a member that missed exactly the write that cleared bits last is
+    /// one write behind, not an older copy (`bitmap_older_than_last_clear`).
+    missed_bitmap_seq: AtomicU64,
     /// Why a failed slot has no device beyond its failure (`VACANT_*`):
     /// until it gets a device or fails again (`clear_vacancy`).
     vacancy: AtomicU8,
@@ -230,6 +235,7 @@ impl Slot {
             incarnation: AtomicU64::new(0),
             member_events: AtomicU64::new(0),
             left_events: AtomicU64::new(0),
+            missed_bitmap_seq: AtomicU64::new(0),
             vacancy: AtomicU8::new(VACANT_FAILED),
         };
         s.set_state(state);

@@ -10,6 +10,14 @@ use std::process::Command;
 
 const MIB: u64 = 1 << 20;
 
+/// Tests that attach loop devices or look at who holds them take turns:
+/// `losetup --find` opens devices another test is checking, which reads
+/// as "in use by losetup" there.
+fn loops_one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOOPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOOPS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -67,6 +75,7 @@ fn mounted(dir: &Path) -> bool {
 
 #[test]
 fn a_mount_left_by_a_killed_daemon_is_cleared_or_named() {
+    let _one = loops_one_at_a_time();
     need("mkfs.ext4");
     let w = World::new("mnt-dead");
     started(&w, "pd");
@@ -267,6 +276,7 @@ fn a_mount_taken_off_by_hand_leaves_what_is_mounted_there_since() {
 /// which `fuser` shows only as "kernel mount": `unmount` names it.
 #[test]
 fn unmount_names_a_loop_device_attached_by_hand() {
+    let _one = loops_one_at_a_time();
     need("losetup");
     let w = World::new("mnt-loop-hand");
     started(&w, "pl");
@@ -284,4 +294,51 @@ fn unmount_names_a_loop_device_attached_by_hand() {
     assert!(err.contains(&format!("losetup -d {dev}")), "{err}");
     w.ok(&["unmount", "pl"]);
     w.ok(&["stop", "pl"]);
+}
+
+/// The array's mount taken off lazily (`umount -l`) while a loop device
+/// attached by hand still reads and writes through it: the connection
+/// lives on. `unmount` (and the next `mount`) ended it, cutting that loop
+/// device's user off; they now refuse, naming the loop device, and go on
+/// once it is let go.
+#[test]
+fn a_mount_taken_off_lazily_but_still_used_is_not_cut() {
+    let _one = loops_one_at_a_time();
+    need("losetup");
+    let w = World::new("mnt-lazy");
+    started(&w, "pz");
+    let dir = w.dir.join("m");
+    w.ok(&["mount", "pz", "--dir", s(&dir)]);
+    let dev = run_ok(
+        Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(dir.join("pz")),
+    );
+    let dev = dev.trim().to_string();
+    run_ok(Command::new("umount").arg("-l").arg(&dir));
+    let (code, _, err) = w.code(&["unmount", "pz"]);
+    let (code2, _, err2) = w.code(&["mount", "pz", "--dir", s(&dir)]);
+    // Still served: the loop device reads.
+    let read = Command::new("dd")
+        .args([
+            &format!("if={dev}"),
+            "of=/dev/null",
+            "bs=4096",
+            "count=16",
+            "iflag=direct",
+        ])
+        .output()
+        .unwrap();
+    run_ok(Command::new("losetup").args(["-d", &dev]));
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains(&dev) && err.contains("still in use"), "{err}");
+    assert_eq!(code2, 4, "{err2}");
+    assert!(
+        read.status.success(),
+        "the loop device was cut off: {read:?}"
+    );
+    // Let go of: the connection ends with it, and unmount forgets it.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    w.ok(&["unmount", "pz"]);
+    w.ok(&["stop", "pz"]);
 }

@@ -245,23 +245,56 @@ struct LoopInfo64 {
 
 const LOOP_GET_STATUS64: libc::c_ulong = 0x4C05;
 
+/// What backs a loop device, as the kernel has it: the backing file's
+/// filesystem device and inode, and for a block device its device number
+/// (`LOOP_GET_STATUS64`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoopBacking {
+    /// (major, minor) of the backing file's filesystem.
+    pub fs: (u64, u64),
+    pub inode: u64,
+    /// (major, minor) of the backing block device (0, 0 for a file).
+    pub rdev: (u64, u64),
+}
+
+/// The kernel's `new_encode_dev` form (`loop_info64`'s fields) as (major,
+/// minor).
+fn kernel_dev(d: u64) -> (u64, u64) {
+    ((d & 0xfff00) >> 8, (d & 0xff) | ((d >> 12) & 0xfff00))
+}
+
+fn std_dev(d: u64) -> (u64, u64) {
+    (libc::major(d) as u64, libc::minor(d) as u64)
+}
+
+/// What backs `dev` if it is a loop device with something attached.
+pub fn loop_backing(dev: &File) -> Option<LoopBacking> {
+    // SAFETY: loop_info64 is plain old data; zeroes are a valid value.
+    let mut info: LoopInfo64 = unsafe { std::mem::zeroed() };
+    // SAFETY: the ioctl writes one loop_info64 through the pointer, which
+    // points to a live one; on a device that is not a loop it fails.
+    let rc = unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_GET_STATUS64 as _, &mut info) };
+    (rc == 0).then(|| LoopBacking {
+        fs: kernel_dev(info.lo_device),
+        inode: info.lo_inode,
+        rdev: kernel_dev(info.lo_rdevice),
+    })
+}
+
 /// Where `dev` (opened at `path`) is a loop device, holds what backs it as
 /// a member is held (a file: an exclusive flock; a block device: O_EXCL)
 /// and returns it, to keep while `dev` is a member; refuses with
 /// `ErrorKind::ResourceBusy` where that is held already: by an array that
 /// has the file as a member, or another loop device's array. Not a loop
 /// device, or one whose file cannot be reached by its path (deleted since,
-/// or the path names another file now): nothing to hold.
+/// or the path names another file now, or is not visible from here): nothing
+/// to hold. What is opened is checked against the kernel's own record of
+/// the backing (device, inode), not the path.
 fn hold_loop_backing(dev: &File, path: &Path) -> io::Result<Option<File>> {
     use std::os::unix::fs::MetadataExt;
-    // SAFETY: loop_info64 is plain old data; zeroes are a valid value.
-    let mut info: LoopInfo64 = unsafe { std::mem::zeroed() };
-    // SAFETY: the ioctl writes one loop_info64 through the pointer, which
-    // points to a live one; on a device that is not a loop it fails.
-    let rc = unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_GET_STATUS64 as _, &mut info) };
-    if rc != 0 {
+    let Some(info) = loop_backing(dev) else {
         return Ok(None);
-    }
+    };
     let rdev = dev.metadata()?.rdev();
     let sys = format!(
         "/sys/dev/block/{}:{}/loop/backing_file",
@@ -276,9 +309,6 @@ fn hold_loop_backing(dev: &File, path: &Path) -> io::Result<Option<File>> {
         return Ok(None);
     }
     let back = Path::new(name);
-    let Ok(meta) = std::fs::metadata(back) else {
-        return Ok(None);
-    };
     let held_by = |what: &str| {
         io::Error::new(
             io::ErrorKind::ResourceBusy,
@@ -289,33 +319,43 @@ fn hold_loop_backing(dev: &File, path: &Path) -> io::Result<Option<File>> {
             ),
         )
     };
-    if meta.file_type().is_block_device() {
-        if meta.rdev() != info.lo_device {
-            return Ok(None);
-        }
+    if info.rdev != (0, 0) {
         return match OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_EXCL)
             .open(back)
         {
-            Ok(f) => Ok(Some(f)),
+            Ok(f) if f.metadata().is_ok_and(|m| std_dev(m.rdev()) == info.rdev) => Ok(Some(f)),
+            Ok(_) => Ok(None),
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Err(held_by(
                 "a running array (or another program) holds it exclusively",
             )),
             Err(_) => Ok(None),
         };
     }
-    if meta.ino() != info.lo_inode {
-        return Ok(None);
-    }
-    let Ok(f) = File::open(back) else {
+    // Read-write where it can (a flock on NFS is a POSIX lock, which an
+    // exclusive one needs a writable open for).
+    let Ok(f) = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(back)
+        .or_else(|_| File::open(back))
+    else {
         return Ok(None);
     };
+    if !f
+        .metadata()
+        .is_ok_and(|m| m.ino() == info.inode && std_dev(m.dev()) == info.fs)
+    {
+        return Ok(None);
+    }
     // SAFETY: plain syscall on our own, open fd.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let e = io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(held_by("a running array holds it as a member"));
+            return Err(held_by(
+                "another process holds it exclusively, as a running array holds its members",
+            ));
         }
         return Ok(None);
     }

@@ -123,13 +123,54 @@ pub struct Mounted {
     /// The mount's source (`place::source_for`): with `conn`, what tells
     /// this mount from another put on the folder since.
     source: String,
+    /// The connection's control files (/sys/fs/fuse/connections/N), held
+    /// open from the mount on: the kernel detaches them from the
+    /// connection when it ends, so a write to `abort` can never reach
+    /// another connection given the same number since, and a read of
+    /// `waiting` tells whether ours still lives. None where fusectl is not
+    /// mounted.
+    ctl: Option<Ctl>,
     pub dir: std::path::PathBuf,
+    /// `dir` resolved once, before the mount (resolving it later could
+    /// call into the mount, that is into our own threads).
+    dir_real: std::path::PathBuf,
     pub file: std::path::PathBuf,
     pub loop_dev: Option<String>,
     /// The highest folder `mount` made for the mount point (the mount
     /// point, and parents that were missing too): `unmount` removes what
     /// it made, up to it, each only while empty.
     made_dir: Option<std::path::PathBuf>,
+}
+
+struct Ctl {
+    abort: std::fs::File,
+    waiting: std::fs::File,
+}
+
+impl Ctl {
+    fn open(conn: u64) -> Option<Ctl> {
+        let d = format!("/sys/fs/fuse/connections/{}", libc::minor(conn));
+        Some(Ctl {
+            abort: std::fs::OpenOptions::new()
+                .write(true)
+                .open(format!("{d}/abort"))
+                .ok()?,
+            waiting: std::fs::File::open(format!("{d}/waiting")).ok()?,
+        })
+    }
+
+    /// Whether the connection still lives (its `waiting` reads a number;
+    /// detached from an ended one, it reads nothing).
+    fn alive(&self) -> bool {
+        use std::os::unix::fs::FileExt;
+        let mut b = [0u8; 32];
+        self.waiting.read_at(&mut b, 0).is_ok_and(|n| n > 0)
+    }
+
+    fn abort(&self) {
+        use std::os::unix::fs::FileExt;
+        let _ = self.abort.write_at(b"1", 0);
+    }
 }
 
 /// Whether loop device `dev` (`/dev/loopN`) is still attached to a file:
@@ -163,6 +204,7 @@ impl Mounted {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create mount point {}: {e}", dir.display()))?;
         let file = dir.join(array.name());
+        let dir_real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
         let source = place::source_of(&array);
         let fd = mount::mount(dir, &source).map_err(|e| {
             format!(
@@ -198,11 +240,17 @@ impl Mounted {
             use std::os::unix::fs::MetadataExt;
             std::fs::metadata(dir).map(|m| m.dev()).ok()
         };
+        let ctl = conn.and_then(Ctl::open);
+        if ctl.is_none() {
+            tracing::warn!("/sys/fs/fuse/connections is not mounted: an unmount cannot end the FUSE connection of a mount taken off by hand (mount -t fusectl none /sys/fs/fuse/connections)");
+        }
         let mut m = Mounted {
             threads,
             ring,
             conn,
             source,
+            ctl,
+            dir_real,
             dir: dir.to_path_buf(),
             file,
             loop_dev: None,
@@ -237,7 +285,7 @@ impl Mounted {
     /// the folder would go to our own threads).
     fn placed(&self) -> place::Ours {
         match self.conn {
-            Some(dev) => place::ours_at(&self.dir, dev, &self.source),
+            Some(dev) => place::ours_at(&self.dir_real, dev, &self.source),
             None => place::Ours::OnTop,
         }
     }
@@ -260,24 +308,18 @@ impl Mounted {
 
     /// Ends the kernel connection (every thread's read then fails with
     /// ENODEV, even where a copy of the mount lives on in another mount
-    /// namespace), and joins the threads. The connection's number is ours
-    /// only while it lives, and it lives while our threads run: a mount
-    /// taken off by hand, with nothing holding it, has ended it already
-    /// (the threads end by themselves), and its number may be another
-    /// mount's now, not to be aborted.
+    /// namespace), and joins the threads. Through the control file held
+    /// since the mount (`Ctl`): one opened by its number now could be
+    /// another connection's, given the number since ours ended. Without
+    /// it (no fusectl), by number only while our mount is still there.
     fn abort_and_join(&mut self) {
-        if self.gone() {
-            let t = std::time::Instant::now();
-            while !self.threads.iter().all(|h| h.is_finished())
-                && t.elapsed() < std::time::Duration::from_secs(2)
-            {
-                std::thread::sleep(std::time::Duration::from_millis(20));
+        match (&self.ctl, self.conn) {
+            (Some(c), _) => c.abort(),
+            (None, Some(dev)) if self.placed() != place::Ours::Gone => {
+                let p = format!("/sys/fs/fuse/connections/{}/abort", libc::minor(dev));
+                let _ = std::fs::write(p, "1");
             }
-        }
-        let live = !self.threads.iter().all(|h| h.is_finished());
-        if let (Some(dev), true) = (self.conn, live) {
-            let p = format!("/sys/fs/fuse/connections/{}/abort", libc::minor(dev));
-            let _ = std::fs::write(p, "1");
+            _ => {}
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -304,6 +346,52 @@ impl Mounted {
                 self,
                 format!("{dir} has another mount on top of the array's: unmount that one first (umount {dir}), then unmount again"),
             )));
+        }
+        // Taken off by hand, yet the connection lives: something still
+        // reaches the array through it (a loop device attached by hand, a
+        // program that had the file open, `umount -l`). Ending it would
+        // cut that user off (a filesystem on such a loop device loses
+        // what it has not written back): refused, with who. Without the
+        // control files (fusectl not mounted), only our threads can tell:
+        // they end with the connection.
+        if placed == place::Ours::Gone {
+            let alive = match &self.ctl {
+                Some(c) => c.alive(),
+                None => {
+                    let t = std::time::Instant::now();
+                    while !self.threads.iter().all(|h| h.is_finished())
+                        && t.elapsed() < std::time::Duration::from_secs(2)
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    !self.threads.iter().all(|h| h.is_finished())
+                }
+            };
+            if alive {
+                let who = self
+                    .conn
+                    .map(loops_over_fs)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(dev, at)| match at {
+                        Some(mp) => {
+                            format!("{dev} (mounted on {mp}: umount {mp}, then losetup -d {dev})")
+                        }
+                        None => format!("{dev} (losetup -d {dev})"),
+                    })
+                    .collect::<Vec<_>>();
+                let who = match who.is_empty() {
+                    true => {
+                        "a program that opened the array's file before (lsof names it)".to_string()
+                    }
+                    false => format!("loop devices: {}", who.join("; ")),
+                };
+                let dir = self.dir.display().to_string();
+                return Err(Box::new((
+                    self,
+                    format!("the array's mount on {dir} was taken off outside raidctl (umount -l?), but it is still in use through {who}: let go of it, then unmount again"),
+                )));
+            }
         }
         // Detached by someone else since (losetup -d while it was
         // mounted, so the kernel let it go at the unmount): nothing to
@@ -349,7 +437,10 @@ impl Mounted {
             let dir = self.dir.display().to_string();
             // A loop device attached by hand holds it where fuser shows
             // only "kernel mount": named, with its filesystem.
-            let loops: Vec<String> = loops_on(&self.file)
+            let loops: Vec<String> = self
+                .conn
+                .map(loops_over_fs)
+                .unwrap_or_default()
                 .into_iter()
                 .map(|(dev, at)| match at {
                     Some(mp) => {
@@ -413,24 +504,26 @@ impl Drop for Mounted {
     }
 }
 
-/// Where a block device is mounted, from /proc/mounts.
-/// Loop devices whose backing file is `file` (from sysfs: no call into
-/// the file, which is our own FUSE mount's), each with where it is
-/// mounted: what holds a mount busy that `fuser` shows only as "kernel
-/// mount" (a loop device attached by hand).
-pub fn loops_on(file: &std::path::Path) -> Vec<(String, Option<String>)> {
+/// Loop devices whose backing file is on the filesystem with device
+/// number `fs` (our FUSE mount's), each with where it is mounted: found by
+/// what the kernel holds for each (`LOOP_GET_STATUS64`), which still names
+/// the file after its mount was taken off by hand.
+fn loops_over_fs(fs: u64) -> Vec<(String, Option<String>)> {
+    let want = (libc::major(fs) as u64, libc::minor(fs) as u64);
     let Ok(dir) = std::fs::read_dir("/sys/block") else {
         return Vec::new();
     };
-    let want = file.to_string_lossy();
     let mut found: Vec<(String, Option<String>)> = dir
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let back = std::fs::read_to_string(e.path().join("loop/backing_file")).ok()?;
-            let back = back.trim_end().trim_end_matches(" (deleted)");
-            (back == want).then(|| {
-                let dev = format!("/dev/{name}");
+            if !name.starts_with("loop") {
+                return None;
+            }
+            let dev = format!("/dev/{name}");
+            let f = std::fs::File::open(&dev).ok()?;
+            let b = raid_core::member::loop_backing(&f)?;
+            (b.fs == want).then(|| {
                 let at = mounted_at(&dev);
                 (dev, at)
             })
@@ -440,6 +533,7 @@ pub fn loops_on(file: &std::path::Path) -> Vec<(String, Option<String>)> {
     found
 }
 
+/// Where loop device `dev` is mounted, from /proc/mounts.
 pub fn mounted_at(dev: &str) -> Option<String> {
     let text = std::fs::read_to_string("/proc/mounts").ok()?;
     text.lines().find_map(|l| {

@@ -51,11 +51,16 @@ pub enum Ours {
     Gone,
 }
 
+/// `dir` as mountinfo writes it: resolved (symbolic links followed) by the
+/// caller, before the mount. Where mountinfo cannot be read, the mount is
+/// taken as there, on top: never as gone on no evidence.
 pub fn ours_at(dir: &Path, dev: u64, source: &str) -> Ours {
-    let want = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let here: Vec<Top> = mounts()
+    let Some(all) = read_mounts() else {
+        return Ours::OnTop;
+    };
+    let here: Vec<Top> = all
         .into_iter()
-        .filter(|(d, _)| *d == want)
+        .filter(|(d, _)| d == dir)
         .map(|(_, t)| t)
         .collect();
     let is_ours = |t: &Top| t.dev == dev && t.fstype.starts_with("fuse") && t.source == source;
@@ -68,8 +73,14 @@ pub fn ours_at(dir: &Path, dev: u64, source: &str) -> Ours {
 
 /// Every mount, in mountinfo's order (mounts stack in it): where, and what.
 fn mounts() -> Vec<(PathBuf, Top)> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    text.lines()
+    read_mounts().unwrap_or_default()
+}
+
+/// `mounts`, None where mountinfo cannot be read (out of descriptors).
+fn read_mounts() -> Option<Vec<(PathBuf, Top)>> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let all = text
+        .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
             let (maj, min) = f.get(2)?.split_once(':')?;
@@ -79,9 +90,35 @@ fn mounts() -> Vec<(PathBuf, Top)> {
                 fstype: f.get(dash + 1)?.to_string(),
                 source: f.get(dash + 2)?.to_string(),
             };
-            Some((PathBuf::from(f.get(4)?.replace("\\040", " ")), top))
+            Some((unescape(f.get(4)?), top))
         })
-        .collect()
+        .collect();
+    Some(all)
+}
+
+/// A mountinfo path: the kernel writes space, tab, newline and backslash
+/// as octal escapes (`\040`, `\011`, `\012`, `\134`).
+fn unescape(s: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match oct {
+            Some(d) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 fn check_live(dir: &Path) -> Result<(), String> {
@@ -319,4 +356,15 @@ fn loops_under(dir: &Path) -> Vec<String> {
         .collect();
     out.sort();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mountinfo_paths_are_unescaped() {
+        assert_eq!(
+            super::unescape("/a\\040b\\011c\\012d\\134e\\x"),
+            std::path::PathBuf::from("/a b\tc\nd\\e\\x")
+        );
+    }
 }

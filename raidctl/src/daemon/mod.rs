@@ -717,6 +717,13 @@ impl Daemon {
             Ok(None) => SpareTurn::Nothing,
             Err(e) => {
                 tracing::error!(array = s.array.name(), "spare activation failed: {e}");
+                // A spare that could not be written is dropped by the
+                // array: the record follows, so a restart does not offer
+                // it again.
+                if s.array.spares().len() != s.record.lock().spares.len() {
+                    s.record_spares(None);
+                    let _ = self.save_record(s);
+                }
                 SpareTurn::Nothing
             }
         }

@@ -758,7 +758,15 @@ fn stop_says_what_deleted_member_files_cost_and_refuses_to_lose_the_array() {
     running(&w2, "f", "5", &m2, false);
     std::fs::remove_file(&m2[0]).unwrap();
     std::fs::remove_file(&m2[2]).unwrap();
-    assert_ne!(w2.code(&["stop", "f"]).0, 0);
+    // One of them being moved, slowly: the refusal says to wait for it,
+    // and the forced stop does not say its old member stays.
+    w2.ok(&["rate", "f", "--rebuild", "1M"]);
+    let new = w2.sparse("sf-new.img", 32 * MIB);
+    w2.ok(&["replace", "f", s(&m2[0]), s(&new)]);
+    let (code, _, err) = w2.code(&["stop", "f"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("raidctl wait f"), "{err}");
     let out = w2.ok(&["stop", "f", "--force"]);
     assert!(out.contains("forced:"), "{out}");
+    assert!(out.contains("old member's file is gone"), "{out}");
 }

@@ -499,7 +499,7 @@ impl Daemon {
                 ))
             }));
         }
-        let mut stopped_work = self.deleted_files(&served, force)?;
+        let (mut stopped_work, deleted) = self.deleted_files(&served, force)?;
         if served.mount.lock().is_some() {
             // Not flushed here: closing the array flushes, and a failed
             // array must still stop.
@@ -537,9 +537,15 @@ impl Daemon {
             .filter(|c| c.kind == raid_core::array::CopyKind::Rebuild);
         let closed = served.array.close();
         if let Some((slot, new, old)) = hot {
-            stopped_work.push_str(&format!(
-                "; the hot replace of slot {slot} onto {new} was stopped before its copy was complete: the old member stays (raidctl replace {name} {old} {new} starts it again)"
-            ));
+            stopped_work.push_str(&match deleted.contains(&slot) {
+                // Its source's file was deleted: nothing stays.
+                true => format!(
+                    "; the hot replace of slot {slot} onto {new} was stopped before its copy was complete, and its old member's file is gone with the stop: the slot is missing at the next start (then raidctl replace {name} {old} NEW_DEVICE)"
+                ),
+                false => format!(
+                    "; the hot replace of slot {slot} onto {new} was stopped before its copy was complete: the old member stays (raidctl replace {name} {old} {new} starts it again)"
+                ),
+            });
         }
         if let Some(c) = rebuild {
             // Where each resumes: the row its metadata saved at the stop (a
@@ -610,12 +616,13 @@ impl Daemon {
     /// Member files deleted while the array ran live on only in its open
     /// files: a stop loses them. Refused (nothing done) where the others
     /// cannot serve every byte without them, unless `force`; otherwise
-    /// said, with what the next start will find.
-    fn deleted_files(&self, served: &Served, force: bool) -> Result<String> {
+    /// said, with what the next start will find. Returns what to say and
+    /// the slots whose files went.
+    fn deleted_files(&self, served: &Served, force: bool) -> Result<(String, Vec<usize>)> {
         let name = served.array.name();
         let deleted = served.array.check_member_files();
         if deleted.is_empty() {
-            return Ok(String::new());
+            return Ok((String::new(), Vec::new()));
         }
         let slots: Vec<usize> = deleted.iter().map(|(s, _)| *s).collect();
         let list = deleted
@@ -641,12 +648,18 @@ impl Daemon {
                     "stopping '{name}' now would lose its data: the file of {list} was deleted while the array ran and lives on only while it runs, and the other members cannot serve every byte without it. {how}; raidctl stop {name} --force stops anyway and loses it"
                 )));
             }
-            return Ok(format!(
-                "; forced: the file of {list} was deleted while the array ran and is gone with this stop: the array cannot start again without it"
+            return Ok((
+                format!(
+                    "; forced: the file of {list} was deleted while the array ran and is gone with this stop: the array cannot start again without it"
+                ),
+                slots,
             ));
         }
-        Ok(format!(
-            "; warning: the file of {list} was deleted while the array ran and is gone with this stop: the next start finds it missing and the array degraded (then raidctl replace {name} {first} NEW_DEVICE)"
+        Ok((
+            format!(
+                "; warning: the file of {list} was deleted while the array ran and is gone with this stop: the next start finds it missing and the array degraded (then raidctl replace {name} {first} NEW_DEVICE)"
+            ),
+            slots,
         ))
     }
 }

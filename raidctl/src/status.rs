@@ -622,11 +622,19 @@ fn held_elsewhere(r: &ArrayRecord) -> Option<String> {
     let locks = std::fs::read_to_string("/proc/locks").ok()?;
     r.members.iter().chain(&r.spares).find_map(|p| {
         let m = std::fs::metadata(p).ok().filter(|m| m.is_file())?;
-        let want = (
-            libc::major(m.dev()) as u64,
-            libc::minor(m.dev()) as u64,
-            m.ino(),
-        );
+        // Matched by inode, then confirmed among the holder's open files:
+        // /proc/locks gives the filesystem's own device number, which is
+        // not what stat says on btrfs (a number per subvolume).
+        let holds = |pid: u32| {
+            std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|fd| {
+                    std::fs::metadata(fd.path())
+                        .is_ok_and(|o| o.dev() == m.dev() && o.ino() == m.ino())
+                })
+        };
         let pid = locks.lines().find_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             // "1: FLOCK  ADVISORY  WRITE 1234 00:2f:5678 0 EOF"; lines of
@@ -634,11 +642,9 @@ fn held_elsewhere(r: &ArrayRecord) -> Option<String> {
             if f.get(1) != Some(&"FLOCK") || f.get(3) != Some(&"WRITE") {
                 return None;
             }
-            let mut id = f.get(5)?.split(':');
-            let maj = u64::from_str_radix(id.next()?, 16).ok()?;
-            let min = u64::from_str_radix(id.next()?, 16).ok()?;
-            let ino: u64 = id.next()?.parse().ok()?;
-            ((maj, min, ino) == want).then(|| f.get(4)?.parse::<u32>().ok())?
+            let ino: u64 = f.get(5)?.rsplit(':').next()?.parse().ok()?;
+            let pid = f.get(4)?.parse::<u32>().ok()?;
+            (ino == m.ino() && holds(pid)).then_some(pid)
         })?;
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
             .map(|c| {

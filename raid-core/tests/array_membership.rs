@@ -2186,41 +2186,43 @@ fn a_hot_replace_gives_its_new_device_the_bitmap_at_once() {
     );
 }
 
+/// A member whose writes fail once `broken` is set.
+struct Breaks {
+    inner: MemberRef,
+    broken: AtomicBool,
+}
+impl raid_core::member::Member for Breaks {
+    fn identity(&self) -> &str {
+        self.inner.identity()
+    }
+    fn device_key(&self) -> raid_core::member::DeviceKey {
+        self.inner.device_key()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        if self.broken.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other("broken"));
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.write_zeroes(offset, len)
+    }
+}
+
 /// A spare that cannot be written is dropped as it is called on, so the
 /// next spare takes the slot (the first used to be picked, and to fail,
 /// again and again, with a good spare waiting behind it).
 #[test]
 fn a_spare_that_cannot_be_written_gives_way_to_the_next() {
-    struct Breaks {
-        inner: MemberRef,
-        broken: AtomicBool,
-    }
-    impl raid_core::member::Member for Breaks {
-        fn identity(&self) -> &str {
-            self.inner.identity()
-        }
-        fn device_key(&self) -> raid_core::member::DeviceKey {
-            self.inner.device_key()
-        }
-        fn size(&self) -> u64 {
-            self.inner.size()
-        }
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-            self.inner.read_at(buf, offset)
-        }
-        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-            if self.broken.load(Ordering::SeqCst) {
-                return Err(std::io::Error::other("broken"));
-            }
-            self.inner.write_at(buf, offset)
-        }
-        fn flush(&self) -> std::io::Result<()> {
-            self.inner.flush()
-        }
-        fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-            self.inner.write_zeroes(offset, len)
-        }
-    }
     let (_m, a, img) = filled(Level::Raid5, 4, "badspare");
     let bad = Arc::new(Breaks {
         inner: ram("badspare-first"),
@@ -2231,6 +2233,18 @@ fn a_spare_that_cannot_be_written_gives_way_to_the_next() {
     a.fail_member(3, false).unwrap();
     bad.broken.store(true, Ordering::SeqCst);
     assert!(a.activate_spare(3).is_err());
+    // Said as a warning (an email), not as the operator's own `remove`.
+    let log = a.event_log();
+    let (_, dropped) = log
+        .iter()
+        .find(|(_, e)| e.kind() == "spare_dropped")
+        .expect("a spare_dropped event");
+    assert_eq!(dropped.severity(), raid_core::array::Severity::Warning);
+    assert!(
+        dropped.describe().contains("badspare-first") && dropped.describe().contains("broken"),
+        "{}",
+        dropped.describe()
+    );
     assert_eq!(
         a.activate_spare(3).unwrap().as_deref(),
         Some("badspare-second")
@@ -2238,6 +2252,35 @@ fn a_spare_that_cannot_be_written_gives_way_to_the_next() {
     a.rebuild(3, &RebuildOptions::default(), &AtomicBool::new(false))
         .unwrap();
     assert_matches(&a, &img);
+}
+
+/// A spare whose metadata cannot be written at a membership change is
+/// dropped there too, and said as a warning: it used to go with a log
+/// line only, so the operator kept counting on a spare the array no
+/// longer had.
+#[test]
+fn a_spare_that_cannot_take_metadata_is_dropped_with_a_warning() {
+    let (_m, a, _img) = filled(Level::Raid5, 4, "metaspare");
+    let bad = Arc::new(Breaks {
+        inner: ram("metaspare-bad"),
+        broken: AtomicBool::new(false),
+    });
+    a.add_spare(bad.clone()).unwrap();
+    bad.broken.store(true, Ordering::SeqCst);
+    // Any membership change writes every spare's metadata.
+    a.add_spare(ram("metaspare-good")).unwrap();
+    assert_eq!(a.spares(), vec!["metaspare-good".to_string()]);
+    let log = a.event_log();
+    let (_, dropped) = log
+        .iter()
+        .find(|(_, e)| e.kind() == "spare_dropped")
+        .expect("a spare_dropped event");
+    assert_eq!(dropped.severity(), raid_core::array::Severity::Warning);
+    assert!(
+        dropped.describe().contains("metaspare-bad"),
+        "{}",
+        dropped.describe()
+    );
 }
 
 /// A member that fails on the very bitmap write that clears bits holds the

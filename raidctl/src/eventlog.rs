@@ -150,6 +150,7 @@ pub fn record_of(
         | E::MemberKeptOut { member, .. }
         | E::SpareAdded { member }
         | E::SpareRemoved { member }
+        | E::SpareDropped { member, .. }
         | E::MemberRemoved { member, .. }
         | E::OutOfSpace { member, .. } => Some(member.clone()),
         E::HotReplaceRebuilding { new, .. } => Some(new.clone()),
@@ -201,6 +202,9 @@ pub fn record_of(
         E::MemberFailed { member, .. } => {
             Some(format!("raidctl replace {name} {member} NEW_DEVICE"))
         }
+        E::SpareDropped { member, .. } => Some(format!(
+            "check {member} (its kernel log, raidctl examine {member}); raidctl add {name} {member} offers it again once it takes writes, or raidctl add {name} ANOTHER_DEVICE"
+        )),
         E::MemberKeptOut { member, .. } => Some(format!(
             "set its server right (raidctl examine {member} says which disk it serves), then raidctl re-add {name} {member}; to rebuild onto the disk it serves now, raidctl remove {name} {member}, then raidctl replace {name} {member} {member}; or raidctl replace {name} {member} NEW_DEVICE"
         )),

@@ -142,6 +142,14 @@ pub enum ArrayEvent {
     SpareRemoved {
         member: String,
     },
+    /// A hot spare the array called on could not be written, and was
+    /// dropped so the next spare takes the slot: the array has one spare
+    /// fewer than the operator gave it, which they must hear about (a
+    /// warning, unlike the operator's own `remove`).
+    SpareDropped {
+        member: String,
+        reason: String,
+    },
     /// `raidctl remove` of a failed member: its slot waits empty for a
     /// replacement.
     MemberRemoved {
@@ -224,6 +232,7 @@ impl ArrayEvent {
             | ArrayEvent::HotReplaceRebuilding { .. }
             | ArrayEvent::MemberHealthWarning { .. }
             | ArrayEvent::MemberKeptOut { .. }
+            | ArrayEvent::SpareDropped { .. }
             | ArrayEvent::UncleanStop { .. }
             | ArrayEvent::ScrubCut { .. } => Severity::Warning,
             ArrayEvent::ScrubFinished {
@@ -261,6 +270,7 @@ impl ArrayEvent {
             ArrayEvent::MemberReAdded { .. } => "member_re_added",
             ArrayEvent::SpareAdded { .. } => "spare_added",
             ArrayEvent::SpareRemoved { .. } => "spare_removed",
+            ArrayEvent::SpareDropped { .. } => "spare_dropped",
             ArrayEvent::MemberRemoved { .. } => "member_removed",
             ArrayEvent::OutOfSpace { .. } => "out_of_space",
             ArrayEvent::HotReplaceStarted { .. } => "hot_replace_started",
@@ -385,6 +395,9 @@ impl ArrayEvent {
             }
             ArrayEvent::SpareAdded { member } => format!("{member} added as a hot spare"),
             ArrayEvent::SpareRemoved { member } => format!("spare {member} removed"),
+            ArrayEvent::SpareDropped { member, reason } => format!(
+                "spare {member} dropped: it could not be written ({reason}), so the array has one hot spare fewer"
+            ),
             ArrayEvent::MemberRemoved { slot, member } => {
                 format!("failed member {member} removed from slot {slot}: the slot waits for a replacement")
             }

@@ -296,8 +296,14 @@ impl Array {
             for (u, m) in meta.spares.clone() {
                 let sb = self.superblock(meta, ROLE_SPARE, u);
                 if let Err(e) = metadata::write_superblock(m.as_ref(), &sb) {
-                    tracing::error!(array = %self.name, spare = m.identity(), "spare cannot take metadata ({e}); dropping it");
                     meta.spares.retain(|(x, _)| *x != u);
+                    self.record(
+                        meta,
+                        ArrayEvent::SpareDropped {
+                            member: m.identity().to_string(),
+                            reason: format!("metadata write failed: {e}"),
+                        },
+                    );
                 }
             }
             // Every member not failed now holds this event: the next
@@ -719,12 +725,12 @@ impl Array {
             // the next activation takes the next one.
             if let Some(at) = meta.spares.iter().position(|(_, m)| m.device_key() == key) {
                 meta.spares.remove(at);
-                tracing::error!(array = %self.name, spare = new.identity(), "spare cannot be written ({e}); dropping it");
                 self.epoch.fetch_add(1, Ordering::AcqRel);
                 self.record(
                     meta,
-                    ArrayEvent::SpareRemoved {
+                    ArrayEvent::SpareDropped {
                         member: new.identity().to_string(),
+                        reason: e.to_string(),
                     },
                 );
                 self.persist(meta);

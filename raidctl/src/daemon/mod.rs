@@ -593,6 +593,14 @@ impl Daemon {
         let new = s.array.event_log_with_states_from(seen);
         s.events_seen.store(seen + new.len(), Ordering::Release);
         for (t, ev, state) in &new {
+            // A spare the array dropped (it could not be written): the
+            // record follows, so a restart does not offer it again.
+            if matches!(ev, raid_core::array::ArrayEvent::SpareDropped { .. }) {
+                s.record_spares(None);
+                if let Err(e) = self.save_record(s) {
+                    tracing::error!(array = s.array.name(), "saving the record: {e}");
+                }
+            }
             let unix = t
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
@@ -717,13 +725,6 @@ impl Daemon {
             Ok(None) => SpareTurn::Nothing,
             Err(e) => {
                 tracing::error!(array = s.array.name(), "spare activation failed: {e}");
-                // A spare that could not be written is dropped by the
-                // array: the record follows, so a restart does not offer
-                // it again.
-                if s.array.spares().len() != s.record.lock().spares.len() {
-                    s.record_spares(None);
-                    let _ = self.save_record(s);
-                }
                 SpareTurn::Nothing
             }
         }

@@ -44,8 +44,8 @@ pub(super) struct Tries {
     /// start.
     probes: Mutex<HashMap<(String, usize), Try>>,
     /// Why the last re-add of a member that answers again was refused (an
-    /// older copy of its disk, another member's): logged when it changes,
-    /// not at every try.
+    /// older copy of its disk, another member's) or could not be recorded
+    /// (the state folder full): logged when it changes, not at every try.
     refused: Mutex<HashMap<(String, usize), String>>,
     /// When each member came back by itself lately (`RETURNS`).
     returns: Mutex<HashMap<(String, usize), Vec<Instant>>>,
@@ -253,6 +253,18 @@ impl Daemon {
                             if still_waits && said.get(&key) != Some(&e.msg) {
                                 tracing::error!(array = %key.0, slot = key.1, "network member answers again but is not taken back: {}", e.msg);
                                 alert = Some(e.msg.clone());
+                                said.insert(key.clone(), e.msg);
+                            }
+                            t.insert(key.clone(), Try::After(Instant::now() + RETRY));
+                        }
+                        // It answers, but its return cannot be recorded
+                        // (the state folder full or read-only): tried
+                        // again, and said once, as the array stays
+                        // degraded until the operator frees room.
+                        Err(e) if e.msg.starts_with(super::record::NOT_RECORDABLE) => {
+                            let mut said = d.reconnects.refused.lock();
+                            if said.get(&key) != Some(&e.msg) {
+                                tracing::error!(array = %key.0, slot = key.1, "network member answers again but its return waits: {}", e.msg);
                                 said.insert(key.clone(), e.msg);
                             }
                             t.insert(key.clone(), Try::After(Instant::now() + RETRY));

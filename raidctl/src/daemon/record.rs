@@ -15,6 +15,10 @@ use crate::registry::StateDir;
 use raid_core::member::DeviceKey;
 use std::path::Path;
 
+/// How a refusal by `record_writable` begins: the daemon's own membership
+/// changes (a network member taken back) tell it from other errors by it.
+pub(super) const NOT_RECORDABLE: &str = "nothing changed: the array's record could not be written";
+
 impl Daemon {
     /// Writes the record as it is (the same content as on disk, where
     /// nothing lags): an error, before a membership change is made, means
@@ -22,7 +26,7 @@ impl Daemon {
     pub(super) fn record_writable(&self, s: &Served) -> Result<()> {
         write(&self.state, s, false).map_err(|e| {
             CliError::failed(format!(
-                "nothing changed: {e}. The record names the array's devices for its next start: free space on that filesystem (or make it writable), then run the command again"
+                "{NOT_RECORDABLE} ({e}). The record names the array's devices for its next start: free space on that filesystem (or make it writable), then run the command again"
             ))
         })
     }

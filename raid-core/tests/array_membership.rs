@@ -2260,15 +2260,17 @@ fn a_spare_that_cannot_be_written_gives_way_to_the_next() {
 /// longer had.
 #[test]
 fn a_spare_that_cannot_take_metadata_is_dropped_with_a_warning() {
-    let (_m, a, _img) = filled(Level::Raid5, 4, "metaspare");
+    let (m, a, _img) = filled(Level::Raid5, 4, "metaspare");
+    let bad_device = ram("metaspare-bad");
     let bad = Arc::new(Breaks {
-        inner: ram("metaspare-bad"),
+        inner: bad_device.clone(),
         broken: AtomicBool::new(false),
     });
     a.add_spare(bad.clone()).unwrap();
     bad.broken.store(true, Ordering::SeqCst);
     // Any membership change writes every spare's metadata.
-    a.add_spare(ram("metaspare-good")).unwrap();
+    let good = ram("metaspare-good");
+    a.add_spare(good.clone()).unwrap();
     assert_eq!(a.spares(), vec!["metaspare-good".to_string()]);
     let log = a.event_log();
     let (_, dropped) = log
@@ -2281,6 +2283,15 @@ fn a_spare_that_cannot_take_metadata_is_dropped_with_a_warning() {
         "{}",
         dropped.describe()
     );
+    // Nor do the members name it any more: a start after a crash (the
+    // devices as they are now, the array not closed), offered the device,
+    // its own metadata still that of a spare, does not take it back.
+    let mut devices = m.refs();
+    devices.extend([bad_device, good]);
+    let again = Array::assemble(devices).unwrap();
+    assert_eq!(again.array.spares(), vec!["metaspare-good".to_string()]);
+    drop(again);
+    drop(a);
 }
 
 /// A member that fails on the very bitmap write that clears bits holds the

@@ -170,3 +170,55 @@ fn a_deleted_member_file_is_named_and_a_renamed_one_is_not() {
     drop(a);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The parts of a sparse array never written read as zeros and are said
+/// to (a copy then skips them: the NBD export's block status); a stripe
+/// with any byte stored on a device that serves it is data, all of it.
+/// The same with a member failed, whose chunks are recovered from the
+/// others' holes, and for a query that starts and ends inside stripes.
+#[test]
+fn the_parts_of_the_array_that_read_as_zeros_are_named() {
+    let (dir, _paths, a) = files_raid5("zeros");
+    // A RAID5 of three: two 64 KiB data chunks a stripe.
+    let stripe = 128u64 << 10;
+    a.write(3 * stripe + 8192, &[0xA5u8; 4096]).unwrap();
+    a.write(10 * stripe, &vec![0x5Au8; 2 * stripe as usize])
+        .unwrap();
+    let check = |a: &raid_core::array::Array| {
+        let cap = a.capacity();
+        let extents = a.zero_extents(0, cap);
+        let mut data = Vec::new();
+        let mut at = 0;
+        for &(len, zero) in &extents {
+            if zero {
+                let mut back = vec![1u8; len as usize];
+                a.read(at, &mut back).unwrap();
+                assert!(back.iter().all(|&b| b == 0), "{at}+{len} said zero");
+            } else {
+                data.push((at, at + len));
+            }
+            at += len;
+        }
+        assert_eq!(at, cap);
+        assert_eq!(
+            data,
+            vec![(3 * stripe, 4 * stripe), (10 * stripe, 12 * stripe)]
+        );
+        assert_eq!(
+            a.zero_extents(3 * stripe + 100, 10),
+            vec![(10, false)],
+            "cut to what was asked"
+        );
+        assert_eq!(
+            a.zero_extents(4 * stripe - 10, 20),
+            vec![(10, false), (10, true)]
+        );
+        assert_eq!(a.zero_extents(cap - 10, 100), vec![(10, true)]);
+        assert!(a.zero_extents(cap, 100).is_empty());
+    };
+    check(&a);
+    a.fail_member(1, false).unwrap();
+    check(&a);
+    drop(a);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -19,10 +19,14 @@ pub const OPT_LIST: u32 = 3;
 pub const OPT_STARTTLS: u32 = 5;
 pub const OPT_INFO: u32 = 6;
 pub const OPT_GO: u32 = 7;
+pub const OPT_STRUCTURED_REPLY: u32 = 8;
+pub const OPT_LIST_META_CONTEXT: u32 = 9;
+pub const OPT_SET_META_CONTEXT: u32 = 10;
 
 pub const REP_ACK: u32 = 1;
 pub const REP_SERVER: u32 = 2;
 pub const REP_INFO: u32 = 3;
+pub const REP_META_CONTEXT: u32 = 4;
 pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
@@ -47,10 +51,26 @@ pub const CMD_DISC: u16 = 2;
 pub const CMD_FLUSH: u16 = 3;
 pub const CMD_TRIM: u16 = 4;
 pub const CMD_WRITE_ZEROES: u16 = 6;
+pub const CMD_BLOCK_STATUS: u16 = 7;
 
 pub const CMD_FLAG_FUA: u16 = 1;
 /// WRITE_ZEROES: allocate, do not punch a hole (this server never does).
 pub const CMD_FLAG_NO_HOLE: u16 = 2;
+/// Block status: one extent only, no longer than the request.
+pub const CMD_FLAG_REQ_ONE: u16 = 8;
+
+/// Structured replies (`OPT_STRUCTURED_REPLY`): a chunk's header magic,
+/// the flag of a reply's last chunk, and the chunk types sent.
+pub const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
+pub const REPLY_FLAG_DONE: u16 = 1;
+pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
+pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
+pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
+/// The one meta context served, and its flags: a hole (not stored), and
+/// reads as zeros.
+pub const CONTEXT_ALLOCATION: &str = "base:allocation";
+pub const STATE_HOLE: u32 = 1;
+pub const STATE_ZERO: u32 = 2;
 
 pub const EPERM: u32 = 1;
 pub const EIO: u32 = 5;
@@ -124,6 +144,21 @@ pub fn check(r: &Request, size: u64, block: u64, read_only: bool) -> Check {
             }
         }
         CMD_DISC => return Check::Ok,
+        CMD_BLOCK_STATUS => {
+            // Asked for where the export's bytes are, not to move any:
+            // a read-only export answers it too.
+            if r.flags & !CMD_FLAG_REQ_ONE != 0
+                || r.length == 0
+                || !r.offset.is_multiple_of(block)
+                || !(r.length as u64).is_multiple_of(block)
+                || r.offset
+                    .checked_add(r.length as u64)
+                    .is_none_or(|e| e > size)
+            {
+                return Check::Error(EINVAL);
+            }
+            return Check::Ok;
+        }
         _ => return Check::Error(EINVAL),
     }
     if r.kind == CMD_WRITE && r.length > MAX_REQUEST {
@@ -151,6 +186,28 @@ pub fn check(r: &Request, size: u64, block: u64, read_only: bool) -> Check {
         _ if r.kind == CMD_READ || r.kind == CMD_TRIM => Check::Error(EINVAL),
         _ => Check::Error(ENOSPC),
     }
+}
+
+/// An option request's payload for LIST_META_CONTEXT and
+/// SET_META_CONTEXT: the export name and the queries, every length
+/// checked against what was sent.
+pub fn parse_meta_context_request(data: &[u8]) -> Option<(String, Vec<String>)> {
+    let field = |at: usize| -> Option<(&[u8], usize)> {
+        let n = u32::from_be_bytes(data.get(at..at.checked_add(4)?)?.try_into().ok()?) as usize;
+        let start = at + 4;
+        Some((data.get(start..start.checked_add(n)?)?, start + n))
+    };
+    let (name, mut at) = field(0)?;
+    let name = std::str::from_utf8(name).ok()?.to_string();
+    let count = u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?) as usize;
+    at += 4;
+    let mut queries = Vec::new();
+    for _ in 0..count {
+        let (q, next) = field(at)?;
+        queries.push(std::str::from_utf8(q).ok()?.to_string());
+        at = next;
+    }
+    (at == data.len()).then_some((name, queries))
 }
 
 /// An option request's payload for INFO and GO: the export name and the
@@ -267,6 +324,58 @@ mod tests {
             check(&req(CMD_READ, 0, 0), size, 4096, false),
             Check::Error(EINVAL)
         );
+        // Block status: read-only exports answer it; REQ_ONE only.
+        let status = |flags, offset, length| Request {
+            flags,
+            ..req(CMD_BLOCK_STATUS, offset, length)
+        };
+        assert_eq!(check(&status(0, 0, 8192), size, 4096, true), Check::Ok);
+        assert_eq!(
+            check(&status(CMD_FLAG_REQ_ONE, 0, 8192), size, 4096, false),
+            Check::Ok
+        );
+        for bad in [
+            status(CMD_FLAG_FUA, 0, 4096),
+            status(0, 0, 0),
+            status(0, 100, 4096),
+            status(0, size - 4096, 8192),
+            status(0, u64::MAX - 4095, 4096),
+        ] {
+            assert_eq!(
+                check(&bad, size, 4096, false),
+                Check::Error(EINVAL),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn meta_context_request_parsing() {
+        let mut d = Vec::new();
+        d.extend_from_slice(&4u32.to_be_bytes());
+        d.extend_from_slice(b"data");
+        d.extend_from_slice(&2u32.to_be_bytes());
+        for q in ["base:allocation", "qemu:dirty-bitmap:x"] {
+            d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+            d.extend_from_slice(q.as_bytes());
+        }
+        assert_eq!(
+            parse_meta_context_request(&d),
+            Some((
+                "data".into(),
+                vec!["base:allocation".into(), "qemu:dirty-bitmap:x".into()]
+            ))
+        );
+        // Cut short anywhere, or with bytes left over: refused.
+        for n in 0..d.len() {
+            assert_eq!(parse_meta_context_request(&d[..n]), None, "{n}");
+        }
+        let mut long = d.clone();
+        long.push(0);
+        assert_eq!(parse_meta_context_request(&long), None);
+        let mut bad = d.clone();
+        bad[12..16].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(parse_meta_context_request(&bad), None);
     }
 
     #[test]
@@ -326,6 +435,10 @@ mod fuzz {
                     assert!(r.offset % 4096 == 0 && r.length % 4096 == 0 && r.length > 0);
                     assert!(r.offset + r.length as u64 <= size && r.length <= MAX_REQUEST);
                 }
+                if check(&r, size, 4096, false) == Check::Ok && r.kind == CMD_BLOCK_STATUS {
+                    assert!(r.offset % 4096 == 0 && r.length % 4096 == 0 && r.length > 0);
+                    assert!(r.offset + r.length as u64 <= size);
+                }
                 // A client that did not ask for the block size: any byte,
                 // still inside the export.
                 if check(&r, size, 1, false) == Check::Ok
@@ -341,6 +454,7 @@ mod fuzz {
             let n = (next() % 40) as usize;
             let data: Vec<u8> = (0..n).map(|_| next() as u8).collect();
             let _ = parse_info_request(&data);
+            let _ = parse_meta_context_request(&data);
         }
     }
 }

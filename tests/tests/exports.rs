@@ -506,6 +506,72 @@ fn nbdcopy_256_mib_in_and_out() {
     w.ok(&["stop", "copy"]);
 }
 
+/// Block status (`base:allocation`): the parts of a sparse array never
+/// written are holes that read as zeros, what was written is data, stripe
+/// by stripe; a copy that skips the holes (nbdcopy's default) is the same
+/// as one that reads every byte, optimal and with a member failed (its
+/// chunks recovered from the others' holes).
+#[test]
+fn block_status_names_the_holes_and_a_copy_skipping_them_is_exact() {
+    need("nbdinfo");
+    need("nbdcopy");
+    let w = World::new("map");
+    let m = w.sparse_members("m", 4, 128 * MIB);
+    let mut args = vec![
+        "create", "map", "--level", "5", "--chunk", "64K", "--sparse",
+    ];
+    args.extend(m.iter().map(|p| s(p)));
+    w.ok(&args);
+    let sock = w.dir.join("map.sock");
+    w.ok(&["start", "map", "--nbd", &format!("unix:{}", sock.display())]);
+    let uri = format!("nbd+unix:///map?socket={}", sock.display());
+    let (ok, out) = qemu_io(
+        &sock,
+        "map",
+        &["write -P 0x55 1M 4k", "write -P 0x66 100M 1M"],
+    );
+    assert!(ok, "{out}");
+    // Stripes of 3 x 64 KiB: the 4 KiB write is in stripe 5, the 1 MiB
+    // one in stripes 533 to 538.
+    let stripe = 3 * 64 * 1024;
+    let want = vec![(5 * stripe, stripe), (533 * stripe, 6 * stripe)];
+    let check = |when: &str| {
+        let map = run(Command::new("nbdinfo").arg("--map").arg(&uri));
+        let mut data = Vec::new();
+        let mut end = 0;
+        for line in map.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (at, len, kind): (u64, u64, u32) = (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+            );
+            assert_eq!(at, end, "{when}: extents in order, none missing:\n{map}");
+            end = at + len;
+            match kind {
+                0 => data.push((at, len)),
+                3 => {}
+                k => panic!("{when}: type {k}:\n{map}"),
+            }
+        }
+        assert_eq!(end, 3 * 127 * MIB, "{when}: the whole export:\n{map}");
+        assert_eq!(data, want, "{when}:\n{map}");
+        let (skipping, whole) = (w.dir.join("skipping.img"), w.dir.join("whole.img"));
+        run(Command::new("nbdcopy").arg(&uri).arg(&skipping));
+        run(Command::new("nbdcopy")
+            .arg("--no-extents")
+            .arg(&uri)
+            .arg(&whole));
+        assert_eq!(file_hash(&skipping), file_hash(&whole), "{when}");
+        std::fs::remove_file(&skipping).unwrap();
+        std::fs::remove_file(&whole).unwrap();
+    };
+    check("optimal");
+    w.ok(&["fail", "map", s(&m[1])]);
+    check("degraded");
+    w.ok(&["stop", "map"]);
+}
+
 #[test]
 fn fio_nbd_engine_random_writes_verify() {
     need("fio");

@@ -293,6 +293,7 @@ impl Array {
                 }
                 s.member_events.store(sb.events, Ordering::Release);
             }
+            let mut dropped = false;
             for (u, m) in meta.spares.clone() {
                 let sb = self.superblock(meta, ROLE_SPARE, u);
                 if let Err(e) = metadata::write_superblock(m.as_ref(), &sb) {
@@ -304,7 +305,15 @@ impl Array {
                             reason: format!("metadata write failed: {e}"),
                         },
                     );
+                    dropped = true;
                 }
+            }
+            if dropped {
+                // The members' metadata just written names it as a spare,
+                // which a start would take back: written again without it
+                // (each round more drops one more spare, so this ends).
+                self.epoch.fetch_add(1, Ordering::AcqRel);
+                continue 'round;
             }
             // Every member not failed now holds this event: the next
             // change's metadata says so (a crash in this one may have left

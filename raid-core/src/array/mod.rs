@@ -31,6 +31,7 @@ mod scrub;
 mod sync;
 mod unjournaled;
 mod write_plan;
+mod zero_extents;
 
 pub use assemble::{Assembly, NO_USABLE_METADATA};
 pub(crate) use block_io::DirectPiece;

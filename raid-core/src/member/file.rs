@@ -419,6 +419,28 @@ impl Member for FileMember {
     fn size(&self) -> u64 {
         self.size
     }
+    fn data_from(&self, offset: u64) -> Option<u64> {
+        // A block device's holes are not known (lseek treats it as all
+        // data, or refuses).
+        if self.block_device {
+            return None;
+        }
+        // SAFETY: a plain lseek on our own open fd; every read and write
+        // of the member gives its own offset, so moving the fd's position
+        // changes nothing else.
+        let at = unsafe { libc::lseek(self.file.as_raw_fd(), offset as i64, libc::SEEK_DATA) };
+        if at >= 0 {
+            return Some(at as u64);
+        }
+        // ENXIO: no data from `offset` to the end of the file, which is
+        // a hole up to there; past the end (a file cut short) a read
+        // does not return zeros, and anything else is unknown.
+        if io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO) {
+            return None;
+        }
+        let end = self.file.metadata().ok()?.len();
+        (offset < end).then_some(end)
+    }
     fn file_now(&self) -> Option<io::Result<super::FileNow>> {
         use std::os::unix::fs::MetadataExt;
         (!self.block_device).then(|| {

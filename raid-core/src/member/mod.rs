@@ -97,6 +97,17 @@ pub trait Member: Send + Sync {
     fn file_now(&self) -> Option<io::Result<FileNow>> {
         None
     }
+    /// Where data may begin at or after `offset`: `Some(p)` where every
+    /// byte of [offset, p) is a hole, which reads back as zeros without
+    /// being stored;
+    /// `None` where the device cannot tell, which counts as data at
+    /// `offset`. Used to tell a copy which parts of the array it may skip
+    /// (`Array::zero_extents`), so a wrong `Some` would lose data in the
+    /// copy: a device answers only from its filesystem's own word.
+    fn data_from(&self, offset: u64) -> Option<u64> {
+        let _ = offset;
+        None
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Makes every completed write durable.

@@ -596,9 +596,12 @@ impl Daemon {
             // A spare the array dropped (it could not be written): the
             // record follows, so a restart does not offer it again.
             if matches!(ev, raid_core::array::ArrayEvent::SpareDropped { .. }) {
+                let before = s.record.lock().spares.clone();
                 s.record_spares(None);
-                if let Err(e) = self.save_record(s) {
-                    tracing::error!(array = s.array.name(), "saving the record: {e}");
+                if s.record.lock().spares != before {
+                    // Where it cannot be written, `save_record` logs it
+                    // and the monitor writes it again.
+                    let _ = self.save_record(s);
                 }
             }
             let unix = t

@@ -536,6 +536,10 @@ fn preferred_block(a: &Array) -> u32 {
     p.min(nbd::MAX_REQUEST as u64) as u32
 }
 
+/// The id of the one meta context served (`base:allocation`), as a
+/// client that selects it is told.
+pub(super) const ALLOCATION_CONTEXT: u32 = 1;
+
 /// Handshake, then transmission. With `tls`, the client must start TLS
 /// (NBD_OPT_STARTTLS) before any other option; the rest of the handshake
 /// and the transmission run inside it.
@@ -563,6 +567,9 @@ fn serve(
     // The transmission flags last told to the client (GO's, or
     // EXPORT_NAME's): what it was offered is what it is held to.
     let mut flags_sent: u16;
+    // Structured replies (NBD_OPT_STRUCTURED_REPLY), and the block status
+    // context selected by the last NBD_OPT_SET_META_CONTEXT.
+    let mut negotiated = transmission::Negotiated::default();
     let mut c: Box<dyn Conn> = Box::new(sock);
     let mut hello = Vec::new();
     hello.extend_from_slice(&nbd::NBDMAGIC.to_be_bytes());
@@ -636,6 +643,9 @@ fn serve(
                     continue;
                 }
                 option_reply(c.as_mut(), opt, nbd::REP_ACK, &[])?;
+                // What was negotiated in the clear does not hold inside
+                // TLS (the spec's rule).
+                negotiated = transmission::Negotiated::default();
                 let sock = plain.take().expect("checked above");
                 let conn = rustls::ServerConnection::new(cfg.clone()).map_err(io::Error::other)?;
                 // Said at warning level: a client refused for its
@@ -674,6 +684,54 @@ fn serve(
                 d.extend_from_slice(name.as_bytes());
                 option_reply(c.as_mut(), opt, nbd::REP_SERVER, &d)?;
                 option_reply(c.as_mut(), opt, nbd::REP_ACK, &[])?;
+            }
+            nbd::OPT_STRUCTURED_REPLY => {
+                if !data.is_empty() {
+                    option_reply(
+                        c.as_mut(),
+                        opt,
+                        nbd::REP_ERR_INVALID,
+                        b"STRUCTURED_REPLY takes no data",
+                    )?;
+                    continue;
+                }
+                negotiated.structured = true;
+                option_reply(c.as_mut(), opt, nbd::REP_ACK, &[])?;
+            }
+            nbd::OPT_LIST_META_CONTEXT | nbd::OPT_SET_META_CONTEXT => {
+                let set = opt == nbd::OPT_SET_META_CONTEXT;
+                if set {
+                    // Each SET replaces the one before, even one that fails.
+                    negotiated.block_status = false;
+                }
+                let (kind, why) = match nbd::parse_meta_context_request(&data) {
+                    None => (
+                        nbd::REP_ERR_INVALID,
+                        "malformed meta context request".into(),
+                    ),
+                    Some(_) if set && !negotiated.structured => (
+                        nbd::REP_ERR_INVALID,
+                        "structured replies first (NBD_OPT_STRUCTURED_REPLY)".into(),
+                    ),
+                    Some((want, _)) if !want.is_empty() && want != name => {
+                        (nbd::REP_ERR_UNKNOWN, format!("no export '{want}'"))
+                    }
+                    Some((_, queries)) => {
+                        let wanted =
+                            |q: &String| q == nbd::CONTEXT_ALLOCATION || (!set && q == "base:");
+                        // LIST with no query lists every context; SET
+                        // with none selects none.
+                        if queries.iter().any(wanted) || (!set && queries.is_empty()) {
+                            let id = if set { ALLOCATION_CONTEXT } else { 0 };
+                            let mut d = id.to_be_bytes().to_vec();
+                            d.extend_from_slice(nbd::CONTEXT_ALLOCATION.as_bytes());
+                            option_reply(c.as_mut(), opt, nbd::REP_META_CONTEXT, &d)?;
+                            negotiated.block_status |= set;
+                        }
+                        (nbd::REP_ACK, String::new())
+                    }
+                };
+                option_reply(c.as_mut(), opt, kind, why.as_bytes())?;
             }
             nbd::OPT_INFO | nbd::OPT_GO => {
                 let Some((want, infos)) = nbd::parse_info_request(&data) else {
@@ -730,5 +788,12 @@ fn serve(
         ));
     }
     let read_only = flags_sent & nbd::TFLAG_READ_ONLY != 0;
-    transmission::transmission(c, array, engine, !asked_block_size, read_only, any)
+    transmission::transmission(
+        c,
+        array,
+        engine,
+        (!asked_block_size, read_only),
+        negotiated,
+        any,
+    )
 }

@@ -21,7 +21,7 @@
 
 use super::errno_of;
 use super::sub_block;
-use super::wire::{send, with_slices, Carry, Payload, Reply};
+use super::wire::{send, with_slices, Carry, Form, Payload, Reply};
 use super::{protocol_error, Conn};
 use crate::any_bytes::{AnyBytes, Counted};
 use crate::nbd::{self, Check, Request};
@@ -31,6 +31,32 @@ use raid_core::shard::{Batch, Engine};
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::sync::{Arc, Condvar, Mutex};
+
+/// What the client negotiated beyond simple replies.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Negotiated {
+    /// Structured replies: a read is answered with a chunk of them.
+    pub(super) structured: bool,
+    /// The `base:allocation` context selected: block status is answered.
+    pub(super) block_status: bool,
+}
+
+impl Negotiated {
+    /// How the reply to `req` goes (its block status's aside).
+    fn form(self, req: &Request) -> Form {
+        if self.structured && req.kind == nbd::CMD_READ {
+            Form::Read { offset: req.offset }
+        } else {
+            Form::Simple
+        }
+    }
+}
+
+/// Most bytes of the array one block status answers for: a client asks
+/// again from where the answer ended (the spec lets a server answer for
+/// less than was asked), and the reader, which answers it, is kept from
+/// its other requests at most a few milliseconds.
+const STATUS_SPAN: u64 = 256 << 20;
 
 /// Requests in flight per connection before the reader waits for replies
 /// to go out (Linux's NBD client sends up to 128 per connection).
@@ -84,13 +110,16 @@ struct Pending {
     shared: Arc<Shared>,
     cookie: u64,
     bytes: usize,
+    form: Form,
     answered: bool,
 }
 
 impl Pending {
     fn reply(mut self, err: u32, payload: Payload) {
         self.answered = true;
-        self.shared.reply(self.cookie, err, payload, self.bytes);
+        let form = std::mem::replace(&mut self.form, Form::Simple);
+        self.shared
+            .reply(self.cookie, form, err, payload, self.bytes);
     }
 
     /// Hands the claim to the writer, which flushes, then replies.
@@ -107,8 +136,9 @@ impl Drop for Pending {
                 "nbd: request {:#x} ended unanswered; answered EIO",
                 self.cookie
             );
+            let form = std::mem::replace(&mut self.form, Form::Simple);
             self.shared
-                .reply(self.cookie, nbd::EIO, Payload::None, self.bytes);
+                .reply(self.cookie, form, nbd::EIO, Payload::None, self.bytes);
         }
     }
 }
@@ -266,12 +296,13 @@ impl Shared {
         }
     }
 
-    fn reply(&self, cookie: u64, err: u32, payload: Payload, bytes: usize) {
+    fn reply(&self, cookie: u64, form: Form, err: u32, payload: Payload, bytes: usize) {
         self.push(Out::Reply(Reply {
             cookie,
             err,
             payload,
             bytes,
+            form,
         }));
     }
 }
@@ -286,8 +317,8 @@ pub(super) fn transmission(
     c: Box<dyn Conn>,
     array: Arc<Array>,
     engine: &Engine,
-    lenient: bool,
-    read_only: bool,
+    (lenient, read_only): (bool, bool),
+    negotiated: Negotiated,
     any: &AnyBytes,
 ) -> io::Result<()> {
     let mut reader = io::BufReader::with_capacity(256 * 1024, c.try_clone_box()?);
@@ -305,7 +336,8 @@ pub(super) fn transmission(
                 wake: &sh.ready,
             };
             let _reader = ReaderOf::mark(sh);
-            read_requests(&mut reader, &array, engine, sh, (lenient, read_only), any)
+            let rules = (lenient, read_only, negotiated);
+            read_requests(&mut reader, &array, engine, sh, rules, any)
         };
         let _ = writer.join();
         r
@@ -358,7 +390,7 @@ fn read_requests(
     array: &Arc<Array>,
     engine: &Engine,
     shared: &Arc<Shared>,
-    (lenient, read_only): (bool, bool),
+    (lenient, read_only, negotiated): (bool, bool, Negotiated),
     any: &AnyBytes,
 ) -> io::Result<()> {
     let gate = &any.gate;
@@ -436,11 +468,16 @@ fn read_requests(
                 shared.let_replies_go(&**r.get_ref());
             }
             if let Err(e) = r.read_exact(&mut buf) {
-                shared.reply(req.cookie, nbd::EIO, Payload::None, bytes);
+                shared.reply(req.cookie, Form::Simple, nbd::EIO, Payload::None, bytes);
                 return Err(e);
             }
         }
+        let form = negotiated.form(&req);
         match check {
+            Check::Ok if req.kind == nbd::CMD_BLOCK_STATUS => {
+                let (err, form) = block_status(array, &req, negotiated);
+                shared.reply(req.cookie, form, err, Payload::Spare(buf), bytes);
+            }
             Check::Ok if sub_block::is_sub_block(&req) => {
                 // Served here, alone among the export's writes: this
                 // connection's own in flight go first.
@@ -452,7 +489,7 @@ fn read_requests(
                     nbd::CMD_READ if err == 0 => Payload::Data(buf),
                     _ => Payload::Spare(buf),
                 };
-                shared.reply(req.cookie, err, payload, bytes);
+                shared.reply(req.cookie, form, err, payload, bytes);
             }
             Check::Ok => {
                 let counted = match req.kind {
@@ -471,13 +508,52 @@ fn read_requests(
                     }
                     _ => None,
                 };
-                submit(engine, &mut batch, shared, req, buf, bytes, counted);
+                submit(engine, &mut batch, shared, (req, form), buf, bytes, counted);
                 in_batch += 1;
             }
-            Check::Error(errno) => shared.reply(req.cookie, errno, Payload::Spare(buf), bytes),
+            Check::Error(errno) => {
+                // A block status is answered with a structured reply
+                // where they were negotiated, its error too.
+                let form = match req.kind {
+                    nbd::CMD_BLOCK_STATUS if negotiated.structured => Form::Status(Vec::new()),
+                    _ => form,
+                };
+                shared.reply(req.cookie, form, errno, Payload::Spare(buf), bytes)
+            }
             Check::Disconnect(_) => unreachable!("returned above"),
         }
     }
+}
+
+/// A block status's answer: its error, or its one chunk, the extents of
+/// the array from the request's offset, for at most `STATUS_SPAN` bytes
+/// (one with `REQ_ONE`), each a hole that reads as zeros or data
+/// (`Array::zero_extents`).
+fn block_status(array: &Array, req: &Request, n: Negotiated) -> (u32, Form) {
+    if !n.structured {
+        // Not to be sent without structured replies: refused as simply.
+        return (nbd::EINVAL, Form::Simple);
+    }
+    if !n.block_status {
+        return (nbd::EINVAL, Form::Status(Vec::new()));
+    }
+    let len = (req.length as u64).min(STATUS_SPAN);
+    let mut extents = array.zero_extents(req.offset, len);
+    if req.flags & nbd::CMD_FLAG_REQ_ONE != 0 {
+        extents.truncate(1);
+    }
+    let mut p = super::ALLOCATION_CONTEXT.to_be_bytes().to_vec();
+    for (len, zero) in extents {
+        // At most STATUS_SPAN each: a u32.
+        p.extend_from_slice(&(len as u32).to_be_bytes());
+        let state = if zero {
+            nbd::STATE_HOLE | nbd::STATE_ZERO
+        } else {
+            0
+        };
+        p.extend_from_slice(&state.to_be_bytes());
+    }
+    (0, Form::Status(p))
 }
 
 /// Wakes the shards `batch` owes a wake-up; a fresh batch.
@@ -492,7 +568,7 @@ fn submit(
     engine: &Engine,
     batch: &mut Batch<'_>,
     shared: &Arc<Shared>,
-    req: Request,
+    (req, form): (Request, Form),
     buf: AlignedBuf,
     bytes: usize,
     counted: Option<Counted>,
@@ -502,6 +578,7 @@ fn submit(
         shared: shared.clone(),
         cookie: req.cookie,
         bytes,
+        form,
         answered: false,
     };
     let fail = move |e: ArrayError| {
@@ -645,6 +722,7 @@ mod tests {
             shared: shared.clone(),
             cookie,
             bytes: 4096,
+            form: Form::Simple,
             answered: false,
         }
     }
@@ -707,7 +785,7 @@ mod tests {
                 .enumerate()
                 .for_each(|(i, x)| *x = (i as u64 ^ cookie) as u8);
             shared.state.lock().unwrap().in_flight += 1;
-            shared.reply(cookie, 0, Payload::Data(d), 0);
+            shared.reply(cookie, Form::Simple, 0, Payload::Data(d), 0);
         }
         shared.let_replies_go(&conn);
         let carry = {

@@ -1,7 +1,9 @@
-//! NBD simple replies on the wire: each a 16-byte header, a successful
-//! read's data after it; written in as few system calls as the socket
-//! takes, and, where a send stopped part-way, the rest from where it
-//! stopped (`Carry`, `transmission.rs`).
+//! NBD replies on the wire: a simple reply's 16-byte header, a
+//! successful read's data after it; or, where the client negotiated
+//! structured replies, a read's one chunk (its data at its offset, or its
+//! error) and a block status's one chunk. Written in as few system calls
+//! as the socket takes, and, where a send stopped part-way, the rest from
+//! where it stopped (`Carry`, `transmission.rs`).
 
 use super::Conn;
 use crate::nbd;
@@ -17,12 +19,28 @@ pub(super) enum Payload {
     Spare(AlignedBuf),
 }
 
-/// A simple reply; `bytes` is what its request counted in flight.
+/// How a reply goes on the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Form {
+    /// A simple reply (every reply, where structured replies were not
+    /// negotiated; a reply to anything but a read or a block status,
+    /// where they were: the spec allows either).
+    Simple,
+    /// A read's structured reply: one chunk, its data at `offset` or its
+    /// error.
+    Read { offset: u64 },
+    /// A block status's structured reply: one chunk, this payload (the
+    /// context id and its extents) or the error.
+    Status(Vec<u8>),
+}
+
+/// One reply; `bytes` is what its request counted in flight.
 pub(super) struct Reply {
     pub(super) cookie: u64,
     pub(super) err: u32,
     pub(super) payload: Payload,
     pub(super) bytes: usize,
+    pub(super) form: Form,
 }
 
 /// Replies the reader began to send: their first `sent` bytes (headers
@@ -33,11 +51,14 @@ pub(super) struct Carry {
     pub(super) sent: usize,
 }
 
+/// The longest header a reply has: a structured chunk's (20 bytes) and a
+/// read's offset after it.
+const HEAD_MAX: usize = 28;
+
 impl Reply {
-    /// Its bytes on the wire: a simple reply's header, and a successful
-    /// read's data.
+    /// Its bytes on the wire.
     pub(super) fn wire_len(&self) -> usize {
-        16 + self.data().map_or(0, <[u8]>::len)
+        self.head(&mut [0; HEAD_MAX]) + self.body().map_or(0, <[u8]>::len)
     }
 
     /// The data sent after its header.
@@ -47,29 +68,73 @@ impl Reply {
             _ => None,
         }
     }
+
+    /// The bytes before its data (or its block status): the header, and
+    /// an offset or error of a structured chunk. Returns their length.
+    fn head(&self, h: &mut [u8; HEAD_MAX]) -> usize {
+        let chunk = |h: &mut [u8; HEAD_MAX], kind: u16, len: usize| {
+            h[0..4].copy_from_slice(&nbd::STRUCTURED_REPLY_MAGIC.to_be_bytes());
+            h[4..6].copy_from_slice(&nbd::REPLY_FLAG_DONE.to_be_bytes());
+            h[6..8].copy_from_slice(&kind.to_be_bytes());
+            h[8..16].copy_from_slice(&self.cookie.to_be_bytes());
+            h[16..20].copy_from_slice(&(len as u32).to_be_bytes());
+        };
+        match (&self.form, self.err) {
+            (Form::Simple, err) => {
+                h[0..4].copy_from_slice(&nbd::SIMPLE_REPLY_MAGIC.to_be_bytes());
+                h[4..8].copy_from_slice(&err.to_be_bytes());
+                h[8..16].copy_from_slice(&self.cookie.to_be_bytes());
+                16
+            }
+            (Form::Read { .. } | Form::Status(_), err) if err != 0 => {
+                // An error chunk: the error, and a message of no bytes.
+                chunk(h, nbd::REPLY_TYPE_ERROR, 6);
+                h[20..24].copy_from_slice(&err.to_be_bytes());
+                h[24..26].copy_from_slice(&0u16.to_be_bytes());
+                26
+            }
+            (Form::Read { offset }, _) => {
+                let n = self.data().map_or(0, <[u8]>::len);
+                chunk(h, nbd::REPLY_TYPE_OFFSET_DATA, 8 + n);
+                h[20..28].copy_from_slice(&offset.to_be_bytes());
+                28
+            }
+            (Form::Status(p), _) => {
+                chunk(h, nbd::REPLY_TYPE_BLOCK_STATUS, p.len());
+                20
+            }
+        }
+    }
+
+    /// What follows its head: a successful read's data, or a block
+    /// status's extents.
+    fn body(&self) -> Option<&[u8]> {
+        match (&self.form, self.err) {
+            (Form::Status(p), 0) => Some(p),
+            _ => self.data(),
+        }
+    }
 }
 
-/// Calls `f` with the replies' wire form as slices (each header, then a
-/// successful read's data), the first `skip` bytes left out.
+/// Calls `f` with the replies' wire form as slices (each head, then its
+/// body), the first `skip` bytes left out.
 pub(super) fn with_slices<T>(
     replies: &[Reply],
     skip: usize,
     f: impl FnOnce(&mut [IoSlice<'_>]) -> T,
 ) -> T {
-    let heads: Vec<[u8; 16]> = replies
+    let heads: Vec<([u8; HEAD_MAX], usize)> = replies
         .iter()
         .map(|r| {
-            let mut h = [0u8; 16];
-            h[0..4].copy_from_slice(&nbd::SIMPLE_REPLY_MAGIC.to_be_bytes());
-            h[4..8].copy_from_slice(&r.err.to_be_bytes());
-            h[8..16].copy_from_slice(&r.cookie.to_be_bytes());
-            h
+            let mut h = [0u8; HEAD_MAX];
+            let n = r.head(&mut h);
+            (h, n)
         })
         .collect();
     let mut slices = Vec::with_capacity(2 * replies.len());
-    for (r, h) in replies.iter().zip(&heads) {
-        slices.push(IoSlice::new(h));
-        if let Some(d) = r.data() {
+    for (r, (h, n)) in replies.iter().zip(&heads) {
+        slices.push(IoSlice::new(&h[..*n]));
+        if let Some(d) = r.body() {
             slices.push(IoSlice::new(d));
         }
     }
@@ -78,8 +143,8 @@ pub(super) fn with_slices<T>(
     f(rest)
 }
 
-/// Writes simple replies, the first `skip` bytes of their wire form left
-/// out (sent already), in as few system calls as the socket takes.
+/// Writes replies, the first `skip` bytes of their wire form left out
+/// (sent already), in as few system calls as the socket takes.
 pub(super) fn send(c: &mut dyn Conn, replies: &[Reply], skip: usize) -> io::Result<()> {
     with_slices(replies, skip, |mut rest| -> io::Result<()> {
         while !rest.is_empty() {
@@ -115,6 +180,7 @@ mod tests {
             err,
             payload,
             bytes: 0,
+            form: Form::Simple,
         };
         let replies = vec![
             reply(1, 0, Payload::Data(data(4096, 1))),
@@ -130,6 +196,73 @@ mod tests {
         assert_eq!(whole.len(), total);
         assert_eq!(total, 5 * 16 + 4096 + 8192);
         assert_eq!(&whole[8..16], &1u64.to_be_bytes());
+        for skip in 0..=total {
+            let rest: Vec<u8> = with_slices(&replies, skip, |s| {
+                s.iter().flat_map(|x| x.to_vec()).collect()
+            });
+            assert!(rest == whole[skip..], "after {skip} bytes");
+        }
+    }
+
+    /// Structured replies on the wire, as the spec lays them out: a read's
+    /// one chunk (its offset, then its data), a read's error chunk (no
+    /// data after it, however much was read), a block status's chunk, and
+    /// a partial send's rest exact across them.
+    #[test]
+    fn structured_chunks_are_laid_out_as_the_spec_says() {
+        let reply = |cookie, err, payload, form| Reply {
+            cookie,
+            err,
+            payload,
+            bytes: 0,
+            form,
+        };
+        let mut d = AlignedBuf::new(4096);
+        d.fill(7);
+        let status = vec![0, 0, 0, 1, 0, 0, 0x10, 0, 0, 0, 0, 3];
+        let replies = vec![
+            reply(9, 0, Payload::Data(d), Form::Read { offset: 1 << 20 }),
+            reply(
+                10,
+                nbd::EIO,
+                Payload::Data(AlignedBuf::new(4096)),
+                Form::Read { offset: 0 },
+            ),
+            reply(11, 0, Payload::None, Form::Status(status.clone())),
+            reply(12, nbd::EINVAL, Payload::None, Form::Status(Vec::new())),
+            reply(13, 0, Payload::None, Form::Simple),
+        ];
+        let whole: Vec<u8> =
+            with_slices(&replies, 0, |s| s.iter().flat_map(|x| x.to_vec()).collect());
+        let total: usize = replies.iter().map(Reply::wire_len).sum();
+        assert_eq!(whole.len(), total);
+        assert_eq!(total, (28 + 4096) + 26 + (20 + 12) + 26 + 16);
+        let be16 = |at: usize| u16::from_be_bytes(whole[at..at + 2].try_into().unwrap());
+        let be32 = |at: usize| u32::from_be_bytes(whole[at..at + 4].try_into().unwrap());
+        let be64 = |at: usize| u64::from_be_bytes(whole[at..at + 8].try_into().unwrap());
+        // The read: magic, DONE, OFFSET_DATA, cookie, length, offset, data.
+        assert_eq!(be32(0), nbd::STRUCTURED_REPLY_MAGIC);
+        assert_eq!(be16(4), nbd::REPLY_FLAG_DONE);
+        assert_eq!(be16(6), nbd::REPLY_TYPE_OFFSET_DATA);
+        assert_eq!(be64(8), 9);
+        assert_eq!(be32(16), 8 + 4096);
+        assert_eq!(be64(20), 1 << 20);
+        assert!(whole[28..28 + 4096].iter().all(|&b| b == 7));
+        // Its error: ERROR, length 6, the errno, an empty message.
+        let e = 28 + 4096;
+        assert_eq!(be16(e + 6), nbd::REPLY_TYPE_ERROR);
+        assert_eq!(be64(e + 8), 10);
+        assert_eq!(be32(e + 16), 6);
+        assert_eq!(be32(e + 20), nbd::EIO);
+        assert_eq!(be16(e + 24), 0);
+        // The block status: BLOCK_STATUS, its payload as given.
+        let b = e + 26;
+        assert_eq!(be16(b + 6), nbd::REPLY_TYPE_BLOCK_STATUS);
+        assert_eq!(be32(b + 16), status.len() as u32);
+        assert_eq!(&whole[b + 20..b + 32], &status[..]);
+        assert_eq!(be16(b + 32 + 6), nbd::REPLY_TYPE_ERROR);
+        assert_eq!(be32(b + 32 + 20), nbd::EINVAL);
+        assert_eq!(be32(b + 58), nbd::SIMPLE_REPLY_MAGIC);
         for skip in 0..=total {
             let rest: Vec<u8> = with_slices(&replies, skip, |s| {
                 s.iter().flat_map(|x| x.to_vec()).collect()

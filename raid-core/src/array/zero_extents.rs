@@ -1,0 +1,108 @@
+//! Which parts of the array read as zeros without being stored: where
+//! every device a read would use has a hole (a sparse member file never
+//! written there, or a range zeroed by a trim). The NBD export answers a
+//! client's block-status query with it, so a copy (nbdcopy, qemu-img
+//! convert) skips those parts instead of reading zeros.
+//!
+//! The answer must never say "zero" where a read would return anything
+//! else: a copy would then lose that data. So a part counts as zero only
+//! where every device that serves it answers from its filesystem's own
+//! word that it holds a hole there (`Member::data_from`), and an unknown
+//! answer (a block device, a network member, a hot replace's pair) is
+//! data. Holes on every device that serves a part mean zeros whichever
+//! of them a read uses: a mirror's copies all hold zeros, and a RAID5/6
+//! chunk recovered from its stripe's others (all zeros, the parity too)
+//! is zeros, since the parity of zeros is zeros.
+
+use super::Array;
+
+impl Array {
+    /// The array's extents from `offset` on, as (length, reads as zeros),
+    /// in order, covering `offset` up to `offset + len` (at most to the
+    /// end of the array) and at least one byte where `offset` is inside
+    /// it. A snapshot: a write that lands meanwhile may make it stale, as
+    /// NBD allows (a client that writes while it asks sees either).
+    pub fn zero_extents(&self, offset: u64, len: u64) -> Vec<(u64, bool)> {
+        let end = offset.saturating_add(len).min(self.geo.capacity());
+        let mut out: Vec<(u64, bool)> = Vec::new();
+        if offset >= end {
+            return out;
+        }
+        let unit = self.zero_unit();
+        let members = self.member_handles();
+        // Per slot, a position from which its device may hold data,
+        // learned by a query at or before the unit being looked at: still
+        // the answer for any later unit that starts at or before it.
+        let mut known: Vec<Option<u64>> = vec![None; self.slots.len()];
+        let mut at = offset;
+        while at < end {
+            let u = at / unit;
+            let upto = ((u + 1) * unit).min(end);
+            let zero = self.unit_is_hole(u, &members, &mut known);
+            match out.last_mut() {
+                Some((l, z)) if *z == zero => *l += upto - at,
+                _ => out.push((upto - at, zero)),
+            }
+            at = upto;
+        }
+        out
+    }
+
+    /// Bytes of the array in one unit judged at once: a RAID5/6 stripe's
+    /// data (its chunks and parity share one row), else one chunk (with
+    /// its copies).
+    fn zero_unit(&self) -> u64 {
+        match self.geo.level {
+            crate::layout::Level::Raid5 | crate::layout::Level::Raid6 => {
+                self.geo.stripe_data_bytes()
+            }
+            _ => self.geo.chunk,
+        }
+    }
+
+    /// Whether unit `u` reads as zeros: every device that serves it, and
+    /// at least one, holds a hole over its whole chunk there.
+    fn unit_is_hole(
+        &self,
+        u: u64,
+        members: &[crate::member::MemberRef],
+        known: &mut [Option<u64>],
+    ) -> bool {
+        use crate::layout::{Level, Place};
+        let chunk = self.geo.chunk;
+        let places: Vec<Place> = match self.geo.level {
+            Level::Raid5 | Level::Raid6 => (0..self.geo.members)
+                .map(|m| Place {
+                    member: m,
+                    offset: u * chunk,
+                })
+                .collect(),
+            _ => self.geo.chunk_copies(u),
+        };
+        let mut serving = 0;
+        for p in places {
+            if !self.readable(p.member, p.offset / chunk) {
+                continue;
+            }
+            serving += 1;
+            let (from, to) = (
+                self.data_offset + p.offset,
+                self.data_offset + p.offset + chunk,
+            );
+            let next = match known[p.member] {
+                Some(n) if n >= from => n,
+                _ => match members[p.member].data_from(from) {
+                    Some(n) => {
+                        known[p.member] = Some(n);
+                        n
+                    }
+                    None => return false,
+                },
+            };
+            if next < to {
+                return false;
+            }
+        }
+        serving > 0
+    }
+}

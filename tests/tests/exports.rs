@@ -572,6 +572,43 @@ fn block_status_names_the_holes_and_a_copy_skipping_them_is_exact() {
     w.ok(&["stop", "map"]);
 }
 
+/// With structured replies switched off (RAIDCTL_NBD_STRUCTURED_REPLIES=off,
+/// nbdkit's --no-sr), clients fall back to simple replies and get no
+/// block status; their reads and writes are served as before.
+#[test]
+fn structured_replies_switched_off_leave_simple_replies() {
+    need("nbdinfo");
+    let w = World::new("nosr");
+    w.raid5_of_four("nosr", 128 * MIB);
+    let sock = w.dir.join("nosr.sock");
+    let o = w.run_env(
+        &[
+            "start",
+            "nosr",
+            "--nbd",
+            &format!("unix:{}", sock.display()),
+        ],
+        &[("RAIDCTL_NBD_STRUCTURED_REPLIES", "off")],
+    );
+    assert!(o.status.success(), "{o:?}");
+    let uri = format!("nbd+unix:///nosr?socket={}", sock.display());
+    let map = Command::new("nbdinfo")
+        .arg("--map")
+        .arg(&uri)
+        .output()
+        .unwrap();
+    assert!(!map.status.success(), "{map:?}");
+    let why = String::from_utf8_lossy(&map.stderr);
+    assert!(why.contains("base:allocation"), "{why}");
+    let (ok, out) = qemu_io(
+        &sock,
+        "nosr",
+        &["write -P 0x5a 64k 8k", "read -P 0x5a 64k 8k"],
+    );
+    assert!(ok && !out.contains("Pattern verification failed"), "{out}");
+    w.ok(&["stop", "nosr"]);
+}
+
 #[test]
 fn fio_nbd_engine_random_writes_verify() {
     need("fio");

@@ -219,6 +219,10 @@ fn the_parts_of_the_array_that_read_as_zeros_are_named() {
     check(&a);
     a.fail_member(1, false).unwrap();
     check(&a);
+    // Failed past its redundancy, the array serves no read: no part of
+    // it is said to be zeros.
+    a.fail_member(2, true).unwrap();
+    assert_eq!(a.zero_extents(0, a.capacity()), vec![(a.capacity(), false)]);
     drop(a);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -28,12 +28,22 @@ impl Array {
         if offset >= end {
             return out;
         }
+        let all_data = vec![(end - offset, false)];
+        // Beyond its redundancy, the array fails reads the holes would
+        // not: nothing is said to be zeros.
+        if !self.within_redundancy() {
+            return all_data;
+        }
+        // The devices as they are now, each asked only while the slot
+        // holds it: a change of membership meanwhile (a spare taking a
+        // slot, a rebuild moving on) makes the answer all data.
+        let epoch = self.epoch.load(std::sync::atomic::Ordering::Acquire);
         let unit = self.zero_unit();
         let members = self.member_handles();
-        // Per slot, a position from which its device may hold data,
-        // learned by a query at or before the unit being looked at: still
-        // the answer for any later unit that starts at or before it.
-        let mut known: Vec<Option<u64>> = vec![None; self.slots.len()];
+        // Per slot, the first run of data its device has at or after the
+        // last place asked (`Member::data_from`): still the answer for a
+        // later unit that starts inside it or before it.
+        let mut known: Vec<Option<std::ops::Range<u64>>> = vec![None; self.slots.len()];
         let mut at = offset;
         while at < end {
             let u = at / unit;
@@ -44,6 +54,9 @@ impl Array {
                 _ => out.push((upto - at, zero)),
             }
             at = upto;
+        }
+        if self.epoch.load(std::sync::atomic::Ordering::Acquire) != epoch {
+            return all_data;
         }
         out
     }
@@ -66,7 +79,7 @@ impl Array {
         &self,
         u: u64,
         members: &[crate::member::MemberRef],
-        known: &mut [Option<u64>],
+        known: &mut [Option<std::ops::Range<u64>>],
     ) -> bool {
         use crate::layout::{Level, Place};
         let chunk = self.geo.chunk;
@@ -89,17 +102,19 @@ impl Array {
                 self.data_offset + p.offset,
                 self.data_offset + p.offset + chunk,
             );
-            let next = match known[p.member] {
-                Some(n) if n >= from => n,
+            let run = match &known[p.member] {
+                // A hole up to the run, or inside the run's data.
+                Some(r) if r.start >= from || r.end > from => r.clone(),
                 _ => match members[p.member].data_from(from) {
-                    Some(n) => {
-                        known[p.member] = Some(n);
-                        n
+                    Some(r) => {
+                        known[p.member] = Some(r.clone());
+                        r
                     }
                     None => return false,
                 },
             };
-            if next < to {
+            // Data where the run meets [from, to).
+            if run.start < to {
                 return false;
             }
         }

@@ -28,6 +28,8 @@ pub struct FileMember {
     /// On tmpfs or ramfs (`Member::in_memory`); tmpfs takes O_DIRECT
     /// since Linux 6.6, and copies through its page cache all the same.
     in_memory: bool,
+    /// On a filesystem whose holes are trusted (`Member::data_from`).
+    holes_known: bool,
     block_device: bool,
     key: DeviceKey,
     /// A regular file with every block allocated: zeroing keeps the blocks
@@ -41,18 +43,40 @@ pub struct FileMember {
     _backing: Option<File>,
 }
 
-/// Whether `f` lives on a filesystem in memory (tmpfs, ramfs).
-fn on_memory_fs(f: &File) -> bool {
-    const TMPFS_MAGIC: u32 = 0x0102_1994;
-    const RAMFS_MAGIC: u32 = 0x8584_58f6;
+const TMPFS_MAGIC: u32 = 0x0102_1994;
+const RAMFS_MAGIC: u32 = 0x8584_58f6;
+const EXT4_MAGIC: u32 = 0xef53;
+const XFS_MAGIC: u32 = 0x5846_5342;
+const BTRFS_MAGIC: u32 = 0x9123_683e;
+
+/// The magic number of the filesystem `f` lives on, if fstatfs answers.
+fn fs_magic(f: &File) -> Option<u32> {
     // SAFETY: statfs is plain old data, filled by the kernel for our fd.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: a valid fd and a pointer to a live statfs.
     if unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) } != 0 {
-        return false;
+        return None;
     }
     // f_type's width differs between targets; the magic numbers are 32-bit.
-    matches!(st.f_type as u32, TMPFS_MAGIC | RAMFS_MAGIC)
+    Some(st.f_type as u32)
+}
+
+/// Whether `f` lives on a filesystem in memory (tmpfs, ramfs).
+fn on_memory_fs(f: &File) -> bool {
+    matches!(fs_magic(f), Some(TMPFS_MAGIC | RAMFS_MAGIC))
+}
+
+/// Whether the holes `f`'s filesystem reports (SEEK_DATA) can be trusted
+/// to read as zeros, written data never among them: those whose lseek
+/// counts data still in the page cache (delayed allocation, dirty pages
+/// over unwritten extents) as data. Not every filesystem does: FUSE passes
+/// lseek to its server without writing back the kernel's dirty pages, and
+/// some ZFS releases reported holes over dirty data.
+fn holes_known(f: &File) -> bool {
+    matches!(
+        fs_magic(f),
+        Some(TMPFS_MAGIC | EXT4_MAGIC | XFS_MAGIC | BTRFS_MAGIC)
+    )
 }
 
 /// Whether every byte of a regular file has a block behind it.
@@ -131,6 +155,7 @@ impl FileMember {
         // A block device's node lives on devtmpfs, which answers fstatfs
         // with tmpfs's magic: the device behind it is no copy in memory.
         let in_memory = !block_device && on_memory_fs(&file);
+        let holes_known = !block_device && holes_known(&file);
         tracing::debug!(path = %path.display(), direct, in_memory, size, "member opened");
         Ok(FileMember {
             stats: Default::default(),
@@ -140,6 +165,7 @@ impl FileMember {
             size,
             direct,
             in_memory,
+            holes_known,
             block_device,
             key,
             allocated,
@@ -168,6 +194,7 @@ impl FileMember {
             size,
             direct: false,
             in_memory: false,
+            holes_known: false,
             block_device,
             allocated: std::sync::atomic::AtomicBool::new(false),
             _backing: None,
@@ -419,27 +446,35 @@ impl Member for FileMember {
     fn size(&self) -> u64 {
         self.size
     }
-    fn data_from(&self, offset: u64) -> Option<u64> {
+    fn data_from(&self, offset: u64) -> Option<std::ops::Range<u64>> {
         // A block device's holes are not known (lseek treats it as all
-        // data, or refuses).
-        if self.block_device {
+        // data, or refuses), nor those of a filesystem not trusted.
+        if self.block_device || !self.holes_known {
             return None;
         }
-        // SAFETY: a plain lseek on our own open fd; every read and write
-        // of the member gives its own offset, so moving the fd's position
-        // changes nothing else.
-        let at = unsafe { libc::lseek(self.file.as_raw_fd(), offset as i64, libc::SEEK_DATA) };
-        if at >= 0 {
-            return Some(at as u64);
+        let seek = |at: u64, whence| {
+            // SAFETY: a plain lseek on our own open fd; every read and
+            // write of the member gives its own offset, so moving the fd's
+            // position changes nothing else.
+            let r = unsafe { libc::lseek(self.file.as_raw_fd(), at as i64, whence) };
+            if r >= 0 {
+                Ok(r as u64)
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        };
+        match seek(offset, libc::SEEK_DATA) {
+            // Data from there to the next hole (the end of the file is one).
+            Ok(start) => Some(start..seek(start, libc::SEEK_HOLE).unwrap_or(start)),
+            // ENXIO: no data from `offset` to the end of the file, which is
+            // a hole up to there; past the end (a file cut short) a read
+            // does not return zeros: data, as far as a copy is concerned.
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                let end = self.file.metadata().ok()?.len();
+                (offset < end).then_some(end..u64::MAX)
+            }
+            Err(_) => None,
         }
-        // ENXIO: no data from `offset` to the end of the file, which is
-        // a hole up to there; past the end (a file cut short) a read
-        // does not return zeros, and anything else is unknown.
-        if io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO) {
-            return None;
-        }
-        let end = self.file.metadata().ok()?.len();
-        (offset < end).then_some(end)
     }
     fn file_now(&self) -> Option<io::Result<super::FileNow>> {
         use std::os::unix::fs::MetadataExt;

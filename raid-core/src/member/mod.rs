@@ -97,14 +97,16 @@ pub trait Member: Send + Sync {
     fn file_now(&self) -> Option<io::Result<FileNow>> {
         None
     }
-    /// Where data may begin at or after `offset`: `Some(p)` where every
-    /// byte of [offset, p) is a hole, which reads back as zeros without
-    /// being stored;
-    /// `None` where the device cannot tell, which counts as data at
-    /// `offset`. Used to tell a copy which parts of the array it may skip
-    /// (`Array::zero_extents`), so a wrong `Some` would lose data in the
-    /// copy: a device answers only from its filesystem's own word.
-    fn data_from(&self, offset: u64) -> Option<u64> {
+    /// The first run of data at or after `offset`, `start..end`: every
+    /// byte of [offset, start) is a hole, which reads back as zeros
+    /// without being stored, and [start, end) may hold data (`end` may
+    /// lie past anything known: counted as data too). `None` where the
+    /// device cannot tell, which counts as data from `offset` on. Used to
+    /// tell a copy which parts of the array it may skip
+    /// (`Array::zero_extents`), so a hole said where data was written
+    /// would lose that data in the copy: a device answers only from a
+    /// filesystem trusted to count unwritten-back data as data.
+    fn data_from(&self, offset: u64) -> Option<std::ops::Range<u64>> {
         let _ = offset;
         None
     }

@@ -475,6 +475,11 @@ fn read_requests(
         let form = negotiated.form(&req);
         match check {
             Check::Ok if req.kind == nbd::CMD_BLOCK_STATUS => {
+                // Answered here, after the requests read before it are
+                // on their way (this takes a system call per run of data
+                // or hole on each member).
+                batch = ring(batch, engine);
+                in_batch = 0;
                 let (err, form) = block_status(array, &req, negotiated);
                 shared.reply(req.cookie, form, err, Payload::Spare(buf), bytes);
             }

@@ -214,6 +214,13 @@ fn the_parts_of_the_array_that_read_as_zeros_are_named() {
             vec![(10, false), (10, true)]
         );
         assert_eq!(a.zero_extents(cap - 10, 100), vec![(10, true)]);
+        // One at a time (SEEK_DATA, SEEK_HOLE): whole, the walk stopped
+        // where the next begins.
+        assert_eq!(a.zero_extents_upto(0, cap, 1), vec![(3 * stripe, true)]);
+        assert_eq!(
+            a.zero_extents_upto(3 * stripe, cap, 2),
+            vec![(stripe, false), (6 * stripe, true)]
+        );
         assert!(a.zero_extents(cap, 100).is_empty());
     };
     check(&a);

@@ -898,6 +898,53 @@ fn kernel_nbd_client_where_the_driver_exists() {
     w.ok(&["stop", "knbd"]);
 }
 
+/// The FUSE file answers SEEK_DATA and SEEK_HOLE from the array's holes,
+/// so `cp --sparse` and the like skip what reads as zeros: a sparse
+/// array's data where it was written, holes elsewhere, the end a hole.
+#[test]
+fn the_fuse_file_tells_its_holes_from_its_data() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let w = World::new("seek");
+    let m = w.sparse_members("m", 4, 128 * MIB);
+    let mut args = vec![
+        "create", "seek", "--level", "5", "--chunk", "64K", "--sparse",
+    ];
+    args.extend(m.iter().map(|p| s(p)));
+    w.ok(&args);
+    w.ok(&["start", "seek"]);
+    w.ok(&["mount", "seek"]);
+    let path = w.state().join("mnt").join("seek").join("seek");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let stripe: i64 = 3 * 64 * 1024;
+    f.write_all_at(&[7u8; 4096], 10 * stripe as u64 + 4096)
+        .unwrap();
+    let cap = f.metadata().unwrap().len() as i64;
+    let seek = |at: i64, whence| {
+        // SAFETY: lseek on a file we hold open.
+        let r = unsafe { libc::lseek(f.as_raw_fd(), at, whence) };
+        if r < 0 {
+            Err(std::io::Error::last_os_error().raw_os_error())
+        } else {
+            Ok(r)
+        }
+    };
+    assert_eq!(seek(0, libc::SEEK_DATA), Ok(10 * stripe));
+    assert_eq!(seek(0, libc::SEEK_HOLE), Ok(0));
+    assert_eq!(seek(10 * stripe + 5, libc::SEEK_HOLE), Ok(11 * stripe));
+    assert_eq!(seek(10 * stripe + 5, libc::SEEK_DATA), Ok(10 * stripe + 5));
+    assert_eq!(seek(11 * stripe, libc::SEEK_DATA), Err(Some(libc::ENXIO)));
+    assert_eq!(seek(11 * stripe, libc::SEEK_HOLE), Ok(11 * stripe));
+    assert_eq!(seek(cap, libc::SEEK_DATA), Err(Some(libc::ENXIO)));
+    drop(f);
+    w.ok(&["unmount", "seek"]);
+    w.ok(&["stop", "seek"]);
+}
+
 /// An unmount while the FUSE file is still in use is refused and changes
 /// nothing (it used to be logged by the FUSE crate and reported as done,
 /// and `stop` then closed the array under a mount that kept serving it).

@@ -23,6 +23,15 @@ impl Array {
     /// it. A snapshot: a write that lands meanwhile may make it stale, as
     /// NBD allows (a client that writes while it asks sees either).
     pub fn zero_extents(&self, offset: u64, len: u64) -> Vec<(u64, bool)> {
+        self.zero_extents_upto(offset, len, usize::MAX)
+    }
+
+    /// `zero_extents`, at most `most` of them: the walk stops where the
+    /// next would begin, so each returned is whole (the last may end at
+    /// `offset + len`). A caller looking for the next hole or data
+    /// (SEEK_HOLE, SEEK_DATA) asks for one, and so does not walk what
+    /// lies past it.
+    pub fn zero_extents_upto(&self, offset: u64, len: u64, most: usize) -> Vec<(u64, bool)> {
         let end = offset.saturating_add(len).min(self.geo.capacity());
         let mut out: Vec<(u64, bool)> = Vec::new();
         if offset >= end {
@@ -49,8 +58,10 @@ impl Array {
             let u = at / unit;
             let upto = ((u + 1) * unit).min(end);
             let zero = self.unit_is_hole(u, &members, &mut known);
+            let full = out.len() == most;
             match out.last_mut() {
                 Some((l, z)) if *z == zero => *l += upto - at,
+                _ if full => break,
                 _ => out.push((upto - at, zero)),
             }
             at = upto;

@@ -29,6 +29,7 @@ pub const INTERRUPT: u32 = 36;
 pub const DESTROY: u32 = 38;
 pub const BATCH_FORGET: u32 = 42;
 pub const FALLOCATE: u32 = 43;
+pub const LSEEK: u32 = 46;
 
 pub const ASYNC_READ: u32 = 1 << 0;
 pub const BIG_WRITES: u32 = 1 << 5;
@@ -153,6 +154,11 @@ pub fn rw_in(b: &[u8]) -> Option<(u64, u32)> {
 /// fuse_fallocate_in: (offset, length, mode).
 pub fn fallocate_in(b: &[u8]) -> Option<(u64, u64, u32)> {
     Some((u64_at(b, 8)?, u64_at(b, 16)?, u32_at(b, 24)?))
+}
+
+/// fuse_lseek_in: (offset, whence).
+pub fn lseek_in(b: &[u8]) -> Option<(u64, u32)> {
+    Some((u64_at(b, 8)?, u32_at(b, 16)?))
 }
 
 /// fuse_setattr_in: (valid, size).

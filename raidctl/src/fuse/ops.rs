@@ -136,6 +136,7 @@ pub fn handle(ans: &mut dyn Answer, fs: &Fs, req: Request<'_>) {
             }
         }
         abi::FALLOCATE => fallocate(ans, fs, u, body),
+        abi::LSEEK => lseek(ans, fs, h, body),
         abi::READDIR => readdir(ans, fs, h, body),
         abi::STATFS => {
             ans.send(u, 0, &[&abi::statfs_out(fs.io.array.capacity())]);
@@ -209,6 +210,51 @@ fn fallocate(ans: &mut dyn Answer, fs: &Fs, u: u64, body: &[u8]) {
             ans.send(u, 0, &[]);
         }
         Err(e) => ans.send_error(u, e),
+    }
+}
+
+/// SEEK_DATA and SEEK_HOLE on the array's file (the kernel answers the
+/// other whences itself), so `cp --sparse`, `qemu-img convert` and `tar
+/// --sparse` skip what reads as zeros without being stored: the parts
+/// `Array::zero_extents` names, and the end of the file.
+fn lseek(ans: &mut dyn Answer, fs: &Fs, h: InHeader, body: &[u8]) {
+    /// Array bytes looked at per call of `zero_extents`.
+    const SPAN: u64 = 1 << 30;
+    let u = h.unique;
+    let Some((off, whence)) = abi::lseek_in(body) else {
+        return ans.send_error(u, libc::EINVAL);
+    };
+    let want_data = match whence as i32 {
+        libc::SEEK_DATA => true,
+        libc::SEEK_HOLE => false,
+        _ => return ans.send_error(u, libc::EINVAL),
+    };
+    let array = &fs.io.array;
+    let cap = array.capacity();
+    if h.nodeid != FILE || off >= cap {
+        return ans.send_error(u, libc::ENXIO);
+    }
+    let mut at = off;
+    while at < cap {
+        // The extent at `at`, whole: the next begins where it ends, of
+        // the other kind, unless the walk stopped at its span's end.
+        let Some(&(len, zero)) = array.zero_extents_upto(at, SPAN, 1).first() else {
+            break;
+        };
+        if zero != want_data {
+            return ans.send(u, 0, &[&at.to_ne_bytes()]);
+        }
+        let walked_to = (at + SPAN).min(cap);
+        at += len;
+        if at < walked_to {
+            return ans.send(u, 0, &[&at.to_ne_bytes()]);
+        }
+    }
+    // No data from `off` on; the end of the file is a hole.
+    if want_data {
+        ans.send_error(u, libc::ENXIO)
+    } else {
+        ans.send(u, 0, &[&cap.to_ne_bytes()])
     }
 }
 

@@ -179,6 +179,14 @@ fn a_deleted_member_file_is_named_and_a_renamed_one_is_not() {
 #[test]
 fn the_parts_of_the_array_that_read_as_zeros_are_named() {
     let (dir, _paths, a) = files_raid5("zeros");
+    if !raid_core::member::holes_trusted_at(&dir) {
+        eprintln!(
+            "{}: not a filesystem whose holes are trusted: skipped",
+            dir.display()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
     // A RAID5 of three: two 64 KiB data chunks a stripe.
     let stripe = 128u64 << 10;
     a.write(3 * stripe + 8192, &[0xA5u8; 4096]).unwrap();

@@ -349,6 +349,24 @@ pub fn on_memory_fs(p: &Path) -> bool {
 }
 
 /// Fails the test, naming the fix, when `tool` is not installed.
+/// Whether the filesystem holding `p` is one whose holes the array trusts
+/// (ext4, XFS, btrfs, tmpfs: `Member::data_from`); elsewhere (overlayfs
+/// in a container) an array of files there reports no holes at all.
+pub fn holes_trusted(p: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: statfs is plain old data, filled by the kernel.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a pointer to a live statfs.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    matches!(
+        st.f_type as u32,
+        0xef53 | 0x5846_5342 | 0x9123_683e | 0x0102_1994
+    )
+}
+
 pub fn need(tool: &str) {
     let found = Command::new("sh")
         .arg("-c")

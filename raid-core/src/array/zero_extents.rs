@@ -38,25 +38,27 @@ impl Array {
             return out;
         }
         let all_data = vec![(end - offset, false)];
+        // The devices as they are now, each asked only while the slot
+        // holds it: a change of membership meanwhile (a member failed, a
+        // spare taking a slot) makes the answer all data. Read first, so
+        // that a failure after the check below changes it too.
+        let epoch = self.epoch.load(std::sync::atomic::Ordering::Acquire);
         // Beyond its redundancy, the array fails reads the holes would
         // not: nothing is said to be zeros.
         if !self.within_redundancy() {
             return all_data;
         }
-        // The devices as they are now, each asked only while the slot
-        // holds it: a change of membership meanwhile (a spare taking a
-        // slot, a rebuild moving on) makes the answer all data.
-        let epoch = self.epoch.load(std::sync::atomic::Ordering::Acquire);
         let unit = self.zero_unit();
         let members = self.member_handles();
-        // Per slot, the first run of data its device has at or after the
-        // last place asked (`Member::data_from`): still the answer for a
-        // later unit that starts inside it or before it.
-        let mut known: Vec<Option<std::ops::Range<u64>>> = vec![None; self.slots.len()];
+        // Per slot, the place last asked and the first run of data its
+        // device has at or after it (`Member::data_from`): still the
+        // answer for a unit from at or after that place that starts
+        // inside the run or before it.
+        let mut known: Vec<Option<(u64, std::ops::Range<u64>)>> = vec![None; self.slots.len()];
         let mut at = offset;
         while at < end {
             let u = at / unit;
-            let upto = ((u + 1) * unit).min(end);
+            let upto = (u + 1).saturating_mul(unit).min(end);
             let zero = self.unit_is_hole(u, &members, &mut known);
             let full = out.len() == most;
             match out.last_mut() {
@@ -90,7 +92,7 @@ impl Array {
         &self,
         u: u64,
         members: &[crate::member::MemberRef],
-        known: &mut [Option<std::ops::Range<u64>>],
+        known: &mut [Option<(u64, std::ops::Range<u64>)>],
     ) -> bool {
         use crate::layout::{Level, Place};
         let chunk = self.geo.chunk;
@@ -114,11 +116,14 @@ impl Array {
                 self.data_offset + p.offset + chunk,
             );
             let run = match &known[p.member] {
-                // A hole up to the run, or inside the run's data.
-                Some(r) if r.start >= from || r.end > from => r.clone(),
+                // Asked at or before `from`: a hole from there up to the
+                // run, or `from` inside the run's data.
+                Some((asked, r)) if *asked <= from && (r.start >= from || r.end > from) => {
+                    r.clone()
+                }
                 _ => match members[p.member].data_from(from) {
                     Some(r) => {
-                        known[p.member] = Some(r.clone());
+                        known[p.member] = Some((from, r.clone()));
                         r
                     }
                     None => return false,

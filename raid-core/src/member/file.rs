@@ -79,6 +79,12 @@ fn holes_known(f: &File) -> bool {
     )
 }
 
+/// Whether member files in the folder `dir` would have their holes
+/// trusted (`holes_known`): false where it cannot be opened.
+pub fn holes_trusted_at(dir: &Path) -> bool {
+    File::open(dir).is_ok_and(|f| holes_known(&f))
+}
+
 /// Whether every byte of a regular file has a block behind it.
 fn fully_allocated(m: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt;

@@ -9,7 +9,7 @@ mod sim_nvme;
 mod uring;
 
 pub use faulty::{Faults, FaultyMember};
-pub use file::{loop_backing, FileMember, LoopBacking};
+pub use file::{holes_trusted_at, loop_backing, FileMember, LoopBacking};
 pub use ram::RamMember;
 pub use sim_nvme::{Completion, NvmeModel, SimNvme};
 pub use uring::{io_path, IoPath};

@@ -543,10 +543,12 @@ fn block_status(array: &Array, req: &Request, n: Negotiated) -> (u32, Form) {
         return (nbd::EINVAL, Form::Status(Vec::new()));
     }
     let len = (req.length as u64).min(STATUS_SPAN);
-    let mut extents = array.zero_extents(req.offset, len);
-    if req.flags & nbd::CMD_FLAG_REQ_ONE != 0 {
-        extents.truncate(1);
-    }
+    let most = if req.flags & nbd::CMD_FLAG_REQ_ONE != 0 {
+        1
+    } else {
+        usize::MAX
+    };
+    let extents = array.zero_extents_upto(req.offset, len, most);
     let mut p = super::ALLOCATION_CONTEXT.to_be_bytes().to_vec();
     for (len, zero) in extents {
         // At most STATUS_SPAN each: a u32.

@@ -238,13 +238,17 @@ fn lseek(ans: &mut dyn Answer, fs: &Fs, h: InHeader, body: &[u8]) {
     while at < cap {
         // The extent at `at`, whole: the next begins where it ends, of
         // the other kind, unless the walk stopped at its span's end.
-        let Some(&(len, zero)) = array.zero_extents_upto(at, SPAN, 1).first() else {
-            break;
-        };
+        // None (never, inside the array) counts as data: a hole said
+        // wrongly would lose data in a copy.
+        let (len, zero) = array
+            .zero_extents_upto(at, SPAN, 1)
+            .first()
+            .copied()
+            .unwrap_or((cap - at, false));
         if zero != want_data {
             return ans.send(u, 0, &[&at.to_ne_bytes()]);
         }
-        let walked_to = (at + SPAN).min(cap);
+        let walked_to = at.saturating_add(SPAN).min(cap);
         at += len;
         if at < walked_to {
             return ans.send(u, 0, &[&at.to_ne_bytes()]);

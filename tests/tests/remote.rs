@@ -180,6 +180,39 @@ fn a_member_whose_server_dies_fails_and_comes_back_by_re_add() {
     w.ok(&["stop", "net5"]);
 }
 
+/// A hot spare whose server is gone is dropped by the array with a
+/// `spare_dropped` warning (an alert: it used to be an info event, or a
+/// log line only), the array's record stops naming it (a restart would
+/// offer it again), and the other spare takes the failed slot.
+#[test]
+fn a_spare_whose_server_is_gone_is_dropped_with_an_alert() {
+    need("nbdkit");
+    let w = World::new("dropspare");
+    let hook_out = config(&w, 2.0);
+    let (_files, _socks, mut servers, uris) = exports(&w, "d", "d", 5);
+    w.ok(&[
+        "create", "ds", "--level", "5", "--chunk", "64K", &uris[0], &uris[1], &uris[2],
+    ]);
+    w.ok(&["start", "ds"]);
+    w.ok(&["add", "ds", &uris[3]]);
+    w.ok(&["add", "ds", &uris[4]]);
+    servers[3].kill();
+    w.ok(&["fail", "ds", &uris[1]]);
+    let alerted = format!("spare_dropped warning ds {}", uris[3]);
+    wait_for(&format!("the alert '{alerted}'"), 30, || {
+        std::fs::read_to_string(&hook_out).is_ok_and(|a| a.contains(&alerted))
+    });
+    wait_for("the other spare rebuilt into the slot", 60, || {
+        state(&w, "ds") == "optimal"
+    });
+    let rec = std::fs::read_to_string(w.state().join("arrays/ds.toml")).unwrap();
+    let rec: toml::Value = toml::from_str(&rec).unwrap();
+    assert_eq!(rec["members"][1].as_str(), Some(uris[4].as_str()), "{rec}");
+    let spares = rec["spares"].as_array().map(Vec::len).unwrap_or(0);
+    assert_eq!(spares, 0, "the dropped spare is still recorded: {rec}");
+    w.ok(&["stop", "ds"]);
+}
+
 /// A member's server restarted on an older image of its disk (taken
 /// before the array last started) is not trusted: it used to be taken back
 /// on reconnecting, with no resync, and the array served old and new data

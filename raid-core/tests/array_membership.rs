@@ -2192,30 +2192,24 @@ struct Breaks {
     broken: AtomicBool,
 }
 impl raid_core::member::Member for Breaks {
-    fn identity(&self) -> &str {
-        self.inner.identity()
-    }
-    fn device_key(&self) -> raid_core::member::DeviceKey {
-        self.inner.device_key()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
+    support::pass_through_to_inner!();
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         if self.broken.load(Ordering::SeqCst) {
             return Err(std::io::Error::other("broken"));
         }
         self.inner.write_at(buf, offset)
     }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.write_zeroes(offset, len)
-    }
+}
+
+/// What the array's `spare_dropped` event says; it must be a warning.
+fn spare_dropped_warning(a: &Array) -> String {
+    let log = a.event_log();
+    let (_, dropped) = log
+        .iter()
+        .find(|(_, e)| e.kind() == "spare_dropped")
+        .expect("a spare_dropped event");
+    assert_eq!(dropped.severity(), raid_core::array::Severity::Warning);
+    dropped.describe()
 }
 
 /// A spare that cannot be written is dropped as it is called on, so the
@@ -2234,16 +2228,10 @@ fn a_spare_that_cannot_be_written_gives_way_to_the_next() {
     bad.broken.store(true, Ordering::SeqCst);
     assert!(a.activate_spare(3).is_err());
     // Said as a warning (an email), not as the operator's own `remove`.
-    let log = a.event_log();
-    let (_, dropped) = log
-        .iter()
-        .find(|(_, e)| e.kind() == "spare_dropped")
-        .expect("a spare_dropped event");
-    assert_eq!(dropped.severity(), raid_core::array::Severity::Warning);
+    let said = spare_dropped_warning(&a);
     assert!(
-        dropped.describe().contains("badspare-first") && dropped.describe().contains("broken"),
-        "{}",
-        dropped.describe()
+        said.contains("badspare-first") && said.contains("broken"),
+        "{said}"
     );
     assert_eq!(
         a.activate_spare(3).unwrap().as_deref(),
@@ -2272,17 +2260,8 @@ fn a_spare_that_cannot_take_metadata_is_dropped_with_a_warning() {
     let good = ram("metaspare-good");
     a.add_spare(good.clone()).unwrap();
     assert_eq!(a.spares(), vec!["metaspare-good".to_string()]);
-    let log = a.event_log();
-    let (_, dropped) = log
-        .iter()
-        .find(|(_, e)| e.kind() == "spare_dropped")
-        .expect("a spare_dropped event");
-    assert_eq!(dropped.severity(), raid_core::array::Severity::Warning);
-    assert!(
-        dropped.describe().contains("metaspare-bad"),
-        "{}",
-        dropped.describe()
-    );
+    let said = spare_dropped_warning(&a);
+    assert!(said.contains("metaspare-bad"), "{said}");
     // Nor do the members name it any more: a start after a crash (the
     // devices as they are now, the array not closed), offered the device,
     // its own metadata still that of a spare, does not take it back.

@@ -23,6 +23,7 @@ mod member_io;
 mod membership;
 mod mirror_io;
 mod parity_io;
+mod re_add;
 mod rebuild;
 mod rebuild_rows;
 mod rebuild_ticket;

@@ -1,0 +1,71 @@
+//! What structured replies bring to a connection (NBD_OPT_STRUCTURED_REPLY
+//! and the `base:allocation` meta context): how each reply goes on the
+//! wire, and block status, the array's holes and data as
+//! `Array::zero_extents` names them.
+
+use super::wire::Form;
+use crate::nbd::{self, Request};
+use raid_core::array::Array;
+
+/// The id of the one meta context served (`base:allocation`), as a
+/// client that selects it is told.
+pub(super) const ALLOCATION_CONTEXT: u32 = 1;
+
+/// What the client negotiated beyond simple replies.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Negotiated {
+    /// Structured replies: a read is answered with a chunk of them.
+    pub(super) structured: bool,
+    /// The `base:allocation` context selected: block status is answered.
+    pub(super) block_status: bool,
+}
+
+impl Negotiated {
+    /// How the reply to `req` goes (its block status's aside).
+    pub(super) fn form(self, req: &Request) -> Form {
+        if self.structured && req.kind == nbd::CMD_READ {
+            Form::Read { offset: req.offset }
+        } else {
+            Form::Simple
+        }
+    }
+}
+
+/// Most bytes of the array one block status answers for: a client asks
+/// again from where the answer ended (the spec lets a server answer for
+/// less than was asked), and the reader, which answers it, is kept from
+/// its other requests at most a few milliseconds.
+const STATUS_SPAN: u64 = 256 << 20;
+
+/// A block status's answer: its error, or its one chunk, the extents of
+/// the array from the request's offset, for at most `STATUS_SPAN` bytes
+/// (one with `REQ_ONE`), each a hole that reads as zeros or data
+/// (`Array::zero_extents`).
+pub(super) fn block_status(array: &Array, req: &Request, n: Negotiated) -> (u32, Form) {
+    if !n.structured {
+        // Not to be sent without structured replies: refused as simply.
+        return (nbd::EINVAL, Form::Simple);
+    }
+    if !n.block_status {
+        return (nbd::EINVAL, Form::Status(Vec::new()));
+    }
+    let len = (req.length as u64).min(STATUS_SPAN);
+    let most = if req.flags & nbd::CMD_FLAG_REQ_ONE != 0 {
+        1
+    } else {
+        usize::MAX
+    };
+    let extents = array.zero_extents_upto(req.offset, len, most);
+    let mut p = ALLOCATION_CONTEXT.to_be_bytes().to_vec();
+    for (len, zero) in extents {
+        // At most STATUS_SPAN each: a u32.
+        p.extend_from_slice(&(len as u32).to_be_bytes());
+        let state = if zero {
+            nbd::STATE_HOLE | nbd::STATE_ZERO
+        } else {
+            0
+        };
+        p.extend_from_slice(&state.to_be_bytes());
+    }
+    (0, Form::Status(p))
+}

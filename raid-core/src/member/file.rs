@@ -61,9 +61,9 @@ fn fs_magic(f: &File) -> Option<u32> {
     Some(st.f_type as u32)
 }
 
-/// Whether `f` lives on a filesystem in memory (tmpfs, ramfs).
-fn on_memory_fs(f: &File) -> bool {
-    matches!(fs_magic(f), Some(TMPFS_MAGIC | RAMFS_MAGIC))
+/// Whether a filesystem (by its magic number) is in memory (tmpfs, ramfs).
+fn in_memory_fs(magic: Option<u32>) -> bool {
+    matches!(magic, Some(TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
 /// Whether the holes `f`'s filesystem reports (SEEK_DATA) can be trusted
@@ -72,9 +72,9 @@ fn on_memory_fs(f: &File) -> bool {
 /// over unwritten extents) as data. Not every filesystem does: FUSE passes
 /// lseek to its server without writing back the kernel's dirty pages, and
 /// some ZFS releases reported holes over dirty data.
-fn holes_known(f: &File) -> bool {
+fn holes_known(magic: Option<u32>) -> bool {
     matches!(
-        fs_magic(f),
+        magic,
         Some(TMPFS_MAGIC | EXT4_MAGIC | XFS_MAGIC | BTRFS_MAGIC)
     )
 }
@@ -82,7 +82,7 @@ fn holes_known(f: &File) -> bool {
 /// Whether member files in the folder `dir` would have their holes
 /// trusted (`holes_known`): false where it cannot be opened.
 pub fn holes_trusted_at(dir: &Path) -> bool {
-    File::open(dir).is_ok_and(|f| holes_known(&f))
+    File::open(dir).is_ok_and(|f| holes_known(fs_magic(&f)))
 }
 
 /// Whether every byte of a regular file has a block behind it.
@@ -160,8 +160,9 @@ impl FileMember {
         };
         // A block device's node lives on devtmpfs, which answers fstatfs
         // with tmpfs's magic: the device behind it is no copy in memory.
-        let in_memory = !block_device && on_memory_fs(&file);
-        let holes_known = !block_device && holes_known(&file);
+        let magic = fs_magic(&file);
+        let in_memory = !block_device && in_memory_fs(magic);
+        let holes_known = !block_device && holes_known(magic);
         tracing::debug!(path = %path.display(), direct, in_memory, size, "member opened");
         Ok(FileMember {
             stats: Default::default(),
@@ -453,9 +454,9 @@ impl Member for FileMember {
         self.size
     }
     fn data_from(&self, offset: u64) -> Option<std::ops::Range<u64>> {
-        // A block device's holes are not known (lseek treats it as all
-        // data, or refuses), nor those of a filesystem not trusted.
-        if self.block_device || !self.holes_known {
+        // Not on a filesystem trusted, nor on a block device (lseek
+        // treats it as all data, or refuses): `holes_known` is false.
+        if !self.holes_known {
             return None;
         }
         let seek = |at: u64, whence| {

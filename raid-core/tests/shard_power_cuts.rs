@@ -60,6 +60,8 @@ fn drive(name: String) -> Arc<FaultyMember> {
         read: Duration::from_micros(6),
         write: Duration::from_micros(3),
         queue: 64,
+        read_bw: 0,
+        write_bw: 0,
     };
     let d = SimNvme::new(name, MIN_DATA_OFFSET + ROWS * CHUNK, model);
     Arc::new(FaultyMember::new(Arc::new(d)))

@@ -33,6 +33,13 @@ pub struct NvmeModel {
     pub write: Duration,
     /// How many I/Os the drive services at once.
     pub queue: usize,
+    /// Bytes per second the drive moves, reads and writes through one
+    /// channel (0: no limit, the latencies alone). With it, a large
+    /// transfer's bytes queue behind the others' as on a drive's bus and
+    /// flash, so that sequential work (a rebuild, a full-stripe write) is
+    /// bound by bandwidth, not by latency alone.
+    pub read_bw: u64,
+    pub write_bw: u64,
 }
 
 impl NvmeModel {
@@ -44,6 +51,26 @@ impl NvmeModel {
             read: Duration::from_micros(80),
             write: Duration::from_micros(20),
             queue: 128,
+            read_bw: 0,
+            write_bw: 0,
+        }
+    }
+
+    /// `datacenter`, with the drive's bandwidth limited to `read_bw` and
+    /// `write_bw` bytes per second.
+    pub fn with_bandwidth(self, read_bw: u64, write_bw: u64) -> NvmeModel {
+        NvmeModel {
+            read_bw,
+            write_bw,
+            ..self
+        }
+    }
+
+    /// How long the drive's channel is busy moving `len` bytes.
+    fn transfer(&self, write: bool, len: usize) -> Duration {
+        match if write { self.write_bw } else { self.read_bw } {
+            0 => Duration::ZERO,
+            bw => Duration::from_secs_f64(len as f64 / bw as f64),
         }
     }
 
@@ -183,8 +210,9 @@ impl Timer {
 pub struct SimNvme {
     ram: RamMember,
     model: NvmeModel,
-    /// When each of the drive's `queue` service slots is next free.
-    slots: Mutex<BinaryHeap<Reverse<Instant>>>,
+    /// When each of the drive's `queue` service slots is next free, and
+    /// when its channel is (`NvmeModel::read_bw`).
+    slots: Mutex<(BinaryHeap<Reverse<Instant>>, Instant)>,
     /// Counted by the array's I/O paths (see `Member::io_stats`).
     stats: crate::stats::IoStats,
     /// Every command the drive took (reads, writes, zeroing, flushes),
@@ -201,7 +229,7 @@ impl SimNvme {
             commands: AtomicU64::new(0),
             ram: RamMember::new(name, size),
             model,
-            slots: Mutex::new((0..model.queue.max(1)).map(|_| Reverse(now)).collect()),
+            slots: Mutex::new(((0..model.queue.max(1)).map(|_| Reverse(now)).collect(), now)),
         }
     }
 
@@ -214,14 +242,18 @@ impl SimNvme {
 
     /// When an I/O of this kind submitted now completes: it enters service
     /// when the earliest slot is free, and holds that slot for its service
-    /// time.
+    /// time; its bytes move through the drive's channel after those
+    /// submitted before it, and it completes no sooner than they have.
     fn schedule(&self, write: bool, len: usize) -> Instant {
         self.commands.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
-        let mut s = self.slots.lock();
-        let Reverse(free) = s.pop().expect("at least one slot");
-        let done = free.max(now) + self.model.service(write, len);
-        s.push(Reverse(done));
+        let mut g = self.slots.lock();
+        let (slots, channel) = &mut *g;
+        let Reverse(free) = slots.pop().expect("at least one slot");
+        let start = free.max(now);
+        *channel = (*channel).max(start) + self.model.transfer(write, len);
+        let done = (start + self.model.service(write, len)).max(*channel);
+        slots.push(Reverse(done));
         done
     }
 
@@ -323,6 +355,8 @@ mod tests {
                 read: Duration::from_millis(20),
                 write: Duration::from_millis(5),
                 queue: 2,
+                read_bw: 0,
+                write_bw: 0,
             },
         );
         let t = Instant::now();

@@ -97,11 +97,7 @@ pub fn memory_dir(tag: &str) -> Option<std::path::PathBuf> {
 /// A simulated datacenter drive (80 us reads, 20 us writes, 128 at once)
 /// of `data_bytes` after the metadata.
 pub fn sim_drive(name: String, data_bytes: u64) -> raid_core::member::SimNvme {
-    let model = raid_core::member::NvmeModel {
-        read: std::time::Duration::from_micros(80),
-        write: std::time::Duration::from_micros(20),
-        queue: 128,
-    };
+    let model = raid_core::member::NvmeModel::datacenter();
     raid_core::member::SimNvme::new(name, MIN_DATA_OFFSET + data_bytes, model)
 }
 

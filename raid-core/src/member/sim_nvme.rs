@@ -375,4 +375,35 @@ mod tests {
         m.read_at(&mut b, 8192).unwrap();
         assert!(b.iter().all(|&x| x == 7));
     }
+
+    /// With a bandwidth, transfers queue on the drive's channel however
+    /// many slots are free: four 1 MiB reads at 100 MB/s take 40 ms, where
+    /// their latency alone is 1 ms.
+    #[test]
+    fn bandwidth_bounds_large_transfers() {
+        let model = NvmeModel {
+            read: Duration::from_millis(1),
+            write: Duration::from_millis(1),
+            queue: 64,
+            read_bw: 0,
+            write_bw: 0,
+        }
+        .with_bandwidth(100_000_000, 50_000_000);
+        let m = SimNvme::new("sim:bw", 8 << 20, model);
+        let t = Instant::now();
+        let cs: Vec<_> = (0..4).map(|_| m.io(false, 1 << 20)).collect();
+        for c in &cs {
+            c.wait();
+        }
+        let took = t.elapsed();
+        assert!(took >= Duration::from_millis(41), "{took:?}");
+        // Writes move at their own rate: 1 MiB at 50 MB/s is 21 ms.
+        let t = Instant::now();
+        m.io(true, 1 << 20).wait();
+        assert!(
+            t.elapsed() >= Duration::from_millis(20),
+            "{:?}",
+            t.elapsed()
+        );
+    }
 }

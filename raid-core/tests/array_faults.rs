@@ -593,3 +593,69 @@ fn a_create_cut_short_while_zeroing_leaves_no_earlier_array_to_start() {
         ),
     }
 }
+
+/// A rebuild run of several steps (each step's writes go out with the
+/// next step's reads): the new member failing its writes at any point,
+/// those in flight beside reads among them, fails it and ends the rebuild
+/// with the error, and the array still reads back what was written; a
+/// source failing at any point of a RAID6 rebuild leaves it to finish on
+/// the others, every byte right.
+#[test]
+fn a_rebuild_in_steps_survives_failures_between_its_steps() {
+    use raid_core::member::FaultyMember;
+    // One run over every row: 64 rows of 16 KiB, two steps of 32.
+    let opts = RebuildOptions {
+        batch_rows: 64,
+        parallel: 1,
+        ..Default::default()
+    };
+    for after in [0, 10, 31, 32, 33, 40, 63] {
+        let (_m, a, img) = filled(Level::Raid5, 4, &format!("step-w{after}"));
+        a.fail_slot(1, "test");
+        let ram: MemberRef = Arc::new(RamMember::new(
+            format!("ram:step-w{after}-new"),
+            MIN_DATA_OFFSET + DATA,
+        ));
+        let new = Arc::new(FaultyMember::new(ram));
+        a.replace(1, new.clone()).unwrap();
+        new.set_faults(Faults {
+            fail_after: Some(after),
+            ..Default::default()
+        });
+        // Ok (the pass ended, its member gone) or the member's error.
+        let r = a.rebuild(1, &opts, &AtomicBool::new(false));
+        assert!(
+            matches!(r, Ok(RebuildEnd::Finished) | Err(ArrayError::Member { .. })),
+            "failing after {after}: {r:?}"
+        );
+        assert!(
+            a.event_log()
+                .iter()
+                .any(|(_, e)| matches!(e, ArrayEvent::RebuildFailed { .. })),
+            "failing after {after}"
+        );
+        assert_eq!(a.slots()[1].state, SlotState::Failed, "after {after}");
+        assert_matches(&a, &img);
+    }
+    for after in [0, 20, 100, 130, 190, 250] {
+        let (m, a, img) = filled(Level::Raid6, 5, &format!("step-r{after}"));
+        a.fail_slot(0, "test");
+        let new: MemberRef = Arc::new(RamMember::new(
+            format!("ram:step-r{after}-new"),
+            MIN_DATA_OFFSET + DATA,
+        ));
+        a.replace(0, new.clone()).unwrap();
+        m.faulty[3].set_faults(Faults {
+            fail_after: Some(after),
+            ..Default::default()
+        });
+        let end = a.rebuild(0, &opts, &AtomicBool::new(false)).unwrap();
+        assert_eq!(end, RebuildEnd::Finished, "after {after}");
+        assert_eq!(a.slots()[0].state, SlotState::Active, "after {after}");
+        assert_matches(&a, &img);
+        // What was rebuilt is right: with two others failed, every
+        // stripe needs it.
+        a.fail_slot(1, "test");
+        assert_matches(&a, &img);
+    }
+}

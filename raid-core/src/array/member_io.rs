@@ -197,6 +197,24 @@ impl Array {
         places: &[(usize, u64)],
         bufs: &mut [crate::buf::AlignedBuf],
     ) -> std::result::Result<(), ReadFailure> {
+        self.read_places_writing(places, bufs, &[]).0
+    }
+
+    /// `read_places_into`, with `writes` (a device, the bytes, the member
+    /// offset) in the same submission, so that they overlap on the devices:
+    /// a rebuild writes what it recovered of one step while it reads the
+    /// next. Returns the reads' outcome and, where the submission was made,
+    /// each write's; where it was not (`ReadFailure::Changed`: a place no
+    /// longer readable), no write was made either.
+    pub(super) fn read_places_writing(
+        &self,
+        places: &[(usize, u64)],
+        bufs: &mut [crate::buf::AlignedBuf],
+        writes: &[(&MemberRef, &[u8], u64)],
+    ) -> (
+        std::result::Result<(), ReadFailure>,
+        Option<Vec<io::Result<()>>>,
+    ) {
         use crate::member::{submit, IoOp, MemberIo};
         assert_eq!(bufs.len(), places.len(), "a buffer for each place");
         let handles = self.read_handles();
@@ -204,29 +222,44 @@ impl Array {
             .iter()
             .any(|&(slot, off)| !self.readable(slot, (off - self.data_offset) / self.geo.chunk))
         {
-            return Err(ReadFailure::Changed);
+            return (Err(ReadFailure::Changed), None);
         }
-        let mut ios: Vec<MemberIo> = bufs
+        // The written devices after the slots' handles, by index.
+        let devices: Vec<MemberRef> = handles
+            .iter()
+            .cloned()
+            .chain(writes.iter().map(|&(m, _, _)| m.clone()))
+            .collect();
+        let reads = bufs
             .iter_mut()
             .zip(places)
             .map(|(b, &(member, offset))| MemberIo {
                 member,
                 offset,
                 op: IoOp::Read(&mut b[..]),
-            })
-            .collect();
-        let results = submit(&handles, &mut ios);
+            });
+        let written = writes
+            .iter()
+            .enumerate()
+            .map(|(k, &(_, b, offset))| MemberIo {
+                member: handles.len() + k,
+                offset,
+                op: IoOp::Write(b),
+            });
+        let mut ios: Vec<MemberIo> = reads.chain(written).collect();
+        let mut results = submit(&devices, &mut ios);
+        let wrote = results.split_off(places.len());
         let failed: Vec<(usize, MemberRef, io::Error)> = ios
             .iter()
             .zip(results)
             .filter_map(|(io, r)| r.err().map(|e| (io.member, handles[io.member].clone(), e)))
             .collect();
         drop(ios);
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            Err(ReadFailure::Failed(failed))
-        }
+        let read = match failed.is_empty() {
+            true => Ok(()),
+            false => Err(ReadFailure::Failed(failed)),
+        };
+        (read, Some(wrote))
     }
 
     /// Fails the members of a `read_places` failure list (each only if its

@@ -9,6 +9,47 @@ use crate::layout::ChunkRole;
 use crate::member::{submit, IoOp, MemberIo};
 use crate::parity::RecoverJob;
 
+/// Member bytes a rebuild reads per member and step (`rebuild_parity_rows`).
+const STEP_BYTES: u64 = 512 << 10;
+
+/// A step's rows as planned: each stripe's map, its missing chunks
+/// (positions in the map), and the (stripe, position) of each chunk read.
+struct Reading {
+    maps: Vec<crate::layout::StripeMap>,
+    missing: Vec<Vec<usize>>,
+    wanted: Vec<(usize, usize)>,
+}
+
+/// A step recovered: every chunk of each of its stripes, from row `lo`.
+struct Recovered {
+    lo: u64,
+    maps: Vec<crate::layout::StripeMap>,
+    bufs: Vec<Vec<AlignedBuf>>,
+}
+
+impl Recovered {
+    /// The writes of this step to the `targets`, target by target.
+    fn writes<'a>(
+        &'a self,
+        a: &Array,
+        targets: &[(usize, &'a MemberRef)],
+    ) -> Vec<(&'a MemberRef, &'a [u8], u64)> {
+        targets
+            .iter()
+            .flat_map(|&(slot, target)| {
+                self.bufs
+                    .iter()
+                    .zip(&self.maps)
+                    .enumerate()
+                    .map(move |(k, (stripe, map))| {
+                        let i = map.members.iter().position(|&m| m == slot).unwrap();
+                        (target, &stripe[i][..], a.row_offset_of(self.lo + k as u64))
+                    })
+            })
+            .collect()
+    }
+}
+
 impl Array {
     /// The same lock keys the writers of these rows take.
     pub(super) fn rebuild_lock_keys(&self, slot: usize, row: u64, end: u64) -> Vec<u64> {
@@ -25,6 +66,13 @@ impl Array {
 
     /// Recovers rows [row, end) of every stripe's missing chunks and writes
     /// those of the `targets` (slot, device).
+    ///
+    /// The rows go in steps of about `STEP_BYTES` per member, and the
+    /// writes of one step go out in the same submission as the reads of
+    /// the next: on drives, the new member's writes then overlap the
+    /// others' reads, where a read-all-then-write-all batch left each side
+    /// idle half the time. Nothing about which rows are in sync changes:
+    /// the caller holds every row's lock until all are written.
     pub(super) fn rebuild_parity_rows(
         &self,
         targets: &[(usize, &MemberRef)],
@@ -32,96 +80,140 @@ impl Array {
         end: u64,
         pool: &mut crate::buf::BufPool,
     ) -> Result<()> {
-        let n = self.geo.members;
-        // Every byte of a buffer taken from `pool` is read into or
-        // recovered before it is used.
+        let step = (STEP_BYTES / self.geo.chunk).max(1);
+        // The step recovered, its writes not yet made.
+        let mut pending: Option<Recovered> = None;
+        let mut lo = row;
         loop {
-            let maps: Vec<_> = (row..end).map(|s| self.geo.stripe_map(s)).collect();
-            let missing: Vec<Vec<usize>> = maps
+            let hi = (lo + step).min(end);
+            let reading = self.plan_recovery(lo, hi)?;
+            // Every present chunk of every stripe of the step.
+            let places: Vec<(usize, u64)> = reading
+                .wanted
                 .iter()
-                .zip(row..end)
-                .map(|(m, s)| {
-                    (0..n)
-                        .filter(|&i| !self.readable(m.members[i], s))
-                        .collect()
+                .map(|&(k, i)| {
+                    let row_off = self.row_offset_of(lo + k as u64);
+                    (reading.maps[k].members[i], row_off)
                 })
-                .collect();
-            if missing
-                .iter()
-                .any(|m| m.len() > self.geo.level.parity_chunks())
-            {
-                return Err(self.failed_error());
-            }
-            // Every present chunk of every stripe of the batch, in one submission.
-            let wanted: Vec<(usize, usize)> = (0..maps.len())
-                .flat_map(|k| {
-                    (0..n)
-                        .filter(|i| !missing[k].contains(i))
-                        .map(move |i| (k, i))
-                        .collect::<Vec<_>>()
-                })
-                .collect();
-            let places: Vec<(usize, u64)> = wanted
-                .iter()
-                .map(|&(k, i)| (maps[k].members[i], self.row_offset_of(row + k as u64)))
                 .collect();
             let mut got = pool.take(places.len());
-            if let Err(failed) = self.read_places_into(&places, &mut got) {
+            let writes = pending
+                .as_ref()
+                .map_or_else(Vec::new, |p| p.writes(self, targets));
+            let (read, wrote) = self.read_places_writing(&places, &mut got, &writes);
+            drop(writes);
+            // Submitted: the step before is written (or its target failed).
+            let submitted = wrote.is_some();
+            if let Some(done) = pending.take_if(|_| submitted) {
+                if let Some((k, e)) = (wrote.into_iter().flatten())
+                    .enumerate()
+                    .find_map(|(k, r)| r.err().map(|e| (k, e)))
+                {
+                    pool.put(got);
+                    // Target by target, a write per stripe of the step.
+                    let (slot, target) = targets[k / done.bufs.len()];
+                    return Err(self.rebuild_write_failed(slot, target, e));
+                }
+                pool.put(done.bufs.into_iter().flatten());
+            }
+            if let Err(failed) = read {
                 pool.put(got);
                 self.fail_slots(failed, "read error during rebuild");
                 continue;
             }
-            // The chunks as read, in `wanted`'s order (stripe by stripe,
-            // present chunks ascending); another buffer only where a chunk
-            // is missing, for the recovery to fill.
-            let mut got = got.into_iter();
-            let mut bufs: Vec<Vec<AlignedBuf>> = missing
-                .iter()
-                .map(|miss| {
-                    (0..n)
-                        .map(|i| match miss.contains(&i) {
-                            true => pool.take_one(),
-                            false => got.next().expect("a read for each present chunk"),
-                        })
-                        .collect()
-                })
-                .collect();
-            debug_assert!(got.next().is_none());
-            {
-                let mut jobs: Vec<RecoverJob> = bufs
-                    .iter_mut()
-                    .zip(&missing)
-                    .map(|(stripe, miss)| RecoverJob {
-                        chunks: stripe.iter_mut().map(|b| &mut b[..]).collect(),
-                        missing: miss.clone(),
-                    })
-                    .collect();
-                let kind = if self.geo.level == Level::Raid6 {
-                    crate::parity::ParityKind::PQ
-                } else {
-                    crate::parity::ParityKind::P
-                };
-                self.engine.recover_batch(kind, &mut jobs)?;
+            if lo == end {
+                debug_assert!(pending.is_none() && got.is_empty());
+                return Ok(());
             }
-            let mut written = Ok(());
-            for &(slot, target) in targets {
-                let outs: Vec<(&[u8], u64)> = bufs
-                    .iter()
-                    .zip(&maps)
-                    .enumerate()
-                    .map(|(k, (stripe, map))| {
-                        let i = map.members.iter().position(|&m| m == slot).unwrap();
-                        (&stripe[i][..], self.row_offset_of(row + k as u64))
-                    })
-                    .collect();
-                written = self.write_target(slot, target, &outs);
-                if written.is_err() {
-                    break;
-                }
-            }
-            pool.put(bufs.into_iter().flatten());
-            return written;
+            pending = Some(self.recover_step(lo, reading, got, pool)?);
+            lo = hi;
         }
+    }
+
+    /// Which chunks of rows [lo, hi) are missing and which are read to
+    /// recover them; none for an empty range. Err where a stripe misses
+    /// more than the level can recover.
+    fn plan_recovery(&self, lo: u64, hi: u64) -> Result<Reading> {
+        let n = self.geo.members;
+        let maps: Vec<_> = (lo..hi).map(|s| self.geo.stripe_map(s)).collect();
+        let missing: Vec<Vec<usize>> = maps
+            .iter()
+            .zip(lo..hi)
+            .map(|(m, s)| {
+                (0..n)
+                    .filter(|&i| !self.readable(m.members[i], s))
+                    .collect()
+            })
+            .collect();
+        if missing
+            .iter()
+            .any(|m| m.len() > self.geo.level.parity_chunks())
+        {
+            return Err(self.failed_error());
+        }
+        let wanted = (0..maps.len())
+            .flat_map(|k| {
+                (0..n)
+                    .filter(|i| !missing[k].contains(i))
+                    .map(move |i| (k, i))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        Ok(Reading {
+            maps,
+            missing,
+            wanted,
+        })
+    }
+
+    /// Recovers the missing chunks of the step read into `got` (in
+    /// `reading.wanted`'s order).
+    fn recover_step(
+        &self,
+        lo: u64,
+        reading: Reading,
+        got: Vec<AlignedBuf>,
+        pool: &mut crate::buf::BufPool,
+    ) -> Result<Recovered> {
+        let n = self.geo.members;
+        // Every byte of a buffer taken from `pool` is read into or
+        // recovered before it is used: the chunks as read, stripe by
+        // stripe, present chunks ascending; another buffer only where a
+        // chunk is missing, for the recovery to fill.
+        let mut got = got.into_iter();
+        let mut bufs: Vec<Vec<AlignedBuf>> = reading
+            .missing
+            .iter()
+            .map(|miss| {
+                (0..n)
+                    .map(|i| match miss.contains(&i) {
+                        true => pool.take_one(),
+                        false => got.next().expect("a read for each present chunk"),
+                    })
+                    .collect()
+            })
+            .collect();
+        debug_assert!(got.next().is_none());
+        let mut jobs: Vec<RecoverJob> = bufs
+            .iter_mut()
+            .zip(&reading.missing)
+            .map(|(stripe, miss)| RecoverJob {
+                chunks: stripe.iter_mut().map(|b| &mut b[..]).collect(),
+                missing: miss.clone(),
+            })
+            .collect();
+        let kind = if self.geo.level == Level::Raid6 {
+            crate::parity::ParityKind::PQ
+        } else {
+            crate::parity::ParityKind::P
+        };
+        self.engine.recover_batch(kind, &mut jobs)?;
+        drop(jobs);
+        Ok(Recovered {
+            lo,
+            maps: reading.maps,
+            bufs,
+        })
     }
 
     /// Writes rebuilt chunks to the new member; an error fails it and ends
@@ -138,14 +230,20 @@ impl Array {
             .collect();
         for r in submit(tmembers, &mut writes) {
             if let Err(e) = r {
-                self.fail_slot_if(slot, target, &format!("write error during rebuild: {e}"));
-                return Err(ArrayError::Member {
-                    member: target.identity().into(),
-                    source: e,
-                });
+                return Err(self.rebuild_write_failed(slot, target, e));
             }
         }
         Ok(())
+    }
+
+    /// A rebuild's write to the member it rebuilds failed: the member is
+    /// failed, and the rebuild ends with the error.
+    fn rebuild_write_failed(&self, slot: usize, target: &MemberRef, e: io::Error) -> ArrayError {
+        self.fail_slot_if(slot, target, &format!("write error during rebuild: {e}"));
+        ArrayError::Member {
+            member: target.identity().into(),
+            source: e,
+        }
     }
 
     fn row_offset_of(&self, row: u64) -> u64 {

@@ -603,7 +603,8 @@ fn a_create_cut_short_while_zeroing_leaves_no_earlier_array_to_start() {
 #[test]
 fn a_rebuild_in_steps_survives_failures_between_its_steps() {
     use raid_core::member::FaultyMember;
-    // One run over every row: 64 rows of 16 KiB, two steps of 32.
+    // One run over every row: 64 rows of 16 KiB, two steps of 32 (the
+    // rebuild's steps are 512 KiB per member).
     let opts = RebuildOptions {
         batch_rows: 64,
         parallel: 1,
@@ -637,7 +638,10 @@ fn a_rebuild_in_steps_survives_failures_between_its_steps() {
         assert_eq!(a.slots()[1].state, SlotState::Failed, "after {after}");
         assert_matches(&a, &img);
     }
-    for after in [0, 20, 100, 130, 190, 250] {
+    // Slot 3 is read once a row: 36 to 60 fail it in the second step,
+    // whose reads go out with the first step's writes; 100 and on, after
+    // the rebuild (every rebuilt byte checked).
+    for after in [0, 20, 36, 40, 48, 60, 100, 250] {
         let (m, a, img) = filled(Level::Raid6, 5, &format!("step-r{after}"));
         a.fail_slot(0, "test");
         let new: MemberRef = Arc::new(RamMember::new(

@@ -105,14 +105,25 @@ impl Array {
             // Submitted: the step before is written (or its target failed).
             let submitted = wrote.is_some();
             if let Some(done) = pending.take_if(|_| submitted) {
-                if let Some((k, e)) = (wrote.into_iter().flatten())
-                    .enumerate()
-                    .find_map(|(k, r)| r.err().map(|e| (k, e)))
-                {
-                    pool.put(got);
-                    // Target by target, a write per stripe of the step.
-                    let (slot, target) = targets[k / done.bufs.len()];
-                    return Err(self.rebuild_write_failed(slot, target, e));
+                // Target by target, a write per stripe of the step: every
+                // target that erred is failed (and a source whose read
+                // erred beside it), the first error ends the rebuild.
+                let per = done.bufs.len();
+                let mut failed_targets = vec![false; targets.len()];
+                let mut first = None;
+                for (k, r) in wrote.into_iter().flatten().enumerate() {
+                    if let (Err(e), false) = (r, failed_targets[k / per]) {
+                        failed_targets[k / per] = true;
+                        let (slot, target) = targets[k / per];
+                        let err = self.rebuild_write_failed(slot, target, e);
+                        first.get_or_insert(err);
+                    }
+                }
+                if let Some(e) = first {
+                    if let Err(failed) = read {
+                        self.fail_slots(failed, "read error during rebuild");
+                    }
+                    return Err(e);
                 }
                 pool.put(done.bufs.into_iter().flatten());
             }

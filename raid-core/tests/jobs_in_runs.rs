@@ -594,3 +594,58 @@ fn a_hot_replace_whose_source_file_was_cut_keeps_nothing_it_copied() {
     support::array::assert_matches(&a, &img);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A hot replace's copy in steps (runs of 64 rows of 16 KiB: two steps of
+/// 32, the copy's steps being 512 KiB, the second step's reads in one
+/// submission with the first step's writes): the old device erring in a
+/// second step ends the copy with the new device rebuilding in its place;
+/// the new device erring there drops it, and the old one stays the member.
+/// Either way the data reads back whole.
+#[test]
+fn a_hot_replace_in_steps_meets_errors_beside_the_step_before() {
+    use raid_core::member::{Faults, FaultyMember};
+    one_rayon_thread();
+    let steps = RebuildOptions {
+        batch_rows: 64,
+        parallel: 1,
+        ..Default::default()
+    };
+    let slot = 2;
+    // Row 104: the second step of the second batch.
+    let (members, a, img) = filled(Level::Raid5, 5, "hotstep-old", 11);
+    let new = ram_member("hotstep-old");
+    a.hot_replace(slot, new.clone()).unwrap();
+    let bad = MIN_DATA_OFFSET + 104 * CHUNK;
+    members.faulty[slot].set_faults(Faults {
+        fail_ranges: vec![(bad, bad + 512)],
+        ..Default::default()
+    });
+    let r = a.hot_replace_copy(&steps, &AtomicBool::new(false));
+    assert!(r.is_err(), "the copy went on past a read error: {r:?}");
+    assert_eq!(a.slots()[slot].state, SlotState::Rebuilding);
+    assert_eq!(a.slots()[slot].member.as_deref(), Some(new.identity()));
+    support::array::assert_matches(&a, &img);
+    a.rebuild(slot, &steps, &AtomicBool::new(false)).unwrap();
+    assert_eq!(a.state(), raid_core::array::ArrayState::Optimal);
+    support::array::assert_matches(&a, &img);
+
+    // Row 74: written beside the reads of the second batch's second step.
+    let (_members, a, img) = filled(Level::Raid5, 5, "hotstep-new", 12);
+    let old = a.slots()[slot].member.clone();
+    let new = Arc::new(FaultyMember::new(ram_member("hotstep-new")));
+    a.hot_replace(slot, new.clone()).unwrap();
+    let bad = MIN_DATA_OFFSET + 74 * CHUNK;
+    new.set_faults(Faults {
+        fail_ranges: vec![(bad, bad + 512)],
+        ..Default::default()
+    });
+    let r = a.hot_replace_copy(&steps, &AtomicBool::new(false));
+    assert!(
+        r.is_err(),
+        "a replacement that erred was switched in: {r:?}"
+    );
+    assert_eq!(a.state(), raid_core::array::ArrayState::Optimal);
+    assert_eq!(a.slots()[slot].state, SlotState::Active);
+    assert_eq!(a.slots()[slot].member, old);
+    support::array::assert_matches(&a, &img);
+}

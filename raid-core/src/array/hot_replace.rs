@@ -375,35 +375,61 @@ impl Array {
         };
         let chunk = self.geo.chunk;
         // One run: its rows' chunks read from the old device together (in
-        // flight at once where it takes io_uring), then written to the new
-        // one together, into chunk buffers the run's thread keeps (a fresh
-        // buffer per run would be a new mapping of memory each time). Only
-        // the old device's error ends the copy (the slot fails); the new
-        // one's drops the replacement at the next batch
-        // (`hot_replace_broken`).
+        // flight at once where it takes io_uring) and written to the new
+        // one together, in steps whose writes go out with the next step's
+        // reads (`runs::STEP_BYTES`), into chunk buffers the run's thread
+        // keeps (a fresh buffer per run would be a new mapping of memory
+        // each time). Only the old device's error ends the copy (the slot
+        // fails); the new one's drops the replacement at the next batch
+        // (`hot_replace_broken`), and the run writes no more to it.
         let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<()> {
             let at = |row: u64| self.data_offset + row * chunk;
-            // Every byte is read into before it is written out.
-            let mut bufs = pool.take((hi - lo) as usize);
-            let reads = (lo..hi).zip(bufs.iter_mut());
-            let read = submit_to(
-                &pair.old,
-                reads.map(|(r, b)| (at(r), IoOp::Read(&mut b[..]))),
-            );
-            if let Err(e) = read {
-                pool.put(bufs);
-                return Err(ArrayError::Member {
-                    member: pair.old.identity().into(),
-                    source: e,
+            let step = runs::step_rows(chunk);
+            let devices = [pair.old.clone(), pair.new.clone()];
+            // The step read, not yet written: its first row, its buffers.
+            let mut pending: Option<(u64, Vec<crate::buf::AlignedBuf>)> = None;
+            let mut row = lo;
+            loop {
+                let end = (row + step).min(hi);
+                // Every byte is read into before it is written out.
+                let mut bufs = pool.take((end - row) as usize);
+                let reads = (row..end).zip(bufs.iter_mut()).map(|(r, b)| MemberIo {
+                    member: 0,
+                    offset: at(r),
+                    op: IoOp::Read(&mut b[..]),
                 });
+                let writes = pending.iter().flat_map(|(first, w)| {
+                    (*first..).zip(w.iter()).map(|(r, b)| MemberIo {
+                        member: 1,
+                        offset: at(r),
+                        op: IoOp::Write(&b[..]),
+                    })
+                });
+                let mut ios: Vec<MemberIo> = reads.chain(writes).collect();
+                let mut results = submit(&devices, &mut ios);
+                drop(ios);
+                let written = results.split_off((end - row) as usize);
+                if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
+                    pool.put(bufs);
+                    return Err(ArrayError::Member {
+                        member: pair.old.identity().into(),
+                        source: e,
+                    });
+                }
+                if let Some((_, w)) = pending.take() {
+                    pool.put(w);
+                }
+                if let Some(Err(e)) = written.into_iter().find(|r| r.is_err()) {
+                    pool.put(bufs);
+                    pair.new_err(e);
+                    return Ok(());
+                }
+                if row == hi {
+                    return Ok(());
+                }
+                pending = Some((row, bufs));
+                row = end;
             }
-            let writes = (lo..hi).zip(bufs.iter());
-            let written = submit_to(&pair.new, writes.map(|(r, b)| (at(r), IoOp::Write(&b[..]))));
-            pool.put(bufs);
-            if let Err(e) = written {
-                pair.new_err(e);
-            }
-            Ok(())
         };
         let (run_rows, batch) = runs::run_and_batch_rows(opts.batch_rows, opts.parallel);
         let started = Instant::now();
@@ -725,19 +751,4 @@ impl Array {
             },
         );
     }
-}
-
-/// Runs `ios` (offset, operation) on `m` together, in flight at once where
-/// it takes io_uring; the first error, if any.
-fn submit_to<'b>(m: &MemberRef, ios: impl Iterator<Item = (u64, IoOp<'b>)>) -> io::Result<()> {
-    let mut ios: Vec<MemberIo> = ios
-        .map(|(offset, op)| MemberIo {
-            member: 0,
-            offset,
-            op,
-        })
-        .collect();
-    submit(std::slice::from_ref(m), &mut ios)
-        .into_iter()
-        .collect()
 }

@@ -9,9 +9,6 @@ use crate::layout::ChunkRole;
 use crate::member::{submit, IoOp, MemberIo};
 use crate::parity::RecoverJob;
 
-/// Member bytes a rebuild reads per member and step (`rebuild_parity_rows`).
-const STEP_BYTES: u64 = 512 << 10;
-
 /// A step's rows as planned: each stripe's map, its missing chunks
 /// (positions in the map), and the (stripe, position) of each chunk read.
 struct Reading {
@@ -67,12 +64,10 @@ impl Array {
     /// Recovers rows [row, end) of every stripe's missing chunks and writes
     /// those of the `targets` (slot, device).
     ///
-    /// The rows go in steps of about `STEP_BYTES` per member, and the
-    /// writes of one step go out in the same submission as the reads of
-    /// the next: on drives, the new member's writes then overlap the
-    /// others' reads, where a read-all-then-write-all batch left each side
-    /// idle half the time. Nothing about which rows are in sync changes:
-    /// the caller holds every row's lock until all are written.
+    /// The rows go in steps (`runs::STEP_BYTES`), each step's writes in the
+    /// same submission as the next step's reads. Nothing about which rows
+    /// are in sync changes: the caller holds every row's lock until all
+    /// are written.
     pub(super) fn rebuild_parity_rows(
         &self,
         targets: &[(usize, &MemberRef)],
@@ -80,7 +75,7 @@ impl Array {
         end: u64,
         pool: &mut crate::buf::BufPool,
     ) -> Result<()> {
-        let step = (STEP_BYTES / self.geo.chunk).max(1);
+        let step = super::runs::step_rows(self.geo.chunk);
         // The step recovered, its writes not yet made.
         let mut pending: Option<Recovered> = None;
         let mut lo = row;

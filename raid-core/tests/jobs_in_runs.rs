@@ -613,6 +613,9 @@ fn a_hot_replace_in_steps_meets_errors_beside_the_step_before() {
     let slot = 2;
     // Row 104: the second step of the second batch.
     let (members, a, img) = filled(Level::Raid5, 5, "hotstep-old", 11);
+    // Whole, flushed: the bitmap marks nothing, so the rebuild after the
+    // copy keeps exactly the rows the copy finished.
+    a.flush().unwrap();
     let new = ram_member("hotstep-old");
     a.hot_replace(slot, new.clone()).unwrap();
     let bad = MIN_DATA_OFFSET + 104 * CHUNK;
@@ -628,6 +631,14 @@ fn a_hot_replace_in_steps_meets_errors_beside_the_step_before() {
     a.rebuild(slot, &steps, &AtomicBool::new(false)).unwrap();
     assert_eq!(a.state(), raid_core::array::ArrayState::Optimal);
     support::array::assert_matches(&a, &img);
+    support::array::assert_consistent(&a, &members_now(&members.refs(), slot, &new));
+    // The first batch (rows 0-63) was kept; the one that failed, though
+    // its first step reached the new device, was rebuilt with the rest.
+    let copied = a.event_log().iter().find_map(|(_, e)| match e {
+        raid_core::array::ArrayEvent::RebuildFinished { rows_copied, .. } => Some(*rows_copied),
+        _ => None,
+    });
+    assert_eq!(copied, Some(a.geometry().rows() - 64));
 
     // Row 74: written beside the reads of the second batch's second step.
     let (_members, a, img) = filled(Level::Raid5, 5, "hotstep-new", 12);
@@ -647,5 +658,25 @@ fn a_hot_replace_in_steps_meets_errors_beside_the_step_before() {
     assert_eq!(a.state(), raid_core::array::ArrayState::Optimal);
     assert_eq!(a.slots()[slot].state, SlotState::Active);
     assert_eq!(a.slots()[slot].member, old);
+    support::array::assert_matches(&a, &img);
+
+    // Both in one submission (row 104 read, row 74 written): the new
+    // device's error is not lost behind the old one's, so the slot is
+    // failed rather than rebuilt onto a device that just failed a write.
+    let (members, a, img) = filled(Level::Raid5, 5, "hotstep-both", 13);
+    let new = Arc::new(FaultyMember::new(ram_member("hotstep-both")));
+    a.hot_replace(slot, new.clone()).unwrap();
+    let (read_bad, write_bad) = (MIN_DATA_OFFSET + 104 * CHUNK, MIN_DATA_OFFSET + 74 * CHUNK);
+    members.faulty[slot].set_faults(Faults {
+        fail_ranges: vec![(read_bad, read_bad + 512)],
+        ..Default::default()
+    });
+    new.set_faults(Faults {
+        fail_ranges: vec![(write_bad, write_bad + 512)],
+        ..Default::default()
+    });
+    let r = a.hot_replace_copy(&steps, &AtomicBool::new(false));
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(a.slots()[slot].state, SlotState::Failed);
     support::array::assert_matches(&a, &img);
 }

@@ -409,6 +409,13 @@ impl Array {
                 let mut results = submit(&devices, &mut ios);
                 drop(ios);
                 let written = results.split_off((end - row) as usize);
+                if let Some((_, w)) = pending.take() {
+                    pool.put(w);
+                }
+                // The new device's error is said whatever the old one did,
+                // so that the replacement is dropped, not rebuilt onto.
+                let new_erred = written.into_iter().find_map(|r| r.err());
+                let new_erred = new_erred.map(|e| pair.new_err(e)).is_some();
                 if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
                     pool.put(bufs);
                     return Err(ArrayError::Member {
@@ -416,12 +423,8 @@ impl Array {
                         source: e,
                     });
                 }
-                if let Some((_, w)) = pending.take() {
-                    pool.put(w);
-                }
-                if let Some(Err(e)) = written.into_iter().find(|r| r.is_err()) {
+                if new_erred {
                     pool.put(bufs);
-                    pair.new_err(e);
                     return Ok(());
                 }
                 if row == hi {

@@ -176,6 +176,8 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     // The array holds the members from here: the allocation's handles go.
     drop((m_files, s_files));
     let uneven = uneven_sizes(&m);
+    // The spares as the array names them, to record only those it kept.
+    let spare_ids: Vec<String> = s.iter().map(|m| m.identity().to_string()).collect();
     let array = {
         let line = ProgressLine::new(std::io::IsTerminal::is_terminal(&std::io::stderr()));
         // From here the devices are written: their metadata first.
@@ -185,6 +187,19 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
         r?
     };
     array.close()?;
+    // A spare that could not be written as the array was closed is
+    // dropped by it (a spare_dropped event): the record must not name it,
+    // or a start would offer it again as a spare. (One that fails the
+    // create's own writes fails the create.)
+    let kept = array.spares();
+    let (mut held, mut dropped) = (Vec::new(), Vec::new());
+    for (p, id) in spares.into_iter().zip(&spare_ids) {
+        match kept.contains(id) {
+            true => held.push(p),
+            false => dropped.push(p),
+        }
+    }
+    let spares = held;
     let g = array.geometry();
     st.save(&ArrayRecord {
         name: name.into(),
@@ -230,6 +245,13 @@ pub(super) fn create(st: &StateDir, a: &CreateArgs<'_>) -> Result<()> {
     }
     for p in &spares {
         out!("  spare: {}", p.display());
+    }
+    for p in &dropped {
+        out!(
+            "warning: spare {} could not be written and is not a spare of {name}: check the device, then raidctl add {name} {}",
+            p.display(),
+            p.display()
+        );
     }
     if let Some(note) = uneven {
         out!("note: {note}");

@@ -203,12 +203,17 @@ impl World {
     /// waits until it is gone, not only signalled: its file locks and its
     /// FUSE device go with it.
     pub fn kill_daemon(&self) {
+        assert!(self.end_daemon(), "no daemon to kill");
+    }
+
+    /// `kill_daemon` where there may be none (one that lingers after its
+    /// last array stopped, with the config it read): whether there was.
+    pub fn end_daemon(&self) -> bool {
         let pattern = format!("--state-dir {} daemon", self.state().display());
         let killed = Command::new("pkill")
             .args(["-9", "-f", "--", &pattern])
             .status()
             .unwrap();
-        assert!(killed.success(), "no daemon to kill");
         eventually("the killed daemon to be gone", || {
             !Command::new("pgrep")
                 .args(["-f", "--", &pattern])
@@ -216,6 +221,7 @@ impl World {
                 .unwrap()
                 .success()
         });
+        killed.success()
     }
 
     /// Runs raidctl on a pseudo-terminal (`script`, util-linux, essential

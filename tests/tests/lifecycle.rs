@@ -266,13 +266,21 @@ fn a_cancelled_scheduled_scrub_stays_cancelled() {
     let w = World::new("scrub-cancel");
     let m = w.sparse_members("sc", 4, 32 * MIB);
     w.ok(&["create", "sc", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    // The scrub's rate recorded before the schedule is known: set after
+    // the start, it raced the monitor's first round, and a scrub at full
+    // speed could end before the test looked (seen on a loaded machine).
+    w.ok(&["start", "sc"]);
+    w.ok(&["rate", "sc", "--scrub", "1M"]);
+    w.ok(&["stop", "sc"]);
+    // The stopped array's daemon may linger with the config it read:
+    // gone, the next start reads the schedule.
+    w.end_daemon();
     std::fs::write(
         w.state().join("raidctl.toml"),
         "[scrub]\nevery_hours = 168\n",
     )
     .unwrap();
     w.ok(&["start", "sc"]);
-    w.ok(&["rate", "sc", "--scrub", "1M"]);
     // Due at once (never scrubbed): the monitor starts it.
     raid_e2e::eventually("the scheduled scrub", || {
         !w.status_json("sc")["scrub"].is_null()

@@ -603,11 +603,11 @@ fn a_create_cut_short_while_zeroing_leaves_no_earlier_array_to_start() {
 #[test]
 fn a_rebuild_in_steps_survives_failures_between_its_steps() {
     use raid_core::member::FaultyMember;
-    // One run over every row: 64 rows of 16 KiB, two steps of 32 (the
-    // rebuild's steps are 512 KiB per member).
+    // One run over every row: 64 rows of 16 KiB, two steps of 32.
     let opts = RebuildOptions {
         batch_rows: 64,
         parallel: 1,
+        step_bytes: 32 * 16384,
         ..Default::default()
     };
     for after in [0, 10, 31, 32, 33, 40, 63] {

@@ -596,7 +596,7 @@ fn a_hot_replace_whose_source_file_was_cut_keeps_nothing_it_copied() {
 }
 
 /// A hot replace's copy in steps (runs of 64 rows of 16 KiB: two steps of
-/// 32, the copy's steps being 512 KiB, the second step's reads in one
+/// 32, the second step's reads in one
 /// submission with the first step's writes): the old device erring in a
 /// second step ends the copy with the new device rebuilding in its place;
 /// the new device erring there drops it, and the old one stays the member.
@@ -608,6 +608,7 @@ fn a_hot_replace_in_steps_meets_errors_beside_the_step_before() {
     let steps = RebuildOptions {
         batch_rows: 64,
         parallel: 1,
+        step_bytes: 32 * CHUNK,
         ..Default::default()
     };
     let slot = 2;

@@ -452,8 +452,10 @@ impl World {
                 d.st.lock().unwrap().bad.push((at, at + CHUNK));
             }
         }
+        // Steps of a row: each run's writes go out with its next reads.
         let opts = RebuildOptions {
             batch_rows: 4,
+            step_bytes: CHUNK,
             ..Default::default()
         };
         match self.a().hot_replace_copy(&opts, &AtomicBool::new(false)) {
@@ -474,9 +476,11 @@ impl World {
         trace!(self, "rebuild slots {slots:?}");
         // One run at a time: runs side by side would race for the power
         // cut's budget and the disks' coins, and a seed would not replay.
+        // Steps of a row, as the copy's.
         let opts = RebuildOptions {
             batch_rows: 4,
             parallel: 1,
+            step_bytes: CHUNK,
             ..Default::default()
         };
         match self.a().rebuild_all(&opts, &AtomicBool::new(false)) {

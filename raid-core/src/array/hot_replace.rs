@@ -377,14 +377,14 @@ impl Array {
         // One run: its rows' chunks read from the old device together (in
         // flight at once where it takes io_uring) and written to the new
         // one together, in steps whose writes go out with the next step's
-        // reads (`runs::STEP_BYTES`), into chunk buffers the run's thread
+        // reads (`RebuildOptions::step_bytes`), into chunk buffers the run's thread
         // keeps (a fresh buffer per run would be a new mapping of memory
         // each time). Only the old device's error ends the copy (the slot
         // fails); the new one's drops the replacement at the next batch
         // (`hot_replace_broken`), and the run writes no more to it.
         let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<()> {
             let at = |row: u64| self.data_offset + row * chunk;
-            let step = runs::step_rows(chunk);
+            let step = runs::step_rows(opts.step_bytes, chunk);
             let devices = [pair.old.clone(), pair.new.clone()];
             // The step read, not yet written: its first row, its buffers.
             let mut pending: Option<(u64, Vec<crate::buf::AlignedBuf>)> = None;

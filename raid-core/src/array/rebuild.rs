@@ -36,6 +36,11 @@ pub struct RebuildOptions {
     /// batch wait for all of it: `batch_rows` x `parallel` rows, at most
     /// 256.
     pub parallel: usize,
+    /// Member bytes a run reads per member at a time, each step's writes
+    /// going out with the next step's reads (`runs::STEP_BYTES`, 512 KiB,
+    /// by default; at least one row). The deterministic simulation makes
+    /// it a row, so that small arrays have runs of many steps.
+    pub step_bytes: u64,
     /// Save the restart position at least this often...
     pub checkpoint_bytes: u64,
     /// ...and at least this often in time, so a slow (rate-limited or
@@ -50,6 +55,7 @@ impl Default for RebuildOptions {
             live_rate: None,
             batch_rows: 32,
             parallel: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            step_bytes: runs::STEP_BYTES,
             checkpoint_bytes: 256 << 20,
             checkpoint_every: Duration::from_secs(5),
         }
@@ -231,7 +237,10 @@ impl Array {
                 .collect();
             match (self.geo.level, &to[..]) {
                 (_, []) => {}
-                (Level::Raid5 | Level::Raid6, _) => self.rebuild_parity_rows(&to, lo, hi, pool)?,
+                (Level::Raid5 | Level::Raid6, _) => {
+                    let step = runs::step_rows(opts.step_bytes, self.geo.chunk);
+                    self.rebuild_parity_rows(&to, (lo, hi), step, pool)?
+                }
                 (_, &[(slot, target)]) => self.rebuild_mirror_rows(slot, target, lo, hi)?,
                 _ => unreachable!("mirrors are rebuilt one slot per pass"),
             }

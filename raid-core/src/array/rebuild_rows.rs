@@ -64,18 +64,17 @@ impl Array {
     /// Recovers rows [row, end) of every stripe's missing chunks and writes
     /// those of the `targets` (slot, device).
     ///
-    /// The rows go in steps (`runs::STEP_BYTES`), each step's writes in the
+    /// The rows go in steps of `step` rows, each step's writes in the
     /// same submission as the next step's reads. Nothing about which rows
     /// are in sync changes: the caller holds every row's lock until all
     /// are written.
     pub(super) fn rebuild_parity_rows(
         &self,
         targets: &[(usize, &MemberRef)],
-        row: u64,
-        end: u64,
+        (row, end): (u64, u64),
+        step: u64,
         pool: &mut crate::buf::BufPool,
     ) -> Result<()> {
-        let step = super::runs::step_rows(self.geo.chunk);
         // The step recovered, its writes not yet made.
         let mut pending: Option<Recovered> = None;
         let mut lo = row;

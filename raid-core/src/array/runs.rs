@@ -29,16 +29,17 @@ pub(super) type Run = (u64, u64);
 pub(super) type Work<'w, T> = dyn Fn(Run, &mut BufPool) -> Result<T> + Sync + 'w;
 
 /// Member bytes a run reads per member at a time where it also writes
-/// (a rebuild, a hot replace's copy): the run goes in steps of this, and
+/// (a rebuild, a hot replace's copy), by default
+/// (`RebuildOptions::step_bytes`): the run goes in steps of this, and
 /// each step's writes go out in the same submission as the next step's
 /// reads, so that on drives the device written is busy while the others
 /// are read, where reading a whole run, then writing it, left each side
 /// idle half the time.
 pub(super) const STEP_BYTES: u64 = 512 << 10;
 
-/// Rows per step of a run (`STEP_BYTES` per member; one at least).
-pub(super) fn step_rows(chunk: u64) -> u64 {
-    (STEP_BYTES / chunk).max(1)
+/// Rows per step of a run (`bytes` per member; one at least).
+pub(super) fn step_rows(bytes: u64, chunk: u64) -> u64 {
+    (bytes / chunk).max(1)
 }
 
 /// Most rows a job locks at once: writers into a batch wait for all of it.

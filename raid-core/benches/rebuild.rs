@@ -15,7 +15,9 @@
 //!
 //! `cargo bench -p raid-core --bench rebuild` (BENCH_LEVEL=raid5 one level;
 //! BENCH_READ_MBS and BENCH_WRITE_MBS the drives' bandwidth in MB/s;
-//! BENCH_PARALLEL=1,2,4 the rebuild's runs side by side to measure.)
+//! BENCH_PARALLEL=1,2,4 the rebuild's runs side by side to measure;
+//! BENCH_STEP_KIB the runs' step, `RebuildOptions::step_bytes`;
+//! BENCH_BATCH_ROWS the rows of a run, `RebuildOptions::batch_rows`.)
 
 mod common;
 
@@ -110,6 +112,9 @@ fn main() {
             a.replace(2, new).unwrap();
             let opts = RebuildOptions {
                 parallel: p,
+                step_bytes: env_u64("BENCH_STEP_KIB", RebuildOptions::default().step_bytes >> 10)
+                    << 10,
+                batch_rows: env_u64("BENCH_BATCH_ROWS", RebuildOptions::default().batch_rows),
                 ..Default::default()
             };
             let t = Instant::now();
@@ -130,6 +135,9 @@ fn main() {
             a.hot_replace(3, new).unwrap();
             let opts = RebuildOptions {
                 parallel: p,
+                step_bytes: env_u64("BENCH_STEP_KIB", RebuildOptions::default().step_bytes >> 10)
+                    << 10,
+                batch_rows: env_u64("BENCH_BATCH_ROWS", RebuildOptions::default().batch_rows),
                 ..Default::default()
             };
             let t = Instant::now();

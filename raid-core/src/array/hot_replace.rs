@@ -384,7 +384,14 @@ impl Array {
         // (`hot_replace_broken`), and the run writes no more to it.
         let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<()> {
             let at = |row: u64| self.data_offset + row * chunk;
-            let step = runs::step_rows(opts.step_bytes, chunk);
+            let step = match pair
+                .new
+                .device_key()
+                .shares_a_disk_with(pair.old.device_key())
+            {
+                true => hi - lo,
+                false => runs::step_rows(opts.step_bytes, chunk),
+            };
             let devices = [pair.old.clone(), pair.new.clone()];
             // The step read, not yet written: its first row, its buffers.
             let mut pending: Option<(u64, Vec<crate::buf::AlignedBuf>)> = None;

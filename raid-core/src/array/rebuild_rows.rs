@@ -75,6 +75,13 @@ impl Array {
         step: u64,
         pool: &mut crate::buf::BufPool,
     ) -> Result<()> {
+        // Where a target shares a disk with a member read, one step.
+        let reads = self.read_handles();
+        let one_disk = targets.iter().any(|(_, t)| {
+            let k = t.device_key();
+            reads.iter().any(|m| k.shares_a_disk_with(m.device_key()))
+        });
+        let step = if one_disk { end - row } else { step };
         // The step recovered, its writes not yet made.
         let mut pending: Option<Recovered> = None;
         let mut lo = row;

@@ -38,6 +38,16 @@ pub enum DeviceKey {
     Network(u64),
 }
 
+impl DeviceKey {
+    /// Whether I/O to both lands on one device: files on one filesystem.
+    /// A job that writes one while it reads the other gains nothing by
+    /// overlapping the two there (the device does both in turn), and a
+    /// single disk serves large runs of one kind better than the two mixed.
+    pub fn shares_a_disk_with(self, other: DeviceKey) -> bool {
+        matches!((self, other), (DeviceKey::File { dev: a, .. }, DeviceKey::File { dev: b, .. }) if a == b)
+    }
+}
+
 impl std::fmt::Display for DeviceKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -477,4 +487,21 @@ fn submit_as(
         .into_iter()
         .map(|r| r.expect("every I/O ran"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Files on one filesystem share a disk; two filesystems, block
+    /// devices, RAM and network members do not.
+    #[test]
+    fn which_devices_share_a_disk() {
+        let f = |dev, ino| DeviceKey::File { dev, ino };
+        assert!(f(1, 10).shares_a_disk_with(f(1, 11)));
+        assert!(!f(1, 10).shares_a_disk_with(f(2, 10)));
+        assert!(!DeviceKey::Block { rdev: 5 }.shares_a_disk_with(DeviceKey::Block { rdev: 6 }));
+        assert!(!DeviceKey::Ram(1).shares_a_disk_with(DeviceKey::Ram(2)));
+        assert!(!f(1, 10).shares_a_disk_with(DeviceKey::Network(1)));
+    }
 }

@@ -119,7 +119,8 @@ impl Member for Absent {
         "(missing)"
     }
     fn device_key(&self) -> crate::member::DeviceKey {
-        // Never compared: membership checks look at filled slots only.
+        // Never taken for a member: membership checks look at filled
+        // slots only (and no disk is shared with RAM's key).
         crate::member::DeviceKey::Ram(0)
     }
     fn size(&self) -> u64 {

@@ -38,8 +38,10 @@ pub struct RebuildOptions {
     pub parallel: usize,
     /// Member bytes a run reads per member at a time, each step's writes
     /// going out with the next step's reads (`runs::STEP_BYTES`, 512 KiB,
-    /// by default; at least one row). The deterministic simulation makes
-    /// it a row, so that small arrays have runs of many steps.
+    /// by default; at least one row; a whole run where the device written
+    /// is a file on the filesystem of one read: `DeviceKey::shares_a_disk_with`).
+    /// The deterministic simulation makes it a row, so that small arrays
+    /// have runs of many steps.
     pub step_bytes: u64,
     /// Save the restart position at least this often...
     pub checkpoint_bytes: u64,

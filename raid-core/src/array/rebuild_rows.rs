@@ -75,13 +75,10 @@ impl Array {
         step: u64,
         pool: &mut crate::buf::BufPool,
     ) -> Result<()> {
-        // Where a target shares a disk with a member read, one step.
-        let reads = self.read_handles();
-        let one_disk = targets.iter().any(|(_, t)| {
-            let k = t.device_key();
-            reads.iter().any(|m| k.shares_a_disk_with(m.device_key()))
-        });
-        let step = if one_disk { end - row } else { step };
+        let step = match self.shares_a_disk_with_sources(targets, row) {
+            true => end - row,
+            false => step,
+        };
         // The step recovered, its writes not yet made.
         let mut pending: Option<Recovered> = None;
         let mut lo = row;
@@ -140,6 +137,23 @@ impl Array {
             pending = Some(self.recover_step(lo, reading, got, pool)?);
             lo = hi;
         }
+    }
+
+    /// Whether a target is a file on the filesystem of a member the run
+    /// reads (a slot in sync at `row` that is not a target: the targets'
+    /// own slots hold them, a failed slot is not read): then one disk does
+    /// both, and the run is one step.
+    fn shares_a_disk_with_sources(&self, targets: &[(usize, &MemberRef)], row: u64) -> bool {
+        let reads = self.read_handles();
+        let sources: Vec<crate::member::DeviceKey> = (0..reads.len())
+            .filter(|&slot| !targets.iter().any(|&(t, _)| t == slot))
+            .filter(|&slot| self.readable(slot, row))
+            .map(|slot| reads[slot].device_key())
+            .collect();
+        targets.iter().any(|(_, t)| {
+            let k = t.device_key();
+            sources.iter().any(|&s| k.shares_a_disk_with(s))
+        })
     }
 
     /// Which chunks of rows [lo, hi) are missing and which are read to

@@ -34,7 +34,8 @@ pub(super) type Work<'w, T> = dyn Fn(Run, &mut BufPool) -> Result<T> + Sync + 'w
 /// each step's writes go out in the same submission as the next step's
 /// reads, so that on drives the device written is busy while the others
 /// are read, where reading a whole run, then writing it, left each side
-/// idle half the time.
+/// idle half the time (not where one disk does both: see
+/// `DeviceKey::shares_a_disk_with`).
 pub(super) const STEP_BYTES: u64 = 512 << 10;
 
 /// Rows per step of a run (`bytes` per member; one at least).

@@ -199,6 +199,15 @@ impl World {
         v
     }
 
+    /// Whether `raidctl examine` finds array `name`'s metadata on `p`.
+    pub fn carries(&self, p: &Path, name: &str) -> bool {
+        let p = p.to_str().expect("a UTF-8 path");
+        self.code(&["examine", p]).1.lines().any(|l| {
+            let mut words = l.split_whitespace();
+            words.next() == Some("array:") && words.next() == Some(name)
+        })
+    }
+
     /// Kills this world's daemon with SIGKILL (a crash: no goodbye) and
     /// waits until it is gone, not only signalled: its file locks and its
     /// FUSE device go with it.

@@ -16,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+. scripts/nbd-peers.sh
 cargo build --release -p raidctl >/dev/null
 raidctl=$root/target/release/raidctl
 before=${BENCH_BEFORE:-}
@@ -51,13 +52,7 @@ fi
 cap=$(qemu-img info --output=json "nbd+unix:///?socket=$work/ours.sock" |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["virtual-size"])')
 truncate -s "$cap" "$work/qemu.img" "$work/nbdkit.img"
-qemu-nbd -f raw --cache=writeback --aio=threads -t -k "$work/qemu.sock" "$work/qemu.img" &
-pids+=($!)
-nbdkit -f -U "$work/nbdkit.sock" file "$work/nbdkit.img" &
-pids+=($!)
-for s in qemu nbdkit; do
-  for _ in $(seq 100); do [ -S "$work/$s.sock" ] && break; sleep 0.1; done
-done
+start_nbd_peers "$work"
 servers="$servers qemu nbdkit"
 
 # BENCH_DATA pieces of 1 MiB, evenly spread.

@@ -21,6 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+. scripts/nbd-peers.sh
 secs=${BENCH_SECONDS:-10}
 cargo build --release -p raidctl >/dev/null
 raidctl=$root/target/release/raidctl
@@ -55,13 +56,7 @@ for l in $levels; do
 done
 truncate -s "$size" "$work/qemu.img"
 truncate -s "$size" "$work/nbdkit.img"
-qemu-nbd -f raw --cache=writeback --aio=threads -e 16 -t -k "$work/qemu.sock" "$work/qemu.img" &
-pids+=($!)
-nbdkit -f -U "$work/nbdkit.sock" file "$work/nbdkit.img" &
-pids+=($!)
-for s in qemu nbdkit; do
-  for _ in $(seq 100); do [ -S "$work/$s.sock" ] && break; sleep 0.1; done
-done
+start_nbd_peers "$work" -e 16
 
 run() { # server rw bs depth connections -> "iops MB/s"
   local sock=$work/$1.sock rw=$2 bs=$3 depth=$4 conns=${5:-1}

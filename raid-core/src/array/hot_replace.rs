@@ -377,22 +377,19 @@ impl Array {
         // One run: its rows' chunks read from the old device together (in
         // flight at once where it takes io_uring) and written to the new
         // one together, in steps whose writes go out with the next step's
-        // reads (`RebuildOptions::step_bytes`), into chunk buffers the run's thread
+        // reads (`runs::step_rows`), into chunk buffers the run's thread
         // keeps (a fresh buffer per run would be a new mapping of memory
         // each time). Only the old device's error ends the copy (the slot
         // fails); the new one's drops the replacement at the next batch
         // (`hot_replace_broken`), and the run writes no more to it.
+        let one_disk = pair
+            .new
+            .device_key()
+            .shares_a_disk_with(pair.old.device_key());
+        let devices = [pair.old.clone(), pair.new.clone()];
         let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<()> {
             let at = |row: u64| self.data_offset + row * chunk;
-            let step = match pair
-                .new
-                .device_key()
-                .shares_a_disk_with(pair.old.device_key())
-            {
-                true => hi - lo,
-                false => runs::step_rows(opts.step_bytes, chunk),
-            };
-            let devices = [pair.old.clone(), pair.new.clone()];
+            let step = runs::step_rows(opts.step_bytes, chunk, hi - lo, one_disk);
             // The step read, not yet written: its first row, its buffers.
             let mut pending: Option<(u64, Vec<crate::buf::AlignedBuf>)> = None;
             let mut row = lo;
@@ -421,9 +418,14 @@ impl Array {
                 }
                 // The new device's error is said whatever the old one did,
                 // so that the replacement is dropped, not rebuilt onto.
-                let new_erred = written.into_iter().find_map(|r| r.err());
-                let new_erred = new_erred.map(|e| pair.new_err(e)).is_some();
-                if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
+                let new_erred = match written.into_iter().find_map(|r| r.err()) {
+                    Some(e) => {
+                        pair.new_err(e);
+                        true
+                    }
+                    None => false,
+                };
+                if let Some(e) = results.into_iter().find_map(|r| r.err()) {
                     pool.put(bufs);
                     return Err(ArrayError::Member {
                         member: pair.old.identity().into(),

@@ -111,6 +111,10 @@ pub(super) enum ReadFailure {
     Failed(Vec<(usize, MemberRef, io::Error)>),
 }
 
+/// A write to one of a submission's extra devices (`read_places_writing`):
+/// its index among them, the bytes, the member offset.
+pub(super) type TargetWrite<'a> = (usize, &'a [u8], u64);
+
 /// Stands in for a missing member in I/O batches: never called, because
 /// I/O is only planned for readable slots.
 pub(super) struct Absent;
@@ -198,24 +202,22 @@ impl Array {
         places: &[(usize, u64)],
         bufs: &mut [crate::buf::AlignedBuf],
     ) -> std::result::Result<(), ReadFailure> {
-        self.read_places_writing(places, bufs, &[]).0
+        self.read_places_writing(places, bufs, (&[], &[])).0
     }
 
-    /// `read_places_into`, with `writes` (a device, the bytes, the member
-    /// offset) in the same submission, so that they overlap on the devices:
-    /// a rebuild writes what it recovered of one step while it reads the
-    /// next. Returns the reads' outcome and, where the submission was made,
-    /// each write's; where it was not (`ReadFailure::Changed`: a place no
-    /// longer readable), no write was made either.
+    /// `read_places_into`, with writes to the devices `to` (a rebuild's
+    /// targets) in the same submission, so that they overlap on the
+    /// devices: a rebuild writes what it recovered of one step while it
+    /// reads the next. `writes` are (index in `to`, the bytes, the member
+    /// offset). Returns the reads' outcome and each write's; with
+    /// `ReadFailure::Changed` (a place no longer readable) nothing was
+    /// submitted, no write either.
     pub(super) fn read_places_writing(
         &self,
         places: &[(usize, u64)],
         bufs: &mut [crate::buf::AlignedBuf],
-        writes: &[(&MemberRef, &[u8], u64)],
-    ) -> (
-        std::result::Result<(), ReadFailure>,
-        Option<Vec<io::Result<()>>>,
-    ) {
+        (to, writes): (&[&MemberRef], &[TargetWrite<'_>]),
+    ) -> (std::result::Result<(), ReadFailure>, Vec<io::Result<()>>) {
         use crate::member::{submit, IoOp, MemberIo};
         assert_eq!(bufs.len(), places.len(), "a buffer for each place");
         let handles = self.read_handles();
@@ -223,14 +225,18 @@ impl Array {
             .iter()
             .any(|&(slot, off)| !self.readable(slot, (off - self.data_offset) / self.geo.chunk))
         {
-            return (Err(ReadFailure::Changed), None);
+            return (Err(ReadFailure::Changed), Vec::new());
         }
-        // The written devices after the slots' handles, by index.
-        let devices: Vec<MemberRef> = handles
-            .iter()
-            .cloned()
-            .chain(writes.iter().map(|&(m, _, _)| m.clone()))
-            .collect();
+        // The written devices after the slots' handles, by index; the
+        // handles alone where nothing is written (every plain read).
+        let joined: Vec<MemberRef>;
+        let devices: &[MemberRef] = match to.is_empty() {
+            true => &handles,
+            false => {
+                joined = handles.iter().chain(to.iter().copied()).cloned().collect();
+                &joined
+            }
+        };
         let reads = bufs
             .iter_mut()
             .zip(places)
@@ -239,16 +245,13 @@ impl Array {
                 offset,
                 op: IoOp::Read(&mut b[..]),
             });
-        let written = writes
-            .iter()
-            .enumerate()
-            .map(|(k, &(_, b, offset))| MemberIo {
-                member: handles.len() + k,
-                offset,
-                op: IoOp::Write(b),
-            });
+        let written = writes.iter().map(|&(t, b, offset)| MemberIo {
+            member: handles.len() + t,
+            offset,
+            op: IoOp::Write(b),
+        });
         let mut ios: Vec<MemberIo> = reads.chain(written).collect();
-        let mut results = submit(&devices, &mut ios);
+        let mut results = submit(devices, &mut ios);
         let wrote = results.split_off(places.len());
         let failed: Vec<(usize, MemberRef, io::Error)> = ios
             .iter()
@@ -260,7 +263,7 @@ impl Array {
             true => Ok(()),
             false => Err(ReadFailure::Failed(failed)),
         };
-        (read, Some(wrote))
+        (read, wrote)
     }
 
     /// Fails the members of a `read_places` failure list (each only if its

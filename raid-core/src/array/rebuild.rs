@@ -36,12 +36,11 @@ pub struct RebuildOptions {
     /// batch wait for all of it: `batch_rows` x `parallel` rows, at most
     /// 256.
     pub parallel: usize,
-    /// Member bytes a run reads per member at a time, each step's writes
-    /// going out with the next step's reads (`runs::STEP_BYTES`, 512 KiB,
-    /// by default; at least one row; a whole run where the device written
-    /// is a file on the filesystem of one read: `DeviceKey::shares_a_disk_with`).
-    /// The deterministic simulation makes it a row, so that small arrays
-    /// have runs of many steps.
+    /// Member bytes a RAID5/6 rebuild's or a hot replace's run reads per
+    /// member at a time, each step's writes going out with the next
+    /// step's reads (`runs::step_rows`; 512 KiB by default). A mirror's
+    /// rebuild copies a run at once. The deterministic simulation makes it
+    /// a row, so that small arrays have runs of many steps.
     pub step_bytes: u64,
     /// Save the restart position at least this often...
     pub checkpoint_bytes: u64,
@@ -240,8 +239,7 @@ impl Array {
             match (self.geo.level, &to[..]) {
                 (_, []) => {}
                 (Level::Raid5 | Level::Raid6, _) => {
-                    let step = runs::step_rows(opts.step_bytes, self.geo.chunk);
-                    self.rebuild_parity_rows(&to, (lo, hi), step, pool)?
+                    self.rebuild_parity_rows(&to, (lo, hi), opts.step_bytes, pool)?
                 }
                 (_, &[(slot, target)]) => self.rebuild_mirror_rows(slot, target, lo, hi)?,
                 _ => unreachable!("mirrors are rebuilt one slot per pass"),

@@ -3,6 +3,7 @@
 //! the members being rebuilt. `rebuild.rs` decides which rows and members,
 //! under which locks.
 
+use super::member_io::{ReadFailure, TargetWrite};
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::layout::ChunkRole;
@@ -10,11 +11,12 @@ use crate::member::{submit, IoOp, MemberIo};
 use crate::parity::RecoverJob;
 
 /// A step's rows as planned: each stripe's map, its missing chunks
-/// (positions in the map), and the (stripe, position) of each chunk read.
+/// (positions in the map), and the places read (slot, member offset),
+/// stripe by stripe, present chunks ascending.
 struct Reading {
     maps: Vec<crate::layout::StripeMap>,
     missing: Vec<Vec<usize>>,
-    wanted: Vec<(usize, usize)>,
+    places: Vec<(usize, u64)>,
 }
 
 /// A step recovered: every chunk of each of its stripes, from row `lo`.
@@ -25,25 +27,17 @@ struct Recovered {
 }
 
 impl Recovered {
-    /// The writes of this step to the `targets`, target by target.
-    fn writes<'a>(
-        &'a self,
-        a: &Array,
-        targets: &[(usize, &'a MemberRef)],
-    ) -> Vec<(&'a MemberRef, &'a [u8], u64)> {
-        targets
-            .iter()
-            .flat_map(|&(slot, target)| {
-                self.bufs
-                    .iter()
-                    .zip(&self.maps)
-                    .enumerate()
-                    .map(move |(k, (stripe, map))| {
-                        let i = map.members.iter().position(|&m| m == slot).unwrap();
-                        (target, &stripe[i][..], a.row_offset_of(self.lo + k as u64))
-                    })
-            })
-            .collect()
+    /// The writes of this step to the `targets`: (index in `targets`, the
+    /// bytes, the member offset).
+    fn writes<'a>(&'a self, a: &Array, targets: &[(usize, &MemberRef)]) -> Vec<TargetWrite<'a>> {
+        let mut out = Vec::with_capacity(targets.len() * self.bufs.len());
+        for (t, &(slot, _)) in targets.iter().enumerate() {
+            for (k, (stripe, map)) in self.bufs.iter().zip(&self.maps).enumerate() {
+                let i = map.members.iter().position(|&m| m == slot).unwrap();
+                out.push((t, &stripe[i][..], a.row_offset_of(self.lo + k as u64)));
+            }
+        }
+        out
     }
 }
 
@@ -64,57 +58,47 @@ impl Array {
     /// Recovers rows [row, end) of every stripe's missing chunks and writes
     /// those of the `targets` (slot, device).
     ///
-    /// The rows go in steps of `step` rows, each step's writes in the
-    /// same submission as the next step's reads. Nothing about which rows
-    /// are in sync changes: the caller holds every row's lock until all
-    /// are written.
+    /// The rows go in steps (`runs::step_rows`), each step's writes in
+    /// the same submission as the next step's reads. Nothing about which
+    /// rows are in sync changes: the caller holds every row's lock until
+    /// all are written.
     pub(super) fn rebuild_parity_rows(
         &self,
         targets: &[(usize, &MemberRef)],
         (row, end): (u64, u64),
-        step: u64,
+        step_bytes: u64,
         pool: &mut crate::buf::BufPool,
     ) -> Result<()> {
-        let step = match self.shares_a_disk_with_sources(targets, row) {
-            true => end - row,
-            false => step,
-        };
+        let one_disk = self.shares_a_disk_with_sources(targets, row);
+        let step = super::runs::step_rows(step_bytes, self.geo.chunk, end - row, one_disk);
+        let to: Vec<&MemberRef> = targets.iter().map(|&(_, m)| m).collect();
         // The step recovered, its writes not yet made.
         let mut pending: Option<Recovered> = None;
         let mut lo = row;
         loop {
             let hi = (lo + step).min(end);
             let reading = self.plan_recovery(lo, hi)?;
-            // Every present chunk of every stripe of the step.
-            let places: Vec<(usize, u64)> = reading
-                .wanted
-                .iter()
-                .map(|&(k, i)| {
-                    let row_off = self.row_offset_of(lo + k as u64);
-                    (reading.maps[k].members[i], row_off)
-                })
-                .collect();
-            let mut got = pool.take(places.len());
+            let mut got = pool.take(reading.places.len());
             let writes = pending
                 .as_ref()
                 .map_or_else(Vec::new, |p| p.writes(self, targets));
-            let (read, wrote) = self.read_places_writing(&places, &mut got, &writes);
+            let (read, wrote) = self.read_places_writing(&reading.places, &mut got, (&to, &writes));
+            // Each target that erred is failed (with a source whose read
+            // erred beside it); the first error ends the rebuild.
+            let mut erred: Vec<Option<io::Error>> = targets.iter().map(|_| None).collect();
+            for (&(t, _, _), r) in writes.iter().zip(wrote) {
+                if let Err(e) = r {
+                    erred[t].get_or_insert(e);
+                }
+            }
             drop(writes);
-            // Submitted: the step before is written (or its target failed).
-            let submitted = wrote.is_some();
+            // Submitted (not `Changed`): the step before is written.
+            let submitted = !matches!(read, Err(ReadFailure::Changed));
             if let Some(done) = pending.take_if(|_| submitted) {
-                // Target by target, a write per stripe of the step: every
-                // target that erred is failed (and a source whose read
-                // erred beside it), the first error ends the rebuild.
-                let per = done.bufs.len();
-                let mut failed_targets = vec![false; targets.len()];
                 let mut first = None;
-                for (k, r) in wrote.into_iter().flatten().enumerate() {
-                    if let (Err(e), false) = (r, failed_targets[k / per]) {
-                        failed_targets[k / per] = true;
-                        let (slot, target) = targets[k / per];
-                        let err = self.rebuild_write_failed(slot, target, e);
-                        first.get_or_insert(err);
+                for (&(slot, target), e) in targets.iter().zip(erred) {
+                    if let Some(e) = e {
+                        first.get_or_insert(self.rebuild_write_failed(slot, target, e));
                     }
                 }
                 if let Some(e) = first {
@@ -177,23 +161,23 @@ impl Array {
         {
             return Err(self.failed_error());
         }
-        let wanted = (0..maps.len())
-            .flat_map(|k| {
+        let places = (lo..hi)
+            .zip(maps.iter().zip(&missing))
+            .flat_map(|(s, (map, miss))| {
                 (0..n)
-                    .filter(|i| !missing[k].contains(i))
-                    .map(move |i| (k, i))
-                    .collect::<Vec<_>>()
+                    .filter(|i| !miss.contains(i))
+                    .map(move |i| (map.members[i], self.row_offset_of(s)))
             })
             .collect();
         Ok(Reading {
             maps,
             missing,
-            wanted,
+            places,
         })
     }
 
     /// Recovers the missing chunks of the step read into `got` (in
-    /// `reading.wanted`'s order).
+    /// `reading.places`' order).
     fn recover_step(
         &self,
         lo: u64,

@@ -38,9 +38,14 @@ pub(super) type Work<'w, T> = dyn Fn(Run, &mut BufPool) -> Result<T> + Sync + 'w
 /// `DeviceKey::shares_a_disk_with`).
 pub(super) const STEP_BYTES: u64 = 512 << 10;
 
-/// Rows per step of a run (`bytes` per member; one at least).
-pub(super) fn step_rows(bytes: u64, chunk: u64) -> u64 {
-    (bytes / chunk).max(1)
+/// Rows per step of a run of `run_rows` (`bytes` per member; one at
+/// least): the whole run where one disk holds a device written and one
+/// read (`DeviceKey::shares_a_disk_with`).
+pub(super) fn step_rows(bytes: u64, chunk: u64, run_rows: u64, one_disk: bool) -> u64 {
+    match one_disk {
+        true => run_rows,
+        false => (bytes / chunk).max(1),
+    }
 }
 
 /// Most rows a job locks at once: writers into a batch wait for all of it.

@@ -56,7 +56,7 @@ impl NvmeModel {
         }
     }
 
-    /// `datacenter`, with the drive's bandwidth limited to `read_bw` and
+    /// This model, with the drive's bandwidth limited to `read_bw` and
     /// `write_bw` bytes per second.
     pub fn with_bandwidth(self, read_bw: u64, write_bw: u64) -> NvmeModel {
         NvmeModel {

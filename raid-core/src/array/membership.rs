@@ -298,14 +298,9 @@ impl Array {
             for (u, m) in meta.spares.clone() {
                 let sb = self.superblock(meta, ROLE_SPARE, u);
                 if let Err(e) = metadata::write_superblock(m.as_ref(), &sb) {
-                    meta.spares.retain(|(x, _)| *x != u);
-                    self.record(
-                        meta,
-                        ArrayEvent::SpareDropped {
-                            member: m.identity().to_string(),
-                            reason: format!("metadata write failed: {e}"),
-                        },
-                    );
+                    let at = meta.spares.iter().position(|(x, _)| *x == u);
+                    let at = at.expect("a spare of this round");
+                    self.drop_spare(meta, at, &m, format!("metadata write failed: {e}"));
                     dropped = true;
                 }
             }
@@ -313,7 +308,6 @@ impl Array {
                 // The members' metadata just written names it as a spare,
                 // which a start would take back: written again without it
                 // (each round more drops one more spare, so this ends).
-                self.epoch.fetch_add(1, Ordering::AcqRel);
                 continue 'round;
             }
             // Every member not failed now holds this event: the next
@@ -493,15 +487,7 @@ impl Array {
             // A spare that cannot take a write is no spare: dropped, so
             // the next activation takes the next one.
             if let Some(at) = meta.spares.iter().position(|(_, m)| m.device_key() == key) {
-                meta.spares.remove(at);
-                self.epoch.fetch_add(1, Ordering::AcqRel);
-                self.record(
-                    meta,
-                    ArrayEvent::SpareDropped {
-                        member: new.identity().to_string(),
-                        reason: e.to_string(),
-                    },
-                );
+                self.drop_spare(meta, at, &new, e.to_string());
                 self.persist(meta);
             }
             return Err(e);
@@ -560,6 +546,16 @@ impl Array {
         drop(meta);
         self.rewrite_bitmap();
         Ok(Some(ident))
+    }
+
+    /// Drops the spare at `at` of `meta.spares` (`m`, which could not be
+    /// written): the next activation takes the next one, the membership
+    /// epoch moves, and a warning says so.
+    fn drop_spare(&self, meta: &mut Meta, at: usize, m: &MemberRef, reason: String) {
+        meta.spares.remove(at);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        let member = m.identity().to_string();
+        self.record(meta, ArrayEvent::SpareDropped { member, reason });
     }
 }
 

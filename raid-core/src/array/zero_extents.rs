@@ -37,16 +37,16 @@ impl Array {
         if offset >= end {
             return out;
         }
-        let all_data = vec![(end - offset, false)];
+        let all_data = || vec![(end - offset, false)];
         // The devices as they are now, each asked only while the slot
         // holds it: a change of membership meanwhile (a member failed, a
         // spare taking a slot) makes the answer all data. Read first, so
         // that a failure after the check below changes it too.
-        let epoch = self.epoch.load(std::sync::atomic::Ordering::Acquire);
+        let epoch = self.membership_epoch();
         // Beyond its redundancy, the array fails reads the holes would
         // not: nothing is said to be zeros.
         if !self.within_redundancy() {
-            return all_data;
+            return all_data();
         }
         let unit = self.zero_unit();
         let members = self.member_handles();
@@ -68,8 +68,8 @@ impl Array {
             }
             at = upto;
         }
-        if self.epoch.load(std::sync::atomic::Ordering::Acquire) != epoch {
-            return all_data;
+        if self.membership_epoch() != epoch {
+            return all_data();
         }
         out
     }

@@ -595,14 +595,12 @@ impl Daemon {
         for (t, ev, state) in &new {
             // A spare the array dropped (it could not be written): the
             // record follows, so a restart does not offer it again.
-            if matches!(ev, raid_core::array::ArrayEvent::SpareDropped { .. }) {
-                let before = s.record.lock().spares.clone();
-                s.record_spares(None);
-                if s.record.lock().spares != before {
-                    // Where it cannot be written, `save_record` logs it
-                    // and the monitor writes it again.
-                    let _ = self.save_record(s);
-                }
+            // Where it cannot be written, `save_record` logs it and the
+            // monitor writes it again.
+            if matches!(ev, raid_core::array::ArrayEvent::SpareDropped { .. })
+                && s.record_spares(None)
+            {
+                let _ = self.save_record(s);
             }
             let unix = t
                 .duration_since(std::time::UNIX_EPOCH)

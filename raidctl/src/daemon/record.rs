@@ -74,8 +74,10 @@ impl Served {
     /// Brings the record's spares in step with the array's: a path stays
     /// while the device it names is a spare, and `added` is named where it
     /// is one now (the same rule as `record_slot`, for the list of spares).
-    pub(super) fn record_spares(&self, added: Option<&Path>) {
+    /// Returns whether that changed the record.
+    pub(super) fn record_spares(&self, added: Option<&Path>) -> bool {
         let mut rec = self.record.lock();
+        let before = rec.spares.len();
         // By the name the array knows it by, else by identity (the same
         // device under another path); a spare whose path no longer stats
         // is still the array's while the array names it.
@@ -89,9 +91,12 @@ impl Served {
                 })
         };
         rec.spares.retain(|p| is_spare(p));
+        let dropped = rec.spares.len() != before;
         if let Some(p) = added.filter(|p| is_spare(p) && !rec.spares.iter().any(|q| q == p)) {
             rec.spares.push(p.to_path_buf());
+            return true;
         }
+        dropped
     }
 }
 

@@ -58,7 +58,17 @@ const HEAD_MAX: usize = 28;
 impl Reply {
     /// Its bytes on the wire.
     pub(super) fn wire_len(&self) -> usize {
-        self.head(&mut [0; HEAD_MAX]) + self.body().map_or(0, <[u8]>::len)
+        self.head_len() + self.body().map_or(0, <[u8]>::len)
+    }
+
+    /// The length of its head (`head`), without building it.
+    fn head_len(&self) -> usize {
+        match (&self.form, self.err) {
+            (Form::Simple, _) => 16,
+            (Form::Read { .. } | Form::Status(_), err) if err != 0 => 26,
+            (Form::Read { .. }, _) => 28,
+            (Form::Status(_), _) => 20,
+        }
     }
 
     /// The data sent after its header.
@@ -79,7 +89,7 @@ impl Reply {
             h[8..16].copy_from_slice(&self.cookie.to_be_bytes());
             h[16..20].copy_from_slice(&(len as u32).to_be_bytes());
         };
-        match (&self.form, self.err) {
+        let n = match (&self.form, self.err) {
             (Form::Simple, err) => {
                 h[0..4].copy_from_slice(&nbd::SIMPLE_REPLY_MAGIC.to_be_bytes());
                 h[4..8].copy_from_slice(&err.to_be_bytes());
@@ -103,7 +113,9 @@ impl Reply {
                 chunk(h, nbd::REPLY_TYPE_BLOCK_STATUS, p.len());
                 20
             }
-        }
+        };
+        debug_assert_eq!(n, self.head_len(), "head_len agrees with head");
+        n
     }
 
     /// What follows its head: a successful read's data, or a block

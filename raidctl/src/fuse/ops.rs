@@ -218,8 +218,6 @@ fn fallocate(ans: &mut dyn Answer, fs: &Fs, u: u64, body: &[u8]) {
 /// --sparse` skip what reads as zeros without being stored: the parts
 /// `Array::zero_extents` names, and the end of the file.
 fn lseek(ans: &mut dyn Answer, fs: &Fs, h: InHeader, body: &[u8]) {
-    /// Array bytes looked at per call of `zero_extents`.
-    const SPAN: u64 = 1 << 30;
     let u = h.unique;
     let Some((off, whence)) = abi::lseek_in(body) else {
         return ans.send_error(u, libc::EINVAL);
@@ -234,25 +232,19 @@ fn lseek(ans: &mut dyn Answer, fs: &Fs, h: InHeader, body: &[u8]) {
     if h.nodeid != FILE || off >= cap {
         return ans.send_error(u, libc::ENXIO);
     }
-    let mut at = off;
-    while at < cap {
-        // The extent at `at`, whole: the next begins where it ends, of
-        // the other kind, unless the walk stopped at its span's end.
-        // None (never, inside the array) counts as data: a hole said
-        // wrongly would lose data in a copy.
-        let (len, zero) = array
-            .zero_extents_upto(at, SPAN, 1)
-            .first()
-            .copied()
-            .unwrap_or((cap - at, false));
-        if zero != want_data {
-            return ans.send(u, 0, &[&at.to_ne_bytes()]);
-        }
-        let walked_to = at.saturating_add(SPAN).min(cap);
-        at += len;
-        if at < walked_to {
-            return ans.send(u, 0, &[&at.to_ne_bytes()]);
-        }
+    // The extent at `off`, whole (the walk stops where the next begins,
+    // of the other kind). None (never, inside the array) counts as data:
+    // a hole said wrongly would lose data in a copy.
+    let (len, zero) = array
+        .zero_extents_upto(off, cap - off, 1)
+        .first()
+        .copied()
+        .unwrap_or((cap - off, false));
+    if zero != want_data {
+        return ans.send(u, 0, &[&off.to_ne_bytes()]);
+    }
+    if off + len < cap {
+        return ans.send(u, 0, &[&(off + len).to_ne_bytes()]);
     }
     // No data from `off` on; the end of the file is a hole.
     if want_data {

@@ -354,34 +354,34 @@ pub fn free_bytes(p: &Path) -> u64 {
     statfs(p).map_or(0, |st| st.f_bavail as u64 * st.f_bsize as u64)
 }
 
+// Filesystems by statfs's magic number: the same as raid-core's member
+// files (`raid-core/src/member/file.rs`). f_type's width differs between
+// targets; the magic numbers are 32-bit.
+const TMPFS_MAGIC: u32 = 0x0102_1994;
+const RAMFS_MAGIC: u32 = 0x8584_58f6;
+const EXT4_MAGIC: u32 = 0xef53;
+const XFS_MAGIC: u32 = 0x5846_5342;
+const BTRFS_MAGIC: u32 = 0x9123_683e;
+
 /// Whether `p` is on tmpfs or ramfs, where the daemon treats members as
-/// copies in memory (the same magic numbers as raid-core's member files).
+/// copies in memory.
 pub fn on_memory_fs(p: &Path) -> bool {
-    const TMPFS_MAGIC: u32 = 0x0102_1994;
-    const RAMFS_MAGIC: u32 = 0x8584_58f6;
-    // f_type's width differs between targets; the magic numbers are 32-bit.
     statfs(p).is_some_and(|st| matches!(st.f_type as u32, TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
-/// Fails the test, naming the fix, when `tool` is not installed.
 /// Whether the filesystem holding `p` is one whose holes the array trusts
 /// (ext4, XFS, btrfs, tmpfs: `Member::data_from`); elsewhere (overlayfs
 /// in a container) an array of files there reports no holes at all.
 pub fn holes_trusted(p: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-    // SAFETY: statfs is plain old data, filled by the kernel.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a pointer to a live statfs.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return false;
-    }
-    matches!(
-        st.f_type as u32,
-        0xef53 | 0x5846_5342 | 0x9123_683e | 0x0102_1994
-    )
+    statfs(p).is_some_and(|st| {
+        matches!(
+            st.f_type as u32,
+            EXT4_MAGIC | XFS_MAGIC | BTRFS_MAGIC | TMPFS_MAGIC
+        )
+    })
 }
 
+/// Fails the test, naming the fix, when `tool` is not installed.
 pub fn need(tool: &str) {
     let found = Command::new("sh")
         .arg("-c")

@@ -192,32 +192,34 @@ pub fn check(r: &Request, size: u64, block: u64, read_only: bool) -> Check {
 /// SET_META_CONTEXT: the export name and the queries, every length
 /// checked against what was sent.
 pub fn parse_meta_context_request(data: &[u8]) -> Option<(String, Vec<String>)> {
-    let field = |at: usize| -> Option<(&[u8], usize)> {
-        let n = u32::from_be_bytes(data.get(at..at.checked_add(4)?)?.try_into().ok()?) as usize;
-        let start = at + 4;
-        Some((data.get(start..start.checked_add(n)?)?, start + n))
-    };
-    let (name, mut at) = field(0)?;
-    let name = std::str::from_utf8(name).ok()?.to_string();
+    let (name, mut at) = string_at(data, 0)?;
     let count = u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?) as usize;
     at += 4;
     let mut queries = Vec::new();
     for _ in 0..count {
-        let (q, next) = field(at)?;
-        queries.push(std::str::from_utf8(q).ok()?.to_string());
+        let (q, next) = string_at(data, at)?;
+        queries.push(q);
         at = next;
     }
     (at == data.len()).then_some((name, queries))
 }
 
+/// The string at `at` of an option's payload, after its 32-bit length,
+/// and where the next field begins; None where the length runs past the
+/// payload or the bytes are not UTF-8.
+fn string_at(data: &[u8], at: usize) -> Option<(String, usize)> {
+    let n = u32::from_be_bytes(data.get(at..at.checked_add(4)?)?.try_into().ok()?) as usize;
+    let start = at + 4;
+    let end = start.checked_add(n)?;
+    let s = std::str::from_utf8(data.get(start..end)?).ok()?;
+    Some((s.to_string(), end))
+}
+
 /// An option request's payload for INFO and GO: the export name and the
 /// information types asked for.
 pub fn parse_info_request(data: &[u8]) -> Option<(String, Vec<u16>)> {
-    let n = u32::from_be_bytes(data.get(0..4)?.try_into().ok()?) as usize;
-    let name = std::str::from_utf8(data.get(4..4usize.checked_add(n)?)?)
-        .ok()?
-        .to_string();
-    let rest = data.get(4 + n..)?;
+    let (name, next) = string_at(data, 0)?;
+    let rest = data.get(next..)?;
     let count = u16::from_be_bytes(rest.get(0..2)?.try_into().ok()?) as usize;
     let list = rest.get(2..2 + count * 2)?;
     if rest.len() != 2 + count * 2 {

@@ -21,12 +21,14 @@ pub(super) struct Negotiated {
 }
 
 impl Negotiated {
-    /// How the reply to `req` goes (its block status's aside).
+    /// How the reply to `req` goes: a read and a block status (an error
+    /// too; `block_status` fills in its extents) as a structured chunk
+    /// where those were negotiated, anything else simply.
     pub(super) fn form(self, req: &Request) -> Form {
-        if self.structured && req.kind == nbd::CMD_READ {
-            Form::Read { offset: req.offset }
-        } else {
-            Form::Simple
+        match req.kind {
+            nbd::CMD_READ if self.structured => Form::Read { offset: req.offset },
+            nbd::CMD_BLOCK_STATUS if self.structured => Form::Status(Vec::new()),
+            _ => Form::Simple,
         }
     }
 }
@@ -42,12 +44,10 @@ const STATUS_SPAN: u64 = 256 << 20;
 /// (one with `REQ_ONE`), each a hole that reads as zeros or data
 /// (`Array::zero_extents`).
 pub(super) fn block_status(array: &Array, req: &Request, n: Negotiated) -> (u32, Form) {
-    if !n.structured {
-        // Not to be sent without structured replies: refused as simply.
-        return (nbd::EINVAL, Form::Simple);
-    }
-    if !n.block_status {
-        return (nbd::EINVAL, Form::Status(Vec::new()));
+    if !n.structured || !n.block_status {
+        // Refused in the form negotiated (simply, without structured
+        // replies).
+        return (nbd::EINVAL, n.form(req));
     }
     let len = (req.length as u64).min(STATUS_SPAN);
     let most = if req.flags & nbd::CMD_FLAG_REQ_ONE != 0 {

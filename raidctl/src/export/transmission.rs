@@ -492,12 +492,6 @@ fn read_requests(
                 in_batch += 1;
             }
             Check::Error(errno) => {
-                // A block status is answered with a structured reply
-                // where they were negotiated, its error too.
-                let form = match req.kind {
-                    nbd::CMD_BLOCK_STATUS if negotiated.structured => Form::Status(Vec::new()),
-                    _ => form,
-                };
                 shared.reply(req.cookie, form, errno, Payload::Spare(buf), bytes)
             }
             Check::Disconnect(_) => unreachable!("returned above"),

@@ -10,9 +10,11 @@
 //! word that it holds a hole there (`Member::data_from`), and an unknown
 //! answer (a block device, a network member, a hot replace's pair) is
 //! data. Holes on every device that serves a part mean zeros whichever
-//! of them a read uses: a mirror's copies all hold zeros, and a RAID5/6
-//! chunk recovered from its stripe's others (all zeros, the parity too)
-//! is zeros, since the parity of zeros is zeros.
+//! of them a read uses: a mirror's copies all hold zeros; a RAID5/6 chunk
+//! is read from its own member while that one is readable (so its hole
+//! alone decides, chunk by chunk, whatever its stripe's parity holds),
+//! and one recovered from its stripe's others (all zeros, the parity
+//! too) is zeros, since the parity of zeros is zeros.
 
 use super::Array;
 
@@ -74,20 +76,18 @@ impl Array {
         out
     }
 
-    /// Bytes of the array in one unit judged at once: a RAID5/6 stripe's
-    /// data (its chunks and parity share one row), else one chunk (with
-    /// its copies).
+    /// Bytes of the array in one unit judged at once: one chunk (with
+    /// its copies, or for RAID5/6 what a read of it would use). Finer
+    /// than a RAID5/6 stripe, whose parity is written when any of its
+    /// chunks is: a piece of data written into a stripe leaves its other
+    /// chunks holes on their own members, and a copy skips them.
     fn zero_unit(&self) -> u64 {
-        match self.geo.level {
-            crate::layout::Level::Raid5 | crate::layout::Level::Raid6 => {
-                self.geo.stripe_data_bytes()
-            }
-            _ => self.geo.chunk,
-        }
+        self.geo.chunk
     }
 
-    /// Whether unit `u` reads as zeros: every device that serves it, and
-    /// at least one, holds a hole over its whole chunk there.
+    /// Whether unit `u` (logical chunk `u`) reads as zeros: every device
+    /// that serves it, and at least one, holds a hole over its whole
+    /// chunk there.
     fn unit_is_hole(
         &self,
         u: u64,
@@ -97,12 +97,28 @@ impl Array {
         use crate::layout::{Level, Place};
         let chunk = self.geo.chunk;
         let places: Vec<Place> = match self.geo.level {
-            Level::Raid5 | Level::Raid6 => (0..self.geo.members)
-                .map(|m| Place {
-                    member: m,
-                    offset: u * chunk,
-                })
-                .collect(),
+            Level::Raid5 | Level::Raid6 => {
+                // A read of a RAID5/6 chunk reads its own member where
+                // that is readable, whatever the stripe's parity holds;
+                // else it recovers the chunk from the stripe's others,
+                // which are zeros where they all are (the parity of
+                // zeros is zeros).
+                let d = self.geo.data_chunks() as u64;
+                let (s, idx) = (u / d, (u % d) as usize);
+                let own = self.geo.stripe_member(s, idx);
+                let at = |member| Place {
+                    member,
+                    offset: s * chunk,
+                };
+                if self.readable(own, s) {
+                    vec![at(own)]
+                } else {
+                    (0..self.geo.members)
+                        .filter(|&m| m != own)
+                        .map(at)
+                        .collect()
+                }
+            }
             _ => self.geo.chunk_copies(u),
         };
         let mut serving = 0;

@@ -64,6 +64,7 @@ pub const CMD_FLAG_REQ_ONE: u16 = 8;
 pub const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
 pub const REPLY_FLAG_DONE: u16 = 1;
 pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
+pub const REPLY_TYPE_OFFSET_HOLE: u16 = 2;
 pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
 pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
 /// The one meta context served, and its flags: a hole (not stored), and

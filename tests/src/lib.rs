@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub mod hosts;
+pub mod nbd_client;
 
 /// The `raidctl` binary of the profile these tests were built with, or the
 /// one `RAIDCTL_BIN` names (to run a test against another build, e.g. to
@@ -141,6 +142,25 @@ impl World {
         args.extend(m.iter().map(|p| p.to_str().expect("a UTF-8 path")));
         self.ok(&args);
         m
+    }
+
+    /// A RAID5 of four 128 MiB member files created `--sparse` (chunk 64
+    /// KiB), not started; None, having said so, where the files'
+    /// filesystem is not one whose holes the array trusts (overlayfs in a
+    /// container).
+    pub fn sparse_raid5(&self, name: &str) -> Option<Vec<PathBuf>> {
+        if !holes_trusted(&self.dir) {
+            eprintln!(
+                "{}: not a filesystem whose holes are trusted: skipped",
+                self.dir.display()
+            );
+            return None;
+        }
+        let m = self.sparse_members("m", 4, 128 << 20);
+        let mut args = vec!["create", name, "--level", "5", "--chunk", "64K", "--sparse"];
+        args.extend(m.iter().map(|p| p.to_str().expect("a UTF-8 path")));
+        self.ok(&args);
+        Some(m)
     }
 
     /// Runs and requires success; returns stdout.

@@ -2,9 +2,8 @@
 //! nbdcopy and fio over NBD; mkfs.ext4 and a mounted filesystem through
 //! `raidctl mount --loop`. The tools come from scripts/install-test-deps.sh.
 
-use raid_e2e::{
-    file_hash, fio_verified_writes, holes_trusted, need, qemu_io, run_ok as run, World,
-};
+use raid_e2e::nbd_client::{nbd_connect, nbd_go, nbd_reply, nbd_request};
+use raid_e2e::{file_hash, fio_verified_writes, need, qemu_io, run_ok as run, World};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -63,96 +62,6 @@ fn qemu_io_patterns_at_many_offsets() {
     );
     assert!(ok, "{text}");
     w.ok(&["stop", "qio"]);
-}
-
-/// A raw NBD client: fixed newstyle handshake for export `name`; returns
-/// the connection and the export's size.
-fn nbd_connect(sock: &Path, name: &str) -> (std::os::unix::net::UnixStream, u64) {
-    use std::io::{Read, Write};
-    let mut c = std::os::unix::net::UnixStream::connect(sock).unwrap();
-    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    let mut hello = [0u8; 18];
-    c.read_exact(&mut hello).unwrap();
-    assert_eq!(&hello[..8], b"NBDMAGIC");
-    c.write_all(&3u32.to_be_bytes()).unwrap(); // fixed newstyle, no zeroes
-    let mut opt = b"IHAVEOPT".to_vec();
-    opt.extend_from_slice(&1u32.to_be_bytes()); // EXPORT_NAME
-    opt.extend_from_slice(&(name.len() as u32).to_be_bytes());
-    opt.extend_from_slice(name.as_bytes());
-    c.write_all(&opt).unwrap();
-    let mut info = [0u8; 10];
-    c.read_exact(&mut info).unwrap();
-    (c, u64::from_be_bytes(info[..8].try_into().unwrap()))
-}
-
-/// A raw NBD client negotiating with NBD_OPT_GO, asking for the block
-/// size or not (a client that does not ask may send requests on any byte);
-/// returns the connection and the export's size.
-fn nbd_go(sock: &Path, name: &str, ask_block_size: bool) -> (std::os::unix::net::UnixStream, u64) {
-    use std::io::{Read, Write};
-    let mut c = std::os::unix::net::UnixStream::connect(sock).unwrap();
-    c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
-        .unwrap();
-    let mut hello = [0u8; 18];
-    c.read_exact(&mut hello).unwrap();
-    c.write_all(&3u32.to_be_bytes()).unwrap();
-    let mut data = (name.len() as u32).to_be_bytes().to_vec();
-    data.extend_from_slice(name.as_bytes());
-    let infos: &[u16] = if ask_block_size { &[3] } else { &[] };
-    data.extend_from_slice(&(infos.len() as u16).to_be_bytes());
-    for i in infos {
-        data.extend_from_slice(&i.to_be_bytes());
-    }
-    let mut opt = b"IHAVEOPT".to_vec();
-    opt.extend_from_slice(&7u32.to_be_bytes()); // GO
-    opt.extend_from_slice(&(data.len() as u32).to_be_bytes());
-    opt.extend_from_slice(&data);
-    c.write_all(&opt).unwrap();
-    let mut size = 0;
-    loop {
-        let mut h = [0u8; 20];
-        c.read_exact(&mut h).unwrap();
-        let kind = u32::from_be_bytes(h[12..16].try_into().unwrap());
-        let len = u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize;
-        let mut d = vec![0u8; len];
-        c.read_exact(&mut d).unwrap();
-        match kind {
-            1 => return (c, size), // ACK
-            3 if d[..2] == [0, 0] => size = u64::from_be_bytes(d[2..10].try_into().unwrap()),
-            3 => {}
-            _ => panic!("GO refused: reply {kind:#x}"),
-        }
-    }
-}
-
-/// One request header (a write's payload follows it, sent by the caller).
-fn nbd_request(
-    c: &mut impl std::io::Write,
-    kind: u16,
-    flags: u16,
-    cookie: u64,
-    offset: u64,
-    len: u32,
-) {
-    let mut r = 0x2560_9513u32.to_be_bytes().to_vec();
-    r.extend_from_slice(&flags.to_be_bytes());
-    r.extend_from_slice(&kind.to_be_bytes());
-    r.extend_from_slice(&cookie.to_be_bytes());
-    r.extend_from_slice(&offset.to_be_bytes());
-    r.extend_from_slice(&len.to_be_bytes());
-    c.write_all(&r).unwrap();
-}
-
-/// One simple reply's header: (error, cookie); None once the server closed.
-fn nbd_reply(c: &mut impl std::io::Read) -> Option<(u32, u64)> {
-    let mut h = [0u8; 16];
-    c.read_exact(&mut h).ok()?;
-    assert_eq!(u32::from_be_bytes(h[..4].try_into().unwrap()), 0x6744_6698);
-    Some((
-        u32::from_be_bytes(h[4..8].try_into().unwrap()),
-        u64::from_be_bytes(h[8..].try_into().unwrap()),
-    ))
 }
 
 /// A client that breaks the rules, spoken to byte by byte: every bad
@@ -508,124 +417,6 @@ fn nbdcopy_256_mib_in_and_out() {
     w.ok(&["stop", "copy"]);
 }
 
-/// A RAID5 of four 128 MiB member files created `--sparse`, not started;
-/// None, having said so, where the files' filesystem is not one whose
-/// holes the array trusts (overlayfs in a container).
-fn sparse_raid5(w: &World, name: &str) -> Option<Vec<PathBuf>> {
-    if !holes_trusted(&w.dir) {
-        eprintln!(
-            "{}: not a filesystem whose holes are trusted: skipped",
-            w.dir.display()
-        );
-        return None;
-    }
-    let m = w.sparse_members("m", 4, 128 * MIB);
-    let mut args = vec!["create", name, "--level", "5", "--chunk", "64K", "--sparse"];
-    args.extend(m.iter().map(|p| s(p)));
-    w.ok(&args);
-    Some(m)
-}
-
-/// Block status (`base:allocation`): the parts of a sparse array never
-/// written are holes that read as zeros, what was written is data, stripe
-/// by stripe; a copy that skips the holes (nbdcopy's default) is the same
-/// as one that reads every byte, optimal and with a member failed (its
-/// chunks recovered from the others' holes).
-#[test]
-fn block_status_names_the_holes_and_a_copy_skipping_them_is_exact() {
-    need("nbdinfo");
-    need("nbdcopy");
-    let w = World::new("map");
-    let Some(m) = sparse_raid5(&w, "map") else {
-        return;
-    };
-    let sock = w.dir.join("map.sock");
-    w.ok(&["start", "map", "--nbd", &format!("unix:{}", sock.display())]);
-    let uri = format!("nbd+unix:///map?socket={}", sock.display());
-    let (ok, out) = qemu_io(
-        &sock,
-        "map",
-        &["write -P 0x55 1M 4k", "write -P 0x66 100M 1M"],
-    );
-    assert!(ok, "{out}");
-    // Stripes of 3 x 64 KiB: the 4 KiB write is in stripe 5, the 1 MiB
-    // one in stripes 533 to 538.
-    let stripe = 3 * 64 * 1024;
-    let want = vec![(5 * stripe, stripe), (533 * stripe, 6 * stripe)];
-    let check = |when: &str| {
-        let map = run(Command::new("nbdinfo").arg("--map").arg(&uri));
-        let mut data = Vec::new();
-        let mut end = 0;
-        for line in map.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let (at, len, kind): (u64, u64, u32) = (
-                f[0].parse().unwrap(),
-                f[1].parse().unwrap(),
-                f[2].parse().unwrap(),
-            );
-            assert_eq!(at, end, "{when}: extents in order, none missing:\n{map}");
-            end = at + len;
-            match kind {
-                0 => data.push((at, len)),
-                3 => {}
-                k => panic!("{when}: type {k}:\n{map}"),
-            }
-        }
-        assert_eq!(end, 3 * 127 * MIB, "{when}: the whole export:\n{map}");
-        assert_eq!(data, want, "{when}:\n{map}");
-        let (skipping, whole) = (w.dir.join("skipping.img"), w.dir.join("whole.img"));
-        run(Command::new("nbdcopy").arg(&uri).arg(&skipping));
-        run(Command::new("nbdcopy")
-            .arg("--no-extents")
-            .arg(&uri)
-            .arg(&whole));
-        assert_eq!(file_hash(&skipping), file_hash(&whole), "{when}");
-        std::fs::remove_file(&skipping).unwrap();
-        std::fs::remove_file(&whole).unwrap();
-    };
-    check("optimal");
-    w.ok(&["fail", "map", s(&m[1])]);
-    check("degraded");
-    w.ok(&["stop", "map"]);
-}
-
-/// With structured replies switched off (RAIDCTL_NBD_STRUCTURED_REPLIES=off,
-/// nbdkit's --no-sr), clients fall back to simple replies and get no
-/// block status; their reads and writes are served as before.
-#[test]
-fn structured_replies_switched_off_leave_simple_replies() {
-    need("nbdinfo");
-    let w = World::new("nosr");
-    w.raid5_of_four("nosr", 128 * MIB);
-    let sock = w.dir.join("nosr.sock");
-    let o = w.run_env(
-        &[
-            "start",
-            "nosr",
-            "--nbd",
-            &format!("unix:{}", sock.display()),
-        ],
-        &[("RAIDCTL_NBD_STRUCTURED_REPLIES", "off")],
-    );
-    assert!(o.status.success(), "{o:?}");
-    let uri = format!("nbd+unix:///nosr?socket={}", sock.display());
-    let map = Command::new("nbdinfo")
-        .arg("--map")
-        .arg(&uri)
-        .output()
-        .unwrap();
-    assert!(!map.status.success(), "{map:?}");
-    let why = String::from_utf8_lossy(&map.stderr);
-    assert!(why.contains("base:allocation"), "{why}");
-    let (ok, out) = qemu_io(
-        &sock,
-        "nosr",
-        &["write -P 0x5a 64k 8k", "read -P 0x5a 64k 8k"],
-    );
-    assert!(ok && !out.contains("Pattern verification failed"), "{out}");
-    w.ok(&["stop", "nosr"]);
-}
-
 #[test]
 fn fio_nbd_engine_random_writes_verify() {
     need("fio");
@@ -923,7 +714,7 @@ fn the_fuse_file_tells_its_holes_from_its_data() {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
     let w = World::new("seek");
-    if sparse_raid5(&w, "seek").is_none() {
+    if w.sparse_raid5("seek").is_none() {
         return;
     }
     w.ok(&["start", "seek"]);
@@ -949,7 +740,17 @@ fn the_fuse_file_tells_its_holes_from_its_data() {
     };
     assert_eq!(seek(0, libc::SEEK_DATA), Ok(10 * stripe));
     assert_eq!(seek(0, libc::SEEK_HOLE), Ok(0));
-    assert_eq!(seek(10 * stripe + 5, libc::SEEK_HOLE), Ok(11 * stripe));
+    // Data in the stripe's first chunk only: its other chunks' members
+    // hold holes.
+    let chunk = 64 * 1024;
+    assert_eq!(
+        seek(10 * stripe + 5, libc::SEEK_HOLE),
+        Ok(10 * stripe + chunk)
+    );
+    assert_eq!(
+        seek(10 * stripe + chunk, libc::SEEK_DATA),
+        Err(Some(libc::ENXIO))
+    );
     assert_eq!(seek(10 * stripe + 5, libc::SEEK_DATA), Ok(10 * stripe + 5));
     assert_eq!(seek(11 * stripe, libc::SEEK_DATA), Err(Some(libc::ENXIO)));
     assert_eq!(seek(11 * stripe, libc::SEEK_HOLE), Ok(11 * stripe));

@@ -458,6 +458,10 @@ fn read_requests(
                 let (err, form) = block_status(array, &req, negotiated);
                 shared.reply(req.cookie, form, err, Payload::Spare(buf), bytes);
             }
+            Check::Ok if let Some(hole) = negotiated.hole_read(array, &req) => {
+                // Nothing to read: answered here.
+                shared.reply(req.cookie, hole, 0, Payload::Spare(buf), bytes);
+            }
             Check::Ok if sub_block::is_sub_block(&req) => {
                 // Served here, alone among the export's writes: this
                 // connection's own in flight go first.

@@ -1,7 +1,7 @@
 //! NBD replies on the wire: a simple reply's 16-byte header, a
 //! successful read's data after it; or, where the client negotiated
-//! structured replies, a read's one chunk (its data at its offset, or its
-//! error) and a block status's one chunk. Written in as few system calls
+//! structured replies, a read's one chunk (its data at its offset, a hole
+//! over all of it, or its error) and a block status's one chunk. Written in as few system calls
 //! as the socket takes, and, where a send stopped part-way, the rest from
 //! where it stopped (`Carry`, `transmission.rs`).
 
@@ -29,6 +29,9 @@ pub(super) enum Form {
     /// A read's structured reply: one chunk, its data at `offset` or its
     /// error.
     Read { offset: u64 },
+    /// A read's structured reply where all of it reads as zeros: one
+    /// chunk that says so (`len` bytes of hole at `offset`), and no data.
+    Hole { offset: u64, len: u32 },
     /// A block status's structured reply: one chunk, this payload (the
     /// context id and its extents) or the error.
     Status(Vec<u8>),
@@ -52,8 +55,8 @@ pub(super) struct Carry {
 }
 
 /// The longest header a reply has: a structured chunk's (20 bytes) and a
-/// read's offset after it.
-const HEAD_MAX: usize = 28;
+/// hole's offset and length after it.
+const HEAD_MAX: usize = 32;
 
 impl Reply {
     /// Its bytes on the wire.
@@ -65,8 +68,9 @@ impl Reply {
     fn head_len(&self) -> usize {
         match (&self.form, self.err) {
             (Form::Simple, _) => 16,
-            (Form::Read { .. } | Form::Status(_), err) if err != 0 => 26,
+            (Form::Read { .. } | Form::Hole { .. } | Form::Status(_), err) if err != 0 => 26,
             (Form::Read { .. }, _) => 28,
+            (Form::Hole { .. }, _) => 32,
             (Form::Status(_), _) => 20,
         }
     }
@@ -96,7 +100,7 @@ impl Reply {
                 h[8..16].copy_from_slice(&self.cookie.to_be_bytes());
                 16
             }
-            (Form::Read { .. } | Form::Status(_), err) if err != 0 => {
+            (Form::Read { .. } | Form::Hole { .. } | Form::Status(_), err) if err != 0 => {
                 // An error chunk: the error, and a message of no bytes.
                 chunk(h, nbd::REPLY_TYPE_ERROR, 6);
                 h[20..24].copy_from_slice(&err.to_be_bytes());
@@ -108,6 +112,12 @@ impl Reply {
                 chunk(h, nbd::REPLY_TYPE_OFFSET_DATA, 8 + n);
                 h[20..28].copy_from_slice(&offset.to_be_bytes());
                 28
+            }
+            (&Form::Hole { offset, len }, _) => {
+                chunk(h, nbd::REPLY_TYPE_OFFSET_HOLE, 12);
+                h[20..28].copy_from_slice(&offset.to_be_bytes());
+                h[28..32].copy_from_slice(&len.to_be_bytes());
+                32
             }
             (Form::Status(p), _) => {
                 chunk(h, nbd::REPLY_TYPE_BLOCK_STATUS, p.len());
@@ -281,5 +291,32 @@ mod tests {
             });
             assert!(rest == whole[skip..], "after {skip} bytes");
         }
+    }
+
+    /// A read of holes alone: one OFFSET_HOLE chunk, its offset and its
+    /// length, and no data (the buffer it holds is not sent).
+    #[test]
+    fn a_hole_chunk_is_its_offset_and_length() {
+        let r = Reply {
+            cookie: 7,
+            err: 0,
+            payload: Payload::Spare(AlignedBuf::new(4096)),
+            bytes: 0,
+            form: Form::Hole {
+                offset: 1 << 30,
+                len: 256 << 10,
+            },
+        };
+        let whole: Vec<u8> = with_slices(std::slice::from_ref(&r), 0, |s| {
+            s.iter().flat_map(|x| x.to_vec()).collect()
+        });
+        assert_eq!((whole.len(), r.wire_len()), (32, 32));
+        assert_eq!(&whole[0..4], &nbd::STRUCTURED_REPLY_MAGIC.to_be_bytes());
+        assert_eq!(&whole[4..6], &nbd::REPLY_FLAG_DONE.to_be_bytes());
+        assert_eq!(&whole[6..8], &nbd::REPLY_TYPE_OFFSET_HOLE.to_be_bytes());
+        assert_eq!(&whole[8..16], &7u64.to_be_bytes());
+        assert_eq!(&whole[16..20], &12u32.to_be_bytes());
+        assert_eq!(&whole[20..28], &(1u64 << 30).to_be_bytes());
+        assert_eq!(&whole[28..32], &(256u32 << 10).to_be_bytes());
     }
 }

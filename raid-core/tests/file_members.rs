@@ -346,7 +346,9 @@ fn write_at_random(
 }
 
 /// Every extent `zero_extents` says is zeros reads as zeros and holds no
-/// written chunk; the extents cover the array.
+/// written chunk, and a read of it is answered from the holes
+/// (`read_of_holes`) where one of an extent of data is not; the extents
+/// cover the array.
 fn holes_read_as_zeros(a: &raid_core::array::Array, chunk: u64, written: &[bool], when: &str) {
     let mut at = 0;
     for (len, zero) in a.zero_extents(0, a.capacity()) {
@@ -359,6 +361,7 @@ fn holes_read_as_zeros(a: &raid_core::array::Array, chunk: u64, written: &[bool]
                 "{when}: a written chunk in {at}+{len} said zero"
             );
         }
+        assert_eq!(a.read_of_holes(at, len), zero, "{when}: {at}+{len}");
         at += len;
     }
     assert_eq!(at, a.capacity(), "{when}");

@@ -61,7 +61,20 @@ impl Array {
         while at < end {
             let u = at / unit;
             let upto = (u + 1).saturating_mul(unit).min(end);
-            let zero = self.unit_is_hole(u, &members, &mut known);
+            let zero = self.unit_is_hole(u, |slot, from| {
+                match &known[slot] {
+                    // Asked at or before `from`: a hole from there up to
+                    // the run, or `from` inside the run's data.
+                    Some((asked, r)) if *asked <= from && (r.start >= from || r.end > from) => {
+                        Some(r.start)
+                    }
+                    _ => {
+                        let r = members[slot].data_from(from)?;
+                        known[slot] = Some((from, r.clone()));
+                        Some(r.start)
+                    }
+                }
+            });
             let full = out.len() == most;
             match out.last_mut() {
                 Some((l, z)) if *z == zero => *l += upto - at,
@@ -76,6 +89,41 @@ impl Array {
         out
     }
 
+    /// A client read of `offset..offset + len` answered from the holes:
+    /// true where all of it reads as zeros (`reads_as_zeros`), counted
+    /// then as a client read served, which the caller answers without
+    /// reading (the NBD export's hole chunk).
+    pub fn read_of_holes(&self, offset: u64, len: u64) -> bool {
+        let t = crate::stats::Started::now();
+        let zero = self.reads_as_zeros(offset, len);
+        if zero {
+            self.client_io.read.record(len, t.took(), true);
+        }
+        zero
+    }
+
+    /// Whether all of `offset..offset + len` reads as zeros, as
+    /// `zero_extents` would say, asking each device only where its next
+    /// data starts (`Member::data_start_from`) and stopping at the first
+    /// unit that holds data: an NBD read asks this of every large read,
+    /// and finding where a run of data ends can cost a walk of the whole
+    /// run (tmpfs).
+    fn reads_as_zeros(&self, offset: u64, len: u64) -> bool {
+        let end = offset.saturating_add(len);
+        if len == 0 || end > self.geo.capacity() {
+            return false;
+        }
+        let epoch = self.membership_epoch();
+        if !self.within_redundancy() {
+            return false;
+        }
+        let unit = self.zero_unit();
+        let members = self.member_handles();
+        let zero = (offset / unit..end.div_ceil(unit))
+            .all(|u| self.unit_is_hole(u, |slot, from| members[slot].data_start_from(from)));
+        zero && self.membership_epoch() == epoch
+    }
+
     /// Bytes of the array in one unit judged at once: one chunk (with
     /// its copies, or for RAID5/6 what a read of it would use). Finer
     /// than a RAID5/6 stripe, whose parity is written when any of its
@@ -87,13 +135,10 @@ impl Array {
 
     /// Whether unit `u` (logical chunk `u`) reads as zeros: every device
     /// that serves it, and at least one, holds a hole over its whole
-    /// chunk there.
-    fn unit_is_hole(
-        &self,
-        u: u64,
-        members: &[crate::member::MemberRef],
-        known: &mut [Option<(u64, std::ops::Range<u64>)>],
-    ) -> bool {
+    /// chunk there. `data_start(slot, at)`: where the slot's device holds
+    /// data first at or after device offset `at` (`Member::data_from`'s
+    /// start), None where it cannot tell.
+    fn unit_is_hole(&self, u: u64, mut data_start: impl FnMut(usize, u64) -> Option<u64>) -> bool {
         use crate::layout::{Level, Place};
         let chunk = self.geo.chunk;
         let places: Vec<Place> = match self.geo.level {
@@ -127,27 +172,11 @@ impl Array {
                 continue;
             }
             serving += 1;
-            let (from, to) = (
-                self.data_offset + p.offset,
-                self.data_offset + p.offset + chunk,
-            );
-            let run = match &known[p.member] {
-                // Asked at or before `from`: a hole from there up to the
-                // run, or `from` inside the run's data.
-                Some((asked, r)) if *asked <= from && (r.start >= from || r.end > from) => {
-                    r.clone()
-                }
-                _ => match members[p.member].data_from(from) {
-                    Some(r) => {
-                        known[p.member] = Some((from, r.clone()));
-                        r
-                    }
-                    None => return false,
-                },
-            };
-            // Data where the run meets [from, to).
-            if run.start < to {
-                return false;
+            let from = self.data_offset + p.offset;
+            match data_start(p.member, from) {
+                // A hole over the whole chunk.
+                Some(start) if start >= from + chunk => {}
+                _ => return false,
             }
         }
         serving > 0

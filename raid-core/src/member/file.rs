@@ -440,6 +440,21 @@ impl FileMember {
     }
 }
 
+impl FileMember {
+    /// lseek with `whence` (SEEK_DATA, SEEK_HOLE) from `at`.
+    fn seek(&self, at: u64, whence: i32) -> io::Result<u64> {
+        // SAFETY: a plain lseek on our own open fd; every read and write
+        // of the member gives its own offset, so moving the fd's position
+        // changes nothing else.
+        let r = unsafe { libc::lseek(self.file.as_raw_fd(), at as i64, whence) };
+        if r >= 0 {
+            Ok(r as u64)
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
 impl Member for FileMember {
     fn io_stats(&self) -> Option<&crate::stats::IoStats> {
         Some(&self.stats)
@@ -454,31 +469,27 @@ impl Member for FileMember {
         self.size
     }
     fn data_from(&self, offset: u64) -> Option<std::ops::Range<u64>> {
+        let start = self.data_start_from(offset)?;
+        // From there to the next hole (the end of the file is one); where
+        // that cannot be told (`start` is the end: no data left), data
+        // from `start` on, which says no more than is so.
+        let end = self.seek(start, libc::SEEK_HOLE).unwrap_or(u64::MAX);
+        Some(start..end)
+    }
+    fn data_start_from(&self, offset: u64) -> Option<u64> {
         // Not on a filesystem trusted, nor on a block device (lseek
         // treats it as all data, or refuses): `holes_known` is false.
         if !self.holes_known {
             return None;
         }
-        let seek = |at: u64, whence| {
-            // SAFETY: a plain lseek on our own open fd; every read and
-            // write of the member gives its own offset, so moving the fd's
-            // position changes nothing else.
-            let r = unsafe { libc::lseek(self.file.as_raw_fd(), at as i64, whence) };
-            if r >= 0 {
-                Ok(r as u64)
-            } else {
-                Err(io::Error::last_os_error())
-            }
-        };
-        match seek(offset, libc::SEEK_DATA) {
-            // Data from there to the next hole (the end of the file is one).
-            Ok(start) => Some(start..seek(start, libc::SEEK_HOLE).unwrap_or(start)),
+        match self.seek(offset, libc::SEEK_DATA) {
+            Ok(start) => Some(start),
             // ENXIO: no data from `offset` to the end of the file, which is
             // a hole up to there; past the end (a file cut short) a read
             // does not return zeros: data, as far as a copy is concerned.
             Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
                 let end = self.file.metadata().ok()?.len();
-                (offset < end).then_some(end..u64::MAX)
+                (offset < end).then_some(end)
             }
             Err(_) => None,
         }

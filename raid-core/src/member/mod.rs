@@ -120,6 +120,14 @@ pub trait Member: Send + Sync {
         let _ = offset;
         None
     }
+    /// `data_from(offset)`'s start alone: every byte of [offset, it) is
+    /// a hole. Where the run's end is dear to find (tmpfs walks every
+    /// page of a run of data to find where it ends: a millisecond for
+    /// 512 MiB), a caller that only asks whether a range is all holes
+    /// (an NBD read, `Array::reads_as_zeros`) asks this.
+    fn data_start_from(&self, offset: u64) -> Option<u64> {
+        self.data_from(offset).map(|r| r.start)
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Makes every completed write durable.

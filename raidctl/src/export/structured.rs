@@ -35,35 +35,33 @@ impl Negotiated {
 }
 
 /// The smallest read checked for holes. Asking the members where their
-/// holes are takes a system call or two per member chunk the read covers
-/// (about a microsecond each), which a read of a few pages would pay on
-/// every request; a copy tool that reads every byte reads in pieces of
+/// data starts takes a system call per chunk the read covers, up to the
+/// first that holds data (about a microsecond each), which a read of a
+/// few pages would pay on every request; a copy tool that reads every byte reads in pieces of
 /// 256 KiB or more (nbdcopy, qemu-img), where the check costs a few
 /// percent of the copy it may save.
 const HOLE_READ_MIN: u32 = 64 << 10;
 
 impl Negotiated {
     /// The reply to read `req` where all of it reads as zeros
-    /// (`Array::zero_extents`): one hole chunk, so the array reads
-    /// nothing and the client is sent no zeros (as qemu-nbd answers a
-    /// read of holes). `None` where it holds data, is too small to be
-    /// worth the asking, or structured replies were not negotiated. (A
-    /// read's reply is one chunk either way: the DF flag, which asks for
-    /// that, is not offered.) The
-    /// holes are as of now: a write still in flight to the same range
-    /// may land after, as with any read that overlaps a write in flight.
+    /// (`Array::read_of_holes`, which counts it as a client read): one
+    /// hole chunk, so the array reads nothing and the client is sent no
+    /// zeros (as qemu-nbd answers a read of holes). `None` where it holds
+    /// data, is too small to be worth the asking, or structured replies
+    /// were not negotiated. (A read's reply is one chunk either way: the
+    /// DF flag, which asks for that, is not offered.) The holes are as of
+    /// now: a write still in flight to the same range may land after, as
+    /// with any read that overlaps a write in flight.
     pub(super) fn hole_read(self, array: &Array, req: &Request) -> Option<Form> {
         if !self.structured || req.kind != nbd::CMD_READ || req.length < HOLE_READ_MIN {
             return None;
         }
-        let len = req.length as u64;
-        match array.zero_extents_upto(req.offset, len, 1)[..] {
-            [(l, true)] if l == len => Some(Form::Hole {
+        array
+            .read_of_holes(req.offset, req.length as u64)
+            .then_some(Form::Hole {
                 offset: req.offset,
                 len: req.length,
-            }),
-            _ => None,
-        }
+            })
     }
 }
 

@@ -447,6 +447,11 @@ fn read_requests(
                 return Err(e);
             }
         }
+        // A read of holes alone (`hole_read`) needs nothing read.
+        let hole = match check {
+            Check::Ok => negotiated.hole_read(array, &req),
+            _ => None,
+        };
         let form = negotiated.form(&req);
         match check {
             Check::Ok if req.kind == nbd::CMD_BLOCK_STATUS => {
@@ -458,8 +463,9 @@ fn read_requests(
                 let (err, form) = block_status(array, &req, negotiated);
                 shared.reply(req.cookie, form, err, Payload::Spare(buf), bytes);
             }
-            Check::Ok if let Some(hole) = negotiated.hole_read(array, &req) => {
+            Check::Ok if hole.is_some() => {
                 // Nothing to read: answered here.
+                let hole = hole.expect("matched");
                 shared.reply(req.cookie, hole, 0, Payload::Spare(buf), bytes);
             }
             Check::Ok if sub_block::is_sub_block(&req) => {

@@ -38,7 +38,7 @@ pub struct RebuildOptions {
     pub parallel: usize,
     /// Member bytes a RAID5/6 rebuild's or a hot replace's run reads per
     /// member at a time, each step's writes going out with the next
-    /// step's reads (`runs::step_rows`; 512 KiB by default). A mirror's
+    /// step's reads (`runs::step_rows`; 256 KiB by default). A mirror's
     /// rebuild copies a run at once. The deterministic simulation makes it
     /// a row, so that small arrays have runs of many steps.
     pub step_bytes: u64,

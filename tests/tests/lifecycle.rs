@@ -607,3 +607,57 @@ fn status_of_an_array_another_daemon_runs_says_so() {
     );
     w.ok(&["stop", "he"]);
 }
+
+/// A start that names its devices, a spare among them whose metadata is
+/// gone: the spare is said to have been given and left out by assembly,
+/// with assembly's reason (not "not among the devices given", nor a
+/// member's advice to replace it to rebuild a slot), and `add` takes it
+/// back.
+#[test]
+fn a_spare_given_to_a_start_but_left_out_is_told_of_as_such() {
+    let w = World::new("spare-given");
+    let m = w.sparse_members("m", 3, 64 * MIB);
+    let sp = w.sparse("sp.img", 64 * MIB);
+    w.ok(&[
+        "create",
+        "sg",
+        "--level",
+        "5",
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+        "--spare",
+        s(&sp),
+    ]);
+    w.ok(&["start", "sg"]);
+    w.ok(&["stop", "sg"]);
+    // Its metadata (both copies, in the first 8 KiB) zeroed.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&sp)
+        .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &[0u8; 8192], 0))
+        .unwrap();
+    let out = w.ok(&[
+        "start",
+        "sg",
+        "--members",
+        s(&m[2]),
+        s(&m[0]),
+        s(&m[1]),
+        s(&sp),
+    ]);
+    assert!(
+        out.contains("was given to this start, but assembly did not take it back")
+            && out.contains("no usable array metadata"),
+        "{out}"
+    );
+    assert!(!out.contains("not among the devices given"), "{out}");
+    assert!(!out.contains("rebuild its slot"), "{out}");
+    assert_eq!(w.status_json("sg")["state"], "optimal");
+    w.ok(&["add", "sg", s(&sp)]);
+    w.ok(&["stop", "sg"]);
+    w.ok(&["start", "sg"]);
+    let st = w.status_json("sg");
+    assert!(st.to_string().contains("sp.img"), "{st}");
+    w.ok(&["stop", "sg"]);
+}

@@ -251,7 +251,17 @@ impl Daemon {
             &recorded,
             &[(array.name().to_string(), array.uuid().to_string())],
         )?;
-        for (m, why) in &asm.refused {
+        // A recorded spare that assembly left out is told of as a spare,
+        // below, where it is dropped from the record.
+        let spare_key = |p: &Path| raid_core::member::DeviceKey::of_path(p).ok();
+        let recorded_spare = |m: &str| {
+            let k = spare_key(Path::new(m));
+            k.is_some()
+                && recorded
+                    .as_ref()
+                    .is_ok_and(|r| r.spares.iter().any(|sp| spare_key(sp) == k))
+        };
+        for (m, why) in asm.refused.iter().filter(|(m, _)| !recorded_spare(m)) {
             // Where its metadata cannot say which slot it held, the record
             // can.
             let slot = recorded
@@ -296,22 +306,41 @@ impl Daemon {
             scrub_rate: recorded.as_ref().ok().and_then(|r| r.scrub_rate),
         };
         if let (Ok(r), true) = (&recorded, importing) {
-            // A recorded spare is dropped from the record when it is not
-            // among the devices this start was given. One whose recorded
-            // path is gone (moved: a scan's case) counts as given while as
-            // many spares were found as were recorded.
+            // A recorded spare the array does not hold after this start is
+            // dropped from the record. One whose recorded path is gone
+            // (moved: a scan's case) counts as kept while as many spares
+            // were found as were recorded.
             let key = |p: &PathBuf| raid_core::member::DeviceKey::of_path(p).ok();
-            let given: Vec<_> = record.spares.iter().filter_map(key).collect();
+            let kept: Vec<_> = record.spares.iter().filter_map(key).collect();
+            let named: Vec<_> = members.iter().filter_map(key).collect();
             let moved_ok = record.spares.len() >= r.spares.len();
-            let dropped = r.spares.iter().filter(|p| match key(p) {
-                Some(k) => !given.contains(&k),
-                None => !moved_ok,
+            let dropped = r.spares.iter().filter_map(|p| match key(p) {
+                Some(k) if kept.contains(&k) => None,
+                Some(k) => Some((p, named.contains(&k))),
+                None => (!moved_ok).then_some((p, false)),
             });
-            for spare in dropped {
+            for (spare, given) in dropped {
+                // Given, it was left out by assembly, which says why (its
+                // words on what to do next are a member's: left out here).
+                let why = match given {
+                    true => asm
+                        .refused
+                        .iter()
+                        .find(|(m, _)| key(&PathBuf::from(m)) == key(spare))
+                        .map_or_else(
+                            || "was given to this start, but assembly did not take it back".to_string(),
+                            |(_, why)| {
+                                let why = why.split(": left out").next().unwrap_or(why);
+                                format!("was given to this start, but assembly did not take it back: {why}")
+                            },
+                        ),
+                    false => "was not among the devices given to this start".to_string(),
+                };
                 notes.push(format!(
-                    "spare {} of '{name}' was not among the devices given to this start, so the array runs without it and it is no longer recorded as its spare: raidctl add {name} {} takes it back (or list it with the members at the next import)",
+                    "spare {} of '{name}' {why}, so the array runs without it and it is no longer recorded as its spare: raidctl add {name} {} takes it back{}",
                     spare.display(),
-                    spare.display()
+                    spare.display(),
+                    if given { ", writing its metadata anew" } else { " (or list it with the members at the next import)" }
                 ));
             }
         }

@@ -7,7 +7,10 @@
 #   - btrfs RAID5 (data and metadata) over 5 loop devices on tmpfs files of
 #     the same size (the in-kernel RAID peer: this kernel has no md),
 #   - ext4 on one loop device on one tmpfs file (the single-drive analog),
-# in the same run, job by job, with the ratios of ours to each.
+# in the same run, job by job, with the ratios of ours to each; then,
+# once those are unmounted, the NBD export of a RAID0, a RAID5 and a RAID6
+# against qemu-nbd and nbdkit (scripts/bench-nbd.sh, this tree's build;
+# BENCH_NBD=0 leaves it out).
 #
 # BENCH_SECONDS (default 10) per job, BENCH_QD (default 32). Needs root,
 # fio, mkfs.ext4, mkfs.btrfs and losetup (scripts/install-test-deps.sh).
@@ -126,3 +129,12 @@ ratio = "%.2fx" % (u[0] / o[0]) if u[0] else "n/a"
 print("| %s | %s | %s | %s | %s | %s | %.2fx | %.2fx |" % (job, fmt(o), fmt(u), fmt(b), fmt(n), ratio, best / b[0], best / n[0]))
 EOF
 done
+
+if [ "${BENCH_NBD:-1}" != 0 ]; then
+  # The mounts' memory back before the NBD bench lays its files down.
+  cleanup
+  trap - EXIT
+  echo
+  echo "The NBD export against qemu-nbd and nbdkit (scripts/bench-nbd.sh):"
+  BENCH_SECONDS=$secs bash scripts/bench-nbd.sh
+fi

@@ -632,11 +632,14 @@ fn a_spare_given_to_a_start_but_left_out_is_told_of_as_such() {
     w.ok(&["start", "sg"]);
     w.ok(&["stop", "sg"]);
     // Its metadata (both copies, in the first 8 KiB) zeroed.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&sp)
-        .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &[0u8; 8192], 0))
-        .unwrap();
+    let zero_head = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&sp)
+            .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &[0u8; 8192], 0))
+            .unwrap()
+    };
+    zero_head();
     let out = w.ok(&[
         "start",
         "sg",
@@ -659,5 +662,14 @@ fn a_spare_given_to_a_start_but_left_out_is_told_of_as_such() {
     w.ok(&["start", "sg"]);
     let st = w.status_json("sg");
     assert!(st.to_string().contains("sp.img"), "{st}");
+    w.ok(&["stop", "sg"]);
+    // A start from the record (naming no devices) still says why it left
+    // the spare out.
+    zero_head();
+    let out = w.ok(&["start", "sg"]);
+    assert!(
+        out.contains("sp.img not used") && out.contains("no usable array metadata"),
+        "{out}"
+    );
     w.ok(&["stop", "sg"]);
 }

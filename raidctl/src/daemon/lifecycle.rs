@@ -256,10 +256,12 @@ impl Daemon {
         let spare_key = |p: &Path| raid_core::member::DeviceKey::of_path(p).ok();
         let recorded_spare = |m: &str| {
             let k = spare_key(Path::new(m));
-            k.is_some()
-                && recorded
-                    .as_ref()
-                    .is_ok_and(|r| r.spares.iter().any(|sp| spare_key(sp) == k))
+            importing
+                && k.is_some()
+                && recorded.as_ref().is_ok_and(|r| {
+                    r.spares.iter().any(|sp| spare_key(sp) == k)
+                        && !r.members.iter().any(|p| spare_key(p) == k)
+                })
         };
         for (m, why) in asm.refused.iter().filter(|(m, _)| !recorded_spare(m)) {
             // Where its metadata cannot say which slot it held, the record
@@ -320,8 +322,7 @@ impl Daemon {
                 None => (!moved_ok).then_some((p, false)),
             });
             for (spare, given) in dropped {
-                // Given, it was left out by assembly, which says why (its
-                // words on what to do next are a member's: left out here).
+                // Given, it was left out by assembly, which says why.
                 let why = match given {
                     true => asm
                         .refused
@@ -329,10 +330,7 @@ impl Daemon {
                         .find(|(m, _)| key(&PathBuf::from(m)) == key(spare))
                         .map_or_else(
                             || "was given to this start, but assembly did not take it back".to_string(),
-                            |(_, why)| {
-                                let why = why.split(": left out").next().unwrap_or(why);
-                                format!("was given to this start, but assembly did not take it back: {why}")
-                            },
+                            |(_, why)| format!("was given to this start, but assembly did not take it back: {}", reason_alone(why)),
                         ),
                     false => "was not among the devices given to this start".to_string(),
                 };
@@ -340,7 +338,7 @@ impl Daemon {
                     "spare {} of '{name}' {why}, so the array runs without it and it is no longer recorded as its spare: raidctl add {name} {} takes it back{}",
                     spare.display(),
                     spare.display(),
-                    if given { ", writing its metadata anew" } else { " (or list it with the members at the next import)" }
+                    if given { " where it can (it writes the metadata anew, or says what stands in the way)" } else { " (or list it with the members at the next import)" }
                 ));
             }
         }
@@ -709,4 +707,38 @@ fn parity_engine(mode: &str, g: raid_core::layout::Geometry) -> Selection {
             chunk: g.chunk as usize,
         },
     )
+}
+
+/// Assembly's reason for leaving a device out, without what it tells a
+/// member's owner to do next (replace it to rebuild its slot, re-add it):
+/// for a spare, `add` is the way back.
+fn reason_alone(why: &str) -> &str {
+    match why.find("left out") {
+        Some(i) => why[..i].trim_end_matches(|c: char| matches!(c, ' ' | ';' | ':' | ',' | '.')),
+        None => why,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Each of assembly's reasons that tells a member what to do next
+    /// loses that part; one that does not is kept whole.
+    #[test]
+    fn a_reason_alone_is_cut_before_a_members_advice() {
+        use super::reason_alone;
+        assert_eq!(
+            reason_alone("no usable array metadata (magic not found): left out; replace it to rebuild its slot"),
+            "no usable array metadata (magic not found)"
+        );
+        assert_eq!(
+            reason_alone("100 bytes, smaller than the array's 200 bytes per member: it was truncated or is the wrong device; left out, replace it to rebuild its slot"),
+            "100 bytes, smaller than the array's 200 bytes per member: it was truncated or is the wrong device"
+        );
+        assert_eq!(
+            reason_alone("stale: it holds slot 2's metadata of event 4, but every member took event 9 since: an older copy; left out. raidctl re-add copies it whole, or replace it"),
+            "stale: it holds slot 2's metadata of event 4, but every member took event 9 since: an older copy"
+        );
+        let whole = "stale: it was part of 'a' up to event 3 but is no longer recorded in the array (newest event 7)";
+        assert_eq!(reason_alone(whole), whole);
+    }
 }

@@ -714,7 +714,7 @@ fn parity_engine(mode: &str, g: raid_core::layout::Geometry) -> Selection {
 /// for a spare, `add` is the way back.
 fn reason_alone(why: &str) -> &str {
     match why.find("left out") {
-        Some(i) => why[..i].trim_end_matches(|c: char| matches!(c, ' ' | ';' | ':' | ',' | '.')),
+        Some(i) => why[..i].trim_end_matches([' ', ';', ':', ',', '.']),
         None => why,
     }
 }

@@ -8,6 +8,9 @@
 # in the same run, and the ratio of ours to the better of the two, job by job.
 #
 # BENCH_SECONDS (default 10) per job; BENCH_SIZE (default 1G) per file;
+# BENCH_ROUNDS (default 1): each job run that many times per server, the
+# servers in turn, and each server's median shown (one run of a server
+# here moves by up to a third from the next);
 # BENCH_JOBS, a comma-separated list of "rw bs depth connections" (default
 # the four jobs at QD 32 on one connection). BENCH_BEFORE=PATH serves the
 # same arrays with another raidctl binary too (a build from before a
@@ -91,9 +94,10 @@ if [ "${BENCH_DEGRADED:-0}" = 1 ]; then
 fi
 
 jobs=${BENCH_JOBS:-randread 4k 32 1,randwrite 4k 32 1,read 128k 32 1,write 128k 32 1}
+rounds=${BENCH_ROUNDS:-1}
 for l in $levels; do
 echo
-echo "RAID$l of 4 (ours${BENCH_DEGRADED:+, degraded=$BENCH_DEGRADED}) against one file (qemu-nbd, nbdkit):"
+echo "RAID$l of 4 (ours${BENCH_DEGRADED:+, degraded=$BENCH_DEGRADED}) against one file (qemu-nbd, nbdkit)$([ "$rounds" = 1 ] || echo ", median of $rounds rounds, the servers in turn"):"
 echo
 if [ -n "$before" ]; then
   echo "| job | ours IOPS | ours MB/s | before IOPS | ours / before | qemu-nbd IOPS | nbdkit file IOPS | ours / best |"
@@ -104,13 +108,20 @@ echo "|---|---|---|---|---|---|---|---|"
 IFS=, read -ra list <<<"$jobs"
 for job in "${list[@]}"; do
   set -- $job
-  o=$(run "ours$l" "$@"); q=$(run qemu "$@"); n=$(run nbdkit "$@")
-  b="0 0"
-  [ -z "$before" ] || b=$(run "before$l" "$@")
+  # Each server in turn, BENCH_ROUNDS times: the median of its rounds.
+  o=""; q=""; n=""; b=""
+  for _ in $(seq "$rounds"); do
+    o="$o,$(run "ours$l" "$@")"; q="$q,$(run qemu "$@")"; n="$n,$(run nbdkit "$@")"
+    [ -z "$before" ] || b="$b,$(run "before$l" "$@")"
+  done
+  [ -n "$b" ] || b=",0 0"
   python3 - "$1 $2 QD$3 x$4" "$o" "$q" "$n" "$b" <<'PY'
-import sys
+import statistics, sys
 name,o,q,n,b=sys.argv[1:]
-o,q,n,b=[list(map(float,x.split())) for x in (o,q,n,b)]
+def median(runs):
+    rows=[list(map(float,r.split())) for r in runs.split(",") if r.strip()]
+    return [statistics.median(col) for col in zip(*rows)]
+o,q,n,b=[median(x) for x in (o,q,n,b)]
 best=max(q[0],n[0])
 if b[0]:
     print(f"| {name} | {o[0]:.0f} | {o[1]:.0f} | {b[0]:.0f} | {o[0]/b[0]:.2f}x | {q[0]:.0f} | {n[0]:.0f} | {o[0]/best:.2f}x |")

@@ -163,6 +163,41 @@ impl World {
         Some(m)
     }
 
+    /// A started RAID`level` of `n` 16 MiB sparse members (chunk 16 KiB)
+    /// with a pattern written through NBD over its first 8 MiB
+    /// (`pattern_reads_back` checks it); returns the members and the
+    /// socket.
+    pub fn running_with_pattern(
+        &self,
+        name: &str,
+        level: &str,
+        n: usize,
+    ) -> (Vec<PathBuf>, PathBuf) {
+        let m: Vec<PathBuf> = (0..n)
+            .map(|i| self.sparse(&format!("{name}{i}.img"), 16 << 20))
+            .collect();
+        let mut args = vec!["create", name, "--level", level, "--chunk", "16K"];
+        args.extend(m.iter().map(|p| p.to_str().expect("a UTF-8 path")));
+        self.ok(&args);
+        let sock = self.dir.join(format!("{name}.sock"));
+        self.ok(&["start", name, "--nbd", &format!("unix:{}", sock.display())]);
+        let (ok, text) = qemu_io(&sock, name, &["write -P 0x5a 0 8M"]);
+        assert!(ok, "{text}");
+        (m, sock)
+    }
+
+    /// Runs and requires a refusal (exit code 4) whose message says
+    /// `says`; returns the message.
+    pub fn refused(&self, args: &[&str], says: &str) -> String {
+        let (code, out, err) = self.code(args);
+        assert_eq!(code, 4, "raidctl {args:?} was not refused:\n{out}{err}");
+        assert!(
+            err.contains(says),
+            "raidctl {args:?}: message lacks {says:?}:\n{err}"
+        );
+        err
+    }
+
     /// Runs and requires success; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let o = self.run(args);
@@ -387,6 +422,13 @@ const BTRFS_MAGIC: u32 = 0x9123_683e;
 /// copies in memory.
 pub fn on_memory_fs(p: &Path) -> bool {
     statfs(p).is_some_and(|st| matches!(st.f_type as u32, TMPFS_MAGIC | RAMFS_MAGIC))
+}
+
+/// The pattern `World::running_with_pattern` wrote reads back through
+/// the export on `sock`.
+pub fn pattern_reads_back(sock: &Path, name: &str) {
+    let (ok, text) = qemu_io(sock, name, &["read -P 0x5a 0 8M"]);
+    assert!(ok, "the array serves wrong data or errors:\n{text}");
 }
 
 /// Whether the filesystem holding `p` is one whose holes the array trusts

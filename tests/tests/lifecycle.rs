@@ -5,7 +5,7 @@
 //! that carries another array's metadata.
 
 use raid_e2e::{qemu_io, World};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const MIB: u64 = 1 << 20;
 
@@ -672,4 +672,50 @@ fn a_spare_given_to_a_start_but_left_out_is_told_of_as_such() {
         "{out}"
     );
     w.ok(&["stop", "sg"]);
+}
+
+#[test]
+fn two_concurrent_starts_assemble_the_members_once() {
+    let w = World::new("twostart");
+    let m: Vec<PathBuf> = (0..3)
+        .map(|i| w.sparse(&format!("t{i}.img"), 16 * MIB))
+        .collect();
+    w.ok(&["create", "ts", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    // The same members under another name too, imported at the same time.
+    w.ok(&["start", "ts"]);
+    w.ok(&["stop", "ts"]);
+    let runs: Vec<_> = (0..2)
+        .map(|i| {
+            let state = w.state();
+            let members: Vec<String> = m.iter().map(|p| s(p).to_string()).collect();
+            std::thread::spawn(move || {
+                let mut c = std::process::Command::new(raid_e2e::raidctl_path());
+                c.env("RAIDCTL_STATE_DIR", state).env("RAIDCTL_LOG", "warn");
+                if i == 0 {
+                    c.args(["start", "ts"]);
+                } else {
+                    c.args(["start", "ts"]);
+                    c.arg("--members").args(&members);
+                }
+                c.output().unwrap()
+            })
+        })
+        .collect();
+    let outs: Vec<_> = runs.into_iter().map(|t| t.join().unwrap()).collect();
+    let ok = outs.iter().filter(|o| o.status.success()).count();
+    assert_eq!(ok, 1, "{outs:?}");
+    assert_eq!(w.status_json("ts")["state"], "optimal");
+    // Another daemon (another state directory, another host's view of a
+    // shared disk) cannot assemble the members this one serves.
+    let other = World::new("twostart-other");
+    let mut args = vec!["start", "ts", "--members"];
+    args.extend(m.iter().map(|p| s(p)));
+    let (code, out, err) = other.code(&args);
+    assert_eq!(
+        code, 4,
+        "a second daemon assembled members in use:\n{out}{err}"
+    );
+    assert!(err.contains("in use"), "{err}");
+    assert_eq!(w.status_json("ts")["state"], "optimal");
+    w.ok(&["stop", "ts"]);
 }

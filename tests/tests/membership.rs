@@ -5,7 +5,6 @@
 //! --test membership` shows it).
 
 use raid_e2e::{eventually, file_hash, qemu_io, World};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -15,27 +14,6 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// A started RAID`level` of `n` members with a pattern written through
-/// NBD; returns the members and the socket.
-fn running(w: &World, name: &str, level: &str, n: usize) -> (Vec<PathBuf>, PathBuf) {
-    let m: Vec<PathBuf> = (0..n)
-        .map(|i| w.sparse(&format!("{name}{i}.img"), 16 * MIB))
-        .collect();
-    let mut args = vec!["create", name, "--level", level, "--chunk", "16K"];
-    args.extend(m.iter().map(|p| s(p)));
-    w.ok(&args);
-    let sock = w.dir.join(format!("{name}.sock"));
-    w.ok(&["start", name, "--nbd", &format!("unix:{}", sock.display())]);
-    let (ok, text) = qemu_io(&sock, name, &["write -P 0x5a 0 8M"]);
-    assert!(ok, "{text}");
-    (m, sock)
-}
-
-fn reads_back(sock: &Path, name: &str) {
-    let (ok, text) = qemu_io(sock, name, &["read -P 0x5a 0 8M"]);
-    assert!(ok, "the array serves wrong data or errors:\n{text}");
-}
-
 fn member_states(w: &World, name: &str) -> Vec<String> {
     w.status_json(name)["members"]
         .as_array()
@@ -43,16 +21,6 @@ fn member_states(w: &World, name: &str) -> Vec<String> {
         .iter()
         .map(|m| m["state"].as_str().unwrap().to_string())
         .collect()
-}
-
-fn refused(w: &World, args: &[&str], says: &str) -> String {
-    let (code, out, err) = w.code(args);
-    assert_eq!(code, 4, "raidctl {args:?} was not refused:\n{out}{err}");
-    assert!(
-        err.contains(says),
-        "raidctl {args:?}: message lacks {says:?}:\n{err}"
-    );
-    err
 }
 
 /// The `next` command of the newest `event` of array `name`, as printed.
@@ -78,45 +46,44 @@ fn scrub_clean(w: &World, name: &str) {
 #[test]
 fn replace_with_an_active_member_of_the_same_array_is_refused() {
     let w = World::new("repl-active");
-    let (m, sock) = running(&w, "ra", "5", 4);
+    let (m, sock) = w.running_with_pattern("ra", "5", 4);
     w.ok(&["fail", "ra", s(&m[1])]);
     let before = file_hash(&m[2]);
-    refused(&w, &["replace", "ra", s(&m[1]), s(&m[2])], "slot 2");
+    w.refused(&["replace", "ra", s(&m[1]), s(&m[2])], "slot 2");
     assert_eq!(file_hash(&m[2]), before, "the active member was written");
     assert_eq!(
         member_states(&w, "ra"),
         ["active", "failed", "active", "active"]
     );
-    reads_back(&sock, "ra");
+    raid_e2e::pattern_reads_back(&sock, "ra");
     // The array still stops and starts: no two members claim one slot.
     w.ok(&["stop", "ra"]);
     w.ok(&["start", "ra", "--nbd", &format!("unix:{}", sock.display())]);
-    reads_back(&sock, "ra");
+    raid_e2e::pattern_reads_back(&sock, "ra");
 }
 
 #[test]
 fn a_hard_link_of_an_active_member_is_refused_by_add_replace_and_create() {
     let w = World::new("hardlink");
-    let (m, sock) = running(&w, "hl", "5", 4);
+    let (m, sock) = w.running_with_pattern("hl", "5", 4);
     let link = w.dir.join("link-to-m0.img");
     std::fs::hard_link(&m[0], &link).unwrap();
-    refused(&w, &["add", "hl", s(&link)], "slot 0");
+    w.refused(&["add", "hl", s(&link)], "slot 0");
     // The rule is named, as every refusal's is (scripts look for it).
-    refused(&w, &["add", "hl", s(&link)], "[refused: already-a-member]");
+    w.refused(&["add", "hl", s(&link)], "[refused: already-a-member]");
     w.ok(&["fail", "hl", s(&m[3])]);
-    refused(&w, &["replace", "hl", s(&m[3]), s(&link)], "slot 0");
+    w.refused(&["replace", "hl", s(&m[3]), s(&link)], "slot 0");
     assert_eq!(
         member_states(&w, "hl"),
         ["active", "active", "active", "failed"]
     );
-    reads_back(&sock, "hl");
+    raid_e2e::pattern_reads_back(&sock, "hl");
     // create with a file and its hard link: one device listed twice.
     let x = w.sparse("x.img", 16 * MIB);
     let x2 = w.dir.join("x-link.img");
     std::fs::hard_link(&x, &x2).unwrap();
     let y = w.sparse("y.img", 16 * MIB);
-    refused(
-        &w,
+    w.refused(
         &["create", "pair", "--level", "5", s(&x), s(&y), s(&x2)],
         "same device",
     );
@@ -126,13 +93,12 @@ fn a_hard_link_of_an_active_member_is_refused_by_add_replace_and_create() {
 #[test]
 fn create_force_never_touches_a_running_array() {
     let w = World::new("create-force");
-    let (m, sock) = running(&w, "live", "5", 3);
+    let (m, sock) = w.running_with_pattern("live", "5", 3);
     let fresh: Vec<PathBuf> = (0..3)
         .map(|i| w.sparse(&format!("f{i}.img"), 16 * MIB))
         .collect();
     let before = file_hash(&m[1]);
-    refused(
-        &w,
+    w.refused(
         &[
             "create",
             "other",
@@ -151,8 +117,7 @@ fn create_force_never_touches_a_running_array() {
         "a running array's member was written"
     );
     // The name of a running array is not taken over either.
-    refused(
-        &w,
+    w.refused(
         &[
             "create",
             "live",
@@ -166,19 +131,19 @@ fn create_force_never_touches_a_running_array() {
         "is running",
     );
     assert_eq!(w.status_json("live")["state"], "optimal");
-    reads_back(&sock, "live");
+    raid_e2e::pattern_reads_back(&sock, "live");
     scrub_clean(&w, "live");
 }
 
 #[test]
 fn fail_past_redundancy_is_refused_and_a_forced_failure_can_be_undone() {
     let w = World::new("fail-past");
-    let (m, sock) = running(&w, "fp", "5", 3);
+    let (m, sock) = w.running_with_pattern("fp", "5", 3);
     w.ok(&["fail", "fp", s(&m[0])]);
     // Written while degraded: m0 never sees it.
     let (ok, text) = qemu_io(&sock, "fp", &["write -P 0x5a 8M 4M", "flush"]);
     assert!(ok, "{text}");
-    let err = refused(&w, &["fail", "fp", s(&m[1])], "--force");
+    let err = w.refused(&["fail", "fp", s(&m[1])], "--force");
     assert!(err.contains("would-lose-data"), "{err}");
     assert_eq!(member_states(&w, "fp"), ["failed", "active", "active"]);
     let out = w.ok(&["fail", "fp", s(&m[1]), "--force"]);
@@ -234,9 +199,9 @@ fn fail_past_redundancy_is_refused_and_a_forced_failure_can_be_undone() {
 #[test]
 fn a_stopped_raid10_down_one_of_each_pair_is_degraded_not_failed() {
     let w = World::new("r10-stopped");
-    let (m, sock) = running(&w, "rt", "10", 4);
+    let (m, sock) = w.running_with_pattern("rt", "10", 4);
     w.ok(&["fail", "rt", s(&m[0])]);
-    refused(&w, &["fail", "rt", s(&m[1])], "would-lose-data");
+    w.refused(&["fail", "rt", s(&m[1])], "would-lose-data");
     w.ok(&["fail", "rt", s(&m[2])]);
     let (code, out, _) = w.code(&["status", "rt"]);
     assert_eq!(code, 1, "running: {out}");
@@ -245,7 +210,7 @@ fn a_stopped_raid10_down_one_of_each_pair_is_degraded_not_failed() {
     assert_eq!(code, 1, "stopped: {out}");
     assert_eq!(w.status_json("rt")["health"], "degraded");
     w.ok(&["start", "rt", "--nbd", &format!("unix:{}", sock.display())]);
-    reads_back(&sock, "rt");
+    raid_e2e::pattern_reads_back(&sock, "rt");
     w.ok(&["stop", "rt"]);
 }
 
@@ -256,7 +221,7 @@ fn a_stopped_raid10_down_one_of_each_pair_is_degraded_not_failed() {
 fn a_second_rebuild_waits_and_status_shows_the_one_running() {
     // Mirrors rebuild one slot per pass (RAID5/6 join the pass: below).
     let w = World::new("two-rebuilds");
-    let (m, sock) = running(&w, "tr", "10", 6);
+    let (m, sock) = w.running_with_pattern("tr", "10", 6);
     w.ok(&["rate", "tr", "--rebuild", "1M"]);
     w.ok(&["fail", "tr", s(&m[3])]);
     let first = w.sparse("tr-new3.img", 16 * MIB);
@@ -290,7 +255,7 @@ fn a_second_rebuild_waits_and_status_shows_the_one_running() {
     w.ok(&["rate", "tr", "--rebuild", "0"]);
     w.ok(&["wait", "tr"]);
     assert_eq!(w.status_json("tr")["state"], "optimal");
-    reads_back(&sock, "tr");
+    raid_e2e::pattern_reads_back(&sock, "tr");
 }
 
 /// A RAID6's second replacement, while the first is being rebuilt, joins
@@ -299,7 +264,7 @@ fn a_second_rebuild_waits_and_status_shows_the_one_running() {
 #[test]
 fn a_raid6_second_rebuild_joins_the_pass_under_way() {
     let w = World::new("join-pass");
-    let (m, sock) = running(&w, "jp", "6", 5);
+    let (m, sock) = w.running_with_pattern("jp", "6", 5);
     w.ok(&["rate", "jp", "--rebuild", "1M"]);
     w.ok(&["fail", "jp", s(&m[3])]);
     let first = w.sparse("jp-new3.img", 16 * MIB);
@@ -341,7 +306,7 @@ fn a_raid6_second_rebuild_joins_the_pass_under_way() {
             .unwrap_or_else(|| panic!("no rebuild_finished for {slot}:\n{ev}"))
     };
     assert!(done("slot 3") < done("slot 0"), "{ev}");
-    reads_back(&sock, "jp");
+    raid_e2e::pattern_reads_back(&sock, "jp");
     scrub_clean(&w, "jp");
 }
 
@@ -356,7 +321,7 @@ fn a_raid6_second_rebuild_joins_the_pass_under_way() {
 #[test]
 fn a_member_failed_before_a_restart_is_shown_failed_not_missing() {
     let w = World::new("failed-restart");
-    let (m, sock) = running(&w, "fr", "5", 4);
+    let (m, sock) = w.running_with_pattern("fr", "5", 4);
     w.ok(&["fail", "fr", s(&m[1])]);
     w.ok(&["stop", "fr"]);
     w.ok(&["start", "fr", "--nbd", &format!("unix:{}", sock.display())]);
@@ -378,7 +343,7 @@ fn a_member_failed_before_a_restart_is_shown_failed_not_missing() {
     w.ok(&["re-add", "fr", s(&m[1])]);
     w.ok(&["wait", "fr"]);
     assert_eq!(member_states(&w, "fr"), ["active"; 4]);
-    reads_back(&sock, "fr");
+    raid_e2e::pattern_reads_back(&sock, "fr");
 }
 
 /// A member missing at the start that turns up later (a slow drive at
@@ -387,7 +352,7 @@ fn a_member_failed_before_a_restart_is_shown_failed_not_missing() {
 #[test]
 fn a_member_that_turns_up_after_the_start_is_not_called_failed_before() {
     let w = World::new("late-member");
-    let (m, sock) = running(&w, "lm", "5", 4);
+    let (m, sock) = w.running_with_pattern("lm", "5", 4);
     w.ok(&["stop", "lm"]);
     let away = w.dir.join("away.img");
     std::fs::rename(&m[2], &away).unwrap();
@@ -405,7 +370,7 @@ fn a_member_that_turns_up_after_the_start_is_not_called_failed_before() {
     w.ok(&["re-add", "lm", s(&m[2])]);
     w.ok(&["wait", "lm"]);
     assert_eq!(member_states(&w, "lm"), ["active"; 4]);
-    reads_back(&sock, "lm");
+    raid_e2e::pattern_reads_back(&sock, "lm");
 }
 
 /// `fail` says which spare took the slot, having given it: two failures
@@ -415,7 +380,7 @@ fn a_member_that_turns_up_after_the_start_is_not_called_failed_before() {
 #[test]
 fn fail_names_the_spare_that_took_the_slot() {
     let w = World::new("fail-spare");
-    let (m, sock) = running(&w, "fs", "6", 5);
+    let (m, sock) = w.running_with_pattern("fs", "6", 5);
     let spares: Vec<PathBuf> = (1..=2)
         .map(|i| w.sparse(&format!("fs-spare{i}.img"), 16 * MIB))
         .collect();
@@ -432,7 +397,7 @@ fn fail_names_the_spare_that_took_the_slot() {
         assert_eq!(st["members"][slot]["path"], s(sp), "{st}");
     }
     w.ok(&["wait", "fs"]);
-    reads_back(&sock, "fs");
+    raid_e2e::pattern_reads_back(&sock, "fs");
 }
 
 /// Two commands adding one device at the same instant: one wins, and the
@@ -442,7 +407,7 @@ fn fail_names_the_spare_that_took_the_slot() {
 #[test]
 fn two_adds_of_one_device_at_once_name_the_array_that_took_it() {
     let w = World::new("add-race");
-    let _ = running(&w, "ar", "5", 3);
+    let _ = w.running_with_pattern("ar", "5", 3);
     for round in 0..5 {
         let dev = w.sparse(&format!("ar-x{round}.img"), 16 * MIB);
         let outs: Vec<(i32, String, String)> = std::thread::scope(|sc| {
@@ -466,7 +431,7 @@ fn two_adds_of_one_device_at_once_name_the_array_that_took_it() {
 #[test]
 fn a_start_gives_a_spare_to_a_slot_that_is_down() {
     let w = World::new("start-spare");
-    let (m, sock) = running(&w, "ss", "5", 3);
+    let (m, sock) = w.running_with_pattern("ss", "5", 3);
     let spare = w.sparse("ss-spare.img", 16 * MIB);
     w.ok(&["add", "ss", s(&spare)]);
     w.ok(&["stop", "ss"]);
@@ -479,7 +444,7 @@ fn a_start_gives_a_spare_to_a_slot_that_is_down() {
     );
     assert_eq!(w.status_json("ss")["members"][1]["path"], s(&spare));
     w.ok(&["wait", "ss"]);
-    reads_back(&sock, "ss");
+    raid_e2e::pattern_reads_back(&sock, "ss");
 }
 
 /// A RAID6 missing two members says it has no redundancy left; missing
@@ -488,7 +453,7 @@ fn a_start_gives_a_spare_to_a_slot_that_is_down() {
 #[test]
 fn a_raid6_missing_two_says_no_redundancy_is_left() {
     let w = World::new("no-margin");
-    let (m, _sock) = running(&w, "nm", "6", 5);
+    let (m, _sock) = w.running_with_pattern("nm", "6", 5);
     w.ok(&["fail", "nm", s(&m[0])]);
     let one = w.code(&["status", "nm"]).1;
     assert!(
@@ -501,7 +466,7 @@ fn a_raid6_missing_two_says_no_redundancy_is_left() {
     let list = w.code(&["list"]).1;
     assert!(list.contains("no redundancy left"), "{list}");
     // A RAID1 of two with one copy left, the same.
-    let (m1, _) = running(&w, "nm1", "1", 2);
+    let (m1, _) = w.running_with_pattern("nm1", "1", 2);
     w.ok(&["fail", "nm1", s(&m1[0])]);
     let one_left = w.code(&["status", "nm1"]).1;
     assert!(
@@ -515,7 +480,7 @@ fn a_raid6_missing_two_says_no_redundancy_is_left() {
 #[test]
 fn a_removed_member_is_not_called_left_out_at_the_start() {
     let w = World::new("removed-member");
-    let (m, _sock) = running(&w, "rm", "5", 4);
+    let (m, _sock) = w.running_with_pattern("rm", "5", 4);
     w.ok(&["fail", "rm", s(&m[2])]);
     w.ok(&["remove", "rm", s(&m[2])]);
     let st = w.status_json("rm");
@@ -535,7 +500,7 @@ fn a_removed_member_is_not_called_left_out_at_the_start() {
 #[test]
 fn the_event_log_has_the_state_each_event_left() {
     let w = World::new("event-states");
-    let (m, _sock) = running(&w, "es", "5", 3);
+    let (m, _sock) = w.running_with_pattern("es", "5", 3);
     // Failed and taken back with nothing written meanwhile: its resync
     // has nothing to copy, and ends at once.
     w.ok(&["fail", "es", s(&m[1])]);
@@ -563,7 +528,7 @@ fn the_event_log_has_the_state_each_event_left() {
 #[test]
 fn an_import_records_the_failed_member_it_was_given() {
     let w = World::new("import-failed");
-    let (m, _sock) = running(&w, "im", "5", 3);
+    let (m, _sock) = w.running_with_pattern("im", "5", 3);
     w.ok(&["fail", "im", s(&m[1])]);
     w.ok(&["stop", "im"]);
     w.ok(&["delete", "im"]);
@@ -585,11 +550,11 @@ fn an_import_records_the_failed_member_it_was_given() {
 #[test]
 fn replace_on_a_failed_array_is_refused_without_a_retry_storm() {
     let w = World::new("storm");
-    let (m, _sock) = running(&w, "st", "5", 3);
+    let (m, _sock) = w.running_with_pattern("st", "5", 3);
     w.ok(&["fail", "st", s(&m[0])]);
     w.ok(&["fail", "st", s(&m[1]), "--force"]);
     let new = w.sparse("new.img", 16 * MIB);
-    refused(&w, &["replace", "st", s(&m[0]), s(&new)], "array-failed");
+    w.refused(&["replace", "st", s(&m[0]), s(&new)], "array-failed");
     std::thread::sleep(Duration::from_secs(1));
     let ev = w.ok(&["events", "st"]);
     assert_eq!(ev.matches("rebuild_failed").count(), 0, "{ev}");
@@ -601,7 +566,7 @@ fn replace_on_a_failed_array_is_refused_without_a_retry_storm() {
 #[test]
 fn every_events_next_command_works_as_printed() {
     let w = World::new("next");
-    let (m, sock) = running(&w, "nx", "6", 4);
+    let (m, sock) = w.running_with_pattern("nx", "6", 4);
     w.ok(&["fail", "nx", s(&m[2])]);
     w.ok(&["stop", "nx"]);
     w.ok(&["start", "nx", "--nbd", &format!("unix:{}", sock.display())]);
@@ -613,7 +578,7 @@ fn every_events_next_command_works_as_printed() {
     let out = w.ok(&args[1..]);
     assert!(out.contains("rebuild started"), "{out}");
     w.ok(&["wait", "nx"]);
-    reads_back(&sock, "nx");
+    raid_e2e::pattern_reads_back(&sock, "nx");
     scrub_clean(&w, "nx");
     // The failed array's next step, as printed, brings it back.
     w.ok(&["fail", "nx", s(&m[0])]);
@@ -641,13 +606,13 @@ fn every_events_next_command_works_as_printed() {
         }
     }
     assert_eq!(w.status_json("nx")["state"], "degraded");
-    reads_back(&sock, "nx");
+    raid_e2e::pattern_reads_back(&sock, "nx");
 }
 
 #[test]
 fn wait_returns_when_no_rebuild_is_pending_and_says_how_it_ended() {
     let w = World::new("wait");
-    let (m, sock) = running(&w, "wt", "5", 3);
+    let (m, sock) = w.running_with_pattern("wt", "5", 3);
     w.ok(&["fail", "wt", s(&m[1])]);
     // Degraded with nothing to rebuild onto: wait ends at once, non-zero,
     // and says so as an outcome (what to do next), not as an error.
@@ -664,7 +629,7 @@ fn wait_returns_when_no_rebuild_is_pending_and_says_how_it_ended() {
     let out = w.ok(&["wait", "wt"]);
     assert!(out.contains("optimal"), "{out}");
     assert_eq!(w.status_json("wt")["state"], "optimal");
-    reads_back(&sock, "wt");
+    raid_e2e::pattern_reads_back(&sock, "wt");
 }
 
 #[test]
@@ -676,8 +641,7 @@ fn nbd_unix_path_never_deletes_a_regular_file() {
     w.ok(&["create", "np", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
     let precious = w.dir.join("precious.txt");
     std::fs::write(&precious, "do not delete").unwrap();
-    refused(
-        &w,
+    w.refused(
         &[
             "start",
             "np",
@@ -690,345 +654,9 @@ fn nbd_unix_path_never_deletes_a_regular_file() {
 }
 
 #[test]
-fn the_state_directory_is_private() {
-    let w = World::new("private");
-    // The daemon's config (alert settings: an SMTP password), left
-    // readable by everyone: tightened at start like the rest.
-    let config = w.state().join("raidctl.toml");
-    std::fs::create_dir_all(w.state()).unwrap();
-    std::fs::write(&config, "# alert settings\n").unwrap();
-    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let (_m, _sock) = running(&w, "pv", "1", 2);
-    let mode = |p: PathBuf| std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode(config.clone()), 0o600);
-    assert_eq!(mode(w.state()), 0o700);
-    assert_eq!(mode(w.state().join("arrays")), 0o700);
-    assert_eq!(mode(w.state().join("arrays/pv.toml")), 0o600);
-    assert_eq!(mode(w.state().join("daemon.log")), 0o600);
-    assert_eq!(mode(w.state().join("raidctl.sock")) & 0o077, 0);
-    // Someone else asking gets "permission denied" and exit 5, not a
-    // made-up answer.
-    let o = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(raid_e2e::raidctl_path())
-        .args(["--state-dir", s(&w.state()), "status", "pv"])
-        .output()
-        .expect("setpriv (util-linux)");
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(5), "{err}");
-    assert!(err.contains("permission denied"), "{err}");
-}
-
-#[test]
-fn sighup_reopens_the_log_and_the_daemon_lives_on() {
-    let w = World::new("hup");
-    let (_m, sock) = running(&w, "hu", "1", 2);
-    let log = w.state().join("daemon.log");
-    let rotated = w.state().join("daemon.log.1");
-    std::fs::rename(&log, &rotated).unwrap();
-    let pid = w.daemon_pid();
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
-    let t = Instant::now();
-    while !log.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "no new log after SIGHUP"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(w.status_json("hu")["state"], "optimal");
-    assert_eq!(w.daemon_pid(), pid, "the daemon was replaced");
-    reads_back(&sock, "hu");
-    assert_eq!(
-        std::fs::metadata(&log).unwrap().permissions().mode() & 0o777,
-        0o600
-    );
-}
-
-/// A daemon run in the foreground with its output sent to a file of the
-/// operator's keeps logging there after SIGHUP (it used to move its log
-/// to the state folder's daemon.log, out of the operator's sight).
-#[test]
-fn sighup_leaves_a_foreground_daemons_own_log_where_it_is() {
-    let w = World::new("hup-fg");
-    let m = w.sparse_members("f", 2, 16 * MIB);
-    w.ok(&["create", "hf", "--level", "1", s(&m[0]), s(&m[1])]);
-    let out = w.dir.join("out.log");
-    let f = std::fs::File::create(&out).unwrap();
-    let mut d = std::process::Command::new(raid_e2e::raidctl_path())
-        .args(["--state-dir", s(&w.state()), "daemon"])
-        .stdout(f.try_clone().unwrap())
-        .stderr(f)
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    while !w.state().join("raidctl.sock").exists() {
-        assert!(t.elapsed() < Duration::from_secs(20), "no daemon socket");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    w.ok(&["start", "hf"]);
-    assert_eq!(unsafe { libc::kill(d.id() as i32, libc::SIGHUP) }, 0);
-    std::thread::sleep(Duration::from_millis(500));
-    w.ok(&["stop", "hf"]);
-    assert_eq!(unsafe { libc::kill(d.id() as i32, libc::SIGTERM) }, 0);
-    d.wait().unwrap();
-    let text = std::fs::read_to_string(&out).unwrap();
-    assert!(text.contains("nothing to reopen"), "{text}");
-    assert!(
-        text.contains("stopped"),
-        "the lines after SIGHUP went elsewhere: {text}"
-    );
-}
-
-#[test]
-fn one_array_failing_to_start_does_not_stop_the_others() {
-    let w = World::new("config");
-    let good: Vec<PathBuf> = (0..2)
-        .map(|i| w.sparse(&format!("g{i}.img"), 16 * MIB))
-        .collect();
-    w.ok(&["create", "good", "--level", "1", s(&good[0]), s(&good[1])]);
-    let bad: Vec<PathBuf> = (0..3)
-        .map(|i| w.sparse(&format!("b{i}.img"), 16 * MIB))
-        .collect();
-    w.ok(&[
-        "create",
-        "bad",
-        "--level",
-        "5",
-        s(&bad[0]),
-        s(&bad[1]),
-        s(&bad[2]),
-    ]);
-    // Two of bad's three members gone: it cannot start.
-    std::fs::remove_file(&bad[0]).unwrap();
-    std::fs::remove_file(&bad[1]).unwrap();
-    // Good's entry names one of its two members: `members` only imports
-    // an array not yet recorded, so its record's two are used (the list
-    // used to win, and left a healthy member out for good).
-    let conf = w.dir.join("raidctl.toml");
-    std::fs::write(
-        &conf,
-        format!(
-            "[[array]]\nname = \"bad\"\n\n[[array]]\nname = \"good\"\nmembers = [\"{}\"]\n",
-            s(&good[0])
-        ),
-    )
-    .unwrap();
-    let notify = w.dir.join("notify.sock");
-    let ready = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
-    ready
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let mut d = std::process::Command::new(raid_e2e::raidctl_path())
-        .env("RAIDCTL_STATE_DIR", w.state())
-        .env("RAIDCTL_LOG", "warn")
-        .env("NOTIFY_SOCKET", &notify)
-        .args(["daemon", "--config", s(&conf)])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    let state = loop {
-        let (_, out, _) = w.code(&["status", "good", "--format", "json"]);
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-        if v["running"] == true || t.elapsed() > Duration::from_secs(20) {
-            break v;
-        }
-        if let Ok(Some(st)) = d.try_wait() {
-            panic!("the daemon exited ({st}) because one array could not start");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert_eq!(state["state"], "optimal", "{state}");
-    // systemd's status line names the array left out.
-    let mut buf = vec![0u8; 4096];
-    let n = ready.recv(&mut buf).expect("READY=1 from the daemon");
-    let msg = String::from_utf8_lossy(&buf[..n]);
-    assert!(
-        msg.contains("READY=1") && msg.contains("NOT started (see the log): bad"),
-        "{msg}"
-    );
-    unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
-    let _ = d.wait();
-}
-
-#[test]
-fn a_config_naming_an_array_twice_is_refused() {
-    let w = World::new("twice");
-    let conf = w.dir.join("raidctl.toml");
-    std::fs::write(
-        &conf,
-        "[[array]]\nname = \"fa\"\n\n[[array]]\nname = \"fa\"\n",
-    )
-    .unwrap();
-    let (code, out, err) = w.code(&["daemon", "--config", s(&conf)]);
-    assert_eq!(code, 2, "{out}{err}");
-    assert!(
-        err.contains("array 'fa' has two [[array]] entries"),
-        "{err}"
-    );
-}
-
-#[test]
-fn a_config_error_never_echoes_a_secret() {
-    let w = World::new("secret");
-    let conf = w.dir.join("raidctl.toml");
-    std::fs::write(
-        &conf,
-        "[alerts]\nsmtp = \"127.0.0.1:25\"\nfrom = \"a@b\"\nto = [\"c@d\"]\npassword = \"s3cr3t-Pa55\nusername = \"x\"\n",
-    )
-    .unwrap();
-    let (code, out, err) = w.code(&["daemon", "--config", s(&conf)]);
-    assert_eq!(code, 2, "{out}{err}");
-    assert!(err.contains("line 5"), "{err}");
-    assert!(!err.contains("s3cr3t"), "the password was echoed: {err}");
-}
-
-#[test]
-fn examine_says_what_each_device_holds() {
-    let w = World::new("examine");
-    let (m, _sock) = running(&w, "ex", "6", 4);
-    w.ok(&["fail", "ex", s(&m[3])]);
-    let other = w.sparse("blank.img", 16 * MIB);
-    let out = w.ok(&["examine", s(&m[0]), s(&m[3]), s(&other), "--format", "json"]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let a = v.as_array().unwrap();
-    assert_eq!(a[0]["array"], "ex");
-    assert_eq!(a[0]["slot"], 0);
-    assert_eq!(a[0]["member_state"], "active");
-    assert_eq!(a[0]["level"], "raid6");
-    // m3's own metadata still says active; its event counter is older than
-    // the survivors': that is how a stale member shows.
-    assert_eq!(a[1]["slot"], 3);
-    assert!(a[1]["events"].as_u64() < a[0]["events"].as_u64(), "{v}");
-    // Examined beside a device with the newer metadata, it says so.
-    assert!(
-        a[1]["superseded"]
-            .as_str()
-            .is_some_and(|t| t.contains("failed there")),
-        "{v}"
-    );
-    assert!(a[0]["superseded"].is_null(), "{v}");
-    assert_eq!(a[2]["kind"], "other");
-    let text = w.ok(&["examine", s(&m[0])]);
-    assert!(
-        text.contains("slot 0, active") && text.contains("events:"),
-        "{text}"
-    );
-    // Once replaced, the slot is another device's.
-    let new = w.sparse("ex-new.img", 16 * MIB);
-    w.ok(&["replace", "ex", s(&m[3]), s(&new)]);
-    w.ok(&["wait", "ex"]);
-    let text = w.ok(&["examine", s(&m[3]), s(&m[0])]);
-    assert!(
-        text.contains("superseded:") && text.contains("another device's now"),
-        "{text}"
-    );
-    // A spare removed is no longer the array's, though its own metadata
-    // still says spare.
-    let spare = w.sparse("ex-spare.img", 16 * MIB);
-    w.ok(&["add", "ex", s(&spare)]);
-    w.ok(&["remove", "ex", s(&spare)]);
-    let text = w.ok(&["examine", s(&spare), s(&m[0])]);
-    assert!(text.contains("no longer a spare"), "{text}");
-    // Both copies of m3's metadata corrupted: damaged (exit 1), not
-    // "nothing recognisable" with exit 0; a folder is no device (exit 3).
-    let f = std::fs::OpenOptions::new().write(true).open(&m[3]).unwrap();
-    for off in [100, 4096 + 100] {
-        std::os::unix::fs::FileExt::write_all_at(&f, b"rot", off).unwrap();
-    }
-    let (code, text, _) = w.code(&["examine", s(&m[3])]);
-    assert_eq!(code, 1, "{text}");
-    assert!(text.contains("damaged"), "{text}");
-    let (code, text, _) = w.code(&["examine", s(&w.dir)]);
-    assert_eq!(code, 3, "{text}");
-    assert!(text.contains("a folder"), "{text}");
-}
-
-#[test]
-fn create_allocates_member_files_unless_sparse() {
-    let w = World::new("alloc");
-    let m: Vec<PathBuf> = (0..4)
-        .map(|i| w.sparse(&format!("a{i}.img"), 16 * MIB))
-        .collect();
-    w.ok(&["create", "al", "--level", "1", s(&m[0]), s(&m[1])]);
-    w.ok(&[
-        "create",
-        "sp",
-        "--level",
-        "1",
-        "--sparse",
-        s(&m[2]),
-        s(&m[3]),
-    ]);
-    let allocated = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
-    assert!(allocated(&m[0]) >= 16 * MIB, "{}", allocated(&m[0]));
-    assert!(allocated(&m[2]) < 4 * MIB, "{}", allocated(&m[2]));
-    // Zeroing (discard) keeps an allocated member allocated.
-    let sock = w.dir.join("al.sock");
-    w.ok(&["start", "al", "--nbd", &format!("unix:{}", sock.display())]);
-    let (ok, text) = qemu_io(
-        &sock,
-        "al",
-        &["write -P 0x11 0 4M", "discard 0 4M", "flush"],
-    );
-    assert!(ok, "{text}");
-    assert!(allocated(&m[0]) >= 16 * MIB, "{}", allocated(&m[0]));
-    let (ok, text) = qemu_io(&sock, "al", &["read -P 0 0 4M"]);
-    assert!(ok, "{text}");
-}
-
-#[test]
-fn two_concurrent_starts_assemble_the_members_once() {
-    let w = World::new("twostart");
-    let m: Vec<PathBuf> = (0..3)
-        .map(|i| w.sparse(&format!("t{i}.img"), 16 * MIB))
-        .collect();
-    w.ok(&["create", "ts", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
-    // The same members under another name too, imported at the same time.
-    w.ok(&["start", "ts"]);
-    w.ok(&["stop", "ts"]);
-    let runs: Vec<_> = (0..2)
-        .map(|i| {
-            let state = w.state();
-            let members: Vec<String> = m.iter().map(|p| s(p).to_string()).collect();
-            std::thread::spawn(move || {
-                let mut c = std::process::Command::new(raid_e2e::raidctl_path());
-                c.env("RAIDCTL_STATE_DIR", state).env("RAIDCTL_LOG", "warn");
-                if i == 0 {
-                    c.args(["start", "ts"]);
-                } else {
-                    c.args(["start", "ts"]);
-                    c.arg("--members").args(&members);
-                }
-                c.output().unwrap()
-            })
-        })
-        .collect();
-    let outs: Vec<_> = runs.into_iter().map(|t| t.join().unwrap()).collect();
-    let ok = outs.iter().filter(|o| o.status.success()).count();
-    assert_eq!(ok, 1, "{outs:?}");
-    assert_eq!(w.status_json("ts")["state"], "optimal");
-    // Another daemon (another state directory, another host's view of a
-    // shared disk) cannot assemble the members this one serves.
-    let other = World::new("twostart-other");
-    let mut args = vec!["start", "ts", "--members"];
-    args.extend(m.iter().map(|p| s(p)));
-    let (code, out, err) = other.code(&args);
-    assert_eq!(
-        code, 4,
-        "a second daemon assembled members in use:\n{out}{err}"
-    );
-    assert!(err.contains("in use"), "{err}");
-    assert_eq!(w.status_json("ts")["state"], "optimal");
-    w.ok(&["stop", "ts"]);
-}
-
-#[test]
 fn replace_of_an_active_member_is_a_hot_replace_that_never_degrades() {
     let w = World::new("hot");
-    let (m, sock) = running(&w, "hot", "5", 4);
+    let (m, sock) = w.running_with_pattern("hot", "5", 4);
     let new = w.sparse("hot-new.img", 16 * MIB);
     // Paced (about 2 s), so that its progress can be seen.
     w.ok(&["rate", "hot", "--rebuild", "8M"]);
@@ -1076,7 +704,7 @@ fn replace_of_an_active_member_is_a_hot_replace_that_never_degrades() {
     w.ok(&["wait", "hot"]);
     let st = w.status_json("hot");
     assert_eq!(st["members"][1]["path"], s(&new), "{st}");
-    reads_back(&sock, "hot");
+    raid_e2e::pattern_reads_back(&sock, "hot");
     scrub_clean(&w, "hot");
     let ev = w.ok(&["events", "hot"]);
     assert!(ev.contains("hot_replace_finished"), "{ev}");
@@ -1085,100 +713,7 @@ fn replace_of_an_active_member_is_a_hot_replace_that_never_degrades() {
     std::fs::remove_file(&m[1]).unwrap();
     w.ok(&["start", "hot", "--nbd", &format!("unix:{}", sock.display())]);
     assert_eq!(w.status_json("hot")["state"], "optimal");
-    reads_back(&sock, "hot");
-}
-
-/// Creates and starts `name`, a RAID5 (chunk 16 KiB) of four sparse 32
-/// MiB members, its scrubs paced at `rate` (bytes per second over ~120
-/// MiB of members).
-fn paced_scrubs(w: &World, name: &str, rate: &str) {
-    let m: Vec<PathBuf> = (0..4)
-        .map(|i| w.sparse(&format!("{name}{i}.img"), 32 * MIB))
-        .collect();
-    let mut args = vec!["create", name, "--level", "5", "--chunk", "16K"];
-    args.extend(m.iter().map(|p| s(p)));
-    w.ok(&args);
-    let o = w.run_env(&["start", name], &[("RAIDCTL_SCRUB_RATE", rate)]);
-    assert!(o.status.success(), "{o:?}");
-}
-
-#[test]
-fn scrub_runs_in_the_background_shows_its_progress_and_cancels() {
-    let w = World::new("bgscrub");
-    // Slow enough to be seen running: about 15 s.
-    paced_scrubs(&w, "bg", "8M");
-    let out = w.ok(&["scrub", "bg", "--background"]);
-    assert!(out.contains("started"), "{out}");
-    refused(&w, &["scrub", "bg"], "already running");
-    let t = Instant::now();
-    let sc = loop {
-        let st = w.status_json("bg");
-        let sc = st["scrub"].clone();
-        if sc["rows_done"].as_u64().unwrap_or(0) > 0 {
-            break sc;
-        }
-        assert!(t.elapsed() < Duration::from_secs(20), "{st}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(sc["repair"], false, "{sc}");
-    assert!(sc["percent"].as_f64().unwrap() < 100.0, "{sc}");
-    assert!(sc["eta_seconds"].as_f64().is_some(), "{sc}");
-    let text = w.ok(&["status", "bg"]);
-    assert!(text.contains("scrub (check only)"), "{text}");
-    let out = w.ok(&["scrub", "bg", "--cancel"]);
-    assert!(out.contains("cancelled"), "{out}");
-    assert!(w.status_json("bg")["scrub"].is_null());
-    let ev = w.ok(&["events", "bg"]);
-    assert!(ev.contains("scrub interrupted"), "{ev}");
-    refused(&w, &["scrub", "bg", "--cancel"], "no scrub");
-    // The rate changes while a scrub runs: lifted, it runs to the end.
-    w.ok(&["scrub", "bg", "--background"]);
-    let out = w.ok(&["rate", "bg", "--scrub", "0"]);
-    assert!(out.contains("scrub no limit"), "{out}");
-    let t = Instant::now();
-    while !w.status_json("bg")["scrub"].is_null() {
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "the scrub never ended"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let ev = w.ok(&["events", "bg"]);
-    assert!(ev.contains("scrub finished"), "{ev}");
-    w.ok(&["stop", "bg"]);
-}
-
-/// A scrub waited for on a terminal shows its progress on one line of
-/// stderr, redrawn while it runs and cleared at the end; without a
-/// terminal (a script, cron) it prints only its report.
-#[test]
-fn a_scrub_waited_for_on_a_terminal_shows_its_progress() {
-    let w = World::new("ttyscrub");
-    // About 8 s: the line is drawn each second.
-    paced_scrubs(&w, "tty", "16M");
-    let Some(o) = w.on_a_terminal(&["scrub", "tty"]) else {
-        eprintln!("skipped: no `script` (util-linux) to give the command a terminal");
-        w.ok(&["stop", "tty"]);
-        return;
-    };
-    let tty = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{tty}");
-    let drawn = tty
-        .rfind("% at ")
-        .unwrap_or_else(|| panic!("no progress: {tty}"));
-    assert!(tty.contains("tty: scrub "), "{tty}");
-    let cleared = tty.rfind("\r\x1b[K").expect("a cleared line");
-    assert!(
-        cleared > drawn,
-        "the line is not cleared at the end: {tty:?}"
-    );
-    assert!(tty[cleared..].contains("scrub of 'tty'"), "{tty}");
-    w.ok(&["rate", "tty", "--scrub", "0"]);
-    let o = w.run(&["scrub", "tty"]);
-    assert!(o.status.success(), "{o:?}");
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!err.contains("% at "), "progress without a terminal: {err}");
-    w.ok(&["stop", "tty"]);
+    raid_e2e::pattern_reads_back(&sock, "hot");
 }
 
 /// The `next` of member_missing and of a scrub that left mismatches, run as
@@ -1186,7 +721,7 @@ fn a_scrub_waited_for_on_a_terminal_shows_its_progress() {
 #[test]
 fn the_next_of_a_missing_member_and_of_a_scrub_work_as_printed() {
     let w = World::new("next2");
-    let (m, sock) = running(&w, "nm", "5", 4);
+    let (m, sock) = w.running_with_pattern("nm", "5", 4);
     w.ok(&["stop", "nm"]);
     std::fs::remove_file(&m[3]).unwrap();
     w.ok(&["start", "nm", "--nbd", &format!("unix:{}", sock.display())]);
@@ -1203,7 +738,7 @@ fn the_next_of_a_missing_member_and_of_a_scrub_work_as_printed() {
     assert_eq!(args[0], "raidctl", "{next}");
     w.ok(&args[1..]);
     w.ok(&["wait", "nm"]);
-    reads_back(&sock, "nm");
+    raid_e2e::pattern_reads_back(&sock, "nm");
     // Rot in a parity chunk (stripe 0's P is on slot 3, now the new
     // member; RAID5 cannot tell rotten data from rotten parity, so only rot
     // in P is repaired to the original data): the check-only scrub's next
@@ -1226,7 +761,7 @@ fn the_next_of_a_missing_member_and_of_a_scrub_work_as_printed() {
     let args: Vec<&str> = next.split_whitespace().collect();
     w.ok(&args[1..]);
     scrub_clean(&w, "nm");
-    reads_back(&sock, "nm");
+    raid_e2e::pattern_reads_back(&sock, "nm");
 }
 
 /// A member whose metadata no longer reads (both copies overwritten) is
@@ -1236,7 +771,7 @@ fn the_next_of_a_missing_member_and_of_a_scrub_work_as_printed() {
 #[test]
 fn the_next_of_a_member_whose_metadata_does_not_read_is_not_reconnect() {
     let w = World::new("next3");
-    let (m, sock) = running(&w, "nz", "5", 4);
+    let (m, sock) = w.running_with_pattern("nz", "5", 4);
     w.ok(&["stop", "nz"]);
     std::fs::OpenOptions::new()
         .write(true)
@@ -1257,7 +792,7 @@ fn the_next_of_a_member_whose_metadata_does_not_read_is_not_reconnect() {
     let args: Vec<&str> = cmd.split_whitespace().collect();
     w.ok(&args[1..]);
     w.ok(&["wait", "nz"]);
-    reads_back(&sock, "nz");
+    raid_e2e::pattern_reads_back(&sock, "nz");
     scrub_clean(&w, "nz");
     w.ok(&["stop", "nz"]);
 }
@@ -1319,7 +854,7 @@ fn a_start_naming_too_few_members_is_refused_unless_forced() {
 #[test]
 fn a_hot_replace_whose_source_fails_becomes_a_rebuild() {
     let w = World::new("hot-src");
-    let (m, sock) = running(&w, "hs", "5", 4);
+    let (m, sock) = w.running_with_pattern("hs", "5", 4);
     let new = w.sparse("hs-new.img", 16 * MIB);
     let spare = w.sparse("hs-spare.img", 16 * MIB);
     w.ok(&["add", "hs", s(&spare)]);
@@ -1353,14 +888,14 @@ fn a_hot_replace_whose_source_fails_becomes_a_rebuild() {
     // drop the device its slot now has).
     let next = next_of(&w, "hs", "member_failed").unwrap_or_default();
     assert!(next.starts_with("raidctl wait hs"), "{next}");
-    reads_back(&sock, "hs");
+    raid_e2e::pattern_reads_back(&sock, "hs");
     // Started again from the record: the new device is slot 1's member.
     w.ok(&["stop", "hs"]);
     w.ok(&["start", "hs", "--nbd", &format!("unix:{}", sock.display())]);
     let st = w.status_json("hs");
     assert_eq!(st["state"], "optimal", "{st}");
     assert_eq!(st["members"][1]["path"], s(&new), "{st}");
-    reads_back(&sock, "hs");
+    raid_e2e::pattern_reads_back(&sock, "hs");
 }
 
 /// A scan (or the daemon's config) that does not find a member is a drive
@@ -1390,7 +925,7 @@ fn a_scan_that_misses_a_member_starts_degraded() {
 #[test]
 fn failing_the_new_device_calls_a_hot_replace_off() {
     let w = World::new("hot-off");
-    let (m, sock) = running(&w, "ho", "5", 4);
+    let (m, sock) = w.running_with_pattern("ho", "5", 4);
     let new = w.sparse("ho-new.img", 16 * MIB);
     let stranger = w.sparse("ho-stranger.img", 16 * MIB);
     w.ok(&["rate", "ho", "--rebuild", "1M"]);
@@ -1431,10 +966,9 @@ fn failing_the_new_device_calls_a_hot_replace_off() {
 #[test]
 fn replacing_a_failed_member_by_itself_points_to_re_add() {
     let w = World::new("self-replace");
-    let (m, sock) = running(&w, "sr", "5", 3);
+    let (m, sock) = w.running_with_pattern("sr", "5", 3);
     w.ok(&["fail", "sr", s(&m[1])]);
-    refused(
-        &w,
+    w.refused(
         &["replace", "sr", s(&m[1]), s(&m[1])],
         &format!("raidctl re-add sr {}", s(&m[1])),
     );
@@ -1442,7 +976,7 @@ fn replacing_a_failed_member_by_itself_points_to_re_add() {
     w.ok(&["replace", "sr", s(&m[1]), s(&m[1])]);
     w.ok(&["wait", "sr"]);
     assert_eq!(w.status_json("sr")["state"], "optimal");
-    reads_back(&sock, "sr");
+    raid_e2e::pattern_reads_back(&sock, "sr");
     scrub_clean(&w, "sr");
 }
 
@@ -1454,8 +988,8 @@ fn replacing_a_failed_member_by_itself_points_to_re_add() {
 #[test]
 fn a_removed_member_can_join_another_array() {
     let w = World::new("moved");
-    let (m, _sock) = running(&w, "mv1", "5", 3);
-    let (_o, _osock) = running(&w, "mv2", "5", 3);
+    let (m, _sock) = w.running_with_pattern("mv1", "5", 3);
+    let (_o, _osock) = w.running_with_pattern("mv2", "5", 3);
     w.ok(&["fail", "mv1", s(&m[2])]);
     w.ok(&["remove", "mv1", s(&m[2])]);
     std::fs::OpenOptions::new()
@@ -1483,7 +1017,7 @@ fn a_removed_member_can_join_another_array() {
 #[test]
 fn an_older_copy_of_a_member_is_left_out_at_start() {
     let w = World::new("older-copy");
-    let (m, sock) = running(&w, "oc", "5", 4);
+    let (m, sock) = w.running_with_pattern("oc", "5", 4);
     w.ok(&["stop", "oc"]);
     let image = std::fs::read(&m[2]).unwrap();
     w.ok(&["start", "oc", "--nbd", &format!("unix:{}", sock.display())]);

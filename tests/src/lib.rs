@@ -135,10 +135,14 @@ impl World {
     /// Creates a RAID5 (chunk 64 KiB) of four sparse members of `size`
     /// bytes, named m0.img to m3.img; returns their paths.
     pub fn raid5_of_four(&self, name: &str, size: u64) -> Vec<PathBuf> {
-        let m: Vec<PathBuf> = (0..4)
-            .map(|i| self.sparse(&format!("m{i}.img"), size))
-            .collect();
+        self.raid5_of_four_with(name, size, &[])
+    }
+
+    /// `raid5_of_four`, with `extra` arguments to `create`.
+    fn raid5_of_four_with(&self, name: &str, size: u64, extra: &[&str]) -> Vec<PathBuf> {
+        let m = self.sparse_members("m", 4, size);
         let mut args = vec!["create", name, "--level", "5", "--chunk", "64K"];
+        args.extend(extra);
         args.extend(m.iter().map(|p| p.to_str().expect("a UTF-8 path")));
         self.ok(&args);
         m
@@ -156,11 +160,7 @@ impl World {
             );
             return None;
         }
-        let m = self.sparse_members("m", 4, 128 << 20);
-        let mut args = vec!["create", name, "--level", "5", "--chunk", "64K", "--sparse"];
-        args.extend(m.iter().map(|p| p.to_str().expect("a UTF-8 path")));
-        self.ok(&args);
-        Some(m)
+        Some(self.raid5_of_four_with(name, 128 << 20, &["--sparse"]))
     }
 
     /// A started RAID`level` of `n` 16 MiB sparse members (chunk 16 KiB)

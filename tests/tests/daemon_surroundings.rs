@@ -423,16 +423,20 @@ fn one_array_failing_to_start_does_not_stop_the_others() {
     let _ = d.wait();
 }
 
+/// `raidctl daemon --config FILE`, FILE holding `text`: its exit code,
+/// stdout and stderr.
+fn daemon_with_config(w: &World, text: &str) -> (i32, String, String) {
+    let conf = w.dir.join("raidctl.toml");
+    std::fs::write(&conf, text).unwrap();
+    w.code(&["daemon", "--config", s(&conf)])
+}
+
+/// A config with two entries for one array is refused, naming it.
 #[test]
 fn a_config_naming_an_array_twice_is_refused() {
     let w = World::new("twice");
-    let conf = w.dir.join("raidctl.toml");
-    std::fs::write(
-        &conf,
-        "[[array]]\nname = \"fa\"\n\n[[array]]\nname = \"fa\"\n",
-    )
-    .unwrap();
-    let (code, out, err) = w.code(&["daemon", "--config", s(&conf)]);
+    let (code, out, err) =
+        daemon_with_config(&w, "[[array]]\nname = \"fa\"\n\n[[array]]\nname = \"fa\"\n");
     assert_eq!(code, 2, "{out}{err}");
     assert!(
         err.contains("array 'fa' has two [[array]] entries"),
@@ -440,16 +444,14 @@ fn a_config_naming_an_array_twice_is_refused() {
     );
 }
 
+/// A config error names its line, never the password on it.
 #[test]
 fn a_config_error_never_echoes_a_secret() {
     let w = World::new("secret");
-    let conf = w.dir.join("raidctl.toml");
-    std::fs::write(
-        &conf,
+    let (code, out, err) = daemon_with_config(
+        &w,
         "[alerts]\nsmtp = \"127.0.0.1:25\"\nfrom = \"a@b\"\nto = [\"c@d\"]\npassword = \"s3cr3t-Pa55\nusername = \"x\"\n",
-    )
-    .unwrap();
-    let (code, out, err) = w.code(&["daemon", "--config", s(&conf)]);
+    );
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains("line 5"), "{err}");
     assert!(!err.contains("s3cr3t"), "the password was echoed: {err}");

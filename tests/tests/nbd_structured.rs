@@ -7,13 +7,29 @@ use raid_e2e::nbd_client::{
     nbd_chunk, nbd_go_with, nbd_request, CHUNK_DONE, CHUNK_OFFSET_DATA, CHUNK_OFFSET_HOLE,
 };
 use raid_e2e::{file_hash, need, qemu_io, run_ok as run, World};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const MIB: u64 = 1 << 20;
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
+}
+
+/// `World::sparse_raid5` started on a Unix socket, with 4 KiB of 0x55
+/// written at 1 MiB and 1 MiB of 0x66 at 100 MiB; its members and the
+/// socket. None where the files' holes are not trusted (said so).
+fn served_with_two_pieces(w: &World, name: &str) -> Option<(Vec<PathBuf>, PathBuf)> {
+    let m = w.sparse_raid5(name)?;
+    let sock = w.dir.join(format!("{name}.sock"));
+    w.ok(&["start", name, "--nbd", &format!("unix:{}", sock.display())]);
+    let (ok, out) = qemu_io(
+        &sock,
+        name,
+        &["write -P 0x55 1M 4k", "write -P 0x66 100M 1M"],
+    );
+    assert!(ok, "{out}");
+    Some((m, sock))
 }
 
 /// Block status (`base:allocation`): the parts of a sparse array never
@@ -26,18 +42,10 @@ fn block_status_names_the_holes_and_a_copy_skipping_them_is_exact() {
     need("nbdinfo");
     need("nbdcopy");
     let w = World::new("map");
-    let Some(m) = w.sparse_raid5("map") else {
+    let Some((m, sock)) = served_with_two_pieces(&w, "map") else {
         return;
     };
-    let sock = w.dir.join("map.sock");
-    w.ok(&["start", "map", "--nbd", &format!("unix:{}", sock.display())]);
     let uri = format!("nbd+unix:///map?socket={}", sock.display());
-    let (ok, out) = qemu_io(
-        &sock,
-        "map",
-        &["write -P 0x55 1M 4k", "write -P 0x66 100M 1M"],
-    );
-    assert!(ok, "{out}");
     // Chunks of 64 KiB: the 4 KiB write is in chunk 16 (the second of
     // stripe 5, whose third is on member 1 and parity on member 2), the
     // 1 MiB one in chunks 1600 to 1615 (none of the chunks beside it in
@@ -128,22 +136,9 @@ fn structured_replies_switched_off_leave_simple_replies() {
 fn a_read_of_holes_is_answered_with_a_hole_chunk() {
     need("qemu-io");
     let w = World::new("holes");
-    let Some(m) = w.sparse_raid5("holes") else {
+    let Some((m, sock)) = served_with_two_pieces(&w, "holes") else {
         return;
     };
-    let sock = w.dir.join("holes.sock");
-    w.ok(&[
-        "start",
-        "holes",
-        "--nbd",
-        &format!("unix:{}", sock.display()),
-    ]);
-    let (ok, out) = qemu_io(
-        &sock,
-        "holes",
-        &["write -P 0x55 1M 4k", "write -P 0x66 100M 1M"],
-    );
-    assert!(ok, "{out}");
     let (mut c, _) = nbd_go_with(&sock, "holes", true, true);
     let mut cookie = 0;
     // The one chunk of a read's reply: its type, offset, and data (a

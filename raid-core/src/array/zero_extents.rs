@@ -40,53 +40,42 @@ impl Array {
             return out;
         }
         let all_data = || vec![(end - offset, false)];
-        // The devices as they are now, each asked only while the slot
-        // holds it: a change of membership meanwhile (a member failed, a
-        // spare taking a slot) makes the answer all data. Read first, so
-        // that a failure after the check below changes it too.
-        let epoch = self.membership_epoch();
-        // Beyond its redundancy, the array fails reads the holes would
-        // not: nothing is said to be zeros.
-        if !self.within_redundancy() {
-            return all_data();
-        }
-        let unit = self.zero_unit();
-        let members = self.member_handles();
-        // Per slot, the place last asked and the first run of data its
-        // device has at or after it (`Member::data_from`): still the
-        // answer for a unit from at or after that place that starts
-        // inside the run or before it.
-        let mut known: Vec<Option<(u64, std::ops::Range<u64>)>> = vec![None; self.slots.len()];
-        let mut at = offset;
-        while at < end {
-            let u = at / unit;
-            let upto = (u + 1).saturating_mul(unit).min(end);
-            let zero = self.unit_is_hole(u, |slot, from| {
-                match &known[slot] {
-                    // Asked at or before `from`: a hole from there up to
-                    // the run, or `from` inside the run's data.
-                    Some((asked, r)) if *asked <= from && (r.start >= from || r.end > from) => {
-                        Some(r.start)
+        let unit = self.geo.chunk;
+        self.with_members(|members| {
+            // Per slot, the place last asked and the first run of data its
+            // device has at or after it (`Member::data_from`): still the
+            // answer for a unit from at or after that place that starts
+            // inside the run or before it.
+            let mut known: Vec<Option<(u64, std::ops::Range<u64>)>> = vec![None; self.slots.len()];
+            let mut at = offset;
+            while at < end {
+                let u = at / unit;
+                let upto = (u + 1).saturating_mul(unit).min(end);
+                let zero = self.unit_is_hole(u, |slot, from| {
+                    match &known[slot] {
+                        // Asked at or before `from`: a hole from there up to
+                        // the run, or `from` inside the run's data.
+                        Some((asked, r)) if *asked <= from && (r.start >= from || r.end > from) => {
+                            Some(r.start)
+                        }
+                        _ => {
+                            let r = members[slot].data_from(from)?;
+                            known[slot] = Some((from, r.clone()));
+                            Some(r.start)
+                        }
                     }
-                    _ => {
-                        let r = members[slot].data_from(from)?;
-                        known[slot] = Some((from, r.clone()));
-                        Some(r.start)
-                    }
+                });
+                let full = out.len() == most;
+                match out.last_mut() {
+                    Some((l, z)) if *z == zero => *l += upto - at,
+                    _ if full => break,
+                    _ => out.push((upto - at, zero)),
                 }
-            });
-            let full = out.len() == most;
-            match out.last_mut() {
-                Some((l, z)) if *z == zero => *l += upto - at,
-                _ if full => break,
-                _ => out.push((upto - at, zero)),
+                at = upto;
             }
-            at = upto;
-        }
-        if self.membership_epoch() != epoch {
-            return all_data();
-        }
-        out
+            out
+        })
+        .unwrap_or_else(all_data)
     }
 
     /// A client read of `offset..offset + len` answered from the holes:
@@ -113,29 +102,35 @@ impl Array {
         if len == 0 || end > self.geo.capacity() {
             return false;
         }
-        let epoch = self.membership_epoch();
-        if !self.within_redundancy() {
-            return false;
-        }
-        let unit = self.zero_unit();
-        let members = self.member_handles();
-        let zero = (offset / unit..end.div_ceil(unit))
-            .all(|u| self.unit_is_hole(u, |slot, from| members[slot].data_start_from(from)));
-        zero && self.membership_epoch() == epoch
+        let unit = self.geo.chunk;
+        self.with_members(|members| {
+            (offset / unit..end.div_ceil(unit))
+                .all(|u| self.unit_is_hole(u, |slot, from| members[slot].data_start_from(from)))
+        })
+        .unwrap_or(false)
     }
 
-    /// Bytes of the array in one unit judged at once: one chunk (with
-    /// its copies, or for RAID5/6 what a read of it would use). Finer
-    /// than a RAID5/6 stripe, whose parity is written when any of its
-    /// chunks is: a piece of data written into a stripe leaves its other
-    /// chunks holes on their own members, and a copy skips them.
-    fn zero_unit(&self) -> u64 {
-        self.geo.chunk
+    /// `f` over the members by slot, as they are now; None (nothing is
+    /// said to be zeros) beyond the array's redundancy, where it fails
+    /// reads the holes would not, or where membership changed while `f`
+    /// ran (a member failed, a spare took a slot): each device is asked
+    /// only while its slot holds it. The epoch is read first, so that a
+    /// failure after the redundancy check changes the answer too.
+    fn with_members<T>(&self, f: impl FnOnce(&[crate::member::MemberRef]) -> T) -> Option<T> {
+        let epoch = self.membership_epoch();
+        if !self.within_redundancy() {
+            return None;
+        }
+        let r = f(&self.member_handles());
+        (self.membership_epoch() == epoch).then_some(r)
     }
 
     /// Whether unit `u` (logical chunk `u`) reads as zeros: every device
     /// that serves it, and at least one, holds a hole over its whole
-    /// chunk there. `data_start(slot, at)`: where the slot's device holds
+    /// chunk there. Judged chunk by chunk, finer than a RAID5/6 stripe
+    /// (whose parity is written when any of its chunks is): a piece of
+    /// data written into a stripe leaves its other chunks holes on their
+    /// own members, and a copy skips them. `data_start(slot, at)`: where the slot's device holds
     /// data first at or after device offset `at` (`Member::data_from`'s
     /// start), None where it cannot tell.
     fn unit_is_hole(&self, u: u64, mut data_start: impl FnMut(usize, u64) -> Option<u64>) -> bool {

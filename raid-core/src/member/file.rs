@@ -438,9 +438,7 @@ impl FileMember {
             ),
         )
     }
-}
 
-impl FileMember {
     /// lseek with `whence` (SEEK_DATA, SEEK_HOLE) from `at`.
     fn seek(&self, at: u64, whence: i32) -> io::Result<u64> {
         // SAFETY: a plain lseek on our own open fd; every read and write

@@ -251,16 +251,16 @@ impl Daemon {
             &recorded,
             &[(array.name().to_string(), array.uuid().to_string())],
         )?;
-        // A recorded spare that assembly left out is told of as a spare,
-        // below, where it is dropped from the record.
-        let spare_key = |p: &Path| raid_core::member::DeviceKey::of_path(p).ok();
+        // A recorded spare that assembly left out of a start naming its
+        // devices is told of as a spare, below, where it is dropped from
+        // the record.
+        let key = |p: &Path| raid_core::member::DeviceKey::of_path(p).ok();
         let recorded_spare = |m: &str| {
-            let k = spare_key(Path::new(m));
+            let k = key(Path::new(m));
             importing
                 && k.is_some()
                 && recorded.as_ref().is_ok_and(|r| {
-                    r.spares.iter().any(|sp| spare_key(sp) == k)
-                        && !r.members.iter().any(|p| spare_key(p) == k)
+                    r.spares.iter().any(|sp| key(sp) == k) && !r.members.iter().any(|p| key(p) == k)
                 })
         };
         for (m, why) in asm.refused.iter().filter(|(m, _)| !recorded_spare(m)) {
@@ -312,9 +312,8 @@ impl Daemon {
             // dropped from the record. One whose recorded path is gone
             // (moved: a scan's case) counts as kept while as many spares
             // were found as were recorded.
-            let key = |p: &PathBuf| raid_core::member::DeviceKey::of_path(p).ok();
-            let kept: Vec<_> = record.spares.iter().filter_map(key).collect();
-            let named: Vec<_> = members.iter().filter_map(key).collect();
+            let kept: Vec<_> = record.spares.iter().filter_map(|p| key(p)).collect();
+            let named: Vec<_> = members.iter().filter_map(|p| key(p)).collect();
             let moved_ok = record.spares.len() >= r.spares.len();
             let dropped = r.spares.iter().filter_map(|p| match key(p) {
                 Some(k) if kept.contains(&k) => None,
@@ -322,23 +321,26 @@ impl Daemon {
                 None => (!moved_ok).then_some((p, false)),
             });
             for (spare, given) in dropped {
-                // Given, it was left out by assembly, which says why.
-                let why = match given {
-                    true => asm
+                let (why, back) = if given {
+                    // Left out by assembly, which says why.
+                    let reason = asm
                         .refused
                         .iter()
-                        .find(|(m, _)| key(&PathBuf::from(m)) == key(spare))
-                        .map_or_else(
-                            || "was given to this start, but assembly did not take it back".to_string(),
-                            |(_, why)| format!("was given to this start, but assembly did not take it back: {}", reason_alone(why)),
-                        ),
-                    false => "was not among the devices given to this start".to_string(),
+                        .find(|(m, _)| key(Path::new(m)) == key(spare))
+                        .map_or(String::new(), |(_, why)| format!(": {}", reason_alone(why)));
+                    (
+                        format!("was given to this start, but assembly did not take it back{reason}"),
+                        " where it can (it writes the metadata anew, or says what stands in the way)",
+                    )
+                } else {
+                    (
+                        "was not among the devices given to this start".to_string(),
+                        " (or list it with the members at the next import)",
+                    )
                 };
+                let spare = spare.display();
                 notes.push(format!(
-                    "spare {} of '{name}' {why}, so the array runs without it and it is no longer recorded as its spare: raidctl add {name} {} takes it back{}",
-                    spare.display(),
-                    spare.display(),
-                    if given { " where it can (it writes the metadata anew, or says what stands in the way)" } else { " (or list it with the members at the next import)" }
+                    "spare {spare} of '{name}' {why}, so the array runs without it and it is no longer recorded as its spare: raidctl add {name} {spare} takes it back{back}"
                 ));
             }
         }

@@ -37,9 +37,9 @@ impl Negotiated {
 /// The smallest read checked for holes. Asking the members where their
 /// data starts takes a system call per chunk the read covers, up to the
 /// first that holds data (about a microsecond each), which a read of a
-/// few pages would pay on every request; a copy tool that reads every byte reads in pieces of
-/// 256 KiB or more (nbdcopy, qemu-img), where the check costs a few
-/// percent of the copy it may save.
+/// few pages would pay on every request; a copy tool that reads every
+/// byte reads in pieces of 256 KiB or more (nbdcopy, qemu-img), where
+/// the check costs a few percent of the copy it may save.
 const HOLE_READ_MIN: u32 = 64 << 10;
 
 impl Negotiated {

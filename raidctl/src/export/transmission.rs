@@ -447,12 +447,13 @@ fn read_requests(
                 return Err(e);
             }
         }
-        // A read of holes alone (`hole_read`) needs nothing read.
-        let hole = match check {
+        // A read of holes alone (`hole_read`) is answered with a hole
+        // chunk, nothing read.
+        let form = match check {
             Check::Ok => negotiated.hole_read(array, &req),
             _ => None,
-        };
-        let form = negotiated.form(&req);
+        }
+        .unwrap_or_else(|| negotiated.form(&req));
         match check {
             Check::Ok if req.kind == nbd::CMD_BLOCK_STATUS => {
                 // Answered here, after the requests read before it are
@@ -463,10 +464,9 @@ fn read_requests(
                 let (err, form) = block_status(array, &req, negotiated);
                 shared.reply(req.cookie, form, err, Payload::Spare(buf), bytes);
             }
-            Check::Ok if hole.is_some() => {
+            Check::Ok if matches!(form, Form::Hole { .. }) => {
                 // Nothing to read: answered here.
-                let hole = hole.expect("matched");
-                shared.reply(req.cookie, hole, 0, Payload::Spare(buf), bytes);
+                shared.reply(req.cookie, form, 0, Payload::Spare(buf), bytes);
             }
             Check::Ok if sub_block::is_sub_block(&req) => {
                 // Served here, alone among the export's writes: this

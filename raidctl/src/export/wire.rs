@@ -1,9 +1,10 @@
 //! NBD replies on the wire: a simple reply's 16-byte header, a
 //! successful read's data after it; or, where the client negotiated
-//! structured replies, a read's one chunk (its data at its offset, a hole
-//! over all of it, or its error) and a block status's one chunk. Written in as few system calls
-//! as the socket takes, and, where a send stopped part-way, the rest from
-//! where it stopped (`Carry`, `transmission.rs`).
+//! structured replies, a read's one chunk (its data at its offset, a
+//! hole over all of it, or its error) and a block status's one chunk.
+//! Written in as few system calls as the socket takes, and, where a send
+//! stopped part-way, the rest from where it stopped (`Carry`,
+//! `transmission.rs`).
 
 use super::Conn;
 use crate::nbd;

@@ -4,6 +4,7 @@ mod support;
 
 use raid_core::array::{
     Array, ArrayError, ArrayEvent, ArrayState, CreateOptions, RebuildEnd, RebuildOptions,
+    RefusalKind,
 };
 use raid_core::layout::Level;
 use raid_core::member::{Faults, Member, MemberRef, RamMember};
@@ -224,8 +225,17 @@ fn assembly_trusts_the_newest_metadata_and_refuses_stale_members() {
     let asm = Array::assemble(m.refs()).unwrap();
     assert_eq!(asm.refused.len(), 1);
     assert!(asm.refused[0].0.contains("stale2"), "{:?}", asm.refused);
+    assert_eq!(
+        asm.refused[0].1.kind,
+        RefusalKind::Failed,
+        "{:?}",
+        asm.refused
+    );
     assert!(
-        asm.refused[0].1.contains("not used until rebuilt"),
+        asm.refused[0]
+            .1
+            .to_string()
+            .contains("not used until rebuilt"),
         "{:?}",
         asm.refused
     );
@@ -279,7 +289,7 @@ fn assembly_refuses_a_foreign_member_by_name() {
     assert!(
         asm.refused
             .iter()
-            .any(|(m, why)| m == "blank0" && why.contains("no usable array metadata")),
+            .any(|(m, why)| m == "blank0" && why.kind == RefusalKind::NoMetadata),
         "{:?}",
         asm.refused
     );
@@ -306,10 +316,9 @@ fn a_torn_metadata_copy_leaves_the_other_one() {
     let asm = Array::assemble(m.refs()).unwrap();
     assert_eq!(asm.array.state(), ArrayState::Degraded);
     assert!(
-        asm.refused
-            .iter()
-            .any(|(who, why)| who == "ram:torn0"
-                && why.contains("copy at byte 0: no array metadata")),
+        asm.refused.iter().any(|(who, why)| who == "ram:torn0"
+            && why.kind == RefusalKind::NoMetadata
+            && why.reason.contains("copy at byte 0: no array metadata")),
         "{:?}",
         asm.refused
     );

@@ -5,7 +5,8 @@
 mod support;
 
 use raid_core::array::{
-    Array, ArrayError, ArrayState, CreateOptions, RebuildEnd, RebuildOptions, Rule, ScrubOptions,
+    Array, ArrayError, ArrayState, CreateOptions, RebuildEnd, RebuildOptions, RefusalKind, Rule,
+    ScrubOptions,
 };
 use raid_core::layout::Level;
 use raid_core::member::{FileMember, MemberRef, RamMember};
@@ -1726,7 +1727,7 @@ fn an_older_copy_of_a_member_put_back_while_stopped_is_left_out() {
     assert!(
         asm.refused
             .iter()
-            .any(|(d, why)| d == old.identity() && why.contains("older copy")),
+            .any(|(d, why)| d == old.identity() && why.kind == RefusalKind::OlderCopy),
         "{:?}",
         asm.refused
     );

@@ -9,7 +9,7 @@ pub struct Assembly {
     pub array: Array,
     /// Members that were given but not taken, with why (stale: failed
     /// earlier and not rebuilt since; or no readable metadata).
-    pub refused: Vec<(String, String)>,
+    pub refused: Vec<(String, Refusal)>,
     /// Members taken back by a forced assembly though marked failed, with
     /// why each was chosen.
     pub forced: Vec<(String, String)>,
@@ -60,10 +60,70 @@ fn run_apart(read: &[(MemberRef, Superblock)], truth: &Superblock) -> Vec<String
         .collect()
 }
 
-/// How `Assembly::refused` says a device was left out for metadata it
-/// could not read: such a device cannot say which slot it held, which a
-/// caller with a record of the array can (`raidctl start`'s note).
-pub const NO_USABLE_METADATA: &str = "no usable array metadata";
+/// Why assembly left out a device it was given: what is wrong with it
+/// (`reason`), and what kind of trouble that is, which says the way back
+/// for its slot (`RefusalKind::way_back`). Kept apart so that a caller
+/// can tell of the device in its own terms (a spare, a slot its record
+/// names) without cutting the advice out of a sentence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub kind: RefusalKind,
+    /// What is wrong with the device, in words.
+    pub reason: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusalKind {
+    /// Neither metadata copy could be read: the device cannot say which
+    /// slot it held (a caller with a record of the array can).
+    NoMetadata,
+    /// Smaller than the array's members: cut short, or the wrong device.
+    CutShort,
+    /// Its slot failed, and its own metadata records it as the last
+    /// member in sync when the array failed.
+    FailedLast,
+    /// Its slot failed before the newest metadata was written.
+    Failed,
+    /// An older copy of its slot's member (an image put back).
+    OlderCopy,
+    /// Once this array's, and no longer recorded in it.
+    NotRecorded,
+}
+
+impl RefusalKind {
+    /// What brings the device's slot back, where anything does.
+    pub fn way_back(self) -> Option<&'static str> {
+        match self {
+            RefusalKind::NoMetadata | RefusalKind::CutShort => {
+                Some("replace it to rebuild its slot")
+            }
+            RefusalKind::FailedLast => Some(
+                "raidctl start --force takes it back with every write the array acknowledged",
+            ),
+            RefusalKind::Failed => Some(
+                "it is not used until rebuilt (raidctl replace), or taken back by raidctl start --force if the array cannot start without it",
+            ),
+            RefusalKind::OlderCopy => Some("raidctl re-add copies it whole, or replace it"),
+            RefusalKind::NotRecorded => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}; left out", self.reason)?;
+        match self.kind.way_back() {
+            Some(w) => write!(f, ": {w}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Refusal {
+    fn new(kind: RefusalKind, reason: String) -> Refusal {
+        Refusal { kind, reason }
+    }
+}
 
 /// `allow_missing`: whether a slot in sync in the metadata may be left
 /// without a member (the array then starts degraded).
@@ -85,8 +145,10 @@ pub(super) fn assemble(
             // starting: it is left out (its slot counts as missing), and
             // assembly goes on if the level tolerates that.
             Err(e) => {
-                let why =
-                    format!("{NO_USABLE_METADATA} ({e}): left out; replace it to rebuild its slot");
+                let why = Refusal::new(
+                    RefusalKind::NoMetadata,
+                    format!("no usable array metadata ({e})"),
+                );
                 tracing::warn!(member = m.identity(), "{why}");
                 unreadable.push(format!("member {}: {e}", m.identity()));
                 refused.push((m.identity().to_string(), why));
@@ -219,10 +281,13 @@ pub(super) fn assemble(
         // missing (a stale device that was cut, in a scanned folder, must
         // not keep the array from starting; a member cut is a drive gone).
         if m.size() < truth.data_offset + truth.data_size {
-            let why = format!(
-                "{} bytes, smaller than the array's {} bytes per member: it was truncated or is the wrong device; left out, replace it to rebuild its slot",
-                m.size(),
-                truth.data_offset + truth.data_size
+            let why = Refusal::new(
+                RefusalKind::CutShort,
+                format!(
+                    "{} bytes, smaller than the array's {} bytes per member: it was truncated or is the wrong device",
+                    m.size(),
+                    truth.data_offset + truth.data_size
+                ),
             );
             tracing::warn!(member = m.identity(), "{why}");
             refused.push((m.identity().to_string(), why));
@@ -236,14 +301,20 @@ pub(super) fn assemble(
                     .is_some_and(|e| e.state == SlotState::Failed)
                 {
                     // Its own record (`fail_and_persist`): not stale.
-                    format!(
-                        "slot {i} was failed: its own metadata (event {}) records it, as the last member in sync when the array failed; raidctl start --force takes it back with every write the array acknowledged",
-                        sb.events
+                    Refusal::new(
+                        RefusalKind::FailedLast,
+                        format!(
+                            "slot {i} was failed: its own metadata (event {}) records it, as the last member in sync when the array failed",
+                            sb.events
+                        ),
                     )
                 } else {
-                    format!(
-                        "stale: slot {i} was failed (metadata event {} against this member's {}); it is not used until rebuilt (raidctl replace), or taken back by raidctl start --force if the array cannot start without it",
-                        truth.events, sb.events
+                    Refusal::new(
+                        RefusalKind::Failed,
+                        format!(
+                            "stale: slot {i} was failed (metadata event {} against this member's {})",
+                            truth.events, sb.events
+                        ),
                     )
                 };
                 tracing::warn!(member = m.identity(), "{why}");
@@ -261,9 +332,12 @@ pub(super) fn assemble(
             // the same way (an event counter too old); `--force` may still
             // take it back where the array cannot start without it.
             if let Some(settled) = sb.older_copy_in(&truth, i) {
-                let why = format!(
-                    "stale: it holds slot {i}'s metadata of event {}, but every member took event {settled} since: an older copy of the member (an image put back, a clone swapped in?), missing the writes made since then; left out. raidctl re-add copies it whole, or replace it",
-                    sb.events
+                let why = Refusal::new(
+                    RefusalKind::OlderCopy,
+                    format!(
+                        "stale: it holds slot {i}'s metadata of event {}, but every member took event {settled} since: an older copy of the member (an image put back, a clone swapped in?), missing the writes made since then",
+                        sb.events
+                    ),
                 );
                 tracing::warn!(member = m.identity(), "{why}");
                 stale[i] = Some(format!("{}: {why}", m.identity()));
@@ -277,9 +351,12 @@ pub(super) fn assemble(
         } else if truth.spares.contains(&sb.member_uuid) {
             spares.push((sb.member_uuid, m));
         } else {
-            let why = format!(
-                "stale: it was part of '{}' up to event {} but is no longer recorded in the array (newest event {})",
-                truth.name, sb.events, truth.events
+            let why = Refusal::new(
+                RefusalKind::NotRecorded,
+                format!(
+                    "stale: it was part of '{}' up to event {} but is no longer recorded in the array (newest event {})",
+                    truth.name, sb.events, truth.events
+                ),
             );
             refused.push((m.identity().to_string(), why));
         }
@@ -532,4 +609,24 @@ fn force_back(
         taken.push((m.identity().to_string(), why));
     }
     taken
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Refusal, RefusalKind};
+
+    /// A refusal reads as its reason, that it was left out, and its way
+    /// back where it has one; a caller telling of it otherwise (a spare)
+    /// takes the reason alone.
+    #[test]
+    fn a_refusal_says_its_reason_then_its_way_back() {
+        let r = Refusal::new(RefusalKind::OlderCopy, "stale: an older copy".into());
+        assert_eq!(
+            r.to_string(),
+            "stale: an older copy; left out: raidctl re-add copies it whole, or replace it"
+        );
+        assert_eq!(r.reason, "stale: an older copy");
+        let r = Refusal::new(RefusalKind::NotRecorded, "stale: not recorded".into());
+        assert_eq!(r.to_string(), "stale: not recorded; left out");
+    }
 }

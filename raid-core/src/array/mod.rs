@@ -34,7 +34,7 @@ mod unjournaled;
 mod write_plan;
 mod zero_extents;
 
-pub use assemble::{Assembly, NO_USABLE_METADATA};
+pub use assemble::{Assembly, Refusal, RefusalKind};
 pub(crate) use block_io::DirectPiece;
 pub use events::{ArrayEvent, Severity};
 pub use jobs::{CopyDone, CopyKind, CopyProgress, ScrubDone, ScrubProgress};

@@ -3,6 +3,7 @@
 //! engine, its export; and a stop that says what background work it cut.
 
 use super::*;
+use raid_core::array::RefusalKind;
 
 /// A start under way (`Daemon::reserve`): the name is kept from a second
 /// start until the array runs or the start fails.
@@ -270,7 +271,7 @@ impl Daemon {
                 .as_ref()
                 .ok()
                 .and_then(|r| r.members.iter().position(|p| p == Path::new(m)))
-                .filter(|_| why.starts_with(raid_core::array::NO_USABLE_METADATA))
+                .filter(|_| why.kind == RefusalKind::NoMetadata)
                 .map(|i| format!(" (the record has it in slot {i})"))
                 .unwrap_or_default();
             notes.push(format!("member {m} not used{slot}: {why}"));
@@ -327,7 +328,7 @@ impl Daemon {
                         .refused
                         .iter()
                         .find(|(m, _)| key(Path::new(m)) == key(spare))
-                        .map_or(String::new(), |(_, why)| format!(": {}", reason_alone(why)));
+                        .map_or(String::new(), |(_, why)| format!(": {}", why.reason));
                     (
                         format!("was given to this start, but assembly did not take it back{reason}"),
                         " where it can (it writes the metadata anew, or says what stands in the way)",
@@ -709,38 +710,4 @@ fn parity_engine(mode: &str, g: raid_core::layout::Geometry) -> Selection {
             chunk: g.chunk as usize,
         },
     )
-}
-
-/// Assembly's reason for leaving a device out, without what it tells a
-/// member's owner to do next (replace it to rebuild its slot, re-add it):
-/// for a spare, `add` is the way back.
-fn reason_alone(why: &str) -> &str {
-    match why.find("left out") {
-        Some(i) => why[..i].trim_end_matches([' ', ';', ':', ',', '.']),
-        None => why,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// Each of assembly's reasons that tells a member what to do next
-    /// loses that part; one that does not is kept whole.
-    #[test]
-    fn a_reason_alone_is_cut_before_a_members_advice() {
-        use super::reason_alone;
-        assert_eq!(
-            reason_alone("no usable array metadata (magic not found): left out; replace it to rebuild its slot"),
-            "no usable array metadata (magic not found)"
-        );
-        assert_eq!(
-            reason_alone("100 bytes, smaller than the array's 200 bytes per member: it was truncated or is the wrong device; left out, replace it to rebuild its slot"),
-            "100 bytes, smaller than the array's 200 bytes per member: it was truncated or is the wrong device"
-        );
-        assert_eq!(
-            reason_alone("stale: it holds slot 2's metadata of event 4, but every member took event 9 since: an older copy; left out. raidctl re-add copies it whole, or replace it"),
-            "stale: it holds slot 2's metadata of event 4, but every member took event 9 since: an older copy"
-        );
-        let whole = "stale: it was part of 'a' up to event 3 but is no longer recorded in the array (newest event 7)";
-        assert_eq!(reason_alone(whole), whole);
-    }
 }

@@ -11,8 +11,11 @@
 # 1 MiB pieces spread over the array. The single files: the same data at
 # the same offsets. BENCH_BEFORE=PATH copies from a second array served by
 # another raidctl binary (a build from before a change), side by side.
-# Members live in BENCH_DIR (default /dev/shm). Needs nbdcopy, qemu-nbd,
-# nbdkit, qemu-io (scripts/install-test-deps.sh).
+# Members live in BENCH_DIR (default /dev/shm). BENCH_MEMBERS=nbd makes
+# them network members: each file served by nbdkit's file plugin on a
+# Unix socket, the array reaching it over NBD (its holes then come from
+# the servers' block status). Needs nbdcopy, qemu-nbd, nbdkit, qemu-io
+# (scripts/install-test-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -35,10 +38,20 @@ cleanup() {
 trap cleanup EXIT
 
 serve() { # binary state-dir tag
-  local bin=$1 state=$2 tag=$3
-  for i in 0 1 2 3; do truncate -s "$size" "$work/$tag-m$i.img"; done
+  local bin=$1 state=$2 tag=$3 members=()
+  for i in 0 1 2 3; do
+    truncate -s "$size" "$work/$tag-m$i.img"
+    if [ "${BENCH_MEMBERS:-files}" = nbd ]; then
+      nbdkit -f -U "$work/$tag-m$i.sock" file "$work/$tag-m$i.img" &
+      pids+=($!)
+      while [ ! -S "$work/$tag-m$i.sock" ]; do sleep 0.1; done
+      members+=("nbd+unix:///?socket=$work/$tag-m$i.sock")
+    else
+      members+=("$work/$tag-m$i.img")
+    fi
+  done
   RAIDCTL_STATE_DIR=$state "$bin" create copy --level 5 --chunk 128K --sparse \
-    "$work"/$tag-m{0,1,2,3}.img >/dev/null
+    "${members[@]}" >/dev/null
   RAIDCTL_STATE_DIR=$state "$bin" start copy --nbd "unix:$work/$tag.sock" >/dev/null
 }
 serve "$raidctl" "$work/state" ours

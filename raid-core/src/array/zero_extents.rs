@@ -7,9 +7,10 @@
 //! The answer must never say "zero" where a read would return anything
 //! else: a copy would then lose that data. So a part counts as zero only
 //! where every device that serves it answers from its filesystem's own
-//! word that it holds a hole there (`Member::data_from`), and an unknown
-//! answer (a block device, a network member, a hot replace's pair) is
-//! data. Holes on every device that serves a part mean zeros whichever
+//! word that it holds a hole there (`Member::data_from`: a file on a
+//! trusted filesystem, or a network member whose server says so in its
+//! block status), and an unknown answer (a block device, a server with no
+//! block status, a hot replace's pair) is data. Holes on every device that serves a part mean zeros whichever
 //! of them a read uses: a mirror's copies all hold zeros; a RAID5/6 chunk
 //! is read from its own member while that one is readable (so its hole
 //! alone decides, chunk by chunk, whatever its stripe's parity holds),

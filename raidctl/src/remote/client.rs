@@ -30,6 +30,7 @@
 
 use super::conn::{superblock, Conn, Failure, Kind, Slot};
 use super::handshake::{connect, Export, HANDSHAKE};
+use super::structured::{self, Extents};
 use super::timeout;
 use super::tls;
 use super::uri::NbdUri;
@@ -41,6 +42,9 @@ use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The most bytes one block status request asks about.
+const STATUS_SPAN: u64 = 1 << 30;
 
 struct Inner {
     text: String,
@@ -363,6 +367,21 @@ impl Inner {
         }
     }
 
+    /// The server's block status descriptors for `len` bytes at
+    /// `offset`, asked on the connection there is (none is made for it:
+    /// not knowing where the holes are is no reason to wait on a
+    /// reconnection, or to give the member up). None: not known (no live
+    /// connection, no `base:allocation` context, an error).
+    fn block_status(&self, offset: u64, len: u32) -> Option<Vec<u8>> {
+        let c = self
+            .conn
+            .lock()
+            .clone()
+            .filter(|c| !c.dead.load(Ordering::Acquire) && c.allocation.is_some())?;
+        let slot = c.send(Kind::BlockStatus, offset, len as usize, &[]).ok()?;
+        c.wait(&slot, Instant::now() + timeout()).ok()
+    }
+
     /// Large transfers cut to what the server takes in one request.
     fn pieces(&self, len: usize) -> impl Iterator<Item = (usize, usize)> {
         let max = self.export.max_payload;
@@ -434,6 +453,36 @@ impl Member for NbdMember {
     }
     fn size(&self) -> u64 {
         self.0.export.size
+    }
+    /// From the server's block status (`base:allocation`): where it says
+    /// the export reads as zeros (`STATE_ZERO`), a hole. One extent per
+    /// request (`CMD_FLAG_REQ_ONE`), each at most a gigabyte, until data
+    /// or the export's end: two round trips where a hole comes first.
+    fn data_from(&self, offset: u64) -> Option<std::ops::Range<u64>> {
+        let size = self.0.export.size;
+        let mut at = offset;
+        while at < size {
+            let len = (size - at).min(STATUS_SPAN) as u32;
+            let said = self.0.block_status(at, len)?;
+            match structured::first_data(at, &said)? {
+                Extents::Data(r) if r.start < size => return Some(r.start..r.end.min(size)),
+                // Zeros past the export's end before any data.
+                Extents::Data(_) => break,
+                // No progress would be a server bug: data, to be safe.
+                Extents::ZerosTo(end) if end <= at => return None,
+                Extents::ZerosTo(end) => at = end,
+            }
+        }
+        // Zeros to the end of the export (as a file's SEEK_DATA says);
+        // from past it, data as far as a copy is concerned.
+        (offset < size).then_some(size..u64::MAX)
+    }
+    /// Not asked: a round trip to the server for each read that could be
+    /// answered as a hole (`Array::read_of_holes`) costs more than the
+    /// zeros it would spare; block status and a copy's map still ask
+    /// `data_from`.
+    fn data_start_from(&self, _offset: u64) -> Option<u64> {
+        None
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         for (s, n) in self.0.pieces(buf.len()).collect::<Vec<_>>() {

@@ -3,6 +3,7 @@
 //! that decide whether a lost connection's requests may be sent again (see
 //! `client`'s doc).
 
+use super::structured::Partial;
 use super::tls::{Sock, TlsStream};
 use crate::nbd;
 use parking_lot::{Condvar, Mutex};
@@ -74,11 +75,15 @@ pub(super) enum Kind {
     Flush {
         covers: u64,
     },
+    /// Where the holes are (`base:allocation`): answered with the
+    /// descriptors as sent.
+    BlockStatus,
 }
 
 /// One request in flight.
 pub(super) struct Slot {
     pub(super) kind: Kind,
+    pub(super) offset: u64,
     pub(super) len: usize,
     /// None until the reply came: Ok(data) for a read, Ok(empty) otherwise,
     /// or the server's error, or the connection's loss.
@@ -111,6 +116,10 @@ pub(super) struct Conn {
     /// The reader has ended (and counted every request it failed).
     pub(super) reader_done: Mutex<bool>,
     pub(super) reader_cv: Condvar,
+    /// Structured replies were negotiated, and the id the server gave the
+    /// `base:allocation` context, where it took it.
+    pub(super) structured: bool,
+    pub(super) allocation: Option<u32>,
 }
 
 impl Kind {
@@ -147,10 +156,15 @@ impl Conn {
             Kind::Write { fua } => (nbd::CMD_WRITE, if fua { nbd::CMD_FLAG_FUA } else { 0 }),
             Kind::Zero => (nbd::CMD_WRITE_ZEROES, 0),
             Kind::Flush { .. } => (nbd::CMD_FLUSH, 0),
+            // One extent: a server then finds no more than that (nbdkit's
+            // file plugin walks the whole range otherwise, most of which
+            // the member would not use).
+            Kind::BlockStatus => (nbd::CMD_BLOCK_STATUS, nbd::CMD_FLAG_REQ_ONE),
         };
         let cookie = self.next_cookie.fetch_add(1, Ordering::Relaxed);
         let slot = Arc::new(Slot {
             kind,
+            offset,
             len,
             done: Mutex::new(None),
             cv: Condvar::new(),
@@ -201,48 +215,92 @@ impl Conn {
     /// ends; then every request still waiting is told the connection is
     /// lost.
     pub(super) fn read_replies(&self, mut r: io::BufReader<Stream>) {
+        // Structured replies being gathered, by cookie (their requests
+        // stay in `inflight` until the last chunk).
+        let mut partial: HashMap<u64, Partial> = HashMap::new();
         let why = loop {
             let mut h = [0u8; 16];
             if let Err(e) = r.read_exact(&mut h) {
                 break e.to_string();
             }
             let magic = u32::from_be_bytes(h[0..4].try_into().unwrap());
-            let err = u32::from_be_bytes(h[4..8].try_into().unwrap());
             let cookie = u64::from_be_bytes(h[8..16].try_into().unwrap());
-            if magic != nbd::SIMPLE_REPLY_MAGIC {
-                break format!("bad reply magic {magic:#x}");
-            }
-            let Some(slot) = self.inflight.lock().remove(&cookie) else {
-                break format!("reply to unknown request {cookie}");
-            };
-            let res = if err == nbd::ESHUTDOWN {
-                // The server is going away: the request is not done.
-                if slot.kind.writes() {
-                    self.lost_writes.fetch_add(1, Ordering::AcqRel);
-                }
-                self.kill();
-                Err(Failure::Lost)
-            } else if err != 0 {
-                Err(Failure::Server(err))
-            } else {
-                match slot.kind {
-                    Kind::Read => {
-                        let mut data = vec![0u8; slot.len];
-                        if let Err(e) = r.read_exact(&mut data) {
-                            self.inflight.lock().insert(cookie, slot);
-                            break e.to_string();
+            let (slot, outcome) = match magic {
+                nbd::SIMPLE_REPLY_MAGIC if !partial.contains_key(&cookie) => {
+                    let err = u32::from_be_bytes(h[4..8].try_into().unwrap());
+                    let Some(slot) = self.inflight.lock().remove(&cookie) else {
+                        break format!("reply to unknown request {cookie}");
+                    };
+                    let outcome = match (err, slot.kind) {
+                        (0, Kind::Read) => {
+                            let mut data = vec![0u8; slot.len];
+                            if let Err(e) = r.read_exact(&mut data) {
+                                self.inflight.lock().insert(cookie, slot);
+                                break e.to_string();
+                            }
+                            Ok(data)
                         }
-                        Ok(data)
+                        (0, Kind::BlockStatus) => {
+                            self.inflight.lock().insert(cookie, slot);
+                            break "a block status answered with a simple reply".into();
+                        }
+                        (0, _) => Ok(Vec::new()),
+                        (e, _) => Err(e),
+                    };
+                    (slot, outcome)
+                }
+                nbd::STRUCTURED_REPLY_MAGIC if self.structured => {
+                    let mut l = [0u8; 4];
+                    if let Err(e) = r.read_exact(&mut l) {
+                        break e.to_string();
                     }
-                    Kind::Write { fua: false } | Kind::Zero => {
-                        self.acked_writes.fetch_add(1, Ordering::AcqRel);
-                        Ok(Vec::new())
+                    let flags = u16::from_be_bytes([h[4], h[5]]);
+                    let typ = u16::from_be_bytes([h[6], h[7]]);
+                    let len = u32::from_be_bytes(l);
+                    let Some(slot) = self.inflight.lock().get(&cookie).cloned() else {
+                        break format!("reply to unknown request {cookie}");
+                    };
+                    let p = partial
+                        .entry(cookie)
+                        .or_insert_with(|| Partial::new(slot.kind, slot.offset, slot.len));
+                    if let Err(why) = p.chunk(&mut r, slot.kind, typ, len, self.allocation) {
+                        break why;
                     }
-                    Kind::Write { fua: true } => Ok(Vec::new()),
-                    Kind::Flush { covers } => {
-                        self.flushed.fetch_max(covers, Ordering::AcqRel);
-                        Ok(Vec::new())
+                    if flags & nbd::REPLY_FLAG_DONE == 0 {
+                        continue;
                     }
+                    let p = partial.remove(&cookie).expect("gathered above");
+                    match p.finish(slot.kind) {
+                        Ok(outcome) => {
+                            self.inflight.lock().remove(&cookie);
+                            (slot, outcome)
+                        }
+                        Err(why) => break why,
+                    }
+                }
+                _ => break format!("bad reply magic {magic:#x}"),
+            };
+            let res = match outcome {
+                // The server is going away: the request is not done.
+                Err(nbd::ESHUTDOWN) => {
+                    if slot.kind.writes() {
+                        self.lost_writes.fetch_add(1, Ordering::AcqRel);
+                    }
+                    self.kill();
+                    Err(Failure::Lost)
+                }
+                Err(err) => Err(Failure::Server(err)),
+                Ok(data) => {
+                    match slot.kind {
+                        Kind::Write { fua: false } | Kind::Zero => {
+                            self.acked_writes.fetch_add(1, Ordering::AcqRel);
+                        }
+                        Kind::Flush { covers } => {
+                            self.flushed.fetch_max(covers, Ordering::AcqRel);
+                        }
+                        Kind::Read | Kind::BlockStatus | Kind::Write { fua: true } => {}
+                    }
+                    Ok(data)
                 }
             };
             *slot.done.lock() = Some(res);
@@ -290,7 +348,9 @@ pub(super) fn superblock(c: &Conn, deadline: Instant) -> Option<raid_core::metad
 
 impl Conn {
     /// A connection over `s`, negotiated, with its reader running.
-    pub(super) fn start(s: Stream) -> io::Result<Arc<Conn>> {
+    /// `allocation`: structured replies negotiated (Some), and the
+    /// `base:allocation` context's id where the server took it.
+    pub(super) fn start(s: Stream, allocation: Option<Option<u32>>) -> io::Result<Arc<Conn>> {
         let (r, closer) = (s.try_clone()?, s.try_clone()?);
         // Negotiated: replies may be far apart now (the reader waits).
         match &closer {
@@ -308,6 +368,8 @@ impl Conn {
             lost_writes: AtomicU64::new(0),
             reader_done: Mutex::new(false),
             reader_cv: Condvar::new(),
+            structured: allocation.is_some(),
+            allocation: allocation.flatten(),
         });
         let c = conn.clone();
         std::thread::Builder::new()

@@ -128,6 +128,24 @@ fn negotiate(
         })?;
         s = Stream::Tls(t);
     }
+    // The first replies read under TLS: a server that wants a client
+    // certificate ends the session at the first (TLS 1.3 refuses one
+    // after the handshake).
+    let tls_hint = |e: io::Error| {
+        match &uri.tls {
+        Some(t) if tls.is_some() => io::Error::new(
+            e.kind(),
+            format!(
+                "the server ended the TLS session ({e}): it may want a client certificate: client-cert.pem and client-key.pem in {}",
+                t.certificates
+                    .as_ref()
+                    .map_or("the tls-certificates directory".into(), |d| d.display().to_string())
+            ),
+        ),
+        _ => e,
+    }
+    };
+    let structured = structured_replies(&mut s, &uri.export).map_err(tls_hint)?;
     // GO: the export by name, with its block sizes.
     let mut d = (uri.export.len() as u32).to_be_bytes().to_vec();
     d.extend_from_slice(uri.export.as_bytes());
@@ -137,19 +155,7 @@ fn negotiate(
     let mut size_flags = None;
     let mut max_payload = nbd::MAX_REQUEST as usize;
     loop {
-        let (kind, data) = option_reply(&mut s, nbd::OPT_GO).map_err(|e| match &uri.tls {
-            // TLS 1.3 refuses a client certificate after the handshake.
-            Some(t) if tls.is_some() => io::Error::new(
-                e.kind(),
-                format!(
-                    "the server ended the TLS session ({e}): it may want a client certificate: client-cert.pem and client-key.pem in {}",
-                    t.certificates
-                        .as_ref()
-                        .map_or("the tls-certificates directory".into(), |d| d.display().to_string())
-                ),
-            ),
-            _ => e,
-        })?;
+        let (kind, data) = option_reply(&mut s, nbd::OPT_GO).map_err(tls_hint)?;
         match kind {
             nbd::REP_ACK => break,
             nbd::REP_INFO if data.len() >= 2 => {
@@ -182,7 +188,7 @@ fn negotiate(
             "the server did not give the export's size",
         )
     })?;
-    let conn = Conn::start(s)?;
+    let conn = Conn::start(s, structured)?;
     Ok((
         conn,
         Export {
@@ -191,6 +197,40 @@ fn negotiate(
             max_payload,
         },
     ))
+}
+
+/// Asks for structured replies and, where the server takes them, the
+/// `base:allocation` context (where the member's holes are): None where
+/// it refused structured replies, else the context's id where it took
+/// it. A refusal of either is no error: the member then says it cannot
+/// tell where its holes are, as before.
+fn structured_replies(s: &mut Stream, export: &str) -> io::Result<Option<Option<u32>>> {
+    send_option(s, nbd::OPT_STRUCTURED_REPLY, &[])?;
+    let (kind, _) = option_reply(s, nbd::OPT_STRUCTURED_REPLY)?;
+    if kind != nbd::REP_ACK {
+        return Ok(None);
+    }
+    let query = nbd::CONTEXT_ALLOCATION.as_bytes();
+    let mut d = (export.len() as u32).to_be_bytes().to_vec();
+    d.extend_from_slice(export.as_bytes());
+    d.extend_from_slice(&1u32.to_be_bytes());
+    d.extend_from_slice(&(query.len() as u32).to_be_bytes());
+    d.extend_from_slice(query);
+    send_option(s, nbd::OPT_SET_META_CONTEXT, &d)?;
+    let mut id = None;
+    loop {
+        let (kind, data) = option_reply(s, nbd::OPT_SET_META_CONTEXT)?;
+        match kind {
+            nbd::REP_META_CONTEXT if data.len() >= 4 && &data[4..] == query => {
+                id = Some(u32::from_be_bytes(data[0..4].try_into().unwrap()));
+            }
+            // Another context than asked for: not ours to read.
+            nbd::REP_META_CONTEXT => {}
+            nbd::REP_ACK => return Ok(Some(id)),
+            // Refused (an error reply ends the option).
+            _ => return Ok(Some(None)),
+        }
+    }
 }
 
 pub(super) fn send_option(s: &mut Stream, opt: u32, data: &[u8]) -> io::Result<()> {

@@ -5,6 +5,7 @@ mod cert_dates;
 pub mod client;
 mod conn;
 mod handshake;
+mod structured;
 pub mod tls;
 pub mod uri;
 

@@ -1,0 +1,126 @@
+//! Holes of an array whose members are network exports: each member's
+//! server says where its holes are (block status, `base:allocation`, on
+//! the member's connection), so the array's own export names its holes
+//! as an array of files does, and a copy that skips them is the same as
+//! one that reads every byte.
+
+use raid_e2e::hosts::{wait_for, Server};
+use raid_e2e::{file_hash, holes_trusted, need, qemu_io, run_ok as run, World};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const MIB: u64 = 1 << 20;
+
+/// `file` served on the Unix socket `sock`: by qemu-nbd, or by nbdkit's
+/// file plugin (both answer block status from the file's holes).
+fn serve(qemu: bool, sock: &Path, file: &Path) -> Server {
+    let _ = std::fs::remove_file(sock);
+    let mut c = match qemu {
+        true => {
+            let mut c = Command::new("qemu-nbd");
+            c.args(["-f", "raw", "-t", "-k"]).arg(sock);
+            c
+        }
+        false => {
+            let mut c = Command::new("nbdkit");
+            c.args(["-f", "-U"]).arg(sock).arg("file");
+            c
+        }
+    };
+    let child = c
+        .arg(file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("an NBD server");
+    wait_for("the server's socket", 10, || sock.exists());
+    Server(child)
+}
+
+/// A RAID5 of four 128 MiB sparse files, two served by qemu-nbd and two
+/// by nbdkit, chunk 64 KiB, created `--sparse` and started on its own
+/// socket, with 4 KiB written at 1 MiB and 1 MiB at 100 MiB. Block status
+/// names the two pieces as data and the rest as holes, optimal and with
+/// a member failed (chunk 17, recovered from chunk 16's data and the
+/// parity, is data); a copy skipping the holes is byte for byte the one
+/// reading every byte. The build before said every byte was data.
+#[test]
+fn an_array_of_network_members_names_its_holes() {
+    for tool in ["qemu-nbd", "nbdkit", "nbdinfo", "nbdcopy"] {
+        need(tool);
+    }
+    let w = World::new("rholes");
+    if !holes_trusted(&w.dir) {
+        eprintln!("{}: holes not trusted here: skipped", w.dir.display());
+        return;
+    }
+    let files: Vec<PathBuf> = (0..4)
+        .map(|i| w.sparse(&format!("m{i}.img"), 128 * MIB))
+        .collect();
+    let socks: Vec<PathBuf> = (0..4).map(|i| w.dir.join(format!("m{i}.sock"))).collect();
+    let _servers: Vec<Server> = (0..4).map(|i| serve(i < 2, &socks[i], &files[i])).collect();
+    let uris: Vec<String> = socks
+        .iter()
+        .map(|s| format!("nbd+unix:///?socket={}", s.display()))
+        .collect();
+    let mut args = vec!["create", "rh", "--level", "5", "--chunk", "64K", "--sparse"];
+    args.extend(uris.iter().map(String::as_str));
+    w.ok(&args);
+    let sock = w.dir.join("rh.sock");
+    w.ok(&["start", "rh", "--nbd", &format!("unix:{}", sock.display())]);
+    let (ok, out) = qemu_io(
+        &sock,
+        "rh",
+        &["write -P 0x55 1M 4k", "write -P 0x66 100M 1M"],
+    );
+    assert!(ok, "{out}");
+    let uri = format!("nbd+unix:///rh?socket={}", sock.display());
+    let chunk = 64 * 1024;
+    let check = |when: &str, want: Vec<(u64, u64)>| {
+        let map = run(Command::new("nbdinfo").arg("--map").arg(&uri));
+        let mut data = Vec::new();
+        let mut end = 0;
+        for line in map.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (at, len, kind): (u64, u64, u32) = (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+            );
+            assert_eq!(at, end, "{when}: extents in order, none missing:\n{map}");
+            end = at + len;
+            match kind {
+                0 => data.push((at, len)),
+                3 => {}
+                k => panic!("{when}: type {k}:\n{map}"),
+            }
+        }
+        assert_eq!(end, 3 * 127 * MIB, "{when}: the whole export:\n{map}");
+        assert_eq!(data, want, "{when}:\n{map}");
+        let (skipping, whole) = (w.dir.join("skipping.img"), w.dir.join("whole.img"));
+        run(Command::new("nbdcopy").arg(&uri).arg(&skipping));
+        run(Command::new("nbdcopy")
+            .arg("--no-extents")
+            .arg(&uri)
+            .arg(&whole));
+        assert_eq!(file_hash(&skipping), file_hash(&whole), "{when}");
+        std::fs::remove_file(&skipping).unwrap();
+        std::fs::remove_file(&whole).unwrap();
+    };
+    check("optimal", vec![(MIB, chunk), (100 * MIB, MIB)]);
+    w.ok(&["fail", "rh", &uris[1]]);
+    check("degraded", vec![(MIB, 2 * chunk), (100 * MIB, MIB)]);
+    // The pieces read back as written, through the members' structured
+    // replies (qemu-nbd answers reads of holes with hole chunks).
+    let (ok, out) = qemu_io(
+        &sock,
+        "rh",
+        &[
+            "read -P 0x55 1M 4k",
+            "read -P 0 2M 1M",
+            "read -P 0x66 100M 1M",
+        ],
+    );
+    assert!(ok, "{out}");
+    w.ok(&["stop", "rh"]);
+}

@@ -1,0 +1,364 @@
+//! TLS on the NBD export and on network members: certificates made with
+//! openssl; clients with and without a client certificate, or without
+//! TLS; a server certificate that expired; serving a network address
+//! without TLS only when told to.
+
+use raid_e2e::hosts::{wait_for, Server};
+use raid_e2e::{free_port, need, World};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const MIB: u64 = 1 << 20;
+
+/// A certificate authority, a server certificate for 127.0.0.1 and
+/// `192.0.2.0/24`'s hosts, and a client certificate, made with openssl,
+/// laid out as qemu and nbdkit read them.
+struct Pki {
+    server: PathBuf,
+    client: PathBuf,
+    /// The CA alone: a client with no certificate of its own.
+    anonymous: PathBuf,
+}
+
+/// Runs openssl in `dir`; it must succeed.
+fn openssl(dir: &Path, args: &[&str]) {
+    let o = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn pki(dir: &Path) -> Pki {
+    need("openssl");
+    let run = |args: &[&str]| openssl(dir, args);
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut a = vec!["req", "-x509"];
+    a.extend(ec);
+    a.extend([
+        "-keyout",
+        "ca-key.pem",
+        "-out",
+        "ca-cert.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+    ]);
+    run(&a);
+    let mut sans = "subjectAltName=IP:127.0.0.1,DNS:localhost".to_string();
+    for i in 1..=10 {
+        sans.push_str(&format!(",IP:192.0.2.{i}"));
+    }
+    std::fs::write(
+        dir.join("s.ext"),
+        format!("{sans}\nextendedKeyUsage=serverAuth\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("c.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    for (who, cn) in [("server", "localhost"), ("client", "client")] {
+        let mut a = vec!["req"];
+        a.extend(ec);
+        let key = format!("{who}-key.pem");
+        let csr = format!("{who}.csr");
+        let subj = format!("/CN={cn}");
+        a.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
+        run(&a);
+        let cert = format!("{who}-cert.pem");
+        let ext = if who == "server" { "s.ext" } else { "c.ext" };
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca-cert.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-out",
+            &cert,
+            "-days",
+            "2",
+            "-extfile",
+            ext,
+        ]);
+        let d = dir.join(who);
+        std::fs::create_dir_all(&d).unwrap();
+        for f in [key, cert, "ca-cert.pem".to_string()] {
+            std::fs::copy(dir.join(&f), d.join(&f)).unwrap();
+        }
+    }
+    let anonymous = dir.join("anonymous");
+    std::fs::create_dir_all(&anonymous).unwrap();
+    std::fs::copy(dir.join("ca-cert.pem"), anonymous.join("ca-cert.pem")).unwrap();
+    Pki {
+        server: dir.join("server"),
+        client: dir.join("client"),
+        anonymous,
+    }
+}
+
+/// A folder with a server certificate that expired on 2020-01-02 (made
+/// with `openssl ca`, which takes explicit dates), or None without openssl.
+fn expired_server_certificate(dir: &Path) -> Option<PathBuf> {
+    if Command::new("openssl").arg("version").output().is_err() {
+        eprintln!("SKIPPED: the expired-certificate check needs openssl");
+        return None;
+    }
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("index.txt"), "").unwrap();
+    std::fs::write(dir.join("serial"), "01\n").unwrap();
+    std::fs::write(
+        dir.join("ca.cnf"),
+        "[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\ndefault_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n",
+    )
+    .unwrap();
+    for args in [
+        &[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "server-key.pem",
+            "-out",
+            "s.csr",
+            "-subj",
+            "/CN=localhost",
+        ][..],
+        &[
+            "ca",
+            "-batch",
+            "-notext",
+            "-config",
+            "ca.cnf",
+            "-selfsign",
+            "-keyfile",
+            "server-key.pem",
+            "-in",
+            "s.csr",
+            "-out",
+            "server-cert.pem",
+            "-startdate",
+            "20200101000000Z",
+            "-enddate",
+            "20200102000000Z",
+        ][..],
+    ] {
+        openssl(dir, args);
+    }
+    Some(dir.to_path_buf())
+}
+
+fn qemu_io_tls(port: u16, export: &str, creds: &Path, cmds: &[&str]) -> (bool, String) {
+    let mut c = Command::new("qemu-io");
+    c.arg("--object")
+        .arg(format!(
+            "tls-creds-x509,id=tls0,endpoint=client,dir={}",
+            creds.display()
+        ))
+        .arg("--image-opts")
+        .arg(format!(
+            "driver=raw,file.driver=nbd,file.server.type=inet,file.server.host=127.0.0.1,file.server.port={port},file.export={export},file.tls-creds=tls0"
+        ));
+    for cmd in cmds {
+        c.arg("-c").arg(cmd);
+    }
+    let o = c.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (
+        o.status.success() && !text.contains("Pattern verification failed"),
+        text,
+    )
+}
+
+/// The export with TLS and client certificates: qemu-io, nbdinfo and
+/// nbdcopy with the right certificate work; a client without one, or
+/// without TLS, is refused. Members over TLS too: a RAID1 of two qemu-nbd
+/// exports that require TLS and a client certificate.
+#[test]
+fn tls_export_and_tls_members() {
+    need("qemu-nbd");
+    need("nbdinfo");
+    let w = World::new("tls");
+    let p = pki(&w.dir);
+    // Members: qemu-nbd with TLS (it asks for a client certificate by
+    // default), reached with nbds://.
+    let mut servers = Vec::new();
+    let mut uris = Vec::new();
+    for i in 0..2 {
+        let f = w.sparse(&format!("q{i}.img"), 64 * MIB);
+        let port = free_port();
+        let c = Command::new("qemu-nbd")
+            .args([
+                "-f",
+                "raw",
+                "--persistent",
+                "-x",
+                "d",
+                "-p",
+                &port.to_string(),
+            ])
+            .arg("--object")
+            .arg(format!(
+                "tls-creds-x509,id=tls0,endpoint=server,dir={}",
+                p.server.display()
+            ))
+            .args(["--tls-creds", "tls0"])
+            .arg(&f)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        servers.push(Server(c));
+        wait_for("qemu-nbd", 10, || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        uris.push(format!(
+            "nbds://127.0.0.1:{port}/d?tls-certificates={}",
+            p.client.display()
+        ));
+    }
+    // Without a client certificate the member cannot be opened; the error
+    // says where to look.
+    let anon = uris[0].replace(p.client.to_str().unwrap(), p.anonymous.to_str().unwrap());
+    let (code, _, err) = w.code(&["create", "t1", "--level", "1", &anon, &uris[1]]);
+    assert_ne!(code, 0);
+    assert!(err.contains("client certificate"), "{err}");
+    // Without TLS: the server's refusal, and the fix.
+    let plain = uris[0].replacen("nbds://", "nbd://", 1);
+    let plain = &plain[..plain.find('?').unwrap()];
+    let (code, _, err) = w.code(&["create", "t1", "--level", "1", plain, &uris[1]]);
+    assert_ne!(code, 0);
+    assert!(err.contains("requires TLS: use nbds://"), "{err}");
+
+    w.ok(&["create", "t1", "--level", "1", &uris[0], &uris[1]]);
+    let port = free_port();
+    let out = w.ok(&[
+        "start",
+        "t1",
+        "--nbd",
+        &format!("tcp:127.0.0.1:{port}"),
+        "--tls",
+        p.server.to_str().unwrap(),
+        "--tls-verify-peer",
+    ]);
+    assert!(out.contains("TLS with client certificates"), "{out}");
+    let (ok, out) = qemu_io_tls(
+        port,
+        "t1",
+        &p.client,
+        &["write -P 0x5a 0 8M", "read -P 0x5a 0 8M"],
+    );
+    assert!(ok, "{out}");
+    let info = Command::new("nbdinfo")
+        .arg(format!(
+            "nbds://127.0.0.1:{port}/t1?tls-certificates={}",
+            p.client.display()
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&info.stdout);
+    assert!(info.status.success() && text.contains("with TLS"), "{text}");
+    let copy = w.dir.join("copy.img");
+    let o = Command::new("nbdcopy")
+        .arg(format!(
+            "nbds://127.0.0.1:{port}/t1?tls-certificates={}",
+            p.client.display()
+        ))
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let head = std::fs::read(&copy).unwrap();
+    assert!(head[..8 * MIB as usize].iter().all(|&b| b == 0x5a));
+    // Refused: a client without a certificate, and one without TLS.
+    let (ok, out) = qemu_io_tls(port, "t1", &p.anonymous, &["read 0 4k"]);
+    assert!(!ok, "a client without a certificate read the array: {out}");
+    let o = Command::new("nbdinfo")
+        .arg(format!("nbd://127.0.0.1:{port}/t1"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "a client without TLS was served");
+    w.ok(&["stop", "t1"]);
+    drop(servers);
+}
+
+/// Serving NBD on a network address without TLS is refused unless
+/// --insecure says so.
+#[test]
+fn a_network_export_needs_tls_or_insecure() {
+    let w = World::new("insecure");
+    let m: Vec<PathBuf> = (0..2)
+        .map(|i| w.sparse(&format!("m{i}.img"), 16 * MIB))
+        .collect();
+    w.ok(&[
+        "create",
+        "ins",
+        "--level",
+        "1",
+        m[0].to_str().unwrap(),
+        m[1].to_str().unwrap(),
+    ]);
+    let port = free_port();
+    let spec = format!("tcp:0.0.0.0:{port}");
+    let (code, _, err) = w.code(&["start", "ins", "--nbd", &spec]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("--tls DIR") && err.contains("--insecure"),
+        "{err}"
+    );
+    assert_eq!(w.status_json("ins")["state"], "stopped");
+    let (code, _, err) = w.code(&["start", "ins", "--nbd", &spec, "--tls-verify-peer"]);
+    assert_ne!(code, 0, "{err}");
+    let with_tls = |dir: &Path| {
+        w.code(&[
+            "start",
+            "ins",
+            "--nbd",
+            &spec,
+            "--tls",
+            dir.to_str().unwrap(),
+        ])
+    };
+    // A TLS folder without its files: not found (exit 3), the file named.
+    let empty = w.dir.join("no-certs");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (code, _, err) = with_tls(&empty);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("server-cert.pem: no such file"), "{err}");
+    assert_eq!(w.status_json("ins")["state"], "stopped");
+    // An expired server certificate: refused at start, its date said (it
+    // started, and every client then failed its handshake).
+    if let Some(expired) = expired_server_certificate(&w.dir.join("expired")) {
+        let (code, _, err) = with_tls(&expired);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("expired on 2020-01-02 00:00 UTC") && err.contains("renew it"),
+            "{err}"
+        );
+        assert_eq!(w.status_json("ins")["state"], "stopped");
+    }
+    let out = w.ok(&["start", "ins", "--nbd", &spec, "--insecure"]);
+    assert!(out.contains(&format!("tcp:0.0.0.0:{port}")), "{out}");
+    w.ok(&["stop", "ins"]);
+}

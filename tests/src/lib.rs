@@ -138,6 +138,16 @@ impl World {
         self.raid5_of_four_with(name, size, &[])
     }
 
+    /// `raid5_of_four` of 128 MiB members, started and served on a Unix
+    /// socket: the members, the socket, and its NBD URI.
+    pub fn served_raid5(&self, name: &str) -> (Vec<PathBuf>, PathBuf, String) {
+        let m = self.raid5_of_four(name, 128 << 20);
+        let sock = self.dir.join(format!("{name}.sock"));
+        self.ok(&["start", name, "--nbd", &format!("unix:{}", sock.display())]);
+        let uri = format!("nbd+unix:///{name}?socket={}", sock.display());
+        (m, sock, uri)
+    }
+
     /// `raid5_of_four`, with `extra` arguments to `create`.
     fn raid5_of_four_with(&self, name: &str, size: u64, extra: &[&str]) -> Vec<PathBuf> {
         let m = self.sparse_members("m", 4, size);

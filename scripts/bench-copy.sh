@@ -14,7 +14,8 @@
 # Members live in BENCH_DIR (default /dev/shm). BENCH_MEMBERS=nbd makes
 # them network members: each file served by nbdkit's file plugin on a
 # Unix socket, the array reaching it over NBD (its holes then come from
-# the servers' block status). Needs nbdcopy, qemu-nbd, nbdkit, qemu-io
+# the servers' block status: `[remote] trust_holes = true` in this build's
+# config). Needs nbdcopy, qemu-nbd, nbdkit, qemu-io
 # (scripts/install-test-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +55,10 @@ serve() { # binary state-dir tag
     "${members[@]}" >/dev/null
   RAIDCTL_STATE_DIR=$state "$bin" start copy --nbd "unix:$work/$tag.sock" >/dev/null
 }
+if [ "${BENCH_MEMBERS:-files}" = nbd ]; then
+  mkdir -p "$work/state"
+  printf '[remote]\ntrust_holes = true\n' > "$work/state/raidctl.toml"
+fi
 serve "$raidctl" "$work/state" ours
 servers="ours"
 if [ -n "$before" ]; then

@@ -28,7 +28,18 @@ pub struct Config {
 pub struct RemoteConfig {
     /// How long one I/O to a network member may take, reconnections
     /// included, before the member is given up and failed (default 30).
+    #[serde(default = "default_remote_timeout")]
     pub timeout_seconds: f64,
+    /// Whether the members' servers are trusted to say where their holes
+    /// are (block status): off unless set, since a server answers from
+    /// its filesystem's lseek, which on some (FUSE, NFS, ZFS) can call
+    /// data not yet written back a hole, and a copy would skip it.
+    #[serde(default)]
+    pub trust_holes: bool,
+}
+
+fn default_remote_timeout() -> f64 {
+    30.0
 }
 
 /// `[metrics]`: serve Prometheus metrics.
@@ -173,8 +184,9 @@ impl Config {
             metrics: metrics.or(from_file),
             health: self.health.unwrap_or_default(),
             remote_timeout: Duration::from_secs_f64(
-                self.remote.map_or(30.0, |r| r.timeout_seconds),
+                self.remote.as_ref().map_or(30.0, |r| r.timeout_seconds),
             ),
+            remote_trust_holes: self.remote.is_some_and(|r| r.trust_holes),
         }
     }
 

@@ -39,7 +39,8 @@ fn serve(qemu: bool, sock: &Path, file: &Path) -> Server {
 
 /// A RAID5 of four 128 MiB sparse files, two served by qemu-nbd and two
 /// by nbdkit, chunk 64 KiB, created `--sparse` and started on its own
-/// socket, with 4 KiB written at 1 MiB and 1 MiB at 100 MiB. Block status
+/// socket, with 4 KiB written at 1 MiB and 1 MiB at 100 MiB. Without
+/// `[remote] trust_holes` every byte is data; with it, block status
 /// names the two pieces as data and the rest as holes, optimal and with
 /// a member failed (chunk 17, recovered from chunk 16's data and the
 /// parity, is data); a copy skipping the holes is byte for byte the one
@@ -75,6 +76,22 @@ fn an_array_of_network_members_names_its_holes() {
     );
     assert!(ok, "{out}");
     let uri = format!("nbd+unix:///rh?socket={}", sock.display());
+    // Not trusted unless the operator says so: every byte is data.
+    let map = run(Command::new("nbdinfo").arg("--map").arg(&uri));
+    let whole = (3 * 127 * MIB).to_string();
+    assert_eq!(
+        map.split_whitespace().collect::<Vec<_>>(),
+        ["0", whole.as_str(), "0", "data"],
+        "{map}"
+    );
+    w.ok(&["stop", "rh"]);
+    w.end_daemon();
+    std::fs::write(
+        w.state().join("raidctl.toml"),
+        "[remote]\ntrust_holes = true\n",
+    )
+    .unwrap();
+    w.ok(&["start", "rh", "--nbd", &format!("unix:{}", sock.display())]);
     let chunk = 64 * 1024;
     let check = |when: &str, want: Vec<(u64, u64)>| {
         let map = run(Command::new("nbdinfo").arg("--map").arg(&uri));

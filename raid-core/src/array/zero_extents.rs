@@ -9,8 +9,9 @@
 //! where every device that serves it answers from its filesystem's own
 //! word that it holds a hole there (`Member::data_from`: a file on a
 //! trusted filesystem, or a network member whose server says so in its
-//! block status), and an unknown answer (a block device, a server with no
-//! block status, a hot replace's pair) is data. Holes on every device that serves a part mean zeros whichever
+//! block status, where the operator trusts it), and an unknown answer (a
+//! block device, a server not trusted or with no block status, a hot
+//! replace's pair) is data. Holes on every device that serves a part mean zeros whichever
 //! of them a read uses: a mirror's copies all hold zeros; a RAID5/6 chunk
 //! is read from its own member while that one is readable (so its hole
 //! alone decides, chunk by chunk, whatever its stripe's parity holds),

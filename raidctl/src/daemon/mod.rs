@@ -172,6 +172,8 @@ pub struct DaemonOptions {
     pub health: HealthConfig,
     /// How long a network member's I/O may take before it is given up.
     pub remote_timeout: Duration,
+    /// Whether network members' servers say where their holes are.
+    pub remote_trust_holes: bool,
 }
 
 /// How long a daemon with no array stays up for alerts it cannot send.
@@ -211,6 +213,7 @@ impl Daemon {
         signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())
             .map_err(|e| CliError::failed(format!("signal handler: {e}")))?;
         crate::remote::set_timeout(opts.remote_timeout);
+        crate::remote::set_trust_holes(opts.remote_trust_holes);
         let rate = std::env::var("RAIDCTL_REBUILD_RATE")
             .ok()
             .and_then(|v| parse_size(&v).ok());

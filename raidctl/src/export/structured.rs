@@ -68,7 +68,9 @@ impl Negotiated {
 /// Most bytes of the array one block status answers for: a client asks
 /// again from where the answer ended (the spec lets a server answer for
 /// less than was asked), and the reader, which answers it, is kept from
-/// its other requests at most a few milliseconds.
+/// its other requests at most a few milliseconds where the members are
+/// files (a network member's server is asked too: a round trip per run
+/// of data or hole, each bounded by `client::STATUS_WAIT`).
 const STATUS_SPAN: u64 = 256 << 20;
 
 /// A block status's answer: its error, or its one chunk, the extents of

@@ -45,6 +45,10 @@ use std::time::{Duration, Instant};
 
 /// The most bytes one block status request asks about.
 const STATUS_SPAN: u64 = 1 << 30;
+/// The most block status requests one `data_from` sends before it calls
+/// the rest data, and how long it waits for each.
+const STATUS_ASKS: usize = 64;
+const STATUS_WAIT: Duration = Duration::from_secs(5);
 
 struct Inner {
     text: String,
@@ -379,7 +383,11 @@ impl Inner {
             .clone()
             .filter(|c| !c.dead.load(Ordering::Acquire) && c.allocation.is_some())?;
         let slot = c.send(Kind::BlockStatus, offset, len as usize, &[]).ok()?;
-        c.wait(&slot, Instant::now() + timeout()).ok()
+        // Not waited for as an I/O is: a slow answer is no sign of a dead
+        // link worth ending the connection over (which gives the member
+        // up where writes are not yet flushed).
+        c.wait_quietly(&slot, Instant::now() + STATUS_WAIT.min(timeout()))?
+            .ok()
     }
 
     /// Large transfers cut to what the server takes in one request.
@@ -454,17 +462,24 @@ impl Member for NbdMember {
     fn size(&self) -> u64 {
         self.0.export.size
     }
-    /// From the server's block status (`base:allocation`): where it says
-    /// the export reads as zeros (`STATE_ZERO`), a hole. One extent per
+    /// From the server's block status (`base:allocation`), where the
+    /// operator trusts it (`[remote] trust_holes`): where it says the
+    /// export reads as zeros (`STATE_ZERO`), a hole. One extent per
     /// request (`CMD_FLAG_REQ_ONE`), each at most a gigabyte, until data
     /// or the export's end: two round trips where a hole comes first.
     fn data_from(&self, offset: u64) -> Option<std::ops::Range<u64>> {
+        if !super::trust_holes() {
+            return None;
+        }
         let size = self.0.export.size;
         let mut at = offset;
-        while at < size {
-            let len = (size - at).min(STATUS_SPAN) as u32;
-            let said = self.0.block_status(at, len)?;
-            match structured::first_data(at, &said)? {
+        for _ in 0..STATUS_ASKS {
+            if at >= size {
+                break;
+            }
+            let len = (size - at).min(STATUS_SPAN);
+            let said = self.0.block_status(at, len as u32)?;
+            match structured::first_data(at, len, &said)? {
                 Extents::Data(r) if r.start < size => return Some(r.start..r.end.min(size)),
                 // Zeros past the export's end before any data.
                 Extents::Data(_) => break,
@@ -472,6 +487,11 @@ impl Member for NbdMember {
                 Extents::ZerosTo(end) if end <= at => return None,
                 Extents::ZerosTo(end) => at = end,
             }
+        }
+        if at < size {
+            // Asked enough: holes up to here, data from here on as far as
+            // anyone can tell (a server answering in small pieces).
+            return Some(at..u64::MAX);
         }
         // Zeros to the end of the export (as a file's SEEK_DATA says);
         // from past it, data as far as a copy is concerned.

@@ -211,6 +211,25 @@ impl Conn {
         }
     }
 
+    /// `wait`, for a request whose answer may be done without: past
+    /// `deadline` None, and the connection lives on (the reader settles
+    /// the request when its reply comes).
+    pub(super) fn wait_quietly(
+        &self,
+        slot: &Slot,
+        deadline: Instant,
+    ) -> Option<Result<Vec<u8>, Failure>> {
+        let mut d = slot.done.lock();
+        loop {
+            if let Some(r) = d.take() {
+                return Some(r);
+            }
+            if slot.cv.wait_until(&mut d, deadline).timed_out() && d.is_none() {
+                return None;
+            }
+        }
+    }
+
     /// The reader: replies in, matched to their requests, until the stream
     /// ends; then every request still waiting is told the connection is
     /// lost.
@@ -240,10 +259,9 @@ impl Conn {
                             }
                             Ok(data)
                         }
-                        (0, Kind::BlockStatus) => {
-                            self.inflight.lock().insert(cookie, slot);
-                            break "a block status answered with a simple reply".into();
-                        }
+                        // Not an answer: counted as not known (a simple
+                        // reply carries nothing after its header).
+                        (0, Kind::BlockStatus) => Err(nbd::EINVAL),
                         (0, _) => Ok(Vec::new()),
                         (e, _) => Err(e),
                     };
@@ -277,6 +295,9 @@ impl Conn {
                         }
                         Err(why) => break why,
                     }
+                }
+                nbd::SIMPLE_REPLY_MAGIC => {
+                    break format!("a simple reply to request {cookie} among its structured ones")
                 }
                 _ => break format!("bad reply magic {magic:#x}"),
             };

@@ -224,11 +224,12 @@ fn structured_replies(s: &mut Stream, export: &str) -> io::Result<Option<Option<
             nbd::REP_META_CONTEXT if data.len() >= 4 && &data[4..] == query => {
                 id = Some(u32::from_be_bytes(data[0..4].try_into().unwrap()));
             }
-            // Another context than asked for: not ours to read.
-            nbd::REP_META_CONTEXT => {}
             nbd::REP_ACK => return Ok(Some(id)),
             // Refused (an error reply ends the option).
-            _ => return Ok(Some(None)),
+            k if k & (1 << 31) != 0 => return Ok(Some(None)),
+            // Another context than asked for, or a reply not known here:
+            // not ours to read, and the option's replies go on.
+            _ => {}
         }
     }
 }

@@ -12,7 +12,7 @@ pub mod uri;
 use raid_core::member::{DeviceKey, FileMember, MemberRef};
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +25,19 @@ static TIMEOUT_MS: AtomicU64 = AtomicU64::new(30_000);
 /// Sets it (the daemon, from its configuration; at least 100 ms).
 pub fn set_timeout(d: Duration) {
     TIMEOUT_MS.store(d.as_millis().max(100) as u64, Ordering::Relaxed);
+}
+
+/// Whether network members ask their servers where their holes are
+/// (`[remote] trust_holes`): off by default, see `RemoteConfig`.
+static TRUST_HOLES: AtomicBool = AtomicBool::new(false);
+
+/// Sets it (the daemon, from its configuration).
+pub fn set_trust_holes(on: bool) {
+    TRUST_HOLES.store(on, Ordering::Relaxed);
+}
+
+pub(crate) fn trust_holes() -> bool {
+    TRUST_HOLES.load(Ordering::Relaxed)
 }
 
 /// What the member client and its handshake give an I/O or a connect.

@@ -19,6 +19,10 @@ const REPLY_TYPE_NONE: u16 = 0;
 const MAX_STATUS_CHUNK: u32 = 1 << 20;
 /// Most bytes of an error chunk (its message is at most 4 KiB).
 const MAX_ERROR_CHUNK: u32 = 8 << 10;
+/// Most data and hole chunks one read's reply may come in (a server
+/// sends a few; a hostile one could otherwise grow `covered` without
+/// end).
+const MAX_PIECES: usize = 1 << 16;
 
 /// A reply being gathered.
 pub(super) struct Partial {
@@ -27,8 +31,10 @@ pub(super) struct Partial {
     len: usize,
     /// A read's bytes, placed as their chunks come.
     data: Vec<u8>,
-    /// The ranges of `data` the chunks covered so far (request-relative).
+    /// The ranges of `data` the chunks covered so far (request-relative),
+    /// and their bytes in all.
     covered: Vec<(usize, usize)>,
+    filled: usize,
     /// The first error a chunk carried.
     err: Option<u32>,
     /// Block status: the descriptors, as sent (length, flags, each 32
@@ -50,6 +56,7 @@ impl Partial {
                 _ => Vec::new(),
             },
             covered: Vec::new(),
+            filled: 0,
             err: None,
             status: Vec::new(),
         }
@@ -134,8 +141,19 @@ impl Partial {
     }
 
     /// Where a chunk of `n` bytes at `offset` lies in the request's data:
-    /// wholly inside the request, or a protocol error.
-    fn place(&self, offset: u64, n: u64) -> Result<usize, String> {
+    /// wholly inside the request, or a protocol error; so is a chunk past
+    /// what an exact cover of the request can hold (more bytes, or more
+    /// pieces than `MAX_PIECES`), which a gap or an overlap would need.
+    fn place(&mut self, offset: u64, n: u64) -> Result<usize, String> {
+        self.filled = self.filled.saturating_add(n as usize);
+        if self.filled > self.len || self.covered.len() >= MAX_PIECES {
+            return Err(format!(
+                "a read of {} bytes answered with more than it asked for ({} bytes so far, in {} chunks)",
+                self.len,
+                self.filled,
+                self.covered.len() + 1
+            ));
+        }
         offset
             .checked_sub(self.offset)
             .filter(|at| at.checked_add(n).is_some_and(|end| end <= self.len as u64) && n > 0)
@@ -173,9 +191,9 @@ impl Partial {
                 }
                 Ok(Ok(self.data))
             }
-            Kind::BlockStatus if self.status.is_empty() => {
-                Err("a block status answered without its context's extents".into())
-            }
+            // Not an answer (nothing for the context asked about): not
+            // known, the connection kept.
+            Kind::BlockStatus if self.status.is_empty() => Ok(Err(nbd::EINVAL)),
             Kind::BlockStatus => Ok(Ok(self.status)),
             _ => Ok(Ok(Vec::new())),
         }
@@ -194,13 +212,16 @@ fn read_u32(r: &mut impl Read) -> io::Result<u32> {
     Ok(u32::from_be_bytes(b))
 }
 
-/// Block status descriptors (as `Partial::finish` gives them) read from
-/// `offset` on: where the first run of data starts at or after it, and
-/// where that run ends as far as they say, or `at` past their last extent
-/// where they hold no data. `STATE_ZERO` is what counts as a hole: a
-/// range said to read as zeros (`STATE_HOLE` alone says it is not
-/// stored, not what it reads as). None: a descriptor of no length.
-pub(super) fn first_data(offset: u64, descriptors: &[u8]) -> Option<Extents> {
+/// Block status descriptors (as `Partial::finish` gives them) for the
+/// `len` bytes asked about from `offset` on: where the first run of data
+/// starts at or after it, and where that run ends as far as they say, or
+/// where they stop saying when they hold no data; nothing past `offset +
+/// len` is believed (a server may not answer beyond the request).
+/// `STATE_ZERO` is what counts as a hole: a range said to read as zeros
+/// (`STATE_HOLE` alone says it is not stored, not what it reads as).
+/// None: a descriptor of no length.
+pub(super) fn first_data(offset: u64, len: u64, descriptors: &[u8]) -> Option<Extents> {
+    let limit = offset.checked_add(len)?;
     let mut at = offset;
     let mut start = None;
     for d in descriptors.chunks_exact(8) {
@@ -215,7 +236,10 @@ pub(super) fn first_data(offset: u64, descriptors: &[u8]) -> Option<Extents> {
             (Some(s), true) => return Some(Extents::Data(s..at)),
             _ => {}
         }
-        at = at.checked_add(len)?;
+        at = at.checked_add(len)?.min(limit);
+        if at == limit {
+            break;
+        }
     }
     Some(match start {
         Some(s) => Extents::Data(s..at),
@@ -310,6 +334,17 @@ mod tests {
             .is_err(),
             "one range twice, the rest missing"
         );
+        // A server that repeats a chunk is cut off as soon as the chunks
+        // hold more than the request, not at its end.
+        let mut p = Partial::new(Kind::Read, 0, 8);
+        let (t, payload) = hole_chunk(0, 4);
+        for _ in 0..2 {
+            p.chunk(&mut &payload[..], Kind::Read, t, 12, None).unwrap();
+        }
+        assert!(
+            p.chunk(&mut &payload[..], Kind::Read, t, 12, None).is_err(),
+            "a third time"
+        );
         let mut p = Partial::new(Kind::Read, 4096, 8);
         let (t, payload) = data_chunk(4092, &[1; 8]);
         assert!(
@@ -372,9 +407,10 @@ mod tests {
         let bs = nbd::REPLY_TYPE_BLOCK_STATUS;
         let got = gather(Kind::BlockStatus, 0, 8192, &[(bs, c.clone()), (bs, ours)]);
         assert_eq!(got, Ok(Ok(status(&[(8192, 0)]))));
-        assert!(
-            gather(Kind::BlockStatus, 0, 8192, &[(bs, c)]).is_err(),
-            "no extents of ours"
+        assert_eq!(
+            gather(Kind::BlockStatus, 0, 8192, &[(bs, c)]),
+            Ok(Err(nbd::EINVAL)),
+            "no extents of ours: not known, the connection kept"
         );
     }
 
@@ -386,18 +422,29 @@ mod tests {
         assert_eq!(
             first_data(
                 100,
+                1000,
                 &status(&[(10, z), (20, 0), (5, nbd::STATE_HOLE), (30, z)])
             ),
             Some(Extents::Data(110..135))
         );
         assert_eq!(
-            first_data(0, &status(&[(10, 0), (20, 0)])),
+            first_data(0, 100, &status(&[(10, 0), (20, 0)])),
             Some(Extents::Data(0..30))
         );
         assert_eq!(
-            first_data(0, &status(&[(10, z), (20, z)])),
+            first_data(0, 100, &status(&[(10, z), (20, z)])),
             Some(Extents::ZerosTo(30))
         );
-        assert_eq!(first_data(0, &status(&[(10, z), (0, 0)])), None);
+        assert_eq!(first_data(0, 100, &status(&[(10, z), (0, 0)])), None);
+        // Nothing past the request is believed: zeros said beyond it stop
+        // at its end, and what follows them is not read.
+        assert_eq!(
+            first_data(0, 20, &status(&[(30, z), (5, 0)])),
+            Some(Extents::ZerosTo(20))
+        );
+        assert_eq!(
+            first_data(0, 20, &status(&[(5, 0), (30, 0)])),
+            Some(Extents::Data(0..20))
+        );
     }
 }

@@ -441,6 +441,45 @@ pub fn pattern_reads_back(sock: &Path, name: &str) {
     assert!(ok, "the array serves wrong data or errors:\n{text}");
 }
 
+/// The data extents `nbdinfo --map` gives for the export at `uri`,
+/// checked to cover `size` bytes in order with nothing but data (0) and
+/// holes that read as zeros (3); then a copy that skips the holes
+/// (nbdcopy's default) is checked to be byte for byte one that reads
+/// every byte, both made in `dir`. `when` names the moment in failures.
+pub fn map_and_copies(uri: &str, size: u64, dir: &Path, when: &str) -> Vec<(u64, u64)> {
+    let map = run_ok(Command::new("nbdinfo").arg("--map").arg(uri));
+    let mut data = Vec::new();
+    let mut end = 0;
+    for line in map.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (at, len, kind): (u64, u64, u32) = (
+            f[0].parse().unwrap(),
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+        );
+        assert_eq!(at, end, "{when}: extents in order, none missing:\n{map}");
+        end = at + len;
+        match kind {
+            0 => data.push((at, len)),
+            3 => {}
+            k => panic!("{when}: type {k}:\n{map}"),
+        }
+    }
+    assert_eq!(end, size, "{when}: the whole export:\n{map}");
+    let (skipping, whole) = (dir.join("skipping.img"), dir.join("whole.img"));
+    run_ok(Command::new("nbdcopy").arg(uri).arg(&skipping));
+    run_ok(
+        Command::new("nbdcopy")
+            .arg("--no-extents")
+            .arg(uri)
+            .arg(&whole),
+    );
+    assert_eq!(file_hash(&skipping), file_hash(&whole), "{when}");
+    std::fs::remove_file(&skipping).unwrap();
+    std::fs::remove_file(&whole).unwrap();
+    data
+}
+
 /// Whether the filesystem holding `p` is one whose holes the array trusts
 /// (ext4, XFS, btrfs, tmpfs: `Member::data_from`); elsewhere (overlayfs
 /// in a container) an array of files there reports no holes at all.

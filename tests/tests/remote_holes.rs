@@ -5,7 +5,7 @@
 //! one that reads every byte.
 
 use raid_e2e::hosts::{wait_for, Server};
-use raid_e2e::{file_hash, holes_trusted, need, qemu_io, run_ok as run, World};
+use raid_e2e::{holes_trusted, map_and_copies, need, qemu_io, run_ok as run, World};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -94,35 +94,11 @@ fn an_array_of_network_members_names_its_holes() {
     w.ok(&["start", "rh", "--nbd", &format!("unix:{}", sock.display())]);
     let chunk = 64 * 1024;
     let check = |when: &str, want: Vec<(u64, u64)>| {
-        let map = run(Command::new("nbdinfo").arg("--map").arg(&uri));
-        let mut data = Vec::new();
-        let mut end = 0;
-        for line in map.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let (at, len, kind): (u64, u64, u32) = (
-                f[0].parse().unwrap(),
-                f[1].parse().unwrap(),
-                f[2].parse().unwrap(),
-            );
-            assert_eq!(at, end, "{when}: extents in order, none missing:\n{map}");
-            end = at + len;
-            match kind {
-                0 => data.push((at, len)),
-                3 => {}
-                k => panic!("{when}: type {k}:\n{map}"),
-            }
-        }
-        assert_eq!(end, 3 * 127 * MIB, "{when}: the whole export:\n{map}");
-        assert_eq!(data, want, "{when}:\n{map}");
-        let (skipping, whole) = (w.dir.join("skipping.img"), w.dir.join("whole.img"));
-        run(Command::new("nbdcopy").arg(&uri).arg(&skipping));
-        run(Command::new("nbdcopy")
-            .arg("--no-extents")
-            .arg(&uri)
-            .arg(&whole));
-        assert_eq!(file_hash(&skipping), file_hash(&whole), "{when}");
-        std::fs::remove_file(&skipping).unwrap();
-        std::fs::remove_file(&whole).unwrap();
+        assert_eq!(
+            map_and_copies(&uri, 3 * 127 * MIB, &w.dir, when),
+            want,
+            "{when}"
+        );
     };
     check("optimal", vec![(MIB, chunk), (100 * MIB, MIB)]);
     w.ok(&["fail", "rh", &uris[1]]);

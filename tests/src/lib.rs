@@ -480,6 +480,18 @@ pub fn map_and_copies(uri: &str, size: u64, dir: &Path, when: &str) -> Vec<(u64,
     data
 }
 
+/// Writes `data` at byte `off` of the file `p` (a member changed behind
+/// the array's back).
+pub fn write_at(p: &Path, off: u64, data: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(p)
+        .unwrap()
+        .write_all_at(data, off)
+        .unwrap();
+}
+
 /// Whether the filesystem holding `p` is one whose holes the array trusts
 /// (ext4, XFS, btrfs, tmpfs: `Member::data_from`); elsewhere (overlayfs
 /// in a container) an array of files there reports no holes at all.

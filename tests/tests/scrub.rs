@@ -1,7 +1,9 @@
 //! Scrub as the operator sees it: started in the background, its progress
-//! shown by status and, waited for on a terminal, as a bar; cancelled.
+//! shown by status and, waited for on a terminal, as a bar; cancelled;
+//! finding silent corruption and repairing it (by hand and on a schedule),
+//! and not offering a repair it cannot make (two copies that disagree).
 
-use raid_e2e::World;
+use raid_e2e::{qemu_io, World};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -102,4 +104,205 @@ fn a_scrub_waited_for_on_a_terminal_shows_its_progress() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("% at "), "progress without a terminal: {err}");
     w.ok(&["stop", "tty"]);
+}
+
+/// Two mirror copies that differ: nothing says which is right, so the
+/// event (what an alert mails) does not offer `--repair` as the next step:
+/// it keeps the first copy, here the bad one.
+#[test]
+fn a_two_copy_mismatch_does_not_offer_the_repair_as_the_fix() {
+    use std::os::unix::fs::FileExt;
+    let w = World::new("scrub-two");
+    let m = w.sparse_members("m", 2, 16 * MIB);
+    w.ok(&["create", "st", "--level", "1", s(&m[0]), s(&m[1])]);
+    let sock = w.dir.join("st.sock");
+    w.ok(&["start", "st", "--nbd", &format!("unix:{}", sock.display())]);
+    let (ok, text) = qemu_io(&sock, "st", &["write -P 0x3c 0 4M"]);
+    assert!(ok, "{text}");
+    // Rot on the first copy, 1 MiB + 5000 bytes into its data area.
+    let f = std::fs::OpenOptions::new().write(true).open(&m[0]).unwrap();
+    f.write_all_at(b"bit rot", MIB + MIB + 5000).unwrap();
+    let (code, out, _) = w.code(&["scrub", "st"]);
+    assert_eq!(code, 1, "{out}");
+    let events: serde_json::Value =
+        serde_json::from_str(&w.ok(&["events", "st", "--format", "json"])).unwrap();
+    let e = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|e| e["event"] == "scrub_finished")
+        .cloned()
+        .unwrap();
+    let next = e["next"].as_str().unwrap();
+    assert!(next.starts_with("find which copy is right"), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing says which is right"),
+        "{e}"
+    );
+    w.ok(&["stop", "st"]);
+}
+
+#[test]
+fn scrub_finds_and_repairs_silent_corruption() {
+    use std::os::unix::fs::FileExt;
+    let w = World::new("scrub");
+    let m = w.sparse_members("m", 5, 16 * MIB);
+    w.ok(&[
+        "create",
+        "sc",
+        "--level",
+        "6",
+        "--chunk",
+        "16K",
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+        s(&m[3]),
+        s(&m[4]),
+    ]);
+    let sock = w.dir.join("sc.sock");
+    w.ok(&["start", "sc", "--nbd", &format!("unix:{}", sock.display())]);
+    let (ok, text) = qemu_io(&sock, "sc", &["write -P 0x77 0 8M"]);
+    assert!(ok, "{text}");
+    let clean: serde_json::Value =
+        serde_json::from_str(&w.ok(&["scrub", "sc", "--format", "json"])).unwrap();
+    assert_eq!(clean["mismatches"].as_array().unwrap().len(), 0, "{clean}");
+    // Rot on member 3, 1 MiB + 5000 bytes into its data area.
+    let f = std::fs::OpenOptions::new().write(true).open(&m[3]).unwrap();
+    f.write_all_at(b"bit rot", MIB + MIB + 5000).unwrap();
+    // Check-only: reports, changes nothing, says nothing was rewritten,
+    // and exits non-zero so cron notices.
+    let (code, out, _) = w.code(&["scrub", "sc", "--format", "json"]);
+    assert_eq!(code, 1, "{out}");
+    let found: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mm = found["mismatches"].as_array().unwrap();
+    assert!(
+        !mm[0]["what"].as_str().unwrap().contains("rewritten"),
+        "{found}"
+    );
+    let (code, text, _) = w.code(&["scrub", "sc"]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        !text.contains("rewritten") && text.contains("check only"),
+        "{text}"
+    );
+    // It counts stripes here (mirrored chunks on RAID1/10).
+    assert!(text.contains(" stripes, "), "{text}");
+    assert_eq!(mm.len(), 1, "{found}");
+    assert_eq!(mm[0]["member"], s(&m[3]));
+    // RAID6 names the bad chunk: the repair rewrites that one.
+    assert_eq!(mm[0]["located"], true, "{found}");
+    assert!(text.contains("rewrites the chunks found wrong"), "{text}");
+    let out = w.ok(&["scrub", "sc", "--repair"]);
+    assert!(out.contains("1 mismatches (repaired)"), "{out}");
+    let after: serde_json::Value =
+        serde_json::from_str(&w.ok(&["scrub", "sc", "--format", "json"])).unwrap();
+    assert_eq!(after["mismatches"].as_array().unwrap().len(), 0, "{after}");
+    let (ok, text) = qemu_io(&sock, "sc", &["read -P 0x77 0 8M"]);
+    assert!(ok, "{text}");
+    // One summary event per run, not one per stripe.
+    let events = w.ok(&["events", "sc"]);
+    assert!(events.contains("scrub_finished"), "{events}");
+    assert!(events.contains("1 mismatch(es), 1 repaired"), "{events}");
+    assert!(events.contains("raidctl scrub sc --repair"), "{events}");
+    // The event says where, and what was decided: the alert of a scrub
+    // run in the background is all its operator may see.
+    assert!(
+        events.contains(&format!("slot 3 ({})", s(&m[3]))) && events.contains("located"),
+        "{events}"
+    );
+    // Rot in two data chunks of one sector (stripe 64: members 2 to 4
+    // hold its data): beyond what RAID6 can locate. The repair makes the
+    // parity agree, names no member, and exits 1.
+    for (k, rot) in [(2, b"bit rot"), (3, b"r0t b1t")] {
+        let f = std::fs::OpenOptions::new().write(true).open(&m[k]).unwrap();
+        f.write_all_at(rot, MIB + MIB + 5000).unwrap();
+    }
+    let (code, out, _) = w.code(&["scrub", "sc", "--repair", "--format", "json"]);
+    assert_eq!(code, 1, "{out}");
+    let found: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mm = found["mismatches"].as_array().unwrap();
+    assert_eq!(mm.len(), 1, "{found}");
+    assert_eq!(mm[0]["unresolved"], true, "{found}");
+    assert!(
+        mm[0]["slot"].is_null() && mm[0]["member"].is_null(),
+        "{found}"
+    );
+    w.ok(&["stop", "sc"]);
+}
+
+#[test]
+fn scheduled_scrub_repairs_by_itself() {
+    use std::os::unix::fs::FileExt;
+    let w = World::new("sched");
+    let m = w.sparse_members("m", 4, 16 * MIB);
+    w.ok(&[
+        "create",
+        "sd",
+        "--level",
+        "6",
+        "--chunk",
+        "16K",
+        s(&m[0]),
+        s(&m[1]),
+        s(&m[2]),
+        s(&m[3]),
+    ]);
+    std::fs::write(
+        w.state().join("raidctl.toml"),
+        "[scrub]\nevery_hours = 0.0001\nrepair = true\n",
+    )
+    .unwrap();
+    let sock = w.dir.join("sd.sock");
+    w.ok(&["start", "sd", "--nbd", &format!("unix:{}", sock.display())]);
+    let (ok, text) = qemu_io(&sock, "sd", &["write -P 0x24 0 2M"]);
+    assert!(ok, "{text}");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&m[2])
+        .unwrap()
+        .write_all_at(b"rot", MIB + 300)
+        .unwrap();
+    let t = std::time::Instant::now();
+    loop {
+        let ev = w.ok(&["events", "sd"]);
+        if ev.contains("1 mismatch(es), 1 repaired") {
+            break;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "no scheduled scrub found the rot:\n{ev}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // Repaired by the schedule: a check finds nothing now. The schedule
+    // keeps scrubbing every 0.36 s, so the check may be refused while one
+    // of its runs goes on (exit 4, "already running"); that is retried.
+    // One that started may be displaced by the next scheduled run as soon
+    // as it ends: it must still report its own result.
+    let t = std::time::Instant::now();
+    loop {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "no check of a repaired array came back clean"
+        );
+        let (code, out, err) = w.code(&["scrub", "sd", "--format", "json"]);
+        if code == 4 && err.contains("already running") {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            continue;
+        }
+        assert_eq!(code, 0, "scrub failed:\n{out}{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        if v["mismatches"].as_array().unwrap().is_empty() {
+            break;
+        }
+        eprintln!("still mismatched: {v}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let (ok, text) = qemu_io(&sock, "sd", &["read -P 0x24 0 2M"]);
+    assert!(ok, "{text}");
+    w.ok(&["stop", "sd"]);
 }

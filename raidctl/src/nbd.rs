@@ -190,6 +190,24 @@ pub fn check(r: &Request, size: u64, block: u64, read_only: bool) -> Check {
 }
 
 /// An option request's payload for LIST_META_CONTEXT and
+/// SET_META_CONTEXT (what `parse_meta_context_request` reads): the
+/// export name and the queries, each after its 32-bit length, the
+/// queries after their count.
+pub fn meta_context_request(export: &str, queries: &[&str]) -> Vec<u8> {
+    fn string(d: &mut Vec<u8>, s: &str) {
+        d.extend_from_slice(&(s.len() as u32).to_be_bytes());
+        d.extend_from_slice(s.as_bytes());
+    }
+    let mut d = Vec::new();
+    string(&mut d, export);
+    d.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+    for q in queries {
+        string(&mut d, q);
+    }
+    d
+}
+
+/// An option request's payload for LIST_META_CONTEXT and
 /// SET_META_CONTEXT: the export name and the queries, every length
 /// checked against what was sent.
 pub fn parse_meta_context_request(data: &[u8]) -> Option<(String, Vec<String>)> {

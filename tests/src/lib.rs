@@ -148,13 +148,25 @@ impl World {
         (m, sock, uri)
     }
 
+    /// `raidctl create NAME --level LEVEL MEMBER... EXTRA...`, which must
+    /// succeed (members are paths or NBD URIs).
+    pub fn create<M: AsRef<Path>>(&self, name: &str, level: &str, members: &[M], extra: &[&str]) {
+        let mut args = vec!["create", name, "--level", level];
+        args.extend(
+            members
+                .iter()
+                .map(|p| p.as_ref().to_str().expect("a UTF-8 name")),
+        );
+        args.extend(extra);
+        self.ok(&args);
+    }
+
     /// `raid5_of_four`, with `extra` arguments to `create`.
     fn raid5_of_four_with(&self, name: &str, size: u64, extra: &[&str]) -> Vec<PathBuf> {
         let m = self.sparse_members("m", 4, size);
-        let mut args = vec!["create", name, "--level", "5", "--chunk", "64K"];
-        args.extend(extra);
-        args.extend(m.iter().map(|p| p.to_str().expect("a UTF-8 path")));
-        self.ok(&args);
+        let mut extra = extra.to_vec();
+        extra.extend(["--chunk", "64K"]);
+        self.create(name, "5", &m, &extra);
         m
     }
 
@@ -186,9 +198,7 @@ impl World {
         let m: Vec<PathBuf> = (0..n)
             .map(|i| self.sparse(&format!("{name}{i}.img"), 16 << 20))
             .collect();
-        let mut args = vec!["create", name, "--level", level, "--chunk", "16K"];
-        args.extend(m.iter().map(|p| p.to_str().expect("a UTF-8 path")));
-        self.ok(&args);
+        self.create(name, level, &m, &["--chunk", "16K"]);
         let sock = self.dir.join(format!("{name}.sock"));
         self.ok(&["start", name, "--nbd", &format!("unix:{}", sock.display())]);
         let (ok, text) = qemu_io(&sock, name, &["write -P 0x5a 0 8M"]);

@@ -4,7 +4,7 @@
 //! which are then free; never under a running array, never from a device
 //! that carries another array's metadata.
 
-use raid_e2e::{qemu_io, World};
+use raid_e2e::{qemu_io, write_at, World};
 use std::path::{Path, PathBuf};
 
 const MIB: u64 = 1 << 20;
@@ -618,27 +618,11 @@ fn a_spare_given_to_a_start_but_left_out_is_told_of_as_such() {
     let w = World::new("spare-given");
     let m = w.sparse_members("m", 3, 64 * MIB);
     let sp = w.sparse("sp.img", 64 * MIB);
-    w.ok(&[
-        "create",
-        "sg",
-        "--level",
-        "5",
-        s(&m[0]),
-        s(&m[1]),
-        s(&m[2]),
-        "--spare",
-        s(&sp),
-    ]);
+    w.create("sg", "5", &m, &["--spare", s(&sp)]);
     w.ok(&["start", "sg"]);
     w.ok(&["stop", "sg"]);
     // Its metadata (both copies, in the first 8 KiB) zeroed.
-    let zero_head = || {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&sp)
-            .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &[0u8; 8192], 0))
-            .unwrap()
-    };
+    let zero_head = || write_at(&sp, 0, &[0u8; 8192]);
     zero_head();
     let out = w.ok(&[
         "start",

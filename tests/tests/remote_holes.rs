@@ -64,9 +64,7 @@ fn an_array_of_network_members_names_its_holes() {
         .iter()
         .map(|s| format!("nbd+unix:///?socket={}", s.display()))
         .collect();
-    let mut args = vec!["create", "rh", "--level", "5", "--chunk", "64K", "--sparse"];
-    args.extend(uris.iter().map(String::as_str));
-    w.ok(&args);
+    w.create("rh", "5", &uris, &["--chunk", "64K", "--sparse"]);
     let sock = w.dir.join("rh.sock");
     w.ok(&["start", "rh", "--nbd", &format!("unix:{}", sock.display())]);
     let (ok, out) = qemu_io(

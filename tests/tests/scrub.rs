@@ -3,7 +3,7 @@
 //! finding silent corruption and repairing it (by hand and on a schedule),
 //! and not offering a repair it cannot make (two copies that disagree).
 
-use raid_e2e::{qemu_io, World};
+use raid_e2e::{qemu_io, write_at, World};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -20,9 +20,7 @@ fn paced_scrubs(w: &World, name: &str, rate: &str) {
     let m: Vec<PathBuf> = (0..4)
         .map(|i| w.sparse(&format!("{name}{i}.img"), 32 * MIB))
         .collect();
-    let mut args = vec!["create", name, "--level", "5", "--chunk", "16K"];
-    args.extend(m.iter().map(|p| s(p)));
-    w.ok(&args);
+    w.create(name, "5", &m, &["--chunk", "16K"]);
     let o = w.run_env(&["start", name], &[("RAIDCTL_SCRUB_RATE", rate)]);
     assert!(o.status.success(), "{o:?}");
 }
@@ -111,7 +109,6 @@ fn a_scrub_waited_for_on_a_terminal_shows_its_progress() {
 /// it keeps the first copy, here the bad one.
 #[test]
 fn a_two_copy_mismatch_does_not_offer_the_repair_as_the_fix() {
-    use std::os::unix::fs::FileExt;
     let w = World::new("scrub-two");
     let m = w.sparse_members("m", 2, 16 * MIB);
     w.ok(&["create", "st", "--level", "1", s(&m[0]), s(&m[1])]);
@@ -120,8 +117,7 @@ fn a_two_copy_mismatch_does_not_offer_the_repair_as_the_fix() {
     let (ok, text) = qemu_io(&sock, "st", &["write -P 0x3c 0 4M"]);
     assert!(ok, "{text}");
     // Rot on the first copy, 1 MiB + 5000 bytes into its data area.
-    let f = std::fs::OpenOptions::new().write(true).open(&m[0]).unwrap();
-    f.write_all_at(b"bit rot", MIB + MIB + 5000).unwrap();
+    write_at(&m[0], MIB + MIB + 5000, b"bit rot");
     let (code, out, _) = w.code(&["scrub", "st"]);
     assert_eq!(code, 1, "{out}");
     let events: serde_json::Value =
@@ -147,22 +143,9 @@ fn a_two_copy_mismatch_does_not_offer_the_repair_as_the_fix() {
 
 #[test]
 fn scrub_finds_and_repairs_silent_corruption() {
-    use std::os::unix::fs::FileExt;
     let w = World::new("scrub");
     let m = w.sparse_members("m", 5, 16 * MIB);
-    w.ok(&[
-        "create",
-        "sc",
-        "--level",
-        "6",
-        "--chunk",
-        "16K",
-        s(&m[0]),
-        s(&m[1]),
-        s(&m[2]),
-        s(&m[3]),
-        s(&m[4]),
-    ]);
+    w.create("sc", "6", &m, &["--chunk", "16K"]);
     let sock = w.dir.join("sc.sock");
     w.ok(&["start", "sc", "--nbd", &format!("unix:{}", sock.display())]);
     let (ok, text) = qemu_io(&sock, "sc", &["write -P 0x77 0 8M"]);
@@ -171,8 +154,7 @@ fn scrub_finds_and_repairs_silent_corruption() {
         serde_json::from_str(&w.ok(&["scrub", "sc", "--format", "json"])).unwrap();
     assert_eq!(clean["mismatches"].as_array().unwrap().len(), 0, "{clean}");
     // Rot on member 3, 1 MiB + 5000 bytes into its data area.
-    let f = std::fs::OpenOptions::new().write(true).open(&m[3]).unwrap();
-    f.write_all_at(b"bit rot", MIB + MIB + 5000).unwrap();
+    write_at(&m[3], MIB + MIB + 5000, b"bit rot");
     // Check-only: reports, changes nothing, says nothing was rewritten,
     // and exits non-zero so cron notices.
     let (code, out, _) = w.code(&["scrub", "sc", "--format", "json"]);
@@ -218,8 +200,7 @@ fn scrub_finds_and_repairs_silent_corruption() {
     // hold its data): beyond what RAID6 can locate. The repair makes the
     // parity agree, names no member, and exits 1.
     for (k, rot) in [(2, b"bit rot"), (3, b"r0t b1t")] {
-        let f = std::fs::OpenOptions::new().write(true).open(&m[k]).unwrap();
-        f.write_all_at(rot, MIB + MIB + 5000).unwrap();
+        write_at(&m[k], MIB + MIB + 5000, rot);
     }
     let (code, out, _) = w.code(&["scrub", "sc", "--repair", "--format", "json"]);
     assert_eq!(code, 1, "{out}");
@@ -236,21 +217,9 @@ fn scrub_finds_and_repairs_silent_corruption() {
 
 #[test]
 fn scheduled_scrub_repairs_by_itself() {
-    use std::os::unix::fs::FileExt;
     let w = World::new("sched");
     let m = w.sparse_members("m", 4, 16 * MIB);
-    w.ok(&[
-        "create",
-        "sd",
-        "--level",
-        "6",
-        "--chunk",
-        "16K",
-        s(&m[0]),
-        s(&m[1]),
-        s(&m[2]),
-        s(&m[3]),
-    ]);
+    w.create("sd", "6", &m, &["--chunk", "16K"]);
     std::fs::write(
         w.state().join("raidctl.toml"),
         "[scrub]\nevery_hours = 0.0001\nrepair = true\n",
@@ -260,12 +229,7 @@ fn scheduled_scrub_repairs_by_itself() {
     w.ok(&["start", "sd", "--nbd", &format!("unix:{}", sock.display())]);
     let (ok, text) = qemu_io(&sock, "sd", &["write -P 0x24 0 2M"]);
     assert!(ok, "{text}");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&m[2])
-        .unwrap()
-        .write_all_at(b"rot", MIB + 300)
-        .unwrap();
+    write_at(&m[2], MIB + 300, b"rot");
     let t = std::time::Instant::now();
     loop {
         let ev = w.ok(&["events", "sd"]);

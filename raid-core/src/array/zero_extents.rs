@@ -11,8 +11,9 @@
 //! trusted filesystem, or a network member whose server says so in its
 //! block status, where the operator trusts it), and an unknown answer (a
 //! block device, a server not trusted or with no block status, a hot
-//! replace's pair) is data. Holes on every device that serves a part mean zeros whichever
-//! of them a read uses: a mirror's copies all hold zeros; a RAID5/6 chunk
+//! replace's pair) is data. Holes on every device that serves a part
+//! mean zeros whichever of them a read uses: a mirror's copies all hold
+//! zeros; a RAID5/6 chunk
 //! is read from its own member while that one is readable (so its hole
 //! alone decides, chunk by chunk, whatever its stripe's parity holds),
 //! and one recovered from its stripe's others (all zeros, the parity
@@ -132,9 +133,9 @@ impl Array {
     /// chunk there. Judged chunk by chunk, finer than a RAID5/6 stripe
     /// (whose parity is written when any of its chunks is): a piece of
     /// data written into a stripe leaves its other chunks holes on their
-    /// own members, and a copy skips them. `data_start(slot, at)`: where the slot's device holds
-    /// data first at or after device offset `at` (`Member::data_from`'s
-    /// start), None where it cannot tell.
+    /// own members, and a copy skips them. `data_start(slot, at)`: where
+    /// the slot's device holds data first at or after device offset `at`
+    /// (`Member::data_from`'s start), None where it cannot tell.
     fn unit_is_hole(&self, u: u64, mut data_start: impl FnMut(usize, u64) -> Option<u64>) -> bool {
         use crate::layout::{Level, Place};
         let chunk = self.geo.chunk;

@@ -479,10 +479,9 @@ impl Member for NbdMember {
             }
             let len = (size - at).min(STATUS_SPAN);
             let said = self.0.block_status(at, len as u32)?;
+            // Within `at..at + len`, so within the export.
             match structured::first_data(at, len, &said)? {
-                Extents::Data(r) if r.start < size => return Some(r.start..r.end.min(size)),
-                // Zeros past the export's end before any data.
-                Extents::Data(_) => break,
+                Extents::Data(r) => return Some(r),
                 // No progress would be a server bug: data, to be safe.
                 Extents::ZerosTo(end) if end <= at => return None,
                 Extents::ZerosTo(end) => at = end,

@@ -198,17 +198,10 @@ impl Conn {
     /// Waits for a reply until `deadline`; past it the connection is taken
     /// for dead (a cut link shows as silence, not as an error).
     pub(super) fn wait(&self, slot: &Slot, deadline: Instant) -> Result<Vec<u8>, Failure> {
-        let mut d = slot.done.lock();
-        loop {
-            if let Some(r) = d.take() {
-                return r;
-            }
-            if slot.cv.wait_until(&mut d, deadline).timed_out() && d.is_none() {
-                drop(d);
-                self.kill();
-                return Err(Failure::Lost);
-            }
-        }
+        self.wait_quietly(slot, deadline).unwrap_or_else(|| {
+            self.kill();
+            Err(Failure::Lost)
+        })
     }
 
     /// `wait`, for a request whose answer may be done without: past

@@ -131,19 +131,20 @@ fn negotiate(
     // The first replies read under TLS: a server that wants a client
     // certificate ends the session at the first (TLS 1.3 refuses one
     // after the handshake).
-    let tls_hint = |e: io::Error| {
-        match &uri.tls {
-        Some(t) if tls.is_some() => io::Error::new(
-            e.kind(),
-            format!(
-                "the server ended the TLS session ({e}): it may want a client certificate: client-cert.pem and client-key.pem in {}",
-                t.certificates
-                    .as_ref()
-                    .map_or("the tls-certificates directory".into(), |d| d.display().to_string())
-            ),
-        ),
+    let tls_hint = |e: io::Error| match (&uri.tls, tls) {
+        (Some(t), Some(_)) => {
+            let dir = t
+                .certificates
+                .as_ref()
+                .map_or("the tls-certificates directory".into(), |d| {
+                    d.display().to_string()
+                });
+            io::Error::new(
+                e.kind(),
+                format!("the server ended the TLS session ({e}): it may want a client certificate: client-cert.pem and client-key.pem in {dir}"),
+            )
+        }
         _ => e,
-    }
     };
     let structured = structured_replies(&mut s, &uri.export).map_err(tls_hint)?;
     // GO: the export by name, with its block sizes.
@@ -211,11 +212,7 @@ fn structured_replies(s: &mut Stream, export: &str) -> io::Result<Option<Option<
         return Ok(None);
     }
     let query = nbd::CONTEXT_ALLOCATION.as_bytes();
-    let mut d = (export.len() as u32).to_be_bytes().to_vec();
-    d.extend_from_slice(export.as_bytes());
-    d.extend_from_slice(&1u32.to_be_bytes());
-    d.extend_from_slice(&(query.len() as u32).to_be_bytes());
-    d.extend_from_slice(query);
+    let d = nbd::meta_context_request(export, &[nbd::CONTEXT_ALLOCATION]);
     send_option(s, nbd::OPT_SET_META_CONTEXT, &d)?;
     let mut id = None;
     loop {

@@ -86,10 +86,10 @@ impl Partial {
             nbd::REPLY_TYPE_OFFSET_HOLE if matches!(kind, Kind::Read) && len == 12 => {
                 let offset = read_u64(r).map_err(io)?;
                 let n = read_u32(r).map_err(io)? as u64;
+                // `data` starts zeroed, and a range covered twice is
+                // refused at the end: nothing to write.
                 let at = self.place(offset, n)?;
-                let n = n as usize;
-                self.data[at..at + n].fill(0);
-                self.covered.push((at, at + n));
+                self.covered.push((at, at + n as usize));
                 Ok(())
             }
             nbd::REPLY_TYPE_BLOCK_STATUS
@@ -113,13 +113,14 @@ impl Partial {
                 let mut rest = vec![0u8; len as usize - 4];
                 r.read_exact(&mut rest).map_err(io)?;
                 let msg_len = u16::from_be_bytes([rest[0], rest[1]]) as usize;
-                let tail = match t {
-                    nbd::REPLY_TYPE_ERROR => 0,
-                    REPLY_TYPE_ERROR_OFFSET => 8,
-                    // An error of a kind not known here: its errno stands.
-                    _ => rest.len() - 2 - msg_len.min(rest.len() - 2),
+                let fits = match t {
+                    nbd::REPLY_TYPE_ERROR => 2 + msg_len == rest.len(),
+                    REPLY_TYPE_ERROR_OFFSET => 2 + msg_len + 8 == rest.len(),
+                    // An error of a kind not known here: its errno stands,
+                    // whatever follows its message.
+                    _ => 2 + msg_len <= rest.len(),
                 };
-                if 2 + msg_len + tail != rest.len() {
+                if !fits {
                     return Err(format!(
                         "an error chunk of {len} bytes with a {msg_len}-byte message"
                     ));

@@ -9,6 +9,8 @@
 # single rounds by tens of percent, so compare several.
 #   OLD=/path/to/old/raidctl bash scripts/bench-jobs.sh
 #   (JOBS_DIR=/var/tmp/raid-jobs JOBS_SIZE=1G JOBS_ROUNDS=2 JOBS="scrub hot rebuild")
+# JOBS_FILL_MIB=256 writes only the first 256 MiB of the array: the rest
+# stays holes on the members (an array mostly never written).
 # OLD must read the same on-disk format and state records.
 set -euo pipefail
 D=${JOBS_DIR:-/var/tmp/raid-jobs}
@@ -41,8 +43,9 @@ logged() {
 secs() { echo "$2 - $1" | bc; }
 $NEW --state-dir $D/st create jobs --level 5 --parity cpu --sparse $D/m0 $D/m1 $D/m2 $D/m3 >/dev/null
 $NEW --state-dir $D/st start jobs --nbd unix:$D/nbd.sock >/dev/null
-# The first 3 x (member - 64 MiB) of the array written, 256 MiB a request.
+# The first 3 x (member - 64 MiB) of the array written (or JOBS_FILL_MIB), 256 MiB a request.
 cap=$(( ($(stat -c %s $D/m0) / 1048576 - 64) * 3 ))
+[ -n "${JOBS_FILL_MIB:-}" ] && [ "$JOBS_FILL_MIB" -lt $cap ] && cap=$JOBS_FILL_MIB
 writes=(); for ((o = 0; o < cap; o += 256)); do writes+=(-c "write -P 7 ${o}M $(( cap - o < 256 ? cap - o : 256 ))M"); done
 qemu-io --image-opts "driver=raw,file.driver=nbd,file.server.type=unix,file.server.path=$D/nbd.sock,file.export=jobs" \
   "${writes[@]}" >/dev/null

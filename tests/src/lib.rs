@@ -274,6 +274,25 @@ impl World {
         v
     }
 
+    /// Writes every byte of the stopped array `name` (0x6b) through an NBD
+    /// export of its own, then stops it again: its members then hold data
+    /// on every row, which a scrub reads and a rebuild recovers (rows every
+    /// member holds holes on are skipped, zeroed on a new member), so that
+    /// a paced job over it takes its time. No daemon is left running.
+    pub fn fill(&self, name: &str) {
+        let sock = self.dir.join(format!("{name}-fill.sock"));
+        let sock_arg = format!("unix:{}", sock.display());
+        self.ok(&["start", name, "--nbd", &sock_arg]);
+        let cap = self.status_json(name)["capacity_bytes"].as_u64().unwrap();
+        let write = format!("write -P 0x6b 0 {cap}");
+        let (ok, text) = qemu_io(&sock, name, &[&write]);
+        assert!(ok, "{text}");
+        self.ok(&["stop", name]);
+        // Its daemon may linger with the environment it was started in:
+        // the test's own start then starts one with its own.
+        self.end_daemon();
+    }
+
     /// Whether `raidctl examine` finds array `name`'s metadata on `p`.
     pub fn carries(&self, p: &Path, name: &str) -> bool {
         let p = p.to_str().expect("a UTF-8 path");

@@ -258,6 +258,8 @@ fn a_cancelled_scheduled_scrub_stays_cancelled() {
     let w = World::new("scrub-cancel");
     let m = w.sparse_members("sc", 4, 32 * MIB);
     w.ok(&["create", "sc", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    // Data on every row: rows of holes are not read, and would not last.
+    w.fill("sc");
     // The scrub's rate recorded before the schedule is known: set after
     // the start, it raced the monitor's first round, and a scrub at full
     // speed could end before the test looked (seen on a loaded machine).

@@ -387,8 +387,8 @@ impl Array {
             .device_key()
             .shares_a_disk_with(pair.old.device_key());
         let devices = [pair.old.clone(), pair.new.clone()];
-        let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<()> {
-            let at = |row: u64| self.data_offset + row * chunk;
+        let at = |row: u64| self.data_offset + row * chunk;
+        let copy = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<()> {
             let step = runs::step_rows(opts.step_bytes, chunk, hi - lo, one_disk);
             // The step read, not yet written: its first row, its buffers.
             let mut pending: Option<(u64, Vec<crate::buf::AlignedBuf>)> = None;
@@ -442,6 +442,24 @@ impl Array {
                 pending = Some((row, bufs));
                 row = end;
             }
+        };
+        // Rows the old device holds holes on are zeroed on the new one,
+        // not read (`skip_holes.rs`).
+        let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<()> {
+            for (a, b, holes) in self.copy_spans(&pair.old, lo, hi) {
+                if pair.new_failed.load(Ordering::Acquire) {
+                    break;
+                }
+                match holes {
+                    true => {
+                        if let Err(e) = pair.new.write_zeroes(at(a), (b - a) * chunk) {
+                            pair.new_err(e);
+                        }
+                    }
+                    false => copy((a, b), pool)?,
+                }
+            }
+            Ok(())
         };
         let (run_rows, batch) = runs::run_and_batch_rows(opts.batch_rows, opts.parallel);
         let started = Instant::now();

@@ -29,6 +29,7 @@ mod rebuild_rows;
 mod rebuild_ticket;
 mod runs;
 mod scrub;
+mod skip_holes;
 mod sync;
 mod unjournaled;
 mod write_plan;

@@ -236,13 +236,22 @@ impl Array {
                 .filter(|(_, &w)| w)
                 .map(|((slot, m, _), _)| (*slot, m))
                 .collect();
-            match (self.geo.level, &to[..]) {
-                (_, []) => {}
-                (Level::Raid5 | Level::Raid6, _) => {
-                    self.rebuild_parity_rows(&to, (lo, hi), opts.step_bytes, pool)?
+            // Rows whose every source holds holes are zeroed, not read
+            // (`skip_holes.rs`).
+            let slots: Vec<usize> = to.iter().map(|&(slot, _)| slot).collect();
+            let spans = match to.is_empty() {
+                true => Vec::new(),
+                false => self.rebuild_spans(&slots, lo, hi),
+            };
+            for (a, b, holes) in spans {
+                match (holes, self.geo.level, &to[..]) {
+                    (true, ..) => self.rebuild_zero_rows(&to, a, b)?,
+                    (_, Level::Raid5 | Level::Raid6, _) => {
+                        self.rebuild_parity_rows(&to, (a, b), opts.step_bytes, pool)?
+                    }
+                    (_, _, &[(slot, target)]) => self.rebuild_mirror_rows(slot, target, a, b)?,
+                    _ => unreachable!("mirrors are rebuilt one slot per pass"),
                 }
-                (_, &[(slot, target)]) => self.rebuild_mirror_rows(slot, target, lo, hi)?,
-                _ => unreachable!("mirrors are rebuilt one slot per pass"),
             }
             Ok(write.iter().map(|&w| if w { hi - lo } else { 0 }).collect())
         };

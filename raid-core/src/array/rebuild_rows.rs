@@ -248,7 +248,12 @@ impl Array {
 
     /// A rebuild's write to the member it rebuilds failed: the member is
     /// failed, and the rebuild ends with the error.
-    fn rebuild_write_failed(&self, slot: usize, target: &MemberRef, e: io::Error) -> ArrayError {
+    pub(super) fn rebuild_write_failed(
+        &self,
+        slot: usize,
+        target: &MemberRef,
+        e: io::Error,
+    ) -> ArrayError {
         self.fail_slot_if(slot, target, &format!("write error during rebuild: {e}"));
         ArrayError::Member {
             member: target.identity().into(),
@@ -256,7 +261,7 @@ impl Array {
         }
     }
 
-    fn row_offset_of(&self, row: u64) -> u64 {
+    pub(super) fn row_offset_of(&self, row: u64) -> u64 {
         self.data_offset + row * self.geo.chunk
     }
 
@@ -271,16 +276,8 @@ impl Array {
         loop {
             let mut places = Vec::new();
             for r in row..end {
-                let ChunkRole::Data(c) = self.geo.chunk_at(slot, r) else {
-                    unreachable!("mirrors hold data only")
-                };
                 let src = self
-                    .geo
-                    .chunk_copies(c)
-                    .into_iter()
-                    .find(|p| {
-                        p.member != slot && self.readable(p.member, p.offset / self.geo.chunk)
-                    })
+                    .mirror_source(slot, r)
                     .ok_or_else(|| self.failed_error())?;
                 places.push((src.member, self.data_offset + src.offset));
             }

@@ -170,12 +170,16 @@ impl Array {
             if erred.load(Ordering::Acquire) {
                 return Ok((found, Ok(())));
             }
-            let r = match self.geo.level {
-                Level::Raid5 | Level::Raid6 => {
-                    self.scrub_stripes(lo..hi, repair, epoch, &mut found, pool)
-                }
-                _ => (lo..hi).try_for_each(|c| self.scrub_chunk(c, repair, epoch, &mut found)),
-            };
+            // Rows every member holds holes on are skipped (`skip_holes.rs`).
+            let data = self.scrub_spans(lo, hi).into_iter().filter(|&(_, _, h)| !h);
+            let r = data
+                .map(|(a, b, _)| (a, b))
+                .try_for_each(|(a, b)| match self.geo.level {
+                    Level::Raid5 | Level::Raid6 => {
+                        self.scrub_stripes(a..b, repair, epoch, &mut found, pool)
+                    }
+                    _ => (a..b).try_for_each(|c| self.scrub_chunk(c, repair, epoch, &mut found)),
+                });
             if r.is_err() {
                 erred.store(true, Ordering::Release);
             }

@@ -45,29 +45,12 @@ impl Array {
         let all_data = || vec![(end - offset, false)];
         let unit = self.geo.chunk;
         self.with_members(|members| {
-            // Per slot, the place last asked and the first run of data its
-            // device has at or after it (`Member::data_from`): still the
-            // answer for a unit from at or after that place that starts
-            // inside the run or before it.
-            let mut known: Vec<Option<(u64, std::ops::Range<u64>)>> = vec![None; self.slots.len()];
+            let mut known = KnownRuns::new(members);
             let mut at = offset;
             while at < end {
                 let u = at / unit;
                 let upto = (u + 1).saturating_mul(unit).min(end);
-                let zero = self.unit_is_hole(u, |slot, from| {
-                    match &known[slot] {
-                        // Asked at or before `from`: a hole from there up to
-                        // the run, or `from` inside the run's data.
-                        Some((asked, r)) if *asked <= from && (r.start >= from || r.end > from) => {
-                            Some(r.start)
-                        }
-                        _ => {
-                            let r = members[slot].data_from(from)?;
-                            known[slot] = Some((from, r.clone()));
-                            Some(r.start)
-                        }
-                    }
-                });
+                let zero = self.unit_is_hole(u, |slot, from| known.data_start(slot, from));
                 let full = out.len() == most;
                 match out.last_mut() {
                     Some((l, z)) if *z == zero => *l += upto - at,
@@ -178,5 +161,68 @@ impl Array {
             }
         }
         serving > 0
+    }
+}
+
+/// What each slot's device said last about where its data starts
+/// (`Member::data_from`), so that a walk over many chunks asks each device
+/// once per run of holes or of data, not once per chunk.
+pub(super) struct KnownRuns<'a> {
+    members: &'a [crate::member::MemberRef],
+    /// Whether runs of data are asked for with their ends
+    /// (`Member::data_from`), or as their starts alone
+    /// (`Member::data_start_from`: a run of data then holds only the
+    /// place asked).
+    ends: bool,
+    /// Per slot, the place last asked and the first run of data at or
+    /// after it.
+    known: Vec<Option<(u64, std::ops::Range<u64>)>>,
+}
+
+impl<'a> KnownRuns<'a> {
+    /// Runs of data with their ends: a walk that crosses long runs of
+    /// data asks once per run.
+    pub(super) fn new(members: &'a [crate::member::MemberRef]) -> KnownRuns<'a> {
+        KnownRuns {
+            members,
+            ends: true,
+            known: vec![None; members.len()],
+        }
+    }
+
+    /// Starts of data alone: finding where a run of data ends can cost a
+    /// walk of the whole run (tmpfs), which a walk that asks chunk by
+    /// chunk and mostly meets data (a rebuild) would pay for every chunk.
+    /// A device that cannot say where its data starts without a round
+    /// trip (a network member, `data_start_from` None) is data here: a
+    /// walk chunk by chunk would wait on it for every chunk, up to its
+    /// timeout where its server is slow to answer.
+    pub(super) fn starts(members: &'a [crate::member::MemberRef]) -> KnownRuns<'a> {
+        KnownRuns {
+            ends: false,
+            ..KnownRuns::new(members)
+        }
+    }
+
+    /// Where `slot`'s device holds data first at or after device offset
+    /// `from` (before `from` where `from` is inside a run of data); None
+    /// where it cannot tell.
+    pub(super) fn data_start(&mut self, slot: usize, from: u64) -> Option<u64> {
+        match &self.known[slot] {
+            // Asked at or before `from`: still the answer where `from`
+            // lies in the hole before the run or inside the run.
+            Some((asked, r)) if *asked <= from && (r.start >= from || r.end > from) => {
+                Some(r.start)
+            }
+            _ => {
+                let m = &self.members[slot];
+                let r = match self.ends {
+                    true => m.data_from(from)?,
+                    false => m.data_start_from(from).map(|s| s..s)?,
+                };
+                self.known[slot] = Some((from, r.clone()));
+                Some(r.start)
+            }
+        }
     }
 }

@@ -257,8 +257,34 @@ impl Member for SimDisk {
     fn flush_waits(&self) -> bool {
         false
     }
+    /// Zeros written as a sparse file takes a punched hole: the whole
+    /// pages in the range become holes again (a power cut may bring back
+    /// what they held, as for any write since the last flush).
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.write_at(&vec![0u8; len as usize], offset)
+        let mut st = self.st.lock().unwrap();
+        self.gate(&st, offset, len)?;
+        st.take(offset, &vec![0u8; len as usize]);
+        for page in offset.div_ceil(4096)..(offset + len) / 4096 {
+            st.pages.remove(&page);
+        }
+        Ok(())
+    }
+    /// Pages never written are holes, as in a sparse file (a page once
+    /// written stays data, zeros or not, also where a power cut takes its
+    /// write back), so rebuilds, hot replaces and scrubs skip rows of holes
+    /// here as on member files: a write still in flight that lands only
+    /// as it completes is a hole until then. A vanished disk, or one
+    /// without power, cannot tell. Asking is no I/O: the power's budget
+    /// is not counted down.
+    fn data_start_from(&self, offset: u64) -> Option<u64> {
+        let st = self.st.lock().unwrap();
+        if st.vanished || self.power.off.load(Ordering::SeqCst) || offset >= self.size {
+            return None;
+        }
+        match st.pages.range(offset / 4096..).next() {
+            Some((&page, _)) => Some((page * 4096).max(offset)),
+            None => Some(self.size),
+        }
     }
     fn timed(&self) -> bool {
         self.timeline.is_some()

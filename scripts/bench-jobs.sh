@@ -47,6 +47,12 @@ $NEW --state-dir $D/st start jobs --nbd unix:$D/nbd.sock >/dev/null
 cap=$(( ($(stat -c %s $D/m0) / 1048576 - 64) * 3 ))
 [ -n "${JOBS_FILL_MIB:-}" ] && [ "$JOBS_FILL_MIB" -lt $cap ] && cap=$JOBS_FILL_MIB
 writes=(); for ((o = 0; o < cap; o += 256)); do writes+=(-c "write -P 7 ${o}M $(( cap - o < 256 ? cap - o : 256 ))M"); done
+# JOBS_FILL_EVERY=2: 64 KiB at the start of every second stripe instead
+# (rows of data and rows of holes in turn: the worst case for jobs that
+# skip holes, each run of holes one row long).
+if [ -n "${JOBS_FILL_EVERY:-}" ]; then
+  writes=(); for ((k = 0; k * 192 < cap * 1024; k += JOBS_FILL_EVERY)); do writes+=(-c "write -P 7 $(( k * 192 ))k 64k"); done
+fi
 qemu-io --image-opts "driver=raw,file.driver=nbd,file.server.type=unix,file.server.path=$D/nbd.sock,file.export=jobs" \
   "${writes[@]}" >/dev/null
 $NEW --state-dir $D/st stop jobs >/dev/null

@@ -418,9 +418,18 @@ fn a_rebuild_zeros_the_rows_every_source_holds_holes_on() {
                     .unwrap();
             }
             let stop = std::sync::atomic::AtomicBool::new(false);
+            // Every run of holes skipped, a row long or more.
+            let opts = raid_core::array::RebuildOptions {
+                hole_bytes: chunk,
+                ..Default::default()
+            };
+            let scrub = raid_core::array::ScrubOptions {
+                hole_bytes: chunk,
+                ..Default::default()
+            };
             // Mirrors are rebuilt one slot per pass.
             for _ in 0..failed.len() {
-                a.rebuild_all(&Default::default(), &stop).unwrap();
+                a.rebuild_all(&opts, &stop).unwrap();
             }
             assert!(a.rebuilding_slots().is_empty(), "{tag}");
             let mut back = vec![0u8; a.capacity() as usize];
@@ -429,7 +438,7 @@ fn a_rebuild_zeros_the_rows_every_source_holds_holes_on() {
                 back == image,
                 "{tag}: the array reads otherwise after the rebuild"
             );
-            let report = a.scrub(&Default::default(), &stop).unwrap();
+            let report = a.scrub(&scrub, &stop).unwrap();
             assert!(
                 report.mismatches.is_empty(),
                 "{tag}: {:?}",
@@ -444,13 +453,13 @@ fn a_rebuild_zeros_the_rows_every_source_holds_holes_on() {
                 .collect();
             a.hot_replace(hot, used_device(&hot_new, size, chunk, seed == 0))
                 .unwrap();
-            a.hot_replace_copy(&Default::default(), &stop).unwrap();
+            a.hot_replace_copy(&opts, &stop).unwrap();
             a.read(0, &mut back).unwrap();
             assert!(
                 back == image,
                 "{tag}: the array reads otherwise after the hot replace"
             );
-            let report = a.scrub(&Default::default(), &stop).unwrap();
+            let report = a.scrub(&scrub, &stop).unwrap();
             assert!(
                 report.mismatches.is_empty(),
                 "{tag}: {:?}",
@@ -530,7 +539,7 @@ fn a_rebuild_zeros_the_rows_every_source_holds_holes_on() {
                 a.data_offset() + row * chunk,
             )
             .unwrap();
-            let report = a.scrub(&Default::default(), &stop).unwrap();
+            let report = a.scrub(&scrub, &stop).unwrap();
             assert!(
                 !report.mismatches.is_empty(),
                 "{tag}: row {row} went bad unseen"
@@ -576,17 +585,20 @@ fn hole_at(p: &std::path::Path, at: u64, len: u64) -> bool {
 }
 
 /// A rebuild and then a hot replace, each in runs of two rows side by
-/// side, while a writer writes random 4 KiB blocks: on sparse member
-/// files, rows turn from holes to data under the jobs, which zero the rows
-/// that are holes at the moment their batch holds the rows' locks. Each
-/// block reads back as last written and the array scrubs clean, for every
-/// redundant level, onto used devices (0xA5 in three chunks of four).
+/// side and paced to last about half a second, while a writer writes
+/// random 4 KiB blocks all along: on sparse member files, rows turn from
+/// holes to data under the jobs, which zero the rows that are holes at the
+/// moment their batch holds the rows' locks. Each block reads back as last
+/// written and the array scrubs clean, for every redundant level, onto
+/// used devices (0xA5 in three chunks of four). (The writer takes the
+/// blocking path; the simulation's lives on a shard run these jobs beside
+/// the shards' writes, on sparse simulated disks.)
 #[test]
 fn jobs_that_skip_holes_under_a_writer_lose_nothing() {
     use raid_core::array::RebuildOptions;
     use raid_core::layout::Level;
     use rand::{Rng, SeedableRng};
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
     for (level, members) in [
         (Level::Raid1, 2usize),
@@ -604,9 +616,12 @@ fn jobs_that_skip_holes_under_a_writer_lose_nothing() {
         }
         let a = Arc::new(a);
         let model = Arc::new(Mutex::new(vec![0u8; a.capacity() as usize]));
+        // A member's 8 MiB at 16 MiB a second, holes counted as written.
         let opts = RebuildOptions {
             batch_rows: 2,
             parallel: 4,
+            hole_bytes: chunk,
+            rate_limit: Some(16 << 20),
             ..Default::default()
         };
         let stop = AtomicBool::new(false);
@@ -620,13 +635,14 @@ fn jobs_that_skip_holes_under_a_writer_lose_nothing() {
                 _ => a.hot_replace(0, new).unwrap(),
             }
             let done = Arc::new(AtomicBool::new(false));
+            let written = Arc::new(AtomicU64::new(0));
             let writer = {
-                let (a, model, done) = (a.clone(), model.clone(), done.clone());
+                let (a, model) = (a.clone(), model.clone());
+                let (done, written) = (done.clone(), written.clone());
                 std::thread::spawn(move || {
                     let mut rng = rand::rngs::StdRng::seed_from_u64(k as u64);
                     let blocks = a.capacity() / 4096;
-                    let mut n = 0;
-                    while !done.load(Ordering::Acquire) || n < 16 {
+                    while !done.load(Ordering::Acquire) {
                         let at = rng.gen_range(0..blocks) * 4096;
                         let b = vec![rng.gen_range(1..=255u8); 4096];
                         // The model under its lock with the write: writes
@@ -634,16 +650,23 @@ fn jobs_that_skip_holes_under_a_writer_lose_nothing() {
                         let mut m = model.lock().unwrap();
                         a.write(at, &b).unwrap();
                         m[at as usize..at as usize + 4096].copy_from_slice(&b);
-                        n += 1;
+                        written.fetch_add(1, Ordering::AcqRel);
                     }
                 })
             };
+            // The writer under way before the job starts.
+            while written.load(Ordering::Acquire) == 0 {
+                std::thread::yield_now();
+            }
+            let before = written.load(Ordering::Acquire);
             match job {
                 "rebuild" => a.rebuild(1, &opts, &stop).unwrap(),
                 _ => a.hot_replace_copy(&opts, &stop).unwrap(),
             };
+            let during = written.load(Ordering::Acquire) - before;
             done.store(true, Ordering::Release);
             writer.join().unwrap();
+            assert!(during >= 20, "{tag}: {during} writes during the {job}");
             assert!(a.rebuilding_slots().is_empty(), "{tag}: {job}");
             let mut back = vec![0u8; a.capacity() as usize];
             a.read(0, &mut back).unwrap();

@@ -42,6 +42,13 @@ pub struct RebuildOptions {
     /// rebuild copies a run at once. The deterministic simulation makes it
     /// a row, so that small arrays have runs of many steps.
     pub step_bytes: u64,
+    /// The shortest run of holes, in bytes per member, that a rebuild or
+    /// a hot replace zeroes on the new member rather than reads
+    /// (`skip_holes.rs`; 256 KiB by default): a shorter one costs more in
+    /// calls, and in steps that no longer overlap, than it spares (rows
+    /// of data and of holes in turn rebuilt 1.2x slower each skipped).
+    /// The deterministic simulation makes it a row.
+    pub hole_bytes: u64,
     /// Save the restart position at least this often...
     pub checkpoint_bytes: u64,
     /// ...and at least this often in time, so a slow (rate-limited or
@@ -57,6 +64,7 @@ impl Default for RebuildOptions {
             batch_rows: 32,
             parallel: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             step_bytes: runs::STEP_BYTES,
+            hole_bytes: super::skip_holes::HOLE_BYTES,
             checkpoint_bytes: 256 << 20,
             checkpoint_every: Duration::from_secs(5),
         }
@@ -241,7 +249,7 @@ impl Array {
             let slots: Vec<usize> = to.iter().map(|&(slot, _)| slot).collect();
             let spans = match to.is_empty() {
                 true => Vec::new(),
-                false => self.rebuild_spans(&slots, lo, hi),
+                false => self.rebuild_spans(&slots, (lo, hi), opts.hole_bytes),
             };
             for (a, b, holes) in spans {
                 match (holes, self.geo.level, &to[..]) {

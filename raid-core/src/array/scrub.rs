@@ -44,6 +44,9 @@ pub struct ScrubOptions {
     pub live_rate: Option<Arc<AtomicU64>>,
     /// Where to publish the rows checked so far (for a status display).
     pub progress: Option<Arc<AtomicU64>>,
+    /// The shortest run of holes on every member, in bytes per member,
+    /// that the scrub skips rather than reads (`RebuildOptions::hole_bytes`).
+    pub hole_bytes: u64,
 }
 
 impl Default for ScrubOptions {
@@ -55,6 +58,7 @@ impl Default for ScrubOptions {
             parallel: RebuildOptions::default().parallel,
             live_rate: None,
             progress: None,
+            hole_bytes: super::skip_holes::HOLE_BYTES,
         }
     }
 }
@@ -171,7 +175,8 @@ impl Array {
                 return Ok((found, Ok(())));
             }
             // Rows every member holds holes on are skipped (`skip_holes.rs`).
-            let data = self.scrub_spans(lo, hi).into_iter().filter(|&(_, _, h)| !h);
+            let spans = self.scrub_spans((lo, hi), opts.hole_bytes);
+            let data = spans.into_iter().filter(|&(_, _, h)| !h);
             let r = data
                 .map(|(a, b, _)| (a, b))
                 .try_for_each(|(a, b)| match self.geo.level {

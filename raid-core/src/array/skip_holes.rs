@@ -26,6 +26,10 @@ use super::zero_extents::KnownRuns;
 use super::*;
 use crate::layout::{ChunkRole, Place};
 
+/// The shortest run of holes a job skips by default, in bytes per member
+/// (`RebuildOptions::hole_bytes`): a step's worth (`runs::STEP_BYTES`).
+pub(super) const HOLE_BYTES: u64 = 256 << 10;
+
 impl Array {
     /// Rows [lo, hi) of a rebuild as runs (first row, end, holes), in
     /// order, covering them: `holes` where, on every row of the run, each
@@ -36,11 +40,11 @@ impl Array {
     pub(super) fn rebuild_spans(
         &self,
         targets: &[usize],
-        lo: u64,
-        hi: u64,
+        rows: (u64, u64),
+        hole_bytes: u64,
     ) -> Vec<(u64, u64, bool)> {
         let chunk = self.geo.chunk;
-        self.spans_of_holes(lo, hi, |row| match (self.geo.level, targets) {
+        self.spans_of_holes(rows, hole_bytes, |row| match (self.geo.level, targets) {
             (Level::Raid5 | Level::Raid6, _) => {
                 let read: Vec<Place> = (0..self.geo.members)
                     .filter(|&slot| self.readable(slot, row))
@@ -60,9 +64,9 @@ impl Array {
     /// Rows [lo, hi) of a scrub (stripes on RAID5/6, logical chunks on a
     /// mirror) as `rebuild_spans`: `holes` where every member holds a hole
     /// over the row's chunks (a scrub runs with every member in sync).
-    pub(super) fn scrub_spans(&self, lo: u64, hi: u64) -> Vec<(u64, u64, bool)> {
+    pub(super) fn scrub_spans(&self, rows: (u64, u64), hole_bytes: u64) -> Vec<(u64, u64, bool)> {
         let chunk = self.geo.chunk;
-        self.spans_of_holes(lo, hi, |row| match self.geo.level {
+        self.spans_of_holes(rows, hole_bytes, |row| match self.geo.level {
             Level::Raid5 | Level::Raid6 => Some(
                 (0..self.geo.members)
                     .map(|member| Place {
@@ -79,10 +83,15 @@ impl Array {
     /// holes): `holes` where the old device holds a hole over each row's
     /// chunk, which the copy then zeros on the new device rather than
     /// read (the old device is the slot's member throughout the copy).
-    pub(super) fn copy_spans(&self, old: &MemberRef, lo: u64, hi: u64) -> Vec<(u64, u64, bool)> {
+    pub(super) fn copy_spans(
+        &self,
+        old: &MemberRef,
+        rows: (u64, u64),
+        hole_bytes: u64,
+    ) -> Vec<(u64, u64, bool)> {
         let chunk = self.geo.chunk;
         let mut known = KnownRuns::starts(std::slice::from_ref(old));
-        spans(lo, hi, |row| {
+        runs_of_holes(rows, self.hole_rows(hole_bytes), |row| {
             let from = self.row_offset_of(row);
             known
                 .data_start(0, from)
@@ -90,22 +99,28 @@ impl Array {
         })
     }
 
+    /// `hole_bytes` per member as rows, at least one.
+    fn hole_rows(&self, hole_bytes: u64) -> u64 {
+        (hole_bytes / self.geo.chunk).max(1)
+    }
+
     /// Rows [lo, hi) as runs (first row, end, holes): `holes` where every
     /// place `reads(row)` names (a slot's chunk), and at least one, is a
-    /// hole on the slot's device; None from `reads` is data. All data
-    /// where membership changed while the devices were asked (a device
-    /// asked may no longer be the one its slot holds).
+    /// hole on the slot's device, over at least `hole_bytes` per member
+    /// (`runs_of_holes`); None from `reads` is data. All data where
+    /// membership changed while the devices were asked (a device asked may
+    /// no longer be the one its slot holds).
     fn spans_of_holes(
         &self,
-        lo: u64,
-        hi: u64,
+        (lo, hi): (u64, u64),
+        hole_bytes: u64,
         mut reads: impl FnMut(u64) -> Option<Vec<Place>>,
     ) -> Vec<(u64, u64, bool)> {
         let epoch = self.membership_epoch();
         let devices = self.read_handles();
         let mut known = KnownRuns::starts(&devices);
         let chunk = self.geo.chunk;
-        let out = spans(lo, hi, |row| {
+        let out = runs_of_holes((lo, hi), self.hole_rows(hole_bytes), |row| {
             reads(row).is_some_and(|places| {
                 !places.is_empty()
                     && places.iter().all(|p| {
@@ -153,15 +168,146 @@ impl Array {
     }
 }
 
-/// Rows [lo, hi) as runs (first row, end, `holes(row)`), in order.
-fn spans(lo: u64, hi: u64, mut holes: impl FnMut(u64) -> bool) -> Vec<(u64, u64, bool)> {
+/// Rows [lo, hi) as runs (first row, end, holes), in order, covering
+/// them: `holes` for each run of at least `least` rows whose every row is
+/// a hole (`holes(row)`), the rest data. `holes` is asked of every
+/// `least`-th row, and around each that is a hole: every run of `least`
+/// rows holds one of those, so rows of data cost one question per
+/// `least` (one `lseek` on each device, where rows of data and of holes
+/// in turn made one per row cost a rebuild a sixth of its time).
+fn runs_of_holes(
+    (lo, hi): (u64, u64),
+    least: u64,
+    mut holes: impl FnMut(u64) -> bool,
+) -> Vec<(u64, u64, bool)> {
+    let least = least.max(1);
     let mut out: Vec<(u64, u64, bool)> = Vec::new();
-    for row in lo..hi {
-        let h = holes(row);
-        match out.last_mut() {
-            Some((_, end, was)) if *was == h => *end = row + 1,
-            _ => out.push((row, row + 1, h)),
+    // Rows below `settled` are in `out`, or data.
+    let (mut probe, mut settled) = (lo, lo);
+    while probe < hi {
+        if !holes(probe) {
+            probe += least;
+            continue;
         }
+        let mut a = probe;
+        while a > settled && holes(a - 1) {
+            a -= 1;
+        }
+        let mut b = probe + 1;
+        while b < hi && holes(b) {
+            b += 1;
+        }
+        if b - a >= least {
+            if settled < a {
+                out.push((settled, a, false));
+            }
+            out.push((a, b, true));
+            settled = b;
+        }
+        // The first row of the next `least` from `lo` at or after `b`
+        // (row `b` is data, or the end).
+        probe = lo + (b - lo).div_ceil(least) * least;
+    }
+    if settled < hi {
+        out.push((settled, hi, false));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_of_holes;
+    use rand::{Rng, SeedableRng};
+
+    /// The plain rule `runs_of_holes` keeps while asking fewer rows:
+    /// every row asked, runs of holes shorter than `least` made data.
+    fn every_row(
+        lo: u64,
+        hi: u64,
+        least: u64,
+        hole: impl Fn(u64) -> bool,
+    ) -> Vec<(u64, u64, bool)> {
+        let mut out: Vec<(u64, u64, bool)> = Vec::new();
+        for row in lo..hi {
+            let h = hole(row);
+            match out.last_mut() {
+                Some((_, end, was)) if *was == h => *end = row + 1,
+                _ => out.push((row, row + 1, h)),
+            }
+        }
+        let mut merged: Vec<(u64, u64, bool)> = Vec::new();
+        for (a, b, h) in out {
+            let h = h && b - a >= least.max(1);
+            match merged.last_mut() {
+                Some((_, end, was)) if *was == h => *end = b,
+                _ => merged.push((a, b, h)),
+            }
+        }
+        merged
+    }
+
+    #[test]
+    fn runs_of_holes_shorter_than_the_least_are_data() {
+        // Rows 10..30: holes at 12..14, 15, 20..28.
+        let hole = |r: u64| (12..14).contains(&r) || r == 15 || (20..28).contains(&r);
+        let asked = std::cell::Cell::new(0);
+        let counted = |r: u64| {
+            asked.set(asked.get() + 1);
+            hole(r)
+        };
+        assert_eq!(
+            runs_of_holes((10, 30), 1, counted),
+            vec![
+                (10, 12, false),
+                (12, 14, true),
+                (14, 15, false),
+                (15, 16, true),
+                (16, 20, false),
+                (20, 28, true),
+                (28, 30, false)
+            ]
+        );
+        assert_eq!(
+            runs_of_holes((10, 30), 2, hole),
+            vec![
+                (10, 12, false),
+                (12, 14, true),
+                (14, 20, false),
+                (20, 28, true),
+                (28, 30, false)
+            ]
+        );
+        asked.set(0);
+        assert_eq!(
+            runs_of_holes((10, 30), 8, counted),
+            vec![(10, 20, false), (20, 28, true), (28, 30, false)]
+        );
+        // Probes at 10 and 18 (data), 26 (holes: 20..28 found around
+        // it, seven rows to its left, two to its right).
+        assert_eq!(asked.get(), 3 + 7 + 2);
+        assert_eq!(runs_of_holes((10, 30), 9, hole), vec![(10, 30, false)]);
+        assert_eq!(runs_of_holes((5, 9), 8, |_| true), vec![(5, 9, false)]);
+        assert_eq!(runs_of_holes((5, 13), 8, |_| true), vec![(5, 13, true)]);
+        assert!(runs_of_holes((5, 5), 1, |_| true).is_empty());
+    }
+
+    /// Random rows of holes and data, runs short and long: the runs said
+    /// are those of asking every row.
+    #[test]
+    fn runs_of_holes_are_those_of_every_row_asked() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for _ in 0..2000 {
+            let lo = rng.gen_range(0..50u64);
+            let hi = lo + rng.gen_range(0..120u64);
+            let least = rng.gen_range(0..12u64);
+            let p = rng.gen_range(0.0..1.0);
+            let rows: Vec<bool> = (0..hi).map(|_| rng.gen_bool(p)).collect();
+            let hole = |r: u64| rows[r as usize];
+            assert_eq!(
+                runs_of_holes((lo, hi), least, hole),
+                every_row(lo, hi, least, hole),
+                "{lo}..{hi}, least {least}: {rows:?}"
+            );
+        }
+    }
 }

@@ -150,9 +150,11 @@ impl World {
             }
         }
         // Steps of a row: each run's writes go out with its next reads.
+        // Runs of holes of a row are skipped (the disks are small).
         let opts = RebuildOptions {
             batch_rows: 4,
             step_bytes: CHUNK,
+            hole_bytes: CHUNK,
             ..Default::default()
         };
         match self.a().hot_replace_copy(&opts, &AtomicBool::new(false)) {
@@ -173,11 +175,12 @@ impl World {
         trace!(self, "rebuild slots {slots:?}");
         // One run at a time: runs side by side would race for the power
         // cut's budget and the disks' coins, and a seed would not replay.
-        // Steps of a row, as the copy's.
+        // Steps of a row, and holes of a row skipped, as the copy's.
         let opts = RebuildOptions {
             batch_rows: 4,
             parallel: 1,
             step_bytes: CHUNK,
+            hole_bytes: CHUNK,
             ..Default::default()
         };
         match self.a().rebuild_all(&opts, &AtomicBool::new(false)) {
@@ -192,10 +195,11 @@ impl World {
         if self.a().state() != ArrayState::Optimal {
             return;
         }
-        match self
-            .a()
-            .scrub(&ScrubOptions::default(), &AtomicBool::new(false))
-        {
+        let opts = ScrubOptions {
+            hole_bytes: CHUNK,
+            ..Default::default()
+        };
+        match self.a().scrub(&opts, &AtomicBool::new(false)) {
             Ok(r) => assert!(
                 r.mismatches.is_empty() || self.weak_slots() > 0,
                 "seed {}: scrub found {} mismatches in a live array: {:?}",

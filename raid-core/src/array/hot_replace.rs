@@ -452,7 +452,7 @@ impl Array {
                 }
                 match holes {
                     true => {
-                        if let Err(e) = pair.new.write_zeroes(at(a), (b - a) * chunk) {
+                        if let Err(e) = pair.new.write_zeroes_allocated(at(a), (b - a) * chunk) {
                             pair.new_err(e);
                         }
                     }

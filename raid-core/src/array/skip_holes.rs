@@ -3,7 +3,8 @@
 //! chunk from, is a hole on its device, the row's chunks on the new member
 //! are zeros: recovering from zeros gives zeros, whatever the stripe's
 //! layout. The rebuild then makes those rows of the new member read as
-//! zeros (`Member::write_zeroes`: a hole punched in a file, a zeroing
+//! zeros (`Member::write_zeroes_allocated`: a file's range zeroed with its
+//! blocks reserved, as the rows written would hold them; a zeroing
 //! discard) instead of reading the row and writing what it recovers, so
 //! that rebuilding an array mostly never written takes the time of its
 //! data, as a ZFS resilver does. The zeros are written, not assumed: a
@@ -149,9 +150,10 @@ impl Array {
             .find(|p| p.member != slot && self.readable(p.member, p.offset / self.geo.chunk))
     }
 
-    /// Makes rows [lo, hi) of each target (slot, device) read as zeros.
-    /// An error fails that target and ends the rebuild, as a write of
-    /// recovered chunks does.
+    /// Makes rows [lo, hi) of each target (slot, device) read as zeros,
+    /// its blocks kept or reserved as a write of them would
+    /// (`Member::write_zeroes_allocated`). An error fails that target and
+    /// ends the rebuild, as a write of recovered chunks does.
     pub(super) fn rebuild_zero_rows(
         &self,
         targets: &[(usize, &MemberRef)],
@@ -161,7 +163,7 @@ impl Array {
         let (at, len) = (self.row_offset_of(lo), (hi - lo) * self.geo.chunk);
         for &(slot, target) in targets {
             target
-                .write_zeroes(at, len)
+                .write_zeroes_allocated(at, len)
                 .map_err(|e| self.rebuild_write_failed(slot, target, e))?;
         }
         Ok(())

@@ -232,6 +232,16 @@ impl Member for FaultyMember {
         self.inner.start_timed(op, offset, done)
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.zeroes(offset, len, false)
+    }
+    fn write_zeroes_allocated(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.zeroes(offset, len, true)
+    }
+}
+
+impl FaultyMember {
+    /// Either kind of zeroing, gated and tracked as a write.
+    fn zeroes(&self, offset: u64, len: u64, allocated: bool) -> io::Result<()> {
         let mut s = self.state.lock();
         self.gate(&mut s, offset, len)?;
         if s.track_power {
@@ -239,6 +249,9 @@ impl Member for FaultyMember {
             self.inner.read_at(&mut old, offset)?;
             s.unflushed.push((offset, old));
         }
-        self.inner.write_zeroes(offset, len)
+        match allocated {
+            true => self.inner.write_zeroes_allocated(offset, len),
+            false => self.inner.write_zeroes(offset, len),
+        }
     }
 }

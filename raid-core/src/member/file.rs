@@ -556,6 +556,45 @@ impl Member for FileMember {
         }
         Ok(())
     }
+    fn write_zeroes_allocated(&self, offset: u64, len: u64) -> io::Result<()> {
+        if self.block_device {
+            return self.write_zeroes(offset, len);
+        }
+        // Zeroed in place with blocks behind (unwritten extents: they read
+        // as zeros, and as holes to SEEK_DATA on ext4 and XFS).
+        let zero_range = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: plain syscall on our own fd.
+        let rc = unsafe {
+            libc::fallocate(self.file.as_raw_fd(), zero_range, offset as i64, len as i64)
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if !matches!(
+            err.raw_os_error(),
+            Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+        ) {
+            return Err(err);
+        }
+        // No zero range here (tmpfs): zeroed, then its blocks reserved.
+        self.write_zeroes(offset, len)?;
+        // SAFETY: plain syscall on our own fd.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_KEEP_SIZE,
+                offset as i64,
+                len as i64,
+            )
+        };
+        let err = io::Error::last_os_error();
+        match rc == 0 || err.raw_os_error() == Some(libc::EOPNOTSUPP) {
+            // A filesystem without fallocate has nothing to reserve with.
+            true => Ok(()),
+            false => Err(err),
+        }
+    }
     fn uring_fd(&self) -> Option<RawFd> {
         Some(self.file.as_raw_fd())
     }

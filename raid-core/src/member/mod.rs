@@ -142,6 +142,14 @@ pub trait Member: Send + Sync {
     /// Makes the range read back as zeros, discarding it where the device
     /// can (hole punch, discard-with-zeroes).
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// `write_zeroes` for a job that fills a new member (a rebuild's or a
+    /// hot replace's rows of holes): the range keeps, or gets, its blocks
+    /// where the device can, as the rows the job writes do, so that the
+    /// new member is as safe from a filling filesystem as `create` made
+    /// its peers (`FileMember::allocate`).
+    fn write_zeroes_allocated(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.write_zeroes(offset, len)
+    }
     /// I/O on this member is a copy between memory and memory (a file on
     /// tmpfs): it is run in place, by the caller, even where the caller
     /// must not block. io_uring would hand each such I/O to a kernel worker

@@ -286,9 +286,7 @@ fn holes_said_chunk_by_chunk_read_as_zeros_after_random_writes() {
             let tag = format!("holes-{}-{seed}", level.number());
             let chunk = 16u64 << 10;
             let (dir, _paths, a) = files_array(&tag, level, members, 4 << 20, chunk);
-            if !raid_core::member::holes_trusted_at(&dir) {
-                eprintln!("{}: holes not trusted here: skipped", dir.display());
-                std::fs::remove_dir_all(&dir).unwrap();
+            if holes_untrusted(&dir) {
                 return;
             }
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -382,19 +380,12 @@ fn holes_read_as_zeros(a: &raid_core::array::Array, chunk: u64, written: &[bool]
 fn a_rebuild_zeros_the_rows_every_source_holds_holes_on() {
     use raid_core::layout::Level;
     use rand::{Rng, SeedableRng};
-    for (level, members) in [
-        (Level::Raid1, 2usize),
-        (Level::Raid5, 4),
-        (Level::Raid6, 5),
-        (Level::Raid10, 4),
-    ] {
+    for (level, members) in REDUNDANT {
         for seed in 0..2u64 {
             let tag = format!("rebuild-holes-{}-{seed}", level.number());
             let (size, chunk) = (4u64 << 20, 16u64 << 10);
             let (dir, paths, a) = files_array(&tag, level, members, size, chunk);
-            if !raid_core::member::holes_trusted_at(&dir) {
-                eprintln!("{}: holes not trusted here: skipped", dir.display());
-                std::fs::remove_dir_all(&dir).unwrap();
+            if holes_untrusted(&dir) {
                 return;
             }
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -432,18 +423,7 @@ fn a_rebuild_zeros_the_rows_every_source_holds_holes_on() {
                 a.rebuild_all(&opts, &stop).unwrap();
             }
             assert!(a.rebuilding_slots().is_empty(), "{tag}");
-            let mut back = vec![0u8; a.capacity() as usize];
-            a.read(0, &mut back).unwrap();
-            assert!(
-                back == image,
-                "{tag}: the array reads otherwise after the rebuild"
-            );
-            let report = a.scrub(&scrub, &stop).unwrap();
-            assert!(
-                report.mismatches.is_empty(),
-                "{tag}: {:?}",
-                report.mismatches
-            );
+            as_before(&a, &image, &scrub, &format!("{tag}: the rebuild"));
             // A hot replace of a member that was not failed, onto another
             // used device: its rows of holes are zeroed, the rest copied.
             let hot = (0..members).find(|s| !failed.contains(s)).unwrap();
@@ -454,17 +434,7 @@ fn a_rebuild_zeros_the_rows_every_source_holds_holes_on() {
             a.hot_replace(hot, used_device(&hot_new, size, chunk, seed == 0))
                 .unwrap();
             a.hot_replace_copy(&opts, &stop).unwrap();
-            a.read(0, &mut back).unwrap();
-            assert!(
-                back == image,
-                "{tag}: the array reads otherwise after the hot replace"
-            );
-            let report = a.scrub(&scrub, &stop).unwrap();
-            assert!(
-                report.mismatches.is_empty(),
-                "{tag}: {:?}",
-                report.mismatches
-            );
+            let report = as_before(&a, &image, &scrub, &format!("{tag}: the hot replace"));
             if seed == 0 {
                 drop(a);
                 std::fs::remove_dir_all(&dir).unwrap();
@@ -562,6 +532,47 @@ fn a_rebuild_zeros_the_rows_every_source_holds_holes_on() {
     }
 }
 
+/// Whether the filesystem of `dir` is one whose holes the array does not
+/// trust: then the test has nothing to check there, says so, and removes
+/// `dir`.
+fn holes_untrusted(dir: &std::path::Path) -> bool {
+    if raid_core::member::holes_trusted_at(dir) {
+        return false;
+    }
+    eprintln!("{}: holes not trusted here: skipped", dir.display());
+    std::fs::remove_dir_all(dir).unwrap();
+    true
+}
+
+/// Every redundant level, with its member count.
+const REDUNDANT: [(raid_core::layout::Level, usize); 4] = [
+    (raid_core::layout::Level::Raid1, 2),
+    (raid_core::layout::Level::Raid5, 4),
+    (raid_core::layout::Level::Raid6, 5),
+    (raid_core::layout::Level::Raid10, 4),
+];
+
+/// After `what`, the array reads `image` and scrubs clean: the scrub's
+/// report.
+fn as_before(
+    a: &raid_core::array::Array,
+    image: &[u8],
+    scrub: &raid_core::array::ScrubOptions,
+    what: &str,
+) -> raid_core::array::ScrubReport {
+    let mut back = vec![0u8; a.capacity() as usize];
+    a.read(0, &mut back).unwrap();
+    assert!(back == image, "{what}: the array reads otherwise");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let report = a.scrub(scrub, &stop).unwrap();
+    assert!(
+        report.mismatches.is_empty(),
+        "{what}: {:?}",
+        report.mismatches
+    );
+    report
+}
+
 /// A used device at `p`: 0xA5 in every chunk (`full`, then every block
 /// of it is allocated) or in three of every four.
 fn used_device(
@@ -608,22 +619,14 @@ fn hole_at(p: &std::path::Path, at: u64, len: u64) -> bool {
 #[test]
 fn jobs_that_skip_holes_under_a_writer_lose_nothing() {
     use raid_core::array::RebuildOptions;
-    use raid_core::layout::Level;
     use rand::{Rng, SeedableRng};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
-    for (level, members) in [
-        (Level::Raid1, 2usize),
-        (Level::Raid5, 4),
-        (Level::Raid6, 5),
-        (Level::Raid10, 4),
-    ] {
+    for (level, members) in REDUNDANT {
         let tag = format!("holes-writer-{}", level.number());
         let (size, chunk) = (8u64 << 20, 16u64 << 10);
         let (dir, _paths, a) = files_array(&tag, level, members, size, chunk);
-        if !raid_core::member::holes_trusted_at(&dir) {
-            eprintln!("{}: holes not trusted here: skipped", dir.display());
-            std::fs::remove_dir_all(&dir).unwrap();
+        if holes_untrusted(&dir) {
             return;
         }
         let a = Arc::new(a);

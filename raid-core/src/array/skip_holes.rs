@@ -152,8 +152,9 @@ impl Array {
 
     /// Makes rows [lo, hi) of each target (slot, device) read as zeros,
     /// its blocks kept or reserved as a write of them would
-    /// (`Member::write_zeroes_allocated`). An error fails that target and
-    /// ends the rebuild, as a write of recovered chunks does.
+    /// (`Member::write_zeroes_allocated`). Each target that errs is failed
+    /// and the first error ends the rebuild, as writes of recovered chunks
+    /// do.
     pub(super) fn rebuild_zero_rows(
         &self,
         targets: &[(usize, &MemberRef)],
@@ -161,12 +162,13 @@ impl Array {
         hi: u64,
     ) -> Result<()> {
         let (at, len) = (self.row_offset_of(lo), (hi - lo) * self.geo.chunk);
+        let mut first = None;
         for &(slot, target) in targets {
-            target
-                .write_zeroes_allocated(at, len)
-                .map_err(|e| self.rebuild_write_failed(slot, target, e))?;
+            if let Err(e) = target.write_zeroes_allocated(at, len) {
+                first.get_or_insert(self.rebuild_write_failed(slot, target, e));
+            }
         }
-        Ok(())
+        first.map_or(Ok(()), Err)
     }
 }
 

@@ -446,7 +446,7 @@ impl Array {
         // Rows the old device holds holes on are zeroed on the new one,
         // not read (`skip_holes.rs`).
         let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<()> {
-            for (a, b, holes) in self.copy_spans(&pair.old, (lo, hi), opts.hole_bytes) {
+            for (a, b, holes) in self.copy_spans(slot, (lo, hi), opts.hole_bytes) {
                 if pair.new_failed.load(Ordering::Acquire) {
                     break;
                 }

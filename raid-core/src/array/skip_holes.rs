@@ -44,16 +44,9 @@ impl Array {
         rows: (u64, u64),
         hole_bytes: u64,
     ) -> Vec<(u64, u64, bool)> {
-        let chunk = self.geo.chunk;
         self.spans_of_holes(rows, hole_bytes, |row| match (self.geo.level, targets) {
             (Level::Raid5 | Level::Raid6, _) => {
-                let read: Vec<Place> = (0..self.geo.members)
-                    .filter(|&slot| self.readable(slot, row))
-                    .map(|member| Place {
-                        member,
-                        offset: row * chunk,
-                    })
-                    .collect();
+                let read = self.row_places(row, |slot| self.readable(slot, row));
                 let enough = self.geo.members - read.len() <= self.geo.level.parity_chunks();
                 enough.then_some(read)
             }
@@ -66,38 +59,35 @@ impl Array {
     /// mirror) as `rebuild_spans`: `holes` where every member holds a hole
     /// over the row's chunks (a scrub runs with every member in sync).
     pub(super) fn scrub_spans(&self, rows: (u64, u64), hole_bytes: u64) -> Vec<(u64, u64, bool)> {
-        let chunk = self.geo.chunk;
         self.spans_of_holes(rows, hole_bytes, |row| match self.geo.level {
-            Level::Raid5 | Level::Raid6 => Some(
-                (0..self.geo.members)
-                    .map(|member| Place {
-                        member,
-                        offset: row * chunk,
-                    })
-                    .collect(),
-            ),
+            Level::Raid5 | Level::Raid6 => Some(self.row_places(row, |_| true)),
             _ => Some(self.geo.chunk_copies(row)),
         })
     }
 
-    /// Rows [lo, hi) of a hot replace's copy as runs (first row, end,
-    /// holes): `holes` where the old device holds a hole over each row's
-    /// chunk, which the copy then zeros on the new device rather than
-    /// read (the old device is the slot's member throughout the copy).
+    /// Rows [lo, hi) of a hot replace's copy of `slot` as runs (first row,
+    /// end, holes): `holes` where the old device (the slot's device to
+    /// read, `read_handles`, throughout the copy) holds a hole over each
+    /// row's chunk, which the copy then zeros on the new device rather
+    /// than read.
     pub(super) fn copy_spans(
         &self,
-        old: &MemberRef,
+        slot: usize,
         rows: (u64, u64),
         hole_bytes: u64,
     ) -> Vec<(u64, u64, bool)> {
-        let chunk = self.geo.chunk;
-        let mut known = KnownRuns::starts(std::slice::from_ref(old));
-        runs_of_holes(rows, self.hole_rows(hole_bytes), |row| {
-            let from = self.row_offset_of(row);
-            known
-                .data_start(0, from)
-                .is_some_and(|start| start >= from + chunk)
+        self.spans_of_holes(rows, hole_bytes, |row| {
+            Some(self.row_places(row, |s| s == slot))
         })
+    }
+
+    /// The chunks of row `row` on the slots `keep` takes, ascending.
+    fn row_places(&self, row: u64, keep: impl Fn(usize) -> bool) -> Vec<Place> {
+        let offset = row * self.geo.chunk;
+        (0..self.geo.members)
+            .filter(|&member| keep(member))
+            .map(|member| Place { member, offset })
+            .collect()
     }
 
     /// `hole_bytes` per member as rows, at least one.
@@ -124,12 +114,9 @@ impl Array {
         let out = runs_of_holes((lo, hi), self.hole_rows(hole_bytes), |row| {
             reads(row).is_some_and(|places| {
                 !places.is_empty()
-                    && places.iter().all(|p| {
-                        let from = self.data_offset + p.offset;
-                        known
-                            .data_start(p.member, from)
-                            .is_some_and(|start| start >= from + chunk)
-                    })
+                    && places
+                        .iter()
+                        .all(|p| known.hole(p.member, self.data_offset + p.offset, chunk))
             })
         });
         match self.membership_epoch() == epoch {

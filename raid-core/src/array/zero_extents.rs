@@ -204,6 +204,12 @@ impl<'a> KnownRuns<'a> {
         }
     }
 
+    /// Whether `slot`'s device holds a hole over all of [from, from+len).
+    pub(super) fn hole(&mut self, slot: usize, from: u64, len: u64) -> bool {
+        self.data_start(slot, from)
+            .is_some_and(|start| start >= from + len)
+    }
+
     /// Where `slot`'s device holds data first at or after device offset
     /// `from` (before `from` where `from` is inside a run of data); None
     /// where it cannot tell.

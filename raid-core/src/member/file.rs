@@ -216,21 +216,18 @@ impl FileMember {
         if self.block_device {
             return Ok(());
         }
-        // SAFETY: plain syscall on our own fd.
-        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, self.size as i64) };
-        if rc == 0 {
-            self.allocated
-                .store(true, std::sync::atomic::Ordering::Release);
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
+        match self.fallocate(0, 0, self.size) {
+            Ok(()) => {
+                self.allocated
+                    .store(true, std::sync::atomic::Ordering::Release);
+                Ok(())
+            }
             // A filesystem without fallocate: nothing to reserve with.
-            Some(libc::EOPNOTSUPP) => {
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
                 tracing::warn!(member = %self.name, "the filesystem cannot preallocate; the member stays sparse");
                 Ok(())
             }
-            _ => Err(e),
+            Err(e) => Err(e),
         }
     }
 
@@ -242,16 +239,52 @@ impl FileMember {
             return Ok(());
         }
         let len = len.min(self.size.saturating_sub(offset));
-        // SAFETY: plain syscall on our own fd; mode 0 keeps the contents.
-        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, offset as i64, len as i64) };
-        if rc == 0 {
-            return Ok(());
+        // Mode 0 keeps the contents.
+        match self.fallocate(0, offset, len) {
+            Err(e) if e.raw_os_error() != Some(libc::EOPNOTSUPP) => Err(e),
+            _ => Ok(()),
         }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
-            return Ok(());
+    }
+
+    /// fallocate(2) of `mode` over [offset, offset+len) of the file.
+    fn fallocate(&self, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+        // SAFETY: plain syscall on our own fd.
+        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, offset as i64, len as i64) };
+        match rc {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
         }
-        Err(e)
+    }
+
+    /// Makes [offset, offset+len) read as zeros: its blocks kept
+    /// (`keep_blocks`: zeroed in place, unwritten extents that read as
+    /// zeros and count as holes) or a hole punched, which reads back as
+    /// zeros on files and, since Linux 4.9, on block devices (it becomes a
+    /// zeroing discard). Where the device refuses either, zeros written.
+    fn zero(&self, offset: u64, len: u64, keep_blocks: bool) -> io::Result<()> {
+        let mode = match keep_blocks {
+            true => libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+            false => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        };
+        let err = match self.fallocate(mode, offset, len) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if !matches!(
+            err.raw_os_error(),
+            Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) | Some(libc::EINVAL)
+        ) {
+            return Err(err);
+        }
+        tracing::debug!(member = %self.name, block_device = self.block_device, "zeroing refused ({err}); writing zeros");
+        let zeros = AlignedBuf::new(1 << 20);
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(zeros.len() as u64) as usize;
+            self.file.write_all_at(&zeros[..n], offset + done)?;
+            done += n as u64;
+        }
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -525,75 +558,15 @@ impl Member for FileMember {
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
     }
+    /// An allocated file keeps its blocks; any other has a hole punched.
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        // Punching a hole reads back as zeros on files and, since Linux 4.9,
-        // on block devices (it becomes a zeroing discard). An allocated
-        // file keeps its blocks: zeroed in place (unwritten extents).
-        let mode = if self.allocated.load(std::sync::atomic::Ordering::Acquire) {
-            libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE
-        } else {
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE
-        };
-        // SAFETY: plain syscall on our own fd.
-        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, offset as i64, len as i64) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if !matches!(
-            err.raw_os_error(),
-            Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) | Some(libc::EINVAL)
-        ) {
-            return Err(err);
-        }
-        tracing::debug!(member = %self.name, block_device = self.block_device, "hole punch refused ({err}); writing zeros");
-        let zeros = AlignedBuf::new(1 << 20);
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(zeros.len() as u64) as usize;
-            self.file.write_all_at(&zeros[..n], offset + done)?;
-            done += n as u64;
-        }
-        Ok(())
+        let allocated = self.allocated.load(std::sync::atomic::Ordering::Acquire);
+        self.zero(offset, len, allocated)
     }
+    /// A file keeps (or gets) its blocks, as the rows a job writes would
+    /// hold them; a block device gets a zeroing discard.
     fn write_zeroes_allocated(&self, offset: u64, len: u64) -> io::Result<()> {
-        if self.block_device {
-            return self.write_zeroes(offset, len);
-        }
-        // Zeroed in place with blocks behind (unwritten extents: they read
-        // as zeros, and as holes to SEEK_DATA on ext4 and XFS).
-        let zero_range = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
-        // SAFETY: plain syscall on our own fd.
-        let rc = unsafe {
-            libc::fallocate(self.file.as_raw_fd(), zero_range, offset as i64, len as i64)
-        };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if !matches!(
-            err.raw_os_error(),
-            Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
-        ) {
-            return Err(err);
-        }
-        // No zero range here (tmpfs): zeroed, then its blocks reserved.
-        self.write_zeroes(offset, len)?;
-        // SAFETY: plain syscall on our own fd.
-        let rc = unsafe {
-            libc::fallocate(
-                self.file.as_raw_fd(),
-                libc::FALLOC_FL_KEEP_SIZE,
-                offset as i64,
-                len as i64,
-            )
-        };
-        let err = io::Error::last_os_error();
-        match rc == 0 || err.raw_os_error() == Some(libc::EOPNOTSUPP) {
-            // A filesystem without fallocate has nothing to reserve with.
-            true => Ok(()),
-            false => Err(err),
-        }
+        self.zero(offset, len, !self.block_device)
     }
     fn uring_fd(&self) -> Option<RawFd> {
         Some(self.file.as_raw_fd())

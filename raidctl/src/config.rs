@@ -42,6 +42,16 @@ fn default_remote_timeout() -> f64 {
     30.0
 }
 
+/// An absent `[remote]`: its fields' defaults.
+impl Default for RemoteConfig {
+    fn default() -> Self {
+        RemoteConfig {
+            timeout_seconds: default_remote_timeout(),
+            trust_holes: false,
+        }
+    }
+}
+
 /// `[metrics]`: serve Prometheus metrics.
 #[derive(Deserialize, Clone, Debug)]
 #[serde(deny_unknown_fields)]
@@ -175,6 +185,7 @@ impl Config {
             .metrics
             .as_ref()
             .and_then(|m| crate::metrics::parse_listen(&m.listen).ok());
+        let remote = self.remote.unwrap_or_default();
         crate::daemon::DaemonOptions {
             exit_when_idle,
             start,
@@ -183,10 +194,8 @@ impl Config {
             scrub: self.scrub,
             metrics: metrics.or(from_file),
             health: self.health.unwrap_or_default(),
-            remote_timeout: Duration::from_secs_f64(
-                self.remote.as_ref().map_or(30.0, |r| r.timeout_seconds),
-            ),
-            remote_trust_holes: self.remote.is_some_and(|r| r.trust_holes),
+            remote_timeout: Duration::from_secs_f64(remote.timeout_seconds),
+            remote_trust_holes: remote.trust_holes,
         }
     }
 

@@ -27,11 +27,13 @@ pub const REP_ACK: u32 = 1;
 pub const REP_SERVER: u32 = 2;
 pub const REP_INFO: u32 = 3;
 pub const REP_META_CONTEXT: u32 = 4;
-pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
-pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
-pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
-pub const REP_ERR_TLS_REQD: u32 = (1 << 31) + 5;
-pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
+/// The bit every option reply that is an error carries.
+pub const REP_ERR: u32 = 1 << 31;
+pub const REP_ERR_UNSUP: u32 = REP_ERR + 1;
+pub const REP_ERR_POLICY: u32 = REP_ERR + 2;
+pub const REP_ERR_INVALID: u32 = REP_ERR + 3;
+pub const REP_ERR_TLS_REQD: u32 = REP_ERR + 5;
+pub const REP_ERR_UNKNOWN: u32 = REP_ERR + 6;
 
 pub const INFO_EXPORT: u16 = 0;
 pub const INFO_NAME: u16 = 1;
@@ -63,10 +65,15 @@ pub const CMD_FLAG_REQ_ONE: u16 = 8;
 /// the flag of a reply's last chunk, and the chunk types sent.
 pub const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
 pub const REPLY_FLAG_DONE: u16 = 1;
+pub const REPLY_TYPE_NONE: u16 = 0;
 pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
 pub const REPLY_TYPE_OFFSET_HOLE: u16 = 2;
 pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
-pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
+/// The bit every chunk type that is an error carries.
+pub const REPLY_TYPE_ERR: u16 = 1 << 15;
+pub const REPLY_TYPE_ERROR: u16 = REPLY_TYPE_ERR + 1;
+/// An error that names the offset it happened at.
+pub const REPLY_TYPE_ERROR_OFFSET: u16 = REPLY_TYPE_ERR + 2;
 /// The one meta context served, and its flags: a hole (not stored), and
 /// reads as zeros.
 pub const CONTEXT_ALLOCATION: &str = "base:allocation";
@@ -193,6 +200,20 @@ pub fn check(r: &Request, size: u64, block: u64, read_only: bool) -> Check {
 /// SET_META_CONTEXT (what `parse_meta_context_request` reads): the
 /// export name and the queries, each after its 32-bit length, the
 /// queries after their count.
+/// A big-endian u32 from `r` (the protocol's byte order).
+pub fn read_u32(r: &mut (impl std::io::Read + ?Sized)) -> std::io::Result<u32> {
+    let mut b = [0u8; 4];
+    r.read_exact(&mut b)?;
+    Ok(u32::from_be_bytes(b))
+}
+
+/// A big-endian u64 from `r`.
+pub fn read_u64(r: &mut (impl std::io::Read + ?Sized)) -> std::io::Result<u64> {
+    let mut b = [0u8; 8];
+    r.read_exact(&mut b)?;
+    Ok(u64::from_be_bytes(b))
+}
+
 pub fn meta_context_request(export: &str, queries: &[&str]) -> Vec<u8> {
     fn string(d: &mut Vec<u8>, s: &str) {
         d.extend_from_slice(&(s.len() as u32).to_be_bytes());

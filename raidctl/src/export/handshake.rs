@@ -5,7 +5,7 @@
 use super::structured::{Negotiated, ALLOCATION_CONTEXT};
 use super::transmission;
 use super::{protocol_error, Conn};
-use crate::nbd;
+use crate::nbd::{self, read_u32, read_u64};
 use crate::remote::tls::{Sock, TlsStream};
 use raid_core::array::{Array, BLOCK};
 use raid_core::shard::Engine;
@@ -29,17 +29,6 @@ const MAX_OPTIONS: usize = 256;
 /// replies bring), simple replies serve it more reads.
 fn offers_structured_replies() -> bool {
     std::env::var("RAIDCTL_NBD_STRUCTURED_REPLIES").map_or(true, |v| v != "off")
-}
-
-fn read_u32(c: &mut dyn Conn) -> io::Result<u32> {
-    let mut b = [0u8; 4];
-    c.read_exact(&mut b)?;
-    Ok(u32::from_be_bytes(b))
-}
-fn read_u64(c: &mut dyn Conn) -> io::Result<u64> {
-    let mut b = [0u8; 8];
-    c.read_exact(&mut b)?;
-    Ok(u64::from_be_bytes(b))
 }
 
 fn option_reply(c: &mut dyn Conn, opt: u32, kind: u32, data: &[u8]) -> io::Result<()> {

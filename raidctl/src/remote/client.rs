@@ -381,7 +381,7 @@ impl Inner {
             .conn
             .lock()
             .clone()
-            .filter(|c| !c.dead.load(Ordering::Acquire) && c.allocation.is_some())?;
+            .filter(|c| !c.dead.load(Ordering::Acquire) && c.replies.allocation.is_some())?;
         let slot = c.send(Kind::BlockStatus, offset, len as usize, &[]).ok()?;
         // Not waited for as an I/O is: a slow answer is no sign of a dead
         // link worth ending the connection over (which gives the member

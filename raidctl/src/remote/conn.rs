@@ -3,11 +3,11 @@
 //! that decide whether a lost connection's requests may be sent again (see
 //! `client`'s doc).
 
-use super::structured::Partial;
+use super::structured::{Partial, NOT_KNOWN};
 use super::tls::{Sock, TlsStream};
 use crate::nbd;
 use parking_lot::{Condvar, Mutex};
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -116,8 +116,15 @@ pub(super) struct Conn {
     /// The reader has ended (and counted every request it failed).
     pub(super) reader_done: Mutex<bool>,
     pub(super) reader_cv: Condvar,
-    /// Structured replies were negotiated, and the id the server gave the
-    /// `base:allocation` context, where it took it.
+    /// What the handshake agreed on replies.
+    pub(super) replies: Replies,
+}
+
+/// What a connection's handshake agreed on replies: structured replies,
+/// and the id the server gave the `base:allocation` context, where it
+/// took it (only with structured replies).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Replies {
     pub(super) structured: bool,
     pub(super) allocation: Option<u32>,
 }
@@ -254,13 +261,13 @@ impl Conn {
                         }
                         // Not an answer: counted as not known (a simple
                         // reply carries nothing after its header).
-                        (0, Kind::BlockStatus) => Err(nbd::EINVAL),
+                        (0, Kind::BlockStatus) => Err(NOT_KNOWN),
                         (0, _) => Ok(Vec::new()),
                         (e, _) => Err(e),
                     };
                     (slot, outcome)
                 }
-                nbd::STRUCTURED_REPLY_MAGIC if self.structured => {
+                nbd::STRUCTURED_REPLY_MAGIC if self.replies.structured => {
                     let mut l = [0u8; 4];
                     if let Err(e) = r.read_exact(&mut l) {
                         break e.to_string();
@@ -268,25 +275,28 @@ impl Conn {
                     let flags = u16::from_be_bytes([h[4], h[5]]);
                     let typ = u16::from_be_bytes([h[6], h[7]]);
                     let len = u32::from_be_bytes(l);
-                    let Some(slot) = self.inflight.lock().get(&cookie).cloned() else {
-                        break format!("reply to unknown request {cookie}");
+                    // The request is looked up at its reply's first chunk.
+                    let p = match partial.entry(cookie) {
+                        Entry::Occupied(e) => e.into_mut(),
+                        Entry::Vacant(v) => match self.inflight.lock().get(&cookie) {
+                            Some(s) => v.insert(Partial::new(s.kind, s.offset, s.len)),
+                            None => break format!("reply to unknown request {cookie}"),
+                        },
                     };
-                    let p = partial
-                        .entry(cookie)
-                        .or_insert_with(|| Partial::new(slot.kind, slot.offset, slot.len));
-                    if let Err(why) = p.chunk(&mut r, slot.kind, typ, len, self.allocation) {
+                    if let Err(why) = p.chunk(&mut r, typ, len, self.replies.allocation) {
                         break why;
                     }
                     if flags & nbd::REPLY_FLAG_DONE == 0 {
                         continue;
                     }
                     let p = partial.remove(&cookie).expect("gathered above");
-                    match p.finish(slot.kind) {
-                        Ok(outcome) => {
-                            self.inflight.lock().remove(&cookie);
-                            (slot, outcome)
-                        }
+                    let outcome = match p.finish() {
+                        Ok(outcome) => outcome,
                         Err(why) => break why,
+                    };
+                    match self.inflight.lock().remove(&cookie) {
+                        Some(slot) => (slot, outcome),
+                        None => break format!("reply to unknown request {cookie}"),
                     }
                 }
                 nbd::SIMPLE_REPLY_MAGIC => {
@@ -361,10 +371,9 @@ pub(super) fn superblock(c: &Conn, deadline: Instant) -> Option<raid_core::metad
 }
 
 impl Conn {
-    /// A connection over `s`, negotiated, with its reader running.
-    /// `allocation`: structured replies negotiated (Some), and the
-    /// `base:allocation` context's id where the server took it.
-    pub(super) fn start(s: Stream, allocation: Option<Option<u32>>) -> io::Result<Arc<Conn>> {
+    /// A connection over `s`, negotiated (`replies`), with its reader
+    /// running.
+    pub(super) fn start(s: Stream, replies: Replies) -> io::Result<Arc<Conn>> {
         let (r, closer) = (s.try_clone()?, s.try_clone()?);
         // Negotiated: replies may be far apart now (the reader waits).
         match &closer {
@@ -382,8 +391,7 @@ impl Conn {
             lost_writes: AtomicU64::new(0),
             reader_done: Mutex::new(false),
             reader_cv: Condvar::new(),
-            structured: allocation.is_some(),
-            allocation: allocation.flatten(),
+            replies,
         });
         let c = conn.clone();
         std::thread::Builder::new()

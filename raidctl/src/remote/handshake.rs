@@ -2,7 +2,7 @@
 //! first when TLS is asked, then GO with block sizes), and the errors a
 //! server's refusals become.
 
-use super::conn::{Conn, Stream};
+use super::conn::{Conn, Replies, Stream};
 use super::timeout;
 use super::tls::{self, Sock, TlsStream};
 use super::uri::{Addr, NbdUri};
@@ -146,7 +146,7 @@ fn negotiate(
         }
         _ => e,
     };
-    let structured = structured_replies(&mut s, &uri.export).map_err(tls_hint)?;
+    let replies = structured_replies(&mut s, &uri.export).map_err(tls_hint)?;
     // GO: the export by name, with its block sizes.
     let mut d = (uri.export.len() as u32).to_be_bytes().to_vec();
     d.extend_from_slice(uri.export.as_bytes());
@@ -189,7 +189,7 @@ fn negotiate(
             "the server did not give the export's size",
         )
     })?;
-    let conn = Conn::start(s, structured)?;
+    let conn = Conn::start(s, replies)?;
     Ok((
         conn,
         Export {
@@ -201,16 +201,19 @@ fn negotiate(
 }
 
 /// Asks for structured replies and, where the server takes them, the
-/// `base:allocation` context (where the member's holes are): None where
-/// it refused structured replies, else the context's id where it took
-/// it. A refusal of either is no error: the member then says it cannot
-/// tell where its holes are, as before.
-fn structured_replies(s: &mut Stream, export: &str) -> io::Result<Option<Option<u32>>> {
+/// `base:allocation` context (where the member's holes are). A refusal of
+/// either is no error: the member then says it cannot tell where its
+/// holes are, as before.
+fn structured_replies(s: &mut Stream, export: &str) -> io::Result<Replies> {
     send_option(s, nbd::OPT_STRUCTURED_REPLY, &[])?;
     let (kind, _) = option_reply(s, nbd::OPT_STRUCTURED_REPLY)?;
     if kind != nbd::REP_ACK {
-        return Ok(None);
+        return Ok(Replies::default());
     }
+    let structured = |allocation| Replies {
+        structured: true,
+        allocation,
+    };
     let query = nbd::CONTEXT_ALLOCATION.as_bytes();
     let d = nbd::meta_context_request(export, &[nbd::CONTEXT_ALLOCATION]);
     send_option(s, nbd::OPT_SET_META_CONTEXT, &d)?;
@@ -221,9 +224,9 @@ fn structured_replies(s: &mut Stream, export: &str) -> io::Result<Option<Option<
             nbd::REP_META_CONTEXT if data.len() >= 4 && &data[4..] == query => {
                 id = Some(u32::from_be_bytes(data[0..4].try_into().unwrap()));
             }
-            nbd::REP_ACK => return Ok(Some(id)),
+            nbd::REP_ACK => return Ok(structured(id)),
             // Refused (an error reply ends the option).
-            k if k & (1 << 31) != 0 => return Ok(Some(None)),
+            k if k & nbd::REP_ERR != 0 => return Ok(structured(None)),
             // Another context than asked for, or a reply not known here:
             // not ours to read, and the option's replies go on.
             _ => {}

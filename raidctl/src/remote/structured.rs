@@ -8,12 +8,12 @@
 //! never sent.
 
 use super::conn::Kind;
-use crate::nbd;
+use crate::nbd::{self, read_u32, read_u64};
 use std::io::{self, Read};
 
-/// The second chunk kind that carries an offset beside its error.
-const REPLY_TYPE_ERROR_OFFSET: u16 = (1 << 15) + 2;
-const REPLY_TYPE_NONE: u16 = 0;
+/// The errno of a reply that is no answer (a block status with nothing
+/// for the context asked about): not known, the connection kept.
+pub(super) const NOT_KNOWN: u32 = nbd::EINVAL;
 /// Most bytes of a block status chunk taken (a descriptor is 8 bytes:
 /// 128K extents).
 const MAX_STATUS_CHUNK: u32 = 1 << 20;
@@ -26,7 +26,8 @@ const MAX_PIECES: usize = 1 << 16;
 
 /// A reply being gathered.
 pub(super) struct Partial {
-    /// The request's offset and length.
+    /// The request's kind, offset and length.
+    kind: Kind,
     offset: u64,
     len: usize,
     /// A read's bytes, placed as their chunks come.
@@ -49,6 +50,7 @@ pub(super) type Outcome = Result<Vec<u8>, u32>;
 impl Partial {
     pub(super) fn new(kind: Kind, offset: u64, len: usize) -> Partial {
         Partial {
+            kind,
             offset,
             len,
             data: match kind {
@@ -68,14 +70,14 @@ impl Partial {
     pub(super) fn chunk(
         &mut self,
         r: &mut impl Read,
-        kind: Kind,
         typ: u16,
         len: u32,
         context: Option<u32>,
     ) -> Result<(), String> {
         let io = |e: io::Error| e.to_string();
+        let kind = self.kind;
         match typ {
-            REPLY_TYPE_NONE if len == 0 => Ok(()),
+            nbd::REPLY_TYPE_NONE if len == 0 => Ok(()),
             nbd::REPLY_TYPE_OFFSET_DATA if matches!(kind, Kind::Read) && len > 8 => {
                 let at = self.place(read_u64(r).map_err(io)?, len as u64 - 8)?;
                 let n = len as usize - 8;
@@ -108,14 +110,14 @@ impl Partial {
                 }
                 Ok(())
             }
-            t if t & (1 << 15) != 0 && (6..=MAX_ERROR_CHUNK).contains(&len) => {
+            t if t & nbd::REPLY_TYPE_ERR != 0 && (6..=MAX_ERROR_CHUNK).contains(&len) => {
                 let errno = read_u32(r).map_err(io)?;
                 let mut rest = vec![0u8; len as usize - 4];
                 r.read_exact(&mut rest).map_err(io)?;
                 let msg_len = u16::from_be_bytes([rest[0], rest[1]]) as usize;
                 let fits = match t {
                     nbd::REPLY_TYPE_ERROR => 2 + msg_len == rest.len(),
-                    REPLY_TYPE_ERROR_OFFSET => 2 + msg_len + 8 == rest.len(),
+                    nbd::REPLY_TYPE_ERROR_OFFSET => 2 + msg_len + 8 == rest.len(),
                     // An error of a kind not known here: its errno stands,
                     // whatever follows its message.
                     _ => 2 + msg_len <= rest.len(),
@@ -169,11 +171,11 @@ impl Partial {
 
     /// The reply, its last chunk in. Err: a protocol error (a read whose
     /// chunks overlap or leave a gap, a block status with no descriptor).
-    pub(super) fn finish(mut self, kind: Kind) -> Result<Outcome, String> {
+    pub(super) fn finish(mut self) -> Result<Outcome, String> {
         if let Some(errno) = self.err {
             return Ok(Err(errno));
         }
-        match kind {
+        match self.kind {
             Kind::Read => {
                 self.covered.sort_unstable();
                 let mut at = 0;
@@ -194,23 +196,11 @@ impl Partial {
             }
             // Not an answer (nothing for the context asked about): not
             // known, the connection kept.
-            Kind::BlockStatus if self.status.is_empty() => Ok(Err(nbd::EINVAL)),
+            Kind::BlockStatus if self.status.is_empty() => Ok(Err(NOT_KNOWN)),
             Kind::BlockStatus => Ok(Ok(self.status)),
             _ => Ok(Ok(Vec::new())),
         }
     }
-}
-
-fn read_u64(r: &mut impl Read) -> io::Result<u64> {
-    let mut b = [0u8; 8];
-    r.read_exact(&mut b)?;
-    Ok(u64::from_be_bytes(b))
-}
-
-fn read_u32(r: &mut impl Read) -> io::Result<u32> {
-    let mut b = [0u8; 4];
-    r.read_exact(&mut b)?;
-    Ok(u32::from_be_bytes(b))
 }
 
 /// Block status descriptors (as `Partial::finish` gives them) for the
@@ -281,9 +271,9 @@ mod tests {
     ) -> Result<Outcome, String> {
         let mut p = Partial::new(kind, offset, len);
         for (t, payload) in chunks {
-            p.chunk(&mut &payload[..], kind, *t, payload.len() as u32, Some(7))?;
+            p.chunk(&mut &payload[..], *t, payload.len() as u32, Some(7))?;
         }
-        p.finish(kind)
+        p.finish()
     }
 
     /// Data and hole chunks in any order make the read's bytes, holes as
@@ -340,29 +330,28 @@ mod tests {
         let mut p = Partial::new(Kind::Read, 0, 8);
         let (t, payload) = hole_chunk(0, 4);
         for _ in 0..2 {
-            p.chunk(&mut &payload[..], Kind::Read, t, 12, None).unwrap();
+            p.chunk(&mut &payload[..], t, 12, None).unwrap();
         }
         assert!(
-            p.chunk(&mut &payload[..], Kind::Read, t, 12, None).is_err(),
+            p.chunk(&mut &payload[..], t, 12, None).is_err(),
             "a third time"
         );
         let mut p = Partial::new(Kind::Read, 4096, 8);
         let (t, payload) = data_chunk(4092, &[1; 8]);
         assert!(
-            p.chunk(&mut &payload[..], Kind::Read, t, 16, None).is_err(),
+            p.chunk(&mut &payload[..], t, 16, None).is_err(),
             "before the request"
         );
         let mut p = Partial::new(Kind::Read, 4096, 8);
         let (t, payload) = hole_chunk(4100, 8);
         assert!(
-            p.chunk(&mut &payload[..], Kind::Read, t, 12, None).is_err(),
+            p.chunk(&mut &payload[..], t, 12, None).is_err(),
             "past its end"
         );
         let mut p = Partial::new(Kind::Write { fua: false }, 0, 8);
         let (t, payload) = data_chunk(0, &[1; 8]);
         assert!(
-            p.chunk(&mut &payload[..], Kind::Write { fua: false }, t, 16, None)
-                .is_err(),
+            p.chunk(&mut &payload[..], t, 16, None).is_err(),
             "data for a write"
         );
     }
@@ -387,7 +376,7 @@ mod tests {
         let mut off = e;
         off.extend_from_slice(&0u64.to_be_bytes());
         assert_eq!(
-            gather(Kind::Zero, 0, 8, &[(REPLY_TYPE_ERROR_OFFSET, off)]),
+            gather(Kind::Zero, 0, 8, &[(nbd::REPLY_TYPE_ERROR_OFFSET, off)]),
             Ok(Err(5))
         );
     }

@@ -20,6 +20,20 @@ impl Drop for Server {
     }
 }
 
+/// An NBD server that `cmd` starts on the Unix socket `sock` (a stale
+/// socket file removed first), its output silenced, once the socket is
+/// there.
+pub fn unix_server(mut cmd: Command, sock: &std::path::Path) -> Server {
+    let _ = std::fs::remove_file(sock);
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("an NBD server (nbdkit, qemu-nbd)");
+    wait_for("the server's socket", 10, || sock.exists());
+    Server(child)
+}
+
 pub fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
     let end = Instant::now() + Duration::from_secs(secs);
     while !f() {

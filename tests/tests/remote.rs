@@ -4,7 +4,7 @@
 //! only what changed resynced, hosts as network namespaces joined by veth
 //! links. TLS on the export and on members: remote_tls.rs.
 
-use raid_e2e::hosts::{wait_for, Hosts, Server};
+use raid_e2e::hosts::{unix_server, wait_for, Hosts, Server};
 use raid_e2e::{file_hash, free_port, make_executable, need, qemu_io, World};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,18 +14,9 @@ const MIB: u64 = 1 << 20;
 
 /// nbdkit's file plugin serving `file` on a Unix socket.
 fn nbdkit_unix(sock: &Path, file: &Path) -> Server {
-    let _ = std::fs::remove_file(sock);
-    let c = Command::new("nbdkit")
-        .args(["-f", "-U"])
-        .arg(sock)
-        .arg("file")
-        .arg(file)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nbdkit");
-    wait_for("nbdkit's socket", 10, || sock.exists());
-    Server(c)
+    let mut c = Command::new("nbdkit");
+    c.args(["-f", "-U"]).arg(sock).arg("file").arg(file);
+    unix_server(c, sock)
 }
 
 /// `n` nbdkit exports of 32 MiB sparse files (`FILE{i}.img`, served on

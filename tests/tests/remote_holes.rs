@@ -4,37 +4,27 @@
 //! as an array of files does, and a copy that skips them is the same as
 //! one that reads every byte.
 
-use raid_e2e::hosts::{wait_for, Server};
+use raid_e2e::hosts::{unix_server, Server};
 use raid_e2e::{holes_trusted, map_and_copies, need, qemu_io, run_ok as run, World};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const MIB: u64 = 1 << 20;
 
 /// `file` served on the Unix socket `sock`: by qemu-nbd, or by nbdkit's
 /// file plugin (both answer block status from the file's holes).
 fn serve(qemu: bool, sock: &Path, file: &Path) -> Server {
-    let _ = std::fs::remove_file(sock);
-    let mut c = match qemu {
-        true => {
-            let mut c = Command::new("qemu-nbd");
-            c.args(["-f", "raw", "-t", "-k"]).arg(sock);
-            c
-        }
-        false => {
-            let mut c = Command::new("nbdkit");
-            c.args(["-f", "-U"]).arg(sock).arg("file");
-            c
-        }
+    let mut c = if qemu {
+        let mut c = Command::new("qemu-nbd");
+        c.args(["-f", "raw", "-t", "-k"]).arg(sock);
+        c
+    } else {
+        let mut c = Command::new("nbdkit");
+        c.args(["-f", "-U"]).arg(sock).arg("file");
+        c
     };
-    let child = c
-        .arg(file)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("an NBD server");
-    wait_for("the server's socket", 10, || sock.exists());
-    Server(child)
+    c.arg(file);
+    unix_server(c, sock)
 }
 
 /// A RAID5 of four 128 MiB sparse files, two served by qemu-nbd and two

@@ -125,6 +125,13 @@ impl Refusal {
     }
 }
 
+/// Leaves `m` out of the start, logged, with `why` (the assembly says
+/// which devices it left out and why: `Assembly::refused`).
+fn left_out(refused: &mut Vec<(String, Refusal)>, m: &MemberRef, why: Refusal) {
+    tracing::warn!(member = m.identity(), "{why}");
+    refused.push((m.identity().to_string(), why));
+}
+
 /// `allow_missing`: whether a slot in sync in the metadata may be left
 /// without a member (the array then starts degraded).
 pub(super) fn assemble(
@@ -149,9 +156,8 @@ pub(super) fn assemble(
                     RefusalKind::NoMetadata,
                     format!("no usable array metadata ({e})"),
                 );
-                tracing::warn!(member = m.identity(), "{why}");
                 unreadable.push(format!("member {}: {e}", m.identity()));
-                refused.push((m.identity().to_string(), why));
+                left_out(&mut refused, &m, why);
             }
         }
     }
@@ -289,8 +295,7 @@ pub(super) fn assemble(
                     truth.data_offset + truth.data_size
                 ),
             );
-            tracing::warn!(member = m.identity(), "{why}");
-            refused.push((m.identity().to_string(), why));
+            left_out(&mut refused, &m, why);
             continue;
         }
         if let Some(i) = truth.slots.iter().position(|s| s.uuid == sb.member_uuid) {
@@ -317,8 +322,7 @@ pub(super) fn assemble(
                         ),
                     )
                 };
-                tracing::warn!(member = m.identity(), "{why}");
-                refused.push((m.identity().to_string(), why));
+                left_out(&mut refused, &m, why);
                 failed_but_present.push((i, m, sb));
                 continue;
             }
@@ -339,9 +343,8 @@ pub(super) fn assemble(
                         sb.events
                     ),
                 );
-                tracing::warn!(member = m.identity(), "{why}");
                 stale[i] = Some(format!("{}: {why}", m.identity()));
-                refused.push((m.identity().to_string(), why));
+                left_out(&mut refused, &m, why);
                 failed_but_present.push((i, m, sb));
                 continue;
             }

@@ -6,7 +6,20 @@ use crate::buf::AlignedBuf;
 use crate::metadata::Uuid;
 use crate::metadata::JOURNAL_OFFSET;
 
+/// Headers written before they fit one sector: fields at both ends of the
+/// block, so a torn write (a power cut with some of its sectors on the
+/// medium) spoiled the old header and the new. Still read.
 const HEAD_MAGIC: &[u8; 8] = b"NVRAIDJH";
+/// Headers written now: every field and the CRC in the block's first 512
+/// bytes, one sector, which a drive writes whole or not at all. A torn
+/// header on every member in sync made the next start replay the ring
+/// from its oldest record, records long in place and overwritten since
+/// among them. (Found by the deterministic simulation.)
+const HEAD_MAGIC_SECTOR: &[u8; 8] = b"NVRAIDJS";
+/// Bytes of a header the CRC covers (one sector, less the CRC).
+const HEAD_SECTOR: usize = 512;
+/// Where the array's UUID sits in a one-sector header.
+const HEAD_UUID_AT: usize = 24;
 pub(super) const REC_MAGIC: &[u8; 8] = b"NVRAIDJR";
 pub(super) const BLOCK: u64 = 4096;
 pub(super) const RECORDS: u64 = JOURNAL_OFFSET + BLOCK;
@@ -30,6 +43,20 @@ pub(super) struct Record {
 /// `tail_at`.
 pub(super) fn encode_head(tail: u64, tail_at: u64, uuid: &Uuid) -> AlignedBuf {
     let mut b = AlignedBuf::new(BLOCK as usize);
+    b[..8].copy_from_slice(HEAD_MAGIC_SECTOR);
+    b[8..16].copy_from_slice(&tail.to_le_bytes());
+    b[16..24].copy_from_slice(&tail_at.to_le_bytes());
+    b[HEAD_UUID_AT..HEAD_UUID_AT + 16].copy_from_slice(&uuid.0);
+    let crc = crc32c::crc32c(&b[..HEAD_SECTOR - 4]);
+    b[HEAD_SECTOR - 4..HEAD_SECTOR].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// `encode_head` as versions before the one-sector header wrote it (the
+/// tests' earlier arrays).
+#[cfg(test)]
+pub(super) fn encode_head_spread(tail: u64, tail_at: u64, uuid: &Uuid) -> AlignedBuf {
+    let mut b = AlignedBuf::new(BLOCK as usize);
     b[..8].copy_from_slice(HEAD_MAGIC);
     b[8..16].copy_from_slice(&tail.to_le_bytes());
     b[16..24].copy_from_slice(&tail_at.to_le_bytes());
@@ -44,9 +71,13 @@ pub(super) fn encode_head(tail: u64, tail_at: u64, uuid: &Uuid) -> AlignedBuf {
 /// start, where the records then always began), in an area ending at
 /// `end`.
 pub(super) fn decode_head(b: &[u8], uuid: &Uuid, end: u64) -> Option<(u64, u64)> {
-    if &b[..8] != HEAD_MAGIC
-        || crc32c::crc32c(&b[..4092]).to_le_bytes() != b[4092..4096]
-        || b[UUID_AT..UUID_AT + 16] != uuid.0
+    let (crc_end, uuid_at) = match &b[..8] {
+        m if m == HEAD_MAGIC_SECTOR => (HEAD_SECTOR - 4, HEAD_UUID_AT),
+        m if m == HEAD_MAGIC => (4092, UUID_AT),
+        _ => return None,
+    };
+    if crc32c::crc32c(&b[..crc_end]).to_le_bytes() != b[crc_end..crc_end + 4]
+        || b[uuid_at..uuid_at + 16] != uuid.0
     {
         return None;
     }

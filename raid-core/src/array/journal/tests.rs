@@ -1,6 +1,7 @@
 //! The journal's decoder fuzzed, and its replay rules one by one.
 
 use super::format::{decode_head, decode_record, sealed_records, REC_MAGIC, UUID_AT};
+use super::format::{encode_head_spread, BLOCK};
 use super::*;
 use crate::member::RamMember;
 
@@ -281,7 +282,7 @@ fn records_owed_by_an_earlier_version_stop_the_start() {
     let rec = block_record(&a, 8, 0, 0xEE);
     for member in &m {
         member
-            .write_at(&encode_head(7, RECORDS, &none), JOURNAL_OFFSET)
+            .write_at(&encode_head_spread(7, RECORDS, &none), JOURNAL_OFFSET)
             .unwrap();
         member
             .write_at(&encode_record(&rec, &none), RECORDS)
@@ -295,7 +296,7 @@ fn records_owed_by_an_earlier_version_stop_the_start() {
     // Settled (nothing past the tail): no objection.
     for member in &m {
         member
-            .write_at(&encode_head(8, RECORDS, &none), JOURNAL_OFFSET)
+            .write_at(&encode_head_spread(8, RECORDS, &none), JOURNAL_OFFSET)
             .unwrap();
     }
     assert_eq!(a.journal_recover().unwrap(), 0);
@@ -545,4 +546,53 @@ fn a_member_whose_journal_cannot_be_read_at_the_start_is_failed_where_a_record_i
     assert_eq!(a.slots[holders[0]].state(), SlotState::Active);
     let ring = (a.data_offset - RECORDS) / BLOCK;
     assert!(a.journal.as_ref().unwrap().state.lock().next_seq >= seq + ring);
+}
+
+/// A header written over another and torn by a power cut (each 512-byte
+/// sector on the medium old or new) reads as the old header or the new,
+/// never as none: with none on every member in sync, the start would
+/// replay the ring from its oldest record.
+#[test]
+fn a_torn_header_reads_as_the_old_or_the_new() {
+    let uuid = Uuid([7; 16]);
+    let end = RECORDS + (1 << 20);
+    let sectors = BLOCK as usize / 512;
+    for (old, new) in [
+        (
+            encode_head(5, RECORDS, &uuid),
+            encode_head(9, RECORDS + 8192, &uuid),
+        ),
+        // Over a header of the earlier layout (fields at both ends).
+        (
+            encode_head_spread(5, RECORDS, &uuid),
+            encode_head(9, RECORDS + 8192, &uuid),
+        ),
+    ] {
+        for mask in 0u32..1 << sectors {
+            let mut torn = old.clone();
+            for k in (0..sectors).filter(|k| mask & (1 << k) != 0) {
+                torn[k * 512..(k + 1) * 512].copy_from_slice(&new[k * 512..(k + 1) * 512]);
+            }
+            let got = decode_head(&torn, &uuid, end);
+            let sector0_new = mask & 1 != 0;
+            let spread_old = &old[..8] == b"NVRAIDJH";
+            match got {
+                Some(h) if sector0_new => assert_eq!(h, (9, RECORDS + 8192), "{mask:#x}"),
+                Some(h) => assert_eq!(h, (5, RECORDS), "{mask:#x}"),
+                // Only the earlier layout's header can be spoiled, and only
+                // by a write that changed its last sector, the one time it
+                // is replaced by the one-sector layout.
+                None => assert!(spread_old && !sector0_new && mask & 0x80 != 0, "{mask:#x}"),
+            }
+        }
+    }
+    // Both layouts read; another array's header does not.
+    assert_eq!(
+        decode_head(&encode_head_spread(3, RECORDS, &uuid), &uuid, end),
+        Some((3, RECORDS))
+    );
+    assert_eq!(
+        decode_head(&encode_head(3, RECORDS, &uuid), &Uuid([8; 16]), end),
+        None
+    );
 }

@@ -21,6 +21,8 @@
 # device's latency under every member I/O, members opened O_DIRECT).
 # BENCH_DEGRADED=1 fails one member of each RAID5/6 after the fill, so the
 # jobs run degraded (writes then go through the degraded-write journal).
+# BENCH_FIO_ARGS adds fio options to every job: "--fsync=1" makes each
+# write wait for a flush, as a database's log does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -65,7 +67,7 @@ run() { # server rw bs depth connections -> "iops MB/s"
   local sock=$work/$1.sock rw=$2 bs=$3 depth=$4 conns=${5:-1}
   fio --name=j --ioengine=nbd --uri="nbd+unix:///?socket=$sock" --rw="$rw" --bs="$bs" \
       --iodepth="$depth" --numjobs="$conns" --group_reporting --size="$size" \
-      --time_based --runtime="$secs" --ramp_time=1 --output-format=json 2>/dev/null |
+      --time_based --runtime="$secs" --ramp_time=1 ${BENCH_FIO_ARGS:-} --output-format=json 2>/dev/null |
     python3 -c '
 import json,sys
 t=sys.stdin.read()

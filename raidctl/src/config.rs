@@ -20,6 +20,23 @@ pub struct Config {
     pub metrics: Option<MetricsConfig>,
     pub health: Option<crate::daemon::HealthConfig>,
     pub remote: Option<RemoteConfig>,
+    pub bitmap: Option<BitmapConfig>,
+}
+
+/// `[bitmap]`: the write-intent bitmap of every array served.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct BitmapConfig {
+    /// How long a region's bit stays set after its last write (default 5,
+    /// as md's bitmap): longer spares bitmap writes to workloads that come
+    /// back to a region less often; a crash resyncs the regions written
+    /// that long before it.
+    #[serde(default = "default_linger")]
+    pub linger_seconds: f64,
+}
+
+fn default_linger() -> f64 {
+    raid_core::array::BITMAP_LINGER.as_secs_f64()
 }
 
 /// `[remote]`: network members.
@@ -152,6 +169,15 @@ impl Config {
                 )));
             }
         }
+        if let Some(b) = &c.bitmap {
+            if !(b.linger_seconds.is_finite() && (0.0..=3600.0).contains(&b.linger_seconds)) {
+                return Err(CliError::usage(format!(
+                    "{}: [bitmap] linger_seconds = {} is out of range: give 0 to 3600 (5 is the default)",
+                    p.display(),
+                    b.linger_seconds
+                )));
+            }
+        }
         let mut names = std::collections::HashSet::new();
         for a in &c.array {
             if !names.insert(a.name.as_str()) {
@@ -196,6 +222,9 @@ impl Config {
             health: self.health.unwrap_or_default(),
             remote_timeout: Duration::from_secs_f64(remote.timeout_seconds),
             remote_trust_holes: remote.trust_holes,
+            bitmap_linger: self.bitmap.map_or(raid_core::array::BITMAP_LINGER, |b| {
+                Duration::from_secs_f64(b.linger_seconds)
+            }),
         }
     }
 
@@ -273,6 +302,26 @@ mod tests {
             assert!(e.msg.contains("every_hours"), "{bad}: {}", e.msg);
         }
         assert!(load("[scrub]\nevery_hours = 168\n").is_ok());
+    }
+
+    /// `[bitmap] linger_seconds` reaches the daemon's options; out of its
+    /// range it is refused at load, naming the range.
+    #[test]
+    fn the_bitmap_linger_is_read_and_checked() {
+        let linger = |c: Config| c.daemon_options(None, false, vec![], None).bitmap_linger;
+        assert_eq!(linger(load("").unwrap()), Duration::from_secs(5));
+        let c = load("[bitmap]\nlinger_seconds = 0.5\n").unwrap();
+        assert_eq!(linger(c), Duration::from_millis(500));
+        for bad in ["-1", "nan", "7200"] {
+            let e = load(&format!("[bitmap]\nlinger_seconds = {bad}\n"))
+                .err()
+                .unwrap();
+            assert!(
+                e.msg.contains("linger_seconds") && e.msg.contains("0 to 3600"),
+                "{bad}: {}",
+                e.msg
+            );
+        }
     }
 
     #[test]

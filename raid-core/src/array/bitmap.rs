@@ -6,16 +6,37 @@
 //!
 //! Clearing uses generations: `flush` bumps the generation, flushes the
 //! members, then clears the bits of regions that have no write in flight and
-//! whose last write finished before the bump. A write that finished after
-//! the bump may not be durable yet, so its region stays dirty until the next
-//! flush. Setting and clearing happen under one lock, so a write can never
-//! start in a region whose bit a concurrent flush is clearing.
+//! whose last write finished before the bump, once they have lingered
+//! (below). A write that finished after the bump may not be durable yet, so
+//! its region stays dirty until the next flush. Setting and clearing happen
+//! under one lock, so a write can never start in a region whose bit a
+//! concurrent flush is clearing.
+//!
+//! Bits linger: a region is cleared only once no write has touched it for
+//! `BITMAP_LINGER` (md's bitmap waits its `daemon_sleep` the same way),
+//! as the flushes see it: the first flush to find a region's last write
+//! generation as it was starts its idle time, so the write path reads no
+//! clock.
+//! Clearing at every flush made each write of an `fsync` loop (a database's
+//! log, a journal's commits) pay a bitmap write to set its region's bit and
+//! another to clear it, each a write and a flush of every member. A bit
+//! left set costs only the resync of its region after a crash. Regions left
+//! set when writes stop are cleared by the next flush after their linger,
+//! or by `settle_bitmap` (the daemon's monitor calls it), and all of them
+//! at an orderly stop.
 
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::metadata::{BITMAP_BYTES, BITMAP_OFFSET};
 use std::ops::RangeInclusive;
 use std::sync::atomic::AtomicU32;
+use std::time::{Duration, Instant};
+
+/// How long a region's bit stays set after its last write ended, by
+/// default (`Array::set_bitmap_linger`).
+pub const BITMAP_LINGER: Duration = Duration::from_secs(5);
+/// `linger_ms` for bits cleared only at an orderly stop.
+const NEVER: u64 = u64::MAX;
 
 /// The block's last bytes: its write sequence and the sequence of the last
 /// write that cleared a bit (`Bitmap::seq`), where the array's regions
@@ -44,6 +65,17 @@ pub(super) struct Bitmap {
     in_flight: Vec<AtomicU32>,
     last_gen: Vec<AtomicU64>,
     gen: AtomicU64,
+    /// Per region, the `last_gen` a flush last found there, and since
+    /// when (ms since `born`) it has been found so: the region's idle
+    /// time. Touched under `io` only.
+    idle_gen: Vec<AtomicU64>,
+    idle_since: Vec<AtomicU64>,
+    born: Instant,
+    /// When the last flush's clearing ran (ms since `born`).
+    last_clear_ms: AtomicU64,
+    /// How long (ms) a region's bit lingers after its last write (`NEVER`:
+    /// until an orderly stop).
+    linger_ms: AtomicU64,
     /// The stamp, where the block has room for it (`stamped`): `seq` is
     /// bumped by every write of the block, `cleared_at` is the `seq` of the
     /// last one that cleared a bit. Bits are set before a write and cleared
@@ -147,6 +179,11 @@ impl Bitmap {
             in_flight: (0..regions).map(|_| AtomicU32::new(0)).collect(),
             last_gen: (0..regions).map(|_| AtomicU64::new(0)).collect(),
             gen: AtomicU64::new(1),
+            idle_gen: (0..regions).map(|_| AtomicU64::new(0)).collect(),
+            idle_since: (0..regions).map(|_| AtomicU64::new(0)).collect(),
+            born: Instant::now(),
+            last_clear_ms: AtomicU64::new(0),
+            linger_ms: AtomicU64::new(BITMAP_LINGER.as_millis() as u64),
             stamped,
             seq: AtomicU64::new(seq),
             cleared_at: AtomicU64::new(cleared_at),
@@ -181,6 +218,39 @@ impl Bitmap {
         (0..self.in_flight.len())
             .filter(|&r| self.is_set(r))
             .collect()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.born.elapsed().as_millis() as u64
+    }
+
+    /// Whether region `r`'s bit has lingered long enough to be cleared
+    /// (`now`: `now_ms`); any region when `forced` (an orderly stop). A
+    /// region whose last write generation changed since the last flush
+    /// looked starts its idle time now. Callers hold `io`.
+    fn lingered(&self, r: usize, now: u64, forced: bool) -> bool {
+        let g = self.last_gen[r].load(Ordering::SeqCst);
+        if self.idle_gen[r].swap(g, Ordering::Relaxed) != g {
+            self.idle_since[r].store(now, Ordering::Relaxed);
+        }
+        let linger = self.linger_ms.load(Ordering::Relaxed);
+        forced
+            || (linger != NEVER
+                && now.saturating_sub(self.idle_since[r].load(Ordering::Relaxed)) >= linger)
+    }
+
+    /// Whether a flush now would be worth it for the bits alone: a region
+    /// set with no writer counted in, and no flush for a linger (a flush
+    /// looks at the regions, and clears those idle for their linger).
+    fn settle_due(&self) -> bool {
+        let linger = self.linger_ms.load(Ordering::Relaxed);
+        linger != NEVER
+            && self
+                .now_ms()
+                .saturating_sub(self.last_clear_ms.load(Ordering::Relaxed))
+                >= linger
+            && (0..self.in_flight.len())
+                .any(|r| self.is_set(r) && self.in_flight[r].load(Ordering::SeqCst) == 0)
     }
 }
 
@@ -317,29 +387,43 @@ impl Array {
         Ok(Some(intent))
     }
 
-    /// Clears the regions every write of which finished before `flushed_gen`.
-    ///
-    /// Not while a slot is out of sync: then the set bits say which regions
-    /// were written since the member left, and `re_add` resyncs only those
-    /// when it comes back (and a degraded start keeps what a crash left).
-    pub(super) fn clear_settled(&self, flushed_gen: u64) {
-        let Some(bm) = &self.bitmap else { return };
-        // Nor after a write failed on a full filesystem: its stripe may be
-        // torn, and the next start resyncs it from this bit.
-        // Nor while a resync is owed (an unclean, degraded start could not
-        // do it): its regions must stay marked until it has run.
-        if self.slots.iter().any(|s| s.state() != SlotState::Active)
+    /// Whether bits may be cleared at all. Not while a slot is out of sync:
+    /// then the set bits say which regions were written since the member
+    /// left, and `re_add` resyncs only those when it comes back (and a
+    /// degraded start keeps what a crash left). Nor after a write failed on
+    /// a full filesystem: its stripe may be torn, and the next start
+    /// resyncs it from this bit. Nor while a resync is owed (an unclean,
+    /// degraded start could not do it): its regions must stay marked until
+    /// it has run.
+    fn may_clear(&self) -> bool {
+        !(self.slots.iter().any(|s| s.state() != SlotState::Active)
             || self.out_of_space.lock().is_some()
-            || self.resync_pending.load(Ordering::Acquire)
-        {
+            || self.resync_pending.load(Ordering::Acquire))
+    }
+
+    /// Clears the regions every write of which finished before
+    /// `flushed_gen`, and long enough ago that their bits have lingered
+    /// (`BITMAP_LINGER`), or all such regions where `forced` (an orderly
+    /// stop: no write follows).
+    pub(super) fn clear_settled(&self, flushed_gen: u64, forced: bool) {
+        let Some(bm) = &self.bitmap else { return };
+        if !self.may_clear() {
             return;
         }
         let _io = bm.io.lock();
+        // Nor after an orderly stop (whose own flush came before it): the
+        // devices may be another start's by now.
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
         let mut changed = false;
+        let now = bm.now_ms();
+        bm.last_clear_ms.store(now, Ordering::Relaxed);
         for r in 0..bm.in_flight.len() {
             if !bm.is_set(r)
                 || bm.in_flight[r].load(Ordering::SeqCst) != 0
                 || bm.last_gen[r].load(Ordering::SeqCst) >= flushed_gen
+                || !bm.lingered(r, now, forced)
             {
                 continue;
             }
@@ -359,6 +443,44 @@ impl Array {
         if changed {
             self.write_bitmap(&bm.block(), true);
         }
+    }
+
+    /// Regions of the write-intent bitmap whose bits are set: what a crash
+    /// now would resync (none without a bitmap: RAID0).
+    pub fn bitmap_dirty_regions(&self) -> usize {
+        self.bitmap
+            .as_ref()
+            .map_or(0, |bm| bm.dirty_regions().len())
+    }
+
+    /// How long a region's bit stays set after its last write ended
+    /// (`BITMAP_LINGER` unless set here): zero clears it at the first flush
+    /// after the write, `None` only at an orderly stop (`close`).
+    pub fn set_bitmap_linger(&self, linger: Option<Duration>) {
+        if let Some(bm) = &self.bitmap {
+            let ms = linger.map_or(NEVER, |d| (d.as_millis() as u64).min(NEVER - 1));
+            bm.linger_ms.store(ms, Ordering::Relaxed);
+        }
+    }
+
+    /// Clears the bits of regions no write has touched for their linger,
+    /// after the flush that makes their writes durable: for an array whose
+    /// writes stopped with no flush after them. Does nothing (no flush)
+    /// where a flush ran within the linger (it looked at the regions) or
+    /// no region's bit is set with no writer in it, so it flushes at most
+    /// once a linger. The daemon calls it every few seconds.
+    pub fn settle_bitmap(&self) -> Result<()> {
+        match self.bitmap_settle_due() {
+            true => self.flush_checked(false),
+            false => Ok(()),
+        }
+    }
+
+    /// Whether `settle_bitmap` would flush now (cheap: no I/O).
+    pub fn bitmap_settle_due(&self) -> bool {
+        self.bitmap.as_ref().is_some_and(|bm| {
+            !self.closed.load(Ordering::Acquire) && self.may_clear() && bm.settle_due()
+        })
     }
 
     /// Whether no region holding member rows [lo, hi) has its bit set: no
@@ -426,17 +548,36 @@ impl Array {
             block[BITMAP_BYTES - STAMP_BYTES..].copy_from_slice(&stamp_bytes(seq, cleared));
             stamp_seq = seq;
         }
+        // Every member's write in one submission, then every flush at once:
+        // two device round trips, where a write and a flush per member one
+        // after another were two per member.
         let handles = self.member_handles();
-        for (i, m) in handles.iter().enumerate() {
-            if self.slots[i].state() == SlotState::Failed {
-                continue;
+        let to: Vec<usize> = (0..handles.len())
+            .filter(|&i| self.slots[i].state() != SlotState::Failed)
+            .collect();
+        let mut ios: Vec<crate::member::MemberIo> = to
+            .iter()
+            .map(|&member| crate::member::MemberIo {
+                member,
+                offset: BITMAP_OFFSET,
+                op: crate::member::IoOp::Write(&block),
+            })
+            .collect();
+        let wrote = crate::member::submit_uncounted(&handles, &mut ios);
+        let mut erred: Vec<(usize, io::Error)> = Vec::new();
+        let mut written = Vec::new();
+        for (&i, r) in to.iter().zip(wrote) {
+            match r {
+                Ok(()) => written.push(i),
+                Err(e) => erred.push((i, e)),
             }
-            if let Err(e) = m.write_at(&block, BITMAP_OFFSET).and_then(|_| m.flush()) {
-                self.slots[i]
-                    .missed_bitmap_seq
-                    .store(stamp_seq, Ordering::Release);
-                self.fail_slot_if(i, m, &format!("bitmap write failed: {e}"));
-            }
+        }
+        erred.extend(super::member_io::flush_each(&handles, &written, false));
+        for (i, e) in erred {
+            self.slots[i]
+                .missed_bitmap_seq
+                .store(stamp_seq, Ordering::Release);
+            self.fail_slot_if(i, &handles[i], &format!("bitmap write failed: {e}"));
         }
     }
 

@@ -280,19 +280,21 @@ impl Array {
     /// Makes every write completed before this call durable.
     pub fn flush(&self) -> Result<()> {
         let t = Started::now();
-        let r = self.flush_checked();
+        let r = self.flush_checked(false);
         self.client_io.flush.record(0, t.took(), r.is_ok());
         r
     }
 
-    fn flush_checked(&self) -> Result<()> {
+    /// The flush; `stopping` (an orderly stop, no write after it) clears
+    /// every settled region's bit, lingering or not.
+    pub(super) fn flush_checked(&self, stopping: bool) -> Result<()> {
         let generation = self.bitmap_generation();
         self.flush_present(true)?;
         // A member failure a write acted on (skipping the member) must be
         // on disk before that write is called durable.
         self.membership_settled();
         // Every write finished before this flush began is durable now.
-        self.clear_settled(generation);
+        self.clear_settled(generation, stopping);
         // After a write failed on a full filesystem, its journal record may
         // be all that can complete it: kept until the next start replays it.
         if !self.full.load(Ordering::Acquire) {

@@ -26,7 +26,10 @@ impl Array {
     /// where `dirty_reason` says why.
     pub fn close(&self) -> Result<()> {
         self.stop_jobs();
-        self.flush()?;
+        // Every bit cleared that can be: no write follows to use them. (Not
+        // `flush`: no client asked for this one, and its metrics count
+        // clients' flushes.)
+        self.flush_checked(true)?;
         let why = self.dirty_reason();
         let mut meta = self.meta.lock();
         meta.clean = why.is_none();

@@ -36,6 +36,7 @@ mod write_plan;
 mod zero_extents;
 
 pub use assemble::{Assembly, Refusal, RefusalKind};
+pub use bitmap::BITMAP_LINGER;
 pub(crate) use block_io::DirectPiece;
 pub use events::{ArrayEvent, Severity};
 pub use jobs::{CopyDone, CopyKind, CopyProgress, ScrubDone, ScrubProgress};

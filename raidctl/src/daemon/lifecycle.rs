@@ -246,6 +246,7 @@ impl Daemon {
             Array::assemble(opened)?
         };
         let mut array = asm.array;
+        array.set_bitmap_linger(Some(self.bitmap_linger));
         // The same rule on what assembly settled from all of them.
         self.same_array(
             name,
@@ -425,6 +426,7 @@ impl Daemon {
             record_unsaved: Mutex::new(lag),
             scrub_mark: Mutex::new(()),
             stopping: Mutex::new(()),
+            settling: Default::default(),
         });
         // Slots the operator's own member list left empty are theirs to
         // fill: not retried by the daemon as a member whose server was

@@ -65,6 +65,9 @@ struct Served {
     /// for the first and is then told the array is not running, as it
     /// would be a moment later (both said they had stopped it).
     stopping: Mutex<()>,
+    /// A thread clearing the array's lingering write-intent bits runs
+    /// (`settle_bitmap`): one at a time.
+    settling: Arc<AtomicBool>,
 }
 
 /// The daemon's stop after SIGTERM or SIGINT: every array it can stop is
@@ -140,6 +143,8 @@ pub struct Daemon {
     /// Runs the event hook in the events' order.
     hooks: crate::alerts::HookRunner,
     scrub_schedule: Option<crate::config::ScrubSchedule>,
+    /// Given to every array started (`Array::set_bitmap_linger`).
+    bitmap_linger: Duration,
     alert_counters: Arc<AlertCounters>,
     /// The daemon's clock for `iostat` intervals.
     started: Instant,
@@ -174,6 +179,8 @@ pub struct DaemonOptions {
     pub remote_timeout: Duration,
     /// Whether network members' servers say where their holes are.
     pub remote_trust_holes: bool,
+    /// How long a write-intent bit stays set after its region's last write.
+    pub bitmap_linger: Duration,
 }
 
 /// How long a daemon with no array stays up for alerts it cannot send.
@@ -233,6 +240,7 @@ impl Daemon {
             events_lock: Mutex::new(()),
             hooks: Default::default(),
             scrub_schedule: opts.scrub.clone(),
+            bitmap_linger: opts.bitmap_linger,
             alert_counters: Default::default(),
             started: Instant::now(),
             health_tool_noted: AtomicBool::new(false),
@@ -638,7 +646,8 @@ impl Daemon {
 
     /// Every quarter second: new events are logged and alerted; a member
     /// file that shrank is failed; a failed slot with a spare at hand gets
-    /// the spare; a rebuilding slot gets a rebuild thread.
+    /// the spare; write-intent bits no write needs any more are cleared; a
+    /// rebuilding slot gets a rebuild thread.
     fn monitor(self: &Arc<Self>) {
         while !self.exiting.load(Ordering::Acquire) {
             self.monitor_tick
@@ -652,6 +661,7 @@ impl Daemon {
                 self.retry_unreachable(&s);
                 self.probe_network_members(&s);
                 self.take_spare(&s);
+                self.settle_bitmap(&s);
                 // A rebuild or hot replace running: nothing to start.
                 if s.array.copy_progress().is_some() {
                     continue;
@@ -662,6 +672,28 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
+    }
+}
+
+impl Daemon {
+    /// Clears the write-intent bits of regions no longer written, once
+    /// their linger is over (`Array::settle_bitmap`: a flush first, at
+    /// most once a linger), on a thread of its own: that flush may wait on
+    /// a slow member, which must not hold up the monitor's rounds. The
+    /// thread holds the array weakly, as the network probes do.
+    fn settle_bitmap(&self, s: &Served) {
+        if !s.array.bitmap_settle_due() || s.settling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (array, settling) = (Arc::downgrade(&s.array), s.settling.clone());
+        std::thread::spawn(move || {
+            if let Some(a) = array.upgrade() {
+                if let Err(e) = a.settle_bitmap() {
+                    tracing::warn!(array = %a.name(), "clearing the write-intent bitmap: {e}");
+                }
+            }
+            settling.store(false, Ordering::Release);
+        });
     }
 }
 

@@ -1,0 +1,205 @@
+//! Synchronous writes: every 4 KiB write followed by a flush, as a
+//! database's log, an `fsync` loop or a filesystem's journal commits do.
+//! The array in-process over 8 simulated NVMe drives
+//! (`member::NvmeModel::datacenter`: 80 us read, 20 us write, a flush one
+//! write's time), against one bare drive doing the same, in the same run.
+//!
+//! `cargo bench -p raid-core --bench sync_write [-- --quick]`
+//! (BENCH_LEVEL=raid5 runs one level; BENCH_LINGER_MS=0 clears each
+//! write-intent bit at the first flush after its write, where by default
+//! it lingers `raid_core::array::BITMAP_LINGER`.)
+//!
+//! Jobs, each through the blocking API:
+//! - `log`: one thread appending 4 KiB records, each made durable before
+//!   the next (a write-ahead log at queue depth 1);
+//! - `4 logs`: four such threads, each appending in its own area;
+//! - `random`: four threads, each writing 4 KiB at random and flushing.
+//!
+//! Besides the rate and the latency of a write and its flush, it prints
+//! what each costs the drives: their commands (reads, writes, flushes, of
+//! all eight) and the write-intent bitmap writes among them (each a write
+//! and a flush of every drive).
+
+mod common;
+
+use raid_core::array::Array;
+use raid_core::buf::AlignedBuf;
+use raid_core::layout::Level;
+use raid_core::member::{Member, MemberRef, NvmeModel, SimNvme};
+use raid_core::metadata::LARGE_RING_DATA_OFFSET;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MEMBERS: usize = 8;
+const MEMBER_DATA: u64 = 256 << 20;
+const CHUNK: u64 = 64 * 1024;
+const BS: usize = 4096;
+
+#[derive(Clone, Copy)]
+enum Job {
+    Log,
+    Logs4,
+    Random,
+}
+
+impl Job {
+    fn name(self) -> &'static str {
+        match self {
+            Job::Log => "log",
+            Job::Logs4 => "4 logs",
+            Job::Random => "random",
+        }
+    }
+    fn threads(self) -> usize {
+        match self {
+            Job::Log => 1,
+            Job::Logs4 | Job::Random => 4,
+        }
+    }
+}
+
+/// A write and a flush: the array's, or one bare drive's.
+trait Target: Sync {
+    fn size(&self) -> u64;
+    fn sync_write(&self, off: u64, buf: &[u8]);
+}
+
+impl Target for Array {
+    fn size(&self) -> u64 {
+        self.capacity()
+    }
+    fn sync_write(&self, off: u64, buf: &[u8]) {
+        self.write(off, buf).unwrap();
+        self.flush().unwrap();
+    }
+}
+
+struct Bare(Arc<SimNvme>);
+
+impl Target for Bare {
+    fn size(&self) -> u64 {
+        MEMBER_DATA
+    }
+    fn sync_write(&self, off: u64, buf: &[u8]) {
+        self.0.write_at(buf, off).unwrap();
+        self.0.flush().unwrap();
+    }
+}
+
+struct Sample {
+    ops: u64,
+    rate: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+fn run(t: &dyn Target, job: Job, dur: Duration) -> Sample {
+    let stop = AtomicBool::new(false);
+    let blocks = t.size() / BS as u64;
+    let area = blocks / job.threads() as u64;
+    let started = Instant::now();
+    let mut lat: Vec<u32> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..job.threads() as u64)
+            .map(|k| {
+                let stop = &stop;
+                sc.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(k + 11);
+                    let mut buf = AlignedBuf::new(BS);
+                    rng.fill(&mut buf[..]);
+                    let mut lat = Vec::with_capacity(1 << 16);
+                    let mut next = k * area;
+                    while !stop.load(Ordering::Relaxed) {
+                        let block = match job {
+                            Job::Random => rng.gen_range(0..blocks),
+                            Job::Log | Job::Logs4 => {
+                                next += 1;
+                                if next == (k + 1) * area {
+                                    next = k * area;
+                                }
+                                next
+                            }
+                        };
+                        let t0 = Instant::now();
+                        t.sync_write(block * BS as u64, &buf);
+                        lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                    }
+                    lat
+                })
+            })
+            .collect();
+        std::thread::sleep(dur);
+        stop.store(true, Ordering::Relaxed);
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let secs = started.elapsed().as_secs_f64();
+    lat.sort_unstable();
+    let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64;
+    Sample {
+        ops: lat.len() as u64,
+        rate: lat.len() as f64 / secs,
+        p50_us: pct(0.5),
+        p99_us: pct(0.99),
+    }
+}
+
+fn sim_drives(tag: &str, n: usize) -> Vec<Arc<SimNvme>> {
+    (0..n)
+        .map(|i| {
+            Arc::new(SimNvme::new(
+                format!("sim:{tag}{i}"),
+                LARGE_RING_DATA_OFFSET + MEMBER_DATA,
+                NvmeModel::datacenter(),
+            ))
+        })
+        .collect()
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let dur = Duration::from_millis(if quick { 500 } else { 2000 });
+    eprintln!(
+        "sync write bench: {MEMBERS} simulated NVMe drives of {} MiB, chunk {} KiB, 4 KiB writes each followed by a flush",
+        MEMBER_DATA >> 20,
+        CHUNK >> 10
+    );
+    let bare = Bare(sim_drives("bare", 1).remove(0));
+    println!(
+        "\n| level | job | threads | array writes/s | p50 / p99 us | one drive writes/s | p50 / p99 us | drive commands per write | bitmap writes per write |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for level in common::chosen(&[Level::Raid1, Level::Raid5, Level::Raid6]) {
+        let drives = sim_drives(&level.to_string(), MEMBERS);
+        let members: Vec<MemberRef> = drives.iter().map(|d| d.clone() as MemberRef).collect();
+        let a = common::array_at(members, level, CHUNK, LARGE_RING_DATA_OFFSET);
+        if let Some(ms) = std::env::var("BENCH_LINGER_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            a.set_bitmap_linger(Some(Duration::from_millis(ms)));
+        }
+        for job in [Job::Log, Job::Logs4, Job::Random] {
+            let b = run(&bare, job, dur);
+            let commands = || drives.iter().map(|d| d.commands()).sum::<u64>();
+            let (c0, bm0) = (commands(), a.io_stats().bitmap_writes);
+            let r = run(&a, job, dur);
+            let (c1, bm1) = (commands(), a.io_stats().bitmap_writes);
+            println!(
+                "| {level} | {} | {} | {:.0} | {:.0} / {:.0} | {:.0} | {:.0} / {:.0} | {:.1} | {:.2} |",
+                job.name(),
+                job.threads(),
+                r.rate,
+                r.p50_us,
+                r.p99_us,
+                b.rate,
+                b.p50_us,
+                b.p99_us,
+                (c1 - c0) as f64 / r.ops as f64,
+                (bm1 - bm0) as f64 / r.ops as f64,
+            );
+        }
+        a.close().unwrap();
+    }
+}

@@ -6,19 +6,19 @@ use crate::buf::AlignedBuf;
 use crate::metadata::Uuid;
 use crate::metadata::JOURNAL_OFFSET;
 
-/// Headers written before they fit one sector: fields at both ends of the
-/// block, so a torn write (a power cut with some of its sectors on the
-/// medium) spoiled the old header and the new. Still read.
 const HEAD_MAGIC: &[u8; 8] = b"NVRAIDJH";
-/// Headers written now: every field and the CRC in the block's first 512
-/// bytes, one sector, which a drive writes whole or not at all. A torn
-/// header on every member in sync made the next start replay the ring
-/// from its oldest record, records long in place and overwritten since
-/// among them. (Found by the deterministic simulation.)
-const HEAD_MAGIC_SECTOR: &[u8; 8] = b"NVRAIDJS";
-/// Bytes of a header the CRC covers (one sector, less the CRC).
+/// A header's first sector checks itself: the array's UUID at 24 and the
+/// CRC of the sector's first 508 bytes at 508, besides the whole block's
+/// (the UUID at `UUID_AT`, the CRC at 4092) that every version reads. A
+/// drive writes a sector whole or not at all, so a power cut during a
+/// header's write leaves the first sector old or new, and the header reads
+/// as one or the other. With the block's CRC alone (all earlier versions
+/// wrote), the cut tore the header on every member in sync, and the next
+/// start replayed the ring from its oldest record, records long in place
+/// and overwritten since among them. (Found by the deterministic
+/// simulation.)
 const HEAD_SECTOR: usize = 512;
-/// Where the array's UUID sits in a one-sector header.
+/// Where the first sector's copy of the UUID sits.
 const HEAD_UUID_AT: usize = 24;
 pub(super) const REC_MAGIC: &[u8; 8] = b"NVRAIDJR";
 pub(super) const BLOCK: u64 = 4096;
@@ -42,19 +42,17 @@ pub(super) struct Record {
 /// A header: every record up to `tail` is in place, and the next lies at
 /// `tail_at`.
 pub(super) fn encode_head(tail: u64, tail_at: u64, uuid: &Uuid) -> AlignedBuf {
-    let mut b = AlignedBuf::new(BLOCK as usize);
-    b[..8].copy_from_slice(HEAD_MAGIC_SECTOR);
-    b[8..16].copy_from_slice(&tail.to_le_bytes());
-    b[16..24].copy_from_slice(&tail_at.to_le_bytes());
+    let mut b = encode_head_spread(tail, tail_at, uuid);
     b[HEAD_UUID_AT..HEAD_UUID_AT + 16].copy_from_slice(&uuid.0);
-    let crc = crc32c::crc32c(&b[..HEAD_SECTOR - 4]);
-    b[HEAD_SECTOR - 4..HEAD_SECTOR].copy_from_slice(&crc.to_le_bytes());
+    let sector = crc32c::crc32c(&b[..HEAD_SECTOR - 4]);
+    b[HEAD_SECTOR - 4..HEAD_SECTOR].copy_from_slice(&sector.to_le_bytes());
+    let block = crc32c::crc32c(&b[..4092]);
+    b[4092..].copy_from_slice(&block.to_le_bytes());
     b
 }
 
-/// `encode_head` as versions before the one-sector header wrote it (the
-/// tests' earlier arrays).
-#[cfg(test)]
+/// A header as versions before the first sector's own check wrote it:
+/// the block's CRC alone.
 pub(super) fn encode_head_spread(tail: u64, tail_at: u64, uuid: &Uuid) -> AlignedBuf {
     let mut b = AlignedBuf::new(BLOCK as usize);
     b[..8].copy_from_slice(HEAD_MAGIC);
@@ -71,14 +69,16 @@ pub(super) fn encode_head_spread(tail: u64, tail_at: u64, uuid: &Uuid) -> Aligne
 /// start, where the records then always began), in an area ending at
 /// `end`.
 pub(super) fn decode_head(b: &[u8], uuid: &Uuid, end: u64) -> Option<(u64, u64)> {
-    let (crc_end, uuid_at) = match &b[..8] {
-        m if m == HEAD_MAGIC_SECTOR => (HEAD_SECTOR - 4, HEAD_UUID_AT),
-        m if m == HEAD_MAGIC => (4092, UUID_AT),
-        _ => return None,
+    if &b[..8] != HEAD_MAGIC {
+        return None;
+    }
+    // The first sector's own check, else the whole block's (a header an
+    // earlier version wrote).
+    let checks = |crc_end: usize, uuid_at: usize| {
+        crc32c::crc32c(&b[..crc_end]).to_le_bytes() == b[crc_end..crc_end + 4]
+            && b[uuid_at..uuid_at + 16] == uuid.0
     };
-    if crc32c::crc32c(&b[..crc_end]).to_le_bytes() != b[crc_end..crc_end + 4]
-        || b[uuid_at..uuid_at + 16] != uuid.0
-    {
+    if !checks(HEAD_SECTOR - 4, HEAD_UUID_AT) && !checks(4092, UUID_AT) {
         return None;
     }
     let get = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());

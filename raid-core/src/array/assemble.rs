@@ -510,16 +510,16 @@ pub(super) fn assemble(
         let mut meta = array.meta.lock();
         array.persist(&mut meta);
     }
-    // The bitmap is the union of the members' blocks, and taken as durable
-    // (a writer into a marked region writes no bit): so it is written to
-    // every member now. A crash during a bitmap write leaves the new bit
-    // on some members only; had the union stayed only in memory, losing
-    // those members would lose the mark, and a crash after that would
-    // leave that region's copies or parity unchecked. (Found by the
-    // deterministic simulation, once bits lingered past flushes.)
-    if !truth.clean {
-        array.rewrite_bitmap();
-    }
+    // The bitmap is the union of the members' blocks (and of devices that
+    // held this array's slots, stale or refused), and taken as durable (a
+    // writer into a marked region writes no bit): so it is written to
+    // every member now, clean start or not. A crash during a bitmap write
+    // leaves the new bit on some members only; had the union stayed only
+    // in memory, losing those members would lose the mark, and a crash
+    // after that would leave that region's copies or parity unchecked.
+    // (Found by the deterministic simulation, once bits lingered past
+    // flushes.)
+    array.rewrite_bitmap();
     // Complete any degraded write a crash tore, before anything else.
     let replayed = array.journal_recover()?;
     if replayed > 0 {

@@ -73,6 +73,10 @@ pub(super) struct Bitmap {
     born: Instant,
     /// When the last flush's clearing ran (ms since `born`).
     last_clear_ms: AtomicU64,
+    /// Held by `settle_bitmap` while it flushes, and by `close`: a stop
+    /// waits for a settle under way (whose caller may hold the array) and
+    /// no settle starts during one.
+    settling: Mutex<()>,
     /// How long (ms) a region's bit lingers after its last write (`NEVER`:
     /// until an orderly stop).
     linger_ms: AtomicU64,
@@ -183,6 +187,7 @@ impl Bitmap {
             idle_since: (0..regions).map(|_| AtomicU64::new(0)).collect(),
             born: Instant::now(),
             last_clear_ms: AtomicU64::new(0),
+            settling: Mutex::new(()),
             linger_ms: AtomicU64::new(BITMAP_LINGER.as_millis() as u64),
             stamped,
             seq: AtomicU64::new(seq),
@@ -470,10 +475,18 @@ impl Array {
     /// no region's bit is set with no writer in it, so it flushes at most
     /// once a linger. The daemon calls it every few seconds.
     pub fn settle_bitmap(&self) -> Result<()> {
+        let Some(_settling) = self.bitmap.as_ref().and_then(|bm| bm.settling.try_lock()) else {
+            return Ok(());
+        };
         match self.bitmap_settle_due() {
             true => self.flush_checked(false),
             false => Ok(()),
         }
+    }
+
+    /// Waits for a `settle_bitmap` under way and holds off others: `close`.
+    pub(super) fn hold_settles(&self) -> Option<parking_lot::MutexGuard<'_, ()>> {
+        self.bitmap.as_ref().map(|bm| bm.settling.lock())
     }
 
     /// Whether `settle_bitmap` would flush now (cheap: no I/O).

@@ -26,6 +26,7 @@ impl Array {
     /// where `dirty_reason` says why.
     pub fn close(&self) -> Result<()> {
         self.stop_jobs();
+        let _settles = self.hold_settles();
         // Every bit cleared that can be: no write follows to use them. (Not
         // `flush`: no client asked for this one, and its metrics count
         // clients' flushes.)

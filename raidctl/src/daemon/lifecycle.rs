@@ -568,6 +568,13 @@ impl Daemon {
             .copy_progress()
             .filter(|c| c.kind == raid_core::array::CopyKind::Rebuild);
         let closed = served.array.close();
+        // A bitmap settle under way held the array: close waited for its
+        // flush; its thread lets the array go just after. Waited for, so
+        // that the members' files are closed when the stop returns.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while served.settling.load(Ordering::Acquire) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         if let Some((slot, new, old)) = hot {
             stopped_work.push_str(&match deleted.contains(&slot) {
                 // Its source's file was deleted: nothing stays.

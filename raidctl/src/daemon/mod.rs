@@ -686,14 +686,20 @@ impl Daemon {
             return;
         }
         let (array, settling) = (Arc::downgrade(&s.array), s.settling.clone());
-        std::thread::spawn(move || {
-            if let Some(a) = array.upgrade() {
-                if let Err(e) = a.settle_bitmap() {
-                    tracing::warn!(array = %a.name(), "clearing the write-intent bitmap: {e}");
+        let spawned = std::thread::Builder::new()
+            .name("bitmap-settle".into())
+            .spawn(move || {
+                if let Some(a) = array.upgrade() {
+                    if let Err(e) = a.settle_bitmap() {
+                        tracing::warn!(array = %a.name(), "clearing the write-intent bitmap: {e}");
+                    }
                 }
-            }
-            settling.store(false, Ordering::Release);
-        });
+                settling.store(false, Ordering::Release);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(array = %s.array.name(), "no thread to clear the write-intent bitmap: {e}");
+            s.settling.store(false, Ordering::Release);
+        }
     }
 }
 

@@ -7,7 +7,9 @@
 //! `cargo bench -p raid-core --bench sync_write [-- --quick]`
 //! (BENCH_LEVEL=raid5 runs one level; BENCH_LINGER_MS=0 clears each
 //! write-intent bit at the first flush after its write, where by default
-//! it lingers `raid_core::array::BITMAP_LINGER`.)
+//! it lingers `raid_core::array::BITMAP_LINGER`; BENCH_DEGRADED=1 fails
+//! one drive of each array first, so writes go through the degraded-write
+//! journal, and each flush settles it.)
 //!
 //! Jobs, each through the blocking API:
 //! - `log`: one thread appending 4 KiB records, each made durable before
@@ -179,6 +181,9 @@ fn main() {
             .and_then(|v| v.parse().ok())
         {
             a.set_bitmap_linger(Some(Duration::from_millis(ms)));
+        }
+        if std::env::var("BENCH_DEGRADED").is_ok_and(|v| v == "1") {
+            a.fail_member(1, false).unwrap();
         }
         for job in [Job::Log, Job::Logs4, Job::Random] {
             let b = run(&bare, job, dur);

@@ -696,3 +696,60 @@ fn connections_held_open_cannot_keep_the_scrapes_out() {
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     assert!(daemon.wait().unwrap().success());
 }
+
+/// `status` shows the write-intent bitmap's marked regions, and the daemon
+/// clears them by itself once no write has come for their linger, with no
+/// flush from the client after the writes (`[bitmap] linger_seconds`, 1 s
+/// here).
+#[test]
+fn status_shows_the_bitmap_and_the_daemon_clears_it_once_idle() {
+    let w = World::new("bmidle");
+    std::fs::create_dir_all(w.state()).unwrap();
+    std::fs::write(
+        w.state().join("raidctl.toml"),
+        "[bitmap]\nlinger_seconds = 1\n",
+    )
+    .unwrap();
+    let m = w.sparse_members("m", 4, 32 * MIB);
+    w.create("bm", "5", &m, &["--chunk", "16K"]);
+    let sock = w.dir.join("bm.sock");
+    w.ok(&["start", "bm", "--nbd", &format!("unix:{}", sock.display())]);
+    let j = w.status_json("bm");
+    let regions = j["bitmap_regions"].as_u64().expect("bitmap_regions");
+    assert!(regions > 1, "{j}");
+    // Written, and nothing after: whatever flush qemu-io's exit sends comes
+    // within the linger, so the clear after it is the daemon's own.
+    let (ok, out) = qemu_io(
+        &sock,
+        "bm",
+        &["write -P 0x11 0 64k", "write -P 0x22 40M 64k"],
+    );
+    assert!(ok, "{out}");
+    let dirty = w.status_json("bm")["bitmap_dirty_regions"]
+        .as_u64()
+        .unwrap();
+    assert!(dirty >= 2, "{dirty} regions marked after writes into two");
+    let text = w.ok(&["status", "bm"]);
+    assert!(
+        text.contains(&format!("{dirty} of {regions} regions marked")),
+        "{text}"
+    );
+    let t = Instant::now();
+    while w.status_json("bm")["bitmap_dirty_regions"].as_u64() != Some(0) {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the bits were not cleared: {}",
+            w.status_json("bm")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        t.elapsed() >= Duration::from_millis(500),
+        "cleared before their linger"
+    );
+    let text = w.ok(&["status", "bm"]);
+    assert!(!text.contains("write-intent bitmap"), "{text}");
+    let (ok, out) = qemu_io(&sock, "bm", &["read -P 0x11 0 64k", "read -P 0x22 40M 64k"]);
+    assert!(ok, "{out}");
+    w.ok(&["stop", "bm"]);
+}

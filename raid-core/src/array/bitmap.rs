@@ -458,6 +458,11 @@ impl Array {
             .map_or(0, |bm| bm.dirty_regions().len())
     }
 
+    /// Regions the write-intent bitmap has (None without one: RAID0).
+    pub fn bitmap_regions(&self) -> Option<usize> {
+        self.bitmap.as_ref().map(|bm| bm.in_flight.len())
+    }
+
     /// How long a region's bit stays set after its last write ended
     /// (`BITMAP_LINGER` unless set here): zero clears it at the first flush
     /// after the write, `None` only at an orderly stop (`close`).

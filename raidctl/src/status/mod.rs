@@ -120,6 +120,13 @@ pub struct ArrayStatus {
     /// that were being written.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unclean: bool,
+    /// A running array's write-intent bitmap: its regions, and those marked
+    /// now (written in the last linger, or not yet cleared), which a crash
+    /// now would resync. None without a bitmap (RAID0) or when stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bitmap_regions: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bitmap_dirty_regions: Option<u64>,
     pub exports: Vec<String>,
 }
 
@@ -293,6 +300,8 @@ pub fn of_running(
         stopping: None,
         held_elsewhere: None,
         unclean: false,
+        bitmap_regions: a.bitmap_regions().map(|n| n as u64),
+        bitmap_dirty_regions: a.bitmap_regions().map(|_| a.bitmap_dirty_regions() as u64),
         hot_replace: a.hot_replace_progress().map(|(slot, member, done, total)| {
             let chunk = g.chunk;
             let rate = copy
@@ -385,6 +394,8 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
             stopping: None,
             held_elsewhere: held_elsewhere(r),
             unclean: false,
+            bitmap_regions: None,
+            bitmap_dirty_regions: None,
             exports: vec![],
         };
     };
@@ -501,6 +512,8 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         stopping: None,
         held_elsewhere: held_elsewhere(r),
         unclean: !truth.clean,
+        bitmap_regions: None,
+        bitmap_dirty_regions: None,
         exports: vec![],
     }
 }

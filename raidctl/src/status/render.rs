@@ -146,6 +146,11 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
     if !s.running && s.unclean {
         out.push_str("  not stopped cleanly (a crash, a kill, a power cut, or a stop after writes failed on a full filesystem): its next start resyncs the regions that were being written\n");
     }
+    if let (Some(all), Some(dirty @ 1..)) = (s.bitmap_regions, s.bitmap_dirty_regions) {
+        out.push_str(&format!(
+            "  write-intent bitmap: {dirty} of {all} regions marked (written in the last few seconds): a crash now would resync those\n"
+        ));
+    }
     let p = &s.parity;
     if s.running && !p.parity_mode.is_empty() {
         let mut parts = vec![format!("mode {}", p.parity_mode)];

@@ -262,6 +262,8 @@ fn metrics_pass_promtool_and_a_prometheus_server_reads_them() {
         get("raidctl_array_parity_fallbacks_total", &[("array", "mx")]),
         0.0
     );
+    // Just written: the regions are still marked (they linger 5 s).
+    assert!(get("raidctl_array_bitmap_dirty_regions", &[("array", "mx")]) >= 1.0);
     // The NBD export's engine: each of the 128 writes served once, on a
     // shard, in the reader's thread (members in memory) or on the blocking
     // threads, or merged into another; the reads too; nothing on shards

@@ -305,6 +305,14 @@ pub fn render(s: &Sample) -> String {
         "Write-intent bitmap writes (each to every member in sync).",
         |a| Some(a.io.bitmap_writes as f64),
     );
+    per_array(
+        &mut e,
+        s,
+        "raidctl_array_bitmap_dirty_regions",
+        Kind::Gauge,
+        "Write-intent bitmap regions marked now (written in the last linger): what a crash now would resync.",
+        |a| a.status.bitmap_dirty_regions.map(|n| n as f64),
+    );
     engine_families(&mut e, s);
     {
         let mut f = e.family(

@@ -226,15 +226,7 @@ fn drives(tag: &str) -> Vec<MemberRef> {
 }
 
 fn sim_drives(tag: &str) -> Vec<Arc<SimNvme>> {
-    (0..MEMBERS)
-        .map(|i| {
-            Arc::new(SimNvme::new(
-                format!("sim:{tag}{i}"),
-                DATA_OFFSET + MEMBER_DATA,
-                NvmeModel::datacenter(),
-            ))
-        })
-        .collect()
+    common::sim_drives(tag, MEMBERS, DATA_OFFSET + MEMBER_DATA)
 }
 
 fn main() {

@@ -27,7 +27,7 @@ mod common;
 use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
-use raid_core::member::{Member, MemberRef, NvmeModel, SimNvme};
+use raid_core::member::{Member, MemberRef, SimNvme};
 use raid_core::metadata::LARGE_RING_DATA_OFFSET;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -148,15 +148,7 @@ fn run(t: &dyn Target, job: Job, dur: Duration) -> Sample {
 }
 
 fn sim_drives(tag: &str, n: usize) -> Vec<Arc<SimNvme>> {
-    (0..n)
-        .map(|i| {
-            Arc::new(SimNvme::new(
-                format!("sim:{tag}{i}"),
-                LARGE_RING_DATA_OFFSET + MEMBER_DATA,
-                NvmeModel::datacenter(),
-            ))
-        })
-        .collect()
+    common::sim_drives(tag, n, LARGE_RING_DATA_OFFSET + MEMBER_DATA)
 }
 
 fn main() {

@@ -31,6 +31,25 @@ fn create(members: Vec<MemberRef>, level: Level, chunk: u64, data_offset: Option
     .unwrap()
 }
 
+/// `n` simulated datacenter NVMe drives (`NvmeModel::datacenter`) of
+/// `size` bytes each, named `sim:{tag}{i}`.
+#[allow(dead_code)] // Not every bench uses it.
+pub fn sim_drives(
+    tag: &str,
+    n: usize,
+    size: u64,
+) -> Vec<std::sync::Arc<raid_core::member::SimNvme>> {
+    (0..n)
+        .map(|i| {
+            std::sync::Arc::new(raid_core::member::SimNvme::new(
+                format!("sim:{tag}{i}"),
+                size,
+                raid_core::member::NvmeModel::datacenter(),
+            ))
+        })
+        .collect()
+}
+
 /// `levels`, less those left out by BENCH_LEVEL (raid5, say: that one only).
 pub fn chosen(levels: &[Level]) -> impl Iterator<Item = Level> + '_ {
     let only = std::env::var("BENCH_LEVEL").ok();

@@ -569,28 +569,8 @@ impl Array {
         // Every member's write in one submission, then every flush at once:
         // two device round trips, where a write and a flush per member one
         // after another were two per member.
-        let handles = self.member_handles();
-        let to: Vec<usize> = (0..handles.len())
-            .filter(|&i| self.slots[i].state() != SlotState::Failed)
-            .collect();
-        let mut ios: Vec<crate::member::MemberIo> = to
-            .iter()
-            .map(|&member| crate::member::MemberIo {
-                member,
-                offset: BITMAP_OFFSET,
-                op: crate::member::IoOp::Write(&block),
-            })
-            .collect();
-        let wrote = crate::member::submit_uncounted(&handles, &mut ios);
-        let mut erred: Vec<(usize, io::Error)> = Vec::new();
-        let mut written = Vec::new();
-        for (&i, r) in to.iter().zip(wrote) {
-            match r {
-                Ok(()) => written.push(i),
-                Err(e) => erred.push((i, e)),
-            }
-        }
-        erred.extend(super::member_io::flush_each(&handles, &written, false));
+        let (handles, erred) =
+            self.write_durably(&self.present_slots(), &[(BITMAP_OFFSET, &block)]);
         for (i, e) in erred {
             self.slots[i]
                 .missed_bitmap_seq

@@ -145,6 +145,47 @@ impl Member for Absent {
 }
 
 impl Array {
+    /// Writes `blocks` (member offset, bytes) to the members of slots `to`
+    /// in one submission, then flushes those whose writes succeeded, all
+    /// together (`flush_each`): the journal's and the bitmap's writes,
+    /// which must be durable before the writes they guard. Returns the
+    /// handles written through and each member that erred in either step
+    /// (once), for the caller to fail as its rule says.
+    pub(super) fn write_durably(
+        &self,
+        to: &[usize],
+        blocks: &[(u64, &[u8])],
+    ) -> (HandlesNow, Vec<(usize, io::Error)>) {
+        use crate::member::{submit_uncounted, IoOp, MemberIo};
+        let handles = self.member_handles();
+        let mut ios: Vec<MemberIo> = to
+            .iter()
+            .flat_map(|&m| {
+                blocks.iter().map(move |&(at, b)| MemberIo {
+                    member: m,
+                    offset: at,
+                    op: IoOp::Write(b),
+                })
+            })
+            .collect();
+        let results = submit_uncounted(&handles, &mut ios);
+        let mut failed: Vec<(usize, io::Error)> = Vec::new();
+        for (io, r) in ios.iter().zip(results) {
+            if let Err(e) = r {
+                if !failed.iter().any(|(m, _)| *m == io.member) {
+                    failed.push((io.member, e));
+                }
+            }
+        }
+        let written: Vec<usize> = to
+            .iter()
+            .copied()
+            .filter(|m| !failed.iter().any(|(f, _)| f == m))
+            .collect();
+        failed.extend(flush_each(&handles, &written, false));
+        (handles, failed)
+    }
+
     /// Fails each member that erred in `what` (an operation: "flush",
     /// "journal write"), then says whether the array is still within its
     /// redundancy.

@@ -290,6 +290,9 @@ struct Parts {
     bitmap: Option<bitmap::Bitmap>,
 }
 
+/// The members' handles as loaded at one moment (`member_handles`).
+type HandlesNow = arc_swap::Guard<Arc<Vec<MemberRef>>>;
+
 impl Array {
     /// An array of `p`, not yet serving: the CPU parity engine, no I/O in
     /// flight, and a degraded-write journal (empty, ending at the data)
@@ -626,7 +629,7 @@ impl Array {
     }
 
     /// The members by slot, for the data path (missing ones stand in).
-    fn member_handles(&self) -> arc_swap::Guard<Arc<Vec<MemberRef>>> {
+    fn member_handles(&self) -> HandlesNow {
         self.handles.all.load()
     }
 

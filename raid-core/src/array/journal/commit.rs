@@ -29,9 +29,8 @@
 //! thread that will not come.
 
 use super::{JState, Journal};
-use crate::array::{member_io, Array, SlotState};
+use crate::array::{Array, SlotState};
 use crate::buf::AlignedBuf;
-use crate::member::{submit_uncounted, IoOp, MemberIo};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -451,32 +450,7 @@ impl Array {
     /// either is failed. Returns whether the array is within its
     /// redundancy after.
     fn write_to(&self, to: &[usize], blocks: &[(u64, &[u8])]) -> bool {
-        let handles = self.member_handles();
-        let mut ios: Vec<MemberIo> = to
-            .iter()
-            .flat_map(|&m| {
-                blocks.iter().map(move |&(at, b)| MemberIo {
-                    member: m,
-                    offset: at,
-                    op: IoOp::Write(b),
-                })
-            })
-            .collect();
-        let results = submit_uncounted(&handles, &mut ios);
-        let mut failed: Vec<(usize, std::io::Error)> = Vec::new();
-        for (io, r) in ios.iter().zip(results) {
-            if let Err(e) = r {
-                if !failed.iter().any(|(m, _)| *m == io.member) {
-                    failed.push((io.member, e));
-                }
-            }
-        }
-        let written: Vec<usize> = to
-            .iter()
-            .copied()
-            .filter(|m| !failed.iter().any(|(f, _)| f == m))
-            .collect();
-        failed.extend(member_io::flush_each(&handles, &written, false));
+        let (handles, failed) = self.write_durably(to, blocks);
         self.fail_erred(&handles, failed, "journal write")
     }
 }

@@ -1,5 +1,6 @@
-//! The daemon's side of the arrays' background work: rate limits, scrubs
-//! asked for or scheduled. The work itself runs on threads the array owns.
+//! The daemon's side of the arrays' background work: the monitor's rounds,
+//! rate limits, scrubs asked for or scheduled, write-intent bits cleared
+//! once idle. The work itself runs on threads the array owns.
 
 use super::observe::unix_now;
 use super::{scrub_options, Daemon, Served};
@@ -7,9 +8,67 @@ use crate::error::{CliError, Result};
 use crate::protocol::Response;
 use crate::status;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 impl Daemon {
+    /// Every quarter second: new events are logged and alerted; a member
+    /// file that shrank is failed; a failed slot with a spare at hand gets
+    /// the spare; write-intent bits no write needs any more are cleared; a
+    /// rebuilding slot gets a rebuild thread.
+    pub(super) fn monitor(self: &Arc<Self>) {
+        while !self.exiting.load(Ordering::Acquire) {
+            self.monitor_tick
+                .store(self.started.elapsed().as_millis() as u64, Ordering::Release);
+            self.process_events();
+            let arrays: Vec<Arc<Served>> = self.arrays.lock().values().cloned().collect();
+            for s in arrays {
+                self.save_record_again(&s);
+                let deleted = s.array.check_member_files();
+                self.warn_deleted_members(&s, deleted);
+                self.retry_unreachable(&s);
+                self.probe_network_members(&s);
+                self.take_spare(&s);
+                self.settle_bitmap(&s);
+                // A rebuild or hot replace running: nothing to start.
+                if s.array.copy_progress().is_some() {
+                    continue;
+                }
+                s.engine.check_health();
+                self.kick_rebuild(&s);
+                self.scheduled_scrub(&s);
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Clears the write-intent bits of regions no longer written, once
+    /// their linger is over (`Array::settle_bitmap`: a flush first, at
+    /// most once a linger), on a thread of its own: that flush may wait on
+    /// a slow member, which must not hold up the monitor's rounds. The
+    /// thread holds the array weakly, as the network probes do.
+    fn settle_bitmap(&self, s: &Served) {
+        if !s.array.bitmap_settle_due() || s.settling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (array, settling) = (Arc::downgrade(&s.array), s.settling.clone());
+        let spawned = std::thread::Builder::new()
+            .name("bitmap-settle".into())
+            .spawn(move || {
+                if let Some(a) = array.upgrade() {
+                    if let Err(e) = a.settle_bitmap() {
+                        tracing::warn!(array = %a.name(), "clearing the write-intent bitmap: {e}");
+                    }
+                }
+                settling.store(false, Ordering::Release);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(array = %s.array.name(), "no thread to clear the write-intent bitmap: {e}");
+            s.settling.store(false, Ordering::Release);
+        }
+    }
+
     /// Changes the rate limits of the array's background work, also of the
     /// work running now; says what they are.
     pub(super) fn rate(

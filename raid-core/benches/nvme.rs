@@ -29,7 +29,7 @@ use raid_core::member::{IoOp, MemberRef, NvmeModel, SimNvme};
 use raid_core::metadata::LARGE_RING_DATA_OFFSET;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -84,45 +84,33 @@ struct Sample {
 impl Sample {
     /// From the latencies (us) of what completed in `secs`.
     fn of(mut lat: Vec<u32>, secs: f64) -> Sample {
-        lat.sort_unstable();
-        let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64;
+        let (p50_us, p99_us) = common::p50_p99(&mut lat);
         Sample {
             ios: lat.len() as u64,
             iops: lat.len() as f64 / secs,
-            p50_us: pct(0.5),
-            p99_us: pct(0.99),
+            p50_us,
+            p99_us,
         }
     }
 }
 
 fn run(t: &dyn Target, write: bool, qd: usize, dur: Duration) -> Sample {
-    let stop = AtomicBool::new(false);
     let blocks = t.size() / BS as u64;
-    let started = Instant::now();
-    let lat: Vec<u32> = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..qd)
-            .map(|k| {
-                let stop = &stop;
-                sc.spawn(move || {
-                    let mut rng = SmallRng::seed_from_u64(k as u64 + 7);
-                    let mut buf = AlignedBuf::new(BS);
-                    rng.fill(&mut buf[..]);
-                    let mut lat = Vec::with_capacity(1 << 16);
-                    while !stop.load(Ordering::Relaxed) {
-                        let off = rng.gen_range(0..blocks) * BS as u64;
-                        let t0 = Instant::now();
-                        t.io(write, off, &mut buf);
-                        lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
-                    }
-                    lat
-                })
-            })
-            .collect();
-        std::thread::sleep(dur);
-        stop.store(true, Ordering::Relaxed);
-        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
-    });
-    Sample::of(lat, started.elapsed().as_secs_f64())
+    let (lat, secs) = common::timed_loops(
+        qd,
+        dur,
+        |k| {
+            let mut rng = SmallRng::seed_from_u64(k as u64 + 7);
+            let mut buf = AlignedBuf::new(BS);
+            rng.fill(&mut buf[..]);
+            (rng, buf)
+        },
+        |(rng, buf)| {
+            let off = rng.gen_range(0..blocks) * BS as u64;
+            t.io(write, off, buf);
+        },
+    );
+    Sample::of(lat, secs)
 }
 
 /// Keeps `qd` I/Os in flight from this one thread for `dur`: `start(off,

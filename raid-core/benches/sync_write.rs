@@ -31,9 +31,8 @@ use raid_core::member::{Member, MemberRef, SimNvme};
 use raid_core::metadata::LARGE_RING_DATA_OFFSET;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const MEMBERS: usize = 8;
 const MEMBER_DATA: u64 = 256 << 20;
@@ -99,51 +98,38 @@ struct Sample {
 }
 
 fn run(t: &dyn Target, job: Job, dur: Duration) -> Sample {
-    let stop = AtomicBool::new(false);
     let blocks = t.size() / BS as u64;
     let area = blocks / job.threads() as u64;
-    let started = Instant::now();
-    let mut lat: Vec<u32> = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..job.threads() as u64)
-            .map(|k| {
-                let stop = &stop;
-                sc.spawn(move || {
-                    let mut rng = SmallRng::seed_from_u64(k + 11);
-                    let mut buf = AlignedBuf::new(BS);
-                    rng.fill(&mut buf[..]);
-                    let mut lat = Vec::with_capacity(1 << 16);
-                    let mut next = k * area;
-                    while !stop.load(Ordering::Relaxed) {
-                        let block = match job {
-                            Job::Random => rng.gen_range(0..blocks),
-                            Job::Log | Job::Logs4 => {
-                                next += 1;
-                                if next == (k + 1) * area {
-                                    next = k * area;
-                                }
-                                next
-                            }
-                        };
-                        let t0 = Instant::now();
-                        t.sync_write(block * BS as u64, &buf);
-                        lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+    let (mut lat, secs) = common::timed_loops(
+        job.threads(),
+        dur,
+        |k| {
+            let k = k as u64;
+            let mut rng = SmallRng::seed_from_u64(k + 11);
+            let mut buf = AlignedBuf::new(BS);
+            rng.fill(&mut buf[..]);
+            (k, rng, buf, k * area)
+        },
+        |(k, rng, buf, next)| {
+            let block = match job {
+                Job::Random => rng.gen_range(0..blocks),
+                Job::Log | Job::Logs4 => {
+                    *next += 1;
+                    if *next == (*k + 1) * area {
+                        *next = *k * area;
                     }
-                    lat
-                })
-            })
-            .collect();
-        std::thread::sleep(dur);
-        stop.store(true, Ordering::Relaxed);
-        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
-    });
-    let secs = started.elapsed().as_secs_f64();
-    lat.sort_unstable();
-    let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64;
+                    *next
+                }
+            };
+            t.sync_write(block * BS as u64, buf);
+        },
+    );
+    let (p50_us, p99_us) = common::p50_p99(&mut lat);
     Sample {
         ops: lat.len() as u64,
         rate: lat.len() as f64 / secs,
-        p50_us: pct(0.5),
-        p99_us: pct(0.99),
+        p50_us,
+        p99_us,
     }
 }
 

@@ -50,6 +50,51 @@ pub fn sim_drives(
         .collect()
 }
 
+/// `threads` threads for `dur`, each with its own state (`init` of its
+/// index) doing `op` again and again; returns each `op`'s latency (us)
+/// and the seconds it all took.
+#[allow(dead_code)] // Not every bench uses it.
+pub fn timed_loops<S>(
+    threads: usize,
+    dur: std::time::Duration,
+    init: impl Fn(usize) -> S + Sync,
+    op: impl Fn(&mut S) + Sync,
+) -> (Vec<u32>, f64) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+    let stop = AtomicBool::new(false);
+    let started = Instant::now();
+    let lat = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|k| {
+                let (stop, init, op) = (&stop, &init, &op);
+                sc.spawn(move || {
+                    let mut state = init(k);
+                    let mut lat = Vec::with_capacity(1 << 16);
+                    while !stop.load(Ordering::Relaxed) {
+                        let t0 = Instant::now();
+                        op(&mut state);
+                        lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                    }
+                    lat
+                })
+            })
+            .collect();
+        std::thread::sleep(dur);
+        stop.store(true, Ordering::Relaxed);
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    (lat, started.elapsed().as_secs_f64())
+}
+
+/// The median and 99th percentile of latencies (sorted here).
+#[allow(dead_code)] // Not every bench uses it.
+pub fn p50_p99(lat: &mut [u32]) -> (f64, f64) {
+    lat.sort_unstable();
+    let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64;
+    (pct(0.5), pct(0.99))
+}
+
 /// `levels`, less those left out by BENCH_LEVEL (raid5, say: that one only).
 pub fn chosen(levels: &[Level]) -> impl Iterator<Item = Level> + '_ {
     let only = std::env::var("BENCH_LEVEL").ok();

@@ -192,6 +192,87 @@ fn a_power_cut_during_grouped_journal_writes_is_recovered() {
     );
 }
 
+/// A degraded array's writer flushes every few writes, and the power goes
+/// at a random moment: the flushes leave the journal's records to the
+/// ring's checkpoints (a small ring here, so that it wraps and is
+/// reclaimed across many flushes), and the next start replays what the
+/// ring holds, records long in place among them. Every block reads back as
+/// its value at the last completed flush or one written since, and
+/// rebuild and scrub agree.
+#[test]
+fn a_power_cut_after_flushes_of_a_degraded_array_is_recovered() {
+    let (mut checkpoints, mut flushes) = (0, 0);
+    for seed in 0..seeds() {
+        let level = if seed % 2 == 0 {
+            Level::Raid5
+        } else {
+            Level::Raid6
+        };
+        let tag = format!("jflushcut{seed}-");
+        let (a, m, initial) = degraded(level, 5, &tag, Duration::from_micros(100));
+        a.limit_journal_ring(48 << 10);
+        let model = Mutex::new(CutModel::new(initial, BLOCK));
+        let stop = AtomicBool::new(false);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let cut_after = Duration::from_micros(rng.gen_range(2_000..60_000));
+        std::thread::scope(|sc| {
+            let (a, model, stop) = (&a, &model, &stop);
+            let writer = sc.spawn(move || {
+                let blocks = model.lock().unwrap().blocks();
+                let mut flushed = 0;
+                while !stop.load(Ordering::Acquire) {
+                    let nb = rng.gen_range(1..=3);
+                    let b0 = rng.gen_range(0..=blocks - nb);
+                    let mut data = vec![0u8; nb * BLOCK];
+                    rng.fill(&mut data[..]);
+                    model.lock().unwrap().wrote(b0, &data);
+                    if a.write((b0 * BLOCK) as u64, &data).is_err() {
+                        break;
+                    }
+                    if rng.gen_range(0..3) == 0 {
+                        if a.flush().is_err() {
+                            break;
+                        }
+                        // No write in flight: this is the only writer.
+                        model.lock().unwrap().flushed();
+                        flushed += 1;
+                    }
+                }
+                flushed
+            });
+            // The drives drain their caches on their own too (see above).
+            let m = &m;
+            sc.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(seed + 1000);
+                while !stop.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_micros(rng.gen_range(100..600)));
+                    let _ = m.faulty[rng.gen_range(0..m.faulty.len())].flush();
+                }
+            });
+            std::thread::sleep(cut_after);
+            FaultyMember::power_cut_together(&m.faulty).unwrap();
+            stop.store(true, Ordering::Release);
+            flushes += writer.join().unwrap();
+        });
+        checkpoints += a.io_stats().journal_checkpoints;
+        drop(a);
+        for f in &m.faulty {
+            f.heal();
+            f.power_on();
+        }
+        let what = format!("{level} seed {seed} (cut after {cut_after:?})");
+        let a = Array::assemble(m.refs())
+            .unwrap_or_else(|e| panic!("{what}: no recovery: {e}"))
+            .array;
+        let mut got = vec![0u8; a.capacity() as usize];
+        a.read(0, &mut got).unwrap();
+        model.into_inner().unwrap().check(&got, &what);
+        rebuild_and_scrub(&a, &got, |_| replacement(&tag), &what);
+    }
+    assert!(flushes > 0, "no flush completed before a cut");
+    assert!(checkpoints > 0, "the small ring was never reclaimed");
+}
+
 /// Journal writes that panic while `armed` (a bug, or a thread that could
 /// not be started, in the middle of a group's writes), on every member of
 /// an array: a record goes to some members only (`journal_copies`).

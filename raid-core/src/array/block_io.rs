@@ -297,7 +297,7 @@ impl Array {
         self.clear_settled(generation, stopping);
         // After a write failed on a full filesystem, its journal record may
         // be all that can complete it: kept until the next start replays it.
-        if !self.full.load(Ordering::Acquire) {
+        if !self.full.load(Ordering::Acquire) && self.journal_settles_at_flush(stopping) {
             self.journal_settle()?;
         }
         Ok(())

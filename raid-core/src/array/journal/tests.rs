@@ -595,3 +595,64 @@ fn a_torn_header_reads_as_the_old_or_the_new() {
         None
     );
 }
+
+/// The header on the first member still readable: its sequence.
+fn header_seq(a: &Array, m: &[MemberRef]) -> u64 {
+    let mut area = AlignedBuf::new(BLOCK as usize);
+    let i = (0..m.len()).find(|&i| a.slots[i].state() != SlotState::Failed);
+    m[i.unwrap()].read_at(&mut area, JOURNAL_OFFSET).unwrap();
+    decode_head(&area, &a.uuid, a.data_offset).unwrap().0
+}
+
+/// While a slot is missing, a flush leaves the records to the ring's
+/// checkpoints (it writes no header; the records stay in the chain, and a
+/// replay of them, already in place, changes nothing); an orderly stop
+/// settles them. With every slot in sync, a flush settles what is left.
+#[test]
+fn a_flush_settles_the_journal_only_with_every_slot_in_sync_or_at_a_stop() {
+    let (a, m) = array("jflush");
+    let j = a.journal.as_ref().unwrap();
+    let live = || {
+        let st = j.state.lock();
+        st.next_seq - 1 - st.tail_seq
+    };
+    let sdb = a.geo.stripe_data_bytes();
+    a.fail_slot(1, "test");
+    for s in 0..3u64 {
+        a.write(s * sdb, &[0x30 + s as u8; 4096]).unwrap();
+    }
+    assert_eq!(live(), 3, "each degraded write journaled");
+    a.flush().unwrap();
+    assert_eq!(live(), 3, "a flush while degraded settles nothing");
+    assert_eq!(header_seq(&a, &m), 0, "nor writes the header");
+    assert!(a.journal_pending(0), "their stripes stay journaled");
+    // What a crash now would replay: the records, in place already.
+    assert_eq!(a.journal_recover().unwrap(), 3);
+    for s in 0..3u64 {
+        let mut got = vec![0u8; 4096];
+        a.read(s * sdb, &mut got).unwrap();
+        assert!(got.iter().all(|&b| b == 0x30 + s as u8), "stripe {s}");
+    }
+    a.write(0, &[0x40; 4096]).unwrap();
+    a.flush().unwrap();
+    assert_eq!(live(), 1);
+    a.close().unwrap();
+    assert_eq!(live(), 0, "a stop settles");
+    assert_eq!(header_seq(&a, &m), 4, "and writes the header past them");
+
+    // Every slot in sync, with records left (as a rebuild that wrote
+    // through them leaves them): the next flush settles.
+    let (a, m) = array("jflushwhole");
+    let j = a.journal.as_ref().unwrap();
+    for s in 0..2 {
+        let seq = a.journal_stripe(s, 0, &[(0, &[7u8; 4096][..])]).unwrap();
+        a.journal_write_done(seq);
+    }
+    assert!(a.journal_pending(1));
+    a.flush().unwrap();
+    let st = j.state.lock();
+    assert_eq!((st.tail_seq, st.next_seq), (2, 3), "settled");
+    drop(st);
+    assert!(!a.journal_pending(1));
+    assert_eq!(header_seq(&a, &m), 2);
+}

@@ -300,7 +300,14 @@ impl AsyncWrite {
             } => {
                 let readable: Vec<bool> = slots.iter().map(|&m| a.readable(m, *s)).collect();
                 match readable.iter().all(|&r| r) {
-                    true => true,
+                    // A stripe with an unsettled journal record is written
+                    // through the journal, by the blocking path. Asked
+                    // here, under the stripe's lock (its records are added
+                    // only under it, so the answer holds until the write
+                    // ends) and before the write is counted in
+                    // `unjournaled` (a member failure may hold the
+                    // journal's lock while it waits for those counted in).
+                    true => a.journal_pending_now(*s) == Some(false),
                     false => match a.degraded_plan(ps, |i| readable[i]) {
                         Some(by_rmw) => {
                             *rmw = by_rmw;
@@ -563,7 +570,8 @@ impl AsyncWrite {
                 self.journal_due = true;
             }
             _ => {
-                if a.journal_any_pending() || !readable.iter().all(|&r| r) {
+                // (Not journaled: `start` found no record of the stripe.)
+                if !readable.iter().all(|&r| r) {
                     return None;
                 }
             }

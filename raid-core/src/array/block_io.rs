@@ -293,13 +293,17 @@ impl Array {
         // A member failure a write acted on (skipping the member) must be
         // on disk before that write is called durable.
         self.membership_settled();
-        // Every write finished before this flush began is durable now.
-        self.clear_settled(generation, stopping);
         // After a write failed on a full filesystem, its journal record may
         // be all that can complete it: kept until the next start replays it.
+        // Settled before any bit is cleared: a record replayed after a
+        // crash may carry parity a resync has repaired since (a rebuild's
+        // deferred resync rewrites parity without a record), which only
+        // the region's bit would have the start resync again.
         if !self.full.load(Ordering::Acquire) && self.journal_settles_at_flush(stopping) {
             self.journal_settle()?;
         }
+        // Every write finished before this flush began is durable now.
+        self.clear_settled(generation, stopping);
         Ok(())
     }
 

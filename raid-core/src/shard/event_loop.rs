@@ -116,8 +116,10 @@ impl Drop for Shard {
     /// the array stops taking writes to those stripes (and reads that
     /// must recover them), and member failures wait, rather than let
     /// another writer in while these may still land. A journaled write's
-    /// record stays in flight too, so a flush (which settles the journal)
-    /// waits for ever: the array stops, it does not lose a write. A write
+    /// record stays in flight too, so whatever settles the journal (a
+    /// stop, a rebuild, a flush with every slot in sync) or waits for room
+    /// behind that record in its ring waits for ever: the array stops, it
+    /// does not lose a write. A write
     /// whose record was queued keeps its stripe's lock even when the slab
     /// is dropped (`async_write::Guards`).
     fn drop(&mut self) {

@@ -388,6 +388,19 @@ impl Array {
         })
     }
 
+    /// `journal_pending` for a caller that must not wait (a shard's write):
+    /// None where the journal's lock is held, which is held across I/O
+    /// only by a record written alone (members in memory).
+    pub(super) fn journal_pending_now(&self, s: u64) -> Option<bool> {
+        let Some(j) = &self.journal else {
+            return Some(false);
+        };
+        if !j.any_unsettled.load(Ordering::Acquire) {
+            return Some(false);
+        }
+        j.state.try_lock().map(|st| st.unsettled.contains_key(&s))
+    }
+
     /// Whether any record is not yet settled.
     pub(super) fn journal_any_pending(&self) -> bool {
         self.journal
@@ -430,10 +443,10 @@ impl Array {
     /// Whether a flush settles the journal (`flush_checked`): at a stop,
     /// and where every slot is in sync.
     ///
-    /// While a slot is missing or being rebuilt every write to a stripe
-    /// it serves is journaled anyway, and a flush leaves the records to
-    /// the ring's checkpoints (`ring.rs`), which free its front once it is
-    /// half full: a settle costs a second flush of every member and a
+    /// While a slot is missing (or being rebuilt, on the rows the rebuild
+    /// has not reached) every write to a stripe it serves is journaled
+    /// anyway, and a flush leaves the records to the ring's checkpoints
+    /// (`ring.rs`), which free its front once it is half full: a settle costs a second flush of every member and a
     /// header written and flushed on each, which at every flush made a
     /// degraded write followed by a flush cost 35 drive commands where 14
     /// do. Keeping them is as safe as between two flushes: a record's

@@ -10,8 +10,9 @@
 //! writes are done and the members flushed (`checkpoint`): every record a
 //! crash could leave half in place is still in the chain after it. Nothing
 //! waits for the records still in flight behind that run, so degraded
-//! writes go on while the ring is reclaimed; only a settle (`flush`, a
-//! rebuild) waits for every record, and empties the ring.
+//! writes go on while the ring is reclaimed; only a settle (a stop, a
+//! rebuild, a flush with every slot in sync) waits for every record, and
+//! empties the ring.
 
 use super::{encode_head, JState, Journal, JOURNAL_OFFSET, RECORDS};
 use crate::array::{Array, Result};

@@ -656,3 +656,112 @@ fn a_flush_settles_the_journal_only_with_every_slot_in_sync_or_at_a_stop() {
     assert!(!a.journal_pending(1));
     assert_eq!(header_seq(&a, &m), 2);
 }
+
+/// A member that names, in `log`, each bitmap and journal-header write.
+struct Logged {
+    inner: MemberRef,
+    log: Arc<Mutex<Vec<&'static str>>>,
+}
+
+impl Member for Logged {
+    fn identity(&self) -> &str {
+        self.inner.identity()
+    }
+    fn device_key(&self) -> crate::member::DeviceKey {
+        self.inner.device_key()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        match offset {
+            crate::metadata::BITMAP_OFFSET => self.log.lock().push("bitmap"),
+            JOURNAL_OFFSET => self.log.lock().push("header"),
+            _ => {}
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.inner.flush()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.write_zeroes(offset, len)
+    }
+}
+
+/// A flush that settles the journal does so before it clears any
+/// write-intent bit: a record replayed after a crash may carry parity a
+/// resync repaired since without a record (a rebuild's deferred resync),
+/// and only the region's bit would have the start resync it again.
+#[test]
+fn a_flush_settles_the_journal_before_it_clears_a_bit() {
+    let log: Arc<Mutex<Vec<&'static str>>> = Default::default();
+    let m: Vec<MemberRef> = (0..4)
+        .map(|i| {
+            Arc::new(Logged {
+                inner: Arc::new(RamMember::new(
+                    format!("ram:jorder{i}"),
+                    crate::metadata::MIN_DATA_OFFSET + (1 << 20),
+                )),
+                log: log.clone(),
+            }) as MemberRef
+        })
+        .collect();
+    let a = Array::create(
+        m,
+        vec![],
+        CreateOptions {
+            name: "jorder".into(),
+            level: Level::Raid5,
+            chunk: 64 * 1024,
+            data_offset: None,
+        },
+    )
+    .unwrap();
+    a.set_bitmap_linger(Some(std::time::Duration::ZERO));
+    // A record left while the array was degraded, its slot back in sync
+    // (as a rebuild that wrote through it leaves it), and a write that
+    // marked a region.
+    a.fail_slot(1, "test");
+    a.write(0, &[9u8; 4096]).unwrap();
+    a.slots[1].set_state(SlotState::Active);
+    assert!(a.journal_pending(0));
+    log.lock().clear();
+    a.flush().unwrap();
+    let log = log.lock().clone();
+    let first = |what| log.iter().position(|&w| w == what);
+    assert!(
+        first("header") < first("bitmap") && first("bitmap").is_some(),
+        "the journal settled first, then the bit cleared: {log:?}"
+    );
+}
+
+/// With records of some stripes unsettled and every slot in sync (as a
+/// rebuild leaves the rows it passed while degraded writes went on), a
+/// shard's write to another stripe runs on the shard; one to a stripe with
+/// a record goes to the blocking path, which journals it.
+#[test]
+fn a_shard_write_leaves_for_the_blocking_path_only_where_its_stripe_has_a_record() {
+    use crate::array::async_write::{AsyncWrite, Start};
+    let (a, _m) = array("jshard");
+    let a = Arc::new(a);
+    a.fail_slot(1, "test");
+    a.write(0, &[9u8; 4096]).unwrap();
+    a.slots[1].set_state(SlotState::Active);
+    assert!(a.journal_pending(0));
+    let sdb = a.geo.stripe_data_bytes();
+    let start = |offset| AsyncWrite::start(&a, offset, AlignedBuf::new(4096), |_| true);
+    assert!(
+        matches!(start(5 * sdb), Start::Go(_)),
+        "stripe 5: no record"
+    );
+    assert!(matches!(start(0), Start::Blocking(_)), "stripe 0: a record");
+    // While the journal's lock is held (a record written alone), the
+    // shard does not wait for it.
+    let st = a.journal.as_ref().unwrap().state.lock();
+    assert!(matches!(start(5 * sdb), Start::Blocking(_)));
+    drop(st);
+}

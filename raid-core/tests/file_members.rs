@@ -703,3 +703,35 @@ fn jobs_that_skip_holes_under_a_writer_lose_nothing() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// A member file locked for an instant by someone asking whether it is
+/// held (`raidctl status` from a PID namespace that cannot see the holder
+/// takes a shared lock and lets it go) is still opened; one held for good
+/// is refused as in use.
+#[test]
+fn a_lock_taken_for_an_instant_does_not_refuse_the_member() {
+    use std::os::fd::AsRawFd;
+    let dir = std::env::temp_dir().join(format!("raid-flock-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("m.img");
+    std::fs::File::create(&p).unwrap().set_len(8 << 20).unwrap();
+    let lock = |f: &std::fs::File, how| {
+        // SAFETY: flock on a descriptor the caller keeps open.
+        assert_eq!(unsafe { libc::flock(f.as_raw_fd(), how) }, 0);
+    };
+    let asker = std::fs::File::open(&p).unwrap();
+    lock(&asker, libc::LOCK_SH);
+    let let_go = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        drop(asker);
+    });
+    let m = FileMember::open(&p).expect("opened once the instant passed");
+    let_go.join().unwrap();
+    drop(m);
+    let holder = std::fs::File::open(&p).unwrap();
+    lock(&holder, libc::LOCK_SH);
+    let busy = FileMember::open(&p).err().expect("held for good");
+    assert_eq!(busy.kind(), std::io::ErrorKind::ResourceBusy, "{busy}");
+    drop(holder);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -610,6 +610,47 @@ fn status_of_an_array_another_daemon_runs_says_so() {
     w.ok(&["stop", "he"]);
 }
 
+/// The same from a PID namespace that cannot see the daemon (a status in
+/// a container, the daemon on the host): /proc/locks there hides its
+/// lock, and status still says the members are held elsewhere.
+#[test]
+fn status_from_another_pid_namespace_says_the_array_runs_elsewhere() {
+    let w = World::new("held-unseen");
+    let m = w.sparse_members("hu", 3, 32 * (1 << 20));
+    w.ok(&["create", "hu", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    let w2 = World::new("held-unseen-2");
+    std::fs::create_dir_all(w2.state().join("arrays")).unwrap();
+    std::fs::copy(
+        w.state().join("arrays/hu.toml"),
+        w2.state().join("arrays/hu.toml"),
+    )
+    .unwrap();
+    let ns = ["unshare", "--pid", "--fork", "--mount-proc"];
+    let probe = w2.run_in(&ns, &["status", "hu"], &[]);
+    if !probe.status.success() && String::from_utf8_lossy(&probe.stderr).contains("unshare") {
+        eprintln!(
+            "SKIPPED: no new PID namespace here ({})",
+            String::from_utf8_lossy(&probe.stderr).trim()
+        );
+        return;
+    }
+    let out = String::from_utf8_lossy(&probe.stdout).into_owned();
+    assert!(!out.contains("in use elsewhere"), "{out}");
+    w.ok(&["start", "hu"]);
+    let o = w2.run_in(&ns, &["status", "hu"], &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("in use elsewhere") && out.contains("cannot see"),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Asking took a lock for an instant: the array still stops and
+    // starts.
+    w.ok(&["stop", "hu"]);
+    w.ok(&["start", "hu"]);
+    w.ok(&["stop", "hu"]);
+}
+
 /// A start that names its devices, a spare among them whose metadata is
 /// gone: the spare is said to have been given and left out by assembly,
 /// with assembly's reason (not "not among the devices given", nor a

@@ -134,10 +134,7 @@ impl FileMember {
             Err(e) => return Err(busy(e)),
         };
         if !block_device {
-            // SAFETY: plain syscall on our own, open fd.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if rc != 0 {
-                let e = io::Error::last_os_error();
+            if let Err(e) = lock_exclusive(&file) {
                 return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
                     in_use(path)
                 } else {
@@ -416,9 +413,7 @@ fn hold_loop_backing(dev: &File, path: &Path) -> io::Result<Option<File>> {
     {
         return Ok(None);
     }
-    // SAFETY: plain syscall on our own, open fd.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = io::Error::last_os_error();
+    if let Err(e) = lock_exclusive(&f) {
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
             return Err(held_by(
                 "another process holds it exclusively, as a running array holds its members",
@@ -427,6 +422,27 @@ fn hold_loop_backing(dev: &File, path: &Path) -> io::Result<Option<File>> {
         return Ok(None);
     }
     Ok(Some(f))
+}
+
+/// Takes `f`'s exclusive flock, as a running array holds its member files,
+/// without waiting for a holder: EWOULDBLOCK where another holds it. A
+/// lock held for an instant is waited out (up to 50 ms): `raidctl status`
+/// takes a shared one for an instant to ask whether a file is held, where
+/// the holder is in a PID namespace its /proc/locks does not show, and a
+/// start at that instant must not fail for it.
+fn lock_exclusive(f: &File) -> io::Result<()> {
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(50);
+    loop {
+        // SAFETY: plain syscall on an open fd the caller owns.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) || std::time::Instant::now() >= until {
+            return Err(e);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }
 
 fn in_use(path: &Path) -> io::Error {

@@ -519,9 +519,16 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
 }
 
 /// Which process holds one of `r`'s member files as a running array holds
-/// its members (an exclusive flock, from /proc/locks: asked without taking
-/// a lock, which could make a start at that instant fail as "in use").
+/// its members (an exclusive flock), from /proc/locks; else whether one a
+/// reader cannot see there holds it (`held_unseen`).
 fn held_elsewhere(r: &ArrayRecord) -> Option<String> {
+    held_seen(r).or_else(|| held_unseen(r))
+}
+
+/// `held_elsewhere` from /proc/locks: asked without taking a lock. It
+/// hides the locks of processes outside the reader's PID namespace (a
+/// daemon on the host, seen from a container).
+fn held_seen(r: &ArrayRecord) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let locks = std::fs::read_to_string("/proc/locks").ok()?;
     r.members.iter().chain(&r.spares).find_map(|p| {
@@ -565,5 +572,29 @@ fn held_elsewhere(r: &ArrayRecord) -> Option<String> {
             p.display(),
             r.name
         ))
+    })
+}
+
+/// `held_elsewhere` where /proc/locks shows no holder: a shared flock
+/// taken and let go at once, which fails where another process holds the
+/// file exclusively. (A start at that instant waits the lock out: see
+/// `FileMember::open`.)
+fn held_unseen(r: &ArrayRecord) -> Option<String> {
+    use std::os::fd::AsRawFd;
+    r.members.iter().chain(&r.spares).find_map(|p| {
+        let f = std::fs::File::open(p).ok().filter(|f| {
+            f.metadata().is_ok_and(|m| m.is_file())
+        })?;
+        // SAFETY: flock on a descriptor this closure owns (f, open until
+        // it returns, which lets go of any lock taken).
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+        let held = rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK);
+        held.then(|| {
+            format!(
+                "{} is held exclusively by a process this PID namespace cannot see (a daemon on the host or in another container), as a running array holds its members: stop the array there (raidctl --state-dir DIR stop {})",
+                p.display(),
+                r.name
+            )
+        })
     })
 }

@@ -117,6 +117,33 @@ fn concurrent_degraded_writes_share_journal_flushes() {
     }
 }
 
+/// The drives draining their caches on their own until `stop`, each at
+/// its own moments: what is durable at a cut is not all or nothing.
+fn drain_caches(m: &Members, seed: u64, stop: &AtomicBool) {
+    let mut rng = StdRng::seed_from_u64(seed + 1000);
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_micros(rng.gen_range(100..600)));
+        let _ = m.faulty[rng.gen_range(0..m.faulty.len())].flush();
+    }
+}
+
+/// After a power cut: the power back, the array started from `m` (which
+/// replays the journal), every block checked against `model`, then a
+/// rebuild and a scrub that must agree. `what` names the run.
+fn recover(m: &Members, model: CutModel, tag: &str, what: &str) {
+    for f in &m.faulty {
+        f.heal();
+        f.power_on();
+    }
+    let a = Array::assemble(m.refs())
+        .unwrap_or_else(|e| panic!("{what}: no recovery: {e}"))
+        .array;
+    let mut got = vec![0u8; a.capacity() as usize];
+    a.read(0, &mut got).unwrap();
+    model.check(&got, what);
+    rebuild_and_scrub(&a, &got, |_| replacement(tag), what);
+}
+
 /// The seeds CI runs; RAID_SOAK=1 runs more.
 fn seeds() -> u64 {
     if std::env::var("RAID_SOAK").is_ok_and(|v| v == "1") {
@@ -157,34 +184,16 @@ fn a_power_cut_during_grouped_journal_writes_is_recovered() {
                 let (a, model, stop) = (&a, &model, &stop);
                 sc.spawn(move || write_until(a, w, seed, model, stop, usize::MAX));
             }
-            // The drives drain their caches on their own, each at its own
-            // moments: what is durable at the cut is not all or nothing.
             let (m, stop) = (&m, &stop);
-            sc.spawn(move || {
-                let mut rng = StdRng::seed_from_u64(seed + 1000);
-                while !stop.load(Ordering::Acquire) {
-                    std::thread::sleep(Duration::from_micros(rng.gen_range(100..600)));
-                    let _ = m.faulty[rng.gen_range(0..m.faulty.len())].flush();
-                }
-            });
+            sc.spawn(move || drain_caches(m, seed, stop));
             std::thread::sleep(cut_after);
             FaultyMember::power_cut_together(&m.faulty).unwrap();
             stop.store(true, Ordering::Release);
         });
         checkpoints += a.io_stats().journal_checkpoints;
         drop(a);
-        for f in &m.faulty {
-            f.heal();
-            f.power_on();
-        }
         let what = format!("{level} seed {seed} (cut after {cut_after:?})");
-        let a = Array::assemble(m.refs())
-            .unwrap_or_else(|e| panic!("{what}: no recovery: {e}"))
-            .array;
-        let mut got = vec![0u8; a.capacity() as usize];
-        a.read(0, &mut got).unwrap();
-        model.into_inner().unwrap().check(&got, &what);
-        rebuild_and_scrub(&a, &got, |_| replacement(&tag), &what);
+        recover(&m, model.into_inner().unwrap(), &tag, &what);
     }
     assert!(
         checkpoints > 0,
@@ -240,15 +249,8 @@ fn a_power_cut_after_flushes_of_a_degraded_array_is_recovered() {
                 }
                 flushed
             });
-            // The drives drain their caches on their own too (see above).
             let m = &m;
-            sc.spawn(move || {
-                let mut rng = StdRng::seed_from_u64(seed + 1000);
-                while !stop.load(Ordering::Acquire) {
-                    std::thread::sleep(Duration::from_micros(rng.gen_range(100..600)));
-                    let _ = m.faulty[rng.gen_range(0..m.faulty.len())].flush();
-                }
-            });
+            sc.spawn(move || drain_caches(m, seed, stop));
             std::thread::sleep(cut_after);
             FaultyMember::power_cut_together(&m.faulty).unwrap();
             stop.store(true, Ordering::Release);
@@ -256,18 +258,8 @@ fn a_power_cut_after_flushes_of_a_degraded_array_is_recovered() {
         });
         checkpoints += a.io_stats().journal_checkpoints;
         drop(a);
-        for f in &m.faulty {
-            f.heal();
-            f.power_on();
-        }
         let what = format!("{level} seed {seed} (cut after {cut_after:?})");
-        let a = Array::assemble(m.refs())
-            .unwrap_or_else(|e| panic!("{what}: no recovery: {e}"))
-            .array;
-        let mut got = vec![0u8; a.capacity() as usize];
-        a.read(0, &mut got).unwrap();
-        model.into_inner().unwrap().check(&got, &what);
-        rebuild_and_scrub(&a, &got, |_| replacement(&tag), &what);
+        recover(&m, model.into_inner().unwrap(), &tag, &what);
     }
     assert!(flushes > 0, "no flush completed before a cut");
     assert!(checkpoints > 0, "the small ring was never reclaimed");

@@ -584,21 +584,25 @@ fn a_corrupt_record_is_named_by_list_and_status() {
     w.ok(&["stop", "br"]);
 }
 
+/// A RAID5 `name` created in one world, its record copied into a second
+/// world's state directory (as two daemons that could each run it).
+fn recorded_in_two_state_dirs(tag: &str, name: &str) -> (World, World) {
+    let w = World::new(tag);
+    let m = w.sparse_members(name, 3, 32 * (1 << 20));
+    w.ok(&["create", name, "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
+    let w2 = World::new(&format!("{tag}-2"));
+    std::fs::create_dir_all(w2.state().join("arrays")).unwrap();
+    let record = format!("arrays/{name}.toml");
+    std::fs::copy(w.state().join(&record), w2.state().join(&record)).unwrap();
+    (w, w2)
+}
+
 /// An array run by another daemon (another state directory) read as
 /// "stopped (optimal)" here, exit 0: status now says its members are held
 /// elsewhere, and by which process.
 #[test]
 fn status_of_an_array_another_daemon_runs_says_so() {
-    let w = World::new("held-elsewhere");
-    let m = w.sparse_members("he", 3, 32 * (1 << 20));
-    w.ok(&["create", "he", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
-    let w2 = World::new("held-elsewhere-2");
-    std::fs::create_dir_all(w2.state().join("arrays")).unwrap();
-    std::fs::copy(
-        w.state().join("arrays/he.toml"),
-        w2.state().join("arrays/he.toml"),
-    )
-    .unwrap();
+    let (w, w2) = recorded_in_two_state_dirs("held-elsewhere", "he");
     let (_, out, _) = w2.code(&["status", "he"]);
     assert!(!out.contains("in use elsewhere"), "{out}");
     w.ok(&["start", "he"]);
@@ -615,16 +619,7 @@ fn status_of_an_array_another_daemon_runs_says_so() {
 /// lock, and status still says the members are held elsewhere.
 #[test]
 fn status_from_another_pid_namespace_says_the_array_runs_elsewhere() {
-    let w = World::new("held-unseen");
-    let m = w.sparse_members("hu", 3, 32 * (1 << 20));
-    w.ok(&["create", "hu", "--level", "5", s(&m[0]), s(&m[1]), s(&m[2])]);
-    let w2 = World::new("held-unseen-2");
-    std::fs::create_dir_all(w2.state().join("arrays")).unwrap();
-    std::fs::copy(
-        w.state().join("arrays/hu.toml"),
-        w2.state().join("arrays/hu.toml"),
-    )
-    .unwrap();
+    let (w, w2) = recorded_in_two_state_dirs("held-unseen", "hu");
     let ns = ["unshare", "--pid", "--fork", "--mount-proc"];
     let probe = w2.run_in(&ns, &["status", "hu"], &[]);
     if !probe.status.success() && String::from_utf8_lossy(&probe.stderr).contains("unshare") {

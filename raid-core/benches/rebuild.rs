@@ -17,7 +17,10 @@
 //! BENCH_READ_MBS and BENCH_WRITE_MBS the drives' bandwidth in MB/s;
 //! BENCH_PARALLEL=1,2,4 the rebuild's runs side by side to measure;
 //! BENCH_STEP_KIB the runs' step, `RebuildOptions::step_bytes`;
-//! BENCH_BATCH_ROWS the rows of a run, `RebuildOptions::batch_rows`.)
+//! BENCH_BATCH_ROWS the rows of a run, `RebuildOptions::batch_rows`;
+//! BENCH_UNDER_WRITES=1 keeps 16 random 4 KiB writes in flight through the
+//! shards while the rebuild runs, with a flush every 64, as a filesystem on
+//! the array would: it prints their rate and where they ran.)
 
 mod common;
 
@@ -25,9 +28,10 @@ use raid_core::array::RebuildOptions;
 use raid_core::layout::Level;
 use raid_core::member::{submit, IoOp, MemberIo, MemberRef, NvmeModel, SimNvme};
 use raid_core::metadata::LARGE_RING_DATA_OFFSET;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-use std::time::Instant;
+use raid_core::shard::Engine;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 const MEMBERS: usize = 8;
 const MEMBER_DATA: u64 = 256 << 20;
@@ -81,7 +85,47 @@ fn options(parallel: usize) -> RebuildOptions {
     }
 }
 
+/// Random 4 KiB writes through `e`, 16 in flight, the array flushed after
+/// every 64, until `stop`: how many, and in how many seconds.
+fn client_writes(e: &Engine, capacity: u64, stop: &AtomicBool) -> (u64, f64) {
+    let (tx, rx) = mpsc::channel();
+    let mut rng = 0x9e3779b97f4a7c15u64;
+    let blocks = capacity / 4096;
+    let (mut done, t) = (0u64, Instant::now());
+    while !stop.load(Ordering::Acquire) {
+        for _ in 0..64 / 16 {
+            for _ in 0..16 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let tx = tx.clone();
+                let buf = raid_core::buf::AlignedBuf::new(4096);
+                e.write(
+                    (rng % blocks) * 4096,
+                    buf,
+                    Box::new(move |r| tx.send(r.is_ok()).unwrap()),
+                );
+            }
+            for _ in 0..16 {
+                assert!(
+                    rx.recv_timeout(Duration::from_secs(30)).unwrap(),
+                    "a write failed"
+                );
+            }
+            done += 16;
+        }
+        let (ftx, frx) = mpsc::channel();
+        e.flush(Box::new(move |r| ftx.send(r.is_ok()).unwrap()));
+        assert!(
+            frx.recv_timeout(Duration::from_secs(30)).unwrap(),
+            "a flush failed"
+        );
+    }
+    (done, t.elapsed().as_secs_f64())
+}
+
 fn main() {
+    let under_writes = std::env::var("BENCH_UNDER_WRITES").is_ok_and(|v| v == "1");
     let read = env_u64("BENCH_READ_MBS", 850);
     let write = env_u64("BENCH_WRITE_MBS", 660);
     let model = NvmeModel::datacenter().with_bandwidth(read * 1_000_000, write * 1_000_000);
@@ -105,7 +149,7 @@ fn main() {
         let members = (0..MEMBERS)
             .map(|i| drive(format!("sim:{level}-{i}"), model))
             .collect();
-        let a = common::array_at(members, level, CHUNK, DATA_OFFSET);
+        let a = Arc::new(common::array_at(members, level, CHUNK, DATA_OFFSET));
         // Every byte written once, so the rebuild reads real data.
         let piece = vec![0xa5u8; 64 << 20];
         let mut off = 0;
@@ -131,12 +175,33 @@ fn main() {
                     true => a.hot_replace(3, new).unwrap(),
                 }
                 let (opts, stop) = (options(p), AtomicBool::new(false));
+                let writes = (under_writes && !hot).then(|| Engine::start(a.clone(), 2).unwrap());
+                let rebuilt = AtomicBool::new(false);
                 let t = Instant::now();
-                match hot {
-                    false => a.rebuild(2, &opts, &stop).unwrap(),
-                    true => a.hot_replace_copy(&opts, &stop).unwrap(),
-                };
+                let clients = std::thread::scope(|sc| {
+                    let w = writes
+                        .as_ref()
+                        .map(|e| sc.spawn(|| client_writes(e, a.capacity(), &rebuilt)));
+                    match hot {
+                        false => a.rebuild(2, &opts, &stop).unwrap(),
+                        true => a.hot_replace_copy(&opts, &stop).unwrap(),
+                    };
+                    rebuilt.store(true, Ordering::Release);
+                    w.map(|w| w.join().unwrap())
+                });
                 let rate = MEMBER_DATA as f64 / t.elapsed().as_secs_f64() / 1e6;
+                if let (Some(e), Some((n, secs))) = (&writes, clients) {
+                    let c = e.counts();
+                    let (on, off) = (
+                        c.writes_on_shards.load(Ordering::Relaxed),
+                        c.writes_blocking.load(Ordering::Relaxed),
+                    );
+                    eprintln!(
+                        "  {level} rebuild, {p} at once, under writes: {:.0} writes/s, {on} on the shards, {off} on the blocking path ({:.0}%)",
+                        n as f64 / secs,
+                        100.0 * off as f64 / (on + off).max(1) as f64
+                    );
+                }
                 let ratio = rate / seq;
                 let (job, target) = match hot {
                     false => (

@@ -580,21 +580,31 @@ fn held_seen(r: &ArrayRecord) -> Option<String> {
 /// file exclusively. (A start at that instant waits the lock out: see
 /// `FileMember::open`.)
 fn held_unseen(r: &ArrayRecord) -> Option<String> {
-    use std::os::fd::AsRawFd;
-    r.members.iter().chain(&r.spares).find_map(|p| {
-        let f = std::fs::File::open(p).ok().filter(|f| {
-            f.metadata().is_ok_and(|m| m.is_file())
-        })?;
-        // SAFETY: flock on a descriptor this closure owns (f, open until
-        // it returns, which lets go of any lock taken).
-        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
-        let held = rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK);
-        held.then(|| {
+    r.members
+        .iter()
+        .chain(&r.spares)
+        .find(|p| held_exclusively(p))
+        .map(|p| {
             format!(
                 "{} is held exclusively by a process this PID namespace cannot see (a daemon on the host or in another container), as a running array holds its members: stop the array there (raidctl --state-dir DIR stop {})",
                 p.display(),
                 r.name
             )
         })
-    })
+}
+
+/// Whether another process holds the regular file `p` with an exclusive
+/// flock: a shared one, taken without waiting, fails.
+fn held_exclusively(p: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Some(f) = std::fs::File::open(p)
+        .ok()
+        .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))
+    else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor this function owns (f, open until it
+    // returns, which lets go of any lock taken).
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
 }

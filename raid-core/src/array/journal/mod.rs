@@ -446,15 +446,16 @@ impl Array {
     /// While a slot is missing (or being rebuilt, on the rows the rebuild
     /// has not reached) every write to a stripe it serves is journaled
     /// anyway, and a flush leaves the records to the ring's checkpoints
-    /// (`ring.rs`), which free its front once it is half full: a settle costs a second flush of every member and a
-    /// header written and flushed on each, which at every flush made a
-    /// degraded write followed by a flush cost 35 drive commands where 14
-    /// do. Keeping them is as safe as between two flushes: a record's
-    /// stripe stays journaled while it is unsettled, so a replay of it is
-    /// never undone by an older record nor undoes a write that skipped the
-    /// journal, and it keeps a copy on a member in sync while the array is
-    /// within its redundancy (`journal_copies`). A rebuild settles before
-    /// it writes its member.
+    /// (`ring.rs`), which free its front once it is half full: a settle
+    /// costs a second flush of every member and a header written and
+    /// flushed on each, which at every flush made a degraded write
+    /// followed by a flush cost 35 drive commands where 14 do. Keeping
+    /// them is as safe as between two flushes: a record's stripe stays
+    /// journaled while it is unsettled, so a replay of it is never undone
+    /// by an older record nor undoes a write that skipped the journal, and
+    /// it keeps a copy on a member in sync while the array is within its
+    /// redundancy (`journal_copies`). A rebuild settles before it writes
+    /// its member.
     ///
     /// With every slot in sync, the records left from a degraded stretch
     /// are settled at the next flush, so that writes to their stripes stop
@@ -470,9 +471,9 @@ impl Array {
     ///
     /// A flush calls it where `journal_settles_at_flush` says (the journal
     /// is then empty again), and so does a rebuild before it writes its
-    /// member: a record from before a slot
-    /// got its new (or returning) member carries that slot's old contents,
-    /// and replaying it over what the rebuild wrote would undo the rebuild.
+    /// member: a record from before a slot got its new (or returning)
+    /// member carries that slot's old contents, and replaying it over what
+    /// the rebuild wrote would undo the rebuild.
     pub(super) fn journal_settle(&self) -> Result<()> {
         let Some(j) = &self.journal else {
             return Ok(());

@@ -219,6 +219,15 @@ impl Bitmap {
             .collect()
     }
 
+    /// How many regions' bits are set (bits past the last region are
+    /// never set).
+    fn dirty_count(&self) -> usize {
+        self.words
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed).count_ones() as usize)
+            .sum()
+    }
+
     pub fn dirty_regions(&self) -> Vec<usize> {
         (0..self.in_flight.len())
             .filter(|&r| self.is_set(r))
@@ -401,9 +410,9 @@ impl Array {
     /// degraded start could not do it): its regions must stay marked until
     /// it has run.
     fn may_clear(&self) -> bool {
-        !(self.slots.iter().any(|s| s.state() != SlotState::Active)
-            || self.out_of_space.lock().is_some()
-            || self.resync_pending.load(Ordering::Acquire))
+        self.every_slot_in_sync()
+            && self.out_of_space.lock().is_none()
+            && !self.resync_pending.load(Ordering::Acquire)
     }
 
     /// Clears the regions every write of which finished before
@@ -453,9 +462,7 @@ impl Array {
     /// Regions of the write-intent bitmap whose bits are set: what a crash
     /// now would resync (none without a bitmap: RAID0).
     pub fn bitmap_dirty_regions(&self) -> usize {
-        self.bitmap
-            .as_ref()
-            .map_or(0, |bm| bm.dirty_regions().len())
+        self.bitmap.as_ref().map_or(0, |bm| bm.dirty_count())
     }
 
     /// Regions the write-intent bitmap has (None without one: RAID0).

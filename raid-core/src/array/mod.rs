@@ -613,6 +613,14 @@ impl Array {
         }
     }
 
+    /// Whether every slot's member is in sync: none failed, none being
+    /// rebuilt. The rule for clearing write-intent bits (`may_clear`) and
+    /// for a flush settling the journal (`journal_settles_at_flush`): a
+    /// flush clears a bit only where it has settled the journal first.
+    fn every_slot_in_sync(&self) -> bool {
+        self.slots.iter().all(|s| s.state() == SlotState::Active)
+    }
+
     /// Whether every byte can still be served.
     fn within_redundancy(&self) -> bool {
         self.within_redundancy_without(None)

@@ -148,7 +148,7 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
     }
     if let (Some(all), Some(dirty @ 1..)) = (s.bitmap_regions, s.bitmap_dirty_regions) {
         out.push_str(&format!(
-            "  write-intent bitmap: {dirty} of {all} regions marked (written in the last few seconds): a crash now would resync those\n"
+            "  write-intent bitmap: {dirty} of {all} regions marked (written within the bitmap's linger, [bitmap] linger_seconds): a crash now would resync those\n"
         ));
     }
     let p = &s.parity;

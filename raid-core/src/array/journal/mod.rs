@@ -462,7 +462,7 @@ impl Array {
     /// being journaled; at a stop, so that an orderly stop leaves the ring
     /// empty.
     pub(super) fn journal_settles_at_flush(&self, stopping: bool) -> bool {
-        stopping || self.slots.iter().all(|s| s.state() == SlotState::Active)
+        stopping || self.every_slot_in_sync()
     }
 
     /// Marks every record so far as in place, so none is ever replayed:

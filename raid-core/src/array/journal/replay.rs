@@ -147,8 +147,7 @@ impl Array {
             return;
         }
         *seen = (*seen).max(tail + (j.area_end - RECORDS) / BLOCK);
-        let owed =
-            !self.meta.lock().clean && self.slots.iter().any(|s| s.state() != SlotState::Active);
+        let owed = !self.meta.lock().clean && !self.every_slot_in_sync();
         for (i, e) in unread {
             if self.slots[i].state() != SlotState::Active {
                 continue;

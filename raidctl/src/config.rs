@@ -111,6 +111,24 @@ pub struct ConfigArray {
     pub parity: Option<String>,
 }
 
+/// A number of the config at `p` (`what`: "[section] key") inside
+/// `range`, else the error that says what to give.
+fn in_range(
+    p: &std::path::Path,
+    what: &str,
+    v: f64,
+    range: std::ops::RangeInclusive<f64>,
+    give: &str,
+) -> Result<()> {
+    if v.is_finite() && range.contains(&v) {
+        return Ok(());
+    }
+    Err(CliError::usage(format!(
+        "{}: {what} = {v} is out of range: give {give}",
+        p.display()
+    )))
+}
+
 impl Config {
     /// The file named, else STATE_DIR/raidctl.toml if present, else empty.
     pub fn load(st: &StateDir, path: Option<&Path>) -> Result<Config> {
@@ -161,22 +179,22 @@ impl Config {
                 .map_err(|e| CliError::usage(format!("{}: {}", p.display(), e.msg)))?;
         }
         if let Some(r) = &c.remote {
-            if !(r.timeout_seconds.is_finite() && (0.5..=3600.0).contains(&r.timeout_seconds)) {
-                return Err(CliError::usage(format!(
-                    "{}: [remote] timeout_seconds = {} is out of range: give 0.5 to 3600",
-                    p.display(),
-                    r.timeout_seconds
-                )));
-            }
+            in_range(
+                &p,
+                "[remote] timeout_seconds",
+                r.timeout_seconds,
+                0.5..=3600.0,
+                "0.5 to 3600",
+            )?;
         }
         if let Some(b) = &c.bitmap {
-            if !(b.linger_seconds.is_finite() && (0.0..=3600.0).contains(&b.linger_seconds)) {
-                return Err(CliError::usage(format!(
-                    "{}: [bitmap] linger_seconds = {} is out of range: give 0 to 3600 (5 is the default)",
-                    p.display(),
-                    b.linger_seconds
-                )));
-            }
+            in_range(
+                &p,
+                "[bitmap] linger_seconds",
+                b.linger_seconds,
+                0.0..=3600.0,
+                "0 to 3600 (5 is the default)",
+            )?;
         }
         let mut names = std::collections::HashSet::new();
         for a in &c.array {

@@ -22,6 +22,7 @@
 
 mod common;
 
+use common::Sample;
 use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
@@ -69,27 +70,6 @@ impl Target for Bare {
             m.write_at(buf, at).unwrap()
         } else {
             m.read_at(buf, at).unwrap()
-        }
-    }
-}
-
-struct Sample {
-    /// I/Os completed.
-    ios: u64,
-    iops: f64,
-    p50_us: f64,
-    p99_us: f64,
-}
-
-impl Sample {
-    /// From the latencies (us) of what completed in `secs`.
-    fn of(mut lat: Vec<u32>, secs: f64) -> Sample {
-        let (p50_us, p99_us) = common::p50_p99(&mut lat);
-        Sample {
-            ios: lat.len() as u64,
-            iops: lat.len() as f64 / secs,
-            p50_us,
-            p99_us,
         }
     }
 }

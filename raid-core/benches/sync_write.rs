@@ -24,6 +24,7 @@
 
 mod common;
 
+use common::Sample;
 use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
@@ -90,17 +91,10 @@ impl Target for Bare {
     }
 }
 
-struct Sample {
-    ops: u64,
-    rate: f64,
-    p50_us: f64,
-    p99_us: f64,
-}
-
 fn run(t: &dyn Target, job: Job, dur: Duration) -> Sample {
     let blocks = t.size() / BS as u64;
     let area = blocks / job.threads() as u64;
-    let (mut lat, secs) = common::timed_loops(
+    let (lat, secs) = common::timed_loops(
         job.threads(),
         dur,
         |k| {
@@ -124,13 +118,7 @@ fn run(t: &dyn Target, job: Job, dur: Duration) -> Sample {
             t.sync_write(block * BS as u64, buf);
         },
     );
-    let (p50_us, p99_us) = common::p50_p99(&mut lat);
-    Sample {
-        ops: lat.len() as u64,
-        rate: lat.len() as f64 / secs,
-        p50_us,
-        p99_us,
-    }
+    Sample::of(lat, secs)
 }
 
 fn sim_drives(tag: &str, n: usize) -> Vec<Arc<SimNvme>> {
@@ -173,14 +161,14 @@ fn main() {
                 "| {level} | {} | {} | {:.0} | {:.0} / {:.0} | {:.0} | {:.0} / {:.0} | {:.1} | {:.2} |",
                 job.name(),
                 job.threads(),
-                r.rate,
+                r.iops,
                 r.p50_us,
                 r.p99_us,
-                b.rate,
+                b.iops,
                 b.p50_us,
                 b.p99_us,
-                (c1 - c0) as f64 / r.ops as f64,
-                (bm1 - bm0) as f64 / r.ops as f64,
+                (c1 - c0) as f64 / r.ios as f64,
+                (bm1 - bm0) as f64 / r.ios as f64,
             );
         }
         a.close().unwrap();

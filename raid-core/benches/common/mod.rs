@@ -87,12 +87,29 @@ pub fn timed_loops<S>(
     (lat, started.elapsed().as_secs_f64())
 }
 
-/// The median and 99th percentile of latencies (sorted here).
+/// What a timed run did: I/Os completed, their rate, and the median and
+/// 99th percentile of their latencies.
 #[allow(dead_code)] // Not every bench uses it.
-pub fn p50_p99(lat: &mut [u32]) -> (f64, f64) {
-    lat.sort_unstable();
-    let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64;
-    (pct(0.5), pct(0.99))
+pub struct Sample {
+    pub ios: u64,
+    pub iops: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+#[allow(dead_code)] // Not every bench uses it.
+impl Sample {
+    /// From the latencies (us) of what completed in `secs`.
+    pub fn of(mut lat: Vec<u32>, secs: f64) -> Sample {
+        lat.sort_unstable();
+        let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64;
+        Sample {
+            ios: lat.len() as u64,
+            iops: lat.len() as f64 / secs,
+            p50_us: pct(0.5),
+            p99_us: pct(0.99),
+        }
+    }
 }
 
 /// `levels`, less those left out by BENCH_LEVEL (raid5, say: that one only).

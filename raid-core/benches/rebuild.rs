@@ -20,7 +20,8 @@
 //! BENCH_BATCH_ROWS the rows of a run, `RebuildOptions::batch_rows`;
 //! BENCH_UNDER_WRITES=1 keeps 16 random 4 KiB writes in flight through the
 //! shards while the rebuild runs, with a flush every 64, as a filesystem on
-//! the array would: it prints their rate and where they ran.)
+//! the array would: it prints their rate, their latencies and where they
+//! ran, beside the same writes for half a second before the rebuild starts.)
 
 mod common;
 
@@ -86,9 +87,11 @@ fn options(parallel: usize) -> RebuildOptions {
 }
 
 /// Random 4 KiB writes through `e`, 16 in flight, the array flushed after
-/// every 64, until `stop`: how many, and in how many seconds.
-fn client_writes(e: &Engine, capacity: u64, stop: &AtomicBool) -> (u64, f64) {
+/// every 64, until `stop`: how many, in how many seconds, and each one's
+/// latency in microseconds.
+fn client_writes(e: &Engine, capacity: u64, stop: &AtomicBool) -> (u64, f64, Vec<f64>) {
     let (tx, rx) = mpsc::channel();
+    let mut lat = Vec::new();
     let mut rng = 0x9e3779b97f4a7c15u64;
     let blocks = capacity / 4096;
     let (mut done, t) = (0u64, Instant::now());
@@ -100,17 +103,17 @@ fn client_writes(e: &Engine, capacity: u64, stop: &AtomicBool) -> (u64, f64) {
                 rng ^= rng << 17;
                 let tx = tx.clone();
                 let buf = raid_core::buf::AlignedBuf::new(4096);
+                let t0 = Instant::now();
                 e.write(
                     (rng % blocks) * 4096,
                     buf,
-                    Box::new(move |r| tx.send(r.is_ok()).unwrap()),
+                    Box::new(move |r| tx.send((r.is_ok(), t0.elapsed())).unwrap()),
                 );
             }
             for _ in 0..16 {
-                assert!(
-                    rx.recv_timeout(Duration::from_secs(30)).unwrap(),
-                    "a write failed"
-                );
+                let (ok, took) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+                assert!(ok, "a write failed");
+                lat.push(took.as_secs_f64() * 1e6);
             }
             done += 16;
         }
@@ -121,7 +124,24 @@ fn client_writes(e: &Engine, capacity: u64, stop: &AtomicBool) -> (u64, f64) {
             "a flush failed"
         );
     }
-    (done, t.elapsed().as_secs_f64())
+    (done, t.elapsed().as_secs_f64(), lat)
+}
+
+/// p50, p99 and the longest of a set of latencies in microseconds.
+fn latencies(mut lat: Vec<f64>) -> String {
+    lat.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        let i = (lat.len() as f64 * q) as usize;
+        lat.get(i.min(lat.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    format!(
+        "p50 {:.0} us, p99 {:.0} us, max {:.0} us",
+        at(0.5),
+        at(0.99),
+        at(1.0)
+    )
 }
 
 fn main() {
@@ -176,6 +196,31 @@ fn main() {
                 }
                 let (opts, stop) = (options(p), AtomicBool::new(false));
                 let writes = (under_writes && !hot).then(|| Engine::start(a.clone(), 2).unwrap());
+                if let Some(e) = &writes {
+                    // The same writes with no rebuild running (the slot
+                    // still to rebuild: every write journaled), for their
+                    // latency beside the rebuild's.
+                    let stop = AtomicBool::new(false);
+                    let (n, secs, lat) = std::thread::scope(|sc| {
+                        let w = sc.spawn(|| client_writes(e, a.capacity(), &stop));
+                        std::thread::sleep(Duration::from_millis(500));
+                        stop.store(true, Ordering::Release);
+                        w.join().unwrap()
+                    });
+                    eprintln!(
+                        "  {level}, no rebuild running, the same writes: {:.0} writes/s, {}",
+                        n as f64 / secs,
+                        latencies(lat)
+                    );
+                }
+                // Where the writes ran, counted from here on.
+                let before = writes.as_ref().map_or((0, 0), |e| {
+                    let c = e.counts();
+                    (
+                        c.writes_on_shards.load(Ordering::Relaxed),
+                        c.writes_blocking.load(Ordering::Relaxed),
+                    )
+                });
                 let rebuilt = AtomicBool::new(false);
                 let t = Instant::now();
                 let clients = std::thread::scope(|sc| {
@@ -190,16 +235,17 @@ fn main() {
                     w.map(|w| w.join().unwrap())
                 });
                 let rate = MEMBER_DATA as f64 / t.elapsed().as_secs_f64() / 1e6;
-                if let (Some(e), Some((n, secs))) = (&writes, clients) {
+                if let (Some(e), Some((n, secs, lat))) = (&writes, clients) {
                     let c = e.counts();
                     let (on, off) = (
-                        c.writes_on_shards.load(Ordering::Relaxed),
-                        c.writes_blocking.load(Ordering::Relaxed),
+                        c.writes_on_shards.load(Ordering::Relaxed) - before.0,
+                        c.writes_blocking.load(Ordering::Relaxed) - before.1,
                     );
                     eprintln!(
-                        "  {level} rebuild, {p} at once, under writes: {:.0} writes/s, {on} on the shards, {off} on the blocking path ({:.0}%)",
+                        "  {level} rebuild, {p} at once, under writes: {:.0} writes/s, {on} on the shards, {off} on the blocking path ({:.0}%), {}",
                         n as f64 / secs,
-                        100.0 * off as f64 / (on + off).max(1) as f64
+                        100.0 * off as f64 / (on + off).max(1) as f64,
+                        latencies(lat)
                     );
                 }
                 let ratio = rate / seq;

@@ -495,6 +495,17 @@ impl Array {
     /// writers need it).
     fn settle_locked(&self, j: &Journal, st: &mut MutexGuard<'_, JState>) -> Result<()> {
         st.settling = true;
+        let r = self.settle_held(j, st);
+        st.settling = false;
+        j.changed.notify_all();
+        wake_room_waiters(st);
+        r
+    }
+
+    /// `settle_locked` for a caller that set `settling` and clears it
+    /// itself, so that nothing takes a place between the settle and what
+    /// it does next under the same hold (`journal_admit`).
+    fn settle_held(&self, j: &Journal, st: &mut MutexGuard<'_, JState>) -> Result<()> {
         while st.in_flight > 0 || st.checkpointing {
             j.changed.wait(st);
         }
@@ -521,9 +532,6 @@ impl Array {
             j.any_unsettled.store(false, Ordering::Release);
         }
         st.settle_first &= r.is_err();
-        st.settling = false;
-        j.changed.notify_all();
-        wake_room_waiters(st);
         r
     }
 
@@ -570,27 +578,34 @@ impl Array {
         };
         zero_ring(m.as_ref(), j.area_end).map_err(member_error)?;
         // No record takes a place, and no checkpoint moves the header,
-        // while the new member's header is written: it gets the header as
-        // it stands, with nothing unsettled before it.
+        // from the settle of what was placed meanwhile to the end of the
+        // new member's header: it gets the header as it stands, with
+        // nothing unsettled before it. One hold for both (a settle on its
+        // own lets the lock go as it ends, to wake the writers waiting for
+        // room, and another settle or a record could come between).
         let mut st = j.state.lock();
         while st.settling || st.checkpointing {
             j.changed.wait(&mut st);
         }
-        if st.tail_seq + 1 != st.next_seq {
-            self.settle_locked(j, &mut st)?;
-        }
         st.settling = true;
-        let head = encode_head(st.tail_seq, st.tail_at, &self.uuid);
-        let made = MutexGuard::unlocked(&mut st, || {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                m.write_at(&head, JOURNAL_OFFSET)?;
-                m.flush()
-            }))
+        let settled = match st.tail_seq + 1 != st.next_seq {
+            true => self.settle_held(j, &mut st),
+            false => Ok(()),
+        };
+        let made = settled.map(|()| {
+            let head = encode_head(st.tail_seq, st.tail_at, &self.uuid);
+            MutexGuard::unlocked(&mut st, || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    m.write_at(&head, JOURNAL_OFFSET)?;
+                    m.flush()
+                }))
+            })
         });
         st.settling = false;
         j.changed.notify_all();
         wake_room_waiters(&mut st);
-        made.unwrap_or_else(|p| std::panic::resume_unwind(p))
+        made?
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
             .map_err(member_error)
     }
 

@@ -534,7 +534,8 @@ impl Array {
                     source: e,
                 });
             }
-            self.finish_rebuild(&t.ticket, t.copied)?;
+            // Records placed during the rebuild have no copy on it.
+            self.journal_in_sync(|| self.finish_rebuild(&t.ticket, t.copied))?;
             pass.finished += 1;
             let t = pass.targets.remove(i);
             tracing::info!(array = %self.name, slot = t.ticket.slot, rows_copied = t.copied, rows = total, "rebuild finished");

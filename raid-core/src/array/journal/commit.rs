@@ -410,10 +410,13 @@ impl Array {
     /// record. Each member that fails later takes a copy and the array's
     /// margin down by one together, so a member in sync keeps a copy for
     /// as long as the array lives. Members present but not in sync (being
-    /// rebuilt, re-added) get every record besides: once in sync they add
-    /// to the margin, so they must hold every record the others do.
-    /// Replay finds each record on whichever member holds it
-    /// (`journal_recover`).
+    /// rebuilt, re-added) get none: every record placed before one of them
+    /// counts in sync is settled as it does (`journal_in_sync`), so it
+    /// never adds to the margin short of a copy. (They used to get every
+    /// record, so that each record's copy on the drive being rebuilt,
+    /// behind the rebuild's own writes there, held up every degraded
+    /// write.) Replay finds each record on whichever member in sync holds
+    /// it (`journal_recover`).
     fn journal_copies(&self, turn: u64) -> Vec<usize> {
         let in_sync: Vec<usize> = (0..self.slots.len())
             .filter(|&i| self.slots[i].state() == SlotState::Active)
@@ -427,11 +430,6 @@ impl Array {
             .cycle()
             .skip(first)
             .take((margin + 1).min(in_sync.len()))
-            .chain(
-                self.present_slots()
-                    .into_iter()
-                    .filter(|i| !in_sync.contains(i)),
-            )
             .collect();
         to.sort_unstable();
         to

@@ -563,11 +563,12 @@ impl Array {
     /// every journaled write waited for them when they were written under
     /// the hold below (60-75 ms at a rebuild's start on the simulated
     /// drives of `benches/rebuild.rs`). That is safe because a member not
-    /// in sync is never read by a replay (`journal_recover`), and a record
-    /// placed meanwhile, whose copy on this member the zeros may overwrite,
-    /// is settled under the hold before the header is written: once the
-    /// hold is let go every record lands on zeros, and the member's ring
-    /// holds what every other member's does after a settle.
+    /// in sync is never read by a replay (`journal_recover`) and takes no
+    /// record's copy. A hot replace's new device is the exception: its
+    /// slot is in sync, and a record's copy there goes to both devices of
+    /// the pair, so one placed meanwhile may lose its copy on the new one
+    /// to the zeros. What was placed is settled under the hold before the
+    /// header is written, so after it every record lands on zeros.
     pub(super) fn journal_admit(&self, m: &MemberRef) -> Result<()> {
         let Some(j) = &self.journal else {
             return Ok(());
@@ -607,6 +608,41 @@ impl Array {
         made?
             .unwrap_or_else(|p| std::panic::resume_unwind(p))
             .map_err(member_error)
+    }
+
+    /// Makes a slot count in sync, by `become_in_sync` (a rebuild's end:
+    /// `finish_rebuild`), for the journal. A member not in sync gets no
+    /// copy of a record (`journal_copies`), and once in sync it adds to the
+    /// margin of copies each record must keep: so every record placed
+    /// before is settled first, under one hold of the journal with the
+    /// change, and none is placed between the two. `become_in_sync` runs
+    /// with the journal's lock let go (it takes the array's metadata lock;
+    /// nothing waiting for the hold holds that).
+    pub(super) fn journal_in_sync<T>(
+        &self,
+        become_in_sync: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let Some(j) = &self.journal else {
+            return become_in_sync();
+        };
+        let mut st = j.state.lock();
+        while st.settling || st.checkpointing {
+            j.changed.wait(&mut st);
+        }
+        st.settling = true;
+        let settled = match st.tail_seq + 1 != st.next_seq {
+            true => self.settle_held(j, &mut st),
+            false => Ok(()),
+        };
+        let done = settled.map(|()| {
+            MutexGuard::unlocked(&mut st, || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(become_in_sync))
+            })
+        });
+        st.settling = false;
+        j.changed.notify_all();
+        wake_room_waiters(&mut st);
+        done?.unwrap_or_else(|p| std::panic::resume_unwind(p))
     }
 
     /// A new array's journal: a header with nothing to replay, on every
@@ -650,3 +686,5 @@ fn zero_ring(m: &dyn Member, end: u64) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_joining;

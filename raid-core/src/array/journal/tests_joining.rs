@@ -1,0 +1,241 @@
+//! The journal against members that log, and hold back, chosen writes:
+//! the order of a flush's writes, and members joining a slot (a new
+//! member's ring made while records go on; records placed during a
+//! rebuild settled as its member comes in sync).
+
+use super::tests::rings;
+use super::*;
+use crate::array::RebuildOptions;
+use crate::member::RamMember;
+use std::sync::atomic::AtomicBool;
+
+/// A member that names, in `log`, each bitmap and journal-header write,
+/// each write of zeros into its ring ("zeros") and each write it holds
+/// back ("held"): while `hold` names a kind of write (`Held`), writes of
+/// that kind wait.
+struct Logged {
+    inner: MemberRef,
+    log: Arc<Mutex<Vec<&'static str>>>,
+    hold: Arc<(Mutex<Option<Held>>, parking_lot::Condvar)>,
+}
+
+/// The writes a `Logged` member can hold back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// Zeros into the journal's ring.
+    RingZeros,
+    /// Anything into the data area (a rebuild's rows).
+    Data,
+}
+
+impl Logged {
+    fn new(tag: &str, i: usize, log: &Arc<Mutex<Vec<&'static str>>>) -> Arc<Logged> {
+        Arc::new(Logged {
+            inner: Arc::new(RamMember::new(
+                format!("ram:{tag}{i}"),
+                crate::metadata::MIN_DATA_OFFSET + (1 << 20),
+            )),
+            log: log.clone(),
+            hold: Default::default(),
+        })
+    }
+
+    fn hold(&self, kind: Option<Held>) {
+        *self.hold.0.lock() = kind;
+        self.hold.1.notify_all();
+    }
+}
+
+/// Four members that log into one `log`, each with a hold of its own.
+fn logged_members(tag: &str, log: &Arc<Mutex<Vec<&'static str>>>) -> Vec<Arc<Logged>> {
+    (0..4).map(|i| Logged::new(tag, i, log)).collect()
+}
+
+/// A RAID5 of `members`, as `array` makes it.
+fn array_of(tag: &str, members: &[Arc<Logged>]) -> Array {
+    let m = members.iter().map(|l| l.clone() as MemberRef).collect();
+    let opts = CreateOptions {
+        name: tag.into(),
+        level: Level::Raid5,
+        chunk: 64 * 1024,
+        data_offset: None,
+    };
+    Array::create(m, vec![], opts).unwrap()
+}
+
+impl Member for Logged {
+    fn identity(&self) -> &str {
+        self.inner.identity()
+    }
+    fn device_key(&self) -> crate::member::DeviceKey {
+        self.inner.device_key()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let kind = match offset {
+            crate::metadata::BITMAP_OFFSET => {
+                self.log.lock().push("bitmap");
+                None
+            }
+            JOURNAL_OFFSET => {
+                self.log.lock().push("header");
+                None
+            }
+            o if o >= crate::metadata::MIN_DATA_OFFSET => Some(Held::Data),
+            o if o >= RECORDS && buf.iter().all(|&b| b == 0) => {
+                self.log.lock().push("zeros");
+                Some(Held::RingZeros)
+            }
+            _ => None,
+        };
+        let (held, cv) = &*self.hold;
+        let mut h = held.lock();
+        if kind.is_some() && *h == kind {
+            self.log.lock().push("held");
+            while kind.is_some() && *h == kind {
+                cv.wait(&mut h);
+            }
+        }
+        drop(h);
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.inner.flush()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.write_zeroes(offset, len)
+    }
+}
+
+/// A flush that settles the journal does so before it clears any
+/// write-intent bit: a record replayed after a crash may carry parity a
+/// resync repaired since without a record (a rebuild's deferred resync),
+/// and only the region's bit would have the start resync it again.
+#[test]
+fn a_flush_settles_the_journal_before_it_clears_a_bit() {
+    let log: Arc<Mutex<Vec<&'static str>>> = Default::default();
+    let a = array_of("jorder", &logged_members("jorder", &log));
+    a.set_bitmap_linger(Some(std::time::Duration::ZERO));
+    // A record left while the array was degraded, its slot back in sync
+    // (as a rebuild that wrote through it leaves it), and a write that
+    // marked a region.
+    a.fail_slot(1, "test");
+    a.write(0, &[9u8; 4096]).unwrap();
+    a.slots[1].set_state(SlotState::Active);
+    assert!(a.journal_pending(0));
+    log.lock().clear();
+    a.flush().unwrap();
+    let log = log.lock().clone();
+    let first = |what| log.iter().position(|&w| w == what);
+    assert!(
+        first("header") < first("bitmap") && first("bitmap").is_some(),
+        "the journal settled first, then the bit cleared: {log:?}"
+    );
+}
+
+/// A member joining a slot has its ring zeroed while records go on
+/// taking places (the zeros are megabytes; every journaled write waited
+/// for them): a degraded write is journaled while the new member's zeros
+/// are held back, and the record placed then is settled before that
+/// member's header is written, so nothing in its ring chains on.
+#[test]
+fn records_take_places_while_a_new_members_ring_is_zeroed() {
+    let log: Arc<Mutex<Vec<&'static str>>> = Default::default();
+    let l = logged_members("jzeros", &log);
+    let a = array_of("jzeros", &l);
+    a.fail_slot(3, "test");
+    a.re_add(l[3].clone()).unwrap();
+    l[3].hold(Some(Held::RingZeros));
+    let release = || l[3].hold(None);
+    let block = [0x5au8; 4096];
+    std::thread::scope(|sc| {
+        let admit = sc.spawn(|| a.journal_admit(&(l[3].clone() as MemberRef)));
+        let t = std::time::Instant::now();
+        while !log.lock().contains(&"zeros") {
+            assert!(t.elapsed().as_secs() < 10, "the ring was never zeroed");
+            std::thread::yield_now();
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (a, block) = (&a, &block);
+        sc.spawn(move || {
+            let seq = a.journal_stripe(1, 0, &[(0, &block[..])]).unwrap();
+            a.journal_write_done(seq);
+            tx.send(seq).unwrap();
+        });
+        let placed = rx.recv_timeout(std::time::Duration::from_secs(5));
+        release();
+        admit.join().unwrap().unwrap();
+        let seq = placed.expect("a record waited for the new member's zeros");
+        let st = a.journal.as_ref().unwrap().state.lock();
+        assert!(
+            st.tail_seq >= seq && st.tail_seq + 1 == st.next_seq,
+            "the record placed during the zeros was not settled by the admission"
+        );
+    });
+    // In sync (as its rebuild would leave it): its ring holds nothing to
+    // replay, and the stripe reads what was written.
+    a.slots[3].set_state(SlotState::Active);
+    assert_eq!(a.journal_recover().unwrap(), 0);
+}
+
+/// Records placed while a member is rebuilt have no copy on it (a member
+/// not in sync takes none), and the rebuild's end settles them before the
+/// member counts in sync: none is ever short of the copies the margin then
+/// asks for.
+#[test]
+fn records_placed_during_a_rebuild_are_settled_as_it_ends() {
+    let log: Arc<Mutex<Vec<&'static str>>> = Default::default();
+    let l = logged_members("jinsync", &log);
+    let a = array_of("jinsync", &l);
+    // Data everywhere, so the rebuild writes its member row by row.
+    a.write(0, &vec![0x33u8; a.capacity() as usize]).unwrap();
+    a.fail_slot(3, "test");
+    let new = Logged::new("jinsync", 4, &log);
+    a.replace(3, new.clone()).unwrap();
+    new.hold(Some(Held::Data));
+    let members: Vec<MemberRef> = l
+        .iter()
+        .take(3)
+        .chain([&new])
+        .map(|m| m.clone() as MemberRef)
+        .collect();
+    let last = a.journal.as_ref().unwrap().state.lock().next_seq - 1;
+    let opts = RebuildOptions {
+        batch_rows: 1,
+        parallel: 1,
+        ..Default::default()
+    };
+    let stripes = a.geo.rows();
+    std::thread::scope(|sc| {
+        let rebuild = sc.spawn(|| a.rebuild_all(&opts, &AtomicBool::new(false)));
+        let t = std::time::Instant::now();
+        while !log.lock().contains(&"held") {
+            assert!(t.elapsed().as_secs() < 10, "the rebuild never wrote");
+            std::thread::yield_now();
+        }
+        // Held at its first row: degraded writes to the last stripes go
+        // through the journal.
+        for s in stripes - 3..stripes {
+            a.write(s * a.geo.stripe_data_bytes(), &[0x44u8; 4096])
+                .unwrap();
+        }
+        let copies = rings(&members, &a.uuid, a.data_offset)
+            .iter()
+            .map(|seqs| seqs.iter().filter(|&&q| q > last).count())
+            .collect::<Vec<_>>();
+        new.hold(None);
+        assert_eq!(copies[3], 0, "the member being rebuilt took records");
+        assert_eq!(copies.iter().sum::<usize>(), 3, "{copies:?}");
+        assert_eq!(rebuild.join().unwrap().unwrap(), RebuildEnd::Finished);
+    });
+    let st = a.journal.as_ref().unwrap().state.lock();
+    assert!(
+        st.tail_seq > last && st.tail_seq + 1 == st.next_seq,
+        "records placed during the rebuild left unsettled as its member came in sync"
+    );
+}

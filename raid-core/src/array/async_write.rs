@@ -288,7 +288,10 @@ impl AsyncWrite {
         // blocking path's order: a rebuild cannot pass this stripe between
         // them). A stripe with a chunk missing is written here where its
         // reads need no recovery (`Array::degraded_plan`), through the
-        // journal; other degraded writes go to the blocking path.
+        // journal; other degraded writes go to the blocking path. So is,
+        // through the journal, one whose chunks are all readable but not
+        // all so after a crash (`Array::readable_after_a_crash`: rows a
+        // rebuild has written, not yet saved as in sync).
         let handles = Arc::clone(&a.member_handles());
         let rows_ok = match &mut shape {
             Shape::Stripe {
@@ -299,7 +302,8 @@ impl AsyncWrite {
                 ..
             } => {
                 let readable: Vec<bool> = slots.iter().map(|&m| a.readable(m, *s)).collect();
-                match readable.iter().all(|&r| r) {
+                let kept = slots.iter().all(|&m| a.readable_after_a_crash(m, *s));
+                match readable.iter().all(|&r| r) && kept {
                     // A stripe with an unsettled journal record is written
                     // through the journal, by the blocking path. Asked
                     // here, under the stripe's lock (its records are added

@@ -274,6 +274,9 @@ impl Array {
             .into_iter()
             .chain((0..self.slots.len()).filter(|&i| Some(i) != first))
             .collect();
+        // The rows the metadata will say: read before it is written (they
+        // only grow while it is, `meta` held), made durable by the round.
+        let saved: Vec<u64> = self.slots.iter().map(|s| s.saved_row()).collect();
         'round: loop {
             meta.events += 1;
             for &i in &order {
@@ -314,6 +317,9 @@ impl Array {
             // change's metadata says so (a crash in this one may have left
             // a member a round or two behind, and that is no older copy).
             meta.settled = meta.events;
+            for (s, row) in self.slots.iter().zip(saved) {
+                s.durable_to(row);
+            }
             return;
         }
     }
@@ -512,6 +518,7 @@ impl Array {
         s.rebuild_row.store(0, Ordering::Release);
         s.rebuild_from.store(0, Ordering::Release);
         s.rebuild_saved.store(0, Ordering::Release);
+        s.rebuild_durable.store(0, Ordering::Release);
         s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
         s.resync_dirty_below.store(dirty_below, Ordering::Release);
         s.missed_bitmap_seq.store(0, Ordering::Release);

@@ -176,6 +176,8 @@ struct Slot {
     /// sync below (`sync::Slot::saved_row`): where its rebuild last
     /// flushed it.
     rebuild_saved: AtomicU64,
+    /// The row the metadata on disk says (`Slot::durably_in_sync`).
+    rebuild_durable: AtomicU64,
     /// The membership epoch at which this slot's rebuild last failed for a
     /// reason outside the slot (`membership::NO_EPOCH`: none).
     rebuild_failed_epoch: AtomicU64,
@@ -234,6 +236,7 @@ impl Slot {
             rebuild_row: AtomicU64::new(rebuild_row),
             rebuild_from: AtomicU64::new(0),
             rebuild_saved: AtomicU64::new(rebuild_row),
+            rebuild_durable: AtomicU64::new(rebuild_row),
             rebuild_failed_epoch: AtomicU64::new(membership::NO_EPOCH),
             resync_dirty_below: AtomicU64::new(0),
             incarnation: AtomicU64::new(0),

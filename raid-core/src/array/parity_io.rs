@@ -325,7 +325,9 @@ impl Array {
     /// parity of all of them in one batched engine call (where a GPU
     /// engine pays off), then every chunk in one submission. Returns
     /// `Ok(false)`, having written nothing, when some member of these
-    /// stripes is not readable: the per-stripe path journals those writes.
+    /// stripes is not readable, now or after a crash
+    /// (`readable_after_a_crash`): the per-stripe path journals those
+    /// writes.
     fn write_full_stripes(&self, ps: &[Piece], data: &[u8]) -> Result<bool> {
         let nd = self.geo.data_chunks();
         let np = self.geo.level.parity_chunks();
@@ -343,7 +345,7 @@ impl Array {
                 .stripe_map(s)
                 .members
                 .iter()
-                .all(|&m| self.readable(m, s))
+                .all(|&m| self.readable_after_a_crash(m, s))
         });
         // A stripe with an unsettled journal record is written through the
         // journal as well (see journal.rs): the per-stripe path does that.
@@ -466,7 +468,10 @@ impl Array {
             .copied()
             .filter(|(i, _)| self.readable(map.members[*i], s))
             .collect();
-        let degraded = map.members.iter().any(|&m| !self.readable(m, s));
+        let degraded = map
+            .members
+            .iter()
+            .any(|&m| !self.readable_after_a_crash(m, s));
         if (degraded || pending) && self.has_journal() && !present.is_empty() {
             // Journaled: nothing to wait for (and its member errors are
             // handled inside).

@@ -6,7 +6,11 @@
 //! will compute them) or rebuilt (and writes the member). The position is
 //! saved in the metadata every `checkpoint_bytes` or `checkpoint_every`,
 //! whichever comes first, after a flush of the new
-//! member, so a stop or crash resumes from there.
+//! member, so a stop or crash resumes from there. A RAID5/6 write to rows
+//! rebuilt but not yet saved goes through the journal, as a degraded one
+//! (`Array::readable_after_a_crash`): a crash takes the member back to the
+//! saved row and rebuilds what follows from the others, which a torn write
+//! with no record would leave disagreeing.
 //!
 //! A batch is cut into `parallel` runs of `batch_rows` rows (at most 256
 //! rows in all), rebuilt side by side on threads made for the rebuild

@@ -22,7 +22,7 @@
 //! metadata written by anyone (a failure, a spare) never counts rows
 //! whose writes may still sit in the member's cache.
 
-use super::Slot;
+use super::{Array, Slot, SlotState};
 use std::sync::atomic::Ordering;
 
 /// Marks a position past the last row and on from row 0.
@@ -93,6 +93,20 @@ impl Slot {
         self.rebuild_saved.store(prefix, Ordering::Release);
     }
 
+    /// The metadata on every member not failed says rows below `row` are
+    /// in sync (`persist`).
+    pub(super) fn durable_to(&self, row: u64) {
+        self.rebuild_durable.store(row, Ordering::Release);
+    }
+
+    /// Whether `row` of a rebuilding member is in sync and stays so after
+    /// a crash: below the row the metadata on disk says. A crash takes the
+    /// member back there, and its rows from there on are rebuilt from the
+    /// other members'.
+    pub(super) fn durably_in_sync(&self, row: u64) -> bool {
+        self.in_sync(row) && row < self.rebuild_durable.load(Ordering::Acquire)
+    }
+
     /// Whether nothing of the member is in sync yet.
     pub(super) fn sync_empty(&self) -> bool {
         let (from, pos, wrapped) = self.sync_state();
@@ -105,6 +119,24 @@ impl Slot {
         match wrapped {
             false => from == 0 && pos == rows,
             true => pos >= from,
+        }
+    }
+}
+
+impl Array {
+    /// Whether slot `slot` holds valid data at `row` that a crash keeps
+    /// valid (`readable`, and for a rebuilding member `durably_in_sync`).
+    /// A stripe write whose members are all readable but not all so goes
+    /// through the journal, as a degraded one does: after a crash that
+    /// member's row counts as missing and is rebuilt from the others,
+    /// which the write, torn, would leave disagreeing; rebuilt from them,
+    /// the member's chunk would be wrong, though no one wrote it.
+    pub(super) fn readable_after_a_crash(&self, slot: usize, row: u64) -> bool {
+        let s = &self.slots[slot];
+        match s.state() {
+            SlotState::Active => true,
+            SlotState::Rebuilding => s.durably_in_sync(row),
+            SlotState::Failed => false,
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use super::tests::rings;
 use super::*;
+use crate::array::async_write::{AsyncWrite, Start};
 use crate::array::RebuildOptions;
 use crate::member::RamMember;
 use std::sync::atomic::AtomicBool;
@@ -17,6 +18,8 @@ struct Logged {
     inner: MemberRef,
     log: Arc<Mutex<Vec<&'static str>>>,
     hold: Arc<(Mutex<Option<Held>>, parking_lot::Condvar)>,
+    /// Writes of the held kind let through before the hold bites.
+    let_through: std::sync::atomic::AtomicU32,
 }
 
 /// The writes a `Logged` member can hold back.
@@ -24,7 +27,8 @@ struct Logged {
 enum Held {
     /// Zeros into the journal's ring.
     RingZeros,
-    /// Anything into the data area (a rebuild's rows).
+    /// Whole chunks (64 KiB and more) into the data area: a rebuild's
+    /// rows, not a client's 4 KiB writes.
     Data,
 }
 
@@ -37,12 +41,20 @@ impl Logged {
             )),
             log: log.clone(),
             hold: Default::default(),
+            let_through: Default::default(),
         })
     }
 
     fn hold(&self, kind: Option<Held>) {
         *self.hold.0.lock() = kind;
         self.hold.1.notify_all();
+    }
+
+    /// Holds writes of `kind` after the next `n` of them.
+    fn hold_after(&self, kind: Held, n: u32) {
+        self.let_through
+            .store(n, std::sync::atomic::Ordering::SeqCst);
+        self.hold(Some(kind));
     }
 }
 
@@ -86,7 +98,15 @@ impl Member for Logged {
                 self.log.lock().push("header");
                 None
             }
-            o if o >= crate::metadata::MIN_DATA_OFFSET => Some(Held::Data),
+            o if crate::metadata::SB_OFFSETS.contains(&o) => {
+                let sb = crate::metadata::Superblock::decode(buf);
+                if sb.is_ok_and(|sb| sb.slots.iter().all(|e| e.state == SlotState::Active)) {
+                    self.log.lock().push("all in sync");
+                }
+                None
+            }
+            o if o >= crate::metadata::MIN_DATA_OFFSET && buf.len() >= 64 << 10 => Some(Held::Data),
+            o if o >= crate::metadata::MIN_DATA_OFFSET => None,
             o if o >= RECORDS && buf.iter().all(|&b| b == 0) => {
                 self.log.lock().push("zeros");
                 Some(Held::RingZeros)
@@ -95,7 +115,12 @@ impl Member for Logged {
         };
         let (held, cv) = &*self.hold;
         let mut h = held.lock();
-        if kind.is_some() && *h == kind {
+        let through = || {
+            use std::sync::atomic::Ordering::SeqCst;
+            let n = &self.let_through;
+            n.fetch_update(SeqCst, SeqCst, |k| k.checked_sub(1)).is_ok()
+        };
+        if kind.is_some() && *h == kind && !through() {
             self.log.lock().push("held");
             while kind.is_some() && *h == kind {
                 cv.wait(&mut h);
@@ -211,31 +236,114 @@ fn records_placed_during_a_rebuild_are_settled_as_it_ends() {
         ..Default::default()
     };
     let stripes = a.geo.rows();
-    std::thread::scope(|sc| {
+    let (copies, mark) = std::thread::scope(|sc| {
         let rebuild = sc.spawn(|| a.rebuild_all(&opts, &AtomicBool::new(false)));
         let t = std::time::Instant::now();
-        while !log.lock().contains(&"held") {
-            assert!(t.elapsed().as_secs() < 10, "the rebuild never wrote");
+        while !log.lock().contains(&"held") && t.elapsed().as_secs() < 10 {
             std::thread::yield_now();
         }
         // Held at its first row: degraded writes to the last stripes go
         // through the journal.
-        for s in stripes - 3..stripes {
+        let written = (stripes - 3..stripes).all(|s| {
             a.write(s * a.geo.stripe_data_bytes(), &[0x44u8; 4096])
-                .unwrap();
-        }
+                .is_ok()
+        });
+        let mark = log.lock().len();
         let copies = rings(&members, &a.uuid, a.data_offset)
             .iter()
             .map(|seqs| seqs.iter().filter(|&&q| q > last).count())
             .collect::<Vec<_>>();
         new.hold(None);
-        assert_eq!(copies[3], 0, "the member being rebuilt took records");
-        assert_eq!(copies.iter().sum::<usize>(), 3, "{copies:?}");
+        assert!(written);
         assert_eq!(rebuild.join().unwrap().unwrap(), RebuildEnd::Finished);
+        (copies, mark)
     });
+    assert_eq!(copies[3], 0, "the member being rebuilt took records");
+    assert_eq!(copies.iter().sum::<usize>(), 3, "{copies:?}");
     let st = a.journal.as_ref().unwrap().state.lock();
     assert!(
         st.tail_seq > last && st.tail_seq + 1 == st.next_seq,
         "records placed during the rebuild left unsettled as its member came in sync"
+    );
+    // Settled before the member was said to be in sync, not after.
+    let log = log.lock()[mark..].to_vec();
+    let in_sync = log.iter().position(|&w| w == "all in sync");
+    let settled = log.iter().position(|&w| w == "header");
+    assert!(
+        in_sync.is_some() && settled < in_sync,
+        "the member was said to be in sync before the records were settled: {log:?}"
+    );
+}
+
+/// Rows a rebuild has passed are written through the journal until the
+/// metadata on disk says they are in sync: a crash takes the member back
+/// to that row, its chunks there are then rebuilt from the other members,
+/// and a write torn by the crash, with no record, would have left those
+/// disagreeing (the member's chunk rebuilt wrong, though no one wrote it).
+#[test]
+fn rows_a_rebuild_passed_are_journaled_until_its_position_is_saved() {
+    let log: Arc<Mutex<Vec<&'static str>>> = Default::default();
+    let l = logged_members("jsaved", &log);
+    let a = Arc::new(array_of("jsaved", &l));
+    a.write(0, &vec![0x33u8; a.capacity() as usize]).unwrap();
+    a.fail_slot(3, "test");
+    let new = Logged::new("jsaved", 4, &log);
+    a.replace(3, new.clone()).unwrap();
+    // A row a batch, the position saved every two: held writing row 5,
+    // the position is at 5 and the metadata says 4.
+    new.hold_after(Held::Data, 5);
+    let opts = RebuildOptions {
+        batch_rows: 1,
+        parallel: 1,
+        checkpoint_bytes: 2 * a.geo.chunk,
+        ..Default::default()
+    };
+    let sdb = a.geo.stripe_data_bytes();
+    let journaled = std::thread::scope(|sc| {
+        let rebuild = sc.spawn(|| a.rebuild_all(&opts, &AtomicBool::new(false)));
+        let t = std::time::Instant::now();
+        while !log.lock().contains(&"held") && t.elapsed().as_secs() < 10 {
+            std::thread::yield_now();
+        }
+        let at = (
+            a.slots[3].rebuild_row.load(Ordering::Acquire),
+            a.slots[3].saved_row(),
+        );
+        // A shard journals the rows past the saved one too.
+        let on_shard: Vec<(u64, Option<bool>)> = [1u64, 4]
+            .iter()
+            .map(
+                |&s| match AsyncWrite::start(&a, s * sdb, AlignedBuf::new(4096), |_| true) {
+                    Start::Go(w) => (s, Some(w.degraded())),
+                    _ => (s, None),
+                },
+            )
+            .collect();
+        let journaled: Vec<(u64, bool)> = [1u64, 4]
+            .iter()
+            .map(|&s| {
+                let written = a.write(s * sdb, &[0x44u8; 4096]).is_ok();
+                (s, written && a.journal_pending(s))
+            })
+            .collect();
+        new.hold(None);
+        let end = rebuild.join().unwrap();
+        assert_eq!(
+            at,
+            (5, 4),
+            "the rebuild was not held where the test needs it"
+        );
+        assert!(matches!(end, Ok(RebuildEnd::Finished)));
+        assert_eq!(
+            on_shard,
+            [(1, Some(false)), (4, Some(true))],
+            "(stripe, journaled on the shard)"
+        );
+        journaled
+    });
+    assert_eq!(
+        journaled,
+        [(1, false), (4, true)],
+        "(stripe, journaled): below the saved row, and past it"
     );
 }

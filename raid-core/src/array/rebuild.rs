@@ -538,6 +538,12 @@ impl Array {
                     source: e,
                 });
             }
+            // Every row saved as in sync before the member is: from the
+            // moment it is, writes take no journal record, and until the
+            // metadata on disk says so a crash would take it back to the
+            // row last saved and rebuild the rows after it from stripes
+            // those writes may have torn (`readable_after_a_crash`).
+            self.checkpoint_rebuilds(&[(t.ticket, total)]);
             // Records placed during the rebuild have no copy on it.
             self.journal_in_sync(|| self.finish_rebuild(&t.ticket, t.copied))?;
             pass.finished += 1;

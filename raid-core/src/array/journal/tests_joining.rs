@@ -99,9 +99,17 @@ impl Member for Logged {
                 None
             }
             o if crate::metadata::SB_OFFSETS.contains(&o) => {
-                let sb = crate::metadata::Superblock::decode(buf);
-                if sb.is_ok_and(|sb| sb.slots.iter().all(|e| e.state == SlotState::Active)) {
-                    self.log.lock().push("all in sync");
+                if let Ok(sb) = crate::metadata::Superblock::decode(buf) {
+                    let rows = sb.geometry().rows();
+                    if sb.slots.iter().all(|e| e.state == SlotState::Active) {
+                        self.log.lock().push("all in sync");
+                    } else if sb
+                        .slots
+                        .iter()
+                        .any(|e| e.state == SlotState::Rebuilding && e.rebuild_row == rows)
+                    {
+                        self.log.lock().push("every row saved");
+                    }
                 }
                 None
             }
@@ -233,6 +241,7 @@ fn records_placed_during_a_rebuild_are_settled_as_it_ends() {
     let opts = RebuildOptions {
         batch_rows: 1,
         parallel: 1,
+        checkpoint_every: std::time::Duration::from_secs(3600),
         ..Default::default()
     };
     let stripes = a.geo.rows();
@@ -265,14 +274,17 @@ fn records_placed_during_a_rebuild_are_settled_as_it_ends() {
         st.tail_seq > last && st.tail_seq + 1 == st.next_seq,
         "records placed during the rebuild left unsettled as its member came in sync"
     );
-    // Settled before the member was said to be in sync, not after.
+    // Every row saved as in sync, and the records settled, before the
+    // member was said to be in sync, not after.
     let log = log.lock()[mark..].to_vec();
-    let in_sync = log.iter().position(|&w| w == "all in sync");
-    let settled = log.iter().position(|&w| w == "header");
-    assert!(
-        in_sync.is_some() && settled < in_sync,
-        "the member was said to be in sync before the records were settled: {log:?}"
-    );
+    let at = |what| log.iter().position(|&w| w == what);
+    let in_sync = at("all in sync");
+    for before in ["every row saved", "header"] {
+        assert!(
+            in_sync.is_some() && at(before).is_some_and(|b| Some(b) < in_sync),
+            "the member was said to be in sync before '{before}': {log:?}"
+        );
+    }
 }
 
 /// Rows a rebuild has passed are written through the journal until the
@@ -296,6 +308,7 @@ fn rows_a_rebuild_passed_are_journaled_until_its_position_is_saved() {
         batch_rows: 1,
         parallel: 1,
         checkpoint_bytes: 2 * a.geo.chunk,
+        checkpoint_every: std::time::Duration::from_secs(3600),
         ..Default::default()
     };
     let sdb = a.geo.stripe_data_bytes();

@@ -504,7 +504,7 @@ impl Array {
 
     /// `settle_locked` for a caller that set `settling` and clears it
     /// itself, so that nothing takes a place between the settle and what
-    /// it does next under the same hold (`journal_admit`).
+    /// it does next under the same hold (`settled_then`).
     fn settle_held(&self, j: &Journal, st: &mut MutexGuard<'_, JState>) -> Result<()> {
         while st.in_flight > 0 || st.checkpointing {
             j.changed.wait(st);
@@ -578,53 +578,41 @@ impl Array {
             source,
         };
         zero_ring(m.as_ref(), j.area_end).map_err(member_error)?;
-        // No record takes a place, and no checkpoint moves the header,
-        // from the settle of what was placed meanwhile to the end of the
-        // new member's header: it gets the header as it stands, with
-        // nothing unsettled before it. One hold for both (a settle on its
-        // own lets the lock go as it ends, to wake the writers waiting for
-        // room, and another settle or a record could come between).
-        let mut st = j.state.lock();
-        while st.settling || st.checkpointing {
-            j.changed.wait(&mut st);
-        }
-        st.settling = true;
-        let settled = match st.tail_seq + 1 != st.next_seq {
-            true => self.settle_held(j, &mut st),
-            false => Ok(()),
-        };
-        let made = settled.map(|()| {
-            let head = encode_head(st.tail_seq, st.tail_at, &self.uuid);
-            MutexGuard::unlocked(&mut st, || {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    m.write_at(&head, JOURNAL_OFFSET)?;
-                    m.flush()
-                }))
-            })
-        });
-        st.settling = false;
-        j.changed.notify_all();
-        wake_room_waiters(&mut st);
-        made?
-            .unwrap_or_else(|p| std::panic::resume_unwind(p))
-            .map_err(member_error)
+        // It gets the header as it stands, with nothing unsettled before
+        // it, and no record placed nor checkpoint run until it has it.
+        let made = self.settled_then(j, |tail, at| {
+            m.write_at(&encode_head(tail, at, &self.uuid), JOURNAL_OFFSET)?;
+            m.flush()
+        })?;
+        made.map_err(member_error)
     }
 
     /// Makes a slot count in sync, by `become_in_sync` (a rebuild's end:
     /// `finish_rebuild`), for the journal. A member not in sync gets no
     /// copy of a record (`journal_copies`), and once in sync it adds to the
     /// margin of copies each record must keep: so every record placed
-    /// before is settled first, under one hold of the journal with the
-    /// change, and none is placed between the two. `become_in_sync` runs
-    /// with the journal's lock let go (it takes the array's metadata lock;
-    /// nothing waiting for the hold holds that).
+    /// before is settled first, and none is placed between the two.
+    /// `become_in_sync` takes the array's metadata lock; nothing waiting
+    /// for the journal's hold holds that.
     pub(super) fn journal_in_sync<T>(
         &self,
         become_in_sync: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
-        let Some(j) = &self.journal else {
-            return become_in_sync();
-        };
+        match &self.journal {
+            Some(j) => self.settled_then(j, |_, _| become_in_sync())?,
+            None => become_in_sync(),
+        }
+    }
+
+    /// Settles every record so far, then runs `then` before any record
+    /// takes a place or a checkpoint moves the header: one hold of the
+    /// journal (`settling`) for both, since a settle on its own lets the
+    /// lock go as it ends (to wake the writers waiting for room) and
+    /// another settle or a record could come between. `then` gets the
+    /// header as it stands (its tail sequence and where the ring's front
+    /// is) and runs with the journal's lock let go. Errs with the settle's
+    /// error, `then` not run.
+    fn settled_then<T>(&self, j: &Journal, then: impl FnOnce(u64, u64) -> T) -> Result<T> {
         let mut st = j.state.lock();
         while st.settling || st.checkpointing {
             j.changed.wait(&mut st);
@@ -635,14 +623,15 @@ impl Array {
             false => Ok(()),
         };
         let done = settled.map(|()| {
+            let (tail, at) = (st.tail_seq, st.tail_at);
             MutexGuard::unlocked(&mut st, || {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(become_in_sync))
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| then(tail, at)))
             })
         });
         st.settling = false;
         j.changed.notify_all();
         wake_room_waiters(&mut st);
-        done?.unwrap_or_else(|p| std::panic::resume_unwind(p))
+        done.map(|r| r.unwrap_or_else(|p| std::panic::resume_unwind(p)))
     }
 
     /// A new array's journal: a header with nothing to replay, on every

@@ -9,19 +9,22 @@ use raid_core::metadata::SlotState;
 use std::sync::atomic::AtomicBool;
 
 /// After a recovery whose array read back as `got`: every slot not in
-/// sync gets a member from `new` (by slot) and is rebuilt from what
-/// recovery left, which must not change the data; then (but for RAID0) a
-/// scrub must find redundancy agreeing with the data everywhere. `what`
-/// names the run (level and seed).
+/// sync is rebuilt from what recovery left (a failed one onto a member
+/// from `new`, by slot; one being rebuilt on from where it stands), which
+/// must not change the data; then (but for RAID0) a scrub must find
+/// redundancy agreeing with the data everywhere. `what` names the run
+/// (level and seed).
 pub fn rebuild_and_scrub(a: &Array, got: &[u8], new: impl Fn(usize) -> MemberRef, what: &str) {
-    let out: Vec<usize> = a
+    let out: Vec<(usize, SlotState)> = a
         .slots()
         .iter()
         .filter(|s| s.state != SlotState::Active)
-        .map(|s| s.slot)
+        .map(|s| (s.slot, s.state))
         .collect();
-    for &slot in &out {
-        a.replace(slot, new(slot)).unwrap();
+    for &(slot, state) in &out {
+        if state == SlotState::Failed {
+            a.replace(slot, new(slot)).unwrap();
+        }
         a.rebuild(slot, &Default::default(), &AtomicBool::new(false))
             .unwrap();
     }

@@ -8,13 +8,16 @@
 //! sync again, every stripe's parity agrees with its data. The RAID5/6
 //! runs repeat with one member failed before the rounds: their writes are
 //! journaled on the shards, records committed in groups by the journal's
-//! committer.
+//! committer; and again with that member replaced and rebuilt through the
+//! rounds and the cut (writes to rows the rebuild passed but has not saved
+//! as in sync journaled too: written in place without a record, both
+//! levels lost a flushed block at their first seed).
 //! `RAID_SOAK=1` runs ten times the seeds; a failure names its seed, and
 //! `CUT_SEED=K cargo test -p raid-core --test shard_power_cuts` runs that
 //! one alone (its plan is the seed's; where the cut lands among the writes
 //! in flight depends on thread timing, so a rerun may pass).
 
-use raid_core::array::{Array, CreateOptions};
+use raid_core::array::{Array, CreateOptions, RebuildOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{FaultyMember, Member, MemberRef, NvmeModel, SimNvme};
@@ -106,11 +109,21 @@ thread_local! {
     static WRITTEN: std::cell::RefCell<Vec<(usize, Vec<u8>)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// `degraded`: one member failed before the rounds. Returns how many
-/// writes before the cut the shards served themselves.
-fn run(level: Level, n: usize, seed: u64, degraded: bool) -> u64 {
+/// What the array is before the rounds.
+#[derive(Clone, Copy, PartialEq)]
+enum Before {
+    Optimal,
+    /// One member failed.
+    Degraded,
+    /// One member failed and replaced, its rebuild running (paced, its
+    /// position saved every 16 rows) through the rounds and the cut.
+    Rebuilding,
+}
+
+/// Returns how many writes before the cut the shards served themselves.
+fn run(level: Level, n: usize, seed: u64, before: Before) -> u64 {
     let mut rng = StdRng::seed_from_u64(seed);
-    let members: Vec<Arc<FaultyMember>> =
+    let mut members: Vec<Arc<FaultyMember>> =
         (0..n).map(|i| drive(format!("sim:pc{seed}-{i}"))).collect();
     let refs: Vec<MemberRef> = members.iter().map(|f| f.clone() as MemberRef).collect();
     let a = Arc::new(
@@ -131,8 +144,15 @@ fn run(level: Level, n: usize, seed: u64, degraded: bool) -> u64 {
         .collect();
     a.write(0, &initial).unwrap();
     a.flush().unwrap();
-    if degraded {
-        a.fail_member(rng.gen_range(0..n), false).unwrap();
+    let mut refs = refs;
+    if before != Before::Optimal {
+        let i = rng.gen_range(0..n);
+        a.fail_member(i, false).unwrap();
+        if before == Before::Rebuilding {
+            members[i] = drive(format!("sim:pc{seed}-r{i}"));
+            refs[i] = members[i].clone() as MemberRef;
+            a.replace(i, refs[i].clone()).unwrap();
+        }
     }
     let blocks = a.capacity() as usize / BLOCK;
     // Writes of up to 6 blocks; on the mirrors (one block per chunk) one,
@@ -147,6 +167,20 @@ fn run(level: Level, n: usize, seed: u64, degraded: bool) -> u64 {
         f.track_power_cut();
     }
     let e = Engine::start(a.clone(), 2).unwrap();
+    let stop_rebuild = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rebuild = (before == Before::Rebuilding).then(|| {
+        let (a, stop) = (a.clone(), stop_rebuild.clone());
+        std::thread::spawn(move || {
+            let opts = RebuildOptions {
+                batch_rows: 1,
+                parallel: 1,
+                rate_limit: Some(4 << 20),
+                checkpoint_bytes: 16 * CHUNK,
+                ..Default::default()
+            };
+            let _ = a.rebuild_all(&opts, &stop);
+        })
+    });
     let note = |model: &mut CutModel| {
         for (b0, bytes) in WRITTEN.with(|w| std::mem::take(&mut *w.borrow_mut())) {
             model.wrote(b0, &bytes);
@@ -204,6 +238,10 @@ fn run(level: Level, n: usize, seed: u64, degraded: bool) -> u64 {
         FaultyMember::power_cut_together(&members).unwrap();
         stop.store(true, Ordering::Release);
     });
+    stop_rebuild.store(true, Ordering::Release);
+    if let Some(r) = rebuild {
+        r.join().unwrap();
+    }
     // Every write is answered, Ok or not.
     let answered = rx.iter().count();
     assert!(answered > 0);
@@ -228,22 +266,22 @@ fn run(level: Level, n: usize, seed: u64, degraded: bool) -> u64 {
 #[test]
 fn power_cuts_under_shard_writes_raid5() {
     for seed in seeds(0) {
-        run(Level::Raid5, 5, seed, false);
+        run(Level::Raid5, 5, seed, Before::Optimal);
     }
 }
 
 #[test]
 fn power_cuts_under_shard_writes_raid6() {
     for seed in seeds(1000) {
-        run(Level::Raid6, 6, seed, false);
+        run(Level::Raid6, 6, seed, Before::Optimal);
     }
 }
 
 /// Degraded: the rounds' writes inside one stripe are the shards', each
 /// journaled there (a write across stripes, or the first since the array
 /// was clean, is the blocking path's).
-fn run_degraded(level: Level, n: usize, first: u64) {
-    let on_shards: u64 = seeds(first).map(|seed| run(level, n, seed, true)).sum();
+fn run_degraded(level: Level, n: usize, first: u64, before: Before) {
+    let on_shards: u64 = seeds(first).map(|seed| run(level, n, seed, before)).sum();
     assert!(
         seeds(first).is_empty() || on_shards > 0,
         "{level}: no degraded write on the shards"
@@ -252,24 +290,37 @@ fn run_degraded(level: Level, n: usize, first: u64) {
 
 #[test]
 fn power_cuts_under_degraded_shard_writes_raid5() {
-    run_degraded(Level::Raid5, 5, 4000);
+    run_degraded(Level::Raid5, 5, 4000, Before::Degraded);
 }
 
 #[test]
 fn power_cuts_under_degraded_shard_writes_raid6() {
-    run_degraded(Level::Raid6, 6, 5000);
+    run_degraded(Level::Raid6, 6, 5000, Before::Degraded);
+}
+
+/// Rebuilding: the rows the rebuild has passed are written in place, and
+/// journaled too where they are past the position saved in the metadata
+/// (a cut takes the member back there); the rows ahead are degraded.
+#[test]
+fn power_cuts_under_shard_writes_during_a_rebuild_raid5() {
+    run_degraded(Level::Raid5, 5, 6000, Before::Rebuilding);
+}
+
+#[test]
+fn power_cuts_under_shard_writes_during_a_rebuild_raid6() {
+    run_degraded(Level::Raid6, 6, 7000, Before::Rebuilding);
 }
 
 #[test]
 fn power_cuts_under_shard_writes_raid10() {
     for seed in seeds(2000) {
-        run(Level::Raid10, 4, seed, false);
+        run(Level::Raid10, 4, seed, Before::Optimal);
     }
 }
 
 #[test]
 fn power_cuts_under_shard_writes_raid1() {
     for seed in seeds(3000) {
-        run(Level::Raid1, 2, seed, false);
+        run(Level::Raid1, 2, seed, Before::Optimal);
     }
 }

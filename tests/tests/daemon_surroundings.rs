@@ -66,13 +66,17 @@ impl SmallFs {
         while f.write_all(&zeros).is_ok() {}
     }
 
+    /// Remounts it read-only: again while it is busy (a daemon just
+    /// killed is gone from `pgrep` before its last files are closed, and a
+    /// loaded machine widens that moment).
     fn read_only(&self) {
-        let ok = std::process::Command::new("mount")
-            .args(["-o", "remount,ro", s(&self.0)])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "remount {} read-only", self.0.display());
+        raid_e2e::eventually("the state folder remounted read-only", || {
+            std::process::Command::new("mount")
+                .args(["-o", "remount,ro", s(&self.0)])
+                .status()
+                .unwrap()
+                .success()
+        });
     }
 
     fn free(&self) {

@@ -360,3 +360,47 @@ fn rows_a_rebuild_passed_are_journaled_until_its_position_is_saved() {
         "(stripe, journaled): below the saved row, and past it"
     );
 }
+
+/// A hot replace's new device gets its ring zeroed at the switch while
+/// records go on. Its slot is in sync, so a record placed then may have
+/// its copy there (on both devices of the pair) overwritten by the zeros:
+/// the switch settles every such record before the new device holds the
+/// slot alone.
+#[test]
+fn records_placed_while_a_hot_replacements_ring_is_zeroed_are_settled_by_the_switch() {
+    let log: Arc<Mutex<Vec<&'static str>>> = Default::default();
+    let l = logged_members("jhot", &log);
+    let a = array_of("jhot", &l);
+    // Degraded, so that writes are journaled.
+    a.fail_slot(1, "test");
+    let new = Logged::new("jhot", 4, &log);
+    new.hold(Some(Held::RingZeros));
+    a.hot_replace(2, new.clone()).unwrap();
+    let last = a.journal.as_ref().unwrap().state.lock().next_seq - 1;
+    let sdb = a.geo.stripe_data_bytes();
+    std::thread::scope(|sc| {
+        let copy = sc.spawn(|| a.hot_replace_copy(&Default::default(), &AtomicBool::new(false)));
+        let t = std::time::Instant::now();
+        while !log.lock().contains(&"held") && t.elapsed().as_secs() < 10 {
+            std::thread::yield_now();
+        }
+        let held = log.lock().contains(&"held");
+        // One record each, their copies taking turns among the slots in
+        // sync: slot 2, the pair, among them.
+        let written = (0..3).all(|s| a.write(s * sdb, &[0x66u8; 4096]).is_ok());
+        new.hold(None);
+        let end = copy.join().unwrap();
+        assert!(held, "the switch never zeroed the new device's ring");
+        assert!(written);
+        assert!(matches!(end, Ok(RebuildEnd::Finished)), "{end:?}");
+    });
+    assert_eq!(
+        a.slots[2].member.read().as_ref().unwrap().identity(),
+        new.identity()
+    );
+    let st = a.journal.as_ref().unwrap().state.lock();
+    assert!(
+        st.tail_seq >= last + 3 && st.tail_seq + 1 == st.next_seq,
+        "records placed during the new device's zeros left unsettled at the switch"
+    );
+}

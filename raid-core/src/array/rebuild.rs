@@ -213,10 +213,15 @@ impl Array {
         }
         // From the lowest position of a member partly rebuilt (none held
         // back from where it stands); members with nothing in sync yet
-        // start there too, unless they already wait further on.
+        // start there too, unless they already wait further on. A member
+        // in sync to the last row (saved so by a rebuild's end that a
+        // crash cut short of making it active) is finished at the pass's
+        // first turn, and sets no cursor: at the last row, the others
+        // would join there with nothing left to do before the wrap.
+        let total = self.geo.rows();
         let cursor = targets
             .iter()
-            .filter(|t| !t.slot(self).sync_empty())
+            .filter(|t| !t.slot(self).sync_empty() && !t.slot(self).sync_full(total))
             .map(|t| t.position(self))
             .min()
             .unwrap_or(0);
@@ -671,5 +676,59 @@ impl Array {
         }
         self.checkpoint_rebuilds(&flushed);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::member::RamMember;
+
+    /// A start can find a member saved in sync to the last row but not yet
+    /// active (a rebuild's end checkpoints it so, and a crash came before
+    /// the member was made active) beside another member with nothing in
+    /// sync (a RAID6's second replacement): one pass finishes the first at
+    /// once and rebuilds the second from row 0. The cursor was the first
+    /// one's position, the last row: the second joined there, and the pass
+    /// stopped on its "a rebuild batch must move on".
+    #[test]
+    fn a_member_saved_at_the_last_row_beside_one_with_nothing_in_sync() {
+        let size = crate::metadata::MIN_DATA_OFFSET + (1 << 20);
+        let ram = |name: &str| Arc::new(RamMember::new(format!("ram:rbend{name}"), size));
+        let m: Vec<Arc<RamMember>> = (0..5).map(|i| ram(&i.to_string())).collect();
+        let opts = CreateOptions {
+            name: "rbend".into(),
+            level: Level::Raid6,
+            chunk: 64 * 1024,
+            data_offset: None,
+        };
+        let refs = m.iter().map(|r| r.clone() as MemberRef).collect();
+        let a = Array::create(refs, vec![], opts).unwrap();
+        let data: Vec<u8> = (0..a.capacity()).map(|i| (i * 7 % 251) as u8).collect();
+        a.write(0, &data).unwrap();
+        a.flush().unwrap();
+        // Slot 1's replacement holds its data already, and is recorded in
+        // sync to the last row, as assembly reads such metadata.
+        let copy = ram("copy");
+        let mut all = vec![0u8; size as usize];
+        m[1].read_at(&mut all, 0).unwrap();
+        copy.write_at(&all, 0).unwrap();
+        a.fail_slot(1, "test");
+        a.fail_slot(2, "test");
+        a.replace(1, copy).unwrap();
+        a.replace(2, ram("new")).unwrap();
+        let rows = a.geo.rows();
+        let s = &a.slots[1];
+        s.rebuild_row.store(rows, Ordering::Release);
+        s.flushed_to(rows);
+        s.durable_to(rows);
+        let end = a.rebuild_all(&RebuildOptions::default(), &AtomicBool::new(false));
+        assert!(matches!(end, Ok(RebuildEnd::Finished)), "{end:?}");
+        assert_eq!(a.state(), ArrayState::Optimal);
+        let mut got = vec![0u8; data.len()];
+        a.read(0, &mut got).unwrap();
+        assert!(got == data, "the data changed");
+        let r = a.scrub(&ScrubOptions::default(), &AtomicBool::new(false));
+        assert!(r.unwrap().mismatches.is_empty());
     }
 }

@@ -561,7 +561,7 @@ impl Array {
     /// The zeros go first, durably, while records go on taking places:
     /// the ring is megabytes (16 MiB on members of 1 GiB and more), and
     /// every journaled write waited for them when they were written under
-    /// the hold below (60-75 ms at a rebuild's start on the simulated
+    /// the hold below (50-80 ms at a rebuild's start on the simulated
     /// drives of `benches/rebuild.rs`). That is safe because a member not
     /// in sync is never read by a replay (`journal_recover`) and takes no
     /// record's copy. A hot replace's new device is the exception: its

@@ -386,12 +386,23 @@ fn records_placed_while_a_hot_replacements_ring_is_zeroed_are_settled_by_the_swi
         }
         let held = log.lock().contains(&"held");
         // One record each, their copies taking turns among the slots in
-        // sync: slot 2, the pair, among them.
-        let written = (0..3).all(|s| a.write(s * sdb, &[0x66u8; 4096]).is_ok());
+        // sync: slot 2, the pair, among them. On a thread, so that writes
+        // made to wait for the zeros fail the test instead of hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let a = &a;
+        sc.spawn(move || {
+            let written = (0..3).all(|s| a.write(s * sdb, &[0x66u8; 4096]).is_ok());
+            tx.send(written).unwrap();
+        });
+        let written = rx.recv_timeout(std::time::Duration::from_secs(5));
         new.hold(None);
         let end = copy.join().unwrap();
         assert!(held, "the switch never zeroed the new device's ring");
-        assert!(written);
+        assert_eq!(
+            written,
+            Ok(true),
+            "the writes waited for the new device's zeros"
+        );
         assert!(matches!(end, Ok(RebuildEnd::Finished)), "{end:?}");
     });
     assert_eq!(

@@ -120,8 +120,9 @@ enum Before {
     Rebuilding,
 }
 
-/// Returns how many writes before the cut the shards served themselves.
-fn run(level: Level, n: usize, seed: u64, before: Before) -> u64 {
+/// Returns how many writes before the cut the shards served themselves,
+/// and whether the cut came in the middle of a rebuild.
+fn run(level: Level, n: usize, seed: u64, before: Before) -> (u64, bool) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut members: Vec<Arc<FaultyMember>> =
         (0..n).map(|i| drive(format!("sim:pc{seed}-{i}"))).collect();
@@ -227,6 +228,7 @@ fn run(level: Level, n: usize, seed: u64, before: Before) -> u64 {
     let stop = std::sync::atomic::AtomicBool::new(false);
     let mut drains = StdRng::seed_from_u64(seed + 1_000_000);
     let cut_after = Duration::from_micros(rng.gen_range(0..300));
+    let mut mid_rebuild = false;
     std::thread::scope(|sc| {
         sc.spawn(|| {
             while !stop.load(Ordering::Acquire) {
@@ -235,6 +237,7 @@ fn run(level: Level, n: usize, seed: u64, before: Before) -> u64 {
             }
         });
         std::thread::sleep(cut_after);
+        mid_rebuild = (0..n).any(|i| a.rebuild_progress(i).is_some_and(|(d, t)| d > 0 && d < t));
         FaultyMember::power_cut_together(&members).unwrap();
         stop.store(true, Ordering::Release);
     });
@@ -260,7 +263,7 @@ fn run(level: Level, n: usize, seed: u64, before: Before) -> u64 {
     // A member the cut failed is rebuilt.
     let new = |slot| drive(format!("sim:pc{seed}-new{slot}")) as MemberRef;
     rebuild_and_scrub(&a, &got, new, &what);
-    on_shards
+    (on_shards, mid_rebuild)
 }
 
 #[test]
@@ -281,10 +284,20 @@ fn power_cuts_under_shard_writes_raid6() {
 /// journaled there (a write across stripes, or the first since the array
 /// was clean, is the blocking path's).
 fn run_degraded(level: Level, n: usize, first: u64, before: Before) {
-    let on_shards: u64 = seeds(first).map(|seed| run(level, n, seed, before)).sum();
+    let runs: Vec<(u64, bool)> = seeds(first)
+        .map(|seed| run(level, n, seed, before))
+        .collect();
+    let on_shards: u64 = runs.iter().map(|r| r.0).sum();
     assert!(
-        seeds(first).is_empty() || on_shards > 0,
+        runs.is_empty() || on_shards > 0,
         "{level}: no degraded write on the shards"
+    );
+    // The rebuilding runs are about cuts in the middle of a rebuild.
+    let mid = runs.iter().filter(|r| r.1).count();
+    assert!(
+        before != Before::Rebuilding || runs.len() < 4 || mid >= runs.len() / 4,
+        "{level}: the cut came mid-rebuild in {mid} runs of {}",
+        runs.len()
     );
 }
 

@@ -221,7 +221,10 @@ impl Array {
         let total = self.geo.rows();
         let cursor = targets
             .iter()
-            .filter(|t| !t.slot(self).sync_empty() && !t.slot(self).sync_full(total))
+            .filter(|t| {
+                let s = t.slot(self);
+                !s.sync_empty() && !s.sync_full(total)
+            })
             .map(|t| t.position(self))
             .min()
             .unwrap_or(0);

@@ -88,10 +88,10 @@ impl Slot {
 
     /// The rebuild flushed the member after writing every row below
     /// `prefix` (a `prefix_in_sync` read before the flush): the metadata
-    /// may say so from now on. Never lower within one rebuild (a new one starts it at 0): a
-    /// rebuild's end saves the last row, and a later save of the pass
-    /// (`prefix_in_sync`, the row a member that joined late began at) must
-    /// not take back what writes since have relied on.
+    /// may say so from now on. Never lower within one rebuild (a new one
+    /// starts it at 0): a rebuild's end saves the last row, and a later
+    /// save of the pass (`prefix_in_sync`, the row a member that joined
+    /// late began at) must not take back what writes since have relied on.
     pub(super) fn flushed_to(&self, prefix: u64) {
         self.rebuild_saved.fetch_max(prefix, Ordering::AcqRel);
     }

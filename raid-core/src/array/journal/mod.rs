@@ -577,7 +577,11 @@ impl Array {
             member: m.identity().into(),
             source,
         };
-        zero_ring(m.as_ref(), j.area_end).map_err(member_error)?;
+        // Kept allocated, as the other members' rings are (a filling
+        // filesystem must not fail a record's write there).
+        m.write_zeroes_allocated(RECORDS, j.area_end - RECORDS)
+            .and_then(|()| m.flush())
+            .map_err(member_error)?;
         // It gets the header as it stands, with nothing unsettled before
         // it, and no record placed nor checkpoint run until it has it.
         let made = self.settled_then(j, |tail, at| {
@@ -657,20 +661,6 @@ impl Array {
             *idx < width && !std::mem::replace(&mut seen[*idx], true) && map.members[*idx] == *slot
         })
     }
-}
-
-/// Zeros `m`'s ring (from `RECORDS` to `end`), a piece at a time, then
-/// flushes them.
-fn zero_ring(m: &dyn Member, end: u64) -> std::io::Result<()> {
-    const PIECE: u64 = 1 << 20;
-    let zeros = AlignedBuf::new(PIECE.min(end - RECORDS) as usize);
-    let mut at = RECORDS;
-    while at < end {
-        let n = (end - at).min(PIECE) as usize;
-        m.write_at(&zeros[..n], at)?;
-        at += n as u64;
-    }
-    m.flush()
 }
 
 #[cfg(test)]

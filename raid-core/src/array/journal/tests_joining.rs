@@ -11,9 +11,9 @@ use crate::member::RamMember;
 use std::sync::atomic::AtomicBool;
 
 /// A member that names, in `log`, each bitmap and journal-header write,
-/// each write of zeros into its ring ("zeros") and each write it holds
-/// back ("held"): while `hold` names a kind of write (`Held`), writes of
-/// that kind wait.
+/// each zeroing of its ring ("zeros") and each write it holds back
+/// ("held"): while `hold` names a kind of write (`Held`), writes of that
+/// kind wait.
 struct Logged {
     inner: MemberRef,
     log: Arc<Mutex<Vec<&'static str>>>,
@@ -25,7 +25,7 @@ struct Logged {
 /// The writes a `Logged` member can hold back.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Held {
-    /// Zeros into the journal's ring.
+    /// The journal's ring zeroed.
     RingZeros,
     /// Whole chunks (64 KiB and more) into the data area: a rebuild's
     /// rows, not a client's 4 KiB writes.
@@ -48,6 +48,29 @@ impl Logged {
     fn hold(&self, kind: Option<Held>) {
         *self.hold.0.lock() = kind;
         self.hold.1.notify_all();
+    }
+
+    /// Waits while writes of `kind` are held, unless this one is let
+    /// through (`hold_after`); says "held" when it waits.
+    fn wait_while_held(&self, kind: Held) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (held, cv) = &*self.hold;
+        let mut h = held.lock();
+        if *h != Some(kind) {
+            return;
+        }
+        let let_through = |k: u32| k.checked_sub(1);
+        if self
+            .let_through
+            .fetch_update(SeqCst, SeqCst, let_through)
+            .is_ok()
+        {
+            return;
+        }
+        self.log.lock().push("held");
+        while *h == Some(kind) {
+            cv.wait(&mut h);
+        }
     }
 
     /// Holds writes of `kind` after the next `n` of them.
@@ -114,33 +137,21 @@ impl Member for Logged {
                 None
             }
             o if o >= crate::metadata::MIN_DATA_OFFSET && buf.len() >= 64 << 10 => Some(Held::Data),
-            o if o >= crate::metadata::MIN_DATA_OFFSET => None,
-            o if o >= RECORDS && buf.iter().all(|&b| b == 0) => {
-                self.log.lock().push("zeros");
-                Some(Held::RingZeros)
-            }
             _ => None,
         };
-        let (held, cv) = &*self.hold;
-        let mut h = held.lock();
-        let through = || {
-            use std::sync::atomic::Ordering::SeqCst;
-            let n = &self.let_through;
-            n.fetch_update(SeqCst, SeqCst, |k| k.checked_sub(1)).is_ok()
-        };
-        if kind.is_some() && *h == kind && !through() {
-            self.log.lock().push("held");
-            while kind.is_some() && *h == kind {
-                cv.wait(&mut h);
-            }
+        if let Some(kind) = kind {
+            self.wait_while_held(kind);
         }
-        drop(h);
         self.inner.write_at(buf, offset)
     }
     fn flush(&self) -> io::Result<()> {
         self.inner.flush()
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        if (RECORDS..crate::metadata::MIN_DATA_OFFSET).contains(&offset) {
+            self.log.lock().push("zeros");
+            self.wait_while_held(Held::RingZeros);
+        }
         self.inner.write_zeroes(offset, len)
     }
 }

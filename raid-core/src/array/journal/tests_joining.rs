@@ -16,7 +16,7 @@ use std::sync::atomic::AtomicBool;
 /// kind wait.
 struct Logged {
     inner: MemberRef,
-    log: Arc<Mutex<Vec<&'static str>>>,
+    log: Log,
     hold: Arc<(Mutex<Option<Held>>, parking_lot::Condvar)>,
     /// Writes of the held kind let through before the hold bites.
     let_through: std::sync::atomic::AtomicU32,
@@ -33,7 +33,7 @@ enum Held {
 }
 
 impl Logged {
-    fn new(tag: &str, i: usize, log: &Arc<Mutex<Vec<&'static str>>>) -> Arc<Logged> {
+    fn new(tag: &str, i: usize, log: &Log) -> Arc<Logged> {
         Arc::new(Logged {
             inner: Arc::new(RamMember::new(
                 format!("ram:{tag}{i}"),
@@ -81,21 +81,50 @@ impl Logged {
     }
 }
 
-/// Four members that log into one `log`, each with a hold of its own.
-fn logged_members(tag: &str, log: &Arc<Mutex<Vec<&'static str>>>) -> Vec<Arc<Logged>> {
-    (0..4).map(|i| Logged::new(tag, i, log)).collect()
-}
+/// What `Logged` members say, in the order they say it.
+type Log = Arc<Mutex<Vec<&'static str>>>;
 
-/// A RAID5 of `members`, as `array` makes it.
-fn array_of(tag: &str, members: &[Arc<Logged>]) -> Array {
-    let m = members.iter().map(|l| l.clone() as MemberRef).collect();
+/// A RAID5 of four `Logged` members (as `array` makes it), logging into
+/// one log, each with a hold of its own.
+fn logged_array(tag: &str) -> (Array, Vec<Arc<Logged>>, Log) {
+    let log = Log::default();
+    let l: Vec<Arc<Logged>> = (0..4).map(|i| Logged::new(tag, i, &log)).collect();
+    let m = l.iter().map(|m| m.clone() as MemberRef).collect();
     let opts = CreateOptions {
         name: tag.into(),
         level: Level::Raid5,
         chunk: 64 * 1024,
         data_offset: None,
     };
-    Array::create(m, vec![], opts).unwrap()
+    (Array::create(m, vec![], opts).unwrap(), l, log)
+}
+
+/// Whether `what` is in the log within 10 seconds.
+fn came(log: &Log, what: &str) -> bool {
+    let t = std::time::Instant::now();
+    while !log.lock().contains(&what) && t.elapsed().as_secs() < 10 {
+        std::thread::yield_now();
+    }
+    log.lock().contains(&what)
+}
+
+/// Whether every record up to sequence `seq` is settled, and none after.
+fn settled_through(a: &Array, seq: u64) -> bool {
+    let st = a.journal.as_ref().unwrap().state.lock();
+    st.tail_seq >= seq && st.tail_seq + 1 == st.next_seq
+}
+
+/// A rebuild a row at a time, its position saved every `save_rows` rows
+/// (`None`: only at its end), and never for the time gone by.
+fn row_by_row(a: &Array, save_rows: Option<u64>) -> RebuildOptions {
+    let d = RebuildOptions::default();
+    RebuildOptions {
+        batch_rows: 1,
+        parallel: 1,
+        checkpoint_bytes: save_rows.map_or(d.checkpoint_bytes, |r| r * a.geo.chunk),
+        checkpoint_every: std::time::Duration::from_secs(3600),
+        ..d
+    }
 }
 
 impl Member for Logged {
@@ -162,8 +191,7 @@ impl Member for Logged {
 /// and only the region's bit would have the start resync it again.
 #[test]
 fn a_flush_settles_the_journal_before_it_clears_a_bit() {
-    let log: Arc<Mutex<Vec<&'static str>>> = Default::default();
-    let a = array_of("jorder", &logged_members("jorder", &log));
+    let (a, _, log) = logged_array("jorder");
     a.set_bitmap_linger(Some(std::time::Duration::ZERO));
     // A record left while the array was degraded, its slot back in sync
     // (as a rebuild that wrote through it leaves it), and a write that
@@ -177,7 +205,7 @@ fn a_flush_settles_the_journal_before_it_clears_a_bit() {
     let log = log.lock().clone();
     let first = |what| log.iter().position(|&w| w == what);
     assert!(
-        first("header") < first("bitmap") && first("bitmap").is_some(),
+        first("header").is_some_and(|h| Some(h) < first("bitmap")),
         "the journal settled first, then the bit cleared: {log:?}"
     );
 }
@@ -189,9 +217,7 @@ fn a_flush_settles_the_journal_before_it_clears_a_bit() {
 /// member's header is written, so nothing in its ring chains on.
 #[test]
 fn records_take_places_while_a_new_members_ring_is_zeroed() {
-    let log: Arc<Mutex<Vec<&'static str>>> = Default::default();
-    let l = logged_members("jzeros", &log);
-    let a = array_of("jzeros", &l);
+    let (a, l, log) = logged_array("jzeros");
     a.fail_slot(3, "test");
     a.re_add(l[3].clone()).unwrap();
     l[3].hold(Some(Held::RingZeros));
@@ -199,11 +225,7 @@ fn records_take_places_while_a_new_members_ring_is_zeroed() {
     let block = [0x5au8; 4096];
     std::thread::scope(|sc| {
         let admit = sc.spawn(|| a.journal_admit(&(l[3].clone() as MemberRef)));
-        let t = std::time::Instant::now();
-        while !log.lock().contains(&"zeros") {
-            assert!(t.elapsed().as_secs() < 10, "the ring was never zeroed");
-            std::thread::yield_now();
-        }
+        assert!(came(&log, "zeros"), "the ring was never zeroed");
         let (tx, rx) = std::sync::mpsc::channel();
         let (a, block) = (&a, &block);
         sc.spawn(move || {
@@ -215,9 +237,8 @@ fn records_take_places_while_a_new_members_ring_is_zeroed() {
         release();
         admit.join().unwrap().unwrap();
         let seq = placed.expect("a record waited for the new member's zeros");
-        let st = a.journal.as_ref().unwrap().state.lock();
         assert!(
-            st.tail_seq >= seq && st.tail_seq + 1 == st.next_seq,
+            settled_through(a, seq),
             "the record placed during the zeros was not settled by the admission"
         );
     });
@@ -233,9 +254,7 @@ fn records_take_places_while_a_new_members_ring_is_zeroed() {
 /// asks for.
 #[test]
 fn records_placed_during_a_rebuild_are_settled_as_it_ends() {
-    let log: Arc<Mutex<Vec<&'static str>>> = Default::default();
-    let l = logged_members("jinsync", &log);
-    let a = array_of("jinsync", &l);
+    let (a, l, log) = logged_array("jinsync");
     // Data everywhere, so the rebuild writes its member row by row.
     a.write(0, &vec![0x33u8; a.capacity() as usize]).unwrap();
     a.fail_slot(3, "test");
@@ -249,19 +268,11 @@ fn records_placed_during_a_rebuild_are_settled_as_it_ends() {
         .map(|m| m.clone() as MemberRef)
         .collect();
     let last = a.journal.as_ref().unwrap().state.lock().next_seq - 1;
-    let opts = RebuildOptions {
-        batch_rows: 1,
-        parallel: 1,
-        checkpoint_every: std::time::Duration::from_secs(3600),
-        ..Default::default()
-    };
+    let opts = row_by_row(&a, None);
     let stripes = a.geo.rows();
     let (copies, mark) = std::thread::scope(|sc| {
         let rebuild = sc.spawn(|| a.rebuild_all(&opts, &AtomicBool::new(false)));
-        let t = std::time::Instant::now();
-        while !log.lock().contains(&"held") && t.elapsed().as_secs() < 10 {
-            std::thread::yield_now();
-        }
+        came(&log, "held");
         // Held at its first row: degraded writes to the last stripes go
         // through the journal.
         let written = (stripes - 3..stripes).all(|s| {
@@ -280,9 +291,8 @@ fn records_placed_during_a_rebuild_are_settled_as_it_ends() {
     });
     assert_eq!(copies[3], 0, "the member being rebuilt took records");
     assert_eq!(copies.iter().sum::<usize>(), 3, "{copies:?}");
-    let st = a.journal.as_ref().unwrap().state.lock();
     assert!(
-        st.tail_seq > last && st.tail_seq + 1 == st.next_seq,
+        settled_through(&a, last + 1),
         "records placed during the rebuild left unsettled as its member came in sync"
     );
     // Every row saved as in sync, and the records settled, before the
@@ -305,9 +315,8 @@ fn records_placed_during_a_rebuild_are_settled_as_it_ends() {
 /// disagreeing (the member's chunk rebuilt wrong, though no one wrote it).
 #[test]
 fn rows_a_rebuild_passed_are_journaled_until_its_position_is_saved() {
-    let log: Arc<Mutex<Vec<&'static str>>> = Default::default();
-    let l = logged_members("jsaved", &log);
-    let a = Arc::new(array_of("jsaved", &l));
+    let (a, _, log) = logged_array("jsaved");
+    let a = Arc::new(a);
     a.write(0, &vec![0x33u8; a.capacity() as usize]).unwrap();
     a.fail_slot(3, "test");
     let new = Logged::new("jsaved", 4, &log);
@@ -315,20 +324,11 @@ fn rows_a_rebuild_passed_are_journaled_until_its_position_is_saved() {
     // A row a batch, the position saved every two: held writing row 5,
     // the position is at 5 and the metadata says 4.
     new.hold_after(Held::Data, 5);
-    let opts = RebuildOptions {
-        batch_rows: 1,
-        parallel: 1,
-        checkpoint_bytes: 2 * a.geo.chunk,
-        checkpoint_every: std::time::Duration::from_secs(3600),
-        ..Default::default()
-    };
+    let opts = row_by_row(&a, Some(2));
     let sdb = a.geo.stripe_data_bytes();
     let journaled = std::thread::scope(|sc| {
         let rebuild = sc.spawn(|| a.rebuild_all(&opts, &AtomicBool::new(false)));
-        let t = std::time::Instant::now();
-        while !log.lock().contains(&"held") && t.elapsed().as_secs() < 10 {
-            std::thread::yield_now();
-        }
+        came(&log, "held");
         let at = (
             a.slots[3].rebuild_row.load(Ordering::Acquire),
             a.slots[3].saved_row(),
@@ -379,9 +379,7 @@ fn rows_a_rebuild_passed_are_journaled_until_its_position_is_saved() {
 /// slot alone.
 #[test]
 fn records_placed_while_a_hot_replacements_ring_is_zeroed_are_settled_by_the_switch() {
-    let log: Arc<Mutex<Vec<&'static str>>> = Default::default();
-    let l = logged_members("jhot", &log);
-    let a = array_of("jhot", &l);
+    let (a, _, log) = logged_array("jhot");
     // Degraded, so that writes are journaled.
     a.fail_slot(1, "test");
     let new = Logged::new("jhot", 4, &log);
@@ -391,11 +389,7 @@ fn records_placed_while_a_hot_replacements_ring_is_zeroed_are_settled_by_the_swi
     let sdb = a.geo.stripe_data_bytes();
     std::thread::scope(|sc| {
         let copy = sc.spawn(|| a.hot_replace_copy(&Default::default(), &AtomicBool::new(false)));
-        let t = std::time::Instant::now();
-        while !log.lock().contains(&"held") && t.elapsed().as_secs() < 10 {
-            std::thread::yield_now();
-        }
-        let held = log.lock().contains(&"held");
+        let held = came(&log, "held");
         // One record each, their copies taking turns among the slots in
         // sync: slot 2, the pair, among them. On a thread, so that writes
         // made to wait for the zeros fail the test instead of hanging it.
@@ -420,9 +414,8 @@ fn records_placed_while_a_hot_replacements_ring_is_zeroed_are_settled_by_the_swi
         a.slots[2].member.read().as_ref().unwrap().identity(),
         new.identity()
     );
-    let st = a.journal.as_ref().unwrap().state.lock();
     assert!(
-        st.tail_seq >= last + 3 && st.tail_seq + 1 == st.next_seq,
+        settled_through(&a, last + 3),
         "records placed during the new device's zeros left unsettled at the switch"
     );
 }

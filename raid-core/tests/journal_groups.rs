@@ -5,7 +5,7 @@
 
 mod support;
 
-use raid_core::array::{Array, RebuildOptions};
+use raid_core::array::Array;
 use raid_core::layout::Level;
 use raid_core::member::{Faults, FaultyMember, Member, MemberRef, RamMember};
 use raid_core::metadata::{SlotState, JOURNAL_OFFSET, MIN_DATA_OFFSET};
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::array::{create, Members};
-use support::power_cut::{rebuild_and_scrub, CutModel};
+use support::power_cut::{paced_rebuild, rebuild_and_scrub, CutModel};
 
 const BLOCK: usize = 4096;
 const CHUNK: u64 = 4096;
@@ -35,13 +35,27 @@ fn degraded(level: Level, n: usize, tag: &str, latency: Duration) -> (Array, Mem
     a.flush().unwrap();
     a.fail_slot(1, "test");
     for f in &m.faulty {
-        f.set_faults(Faults {
-            latency,
-            ..Default::default()
-        });
-        f.track_power_cut();
+        slow_and_watched(f, latency);
     }
     (a, m, initial)
+}
+
+/// `f` slow (`latency` before each read and write) and tracking what a
+/// power cut would drop.
+fn slow_and_watched(f: &FaultyMember, latency: Duration) {
+    f.set_faults(Faults {
+        latency,
+        ..Default::default()
+    });
+    f.track_power_cut();
+}
+
+/// The level a power-cut test's seed runs: RAID5 and RAID6 in turn.
+fn level_of(seed: u64) -> Level {
+    match seed % 2 {
+        0 => Level::Raid5,
+        _ => Level::Raid6,
+    }
 }
 
 /// A new member for the failed slot, to rebuild onto.
@@ -164,11 +178,7 @@ fn seeds() -> u64 {
 fn a_power_cut_during_grouped_journal_writes_is_recovered() {
     let mut checkpoints = 0;
     for seed in 0..seeds() {
-        let level = if seed % 2 == 0 {
-            Level::Raid5
-        } else {
-            Level::Raid6
-        };
+        let level = level_of(seed);
         let tag = format!("jcut{seed}-");
         let (a, m, initial) = degraded(level, 5, &tag, Duration::from_micros(200));
         if seed % 4 >= 2 {
@@ -212,11 +222,7 @@ fn a_power_cut_during_grouped_journal_writes_is_recovered() {
 fn a_power_cut_after_flushes_of_a_degraded_array_is_recovered() {
     let (mut checkpoints, mut flushes) = (0, 0);
     for seed in 0..seeds() {
-        let level = if seed % 2 == 0 {
-            Level::Raid5
-        } else {
-            Level::Raid6
-        };
+        let level = level_of(seed);
         let tag = format!("jflushcut{seed}-");
         let (a, m, initial) = degraded(level, 5, &tag, Duration::from_micros(100));
         a.limit_journal_ring(48 << 10);
@@ -279,32 +285,18 @@ fn a_power_cut_during_a_rebuild_under_writes_is_recovered() {
     // (the threads make a seed's life vary from run to run).
     let mut mid_rebuild = 0;
     for seed in 0..4 * seeds() {
-        let level = if seed % 2 == 0 {
-            Level::Raid5
-        } else {
-            Level::Raid6
-        };
+        let level = level_of(seed);
         let tag = format!("jrebuildcut{seed}-");
         let latency = Duration::from_micros(100);
         let (a, mut m, initial) = degraded(level, 5, &tag, latency);
         let ram = RamMember::new(format!("ram:{tag}r"), MIN_DATA_OFFSET + ROWS * CHUNK);
         let new = Arc::new(FaultyMember::new(Arc::new(ram)));
-        new.set_faults(Faults {
-            latency,
-            ..Default::default()
-        });
-        new.track_power_cut();
+        slow_and_watched(&new, latency);
         a.replace(1, new.clone()).unwrap();
         m.faulty[1] = new;
-        // A row at a time, paced, its position saved every 8 rows: the
-        // cut lands mid-rebuild with a few rows past the saved one.
-        let opts = RebuildOptions {
-            batch_rows: 1,
-            parallel: 1,
-            rate_limit: Some(2 << 20),
-            checkpoint_bytes: 8 * CHUNK,
-            ..Default::default()
-        };
+        // Its position saved every 8 rows: the cut lands with a few rows
+        // past the saved one.
+        let opts = paced_rebuild(2 << 20, 8 * CHUNK);
         let model = Mutex::new(CutModel::new(initial, BLOCK));
         let stop = AtomicBool::new(false);
         let cut_after = Duration::from_micros(StdRng::seed_from_u64(seed).gen_range(2_000..80_000));

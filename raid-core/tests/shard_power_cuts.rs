@@ -17,7 +17,7 @@
 //! one alone (its plan is the seed's; where the cut lands among the writes
 //! in flight depends on thread timing, so a rerun may pass).
 
-use raid_core::array::{Array, CreateOptions, RebuildOptions};
+use raid_core::array::{Array, CreateOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{FaultyMember, Member, MemberRef, NvmeModel, SimNvme};
@@ -28,7 +28,7 @@ use rand::{Rng, SeedableRng};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
-use support::power_cut::{rebuild_and_scrub, CutModel};
+use support::power_cut::{paced_rebuild, rebuild_and_scrub, CutModel};
 
 mod support;
 
@@ -120,9 +120,17 @@ enum Before {
     Rebuilding,
 }
 
-/// Returns how many writes before the cut the shards served themselves,
-/// and whether the cut came in the middle of a rebuild.
-fn run(level: Level, n: usize, seed: u64, before: Before) -> (u64, bool) {
+/// What one run saw before its cut.
+struct Run {
+    /// Writes the shards served themselves.
+    on_shards: u64,
+    /// The cut came in the middle of a rebuild.
+    mid_rebuild: bool,
+}
+
+/// One seed's run: the array as `before` says, the rounds, the cut during
+/// the last, recovery and its checks.
+fn run(level: Level, n: usize, seed: u64, before: Before) -> Run {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut members: Vec<Arc<FaultyMember>> =
         (0..n).map(|i| drive(format!("sim:pc{seed}-{i}"))).collect();
@@ -172,14 +180,7 @@ fn run(level: Level, n: usize, seed: u64, before: Before) -> (u64, bool) {
     let rebuild = (before == Before::Rebuilding).then(|| {
         let (a, stop) = (a.clone(), stop_rebuild.clone());
         std::thread::spawn(move || {
-            let opts = RebuildOptions {
-                batch_rows: 1,
-                parallel: 1,
-                rate_limit: Some(4 << 20),
-                checkpoint_bytes: 16 * CHUNK,
-                ..Default::default()
-            };
-            let _ = a.rebuild_all(&opts, &stop);
+            let _ = a.rebuild_all(&paced_rebuild(4 << 20, 16 * CHUNK), &stop);
         })
     });
     let note = |model: &mut CutModel| {
@@ -263,7 +264,10 @@ fn run(level: Level, n: usize, seed: u64, before: Before) -> (u64, bool) {
     // A member the cut failed is rebuilt.
     let new = |slot| drive(format!("sim:pc{seed}-new{slot}")) as MemberRef;
     rebuild_and_scrub(&a, &got, new, &what);
-    (on_shards, mid_rebuild)
+    Run {
+        on_shards,
+        mid_rebuild,
+    }
 }
 
 #[test]
@@ -280,20 +284,21 @@ fn power_cuts_under_shard_writes_raid6() {
     }
 }
 
-/// Degraded: the rounds' writes inside one stripe are the shards', each
-/// journaled there (a write across stripes, or the first since the array
-/// was clean, is the blocking path's).
-fn run_degraded(level: Level, n: usize, first: u64, before: Before) {
-    let runs: Vec<(u64, bool)> = seeds(first)
+/// A member out (`before`: failed, or being rebuilt): the rounds' writes
+/// inside one stripe are the shards', journaled there where the stripe
+/// is degraded (a write across stripes, or the first since the array was
+/// clean, is the blocking path's).
+fn run_with_a_member_out(level: Level, n: usize, first: u64, before: Before) {
+    let runs: Vec<Run> = seeds(first)
         .map(|seed| run(level, n, seed, before))
         .collect();
-    let on_shards: u64 = runs.iter().map(|r| r.0).sum();
+    let on_shards: u64 = runs.iter().map(|r| r.on_shards).sum();
     assert!(
         runs.is_empty() || on_shards > 0,
         "{level}: no degraded write on the shards"
     );
     // The rebuilding runs are about cuts in the middle of a rebuild.
-    let mid = runs.iter().filter(|r| r.1).count();
+    let mid = runs.iter().filter(|r| r.mid_rebuild).count();
     assert!(
         before != Before::Rebuilding || runs.len() < 4 || mid >= runs.len() / 4,
         "{level}: the cut came mid-rebuild in {mid} runs of {}",
@@ -303,12 +308,12 @@ fn run_degraded(level: Level, n: usize, first: u64, before: Before) {
 
 #[test]
 fn power_cuts_under_degraded_shard_writes_raid5() {
-    run_degraded(Level::Raid5, 5, 4000, Before::Degraded);
+    run_with_a_member_out(Level::Raid5, 5, 4000, Before::Degraded);
 }
 
 #[test]
 fn power_cuts_under_degraded_shard_writes_raid6() {
-    run_degraded(Level::Raid6, 6, 5000, Before::Degraded);
+    run_with_a_member_out(Level::Raid6, 6, 5000, Before::Degraded);
 }
 
 /// Rebuilding: the rows the rebuild has passed are written in place, and
@@ -316,12 +321,12 @@ fn power_cuts_under_degraded_shard_writes_raid6() {
 /// (a cut takes the member back there); the rows ahead are degraded.
 #[test]
 fn power_cuts_under_shard_writes_during_a_rebuild_raid5() {
-    run_degraded(Level::Raid5, 5, 6000, Before::Rebuilding);
+    run_with_a_member_out(Level::Raid5, 5, 6000, Before::Rebuilding);
 }
 
 #[test]
 fn power_cuts_under_shard_writes_during_a_rebuild_raid6() {
-    run_degraded(Level::Raid6, 6, 7000, Before::Rebuilding);
+    run_with_a_member_out(Level::Raid6, 6, 7000, Before::Rebuilding);
 }
 
 #[test]

@@ -2,11 +2,24 @@
 //! completed flush, or one of the values written to it since; and the
 //! checks after recovery.
 
-use raid_core::array::{Array, ScrubOptions};
+use raid_core::array::{Array, RebuildOptions, ScrubOptions};
 use raid_core::layout::Level;
 use raid_core::member::MemberRef;
 use raid_core::metadata::SlotState;
 use std::sync::atomic::AtomicBool;
+
+/// A rebuild a row at a time, paced at `rate` bytes a second, its
+/// position saved every `save_every` bytes of its member: a power cut
+/// during it lands with rows rebuilt past the one saved.
+pub fn paced_rebuild(rate: u64, save_every: u64) -> RebuildOptions {
+    RebuildOptions {
+        batch_rows: 1,
+        parallel: 1,
+        rate_limit: Some(rate),
+        checkpoint_bytes: save_every,
+        ..Default::default()
+    }
+}
 
 /// After a recovery whose array read back as `got`: every slot not in
 /// sync is rebuilt from what recovery left (a failed one onto a member

@@ -25,6 +25,7 @@
 
 mod common;
 
+use common::Sample;
 use raid_core::array::RebuildOptions;
 use raid_core::layout::Level;
 use raid_core::member::{submit, IoOp, MemberIo, MemberRef, NvmeModel, SimNvme};
@@ -87,14 +88,13 @@ fn options(parallel: usize) -> RebuildOptions {
 }
 
 /// Random 4 KiB writes through `e`, 16 in flight, the array flushed after
-/// every 64, until `stop`: how many, in how many seconds, and each one's
-/// latency in microseconds.
-fn client_writes(e: &Engine, capacity: u64, stop: &AtomicBool) -> (u64, f64, Vec<f64>) {
+/// every 64, until `stop`: their rate and latencies.
+fn client_writes(e: &Engine, capacity: u64, stop: &AtomicBool) -> Sample {
     let (tx, rx) = mpsc::channel();
     let mut lat = Vec::new();
     let mut rng = 0x9e3779b97f4a7c15u64;
     let blocks = capacity / 4096;
-    let (mut done, t) = (0u64, Instant::now());
+    let t = Instant::now();
     while !stop.load(Ordering::Acquire) {
         for _ in 0..64 / 16 {
             for _ in 0..16 {
@@ -113,9 +113,8 @@ fn client_writes(e: &Engine, capacity: u64, stop: &AtomicBool) -> (u64, f64, Vec
             for _ in 0..16 {
                 let (ok, took) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
                 assert!(ok, "a write failed");
-                lat.push(took.as_secs_f64() * 1e6);
+                lat.push(took.as_micros().min(u32::MAX as u128) as u32);
             }
-            done += 16;
         }
         let (ftx, frx) = mpsc::channel();
         e.flush(Box::new(move |r| ftx.send(r.is_ok()).unwrap()));
@@ -124,23 +123,23 @@ fn client_writes(e: &Engine, capacity: u64, stop: &AtomicBool) -> (u64, f64, Vec
             "a flush failed"
         );
     }
-    (done, t.elapsed().as_secs_f64(), lat)
+    Sample::of(lat, t.elapsed().as_secs_f64())
 }
 
-/// p50, p99 and the longest of a set of latencies in microseconds.
-fn latencies(mut lat: Vec<f64>) -> String {
-    lat.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        let i = (lat.len() as f64 * q) as usize;
-        lat.get(i.min(lat.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0.0)
-    };
+/// A client-writes line's rate and latencies.
+fn said(s: &Sample) -> String {
     format!(
-        "p50 {:.0} us, p99 {:.0} us, max {:.0} us",
-        at(0.5),
-        at(0.99),
-        at(1.0)
+        "{:.0} writes/s, p50 {:.0} us, p99 {:.0} us, max {:.0} us",
+        s.iops, s.p50_us, s.p99_us, s.max_us
+    )
+}
+
+/// Writes the shards served, and those they handed to the blocking path.
+fn where_ran(e: &Engine) -> (u64, u64) {
+    let c = e.counts();
+    (
+        c.writes_on_shards.load(Ordering::Relaxed),
+        c.writes_blocking.load(Ordering::Relaxed),
     )
 }
 
@@ -201,26 +200,19 @@ fn main() {
                     // still to rebuild: every write journaled), for their
                     // latency beside the rebuild's.
                     let stop = AtomicBool::new(false);
-                    let (n, secs, lat) = std::thread::scope(|sc| {
+                    let s = std::thread::scope(|sc| {
                         let w = sc.spawn(|| client_writes(e, a.capacity(), &stop));
                         std::thread::sleep(Duration::from_millis(500));
                         stop.store(true, Ordering::Release);
                         w.join().unwrap()
                     });
                     eprintln!(
-                        "  {level}, no rebuild running, the same writes: {:.0} writes/s, {}",
-                        n as f64 / secs,
-                        latencies(lat)
+                        "  {level}, no rebuild running, the same writes: {}",
+                        said(&s)
                     );
                 }
                 // Where the writes ran, counted from here on.
-                let before = writes.as_ref().map_or((0, 0), |e| {
-                    let c = e.counts();
-                    (
-                        c.writes_on_shards.load(Ordering::Relaxed),
-                        c.writes_blocking.load(Ordering::Relaxed),
-                    )
-                });
+                let before = writes.as_ref().map_or((0, 0), where_ran);
                 let rebuilt = AtomicBool::new(false);
                 let t = Instant::now();
                 let clients = std::thread::scope(|sc| {
@@ -235,17 +227,13 @@ fn main() {
                     w.map(|w| w.join().unwrap())
                 });
                 let rate = MEMBER_DATA as f64 / t.elapsed().as_secs_f64() / 1e6;
-                if let (Some(e), Some((n, secs, lat))) = (&writes, clients) {
-                    let c = e.counts();
-                    let (on, off) = (
-                        c.writes_on_shards.load(Ordering::Relaxed) - before.0,
-                        c.writes_blocking.load(Ordering::Relaxed) - before.1,
-                    );
+                if let (Some(e), Some(s)) = (&writes, clients) {
+                    let (on, off) = where_ran(e);
+                    let (on, off) = (on - before.0, off - before.1);
                     eprintln!(
-                        "  {level} rebuild, {p} at once, under writes: {:.0} writes/s, {on} on the shards, {off} on the blocking path ({:.0}%), {}",
-                        n as f64 / secs,
-                        100.0 * off as f64 / (on + off).max(1) as f64,
-                        latencies(lat)
+                        "  {level} rebuild, {p} at once, under writes: {}, {on} on the shards, {off} on the blocking path ({:.0}%)",
+                        said(&s),
+                        100.0 * off as f64 / (on + off).max(1) as f64
                     );
                 }
                 let ratio = rate / seq;

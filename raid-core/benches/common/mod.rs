@@ -87,27 +87,33 @@ pub fn timed_loops<S>(
     (lat, started.elapsed().as_secs_f64())
 }
 
-/// What a timed run did: I/Os completed, their rate, and the median and
-/// 99th percentile of their latencies.
+/// What a timed run did: I/Os completed, their rate, and the median, the
+/// 99th percentile and the longest of their latencies.
 #[allow(dead_code)] // Not every bench uses it.
 pub struct Sample {
     pub ios: u64,
     pub iops: f64,
     pub p50_us: f64,
     pub p99_us: f64,
+    pub max_us: f64,
 }
 
 #[allow(dead_code)] // Not every bench uses it.
 impl Sample {
-    /// From the latencies (us) of what completed in `secs`.
+    /// From the latencies (us) of what completed in `secs` (zeros where
+    /// nothing did).
     pub fn of(mut lat: Vec<u32>, secs: f64) -> Sample {
         lat.sort_unstable();
-        let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64;
+        let pct = |p: f64| match lat.len() {
+            0 => 0.0,
+            n => lat[((n - 1) as f64 * p) as usize] as f64,
+        };
         Sample {
             ios: lat.len() as u64,
             iops: lat.len() as f64 / secs,
             p50_us: pct(0.5),
             p99_us: pct(0.99),
+            max_us: pct(1.0),
         }
     }
 }

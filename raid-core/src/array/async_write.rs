@@ -302,8 +302,8 @@ impl AsyncWrite {
                 ..
             } => {
                 let readable: Vec<bool> = slots.iter().map(|&m| a.readable(m, *s)).collect();
-                let kept = slots.iter().all(|&m| a.readable_after_a_crash(m, *s));
-                match readable.iter().all(|&r| r) && kept {
+                let kept = || slots.iter().all(|&m| a.readable_after_a_crash(m, *s));
+                match readable.iter().all(|&r| r) && kept() {
                     // A stripe with an unsettled journal record is written
                     // through the journal, by the blocking path. Asked
                     // here, under the stripe's lock (its records are added

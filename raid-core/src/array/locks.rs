@@ -15,6 +15,8 @@ pub struct StripeLocks {
 
 pub struct Held<'a> {
     _guards: Vec<MutexGuard<'a, ()>>,
+    /// The highest shard held (None: none).
+    top: Option<usize>,
 }
 
 impl StripeLocks {
@@ -29,6 +31,7 @@ impl StripeLocks {
     pub fn lock_all(&self) -> Held<'_> {
         Held {
             _guards: self.shards.iter().map(|m| m.lock()).collect(),
+            top: SHARDS.checked_sub(1),
         }
     }
 
@@ -62,11 +65,61 @@ impl StripeLocks {
 
     /// Locks every key's shard, ascending, each once.
     pub fn lock<I: IntoIterator<Item = u64>>(&self, keys: I) -> Held<'_> {
+        Self::take(self.sorted(keys), |i| self.shards[i].lock())
+    }
+
+    /// Locks every key's shard while `held` is kept, where every one of
+    /// them comes after every shard `held` holds (the order that keeps
+    /// lockers out of a cycle); None, taking nothing, where one does not
+    /// (keys that wrap around the table): the caller then lets `held` go
+    /// first. A rebuild holds one step's rows this way while it locks the
+    /// next step's.
+    pub fn lock_above<I: IntoIterator<Item = u64>>(
+        &self,
+        held: &Held<'_>,
+        keys: I,
+    ) -> Option<Held<'_>> {
+        let idx = self.sorted(keys);
+        match (held.top, idx.first()) {
+            (Some(top), Some(&first)) if first <= top => None,
+            _ => Some(Self::take(idx, |i| self.shards[i].lock())),
+        }
+    }
+
+    fn sorted<I: IntoIterator<Item = u64>>(&self, keys: I) -> Vec<usize> {
         let mut idx: Vec<usize> = keys.into_iter().map(Self::index).collect();
         idx.sort_unstable();
         idx.dedup();
+        idx
+    }
+
+    fn take<'a>(idx: Vec<usize>, lock: impl Fn(usize) -> MutexGuard<'a, ()>) -> Held<'a> {
         Held {
-            _guards: idx.into_iter().map(|i| self.shards[i].lock()).collect(),
+            top: idx.last().copied(),
+            _guards: idx.into_iter().map(lock).collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn more_is_locked_while_held_only_above_what_is_held() {
+        let l = StripeLocks::new();
+        let held = l.lock(10..14);
+        // Above: taken beside what is held.
+        let next = l.lock_above(&held, 14..18).expect("rows above");
+        assert!(l.lock_above(&next, 18..20).is_some());
+        // Below, or around the table's end: refused, nothing taken.
+        assert!(l.lock_above(&held, 2..4).is_none());
+        let last = l.lock(SHARDS as u64 - 2..SHARDS as u64);
+        assert!(l
+            .lock_above(&last, SHARDS as u64..SHARDS as u64 + 2)
+            .is_none());
+        assert!(l.try_lock_raw(SHARDS as u64));
+        // SAFETY: taken by the try_lock_raw just above.
+        unsafe { l.unlock_raw(SHARDS as u64) };
     }
 }

@@ -519,6 +519,7 @@ impl Array {
         s.rebuild_from.store(0, Ordering::Release);
         s.rebuild_saved.store(0, Ordering::Release);
         s.rebuild_durable.store(0, Ordering::Release);
+        s.ahead.clear();
         s.rebuild_failed_epoch.store(NO_EPOCH, Ordering::Release);
         s.resync_dirty_below.store(dirty_below, Ordering::Release);
         s.missed_bitmap_seq.store(0, Ordering::Release);

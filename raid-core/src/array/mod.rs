@@ -178,6 +178,8 @@ struct Slot {
     rebuild_saved: AtomicU64,
     /// The row the metadata on disk says (`Slot::durably_in_sync`).
     rebuild_durable: AtomicU64,
+    /// Rows of the batch under way already rebuilt (`sync::Ahead`).
+    ahead: sync::Ahead,
     /// The membership epoch at which this slot's rebuild last failed for a
     /// reason outside the slot (`membership::NO_EPOCH`: none).
     rebuild_failed_epoch: AtomicU64,
@@ -237,6 +239,7 @@ impl Slot {
             rebuild_from: AtomicU64::new(0),
             rebuild_saved: AtomicU64::new(rebuild_row),
             rebuild_durable: AtomicU64::new(rebuild_row),
+            ahead: sync::Ahead::default(),
             rebuild_failed_epoch: AtomicU64::new(membership::NO_EPOCH),
             resync_dirty_below: AtomicU64::new(0),
             incarnation: AtomicU64::new(0),
@@ -627,16 +630,6 @@ impl Array {
     /// Whether every byte can still be served.
     fn within_redundancy(&self) -> bool {
         self.within_redundancy_without(None)
-    }
-
-    /// Whether slot `slot` holds valid data at `row` (chunk row of the member).
-    fn readable(&self, slot: usize, row: u64) -> bool {
-        let s = &self.slots[slot];
-        match s.state() {
-            SlotState::Active => true,
-            SlotState::Rebuilding => s.in_sync(row),
-            SlotState::Failed => false,
-        }
     }
 
     /// The members by slot, for the data path (missing ones stand in).

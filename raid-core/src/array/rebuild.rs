@@ -3,7 +3,11 @@
 //! Each batch of rows is rebuilt under the locks of its stripes (or mirrored
 //! chunks), then the member's in-sync position moves past it, so a writer
 //! either finds the rows not yet rebuilt (and skips the member: the rebuild
-//! will compute them) or rebuilt (and writes the member). The position is
+//! will compute them) or rebuilt (and writes the member). On RAID5/6 a
+//! batch's rows are locked a step at a time, not together: each step's
+//! rows count as rebuilt once written, before their locks go
+//! (`sync::Ahead`), and the position moves past the batch once all are
+//! (`rebuild_rows.rs`). The position is
 //! saved in the metadata every `checkpoint_bytes` or `checkpoint_every`,
 //! whichever comes first, after a flush of the new
 //! member, so a stop or crash resumes from there. A RAID5/6 write to rows
@@ -14,9 +18,9 @@
 //!
 //! A batch is cut into `parallel` runs of `batch_rows` rows (at most 256
 //! rows in all), rebuilt side by side on threads made for the rebuild
-//! (`runs.rs`) while the rebuild's own thread holds every lock of the
-//! batch. The position moves only once the whole batch is written, so the
-//! rule above holds for the batch as a whole.
+//! (`runs.rs`), while the rebuild's own thread holds every lock of the
+//! batch on a mirror, or each run locks its steps' rows on RAID5/6. The
+//! position moves only once the whole batch is written.
 
 use super::runs;
 use super::sync::WRAPPED;
@@ -37,8 +41,9 @@ pub struct RebuildOptions {
     /// the module's doc); 1: one at a time. By default the cores, at most
     /// 4. A rebuild on a rayon thread runs them one at a time whatever
     /// this says. A hot replace's copy runs the same way. Writers into a
-    /// batch wait for all of it: `batch_rows` x `parallel` rows, at most
-    /// 256.
+    /// batch wait for all of it (`batch_rows` x `parallel` rows, at most
+    /// 256) on a mirror and in a hot replace's copy; on a RAID5/6 rebuild,
+    /// for the step or two of its run under way (`step_bytes`).
     pub parallel: usize,
     /// Member bytes a RAID5/6 rebuild's or a hot replace's run reads per
     /// member at a time, each step's writes going out with the next
@@ -122,6 +127,16 @@ impl Target {
     }
 }
 
+/// A member a batch writes, as its runs see it.
+#[derive(Clone)]
+pub(super) struct Joined {
+    pub ticket: rebuild_ticket::RebuildTicket,
+    pub member: MemberRef,
+    /// The row below which it is resynced only where the bitmap marks
+    /// writes (`Slot::resync_dirty_below`).
+    pub dirty_below: u64,
+}
+
 /// Where a rebuild pass stands.
 struct Pass<'p> {
     targets: Vec<Target>,
@@ -131,9 +146,8 @@ struct Pass<'p> {
     join_others: bool,
     batch: u64,
     run_rows: u64,
-    /// The members a batch writes (slot, device, the row below which it is
-    /// resynced only where the bitmap marks writes): what the runs read.
-    joined: &'p Mutex<Vec<(usize, MemberRef, u64)>>,
+    /// The members a batch writes: what the runs read.
+    joined: &'p Mutex<Vec<Joined>>,
     /// Members finished by the pass.
     finished: usize,
     /// Why the first member that left the pass (failed or replaced) did.
@@ -241,39 +255,10 @@ impl Array {
         *self.jobs.pass.lock() = targets.iter().map(|t| t.ticket.slot).collect();
         self.jobs.pass_moved.store(0, Ordering::Release);
         let (run_rows, batch) = runs::run_and_batch_rows(opts.batch_rows, opts.parallel);
-        let joined: Mutex<Vec<(usize, MemberRef, u64)>> = Mutex::new(Vec::new());
-        let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<Vec<u64>> {
+        let joined: Mutex<Vec<Joined>> = Mutex::new(Vec::new());
+        let work = |run: runs::Run, pool: &mut crate::buf::BufPool| -> Result<Vec<u64>> {
             let all = joined.lock().clone();
-            // A re-added member's clean rows hold what they should, as do
-            // those a hot replace copied before its source failed.
-            let write: Vec<bool> = all
-                .iter()
-                .map(|&(_, _, dirty_below)| !(hi <= dirty_below && self.rows_clean(lo, hi)))
-                .collect();
-            let to: Vec<(usize, &MemberRef)> = all
-                .iter()
-                .zip(&write)
-                .filter(|(_, &w)| w)
-                .map(|((slot, m, _), _)| (*slot, m))
-                .collect();
-            // Rows whose every source holds holes are zeroed, not read
-            // (`skip_holes.rs`).
-            let slots: Vec<usize> = to.iter().map(|&(slot, _)| slot).collect();
-            let spans = match to.is_empty() {
-                true => Vec::new(),
-                false => self.rebuild_spans(&slots, (lo, hi), opts.hole_bytes),
-            };
-            for (a, b, holes) in spans {
-                match (holes, self.geo.level, &to[..]) {
-                    (true, ..) => self.rebuild_zero_rows(&to, a, b)?,
-                    (_, Level::Raid5 | Level::Raid6, _) => {
-                        self.rebuild_parity_rows(&to, (a, b), opts.step_bytes, pool)?
-                    }
-                    (_, _, &[(slot, target)]) => self.rebuild_mirror_rows(slot, target, a, b)?,
-                    _ => unreachable!("mirrors are rebuilt one slot per pass"),
-                }
-            }
-            Ok(write.iter().map(|&w| if w { hi - lo } else { 0 }).collect())
+            self.rebuild_run(&all, run, opts, pool)
         };
         std::thread::scope(|sc| {
             let mut runs = self.run_threads(sc, (run_rows, batch), "rebuild-run", &work);
@@ -448,12 +433,30 @@ impl Array {
             .iter()
             .map(|&i| {
                 let t = &pass.targets[i];
-                let dirty_below = t.slot(self).resync_dirty_below.load(Ordering::Acquire);
-                (t.ticket.slot, t.member.clone(), dirty_below)
+                Joined {
+                    ticket: t.ticket,
+                    member: t.member.clone(),
+                    dirty_below: t.slot(self).resync_dirty_below.load(Ordering::Acquire),
+                }
             })
             .collect();
-        let first = pass.targets[on[0]].ticket.slot;
-        let _held = self.locks.lock(self.rebuild_lock_keys(first, row, end));
+        // A RAID5/6 batch's runs lock their own rows and mark what they
+        // wrote (`rebuild_run`); a mirror's are worked under the batch's
+        // locks.
+        let _held = match self.geo.level {
+            Level::Raid5 | Level::Raid6 => {
+                for &i in &on {
+                    let runs = runs::runs_of((row, end), pass.run_rows);
+                    let firsts = runs.into_iter().map(|(lo, _)| lo);
+                    self.begin_rebuilt_ahead(&pass.targets[i].ticket, firsts);
+                }
+                None
+            }
+            _ => {
+                let first = pass.targets[on[0]].ticket.slot;
+                Some(self.locks.lock(self.rebuild_lock_keys(first, row, end)))
+            }
+        };
         let mut written = vec![0u64; on.len()];
         for r in runs.batch((row, end), pass.run_rows) {
             for (w, n) in written.iter_mut().zip(r?) {
@@ -728,6 +731,44 @@ mod tests {
         let end = a.rebuild_all(&RebuildOptions::default(), &AtomicBool::new(false));
         assert!(matches!(end, Ok(RebuildEnd::Finished)), "{end:?}");
         assert_eq!(a.state(), ArrayState::Optimal);
+        let mut got = vec![0u8; data.len()];
+        a.read(0, &mut got).unwrap();
+        assert!(got == data, "the data changed");
+        let r = a.scrub(&ScrubOptions::default(), &AtomicBool::new(false));
+        assert!(r.unwrap().mismatches.is_empty());
+    }
+
+    /// A RAID5 rebuild locks each step's rows while the step before still
+    /// holds its own, where the lock table's order allows: a run across
+    /// the table's end (row 4096, with runs of 24 rows) has the step
+    /// before written alone first. The member comes out whole, and
+    /// nothing waits on itself.
+    #[test]
+    fn a_rebuild_run_across_the_lock_tables_end() {
+        let chunk = 4096;
+        let size = crate::metadata::MIN_DATA_OFFSET + 4200 * chunk;
+        let ram = |name: &str| Arc::new(RamMember::new(format!("ram:rbwrap{name}"), size));
+        let refs = (0..4).map(|i| ram(&i.to_string()) as MemberRef).collect();
+        let opts = CreateOptions {
+            name: "rbwrap".into(),
+            level: Level::Raid5,
+            chunk,
+            data_offset: None,
+        };
+        let a = Array::create(refs, vec![], opts).unwrap();
+        assert!(a.geo.rows() > 4096 + 24);
+        let data: Vec<u8> = (0..a.capacity()).map(|i| (i * 13 % 251) as u8).collect();
+        a.write(0, &data).unwrap();
+        a.fail_slot(2, "test");
+        a.replace(2, ram("new")).unwrap();
+        let opts = RebuildOptions {
+            batch_rows: 24,
+            parallel: 2,
+            step_bytes: chunk,
+            ..RebuildOptions::default()
+        };
+        let end = a.rebuild_all(&opts, &AtomicBool::new(false));
+        assert!(matches!(end, Ok(RebuildEnd::Finished)), "{end:?}");
         let mut got = vec![0u8; data.len()];
         a.read(0, &mut got).unwrap();
         assert!(got == data, "the data changed");

@@ -42,6 +42,102 @@ impl Recovered {
 }
 
 impl Array {
+    /// Rebuilds one run of a batch onto the members `all` joined, and
+    /// returns the rows written to each (a re-added member's clean rows
+    /// are skipped). On RAID5/6 (whose batches take no locks) a run of
+    /// data alone, written to every member, goes step by step, each step
+    /// locking its own rows (`rebuild_parity_rows`); one with holes or
+    /// rows skipped is locked whole while it is judged again and worked,
+    /// so that what the judgement spared (zeroed rather than read, or not
+    /// written) cannot change before the member counts it in sync. Rows
+    /// are marked rebuilt for every member, so that writers write them.
+    pub(super) fn rebuild_run(
+        &self,
+        all: &[super::rebuild::Joined],
+        (lo, hi): super::runs::Run,
+        opts: &RebuildOptions,
+        pool: &mut crate::buf::BufPool,
+    ) -> Result<Vec<u64>> {
+        if !matches!(self.geo.level, Level::Raid5 | Level::Raid6) {
+            return self.rebuild_run_judged(all, (lo, hi), opts, pool);
+        }
+        let mark = |upto| {
+            for j in all {
+                self.mark_rebuilt(&j.ticket, lo, upto);
+            }
+        };
+        let (write, spans) = self.judge_run(all, (lo, hi), opts.hole_bytes);
+        if write.iter().all(|&w| w) && spans.iter().all(|&(.., holes)| !holes) {
+            // What was judged without the locks may change: recovering
+            // every row from the others and writing it is right whatever
+            // does.
+            let to: Vec<(usize, &MemberRef)> =
+                all.iter().map(|j| (j.ticket.slot, &j.member)).collect();
+            self.rebuild_parity_rows(&to, (lo, hi), opts.step_bytes, pool, Some(&mark))?;
+            return Ok(vec![hi - lo; all.len()]);
+        }
+        let _held = self.locks.lock(lo..hi);
+        let written = self.rebuild_run_judged(all, (lo, hi), opts, pool)?;
+        mark(hi);
+        Ok(written)
+    }
+
+    /// Which members a run writes (a re-added member's clean rows hold
+    /// what they should, as do those a hot replace copied before its
+    /// source failed), and its spans (first row, end, holes): rows whose
+    /// every source holds holes are zeroed, not read (`skip_holes.rs`).
+    fn judge_run(
+        &self,
+        all: &[super::rebuild::Joined],
+        (lo, hi): super::runs::Run,
+        hole_bytes: u64,
+    ) -> (Vec<bool>, Vec<(u64, u64, bool)>) {
+        let write: Vec<bool> = all
+            .iter()
+            .map(|j| !(hi <= j.dirty_below && self.rows_clean(lo, hi)))
+            .collect();
+        let slots: Vec<usize> = all
+            .iter()
+            .zip(&write)
+            .filter(|(_, &w)| w)
+            .map(|(j, _)| j.ticket.slot)
+            .collect();
+        let spans = match slots.is_empty() {
+            true => Vec::new(),
+            false => self.rebuild_spans(&slots, (lo, hi), hole_bytes),
+        };
+        (write, spans)
+    }
+
+    /// Rebuilds a run as judged (`judge_run`) now; callers hold its rows'
+    /// locks.
+    fn rebuild_run_judged(
+        &self,
+        all: &[super::rebuild::Joined],
+        (lo, hi): super::runs::Run,
+        opts: &RebuildOptions,
+        pool: &mut crate::buf::BufPool,
+    ) -> Result<Vec<u64>> {
+        let (write, spans) = self.judge_run(all, (lo, hi), opts.hole_bytes);
+        let to: Vec<(usize, &MemberRef)> = all
+            .iter()
+            .zip(&write)
+            .filter(|(_, &w)| w)
+            .map(|(j, _)| (j.ticket.slot, &j.member))
+            .collect();
+        for (a, b, holes) in spans {
+            match (holes, self.geo.level, &to[..]) {
+                (true, ..) => self.rebuild_zero_rows(&to, a, b)?,
+                (_, Level::Raid5 | Level::Raid6, _) => {
+                    self.rebuild_parity_rows(&to, (a, b), opts.step_bytes, pool, None)?
+                }
+                (_, _, &[(slot, target)]) => self.rebuild_mirror_rows(slot, target, a, b)?,
+                _ => unreachable!("mirrors are rebuilt one slot per pass"),
+            }
+        }
+        Ok(write.iter().map(|&w| if w { hi - lo } else { 0 }).collect())
+    }
+
     /// The same lock keys the writers of these rows take.
     pub(super) fn rebuild_lock_keys(&self, slot: usize, row: u64, end: u64) -> Vec<u64> {
         match self.geo.level {
@@ -59,29 +155,51 @@ impl Array {
     /// those of the `targets` (slot, device).
     ///
     /// The rows go in steps (`runs::step_rows`), each step's writes in
-    /// the same submission as the next step's reads. Nothing about which
-    /// rows are in sync changes: the caller holds every row's lock until
-    /// all are written.
+    /// the same submission as the next step's reads. With `marked`, each
+    /// step locks its own rows, from before its reads until its writes
+    /// are done, and `marked(upto)` says the rows below `upto` are written
+    /// before that step lets them go (`sync::Ahead`), so writers into the
+    /// run wait for a step or two, not for the whole of it. The next step's
+    /// rows are locked while the step before still holds its own where the
+    /// lock table's order allows (`StripeLocks::lock_above`); where it does
+    /// not (the rows wrap around the table), the step before is written
+    /// alone first. Without `marked` the caller holds every row's lock
+    /// until all are written, and nothing about which rows are in sync
+    /// changes here.
     pub(super) fn rebuild_parity_rows(
         &self,
         targets: &[(usize, &MemberRef)],
         (row, end): (u64, u64),
         step_bytes: u64,
         pool: &mut crate::buf::BufPool,
+        marked: Option<&dyn Fn(u64)>,
     ) -> Result<()> {
         let one_disk = self.shares_a_disk_with_sources(targets, row);
         let step = super::runs::step_rows(step_bytes, self.geo.chunk, end - row, one_disk);
         let to: Vec<&MemberRef> = targets.iter().map(|&(_, m)| m).collect();
-        // The step recovered, its writes not yet made.
-        let mut pending: Option<Recovered> = None;
+        // The step recovered, its writes not yet made, with its rows'
+        // locks (where steps lock their own).
+        let mut pending: Option<(Recovered, Option<super::locks::Held<'_>>)> = None;
+        // The locks of the step at `lo`, once taken.
+        let mut held = None;
         let mut lo = row;
         loop {
-            let hi = (lo + step).min(end);
+            let mut hi = (lo + step).min(end);
+            if marked.is_some() && lo < end && held.is_none() {
+                held = match pending.as_ref().and_then(|(_, h)| h.as_ref()) {
+                    Some(before) => self.locks.lock_above(before, lo..hi),
+                    None => Some(self.locks.lock(lo..hi)),
+                };
+                if held.is_none() {
+                    // The step before's writes alone, then this step.
+                    hi = lo;
+                }
+            }
             let reading = self.plan_recovery(lo, hi)?;
             let mut got = pool.take(reading.places.len());
             let writes = pending
                 .as_ref()
-                .map_or_else(Vec::new, |p| p.writes(self, targets));
+                .map_or_else(Vec::new, |(p, _)| p.writes(self, targets));
             let (read, wrote) = self.read_places_writing(&reading.places, &mut got, (&to, &writes));
             // Each target that erred is failed (with a source whose read
             // erred beside it); the first error ends the rebuild.
@@ -94,7 +212,7 @@ impl Array {
             drop(writes);
             // Submitted (not `Changed`): the step before is written.
             let submitted = !matches!(read, Err(ReadFailure::Changed));
-            if let Some(done) = pending.take_if(|_| submitted) {
+            if let Some((done, its_locks)) = pending.take_if(|_| submitted) {
                 let mut first = None;
                 for (&(slot, target), e) in targets.iter().zip(erred) {
                     if let Some(e) = e {
@@ -107,6 +225,10 @@ impl Array {
                     }
                     return Err(e);
                 }
+                if let Some(marked) = marked {
+                    marked(done.lo + done.bufs.len() as u64);
+                }
+                drop(its_locks);
                 pool.put(done.bufs.into_iter().flatten());
             }
             if let Err(failed) = read {
@@ -118,7 +240,12 @@ impl Array {
                 debug_assert!(pending.is_none() && got.is_empty());
                 return Ok(());
             }
-            pending = Some(self.recover_step(lo, reading, got, pool)?);
+            if hi == lo {
+                // Only the step before was written: now this one.
+                debug_assert!(got.is_empty());
+                continue;
+            }
+            pending = Some((self.recover_step(lo, reading, got, pool)?, held.take()));
             lo = hi;
         }
     }

@@ -62,12 +62,33 @@ impl Array {
 
     /// Moves the rebuilt position of the ticket's slot to `row` (with
     /// `sync::WRAPPED` once past the last row), if the slot still holds the
-    /// ticket's member. Callers hold the rows' stripe locks.
+    /// ticket's member. Callers hold the rows' stripe locks, or marked
+    /// every one of them rebuilt (`mark_rebuilt`).
     pub(super) fn advance_rebuild(&self, t: &RebuildTicket, row: u64) -> Result<()> {
         let _meta = self.meta.lock();
         self.ticket_holds(t)?;
         self.slots[t.slot].rebuild_row.store(row, Ordering::Release);
         Ok(())
+    }
+
+    /// A batch of the ticket's slot begins: runs from `runs`' rows, none
+    /// of their rows written yet (`sync::Ahead`).
+    pub(super) fn begin_rebuilt_ahead(&self, t: &RebuildTicket, runs: impl Iterator<Item = u64>) {
+        let _meta = self.meta.lock();
+        if self.ticket_holds(t).is_ok() {
+            self.slots[t.slot].ahead.begin(runs);
+        }
+    }
+
+    /// The run of the ticket's slot that begins at `lo` wrote every row
+    /// below `upto` of its member, if the slot still holds the ticket's
+    /// member: those rows are in sync from now on. Callers hold the rows'
+    /// stripe locks, and the writes completed.
+    pub(super) fn mark_rebuilt(&self, t: &RebuildTicket, lo: u64, upto: u64) {
+        let _meta = self.meta.lock();
+        if self.ticket_holds(t).is_ok() {
+            self.slots[t.slot].ahead.wrote(lo, upto);
+        }
     }
 
     /// A rebuild pass under way at `row` takes `slot` on: its ticket, if the
@@ -85,7 +106,8 @@ impl Array {
             return None;
         }
         // The start first, then the position: every state between is an
-        // empty range (see sync.rs).
+        // empty range (see sync.rs); no rows ahead of it.
+        s.ahead.clear();
         s.rebuild_from.store(row, Ordering::Release);
         s.rebuild_row.store(row, Ordering::Release);
         Some(RebuildTicket {

@@ -1,8 +1,9 @@
 //! Rows of the array worked side by side: a long job's batch (a rebuild's,
 //! a hot replace's copy, a scrub's), whose locks the job's own thread
-//! holds, cut into runs worked on threads made once per job, each keeping
-//! its chunk buffers and its io_uring (member I/O keeps one ring per
-//! thread) from batch to batch, fed runs over a channel.
+//! holds (or, for a RAID5/6 rebuild, each run takes for its steps), cut
+//! into runs worked on threads made once per job, each keeping its chunk
+//! buffers and its io_uring (member I/O keeps one ring per thread) from
+//! batch to batch, fed runs over a channel.
 //!
 //! Their member reads are in flight together (on drives, one run's writes
 //! or parity work overlap another's reads), and where members are memory
@@ -58,12 +59,13 @@ pub(super) fn step_rows(bytes: u64, chunk: u64, run_rows: u64, one_disk: bool) -
 pub(super) const MOST_ROWS_LOCKED: u64 = 256;
 
 /// A job's rows per run and per batch: runs of `run_rows` (1 to 256),
-/// `parallel` of them side by side (1 to 16), at most 256 rows in all.
+/// `parallel` of them side by side (1 to 16, `sync::MOST_RUNS`: a
+/// rebuilding member keeps a mark for each), at most 256 rows in all.
 pub(super) fn run_and_batch_rows(run_rows: u64, parallel: usize) -> (u64, u64) {
     let run = run_rows.clamp(1, MOST_ROWS_LOCKED);
     (
         run,
-        (run * parallel.clamp(1, 16) as u64).min(MOST_ROWS_LOCKED),
+        (run * parallel.clamp(1, super::sync::MOST_RUNS) as u64).min(MOST_ROWS_LOCKED),
     )
 }
 
@@ -129,18 +131,24 @@ impl Array {
     }
 }
 
+/// Rows [row, end) as the runs of `run_rows` a batch is worked in.
+pub(super) fn runs_of((row, end): Run, run_rows: u64) -> Vec<Run> {
+    (row..end)
+        .step_by(run_rows.max(1) as usize)
+        .map(|lo| (lo, (lo + run_rows).min(end)))
+        .collect()
+}
+
 impl<T> RunThreads<'_, T> {
-    /// Works rows [row, end), whose locks the caller holds, in runs of
+    /// Works rows [row, end), whose locks the caller holds (or the runs
+    /// take), in runs of
     /// `run_rows` on the threads (or one after another, stopping at the
     /// first error, where there are none). Returns each run's result in
     /// row order once every run sent has ended: none is still at work when
     /// the caller gives the locks up. A run that could not be sent (every
     /// thread ended, each by a panic) is an error.
     pub(super) fn batch(&mut self, (row, end): Run, run_rows: u64) -> Vec<Result<T>> {
-        let all: Vec<Run> = (row..end)
-            .step_by(run_rows.max(1) as usize)
-            .map(|lo| (lo, (lo + run_rows).min(end)))
-            .collect();
+        let all = runs_of((row, end), run_rows);
         if self.threads == 0 || all.len() == 1 {
             let mut out = Vec::with_capacity(all.len());
             for run in all {

@@ -21,12 +21,81 @@
 //! the one the rebuild last flushed the member at, not its position, so
 //! metadata written by anyone (a failure, a spare) never counts rows
 //! whose writes may still sit in the member's cache.
+//!
+//! Within a batch, the rows a RAID5/6 rebuild's run has written count in
+//! sync ahead of the position (`Ahead`): each step is locked on its own
+//! (`rebuild_rows.rs`), so a writer into the batch waits for the step
+//! under way, not for the whole batch, and must then write the new
+//! member wherever the step before it already did. A row counts there
+//! only from a mark made after its write completed, under its stripe's
+//! lock: writers see it in sync or not for the whole of their write.
 
 use super::{Array, Slot, SlotState};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Marks a position past the last row and on from row 0.
 pub(super) const WRAPPED: u64 = 1 << 63;
+
+/// Most runs of a batch (`runs::run_and_batch_rows`).
+pub(super) const MOST_RUNS: usize = 16;
+
+/// Rows of the batch under way written ahead of the position, run by
+/// run: each entry one run's first row and how many of its rows are
+/// written, in one word (row << 16 | rows), so a reader never pairs one
+/// run's start with another's count. An entry says only what was
+/// written under the rows' locks, so one left from an earlier batch
+/// still holds (its rows are below the position by then, or were written
+/// and are written by every writer since); a new member of the slot
+/// starts with none (`clear`).
+#[derive(Default)]
+pub(super) struct Ahead {
+    runs: [AtomicU64; MOST_RUNS],
+}
+
+impl Ahead {
+    fn pack(lo: u64, rows: u64) -> u64 {
+        debug_assert!(rows < 1 << 16 && lo < 1 << 48);
+        lo << 16 | rows
+    }
+
+    /// A batch's runs begin, nothing of them written: `runs` their first
+    /// rows. Only while no run of the slot is under way.
+    pub(super) fn begin(&self, runs: impl Iterator<Item = u64>) {
+        self.clear();
+        for (e, lo) in self.runs.iter().zip(runs) {
+            e.store(Self::pack(lo, 0), Ordering::Release);
+        }
+    }
+
+    /// Counts nothing ahead of the position.
+    pub(super) fn clear(&self) {
+        for e in &self.runs {
+            e.store(0, Ordering::Release);
+        }
+    }
+
+    /// The run that begins at `lo` has written every row below `upto`.
+    /// Callers hold those rows' locks, and the slot's member is the one
+    /// written (`Array::mark_rebuilt`).
+    pub(super) fn wrote(&self, lo: u64, upto: u64) {
+        if let Some(e) = self
+            .runs
+            .iter()
+            .find(|e| e.load(Ordering::Acquire) >> 16 == lo)
+        {
+            e.store(Self::pack(lo, upto - lo), Ordering::Release);
+        }
+    }
+
+    /// Whether `row` is written ahead of the position.
+    fn covers(&self, row: u64) -> bool {
+        self.runs.iter().any(|e| {
+            let v = e.load(Ordering::Acquire);
+            let (lo, rows) = (v >> 16, v & 0xffff);
+            lo <= row && row < lo + rows
+        })
+    }
+}
 
 impl Slot {
     /// The rebuild's (start, position, wrapped): the position read before
@@ -44,8 +113,14 @@ impl Slot {
         }
     }
 
-    /// Whether `row` of a rebuilding member is in sync.
+    /// Whether `row` of a rebuilding member is in sync: written ahead of
+    /// the position, or within it. The marks first: a batch's end moves
+    /// the position before a later batch resets them, so a reader that
+    /// finds a row's mark gone finds the position past it.
     pub(super) fn in_sync(&self, row: u64) -> bool {
+        if self.ahead.covers(row) {
+            return true;
+        }
         let (from, pos, wrapped) = self.sync_state();
         match wrapped {
             false => from <= row && row < pos,
@@ -127,6 +202,16 @@ impl Slot {
 }
 
 impl Array {
+    /// Whether slot `slot` holds valid data at `row` (chunk row of the member).
+    pub(super) fn readable(&self, slot: usize, row: u64) -> bool {
+        let s = &self.slots[slot];
+        match s.state() {
+            SlotState::Active => true,
+            SlotState::Rebuilding => s.in_sync(row),
+            SlotState::Failed => false,
+        }
+    }
+
     /// Whether slot `slot` holds valid data at `row` that a crash keeps
     /// valid (`readable`, and for a rebuilding member `durably_in_sync`).
     /// A stripe write whose members are all readable but not all so goes
@@ -186,6 +271,26 @@ mod tests {
         // Just wrapped: what phase one left, nothing more.
         assert_eq!(synced(&slot(4, WRAPPED), 8), [4, 5, 6, 7]);
         assert!(slot(4, WRAPPED | 4).sync_full(8));
+    }
+
+    #[test]
+    fn rows_written_ahead_of_the_position_are_in_sync_until_the_next_batch() {
+        let s = slot(0, 4);
+        // A batch of two runs from row 4: [4, 8) and [8, 12).
+        s.ahead.begin([4, 8].into_iter());
+        assert_eq!(synced(&s, 12), [0, 1, 2, 3]);
+        s.ahead.wrote(8, 10);
+        s.ahead.wrote(4, 5);
+        assert_eq!(synced(&s, 12), [0, 1, 2, 3, 4, 8, 9]);
+        // The batch ends: the position past it, then the next begins.
+        s.rebuild_row.store(12, Ordering::Release);
+        s.ahead.begin([12].into_iter());
+        assert_eq!(synced(&s, 16), (0..12).collect::<Vec<_>>());
+        // A new member of the slot has none.
+        s.ahead.wrote(12, 14);
+        s.ahead.clear();
+        s.rebuild_row.store(0, Ordering::Release);
+        assert!(synced(&s, 16).is_empty());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The journal against members that log, and hold back, chosen writes:
 //! the order of a flush's writes, and members joining a slot (a new
 //! member's ring made while records go on; records placed during a
-//! rebuild settled as its member comes in sync).
+//! rebuild settled as its member comes in sync; writers into a rebuild's
+//! batch, which it locks a step at a time).
 
 use super::tests::rings;
 use super::*;
@@ -418,4 +419,69 @@ fn records_placed_while_a_hot_replacements_ring_is_zeroed_are_settled_by_the_swi
         settled_through(&a, last + 3),
         "records placed during the new device's zeros left unsettled at the switch"
     );
+}
+
+/// A RAID5 rebuild locks its rows a step at a time, not a batch at a
+/// time: writes into its batch go on while it is held on a later step.
+/// Where a step already wrote the new member, a write there writes the
+/// member too (the row counts in sync from the step's mark), or once the
+/// batch ended the member would keep what the rebuild wrote before the
+/// write.
+#[test]
+fn writers_into_a_rebuild_batch_wait_only_for_its_steps() {
+    let (a, _, log) = logged_array("jsteps");
+    a.write(0, &vec![0x33u8; a.capacity() as usize]).unwrap();
+    a.fail_slot(3, "test");
+    let new = Logged::new("jsteps", 4, &log);
+    a.replace(3, new.clone()).unwrap();
+    // One batch of 8 rows in steps of one: held writing row 3, with rows
+    // 0-2 written (and marked) and rows 3-4 locked.
+    new.hold_after(Held::Data, 3);
+    let opts = RebuildOptions {
+        batch_rows: 8,
+        parallel: 1,
+        step_bytes: a.geo.chunk,
+        ..RebuildOptions::default()
+    };
+    // 4 KiB of each row that lands on the new member's chunk (or on the
+    // data, where that chunk is the parity).
+    let at = |row: u64| match a.geo.chunk_at(3, row) {
+        crate::layout::ChunkRole::Data(c) => c * a.geo.chunk,
+        _ => row * a.geo.stripe_data_bytes(),
+    };
+    let rows = [1u64, 6];
+    std::thread::scope(|sc| {
+        let rebuild = sc.spawn(|| a.rebuild_all(&opts, &AtomicBool::new(false)));
+        assert!(came(&log, "held"), "the rebuild never reached row 3");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (a, at) = (&a, &at);
+        sc.spawn(move || {
+            for row in rows {
+                tx.send(a.write(at(row), &[row as u8; 4096]).is_ok())
+                    .unwrap();
+            }
+        });
+        let went_on = rows
+            .iter()
+            .all(|_| rx.recv_timeout(std::time::Duration::from_secs(10)) == Ok(true));
+        new.hold(None);
+        assert_eq!(rebuild.join().unwrap().unwrap(), RebuildEnd::Finished);
+        assert!(went_on, "a write into the batch waited for the whole of it");
+    });
+    let report = a
+        .scrub(
+            &crate::array::ScrubOptions::default(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+    assert!(
+        report.mismatches.is_empty(),
+        "the rebuilt member disagrees: {:?}",
+        report.mismatches
+    );
+    for row in rows {
+        let mut got = vec![0u8; 4096];
+        a.read(at(row), &mut got).unwrap();
+        assert!(got.iter().all(|&b| b == row as u8), "row {row}");
+    }
 }

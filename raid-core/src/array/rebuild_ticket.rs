@@ -73,7 +73,11 @@ impl Array {
 
     /// A batch of the ticket's slot begins: runs from `runs`' rows, none
     /// of their rows written yet (`sync::Ahead`).
-    pub(super) fn begin_rebuilt_ahead(&self, t: &RebuildTicket, runs: impl Iterator<Item = u64>) {
+    pub(super) fn begin_rebuilt_ahead(
+        &self,
+        t: &RebuildTicket,
+        runs: impl ExactSizeIterator<Item = u64>,
+    ) {
         let _meta = self.meta.lock();
         if self.ticket_holds(t).is_ok() {
             self.slots[t.slot].ahead.begin(runs);

@@ -26,9 +26,13 @@
 //! sync ahead of the position (`Ahead`): each step is locked on its own
 //! (`rebuild_rows.rs`), so a writer into the batch waits for the step
 //! under way, not for the whole batch, and must then write the new
-//! member wherever the step before it already did. A row counts there
-//! only from a mark made after its write completed, under its stripe's
-//! lock: writers see it in sync or not for the whole of their write.
+//! member wherever the step before it already did. A row comes in sync
+//! there only from a mark made after its write completed, under its
+//! stripe's lock, so no writer sees it come in sync during its write.
+//! Marks dropped without the locks (a new batch's, a new member's) only
+//! take rows out of sync, which a writer may see mid-write: it then
+//! skips the member, and the rebuild recomputes the row, under its lock,
+//! after it.
 
 use super::{Array, Slot, SlotState};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,7 +64,8 @@ impl Ahead {
 
     /// A batch's runs begin, nothing of them written: `runs` their first
     /// rows. Only while no run of the slot is under way.
-    pub(super) fn begin(&self, runs: impl Iterator<Item = u64>) {
+    pub(super) fn begin(&self, runs: impl ExactSizeIterator<Item = u64>) {
+        assert!(runs.len() <= MOST_RUNS, "a mark for each run");
         self.clear();
         for (e, lo) in self.runs.iter().zip(runs) {
             e.store(Self::pack(lo, 0), Ordering::Release);
@@ -76,15 +81,16 @@ impl Ahead {
 
     /// The run that begins at `lo` has written every row below `upto`.
     /// Callers hold those rows' locks, and the slot's member is the one
-    /// written (`Array::mark_rebuilt`).
+    /// written (`Array::mark_rebuilt`). A run with no mark begun would
+    /// have its rows skipped by writers, then counted in sync as the
+    /// batch ends: that stops the rebuild rather than lose the writes.
     pub(super) fn wrote(&self, lo: u64, upto: u64) {
-        if let Some(e) = self
+        let e = self
             .runs
             .iter()
             .find(|e| e.load(Ordering::Acquire) >> 16 == lo)
-        {
-            e.store(Self::pack(lo, upto - lo), Ordering::Release);
-        }
+            .expect("every run of a batch has a mark begun");
+        e.store(Self::pack(lo, upto - lo), Ordering::Release);
     }
 
     /// Whether `row` is written ahead of the position.

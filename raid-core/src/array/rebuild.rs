@@ -573,13 +573,7 @@ impl Array {
             .partition(|t| !t.holds(self));
         pass.targets = kept;
         for t in gone {
-            let superseded = ArrayError::Refused {
-                rule: Rule::Superseded,
-                detail: format!(
-                    "{} was failed or replaced while it was being rebuilt: this rebuild stops; one for the new member follows",
-                    self.slot_name(t.ticket.slot)
-                ),
-            };
+            let superseded = self.superseded(t.ticket.slot);
             if t.slot(self).state() == SlotState::Failed {
                 let e = ArrayError::Invalid("it failed while it was being rebuilt".into());
                 self.rebuild_ended_by(&t.ticket, &t.member, &e);
@@ -620,7 +614,7 @@ impl Array {
             } else if failed || !about_one {
                 self.rebuild_ended_by(&t.ticket, &t.member, e);
             } else if !t.holds(self) {
-                tracing::warn!(array = %self.name, slot = t.ticket.slot, "the slot was failed or replaced while it was being rebuilt: its rebuild stops; one for the new member follows");
+                tracing::warn!(array = %self.name, slot = t.ticket.slot, "{}", self.superseded(t.ticket.slot));
             } else if let Err(e) = self.save_positions(std::slice::from_ref(t)) {
                 tracing::warn!(array = %self.name, slot = t.ticket.slot, "saving the rebuild's position: {e}");
             }
@@ -774,5 +768,28 @@ mod tests {
         assert!(got == data, "the data changed");
         let r = a.scrub(&ScrubOptions::default(), &AtomicBool::new(false));
         assert!(r.unwrap().mismatches.is_empty());
+    }
+
+    /// A rebuild that stops because its slot left it says what follows:
+    /// a failed slot needs a new member; a slot given another member has
+    /// that member's rebuild coming.
+    #[test]
+    fn a_rebuild_superseded_says_what_follows() {
+        let size = crate::metadata::MIN_DATA_OFFSET + (1 << 20);
+        let ram = |name: &str| Arc::new(RamMember::new(format!("ram:rbsup{name}"), size));
+        let refs = (0..3).map(|i| ram(&i.to_string()) as MemberRef).collect();
+        let opts = CreateOptions {
+            name: "rbsup".into(),
+            level: Level::Raid5,
+            chunk: 64 * 1024,
+            data_offset: None,
+        };
+        let a = Array::create(refs, vec![], opts).unwrap();
+        a.fail_slot(1, "test");
+        let failed = a.superseded(1).to_string();
+        assert!(failed.contains("replace the member"), "{failed}");
+        a.replace(1, ram("new")).unwrap();
+        let replaced = a.superseded(1).to_string();
+        assert!(replaced.contains("one for the new member follows"), "{replaced}");
     }
 }

@@ -50,14 +50,19 @@ impl Array {
         {
             Ok(())
         } else {
-            Err(refuse(
-                Rule::Superseded,
-                format!(
-                    "{} was failed or replaced while it was being rebuilt: this rebuild stops; one for the new member follows",
-                    self.slot_name(t.slot)
-                ),
-            ))
+            Err(self.superseded(t.slot))
         }
+    }
+
+    /// Why a rebuild of `slot` stops when the slot no longer holds its
+    /// member: failed (a new member is needed), or given another (whose
+    /// own rebuild follows).
+    pub(super) fn superseded(&self, slot: usize) -> ArrayError {
+        let what = match self.slots[slot].state() {
+            SlotState::Failed => "failed while it was being rebuilt: this rebuild stops; replace the member to rebuild the slot",
+            _ => "was given another member while it was being rebuilt: this rebuild stops; one for the new member follows",
+        };
+        refuse(Rule::Superseded, format!("{} {what}", self.slot_name(slot)))
     }
 
     /// Moves the rebuilt position of the ticket's slot to `row` (with

@@ -790,6 +790,9 @@ mod tests {
         assert!(failed.contains("replace the member"), "{failed}");
         a.replace(1, ram("new")).unwrap();
         let replaced = a.superseded(1).to_string();
-        assert!(replaced.contains("one for the new member follows"), "{replaced}");
+        assert!(
+            replaced.contains("one for the new member follows"),
+            "{replaced}"
+        );
     }
 }

@@ -19,9 +19,10 @@
 //! BENCH_STEP_KIB the runs' step, `RebuildOptions::step_bytes`;
 //! BENCH_BATCH_ROWS the rows of a run, `RebuildOptions::batch_rows`;
 //! BENCH_UNDER_WRITES=1 keeps 16 random 4 KiB writes in flight through the
-//! shards while the rebuild runs, with a flush every 64, as a filesystem on
-//! the array would: it prints their rate, their latencies and where they
-//! ran, beside the same writes for half a second before the rebuild starts.)
+//! shards while the rebuild (and then the hot replace's copy) runs, with a
+//! flush every 64, as a filesystem on the array would: it prints their
+//! rate, their latencies and where they ran, beside the same writes for
+//! half a second before the job starts.)
 
 mod common;
 
@@ -194,11 +195,12 @@ fn main() {
                     true => a.hot_replace(3, new).unwrap(),
                 }
                 let (opts, stop) = (options(p), AtomicBool::new(false));
-                let writes = (under_writes && !hot).then(|| Engine::start(a.clone(), 2).unwrap());
+                let job = if hot { "hot replace" } else { "rebuild" };
+                let writes = under_writes.then(|| Engine::start(a.clone(), 2).unwrap());
                 if let Some(e) = &writes {
-                    // The same writes with no rebuild running (the slot
-                    // still to rebuild: every write journaled), for their
-                    // latency beside the rebuild's.
+                    // The same writes with no job running (for a rebuild,
+                    // the slot still to rebuild: every write journaled),
+                    // for their latency beside the job's.
                     let stop = AtomicBool::new(false);
                     let s = std::thread::scope(|sc| {
                         let w = sc.spawn(|| client_writes(e, a.capacity(), &stop));
@@ -206,10 +208,7 @@ fn main() {
                         stop.store(true, Ordering::Release);
                         w.join().unwrap()
                     });
-                    eprintln!(
-                        "  {level}, no rebuild running, the same writes: {}",
-                        said(&s)
-                    );
+                    eprintln!("  {level}, no {job} running, the same writes: {}", said(&s));
                 }
                 // Where the writes ran, counted from here on.
                 let before = writes.as_ref().map_or((0, 0), where_ran);
@@ -231,18 +230,15 @@ fn main() {
                     let (on, off) = where_ran(e);
                     let (on, off) = (on - before.0, off - before.1);
                     eprintln!(
-                        "  {level} rebuild, {p} at once, under writes: {}, {on} on the shards, {off} on the blocking path ({:.0}%)",
+                        "  {level} {job}, {p} at once, under writes: {}, {on} on the shards, {off} on the blocking path ({:.0}%)",
                         said(&s),
                         100.0 * off as f64 / (on + off).max(1) as f64
                     );
                 }
                 let ratio = rate / seq;
-                let (job, target) = match hot {
-                    false => (
-                        "rebuild",
-                        format!(">= 0.5x: {}", if ratio >= 0.5 { "met" } else { "NOT met" }),
-                    ),
-                    true => ("hot replace", "-".to_string()),
+                let target = match hot {
+                    false => format!(">= 0.5x: {}", if ratio >= 0.5 { "met" } else { "NOT met" }),
+                    true => "-".to_string(),
                 };
                 println!("| {level} {job} | {p} | {rate:.0} | {seq:.0} | {ratio:.2}x | {target} |");
             }

@@ -4,13 +4,14 @@
 //!
 //! While it runs, the slot's member is a `Mirrored` pair: reads come from
 //! the old device, every write goes to both. A copier goes through the
-//! slot's rows in order, each batch under the stripe (or chunk) locks the
-//! writers of those rows take, and copies the old device's rows to the new
-//! one. Rows already copied get every later write through the pair; rows
-//! not yet copied get it too and are copied after, under the lock, so both
-//! orders end with the new device holding the current data. A batch is cut
-//! into runs copied side by side, as a rebuild's (`runs.rs`): one run's
-//! read from the old device in flight while another writes the new one.
+//! slot's rows in order, each step of rows under the stripe (or chunk)
+//! locks the writers of those rows take, and copies the old device's rows
+//! to the new one (`hot_copy.rs`). Rows already copied get every later
+//! write through the pair; rows not yet copied get it too and are copied
+//! after, under the lock, so both orders end with the new device holding
+//! the current data. A batch is cut into runs copied side by side, as a
+//! rebuild's (`runs.rs`): one run's read from the old device in flight
+//! while another writes the new one.
 //!
 //! When the copy is complete the new device becomes the slot's member under
 //! a fresh member uuid, and the metadata says so; the old device is let go,
@@ -29,16 +30,16 @@
 
 use super::runs;
 use super::*;
-use crate::member::{submit, IoOp, MemberIo, Pair};
+use crate::member::Pair;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 /// The old device and its replacement, as one member.
-struct Mirrored {
-    old: MemberRef,
-    new: MemberRef,
+pub(super) struct Mirrored {
+    pub(super) old: MemberRef,
+    pub(super) new: MemberRef,
     /// The replacement failed a write or flush: the copier drops it.
-    new_failed: AtomicBool,
+    pub(super) new_failed: AtomicBool,
     /// Why it failed (the first error): the event that ends the copy says
     /// so, as a member's failure does.
     new_why: Mutex<String>,
@@ -58,7 +59,7 @@ impl Mirrored {
         Ok(())
     }
 
-    fn new_err(&self, e: io::Error) {
+    pub(super) fn new_err(&self, e: io::Error) {
         if !self.new_failed.swap(true, Ordering::AcqRel) {
             *self.new_why.lock() = e.to_string();
             tracing::error!(
@@ -373,94 +374,13 @@ impl Array {
             Some(h) => (h.slot, h.pair.clone()),
             None => return Err(ArrayError::Invalid("no hot replace in progress".into())),
         };
-        let chunk = self.geo.chunk;
-        // One run: its rows' chunks read from the old device together (in
-        // flight at once where it takes io_uring) and written to the new
-        // one together, in steps whose writes go out with the next step's
-        // reads (`runs::step_rows`), into chunk buffers the run's thread
-        // keeps (a fresh buffer per run would be a new mapping of memory
-        // each time). Only the old device's error ends the copy (the slot
-        // fails); the new one's drops the replacement at the next batch
-        // (`hot_replace_broken`), and the run writes no more to it.
-        let one_disk = pair
-            .new
-            .device_key()
-            .shares_a_disk_with(pair.old.device_key());
-        let devices = [pair.old.clone(), pair.new.clone()];
-        let at = |row: u64| self.data_offset + row * chunk;
-        let copy = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<()> {
-            let step = runs::step_rows(opts.step_bytes, chunk, hi - lo, one_disk);
-            // The step read, not yet written: its first row, its buffers.
-            let mut pending: Option<(u64, Vec<crate::buf::AlignedBuf>)> = None;
-            let mut row = lo;
-            loop {
-                let end = (row + step).min(hi);
-                // Every byte is read into before it is written out.
-                let mut bufs = pool.take((end - row) as usize);
-                let reads = (row..end).zip(bufs.iter_mut()).map(|(r, b)| MemberIo {
-                    member: 0,
-                    offset: at(r),
-                    op: IoOp::Read(&mut b[..]),
-                });
-                let writes = pending.iter().flat_map(|(first, w)| {
-                    (*first..).zip(w.iter()).map(|(r, b)| MemberIo {
-                        member: 1,
-                        offset: at(r),
-                        op: IoOp::Write(&b[..]),
-                    })
-                });
-                let mut ios: Vec<MemberIo> = reads.chain(writes).collect();
-                let mut results = submit(&devices, &mut ios);
-                drop(ios);
-                let written = results.split_off((end - row) as usize);
-                if let Some((_, w)) = pending.take() {
-                    pool.put(w);
-                }
-                // The new device's error is said whatever the old one did,
-                // so that the replacement is dropped, not rebuilt onto.
-                let new_erred = match written.into_iter().find_map(|r| r.err()) {
-                    Some(e) => {
-                        pair.new_err(e);
-                        true
-                    }
-                    None => false,
-                };
-                if let Some(e) = results.into_iter().find_map(|r| r.err()) {
-                    pool.put(bufs);
-                    return Err(ArrayError::Member {
-                        member: pair.old.identity().into(),
-                        source: e,
-                    });
-                }
-                if new_erred {
-                    pool.put(bufs);
-                    return Ok(());
-                }
-                if row == hi {
-                    return Ok(());
-                }
-                pending = Some((row, bufs));
-                row = end;
-            }
+        let copier = super::hot_copy::Copier {
+            a: self,
+            slot,
+            pair: &pair,
+            opts,
         };
-        // Rows the old device holds holes on are zeroed on the new one,
-        // not read (`skip_holes.rs`).
-        let work = |(lo, hi): runs::Run, pool: &mut crate::buf::BufPool| -> Result<()> {
-            for (a, b, holes) in self.copy_spans(slot, (lo, hi), opts.hole_bytes) {
-                if pair.new_failed.load(Ordering::Acquire) {
-                    break;
-                }
-                match holes {
-                    true => {
-                        if let Err(e) = pair.new.write_zeroes_allocated(at(a), (b - a) * chunk) {
-                            pair.new_err(e);
-                        }
-                    }
-                    false => copy((a, b), pool)?,
-                }
-            }
-            Ok(())
-        };
+        let work = |run: runs::Run, pool: &mut crate::buf::BufPool| copier.run(run, pool);
         let (run_rows, batch) = runs::run_and_batch_rows(opts.batch_rows, opts.parallel);
         let started = Instant::now();
         let copied = std::thread::scope(|sc| {
@@ -496,34 +416,28 @@ impl Array {
             }
             let end = (row + batch).min(total);
             let began = Instant::now();
-            {
-                let _held = self.locks.lock(self.rebuild_lock_keys(slot, row, end));
-                if let Some(why) = self.hot_replace_broken(slot, pair) {
-                    self.end_hot_replace(slot, pair, &why);
-                    return Err(ArrayError::Refused {
-                        rule: Rule::Superseded,
-                        detail: why,
-                    });
-                }
-                let copied: Result<()> = runs.batch((row, end), run_rows).into_iter().collect();
-                if let Err(e) = copied {
-                    drop(_held);
-                    let why = match &e {
-                        ArrayError::Member { source, .. } => {
-                            self.fail_slot(
-                                slot,
-                                &format!("read error during hot replace: {source}"),
-                            );
-                            format!("the old member failed ({source})")
-                        }
-                        other => format!("the copy stopped ({other}); replace again to restart it"),
-                    };
-                    self.end_hot_replace(slot, pair, &why);
-                    return Err(e);
-                }
-                if let Some(h) = self.hot.lock().as_ref() {
-                    h.row.store(end, Ordering::Release);
-                }
+            if let Some(why) = self.hot_replace_broken(slot, pair) {
+                self.end_hot_replace(slot, pair, &why);
+                return Err(ArrayError::Refused {
+                    rule: Rule::Superseded,
+                    detail: why,
+                });
+            }
+            // Its runs lock their own rows (`hot_copy.rs`).
+            let copied: Result<()> = runs.batch((row, end), run_rows).into_iter().collect();
+            if let Err(e) = copied {
+                let why = match &e {
+                    ArrayError::Member { source, .. } => {
+                        self.fail_slot(slot, &format!("read error during hot replace: {source}"));
+                        format!("the old member failed ({source})")
+                    }
+                    other => format!("the copy stopped ({other}); replace again to restart it"),
+                };
+                self.end_hot_replace(slot, pair, &why);
+                return Err(e);
+            }
+            if let Some(h) = self.hot.lock().as_ref() {
+                h.row.store(end, Ordering::Release);
             }
             // A source that fails meanwhile ends the pause too: its slot
             // is degraded until the replacement takes it, at the next batch.

@@ -15,6 +15,7 @@ mod create;
 pub(crate) mod degraded_read;
 mod events;
 mod failing;
+mod hot_copy;
 mod hot_replace;
 mod jobs;
 mod journal;

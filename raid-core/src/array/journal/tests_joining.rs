@@ -2,7 +2,7 @@
 //! the order of a flush's writes, and members joining a slot (a new
 //! member's ring made while records go on; records placed during a
 //! rebuild settled as its member comes in sync; writers into a rebuild's
-//! batch, which it locks a step at a time).
+//! or a hot replace's batch, which it locks a step at a time).
 
 use super::tests::rings;
 use super::*;
@@ -479,6 +479,66 @@ fn writers_into_a_rebuild_batch_wait_only_for_its_steps() {
         "the rebuilt member disagrees: {:?}",
         report.mismatches
     );
+    for row in rows {
+        let mut got = vec![0u8; 4096];
+        a.read(at(row), &mut got).unwrap();
+        assert!(got.iter().all(|&b| b == row as u8), "row {row}");
+    }
+}
+
+/// A hot replace's copy locks its rows a step at a time too: writes into
+/// its batch go on while it is held on a later step, and reach both
+/// devices, so the replacement holds them after the switch.
+#[test]
+fn writers_into_a_hot_replace_batch_wait_only_for_its_steps() {
+    let (a, _, log) = logged_array("jhsteps");
+    a.write(0, &vec![0x33u8; a.capacity() as usize]).unwrap();
+    let new = Logged::new("jhsteps", 4, &log);
+    a.hot_replace(3, new.clone()).unwrap();
+    // One batch of 8 rows in steps of one: held writing row 3.
+    new.hold_after(Held::Data, 3);
+    let opts = RebuildOptions {
+        batch_rows: 8,
+        parallel: 1,
+        step_bytes: a.geo.chunk,
+        ..RebuildOptions::default()
+    };
+    let at = |row: u64| match a.geo.chunk_at(3, row) {
+        crate::layout::ChunkRole::Data(c) => c * a.geo.chunk,
+        _ => row * a.geo.stripe_data_bytes(),
+    };
+    let rows = [1u64, 6];
+    std::thread::scope(|sc| {
+        let copy = sc.spawn(|| a.hot_replace_copy(&opts, &AtomicBool::new(false)));
+        assert!(came(&log, "held"), "the copy never reached row 3");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (a, at) = (&a, &at);
+        sc.spawn(move || {
+            for row in rows {
+                tx.send(a.write(at(row), &[row as u8; 4096]).is_ok())
+                    .unwrap();
+            }
+        });
+        let went_on = rows
+            .iter()
+            .all(|_| rx.recv_timeout(std::time::Duration::from_secs(10)) == Ok(true));
+        new.hold(None);
+        assert_eq!(copy.join().unwrap().unwrap(), RebuildEnd::Finished);
+        assert!(went_on, "a write into the batch waited for the whole of it");
+    });
+    let member = a.slots[3].member.read().clone().unwrap();
+    assert_eq!(
+        member.identity(),
+        new.identity(),
+        "the replacement took the slot"
+    );
+    let report = a
+        .scrub(
+            &crate::array::ScrubOptions::default(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+    assert!(report.mismatches.is_empty(), "{:?}", report.mismatches);
     for row in rows {
         let mut got = vec![0u8; 4096];
         a.read(at(row), &mut got).unwrap();

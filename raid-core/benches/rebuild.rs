@@ -22,12 +22,13 @@
 //! shards while the rebuild (and then the hot replace's copy) runs, with a
 //! flush every 64, as a filesystem on the array would: it prints their
 //! rate, their latencies and where they ran, beside the same writes for
-//! half a second before the job starts.)
+//! half a second before the job starts; then the same writes during a
+//! check-only scrub of the array, with the scrub's read rate.)
 
 mod common;
 
 use common::Sample;
-use raid_core::array::RebuildOptions;
+use raid_core::array::{RebuildOptions, ScrubOptions};
 use raid_core::layout::Level;
 use raid_core::member::{submit, IoOp, MemberIo, MemberRef, NvmeModel, SimNvme};
 use raid_core::metadata::LARGE_RING_DATA_OFFSET;
@@ -242,6 +243,28 @@ fn main() {
                 };
                 println!("| {level} {job} | {p} | {rate:.0} | {seq:.0} | {ratio:.2}x | {target} |");
             }
+        }
+        // Then a check-only scrub of the array, optimal again, under the
+        // same writes where asked.
+        if under_writes {
+            let e = Engine::start(a.clone(), 2).unwrap();
+            let before = where_ran(&e);
+            let (done, t) = (AtomicBool::new(false), Instant::now());
+            let (report, clients) = std::thread::scope(|sc| {
+                let w = sc.spawn(|| client_writes(&e, a.capacity(), &done));
+                let opts = ScrubOptions::default();
+                let r = a.scrub(&opts, &AtomicBool::new(false)).unwrap();
+                done.store(true, Ordering::Release);
+                (r, w.join().unwrap())
+            });
+            let rate = report.bytes_read as f64 / t.elapsed().as_secs_f64() / 1e6;
+            let (on, off) = where_ran(&e);
+            eprintln!(
+                "  {level} scrub, under writes: {}, {} on the shards, {} on the blocking path; scrub read {rate:.0} MB/s",
+                said(&clients),
+                on - before.0,
+                off - before.1
+            );
         }
     }
 }

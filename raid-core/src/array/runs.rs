@@ -1,7 +1,7 @@
 //! Rows of the array worked side by side: a long job's batch (a rebuild's,
 //! a hot replace's copy, a scrub's), whose locks the job's own thread
-//! holds (or, for a RAID5/6 rebuild, each run takes for its steps), cut
-//! into runs worked on threads made once per job, each keeping its chunk
+//! holds (a mirror's rebuild) or each run takes a step at a time (the
+//! others), cut into runs worked on threads made once per job, each keeping its chunk
 //! buffers and its io_uring (member I/O keeps one ring per thread) from
 //! batch to batch, fed runs over a channel.
 //!

@@ -1,10 +1,13 @@
 //! Scrub: read every stripe (or mirrored chunk), check that redundancy
 //! agrees with data, report mismatches by stripe and member, and with
-//! `repair` fix them. Online: each batch holds its stripe locks, so writers
-//! wait only for the batch being checked. A batch is cut into `parallel`
-//! runs of `batch_rows`, checked side by side as a rebuild's are
-//! (`runs.rs`): one run's reads in flight while another's parity is
-//! recomputed.
+//! `repair` fix them. Online: each step of a run (256 KiB of each member,
+//! `runs::STEP_BYTES`, or the stripes a GPU engine asks for in one call)
+//! holds its stripe (or chunk) locks while it is read, checked and
+//! repaired, so writers wait only for that step. A batch is
+//! cut into `parallel` runs of `batch_rows`, checked side by side as a
+//! rebuild's are (`runs.rs`): one run's reads in flight while another's
+//! parity is recomputed. Rows of holes are judged without the locks: a
+//! write that lands there meanwhile is left unchecked, never misjudged.
 //!
 //! Repair rules:
 //! - RAID6: the syndromes locate a single bad chunk in each sector of the
@@ -32,10 +35,12 @@ pub struct ScrubOptions {
     pub repair: bool,
     /// Most bytes read per second from all members together (None: no limit).
     pub rate_limit: Option<u64>,
-    /// Rows per run: the parity engine's batch.
+    /// Rows per run. A run is checked a step at a time (256 KiB of each
+    /// member, or the parity engine's batch where it asks for larger ones:
+    /// a GPU's), each step's rows locked while it is.
     pub batch_rows: u64,
-    /// Runs of `batch_rows` checked side by side, each on a thread (at
-    /// most 256 rows locked at once); 1: one at a time. By default the
+    /// Runs of `batch_rows` checked side by side, each on a thread (each
+    /// locking a step of its rows at a time); 1: one at a time. By default the
     /// cores, at most 4 (as a rebuild's). A scrub on a rayon thread runs
     /// them one at a time whatever this says.
     pub parallel: usize,
@@ -177,14 +182,28 @@ impl Array {
             // Rows every member holds holes on are skipped (`skip_holes.rs`).
             let spans = self.scrub_spans((lo, hi), opts.hole_bytes);
             let data = spans.into_iter().filter(|&(_, _, h)| !h);
-            let r = data
-                .map(|(a, b, _)| (a, b))
-                .try_for_each(|(a, b)| match self.geo.level {
+            let step = runs::step_rows(runs::STEP_BYTES, self.geo.chunk, hi - lo, false).max(
+                match self.geo.level {
+                    Level::Raid5 | Level::Raid6 => {
+                        self.engine.preferred_batch(self.geo.stripe_data_bytes()) as u64
+                    }
+                    _ => 1,
+                },
+            );
+            let steps = data.flat_map(|(a, b, _)| {
+                (a..b)
+                    .step_by(step as usize)
+                    .map(move |s| (s, (s + step).min(b)))
+            });
+            let r = steps.into_iter().try_for_each(|(a, b)| {
+                let _held = self.locks.lock(a..b);
+                match self.geo.level {
                     Level::Raid5 | Level::Raid6 => {
                         self.scrub_stripes(a..b, repair, epoch, &mut found, pool)
                     }
                     _ => (a..b).try_for_each(|c| self.scrub_chunk(c, repair, epoch, &mut found)),
-                });
+                }
+            });
             if r.is_err() {
                 erred.store(true, Ordering::Release);
             }
@@ -225,20 +244,18 @@ impl Array {
             }
             let end = (row + batch).min(rows);
             let (began, read_before) = (Instant::now(), report.bytes_read);
-            {
-                let _held = self.locks.lock(row..end);
-                let mut failed = None;
-                for r in runs.batch((row, end), run_rows) {
-                    let (found, ended) = r.unwrap_or_else(|e| (ScrubReport::default(), Err(e)));
-                    report.bytes_read += found.bytes_read;
-                    report.mismatches.extend(found.mismatches);
-                    if failed.is_none() {
-                        failed = ended.err();
-                    }
+            // Its runs lock their own steps' rows.
+            let mut failed = None;
+            for r in runs.batch((row, end), run_rows) {
+                let (found, ended) = r.unwrap_or_else(|e| (ScrubReport::default(), Err(e)));
+                report.bytes_read += found.bytes_read;
+                report.mismatches.extend(found.mismatches);
+                if failed.is_none() {
+                    failed = ended.err();
                 }
-                if let Some(e) = failed {
-                    return Err(e);
-                }
+            }
+            if let Some(e) = failed {
+                return Err(e);
             }
             report.rows = end;
             if let Some(p) = &opts.progress {
@@ -348,9 +365,10 @@ impl Array {
         })
     }
 
-    /// Checks a batch of stripes: every chunk read in one submission, the
-    /// parity of all of them recomputed in one batched engine call (where
-    /// a GPU engine pays off), then each stripe judged on its own.
+    /// Checks a step of stripes: every chunk read in one submission, the
+    /// parity of all of them recomputed in one batched engine call (as
+    /// many stripes as a GPU engine asks for, where one runs), then each
+    /// stripe judged on its own.
     fn scrub_stripes(
         &self,
         rows: std::ops::Range<u64>,

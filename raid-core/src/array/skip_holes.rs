@@ -19,10 +19,11 @@
 //! filesystem trusted to count data not yet written back as data. Every
 //! other device's chunks are data, read as before: a block device, a
 //! file elsewhere, and a network member (asked chunk by chunk, a job
-//! would wait on its server for each). Rows a job zeroes or skips are
-//! asked about under locks every writer of them takes (a scrub's batch's,
-//! a rebuild's or a hot replace's run's, or a mirror rebuild's batch's),
-//! so no write lands between the answer and what the job does with it.
+//! would wait on its server for each). Rows a job zeroes are asked about
+//! under locks every writer of them takes (a rebuild's or a hot replace's
+//! run's, a mirror rebuild's batch's), so no write lands between the
+//! answer and the zeros. A scrub asks without: a write that lands in rows
+//! it skips is left unchecked, never wrongly judged.
 
 use super::zero_extents::KnownRuns;
 use super::*;

@@ -1,8 +1,9 @@
 //! The journal against members that log, and hold back, chosen writes:
 //! the order of a flush's writes, and members joining a slot (a new
 //! member's ring made while records go on; records placed during a
-//! rebuild settled as its member comes in sync; writers into a rebuild's
-//! or a hot replace's batch, which it locks a step at a time).
+//! rebuild settled as its member comes in sync), and writers into the
+//! batch of a rebuild, a hot replace or a scrub, which each locks a step
+//! of rows at a time.
 
 use super::tests::rings;
 use super::*;
@@ -31,6 +32,9 @@ enum Held {
     /// Whole chunks (64 KiB and more) into the data area: a rebuild's
     /// rows, not a client's 4 KiB writes.
     Data,
+    /// Whole chunks read from the data area: a scrub's rows, not a
+    /// client's 4 KiB reads.
+    Reads,
 }
 
 impl Logged {
@@ -139,6 +143,9 @@ impl Member for Logged {
         self.inner.size()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if offset >= crate::metadata::MIN_DATA_OFFSET && buf.len() >= 64 << 10 {
+            self.wait_while_held(Held::Reads);
+        }
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -421,12 +428,89 @@ fn records_placed_while_a_hot_replacements_ring_is_zeroed_are_settled_by_the_swi
     );
 }
 
+/// Writes of one block to each of `free` rows and to `held`'s, while a
+/// job is held on a step that locks `held` (`release` lets it go): what
+/// the writes to `free` did within 10 seconds (each ended well), whether
+/// the write to `held` waited (not ended within half a second), and how it
+/// ended once the job went on. Each row's block holds the row's number.
+fn writes_around_a_held_step(
+    a: &Array,
+    at: &(dyn Fn(u64) -> u64 + Sync),
+    (free, held): (&[u64], u64),
+    release: &dyn Fn(),
+) -> (bool, bool, bool) {
+    let write = |row: u64| a.write(at(row), &[row as u8; 4096]).is_ok();
+    std::thread::scope(|sc| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (htx, hrx) = std::sync::mpsc::channel();
+        sc.spawn(move || {
+            for &row in free {
+                tx.send(write(row)).unwrap();
+            }
+        });
+        sc.spawn(move || htx.send(write(held)).unwrap());
+        let secs = std::time::Duration::from_secs;
+        let went_on = free.iter().all(|_| rx.recv_timeout(secs(10)) == Ok(true));
+        let early = hrx.recv_timeout(std::time::Duration::from_millis(500));
+        release();
+        let ended = early.or_else(|_| hrx.recv_timeout(secs(10)));
+        (went_on, early.is_err(), ended == Ok(true))
+    })
+}
+
+/// Whether `log` says "held" (a job reached its hold); where it does not,
+/// the hold is let go (`release`) so that the job cannot wait forever.
+fn reached_its_hold(log: &Log, release: &dyn Fn()) -> bool {
+    let reached = came(log, "held");
+    if !reached {
+        release();
+    }
+    reached
+}
+
+/// What a job held on a step left: the writes to rows on either side of
+/// the step went on, the write into it waited for it and then ended, and
+/// every row written reads back.
+fn check_writes_around(a: &Array, at: &dyn Fn(u64) -> u64, rows: &[u64], got: (bool, bool, bool)) {
+    let (went_on, waited, ended) = got;
+    assert!(went_on, "a write into the batch waited for the whole of it");
+    assert!(
+        waited,
+        "a write into the step under way did not wait for it"
+    );
+    assert!(ended, "the write into the step under way never ended");
+    for &row in rows {
+        let mut buf = vec![0u8; 4096];
+        a.read(at(row), &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == row as u8), "row {row}");
+    }
+}
+
+/// The offset of 4 KiB of `row` that lands on `slot`'s chunk (or on the
+/// data, where that chunk is the parity).
+fn on_slot(a: &Array, slot: usize, row: u64) -> u64 {
+    match a.geo.chunk_at(slot, row) {
+        crate::layout::ChunkRole::Data(c) => c * a.geo.chunk,
+        _ => row * a.geo.stripe_data_bytes(),
+    }
+}
+
+/// A job's options: one batch of 8 rows, one run, steps of one row.
+fn steps_of_one_row(a: &Array) -> RebuildOptions {
+    RebuildOptions {
+        batch_rows: 8,
+        parallel: 1,
+        step_bytes: a.geo.chunk,
+        ..RebuildOptions::default()
+    }
+}
+
 /// A RAID5 rebuild locks its rows a step at a time, not a batch at a
 /// time: writes into its batch go on while it is held on a later step.
 /// Where a step already wrote the new member, a write there writes the
 /// member too (the row counts in sync from the step's mark), or once the
 /// batch ended the member would keep what the rebuild wrote before the
-/// write.
+/// write; a write into the step under way waits for it.
 #[test]
 fn writers_into_a_rebuild_batch_wait_only_for_its_steps() {
     let (a, _, log) = logged_array("jsteps");
@@ -434,39 +518,20 @@ fn writers_into_a_rebuild_batch_wait_only_for_its_steps() {
     a.fail_slot(3, "test");
     let new = Logged::new("jsteps", 4, &log);
     a.replace(3, new.clone()).unwrap();
-    // One batch of 8 rows in steps of one: held writing row 3, with rows
-    // 0-2 written (and marked) and rows 3-4 locked.
+    // Held writing row 3: rows 0-2 written (and marked), rows 3-4 locked.
     new.hold_after(Held::Data, 3);
-    let opts = RebuildOptions {
-        batch_rows: 8,
-        parallel: 1,
-        step_bytes: a.geo.chunk,
-        ..RebuildOptions::default()
-    };
-    // 4 KiB of each row that lands on the new member's chunk (or on the
-    // data, where that chunk is the parity).
-    let at = |row: u64| match a.geo.chunk_at(3, row) {
-        crate::layout::ChunkRole::Data(c) => c * a.geo.chunk,
-        _ => row * a.geo.stripe_data_bytes(),
-    };
-    let rows = [1u64, 6];
-    std::thread::scope(|sc| {
+    let opts = steps_of_one_row(&a);
+    let at = |row| on_slot(&a, 3, row);
+    let release = || new.hold(None);
+    let got = std::thread::scope(|sc| {
         let rebuild = sc.spawn(|| a.rebuild_all(&opts, &AtomicBool::new(false)));
-        assert!(came(&log, "held"), "the rebuild never reached row 3");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (a, at) = (&a, &at);
-        sc.spawn(move || {
-            for row in rows {
-                tx.send(a.write(at(row), &[row as u8; 4096]).is_ok())
-                    .unwrap();
-            }
-        });
-        let went_on = rows
-            .iter()
-            .all(|_| rx.recv_timeout(std::time::Duration::from_secs(10)) == Ok(true));
-        new.hold(None);
+        assert!(
+            reached_its_hold(&log, &release),
+            "the rebuild never reached row 3"
+        );
+        let got = writes_around_a_held_step(&a, &at, (&[1, 6], 3), &release);
         assert_eq!(rebuild.join().unwrap().unwrap(), RebuildEnd::Finished);
-        assert!(went_on, "a write into the batch waited for the whole of it");
+        got
     });
     let report = a
         .scrub(
@@ -479,11 +544,7 @@ fn writers_into_a_rebuild_batch_wait_only_for_its_steps() {
         "the rebuilt member disagrees: {:?}",
         report.mismatches
     );
-    for row in rows {
-        let mut got = vec![0u8; 4096];
-        a.read(at(row), &mut got).unwrap();
-        assert!(got.iter().all(|&b| b == row as u8), "row {row}");
-    }
+    check_writes_around(&a, &at, &[1, 3, 6], got);
 }
 
 /// A hot replace's copy locks its rows a step at a time too: writes into
@@ -495,36 +556,20 @@ fn writers_into_a_hot_replace_batch_wait_only_for_its_steps() {
     a.write(0, &vec![0x33u8; a.capacity() as usize]).unwrap();
     let new = Logged::new("jhsteps", 4, &log);
     a.hot_replace(3, new.clone()).unwrap();
-    // One batch of 8 rows in steps of one: held writing row 3.
+    // Held writing row 3: rows 3-4 locked.
     new.hold_after(Held::Data, 3);
-    let opts = RebuildOptions {
-        batch_rows: 8,
-        parallel: 1,
-        step_bytes: a.geo.chunk,
-        ..RebuildOptions::default()
-    };
-    let at = |row: u64| match a.geo.chunk_at(3, row) {
-        crate::layout::ChunkRole::Data(c) => c * a.geo.chunk,
-        _ => row * a.geo.stripe_data_bytes(),
-    };
-    let rows = [1u64, 6];
-    std::thread::scope(|sc| {
+    let opts = steps_of_one_row(&a);
+    let at = |row| on_slot(&a, 3, row);
+    let release = || new.hold(None);
+    let got = std::thread::scope(|sc| {
         let copy = sc.spawn(|| a.hot_replace_copy(&opts, &AtomicBool::new(false)));
-        assert!(came(&log, "held"), "the copy never reached row 3");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (a, at) = (&a, &at);
-        sc.spawn(move || {
-            for row in rows {
-                tx.send(a.write(at(row), &[row as u8; 4096]).is_ok())
-                    .unwrap();
-            }
-        });
-        let went_on = rows
-            .iter()
-            .all(|_| rx.recv_timeout(std::time::Duration::from_secs(10)) == Ok(true));
-        new.hold(None);
+        assert!(
+            reached_its_hold(&log, &release),
+            "the copy never reached row 3"
+        );
+        let got = writes_around_a_held_step(&a, &at, (&[1, 6], 3), &release);
         assert_eq!(copy.join().unwrap().unwrap(), RebuildEnd::Finished);
-        assert!(went_on, "a write into the batch waited for the whole of it");
+        got
     });
     let member = a.slots[3].member.read().clone().unwrap();
     assert_eq!(
@@ -539,9 +584,35 @@ fn writers_into_a_hot_replace_batch_wait_only_for_its_steps() {
         )
         .unwrap();
     assert!(report.mismatches.is_empty(), "{:?}", report.mismatches);
-    for row in rows {
-        let mut got = vec![0u8; 4096];
-        a.read(at(row), &mut got).unwrap();
-        assert!(got.iter().all(|&b| b == row as u8), "row {row}");
-    }
+    check_writes_around(&a, &at, &[1, 3, 6], got);
+}
+
+/// A scrub locks its rows a step at a time: writes into its batch, before
+/// and after the step it is held on, go on, one into that step waits for
+/// it, and the scrub finds nothing wrong.
+#[test]
+fn writers_into_a_scrub_batch_wait_only_for_its_steps() {
+    let (a, l, log) = logged_array("jssteps");
+    a.write(0, &vec![0x33u8; a.capacity() as usize]).unwrap();
+    // One batch of 16 rows, in steps of 4 (256 KiB of each member): held
+    // reading the second step, rows 4-7 locked.
+    l[0].hold_after(Held::Reads, 4);
+    let opts = crate::array::ScrubOptions {
+        batch_rows: 16,
+        parallel: 1,
+        ..Default::default()
+    };
+    let at = |row| row * a.geo.stripe_data_bytes();
+    let release = || l[0].hold(None);
+    let (report, got) = std::thread::scope(|sc| {
+        let scrub = sc.spawn(|| a.scrub(&opts, &AtomicBool::new(false)));
+        assert!(
+            reached_its_hold(&log, &release),
+            "the scrub never reached its second step"
+        );
+        let got = writes_around_a_held_step(&a, &at, (&[1, 10], 5), &release);
+        (scrub.join().unwrap().unwrap(), got)
+    });
+    assert!(report.mismatches.is_empty(), "{:?}", report.mismatches);
+    check_writes_around(&a, &at, &[1, 5, 10], got);
 }

@@ -94,10 +94,8 @@ impl Copier<'_> {
             // The locks of the step at `row`.
             let mut held = None;
             if step_locks && row < hi {
-                held = match pending.as_ref().and_then(|(.., h)| h.as_ref()) {
-                    Some(before) => a.locks.lock_above(before, self.keys(row, end)),
-                    None => Some(a.locks.lock(self.keys(row, end))),
-                };
+                let before = pending.as_ref().and_then(|(.., h)| h.as_ref());
+                held = a.locks.lock_next(before, self.keys(row, end));
                 if held.is_none() {
                     // The step before's writes alone, then this step.
                     end = row;

@@ -86,6 +86,20 @@ impl StripeLocks {
         }
     }
 
+    /// The locks of a job's next step: taken plainly where it holds
+    /// nothing (`before` None), else beside what it holds (`lock_above`;
+    /// None where refused).
+    pub fn lock_next<I: IntoIterator<Item = u64>>(
+        &self,
+        before: Option<&Held<'_>>,
+        keys: I,
+    ) -> Option<Held<'_>> {
+        match before {
+            Some(held) => self.lock_above(held, keys),
+            None => Some(self.lock(keys)),
+        }
+    }
+
     fn sorted<I: IntoIterator<Item = u64>>(&self, keys: I) -> Vec<usize> {
         let mut idx: Vec<usize> = keys.into_iter().map(Self::index).collect();
         idx.sort_unstable();

@@ -186,10 +186,8 @@ impl Array {
         loop {
             let mut hi = (lo + step).min(end);
             if marked.is_some() && lo < end && held.is_none() {
-                held = match pending.as_ref().and_then(|(_, h)| h.as_ref()) {
-                    Some(before) => self.locks.lock_above(before, lo..hi),
-                    None => Some(self.locks.lock(lo..hi)),
-                };
+                let before = pending.as_ref().and_then(|(_, h)| h.as_ref());
+                held = self.locks.lock_next(before, lo..hi);
                 if held.is_none() {
                     // The step before's writes alone, then this step.
                     hi = lo;

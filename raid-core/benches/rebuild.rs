@@ -13,8 +13,8 @@
 //! GB/s write) scaled down 8 times, so that this machine's cores, which
 //! move every byte in memory, are not the bound: the ratio is what counts.
 //!
-//! `cargo bench -p raid-core --bench rebuild` (BENCH_LEVEL=raid5 one level;
-//! BENCH_READ_MBS and BENCH_WRITE_MBS the drives' bandwidth in MB/s;
+//! `cargo bench -p raid-core --bench rebuild` (BENCH_LEVEL=raid5 one
+//! level of raid5, raid6 and raid10; BENCH_READ_MBS and BENCH_WRITE_MBS the drives' bandwidth in MB/s;
 //! BENCH_PARALLEL=1,2,4 the rebuild's runs side by side to measure;
 //! BENCH_STEP_KIB the runs' step, `RebuildOptions::step_bytes`;
 //! BENCH_BATCH_ROWS the rows of a run, `RebuildOptions::batch_rows`;
@@ -166,7 +166,7 @@ fn main() {
         "\n| level, job | runs at once | MB/s | new drive's seq write MB/s | ratio | target |"
     );
     println!("|---|---|---|---|---|---|");
-    for level in common::chosen(&[Level::Raid5, Level::Raid6]) {
+    for level in common::chosen(&[Level::Raid5, Level::Raid6, Level::Raid10]) {
         let members = (0..MEMBERS)
             .map(|i| drive(format!("sim:{level}-{i}"), model))
             .collect();

@@ -1,26 +1,23 @@
 //! Rebuild: bring a replacement member in sync, online, batch by batch.
 //!
-//! Each batch of rows is rebuilt under the locks of its stripes (or mirrored
-//! chunks), then the member's in-sync position moves past it, so a writer
-//! either finds the rows not yet rebuilt (and skips the member: the rebuild
-//! will compute them) or rebuilt (and writes the member). On RAID5/6 a
-//! batch's rows are locked a step at a time, not together: each step's
-//! rows count as rebuilt once written, before their locks go
-//! (`sync::Ahead`), and the position moves past the batch once all are
-//! (`rebuild_rows.rs`). The position is
-//! saved in the metadata every `checkpoint_bytes` or `checkpoint_every`,
-//! whichever comes first, after a flush of the new
-//! member, so a stop or crash resumes from there. A RAID5/6 write to rows
-//! rebuilt but not yet saved goes through the journal, as a degraded one
-//! (`Array::readable_after_a_crash`): a crash takes the member back to the
-//! saved row and rebuilds what follows from the others, which a torn write
-//! with no record would leave disagreeing.
+//! Each batch of rows is rebuilt under the locks of its stripes (or
+//! mirrored chunks), a step at a time, not all together: each step's rows
+//! count as rebuilt once written, before their locks go (`sync::Ahead`),
+//! and the member's in-sync position moves past the batch once all are
+//! (`rebuild_rows.rs`). So a writer either finds a row not yet rebuilt
+//! (and skips the member: the rebuild will compute it) or rebuilt (and
+//! writes the member). The position is saved in the metadata every
+//! `checkpoint_bytes` or `checkpoint_every`, whichever comes first, after
+//! a flush of the new member, so a stop or crash resumes from there. A
+//! RAID5/6 write to rows rebuilt but not yet saved goes through the
+//! journal, as a degraded one (`Array::readable_after_a_crash`): a crash
+//! takes the member back to the saved row and rebuilds what follows from
+//! the others, which a torn write with no record would leave disagreeing.
 //!
 //! A batch is cut into `parallel` runs of `batch_rows` rows (at most 256
 //! rows in all), rebuilt side by side on threads made for the rebuild
-//! (`runs.rs`), while the rebuild's own thread holds every lock of the
-//! batch on a mirror, or each run locks its steps' rows on RAID5/6. The
-//! position moves only once the whole batch is written.
+//! (`runs.rs`), each run locking its steps' rows. The position moves
+//! only once the whole batch is written.
 
 use super::runs;
 use super::sync::WRAPPED;
@@ -41,15 +38,15 @@ pub struct RebuildOptions {
     /// the module's doc); 1: one at a time. By default the cores, at most
     /// 4. A rebuild on a rayon thread runs them one at a time whatever
     /// this says. A hot replace's copy runs the same way. Writers into a
-    /// batch wait for all of it (`batch_rows` x `parallel` rows, at most
-    /// 256) on a mirror and in a hot replace's copy; on a RAID5/6 rebuild,
-    /// for the step or two of its run under way (`step_bytes`).
+    /// batch wait for the step or two of its run under way (`step_bytes`),
+    /// not for all of it.
     pub parallel: usize,
     /// Member bytes a RAID5/6 rebuild's or a hot replace's run reads per
     /// member at a time, each step's writes going out with the next
     /// step's reads (`runs::step_rows`; 256 KiB by default). A mirror's
-    /// rebuild copies a run at once. The deterministic simulation makes it
-    /// a row, so that small arrays have runs of many steps.
+    /// rebuild copies a step at a time, its reads then its writes. The
+    /// deterministic simulation makes it a row, so that small arrays have
+    /// runs of many steps.
     pub step_bytes: u64,
     /// The shortest run of holes, in bytes per member, that a rebuild or
     /// a hot replace zeroes on the new member rather than reads
@@ -440,23 +437,13 @@ impl Array {
                 }
             })
             .collect();
-        // A RAID5/6 batch's runs lock their own rows and mark what they
-        // wrote (`rebuild_run`); a mirror's are worked under the batch's
-        // locks.
-        let _held = match self.geo.level {
-            Level::Raid5 | Level::Raid6 => {
-                for &i in &on {
-                    let runs = runs::runs_of((row, end), pass.run_rows);
-                    let firsts = runs.into_iter().map(|(lo, _)| lo);
-                    self.begin_rebuilt_ahead(&pass.targets[i].ticket, firsts);
-                }
-                None
-            }
-            _ => {
-                let first = pass.targets[on[0]].ticket.slot;
-                Some(self.locks.lock(self.rebuild_lock_keys(first, row, end)))
-            }
-        };
+        // The runs lock their own rows and mark what they wrote
+        // (`rebuild_run`).
+        for &i in &on {
+            let runs = runs::runs_of((row, end), pass.run_rows);
+            let firsts = runs.into_iter().map(|(lo, _)| lo);
+            self.begin_rebuilt_ahead(&pass.targets[i].ticket, firsts);
+        }
         let mut written = vec![0u64; on.len()];
         for r in runs.batch((row, end), pass.run_rows) {
             for (w, n) in written.iter_mut().zip(r?) {

@@ -44,13 +44,14 @@ impl Recovered {
 impl Array {
     /// Rebuilds one run of a batch onto the members `all` joined, and
     /// returns the rows written to each (a re-added member's clean rows
-    /// are skipped). On RAID5/6 (whose batches take no locks) a run of
-    /// data alone, written to every member, goes step by step, each step
-    /// locking its own rows (`rebuild_parity_rows`); one with holes or
-    /// rows skipped is locked whole while it is judged again and worked,
-    /// so that what the judgement spared (zeroed rather than read, or not
-    /// written) cannot change before the member counts it in sync. Rows
-    /// are marked rebuilt for every member, so that writers write them.
+    /// are skipped). A run of data alone, written to every member, goes
+    /// step by step, each step locking its own rows (on RAID5/6
+    /// `rebuild_parity_rows`; a mirror's step is read, then written); one
+    /// with holes or rows skipped is locked whole while it is judged again
+    /// and worked, so that what the judgement spared (zeroed rather than
+    /// read, or not written) cannot change before the member counts it in
+    /// sync. Rows are marked rebuilt for every member, so that writers
+    /// write them.
     pub(super) fn rebuild_run(
         &self,
         all: &[super::rebuild::Joined],
@@ -58,14 +59,12 @@ impl Array {
         opts: &RebuildOptions,
         pool: &mut crate::buf::BufPool,
     ) -> Result<Vec<u64>> {
-        if !matches!(self.geo.level, Level::Raid5 | Level::Raid6) {
-            return self.rebuild_run_judged(all, (lo, hi), opts, pool);
-        }
         let mark = |upto| {
             for j in all {
                 self.mark_rebuilt(&j.ticket, lo, upto);
             }
         };
+        let first = all.first().map_or(0, |j| j.ticket.slot);
         let (write, spans) = self.judge_run(all, (lo, hi), opts.hole_bytes);
         if write.iter().all(|&w| w) && spans.iter().all(|&(.., holes)| !holes) {
             // What was judged without the locks may change: recovering
@@ -73,10 +72,25 @@ impl Array {
             // does.
             let to: Vec<(usize, &MemberRef)> =
                 all.iter().map(|j| (j.ticket.slot, &j.member)).collect();
-            self.rebuild_parity_rows(&to, (lo, hi), opts.step_bytes, pool, Some(&mark))?;
+            match (self.geo.level, &to[..]) {
+                (Level::Raid5 | Level::Raid6, _) => {
+                    self.rebuild_parity_rows(&to, (lo, hi), opts.step_bytes, pool, Some(&mark))?
+                }
+                (_, &[(slot, target)]) => {
+                    let step =
+                        super::runs::step_rows(opts.step_bytes, self.geo.chunk, hi - lo, false);
+                    for a in (lo..hi).step_by(step as usize) {
+                        let b = (a + step).min(hi);
+                        let _held = self.locks.lock(self.rebuild_lock_keys(slot, a, b));
+                        self.rebuild_mirror_rows(slot, target, a, b)?;
+                        mark(b);
+                    }
+                }
+                _ => unreachable!("mirrors are rebuilt one slot per pass"),
+            }
             return Ok(vec![hi - lo; all.len()]);
         }
-        let _held = self.locks.lock(lo..hi);
+        let _held = self.locks.lock(self.rebuild_lock_keys(first, lo, hi));
         let written = self.rebuild_run_judged(all, (lo, hi), opts, pool)?;
         mark(hi);
         Ok(written)

@@ -1,7 +1,6 @@
 //! Rows of the array worked side by side: a long job's batch (a rebuild's,
-//! a hot replace's copy, a scrub's), whose locks the job's own thread
-//! holds (a mirror's rebuild) or each run takes a step at a time (the
-//! others), cut into runs worked on threads made once per job, each keeping its chunk
+//! a hot replace's copy, a scrub's), whose runs each lock a step of
+//! their rows at a time, cut into runs worked on threads made once per job, each keeping its chunk
 //! buffers and its io_uring (member I/O keeps one ring per thread) from
 //! batch to batch, fed runs over a channel.
 //!
@@ -55,7 +54,8 @@ pub(super) fn step_rows(bytes: u64, chunk: u64, run_rows: u64, one_disk: bool) -
     }
 }
 
-/// Most rows a job locks at once: writers into a batch wait for all of it.
+/// Most rows of a job's batch (and so most a run locked whole holds: one
+/// with holes or rows skipped, whose writers wait for all of it).
 pub(super) const MOST_ROWS_LOCKED: u64 = 256;
 
 /// A job's rows per run and per batch: runs of `run_rows` (1 to 256),

@@ -20,9 +20,8 @@
 //! other device's chunks are data, read as before: a block device, a
 //! file elsewhere, and a network member (asked chunk by chunk, a job
 //! would wait on its server for each). Rows a job zeroes are asked about
-//! under locks every writer of them takes (a rebuild's or a hot replace's
-//! run's, a mirror rebuild's batch's), so no write lands between the
-//! answer and the zeros. A scrub asks without: a write that lands in rows
+//! under locks every writer of them takes (a rebuild's or a hot
+//! replace's run's), so no write lands between the answer and the zeros. A scrub asks without: a write that lands in rows
 //! it skips is left unchecked, never wrongly judged.
 
 use super::zero_extents::KnownRuns;

@@ -22,7 +22,7 @@
 //! metadata written by anyone (a failure, a spare) never counts rows
 //! whose writes may still sit in the member's cache.
 //!
-//! Within a batch, the rows a RAID5/6 rebuild's run has written count in
+//! Within a batch, the rows a rebuild's run has written count in
 //! sync ahead of the position (`Ahead`): each step is locked on its own
 //! (`rebuild_rows.rs`), so a writer into the batch waits for the step
 //! under way, not for the whole batch, and must then write the new

@@ -92,13 +92,13 @@ type Log = Arc<Mutex<Vec<&'static str>>>;
 /// A RAID5 of four `Logged` members (as `array` makes it), logging into
 /// one log, each with a hold of its own.
 fn logged_array(tag: &str) -> (Array, Vec<Arc<Logged>>, Log) {
-    logged_array_of(tag, Level::Raid5)
+    logged_array_of(tag, Level::Raid5, 4)
 }
 
-/// `logged_array` at `level`.
-fn logged_array_of(tag: &str, level: Level) -> (Array, Vec<Arc<Logged>>, Log) {
+/// `logged_array` at `level`, of `n` members.
+fn logged_array_of(tag: &str, level: Level, n: usize) -> (Array, Vec<Arc<Logged>>, Log) {
     let log = Log::default();
-    let l: Vec<Arc<Logged>> = (0..4).map(|i| Logged::new(tag, i, &log)).collect();
+    let l: Vec<Arc<Logged>> = (0..n).map(|i| Logged::new(tag, i, &log)).collect();
     let m = l.iter().map(|m| m.clone() as MemberRef).collect();
     let opts = CreateOptions {
         name: tag.into(),
@@ -521,29 +521,36 @@ fn steps_of_one_row(a: &Array) -> RebuildOptions {
 /// a write into the step under way waits for it. RAID5, and mirrors.
 #[test]
 fn writers_into_a_rebuild_batch_wait_only_for_its_steps() {
-    for level in [Level::Raid5, Level::Raid10, Level::Raid1] {
-        writers_into_a_rebuild_batch(level);
+    // An odd RAID10 too: a chunk's copies there lie on two rows.
+    for (level, n) in [
+        (Level::Raid5, 4),
+        (Level::Raid10, 4),
+        (Level::Raid1, 4),
+        (Level::Raid10, 3),
+    ] {
+        writers_into_a_rebuild_batch(level, n);
     }
 }
 
-fn writers_into_a_rebuild_batch(level: Level) {
-    let (a, _, log) = logged_array_of(&format!("jsteps{level}"), level);
+/// The last of `n` members of a `level` array rebuilt under writes.
+fn writers_into_a_rebuild_batch(level: Level, n: usize) {
+    let tag = format!("jsteps{level}-{n}");
+    let (a, _, log) = logged_array_of(&tag, level, n);
+    let slot = n - 1;
     a.write(0, &vec![0x33u8; a.capacity() as usize]).unwrap();
-    a.fail_slot(3, "test");
-    let new = Logged::new(&format!("jsteps{level}"), 4, &log);
-    a.replace(3, new.clone()).unwrap();
+    a.fail_slot(slot, "test");
+    let new = Logged::new(&tag, n, &log);
+    a.replace(slot, new.clone()).unwrap();
     // Held writing row 3: rows 0-2 written (and marked), row 3 locked
     // (and row 4, read on RAID5 with row 3's write).
     new.hold_after(Held::Data, 3);
     let opts = steps_of_one_row(&a);
-    let at = |row| on_slot(&a, 3, row);
+    let at = |row| on_slot(&a, slot, row);
     let release = || new.hold(None);
     let got = std::thread::scope(|sc| {
         let rebuild = sc.spawn(|| a.rebuild_all(&opts, &AtomicBool::new(false)));
-        assert!(
-            reached_its_hold(&log, &release),
-            "the rebuild never reached row 3"
-        );
+        let reached = reached_its_hold(&log, &release);
+        assert!(reached, "{tag}: the rebuild never reached row 3");
         let got = writes_around_a_held_step(&a, &at, (&[1, 6], 3), &release);
         assert_eq!(rebuild.join().unwrap().unwrap(), RebuildEnd::Finished);
         got

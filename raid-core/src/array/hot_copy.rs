@@ -30,17 +30,40 @@ use crate::member::{submit, IoOp, MemberIo};
 
 /// What copies a hot replace's runs.
 pub(super) struct Copier<'a> {
-    pub a: &'a Array,
-    pub slot: usize,
-    pub pair: &'a Arc<Mirrored>,
-    pub opts: &'a RebuildOptions,
+    a: &'a Array,
+    slot: usize,
+    pair: &'a Arc<Mirrored>,
+    opts: &'a RebuildOptions,
+    /// The pair's devices, the old one first, as `submit` takes them.
+    devices: [MemberRef; 2],
+    /// Whether one disk holds both (then a run is one step).
+    one_disk: bool,
 }
 
 /// A step read and not yet written: its first row, its buffers, its
 /// locks (where steps lock their own).
 type Read<'l> = (u64, Vec<AlignedBuf>, Option<Held<'l>>);
 
-impl Copier<'_> {
+impl<'a> Copier<'a> {
+    pub(super) fn new(
+        a: &'a Array,
+        slot: usize,
+        pair: &'a Arc<Mirrored>,
+        opts: &'a RebuildOptions,
+    ) -> Copier<'a> {
+        Copier {
+            a,
+            slot,
+            pair,
+            opts,
+            devices: [pair.old.clone(), pair.new.clone()],
+            one_disk: pair
+                .new
+                .device_key()
+                .shares_a_disk_with(pair.old.device_key()),
+        }
+    }
+
     /// Copies rows [lo, hi): runs of data alone step by step, others
     /// under the run's locks (see the module's doc).
     pub(super) fn run(&self, (lo, hi): runs::Run, pool: &mut BufPool) -> Result<()> {
@@ -56,7 +79,7 @@ impl Copier<'_> {
             }
             match holes {
                 true => {
-                    let at = self.at(r0);
+                    let at = a.row_offset_of(r0);
                     if let Err(e) = self.pair.new.write_zeroes_allocated(at, (r1 - r0) * chunk) {
                         self.pair.new_err(e);
                     }
@@ -72,21 +95,11 @@ impl Copier<'_> {
         self.a.rebuild_lock_keys(self.slot, row, end)
     }
 
-    /// Where `row` lies on either device.
-    fn at(&self, row: u64) -> u64 {
-        self.a.data_offset + row * self.a.geo.chunk
-    }
-
     /// Copies rows [lo, hi) in steps; with `step_locks` each step locks
     /// its own rows, else the caller holds them all.
     fn copy(&self, (lo, hi): runs::Run, pool: &mut BufPool, step_locks: bool) -> Result<()> {
         let (a, pair) = (self.a, self.pair);
-        let one_disk = pair
-            .new
-            .device_key()
-            .shares_a_disk_with(pair.old.device_key());
-        let devices = [pair.old.clone(), pair.new.clone()];
-        let step = runs::step_rows(self.opts.step_bytes, a.geo.chunk, hi - lo, one_disk);
+        let step = runs::step_rows(self.opts.step_bytes, a.geo.chunk, hi - lo, self.one_disk);
         let mut pending: Option<Read<'_>> = None;
         let mut row = lo;
         loop {
@@ -105,18 +118,18 @@ impl Copier<'_> {
             let mut bufs = pool.take((end - row) as usize);
             let reads = (row..end).zip(bufs.iter_mut()).map(|(r, b)| MemberIo {
                 member: 0,
-                offset: self.at(r),
+                offset: a.row_offset_of(r),
                 op: IoOp::Read(&mut b[..]),
             });
             let writes = pending.iter().flat_map(|(first, w, _)| {
                 (*first..).zip(w.iter()).map(|(r, b)| MemberIo {
                     member: 1,
-                    offset: self.at(r),
+                    offset: a.row_offset_of(r),
                     op: IoOp::Write(&b[..]),
                 })
             });
             let mut ios: Vec<MemberIo> = reads.chain(writes).collect();
-            let mut results = submit(&devices, &mut ios);
+            let mut results = submit(&self.devices, &mut ios);
             drop(ios);
             let written = results.split_off((end - row) as usize);
             if let Some((_, w, its_locks)) = pending.take() {

@@ -374,12 +374,7 @@ impl Array {
             Some(h) => (h.slot, h.pair.clone()),
             None => return Err(ArrayError::Invalid("no hot replace in progress".into())),
         };
-        let copier = super::hot_copy::Copier {
-            a: self,
-            slot,
-            pair: &pair,
-            opts,
-        };
+        let copier = super::hot_copy::Copier::new(self, slot, &pair, opts);
         let work = |run: runs::Run, pool: &mut crate::buf::BufPool| copier.run(run, pool);
         let (run_rows, batch) = runs::run_and_batch_rows(opts.batch_rows, opts.parallel);
         let started = Instant::now();

@@ -439,9 +439,9 @@ impl Array {
             .collect();
         // The runs lock their own rows and mark what they wrote
         // (`rebuild_run`).
+        let its_runs = runs::runs_of((row, end), pass.run_rows);
         for &i in &on {
-            let runs = runs::runs_of((row, end), pass.run_rows);
-            let firsts = runs.into_iter().map(|(lo, _)| lo);
+            let firsts = its_runs.iter().map(|&(lo, _)| lo);
             self.begin_rebuilt_ahead(&pass.targets[i].ticket, firsts);
         }
         let mut written = vec![0u64; on.len()];

@@ -41,6 +41,16 @@ impl Recovered {
     }
 }
 
+/// The members of `all` a run writes (`write`, as `judge_run` says), as
+/// (slot, device).
+fn written<'j>(all: &'j [super::rebuild::Joined], write: &[bool]) -> Vec<(usize, &'j MemberRef)> {
+    all.iter()
+        .zip(write)
+        .filter(|(_, &w)| w)
+        .map(|(j, _)| (j.ticket.slot, &j.member))
+        .collect()
+}
+
 impl Array {
     /// Rebuilds one run of a batch onto the members `all` joined, and
     /// returns the rows written to each (a re-added member's clean rows
@@ -70,8 +80,7 @@ impl Array {
             // What was judged without the locks may change: recovering
             // every row from the others and writing it is right whatever
             // does.
-            let to: Vec<(usize, &MemberRef)> =
-                all.iter().map(|j| (j.ticket.slot, &j.member)).collect();
+            let to = written(all, &write);
             match (self.geo.level, &to[..]) {
                 (Level::Raid5 | Level::Raid6, _) => {
                     self.rebuild_parity_rows(&to, (lo, hi), opts.step_bytes, pool, Some(&mark))?
@@ -79,8 +88,7 @@ impl Array {
                 (_, &[(slot, target)]) => {
                     let step =
                         super::runs::step_rows(opts.step_bytes, self.geo.chunk, hi - lo, false);
-                    for a in (lo..hi).step_by(step as usize) {
-                        let b = (a + step).min(hi);
+                    for (a, b) in super::runs::runs_of((lo, hi), step) {
                         let _held = self.locks.lock(self.rebuild_lock_keys(slot, a, b));
                         self.rebuild_mirror_rows(slot, target, a, b)?;
                         mark(b);
@@ -110,12 +118,7 @@ impl Array {
             .iter()
             .map(|j| !(hi <= j.dirty_below && self.rows_clean(lo, hi)))
             .collect();
-        let slots: Vec<usize> = all
-            .iter()
-            .zip(&write)
-            .filter(|(_, &w)| w)
-            .map(|(j, _)| j.ticket.slot)
-            .collect();
+        let slots: Vec<usize> = written(all, &write).iter().map(|&(s, _)| s).collect();
         let spans = match slots.is_empty() {
             true => Vec::new(),
             false => self.rebuild_spans(&slots, (lo, hi), hole_bytes),
@@ -133,12 +136,7 @@ impl Array {
         pool: &mut crate::buf::BufPool,
     ) -> Result<Vec<u64>> {
         let (write, spans) = self.judge_run(all, (lo, hi), opts.hole_bytes);
-        let to: Vec<(usize, &MemberRef)> = all
-            .iter()
-            .zip(&write)
-            .filter(|(_, &w)| w)
-            .map(|(j, _)| (j.ticket.slot, &j.member))
-            .collect();
+        let to = written(all, &write);
         for (a, b, holes) in spans {
             match (holes, self.geo.level, &to[..]) {
                 (true, ..) => self.rebuild_zero_rows(&to, a, b)?,

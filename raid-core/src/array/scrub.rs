@@ -190,11 +190,7 @@ impl Array {
                     _ => 1,
                 },
             );
-            let steps = data.flat_map(|(a, b, _)| {
-                (a..b)
-                    .step_by(step as usize)
-                    .map(move |s| (s, (s + step).min(b)))
-            });
+            let steps = data.flat_map(|(a, b, _)| runs::runs_of((a, b), step));
             let r = steps.into_iter().try_for_each(|(a, b)| {
                 let _held = self.locks.lock(a..b);
                 match self.geo.level {

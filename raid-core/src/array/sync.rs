@@ -119,14 +119,17 @@ impl Slot {
         }
     }
 
-    /// Whether `row` of a rebuilding member is in sync: written ahead of
-    /// the position, or within it. The marks first: a batch's end moves
-    /// the position before a later batch resets them, so a reader that
-    /// finds a row's mark gone finds the position past it.
+    /// Whether `row` of a rebuilding member is in sync: within the
+    /// position, or written ahead of it. The position first, the rows most
+    /// asked about, without a look at the marks; where it says no, the
+    /// marks, then the position again: a batch's end moves the position
+    /// before a later batch resets the marks, so a reader that finds a
+    /// row's mark gone finds the position past it on its second look.
     pub(super) fn in_sync(&self, row: u64) -> bool {
-        if self.ahead.covers(row) {
-            return true;
-        }
+        self.within_position(row) || self.ahead.covers(row) || self.within_position(row)
+    }
+
+    fn within_position(&self, row: u64) -> bool {
         let (from, pos, wrapped) = self.sync_state();
         match wrapped {
             false => from <= row && row < pos,

@@ -15,7 +15,7 @@
 //! writers out between its read and its write: each step locks its own
 //! rows, and the next step's while the step before still holds its own
 //! where the lock table's order allows (else the step before is written
-//! alone first), as a rebuild's do (`rebuild_parity_rows`). A writer
+//! alone first), as a rebuild's do (`rebuild_steps`). A writer
 //! into the run waits for a step or two, not for the run or its batch. A
 //! run with rows of holes is locked whole instead, while they are judged
 //! again and zeroed on the new device, so that no write lands between the

@@ -43,10 +43,10 @@ pub struct RebuildOptions {
     pub parallel: usize,
     /// Member bytes a RAID5/6 rebuild's or a hot replace's run reads per
     /// member at a time, each step's writes going out with the next
-    /// step's reads (`runs::step_rows`; 256 KiB by default). A mirror's
-    /// rebuild copies a step at a time, its reads then its writes. The
-    /// deterministic simulation makes it a row, so that small arrays have
-    /// runs of many steps.
+    /// step's reads (`runs::step_rows`; 256 KiB by default), a mirror's
+    /// copies as a parity level's recovered chunks. The deterministic
+    /// simulation makes it a row, so that small arrays have runs of many
+    /// steps.
     pub step_bytes: u64,
     /// The shortest run of holes, in bytes per member, that a rebuild or
     /// a hot replace zeroes on the new member rather than reads

@@ -7,34 +7,35 @@ use super::member_io::{ReadFailure, TargetWrite};
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::layout::ChunkRole;
-use crate::member::{submit, IoOp, MemberIo};
 use crate::parity::RecoverJob;
 
-/// A step's rows as planned: each stripe's map, its missing chunks
-/// (positions in the map), and the places read (slot, member offset),
-/// stripe by stripe, present chunks ascending.
+/// A step's rows as planned: the places read (slot, member offset), and
+/// for RAID5/6 each stripe's map and missing chunks (positions in the
+/// map), stripe by stripe, present chunks ascending; a mirror reads one
+/// copy of each row's chunk and has neither.
 struct Reading {
     maps: Vec<crate::layout::StripeMap>,
     missing: Vec<Vec<usize>>,
     places: Vec<(usize, u64)>,
 }
 
-/// A step recovered: every chunk of each of its stripes, from row `lo`.
+/// A step recovered, from row `lo`: each row's buffers (a stripe's every
+/// chunk, or the mirror copy read), and for each target the index in each
+/// row's buffers of the chunk it is written.
 struct Recovered {
     lo: u64,
-    maps: Vec<crate::layout::StripeMap>,
     bufs: Vec<Vec<AlignedBuf>>,
+    at: Vec<Vec<usize>>,
 }
 
 impl Recovered {
     /// The writes of this step to the `targets`: (index in `targets`, the
     /// bytes, the member offset).
-    fn writes<'a>(&'a self, a: &Array, targets: &[(usize, &MemberRef)]) -> Vec<TargetWrite<'a>> {
-        let mut out = Vec::with_capacity(targets.len() * self.bufs.len());
-        for (t, &(slot, _)) in targets.iter().enumerate() {
-            for (k, (stripe, map)) in self.bufs.iter().zip(&self.maps).enumerate() {
-                let i = map.members.iter().position(|&m| m == slot).unwrap();
-                out.push((t, &stripe[i][..], a.row_offset_of(self.lo + k as u64)));
+    fn writes<'a>(&'a self, a: &Array) -> Vec<TargetWrite<'a>> {
+        let mut out = Vec::with_capacity(self.at.len() * self.bufs.len());
+        for (t, at) in self.at.iter().enumerate() {
+            for (k, (row, &i)) in self.bufs.iter().zip(at).enumerate() {
+                out.push((t, &row[i][..], a.row_offset_of(self.lo + k as u64)));
             }
         }
         out
@@ -55,8 +56,7 @@ impl Array {
     /// Rebuilds one run of a batch onto the members `all` joined, and
     /// returns the rows written to each (a re-added member's clean rows
     /// are skipped). A run of data alone, written to every member, goes
-    /// step by step, each step locking its own rows (on RAID5/6
-    /// `rebuild_parity_rows`; a mirror's step is read, then written); one
+    /// step by step, each step locking its own rows (`rebuild_steps`); one
     /// with holes or rows skipped is locked whole while it is judged again
     /// and worked, so that what the judgement spared (zeroed rather than
     /// read, or not written) cannot change before the member counts it in
@@ -81,21 +81,7 @@ impl Array {
             // every row from the others and writing it is right whatever
             // does.
             let to = written(all, &write);
-            match (self.geo.level, &to[..]) {
-                (Level::Raid5 | Level::Raid6, _) => {
-                    self.rebuild_parity_rows(&to, (lo, hi), opts.step_bytes, pool, Some(&mark))?
-                }
-                (_, &[(slot, target)]) => {
-                    let step =
-                        super::runs::step_rows(opts.step_bytes, self.geo.chunk, hi - lo, false);
-                    for (a, b) in super::runs::runs_of((lo, hi), step) {
-                        let _held = self.locks.lock(self.rebuild_lock_keys(slot, a, b));
-                        self.rebuild_mirror_rows(slot, target, a, b)?;
-                        mark(b);
-                    }
-                }
-                _ => unreachable!("mirrors are rebuilt one slot per pass"),
-            }
+            self.rebuild_steps(&to, (lo, hi), opts.step_bytes, pool, Some(&mark))?;
             return Ok(vec![hi - lo; all.len()]);
         }
         let _held = self.locks.lock(self.rebuild_lock_keys(first, lo, hi));
@@ -138,13 +124,9 @@ impl Array {
         let (write, spans) = self.judge_run(all, (lo, hi), opts.hole_bytes);
         let to = written(all, &write);
         for (a, b, holes) in spans {
-            match (holes, self.geo.level, &to[..]) {
-                (true, ..) => self.rebuild_zero_rows(&to, a, b)?,
-                (_, Level::Raid5 | Level::Raid6, _) => {
-                    self.rebuild_parity_rows(&to, (a, b), opts.step_bytes, pool, None)?
-                }
-                (_, _, &[(slot, target)]) => self.rebuild_mirror_rows(slot, target, a, b)?,
-                _ => unreachable!("mirrors are rebuilt one slot per pass"),
+            match holes {
+                true => self.rebuild_zero_rows(&to, a, b)?,
+                false => self.rebuild_steps(&to, (a, b), opts.step_bytes, pool, None)?,
             }
         }
         Ok(write.iter().map(|&w| if w { hi - lo } else { 0 }).collect())
@@ -163,8 +145,9 @@ impl Array {
         }
     }
 
-    /// Recovers rows [row, end) of every stripe's missing chunks and writes
-    /// those of the `targets` (slot, device).
+    /// Recovers rows [row, end) of every stripe's missing chunks (RAID5/6)
+    /// or reads a copy of each row's chunk (a mirror, one target), and
+    /// writes those of the `targets` (slot, device).
     ///
     /// The rows go in steps (`runs::step_rows`), each step's writes in
     /// the same submission as the next step's reads. With `marked`, each
@@ -178,7 +161,7 @@ impl Array {
     /// alone first. Without `marked` the caller holds every row's lock
     /// until all are written, and nothing about which rows are in sync
     /// changes here.
-    pub(super) fn rebuild_parity_rows(
+    pub(super) fn rebuild_steps(
         &self,
         targets: &[(usize, &MemberRef)],
         (row, end): (u64, u64),
@@ -189,6 +172,9 @@ impl Array {
         let one_disk = self.shares_a_disk_with_sources(targets, row);
         let step = super::runs::step_rows(step_bytes, self.geo.chunk, end - row, one_disk);
         let to: Vec<&MemberRef> = targets.iter().map(|&(_, m)| m).collect();
+        // The lock keys are rows on RAID5/6, whichever slot; a mirror's
+        // are its one target's chunks.
+        let key_slot = targets.first().map_or(0, |&(slot, _)| slot);
         // The step recovered, its writes not yet made, with its rows'
         // locks (where steps lock their own).
         let mut pending: Option<(Recovered, Option<super::locks::Held<'_>>)> = None;
@@ -199,17 +185,19 @@ impl Array {
             let mut hi = (lo + step).min(end);
             if marked.is_some() && lo < end && held.is_none() {
                 let before = pending.as_ref().and_then(|(_, h)| h.as_ref());
-                held = self.locks.lock_next(before, lo..hi);
+                held = self
+                    .locks
+                    .lock_next(before, self.rebuild_lock_keys(key_slot, lo, hi));
                 if held.is_none() {
                     // The step before's writes alone, then this step.
                     hi = lo;
                 }
             }
-            let reading = self.plan_recovery(lo, hi)?;
+            let reading = self.plan_step(key_slot, lo, hi)?;
             let mut got = pool.take(reading.places.len());
             let writes = pending
                 .as_ref()
-                .map_or_else(Vec::new, |(p, _)| p.writes(self, targets));
+                .map_or_else(Vec::new, |(p, _)| p.writes(self));
             let (read, wrote) = self.read_places_writing(&reading.places, &mut got, (&to, &writes));
             // Each target that erred is failed (with a source whose read
             // erred beside it); the first error ends the rebuild.
@@ -255,7 +243,8 @@ impl Array {
                 debug_assert!(got.is_empty());
                 continue;
             }
-            pending = Some((self.recover_step(lo, reading, got, pool)?, held.take()));
+            let done = self.recover_step(targets, lo, reading, got, pool)?;
+            pending = Some((done, held.take()));
             lo = hi;
         }
     }
@@ -274,6 +263,28 @@ impl Array {
         targets.iter().any(|(_, t)| {
             let k = t.device_key();
             sources.iter().any(|&s| k.shares_a_disk_with(s))
+        })
+    }
+
+    /// What a step of rows [lo, hi) reads: on RAID5/6 the chunks that
+    /// recover the missing ones (`plan_recovery`), on a mirror a readable
+    /// copy of each row's chunk of `slot`. Err where a row has too few.
+    fn plan_step(&self, slot: usize, lo: u64, hi: u64) -> Result<Reading> {
+        if matches!(self.geo.level, Level::Raid5 | Level::Raid6) {
+            return self.plan_recovery(lo, hi);
+        }
+        let places = (lo..hi)
+            .map(|r| {
+                let src = self
+                    .mirror_source(slot, r)
+                    .ok_or_else(|| self.failed_error())?;
+                Ok((src.member, self.data_offset + src.offset))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Reading {
+            maps: Vec::new(),
+            missing: Vec::new(),
+            places,
         })
     }
 
@@ -314,14 +325,25 @@ impl Array {
     }
 
     /// Recovers the missing chunks of the step read into `got` (in
-    /// `reading.places`' order).
+    /// `reading.places`' order) for the `targets`; a mirror's copies, read,
+    /// are its one target's chunks as they are.
     fn recover_step(
         &self,
+        targets: &[(usize, &MemberRef)],
         lo: u64,
         reading: Reading,
         got: Vec<AlignedBuf>,
         pool: &mut crate::buf::BufPool,
     ) -> Result<Recovered> {
+        if !matches!(self.geo.level, Level::Raid5 | Level::Raid6) {
+            debug_assert!(targets.len() <= 1, "mirrors are rebuilt one slot per pass");
+            let rows = got.len();
+            return Ok(Recovered {
+                lo,
+                bufs: got.into_iter().map(|b| vec![b]).collect(),
+                at: targets.iter().map(|_| vec![0; rows]).collect(),
+            });
+        }
         let n = self.geo.members;
         // Every byte of a buffer taken from `pool` is read into or
         // recovered before it is used: the chunks as read, stripe by
@@ -356,31 +378,14 @@ impl Array {
         };
         self.engine.recover_batch(kind, &mut jobs)?;
         drop(jobs);
-        Ok(Recovered {
-            lo,
-            maps: reading.maps,
-            bufs,
-        })
-    }
-
-    /// Writes rebuilt chunks to the new member; an error fails it and ends
-    /// the rebuild.
-    fn write_target(&self, slot: usize, target: &MemberRef, outs: &[(&[u8], u64)]) -> Result<()> {
-        let tmembers = std::slice::from_ref(target);
-        let mut writes: Vec<MemberIo> = outs
+        let at = targets
             .iter()
-            .map(|&(b, offset)| MemberIo {
-                member: 0,
-                offset,
-                op: IoOp::Write(b),
+            .map(|&(slot, _)| {
+                let at = |m: &crate::layout::StripeMap| m.members.iter().position(|&s| s == slot);
+                reading.maps.iter().map(|m| at(m).unwrap()).collect()
             })
             .collect();
-        for r in submit(tmembers, &mut writes) {
-            if let Err(e) = r {
-                return Err(self.rebuild_write_failed(slot, target, e));
-            }
-        }
-        Ok(())
+        Ok(Recovered { lo, bufs, at })
     }
 
     /// A rebuild's write to the member it rebuilds failed: the member is
@@ -400,37 +405,5 @@ impl Array {
 
     pub(super) fn row_offset_of(&self, row: u64) -> u64 {
         self.data_offset + row * self.geo.chunk
-    }
-
-    pub(super) fn rebuild_mirror_rows(
-        &self,
-        slot: usize,
-        target: &MemberRef,
-        row: u64,
-        end: u64,
-    ) -> Result<()> {
-        let chunk = self.geo.chunk as usize;
-        loop {
-            let mut places = Vec::new();
-            for r in row..end {
-                let src = self
-                    .mirror_source(slot, r)
-                    .ok_or_else(|| self.failed_error())?;
-                places.push((src.member, self.data_offset + src.offset));
-            }
-            let bufs = match self.read_places(&places, chunk) {
-                Ok(b) => b,
-                Err(failed) => {
-                    self.fail_slots(failed, "read error during rebuild");
-                    continue;
-                }
-            };
-            let outs: Vec<(&[u8], u64)> = bufs
-                .iter()
-                .zip(row..end)
-                .map(|(b, r)| (&b[..], self.row_offset_of(r)))
-                .collect();
-            return self.write_target(slot, target, &outs);
-        }
     }
 }

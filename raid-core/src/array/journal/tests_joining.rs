@@ -518,7 +518,9 @@ fn steps_of_one_row(a: &Array) -> RebuildOptions {
 /// step already wrote the new member, a write there writes the member
 /// too (the row counts in sync from the step's mark), or once the batch
 /// ended the member would keep what the rebuild wrote before the write;
-/// a write into the step under way waits for it. RAID5, and mirrors.
+/// a write into the step read while the one before is written waits for
+/// both. RAID5, and mirrors (whose steps were read, then written, one at
+/// a time).
 #[test]
 fn writers_into_a_rebuild_batch_wait_only_for_its_steps() {
     // An odd RAID10 too: a chunk's copies there lie on two rows.
@@ -541,8 +543,8 @@ fn writers_into_a_rebuild_batch(level: Level, n: usize) {
     a.fail_slot(slot, "test");
     let new = Logged::new(&tag, n, &log);
     a.replace(slot, new.clone()).unwrap();
-    // Held writing row 3: rows 0-2 written (and marked), row 3 locked
-    // (and row 4, read on RAID5 with row 3's write).
+    // Held writing row 3: rows 0-2 written (and marked), rows 3 and 4
+    // locked (row 4 read with row 3's write, at every level).
     new.hold_after(Held::Data, 3);
     let opts = steps_of_one_row(&a);
     let at = |row| on_slot(&a, slot, row);
@@ -551,7 +553,7 @@ fn writers_into_a_rebuild_batch(level: Level, n: usize) {
         let rebuild = sc.spawn(|| a.rebuild_all(&opts, &AtomicBool::new(false)));
         let reached = reached_its_hold(&log, &release);
         assert!(reached, "{tag}: the rebuild never reached row 3");
-        let got = writes_around_a_held_step(&a, &at, (&[1, 6], 3), &release);
+        let got = writes_around_a_held_step(&a, &at, (&[1, 6], 4), &release);
         assert_eq!(rebuild.join().unwrap().unwrap(), RebuildEnd::Finished);
         got
     });
@@ -566,7 +568,7 @@ fn writers_into_a_rebuild_batch(level: Level, n: usize) {
         "the rebuilt member disagrees: {:?}",
         report.mismatches
     );
-    check_writes_around(&a, &at, &[1, 3, 6], got);
+    check_writes_around(&a, &at, &[1, 4, 6], got);
 }
 
 /// A hot replace's copy locks its rows a step at a time too: writes into
@@ -589,7 +591,7 @@ fn writers_into_a_hot_replace_batch_wait_only_for_its_steps() {
             reached_its_hold(&log, &release),
             "the copy never reached row 3"
         );
-        let got = writes_around_a_held_step(&a, &at, (&[1, 6], 3), &release);
+        let got = writes_around_a_held_step(&a, &at, (&[1, 6], 4), &release);
         assert_eq!(copy.join().unwrap().unwrap(), RebuildEnd::Finished);
         got
     });

@@ -1158,6 +1158,69 @@ fn hot_replace_keeps_redundancy_and_every_write() {
     }
 }
 
+/// A crash between a hot replace's switch (every member's metadata names
+/// the new device) and the erase of the old device's metadata: the old
+/// device still says it is the slot's active member, only at an older
+/// event and under the slot's old identity. Offered beside the new one it
+/// is left out; offered in its place (the new one missing) it is left out
+/// too, and the slot is served degraded: taken back, it would serve what
+/// it held at the switch in place of every write after it.
+#[test]
+fn a_hot_replaced_device_whose_metadata_outlived_the_switch_is_never_taken_back() {
+    use raid_core::metadata::{SB_OFFSETS, SB_SIZE};
+    for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 5), (Level::Raid10, 4)] {
+        let ctx = format!("{level}");
+        let m = Members::ram(n, DATA, &format!("hrc{level}"));
+        let a = create(level, &m, CHUNK);
+        let mut model = pattern(a.capacity() as usize, 5);
+        a.write(0, &model).unwrap();
+        let slot = 1;
+        let new = ram(&format!("hrc-new{level}"));
+        a.hot_replace(slot, new.clone()).unwrap();
+        let old = m.refs()[slot].clone();
+        // Its metadata as the switch finds it: nothing is recorded before.
+        let sb_len = SB_OFFSETS[1] as usize + SB_SIZE;
+        let mut before_switch = vec![0u8; sb_len];
+        old.read_at(&mut before_switch, 0).unwrap();
+        let opts = RebuildOptions::default();
+        let end = a.hot_replace_copy(&opts, &AtomicBool::new(false));
+        assert_eq!(end.unwrap(), RebuildEnd::Finished, "{ctx}");
+        // Writes after the switch, which only the new device holds.
+        let after = pattern(model.len() / 2, 9);
+        a.write(0, &after).unwrap();
+        model[..after.len()].copy_from_slice(&after);
+        a.close().unwrap();
+        drop(a);
+        // The crash: the old device's metadata was never erased.
+        old.write_at(&before_switch, 0).unwrap();
+        let mut refs = m.refs();
+        refs[slot] = new.clone();
+        let mut all = refs.clone();
+        all.push(old.clone());
+        let asm = Array::assemble(all).unwrap();
+        let left_out = |asm: &raid_core::array::Assembly| {
+            asm.refused.iter().any(|(who, _)| who == old.identity())
+        };
+        assert!(left_out(&asm), "{ctx}: beside: {:?}", asm.refused);
+        assert_eq!(asm.array.state(), ArrayState::Optimal, "{ctx}");
+        assert_eq!(
+            asm.array.slots()[slot].member.as_deref(),
+            Some(new.identity()),
+            "{ctx}"
+        );
+        assert_matches(&asm.array, &model);
+        asm.array.close().unwrap();
+        drop(asm);
+        // The new device gone: the old one is not taken in its place.
+        let mut instead = refs.clone();
+        instead[slot] = old.clone();
+        let asm = Array::assemble(instead).unwrap();
+        assert!(left_out(&asm), "{ctx}: instead: {:?}", asm.refused);
+        assert_eq!(asm.array.state(), ArrayState::Degraded, "{ctx}");
+        assert_matches(&asm.array, &model);
+    }
+}
+
 /// The old device fails during its hot replace: the replacement takes
 /// the slot as a rebuilding member (no second command, no window for a
 /// spare), is rebuilt from the others, and is the member after a restart.

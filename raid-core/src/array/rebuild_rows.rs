@@ -336,7 +336,8 @@ impl Array {
         pool: &mut crate::buf::BufPool,
     ) -> Result<Recovered> {
         if !matches!(self.geo.level, Level::Raid5 | Level::Raid6) {
-            debug_assert!(targets.len() <= 1, "mirrors are rebuilt one slot per pass");
+            // One target's chunks are read (`plan_step`) and locked.
+            assert!(targets.len() <= 1, "mirrors are rebuilt one slot per pass");
             let rows = got.len();
             return Ok(Recovered {
                 lo,

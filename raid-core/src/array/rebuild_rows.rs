@@ -169,7 +169,7 @@ impl Array {
         pool: &mut crate::buf::BufPool,
         marked: Option<&dyn Fn(u64)>,
     ) -> Result<()> {
-        let one_disk = self.shares_a_disk_with_sources(targets, row);
+        let one_disk = self.shares_a_disk_with_sources(targets, (row, end));
         let step = super::runs::step_rows(step_bytes, self.geo.chunk, end - row, one_disk);
         let to: Vec<&MemberRef> = targets.iter().map(|&(_, m)| m).collect();
         // The lock keys are rows on RAID5/6, whichever slot; a mirror's
@@ -250,19 +250,34 @@ impl Array {
     }
 
     /// Whether a target is a file on the filesystem of a member the run
-    /// reads (a slot in sync at `row` that is not a target: the targets'
-    /// own slots hold them, a failed slot is not read): then one disk does
+    /// reads: on RAID5/6 a slot in sync at `row` that is not a target (the
+    /// targets' own slots hold them, a failed slot is not read), on a
+    /// mirror a slot holding a copy the run's rows read (on RAID10, one
+    /// of the target's pair, not the other pairs). Then one disk does
     /// both, and the run is one step.
-    fn shares_a_disk_with_sources(&self, targets: &[(usize, &MemberRef)], row: u64) -> bool {
+    fn shares_a_disk_with_sources(
+        &self,
+        targets: &[(usize, &MemberRef)],
+        (row, end): (u64, u64),
+    ) -> bool {
         let reads = self.read_handles();
-        let sources: Vec<crate::member::DeviceKey> = (0..reads.len())
-            .filter(|&slot| !targets.iter().any(|&(t, _)| t == slot))
-            .filter(|&slot| self.readable(slot, row))
-            .map(|slot| reads[slot].device_key())
-            .collect();
+        let mut read: Vec<usize> = match (self.geo.level, targets) {
+            (Level::Raid5 | Level::Raid6, _) => (0..reads.len())
+                .filter(|&slot| !targets.iter().any(|&(t, _)| t == slot))
+                .filter(|&slot| self.readable(slot, row))
+                .collect(),
+            (_, &[(slot, _)]) => (row..end)
+                .filter_map(|r| self.mirror_source(slot, r))
+                .map(|p| p.member)
+                .collect(),
+            _ => Vec::new(),
+        };
+        read.sort_unstable();
+        read.dedup();
         targets.iter().any(|(_, t)| {
             let k = t.device_key();
-            sources.iter().any(|&s| k.shares_a_disk_with(s))
+            read.iter()
+                .any(|&s| k.shares_a_disk_with(reads[s].device_key()))
         })
     }
 

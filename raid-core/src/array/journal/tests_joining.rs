@@ -22,6 +22,9 @@ struct Logged {
     hold: Arc<(Mutex<Option<Held>>, parking_lot::Condvar)>,
     /// Writes of the held kind let through before the hold bites.
     let_through: std::sync::atomic::AtomicU32,
+    /// The filesystem it says it is a file on (`Member::device_key`), if
+    /// any: members on one share a disk.
+    disk: Option<u64>,
 }
 
 /// The writes a `Logged` member can hold back.
@@ -39,6 +42,11 @@ enum Held {
 
 impl Logged {
     fn new(tag: &str, i: usize, log: &Log) -> Arc<Logged> {
+        Logged::on_disk(tag, i, log, None)
+    }
+
+    /// `new`, saying it is a file on filesystem `disk` where one is given.
+    fn on_disk(tag: &str, i: usize, log: &Log, disk: Option<u64>) -> Arc<Logged> {
         Arc::new(Logged {
             inner: Arc::new(RamMember::new(
                 format!("ram:{tag}{i}"),
@@ -47,6 +55,7 @@ impl Logged {
             log: log.clone(),
             hold: Default::default(),
             let_through: Default::default(),
+            disk,
         })
     }
 
@@ -142,7 +151,11 @@ impl Member for Logged {
         self.inner.identity()
     }
     fn device_key(&self) -> crate::member::DeviceKey {
-        self.inner.device_key()
+        use crate::member::DeviceKey;
+        match (self.disk, self.inner.device_key()) {
+            (Some(dev), DeviceKey::Ram(ino)) => DeviceKey::File { dev, ino },
+            (_, key) => key,
+        }
     }
     fn size(&self) -> u64 {
         self.inner.size()
@@ -576,6 +589,54 @@ fn writers_into_a_rebuild_batch(level: Level, n: usize) {
         report.mismatches
     );
     check_writes_around(&a, &at, &[1, 3, 4, 6], got);
+}
+
+/// A mirror's rebuild makes a run one step (its rows locked together,
+/// read, then written) only where the new member shares a disk with a
+/// copy the run reads: on a RAID10, a member of another pair on that disk
+/// leaves it in steps, the pair's other member on it does not.
+#[test]
+fn a_mirror_rebuild_is_one_step_only_beside_the_copy_it_reads() {
+    for partner_on_the_disk in [false, true] {
+        let tag = format!("jdisk{partner_on_the_disk}");
+        let log = Log::default();
+        // Pairs (0, 1) and (2, 3); slot 1 rebuilt onto disk 7, where
+        // slot 2 is, and slot 0 too where `partner_on_the_disk`.
+        let disks = [partner_on_the_disk.then_some(7), None, Some(7), None];
+        let l: Vec<MemberRef> = (0..4)
+            .map(|i| Logged::on_disk(&tag, i, &log, disks[i]) as MemberRef)
+            .collect();
+        let opts = CreateOptions {
+            name: tag.clone(),
+            level: Level::Raid10,
+            chunk: 64 * 1024,
+            data_offset: None,
+        };
+        let a = Array::create(l, vec![], opts).unwrap();
+        a.write(0, &vec![0x33u8; a.capacity() as usize]).unwrap();
+        a.fail_slot(1, "test");
+        let new = Logged::on_disk(&tag, 4, &log, Some(7));
+        a.replace(1, new.clone()).unwrap();
+        new.hold_after(Held::Data, 3);
+        let opts = steps_of_one_row(&a);
+        let at = |row| on_slot(&a, 1, row);
+        let release = || new.hold(None);
+        let got = std::thread::scope(|sc| {
+            let rebuild = sc.spawn(|| a.rebuild_all(&opts, &AtomicBool::new(false)));
+            let reached = reached_its_hold(&log, &release);
+            assert!(reached, "{tag}: the rebuild never reached row 3");
+            // In steps, row 6 is free while row 3 is written; as one
+            // step, the run's rows (0-7) are all held.
+            let rows: (&[u64], &[u64]) = match partner_on_the_disk {
+                false => (&[1, 6], &[3, 4]),
+                true => (&[], &[3, 6]),
+            };
+            let got = writes_around_a_held_step(&a, &at, rows, &release);
+            assert_eq!(rebuild.join().unwrap().unwrap(), RebuildEnd::Finished);
+            got
+        });
+        check_writes_around(&a, &at, &[3, 6], got);
+    }
 }
 
 /// A hot replace's copy locks its rows a step at a time too: writes into

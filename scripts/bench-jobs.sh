@@ -3,8 +3,9 @@
 # binaries alternating on the same members in one run: a check-only scrub,
 # a hot replace (an active member copied onto a new file, then switched in)
 # and a rebuild (a member failed, replaced by a new file, `raidctl wait`).
-# RAID5 of 4 files (chunk 64 KiB) filled with data through NBD first, so
-# that every read reaches the disk (members are opened with O_DIRECT).
+# RAID5 of 4 files (chunk 64 KiB; JOBS_LEVEL=6, 10 or 1 another level of
+# four) filled with data through NBD first, so that every read reaches the
+# disk (members are opened with O_DIRECT).
 # Rounds alternate which binary goes first; the disk's own caching swings
 # single rounds by tens of percent, so compare several.
 #   OLD=/path/to/old/raidctl bash scripts/bench-jobs.sh
@@ -41,17 +42,26 @@ logged() {
   grep "$1" $D/st/daemon.log | sed -n "$(( $2 + 1 ))p" | sed -n 's/.*secs=\([0-9.]*\).*/\1/p'
 }
 secs() { echo "$2 - $1" | bc; }
-$NEW --state-dir $D/st create jobs --level 5 --parity cpu --sparse $D/m0 $D/m1 $D/m2 $D/m3 >/dev/null
+LEVEL=${JOBS_LEVEL:-5}
+case $LEVEL in
+  5) data=3 engine="--parity cpu" ;;
+  6) data=2 engine="--parity cpu" ;;
+  10) data=2 engine= ;;
+  1) data=1 engine= ;;
+  *) echo "JOBS_LEVEL: 5, 6, 10 or 1, not $LEVEL" >&2; exit 2 ;;
+esac
+$NEW --state-dir $D/st create jobs --level $LEVEL $engine --sparse $D/m0 $D/m1 $D/m2 $D/m3 >/dev/null
 $NEW --state-dir $D/st start jobs --nbd unix:$D/nbd.sock >/dev/null
-# The first 3 x (member - 64 MiB) of the array written (or JOBS_FILL_MIB), 256 MiB a request.
-cap=$(( ($(stat -c %s $D/m0) / 1048576 - 64) * 3 ))
+# The first data members x (member - 64 MiB) of the array written (or JOBS_FILL_MIB), 256 MiB a request.
+cap=$(( ($(stat -c %s $D/m0) / 1048576 - 64) * data ))
 [ -n "${JOBS_FILL_MIB:-}" ] && [ "$JOBS_FILL_MIB" -lt $cap ] && cap=$JOBS_FILL_MIB
 writes=(); for ((o = 0; o < cap; o += 256)); do writes+=(-c "write -P 7 ${o}M $(( cap - o < 256 ? cap - o : 256 ))M"); done
 # JOBS_FILL_EVERY=2: 64 KiB at the start of every second stripe instead
 # (rows of data and rows of holes in turn: the worst case for jobs that
 # skip holes, each run of holes one row long).
 if [ -n "${JOBS_FILL_EVERY:-}" ]; then
-  writes=(); for ((k = 0; k * 192 < cap * 1024; k += JOBS_FILL_EVERY)); do writes+=(-c "write -P 7 $(( k * 192 ))k 64k"); done
+  stripe=$(( data * 64 ))
+  writes=(); for ((k = 0; k * stripe < cap * 1024; k += JOBS_FILL_EVERY)); do writes+=(-c "write -P 7 $(( k * stripe ))k 64k"); done
 fi
 qemu-io --image-opts "driver=raw,file.driver=nbd,file.server.type=unix,file.server.path=$D/nbd.sock,file.export=jobs" \
   "${writes[@]}" >/dev/null

@@ -565,15 +565,31 @@ fn writers_into_a_rebuild_batch(level: Level, n: usize) {
     a.replace(slot, new.clone()).unwrap();
     // Held writing row 3: rows 0-2 written (and marked), rows 3 and 4
     // locked (row 4 read with row 3's write, at every level).
-    new.hold_after(Held::Data, 3);
-    let opts = steps_of_one_row(&a);
+    let got = rebuild_held_at_row_3(&a, (slot, &new), &log, (&[1, 6], &[3, 4]), &tag);
     let at = |row| on_slot(&a, slot, row);
+    check_writes_around(&a, &at, &[1, 3, 4, 6], got);
+}
+
+/// Rebuilds `slot` onto `new` in steps of one row, held writing its row 3
+/// while writes go to `rows` (as `writes_around_a_held_step` takes them),
+/// and returns what those did; the rebuild must finish, and a scrub then
+/// find nothing.
+fn rebuild_held_at_row_3(
+    a: &Array,
+    (slot, new): (usize, &Logged),
+    log: &Log,
+    rows: (&[u64], &[u64]),
+    tag: &str,
+) -> (bool, bool, bool) {
+    new.hold_after(Held::Data, 3);
+    let opts = steps_of_one_row(a);
+    let at = |row| on_slot(a, slot, row);
     let release = || new.hold(None);
     let got = std::thread::scope(|sc| {
         let rebuild = sc.spawn(|| a.rebuild_all(&opts, &AtomicBool::new(false)));
-        let reached = reached_its_hold(&log, &release);
+        let reached = reached_its_hold(log, &release);
         assert!(reached, "{tag}: the rebuild never reached row 3");
-        let got = writes_around_a_held_step(&a, &at, (&[1, 6], &[3, 4]), &release);
+        let got = writes_around_a_held_step(a, &at, rows, &release);
         assert_eq!(rebuild.join().unwrap().unwrap(), RebuildEnd::Finished);
         got
     });
@@ -585,10 +601,10 @@ fn writers_into_a_rebuild_batch(level: Level, n: usize) {
         .unwrap();
     assert!(
         report.mismatches.is_empty(),
-        "the rebuilt member disagrees: {:?}",
+        "{tag}: the rebuilt member disagrees: {:?}",
         report.mismatches
     );
-    check_writes_around(&a, &at, &[1, 3, 4, 6], got);
+    got
 }
 
 /// A mirror's rebuild makes a run one step (its rows locked together,
@@ -617,36 +633,14 @@ fn a_mirror_rebuild_is_one_step_only_beside_the_copy_it_reads() {
         a.fail_slot(1, "test");
         let new = Logged::on_disk(&tag, 4, &log, Some(7));
         a.replace(1, new.clone()).unwrap();
-        new.hold_after(Held::Data, 3);
-        let opts = steps_of_one_row(&a);
-        let at = |row| on_slot(&a, 1, row);
-        let release = || new.hold(None);
-        let got = std::thread::scope(|sc| {
-            let rebuild = sc.spawn(|| a.rebuild_all(&opts, &AtomicBool::new(false)));
-            let reached = reached_its_hold(&log, &release);
-            assert!(reached, "{tag}: the rebuild never reached row 3");
-            // In steps, row 6 is free while row 3 is written; as one
-            // step, the run's rows (0-7) are all held.
-            let rows: (&[u64], &[u64]) = match partner_on_the_disk {
-                false => (&[1, 6], &[3, 4]),
-                true => (&[], &[3, 6]),
-            };
-            let got = writes_around_a_held_step(&a, &at, rows, &release);
-            assert_eq!(rebuild.join().unwrap().unwrap(), RebuildEnd::Finished);
-            got
-        });
-        let report = a
-            .scrub(
-                &crate::array::ScrubOptions::default(),
-                &AtomicBool::new(false),
-            )
-            .unwrap();
-        assert!(report.mismatches.is_empty(), "{:?}", report.mismatches);
-        let written: &[u64] = match partner_on_the_disk {
-            false => &[1, 3, 4, 6],
-            true => &[3, 6],
+        // In steps, row 6 is free while row 3 is written; as one step,
+        // the run's rows (0-7) are all held.
+        let (rows, written): ((&[u64], &[u64]), &[u64]) = match partner_on_the_disk {
+            false => ((&[1, 6], &[3, 4]), &[1, 3, 4, 6]),
+            true => ((&[], &[3, 6]), &[3, 6]),
         };
-        check_writes_around(&a, &at, written, got);
+        let got = rebuild_held_at_row_3(&a, (1, &new), &log, rows, &tag);
+        check_writes_around(&a, &|row| on_slot(&a, 1, row), written, got);
     }
 }
 

@@ -1,7 +1,8 @@
 //! Array engine benchmark: the array in-process over N RAM members, each
 //! level, side by side with the same I/O sent straight to the bare members
 //! in the same run. 4 KiB random read/write, 128 KiB sequential read/write,
-//! full-stripe writes, degraded reads and rebuild rate. A second table:
+//! full-stripe writes, degraded reads and rebuild rate (RAID5), a check-only
+//! scrub (RAID5 and RAID6). A second table:
 //! 4 KiB random I/O through the blocking API against the shards, with the
 //! CPU time each costs.
 //!
@@ -422,35 +423,35 @@ fn main() {
                     );
                 }
             }
-            if chosen("scrub") && a.state() != raid_core::array::ArrayState::Optimal {
-                // The rebuild above did not run (BENCH_WORK): a scrub needs
-                // every member in sync.
-                let new = RamMember::new("ram:scrub-new", MIN_DATA_OFFSET + MEMBER_DATA);
-                a.replace(2, Arc::new(new)).unwrap();
-                a.rebuild(2, &RebuildOptions::default(), &AtomicBool::new(false))
-                    .unwrap();
-            }
-            if chosen("scrub") {
-                // A check-only scrub, idle: member bytes read per second against
-                // the bare members' 128 KiB sequential reads (every member at
-                // once, like the scrub).
-                // One run at a time, then the default (runs side by side).
-                let seq = run(&bare, Work::SeqRead128k, 128 * 1024, qd, dur).mbs;
-                let serial = ScrubOptions {
-                    parallel: 1,
-                    ..Default::default()
-                };
-                for opts in [serial, ScrubOptions::default()] {
-                    let t = Instant::now();
-                    let r = a.scrub(&opts, &AtomicBool::new(false)).unwrap();
-                    assert!(r.mismatches.is_empty());
-                    let rate = r.bytes_read as f64 / t.elapsed().as_secs_f64() / 1e6;
-                    println!(
-                        "| raid5 scrub | idle, check, {} run(s) at once | - | {rate:.0} | - | {seq:.0} (bare seq read) | {:.2}x | - | - | - |",
-                        opts.parallel,
-                        rate / seq
-                    );
-                }
+        }
+        if chosen("scrub") && a.state() != raid_core::array::ArrayState::Optimal {
+            // The rebuild above did not run (BENCH_WORK): a scrub needs
+            // every member in sync.
+            let new = RamMember::new("ram:scrub-new", MIN_DATA_OFFSET + MEMBER_DATA);
+            a.replace(2, Arc::new(new)).unwrap();
+            a.rebuild(2, &RebuildOptions::default(), &AtomicBool::new(false))
+                .unwrap();
+        }
+        if chosen("scrub") && matches!(level, Level::Raid5 | Level::Raid6) {
+            // A check-only scrub, idle: member bytes read per second against
+            // the bare members' 128 KiB sequential reads (every member at
+            // once, like the scrub).
+            // One run at a time, then the default (runs side by side).
+            let seq = run(&bare, Work::SeqRead128k, 128 * 1024, qd, dur).mbs;
+            let serial = ScrubOptions {
+                parallel: 1,
+                ..Default::default()
+            };
+            for opts in [serial, ScrubOptions::default()] {
+                let t = Instant::now();
+                let r = a.scrub(&opts, &AtomicBool::new(false)).unwrap();
+                assert!(r.mismatches.is_empty());
+                let rate = r.bytes_read as f64 / t.elapsed().as_secs_f64() / 1e6;
+                println!(
+                    "| {level} scrub | idle, check, {} run(s) at once | - | {rate:.0} | - | {seq:.0} (bare seq read) | {:.2}x | - | - | - |",
+                    opts.parallel,
+                    rate / seq
+                );
             }
         }
     }

@@ -197,7 +197,7 @@ impl Array {
                     Level::Raid5 | Level::Raid6 => {
                         self.scrub_stripes(a..b, repair, epoch, &mut found, pool)
                     }
-                    _ => (a..b).try_for_each(|c| self.scrub_chunk(c, repair, epoch, &mut found)),
+                    _ => self.scrub_chunks(a..b, repair, epoch, &mut found, pool),
                 }
             });
             if r.is_err() {
@@ -548,22 +548,61 @@ impl Array {
         Ok(())
     }
 
-    pub(super) fn scrub_chunk(
+    /// Checks a step of a mirror's chunks: every copy of each read in one
+    /// submission, into buffers the run keeps, then each chunk's copies
+    /// compared (`judge_copies`).
+    fn scrub_chunks(
         &self,
-        c: u64,
+        chunks: std::ops::Range<u64>,
         repair: bool,
         epoch: u64,
         report: &mut ScrubReport,
+        pool: &mut crate::buf::BufPool,
     ) -> Result<()> {
         self.scrub_still_in_sync(epoch)?;
-        let copies = self.geo.chunk_copies(c);
+        let copies: Vec<_> = chunks.clone().map(|c| self.geo.chunk_copies(c)).collect();
         let places: Vec<(usize, u64)> = copies
             .iter()
+            .flatten()
             .map(|p| (p.member, self.data_offset + p.offset))
             .collect();
-        let bufs = self.scrub_read(&places)?;
-        self.scrub_still_in_sync(epoch)?;
-        report.bytes_read += self.geo.chunk * places.len() as u64;
+        // Every byte of a buffer taken from `pool` is read into before it
+        // is looked at.
+        let mut bufs = pool.take(places.len());
+        let read = self
+            .scrub_read_into(&places, &mut bufs)
+            .and_then(|()| self.scrub_still_in_sync(epoch));
+        let judged = read.and_then(|()| {
+            report.bytes_read += self.geo.chunk * places.len() as u64;
+            let mut at = 0;
+            chunks.zip(&copies).try_for_each(|(c, cs)| {
+                let n = cs.len();
+                let r = self.judge_copies(
+                    c,
+                    cs,
+                    (&places[at..at + n], &bufs[at..at + n]),
+                    repair,
+                    report,
+                );
+                at += n;
+                r
+            })
+        });
+        pool.put(bufs);
+        judged
+    }
+
+    /// Compares a mirror chunk's copies (`copies`, read from `places` into
+    /// `bufs`); on a mismatch says which is wrong where a majority agrees
+    /// and, with `repair`, writes the right one over the others.
+    fn judge_copies(
+        &self,
+        c: u64,
+        copies: &[crate::layout::Place],
+        (places, bufs): (&[(usize, u64)], &[AlignedBuf]),
+        repair: bool,
+        report: &mut ScrubReport,
+    ) -> Result<()> {
         if bufs[1..].iter().all(|b| b[..] == bufs[0][..]) {
             return Ok(());
         }

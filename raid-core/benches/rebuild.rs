@@ -23,7 +23,9 @@
 //! flush every 64, as a filesystem on the array would: it prints their
 //! rate, their latencies and where they ran, beside the same writes for
 //! half a second before the job starts; then the same writes during a
-//! check-only scrub of the array, with the scrub's read rate.)
+//! check-only scrub of the array, with the scrub's read rate; BENCH_RESYNC=1
+//! times only the resync of every region after an unclean stop, RAID5 and
+//! RAID6.)
 
 mod common;
 
@@ -145,11 +147,42 @@ fn where_ran(e: &Engine) -> (u64, u64) {
     )
 }
 
+/// The resync an unclean stop leaves: an array of `level` on fresh drives
+/// written whole (every region of its write-intent bitmap marked), dropped
+/// without a stop, and assembled again, which resyncs every region before
+/// it returns. Prints the time and the member bytes read per second.
+fn resync_after_an_unclean_stop(level: Level, model: NvmeModel) {
+    let members: Vec<MemberRef> = (0..MEMBERS)
+        .map(|i| drive(format!("sim:{level}-resync{i}"), model))
+        .collect();
+    let a = common::array_at(members.clone(), level, CHUNK, DATA_OFFSET);
+    let piece = vec![0xa5u8; 64 << 20];
+    let mut off = 0;
+    while off < a.capacity() {
+        let n = (a.capacity() - off).min(piece.len() as u64) as usize;
+        a.write(off, &piece[..n]).unwrap();
+        off += n as u64;
+    }
+    drop(a);
+    let t = Instant::now();
+    let asm = raid_core::array::Array::assemble(members).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    let read = (MEMBERS as u64 * MEMBER_DATA) as f64 / secs / 1e6;
+    eprintln!("  {level} resync of every region after an unclean stop: {secs:.2} s, {read:.0} MB/s of members read");
+    asm.array.close().unwrap();
+}
+
 fn main() {
     let under_writes = std::env::var("BENCH_UNDER_WRITES").is_ok_and(|v| v == "1");
     let read = env_u64("BENCH_READ_MBS", 850);
     let write = env_u64("BENCH_WRITE_MBS", 660);
     let model = NvmeModel::datacenter().with_bandwidth(read * 1_000_000, write * 1_000_000);
+    if std::env::var("BENCH_RESYNC").is_ok_and(|v| v == "1") {
+        for level in common::chosen(&[Level::Raid5, Level::Raid6]) {
+            resync_after_an_unclean_stop(level, model);
+        }
+        return;
+    }
     let parallel: Vec<usize> = std::env::var("BENCH_PARALLEL")
         .ok()
         .map(|v| v.split(',').filter_map(|p| p.trim().parse().ok()).collect())

@@ -28,6 +28,7 @@ mod re_add;
 mod rebuild;
 mod rebuild_rows;
 mod rebuild_ticket;
+mod resync;
 mod runs;
 mod scrub;
 mod skip_holes;

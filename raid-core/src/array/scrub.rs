@@ -320,20 +320,15 @@ impl Array {
         )))
     }
 
-    /// Reads `(slot, offset)` chunk-sized pieces; a read error fails the
-    /// member and ends the scrub with an error (the array is no longer
+    /// Reads `places` (slot, member offset) into the caller's buffers (one
+    /// per place, a chunk each); a read error fails the member and ends
+    /// the scrub (or resync) with an error (the array is no longer
     /// optimal).
-    pub(super) fn scrub_read(&self, places: &[(usize, u64)]) -> Result<Vec<AlignedBuf>> {
-        let mut bufs: Vec<AlignedBuf> = places
-            .iter()
-            .map(|_| AlignedBuf::new(self.geo.chunk as usize))
-            .collect();
-        self.scrub_read_into(places, &mut bufs)?;
-        Ok(bufs)
-    }
-
-    /// `scrub_read` into the caller's buffers (one per place, a chunk each).
-    fn scrub_read_into(&self, places: &[(usize, u64)], bufs: &mut [AlignedBuf]) -> Result<()> {
+    pub(super) fn scrub_read_into(
+        &self,
+        places: &[(usize, u64)],
+        bufs: &mut [AlignedBuf],
+    ) -> Result<()> {
         self.read_places_into(places, bufs)
             .map_err(|failure| match failure {
                 ReadFailure::Changed => ArrayError::Invalid(format!(

@@ -1,0 +1,179 @@
+//! The resync after an unclean stop: the regions the write-intent bitmap
+//! (`bitmap.rs`) marks, where a crash may have left parity (or a mirror's
+//! copies) disagreeing with the data, are made to agree again, a step of
+//! rows at a time under the locks their writers take.
+
+use super::*;
+use crate::buf::BufPool;
+
+impl Array {
+    /// After an unclean stop: makes redundancy agree with the data in every
+    /// region the bitmap marks (all regions when there is no bitmap).
+    /// Returns the number of regions resynced.
+    pub(super) fn resync_dirty(&self) -> Result<usize> {
+        let Some(bm) = &self.bitmap else { return Ok(0) };
+        let regions = bm.dirty_regions();
+        if regions.is_empty() || self.geo.level == Level::Raid0 {
+            return Ok(0);
+        }
+        let parity = matches!(self.geo.level, Level::Raid5 | Level::Raid6);
+        let write_hole = |why: &str| {
+            self.resync_pending.store(true, Ordering::Release);
+            tracing::error!(array = %self.name, regions = regions.len(),
+                "array stopped uncleanly {why}: stripes being written at the crash cannot be checked (the write hole) until it is rebuilt; the rebuild resyncs them when it ends");
+        };
+        // Mirrors are resynced between the copies that remain, degraded or
+        // not: a crash can leave two surviving copies different, and reads
+        // alternate between them. Parity cannot be checked with a member
+        // missing (the journal covers writes made while degraded).
+        if parity && self.state() != ArrayState::Optimal {
+            write_hole("while degraded");
+            return Ok(0);
+        }
+        tracing::warn!(array = %self.name, regions = regions.len(), "unclean stop: resyncing the regions the write-intent bitmap marks");
+        let total = match self.geo.level {
+            Level::Raid5 | Level::Raid6 => self.geo.rows(),
+            _ => self.capacity() / self.geo.chunk,
+        };
+        let mut pool = BufPool::new(self.geo.chunk as usize);
+        for &r in &regions {
+            let lo = r as u64 * bm.region_rows;
+            let hi = (lo + bm.region_rows).min(self.geo.rows());
+            if parity {
+                let step =
+                    super::runs::step_rows(super::runs::STEP_BYTES, self.geo.chunk, hi - lo, false);
+                for (a, b) in super::runs::runs_of((lo, hi), step) {
+                    let _held = self.locks.lock(a..b);
+                    if let Err(e) = self.resync_stripes(a..b, &mut pool) {
+                        if !self.within_redundancy() {
+                            return Err(e);
+                        }
+                        // A member failed under the resync: what is left
+                        // is the degraded case above. The bits stay set.
+                        write_hole(&format!("and a member failed during the resync ({e})"));
+                        return Ok(0);
+                    }
+                }
+            } else {
+                // Chunks with a copy in rows [lo, hi): RAID1 row = chunk;
+                // RAID10 chunk c sits in grid slots 2c and 2c+1.
+                let n = self.geo.members as u64;
+                let (c0, c1) = match self.geo.level {
+                    Level::Raid10 => (lo * n / 2, (hi * n).div_ceil(2).min(total)),
+                    _ => (lo, hi.min(total)),
+                };
+                for c in c0..c1 {
+                    let _held = self.locks.lock([c]);
+                    self.resync_mirror_chunk(c)?;
+                }
+            }
+        }
+        Ok(regions.len())
+    }
+
+    /// After a rebuild made the array optimal: the regions an unclean,
+    /// degraded start could not resync are resynced now.
+    pub(super) fn resync_deferred(&self) -> Result<()> {
+        if self.state() == ArrayState::Optimal && self.resync_pending.load(Ordering::Acquire) {
+            // Owed until it has run to the end: meanwhile no flush clears
+            // the regions, and a stop does not mark the array clean.
+            let n = self.resync_dirty()?;
+            if self.state() == ArrayState::Optimal {
+                self.resync_pending.store(false, Ordering::Release);
+                tracing::warn!(array = %self.name, regions = n, "resynced the regions left by the unclean, degraded start");
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the readable copies of chunk `c` equal: the first one is
+    /// written over the others where they differ. A copy whose member fails
+    /// is left out (the member is failed); fewer than two copies left is
+    /// nothing to do.
+    fn resync_mirror_chunk(&self, c: u64) -> Result<()> {
+        let chunk = self.geo.chunk;
+        loop {
+            let places: Vec<(usize, u64)> = self
+                .geo
+                .chunk_copies(c)
+                .iter()
+                .filter(|p| self.readable(p.member, p.offset / chunk))
+                .map(|p| (p.member, self.data_offset + p.offset))
+                .collect();
+            if places.len() < 2 {
+                return Ok(());
+            }
+            let bufs = match self.read_places(&places, chunk as usize) {
+                Ok(b) => b,
+                Err(ReadFailure::Changed) => continue,
+                Err(failure) => {
+                    self.fail_slots(failure, "read error during resync");
+                    if !self.within_redundancy() {
+                        return Err(self.failed_error());
+                    }
+                    continue;
+                }
+            };
+            for (k, b) in bufs.iter().enumerate().skip(1) {
+                if b[..] != bufs[0][..] {
+                    // A failed write fails its member; the first copy stands.
+                    let _ = self.scrub_write(places[k].0, places[k].1, &bufs[0]);
+                }
+            }
+            if !self.within_redundancy() {
+                return Err(self.failed_error());
+            }
+            return Ok(());
+        }
+    }
+
+    /// Rewrites the parity of stripes `rows` from their data where they
+    /// disagree: every chunk of the step read in one submission (a stripe
+    /// at a time, a resync after a crash waited for one round trip per
+    /// stripe, and the array is not served until it ends), the parity
+    /// recomputed in one batched call, and each chunk that differs written.
+    fn resync_stripes(&self, rows: std::ops::Range<u64>, pool: &mut BufPool) -> Result<()> {
+        let nd = self.geo.data_chunks();
+        let np = self.geo.level.parity_chunks();
+        let width = nd + np;
+        let places: Vec<(usize, u64)> = rows
+            .clone()
+            .flat_map(|s| {
+                let off = self.row_offset_of(s);
+                self.geo
+                    .stripe_map(s)
+                    .members
+                    .into_iter()
+                    .map(move |m| (m, off))
+            })
+            .collect();
+        // Every byte of a buffer taken from `pool` is read into, or
+        // written by the parity engine, before it is looked at.
+        let mut chunks = pool.take(places.len());
+        let mut parity = pool.take(places.len() / width * np);
+        let r = self.scrub_read_into(&places, &mut chunks).and_then(|()| {
+            let mut jobs: Vec<crate::parity::GenJob> = parity
+                .chunks_mut(np)
+                .zip(chunks.chunks(width))
+                .map(|(par, st)| crate::parity::GenJob {
+                    data: st[..nd].iter().map(|c| &c[..]).collect(),
+                    parity: par.iter_mut().map(|b| &mut b[..]).collect(),
+                })
+                .collect();
+            self.engine.gen_batch(self.kind(), &mut jobs)?;
+            drop(jobs);
+            let stripes = chunks.chunks(width).zip(parity.chunks(np));
+            for (k, (st, want)) in stripes.enumerate() {
+                for (j, w) in want.iter().enumerate() {
+                    if w[..] != st[nd + j][..] {
+                        let (slot, off) = places[k * width + nd + j];
+                        self.scrub_write(slot, off, w)?;
+                    }
+                }
+            }
+            Ok(())
+        });
+        pool.put(chunks.into_iter().chain(parity));
+        r
+    }
+}

@@ -147,6 +147,17 @@ fn where_ran(e: &Engine) -> (u64, u64) {
     )
 }
 
+/// Writes every byte of `a` once, 64 MiB at a time.
+fn write_whole(a: &raid_core::array::Array) {
+    let piece = vec![0xa5u8; 64 << 20];
+    let mut off = 0;
+    while off < a.capacity() {
+        let n = (a.capacity() - off).min(piece.len() as u64) as usize;
+        a.write(off, &piece[..n]).unwrap();
+        off += n as u64;
+    }
+}
+
 /// The resync an unclean stop leaves: an array of `level` on fresh drives
 /// written whole (every region of its write-intent bitmap marked), dropped
 /// without a stop, and assembled again, which resyncs every region before
@@ -156,13 +167,7 @@ fn resync_after_an_unclean_stop(level: Level, model: NvmeModel) {
         .map(|i| drive(format!("sim:{level}-resync{i}"), model))
         .collect();
     let a = common::array_at(members.clone(), level, CHUNK, DATA_OFFSET);
-    let piece = vec![0xa5u8; 64 << 20];
-    let mut off = 0;
-    while off < a.capacity() {
-        let n = (a.capacity() - off).min(piece.len() as u64) as usize;
-        a.write(off, &piece[..n]).unwrap();
-        off += n as u64;
-    }
+    write_whole(&a);
     drop(a);
     let t = Instant::now();
     let asm = raid_core::array::Array::assemble(members).unwrap();
@@ -205,13 +210,7 @@ fn main() {
             .collect();
         let a = Arc::new(common::array_at(members, level, CHUNK, DATA_OFFSET));
         // Every byte written once, so the rebuild reads real data.
-        let piece = vec![0xa5u8; 64 << 20];
-        let mut off = 0;
-        while off < a.capacity() {
-            let n = (a.capacity() - off).min(piece.len() as u64) as usize;
-            a.write(off, &piece[..n]).unwrap();
-            off += n as u64;
-        }
+        write_whole(&a);
         // A rebuild (slot 2 failed, then replaced), then a hot replace's
         // copy (slot 3: one drive read, the new one written).
         for hot in [false, true] {

@@ -136,32 +136,13 @@ impl Array {
         let nd = self.geo.data_chunks();
         let np = self.geo.level.parity_chunks();
         let width = nd + np;
-        let places: Vec<(usize, u64)> = rows
-            .clone()
-            .flat_map(|s| {
-                let off = self.row_offset_of(s);
-                self.geo
-                    .stripe_map(s)
-                    .members
-                    .into_iter()
-                    .map(move |m| (m, off))
-            })
-            .collect();
+        let places = self.stripe_places(rows);
         // Every byte of a buffer taken from `pool` is read into, or
         // written by the parity engine, before it is looked at.
         let mut chunks = pool.take(places.len());
         let mut parity = pool.take(places.len() / width * np);
         let r = self.scrub_read_into(&places, &mut chunks).and_then(|()| {
-            let mut jobs: Vec<crate::parity::GenJob> = parity
-                .chunks_mut(np)
-                .zip(chunks.chunks(width))
-                .map(|(par, st)| crate::parity::GenJob {
-                    data: st[..nd].iter().map(|c| &c[..]).collect(),
-                    parity: par.iter_mut().map(|b| &mut b[..]).collect(),
-                })
-                .collect();
-            self.engine.gen_batch(self.kind(), &mut jobs)?;
-            drop(jobs);
+            self.step_parity(&chunks, &mut parity)?;
             let stripes = chunks.chunks(width).zip(parity.chunks(np));
             for (k, (st, want)) in stripes.enumerate() {
                 for (j, w) in want.iter().enumerate() {

@@ -356,6 +356,43 @@ impl Array {
         })
     }
 
+    /// The places (slot, member offset) of the stripes of `rows`, stripe
+    /// by stripe, each in its map's order (data, P, Q): what a scrub or a
+    /// resync reads of a step.
+    pub(super) fn stripe_places(&self, rows: std::ops::Range<u64>) -> Vec<(usize, u64)> {
+        rows.flat_map(|s| {
+            let off = self.row_offset_of(s);
+            self.geo
+                .stripe_map(s)
+                .members
+                .into_iter()
+                .map(move |m| (m, off))
+        })
+        .collect()
+    }
+
+    /// The parity of the stripes read into `chunks` (`stripe_places`'
+    /// order) recomputed into `parity` (the level's parity chunks for
+    /// each), in one batched engine call.
+    pub(super) fn step_parity(
+        &self,
+        chunks: &[AlignedBuf],
+        parity: &mut [AlignedBuf],
+    ) -> Result<()> {
+        let nd = self.geo.data_chunks();
+        let np = self.geo.level.parity_chunks();
+        let mut jobs: Vec<crate::parity::GenJob> = parity
+            .chunks_mut(np)
+            .zip(chunks.chunks(nd + np))
+            .map(|(par, st)| crate::parity::GenJob {
+                data: st[..nd].iter().map(|c| &c[..]).collect(),
+                parity: par.iter_mut().map(|b| &mut b[..]).collect(),
+            })
+            .collect();
+        self.engine.gen_batch(self.kind(), &mut jobs)?;
+        Ok(())
+    }
+
     /// Checks a step of stripes: every chunk read in one submission, the
     /// parity of all of them recomputed in one batched engine call (as
     /// many stripes as a GPU engine asks for, where one runs), then each
@@ -372,17 +409,7 @@ impl Array {
         let nd = self.geo.data_chunks();
         let np = self.geo.level.parity_chunks();
         let width = nd + np;
-        let places: Vec<(usize, u64)> = rows
-            .clone()
-            .flat_map(|s| {
-                let off = self.data_offset + s * self.geo.chunk;
-                self.geo
-                    .stripe_map(s)
-                    .members
-                    .into_iter()
-                    .map(move |m| (m, off))
-            })
-            .collect();
+        let places = self.stripe_places(rows.clone());
         // Every byte of a buffer taken from `pool` is read into, or
         // written by the parity engine, before it is looked at.
         let mut chunks = pool.take(places.len());
@@ -394,17 +421,7 @@ impl Array {
         }
         self.scrub_still_in_sync(epoch)?;
         report.bytes_read += self.geo.chunk * places.len() as u64;
-        {
-            let mut jobs: Vec<crate::parity::GenJob> = parity
-                .chunks_mut(np)
-                .zip(chunks.chunks(width))
-                .map(|(par, st)| crate::parity::GenJob {
-                    data: st[..nd].iter().map(|c| &c[..]).collect(),
-                    parity: par.iter_mut().map(|b| &mut b[..]).collect(),
-                })
-                .collect();
-            self.engine.gen_batch(self.kind(), &mut jobs)?;
-        }
+        self.step_parity(&chunks, &mut parity)?;
         let mut fresh = parity.chunks_mut(np);
         for (s, st) in rows.zip(chunks.chunks_mut(width)) {
             let par = fresh.next().expect("one per stripe");

@@ -48,7 +48,7 @@ case $LEVEL in
   6) data=2 engine="--parity cpu" ;;
   10) data=2 engine= ;;
   1) data=1 engine= ;;
-  *) echo "JOBS_LEVEL: 5, 6, 10 or 1, not $LEVEL" >&2; exit 2 ;;
+  *) echo "JOBS_LEVEL must be 5, 6, 10 or 1 (four members each), not $LEVEL: set one of those" >&2; exit 2 ;;
 esac
 $NEW --state-dir $D/st create jobs --level $LEVEL $engine --sparse $D/m0 $D/m1 $D/m2 $D/m3 >/dev/null
 $NEW --state-dir $D/st start jobs --nbd unix:$D/nbd.sock >/dev/null

@@ -82,11 +82,24 @@ pub(super) fn new_column<'a>(
 }
 
 pub(super) fn xor_into(dst: &mut [u8], src: &[u8]) {
+    xor_into_nonzero(dst, src);
+}
+
+/// `xor_into`, saying whether any byte of the result is not zero, in the
+/// same pass: a scrub's syndrome and its test (a test of byte after byte
+/// that stops at the first is not vectorised: after the XOR it made the
+/// scrub about 1.4x slower where the CPU bounds it). Inlined into
+/// `xor_into`, whose callers ignore it, the test is compiled away.
+#[inline(always)]
+pub(super) fn xor_into_nonzero(dst: &mut [u8], src: &[u8]) -> bool {
+    let mut any = 0u64;
     for (d, s) in dst.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
         let v =
             u64::from_ne_bytes(d.try_into().unwrap()) ^ u64::from_ne_bytes(s.try_into().unwrap());
         d.copy_from_slice(&v.to_ne_bytes());
+        any |= v;
     }
+    any != 0
 }
 
 impl Array {

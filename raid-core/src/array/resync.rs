@@ -133,28 +133,24 @@ impl Array {
     /// stripe, and the array is not served until it ends), the parity
     /// recomputed in one batched call, and each chunk that differs written.
     fn resync_stripes(&self, rows: std::ops::Range<u64>, pool: &mut BufPool) -> Result<()> {
-        let nd = self.geo.data_chunks();
-        let np = self.geo.level.parity_chunks();
+        let (nd, np) = (self.geo.data_chunks(), self.geo.level.parity_chunks());
         let width = nd + np;
-        let places = self.stripe_places(rows);
-        // Every byte of a buffer taken from `pool` is read into, or
-        // written by the parity engine, before it is looked at.
-        let mut chunks = pool.take(places.len());
-        let mut parity = pool.take(places.len() / width * np);
-        let r = self.scrub_read_into(&places, &mut chunks).and_then(|()| {
-            self.step_parity(&chunks, &mut parity)?;
-            let stripes = chunks.chunks(width).zip(parity.chunks(np));
-            for (k, (st, want)) in stripes.enumerate() {
-                for (j, w) in want.iter().enumerate() {
-                    if w[..] != st[nd + j][..] {
-                        let (slot, off) = places[k * width + nd + j];
-                        self.scrub_write(slot, off, w)?;
+        self.with_stripe_step(
+            rows,
+            pool,
+            || Ok(()),
+            |places, chunks, parity| {
+                let stripes = chunks.chunks(width).zip(parity.chunks(np));
+                for (k, (st, want)) in stripes.enumerate() {
+                    for (j, w) in want.iter().enumerate() {
+                        if w[..] != st[nd + j][..] {
+                            let (slot, off) = places[k * width + nd + j];
+                            self.scrub_write(slot, off, w)?;
+                        }
                     }
                 }
-            }
-            Ok(())
-        });
-        pool.put(chunks.into_iter().chain(parity));
-        r
+                Ok(())
+            },
+        )
     }
 }

@@ -371,26 +371,43 @@ impl Array {
         .collect()
     }
 
-    /// The parity of the stripes read into `chunks` (`stripe_places`'
-    /// order) recomputed into `parity` (the level's parity chunks for
-    /// each), in one batched engine call.
-    pub(super) fn step_parity(
+    /// Reads the stripes of `rows` (`stripe_places`' order) into buffers
+    /// from `pool`, runs `checked` (a scrub's look at the membership), and
+    /// recomputes their parity in one batched engine call; then hands
+    /// `work` the places, the chunks and the fresh parity (the level's
+    /// parity chunks for each stripe). The buffers go back to `pool`
+    /// whatever happens. A scrub's and a resync's step.
+    pub(super) fn with_stripe_step<T>(
         &self,
-        chunks: &[AlignedBuf],
-        parity: &mut [AlignedBuf],
-    ) -> Result<()> {
+        rows: std::ops::Range<u64>,
+        pool: &mut crate::buf::BufPool,
+        checked: impl FnOnce() -> Result<()>,
+        work: impl FnOnce(&[(usize, u64)], &mut [AlignedBuf], &mut [AlignedBuf]) -> Result<T>,
+    ) -> Result<T> {
         let nd = self.geo.data_chunks();
         let np = self.geo.level.parity_chunks();
-        let mut jobs: Vec<crate::parity::GenJob> = parity
-            .chunks_mut(np)
-            .zip(chunks.chunks(nd + np))
-            .map(|(par, st)| crate::parity::GenJob {
-                data: st[..nd].iter().map(|c| &c[..]).collect(),
-                parity: par.iter_mut().map(|b| &mut b[..]).collect(),
+        let places = self.stripe_places(rows);
+        // Every byte of a buffer taken from `pool` is read into, or
+        // written by the parity engine, before it is looked at.
+        let mut chunks = pool.take(places.len());
+        let mut parity = pool.take(places.len() / (nd + np) * np);
+        let r = self
+            .scrub_read_into(&places, &mut chunks)
+            .and_then(|()| checked())
+            .and_then(|()| {
+                let mut jobs: Vec<crate::parity::GenJob> = parity
+                    .chunks_mut(np)
+                    .zip(chunks.chunks(nd + np))
+                    .map(|(par, st)| crate::parity::GenJob {
+                        data: st[..nd].iter().map(|c| &c[..]).collect(),
+                        parity: par.iter_mut().map(|b| &mut b[..]).collect(),
+                    })
+                    .collect();
+                Ok(self.engine.gen_batch(self.kind(), &mut jobs)?)
             })
-            .collect();
-        self.engine.gen_batch(self.kind(), &mut jobs)?;
-        Ok(())
+            .and_then(|()| work(&places, &mut chunks, &mut parity));
+        pool.put(chunks.into_iter().chain(parity));
+        r
     }
 
     /// Checks a step of stripes: every chunk read in one submission, the
@@ -406,34 +423,23 @@ impl Array {
         pool: &mut crate::buf::BufPool,
     ) -> Result<()> {
         self.scrub_still_in_sync(epoch)?;
-        let nd = self.geo.data_chunks();
         let np = self.geo.level.parity_chunks();
-        let width = nd + np;
-        let places = self.stripe_places(rows.clone());
-        // Every byte of a buffer taken from `pool` is read into, or
-        // written by the parity engine, before it is looked at.
-        let mut chunks = pool.take(places.len());
-        let mut parity = pool.take(rows.clone().count() * np);
-        let read = self.scrub_read_into(&places, &mut chunks);
-        if let Err(e) = read {
-            pool.put(chunks.into_iter().chain(parity));
-            return Err(e);
-        }
-        self.scrub_still_in_sync(epoch)?;
-        report.bytes_read += self.geo.chunk * places.len() as u64;
-        self.step_parity(&chunks, &mut parity)?;
-        let mut fresh = parity.chunks_mut(np);
-        for (s, st) in rows.zip(chunks.chunks_mut(width)) {
-            let par = fresh.next().expect("one per stripe");
-            let (p, q) = match par {
-                [p] => (p, None),
-                [p, q] => (p, Some(q)),
-                _ => unreachable!("RAID5/6"),
-            };
-            self.judge_stripe(s, st, p, q, repair, report)?;
-        }
-        pool.put(chunks.into_iter().chain(parity));
-        Ok(())
+        let width = self.geo.data_chunks() + np;
+        let checked = || self.scrub_still_in_sync(epoch);
+        self.with_stripe_step(rows.clone(), pool, checked, |places, chunks, parity| {
+            report.bytes_read += self.geo.chunk * places.len() as u64;
+            let mut fresh = parity.chunks_mut(np);
+            for (s, st) in rows.zip(chunks.chunks_mut(width)) {
+                let par = fresh.next().expect("one per stripe");
+                let (p, q) = match par {
+                    [p] => (p, None),
+                    [p, q] => (p, Some(q)),
+                    _ => unreachable!("RAID5/6"),
+                };
+                self.judge_stripe(s, st, p, q, repair, report)?;
+            }
+            Ok(())
+        })
     }
 
     /// Compares a stripe's parity on disk with `p` (and `q`), the parity
@@ -454,8 +460,9 @@ impl Array {
         let mut no_q = AlignedBuf::new(0);
         let q = q.unwrap_or(&mut no_q);
         // p, q become the syndromes Pd, Qd.
-        let p_bad = xor_into_nonzero(p, &chunks[nd]);
-        let q_bad = self.geo.level == Level::Raid6 && xor_into_nonzero(q, &chunks[nd + 1]);
+        let p_bad = parity_io::xor_into_nonzero(p, &chunks[nd]);
+        let q_bad =
+            self.geo.level == Level::Raid6 && parity_io::xor_into_nonzero(q, &chunks[nd + 1]);
         if !p_bad && !q_bad {
             return Ok(());
         }
@@ -677,22 +684,6 @@ impl Array {
     }
 }
 
-/// `parity_io::xor_into`, saying whether any byte of the result is not
-/// zero, in the same pass: a stripe's syndrome and its test. (A test of
-/// byte after byte that stops at the first not zero is not vectorised:
-/// after the XOR it made the scrub about 1.4x slower where the CPU bounds
-/// it.)
-fn xor_into_nonzero(dst: &mut [u8], src: &[u8]) -> bool {
-    let mut any = 0u64;
-    for (d, s) in dst.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
-        let v =
-            u64::from_ne_bytes(d.try_into().unwrap()) ^ u64::from_ne_bytes(s.try_into().unwrap());
-        d.copy_from_slice(&v.to_ne_bytes());
-        any |= v;
-    }
-    any != 0
-}
-
 fn xor_slice(dst: &mut [u8], src: &[u8]) {
     for (d, s) in dst.iter_mut().zip(src) {
         *d ^= s;
@@ -784,14 +775,14 @@ mod tests {
     fn a_syndrome_is_zero_only_where_every_byte_is() {
         let a: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
         let mut same = a.clone();
-        assert!(!xor_into_nonzero(&mut same, &a));
+        assert!(!parity_io::xor_into_nonzero(&mut same, &a));
         assert!(same.iter().all(|&b| b == 0));
         for at in [0, 1, 7, 8, 2047, 4095] {
             let mut b = a.clone();
             b[at] ^= 0x10;
             let mut want = b.clone();
-            parity_io::xor_into(&mut want, &a);
-            assert!(xor_into_nonzero(&mut b, &a), "byte {at}");
+            xor_slice(&mut want, &a);
+            assert!(parity_io::xor_into_nonzero(&mut b, &a), "byte {at}");
             assert_eq!(b, want, "byte {at}");
         }
     }

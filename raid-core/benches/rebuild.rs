@@ -24,8 +24,8 @@
 //! rate, their latencies and where they ran, beside the same writes for
 //! half a second before the job starts; then the same writes during a
 //! check-only scrub of the array, with the scrub's read rate; BENCH_RESYNC=1
-//! times only the resync of every region after an unclean stop, RAID5 and
-//! RAID6.)
+//! times only the resync of every region after an unclean stop, RAID5,
+//! RAID6 and RAID10.)
 
 mod common;
 
@@ -183,7 +183,7 @@ fn main() {
     let write = env_u64("BENCH_WRITE_MBS", 660);
     let model = NvmeModel::datacenter().with_bandwidth(read * 1_000_000, write * 1_000_000);
     if std::env::var("BENCH_RESYNC").is_ok_and(|v| v == "1") {
-        for level in common::chosen(&[Level::Raid5, Level::Raid6]) {
+        for level in common::chosen(&[Level::Raid5, Level::Raid6, Level::Raid10]) {
             resync_after_an_unclean_stop(level, model);
         }
         return;

@@ -280,3 +280,143 @@ fn a_failure_waits_for_the_writes_planned_before_it() {
     );
     assert!(got[..BLOCK] == want[..BLOCK] || got[..BLOCK] == before[..BLOCK]);
 }
+
+/// A crash can leave a mirror's copies different (a write that reached one
+/// member and not the other). The next start makes every copy of each
+/// chunk in a marked region equal to the first readable one, a step of
+/// chunks at a time: copies differing at the first, a middle and the last
+/// chunk of a step, and in the next step, are all made equal, with a
+/// member missing too.
+#[test]
+fn a_start_after_a_crash_makes_every_mirror_copy_equal_across_its_steps() {
+    // 16 KiB chunks: a resync step of 256 KiB per member is 16 chunks of
+    // a RAID1 row, 32 of a RAID10 of 4 (a row holds two chunks).
+    let chunk = 16 * 1024;
+    for (level, n, missing) in [
+        (Level::Raid10, 4, None),
+        (Level::Raid10, 3, None),
+        (Level::Raid10, 4, Some(1)),
+        (Level::Raid1, 3, None),
+        (Level::Raid1, 3, Some(0)),
+    ] {
+        let what = format!("{level} of {n}, missing {missing:?}");
+        let m = Members::ram(n, 4 << 20, &format!("mirror-resync{level}{n}{missing:?}"));
+        let a = create(level, &m, chunk);
+        let image: Vec<u8> = (0..a.capacity())
+            .map(|i| (i / 4096 * 7 + 1) as u8)
+            .collect();
+        a.write(0, &image).unwrap();
+        a.flush().unwrap();
+        let (g, base) = (a.geometry(), a.data_offset());
+        assert!(
+            a.bitmap_dirty_regions() > 0,
+            "{what}: the writes' regions linger marked"
+        );
+        drop(a); // a crash: no orderly stop
+                 // Copies made to differ, behind the array's back, as a torn
+                 // mirror write leaves them: never the first copy still present.
+        let torn = [0u64, 1, 7, 15, 16, 31, 32, 33, 100];
+        let present = |p: &raid_core::layout::Place| Some(p.member) != missing;
+        for &c in &torn {
+            for (k, p) in g
+                .chunk_copies(c)
+                .iter()
+                .filter(|p| present(p))
+                .enumerate()
+                .skip(1)
+            {
+                m.corrupt(
+                    p.member,
+                    base + p.offset + (k as u64 * 4099 + c * 13) % chunk,
+                );
+            }
+        }
+        let mut refs = m.refs();
+        if let Some(gone) = missing {
+            refs.remove(gone);
+        }
+        let asm = Array::assemble(refs).unwrap();
+        let resynced = asm.array.event_log().iter().any(|(_, e)| {
+            matches!(e, raid_core::array::ArrayEvent::UncleanStop { regions, .. } if *regions > 0)
+        });
+        assert!(resynced, "{what}: the start resynced");
+        let read = |member: usize, offset: u64| {
+            let mut b = vec![0u8; chunk as usize];
+            m.faulty[member].read_at(&mut b, base + offset).unwrap();
+            b
+        };
+        for c in 0..g.capacity() / chunk {
+            let copies: Vec<Vec<u8>> = g
+                .chunk_copies(c)
+                .iter()
+                .filter(|p| present(p))
+                .map(|p| read(p.member, p.offset))
+                .collect();
+            let want = &image[(c * chunk) as usize..((c + 1) * chunk) as usize];
+            for (k, copy) in copies.iter().enumerate() {
+                assert!(
+                    copy == want,
+                    "{what}: chunk {c}, copy {k} differs from what was written"
+                );
+            }
+        }
+        support::array::assert_matches(&asm.array, &image);
+        asm.array.close().unwrap();
+    }
+}
+
+/// On a RAID10 of three members a member is written for one chunk and
+/// holds the first copy of another (chunk 0: slots 0 then 1; chunk 2:
+/// slots 1 then 2). Where the resync's write to slot 1 fails, slot 1 is
+/// failed and nothing read from it is written anywhere: chunk 2 is left to
+/// its copy on slot 2, which holds what was written, even though slot 1's
+/// copy of it differed and was read in the same step.
+#[test]
+fn a_member_whose_resync_write_fails_is_never_the_copy_written_over_another() {
+    let chunk = 16 * 1024;
+    let m = Members::ram(3, 4 << 20, "mirror-resync-odd");
+    let a = create(Level::Raid10, &m, chunk);
+    let image: Vec<u8> = (0..a.capacity())
+        .map(|i| (i / 4096 * 5 + 3) as u8)
+        .collect();
+    a.write(0, &image).unwrap();
+    a.flush().unwrap();
+    let (g, base) = (a.geometry(), a.data_offset());
+    drop(a); // a crash
+    let at = |c: u64| -> Vec<(usize, u64)> {
+        g.chunk_copies(c)
+            .iter()
+            .map(|p| (p.member, p.offset))
+            .collect()
+    };
+    assert_eq!(
+        at(0),
+        [(0, 0), (1, 0)],
+        "the layout this test is written for"
+    );
+    assert_eq!(
+        at(2),
+        [(1, chunk), (2, chunk)],
+        "the layout this test is written for"
+    );
+    m.corrupt(1, base + 100); // chunk 0's second copy: the resync writes it
+    m.corrupt(1, base + chunk + 100); // chunk 2's first copy
+    m.faulty[1].set_faults(raid_core::member::Faults {
+        fail_write_ranges: vec![(base, base + chunk)],
+        ..Default::default()
+    });
+    let asm = Array::assemble(m.refs()).unwrap();
+    let slots = asm.array.slots();
+    assert_eq!(
+        slots[1].state,
+        raid_core::metadata::SlotState::Failed,
+        "the member whose write failed is failed"
+    );
+    let mut copy = vec![0u8; chunk as usize];
+    m.faulty[2].read_at(&mut copy, base + chunk).unwrap();
+    assert!(
+        copy[..] == image[2 * chunk as usize..3 * chunk as usize],
+        "chunk 2's one copy left holds what was written"
+    );
+    support::array::assert_matches(&asm.array, &image);
+}

@@ -119,6 +119,36 @@ impl ScrubReport {
     }
 }
 
+/// The jobs that read a step of the array and repair what disagrees: their
+/// errors and the reasons they fail a member name the job that ran.
+#[derive(Clone, Copy)]
+pub(super) enum StepJob {
+    Scrub,
+    /// The resync after an unclean stop.
+    Resync,
+}
+
+impl StepJob {
+    fn name(self) -> &'static str {
+        match self {
+            StepJob::Scrub => "scrub",
+            StepJob::Resync => "resync",
+        }
+    }
+
+    /// What the operator does next, after the error's text (`failed`: a
+    /// member failed).
+    fn again(self, failed: bool) -> &'static str {
+        match (self, failed) {
+            (StepJob::Scrub, false) => "; scrub again once the array is optimal",
+            (StepJob::Scrub, true) => "; rebuild, then scrub again",
+            // The regions stay marked: the resync runs again when the
+            // array is next optimal (after the rebuild) or started.
+            (StepJob::Resync, _) => "; the regions stay marked for the next resync",
+        }
+    }
+}
+
 impl Array {
     /// Rows a scrub goes through (stripes; mirrored chunks for RAID1/10).
     pub fn scrub_rows(&self) -> u64 {
@@ -321,34 +351,48 @@ impl Array {
     }
 
     /// Reads `places` (slot, member offset) into the caller's buffers (one
-    /// per place, a chunk each); a read error fails the member and ends
-    /// the scrub (or resync) with an error (the array is no longer
-    /// optimal).
+    /// per place, a chunk each) for `job`; a read error fails the member
+    /// and ends the job with an error (the array is no longer optimal).
     pub(super) fn scrub_read_into(
         &self,
+        job: StepJob,
         places: &[(usize, u64)],
         bufs: &mut [AlignedBuf],
     ) -> Result<()> {
+        let what = job.name();
         self.read_places_into(places, bufs)
             .map_err(|failure| match failure {
                 ReadFailure::Changed => ArrayError::Invalid(format!(
-                    "scrub stopped: the members of '{}' changed while it ran; scrub again once the array is optimal",
-                    self.name
+                    "{what} stopped: the members of '{}' changed while it ran{}",
+                    self.name,
+                    job.again(false)
                 )),
                 ReadFailure::Failed(mut failed) => {
                     let (slot, m, e) = failed.remove(0);
-                    self.fail_slot_if(slot, &m, &format!("read error during scrub: {e}"));
+                    self.fail_slot_if(slot, &m, &format!("read error during {what}: {e}"));
                     ArrayError::Invalid(format!(
-                        "scrub stopped: a member failed ({e}); rebuild, then scrub again"
+                        "{what} stopped: a member failed ({e}){}",
+                        job.again(true)
                     ))
                 }
             })
     }
 
-    pub(super) fn scrub_write(&self, slot: usize, offset: u64, data: &[u8]) -> Result<()> {
+    /// Writes `data` at `offset` of `slot` for `job` (a repair); a write
+    /// error fails the member.
+    pub(super) fn scrub_write(
+        &self,
+        job: StepJob,
+        slot: usize,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
         let handles = self.member_handles();
         crate::member::write_counted(handles[slot].as_ref(), data, offset).map_err(|e| {
-            self.fail_slot(slot, &format!("write error during scrub repair: {e}"));
+            self.fail_slot(
+                slot,
+                &format!("write error during {} repair: {e}", job.name()),
+            );
             ArrayError::Member {
                 member: handles[slot].identity().into(),
                 source: e,
@@ -379,6 +423,7 @@ impl Array {
     /// whatever happens. A scrub's and a resync's step.
     pub(super) fn with_stripe_step<T>(
         &self,
+        job: StepJob,
         rows: std::ops::Range<u64>,
         pool: &mut crate::buf::BufPool,
         checked: impl FnOnce() -> Result<()>,
@@ -392,7 +437,7 @@ impl Array {
         let mut chunks = pool.take(places.len());
         let mut parity = pool.take(places.len() / (nd + np) * np);
         let r = self
-            .scrub_read_into(&places, &mut chunks)
+            .scrub_read_into(job, &places, &mut chunks)
             .and_then(|()| checked())
             .and_then(|()| {
                 let mut jobs: Vec<crate::parity::GenJob> = parity
@@ -426,20 +471,26 @@ impl Array {
         let np = self.geo.level.parity_chunks();
         let width = self.geo.data_chunks() + np;
         let checked = || self.scrub_still_in_sync(epoch);
-        self.with_stripe_step(rows.clone(), pool, checked, |places, chunks, parity| {
-            report.bytes_read += self.geo.chunk * places.len() as u64;
-            let mut fresh = parity.chunks_mut(np);
-            for (s, st) in rows.zip(chunks.chunks_mut(width)) {
-                let par = fresh.next().expect("one per stripe");
-                let (p, q) = match par {
-                    [p] => (p, None),
-                    [p, q] => (p, Some(q)),
-                    _ => unreachable!("RAID5/6"),
-                };
-                self.judge_stripe(s, st, p, q, repair, report)?;
-            }
-            Ok(())
-        })
+        self.with_stripe_step(
+            StepJob::Scrub,
+            rows.clone(),
+            pool,
+            checked,
+            |places, chunks, parity| {
+                report.bytes_read += self.geo.chunk * places.len() as u64;
+                let mut fresh = parity.chunks_mut(np);
+                for (s, st) in rows.zip(chunks.chunks_mut(width)) {
+                    let par = fresh.next().expect("one per stripe");
+                    let (p, q) = match par {
+                        [p] => (p, None),
+                        [p, q] => (p, Some(q)),
+                        _ => unreachable!("RAID5/6"),
+                    };
+                    self.judge_stripe(s, st, p, q, repair, report)?;
+                }
+                Ok(())
+            },
+        )
     }
 
     /// Compares a stripe's parity on disk with `p` (and `q`), the parity
@@ -489,7 +540,7 @@ impl Array {
                 unresolved: false,
             });
             if repair {
-                let written = self.scrub_write(map.members[nd], off, &chunks[nd]);
+                let written = self.scrub_write(StepJob::Scrub, map.members[nd], off, &chunks[nd]);
                 return written.inspect_err(|_| report.unrepaired_from(from));
             }
             return Ok(());
@@ -559,7 +610,7 @@ impl Array {
         // Written after the findings are in the report: one whose write
         // fails ends the scrub, and the findings say they were not repaired.
         for (i, _) in touched.iter().enumerate().filter(|(_, &t)| t) {
-            if let Err(e) = self.scrub_write(map.members[i], off, &chunks[i]) {
+            if let Err(e) = self.scrub_write(StepJob::Scrub, map.members[i], off, &chunks[i]) {
                 report.unrepaired_from(from);
                 return Err(e);
             }
@@ -589,7 +640,7 @@ impl Array {
         // is looked at.
         let mut bufs = pool.take(places.len());
         let read = self
-            .scrub_read_into(&places, &mut bufs)
+            .scrub_read_into(StepJob::Scrub, &places, &mut bufs)
             .and_then(|()| self.scrub_still_in_sync(epoch));
         let judged = read.and_then(|()| {
             report.bytes_read += self.geo.chunk * places.len() as u64;
@@ -674,7 +725,7 @@ impl Array {
                 unresolved: false,
             });
             if repair {
-                if let Err(e) = self.scrub_write(slot, places[k].1, &bufs[truth]) {
+                if let Err(e) = self.scrub_write(StepJob::Scrub, slot, places[k].1, &bufs[truth]) {
                     report.unrepaired_from(from);
                     return Err(e);
                 }

@@ -17,6 +17,9 @@ pub struct Faults {
     /// Fail reads (only) that touch any of these byte ranges: sectors
     /// that cannot be read back, where writes still land.
     pub fail_read_ranges: Vec<(u64, u64)>,
+    /// Fail writes (only) that touch any of these byte ranges: a drive
+    /// that still reads what it holds but takes no more writes there.
+    pub fail_write_ranges: Vec<(u64, u64)>,
     /// Fail every I/O (a drive that vanished).
     pub fail_all: bool,
     /// Sleep before each I/O and flush (a slow drive).
@@ -171,6 +174,14 @@ impl Member for FaultyMember {
         self.delay();
         let mut s = self.state.lock();
         self.gate(&mut s, offset, buf.len() as u64)?;
+        let len = buf.len() as u64;
+        if s.faults
+            .fail_write_ranges
+            .iter()
+            .any(|&(a, b)| offset < b && offset + len > a)
+        {
+            return Err(injected("unwritable range", self.inner.identity()));
+        }
         if s.track_power {
             // Held under the lock so the undo log matches the write order.
             let mut old = vec![0u8; buf.len()];

@@ -32,6 +32,7 @@ mod resync;
 mod runs;
 mod scrub;
 mod skip_holes;
+mod step_io;
 mod sync;
 mod unjournaled;
 mod write_plan;

@@ -3,7 +3,7 @@
 //! copies) disagreeing with the data, are made to agree again, a step of
 //! rows at a time under the locks their writers take.
 
-use super::scrub::StepJob;
+use super::step_io::StepJob;
 use super::*;
 use crate::buf::BufPool;
 

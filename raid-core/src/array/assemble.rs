@@ -132,13 +132,22 @@ fn left_out(refused: &mut Vec<(String, Refusal)>, m: &MemberRef, why: Refusal) {
     refused.push((m.identity().to_string(), why));
 }
 
-/// `allow_missing`: whether a slot in sync in the metadata may be left
-/// without a member (the array then starts degraded).
-pub(super) fn assemble(
-    members: Vec<MemberRef>,
-    force: bool,
-    allow_missing: bool,
-) -> Result<Assembly> {
+/// How an assembly goes (`Array::assemble_with`); the default is
+/// `Array::assemble`'s.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AssembleOptions {
+    /// Takes back members marked failed where those in sync are too few
+    /// (`Array::assemble_forced`).
+    pub force: bool,
+    /// Refuses where a slot the metadata has in sync has no member among
+    /// those given (`Array::assemble_all`).
+    pub every_member: bool,
+    /// Whether an unclean start resyncs before it returns or while served.
+    pub resync: ResyncAt,
+}
+
+pub(super) fn assemble(members: Vec<MemberRef>, opts: AssembleOptions) -> Result<Assembly> {
+    let (force, allow_missing) = (opts.force, !opts.every_member);
     if members.is_empty() {
         return Err(ArrayError::Assembly("no members given".into()));
     }
@@ -526,11 +535,19 @@ pub(super) fn assemble(
         tracing::warn!(array = %array.name, records = replayed, "replayed the degraded-write journal");
     }
     if !truth.clean {
-        let n = array.resync_dirty()?;
-        tracing::warn!(array = %array.name, regions = n, "array was not stopped cleanly: resynced the regions the bitmap marked");
+        let (n, background) = match opts.resync {
+            ResyncAt::Start => {
+                let n = array.resync_dirty()?;
+                tracing::warn!(array = %array.name, regions = n, "array was not stopped cleanly: resynced the regions the bitmap marked");
+                (n, false)
+            }
+            ResyncAt::Background => (array.owe_resync(), true),
+        };
+        let deferred = array.resync.pending() && !array.resync_runnable();
         array.record_event(ArrayEvent::UncleanStop {
             regions: n as u64,
-            deferred: array.resync_pending.load(Ordering::Acquire),
+            deferred,
+            background: background && !deferred && n > 0,
         });
     }
     // Slots that failed before this start: said again, since the start

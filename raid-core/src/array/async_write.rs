@@ -241,7 +241,7 @@ impl AsyncWrite {
                     return Start::Blocking(data);
                 };
                 let (lo, hi) = columns(&ps);
-                let rmw = a.prefers_rmw(&ps);
+                let rmw = a.prefers_rmw(s, &ps);
                 Shape::Stripe {
                     s,
                     ps,
@@ -312,7 +312,7 @@ impl AsyncWrite {
                     // `unjournaled` (a member failure may hold the
                     // journal's lock while it waits for those counted in).
                     true => a.journal_pending_now(*s) == Some(false),
-                    false => match a.degraded_plan(ps, |i| readable[i]) {
+                    false => match a.degraded_plan(*s, ps, |i| readable[i]) {
                         Some(by_rmw) => {
                             *rmw = by_rmw;
                             *degraded = Some(readable);

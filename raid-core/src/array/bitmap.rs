@@ -410,9 +410,7 @@ impl Array {
     /// degraded start could not do it): its regions must stay marked until
     /// it has run.
     fn may_clear(&self) -> bool {
-        self.every_slot_in_sync()
-            && self.out_of_space.lock().is_none()
-            && !self.resync_pending.load(Ordering::Acquire)
+        self.every_slot_in_sync() && self.out_of_space.lock().is_none() && !self.resync.pending()
     }
 
     /// Clears the regions every write of which finished before

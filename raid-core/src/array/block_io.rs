@@ -58,8 +58,9 @@ impl Array {
             }
             _ => {
                 let n = self.geo.copies();
+                let first = self.first_copy_first(c);
                 (0..n)
-                    .map(|j| self.geo.copy_place(c, (c as usize + j) % n))
+                    .map(|j| self.geo.copy_place(c, (first + j) % n))
                     .find_map(|p| {
                         self.readable(p.member, p.offset / chunk)
                             .then_some((p.member, self.data_offset + p.offset + within))

@@ -68,8 +68,11 @@ impl Array {
             Some(format!(
                 "a write failed on the full filesystem of {m}, so a stripe there may be torn"
             ))
-        } else if self.resync_pending.load(Ordering::Acquire) {
-            Some("it started degraded after an unclean stop (or a forced start), so the regions written before could not be resynced yet: the rebuild does it, or the next start once the array is whole".into())
+        } else if self.resync.pending() {
+            Some(match self.resync_runnable() {
+                true => "the resync after an unclean stop had not run to its end: the next start resyncs again".into(),
+                false => "it started degraded after an unclean stop (or a forced start), so the regions written before could not be resynced yet: the rebuild does it, or the next start once the array is whole".into(),
+            })
         } else {
             None
         }

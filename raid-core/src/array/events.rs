@@ -198,13 +198,23 @@ pub enum ArrayEvent {
         reason: String,
     },
     /// The array was not stopped cleanly (a crash, a kill, a power cut,
-    /// or a stop after writes failed on a full filesystem): at its start, the regions its write-intent bitmap marked were
-    /// resynced.
+    /// or a stop after writes failed on a full filesystem): at its start,
+    /// the regions its write-intent bitmap marked were resynced, or are
+    /// being resynced while it is served (`background`).
     UncleanStop {
         regions: u64,
         /// The array is degraded: parity cannot be checked until the
         /// rebuild ends, which resyncs them then.
         deferred: bool,
+        /// They are being resynced while the array is served (`regions`
+        /// marked, not yet resynced).
+        background: bool,
+    },
+    /// The resync an unclean stop left, run while the array was served (or
+    /// after the rebuild of a parity array that started degraded), ended:
+    /// redundancy agrees with the data again.
+    ResyncFinished {
+        regions: u64,
     },
     /// A scrub did not end: the process that ran it stopped meanwhile
     /// (killed, a crash). Said at the next start; what it checked before
@@ -253,6 +263,7 @@ impl ArrayEvent {
             | ArrayEvent::HotReplaceStarted { .. }
             | ArrayEvent::HotReplaceFinished { .. }
             | ArrayEvent::ParityEngineChosen { .. }
+            | ArrayEvent::ResyncFinished { .. }
             | ArrayEvent::Test => Severity::Info,
         }
     }
@@ -285,6 +296,7 @@ impl ArrayEvent {
             ArrayEvent::MemberHealthWarning { .. } => "member_health_warning",
             ArrayEvent::MemberKeptOut { .. } => "member_kept_out",
             ArrayEvent::UncleanStop { .. } => "unclean_stop",
+            ArrayEvent::ResyncFinished { .. } => "resync_finished",
             ArrayEvent::ScrubCut { .. } => "scrub_cut",
             ArrayEvent::Test => "test",
         }
@@ -451,8 +463,18 @@ impl ArrayEvent {
             ArrayEvent::UncleanStop {
                 deferred: true, ..
             } => "the array was not stopped cleanly (a crash, a kill, a power cut, or a stop after writes failed on a full filesystem) while degraded: the stripes being written cannot be checked until the rebuild ends, which resyncs them".into(),
+            ArrayEvent::UncleanStop {
+                regions,
+                background: true,
+                ..
+            } => format!(
+                "the array was not stopped cleanly (a crash, a kill, a power cut, or a stop after writes failed on a full filesystem): the {regions} region(s) marked as being written are being resynced while the array is served (status shows the progress)"
+            ),
             ArrayEvent::UncleanStop { regions, .. } => format!(
                 "the array was not stopped cleanly (a crash, a kill, a power cut, or a stop after writes failed on a full filesystem): {regions} region(s) marked as being written were resynced at this start"
+            ),
+            ArrayEvent::ResyncFinished { regions } => format!(
+                "the resync after the unclean stop ended: {regions} region(s) resynced, redundancy agrees with the data again"
             ),
             ArrayEvent::ScrubCut { repair } => format!(
                 "a scrub{} did not end: the daemon stopped while it ran (killed, a crash); the part it had not reached is unchecked",

@@ -1,5 +1,6 @@
-//! The array's background work: a rebuild (or a hot replace's copy) and a
-//! scrub, each on its own thread, at most one of each at a time. The array
+//! The array's background work: a rebuild (or a hot replace's copy), a
+//! scrub and the resync an unclean start owes, each on its own thread, at
+//! most one of each at a time. The array
 //! owns them, not its caller: whoever asks (the daemon's monitor, an
 //! operator's command, a schedule) goes through here, `stop_jobs` cancels
 //! and joins all of them before the array is closed, and their rate limits
@@ -27,6 +28,11 @@ struct CopyRun {
     stop: Arc<AtomicBool>,
     handle: JoinHandle<()>,
     started: Instant,
+}
+
+struct ResyncRun {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<()>,
 }
 
 struct ScrubRun {
@@ -75,6 +81,7 @@ fn join_scrub(h: JoinHandle<Result<ScrubReport>>) -> Result<ScrubReport> {
 pub(super) struct Jobs {
     copy: Mutex<Option<CopyRun>>,
     scrub: Mutex<ScrubSlot>,
+    resync: Mutex<Option<ResyncRun>>,
     /// Rate limits, bytes per second (0: none), read at every step.
     rebuild_rate: Arc<AtomicU64>,
     scrub_rate: Arc<AtomicU64>,
@@ -112,6 +119,15 @@ pub struct ScrubProgress {
     /// Bytes per second read from the members since it started, at most
     /// its rate limit (`under_limit`).
     pub rate: f64,
+}
+
+/// The resync an unclean start owes, as a status shows it: regions of the
+/// write-intent bitmap resynced, and marked in all (0 of 0 until it has
+/// begun).
+#[derive(Clone, Debug)]
+pub struct ResyncProgress {
+    pub regions_done: u64,
+    pub regions_total: u64,
 }
 
 /// Called with the result of a finished copy, on its thread.
@@ -370,16 +386,53 @@ impl Array {
         })
     }
 
+    /// Starts the resync an unclean start owes (`ResyncAt::Background`) on
+    /// a thread of its own, where one is owed, can run now (a parity
+    /// array's needs every member in sync) and none runs. The daemon's
+    /// monitor calls it on every round; a stop leaves the resync owed, and
+    /// the next start resyncs again.
+    pub fn kick_resync(self: &Arc<Self>) {
+        let mut job = self.jobs.resync.lock();
+        if job.as_ref().is_some_and(|j| !j.handle.is_finished()) {
+            return;
+        }
+        if let Some(j) = job.take() {
+            let _ = j.handle.join();
+        }
+        if self.jobs.closed.load(Ordering::Acquire) || !self.resync_runnable() {
+            return;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (a, st) = (Arc::clone(self), Arc::clone(&stop));
+        let spawned = std::thread::Builder::new()
+            .name("resync".into())
+            .spawn(move || {
+                if let Err(e) = a.resync_owed_pass(&st) {
+                    tracing::error!(array = %a.name, "resync after the unclean stop ended: {e}");
+                }
+            });
+        match spawned {
+            Ok(handle) => *job = Some(ResyncRun { stop, handle }),
+            Err(e) => tracing::warn!(array = %self.name, "no thread for the resync: {e}"),
+        }
+    }
+
     /// Stops every background job (a rebuild pauses at its checkpoint, a
-    /// hot replace is dropped, a scrub ends) and waits for each to end.
-    /// `close` calls it first.
+    /// hot replace is dropped, a scrub ends, a resync stops still owed)
+    /// and waits for each to end. `close` calls it first.
     pub fn stop_jobs(&self) {
         {
-            // Under both locks: a start racing this either finished its
+            // Under every lock: a start racing this either finished its
             // spawn (and is joined below) or sees `closed`.
             let _copy = self.jobs.copy.lock();
             let _scrub = self.jobs.scrub.lock();
+            let _resync = self.jobs.resync.lock();
             self.jobs.closed.store(true, Ordering::Release);
+        }
+        let resync = self.jobs.resync.lock().take();
+        if let Some(r) = resync {
+            r.stop.store(true, Ordering::Release);
+            let _ = r.handle.join();
         }
         // Taken out first, joined without the lock held (status reads it).
         let run = self.jobs.copy.lock().take();

@@ -34,6 +34,20 @@ impl Array {
         out
     }
 
+    /// The copy of chunk `c` a read tries first: one that rotates with
+    /// the chunk, so that reads spread over the mirrors; the first copy
+    /// while a resync is owed, since where a crash left the copies
+    /// different the resync writes the first readable one over the others,
+    /// and a read of a copy it then overwrites would have returned data
+    /// the block never holds again (two reads of it, no write between,
+    /// disagreeing).
+    pub(super) fn first_copy_first(&self, c: u64) -> usize {
+        match self.resync.pending() {
+            true => 0,
+            false => c as usize % self.geo.copies(),
+        }
+    }
+
     pub(super) fn copy_readable(&self, p: &Place) -> bool {
         self.readable(p.member, p.offset / self.geo.chunk)
     }
@@ -43,7 +57,10 @@ impl Array {
         let mut pending: Vec<usize> = (0..pieces.len()).collect();
         while !pending.is_empty() {
             let handles = self.read_handles();
-            let start = self.rr.fetch_add(1, Ordering::Relaxed);
+            let start = match self.resync.pending() {
+                true => 0,
+                false => self.rr.fetch_add(1, Ordering::Relaxed),
+            };
             let mut plan = Vec::new();
             let mut load = vec![0usize; self.geo.members];
             for &k in &pending {
@@ -52,10 +69,14 @@ impl Array {
                 let n = copies.len();
                 // The readable copy on the least-used member so far, so one
                 // large read spreads over every mirror.
-                let pick = (0..n)
+                let mut readable = (0..n)
                     .map(|j| copies[(start + j) % n])
-                    .filter(|c| self.copy_readable(c))
-                    .min_by_key(|c| load[c.member]);
+                    .filter(|c| self.copy_readable(c));
+                let pick = match self.resync.pending() {
+                    // The copy the resync keeps (see `first_copy_first`).
+                    true => readable.next(),
+                    false => readable.min_by_key(|c| load[c.member]),
+                };
                 if let Some(c) = pick {
                     load[c.member] += 1;
                 }

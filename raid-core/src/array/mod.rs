@@ -38,14 +38,15 @@ mod unjournaled;
 mod write_plan;
 mod zero_extents;
 
-pub use assemble::{Assembly, Refusal, RefusalKind};
+pub use assemble::{AssembleOptions, Assembly, Refusal, RefusalKind};
 pub use bitmap::BITMAP_LINGER;
 pub(crate) use block_io::DirectPiece;
 pub use events::{ArrayEvent, Severity};
-pub use jobs::{CopyDone, CopyKind, CopyProgress, ScrubDone, ScrubProgress};
+pub use jobs::{CopyDone, CopyKind, CopyProgress, ResyncProgress, ScrubDone, ScrubProgress};
 pub(crate) use journal::{JournalDone, NotQueued, RoomWake};
 pub use membership::Rule;
 pub use rebuild::{RebuildEnd, RebuildOptions};
+pub use resync::ResyncAt;
 pub use scrub::{Mismatch, ScrubOptions, ScrubReport};
 
 use crate::layout::{Geometry, GeometryError, Level};
@@ -323,7 +324,7 @@ impl Array {
             meta: Mutex::new(p.meta),
             dirty_marked: AtomicBool::new(false),
             closed: AtomicBool::new(false),
-            resync_pending: AtomicBool::new(false),
+            resync: Default::default(),
             unjournaled: Default::default(),
             bitmap: p.bitmap,
             rr: AtomicUsize::new(0),
@@ -421,10 +422,10 @@ pub struct Array {
     /// array may be assembled again meanwhile, and its metadata is that
     /// array's to write.
     closed: AtomicBool,
-    /// An unclean stop left regions to resync that could not be while a
-    /// parity array was degraded (see `resync_dirty`): they are resynced
+    /// An unclean stop's resync not yet run to its end (`resync.rs`): run
+    /// while the array is served, or, for a parity array started degraded,
     /// as soon as a rebuild makes it optimal again.
-    resync_pending: AtomicBool,
+    resync: resync::Owed,
     /// Parity writes in flight without a journal record: a failure waits
     /// for them before it is durable (see unjournaled.rs).
     unjournaled: unjournaled::Unjournaled,
@@ -461,7 +462,14 @@ fn now_secs() -> u64 {
 impl Array {
     /// Assembles from members that carry this array's metadata (any order).
     pub fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
-        assemble::assemble(members, false, true)
+        assemble::assemble(members, AssembleOptions::default())
+    }
+
+    /// Assembles as `opts` say (`assemble`, `assemble_all` and
+    /// `assemble_forced` are its common cases; the daemon resyncs in the
+    /// background).
+    pub fn assemble_with(members: Vec<MemberRef>, opts: AssembleOptions) -> Result<Assembly> {
+        assemble::assemble(members, opts)
     }
 
     /// Assembles like `assemble`, but refuses, with nothing written, where
@@ -470,14 +478,28 @@ impl Array {
     /// would turn an optimal array degraded and that member stale (a
     /// resync when it comes back). `assemble_forced` starts without them.
     pub fn assemble_all(members: Vec<MemberRef>) -> Result<Assembly> {
-        assemble::assemble(members, false, false)
+        let every_member = true;
+        assemble::assemble(
+            members,
+            AssembleOptions {
+                every_member,
+                ..Default::default()
+            },
+        )
     }
 
     /// Assembles like `assemble`; when the members in sync are too few,
     /// takes back members marked failed, newest metadata first, until the
     /// array can serve (`Assembly::forced` says which and why).
     pub fn assemble_forced(members: Vec<MemberRef>) -> Result<Assembly> {
-        assemble::assemble(members, true, true)
+        let force = true;
+        assemble::assemble(
+            members,
+            AssembleOptions {
+                force,
+                ..Default::default()
+            },
+        )
     }
 
     /// Uses `engine` for parity from now on (e.g. the GPU engine).

@@ -427,7 +427,7 @@ impl Array {
                 return Err(self.failed_error());
             }
             let readable = |i: usize| self.readable(map.members[i], s);
-            let step = if self.rmw_reads_fewer(ps, readable) {
+            let step = if self.rmw_reads_fewer(s, ps, readable) {
                 self.read_modify_write(s, ps, data, lo, hi)
             } else {
                 self.reconstruct_write(s, ps, data, lo, hi)

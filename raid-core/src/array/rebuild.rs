@@ -404,7 +404,7 @@ impl Array {
                 &|| stop.load(Ordering::Acquire),
             );
         }
-        self.resync_deferred()?;
+        self.resync_deferred(stop)?;
         match (pass.finished, pass.dropped.take()) {
             // Every member it was for left it: say why.
             (0, Some(e)) => Err(e),

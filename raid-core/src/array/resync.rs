@@ -2,34 +2,215 @@
 //! (`bitmap.rs`) marks, where a crash may have left parity (or a mirror's
 //! copies) disagreeing with the data, are made to agree again, a step of
 //! rows at a time under the locks their writers take.
+//!
+//! It runs before the array is served (`ResyncAt::Start`, what a library
+//! caller gets), or, as md does, while it is served (`ResyncAt::Background`,
+//! the daemon's way: a big array whose every region was being written would
+//! otherwise stay unserved for as long as reading all of it takes). Until a
+//! resync has run to its end it is owed (`Owed`): no flush clears a bit, a
+//! stop does not mark the array clean (so the next start resyncs again), a
+//! scrub is refused, and a mirror's reads go to the first readable copy of
+//! each chunk, the one the resync keeps, so that two reads of a block
+//! never disagree.
 
 use super::step_io::StepJob;
 use super::*;
 use crate::buf::BufPool;
 
+/// How an unclean start resyncs the regions its bitmap marks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ResyncAt {
+    /// Before the assembly returns: the array is served only once its
+    /// redundancy agrees with its data.
+    #[default]
+    Start,
+    /// While the array is served: owed at the assembly, and run by
+    /// `Array::kick_resync` on a thread of its own.
+    Background,
+}
+
+/// A resync owed, and the one pass that runs at a time.
+#[derive(Default)]
+pub(super) struct Owed {
+    /// Regions an unclean stop marked are not all resynced yet.
+    pending: AtomicBool,
+    /// Held by a resync pass for its whole length: a background resync and
+    /// the one a rebuild's end runs never overlap.
+    pass: Mutex<()>,
+    /// How far the pass running (or the last one) is.
+    count: ResyncCount,
+    /// A parity array's rows below this have been resynced since the
+    /// start (by any pass): a write there may read-modify-write again.
+    resynced_below: AtomicU64,
+}
+
+impl Owed {
+    pub(super) fn pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// Whether stripe `s` may still be as an unclean stop tore it (its
+    /// parity not agreeing with its data): a resync is owed and has not
+    /// passed it. A read-modify-write there would carry the parity's error
+    /// into the new parity, and a member failing before the resync comes
+    /// would then be rebuilt wrong from it, this write's data included;
+    /// so such a stripe is written by reconstruct-write, which computes
+    /// the parity from the data and makes the stripe agree (md forces the
+    /// same ahead of its resync).
+    pub(super) fn may_be_torn(&self, s: u64) -> bool {
+        self.pending() && s >= self.resynced_below.load(Ordering::Acquire)
+    }
+}
+
+/// How far a resync pass is: regions done and in all.
+#[derive(Default)]
+struct ResyncCount {
+    done: AtomicU64,
+    total: AtomicU64,
+}
+
+/// How a resync pass ended.
+enum ResyncEnd {
+    /// Every region marked was resynced (how many).
+    Done(usize),
+    /// Asked to stop: still owed.
+    Stopped,
+    /// A parity array is (or became) degraded: owed until its rebuild.
+    WriteHole,
+}
+
 impl Array {
-    /// After an unclean stop: makes redundancy agree with the data in every
-    /// region the bitmap marks (all regions when there is no bitmap).
-    /// Returns the number of regions resynced.
+    /// Whether a resync is owed (an unclean start's, not run to its end).
+    pub fn resync_owed(&self) -> bool {
+        self.resync.pending()
+    }
+
+    /// An unclean start's resync, before the array is served. Returns the
+    /// number of regions resynced (0 where a degraded parity array leaves
+    /// it owed until the rebuild).
     pub(super) fn resync_dirty(&self) -> Result<usize> {
-        let Some(bm) = &self.bitmap else { return Ok(0) };
+        let _one = self.resync.pass.lock();
+        match self.resync_regions(&AtomicBool::new(false))? {
+            ResyncEnd::Done(n) => Ok(n),
+            ResyncEnd::Stopped | ResyncEnd::WriteHole => Ok(0),
+        }
+    }
+
+    /// An unclean start that resyncs while served: the resync is owed
+    /// from now (or, for a degraded parity array, until its rebuild).
+    /// Returns the number of regions marked.
+    pub(super) fn owe_resync(&self) -> usize {
+        let Some(bm) = &self.bitmap else { return 0 };
+        let regions = bm.dirty_regions().len();
+        if regions == 0 || self.geo.level == Level::Raid0 {
+            return 0;
+        }
+        self.resync.count.done.store(0, Ordering::Release);
+        self.resync
+            .count
+            .total
+            .store(regions as u64, Ordering::Release);
+        if self.geo.level.parity_chunks() > 0 && self.state() != ArrayState::Optimal {
+            // As a start that resyncs first says: none resynced now.
+            self.owe_after_write_hole(regions, "while degraded");
+            return 0;
+        } else {
+            self.resync.pending.store(true, Ordering::Release);
+            tracing::warn!(array = %self.name, regions,
+                "unclean stop: the regions the write-intent bitmap marks are resynced while the array is served");
+        }
+        regions
+    }
+
+    /// Whether an owed resync can run now: a parity array's needs every
+    /// member in sync; a mirror's runs between the copies there are.
+    pub(super) fn resync_runnable(&self) -> bool {
+        let state = self.state();
+        self.resync.pending()
+            && match self.geo.level.parity_chunks() {
+                0 => state != ArrayState::Failed,
+                _ => state == ArrayState::Optimal,
+            }
+    }
+
+    /// The resync owed, where it can run now (running, or about to: the
+    /// daemon's monitor starts it, a rebuild's end runs it).
+    pub fn resync_progress(&self) -> Option<super::ResyncProgress> {
+        self.resync_runnable().then(|| super::ResyncProgress {
+            regions_done: self.resync.count.done.load(Ordering::Acquire),
+            regions_total: self.resync.count.total.load(Ordering::Acquire),
+        })
+    }
+
+    /// Runs an owed resync to its end (`stop` ends it early, still owed);
+    /// nothing to do where none is owed or it cannot run yet. The
+    /// background resync's and a rebuild's end's.
+    pub(super) fn resync_owed_pass(&self, stop: &AtomicBool) -> Result<()> {
+        let _one = self.resync.pass.lock();
+        if !self.resync_runnable() {
+            return Ok(());
+        }
+        match self.resync_regions(stop)? {
+            ResyncEnd::Done(n) => {
+                self.resync.pending.store(false, Ordering::Release);
+                tracing::warn!(array = %self.name, regions = n, "resynced the regions an unclean stop left");
+                self.record_event(ArrayEvent::ResyncFinished { regions: n as u64 });
+            }
+            ResyncEnd::Stopped => {
+                tracing::warn!(array = %self.name, "resync stopped before its end: still owed (the next start resyncs again)");
+            }
+            ResyncEnd::WriteHole => {}
+        }
+        Ok(())
+    }
+
+    /// Runs the resync owed in the caller's thread, what `kick_resync`
+    /// runs on a thread of its own: for a caller that schedules its work
+    /// itself (the deterministic simulation).
+    pub fn run_resync(&self) -> Result<()> {
+        self.resync_owed_pass(&AtomicBool::new(false))
+    }
+
+    /// After a rebuild made the array optimal: the regions an unclean,
+    /// degraded start could not resync (or a background resync had not
+    /// reached yet) are resynced now, unless `stop` (the rebuild's) says
+    /// the array is stopping: then they stay owed.
+    pub(super) fn resync_deferred(&self, stop: &AtomicBool) -> Result<()> {
+        if self.state() == ArrayState::Optimal {
+            self.resync_owed_pass(stop)?;
+        }
+        Ok(())
+    }
+
+    /// A parity array's resync cannot run (`why`): owed until the rebuild.
+    fn owe_after_write_hole(&self, regions: usize, why: &str) {
+        self.resync.pending.store(true, Ordering::Release);
+        tracing::error!(array = %self.name, regions,
+            "array stopped uncleanly {why}: stripes being written at the crash cannot be checked (the write hole) until it is rebuilt; the rebuild resyncs them when it ends");
+    }
+
+    /// Makes redundancy agree with the data in every region the bitmap
+    /// marks, a step at a time under the locks writers take. Callers hold
+    /// `resync.pass`.
+    fn resync_regions(&self, stop: &AtomicBool) -> Result<ResyncEnd> {
+        let count = &self.resync.count;
+        let Some(bm) = &self.bitmap else {
+            return Ok(ResyncEnd::Done(0));
+        };
         let regions = bm.dirty_regions();
         if regions.is_empty() || self.geo.level == Level::Raid0 {
-            return Ok(0);
+            return Ok(ResyncEnd::Done(0));
         }
+        count.done.store(0, Ordering::Release);
+        count.total.store(regions.len() as u64, Ordering::Release);
         let parity = matches!(self.geo.level, Level::Raid5 | Level::Raid6);
-        let write_hole = |why: &str| {
-            self.resync_pending.store(true, Ordering::Release);
-            tracing::error!(array = %self.name, regions = regions.len(),
-                "array stopped uncleanly {why}: stripes being written at the crash cannot be checked (the write hole) until it is rebuilt; the rebuild resyncs them when it ends");
-        };
         // Mirrors are resynced between the copies that remain, degraded or
         // not: a crash can leave two surviving copies different, and reads
         // alternate between them. Parity cannot be checked with a member
         // missing (the journal covers writes made while degraded).
         if parity && self.state() != ArrayState::Optimal {
-            write_hole("while degraded");
-            return Ok(0);
+            self.owe_after_write_hole(regions.len(), "while degraded");
+            return Ok(ResyncEnd::WriteHole);
         }
         tracing::warn!(array = %self.name, regions = regions.len(), "unclean stop: resyncing the regions the write-intent bitmap marks");
         let total = match self.geo.level {
@@ -44,6 +225,9 @@ impl Array {
                 let step =
                     super::runs::step_rows(super::runs::STEP_BYTES, self.geo.chunk, hi - lo, false);
                 for (a, b) in super::runs::runs_of((lo, hi), step) {
+                    if stop.load(Ordering::Acquire) {
+                        return Ok(ResyncEnd::Stopped);
+                    }
                     let _held = self.locks.lock(a..b);
                     if let Err(e) = self.resync_stripes(a..b, &mut pool) {
                         if !self.within_redundancy() {
@@ -51,9 +235,13 @@ impl Array {
                         }
                         // A member failed under the resync: what is left
                         // is the degraded case above. The bits stay set.
-                        write_hole(&format!("and a member failed during the resync ({e})"));
-                        return Ok(0);
+                        let why = format!("and a member failed during the resync ({e})");
+                        self.owe_after_write_hole(regions.len(), &why);
+                        return Ok(ResyncEnd::WriteHole);
                     }
+                    // Under the step's locks: a writer that finds its row
+                    // below this finds it resynced.
+                    self.resync.resynced_below.fetch_max(b, Ordering::AcqRel);
                 }
             } else {
                 // Chunks with a copy in rows [lo, hi): RAID1 row = chunk;
@@ -70,27 +258,16 @@ impl Array {
                 let copies = self.geo.chunk_copies(c0).len().max(1) as u64;
                 let step = (rows * n / copies).max(1);
                 for (a, b) in super::runs::runs_of((c0, c1), step) {
+                    if stop.load(Ordering::Acquire) {
+                        return Ok(ResyncEnd::Stopped);
+                    }
                     let _held = self.locks.lock(a..b);
                     self.resync_mirror_chunks(a..b, &mut pool)?;
                 }
             }
+            count.done.fetch_add(1, Ordering::Release);
         }
-        Ok(regions.len())
-    }
-
-    /// After a rebuild made the array optimal: the regions an unclean,
-    /// degraded start could not resync are resynced now.
-    pub(super) fn resync_deferred(&self) -> Result<()> {
-        if self.state() == ArrayState::Optimal && self.resync_pending.load(Ordering::Acquire) {
-            // Owed until it has run to the end: meanwhile no flush clears
-            // the regions, and a stop does not mark the array clean.
-            let n = self.resync_dirty()?;
-            if self.state() == ArrayState::Optimal {
-                self.resync_pending.store(false, Ordering::Release);
-                tracing::warn!(array = %self.name, regions = n, "resynced the regions left by the unclean, degraded start");
-            }
-        }
-        Ok(())
+        Ok(ResyncEnd::Done(regions.len()))
     }
 
     /// Makes the readable copies of each chunk of `chunks` equal: the

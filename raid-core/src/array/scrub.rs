@@ -152,6 +152,17 @@ impl Array {
                 ),
             });
         }
+        if self.resync.pending() {
+            // It would find the stripes a crash tore, which the resync
+            // makes agree, and judge mirrors by other rules than it does.
+            return Err(ArrayError::Refused {
+                rule: Rule::WrongSlotState,
+                detail: format!(
+                    "array '{}' is resyncing the regions an unclean stop left: scrub once it ends (raidctl wait {} waits for it)",
+                    self.name, self.name
+                ),
+            });
+        }
         Ok(())
     }
 

@@ -8,9 +8,9 @@ use super::*;
 
 impl Array {
     /// Whether read-modify-write reads fewer chunks than reconstruct-write
-    /// for the pieces `ps` of one stripe (every member readable).
-    pub(super) fn prefers_rmw(&self, ps: &[Piece]) -> bool {
-        self.rmw_reads_fewer(ps, |_| true)
+    /// for the pieces `ps` of stripe `s` (every member readable).
+    pub(super) fn prefers_rmw(&self, s: u64, ps: &[Piece]) -> bool {
+        self.rmw_reads_fewer(s, ps, |_| true)
     }
 
     /// Whether read-modify-write can run on the pieces `ps` of one stripe,
@@ -20,10 +20,20 @@ impl Array {
     /// elsewhere in the stripe is in the parity already, and the change is
     /// applied to it (as md does). Reconstruct-write reads the data chunks
     /// the request does not cover whole, or, if one of those is missing,
-    /// every chunk present (to recover it).
-    pub(super) fn rmw_reads_fewer(&self, ps: &[Piece], readable: impl Fn(usize) -> bool) -> bool {
+    /// every chunk present (to recover it). Never on a stripe an unclean
+    /// stop may have torn that the resync has not reached yet
+    /// (`resync::Owed::may_be_torn`).
+    pub(super) fn rmw_reads_fewer(
+        &self,
+        s: u64,
+        ps: &[Piece],
+        readable: impl Fn(usize) -> bool,
+    ) -> bool {
         let nd = self.geo.data_chunks();
         let np = self.geo.level.parity_chunks();
+        if self.resync.may_be_torn(s) {
+            return false;
+        }
         if !ps.iter().all(|p| readable(p.idx)) || !(nd..nd + np).all(&readable) {
             return false;
         }
@@ -50,6 +60,7 @@ impl Array {
     /// or the array keeps no journal.
     pub(super) fn degraded_plan(
         &self,
+        s: u64,
         ps: &[Piece],
         readable: impl Fn(usize) -> bool,
     ) -> Option<bool> {
@@ -64,7 +75,7 @@ impl Array {
             .filter(|&i| full_piece(ps, i, lo, hi).is_none())
             .all(&readable);
         match (rmw_can, rcw_can) {
-            (true, true) => Some(self.rmw_reads_fewer(ps, readable)),
+            (true, true) => Some(self.rmw_reads_fewer(s, ps, readable)),
             (true, false) => Some(true),
             (false, true) => Some(false),
             (false, false) => None,

@@ -11,6 +11,13 @@ impl World {
         if self.weak_slots() >= self.tolerance() {
             return;
         }
+        // What a cut tore (a stripe's parity, a mirror's copies) agrees
+        // again only once the resync has passed it: a disk lost before is
+        // the double fault `cut_allowed` keeps out (md's resync leaves the
+        // same window open).
+        if self.a().resync_owed() {
+            return;
+        }
         let slots = self.a().slots();
         let active: Vec<usize> = slots
             .iter()
@@ -132,12 +139,15 @@ impl World {
         // do, so their lives stay the ones that found them.
         // On RAID5/6 not with a cut planned in this step: a cut before the
         // array saw the spot is the write hole's double fault
-        // (`cut_allowed`). Mirrors take it: a cut may then land anywhere
-        // in the failure, the takeover or the rebuild that follows.
+        // (`cut_allowed`). Mirrors take it where a start resyncs first: a
+        // cut may then land anywhere in the failure, the takeover or the
+        // rebuild that follows.
         let mut side = StdRng::seed_from_u64(self.seed ^ ((self.disks.len() as u64) << 40));
-        let parity = matches!(self.level, Level::Raid5 | Level::Raid6);
+        let torn = self.torn_needs_every_disk();
         let kept = KEPT_SEEDS.contains(&self.seed);
-        if !(kept || parity && self.power.cut_planned()) && side.gen_ratio(1, 3) {
+        // Nor while a resync is owed (the double fault `fault` keeps out).
+        let owed = self.a().resync_owed();
+        if !(kept || owed || torn && self.power.cut_planned()) && side.gen_ratio(1, 3) {
             let old = self.a().slots()[slot].member.clone().unwrap_or_default();
             let row = side.gen_range(0..self.rows);
             let at = self.data_offset + row * CHUNK;
@@ -190,9 +200,33 @@ impl World {
         }
     }
 
+    /// The resync a start after a cut owes, run now.
+    pub(super) fn resync(&mut self) {
+        trace!(self, "resync");
+        if let Err(e) = self.a().run_resync() {
+            assert!(
+                self.cut_now() || self.weak_slots() > 0,
+                "seed {}: resync failed: {e}",
+                self.seed
+            );
+        }
+    }
+
     pub(super) fn scrub(&mut self) {
         trace!(self, "scrub");
         if self.a().state() != ArrayState::Optimal {
+            return;
+        }
+        if self.a().resync_owed() {
+            let e = self
+                .a()
+                .scrub(&ScrubOptions::default(), &AtomicBool::new(false))
+                .expect_err("a scrub while a resync is owed");
+            assert!(
+                e.to_string().contains("resyncing"),
+                "seed {}: {e}",
+                self.seed
+            );
             return;
         }
         let opts = ScrubOptions {

@@ -313,11 +313,11 @@ impl World {
 
     /// With member I/O in flight, an active member's disk vanishes or a
     /// row of it goes bad (the array finds out from the I/O that meets
-    /// it): within what the level survives, and not with a cut planned
-    /// (see the life's rule on the write hole).
+    /// it): within what the level survives, not with a cut planned (see
+    /// the life's rule on the write hole), nor while a resync is owed.
     fn disk_fails_in_flight(&mut self) {
         let planned = self.power.cut_planned();
-        if planned || self.weak_slots() >= self.tolerance() {
+        if planned || self.weak_slots() >= self.tolerance() || self.a().resync_owed() {
             return;
         }
         let slots = self.a().slots();

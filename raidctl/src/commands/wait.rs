@@ -1,9 +1,11 @@
-//! `raidctl wait`: until no rebuild or hot replace is pending or running,
-//! with their progress; the exit status says how the array ended.
+//! `raidctl wait`: until no rebuild, hot replace or resync after an
+//! unclean stop is pending or running, with their progress; the exit
+//! status says how the array ended.
 
 use super::*;
 
-/// Waits until no rebuild is pending or running, then says how the array
+/// Waits until no rebuild (nor an optimal array's resync) is pending or
+/// running, then says how the array
 /// ended: 0 optimal; 1 degraded (nothing to rebuild onto), failed, or a
 /// rebuild that cannot run.
 pub(super) fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
@@ -45,8 +47,21 @@ pub(super) fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
                 *was = c.percent;
             }
         }
+        if let Some(r) = &s.resync {
+            let was = last.entry(("resyncing", 0)).or_insert(-1.0);
+            if r.percent - *was >= 10.0 {
+                out!(
+                    "{name}: resyncing after an unclean stop {:.0}% ({} of {} regions)",
+                    r.percent,
+                    r.regions_done,
+                    r.regions_total
+                );
+                *was = r.percent;
+            }
+        }
         match s.state.as_str() {
             _ if s.hot_replace.is_some() => {}
+            "optimal" if s.resync.is_some() => {}
             "optimal" => {
                 out!("{name}: optimal");
                 return Ok(());

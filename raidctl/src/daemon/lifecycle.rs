@@ -238,13 +238,16 @@ impl Daemon {
                 tracing::warn!(member = %me, "cannot allocate the metadata area: {e}");
             }
         }
-        let asm = if force {
-            Array::assemble_forced(opened)?
-        } else if listed {
-            Array::assemble_all(opened)?
-        } else {
-            Array::assemble(opened)?
-        };
+        // An unclean start is served at once: its resync runs in the
+        // background (the monitor starts it), as md's does.
+        let asm = Array::assemble_with(
+            opened,
+            raid_core::array::AssembleOptions {
+                force,
+                every_member: listed && !force,
+                resync: raid_core::array::ResyncAt::Background,
+            },
+        )?;
         let mut array = asm.array;
         array.set_bitmap_linger(Some(self.bitmap_linger));
         // The same rule on what assembly settled from all of them.

@@ -31,6 +31,7 @@ impl Daemon {
                 self.probe_network_members(&s);
                 self.take_spare(&s);
                 self.settle_bitmap(&s);
+                s.array.kick_resync();
                 // A rebuild or hot replace running: nothing to start.
                 if s.array.copy_progress().is_some() {
                     continue;
@@ -234,6 +235,7 @@ impl Daemon {
         };
         if s.array.state() != raid_core::array::ArrayState::Optimal
             || s.array.scrub_progress().is_some()
+            || s.array.resync_owed()
         {
             return;
         }

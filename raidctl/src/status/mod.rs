@@ -98,6 +98,10 @@ pub struct ArrayStatus {
     /// A scrub in progress.
     #[serde(default)]
     pub scrub: Option<ScrubStatus>,
+    /// The resync an unclean stop left, running while the array is served
+    /// (until it ends, a crash or a stop resyncs again at the next start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resync: Option<ResyncStatus>,
     /// The member whose full filesystem stopped writes (until the array is
     /// started again), if one did.
     #[serde(default)]
@@ -154,6 +158,15 @@ pub struct ScrubStatus {
     /// Bytes read from the members per second since it started.
     pub rate_bytes_per_sec: f64,
     pub eta_seconds: Option<f64>,
+}
+
+/// A resync in progress: regions of the write-intent bitmap resynced, and
+/// marked in all.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ResyncStatus {
+    pub regions_done: u64,
+    pub regions_total: u64,
+    pub percent: f64,
 }
 
 /// The parity engine part of a status.
@@ -295,6 +308,7 @@ pub fn of_running(
         rebuild,
         rebuild_stalled: a.rebuild_stalled(),
         scrub: None,
+        resync: None,
         out_of_space: a.out_of_space(),
         record_lags: None,
         stopping: None,
@@ -389,6 +403,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
             rebuild_stalled: false,
             hot_replace: None,
             scrub: None,
+            resync: None,
             out_of_space: None,
             record_lags: None,
             stopping: None,
@@ -507,6 +522,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
         rebuild_stalled: false,
         hot_replace: None,
         scrub: None,
+        resync: None,
         out_of_space: None,
         record_lags: None,
         stopping: None,

@@ -267,6 +267,12 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
             scrub_progress(sc)
         ));
     }
+    if let Some(r) = &s.resync {
+        out.push_str(&format!(
+            "  resync after an unclean stop: {:.1}% ({} of {} regions); scrub waits for it\n",
+            r.percent, r.regions_done, r.regions_total
+        ));
+    }
     if s.rebuild_stalled {
         out.push_str(&format!(
             "  rebuild: stalled, the array lost what it rebuilds from (raidctl events {} says why)\n",

@@ -1,0 +1,259 @@
+//! An unclean start that resyncs while the array is served
+//! (`ResyncAt::Background`, the daemon's way): the array serves at once,
+//! the resync makes every torn stripe and copy agree while writes go on,
+//! a mirror's reads meanwhile return the copy the resync keeps, and a stop
+//! before the resync's end leaves it owed to the next start.
+
+mod support;
+
+use raid_core::array::{Array, ArrayEvent, AssembleOptions, ResyncAt, ScrubOptions};
+use raid_core::layout::Level;
+use raid_core::member::{Faults, Member};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::array::{assert_consistent, assert_matches, create, Members};
+
+const CHUNK: u64 = 16 * 1024;
+
+fn in_background() -> AssembleOptions {
+    AssembleOptions {
+        resync: ResyncAt::Background,
+        ..Default::default()
+    }
+}
+
+/// An array of `level` written whole and flushed, then dropped without a
+/// stop (a crash): every region of its bitmap marked. Returns it with the
+/// image written, its geometry and data offset.
+fn crashed(m: &Members, level: Level) -> (Vec<u8>, raid_core::layout::Geometry, u64) {
+    let a = create(level, m, CHUNK);
+    let image: Vec<u8> = (0..a.capacity())
+        .map(|i| (i / 4096 * 11 + 5) as u8)
+        .collect();
+    a.write(0, &image).unwrap();
+    a.flush().unwrap();
+    let (g, base) = (a.geometry(), a.data_offset());
+    drop(a);
+    (image, g, base)
+}
+
+/// Tears, behind the array's back, what a crash may leave torn: the parity
+/// of some stripes (RAID5/6), the second copy of some chunks (mirrors).
+fn tear(m: &Members, g: &raid_core::layout::Geometry, base: u64) {
+    match g.level {
+        Level::Raid5 | Level::Raid6 => {
+            for s in [0, 5, 17, g.rows() - 1] {
+                let p = g.stripe_map(s).members[g.data_chunks()];
+                m.corrupt(p, base + s * g.chunk + 1000);
+            }
+        }
+        _ => {
+            for c in [0, 5, 17, g.capacity() / g.chunk - 1] {
+                let second = g.chunk_copies(c)[1];
+                m.corrupt(second.member, base + second.offset + 1000);
+            }
+        }
+    }
+}
+
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !done() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{what}: still not done after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn an_unclean_start_in_the_background_serves_at_once_and_resyncs_every_region() {
+    for (level, n) in [
+        (Level::Raid5, 4),
+        (Level::Raid6, 5),
+        (Level::Raid10, 4),
+        (Level::Raid1, 3),
+    ] {
+        let what = format!("{level}");
+        let m = Members::ram(n, 4 << 20, &format!("bg-resync{level}"));
+        let (mut image, g, base) = crashed(&m, level);
+        tear(&m, &g, base);
+        let asm = Array::assemble_with(m.refs(), in_background()).unwrap();
+        let a = Arc::new(asm.array);
+        assert!(a.resync_owed(), "{what}: owed, not run, at the assembly");
+        let said = a.event_log().iter().any(|(_, e)| {
+            matches!(e, ArrayEvent::UncleanStop { regions, background: true, .. } if *regions > 0)
+        });
+        assert!(
+            said,
+            "{what}: the unclean stop says the resync runs while served"
+        );
+        let e = a
+            .scrub(&ScrubOptions::default(), &AtomicBool::new(false))
+            .expect_err("a scrub while the resync is owed");
+        assert!(e.to_string().contains("resyncing"), "{what}: {e}");
+        // Served before the resync runs: writes into torn stripes too (a
+        // read-modify-write carries the parity's error along; the resync
+        // recomputes it from the data).
+        for (i, at) in [0u64, 5 * CHUNK + 4096, 17 * CHUNK * 2, a.capacity() - 8192]
+            .into_iter()
+            .enumerate()
+        {
+            let block = vec![0xc0 + i as u8; 4096];
+            a.write(at, &block).unwrap();
+            image[at as usize..at as usize + 4096].copy_from_slice(&block);
+        }
+        assert_matches(&a, &image);
+        a.kick_resync();
+        // And while it runs.
+        for i in 0..64u64 {
+            let at = (i * 7919 * 4096) % (a.capacity() - 4096);
+            let block = vec![i as u8 ^ 0x3c; 4096];
+            a.write(at, &block).unwrap();
+            image[at as usize..at as usize + 4096].copy_from_slice(&block);
+        }
+        wait_until(&what, || !a.resync_owed() && a.resync_progress().is_none());
+        let ended = a
+            .event_log()
+            .iter()
+            .any(|(_, e)| matches!(e, ArrayEvent::ResyncFinished { regions } if *regions > 0));
+        assert!(ended, "{what}: its end is an event");
+        assert_matches(&a, &image);
+        assert_consistent(&a, &m.refs());
+        a.close().unwrap();
+        // Run to its end: the stop was clean, and the next start has
+        // nothing to resync.
+        let again = Array::assemble(m.refs()).unwrap();
+        let unclean = again
+            .array
+            .event_log()
+            .iter()
+            .any(|(_, e)| matches!(e, ArrayEvent::UncleanStop { .. }));
+        assert!(!unclean, "{what}: stopped cleanly once the resync ended");
+        assert_matches(&again.array, &image);
+    }
+}
+
+#[test]
+fn a_stop_during_a_background_resync_leaves_it_owed_to_the_next_start() {
+    let m = Members::ram(4, 4 << 20, "bg-resync-stop");
+    let (image, g, base) = crashed(&m, Level::Raid5);
+    tear(&m, &g, base);
+    // Slow drives: the resync is still running when the stop comes.
+    for f in &m.faulty {
+        f.set_faults(Faults {
+            latency: Duration::from_millis(2),
+            ..Default::default()
+        });
+    }
+    let a = Arc::new(
+        Array::assemble_with(m.refs(), in_background())
+            .unwrap()
+            .array,
+    );
+    a.kick_resync();
+    wait_until("the resync's start", || {
+        a.resync_progress().is_some_and(|p| p.regions_total > 0)
+    });
+    let p = a.resync_progress().expect("running");
+    assert!(p.regions_done < p.regions_total, "{p:?}");
+    a.close().unwrap();
+    assert!(a.resync_owed(), "stopped before its end");
+    for f in &m.faulty {
+        f.heal();
+    }
+    // Not marked clean: the next start resyncs again, and the torn
+    // stripes the first pass had not reached agree after it.
+    let again = Array::assemble(m.refs()).unwrap();
+    let resynced = again.array.event_log().iter().any(|(_, e)| {
+        matches!(e, ArrayEvent::UncleanStop { regions, background: false, .. } if *regions > 0)
+    });
+    assert!(resynced, "the next start resynced");
+    assert_matches(&again.array, &image);
+    assert_consistent(&again.array, &m.refs());
+}
+
+/// Where a crash left a mirror's copies different, reads while the resync
+/// is owed return the first copy, the one the resync keeps, through both
+/// read paths (a read within one chunk, and one across chunks); they would
+/// otherwise return the other copy, which the resync then overwrites.
+#[test]
+fn a_mirror_read_while_a_resync_is_owed_returns_the_copy_it_keeps() {
+    for level in [Level::Raid1, Level::Raid10] {
+        let m = Members::ram(4, 4 << 20, &format!("bg-resync-read{level}"));
+        let (image, g, base) = crashed(&m, level);
+        // Every second copy of chunks 0..8 holds other bytes.
+        for c in 0..8 {
+            let p = g.chunk_copies(c)[1];
+            m.faulty[p.member]
+                .write_at(&vec![0xee; CHUNK as usize], base + p.offset)
+                .unwrap();
+        }
+        let a = Arc::new(
+            Array::assemble_with(m.refs(), in_background())
+                .unwrap()
+                .array,
+        );
+        let want = &image[..8 * CHUNK as usize];
+        for round in 0..8 {
+            for c in 0..8u64 {
+                let mut b = vec![0u8; 4096];
+                a.read(c * CHUNK + 4096, &mut b).unwrap();
+                let at = (c * CHUNK + 4096) as usize;
+                assert!(
+                    b[..] == want[at..at + 4096],
+                    "{level}: chunk {c}, round {round}"
+                );
+            }
+            let mut all = vec![0u8; want.len()];
+            a.read(0, &mut all).unwrap();
+            assert!(all == want, "{level}: chunks 0-7 at once, round {round}");
+        }
+        a.kick_resync();
+        wait_until("the resync", || !a.resync_owed());
+        assert_matches(&a, &image);
+        assert_consistent(&a, &m.refs());
+        a.close().unwrap();
+    }
+}
+
+/// A write into a stripe the crash tore, before the resync reaches it, is
+/// a reconstruct-write: a read-modify-write would carry the parity's error
+/// into the new parity, and a member failing next would then be rebuilt
+/// wrong from it, the write's own data included (the acknowledged write
+/// reading back wrong).
+#[test]
+fn a_write_into_a_torn_stripe_before_the_resync_reaches_it_reads_back_after_a_failure() {
+    for level in [Level::Raid5, Level::Raid6] {
+        // Five data chunks: a 4 KiB write reads less by read-modify-write.
+        let n = if level == Level::Raid5 { 6 } else { 7 };
+        let m = Members::ram(n, 4 << 20, &format!("bg-resync-rmw{level}"));
+        let (mut image, g, base) = crashed(&m, level);
+        // Stripe 3's parity torn where the write below lands.
+        let (s, nd) = (3u64, g.data_chunks() as u64);
+        let map = g.stripe_map(s);
+        m.corrupt(map.members[nd as usize], base + s * CHUNK + 1000);
+        let a = Arc::new(
+            Array::assemble_with(m.refs(), in_background())
+                .unwrap()
+                .array,
+        );
+        // 4 KiB into its second data chunk: a read-modify-write by cost.
+        let at = (s * nd + 1) * CHUNK;
+        let block = vec![0x77u8; 4096];
+        a.write(at, &block).unwrap();
+        image[at as usize..at as usize + 4096].copy_from_slice(&block);
+        // That chunk's member fails before any resync: its data is now
+        // rebuilt from the parity.
+        a.fail_slot(map.members[1], "test: the written chunk's drive fails");
+        let mut got = vec![0u8; 4096];
+        a.read(at, &mut got).unwrap();
+        assert!(
+            got == block,
+            "{level}: the acknowledged write reads back wrong once degraded"
+        );
+        assert_matches(&a, &image);
+    }
+}

@@ -71,7 +71,7 @@ impl Array {
         } else if self.resync.pending() {
             Some(match self.resync_runnable() {
                 true => "the resync after an unclean stop had not run to its end: the next start resyncs again".into(),
-                false => "it started degraded after an unclean stop (or a forced start), so the regions written before could not be resynced yet: the rebuild does it, or the next start once the array is whole".into(),
+                false => "the regions an unclean stop (or a forced start) left could not be resynced with a member missing (it started degraded, or a member failed during the resync): the rebuild does it, or the next start once the array is whole".into(),
             })
         } else {
             None

@@ -474,7 +474,7 @@ impl ArrayEvent {
                 "the array was not stopped cleanly (a crash, a kill, a power cut, or a stop after writes failed on a full filesystem): {regions} region(s) marked as being written were resynced at this start"
             ),
             ArrayEvent::ResyncFinished { regions } => format!(
-                "the resync after the unclean stop ended: {regions} region(s) resynced, redundancy agrees with the data again"
+                "the resync after the unclean stop ended: {regions} region(s) resynced, the members in sync agree with each other again"
             ),
             ArrayEvent::ScrubCut { repair } => format!(
                 "a scrub{} did not end: the daemon stopped while it ran (killed, a crash); the part it had not reached is unchecked",

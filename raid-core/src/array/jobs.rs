@@ -429,15 +429,23 @@ impl Array {
             let _resync = self.jobs.resync.lock();
             self.jobs.closed.store(true, Ordering::Release);
         }
+        // Taken out first, joined without the lock held (status reads
+        // it). Both told to stop before either is joined: a resync thread
+        // may wait for the pass a rebuild's end runs, which stops only
+        // with the rebuild.
         let resync = self.jobs.resync.lock().take();
+        let run = self.jobs.copy.lock().take();
+        for stop in resync
+            .iter()
+            .map(|r| &r.stop)
+            .chain(run.iter().map(|r| &r.stop))
+        {
+            stop.store(true, Ordering::Release);
+        }
         if let Some(r) = resync {
-            r.stop.store(true, Ordering::Release);
             let _ = r.handle.join();
         }
-        // Taken out first, joined without the lock held (status reads it).
-        let run = self.jobs.copy.lock().take();
         if let Some(r) = run {
-            r.stop.store(true, Ordering::Release);
             let _ = r.handle.join();
         }
         let _ = self.cancel_scrub();

@@ -147,7 +147,7 @@ impl Array {
     /// background resync's and a rebuild's end's.
     pub(super) fn resync_owed_pass(&self, stop: &AtomicBool) -> Result<()> {
         let _one = self.resync.pass.lock();
-        if !self.resync_runnable() {
+        if !self.resync_runnable() || stop.load(Ordering::Acquire) {
             return Ok(());
         }
         match self.resync_regions(stop)? {

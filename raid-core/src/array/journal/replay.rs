@@ -13,9 +13,14 @@ use super::format::{encode_head, Record, BLOCK, RECORDS};
 use super::{JState, Journal};
 use crate::array::{Array, ArrayError, MemberRef, Result, SlotState};
 use crate::buf::AlignedBuf;
+use crate::member::{submit_uncounted, IoOp, MemberIo};
 use crate::metadata::JOURNAL_OFFSET;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+
+/// Most bytes of rings a start reads at once (`journal_scan`): several
+/// members' rings of 16 MiB, every member's of 1 MiB, one of 64 MiB.
+const RINGS_READ_BYTES: usize = 64 << 20;
 
 /// Every whole record of this array in the rings of the members in
 /// sync, by sequence: where each copy lies (slot, member offset, length).
@@ -70,7 +75,8 @@ impl Array {
         Ok(records.len())
     }
 
-    /// The first pass: each present member's ring read whole into `area`.
+    /// The first pass: each present member's ring read whole, into `area`
+    /// and, for the rings read with it, buffers of their own.
     fn journal_scan(
         &self,
         j: &Journal,
@@ -83,46 +89,83 @@ impl Array {
             places: HashMap::new(),
             unread: Vec::new(),
         };
-        for (i, m) in handles.iter().enumerate() {
-            if self.slots[i].state() == SlotState::Failed {
-                continue;
-            }
-            if let Err(e) = m.read_at(area, JOURNAL_OFFSET) {
-                scan.unread.push((i, e));
-                continue;
-            }
-            // The next sequence goes past every record of this array any
-            // member's ring holds, chained or not: a group's records reach
-            // the members in any order, so a crash can leave one durable
-            // past a gap (and a member out of sync may hold one), and a
-            // sequence number reused after this start would chain on to it.
-            let found: Vec<(u64, usize, usize)> =
-                sealed_records(&area[BLOCK as usize..], &self.uuid).collect();
-            scan.seen = scan
-                .seen
-                .max(found.iter().map(|&(seq, ..)| seq).max().unwrap_or(0));
-            // Replayed from members in sync only: one that joined
-            // (rebuilding, re-added) got every record written since from
-            // the others too, and what its own ring holds from before may
-            // be records never put in place.
-            if self.slots[i].state() != SlotState::Active {
-                continue;
-            }
-            if let Some(n) = legacy_records_owed(area) {
-                return Err(ArrayError::Assembly(format!(
-                    "array '{}': {} holds {n} degraded-write journal record(s) written by an earlier version of raidctl and not yet in place; start the array once with that version and stop it cleanly (raidctl stop), then start it with this one",
-                    self.name,
-                    m.identity()
-                )));
-            }
-            let h = decode_head(&area[..BLOCK as usize], &self.uuid, j.area_end);
-            scan.head = scan.head.max(h);
-            for (seq, at, len) in found {
-                let place = RECORDS + at as u64;
-                scan.places.entry(seq).or_default().push((i, place, len));
+        // Several members' rings read together, in one submission: one
+        // after another, a start waited for each ring in turn (190 ms of
+        // a start on eight simulated drives with 16 MiB rings). At most
+        // `RINGS_READ_BYTES` of buffers at once, `area` among them.
+        let wanted: Vec<usize> = (0..handles.len())
+            .filter(|&i| self.slots[i].state() != SlotState::Failed)
+            .collect();
+        let at_once = (RINGS_READ_BYTES / area.len().max(1)).clamp(1, wanted.len().max(1));
+        let mut more: Vec<AlignedBuf> = (1..at_once).map(|_| AlignedBuf::new(area.len())).collect();
+        for group in wanted.chunks(at_once) {
+            let results = {
+                let bufs = std::iter::once(&mut *area).chain(more.iter_mut());
+                let mut ios: Vec<MemberIo> = group
+                    .iter()
+                    .zip(bufs)
+                    .map(|(&i, b)| MemberIo {
+                        member: i,
+                        offset: JOURNAL_OFFSET,
+                        op: IoOp::Read(&mut b[..]),
+                    })
+                    .collect();
+                submit_uncounted(handles, &mut ios)
+            };
+            for (k, (&i, read)) in group.iter().zip(results).enumerate() {
+                if let Err(e) = read {
+                    scan.unread.push((i, e));
+                    continue;
+                }
+                let ring: &AlignedBuf = match k {
+                    0 => area,
+                    _ => &more[k - 1],
+                };
+                self.scan_ring(j, (i, &handles[i]), ring, &mut scan)?;
             }
         }
         Ok(scan)
+    }
+
+    /// Indexes the ring of slot `i` (member `m`), read into `ring`.
+    fn scan_ring(
+        &self,
+        j: &Journal,
+        (i, m): (usize, &MemberRef),
+        ring: &AlignedBuf,
+        scan: &mut Scan,
+    ) -> Result<()> {
+        // The next sequence goes past every record of this array any
+        // member's ring holds, chained or not: a group's records reach
+        // the members in any order, so a crash can leave one durable
+        // past a gap (and a member out of sync may hold one), and a
+        // sequence number reused after this start would chain on to it.
+        let found: Vec<(u64, usize, usize)> =
+            sealed_records(&ring[BLOCK as usize..], &self.uuid).collect();
+        scan.seen = scan
+            .seen
+            .max(found.iter().map(|&(seq, ..)| seq).max().unwrap_or(0));
+        // Replayed from members in sync only: one that joined
+        // (rebuilding, re-added) got every record written since from
+        // the others too, and what its own ring holds from before may
+        // be records never put in place.
+        if self.slots[i].state() != SlotState::Active {
+            return Ok(());
+        }
+        if let Some(n) = legacy_records_owed(ring) {
+            return Err(ArrayError::Assembly(format!(
+                "array '{}': {} holds {n} degraded-write journal record(s) written by an earlier version of raidctl and not yet in place; start the array once with that version and stop it cleanly (raidctl stop), then start it with this one",
+                self.name,
+                m.identity()
+            )));
+        }
+        let h = decode_head(&ring[..BLOCK as usize], &self.uuid, j.area_end);
+        scan.head = scan.head.max(h);
+        for (seq, at, len) in found {
+            let place = RECORDS + at as u64;
+            scan.places.entry(seq).or_default().push((i, place, len));
+        }
+        Ok(())
     }
 
     /// Members whose journal area could not be read at the start. Their

@@ -257,3 +257,29 @@ fn a_write_into_a_torn_stripe_before_the_resync_reaches_it_reads_back_after_a_fa
         assert_matches(&a, &image);
     }
 }
+
+/// The resync while served keeps the rebuild's rate limit (`raidctl rate
+/// --rebuild`), read at every step as a rebuild reads it: at 64 KiB/s per
+/// member its first step of 256 KiB alone takes four seconds; lifted, it
+/// runs to its end.
+#[test]
+fn a_background_resync_keeps_the_rebuild_rate_limit() {
+    let m = Members::ram(4, 4 << 20, "bg-resync-rate");
+    let (image, g, base) = crashed(&m, Level::Raid5);
+    tear(&m, &g, base);
+    let a = Arc::new(
+        Array::assemble_with(m.refs(), in_background())
+            .unwrap()
+            .array,
+    );
+    a.set_rates(Some(64 << 10), None);
+    a.kick_resync();
+    std::thread::sleep(Duration::from_millis(300));
+    let p = a.resync_progress().expect("still running at 64 KiB/s");
+    assert!(p.regions_done < p.regions_total, "{p:?}");
+    a.set_rates(Some(0), None);
+    wait_until("the resync, its limit lifted", || !a.resync_owed());
+    assert_matches(&a, &image);
+    assert_consistent(&a, &m.refs());
+    a.close().unwrap();
+}

@@ -204,12 +204,13 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Change the rate limits of rebuilds, hot replaces and scrubs, also of
-    /// those running now (0: no limit), kept across restarts; with no
-    /// option, show them.
+    /// Change the rate limits of rebuilds, hot replaces, the resync after an
+    /// unclean stop and scrubs, also of those running now (0: no limit),
+    /// kept across restarts; with no option, show them.
     Rate {
         name: String,
-        /// Bytes per second written by a rebuild or hot replace (e.g. 200M).
+        /// Bytes per second written by a rebuild or hot replace, or read
+        /// from each member by a resync (e.g. 200M).
         #[arg(long, value_name = "SIZE")]
         rebuild: Option<String>,
         /// Bytes per second read from all members by a scrub.

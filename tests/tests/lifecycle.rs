@@ -135,7 +135,7 @@ fn rates_hold_across_a_restart() {
     w.ok(&["start", "rt"]);
     let out = w.ok(&["rate", "rt"]);
     assert!(
-        out.contains("rebuild and replace 3.0 MiB/s") && out.contains("scrub 5.0 MiB/s"),
+        out.contains("rebuild, replace and resync 3.0 MiB/s") && out.contains("scrub 5.0 MiB/s"),
         "{out}"
     );
     w.ok(&["stop", "rt"]);

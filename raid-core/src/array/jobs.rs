@@ -148,6 +148,12 @@ impl Array {
         }
     }
 
+    /// The rebuild's rate limit as its work reads it at every step, also
+    /// the resync's while the array is served (md paces both by one).
+    pub(super) fn rebuild_rate_live(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.jobs.rebuild_rate)
+    }
+
     /// (rebuild, scrub) rate limits, bytes per second (0: none).
     pub fn rates(&self) -> (u64, u64) {
         (

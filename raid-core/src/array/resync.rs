@@ -90,7 +90,7 @@ impl Array {
     /// it owed until the rebuild).
     pub(super) fn resync_dirty(&self) -> Result<usize> {
         let _one = self.resync.pass.lock();
-        match self.resync_regions(&AtomicBool::new(false))? {
+        match self.resync_regions(&AtomicBool::new(false), false)? {
             ResyncEnd::Done(n) => Ok(n),
             ResyncEnd::Stopped | ResyncEnd::WriteHole => Ok(0),
         }
@@ -150,7 +150,7 @@ impl Array {
         if !self.resync_runnable() || stop.load(Ordering::Acquire) {
             return Ok(());
         }
-        match self.resync_regions(stop)? {
+        match self.resync_regions(stop, true)? {
             ResyncEnd::Done(n) => {
                 self.resync.pending.store(false, Ordering::Release);
                 tracing::warn!(array = %self.name, regions = n, "resynced the regions an unclean stop left");
@@ -190,10 +190,21 @@ impl Array {
     }
 
     /// Makes redundancy agree with the data in every region the bitmap
-    /// marks, a step at a time under the locks writers take. Callers hold
-    /// `resync.pass`.
-    fn resync_regions(&self, stop: &AtomicBool) -> Result<ResyncEnd> {
+    /// marks, a step at a time under the locks writers take; `paced`
+    /// (the array is served meanwhile): at most the rebuild's rate limit,
+    /// counted as a rebuild counts, per member (`raidctl rate --rebuild`).
+    /// Callers hold `resync.pass`.
+    fn resync_regions(&self, stop: &AtomicBool, paced: bool) -> Result<ResyncEnd> {
         let count = &self.resync.count;
+        let (began, live) = (std::time::Instant::now(), Some(self.rebuild_rate_live()));
+        let mut moved = 0u64;
+        let mut pace_after = |rows: u64| {
+            moved += rows * self.geo.chunk;
+            if paced {
+                let stopped = || stop.load(Ordering::Acquire);
+                super::pace(None, &live, moved, began, &stopped);
+            }
+        };
         let Some(bm) = &self.bitmap else {
             return Ok(ResyncEnd::Done(0));
         };
@@ -228,7 +239,7 @@ impl Array {
                     if stop.load(Ordering::Acquire) {
                         return Ok(ResyncEnd::Stopped);
                     }
-                    let _held = self.locks.lock(a..b);
+                    let held = self.locks.lock(a..b);
                     if let Err(e) = self.resync_stripes(a..b, &mut pool) {
                         if !self.within_redundancy() {
                             return Err(e);
@@ -242,6 +253,8 @@ impl Array {
                     // Under the step's locks: a writer that finds its row
                     // below this finds it resynced.
                     self.resync.resynced_below.fetch_max(b, Ordering::AcqRel);
+                    drop(held);
+                    pace_after(b - a);
                 }
             } else {
                 // Chunks with a copy in rows [lo, hi): RAID1 row = chunk;
@@ -261,8 +274,11 @@ impl Array {
                     if stop.load(Ordering::Acquire) {
                         return Ok(ResyncEnd::Stopped);
                     }
-                    let _held = self.locks.lock(a..b);
+                    let held = self.locks.lock(a..b);
                     self.resync_mirror_chunks(a..b, &mut pool)?;
+                    drop(held);
+                    // A member holds `copies / n` of a chunk per chunk.
+                    pace_after(((b - a) * copies).div_ceil(n));
                 }
             }
             count.done.fetch_add(1, Ordering::Release);

@@ -99,7 +99,7 @@ impl Daemon {
             }
         };
         Ok(format!(
-            "'{name}': rebuild and replace {}, scrub {}",
+            "'{name}': rebuild, replace and resync {}, scrub {}",
             show(r),
             show(sc)
         ))

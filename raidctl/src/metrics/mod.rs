@@ -219,6 +219,14 @@ pub fn render(s: &Sample) -> String {
     per_array(
         &mut e,
         s,
+        "raidctl_array_resync_progress_ratio",
+        Kind::Gauge,
+        "Share of the resync after an unclean stop done (regions of the write-intent bitmap), 0 to 1; absent when none runs.",
+        |a| a.status.resync.as_ref().map(|r| r.percent / 100.0),
+    );
+    per_array(
+        &mut e,
+        s,
         "raidctl_array_scrub_rate_bytes_per_second",
         Kind::Gauge,
         "Bytes per second the running scrub reads; absent when none runs.",

@@ -283,3 +283,42 @@ fn a_background_resync_keeps_the_rebuild_rate_limit() {
     assert_consistent(&a, &m.refs());
     a.close().unwrap();
 }
+
+/// A mirror chunk a crash left with copies that differ reads the same
+/// after the member of the copy it was read from fails, before the resync
+/// has come: the read made the copies agree first. (A read that only
+/// returned the first copy would leave the others as they were, and the
+/// block would then read as the other copy: the write in flight at the
+/// crash, seen and then gone.)
+#[test]
+fn a_torn_mirror_chunk_read_before_the_resync_reads_the_same_after_a_failure() {
+    for level in [Level::Raid1, Level::Raid10] {
+        let m = Members::ram(4, 4 << 20, &format!("bg-resync-revert{level}"));
+        let (_, g, base) = crashed(&m, level);
+        // Chunk 2's first copy took a write in flight at the crash, its
+        // other copies did not.
+        let c = 2u64;
+        let first = g.chunk_copies(c)[0];
+        m.faulty[first.member]
+            .write_at(&vec![0xab; CHUNK as usize], base + first.offset)
+            .unwrap();
+        let a = Arc::new(
+            Array::assemble_with(m.refs(), in_background())
+                .unwrap()
+                .array,
+        );
+        let mut seen = vec![0u8; 4096];
+        a.read(c * CHUNK, &mut seen).unwrap();
+        assert!(
+            seen.iter().all(|&b| b == 0xab),
+            "{level}: the first copy is read"
+        );
+        a.fail_slot(first.member, "test: the drive of the copy read fails");
+        let mut again = vec![0u8; 4096];
+        a.read(c * CHUNK, &mut again).unwrap();
+        assert!(
+            again == seen,
+            "{level}: the block reads as another copy after the failure"
+        );
+    }
+}

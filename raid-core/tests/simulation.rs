@@ -208,21 +208,17 @@ impl World {
     /// disk is dead or bad and the array has not noticed yet (a crash then
     /// is the write hole's double fault: a torn stripe whose missing chunk
     /// exists only as parity, which no RAID5/6 without a log of every
-    /// write survives). Nor, in a life whose starts resync while served,
-    /// on a mirror: a read before the resync returns the first copy, and
-    /// that disk then failing leaves a torn chunk to a copy that never
-    /// took the write (md's resync leaves the same window open; a start
-    /// that resyncs first finds the fault before any read).
+    /// write survives). Mirrors take it, also where a start serves before
+    /// its resync: a read of a chunk the resync has not reached makes its
+    /// copies agree first.
     fn cut_allowed(&self) -> bool {
         !self.torn_needs_every_disk() || !self.unnoticed_fault()
     }
 
     /// Whether what a cut tears needs every disk there was at the cut to
-    /// be put right: a parity level's stripes always; a mirror's copies
-    /// where a start serves before its resync (`cut_allowed`).
+    /// be put right: a parity level's stripes (`cut_allowed`).
     fn torn_needs_every_disk(&self) -> bool {
         matches!(self.level, Level::Raid5 | Level::Raid6)
-            || resync_at(self.seed) == ResyncAt::Background
     }
 
     /// How many weak slots the level survives whichever they are.

@@ -56,6 +56,9 @@ impl Array {
                 self.readable(m, s)
                     .then_some((m, self.data_offset + s * chunk + within))
             }
+            // Torn by an unclean stop, perhaps: `mirror_read` resyncs it
+            // first.
+            _ if self.resync.may_be_torn(c) => None,
             _ => {
                 let n = self.geo.copies();
                 let first = self.first_copy_first(c);

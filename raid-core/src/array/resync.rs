@@ -9,9 +9,11 @@
 //! otherwise stay unserved for as long as reading all of it takes). Until a
 //! resync has run to its end it is owed (`Owed`): no flush clears a bit, a
 //! stop does not mark the array clean (so the next start resyncs again), a
-//! scrub is refused, and a mirror's reads go to the first readable copy of
-//! each chunk, the one the resync keeps, so that two reads of a block
-//! never disagree.
+//! scrub is refused, a mirror's reads go to the first readable copy of
+//! each chunk (the one the resync keeps), and a mirror chunk the resync has
+//! not reached is resynced before it is read, so that a block reads the
+//! same whatever member fails after; a RAID5/6 stripe it has not reached
+//! is written by reconstruct-write.
 
 use super::step_io::StepJob;
 use super::*;
@@ -39,8 +41,9 @@ pub(super) struct Owed {
     pass: Mutex<()>,
     /// How far the pass running (or the last one) is.
     count: ResyncCount,
-    /// A parity array's rows below this have been resynced since the
-    /// start (by any pass): a write there may read-modify-write again.
+    /// A parity array's rows (a mirror's chunks) below this have been
+    /// resynced since the start, by any pass: a write there may
+    /// read-modify-write again, a read there reads as it always does.
     resynced_below: AtomicU64,
 }
 
@@ -49,14 +52,16 @@ impl Owed {
         self.pending.load(Ordering::Acquire)
     }
 
-    /// Whether stripe `s` may still be as an unclean stop tore it (its
-    /// parity not agreeing with its data): a resync is owed and has not
-    /// passed it. A read-modify-write there would carry the parity's error
-    /// into the new parity, and a member failing before the resync comes
-    /// would then be rebuilt wrong from it, this write's data included;
-    /// so such a stripe is written by reconstruct-write, which computes
-    /// the parity from the data and makes the stripe agree (md forces the
-    /// same ahead of its resync).
+    /// Whether stripe `s` (a mirror's chunk `s`) may still be as an
+    /// unclean stop tore it (its parity not agreeing with its data, its
+    /// copies not with each other): a resync is owed and has not passed
+    /// it. A read-modify-write there would carry the parity's error into
+    /// the new parity, and a member failing before the resync comes would
+    /// then be rebuilt wrong from it, this write's data included; so such
+    /// a stripe is written by reconstruct-write, which computes the parity
+    /// from the data and makes the stripe agree (md forces the same ahead
+    /// of its resync). Such a mirror chunk is resynced before it is read
+    /// (`resync_chunk_before_read`).
     pub(super) fn may_be_torn(&self, s: u64) -> bool {
         self.pending() && s >= self.resynced_below.load(Ordering::Acquire)
     }
@@ -162,6 +167,23 @@ impl Array {
             ResyncEnd::WriteHole => {}
         }
         Ok(())
+    }
+
+    /// Before a read of mirror chunk `c` that an unclean stop may have torn
+    /// and the resync has not reached: its copies are made to agree first,
+    /// the first readable one written over the others, under the chunk's
+    /// lock. What the read returns is then on every copy, so no member
+    /// failing later makes the block read as a copy that never took the
+    /// write in flight at the crash (md's resync leaves that window open:
+    /// a read returns the first copy, and losing that disk before the
+    /// resync has come reverts the block to the other's). Each such read
+    /// costs a read of every copy until the resync passes the chunk.
+    pub(super) fn resync_chunk_before_read(&self, c: u64) -> Result<()> {
+        let _held = self.locks.lock([c]);
+        if !self.resync.may_be_torn(c) {
+            return Ok(());
+        }
+        self.resync_mirror_chunks(c..c + 1, &mut BufPool::new(self.geo.chunk as usize))
     }
 
     /// Runs the resync owed in the caller's thread, what `kick_resync`
@@ -276,6 +298,7 @@ impl Array {
                     }
                     let held = self.locks.lock(a..b);
                     self.resync_mirror_chunks(a..b, &mut pool)?;
+                    self.resync.resynced_below.fetch_max(b, Ordering::AcqRel);
                     drop(held);
                     // A member holds `copies / n` of a chunk per chunk.
                     pace_after(((b - a) * copies).div_ceil(n));

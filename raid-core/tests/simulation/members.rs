@@ -11,11 +11,11 @@ impl World {
         if self.weak_slots() >= self.tolerance() {
             return;
         }
-        // What a cut tore (a stripe's parity, a mirror's copies) agrees
-        // again only once the resync has passed it: a disk lost before is
-        // the double fault `cut_allowed` keeps out (md's resync leaves the
-        // same window open).
-        if self.a().resync_owed() {
+        // A stripe a cut tore agrees with its parity again only once the
+        // resync has passed it: a disk lost before is the double fault
+        // `cut_allowed` keeps out (md's resync leaves the same window
+        // open). A mirror's torn chunk is made to agree before any read.
+        if self.a().resync_owed() && self.torn_needs_every_disk() {
             return;
         }
         let slots = self.a().slots();
@@ -139,14 +139,13 @@ impl World {
         // do, so their lives stay the ones that found them.
         // On RAID5/6 not with a cut planned in this step: a cut before the
         // array saw the spot is the write hole's double fault
-        // (`cut_allowed`). Mirrors take it where a start resyncs first: a
-        // cut may then land anywhere in the failure, the takeover or the
-        // rebuild that follows.
+        // (`cut_allowed`). Mirrors take it: a cut may then land anywhere in
+        // the failure, the takeover or the rebuild that follows.
         let mut side = StdRng::seed_from_u64(self.seed ^ ((self.disks.len() as u64) << 40));
         let torn = self.torn_needs_every_disk();
         let kept = KEPT_SEEDS.contains(&self.seed);
         // Nor while a resync is owed (the double fault `fault` keeps out).
-        let owed = self.a().resync_owed();
+        let owed = self.a().resync_owed() && torn;
         if !(kept || owed || torn && self.power.cut_planned()) && side.gen_ratio(1, 3) {
             let old = self.a().slots()[slot].member.clone().unwrap_or_default();
             let row = side.gen_range(0..self.rows);

@@ -314,10 +314,12 @@ impl World {
     /// With member I/O in flight, an active member's disk vanishes or a
     /// row of it goes bad (the array finds out from the I/O that meets
     /// it): within what the level survives, not with a cut planned (see
-    /// the life's rule on the write hole), nor while a resync is owed.
+    /// the life's rule on the write hole), nor while a parity array's
+    /// resync is owed.
     fn disk_fails_in_flight(&mut self) {
         let planned = self.power.cut_planned();
-        if planned || self.weak_slots() >= self.tolerance() || self.a().resync_owed() {
+        let owed = self.a().resync_owed() && self.torn_needs_every_disk();
+        if planned || self.weak_slots() >= self.tolerance() || owed {
             return;
         }
         let slots = self.a().slots();

@@ -322,3 +322,24 @@ fn a_torn_mirror_chunk_read_before_the_resync_reads_the_same_after_a_failure() {
         );
     }
 }
+
+/// A RAID10 that lost a whole pair while its resync was owed has failed,
+/// and its resync can no longer run; a chunk of a pair still whole reads
+/// as it always did (not refused as the resync before the read would be).
+#[test]
+fn a_failed_raid10_owing_its_resync_still_reads_what_its_pairs_hold() {
+    let m = Members::ram(4, 4 << 20, "bg-resync-failed");
+    let (image, _, _) = crashed(&m, Level::Raid10);
+    let a = Arc::new(
+        Array::assemble_with(m.refs(), in_background())
+            .unwrap()
+            .array,
+    );
+    a.fail_slot(0, "test: a pair's first drive fails");
+    a.fail_slot(1, "test: and its second");
+    assert_eq!(a.state(), raid_core::array::ArrayState::Failed);
+    // Chunk 1 lies on slots 2 and 3.
+    let mut got = vec![0u8; CHUNK as usize];
+    a.read(CHUNK, &mut got).unwrap();
+    assert!(got[..] == image[CHUNK as usize..2 * CHUNK as usize]);
+}

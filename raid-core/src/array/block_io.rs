@@ -58,7 +58,7 @@ impl Array {
             }
             // Torn by an unclean stop, perhaps: `mirror_read` resyncs it
             // first.
-            _ if self.resync.may_be_torn(c) => None,
+            _ if self.mirror_chunk_may_be_torn(c) => None,
             _ => {
                 let n = self.geo.copies();
                 let first = self.first_copy_first(c);

@@ -55,7 +55,7 @@ impl Array {
     pub(super) fn mirror_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let pieces = self.chunk_pieces(offset, buf.len() as u64);
         for p in &pieces {
-            if self.resync.may_be_torn(p.chunk) {
+            if self.mirror_chunk_may_be_torn(p.chunk) {
                 self.resync_chunk_before_read(p.chunk)?;
             }
         }

@@ -180,10 +180,26 @@ impl Array {
     /// costs a read of every copy until the resync passes the chunk.
     pub(super) fn resync_chunk_before_read(&self, c: u64) -> Result<()> {
         let _held = self.locks.lock([c]);
-        if !self.resync.may_be_torn(c) {
+        if !self.mirror_chunk_may_be_torn(c) {
             return Ok(());
         }
         self.resync_mirror_chunks(c..c + 1, &mut BufPool::new(self.geo.chunk as usize))
+    }
+
+    /// Whether a read of mirror chunk `c` must resync it first: the
+    /// resync owed can still run (a failed array's cannot: its reads go
+    /// on as before) and has not passed the chunk, and a region of the
+    /// chunk's rows was marked (bits an unclean stop left stay set while
+    /// the resync is owed; a region whose bit is clear held no write at
+    /// the crash, whatever a writer sets meanwhile).
+    pub(super) fn mirror_chunk_may_be_torn(&self, c: u64) -> bool {
+        let chunk = self.geo.chunk;
+        self.resync.may_be_torn(c)
+            && self.resync_runnable()
+            && self.geo.chunk_copies(c).iter().any(|p| {
+                let row = p.offset / chunk;
+                !self.rows_clean(row, row + 1)
+            })
     }
 
     /// Runs the resync owed in the caller's thread, what `kick_resync`

@@ -132,6 +132,50 @@ fn left_out(refused: &mut Vec<(String, Refusal)>, m: &MemberRef, why: Refusal) {
     refused.push((m.identity().to_string(), why));
 }
 
+impl Array {
+    /// Assembles from members that carry this array's metadata (any order).
+    pub fn assemble(members: Vec<MemberRef>) -> Result<Assembly> {
+        assemble(members, AssembleOptions::default())
+    }
+
+    /// Assembles as `opts` say (`assemble`, `assemble_all` and
+    /// `assemble_forced` are its common cases; the daemon resyncs in the
+    /// background).
+    pub fn assemble_with(members: Vec<MemberRef>, opts: AssembleOptions) -> Result<Assembly> {
+        assemble(members, opts)
+    }
+
+    /// Assembles like `assemble`, but refuses, with nothing written, where
+    /// a slot the metadata has in sync has no member among those given:
+    /// for a start that names its members, where one left out by mistake
+    /// would turn an optimal array degraded and that member stale (a
+    /// resync when it comes back). `assemble_forced` starts without them.
+    pub fn assemble_all(members: Vec<MemberRef>) -> Result<Assembly> {
+        let every_member = true;
+        assemble(
+            members,
+            AssembleOptions {
+                every_member,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Assembles like `assemble`; when the members in sync are too few,
+    /// takes back members marked failed, newest metadata first, until the
+    /// array can serve (`Assembly::forced` says which and why).
+    pub fn assemble_forced(members: Vec<MemberRef>) -> Result<Assembly> {
+        let force = true;
+        assemble(
+            members,
+            AssembleOptions {
+                force,
+                ..Default::default()
+            },
+        )
+    }
+}
+
 /// How an assembly goes (`Array::assemble_with`); the default is
 /// `Array::assemble`'s.
 #[derive(Clone, Copy, Debug, Default)]

@@ -11,7 +11,7 @@ use raid_core::layout::Level;
 use raid_core::member::Member;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use support::array::{create, Members};
+use support::array::{create, written_whole, Members};
 use support::power_cut::{rebuild_and_scrub, CutModel};
 
 const BLOCK: usize = 4096;
@@ -301,12 +301,7 @@ fn a_start_after_a_crash_makes_every_mirror_copy_equal_across_its_steps() {
     ] {
         let what = format!("{level} of {n}, missing {missing:?}");
         let m = Members::ram(n, 4 << 20, &format!("mirror-resync{level}{n}{missing:?}"));
-        let a = create(level, &m, chunk);
-        let image: Vec<u8> = (0..a.capacity())
-            .map(|i| (i / 4096 * 7 + 1) as u8)
-            .collect();
-        a.write(0, &image).unwrap();
-        a.flush().unwrap();
+        let (a, image) = written_whole(level, &m, chunk);
         let (g, base) = (a.geometry(), a.data_offset());
         assert!(
             a.bitmap_dirty_regions() > 0,
@@ -375,12 +370,7 @@ fn a_start_after_a_crash_makes_every_mirror_copy_equal_across_its_steps() {
 fn a_member_whose_resync_write_fails_is_never_the_copy_written_over_another() {
     let chunk = 16 * 1024;
     let m = Members::ram(3, 4 << 20, "mirror-resync-odd");
-    let a = create(Level::Raid10, &m, chunk);
-    let image: Vec<u8> = (0..a.capacity())
-        .map(|i| (i / 4096 * 5 + 3) as u8)
-        .collect();
-    a.write(0, &image).unwrap();
-    a.flush().unwrap();
+    let (a, image) = written_whole(Level::Raid10, &m, chunk);
     let (g, base) = (a.geometry(), a.data_offset());
     drop(a); // a crash
     let at = |c: u64| -> Vec<(usize, u64)> {

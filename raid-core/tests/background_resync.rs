@@ -12,7 +12,7 @@ use raid_core::member::{Faults, Member};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::array::{assert_consistent, assert_matches, create, Members};
+use support::array::{assert_consistent, assert_matches, written_whole, Members};
 
 const CHUNK: u64 = 16 * 1024;
 
@@ -24,18 +24,22 @@ fn in_background() -> AssembleOptions {
 }
 
 /// An array of `level` written whole and flushed, then dropped without a
-/// stop (a crash): every region of its bitmap marked. Returns it with the
-/// image written, its geometry and data offset.
+/// stop (a crash): every region of its bitmap marked. Returns the image
+/// written, its geometry and data offset.
 fn crashed(m: &Members, level: Level) -> (Vec<u8>, raid_core::layout::Geometry, u64) {
-    let a = create(level, m, CHUNK);
-    let image: Vec<u8> = (0..a.capacity())
-        .map(|i| (i / 4096 * 11 + 5) as u8)
-        .collect();
-    a.write(0, &image).unwrap();
-    a.flush().unwrap();
+    let (a, image) = written_whole(level, m, CHUNK);
     let (g, base) = (a.geometry(), a.data_offset());
     drop(a);
     (image, g, base)
+}
+
+/// `m` started again the daemon's way: served, its resync owed.
+fn started_owing(m: &Members) -> Arc<Array> {
+    Arc::new(
+        Array::assemble_with(m.refs(), in_background())
+            .unwrap()
+            .array,
+    )
 }
 
 /// Tears, behind the array's back, what a crash may leave torn: the parity
@@ -148,11 +152,7 @@ fn a_stop_during_a_background_resync_leaves_it_owed_to_the_next_start() {
             ..Default::default()
         });
     }
-    let a = Arc::new(
-        Array::assemble_with(m.refs(), in_background())
-            .unwrap()
-            .array,
-    );
+    let a = started_owing(&m);
     a.kick_resync();
     wait_until("the resync's start", || {
         a.resync_progress().is_some_and(|p| p.regions_total > 0)
@@ -191,11 +191,7 @@ fn a_mirror_read_while_a_resync_is_owed_returns_the_copy_it_keeps() {
                 .write_at(&vec![0xee; CHUNK as usize], base + p.offset)
                 .unwrap();
         }
-        let a = Arc::new(
-            Array::assemble_with(m.refs(), in_background())
-                .unwrap()
-                .array,
-        );
+        let a = started_owing(&m);
         let want = &image[..8 * CHUNK as usize];
         for round in 0..8 {
             for c in 0..8u64 {
@@ -235,11 +231,7 @@ fn a_write_into_a_torn_stripe_before_the_resync_reaches_it_reads_back_after_a_fa
         let (s, nd) = (3u64, g.data_chunks() as u64);
         let map = g.stripe_map(s);
         m.corrupt(map.members[nd as usize], base + s * CHUNK + 1000);
-        let a = Arc::new(
-            Array::assemble_with(m.refs(), in_background())
-                .unwrap()
-                .array,
-        );
+        let a = started_owing(&m);
         // 4 KiB into its second data chunk: a read-modify-write by cost.
         let at = (s * nd + 1) * CHUNK;
         let block = vec![0x77u8; 4096];
@@ -267,11 +259,7 @@ fn a_background_resync_keeps_the_rebuild_rate_limit() {
     let m = Members::ram(4, 4 << 20, "bg-resync-rate");
     let (image, g, base) = crashed(&m, Level::Raid5);
     tear(&m, &g, base);
-    let a = Arc::new(
-        Array::assemble_with(m.refs(), in_background())
-            .unwrap()
-            .array,
-    );
+    let a = started_owing(&m);
     a.set_rates(Some(64 << 10), None);
     a.kick_resync();
     std::thread::sleep(Duration::from_millis(300));
@@ -302,11 +290,7 @@ fn a_torn_mirror_chunk_read_before_the_resync_reads_the_same_after_a_failure() {
         m.faulty[first.member]
             .write_at(&vec![0xab; CHUNK as usize], base + first.offset)
             .unwrap();
-        let a = Arc::new(
-            Array::assemble_with(m.refs(), in_background())
-                .unwrap()
-                .array,
-        );
+        let a = started_owing(&m);
         let mut seen = vec![0u8; 4096];
         a.read(c * CHUNK, &mut seen).unwrap();
         assert!(
@@ -330,11 +314,7 @@ fn a_torn_mirror_chunk_read_before_the_resync_reads_the_same_after_a_failure() {
 fn a_failed_raid10_owing_its_resync_still_reads_what_its_pairs_hold() {
     let m = Members::ram(4, 4 << 20, "bg-resync-failed");
     let (image, _, _) = crashed(&m, Level::Raid10);
-    let a = Arc::new(
-        Array::assemble_with(m.refs(), in_background())
-            .unwrap()
-            .array,
-    );
+    let a = started_owing(&m);
     a.fail_slot(0, "test: a pair's first drive fails");
     a.fail_slot(1, "test: and its second");
     assert_eq!(a.state(), raid_core::array::ArrayState::Failed);

@@ -62,7 +62,10 @@ impl Array {
         let mut pending: Vec<usize> = (0..pieces.len()).collect();
         while !pending.is_empty() {
             let handles = self.read_handles();
-            let start = match self.resync.pending() {
+            // While a resync is owed, the copy it keeps (see
+            // `first_copy_first`); else spread over the mirrors.
+            let keep_first = self.resync.pending();
+            let start = match keep_first {
                 true => 0,
                 false => self.rr.fetch_add(1, Ordering::Relaxed),
             };
@@ -77,8 +80,7 @@ impl Array {
                 let mut readable = (0..n)
                     .map(|j| copies[(start + j) % n])
                     .filter(|c| self.copy_readable(c));
-                let pick = match self.resync.pending() {
-                    // The copy the resync keeps (see `first_copy_first`).
+                let pick = match keep_first {
                     true => readable.next(),
                     false => readable.min_by_key(|c| load[c.member]),
                 };

@@ -119,11 +119,10 @@ impl Array {
             // As a start that resyncs first says: none resynced now.
             self.owe_after_write_hole(regions, "while degraded");
             return 0;
-        } else {
-            self.resync.pending.store(true, Ordering::Release);
-            tracing::warn!(array = %self.name, regions,
-                "unclean stop: the regions the write-intent bitmap marks are resynced while the array is served");
         }
+        self.resync.pending.store(true, Ordering::Release);
+        tracing::warn!(array = %self.name, regions,
+            "unclean stop: the regions the write-intent bitmap marks are resynced while the array is served");
         regions
     }
 

@@ -54,6 +54,20 @@ pub fn create(level: Level, members: &Members, chunk: u64) -> Array {
     .expect("create")
 }
 
+/// An array of `level` over `members`, every byte written (4 KiB blocks
+/// of their own values) and flushed, so that every region of its bitmap is
+/// marked: dropped without a stop, it is a crash to start again from.
+/// Returns it with the image written.
+pub fn written_whole(level: Level, members: &Members, chunk: u64) -> (Array, Vec<u8>) {
+    let a = create(level, members, chunk);
+    let image: Vec<u8> = (0..a.capacity())
+        .map(|i| (i / 4096 * 7 + 1) as u8)
+        .collect();
+    a.write(0, &image).unwrap();
+    a.flush().unwrap();
+    (a, image)
+}
+
 /// An array named `tag` over `members`, shared (as the shards take it).
 pub fn create_shared(level: Level, members: Vec<MemberRef>, tag: &str, chunk: u64) -> Arc<Array> {
     Arc::new(

@@ -40,6 +40,12 @@ pub struct FaultyMember {
     state: Mutex<State>,
 }
 
+/// Whether I/O of `len` bytes at `offset` touches any of `ranges`
+/// ([start, end) each).
+fn touches(ranges: &[(u64, u64)], offset: u64, len: u64) -> bool {
+    ranges.iter().any(|&(a, b)| offset < b && offset + len > a)
+}
+
 fn injected(what: &str, name: &str) -> io::Error {
     io::Error::other(format!("{name}: injected fault ({what})"))
 }
@@ -122,11 +128,7 @@ impl FaultyMember {
             }
             *n -= 1;
         }
-        if s.faults
-            .fail_ranges
-            .iter()
-            .any(|&(a, b)| offset < b && offset + len > a)
-        {
+        if touches(&s.faults.fail_ranges, offset, len) {
             return Err(injected("bad range", name));
         }
         Ok(())
@@ -160,11 +162,7 @@ impl Member for FaultyMember {
         let mut s = self.state.lock();
         self.gate(&mut s, offset, buf.len() as u64)?;
         let len = buf.len() as u64;
-        if s.faults
-            .fail_read_ranges
-            .iter()
-            .any(|&(a, b)| offset < b && offset + len > a)
-        {
+        if touches(&s.faults.fail_read_ranges, offset, len) {
             return Err(injected("unreadable range", self.inner.identity()));
         }
         drop(s);
@@ -175,11 +173,7 @@ impl Member for FaultyMember {
         let mut s = self.state.lock();
         self.gate(&mut s, offset, buf.len() as u64)?;
         let len = buf.len() as u64;
-        if s.faults
-            .fail_write_ranges
-            .iter()
-            .any(|&(a, b)| offset < b && offset + len > a)
-        {
+        if touches(&s.faults.fail_write_ranges, offset, len) {
             return Err(injected("unwritable range", self.inner.identity()));
         }
         if s.track_power {

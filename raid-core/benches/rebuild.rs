@@ -26,7 +26,9 @@
 //! check-only scrub of the array, with the scrub's read rate; BENCH_RESYNC=1
 //! times only the resync of every region after an unclean stop, RAID5,
 //! RAID6 and RAID10, resynced before the array serves and then while it
-//! serves, as the daemon starts it.)
+//! serves, as the daemon starts it, then random 4 KiB reads before its
+//! resync is started and after it ended, through the shards and through
+//! `Array::read` (BENCH_READ_MS each, 1500 by default).)
 
 mod common;
 
@@ -200,6 +202,123 @@ fn resync_after_an_unclean_stop(level: Level, model: NvmeModel) {
     let resynced = t.elapsed().as_secs_f64();
     eprintln!("  {level} served in the background's way: a 4 KiB read answered {:.1} ms after the start began, the resync over {resynced:.2} s after it", served * 1e3);
     a.close().unwrap();
+    reads_while_owed(level, model);
+}
+
+/// Client reads while a resync is owed and has not passed them, against
+/// the same reads once it is over: an array of `level` written whole and
+/// dropped without a stop, assembled the daemon's way, random 4 KiB reads
+/// through the shards (32 in flight) before its resync is started, then
+/// after it ran to its end. Prints both rates and where the reads ran.
+fn reads_while_owed(level: Level, model: NvmeModel) {
+    let members: Vec<MemberRef> = (0..MEMBERS)
+        .map(|i| drive(format!("sim:{level}-owed{i}"), model))
+        .collect();
+    let a = common::array_at(members.clone(), level, CHUNK, DATA_OFFSET);
+    write_whole(&a);
+    drop(a);
+    let opts = raid_core::array::AssembleOptions {
+        resync: raid_core::array::ResyncAt::Background,
+        ..Default::default()
+    };
+    let a = Arc::new(
+        raid_core::array::Array::assemble_with(members, opts)
+            .unwrap()
+            .array,
+    );
+    let e = Engine::start(a.clone(), rayon::current_num_threads()).unwrap();
+    let dur = Duration::from_millis(env_u64("BENCH_READ_MS", 1500));
+    let blocking = || e.counts().blocking.load(Ordering::Relaxed);
+    let owed = client_reads(&e, a.capacity(), 32, dur);
+    let owed_blocking = blocking();
+    // The blocking API's reads, from 32 threads (what the FUSE export
+    // does): the path the shards hand every read they cannot serve.
+    let owed_threads = thread_reads(&a, 32, dur);
+    a.kick_resync();
+    while a.resync_owed() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let after = client_reads(&e, a.capacity(), 32, dur);
+    let after_threads = thread_reads(&a, 32, dur);
+    eprintln!(
+        "  {level} 4 KiB random reads, 32 in flight through the shards: {:.0}/s (p99 {:.0} us) while the resync is owed, {:.0}/s (p99 {:.0} us) after it, {:.2}x; {owed_blocking} of the first on the blocking path, {} of the second",
+        owed.iops,
+        owed.p99_us,
+        after.iops,
+        after.p99_us,
+        owed.iops / after.iops,
+        blocking() - owed_blocking
+    );
+    eprintln!(
+        "  {level} the same from 32 threads through Array::read: {:.0}/s (p99 {:.0} us) while owed, {:.0}/s (p99 {:.0} us) after, {:.2}x",
+        owed_threads.iops,
+        owed_threads.p99_us,
+        after_threads.iops,
+        after_threads.p99_us,
+        owed_threads.iops / after_threads.iops
+    );
+    drop(e);
+    a.close().unwrap();
+}
+
+/// Random 4 KiB reads through the blocking `Array::read`, from `threads`
+/// threads for `dur`.
+fn thread_reads(a: &raid_core::array::Array, threads: usize, dur: Duration) -> Sample {
+    let blocks = a.capacity() / 4096;
+    let (lat, secs) = common::timed_loops(
+        threads,
+        dur,
+        |k| {
+            let buf = raid_core::buf::AlignedBuf::new(4096);
+            (
+                0x9e3779b97f4a7c15u64 ^ (k as u64 + 1).wrapping_mul(0x2545f4914f6cdd1d),
+                buf,
+            )
+        },
+        |(rng, buf)| {
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            a.read((*rng % blocks) * 4096, buf).unwrap();
+        },
+    );
+    Sample::of(lat, secs)
+}
+
+/// Random 4 KiB reads through `e`, `qd` in flight, for `dur`: their rate
+/// and latencies.
+fn client_reads(e: &Engine, capacity: u64, qd: usize, dur: Duration) -> Sample {
+    let (tx, rx) = mpsc::channel();
+    let mut lat = Vec::new();
+    let mut rng = 0x2545f4914f6cdd1du64;
+    let blocks = capacity / 4096;
+    let issue = |rng: &mut u64| {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        let tx = tx.clone();
+        let t0 = Instant::now();
+        e.read(
+            (*rng % blocks) * 4096,
+            raid_core::buf::AlignedBuf::new(4096),
+            Box::new(move |r| tx.send((r.is_ok(), t0.elapsed())).unwrap()),
+        );
+    };
+    let t = Instant::now();
+    for _ in 0..qd {
+        issue(&mut rng);
+    }
+    while t.elapsed() < dur {
+        let (ok, took) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert!(ok, "a read failed");
+        lat.push(took.as_micros().min(u32::MAX as u128) as u32);
+        issue(&mut rng);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    for _ in 0..qd {
+        rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    }
+    Sample::of(lat, secs)
 }
 
 fn main() {

@@ -323,3 +323,150 @@ fn a_failed_raid10_owing_its_resync_still_reads_what_its_pairs_hold() {
     a.read(CHUNK, &mut got).unwrap();
     assert!(got[..] == image[CHUNK as usize..2 * CHUNK as usize]);
 }
+
+/// Reads through the engine while a mirror's resync is owed: RAM members
+/// (the shards serve them) and files on tmpfs (copied in the caller's
+/// thread). Every copy of a chunk the crash may have torn is read and
+/// compared: copies that agree are the answer, served there; copies that
+/// differ go to the blocking path, which writes the kept copy over the
+/// others first. Either way the block reads the same after the kept copy's
+/// member fails.
+#[test]
+fn engine_reads_while_a_mirror_resync_is_owed_compare_the_copies() {
+    // Three copies; two; two over an odd number of members.
+    for (level, n) in [(Level::Raid1, 3), (Level::Raid10, 4), (Level::Raid10, 5)] {
+        let tag = format!("bg-engine-{level}-{n}");
+        let m = Members::ram(n, 4 << 20, &tag);
+        engine_reads_compare(level, m.refs(), &format!("{level} of {n} RAM members"));
+        if let Some(dir) = support::array::memory_dir(&tag) {
+            std::fs::create_dir_all(&dir).unwrap();
+            let files = support::array::files(&dir, n, 4 << 20);
+            engine_reads_compare(level, files, &format!("{level} of {n} tmpfs files"));
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+}
+
+/// A copy whose read errs while the copies are compared fails its member,
+/// as any read error does, and the read is served from the others, on the
+/// shards and through `Array::read` alike.
+#[test]
+fn a_copy_that_errs_while_the_copies_are_compared_is_failed() {
+    for through_engine in [true, false] {
+        let m = Members::ram(4, 4 << 20, &format!("bg-compare-err{through_engine}"));
+        let (image, g, base) = crashed(&m, Level::Raid10);
+        let a = started_owing(&m);
+        let c = 5u64;
+        let second = g.chunk_copies(c)[1];
+        let at = base + second.offset;
+        m.faulty[second.member].set_faults(Faults {
+            fail_read_ranges: vec![(at, at + CHUNK)],
+            ..Default::default()
+        });
+        let off = c * CHUNK;
+        let got = match through_engine {
+            true => {
+                let e = raid_core::shard::Engine::start(a.clone(), 2).unwrap();
+                let (tx, rx) = std::sync::mpsc::channel();
+                e.read(
+                    off,
+                    raid_core::buf::AlignedBuf::new(4096),
+                    Box::new(move |r| tx.send(r).unwrap()),
+                );
+                rx.recv_timeout(Duration::from_secs(30))
+                    .unwrap()
+                    .unwrap()
+                    .to_vec()
+            }
+            false => {
+                let mut b = vec![0u8; 4096];
+                a.read(off, &mut b).unwrap();
+                b
+            }
+        };
+        assert!(
+            got[..] == image[off as usize..off as usize + 4096],
+            "through the engine: {through_engine}: the read is served from the other copy"
+        );
+        let state = a.slots()[second.member].state;
+        assert_eq!(
+            state,
+            raid_core::metadata::SlotState::Failed,
+            "through the engine: {through_engine}: the member whose read erred is failed"
+        );
+    }
+}
+
+fn engine_reads_compare(level: Level, members: Vec<raid_core::member::MemberRef>, what: &str) {
+    use raid_core::buf::AlignedBuf;
+    let a = support::array::create_shared(level, members.clone(), "t", CHUNK);
+    let image: Vec<u8> = (0..a.capacity())
+        .map(|i| (i / 4096 * 7 + 1) as u8)
+        .collect();
+    a.write(0, &image).unwrap();
+    a.flush().unwrap();
+    let (g, base) = (a.geometry(), a.data_offset());
+    drop(a);
+    // Chunks 0-3: the second copy never took the crash's writes.
+    let torn = 0..4u64;
+    for c in torn.clone() {
+        let p = g.chunk_copies(c)[1];
+        members[p.member]
+            .write_at(&vec![0xee; CHUNK as usize], base + p.offset)
+            .unwrap();
+    }
+    let a = Arc::new(
+        Array::assemble_with(members.clone(), in_background())
+            .unwrap()
+            .array,
+    );
+    let e = raid_core::shard::Engine::start(a.clone(), 2).unwrap();
+    let read = |c: u64| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let at = c * CHUNK + 4096;
+        e.read(
+            at,
+            AlignedBuf::new(4096),
+            Box::new(move |r| tx.send(r).unwrap()),
+        );
+        let got = rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
+        assert!(
+            got[..] == image[at as usize..at as usize + 4096],
+            "{what}: chunk {c} reads as the copy the resync keeps"
+        );
+    };
+    for c in 0..8 {
+        read(c);
+    }
+    let blocking = e
+        .counts()
+        .blocking
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        blocking, 4,
+        "{what}: only the reads whose copies differ go to the blocking path"
+    );
+    for c in torn {
+        for p in g.chunk_copies(c) {
+            let mut got = vec![0u8; CHUNK as usize];
+            members[p.member]
+                .read_at(&mut got, base + p.offset)
+                .unwrap();
+            let at = (c * CHUNK) as usize;
+            assert!(
+                got[..] == image[at..at + CHUNK as usize],
+                "{what}: chunk {c}'s copy on slot {} agrees once read",
+                p.member
+            );
+        }
+    }
+    a.fail_slot(
+        g.chunk_copies(0)[0].member,
+        "test: the kept copy's drive fails",
+    );
+    for c in 0..8 {
+        read(c);
+    }
+    drop(e);
+    a.close().unwrap();
+}

@@ -56,8 +56,8 @@ impl Array {
                 self.readable(m, s)
                     .then_some((m, self.data_offset + s * chunk + within))
             }
-            // Torn by an unclean stop, perhaps: `mirror_read` resyncs it
-            // first.
+            // Torn by an unclean stop, perhaps: every copy is read and
+            // compared (`copies_read.rs`).
             _ if self.mirror_chunk_may_be_torn(c) => None,
             _ => {
                 let n = self.geo.copies();
@@ -77,8 +77,9 @@ impl Array {
     /// handles (held until the read completes) and, for each chunk the
     /// read touches, the slot, member offset, offset in the request and
     /// length of a readable copy. The fast path's rule, handles first and
-    /// readability after; None (a chunk with no readable copy: degraded)
-    /// sends the read down the blocking path.
+    /// readability after; None (a chunk with no readable copy: degraded;
+    /// a mirror chunk an unclean stop may have torn, whose copies must be
+    /// compared: `copies_read.rs`) sends the read elsewhere.
     pub(crate) fn direct_read(&self, offset: u64, len: u64) -> Option<DirectRead> {
         if len == 0 || self.check_range(offset, len).is_err() {
             return None;

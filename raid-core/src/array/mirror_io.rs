@@ -54,9 +54,20 @@ impl Array {
 
     pub(super) fn mirror_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let pieces = self.chunk_pieces(offset, buf.len() as u64);
-        for p in &pieces {
-            if self.mirror_chunk_may_be_torn(p.chunk) {
-                self.resync_chunk_before_read(p.chunk)?;
+        // Chunks an unclean stop may have torn: every copy read and
+        // compared, and the read answered where they agree; where they
+        // differ, made to agree first (`copies_read.rs`).
+        let torn: Vec<u64> = pieces
+            .iter()
+            .map(|p| p.chunk)
+            .filter(|&c| self.mirror_chunk_may_be_torn(c))
+            .collect();
+        if !torn.is_empty() {
+            if self.read_agreeing_copies(offset, buf) {
+                return Ok(());
+            }
+            for c in torn {
+                self.resync_chunk_before_read(c)?;
             }
         }
         let mut pending: Vec<usize> = (0..pieces.len()).collect();

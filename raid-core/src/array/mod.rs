@@ -11,6 +11,7 @@ pub(crate) mod async_write;
 mod bitmap;
 mod block_io;
 mod clean_mark;
+pub(crate) mod copies_read;
 mod create;
 pub(crate) mod degraded_read;
 mod events;
@@ -40,7 +41,7 @@ mod zero_extents;
 
 pub use assemble::{AssembleOptions, Assembly, Refusal, RefusalKind};
 pub use bitmap::BITMAP_LINGER;
-pub(crate) use block_io::DirectPiece;
+pub(crate) use block_io::{DirectPiece, DirectRead};
 pub use events::{ArrayEvent, Severity};
 pub use jobs::{CopyDone, CopyKind, CopyProgress, ResyncProgress, ScrubDone, ScrubProgress};
 pub(crate) use journal::{JournalDone, NotQueued, RoomWake};

@@ -10,8 +10,10 @@
 //! resync has run to its end it is owed (`Owed`): no flush clears a bit, a
 //! stop does not mark the array clean (so the next start resyncs again), a
 //! scrub is refused, a mirror's reads go to the first readable copy of
-//! each chunk (the one the resync keeps), and a mirror chunk the resync has
-//! not reached is resynced before it is read, so that a block reads the
+//! each chunk (the one the resync keeps), and a read of a mirror chunk the
+//! resync has not reached reads every copy and is answered where they agree
+//! (`copies_read.rs`), and resyncs the chunk first, under its lock, where
+//! they do not, so that a block reads the
 //! same whatever member fails after; a RAID5/6 stripe it has not reached
 //! is written by reconstruct-write.
 
@@ -60,7 +62,8 @@ impl Owed {
     /// then be rebuilt wrong from it, this write's data included; so such
     /// a stripe is written by reconstruct-write, which computes the parity
     /// from the data and makes the stripe agree (md forces the same ahead
-    /// of its resync). Such a mirror chunk is resynced before it is read
+    /// of its resync). Such a mirror chunk's copies are compared before it
+    /// is read (`copies_read.rs`), and resynced first where they differ
     /// (`resync_chunk_before_read`).
     pub(super) fn may_be_torn(&self, s: u64) -> bool {
         self.pending() && s >= self.resynced_below.load(Ordering::Acquire)
@@ -175,8 +178,9 @@ impl Array {
     /// failing later makes the block read as a copy that never took the
     /// write in flight at the crash (md's resync leaves that window open:
     /// a read returns the first copy, and losing that disk before the
-    /// resync has come reverts the block to the other's). Each such read
-    /// costs a read of every copy until the resync passes the chunk.
+    /// resync has come reverts the block to the other's). A read comes
+    /// here where it found its copies differing, or could not compare
+    /// them (`copies_read.rs`).
     pub(super) fn resync_chunk_before_read(&self, c: u64) -> Result<()> {
         let _held = self.locks.lock([c]);
         if !self.mirror_chunk_may_be_torn(c) {
@@ -185,7 +189,8 @@ impl Array {
         self.resync_mirror_chunks(c..c + 1, &mut BufPool::new(self.geo.chunk as usize))
     }
 
-    /// Whether a read of mirror chunk `c` must resync it first: the
+    /// Whether a read of mirror chunk `c` must compare its copies, or
+    /// resync it first where they differ (`copies_read.rs`): the
     /// resync owed can still run (a failed array's cannot: its reads go
     /// on as before) and has not passed the chunk, and a region of the
     /// chunk's rows was marked (bits an unclean stop left stay set while

@@ -134,6 +134,21 @@ impl FaultyMember {
         Ok(())
     }
 
+    /// `gate`, then the ranges that fail only reads (`write` false) or
+    /// only writes (zeroing included): one rule for every I/O, blocking
+    /// or timed.
+    fn gate_op(&self, s: &mut State, offset: u64, len: u64, write: bool) -> io::Result<()> {
+        self.gate(s, offset, len)?;
+        let (ranges, what) = match write {
+            false => (&s.faults.fail_read_ranges, "unreadable range"),
+            true => (&s.faults.fail_write_ranges, "unwritable range"),
+        };
+        match touches(ranges, offset, len) {
+            true => Err(injected(what, self.inner.identity())),
+            false => Ok(()),
+        }
+    }
+
     fn delay(&self) {
         let d = self.state.lock().faults.latency;
         if !d.is_zero() {
@@ -160,22 +175,14 @@ impl Member for FaultyMember {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.delay();
         let mut s = self.state.lock();
-        self.gate(&mut s, offset, buf.len() as u64)?;
-        let len = buf.len() as u64;
-        if touches(&s.faults.fail_read_ranges, offset, len) {
-            return Err(injected("unreadable range", self.inner.identity()));
-        }
+        self.gate_op(&mut s, offset, buf.len() as u64, false)?;
         drop(s);
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.delay();
         let mut s = self.state.lock();
-        self.gate(&mut s, offset, buf.len() as u64)?;
-        let len = buf.len() as u64;
-        if touches(&s.faults.fail_write_ranges, offset, len) {
-            return Err(injected("unwritable range", self.inner.identity()));
-        }
+        self.gate_op(&mut s, offset, buf.len() as u64, true)?;
         if s.track_power {
             // Held under the lock so the undo log matches the write order.
             let mut old = vec![0u8; buf.len()];
@@ -217,7 +224,8 @@ impl Member for FaultyMember {
         done: super::TimedDone,
     ) -> Option<io::Result<()>> {
         let mut s = self.state.lock();
-        if let Err(e) = self.gate(&mut s, offset, op.len() as u64) {
+        let write = matches!(op, super::IoOp::Write(_));
+        if let Err(e) = self.gate_op(&mut s, offset, op.len() as u64, write) {
             return Some(Err(e));
         }
         if s.track_power && matches!(op, super::IoOp::Write(_)) {
@@ -248,7 +256,7 @@ impl FaultyMember {
     /// Either kind of zeroing, gated and tracked as a write.
     fn zeroes(&self, offset: u64, len: u64, allocated: bool) -> io::Result<()> {
         let mut s = self.state.lock();
-        self.gate(&mut s, offset, len)?;
+        self.gate_op(&mut s, offset, len, true)?;
         if s.track_power {
             let mut old = vec![0u8; len as usize];
             self.inner.read_at(&mut old, offset)?;

@@ -18,6 +18,10 @@
 //! holds its stripe or sends it to the blocking path; one whose member
 //! erred goes where a shard's does.
 //!
+//! A mirror read of chunks an unclean stop may have torn reads every copy
+//! here the same way, and is answered where they agree
+//! (`array::copies_read`).
+//!
 //! Anything else goes to the shard as before. A read whose member copy
 //! fails goes where a shard sends one (`Fallback::Read` with the member
 //! that erred): the blocking path fails the member and reads the chunk
@@ -28,6 +32,7 @@
 
 use super::{answer, Engine, Fallback, ReadDone, ReadJob, WriteDone, WriteJob};
 use crate::array::async_write::{AsyncWrite, Next, Start};
+use crate::array::copies_read::CopiesRead;
 use crate::buf::AlignedBuf;
 use crate::member::{read_counted, write_counted, Member};
 use crate::stats::Started;
@@ -70,10 +75,19 @@ impl Engine {
         if self.shards.is_empty() || buf.len() > MAX_BYTES || !self.array.any_in_memory() {
             return Err((buf, done));
         }
-        let Some(plan) = self.array.direct_read(offset, buf.len() as u64) else {
-            return Err((buf, done));
+        let len = buf.len() as u64;
+        // Mirror chunks an unclean stop may have torn: every copy read
+        // into a buffer of its own, and compared (`array::copies_read`).
+        let (plan, mut copies) = match self.array.direct_read(offset, len) {
+            Some(plan) => (plan, None),
+            None => match CopiesRead::start(&self.array, offset, len, MAX_PIECES) {
+                Some((plan, c)) => (plan, Some(c)),
+                None => return Err((buf, done)),
+            },
         };
+        // (Every copy of a torn chunk is read: the bytes copied count.)
         if plan.pieces.len() > MAX_PIECES
+            || plan.pieces.iter().map(|p| p.len).sum::<usize>() > MAX_BYTES
             || !plan.pieces.iter().all(|p| plan.handles[p.slot].in_memory())
         {
             return Err((buf, done));
@@ -82,12 +96,22 @@ impl Engine {
         let started = Started::now();
         for p in &plan.pieces {
             let m: &dyn Member = handles[p.slot].as_ref();
-            if let Err(e) = read_counted(m, &mut buf[p.pos..p.pos + p.len], p.at) {
+            let into = match &mut copies {
+                Some(c) => c.scratch(),
+                None => &mut buf,
+            };
+            if let Err(e) = read_counted(m, &mut into[p.pos..p.pos + p.len], p.at) {
                 let failed = Some((p.slot, handles[p.slot].clone(), e));
                 let job = ReadJob { offset, buf, done };
                 self.blocking(Fallback::Read { job, failed });
                 return Ok(());
             }
+        }
+        // Copies that differ: the blocking path makes them agree first.
+        if copies.is_some_and(|c| !c.finish(&mut buf)) {
+            let job = ReadJob { offset, buf, done };
+            self.blocking(Fallback::Read { job, failed: None });
+            return Ok(());
         }
         self.array.count_direct_read(buf.len(), started, true);
         self.counts.inline.fetch_add(1, Ordering::Relaxed);

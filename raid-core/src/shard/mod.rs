@@ -11,7 +11,10 @@
 //! and its completion posted back to the shard. A RAID5/6 read inside one
 //! stripe with a chunk that has no readable member is served there too:
 //! the stripe's other chunks read under its lock, the missing one
-//! recovered on the shard's thread (`array::degraded_read`). A read whose
+//! recovered on the shard's thread (`array::degraded_read`). So is a
+//! mirror read of chunks an unclean stop may have torn, while the resync
+//! owed has not passed them: every copy read, and the read answered where
+//! they agree (`array::copies_read`). A read whose
 //! chunks are all on members in memory skips the shard: it is a copy that
 //! waits for no device, so it runs in the caller's thread (`inline.rs`);
 //! so does a small write there that need not wait for anything, by the
@@ -34,7 +37,7 @@
 //! members are in memory, or whose record the journal refuses for other
 //! than room: a settle due, too large for the ring; degraded reads
 //! across stripes,
-//! writes across stripes or chunks, reads of more than 256 chunks, on a member that can do neither, one whose
+//! writes across stripes or chunks, reads of more than 256 member reads, on a member that can do neither, one whose
 //! member erred, one that would have to wait for a lock, a bitmap write,
 //! a journal record or the first write since clean) goes to a small pool of
 //! threads running the blocking `Array::read` / `Array::write`, so each

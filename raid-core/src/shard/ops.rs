@@ -4,6 +4,7 @@
 
 use super::{ReadJob, WriteDone};
 use crate::array::async_write::AsyncWrite;
+use crate::array::copies_read::CopiesRead;
 use crate::array::degraded_read::DegradedRead;
 use crate::array::DirectPiece;
 use crate::member::MemberRef;
@@ -22,11 +23,11 @@ pub(super) enum Op {
 
 /// A read in flight on a shard.
 pub(super) struct ReadOp {
-    /// The request, its buffer the pieces' destination (unless degraded).
+    /// The request, its buffer the pieces' destination (unless gathered).
     pub(super) job: ReadJob,
-    /// A degraded read: the pieces land in its own buffer, from which
-    /// the request's bytes are recovered once all are in.
-    pub(super) degraded: Option<DegradedRead>,
+    /// A read whose pieces land in a buffer of its own, from which the
+    /// request's bytes are made once all are in.
+    pub(super) gathered: Option<Gathered>,
     /// The member table the read was planned on: keeps its devices open.
     pub(super) handles: Arc<Vec<MemberRef>>,
     pub(super) pieces: Vec<DirectPiece>,
@@ -38,6 +39,27 @@ pub(super) struct ReadOp {
     /// A piece came back empty (says nothing against its member).
     pub(super) short: bool,
     pub(super) started: Started,
+}
+
+/// A read that is not one member read per chunk into the request's
+/// buffer.
+pub(super) enum Gathered {
+    /// A RAID5/6 chunk with no readable member, recovered from the rest
+    /// of its stripe.
+    Degraded(DegradedRead),
+    /// Mirror chunks an unclean stop may have torn: every copy read, and
+    /// compared.
+    Copies(CopiesRead),
+}
+
+impl Gathered {
+    /// Where its pieces land.
+    pub(super) fn scratch(&mut self) -> &mut crate::buf::AlignedBuf {
+        match self {
+            Gathered::Degraded(d) => d.scratch(),
+            Gathered::Copies(c) => c.scratch(),
+        }
+    }
 }
 
 /// A write in flight on a shard.

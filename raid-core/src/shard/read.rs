@@ -2,16 +2,22 @@
 //! in flight together into the request's buffer, on the ring or as timed
 //! I/O. A RAID5/6 read inside one stripe with a chunk that has no
 //! readable member reads the stripe's other chunks instead, and recovers
-//! it (`array::degraded_read`). Any other read with a chunk that has no
-//! readable copy, one of more than `MAX_IOS` chunks, on a member that can
+//! it (`array::degraded_read`). A mirror read touching chunks an unclean
+//! stop may have torn (a resync owed that has not passed them) reads every
+//! copy of them and is answered where the copies agree
+//! (`array::copies_read`); where they differ, the blocking path makes them
+//! agree first. Any other read with a chunk that has no
+//! readable copy, one of more than `MAX_IOS` member reads, on a member that can
 //! do neither, or one whose member erred or came back empty, goes to the
 //! blocking path (which reconstructs, and fails the member that erred);
 //! nothing is answered until every piece is in.
 
 use super::event_loop::{io_end, non_blocking, ud, IoEnd, Shard, MAX_IOS};
-use super::ops::{Op, ReadOp};
+use super::ops::{Gathered, Op, ReadOp};
 use super::{answer, Fallback, ReadJob};
+use crate::array::copies_read::CopiesRead;
 use crate::array::degraded_read::DegradedRead;
+use crate::array::{Array, DirectRead};
 use crate::member::MemberRef;
 use crate::stats::Started;
 use std::sync::atomic::Ordering;
@@ -20,10 +26,10 @@ impl Shard {
     /// Starts a read on this shard, or hands it to the blocking path.
     pub(super) fn start_read(&mut self, job: ReadJob) {
         let len = job.buf.len() as u64;
-        let (plan, degraded) = match self.array.direct_read(job.offset, len) {
+        let (plan, gathered) = match self.array.direct_read(job.offset, len) {
             Some(p) => (p, None),
-            None => match DegradedRead::start(&self.array, job.offset, len) {
-                Some((p, d)) => (p, Some(d)),
+            None => match gather(&self.array, job.offset, len) {
+                Some((p, g)) => (p, Some(g)),
                 None => return self.read_to_fallback(job, None),
             },
         };
@@ -33,13 +39,13 @@ impl Shard {
                 .iter()
                 .all(|x| non_blocking(plan.handles[x.slot].as_ref()));
         if !fits {
-            drop(degraded);
+            drop(gathered);
             return self.read_to_fallback(job, None);
         }
         let n = plan.pieces.len();
         let op = ReadOp {
             job,
-            degraded,
+            gathered,
             handles: plan.handles,
             pieces: plan.pieces,
             moved: vec![0; n],
@@ -67,8 +73,8 @@ impl Shard {
         let p = op.pieces[i];
         let m = op.handles[p.slot].clone();
         let from = op.moved[i];
-        let into = match &mut op.degraded {
-            Some(d) => d.scratch(),
+        let into = match &mut op.gathered {
+            Some(g) => g.scratch(),
             None => &mut op.job.buf,
         };
         assert!(p.pos + p.len <= into.len());
@@ -111,7 +117,7 @@ impl Shard {
         };
         let ReadOp {
             mut job,
-            degraded,
+            gathered,
             handles,
             failed,
             short,
@@ -120,17 +126,26 @@ impl Shard {
         } = *op;
         if failed.is_some() || short {
             // The stripe's lock goes before the blocking path reads it.
-            drop(degraded);
+            drop(gathered);
             let failed = failed.map(|(slot, e)| (slot, handles[slot].clone(), e));
             return self.read_to_fallback(job, failed);
         }
         let counts = &self.blocking.counts;
-        if let Some(d) = degraded {
-            if let Err(e) = d.finish(&self.array, &mut job.buf) {
-                self.array.count_direct_read(job.buf.len(), started, false);
-                return answer(job.done, Err(e));
+        match gathered {
+            None => {}
+            Some(Gathered::Degraded(d)) => {
+                if let Err(e) = d.finish(&self.array, &mut job.buf) {
+                    self.array.count_direct_read(job.buf.len(), started, false);
+                    return answer(job.done, Err(e));
+                }
+                counts.degraded_on_shards.fetch_add(1, Ordering::Relaxed);
             }
-            counts.degraded_on_shards.fetch_add(1, Ordering::Relaxed);
+            // Copies that differ: the blocking path makes them agree
+            // first, under the chunk's lock.
+            Some(Gathered::Copies(c)) if !c.finish(&mut job.buf) => {
+                return self.read_to_fallback(job, None);
+            }
+            Some(Gathered::Copies(_)) => {}
         }
         self.array.count_direct_read(job.buf.len(), started, true);
         counts.on_shards.fetch_add(1, Ordering::Relaxed);
@@ -140,4 +155,15 @@ impl Shard {
     fn read_to_fallback(&self, job: ReadJob, failed: Option<(usize, MemberRef, std::io::Error)>) {
         self.blocking.send(Fallback::Read { job, failed });
     }
+}
+
+/// A read that cannot go one member read per chunk into its buffer, as a
+/// shard can still serve it: degraded inside one RAID5/6 stripe, or
+/// touching mirror chunks an unclean stop may have torn. None: the
+/// blocking path's.
+fn gather(array: &std::sync::Arc<Array>, offset: u64, len: u64) -> Option<(DirectRead, Gathered)> {
+    if let Some((p, d)) = DegradedRead::start(array, offset, len) {
+        return Some((p, Gathered::Degraded(d)));
+    }
+    CopiesRead::start(array, offset, len, MAX_IOS).map(|(p, c)| (p, Gathered::Copies(c)))
 }

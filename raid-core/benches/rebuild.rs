@@ -28,7 +28,9 @@
 //! RAID6 and RAID10, resynced before the array serves and then while it
 //! serves, as the daemon starts it, then random 4 KiB reads before its
 //! resync is started and after it ended, through the shards and through
-//! `Array::read` (BENCH_READ_MS each, 1500 by default).)
+//! `Array::read` (BENCH_READ_MS each, 1500 by default); with
+//! BENCH_RESYNC_DIR=DIR, instead, the resync of an array on sparse member
+//! files in DIR, a block written every 1 MiB.)
 
 mod common;
 
@@ -285,6 +287,54 @@ fn thread_reads(a: &raid_core::array::Array, threads: usize, dur: Duration) -> S
     Sample::of(lat, secs)
 }
 
+/// The resync after an unclean stop of an array of `level` on four sparse
+/// member files of 1 GiB in `dir` (opened as the daemon opens them), a 4
+/// KiB block written every 1 MiB of the array (every region of its bitmap
+/// marked, each mostly holes, as under a new filesystem): prints the
+/// resync's time and the member bytes it read.
+fn resync_of_sparse_files(level: Level, dir: &std::path::Path) {
+    let dir = dir.join(format!("resync-{level}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let paths: Vec<_> = (0..4).map(|i| dir.join(format!("m{i}.img"))).collect();
+    for p in &paths {
+        std::fs::File::create(p).unwrap().set_len(1 << 30).unwrap();
+    }
+    let open = || -> Vec<MemberRef> {
+        paths
+            .iter()
+            .map(|p| Arc::new(raid_core::member::FileMember::open(p).unwrap()) as MemberRef)
+            .collect()
+    };
+    let a = common::array(open(), level, CHUNK);
+    let block = raid_core::buf::AlignedBuf::new(4096);
+    for off in (0..a.capacity()).step_by(1 << 20) {
+        a.write(off, &block).unwrap();
+    }
+    a.flush().unwrap();
+    drop(a);
+    let opts = raid_core::array::AssembleOptions {
+        resync: raid_core::array::ResyncAt::Background,
+        ..Default::default()
+    };
+    let a = raid_core::array::Array::assemble_with(open(), opts)
+        .unwrap()
+        .array;
+    let read = |a: &raid_core::array::Array| -> u64 {
+        a.io_stats().members.iter().map(|m| m.io.read.bytes).sum()
+    };
+    let regions = a.resync_progress().map_or(0, |p| p.regions_total);
+    let (before, t) = (read(&a), Instant::now());
+    a.run_resync().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    eprintln!(
+        "  {level} resync of {regions} regions on sparse files: {secs:.2} s, {} MiB of members read",
+        (read(&a) - before) >> 20
+    );
+    a.close().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Random 4 KiB reads through `e`, `qd` in flight, for `dur`: their rate
 /// and latencies.
 fn client_reads(e: &Engine, capacity: u64, qd: usize, dur: Duration) -> Sample {
@@ -327,8 +377,12 @@ fn main() {
     let write = env_u64("BENCH_WRITE_MBS", 660);
     let model = NvmeModel::datacenter().with_bandwidth(read * 1_000_000, write * 1_000_000);
     if std::env::var("BENCH_RESYNC").is_ok_and(|v| v == "1") {
+        let sparse = std::env::var("BENCH_RESYNC_DIR").ok();
         for level in common::chosen(&[Level::Raid5, Level::Raid6, Level::Raid10]) {
-            resync_after_an_unclean_stop(level, model);
+            match &sparse {
+                Some(dir) => resync_of_sparse_files(level, std::path::Path::new(dir)),
+                None => resync_after_an_unclean_stop(level, model),
+            }
         }
         return;
     }

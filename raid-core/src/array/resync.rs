@@ -224,6 +224,26 @@ impl Array {
         Ok(())
     }
 
+    /// Rows [lo, hi) of a resync (stripes on RAID5/6, logical chunks on a
+    /// mirror) as its steps of at most `step` rows, less the runs where
+    /// every member holds a hole (`skip_holes.rs`, as a scrub skips them):
+    /// zeros everywhere agree, parity and copies alike, so a crash that
+    /// marked a region of a sparse array costs the resync the region's
+    /// data, not its size. A write or discard a crash tore left data (new
+    /// or old) on some device, so its rows are never skipped. Asked without the locks, as a scrub
+    /// asks: a write that lands after the answer is one made while the
+    /// resync is owed (a reconstruct-write, or every copy), which leaves
+    /// its rows agreeing. The position moves past skipped rows with the
+    /// next step resynced after them; writers there then trust the rows as
+    /// they are (zeros, or what such a write made agree).
+    fn resync_runs(&self, (lo, hi): (u64, u64), step: u64) -> Vec<(u64, u64)> {
+        self.scrub_spans((lo, hi), super::skip_holes::HOLE_BYTES)
+            .into_iter()
+            .filter(|&(_, _, holes)| !holes)
+            .flat_map(|(a, b, _)| super::runs::runs_of((a, b), step))
+            .collect()
+    }
+
     /// A parity array's resync cannot run (`why`): owed until the rebuild.
     fn owe_after_write_hole(&self, regions: usize, why: &str) {
         self.resync.pending.store(true, Ordering::Release);
@@ -277,7 +297,7 @@ impl Array {
             if parity {
                 let step =
                     super::runs::step_rows(super::runs::STEP_BYTES, self.geo.chunk, hi - lo, false);
-                for (a, b) in super::runs::runs_of((lo, hi), step) {
+                for (a, b) in self.resync_runs((lo, hi), step) {
                     if stop.load(Ordering::Acquire) {
                         return Ok(ResyncEnd::Stopped);
                     }
@@ -312,7 +332,7 @@ impl Array {
                     super::runs::step_rows(super::runs::STEP_BYTES, self.geo.chunk, 1, false);
                 let copies = self.geo.chunk_copies(c0).len().max(1) as u64;
                 let step = (rows * n / copies).max(1);
-                for (a, b) in super::runs::runs_of((c0, c1), step) {
+                for (a, b) in self.resync_runs((c0, c1), step) {
                     if stop.load(Ordering::Acquire) {
                         return Ok(ResyncEnd::Stopped);
                     }

@@ -11,7 +11,8 @@
 //! used device holds old bytes. A hot replace's copy does the same with
 //! the old device's holes. A scrub skips the rows where every member holds
 //! a hole: zeros everywhere are consistent, and no sector is stored there
-//! to go bad.
+//! to go bad; so does the resync after an unclean stop, in the regions the
+//! crash left marked (`resync.rs`).
 //!
 //! Holes are believed where a copy of the array believes them
 //! (`zero_extents.rs`), on devices that say where their data starts
@@ -58,7 +59,9 @@ impl Array {
 
     /// Rows [lo, hi) of a scrub (stripes on RAID5/6, logical chunks on a
     /// mirror) as `rebuild_spans`: `holes` where every member holds a hole
-    /// over the row's chunks (a scrub runs with every member in sync).
+    /// over the row's chunks (a scrub runs with every member in sync; a
+    /// mirror's resync may not, and a slot with no device is never a hole,
+    /// so its rows are read).
     pub(super) fn scrub_spans(&self, rows: (u64, u64), hole_bytes: u64) -> Vec<(u64, u64, bool)> {
         self.spans_of_holes(rows, hole_bytes, |row| match self.geo.level {
             Level::Raid5 | Level::Raid6 => Some(self.row_places(row, |_| true)),

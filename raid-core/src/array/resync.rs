@@ -47,6 +47,9 @@ pub(super) struct Owed {
     /// resynced since the start, by any pass: a write there may
     /// read-modify-write again, a read there reads as it always does.
     resynced_below: AtomicU64,
+    /// The shortest run of holes a resync skips, per member; 0: the
+    /// jobs' default (`skip_holes::HOLE_BYTES`).
+    hole_bytes: AtomicU64,
 }
 
 impl Owed {
@@ -206,6 +209,15 @@ impl Array {
             })
     }
 
+    /// Skips runs of holes from `bytes` per member in the resyncs to come,
+    /// not from `skip_holes::HOLE_BYTES`: for the deterministic
+    /// simulation, whose disks are smaller than one such run (a rebuild's
+    /// and a scrub's take it in their options).
+    #[doc(hidden)]
+    pub fn set_resync_hole_bytes(&self, bytes: u64) {
+        self.resync.hole_bytes.store(bytes, Ordering::Relaxed);
+    }
+
     /// Runs the resync owed in the caller's thread, what `kick_resync`
     /// runs on a thread of its own: for a caller that schedules its work
     /// itself (the deterministic simulation).
@@ -237,7 +249,11 @@ impl Array {
     /// next step resynced after them; writers there then trust the rows as
     /// they are (zeros, or what such a write made agree).
     fn resync_runs(&self, (lo, hi): (u64, u64), step: u64) -> Vec<(u64, u64)> {
-        self.scrub_spans((lo, hi), super::skip_holes::HOLE_BYTES)
+        let hole_bytes = match self.resync.hole_bytes.load(Ordering::Relaxed) {
+            0 => super::skip_holes::HOLE_BYTES,
+            n => n,
+        };
+        self.scrub_spans((lo, hi), hole_bytes)
             .into_iter()
             .filter(|&(_, _, holes)| !holes)
             .flat_map(|(a, b, _)| super::runs::runs_of((a, b), step))

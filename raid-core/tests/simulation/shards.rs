@@ -227,6 +227,7 @@ impl World {
             let may = (b0..b0 + nb)
                 .map(|b| {
                     let mut m = vec![self.model.now[b].clone()];
+                    m.extend(self.model.open[b].iter().cloned());
                     for a in asked.values() {
                         if let Asked::Write { b0: w0, data } = a {
                             if (*w0..*w0 + data.len() / BLOCK).contains(&b) {
@@ -278,6 +279,10 @@ impl World {
                             &got[..4],
                             m.iter().map(|v| v[..4].to_vec()).collect::<Vec<_>>()
                         );
+                        // A value still open is decided by this read (one
+                        // of a write in flight, or of a block written
+                        // since it was given, decides nothing).
+                        let _ = self.model.read_back(b0 + k, got);
                     }
                 }
                 (Asked::Read { .. }, Err(e)) => assert!(

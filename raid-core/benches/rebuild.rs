@@ -185,26 +185,35 @@ fn resync_after_an_unclean_stop(level: Level, model: NvmeModel) {
     write_whole(&a);
     drop(a);
     let t = Instant::now();
-    let opts = raid_core::array::AssembleOptions {
-        resync: raid_core::array::ResyncAt::Background,
-        ..Default::default()
-    };
-    let a = Arc::new(
-        raid_core::array::Array::assemble_with(members, opts)
-            .unwrap()
-            .array,
-    );
+    let a = Arc::new(assembled_owing(members));
     let mut block = vec![0u8; 4096];
     a.read(a.capacity() / 2, &mut block).unwrap();
     let served = t.elapsed().as_secs_f64();
-    a.kick_resync();
-    while a.resync_owed() {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    resync_to_its_end(&a);
     let resynced = t.elapsed().as_secs_f64();
     eprintln!("  {level} served in the background's way: a 4 KiB read answered {:.1} ms after the start began, the resync over {resynced:.2} s after it", served * 1e3);
     a.close().unwrap();
     reads_while_owed(level, model);
+}
+
+/// `members`, stopped uncleanly, assembled the daemon's way: served at
+/// once, the resync owed.
+fn assembled_owing(members: Vec<MemberRef>) -> raid_core::array::Array {
+    let opts = raid_core::array::AssembleOptions {
+        resync: raid_core::array::ResyncAt::Background,
+        ..Default::default()
+    };
+    raid_core::array::Array::assemble_with(members, opts)
+        .unwrap()
+        .array
+}
+
+/// Starts the resync `a` owes on its own thread, and waits for its end.
+fn resync_to_its_end(a: &Arc<raid_core::array::Array>) {
+    a.kick_resync();
+    while a.resync_owed() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Client reads while a resync is owed and has not passed them, against
@@ -219,15 +228,7 @@ fn reads_while_owed(level: Level, model: NvmeModel) {
     let a = common::array_at(members.clone(), level, CHUNK, DATA_OFFSET);
     write_whole(&a);
     drop(a);
-    let opts = raid_core::array::AssembleOptions {
-        resync: raid_core::array::ResyncAt::Background,
-        ..Default::default()
-    };
-    let a = Arc::new(
-        raid_core::array::Array::assemble_with(members, opts)
-            .unwrap()
-            .array,
-    );
+    let a = Arc::new(assembled_owing(members));
     let e = Engine::start(a.clone(), rayon::current_num_threads()).unwrap();
     let dur = Duration::from_millis(env_u64("BENCH_READ_MS", 1500));
     let blocking = || e.counts().blocking.load(Ordering::Relaxed);
@@ -236,10 +237,7 @@ fn reads_while_owed(level: Level, model: NvmeModel) {
     // The blocking API's reads, from 32 threads (what the FUSE export
     // does): the path the shards hand every read they cannot serve.
     let owed_threads = thread_reads(&a, 32, dur);
-    a.kick_resync();
-    while a.resync_owed() {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    resync_to_its_end(&a);
     let after = client_reads(&e, a.capacity(), 32, dur);
     let after_threads = thread_reads(&a, 32, dur);
     eprintln!(
@@ -313,13 +311,7 @@ fn resync_of_sparse_files(level: Level, dir: &std::path::Path) {
     }
     a.flush().unwrap();
     drop(a);
-    let opts = raid_core::array::AssembleOptions {
-        resync: raid_core::array::ResyncAt::Background,
-        ..Default::default()
-    };
-    let a = raid_core::array::Array::assemble_with(open(), opts)
-        .unwrap()
-        .array;
+    let a = assembled_owing(open());
     let read = |a: &raid_core::array::Array| -> u64 {
         a.io_stats().members.iter().map(|m| m.io.read.bytes).sum()
     };

@@ -107,14 +107,11 @@ fn client_writes(e: &Engine, capacity: u64, stop: &AtomicBool) -> Sample {
     while !stop.load(Ordering::Acquire) {
         for _ in 0..64 / 16 {
             for _ in 0..16 {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
                 let tx = tx.clone();
                 let buf = raid_core::buf::AlignedBuf::new(4096);
                 let t0 = Instant::now();
                 e.write(
-                    (rng % blocks) * 4096,
+                    (next_random(&mut rng) % blocks) * 4096,
                     buf,
                     Box::new(move |r| tx.send((r.is_ok(), t0.elapsed())).unwrap()),
                 );
@@ -171,9 +168,7 @@ fn resync_after_an_unclean_stop(level: Level, model: NvmeModel) {
     let members: Vec<MemberRef> = (0..MEMBERS)
         .map(|i| drive(format!("sim:{level}-resync{i}"), model))
         .collect();
-    let a = common::array_at(members.clone(), level, CHUNK, DATA_OFFSET);
-    write_whole(&a);
-    drop(a);
+    crash_written_whole(&members, level);
     let t = Instant::now();
     let asm = raid_core::array::Array::assemble(members.clone()).unwrap();
     let secs = t.elapsed().as_secs_f64();
@@ -181,9 +176,7 @@ fn resync_after_an_unclean_stop(level: Level, model: NvmeModel) {
     eprintln!("  {level} resync of every region after an unclean stop: {secs:.2} s, {read:.0} MB/s of members read");
     asm.array.close().unwrap();
     // The daemon's way: served at once, the resync in the background.
-    let a = common::array_at(members.clone(), level, CHUNK, DATA_OFFSET);
-    write_whole(&a);
-    drop(a);
+    crash_written_whole(&members, level);
     let t = Instant::now();
     let a = Arc::new(assembled_owing(members));
     let mut block = vec![0u8; 4096];
@@ -194,6 +187,22 @@ fn resync_after_an_unclean_stop(level: Level, model: NvmeModel) {
     eprintln!("  {level} served in the background's way: a 4 KiB read answered {:.1} ms after the start began, the resync over {resynced:.2} s after it", served * 1e3);
     a.close().unwrap();
     reads_while_owed(level, model);
+}
+
+/// An array of `level` made on `members`, written whole (every region of
+/// its write-intent bitmap marked) and dropped without a stop: a crash.
+fn crash_written_whole(members: &[MemberRef], level: Level) {
+    let a = common::array_at(members.to_vec(), level, CHUNK, DATA_OFFSET);
+    write_whole(&a);
+}
+
+/// The next of a xorshift sequence from `rng` (not 0): offsets that
+/// differ from run to run of a job no more than its seed says.
+fn next_random(rng: &mut u64) -> u64 {
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+    *rng
 }
 
 /// `members`, stopped uncleanly, assembled the daemon's way: served at
@@ -225,9 +234,7 @@ fn reads_while_owed(level: Level, model: NvmeModel) {
     let members: Vec<MemberRef> = (0..MEMBERS)
         .map(|i| drive(format!("sim:{level}-owed{i}"), model))
         .collect();
-    let a = common::array_at(members.clone(), level, CHUNK, DATA_OFFSET);
-    write_whole(&a);
-    drop(a);
+    crash_written_whole(&members, level);
     let a = Arc::new(assembled_owing(members));
     let e = Engine::start(a.clone(), rayon::current_num_threads()).unwrap();
     let dur = Duration::from_millis(env_u64("BENCH_READ_MS", 1500));
@@ -276,10 +283,7 @@ fn thread_reads(a: &raid_core::array::Array, threads: usize, dur: Duration) -> S
             )
         },
         |(rng, buf)| {
-            *rng ^= *rng << 13;
-            *rng ^= *rng >> 7;
-            *rng ^= *rng << 17;
-            a.read((*rng % blocks) * 4096, buf).unwrap();
+            a.read((next_random(rng) % blocks) * 4096, buf).unwrap();
         },
     );
     Sample::of(lat, secs)
@@ -335,13 +339,10 @@ fn client_reads(e: &Engine, capacity: u64, qd: usize, dur: Duration) -> Sample {
     let mut rng = 0x2545f4914f6cdd1du64;
     let blocks = capacity / 4096;
     let issue = |rng: &mut u64| {
-        *rng ^= *rng << 13;
-        *rng ^= *rng >> 7;
-        *rng ^= *rng << 17;
         let tx = tx.clone();
         let t0 = Instant::now();
         e.read(
-            (*rng % blocks) * 4096,
+            (next_random(rng) % blocks) * 4096,
             raid_core::buf::AlignedBuf::new(4096),
             Box::new(move |r| tx.send((r.is_ok(), t0.elapsed())).unwrap()),
         );

@@ -8,11 +8,12 @@ mod support;
 
 use raid_core::array::{Array, ArrayEvent, AssembleOptions, ResyncAt, ScrubOptions};
 use raid_core::layout::Level;
-use raid_core::member::{Faults, Member};
+use raid_core::member::{Faults, Member, MemberRef};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::array::{assert_consistent, assert_matches, written_whole, Members};
+use support::wait_until;
 
 const CHUNK: u64 = 16 * 1024;
 
@@ -33,13 +34,22 @@ fn crashed(m: &Members, level: Level) -> (Vec<u8>, raid_core::layout::Geometry, 
     (image, g, base)
 }
 
-/// `m` started again the daemon's way: served, its resync owed.
-fn started_owing(m: &Members) -> Arc<Array> {
+/// `members` started again the daemon's way: served, its resync owed.
+fn started_owing(members: Vec<MemberRef>) -> Arc<Array> {
     Arc::new(
-        Array::assemble_with(m.refs(), in_background())
+        Array::assemble_with(members, in_background())
             .unwrap()
             .array,
     )
+}
+
+/// Waits for the resync `a` runs to end, then checks that the array reads
+/// `image` and that its members agree, and stops it.
+fn resynced_to(a: &Arc<Array>, m: &Members, image: &[u8], what: &str) {
+    wait_until(what, || !a.resync_owed());
+    assert_matches(a, image);
+    assert_consistent(a, &m.refs());
+    a.close().unwrap();
 }
 
 /// Tears, behind the array's back, what a crash may leave torn: the parity
@@ -61,17 +71,6 @@ fn tear(m: &Members, g: &raid_core::layout::Geometry, base: u64) {
     }
 }
 
-fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let t = Instant::now();
-    while !done() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "{what}: still not done after 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 #[test]
 fn an_unclean_start_in_the_background_serves_at_once_and_resyncs_every_region() {
     for (level, n) in [
@@ -84,8 +83,7 @@ fn an_unclean_start_in_the_background_serves_at_once_and_resyncs_every_region() 
         let m = Members::ram(n, 4 << 20, &format!("bg-resync{level}"));
         let (mut image, g, base) = crashed(&m, level);
         tear(&m, &g, base);
-        let asm = Array::assemble_with(m.refs(), in_background()).unwrap();
-        let a = Arc::new(asm.array);
+        let a = started_owing(m.refs());
         assert!(a.resync_owed(), "{what}: owed, not run, at the assembly");
         let said = a.event_log().iter().any(|(_, e)| {
             matches!(e, ArrayEvent::UncleanStop { regions, background: true, .. } if *regions > 0)
@@ -118,7 +116,7 @@ fn an_unclean_start_in_the_background_serves_at_once_and_resyncs_every_region() 
             a.write(at, &block).unwrap();
             image[at as usize..at as usize + 4096].copy_from_slice(&block);
         }
-        wait_until(&what, || !a.resync_owed() && a.resync_progress().is_none());
+        wait_until(&what, || !a.resync_owed());
         let ended = a
             .event_log()
             .iter()
@@ -152,10 +150,12 @@ fn a_stop_during_a_background_resync_leaves_it_owed_to_the_next_start() {
             ..Default::default()
         });
     }
-    let a = started_owing(&m);
+    let a = started_owing(m.refs());
     a.kick_resync();
-    wait_until("the resync's start", || {
-        a.resync_progress().is_some_and(|p| p.regions_total > 0)
+    // (The regions are counted at the assembly: a region done says the
+    // pass runs.)
+    wait_until("the resync's first region", || {
+        a.resync_progress().is_some_and(|p| p.regions_done > 0)
     });
     let p = a.resync_progress().expect("running");
     assert!(p.regions_done < p.regions_total, "{p:?}");
@@ -191,7 +191,7 @@ fn a_mirror_read_while_a_resync_is_owed_returns_the_copy_it_keeps() {
                 .write_at(&vec![0xee; CHUNK as usize], base + p.offset)
                 .unwrap();
         }
-        let a = started_owing(&m);
+        let a = started_owing(m.refs());
         let want = &image[..8 * CHUNK as usize];
         for round in 0..8 {
             for c in 0..8u64 {
@@ -208,10 +208,7 @@ fn a_mirror_read_while_a_resync_is_owed_returns_the_copy_it_keeps() {
             assert!(all == want, "{level}: chunks 0-7 at once, round {round}");
         }
         a.kick_resync();
-        wait_until("the resync", || !a.resync_owed());
-        assert_matches(&a, &image);
-        assert_consistent(&a, &m.refs());
-        a.close().unwrap();
+        resynced_to(&a, &m, &image, "the resync");
     }
 }
 
@@ -231,7 +228,7 @@ fn a_write_into_a_torn_stripe_before_the_resync_reaches_it_reads_back_after_a_fa
         let (s, nd) = (3u64, g.data_chunks() as u64);
         let map = g.stripe_map(s);
         m.corrupt(map.members[nd as usize], base + s * CHUNK + 1000);
-        let a = started_owing(&m);
+        let a = started_owing(m.refs());
         // 4 KiB into its second data chunk: a read-modify-write by cost.
         let at = (s * nd + 1) * CHUNK;
         let block = vec![0x77u8; 4096];
@@ -259,17 +256,14 @@ fn a_background_resync_keeps_the_rebuild_rate_limit() {
     let m = Members::ram(4, 4 << 20, "bg-resync-rate");
     let (image, g, base) = crashed(&m, Level::Raid5);
     tear(&m, &g, base);
-    let a = started_owing(&m);
+    let a = started_owing(m.refs());
     a.set_rates(Some(64 << 10), None);
     a.kick_resync();
     std::thread::sleep(Duration::from_millis(300));
     let p = a.resync_progress().expect("still running at 64 KiB/s");
     assert!(p.regions_done < p.regions_total, "{p:?}");
     a.set_rates(Some(0), None);
-    wait_until("the resync, its limit lifted", || !a.resync_owed());
-    assert_matches(&a, &image);
-    assert_consistent(&a, &m.refs());
-    a.close().unwrap();
+    resynced_to(&a, &m, &image, "the resync, its limit lifted");
 }
 
 /// A mirror chunk a crash left with copies that differ reads the same
@@ -290,7 +284,7 @@ fn a_torn_mirror_chunk_read_before_the_resync_reads_the_same_after_a_failure() {
         m.faulty[first.member]
             .write_at(&vec![0xab; CHUNK as usize], base + first.offset)
             .unwrap();
-        let a = started_owing(&m);
+        let a = started_owing(m.refs());
         let mut seen = vec![0u8; 4096];
         a.read(c * CHUNK, &mut seen).unwrap();
         assert!(
@@ -314,7 +308,7 @@ fn a_torn_mirror_chunk_read_before_the_resync_reads_the_same_after_a_failure() {
 fn a_failed_raid10_owing_its_resync_still_reads_what_its_pairs_hold() {
     let m = Members::ram(4, 4 << 20, "bg-resync-failed");
     let (image, _, _) = crashed(&m, Level::Raid10);
-    let a = started_owing(&m);
+    let a = started_owing(m.refs());
     a.fail_slot(0, "test: a pair's first drive fails");
     a.fail_slot(1, "test: and its second");
     assert_eq!(a.state(), raid_core::array::ArrayState::Failed);
@@ -355,7 +349,7 @@ fn a_copy_that_errs_while_the_copies_are_compared_is_failed() {
     for through_engine in [true, false] {
         let m = Members::ram(4, 4 << 20, &format!("bg-compare-err{through_engine}"));
         let (image, g, base) = crashed(&m, Level::Raid10);
-        let a = started_owing(&m);
+        let a = started_owing(m.refs());
         let c = 5u64;
         let second = g.chunk_copies(c)[1];
         let at = base + second.offset;
@@ -397,14 +391,10 @@ fn a_copy_that_errs_while_the_copies_are_compared_is_failed() {
     }
 }
 
-fn engine_reads_compare(level: Level, members: Vec<raid_core::member::MemberRef>, what: &str) {
+fn engine_reads_compare(level: Level, members: Vec<MemberRef>, what: &str) {
     use raid_core::buf::AlignedBuf;
     let a = support::array::create_shared(level, members.clone(), "t", CHUNK);
-    let image: Vec<u8> = (0..a.capacity())
-        .map(|i| (i / 4096 * 7 + 1) as u8)
-        .collect();
-    a.write(0, &image).unwrap();
-    a.flush().unwrap();
+    let image = support::array::fill_whole(&a);
     let (g, base) = (a.geometry(), a.data_offset());
     drop(a);
     // Chunks 0-3: the second copy never took the crash's writes.
@@ -415,11 +405,7 @@ fn engine_reads_compare(level: Level, members: Vec<raid_core::member::MemberRef>
             .write_at(&vec![0xee; CHUNK as usize], base + p.offset)
             .unwrap();
     }
-    let a = Arc::new(
-        Array::assemble_with(members.clone(), in_background())
-            .unwrap()
-            .array,
-    );
+    let a = started_owing(members.clone());
     let e = raid_core::shard::Engine::start(a.clone(), 2).unwrap();
     let read = |c: u64| {
         let (tx, rx) = std::sync::mpsc::channel();

@@ -765,16 +765,15 @@ fn a_resync_after_a_crash_skips_the_rows_every_member_holds_holes_on() {
         drop(a);
         // The crash tore what the block at `step` wrote: its parity (a
         // mirror's second copy) never took it.
-        let torn = match level {
+        let (torn, at) = match level {
             Level::Raid5 | Level::Raid6 => {
                 let s = step / g.stripe_data_bytes();
-                g.stripe_map(s).members[g.data_chunks()]
+                (g.stripe_map(s).members[g.data_chunks()], base + s * chunk)
             }
-            _ => g.chunk_copies(step / chunk)[1].member,
-        };
-        let at = match level {
-            Level::Raid5 | Level::Raid6 => base + step / g.stripe_data_bytes() * chunk,
-            _ => base + g.chunk_copies(step / chunk)[1].offset,
+            _ => {
+                let p = g.chunk_copies(step / chunk)[1];
+                (p.member, base + p.offset)
+            }
         };
         {
             use std::os::unix::fs::FileExt;

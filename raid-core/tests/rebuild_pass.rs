@@ -14,8 +14,8 @@ use raid_core::metadata::{SlotState, MIN_DATA_OFFSET};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use support::array::{assert_consistent, assert_matches, create, Members};
+use support::wait_until;
 
 const CHUNK: u64 = 16384;
 /// 64 rows per member.
@@ -50,14 +50,6 @@ fn slow() -> RebuildOptions {
         batch_rows: 2,
         parallel: 1,
         ..RebuildOptions::default()
-    }
-}
-
-fn wait_until(what: &str, cond: impl Fn() -> bool) {
-    let t = Instant::now();
-    while !cond() {
-        assert!(t.elapsed() < Duration::from_secs(30), "waited for {what}");
-        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

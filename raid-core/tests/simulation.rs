@@ -252,6 +252,13 @@ impl World {
         matches!(self.level, Level::Raid5 | Level::Raid6)
     }
 
+    /// Whether a disk lost now would be the write hole's double fault: a
+    /// parity level's resync owed, the stripes a cut tore not all put
+    /// right yet (md's resync leaves the same window open).
+    fn parity_resync_owed(&self) -> bool {
+        self.torn_needs_every_disk() && self.a().resync_owed()
+    }
+
     /// How many weak slots the level survives whichever they are.
     fn tolerance(&self) -> usize {
         match self.level {
@@ -488,63 +495,72 @@ impl World {
     /// and resync to come (a read through the array makes them agree). The
     /// seeds kept for the bugs they found read through the array, as they
     /// did then.
-    fn read_as_served(&mut self) -> Vec<Vec<Vec<u8>>> {
+    fn read_as_served(&self) -> Vec<Vec<Vec<u8>>> {
         let blocks = self.blocks();
         let a = self.a();
-        let g = a.geometry();
-        let through_array = |c0: u64, n: usize| {
+        let through_array = |b0: u64, n: usize| {
             let mut got = vec![0u8; n * BLOCK];
-            a.read(c0 * BLOCK as u64, &mut got)
+            a.read(b0 * BLOCK as u64, &mut got)
                 .unwrap_or_else(|e| panic!("seed {}: unreadable after recovery: {e}", self.seed));
             got.chunks(BLOCK)
                 .map(|v| vec![v.to_vec()])
                 .collect::<Vec<_>>()
         };
-        if g.copies() < 2 || !a.resync_owed() || KEPT_SEEDS.contains(&self.seed) {
+        if a.geometry().copies() < 2 || !a.resync_owed() || KEPT_SEEDS.contains(&self.seed) {
             return through_array(0, blocks);
         }
         let slots = a.slots();
-        let readable = |slot: usize, row: u64| match slots[slot].state {
-            SlotState::Active => true,
-            SlotState::Rebuilding => row < slots[slot].rebuild_row,
-            SlotState::Failed => false,
-        };
         let per_chunk = (CHUNK as usize) / BLOCK;
         let mut out = Vec::with_capacity(blocks);
         for c in 0..(blocks / per_chunk) as u64 {
-            // Every readable copy, the kept one first; None if a disk erred.
-            let copies: Option<Vec<Vec<u8>>> = g
-                .chunk_copies(c)
-                .into_iter()
-                .filter(|p| readable(p.member, p.offset / CHUNK))
-                .map(|p| {
-                    let name = slots[p.member].member.as_ref()?;
-                    let d = self.disks.iter().find(|d| &d.name == name)?;
-                    let mut v = vec![0u8; CHUNK as usize];
-                    let at = self.data_offset + p.offset;
-                    raid_core::member::Member::read_at(d.as_ref(), &mut v, at).ok()?;
-                    Some(v)
-                })
-                .collect();
-            match copies {
-                Some(copies) if !copies.is_empty() => {
-                    for k in 0..per_chunk {
-                        let block = |v: &Vec<u8>| v[k * BLOCK..(k + 1) * BLOCK].to_vec();
-                        let mut vs = vec![block(&copies[0])];
-                        for v in copies[1..].iter().map(block) {
-                            if !vs.contains(&v) {
-                                vs.push(v);
-                            }
+            match self.copies_on_disks(&slots, c) {
+                // Each block's values, the kept copy's first.
+                Some(copies) if !copies.is_empty() => out.extend((0..per_chunk).map(|k| {
+                    let mut vs: Vec<Vec<u8>> = Vec::new();
+                    for v in copies
+                        .iter()
+                        .map(|v| v[k * BLOCK..(k + 1) * BLOCK].to_vec())
+                    {
+                        if !vs.contains(&v) {
+                            vs.push(v);
                         }
-                        out.push(vs);
                     }
-                }
+                    vs
+                })),
                 // No copy to read, or a disk erred: the array's read says
                 // what it makes of that (it fails the disk).
                 _ => out.extend(through_array(c * per_chunk as u64, per_chunk)),
             }
         }
         out
+    }
+
+    /// Every readable copy of mirror chunk `c` (the slots as `slots`
+    /// say), read from its disk, the kept copy first; None if a disk erred.
+    fn copies_on_disks(
+        &self,
+        slots: &[raid_core::array::SlotStatus],
+        c: u64,
+    ) -> Option<Vec<Vec<u8>>> {
+        let readable = |slot: usize, row: u64| match slots[slot].state {
+            SlotState::Active => true,
+            SlotState::Rebuilding => row < slots[slot].rebuild_row,
+            SlotState::Failed => false,
+        };
+        self.a()
+            .geometry()
+            .chunk_copies(c)
+            .into_iter()
+            .filter(|p| readable(p.member, p.offset / CHUNK))
+            .map(|p| {
+                let name = slots[p.member].member.as_ref()?;
+                let d = self.disks.iter().find(|d| &d.name == name)?;
+                let mut v = vec![0u8; CHUNK as usize];
+                let at = self.data_offset + p.offset;
+                raid_core::member::Member::read_at(d.as_ref(), &mut v, at).ok()?;
+                Some(v)
+            })
+            .collect()
     }
 
     fn finish(&mut self) {

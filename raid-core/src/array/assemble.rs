@@ -151,28 +151,22 @@ impl Array {
     /// would turn an optimal array degraded and that member stale (a
     /// resync when it comes back). `assemble_forced` starts without them.
     pub fn assemble_all(members: Vec<MemberRef>) -> Result<Assembly> {
-        let every_member = true;
-        assemble(
-            members,
-            AssembleOptions {
-                every_member,
-                ..Default::default()
-            },
-        )
+        let opts = AssembleOptions {
+            every_member: true,
+            ..Default::default()
+        };
+        assemble(members, opts)
     }
 
     /// Assembles like `assemble`; when the members in sync are too few,
     /// takes back members marked failed, newest metadata first, until the
     /// array can serve (`Assembly::forced` says which and why).
     pub fn assemble_forced(members: Vec<MemberRef>) -> Result<Assembly> {
-        let force = true;
-        assemble(
-            members,
-            AssembleOptions {
-                force,
-                ..Default::default()
-            },
-        )
+        let opts = AssembleOptions {
+            force: true,
+            ..Default::default()
+        };
+        assemble(members, opts)
     }
 }
 

@@ -123,6 +123,11 @@ impl CopiesRead {
         &mut self.scratch
     }
 
+    /// Bytes of copies it reads, every copy of a torn chunk counted.
+    pub(crate) fn bytes(&self) -> usize {
+        self.scratch.len()
+    }
+
     /// Every read is in. Where each piece's copies agree, its bytes are
     /// copied into `out` and true returned; false: some differ, and the
     /// read is the blocking path's (`out` then holds nothing to answer).

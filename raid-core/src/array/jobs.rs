@@ -122,8 +122,7 @@ pub struct ScrubProgress {
 }
 
 /// The resync an unclean start owes, as a status shows it: regions of the
-/// write-intent bitmap resynced, and marked in all (0 of 0 until it has
-/// begun).
+/// write-intent bitmap resynced, and marked in all.
 #[derive(Clone, Debug)]
 pub struct ResyncProgress {
     pub regions_done: u64,

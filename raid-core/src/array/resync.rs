@@ -111,19 +111,9 @@ impl Array {
     /// from now (or, for a degraded parity array, until its rebuild).
     /// Returns the number of regions marked.
     pub(super) fn owe_resync(&self) -> usize {
-        let Some(bm) = &self.bitmap else { return 0 };
-        let regions = bm.dirty_regions().len();
-        if regions == 0 || self.geo.level == Level::Raid0 {
-            return 0;
-        }
-        self.resync.count.done.store(0, Ordering::Release);
-        self.resync
-            .count
-            .total
-            .store(regions as u64, Ordering::Release);
-        if self.geo.level.parity_chunks() > 0 && self.state() != ArrayState::Optimal {
-            // As a start that resyncs first says: none resynced now.
-            self.owe_after_write_hole(regions, "while degraded");
+        let regions = self.regions_to_resync().len();
+        // As a start that resyncs first says: none resynced now.
+        if regions == 0 || self.owed_while_degraded(regions) {
             return 0;
         }
         self.resync.pending.store(true, Ordering::Release);
@@ -260,6 +250,33 @@ impl Array {
             .collect()
     }
 
+    /// The regions the bitmap marks, which a resync has to do (none
+    /// without a bitmap, or on RAID0), its count reset to them.
+    fn regions_to_resync(&self) -> Vec<usize> {
+        let regions = match &self.bitmap {
+            Some(bm) if self.geo.level != Level::Raid0 => bm.dirty_regions(),
+            _ => Vec::new(),
+        };
+        let count = &self.resync.count;
+        count.done.store(0, Ordering::Release);
+        count.total.store(regions.len() as u64, Ordering::Release);
+        regions
+    }
+
+    /// Whether the `regions` marked are owed until a rebuild: parity
+    /// cannot be checked with a member missing (the journal covers writes
+    /// made while degraded); mirrors are resynced between the copies that
+    /// remain, degraded or not (a crash can leave two surviving copies
+    /// different).
+    fn owed_while_degraded(&self, regions: usize) -> bool {
+        let parity = self.geo.level.parity_chunks() > 0;
+        let owed = parity && self.state() != ArrayState::Optimal;
+        if owed {
+            self.owe_after_write_hole(regions, "while degraded");
+        }
+        owed
+    }
+
     /// A parity array's resync cannot run (`why`): owed until the rebuild.
     fn owe_after_write_hole(&self, regions: usize, why: &str) {
         self.resync.pending.store(true, Ordering::Release);
@@ -273,7 +290,6 @@ impl Array {
     /// counted as a rebuild counts, per member (`raidctl rate --rebuild`).
     /// Callers hold `resync.pass`.
     fn resync_regions(&self, stop: &AtomicBool, paced: bool) -> Result<ResyncEnd> {
-        let count = &self.resync.count;
         let (began, live) = (std::time::Instant::now(), Some(self.rebuild_rate_live()));
         let mut moved = 0u64;
         let mut pace_after = |rows: u64| {
@@ -283,24 +299,18 @@ impl Array {
                 super::pace(None, &live, moved, began, &stopped);
             }
         };
-        let Some(bm) = &self.bitmap else {
-            return Ok(ResyncEnd::Done(0));
-        };
-        let regions = bm.dirty_regions();
-        if regions.is_empty() || self.geo.level == Level::Raid0 {
+        let regions = self.regions_to_resync();
+        if regions.is_empty() {
             return Ok(ResyncEnd::Done(0));
         }
-        count.done.store(0, Ordering::Release);
-        count.total.store(regions.len() as u64, Ordering::Release);
-        let parity = matches!(self.geo.level, Level::Raid5 | Level::Raid6);
-        // Mirrors are resynced between the copies that remain, degraded or
-        // not: a crash can leave two surviving copies different, and reads
-        // alternate between them. Parity cannot be checked with a member
-        // missing (the journal covers writes made while degraded).
-        if parity && self.state() != ArrayState::Optimal {
-            self.owe_after_write_hole(regions.len(), "while degraded");
+        if self.owed_while_degraded(regions.len()) {
             return Ok(ResyncEnd::WriteHole);
         }
+        let (count, bm) = (
+            &self.resync.count,
+            self.bitmap.as_ref().expect("regions marked"),
+        );
+        let parity = matches!(self.geo.level, Level::Raid5 | Level::Raid6);
         tracing::warn!(array = %self.name, regions = regions.len(), "unclean stop: resyncing the regions the write-intent bitmap marks");
         let total = match self.geo.level {
             Level::Raid5 | Level::Raid6 => self.geo.rows(),

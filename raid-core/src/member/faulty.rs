@@ -228,7 +228,7 @@ impl Member for FaultyMember {
         if let Err(e) = self.gate_op(&mut s, offset, op.len() as u64, write) {
             return Some(Err(e));
         }
-        if s.track_power && matches!(op, super::IoOp::Write(_)) {
+        if s.track_power && write {
             // Read as timed I/O too: the bytes are there at once, and the
             // caller is not made to wait for the device's service time.
             let mut old = vec![0u8; op.len()];

@@ -85,9 +85,8 @@ impl Engine {
                 None => return Err((buf, done)),
             },
         };
-        // (Every copy of a torn chunk is read: the bytes copied count.)
         if plan.pieces.len() > MAX_PIECES
-            || plan.pieces.iter().map(|p| p.len).sum::<usize>() > MAX_BYTES
+            || copies.as_ref().is_some_and(|c| c.bytes() > MAX_BYTES)
             || !plan.pieces.iter().all(|p| plan.handles[p.slot].in_memory())
         {
             return Err((buf, done));

@@ -15,7 +15,7 @@ impl World {
         // resync has passed it: a disk lost before is the double fault
         // `cut_allowed` keeps out (md's resync leaves the same window
         // open). A mirror's torn chunk is made to agree before any read.
-        if self.a().resync_owed() && self.torn_needs_every_disk() {
+        if self.parity_resync_owed() {
             return;
         }
         let slots = self.a().slots();
@@ -145,7 +145,7 @@ impl World {
         let torn = self.torn_needs_every_disk();
         let kept = KEPT_SEEDS.contains(&self.seed);
         // Nor while a resync is owed (the double fault `fault` keeps out).
-        let owed = self.a().resync_owed() && torn;
+        let owed = self.parity_resync_owed();
         if !(kept || owed || torn && self.power.cut_planned()) && side.gen_ratio(1, 3) {
             let old = self.a().slots()[slot].member.clone().unwrap_or_default();
             let row = side.gen_range(0..self.rows);

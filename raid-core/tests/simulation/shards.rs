@@ -323,7 +323,7 @@ impl World {
     /// resync is owed.
     fn disk_fails_in_flight(&mut self) {
         let planned = self.power.cut_planned();
-        let owed = self.a().resync_owed() && self.torn_needs_every_disk();
+        let owed = self.parity_resync_owed();
         if planned || self.weak_slots() >= self.tolerance() || owed {
             return;
         }

@@ -60,12 +60,19 @@ pub fn create(level: Level, members: &Members, chunk: u64) -> Array {
 /// Returns it with the image written.
 pub fn written_whole(level: Level, members: &Members, chunk: u64) -> (Array, Vec<u8>) {
     let a = create(level, members, chunk);
+    let image = fill_whole(&a);
+    (a, image)
+}
+
+/// Writes every byte of `a` (4 KiB blocks of their own values) and
+/// flushes it: every region of its bitmap marked. Returns the image.
+pub fn fill_whole(a: &Array) -> Vec<u8> {
     let image: Vec<u8> = (0..a.capacity())
         .map(|i| (i / 4096 * 7 + 1) as u8)
         .collect();
     a.write(0, &image).unwrap();
     a.flush().unwrap();
-    (a, image)
+    image
 }
 
 /// An array named `tag` over `members`, shared (as the shards take it).

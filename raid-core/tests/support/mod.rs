@@ -7,6 +7,19 @@ pub mod isal;
 pub mod array;
 pub mod power_cut;
 
+/// Polls `done` until it holds, failing the test (`what` not done) after
+/// 30 seconds.
+pub fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let t = std::time::Instant::now();
+    while !done() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "{what}: still not done after 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 /// Inside `impl Member for W`, where `W` has a field `inner` (a member):
 /// the methods a test wrapper passes straight through to it (identity,
 /// device key, size, flush, zeroing, and the read). The wrapper writes

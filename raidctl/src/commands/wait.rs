@@ -4,10 +4,9 @@
 
 use super::*;
 
-/// Waits until no rebuild (nor an optimal array's resync) is pending or
-/// running, then says how the array
-/// ended: 0 optimal; 1 degraded (nothing to rebuild onto), failed, or a
-/// rebuild that cannot run.
+/// Waits until no rebuild, hot replace or resync is pending or running,
+/// then says how the array ended: 0 optimal; 1 degraded (nothing to
+/// rebuild onto), failed, or a rebuild that cannot run.
 pub(super) fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
     st.load(name)?;
     let t = Instant::now();
@@ -102,8 +101,13 @@ pub(super) fn wait(st: &StateDir, name: &str, timeout: u64) -> Result<()> {
             _ => {}
         }
         if t.elapsed() > Duration::from_secs(timeout) {
+            let still = match (&s.resync, &s.hot_replace) {
+                (Some(r), _) => format!(", resyncing after an unclean stop ({:.0}%)", r.percent),
+                (_, Some(h)) => format!(", hot-replacing slot {} ({:.0}%)", h.slot, h.percent),
+                _ => String::new(),
+            };
             return Err(CliError::failed(format!(
-                "array '{name}' is still {} after {timeout} s",
+                "array '{name}' is still {}{still} after {timeout} s: raidctl status {name} shows its progress; wait longer with --timeout",
                 s.state
             )));
         }

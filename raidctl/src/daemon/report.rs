@@ -136,11 +136,6 @@ impl Daemon {
                         .then(|| (p.rows_total - p.rows_done) as f64 * per_row / p.rate.max(1.0)),
                 }
             });
-            st.resync = s.array.resync_progress().map(|p| status::ResyncStatus {
-                regions_done: p.regions_done,
-                regions_total: p.regions_total,
-                percent: p.regions_done as f64 * 100.0 / p.regions_total.max(1) as f64,
-            });
             out.push(st);
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));

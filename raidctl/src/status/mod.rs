@@ -308,7 +308,11 @@ pub fn of_running(
         rebuild,
         rebuild_stalled: a.rebuild_stalled(),
         scrub: None,
-        resync: None,
+        resync: a.resync_progress().map(|p| ResyncStatus {
+            regions_done: p.regions_done,
+            regions_total: p.regions_total,
+            percent: p.regions_done as f64 * 100.0 / p.regions_total.max(1) as f64,
+        }),
         out_of_space: a.out_of_space(),
         record_lags: None,
         stopping: None,

@@ -175,6 +175,49 @@ fn a_stop_during_a_background_resync_leaves_it_owed_to_the_next_start() {
     assert_consistent(&again.array, &m.refs());
 }
 
+/// A resync run a few steps at a time (as a stop and a rebuild's end
+/// leave it) goes on where it stopped: every step resyncs rows no pass
+/// has reached. Writes between the steps land on both sides of its
+/// position, the torn stripes and copies among them, and every block
+/// reads as written after a member fails at the end.
+#[test]
+fn a_resync_run_in_steps_goes_on_where_it_stopped() {
+    for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 5), (Level::Raid10, 4)] {
+        let what = format!("{level}");
+        let m = Members::ram(n, 4 << 20, &format!("bg-resync-steps{level}"));
+        let (mut image, g, base) = crashed(&m, level);
+        tear(&m, &g, base);
+        let a = started_owing(m.refs());
+        // One row (a mirror's chunk) more than the steps a pass can take.
+        let bound = g.rows() * n as u64 + 1;
+        let mut calls = 0u64;
+        let mut done = 0;
+        while a.run_resync_steps(1).unwrap() {
+            calls += 1;
+            assert!(
+                calls < bound,
+                "{what}: {calls} steps and still owed: each call starts over"
+            );
+            let now = a.resync_progress().expect("runnable").regions_done;
+            assert!(now >= done, "{what}: regions done went back");
+            done = now;
+            // A block in each torn place, and one that moves with the steps.
+            let moving = (calls * 3 * CHUNK) % (a.capacity() - 4096);
+            let torn = [0, 5 * CHUNK, 17 * CHUNK, a.capacity() - 4096];
+            for (i, at) in torn.into_iter().chain([moving]).enumerate() {
+                let block = vec![(calls as u8) ^ (i as u8 * 16); 4096];
+                a.write(at, &block).unwrap();
+                image[at as usize..at as usize + 4096].copy_from_slice(&block);
+            }
+        }
+        assert!(calls > 1, "{what}: a pass of one step tests nothing here");
+        assert_matches(&a, &image);
+        assert_consistent(&a, &m.refs());
+        a.fail_slot(0, "test: a drive fails once the resync ended");
+        assert_matches(&a, &image);
+    }
+}
+
 /// Where a crash left a mirror's copies different, reads while the resync
 /// is owed return the first copy, the one the resync keeps, through both
 /// read paths (a read within one chunk, and one across chunks); they would

@@ -101,7 +101,7 @@ impl Array {
     /// it owed until the rebuild).
     pub(super) fn resync_dirty(&self) -> Result<usize> {
         let _one = self.resync.pass.lock();
-        match self.resync_regions(&AtomicBool::new(false), false)? {
+        match self.resync_regions(&AtomicBool::new(false), false, usize::MAX)? {
             ResyncEnd::Done(n) => Ok(n),
             ResyncEnd::Stopped | ResyncEnd::WriteHole => Ok(0),
         }
@@ -146,11 +146,16 @@ impl Array {
     /// nothing to do where none is owed or it cannot run yet. The
     /// background resync's and a rebuild's end's.
     pub(super) fn resync_owed_pass(&self, stop: &AtomicBool) -> Result<()> {
+        self.resync_owed_steps(stop, usize::MAX)
+    }
+
+    /// `resync_owed_pass`, which stops, still owed, after `steps` steps.
+    fn resync_owed_steps(&self, stop: &AtomicBool, steps: usize) -> Result<()> {
         let _one = self.resync.pass.lock();
         if !self.resync_runnable() || stop.load(Ordering::Acquire) {
             return Ok(());
         }
-        match self.resync_regions(stop, true)? {
+        match self.resync_regions(stop, true, steps)? {
             ResyncEnd::Done(n) => {
                 self.resync.pending.store(false, Ordering::Release);
                 tracing::warn!(array = %self.name, regions = n, "resynced the regions an unclean stop left");
@@ -215,6 +220,17 @@ impl Array {
         self.resync_owed_pass(&AtomicBool::new(false))
     }
 
+    /// Runs at most `steps` steps of the resync owed in the caller's
+    /// thread, as `run_resync` runs all of them, and says whether it is
+    /// still owed: for the deterministic simulation, which plays requests
+    /// between the steps, against rows the resync has passed and rows it
+    /// has not (the next call goes on where this one stopped).
+    #[doc(hidden)]
+    pub fn run_resync_steps(&self, steps: usize) -> Result<bool> {
+        self.resync_owed_steps(&AtomicBool::new(false), steps)?;
+        Ok(self.resync_owed())
+    }
+
     /// After a rebuild made the array optimal: the regions an unclean,
     /// degraded start could not resync (or a background resync had not
     /// reached yet) are resynced now, unless `stop` (the rebuild's) says
@@ -239,6 +255,10 @@ impl Array {
     /// next step resynced after them; writers there then trust the rows as
     /// they are (zeros, or what such a write made agree).
     fn resync_runs(&self, (lo, hi): (u64, u64), step: u64) -> Vec<(u64, u64)> {
+        if lo >= hi {
+            // Passed by an earlier pass of this start.
+            return Vec::new();
+        }
         let hole_bytes = match self.resync.hole_bytes.load(Ordering::Relaxed) {
             0 => super::skip_holes::HOLE_BYTES,
             n => n,
@@ -288,8 +308,15 @@ impl Array {
     /// marks, a step at a time under the locks writers take; `paced`
     /// (the array is served meanwhile): at most the rebuild's rate limit,
     /// counted as a rebuild counts, per member (`raidctl rate --rebuild`).
+    /// `stop` is asked before each step, and the pass stops after `steps`.
+    ///
+    /// A pass starts where the passes before it since the start stopped
+    /// (`resynced_below`): the rows below were made to agree, and every
+    /// write since has kept them so (read-modify-write there is allowed
+    /// again), so a pass stopped midway, or one left owed by a member's
+    /// failure until the rebuild's end, does not read them again.
     /// Callers hold `resync.pass`.
-    fn resync_regions(&self, stop: &AtomicBool, paced: bool) -> Result<ResyncEnd> {
+    fn resync_regions(&self, stop: &AtomicBool, paced: bool, steps: usize) -> Result<ResyncEnd> {
         let (began, live) = (std::time::Instant::now(), Some(self.rebuild_rate_live()));
         let mut moved = 0u64;
         let mut pace_after = |rows: u64| {
@@ -298,6 +325,12 @@ impl Array {
                 let stopped = || stop.load(Ordering::Acquire);
                 super::pace(None, &live, moved, began, &stopped);
             }
+        };
+        let mut steps_left = steps;
+        let mut may_step = || {
+            let go = steps_left > 0 && !stop.load(Ordering::Acquire);
+            steps_left = steps_left.saturating_sub(1);
+            go
         };
         let regions = self.regions_to_resync();
         if regions.is_empty() {
@@ -317,14 +350,16 @@ impl Array {
             _ => self.capacity() / self.geo.chunk,
         };
         let mut pool = BufPool::new(self.geo.chunk as usize);
+        let below = self.resync.resynced_below.load(Ordering::Acquire);
         for &r in &regions {
             let lo = r as u64 * bm.region_rows;
             let hi = (lo + bm.region_rows).min(self.geo.rows());
             if parity {
+                let lo = lo.max(below).min(hi);
                 let step =
                     super::runs::step_rows(super::runs::STEP_BYTES, self.geo.chunk, hi - lo, false);
                 for (a, b) in self.resync_runs((lo, hi), step) {
-                    if stop.load(Ordering::Acquire) {
+                    if !may_step() {
                         return Ok(ResyncEnd::Stopped);
                     }
                     let held = self.locks.lock(a..b);
@@ -352,6 +387,7 @@ impl Array {
                     Level::Raid10 => (lo * n / 2, (hi * n).div_ceil(2).min(total)),
                     _ => (lo, hi.min(total)),
                 };
+                let c0 = c0.max(below).min(c1);
                 // A step reads about `STEP_BYTES` of each member: a row
                 // holds `n / copies` chunks.
                 let rows =
@@ -359,7 +395,7 @@ impl Array {
                 let copies = self.geo.chunk_copies(c0).len().max(1) as u64;
                 let step = (rows * n / copies).max(1);
                 for (a, b) in self.resync_runs((c0, c1), step) {
-                    if stop.load(Ordering::Acquire) {
+                    if !may_step() {
                         return Ok(ResyncEnd::Stopped);
                     }
                     let held = self.locks.lock(a..b);

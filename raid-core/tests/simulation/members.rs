@@ -199,10 +199,24 @@ impl World {
         }
     }
 
-    /// The resync a start after a cut owes, run now.
+    /// The resync a start after a cut owes, run now: to its end, or half
+    /// the time a few steps of it, the rest left to later steps of the
+    /// life (requests then meet rows on both sides of its position).
     pub(super) fn resync(&mut self) {
-        trace!(self, "resync");
-        if let Err(e) = self.a().run_resync() {
+        let steps = match self.rng.gen_bool(0.5) {
+            true => usize::MAX,
+            false => self.rng.gen_range(1..=4),
+        };
+        self.resync_steps(steps);
+    }
+
+    /// At most `steps` steps of the resync owed (`Array::run_resync_steps`).
+    pub(super) fn resync_steps(&mut self, steps: usize) {
+        match steps {
+            usize::MAX => trace!(self, "resync"),
+            _ => trace!(self, "resync, {steps} steps at most"),
+        }
+        if let Err(e) = self.a().run_resync_steps(steps) {
             assert!(
                 self.cut_now() || self.weak_slots() > 0,
                 "seed {}: resync failed: {e}",

@@ -3,7 +3,8 @@
 //! this thread after each event the seed chooses: a request given, a
 //! member I/O completed (in any order), a disk vanishing or going bad
 //! between two completions, the journal's committer leading a group of
-//! the shard's records (where the life steps it). What the shard hands to
+//! the shard's records (where the life steps it), a few steps of an owed
+//! resync while the shard holds nothing. What the shard hands to
 //! the blocking path runs here too, once nothing is in flight on the shard
 //! (it may wait for a stripe lock or for writers in flight, which only
 //! this thread moves); a write whose member write erred is ended as soon
@@ -118,6 +119,11 @@ impl World {
                 if self.a().commit_journal_step() {
                     SERVED[7].fetch_add(1, Ordering::Relaxed);
                 }
+            } else if (50..56).contains(&r) && self.resync_step_now(pending, queued, finishing) {
+                // As the engine's resync thread would, between requests:
+                // those given later meet rows on both sides of it.
+                let steps = self.rng.gen_range(1..=3);
+                self.resync_steps(steps);
             } else if given < n && (r < 35 || (pending == 0 && queued == 0)) {
                 self.give(given, &heard, &mut asked);
                 given += 1;
@@ -292,6 +298,16 @@ impl World {
                 ),
             }
         }
+    }
+
+    /// Whether steps of an owed resync may run now: it can run (the array
+    /// optimal, or a mirror), and the shard holds nothing (a step waits
+    /// for its rows' locks, which a request in flight may hold, and only
+    /// this thread moves it).
+    fn resync_step_now(&self, pending: usize, queued: usize, finishing: usize) -> bool {
+        let st = self.stepped.as_ref().expect("a round on a shard");
+        let idle = pending == 0 && queued == 0 && finishing == 0 && !st.busy();
+        idle && self.a().resync_progress().is_some()
     }
 
     /// Whether a flush may run with writes in flight on the shard: only

@@ -175,11 +175,22 @@ fn a_stop_during_a_background_resync_leaves_it_owed_to_the_next_start() {
     assert_consistent(&again.array, &m.refs());
 }
 
+/// Where `tear` tears, as offsets into the array: a block of each torn
+/// stripe's first data chunk (of each torn mirror chunk).
+fn torn_blocks(g: &raid_core::layout::Geometry) -> Vec<u64> {
+    let rows = match g.level {
+        Level::Raid5 | Level::Raid6 => g.rows(),
+        _ => g.capacity() / g.chunk,
+    };
+    let width = g.capacity() / rows;
+    [5, 17, rows - 1].iter().map(|r| r * width).collect()
+}
+
 /// A resync run a few steps at a time (as a stop and a rebuild's end
 /// leave it) goes on where it stopped: every step resyncs rows no pass
-/// has reached. Writes between the steps land on both sides of its
-/// position, the torn stripes and copies among them, and every block
-/// reads as written after a member fails at the end.
+/// has reached. Writes land in torn stripes and copies before it reaches
+/// them, and on both sides of its position between its steps; every
+/// block reads as written after a member fails at the end.
 #[test]
 fn a_resync_run_in_steps_goes_on_where_it_stopped() {
     for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 5), (Level::Raid10, 4)] {
@@ -188,6 +199,14 @@ fn a_resync_run_in_steps_goes_on_where_it_stopped() {
         let (mut image, g, base) = crashed(&m, level);
         tear(&m, &g, base);
         let a = started_owing(m.refs());
+        let mut write = |a: &Array, at: u64, v: u8| {
+            let block = vec![v; 4096];
+            a.write(at, &block).unwrap();
+            image[at as usize..at as usize + 4096].copy_from_slice(&block);
+        };
+        for (i, at) in torn_blocks(&g).into_iter().enumerate() {
+            write(&a, at + 8192, 0xd0 + i as u8);
+        }
         // One row (a mirror's chunk) more than the steps a pass can take.
         let bound = g.rows() * n as u64 + 1;
         let mut calls = 0u64;
@@ -201,19 +220,63 @@ fn a_resync_run_in_steps_goes_on_where_it_stopped() {
             let now = a.resync_progress().expect("runnable").regions_done;
             assert!(now >= done, "{what}: regions done went back");
             done = now;
-            // A block in each torn place, and one that moves with the steps.
+            // Behind the position and ahead of it.
             let moving = (calls * 3 * CHUNK) % (a.capacity() - 4096);
-            let torn = [0, 5 * CHUNK, 17 * CHUNK, a.capacity() - 4096];
-            for (i, at) in torn.into_iter().chain([moving]).enumerate() {
-                let block = vec![(calls as u8) ^ (i as u8 * 16); 4096];
-                a.write(at, &block).unwrap();
-                image[at as usize..at as usize + 4096].copy_from_slice(&block);
-            }
+            write(&a, moving, calls as u8);
+            write(&a, a.capacity() - moving - 4096, calls as u8 ^ 0x80);
         }
         assert!(calls > 1, "{what}: a pass of one step tests nothing here");
         assert_matches(&a, &image);
         assert_consistent(&a, &m.refs());
         a.fail_slot(0, "test: a drive fails once the resync ended");
+        assert_matches(&a, &image);
+    }
+}
+
+/// A parity array whose member fails midway through its resync owes the
+/// rest until the rebuild's end, which goes on from where the pass
+/// stopped: the stripes before it, torn by the crash and resynced, and
+/// written since (degraded too), stay right through the rebuild, the
+/// resync's end and another member's failure.
+#[test]
+fn a_resync_a_failure_stopped_goes_on_after_the_rebuild() {
+    for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 5)] {
+        let what = format!("{level}");
+        let m = Members::ram(n, 4 << 20, &format!("bg-resync-hole{level}"));
+        let (mut image, g, base) = crashed(&m, level);
+        // Torn where the first steps pass: a failure before the resync
+        // reaches a torn stripe is the write hole it leaves open.
+        for s in [0, 5, 17] {
+            let p = g.stripe_map(s).members[g.data_chunks()];
+            m.corrupt(p, base + s * g.chunk + 1000);
+        }
+        let a = started_owing(m.refs());
+        assert!(a.run_resync_steps(2).unwrap(), "{what}: still owed");
+        a.fail_slot(1, "test: a drive fails midway through the resync");
+        assert!(
+            a.resync_progress().is_none() && a.run_resync_steps(usize::MAX).unwrap(),
+            "{what}: owed, and not run while degraded"
+        );
+        let stripe_bytes = g.data_chunks() as u64 * g.chunk;
+        for (i, s) in [3u64, 17, 40, g.rows() - 2].into_iter().enumerate() {
+            let at = s * stripe_bytes + 4096;
+            let block = vec![0x90 + i as u8; 4096];
+            a.write(at, &block).unwrap();
+            image[at as usize..at as usize + 4096].copy_from_slice(&block);
+        }
+        let new: MemberRef = Arc::new(raid_core::member::RamMember::new(
+            format!("ram:bg-resync-hole{level}-new"),
+            raid_core::metadata::MIN_DATA_OFFSET + (4 << 20),
+        ));
+        a.replace(1, new.clone()).unwrap();
+        a.rebuild_all(&Default::default(), &AtomicBool::new(false))
+            .unwrap();
+        assert!(!a.resync_owed(), "{what}: the rebuild's end ran the rest");
+        let mut refs = m.refs();
+        refs[1] = new;
+        assert_matches(&a, &image);
+        assert_consistent(&a, &refs);
+        a.fail_slot(2, "test: another drive fails");
         assert_matches(&a, &image);
     }
 }

@@ -84,7 +84,7 @@ struct ResyncCount {
 enum ResyncEnd {
     /// Every region marked was resynced (how many).
     Done(usize),
-    /// Asked to stop: still owed.
+    /// Asked to stop, or out of the steps it was given: still owed.
     Stopped,
     /// A parity array is (or became) degraded: owed until its rebuild.
     WriteHole,
@@ -162,7 +162,7 @@ impl Array {
                 self.record_event(ArrayEvent::ResyncFinished { regions: n as u64 });
             }
             ResyncEnd::Stopped => {
-                tracing::warn!(array = %self.name, "resync stopped before its end: still owed (the next start resyncs again)");
+                tracing::warn!(array = %self.name, "resync stopped before its end: still owed (a later pass goes on from where it stopped; after a restart, the next start resyncs again)");
             }
             ResyncEnd::WriteHole => {}
         }

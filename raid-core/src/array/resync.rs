@@ -350,12 +350,33 @@ impl Array {
             _ => self.capacity() / self.geo.chunk,
         };
         let mut pool = BufPool::new(self.geo.chunk as usize);
-        let below = self.resync.resynced_below.load(Ordering::Acquire);
-        for &r in &regions {
+        let n = self.geo.members as u64;
+        // Region `r` as the rows (a mirror's chunks) the resync goes
+        // through: a mirror's are the chunks with a copy in its rows
+        // (RAID1 row = chunk; RAID10 chunk c sits in grid slots 2c and
+        // 2c+1).
+        let span = |r: usize| {
             let lo = r as u64 * bm.region_rows;
             let hi = (lo + bm.region_rows).min(self.geo.rows());
+            match self.geo.level {
+                Level::Raid5 | Level::Raid6 => (lo, hi),
+                Level::Raid10 => (lo * n / 2, (hi * n).div_ceil(2).min(total)),
+                _ => (lo, hi.min(total)),
+            }
+        };
+        // The regions an earlier pass of this start passed count as done
+        // from the start, so a resumed pass's progress goes on from where
+        // the last one's stood.
+        let below = self.resync.resynced_below.load(Ordering::Acquire);
+        let passed = regions.iter().filter(|&&r| span(r).1 <= below).count();
+        count.done.store(passed as u64, Ordering::Release);
+        for &r in &regions {
+            let (lo, hi) = span(r);
+            if hi <= below {
+                continue;
+            }
+            let lo = lo.max(below);
             if parity {
-                let lo = lo.max(below).min(hi);
                 let step =
                     super::runs::step_rows(super::runs::STEP_BYTES, self.geo.chunk, hi - lo, false);
                 for (a, b) in self.resync_runs((lo, hi), step) {
@@ -380,21 +401,13 @@ impl Array {
                     pace_after(b - a);
                 }
             } else {
-                // Chunks with a copy in rows [lo, hi): RAID1 row = chunk;
-                // RAID10 chunk c sits in grid slots 2c and 2c+1.
-                let n = self.geo.members as u64;
-                let (c0, c1) = match self.geo.level {
-                    Level::Raid10 => (lo * n / 2, (hi * n).div_ceil(2).min(total)),
-                    _ => (lo, hi.min(total)),
-                };
-                let c0 = c0.max(below).min(c1);
                 // A step reads about `STEP_BYTES` of each member: a row
                 // holds `n / copies` chunks.
                 let rows =
                     super::runs::step_rows(super::runs::STEP_BYTES, self.geo.chunk, 1, false);
-                let copies = self.geo.chunk_copies(c0).len().max(1) as u64;
+                let copies = self.geo.chunk_copies(lo).len().max(1) as u64;
                 let step = (rows * n / copies).max(1);
-                for (a, b) in self.resync_runs((c0, c1), step) {
+                for (a, b) in self.resync_runs((lo, hi), step) {
                     if !may_step() {
                         return Ok(ResyncEnd::Stopped);
                     }

@@ -67,6 +67,7 @@ impl Daemon {
         // Held before the fail: a hot replace's copy may take the slot for
         // its new device as soon as the fail is in, and release it.
         let newly_held = self.reconnects.hold(name, slot);
+        let failed = s.array.member_of(slot).map(|m| m.identity().to_string());
         if let Err(e) = s.array.fail_member(slot, force) {
             // A network member the daemon gave up (unreachable) is failed
             // already, and would come back by itself when its server
@@ -121,10 +122,9 @@ impl Daemon {
             // happened): a re-add of this member is then refused, so say
             // what remains.
             None if now != raid_core::array::ArrayState::Failed => match self.take_spare(&s) {
-                SpareTurn::Took(took, spare) if took == slot => msg.push_str(&format!(
-                    "\nspare {spare} took slot {slot} and is being rebuilt (raidctl wait {name}); {m} can come back only as a spare now (raidctl add {name} {m})",
-                    m = member.display()
-                )),
+                SpareTurn::Took(took, spare) if took == slot => {
+                    msg.push_str(&took_this_slot(name, slot, &spare, member))
+                }
                 SpareTurn::Took(took, spare) => msg.push_str(&format!(
                     "\nspare {spare} took slot {took}, failed before this one, and is being rebuilt"
                 )),
@@ -135,7 +135,14 @@ impl Daemon {
                         ));
                     }
                 }
-                SpareTurn::Nothing => {}
+                SpareTurn::Nothing => {
+                    // The monitor's look may have come first, between the
+                    // failure and this one: say which spare it gave the slot.
+                    let spare = s.array.member_of(slot).map(|m| m.identity().to_string());
+                    if let Some(spare) = spare.filter(|sp| Some(sp) != failed.as_ref()) {
+                        msg.push_str(&took_this_slot(name, slot, &spare, member));
+                    }
+                }
             },
             None => {}
         }
@@ -606,4 +613,13 @@ fn erase_hint(device: &Path) -> String {
             device.display()
         ),
     }
+}
+
+/// What `fail` says when spare `spare` took the failed member's slot,
+/// whether `fail` gave it or the monitor's look came first.
+fn took_this_slot(name: &str, slot: usize, spare: &str, member: &Path) -> String {
+    format!(
+        "\nspare {spare} took slot {slot} and is being rebuilt (raidctl wait {name}); {m} can come back only as a spare now (raidctl add {name} {m})",
+        m = member.display()
+    )
 }

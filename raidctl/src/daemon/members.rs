@@ -67,7 +67,10 @@ impl Daemon {
         // Held before the fail: a hot replace's copy may take the slot for
         // its new device as soon as the fail is in, and release it.
         let newly_held = self.reconnects.hold(name, slot);
-        let failed = s.array.member_of(slot).map(|m| m.identity().to_string());
+        let (failed, spares) = (
+            s.array.member_of(slot).map(|m| m.identity().to_string()),
+            s.array.spares(),
+        );
         if let Err(e) = s.array.fail_member(slot, force) {
             // A network member the daemon gave up (unreachable) is failed
             // already, and would come back by itself when its server
@@ -137,9 +140,11 @@ impl Daemon {
                 }
                 SpareTurn::Nothing => {
                     // The monitor's look may have come first, between the
-                    // failure and this one: say which spare it gave the slot.
+                    // failure and this one: say which spare it gave the slot
+                    // (one of the spares there were, not the failed member).
                     let spare = s.array.member_of(slot).map(|m| m.identity().to_string());
-                    if let Some(spare) = spare.filter(|sp| Some(sp) != failed.as_ref()) {
+                    let given = spare.filter(|sp| Some(sp) != failed.as_ref() && spares.contains(sp));
+                    if let Some(spare) = given {
                         msg.push_str(&took_this_slot(name, slot, &spare, member));
                     }
                 }

@@ -768,8 +768,9 @@ fn resync_holes(seed: u64, a: &Array) {
 /// once, its resync owed (`ResyncAt::Background`) until the seed runs it
 /// (`World::resync`: all of it, or a few steps at a time, between steps of
 /// the life and, on a shard, between requests of a round), with requests,
-/// flushes, cuts and membership changes before it and between its steps. By the seed alone, so no life's draws change for it; the
-/// seeds kept for the bugs they found resync first, as they did then.
+/// flushes, cuts and membership changes before it and between its steps.
+/// By the seed alone, so no life's draws change for it; the seeds kept for
+/// the bugs they found resync first, as they did then.
 fn resync_at(seed: u64) -> ResyncAt {
     match seed % 2 {
         1 if !KEPT_SEEDS.contains(&seed) => ResyncAt::Background,

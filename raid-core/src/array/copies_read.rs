@@ -58,12 +58,11 @@ impl CopiesRead {
     /// more than `max_reads` member reads: the blocking path's. The member
     /// table first, readability after, as `direct_read` plans.
     pub(crate) fn start(
-        array: &Array,
+        a: &Array,
         offset: u64,
         len: u64,
         max_reads: usize,
     ) -> Option<(DirectRead, CopiesRead)> {
-        let a = array;
         if len == 0 || a.check_range(offset, len).is_err() || a.geo.copies() < 2 {
             return None;
         }

@@ -255,10 +255,6 @@ impl Array {
     /// next step resynced after them; writers there then trust the rows as
     /// they are (zeros, or what such a write made agree).
     fn resync_runs(&self, (lo, hi): (u64, u64), step: u64) -> Vec<(u64, u64)> {
-        if lo >= hi {
-            // Passed by an earlier pass of this start.
-            return Vec::new();
-        }
         let hole_bytes = match self.resync.hole_bytes.load(Ordering::Relaxed) {
             0 => super::skip_holes::HOLE_BYTES,
             n => n,

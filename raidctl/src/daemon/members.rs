@@ -124,31 +124,34 @@ impl Daemon {
             // its next look (another command may take it first: say what
             // happened): a re-add of this member is then refused, so say
             // what remains.
-            None if now != raid_core::array::ArrayState::Failed => match self.take_spare(&s) {
-                SpareTurn::Took(took, spare) if took == slot => {
-                    msg.push_str(&took_this_slot(name, slot, &spare, member))
+            None if now != raid_core::array::ArrayState::Failed => {
+                let turn = self.take_spare(&s);
+                // Said from who holds the slot now, whoever gave it: this
+                // look, or the monitor's, which may come between the
+                // failure and it (one of the spares there were, not the
+                // failed member).
+                let holder = s.array.member_of(slot).map(|m| m.identity().to_string());
+                let given = holder.filter(|sp| Some(sp) != failed.as_ref() && spares.contains(sp));
+                if let Some(spare) = &given {
+                    msg.push_str(&format!(
+                        "\nspare {spare} took slot {slot} and is being rebuilt (raidctl wait {name}); {m} can come back only as a spare now (raidctl add {name} {m})",
+                        m = member.display()
+                    ));
                 }
-                SpareTurn::Took(took, spare) => msg.push_str(&format!(
-                    "\nspare {spare} took slot {took}, failed before this one, and is being rebuilt"
-                )),
-                SpareTurn::Waits(what, k) => {
-                    if let Some(spare) = s.array.spares().first() {
-                        msg.push_str(&format!(
-                            "\na spare ({spare} now) takes slot {slot} once the {what} of slot {k} ends, if it is still a spare then"
-                        ));
+                match turn {
+                    SpareTurn::Took(took, spare) if took != slot => msg.push_str(&format!(
+                        "\nspare {spare} took slot {took}, failed before this one, and is being rebuilt"
+                    )),
+                    SpareTurn::Waits(what, k) if given.is_none() => {
+                        if let Some(spare) = s.array.spares().first() {
+                            msg.push_str(&format!(
+                                "\na spare ({spare} now) takes slot {slot} once the {what} of slot {k} ends, if it is still a spare then"
+                            ));
+                        }
                     }
+                    _ => {}
                 }
-                SpareTurn::Nothing => {
-                    // The monitor's look may have come first, between the
-                    // failure and this one: say which spare it gave the slot
-                    // (one of the spares there were, not the failed member).
-                    let spare = s.array.member_of(slot).map(|m| m.identity().to_string());
-                    let given = spare.filter(|sp| Some(sp) != failed.as_ref() && spares.contains(sp));
-                    if let Some(spare) = given {
-                        msg.push_str(&took_this_slot(name, slot, &spare, member));
-                    }
-                }
-            },
+            }
             None => {}
         }
         if now == raid_core::array::ArrayState::Failed && was != now {
@@ -618,13 +621,4 @@ fn erase_hint(device: &Path) -> String {
             device.display()
         ),
     }
-}
-
-/// What `fail` says when spare `spare` took the failed member's slot,
-/// whether `fail` gave it or the monitor's look came first.
-fn took_this_slot(name: &str, slot: usize, spare: &str, member: &Path) -> String {
-    format!(
-        "\nspare {spare} took slot {slot} and is being rebuilt (raidctl wait {name}); {m} can come back only as a spare now (raidctl add {name} {m})",
-        m = member.display()
-    )
 }

@@ -29,11 +29,11 @@
 
 use super::journal::{JournalDone, NotQueued, RoomWake};
 use super::parity_io::{columns, full_piece, Piece};
+use super::write_guards::Guards;
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::layout::Place;
 use crate::stats::Started;
-use std::ops::RangeInclusive;
 
 /// Where a member I/O's bytes are: a buffer of the write's own, or a
 /// range of the request's data.
@@ -110,68 +110,37 @@ enum Shape {
     },
 }
 
-/// The write's hold on the array, given up when dropped: its journal
-/// record's in-place write done, out of `unjournaled`, then the stripe's
-/// (chunk's) lock, then the write intent (the blocking path's order). A
-/// degraded read on a shard holds only a stripe's lock
-/// (`Guards::stripe_lock`).
-pub(super) struct Guards {
-    array: Arc<Array>,
-    /// The durable journal record whose in-place write this write makes.
-    record: Option<u64>,
-    /// A journal record queued for this write, its outcome not yet heard:
-    /// a write dropped meanwhile (only by a panic on its shard) keeps its
-    /// stripe's lock and write intent for good, since the record may yet be
-    /// durable, and then a later writer of the stripe must not chain its
-    /// own record after it unsettled.
-    queued: bool,
-    /// The lock's key (`Array::write_lock_key`).
-    lock: Option<u64>,
-    intent: Option<RangeInclusive<usize>>,
-    in_flight: Option<usize>,
-}
-
-impl Guards {
-    /// Lock `key` (`Array::write_lock_key`), if no one holds it.
-    pub(super) fn stripe_lock(array: &Arc<Array>, key: u64) -> Option<Guards> {
-        array.locks.try_lock_raw(key).then(|| Guards {
-            array: array.clone(),
-            record: None,
-            queued: false,
-            lock: Some(key),
-            intent: None,
-            in_flight: None,
-        })
-    }
-
-    fn leave_in_flight(&mut self) {
-        if let Some(p) = self.in_flight.take() {
-            self.array.unjournaled.leave(p);
-        }
-    }
-}
-
-impl Drop for Guards {
-    fn drop(&mut self) {
-        if self.queued {
-            tracing::error!(array = %self.array.name, stripe = ?self.lock,
-                "a write with its journal record queued was dropped; its stripe stays locked");
-            self.lock = None;
-            self.intent = None;
-        }
-        if let Some(seq) = self.record.take() {
-            self.array.journal_write_done(seq);
-        }
-        self.leave_in_flight();
-        if let Some(s) = self.lock.take() {
-            // SAFETY: taken with `try_lock_raw` (`AsyncWrite::start`,
-            // `Guards::stripe_lock`), and `take` makes this the one release.
-            unsafe { self.array.locks.unlock_raw(s) };
-        }
-        if let Some(r) = self.intent.take() {
-            if let Some(bm) = &self.array.bitmap {
-                bm.leave(r);
-            }
+/// Whether every member write of `shape` (`len` bytes asked; a stripe's
+/// members are `slots`) has its space (`Member::reserved`): where a sparse
+/// file's rows are not yet reserved, the blocking path reserves them
+/// first (that may block).
+fn space_reserved(
+    a: &Array,
+    shape: &Shape,
+    slots: &[usize],
+    handles: &[MemberRef],
+    len: u64,
+) -> bool {
+    let has = |slot: usize, at: u64, n: u64| handles[slot].reserved(at, n);
+    match shape {
+        Shape::Chunk { slot, at } => has(*slot, *at, len),
+        Shape::Mirror { copies, within } => copies
+            .iter()
+            .all(|p| has(p.member, a.data_offset + p.offset + within, len)),
+        Shape::Stripe {
+            s,
+            ps,
+            lo,
+            hi,
+            degraded,
+            ..
+        } => {
+            let nd = a.geo.data_chunks();
+            let written = |i: &usize| degraded.as_ref().is_none_or(|r| r[*i]);
+            (ps.iter().map(|p| p.idx))
+                .chain(nd..nd + a.geo.level.parity_chunks())
+                .filter(written)
+                .all(|i| has(slots[i], a.row_offset(*s, *lo), hi - lo))
         }
     }
 }
@@ -336,7 +305,12 @@ impl AsyncWrite {
             _ => true,
         };
         let runs = |(i, &m): (usize, &usize)| !used(i) || can(handles[m].as_ref());
-        if !rows_ok || !slots.iter().enumerate().all(runs) {
+        // A write into a sparse file's rows not yet reserved: the blocking
+        // path reserves them first (`Member::reserve` may block).
+        if !rows_ok
+            || !slots.iter().enumerate().all(runs)
+            || !space_reserved(a, &shape, &slots, &handles, len)
+        {
             return Start::Blocking(data);
         }
         let mut w = AsyncWrite {

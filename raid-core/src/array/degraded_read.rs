@@ -14,9 +14,9 @@
 //! level's redundancy, a member the caller cannot read without blocking)
 //! is the blocking path's.
 
-use super::async_write::Guards;
 use super::block_io::DirectRead;
 use super::parity_io::{columns, Piece};
+use super::write_guards::Guards;
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::parity::ParityKind;

@@ -149,6 +149,22 @@ impl Member for Mirrored {
         }
         first.write_at(buf, offset)
     }
+    /// Both devices a write there goes to, as `write_at`.
+    fn reserved(&self, offset: u64, len: u64) -> bool {
+        let (first, second) = self.write_to(offset);
+        first.reserved(offset, len) && second.is_none_or(|n| n.reserved(offset, len))
+    }
+    /// The new device's full filesystem drops the replacement, as its
+    /// write error would, before anything is written to either.
+    fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
+        let (first, second) = self.write_to(offset);
+        if let Some(n) = second {
+            if let Err(e) = n.reserve(offset, len) {
+                self.second_failed(e)?;
+            }
+        }
+        first.reserve(offset, len)
+    }
     fn flush(&self) -> io::Result<()> {
         if let Some(n) = self.after_switch() {
             return n.flush();

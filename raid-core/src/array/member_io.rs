@@ -325,7 +325,7 @@ impl Array {
     /// byte intact), reported once. Anything else fails the member.
     /// Returns whether it was a full filesystem.
     pub(super) fn member_write_failed(&self, slot: usize, m: &MemberRef, e: &io::Error) -> bool {
-        if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+        if e.raw_os_error().is_some_and(crate::member::is_full) {
             let mut full = self.out_of_space.lock();
             if full.is_none() {
                 *full = Some(m.identity().to_string());

@@ -36,6 +36,7 @@ mod skip_holes;
 mod step_io;
 mod sync;
 mod unjournaled;
+mod write_guards;
 mod write_plan;
 mod zero_extents;
 

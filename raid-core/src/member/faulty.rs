@@ -247,6 +247,12 @@ impl Member for FaultyMember {
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         self.zeroes(offset, len, false)
     }
+    fn reserved(&self, offset: u64, len: u64) -> bool {
+        self.inner.reserved(offset, len)
+    }
+    fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.reserve(offset, len)
+    }
     fn write_zeroes_allocated(&self, offset: u64, len: u64) -> io::Result<()> {
         self.zeroes(offset, len, true)
     }

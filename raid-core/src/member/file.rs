@@ -11,6 +11,7 @@
 //! loop device over a member's file is that member by another name, which
 //! neither lock sees by itself.
 
+use super::reserved::Reserved;
 use super::{DeviceKey, Member};
 use crate::buf::{is_aligned, AlignedBuf};
 use std::fs::{File, OpenOptions};
@@ -36,6 +37,9 @@ pub struct FileMember {
     /// (FALLOC_FL_ZERO_RANGE) instead of punching holes, so it stays safe
     /// from a filling filesystem.
     allocated: std::sync::atomic::AtomicBool,
+    /// The regions of a sparse file whose blocks the array reserved before
+    /// writing there (`Member::reserve`).
+    reserved: Reserved,
     /// Counted by the array's I/O paths (see `Member::io_stats`).
     stats: crate::stats::IoStats,
     /// A loop device's backing file (flocked) or device (O_EXCL), held
@@ -173,6 +177,7 @@ impl FileMember {
             block_device,
             key,
             allocated,
+            reserved: Reserved::new(size),
             _backing: backing,
         })
     }
@@ -201,6 +206,7 @@ impl FileMember {
             holes_known: false,
             block_device,
             allocated: std::sync::atomic::AtomicBool::new(false),
+            reserved: Reserved::new(size),
             _backing: None,
         })
     }
@@ -574,10 +580,29 @@ impl Member for FileMember {
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
     }
-    /// An allocated file keeps its blocks; any other has a hole punched.
+    /// An allocated file keeps its blocks; any other has a hole punched,
+    /// and the regions it touches are no longer reserved.
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        let allocated = self.allocated.load(std::sync::atomic::Ordering::Acquire);
-        self.zero(offset, len, allocated)
+        match self.allocated.load(std::sync::atomic::Ordering::Acquire) {
+            true => self.zero(offset, len, true),
+            false => self
+                .reserved
+                .punching(offset, len, || self.zero(offset, len, false)),
+        }
+    }
+    /// A block device, or a file with every block allocated, has its
+    /// space: nothing to reserve.
+    fn reserved(&self, offset: u64, len: u64) -> bool {
+        self.block_device
+            || self.allocated.load(std::sync::atomic::Ordering::Acquire)
+            || self.reserved.covers(offset, len)
+    }
+    fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
+        if self.block_device || self.allocated.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
+        self.reserved
+            .reserve(offset, len, |start, n| self.fallocate(0, start, n))
     }
     /// A file keeps (or gets) its blocks, as the rows a job writes would
     /// hold them; a block device gets a zeroing discard.

@@ -120,7 +120,7 @@ impl Drop for Shard {
     /// stop, a rebuild, a flush with every slot in sync) or waits for room
     /// behind that record in its ring waits for ever: the array stops, it
     /// does not lose a write. A write whose record was queued keeps its
-    /// stripe's lock even when the slab is dropped (`async_write::Guards`).
+    /// stripe's lock even when the slab is dropped (`write_guards::Guards`).
     fn drop(&mut self) {
         if self.on_ring > 0 || self.armed {
             std::mem::forget(std::mem::take(&mut self.slab));

@@ -22,9 +22,9 @@ pub fn wait_until(what: &str, done: impl Fn() -> bool) {
 
 /// Inside `impl Member for W`, where `W` has a field `inner` (a member):
 /// the methods a test wrapper passes straight through to it (identity,
-/// device key, size, flush, zeroing, and the read). The wrapper writes
-/// its own `write_at`, and whatever else it changes; with `(writes)`, its
-/// own `read_at` instead, and the writes pass through.
+/// device key, size, flush, zeroing, reserving space, and the read). The
+/// wrapper writes its own `write_at`, and whatever else it changes; with
+/// `(writes)`, its own `read_at` instead, and the writes pass through.
 #[allow(unused_macros)]
 macro_rules! pass_through_to_inner {
     () => {
@@ -54,6 +54,12 @@ macro_rules! pass_through_to_inner {
         }
         fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
             self.inner.write_zeroes(offset, len)
+        }
+        fn reserved(&self, offset: u64, len: u64) -> bool {
+            self.inner.reserved(offset, len)
+        }
+        fn reserve(&self, offset: u64, len: u64) -> std::io::Result<()> {
+            self.inner.reserve(offset, len)
         }
     };
 }

@@ -1,0 +1,163 @@
+//! Sparse member files on a filesystem that fills up. A RAID5 write whose
+//! data write met the full filesystem while its parity write (an
+//! overwrite, needing no new block) landed would leave the stripe's
+//! parity saying a chunk holds what it does not, and a member failing
+//! before the next start's resync would rebuild the stripe's other chunk
+//! wrong. The array reserves a write's space on every member it writes
+//! before any of them (`Member::reserve`), so the full filesystem refuses
+//! the write whole: nothing written, the stripe as it was.
+//!
+//! Each test mounts a small tmpfs of its own (root is needed: without it
+//! they say so and pass untried).
+
+use raid_core::array::{Array, CreateOptions};
+use raid_core::buf::AlignedBuf;
+use raid_core::layout::Level;
+use raid_core::member::{FileMember, MemberRef};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+const MIB: u64 = 1 << 20;
+const CHUNK: u64 = 64 << 10;
+
+/// A tmpfs of `mib` MiB, unmounted when dropped.
+struct SmallTmpfs {
+    dir: PathBuf,
+}
+
+impl SmallTmpfs {
+    fn mount(tag: &str, mib: u64) -> Option<SmallTmpfs> {
+        let dir = std::env::temp_dir().join(format!("raid-full-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let size = format!("size={}k", mib * 1024);
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &size, "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("cannot mount a tmpfs here (root needed): not tried");
+            let _ = std::fs::remove_dir(&dir);
+            return None;
+        }
+        Some(SmallTmpfs { dir })
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// A RAID5 of three sparse 8 MiB member files on `fs`.
+fn sparse_raid5(fs: &SmallTmpfs) -> Arc<Array> {
+    let members: Vec<MemberRef> = (0..3)
+        .map(|i| {
+            let p = fs.dir.join(format!("m{i}.img"));
+            std::fs::File::create(&p).unwrap().set_len(8 * MIB).unwrap();
+            Arc::new(FileMember::open(&p).unwrap()) as MemberRef
+        })
+        .collect();
+    let opts = CreateOptions {
+        name: "full".into(),
+        level: Level::Raid5,
+        chunk: CHUNK,
+        data_offset: None,
+    };
+    Arc::new(Array::create(members, vec![], opts).unwrap())
+}
+
+/// Fills the rest of the filesystem at `dir`, a page at a time, until it
+/// refuses.
+fn fill(dir: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(dir.join("filler")).unwrap();
+    let page = [0x77u8; 4096];
+    loop {
+        match f.write_all(&page) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => return,
+            Err(e) => panic!("filling: {e}"),
+        }
+    }
+}
+
+/// The setup both tests share: in stripe `S`, the second data chunk
+/// written whole (its member's blocks, and the parity's, allocated), the
+/// first never written (a hole on its member), then the filesystem
+/// filled. Returns the slot of the second data chunk, its array offset
+/// and its bytes.
+fn stripe_with_a_hole_on_a_full_filesystem(a: &Array, fs: &SmallTmpfs) -> (usize, u64, Vec<u8>) {
+    const S: u64 = 3;
+    let geo = a.geometry();
+    let second = S * 2 * CHUNK + CHUNK;
+    let bytes: Vec<u8> = (0..CHUNK as usize)
+        .map(|i| (i * 13 + i / 4096) as u8)
+        .collect();
+    a.write(second, &bytes).unwrap();
+    a.flush().unwrap();
+    fill(&fs.dir);
+    (geo.stripe_map(S).members[1], second, bytes)
+}
+
+/// After the refused write: no member failed, the second data chunk's
+/// member fails now, and its chunk, recovered from the first data chunk
+/// and the parity, is what was written.
+fn recovered_right(a: &Array, slot: usize, second: u64, bytes: &[u8]) {
+    assert!(
+        a.out_of_space().is_some(),
+        "the full filesystem was noticed"
+    );
+    a.fail_member(slot, true).unwrap();
+    let mut back = vec![0u8; bytes.len()];
+    a.read(second, &mut back).unwrap();
+    let wrong = back.iter().zip(bytes).filter(|(x, y)| x != y).count();
+    assert_eq!(
+        wrong, 0,
+        "{wrong} bytes of the chunk rebuilt wrong: the stripe was torn"
+    );
+}
+
+#[test]
+fn a_write_that_meets_a_full_filesystem_tears_no_stripe() {
+    let Some(fs) = SmallTmpfs::mount("blocking", 20) else {
+        return;
+    };
+    let a = sparse_raid5(&fs);
+    let (slot, second, bytes) = stripe_with_a_hole_on_a_full_filesystem(&a, &fs);
+    // 4 KiB into the first data chunk's hole: a new block on its member,
+    // and an overwrite of the parity's.
+    let first = second - CHUNK;
+    let e = a.write(first + 8192, &[0xa5u8; 4096]).unwrap_err();
+    assert!(e.to_string().contains("out of space"), "{e}");
+    recovered_right(&a, slot, second, &bytes);
+    drop(a);
+}
+
+/// The same write given to the shards (its members on tmpfs: the caller's
+/// thread runs it, as a shard would, `shard::inline`): rows not reserved
+/// send it to the blocking path, which reserves them before writing.
+#[test]
+fn a_write_given_to_the_shards_meets_a_full_filesystem_whole() {
+    let Some(fs) = SmallTmpfs::mount("shards", 20) else {
+        return;
+    };
+    let a = sparse_raid5(&fs);
+    let (slot, second, bytes) = stripe_with_a_hole_on_a_full_filesystem(&a, &fs);
+    let e = raid_core::shard::Engine::start(a.clone(), 1).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut data = AlignedBuf::new(4096);
+    data.fill(0xa5);
+    e.write(
+        second - CHUNK + 8192,
+        data,
+        Box::new(move |r| tx.send(r.map(|_| ())).unwrap()),
+    );
+    let r = rx.recv().unwrap();
+    assert!(r.is_err(), "the write was refused");
+    drop(e);
+    recovered_right(&a, slot, second, &bytes);
+}

@@ -1,6 +1,6 @@
-//! Sparse member files on a filesystem that fills up. A RAID5 write whose
-//! data write met the full filesystem while its parity write (an
-//! overwrite, needing no new block) landed would leave the stripe's
+//! Sparse member files on a filesystem that fills up. A RAID5/6 write whose
+//! data write met the full filesystem while its parity writes
+//! (overwrites, needing no new block) landed would leave the stripe's
 //! parity saying a chunk holds what it does not, and a member failing
 //! before the next start's resync would rebuild the stripe's other chunk
 //! wrong. The array reserves a write's space on every member it writes
@@ -52,9 +52,11 @@ impl Drop for SmallTmpfs {
     }
 }
 
-/// A RAID5 of three sparse 8 MiB member files on `fs`.
-fn sparse_raid5(fs: &SmallTmpfs) -> Arc<Array> {
-    let members: Vec<MemberRef> = (0..3)
+/// A RAID5 of three, or a RAID6 of four, sparse 8 MiB member files on
+/// `fs`: two data chunks a stripe either way.
+fn sparse_array(fs: &SmallTmpfs, level: Level) -> Arc<Array> {
+    let n = 2 + level.parity_chunks();
+    let members: Vec<MemberRef> = (0..n)
         .map(|i| {
             let p = fs.dir.join(format!("m{i}.img"));
             std::fs::File::create(&p).unwrap().set_len(8 * MIB).unwrap();
@@ -63,7 +65,7 @@ fn sparse_raid5(fs: &SmallTmpfs) -> Arc<Array> {
         .collect();
     let opts = CreateOptions {
         name: "full".into(),
-        level: Level::Raid5,
+        level,
         chunk: CHUNK,
         data_offset: None,
     };
@@ -121,20 +123,23 @@ fn recovered_right(a: &Array, slot: usize, second: u64, bytes: &[u8]) {
     );
 }
 
+const LEVELS: [Level; 2] = [Level::Raid5, Level::Raid6];
+
 #[test]
 fn a_write_that_meets_a_full_filesystem_tears_no_stripe() {
-    let Some(fs) = SmallTmpfs::mount("blocking", 20) else {
-        return;
-    };
-    let a = sparse_raid5(&fs);
-    let (slot, second, bytes) = stripe_with_a_hole_on_a_full_filesystem(&a, &fs);
-    // 4 KiB into the first data chunk's hole: a new block on its member,
-    // and an overwrite of the parity's.
-    let first = second - CHUNK;
-    let e = a.write(first + 8192, &[0xa5u8; 4096]).unwrap_err();
-    assert!(e.to_string().contains("out of space"), "{e}");
-    recovered_right(&a, slot, second, &bytes);
-    drop(a);
+    for level in LEVELS {
+        let Some(fs) = SmallTmpfs::mount("blocking", 20) else {
+            return;
+        };
+        let a = sparse_array(&fs, level);
+        let (slot, second, bytes) = stripe_with_a_hole_on_a_full_filesystem(&a, &fs);
+        // 4 KiB into the first data chunk's hole: a new block on its
+        // member, and overwrites of the parity's.
+        let first = second - CHUNK;
+        let e = a.write(first + 8192, &[0xa5u8; 4096]).unwrap_err();
+        assert!(e.to_string().contains("out of space"), "{level}: {e}");
+        recovered_right(&a, slot, second, &bytes);
+    }
 }
 
 /// The same write given to the shards (its members on tmpfs: the caller's
@@ -142,22 +147,26 @@ fn a_write_that_meets_a_full_filesystem_tears_no_stripe() {
 /// send it to the blocking path, which reserves them before writing.
 #[test]
 fn a_write_given_to_the_shards_meets_a_full_filesystem_whole() {
-    let Some(fs) = SmallTmpfs::mount("shards", 20) else {
-        return;
-    };
-    let a = sparse_raid5(&fs);
-    let (slot, second, bytes) = stripe_with_a_hole_on_a_full_filesystem(&a, &fs);
-    let e = raid_core::shard::Engine::start(a.clone(), 1).unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let mut data = AlignedBuf::new(4096);
-    data.fill(0xa5);
-    e.write(
-        second - CHUNK + 8192,
-        data,
-        Box::new(move |r| tx.send(r.map(|_| ())).unwrap()),
-    );
-    let r = rx.recv().unwrap();
-    assert!(r.is_err(), "the write was refused");
-    drop(e);
-    recovered_right(&a, slot, second, &bytes);
+    for level in LEVELS {
+        let Some(fs) = SmallTmpfs::mount("shards", 20) else {
+            return;
+        };
+        let a = sparse_array(&fs, level);
+        let (slot, second, bytes) = stripe_with_a_hole_on_a_full_filesystem(&a, &fs);
+        let e = raid_core::shard::Engine::start(a.clone(), 1).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut data = AlignedBuf::new(4096);
+        data.fill(0xa5);
+        e.write(
+            second - CHUNK + 8192,
+            data,
+            Box::new(move |r| tx.send(r.map(|_| ())).unwrap()),
+        );
+        assert!(
+            rx.recv().unwrap().is_err(),
+            "{level}: the write was refused"
+        );
+        drop(e);
+        recovered_right(&a, slot, second, &bytes);
+    }
 }

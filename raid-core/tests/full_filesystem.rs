@@ -14,6 +14,7 @@ use raid_core::array::{Array, CreateOptions};
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{FileMember, MemberRef};
+use raid_core::metadata::SlotState;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -90,9 +91,12 @@ fn fill(dir: &Path) {
 /// The setup both tests share: in stripe `S`, the second data chunk
 /// written whole (its member's blocks, and the parity's, allocated), the
 /// first never written (a hole on its member), then the filesystem
-/// filled. Returns the slot of the second data chunk, its array offset
-/// and its bytes.
-fn stripe_with_a_hole_on_a_full_filesystem(a: &Array, fs: &SmallTmpfs) -> (usize, u64, Vec<u8>) {
+/// filled. Returns the slots of the two data chunks, the second's array
+/// offset and its bytes.
+fn stripe_with_a_hole_on_a_full_filesystem(
+    a: &Array,
+    fs: &SmallTmpfs,
+) -> ([usize; 2], u64, Vec<u8>) {
     const S: u64 = 3;
     let geo = a.geometry();
     let second = S * 2 * CHUNK + CHUNK;
@@ -102,18 +106,25 @@ fn stripe_with_a_hole_on_a_full_filesystem(a: &Array, fs: &SmallTmpfs) -> (usize
     a.write(second, &bytes).unwrap();
     a.flush().unwrap();
     fill(&fs.dir);
-    (geo.stripe_map(S).members[1], second, bytes)
+    let map = geo.stripe_map(S);
+    ([map.members[0], map.members[1]], second, bytes)
 }
 
-/// After the refused write: no member failed, the second data chunk's
-/// member fails now, and its chunk, recovered from the first data chunk
-/// and the parity, is what was written.
-fn recovered_right(a: &Array, slot: usize, second: u64, bytes: &[u8]) {
-    assert!(
-        a.out_of_space().is_some(),
-        "the full filesystem was noticed"
-    );
-    a.fail_member(slot, true).unwrap();
+/// After the refused write: the first data chunk's member is the one
+/// named out of space (its block was the one to find no room), no member
+/// failed; the second's fails now, and its chunk, recovered from the
+/// first data chunk and the parity, is what was written.
+fn recovered_right(
+    a: &Array,
+    fs: &SmallTmpfs,
+    [first, second_slot]: [usize; 2],
+    second: u64,
+    bytes: &[u8],
+) {
+    let named = fs.dir.join(format!("m{first}.img"));
+    assert_eq!(a.out_of_space(), Some(named.display().to_string()));
+    assert!(a.slots().iter().all(|s| s.state == SlotState::Active));
+    a.fail_member(second_slot, false).unwrap();
     let mut back = vec![0u8; bytes.len()];
     a.read(second, &mut back).unwrap();
     let wrong = back.iter().zip(bytes).filter(|(x, y)| x != y).count();
@@ -132,13 +143,13 @@ fn a_write_that_meets_a_full_filesystem_tears_no_stripe() {
             return;
         };
         let a = sparse_array(&fs, level);
-        let (slot, second, bytes) = stripe_with_a_hole_on_a_full_filesystem(&a, &fs);
+        let (slots, second, bytes) = stripe_with_a_hole_on_a_full_filesystem(&a, &fs);
         // 4 KiB into the first data chunk's hole: a new block on its
         // member, and overwrites of the parity's.
         let first = second - CHUNK;
         let e = a.write(first + 8192, &[0xa5u8; 4096]).unwrap_err();
         assert!(e.to_string().contains("out of space"), "{level}: {e}");
-        recovered_right(&a, slot, second, &bytes);
+        recovered_right(&a, &fs, slots, second, &bytes);
     }
 }
 
@@ -152,7 +163,7 @@ fn a_write_given_to_the_shards_meets_a_full_filesystem_whole() {
             return;
         };
         let a = sparse_array(&fs, level);
-        let (slot, second, bytes) = stripe_with_a_hole_on_a_full_filesystem(&a, &fs);
+        let (slots, second, bytes) = stripe_with_a_hole_on_a_full_filesystem(&a, &fs);
         let e = raid_core::shard::Engine::start(a.clone(), 1).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let mut data = AlignedBuf::new(4096);
@@ -167,6 +178,6 @@ fn a_write_given_to_the_shards_meets_a_full_filesystem_whole() {
             "{level}: the write was refused"
         );
         drop(e);
-        recovered_right(&a, slot, second, &bytes);
+        recovered_right(&a, &fs, slots, second, &bytes);
     }
 }

@@ -346,6 +346,38 @@ impl Array {
         false
     }
 
+    /// Reserves the space of a client write's member writes, `(slot,
+    /// offset, len)`, before any of them (or its journal record) is made
+    /// (`Member::reserve`: a sparse member file's blocks), under the locks
+    /// of the rows written. A full filesystem refuses the write whole:
+    /// that member is recorded as out of space, as its write would be
+    /// (`member_write_failed`), and nothing is written, so no stripe is
+    /// left with some of its writes and not others. Any other error to
+    /// reserve leaves the write to meet what it meets on its own.
+    pub(super) fn reserve_writes(
+        &self,
+        handles: &[MemberRef],
+        writes: impl IntoIterator<Item = (usize, u64, u64)>,
+    ) -> Result<()> {
+        for (slot, offset, len) in writes {
+            let m = &handles[slot];
+            match m.reserve(offset, len) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error().is_some_and(crate::member::is_full) => {
+                    self.member_write_failed(slot, m, &e);
+                    return Err(self.no_space_error().expect("just recorded"));
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        member = m.identity(),
+                        "could not reserve space for a write: {e}"
+                    )
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The error for a write refused because a member's filesystem is full.
     pub(super) fn no_space_error(&self) -> Option<ArrayError> {
         if !self.full.load(Ordering::Acquire) {

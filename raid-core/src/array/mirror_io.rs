@@ -159,6 +159,8 @@ impl Array {
                 }
             }
         }
+        let writes = ios.iter().map(|io| (io.member, io.offset, io.len() as u64));
+        self.reserve_writes(&handles, writes)?;
         let results = submit(&handles, &mut ios);
         let mut written = vec![false; pieces.len()];
         let mut full = false;

@@ -365,6 +365,18 @@ impl Array {
         if !all_readable || pending {
             return Ok(false);
         }
+        let chunk_len = self.geo.chunk;
+        self.reserve_writes(
+            &self.member_handles(),
+            stripes.iter().flat_map(|&s| {
+                let at = self.row_offset(s, 0);
+                self.geo
+                    .stripe_map(s)
+                    .members
+                    .into_iter()
+                    .map(move |m| (m, at, chunk_len))
+            }),
+        )?;
         // Written whole by the engine before any is read.
         let mut parity: Vec<AlignedBuf> = (0..stripes.len() * np)
             .map(|_| AlignedBuf::for_overwrite(chunk))
@@ -481,6 +493,14 @@ impl Array {
             .copied()
             .filter(|(i, _)| self.readable(map.members[*i], s))
             .collect();
+        // Before the journal record too: a full filesystem refuses the
+        // write with nothing of it written anywhere.
+        let at = self.row_offset(s, lo);
+        let writes = present
+            .iter()
+            .map(|&(i, b)| (map.members[i], at, b.len() as u64));
+        self.reserve_writes(&self.member_handles(), writes)
+            .map_err(StepErr::Fatal)?;
         let degraded = map
             .members
             .iter()

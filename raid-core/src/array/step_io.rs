@@ -66,7 +66,8 @@ impl Array {
     }
 
     /// Writes `data` at `offset` of `slot` for `job` (a repair); a write
-    /// error fails the member.
+    /// error fails the member, but a full filesystem only stops the array's
+    /// writes, as a client write's does (`member_write_failed`).
     pub(super) fn scrub_write(
         &self,
         job: StepJob,
@@ -75,7 +76,12 @@ impl Array {
         data: &[u8],
     ) -> Result<()> {
         let handles = self.member_handles();
+        self.reserve_writes(&handles, [(slot, offset, data.len() as u64)])?;
         crate::member::write_counted(handles[slot].as_ref(), data, offset).map_err(|e| {
+            if e.raw_os_error().is_some_and(crate::member::is_full) {
+                self.member_write_failed(slot, &handles[slot], &e);
+                return self.no_space_error().expect("just recorded");
+            }
             self.fail_slot(
                 slot,
                 &format!("write error during {} repair: {e}", job.name()),

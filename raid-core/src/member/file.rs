@@ -249,13 +249,20 @@ impl FileMember {
         }
     }
 
-    /// fallocate(2) of `mode` over [offset, offset+len) of the file.
+    /// fallocate(2) of `mode` over [offset, offset+len) of the file, again
+    /// where a signal interrupted it (tmpfs checks for one between pages).
     fn fallocate(&self, mode: i32, offset: u64, len: u64) -> io::Result<()> {
-        // SAFETY: plain syscall on our own fd.
-        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, offset as i64, len as i64) };
-        match rc {
-            0 => Ok(()),
-            _ => Err(io::Error::last_os_error()),
+        loop {
+            // SAFETY: plain syscall on our own fd.
+            let rc =
+                unsafe { libc::fallocate(self.file.as_raw_fd(), mode, offset as i64, len as i64) };
+            match rc {
+                0 => return Ok(()),
+                _ => match io::Error::last_os_error() {
+                    e if e.kind() == io::ErrorKind::Interrupted => continue,
+                    e => return Err(e),
+                },
+            }
         }
     }
 

@@ -408,32 +408,6 @@ pub fn submit_uncounted(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<
     submit_as(members, ios, false)
 }
 
-/// Reserves the space of every write in `ios` (`Member::reserve`), and
-/// returns the writes not to start, each with its error: where one
-/// member's filesystem is full, every write of the batch (ENOSPC, which
-/// fails no member); otherwise those of a member that failed to reserve.
-fn reserve_writes(members: &[MemberRef], ios: &[MemberIo<'_>]) -> Vec<(usize, io::Error)> {
-    let mut refused: Vec<(usize, io::Error)> = ios
-        .iter()
-        .enumerate()
-        .filter(|(_, io)| !io.is_read())
-        .filter_map(|(i, io)| {
-            let r = members[io.member].reserve(io.offset, io.len() as u64);
-            r.err().map(|e| (i, e))
-        })
-        .collect();
-    let full = refused
-        .iter()
-        .find_map(|(_, e)| e.raw_os_error().filter(|&n| is_full(n)));
-    if let Some(n) = full {
-        refused = (0..ios.len())
-            .filter(|&i| !ios[i].is_read())
-            .map(|i| (i, io::Error::from_raw_os_error(n)))
-            .collect();
-    }
-    refused
-}
-
 /// Whether an error number says a filesystem is full (ENOSPC, or the
 /// user's quota: EDQUOT), which says nothing against the device.
 pub fn is_full(errno: i32) -> bool {
@@ -451,24 +425,8 @@ fn submit_as(
         }
     };
     let mut results: Vec<Option<io::Result<()>>> = (0..ios.len()).map(|_| None).collect();
-    // Every write's space first, before any I/O starts: a full filesystem
-    // refuses the batch's writes together (a stripe's data and parity, a
-    // chunk's copies), none of them written (`reserved.rs`).
-    for (i, e) in reserve_writes(members, ios) {
-        count(
-            members[ios[i].member].as_ref(),
-            false,
-            ios[i].len(),
-            None,
-            false,
-        );
-        results[i] = Some(Err(e));
-    }
     let mut ring_ios: Vec<usize> = Vec::new();
     for (i, io) in ios.iter().enumerate() {
-        if results[i].is_some() {
-            continue;
-        }
         let m = members[io.member].as_ref();
         let buf_ok = !m.is_direct()
             || match &io.op {
@@ -485,7 +443,7 @@ fn submit_as(
     let mut on_ring = ring_ios.iter().peekable();
     for (i, io) in ios.iter_mut().enumerate() {
         // Members on the ring have an fd and never start I/Os this way.
-        if on_ring.next_if_eq(&&i).is_some() || results[i].is_some() {
+        if on_ring.next_if_eq(&&i).is_some() {
             continue;
         }
         match members[io.member].begin(io) {

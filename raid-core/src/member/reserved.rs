@@ -6,12 +6,12 @@
 //! while its parity write did not (or a mirror chunk one of whose copies
 //! did) disagrees with itself: a member failing before the next start's
 //! resync would then rebuild the stripe's other chunks wrong. So the
-//! array reserves the blocks of every region it is about to write
+//! array reserves the blocks of every region a write is about to touch
 //! (`Member::reserve`: `fallocate`, which allocates without changing the
-//! bytes) before any write of a request goes out, and a full filesystem
-//! refuses the request whole, nothing written (`member::submit`; a shard
-//! sends a write into rows not reserved yet to the blocking path, which
-//! reserves them: `array::async_write`).
+//! bytes) before any of its member writes goes out, and a full filesystem
+//! refuses the write whole, nothing written (`Array::reserve_writes`; a
+//! shard sends a write into rows not reserved yet to the blocking path,
+//! which reserves them: `array::async_write`).
 //!
 //! Regions of 1 MiB: one `fallocate` per region per start, and at most
 //! 1 MiB more allocated than written per region touched. A region is

@@ -36,6 +36,12 @@
 //! writes queue their records for groups, whose writes and flushes the
 //! power may cut anywhere.
 //!
+//! In one life in five of a redundant level, the filesystem the disks
+//! are sparse files on fills up at a step the seed picks (`full.rs`):
+//! writes that need space are refused whole, a disk fails, every block
+//! must read as before or as a refused write, then space is freed and the
+//! machine starts again.
+//!
 //! `SIM_SEEDS=N` seeds (10,000 by default, for each kind of life; CI runs
 //! them), `SIM_FIRST=K` to start elsewhere, `RAID_SOAK=1` for 200,000. A
 //! failure prints its seed and the command that replays it alone with
@@ -58,7 +64,7 @@ use std::sync::Arc;
 
 #[path = "simulation/disk.rs"]
 mod disk;
-use disk::{disk, Power, SimDisk, Timeline};
+use disk::{disk, Power, SimDisk, Space, Timeline};
 
 const BLOCK: usize = 4096;
 const CHUNK: u64 = 4096;
@@ -124,6 +130,12 @@ impl Model {
     fn maybe_wrote(&mut self, b: usize, v: &[u8]) {
         self.since[b].push(v.to_vec());
     }
+    /// A write refused with the array running (a full filesystem): each
+    /// block may read as it or as before, until a read decides.
+    fn maybe_landed(&mut self, b: usize, v: &[u8]) {
+        self.since[b].push(v.to_vec());
+        self.open[b].push(v.to_vec());
+    }
     fn flushed(&mut self) {
         self.flushed = self.now.clone();
         self.unsettled = self.open.clone();
@@ -141,6 +153,8 @@ struct World {
     trace: bool,
     level: Level,
     power: Arc<Power>,
+    /// The filesystem the disks are sparse files on (`full.rs`).
+    space: Arc<Space>,
     /// Every disk made in this life, in order (old members included: an
     /// operator's `start --scan` offers them all).
     disks: Vec<Arc<SimDisk>>,
@@ -172,6 +186,9 @@ mod shards;
 #[path = "simulation/members.rs"]
 mod members;
 
+#[path = "simulation/full.rs"]
+mod full;
+
 /// The first bytes of each block of `data`: enough to tell in a trace
 /// which write a block holds.
 fn heads(data: &[u8]) -> Vec<Vec<u8>> {
@@ -184,7 +201,7 @@ impl World {
         let name = format!("s{}-d{}", self.seed, self.disks.len());
         disk(
             name,
-            &self.power,
+            (&self.power, &self.space),
             self.timeline.as_ref(),
             self.rows,
             self.data_offset,
@@ -286,22 +303,32 @@ impl World {
     }
 
     /// A write of `data` at block `b0` was answered (`error`: with an
-    /// error, allowed only once the power went): the model takes it, or,
-    /// refused, keeps it as a value the blocks may hold.
+    /// error, allowed only once the power went, or out of space while the
+    /// filesystem is full): the model takes it, or, refused, keeps it as a
+    /// value the blocks may hold.
     fn answered_write(&mut self, b0: usize, data: &[u8], error: Option<ArrayError>, what: &str) {
+        let full = error.as_ref().is_some_and(|e| self.refused_for_space(e));
         for (k, v) in data.chunks(BLOCK).enumerate() {
             match error {
                 None => self.model.wrote(b0 + k, v),
+                Some(_) if full => self.model.maybe_landed(b0 + k, v),
                 Some(_) => self.model.maybe_wrote(b0 + k, v),
             }
         }
-        if let Some(e) = error {
+        if let Some(e) = error.filter(|_| !full) {
             assert!(
                 self.cut_now(),
                 "seed {}: {what} refused within redundancy: {e}",
                 self.seed
             );
         }
+    }
+
+    /// Whether `e` is the array's out of space while the disks'
+    /// filesystem is full (`full.rs`): writes, and reads that must write
+    /// first (a torn mirror chunk's copies made to agree), may be refused.
+    fn refused_for_space(&self, e: &ArrayError) -> bool {
+        matches!(e, ArrayError::NoSpace { .. }) && self.space.limited()
     }
 
     fn read(&mut self) {
@@ -323,7 +350,7 @@ impl World {
                 }
             }
             Err(e) => assert!(
-                self.cut_now(),
+                self.cut_now() || self.refused_for_space(&e),
                 "seed {}: read failed within redundancy: {e}",
                 self.seed
             ),
@@ -620,12 +647,13 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
         budget: AtomicI64::new(i64::MAX),
         off: AtomicBool::new(false),
     });
+    let space = Arc::new(Space::unlimited());
     let data_offset = data_offset_of(seed);
     let disks: Vec<Arc<SimDisk>> = (0..n)
         .map(|i| {
             disk(
                 format!("s{seed}-d{i}"),
-                &power,
+                (&power, &space),
                 timeline.as_ref(),
                 rows,
                 data_offset,
@@ -653,6 +681,7 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
         trace,
         level,
         power,
+        space,
         disks,
         array: Some(Arc::new(array)),
         model: Model::new(blocks),
@@ -667,7 +696,12 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
     }
     trace!(w, "{level} of {n}, {blocks} blocks");
     let steps = w.rng.gen_range(10..50);
-    for _ in 0..steps {
+    let fills_at = full::fills_at(seed, level);
+    for step in 0..steps {
+        if fills_at == Some(step) {
+            w.fill_up(on_shard);
+            continue;
+        }
         // Sometimes plan a cut a few I/Os into the next step (where one
         // is allowed, `cut_allowed`).
         let cut_ok = w.cut_allowed();

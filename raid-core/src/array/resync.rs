@@ -473,7 +473,7 @@ impl Array {
                 }
             }
             let mut at = 0;
-            // The chunk whose write failed, if one did.
+            // The chunk whose write failed, if one did, and why.
             let failed_at = (from..chunks.end).zip(&copies).find_map(|(c, cs)| {
                 let (ps, bs) = (&cs[..], &bufs[at..at + cs.len()]);
                 at += cs.len();
@@ -484,17 +484,21 @@ impl Array {
                     .filter(|(_, b)| b[..] != bs[0][..]);
                 differing
                     .map(|(&(slot, off), _)| self.scrub_write(StepJob::Resync, slot, off, &bs[0]))
-                    .any(|written| written.is_err())
-                    .then_some(c)
+                    .find_map(|written| written.err())
+                    .map(|e| (c, e))
             });
             pool.put(bufs);
             if !self.within_redundancy() {
                 return Err(self.failed_error());
             }
             match failed_at {
+                // A full filesystem fails no member, and the copies cannot
+                // be made to agree until there is space: the caller (a
+                // read of the chunk, the resync) gets the error.
+                Some((_, e @ ArrayError::NoSpace { .. })) => return Err(e),
                 // Its member is failed: this chunk and the rest are planned
                 // again without it.
-                Some(c) => from = c,
+                Some((c, _)) => from = c,
                 None => return Ok(()),
             }
         }

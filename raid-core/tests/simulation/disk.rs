@@ -1,12 +1,13 @@
 //! The simulated disks: RAM pages behind a volatile write cache, which
-//! can lose power at any I/O, vanish, or return EIO on a range; and, for
-//! lives on a shard, member I/O completed when the simulation says so.
+//! can lose power at any I/O, vanish, or return EIO on a range; sparse
+//! files on one filesystem, which can fill up (`Space`); and, for lives on
+//! a shard, member I/O completed when the simulation says so.
 
 use super::{CHUNK, SECTOR};
 use raid_core::member::{DeviceKey, IoOp, Member, TimedDone};
 use rand::rngs::StdRng;
 use rand::Rng;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,6 +38,35 @@ impl Power {
     }
 }
 
+/// The filesystem every disk of one life is a sparse file on: pages it
+/// can still give (i64::MAX: it never fills, and no disk counts pages).
+pub struct Space {
+    pub free: AtomicI64,
+}
+
+impl Space {
+    pub fn unlimited() -> Space {
+        Space {
+            free: AtomicI64::new(i64::MAX),
+        }
+    }
+
+    pub fn limited(&self) -> bool {
+        self.free.load(Ordering::SeqCst) < i64::MAX / 2
+    }
+
+    /// Gives `pages`, or ENOSPC with none given.
+    fn take(&self, pages: i64) -> io::Result<()> {
+        let r = self
+            .free
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |f| {
+                (f >= pages).then_some(f - pages)
+            });
+        r.map(|_| ())
+            .map_err(|_| io::Error::from_raw_os_error(libc::ENOSPC))
+    }
+}
+
 #[derive(Default)]
 pub struct DiskState {
     /// 4 KiB pages written so far (absent: zeros).
@@ -46,6 +76,9 @@ pub struct DiskState {
     pub vanished: bool,
     /// Byte ranges that return EIO (a bad spot).
     pub bad: Vec<(u64, u64)>,
+    /// Pages given by the filesystem and not written yet (a reserve, or a
+    /// write that lands as it completes): holes that take no more space.
+    pub reserved: BTreeSet<u64>,
 }
 
 impl DiskState {
@@ -90,7 +123,11 @@ pub struct SimDisk {
     pub name: String,
     key: u64,
     size: u64,
+    /// Where its data starts: the pages before are allocated, as a
+    /// sparse member's metadata, bitmap and journal area is.
+    data_offset: u64,
     power: Arc<Power>,
+    space: Arc<Space>,
     pub st: Mutex<DiskState>,
     /// Where its timed I/O (a shard's) waits for the simulation to
     /// complete it; none: the disk serves only the blocking path.
@@ -101,7 +138,7 @@ pub struct SimDisk {
 
 pub fn disk(
     name: String,
-    power: &Arc<Power>,
+    (power, space): (&Arc<Power>, &Arc<Space>),
     timeline: Option<&Arc<Timeline>>,
     rows: u64,
     data_offset: u64,
@@ -111,7 +148,9 @@ pub fn disk(
         name,
         key: NEXT.fetch_add(1, Ordering::Relaxed),
         size: data_offset + rows * CHUNK,
+        data_offset,
         power: power.clone(),
+        space: space.clone(),
         st: Mutex::new(DiskState::default()),
         timeline: timeline.cloned(),
         me: me.clone(),
@@ -197,6 +236,26 @@ impl SimDisk {
         Ok(())
     }
 
+    /// The data pages of [off, off+len) that take space: neither written
+    /// nor reserved.
+    fn unallocated(&self, st: &DiskState, off: u64, len: u64) -> Vec<u64> {
+        (off.max(self.data_offset) / 4096..(off + len).div_ceil(4096))
+            .filter(|p| !st.pages.contains_key(p) && !st.reserved.contains(p))
+            .collect()
+    }
+
+    /// The space a write to [off, off+len) needs, taken from the
+    /// filesystem (all of it, or ENOSPC and none), where it can fill.
+    fn claim(&self, st: &mut DiskState, off: u64, len: u64) -> io::Result<()> {
+        if !self.space.limited() {
+            return Ok(());
+        }
+        let pages = self.unallocated(st, off, len);
+        self.space.take(pages.len() as i64)?;
+        st.reserved.extend(pages);
+        Ok(())
+    }
+
     /// The power went: each sector written since the last flush keeps a
     /// prefix of its writes, `keep(n)` (0..=n) of its n, chosen per sector.
     pub fn lose_cache(&self, keep: &mut dyn FnMut(usize) -> usize) {
@@ -242,8 +301,25 @@ impl Member for SimDisk {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let mut st = self.st.lock().unwrap();
         self.gate(&st, offset, buf.len() as u64)?;
+        self.claim(&mut st, offset, buf.len() as u64)?;
         st.take(offset, buf);
         Ok(())
+    }
+    /// Every page there has its space, or the filesystem cannot fill.
+    fn reserved(&self, offset: u64, len: u64) -> bool {
+        !self.space.limited()
+            || self
+                .unallocated(&self.st.lock().unwrap(), offset, len)
+                .is_empty()
+    }
+    /// A sparse file's fallocate: no I/O (the power's budget is not
+    /// counted down), all the pages or ENOSPC with none.
+    fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
+        let mut st = self.st.lock().unwrap();
+        if st.vanished {
+            return Err(io::Error::other(format!("{}: gone", self.name)));
+        }
+        self.claim(&mut st, offset, len)
     }
     fn flush(&self) -> io::Result<()> {
         let mut st = self.st.lock().unwrap();
@@ -266,6 +342,7 @@ impl Member for SimDisk {
         st.take(offset, &vec![0u8; len as usize]);
         for page in offset.div_ceil(4096)..(offset + len) / 4096 {
             st.pages.remove(&page);
+            st.reserved.remove(&page);
         }
         Ok(())
     }
@@ -299,6 +376,11 @@ impl Member for SimDisk {
         let len = op.len() as u64;
         if let Err(e) = self.gate(&st, offset, len) {
             return Some(Err(e));
+        }
+        if let IoOp::Write(_) = op {
+            if let Err(e) = self.claim(&mut st, offset, len) {
+                return Some(Err(e));
+            }
         }
         let lands = match op {
             IoOp::Read(buf) => {

@@ -217,8 +217,9 @@ impl World {
             _ => trace!(self, "resync, {steps} steps at most"),
         }
         if let Err(e) = self.a().run_resync_steps(steps) {
+            // A repair the full filesystem refuses stops it too.
             assert!(
-                self.cut_now() || self.weak_slots() > 0,
+                self.cut_now() || self.weak_slots() > 0 || self.refused_for_space(&e),
                 "seed {}: resync failed: {e}",
                 self.seed
             );

@@ -1,0 +1,84 @@
+//! The filesystem under sparse member files fills up. In one life in five
+//! of a redundant level (by the seed alone, so no other life's draws
+//! change; none of the seeds kept for the bugs they found), at a step the
+//! seed picks, the disks' filesystem has no page left to give: writes that
+//! need a new page meet ENOSPC (`disk::Space`), and the array must refuse
+//! each such write whole, its space reserved on every member before any
+//! is written (`Member::reserve`), and stop taking writes. Then, within
+//! redundancy, a disk fails, and every block must read as its last
+//! acknowledged write or as a refused one (`Model::maybe_landed`): a
+//! stripe left with some of a refused write's member writes and not
+//! others would be rebuilt wrong. Space is then freed and the machine
+//! starts again (a power cycle, with its own checks), and the life goes on.
+
+use super::*;
+
+/// The step at which seed `seed`'s life fills its disks' filesystem, if
+/// it does.
+pub(super) fn fills_at(seed: u64, level: Level) -> Option<usize> {
+    let chosen = seed % 5 == 2 && level != Level::Raid0 && !KEPT_SEEDS.contains(&seed);
+    chosen.then_some(((seed / 5) % 8) as usize)
+}
+
+impl World {
+    pub(super) fn fill_up(&mut self, on_shard: bool) {
+        // A crash with a disk dead and unnoticed is the write hole's double
+        // fault, and the episode ends in a power cycle: not now.
+        if !self.cut_allowed() {
+            return;
+        }
+        trace!(self, "the disks' filesystem is full");
+        self.power.budget.store(i64::MAX, Ordering::SeqCst);
+        self.space.free.store(0, Ordering::SeqCst);
+        for _ in 0..self.rng.gen_range(1..=3) {
+            match on_shard && self.rng.gen_ratio(1, 2) {
+                true => self.shard_round(),
+                false => self.write(),
+            }
+            // A round may cut the power: the machine starts again below.
+            if self.cut_now() {
+                break;
+            }
+        }
+        if !self.cut_now() {
+            self.fail_one_and_read_all();
+        }
+        // Space freed, and the machine started again.
+        self.space.free.store(i64::MAX, Ordering::SeqCst);
+        self.power_cycle();
+    }
+
+    /// With writes stopped by the full filesystem: a disk fails, where the
+    /// array survives it, and every block reads as the model allows.
+    fn fail_one_and_read_all(&mut self) {
+        trace!(self, "out of space: {:?}", self.a().out_of_space());
+        // A disk fails while writes are stopped, where the array survives
+        // it (and owes no parity resync: a disk lost before it is the write
+        // hole).
+        if self.weak_slots() < self.tolerance() && !self.parity_resync_owed() {
+            let active: Vec<usize> = (self.a().slots().iter())
+                .filter(|s| s.state == SlotState::Active)
+                .map(|s| s.slot)
+                .collect();
+            let slot = active[self.rng.gen_range(0..active.len())];
+            trace!(self, "slot {slot} fails");
+            self.a()
+                .fail_member(slot, false)
+                .unwrap_or_else(|e| panic!("seed {}: a disk could not be failed: {e}", self.seed));
+        }
+        // Block by block: a read of a mirror chunk whose copies a cut left
+        // different must write before it answers, and is refused.
+        for b in 0..self.blocks() {
+            let mut got = vec![0u8; BLOCK];
+            match self.a().read((b * BLOCK) as u64, &mut got) {
+                Ok(()) => assert!(
+                    self.model.read_back(b, &got),
+                    "seed {}: block {b} reads as neither its last acknowledged write nor a refused one, with the filesystem full",
+                    self.seed
+                ),
+                Err(e) if self.refused_for_space(&e) => {}
+                Err(e) => panic!("seed {}: block {b} unreadable within redundancy while full: {e}", self.seed),
+            }
+        }
+    }
+}

@@ -38,9 +38,9 @@
 //!
 //! In one life in five of a redundant level, the filesystem the disks
 //! are sparse files on fills up at a step the seed picks (`full.rs`):
-//! writes that need space are refused whole, a disk fails, every block
-//! must read as before or as a refused write, then space is freed and the
-//! machine starts again.
+//! writes that need space are refused whole, every block is read, a disk
+//! fails, and every block must read as it did, then space is freed and
+//! the machine starts again.
 //!
 //! `SIM_SEEDS=N` seeds (10,000 by default, for each kind of life; CI runs
 //! them), `SIM_FIRST=K` to start elsewhere, `RAID_SOAK=1` for 200,000. A
@@ -331,6 +331,13 @@ impl World {
         matches!(e, ArrayError::NoSpace { .. }) && self.space.limited()
     }
 
+    /// `refused_for_space` for a read: only a mirror's, while its resync
+    /// is owed (a chunk whose copies differ is made to agree first).
+    fn read_refused_for_space(&self, e: &ArrayError) -> bool {
+        let mirror = matches!(self.level, Level::Raid1 | Level::Raid10);
+        self.refused_for_space(e) && mirror && self.a().resync_owed()
+    }
+
     fn read(&mut self) {
         let blocks = self.blocks();
         let nb = self.rng.gen_range(1..=blocks.min(8));
@@ -350,7 +357,7 @@ impl World {
                 }
             }
             Err(e) => assert!(
-                self.cut_now() || self.refused_for_space(&e),
+                self.cut_now() || self.read_refused_for_space(&e),
                 "seed {}: read failed within redundancy: {e}",
                 self.seed
             ),

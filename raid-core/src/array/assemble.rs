@@ -574,11 +574,18 @@ pub(super) fn assemble(members: Vec<MemberRef>, opts: AssembleOptions) -> Result
     }
     if !truth.clean {
         let (n, background) = match opts.resync {
-            ResyncAt::Start => {
-                let n = array.resync_dirty()?;
-                tracing::warn!(array = %array.name, regions = n, "array was not stopped cleanly: resynced the regions the bitmap marked");
-                (n, false)
-            }
+            ResyncAt::Start => match array.resync_dirty() {
+                Ok(n) => {
+                    tracing::warn!(array = %array.name, regions = n, "array was not stopped cleanly: resynced the regions the bitmap marked");
+                    (n, false)
+                }
+                // A repair a full filesystem refused: the array starts
+                // with writes stopped and the rest of the resync owed, as
+                // a start that resyncs while served (the next start, with
+                // space freed, runs it).
+                Err(ArrayError::NoSpace { .. }) => (array.owe_resync(), true),
+                Err(e) => return Err(e),
+            },
             ResyncAt::Background => (array.owe_resync(), true),
         };
         let deferred = array.resync.pending() && !array.resync_runnable();

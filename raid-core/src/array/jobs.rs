@@ -395,7 +395,9 @@ impl Array {
     /// a thread of its own, where one is owed, can run now (a parity
     /// array's needs every member in sync) and none runs. The daemon's
     /// monitor calls it on every round; a stop leaves the resync owed, and
-    /// the next start resyncs again.
+    /// the next start resyncs again. Not while a full filesystem stops
+    /// the array's writes: its repairs would be refused, round after round
+    /// (the next start, with space freed, runs it).
     pub fn kick_resync(self: &Arc<Self>) {
         let mut job = self.jobs.resync.lock();
         if job.as_ref().is_some_and(|j| !j.handle.is_finished()) {
@@ -404,7 +406,10 @@ impl Array {
         if let Some(j) = job.take() {
             let _ = j.handle.join();
         }
-        if self.jobs.closed.load(Ordering::Acquire) || !self.resync_runnable() {
+        if self.jobs.closed.load(Ordering::Acquire)
+            || !self.resync_runnable()
+            || self.full.load(Ordering::Acquire)
+        {
             return;
         }
         let stop = Arc::new(AtomicBool::new(false));

@@ -346,14 +346,16 @@ impl Array {
         false
     }
 
-    /// Reserves the space of a client write's member writes, `(slot,
-    /// offset, len)`, before any of them (or its journal record) is made
-    /// (`Member::reserve`: a sparse member file's blocks), under the locks
-    /// of the rows written. A full filesystem refuses the write whole:
-    /// that member is recorded as out of space, as its write would be
-    /// (`member_write_failed`), and nothing is written, so no stripe is
-    /// left with some of its writes and not others. Any other error to
-    /// reserve leaves the write to meet what it meets on its own.
+    /// Reserves the space of a stripe's (a chunk's copies', a batch of
+    /// full stripes') member writes, `(slot, offset, len)`, before any of
+    /// them or its journal record is made (`Member::reserve`: a sparse
+    /// member file's blocks), under the locks of the rows written and not
+    /// counted in `unjournaled` (a full filesystem is recorded under the
+    /// metadata lock). A full filesystem refuses them together: that
+    /// member is recorded as out of space, as its write would be
+    /// (`member_write_failed`), and none is written, so no stripe is left
+    /// with some of its writes and not others. Any other error to reserve
+    /// leaves the writes to meet what they meet on their own.
     pub(super) fn reserve_writes(
         &self,
         handles: &[MemberRef],

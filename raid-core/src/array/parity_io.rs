@@ -351,6 +351,21 @@ impl Array {
         // failing a member may hold while it waits for those counted in.
         // (Under the stripe locks no record of these stripes can appear.)
         let pending = stripes.iter().any(|&s| self.journal_pending(s));
+        // The space of every write, before counting in too (a full
+        // filesystem is recorded under the metadata lock, which a thread
+        // failing a member may hold while it waits for those counted in).
+        let chunk_len = self.geo.chunk;
+        self.reserve_writes(
+            &self.member_handles(),
+            stripes.iter().flat_map(|&s| {
+                let at = self.row_offset(s, 0);
+                self.geo
+                    .stripe_map(s)
+                    .members
+                    .into_iter()
+                    .map(move |m| (m, at, chunk_len))
+            }),
+        )?;
         // Counted in before the readability check (see unjournaled.rs).
         let in_flight = self.unjournaled.enter();
         let all_readable = stripes.iter().all(|&s| {
@@ -365,18 +380,6 @@ impl Array {
         if !all_readable || pending {
             return Ok(false);
         }
-        let chunk_len = self.geo.chunk;
-        self.reserve_writes(
-            &self.member_handles(),
-            stripes.iter().flat_map(|&s| {
-                let at = self.row_offset(s, 0);
-                self.geo
-                    .stripe_map(s)
-                    .members
-                    .into_iter()
-                    .map(move |m| (m, at, chunk_len))
-            }),
-        )?;
         // Written whole by the engine before any is read.
         let mut parity: Vec<AlignedBuf> = (0..stripes.len() * np)
             .map(|_| AlignedBuf::for_overwrite(chunk))
@@ -486,6 +489,17 @@ impl Array {
         // Before counting in (see write_full_stripes); the caller holds the
         // stripe's lock, so no record of it can appear meanwhile.
         let pending = self.journal_pending(s);
+        // The space of every write first, before the journal record and
+        // before counting in (see write_full_stripes): a full filesystem
+        // refuses the write with nothing of it written anywhere. (Under
+        // the stripe's lock no member of it turns readable meanwhile.)
+        let at = self.row_offset(s, lo);
+        let writes = chunks
+            .iter()
+            .filter(|(i, _)| self.readable(map.members[*i], s))
+            .map(|&(i, b)| (map.members[i], at, b.len() as u64));
+        self.reserve_writes(&self.member_handles(), writes)
+            .map_err(StepErr::Fatal)?;
         // Counted in before the readability checks (see unjournaled.rs).
         let in_flight = self.unjournaled.enter();
         let present: Vec<(usize, &[u8])> = chunks
@@ -493,14 +507,6 @@ impl Array {
             .copied()
             .filter(|(i, _)| self.readable(map.members[*i], s))
             .collect();
-        // Before the journal record too: a full filesystem refuses the
-        // write with nothing of it written anywhere.
-        let at = self.row_offset(s, lo);
-        let writes = present
-            .iter()
-            .map(|&(i, b)| (map.members[i], at, b.len() as u64));
-        self.reserve_writes(&self.member_handles(), writes)
-            .map_err(StepErr::Fatal)?;
         let degraded = map
             .members
             .iter()

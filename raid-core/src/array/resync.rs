@@ -381,7 +381,10 @@ impl Array {
                     }
                     let held = self.locks.lock(a..b);
                     if let Err(e) = self.resync_stripes(a..b, &mut pool) {
-                        if !self.within_redundancy() {
+                        // A full filesystem fails no member: the pass
+                        // stops where it is, still owed (the bits stay
+                        // set), and goes on once there is space.
+                        if !self.within_redundancy() || matches!(e, ArrayError::NoSpace { .. }) {
                             return Err(e);
                         }
                         // A member failed under the resync: what is left

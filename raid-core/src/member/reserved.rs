@@ -8,8 +8,8 @@
 //! resync would then rebuild the stripe's other chunks wrong. So the
 //! array reserves the blocks of every region a write is about to touch
 //! (`Member::reserve`: `fallocate`, which allocates without changing the
-//! bytes) before any of its member writes goes out, and a full filesystem
-//! refuses the write whole, nothing written (`Array::reserve_writes`; a
+//! bytes) before any of a stripe's member writes goes out, and a full
+//! filesystem refuses them together (`Array::reserve_writes`; a
 //! shard sends a write into rows not reserved yet to the blocking path,
 //! which reserves them: `array::async_write`).
 //!

@@ -4,11 +4,12 @@
 //! seed picks, the disks' filesystem has no page left to give: writes that
 //! need a new page meet ENOSPC (`disk::Space`), and the array must refuse
 //! each such write whole, its space reserved on every member before any
-//! is written (`Member::reserve`), and stop taking writes. Then, within
-//! redundancy, a disk fails, and every block must read as its last
-//! acknowledged write or as a refused one (`Model::maybe_landed`): a
-//! stripe left with some of a refused write's member writes and not
-//! others would be rebuilt wrong. Space is then freed and the machine
+//! is written (`Member::reserve`), and stop taking writes. Every block is
+//! then read (a refused write's block may read as before or as written,
+//! `Model::maybe_landed`, and that read decides), a disk fails within
+//! redundancy, and every block must read as it did: a stripe left with
+//! some of a refused write's member writes and not others would rebuild
+//! a chunk as neither. Space is then freed and the machine
 //! starts again (a power cycle, with its own checks), and the life goes on.
 
 use super::*;
@@ -35,7 +36,8 @@ impl World {
                 true => self.shard_round(),
                 false => self.write(),
             }
-            // A round may cut the power: the machine starts again below.
+            // A round may cut the power (its own draw, whatever the
+            // budget): the machine starts again below.
             if self.cut_now() {
                 break;
             }
@@ -48,13 +50,14 @@ impl World {
         self.power_cycle();
     }
 
-    /// With writes stopped by the full filesystem: a disk fails, where the
-    /// array survives it, and every block reads as the model allows.
+    /// With writes stopped by the full filesystem: every block read (a
+    /// refused write's block decides there, as before or as written), then
+    /// a disk fails, where the array survives it, and every block must
+    /// read as it did: a stripe a refused write tore would rebuild a chunk
+    /// as neither, and a mirror chunk's copies would disagree.
     fn fail_one_and_read_all(&mut self) {
         trace!(self, "out of space: {:?}", self.a().out_of_space());
-        // A disk fails while writes are stopped, where the array survives
-        // it (and owes no parity resync: a disk lost before it is the write
-        // hole).
+        self.read_every_block("with the filesystem full");
         if self.weak_slots() < self.tolerance() && !self.parity_resync_owed() {
             let active: Vec<usize> = (self.a().slots().iter())
                 .filter(|s| s.state == SlotState::Active)
@@ -65,19 +68,23 @@ impl World {
             self.a()
                 .fail_member(slot, false)
                 .unwrap_or_else(|e| panic!("seed {}: a disk could not be failed: {e}", self.seed));
+            self.read_every_block("after a disk failed, the filesystem full");
         }
-        // Block by block: a read of a mirror chunk whose copies a cut left
-        // different must write before it answers, and is refused.
+    }
+
+    /// Block by block: a read of a mirror chunk whose copies a cut left
+    /// different must write before it answers, and is refused.
+    fn read_every_block(&mut self, when: &str) {
         for b in 0..self.blocks() {
             let mut got = vec![0u8; BLOCK];
             match self.a().read((b * BLOCK) as u64, &mut got) {
                 Ok(()) => assert!(
                     self.model.read_back(b, &got),
-                    "seed {}: block {b} reads as neither its last acknowledged write nor a refused one, with the filesystem full",
+                    "seed {}: block {b} reads as neither its last acknowledged write nor a refused one, {when}",
                     self.seed
                 ),
-                Err(e) if self.refused_for_space(&e) => {}
-                Err(e) => panic!("seed {}: block {b} unreadable within redundancy while full: {e}", self.seed),
+                Err(e) if self.read_refused_for_space(&e) => {}
+                Err(e) => panic!("seed {}: block {b} unreadable within redundancy, {when}: {e}", self.seed),
             }
         }
     }

@@ -292,7 +292,7 @@ impl World {
                     }
                 }
                 (Asked::Read { .. }, Err(e)) => assert!(
-                    self.cut_now() || self.refused_for_space(&e),
+                    self.cut_now() || self.read_refused_for_space(&e),
                     "seed {}: read {id} on the shard failed within redundancy: {e}",
                     self.seed
                 ),

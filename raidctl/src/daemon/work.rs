@@ -233,9 +233,12 @@ impl Daemon {
         let Some(sched) = &self.scrub_schedule else {
             return;
         };
+        // Nor while a full filesystem stops writes: a repair would be
+        // refused, and the scrub started again at the next round.
         if s.array.state() != raid_core::array::ArrayState::Optimal
             || s.array.scrub_progress().is_some()
             || s.array.resync_owed()
+            || s.array.out_of_space().is_some()
         {
             return;
         }

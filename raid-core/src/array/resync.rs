@@ -234,12 +234,20 @@ impl Array {
     /// After a rebuild made the array optimal: the regions an unclean,
     /// degraded start could not resync (or a background resync had not
     /// reached yet) are resynced now, unless `stop` (the rebuild's) says
-    /// the array is stopping: then they stay owed.
+    /// the array is stopping: then they stay owed. So do they where a full
+    /// filesystem refuses a repair: the rebuild itself finished, and the
+    /// next start, with space freed, resyncs them.
     pub(super) fn resync_deferred(&self, stop: &AtomicBool) -> Result<()> {
-        if self.state() == ArrayState::Optimal {
-            self.resync_owed_pass(stop)?;
+        if self.state() != ArrayState::Optimal {
+            return Ok(());
         }
-        Ok(())
+        match self.resync_owed_pass(stop) {
+            Err(ArrayError::NoSpace { .. }) => {
+                tracing::warn!(array = %self.name, "the resync after the rebuild met a full filesystem: it stays owed until the next start");
+                Ok(())
+            }
+            r => r,
+        }
     }
 
     /// Rows [lo, hi) of a resync (stripes on RAID5/6, logical chunks on a

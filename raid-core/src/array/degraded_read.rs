@@ -5,7 +5,7 @@
 //! all in flight together, and the missing chunks recovered from them on
 //! the shard's thread.
 //!
-//! The blocking path's rule (`parity_read`, `stripes_columns`), in its
+//! The blocking path's rule (`parity_read.rs`: `parity_read`, `stripes_columns`), in its
 //! order: the stripe's lock first, then the member table, then which
 //! members are readable; the lock held until every column is in, so that
 //! no write of the stripe lands between two of the reads (a chunk

@@ -25,6 +25,7 @@ mod member_io;
 mod membership;
 mod mirror_io;
 mod parity_io;
+mod parity_read;
 mod re_add;
 mod rebuild;
 mod rebuild_rows;

@@ -134,23 +134,29 @@ fn recovered_right(
     );
 }
 
-const LEVELS: [Level; 2] = [Level::Raid5, Level::Raid6];
-
-#[test]
-fn a_write_that_meets_a_full_filesystem_tears_no_stripe() {
-    for level in LEVELS {
-        let Some(fs) = SmallTmpfs::mount("blocking", 20) else {
+/// For RAID5 and RAID6, each on a tmpfs of its own: the stripe of
+/// `stripe_with_a_hole_on_a_full_filesystem`, then `refused` (a 4 KiB
+/// write at the offset given, into the first data chunk's hole: a new
+/// block on its member, and overwrites of the parity's, which must be
+/// refused), then `recovered_right`.
+fn on_each_level(tag: &str, refused: impl Fn(&Arc<Array>, Level, u64)) {
+    for level in [Level::Raid5, Level::Raid6] {
+        let Some(fs) = SmallTmpfs::mount(tag, 20) else {
             return;
         };
         let a = sparse_array(&fs, level);
         let (slots, second, bytes) = stripe_with_a_hole_on_a_full_filesystem(&a, &fs);
-        // 4 KiB into the first data chunk's hole: a new block on its
-        // member, and overwrites of the parity's.
-        let first = second - CHUNK;
-        let e = a.write(first + 8192, &[0xa5u8; 4096]).unwrap_err();
-        assert!(e.to_string().contains("out of space"), "{level}: {e}");
+        refused(&a, level, second - CHUNK + 8192);
         recovered_right(&a, &fs, slots, second, &bytes);
     }
+}
+
+#[test]
+fn a_write_that_meets_a_full_filesystem_tears_no_stripe() {
+    on_each_level("blocking", |a, level, at| {
+        let e = a.write(at, &[0xa5u8; 4096]).unwrap_err();
+        assert!(e.to_string().contains("out of space"), "{level}: {e}");
+    });
 }
 
 /// The same write given to the shards (its members on tmpfs: the caller's
@@ -158,26 +164,15 @@ fn a_write_that_meets_a_full_filesystem_tears_no_stripe() {
 /// send it to the blocking path, which reserves them before writing.
 #[test]
 fn a_write_given_to_the_shards_meets_a_full_filesystem_whole() {
-    for level in LEVELS {
-        let Some(fs) = SmallTmpfs::mount("shards", 20) else {
-            return;
-        };
-        let a = sparse_array(&fs, level);
-        let (slots, second, bytes) = stripe_with_a_hole_on_a_full_filesystem(&a, &fs);
+    on_each_level("shards", |a, level, at| {
         let e = raid_core::shard::Engine::start(a.clone(), 1).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let mut data = AlignedBuf::new(4096);
         data.fill(0xa5);
-        e.write(
-            second - CHUNK + 8192,
-            data,
-            Box::new(move |r| tx.send(r.map(|_| ())).unwrap()),
-        );
+        e.write(at, data, Box::new(move |r| tx.send(r.map(|_| ())).unwrap()));
         assert!(
             rx.recv().unwrap().is_err(),
             "{level}: the write was refused"
         );
-        drop(e);
-        recovered_right(&a, &fs, slots, second, &bytes);
-    }
+    });
 }

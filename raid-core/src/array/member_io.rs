@@ -325,7 +325,7 @@ impl Array {
     /// byte intact), reported once. Anything else fails the member.
     /// Returns whether it was a full filesystem.
     pub(super) fn member_write_failed(&self, slot: usize, m: &MemberRef, e: &io::Error) -> bool {
-        if e.raw_os_error().is_some_and(crate::member::is_full) {
+        if crate::member::is_full(e) {
             let mut full = self.out_of_space.lock();
             if full.is_none() {
                 *full = Some(m.identity().to_string());
@@ -365,7 +365,7 @@ impl Array {
             let m = &handles[slot];
             match m.reserve(offset, len) {
                 Ok(()) => {}
-                Err(e) if e.raw_os_error().is_some_and(crate::member::is_full) => {
+                Err(e) if crate::member::is_full(&e) => {
                     self.member_write_failed(slot, m, &e);
                     return Err(self.no_space_error().expect("just recorded"));
                 }

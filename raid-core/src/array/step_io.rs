@@ -78,7 +78,7 @@ impl Array {
         let handles = self.member_handles();
         self.reserve_writes(&handles, [(slot, offset, data.len() as u64)])?;
         crate::member::write_counted(handles[slot].as_ref(), data, offset).map_err(|e| {
-            if e.raw_os_error().is_some_and(crate::member::is_full) {
+            if crate::member::is_full(&e) {
                 self.member_write_failed(slot, &handles[slot], &e);
                 return self.no_space_error().expect("just recorded");
             }

@@ -249,6 +249,12 @@ impl FileMember {
         }
     }
 
+    /// A block device, or a file with every block allocated, has its
+    /// space: a write never meets a full filesystem, nothing to reserve.
+    fn has_its_space(&self) -> bool {
+        self.block_device || self.allocated.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// fallocate(2) of `mode` over [offset, offset+len) of the file, again
     /// where a signal interrupted it (tmpfs checks for one between pages).
     fn fallocate(&self, mode: i32, offset: u64, len: u64) -> io::Result<()> {
@@ -597,15 +603,11 @@ impl Member for FileMember {
                 .punching(offset, len, || self.zero(offset, len, false)),
         }
     }
-    /// A block device, or a file with every block allocated, has its
-    /// space: nothing to reserve.
     fn reserved(&self, offset: u64, len: u64) -> bool {
-        self.block_device
-            || self.allocated.load(std::sync::atomic::Ordering::Acquire)
-            || self.reserved.covers(offset, len)
+        self.has_its_space() || self.reserved.covers(offset, len)
     }
     fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
-        if self.block_device || self.allocated.load(std::sync::atomic::Ordering::Acquire) {
+        if self.has_its_space() {
             return Ok(());
         }
         self.reserved

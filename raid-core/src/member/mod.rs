@@ -408,10 +408,10 @@ pub fn submit_uncounted(members: &[MemberRef], ios: &mut [MemberIo<'_>]) -> Vec<
     submit_as(members, ios, false)
 }
 
-/// Whether an error number says a filesystem is full (ENOSPC, or the
-/// user's quota: EDQUOT), which says nothing against the device.
-pub fn is_full(errno: i32) -> bool {
-    errno == libc::ENOSPC || errno == libc::EDQUOT
+/// Whether an I/O error says a filesystem is full (ENOSPC, or the user's
+/// quota: EDQUOT), which says nothing against the device.
+pub fn is_full(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 
 fn submit_as(

@@ -11,6 +11,7 @@
 //! user_data (or the value a timed I/O posts back) is the key and the
 //! I/O's index within its request (`ud`).
 
+use super::client::{Client, Peers};
 use super::ops::Op;
 use super::{Blocking, Inbox, Job, Request, WriteJob};
 use crate::array::Array;
@@ -87,7 +88,7 @@ pub(super) struct Shard {
     pub(super) slab: Vec<Option<Op>>,
     free: Vec<usize>,
     /// Requests waiting for room on the ring, in arrival order.
-    waiting: VecDeque<Request>,
+    pub(super) waiting: VecDeque<Request>,
     /// Ring entries in flight (pushed, not yet reaped).
     pub(super) on_ring: u32,
     /// Entries that found the submission queue full, pushed at the next
@@ -105,6 +106,12 @@ pub(super) struct Shard {
     /// kernel holds its address.
     wake_buf: Box<u64>,
     armed: bool,
+    /// Which of the engine's shards this is, and every shard's inbox (its
+    /// own at `index`), where its clients' writes go (`client.rs`).
+    pub(super) index: usize,
+    pub(super) peers: Peers,
+    /// Front ends run on this shard's thread, polled at each turn.
+    pub(super) clients: Vec<Box<dyn Client>>,
 }
 
 impl Drop for Shard {
@@ -130,12 +137,15 @@ impl Drop for Shard {
 }
 
 impl Shard {
+    /// Shard `index` of `peers` (its own inbox there).
     pub(super) fn new(
         array: Arc<Array>,
-        inbox: Arc<Inbox>,
+        index: usize,
+        peers: Peers,
         ring: IoUring,
         blocking: Blocking,
     ) -> Shard {
+        let inbox = peers[index].clone();
         Shard {
             array,
             inbox,
@@ -150,14 +160,24 @@ impl Shard {
             held: HashMap::new(),
             wake_buf: Box::new(0),
             armed: false,
+            index,
+            peers,
+            clients: Vec::new(),
         }
     }
 
     pub(super) fn run(mut self) {
+        super::client::running_shard(&self.inbox);
         let mut stopping = false;
         loop {
             stopping |= self.turn();
             if stopping && !self.busy() {
+                for c in self.clients.drain(..) {
+                    super::client::drop_quietly(c);
+                }
+                for j in self.inbox.close() {
+                    Inbox::closed_job(j);
+                }
                 return self.disarm_wake();
             }
             if !self.inbox.jobs.lock().is_empty() || !self.ended.is_empty() {
@@ -197,11 +217,21 @@ impl Shard {
                 Job::Timed(ud, res) => self.complete(ud, res),
                 Job::Journaled(k, ok) => self.journaled(k, ok),
                 Job::Room(k) => self.run_step(k),
+                Job::Client(c) => self.clients.push(c),
+                Job::Call(f) => super::answer(Box::new(|()| f()), ()),
                 Job::Stop => stopping = true,
+            }
+        }
+        if stopping {
+            // Their requests in flight still complete.
+            for c in self.clients.drain(..) {
+                super::client::drop_quietly(c);
             }
         }
         loop {
             let reaped = self.reap();
+            // After the completions, which their next requests follow.
+            let given = self.poll_clients();
             let mut started = 0;
             while let Some(r) = self.waiting.front() {
                 // Ring entries it may take at once (a read: one per
@@ -227,7 +257,14 @@ impl Shard {
                 started += 1;
             }
             self.submit();
-            if reaped == 0 && started == 0 {
+            if reaped == 0 && started == 0 && given == 0 {
+                return stopping;
+            }
+            // A client that gives a request for each completion keeps this
+            // loop going where members complete at once (in memory, in the
+            // page cache): what waits in the inbox (a Stop, others'
+            // requests, completions posted back) is taken at the next turn.
+            if given > 0 && !self.inbox.jobs.lock().is_empty() {
                 return stopping;
             }
         }

@@ -55,6 +55,7 @@
 //! lock only if its slot in the table is free; held by another thread,
 //! the write goes to the blocking path, which waits for it).
 
+mod client;
 mod event_loop;
 mod inline;
 mod merge;
@@ -65,6 +66,7 @@ mod read;
 mod stepped;
 mod write;
 
+pub use client::{Client, Local};
 pub use stepped::Stepped;
 
 use crate::array::async_write::AsyncWrite;
@@ -221,6 +223,11 @@ enum Job {
     /// The journal may have room for the record of the write with this
     /// slab key, which found none (`NotQueued::Later`).
     Room(usize),
+    /// A front end to run on the shard (`Engine::run_client`).
+    Client(Box<dyn Client>),
+    /// The completion of one of its clients' requests, which completed on
+    /// another thread (`client.rs`).
+    Call(Box<dyn FnOnce() + Send>),
     Stop,
 }
 
@@ -230,6 +237,9 @@ struct Inbox {
     jobs: Mutex<Vec<Job>>,
     sleeping: AtomicBool,
     wake: OwnedFd,
+    /// Set (under `jobs`' lock) as its shard ends: a job given later is
+    /// handled by whoever gives it (`Inbox::closed_job`).
+    closed: AtomicBool,
 }
 
 impl Inbox {
@@ -242,6 +252,7 @@ impl Inbox {
         Ok(Inbox {
             jobs: Mutex::new(Vec::new()),
             sleeping: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             // SAFETY: `fd` is a descriptor we just opened and own.
             wake: unsafe { OwnedFd::from_raw_fd(fd) },
         })
@@ -260,11 +271,47 @@ impl Inbox {
     /// caller, which owes it that bell: no one else will ring it, and every
     /// job given meanwhile, by anyone, waits for it).
     fn push_quietly(&self, j: Job) -> bool {
-        self.jobs.lock().push(j);
+        let mut jobs = self.jobs.lock();
+        if self.closed.load(Ordering::Relaxed) {
+            drop(jobs);
+            Inbox::closed_job(j);
+            return false;
+        }
+        jobs.push(j);
+        drop(jobs);
         // The shard sets `sleeping` before its last look at the inbox, so
         // either it sees this job or this sees it asleep (SeqCst on both
         // sides, and the inbox lock between them).
         self.sleeping.swap(false, Ordering::SeqCst)
+    }
+
+    /// Closes the inbox as its shard ends (with nothing in flight); returns
+    /// what it held, for the shard to hand to `closed_job`. Once shards
+    /// stop one after another, a shard still running may give a job to one
+    /// that ended: its client's write to a stripe the ended one owns, or
+    /// the completion of a request of a client of the ended one, which
+    /// another shard or a blocking thread ran.
+    fn close(&self) -> Vec<Job> {
+        let mut jobs = self.jobs.lock();
+        self.closed.store(true, Ordering::Relaxed);
+        std::mem::take(&mut *jobs)
+    }
+
+    /// A job for a shard that ended, handled where it was given: a
+    /// completion runs there, a request is answered that the engine is
+    /// stopping, a client is dropped. Nothing else can come (the shard
+    /// ended with no member I/O or journal record in flight).
+    fn closed_job(j: Job) {
+        match j {
+            Job::Call(f) => answer(Box::new(|()| f()), ()),
+            Job::Request(Request::Read(job)) => answer(job.done, Err(stopping())),
+            Job::Request(Request::Write(job)) => answer(job.done, Err(stopping())),
+            Job::Client(c) => client::drop_quietly(c),
+            Job::Timed(..) | Job::Journaled(..) | Job::Room(_) => {
+                tracing::error!("shard: a completion for a shard that ended")
+            }
+            Job::Stop => {}
+        }
     }
 
     /// Completes the shard's armed eventfd read.
@@ -425,9 +472,10 @@ impl Engine {
                 .name("flusher".into())
                 .spawn(move || flusher_loop(&a, &flush_rx))?,
         );
+        let peers: client::Peers = Arc::new(parts.iter().map(|(inbox, _)| inbox.clone()).collect());
         for (i, (inbox, ring)) in parts.into_iter().enumerate() {
             let blocking = engine.blocking.clone().expect("set above");
-            let shard = Shard::new(array.clone(), inbox.clone(), ring, blocking);
+            let shard = Shard::new(array.clone(), i, peers.clone(), ring, blocking);
             // On an error here, dropping `engine` stops what started.
             engine.threads.push(
                 std::thread::Builder::new()
@@ -527,17 +575,32 @@ impl Engine {
         // stripe on the shards was tried: 0.9x the blocking path's rate on
         // 128 KiB writes, 0.5-0.6x on 1 MiB, which writes whole stripes
         // from eight threads, their parity in one call.)
-        let key = self
-            .array
-            .write_lock_key(offset)
-            .unwrap_or(offset / self.array.geometry().chunk);
         let job = WriteJob { offset, data, done };
-        match self.shard_of(key) {
+        match client::write_owner(&self.array, offset, self.shards.len()) {
             Some(i) => self.push(owed, i, Request::Write(job)),
             None => self.blocking(Fallback::Write {
                 job,
                 failed: Vec::new(),
             }),
+        }
+    }
+
+    /// Runs front end `c` on shard `shard`'s thread (`client.rs`), from
+    /// that shard's next turn until its poll says it is finished or the
+    /// engine stops; gives it back where there is no such shard (none
+    /// where io_uring was refused: its caller then gives its requests
+    /// through `read` and `write`).
+    pub fn run_client(
+        &self,
+        shard: usize,
+        c: Box<dyn Client>,
+    ) -> std::result::Result<(), Box<dyn Client>> {
+        match self.shards.get(shard) {
+            Some(inbox) => {
+                inbox.push(Job::Client(c));
+                Ok(())
+            }
+            None => Err(c),
         }
     }
 

@@ -48,7 +48,7 @@ impl Stepped {
             counts: Arc::new(Counts::default()),
         };
         Ok(Stepped {
-            shard: Shard::new(array.clone(), inbox, ring, blocking),
+            shard: Shard::new(array.clone(), 0, Arc::new(vec![inbox]), ring, blocking),
             array,
             fallback: frx,
             finisher: fin_rx,
@@ -68,10 +68,21 @@ impl Stepped {
         self.shard.inbox.push(Job::Request(Request::Write(job)));
     }
 
+    /// Runs front end `c` on this shard (`Engine::run_client`), from the
+    /// next `turn`.
+    pub fn run_client(&self, c: Box<dyn super::Client>) {
+        self.shard.inbox.push(Job::Client(c));
+    }
+
     /// Runs the shard's loop until nothing moves, without waiting: the
-    /// inbox's requests and completions, then what they start.
+    /// inbox's requests and completions, then what they start (with a
+    /// client that gives requests as fast as they complete, until the
+    /// inbox holds something: turn again). The caller's thread counts as
+    /// the shard's meanwhile, so its clients' completions run in the turn;
+    /// those of requests run by `run_blocking` wait for the next one.
     pub fn turn(&mut self) {
-        self.shard.turn();
+        let inbox = self.shard.inbox.clone();
+        super::client::on_shard(&inbox, || self.shard.turn());
     }
 
     /// Whether requests are in flight on the shard (not counting those

@@ -1,0 +1,182 @@
+//! Front ends run on a shard's own thread, as SPDK runs an application's
+//! pollers on its reactors: a `Client` is polled at each turn of the
+//! shard's loop and gives its requests straight to that shard, where a
+//! caller on a thread of its own (`Engine::read`, `Engine::write`) hands
+//! each one across: into the shard's inbox, with a wake-up, and its
+//! completion back out to the caller's thread, with another. Given here,
+//! a read crosses no thread of the engine's own (only a member's, such as
+//! the simulated drives' timer), and its completion runs on the shard,
+//! where the client's next poll sees it.
+//!
+//! Reads are served by the shard the client runs on: a read takes no
+//! stripe's ownership (a degraded one takes its stripe's lock, as on any
+//! shard). A write goes to the shard that owns its stripe (chunk, for
+//! RAID0/1/10), which may be another: it crosses to it, as an
+//! `Engine::write` does, so that a stripe's writes still meet on one shard.
+//! A request that completes on another thread than its client's shard
+//! (that other shard, or the blocking path's) has its completion posted
+//! back to the client's shard and run there: the client, which is polled
+//! only when its shard turns, sees it then, and its state stays on one
+//! thread.
+
+use super::event_loop::Shard;
+use super::{Inbox, Job, ReadDone, ReadJob, Request, WriteDone, WriteJob};
+use crate::array::Array;
+use crate::buf::AlignedBuf;
+use std::cell::Cell;
+use std::sync::Arc;
+
+thread_local! {
+    /// The inbox of the shard whose loop runs on this thread (null on
+    /// any other thread, and on a `Stepped` shard's caller).
+    static ON_SHARD: Cell<*const Inbox> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Marks this thread as the one running the shard with `inbox`.
+pub(super) fn running_shard(inbox: &Arc<Inbox>) {
+    ON_SHARD.with(|s| s.set(Arc::as_ptr(inbox)));
+}
+
+/// Runs `f` with this thread marked as running the shard with `inbox`
+/// (a `Stepped` shard's turn, on its caller's thread).
+pub(super) fn on_shard<R>(inbox: &Arc<Inbox>, f: impl FnOnce() -> R) -> R {
+    let before = ON_SHARD.with(|s| s.replace(Arc::as_ptr(inbox)));
+    let r = f();
+    ON_SHARD.with(|s| s.set(before));
+    r
+}
+
+/// Drops a client; a panic in its drop is logged, and must not unwind
+/// through a shard.
+pub(super) fn drop_quietly(c: Box<dyn Client>) {
+    let drop_it = std::panic::AssertUnwindSafe(move || drop(c));
+    if std::panic::catch_unwind(drop_it).is_err() {
+        tracing::error!("shard: a client panicked as it was dropped");
+    }
+}
+
+/// `done`, run on the shard with inbox `home`: at once where it is called
+/// there, posted to it otherwise.
+fn at_home<T: Send + 'static>(
+    home: &Arc<Inbox>,
+    done: Box<dyn FnOnce(T) + Send>,
+) -> Box<dyn FnOnce(T) + Send> {
+    let home = home.clone();
+    Box::new(move |r| {
+        if ON_SHARD.with(|s| s.get()) == Arc::as_ptr(&home) {
+            return done(r);
+        }
+        home.push(Job::Call(Box::new(move || done(r))));
+    })
+}
+
+/// A front end that runs on a shard's thread (`Engine::run_client`).
+///
+/// Its completions (the `done` of each request it gives) run on the same
+/// thread, before its next poll: they should note what they need where the
+/// client sees it (a queue it shares with them) and return. A client that
+/// waits (for a lock another thread holds, a socket) holds up every
+/// request on its shard.
+///
+/// Like a completion (`ReadDone`), it must not hold the last handle to
+/// the `Engine`: dropping that joins the shard's thread, which would be
+/// the thread dropping it.
+pub trait Client: Send {
+    /// Called when it joins its shard and then after each pass of the
+    /// shard's loop, once the completions that pass reaped have run (a
+    /// turn makes passes until nothing moves): the shard turns when a
+    /// member I/O, a request or a completion arrives, and sleeps when none
+    /// did, so a client that has nothing in flight is not polled again.
+    /// Returns false when the client is finished: it is dropped, on the
+    /// shard's thread. Requests it gave still complete; where the engine
+    /// stops meanwhile, their completions may run on whichever thread
+    /// ends them, or be answered that the engine is stopping.
+    fn poll(&mut self, io: &mut Local<'_>) -> bool;
+}
+
+/// The shard a client runs on, for the requests it gives.
+pub struct Local<'a> {
+    pub(super) shard: &'a mut Shard,
+    /// Requests given during this poll.
+    pub(super) given: usize,
+}
+
+impl Local<'_> {
+    /// Reads `buf.len()` bytes at `offset`, as `Engine::read` (but never
+    /// copied in the caller's place: members in memory are copied by the
+    /// shard, as its own turn), on this shard; `done` runs on this shard's
+    /// thread.
+    pub fn read(&mut self, offset: u64, buf: AlignedBuf, done: ReadDone) {
+        self.given += 1;
+        let done = at_home(&self.shard.inbox, done);
+        let job = ReadJob { offset, buf, done };
+        self.shard.waiting.push_back(Request::Read(job));
+    }
+
+    /// Writes `data` at `offset`, as `Engine::write`, on the shard that
+    /// owns its stripe; `done` runs on this shard's thread.
+    pub fn write(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
+        self.given += 1;
+        let done = at_home(&self.shard.inbox, done);
+        let job = Request::Write(WriteJob { offset, data, done });
+        let peers = &self.shard.peers;
+        match write_owner(&self.shard.array, offset, peers.len()) {
+            Some(i) if i != self.shard.index => peers[i].push(Job::Request(job)),
+            _ => self.shard.waiting.push_back(job),
+        }
+    }
+
+    /// Which of the engine's shards this is (0 to `Engine::shard_count`).
+    pub fn shard(&self) -> usize {
+        self.shard.index
+    }
+}
+
+/// The shard of `shards` that runs the writes at `offset`: a RAID5/6
+/// stripe's writes go to one shard, which holds its lock for each in turn
+/// and queues the others behind it; other levels spread by chunk. None
+/// where there is no shard.
+pub(super) fn write_owner(array: &Array, offset: u64, shards: usize) -> Option<usize> {
+    let key = array
+        .write_lock_key(offset)
+        .unwrap_or(offset / array.geometry().chunk);
+    (shards > 0).then(|| (key % shards as u64) as usize)
+}
+
+impl Shard {
+    /// Polls every client once; returns how many requests they gave. A
+    /// client that panics is dropped (the panic must not unwind through
+    /// the shard, whose ring may hold I/Os into its requests' buffers).
+    pub(super) fn poll_clients(&mut self) -> usize {
+        if self.clients.is_empty() {
+            return 0;
+        }
+        let mut clients = std::mem::take(&mut self.clients);
+        let mut local = Local {
+            shard: self,
+            given: 0,
+        };
+        let mut i = 0;
+        while i < clients.len() {
+            let poll = std::panic::AssertUnwindSafe(|| clients[i].poll(&mut local));
+            let goes_on = std::panic::catch_unwind(poll).unwrap_or_else(|_| {
+                tracing::error!("shard: a client panicked; it is dropped");
+                false
+            });
+            match goes_on {
+                true => i += 1,
+                false => drop_quietly(clients.swap_remove(i)),
+            }
+        }
+        let given = local.given;
+        // A client joins through the inbox, which is not read meanwhile:
+        // none joined.
+        debug_assert!(self.clients.is_empty());
+        self.clients = clients;
+        given
+    }
+}
+
+/// The inboxes of an engine's shards, by index, that a shard's clients
+/// send writes to.
+pub(super) type Peers = Arc<Vec<Arc<Inbox>>>;

@@ -1,0 +1,432 @@
+//! Front ends run on the shards' own threads (`shard::Client`): their
+//! writes reach the shard that owns each stripe, whichever shard they run
+//! on, their reads are served by their own shard, and what they read back
+//! is what they wrote; a client that panics is dropped and the shard goes
+//! on; an engine stopped under a client that never finishes stops.
+
+use raid_core::array::{Array, ArrayError};
+use raid_core::buf::AlignedBuf;
+use raid_core::layout::Level;
+use raid_core::member::{io_path, IoPath, MemberRef};
+use raid_core::shard::{Client, Engine, Local};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+mod support;
+
+const CHUNK: u64 = 64 << 10;
+const DATA: u64 = 8 << 20;
+
+/// A request a script gives, and what came of it.
+struct Io {
+    write: bool,
+    offset: u64,
+    buf: AlignedBuf,
+}
+type Outcome = (bool, u64, Result<AlignedBuf, ArrayError>);
+/// An outcome, with the thread its completion ran on.
+type Came = (std::thread::ThreadId, Outcome);
+
+/// Gives its requests `depth` at a time, and sends each outcome to the
+/// test's thread (with the shard it ran on, and whether its completion ran
+/// on the client's own thread); finished once all came back.
+struct Script {
+    todo: VecDeque<Io>,
+    depth: usize,
+    in_flight: usize,
+    /// Filled by the requests' completions, emptied by `poll`.
+    came: Arc<Mutex<Vec<Came>>>,
+    out: mpsc::Sender<Sent>,
+}
+
+/// What a script sends: its shard, whether the completion ran on its
+/// thread, the outcome.
+type Sent = (usize, bool, Outcome);
+
+impl Script {
+    fn new(todo: VecDeque<Io>, depth: usize, out: mpsc::Sender<Sent>) -> Box<Script> {
+        Box::new(Script {
+            todo,
+            depth,
+            in_flight: 0,
+            came: Arc::default(),
+            out,
+        })
+    }
+}
+
+impl Client for Script {
+    fn poll(&mut self, io: &mut Local<'_>) -> bool {
+        let here = std::thread::current().id();
+        for (ran_on, o) in self.came.lock().unwrap().drain(..) {
+            self.in_flight -= 1;
+            let _ = self.out.send((io.shard(), ran_on == here, o));
+        }
+        while self.in_flight < self.depth {
+            let Some(Io { write, offset, buf }) = self.todo.pop_front() else {
+                break;
+            };
+            self.in_flight += 1;
+            let came = self.came.clone();
+            let done = Box::new(move |r| {
+                let ran_on = std::thread::current().id();
+                came.lock().unwrap().push((ran_on, (write, offset, r)))
+            });
+            match write {
+                true => io.write(offset, buf, done),
+                false => io.read(offset, buf, done),
+            }
+        }
+        self.in_flight > 0 || !self.todo.is_empty()
+    }
+}
+
+/// The 4 KiB block at `offset`, as written by client `c`.
+fn block(c: u8, offset: u64) -> AlignedBuf {
+    let mut b = AlignedBuf::new(4096);
+    b.fill(c);
+    b[..8].copy_from_slice(&offset.to_le_bytes());
+    b
+}
+
+/// Runs one script per shard, each from its own list, and returns every
+/// outcome with the shard it ran on. Every completion must have run on
+/// its client's thread.
+fn run_scripts(e: &Engine, lists: Vec<VecDeque<Io>>, depth: usize) -> Vec<(usize, Outcome)> {
+    let (tx, rx) = mpsc::channel();
+    let n: usize = lists.iter().map(|l| l.len()).sum();
+    for (i, todo) in lists.into_iter().enumerate() {
+        let c = Script::new(todo, depth, tx.clone());
+        assert!(e.run_client(i, c).is_ok(), "shard {i} exists");
+    }
+    drop(tx);
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let (shard, at_home, o) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a request's completion (none came in 30 s)");
+        assert!(
+            at_home,
+            "a completion ran on another thread than its client's"
+        );
+        out.push((shard, o));
+    }
+    out
+}
+
+fn engine_over(level: Level, members: Vec<MemberRef>, tag: &str) -> Option<(Arc<Array>, Engine)> {
+    if io_path() != IoPath::IoUring {
+        eprintln!("skipped: no io_uring here, so no shards");
+        return None;
+    }
+    let a = support::array::create_shared(level, members, tag, CHUNK);
+    let e = Engine::start(a.clone(), 2).unwrap();
+    (e.shard_count() == 2).then_some((a, e))
+}
+
+/// Two clients, one per shard, each writing its own blocks spread over
+/// the whole array (so over stripes both shards own), then reading every
+/// block back: each sees its own bytes, and the blocking engine sees them
+/// too.
+fn write_then_read(level: Level, members: Vec<MemberRef>, tag: &str) {
+    let Some((a, e)) = engine_over(level, members, tag) else {
+        return;
+    };
+    let blocks = a.capacity() / 4096;
+    let mut rng = SmallRng::seed_from_u64(7);
+    // Distinct blocks: client 0 the even ones it draws, client 1 the odd.
+    let mut mine: Vec<Vec<u64>> = vec![Vec::new(), Vec::new()];
+    for _ in 0..600 {
+        let b = rng.gen_range(0..blocks / 2) * 2;
+        for (c, list) in mine.iter_mut().enumerate() {
+            list.push((b + c as u64) * 4096);
+        }
+    }
+    for list in &mut mine {
+        list.sort_unstable();
+        list.dedup();
+    }
+    let writes = |c: usize| -> VecDeque<Io> {
+        mine[c]
+            .iter()
+            .map(|&offset| Io {
+                write: true,
+                offset,
+                buf: block(c as u8 + 1, offset),
+            })
+            .collect()
+    };
+    let c = e.counts();
+    let writes_seen = || {
+        let n = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+        // A run of writes merged into one counts once on the shards, the
+        // others as merged.
+        (
+            n(&c.writes_on_shards) + n(&c.writes_merged),
+            n(&c.writes_blocking),
+        )
+    };
+    let before = writes_seen();
+    let wrote = run_scripts(&e, vec![writes(0), writes(1)], 16);
+    assert_eq!(wrote.len(), mine[0].len() + mine[1].len());
+    for (_, (_, offset, r)) in &wrote {
+        r.as_ref()
+            .unwrap_or_else(|err| panic!("write at {offset}: {err}"));
+    }
+    // The first write since clean, and those that set a write-intent
+    // bit, run on the blocking path; most run on the shards.
+    let after = writes_seen();
+    let (on_shards, blocking) = (after.0 - before.0, after.1 - before.1);
+    assert_eq!((on_shards + blocking) as usize, wrote.len());
+    assert!(
+        on_shards as usize > wrote.len() / 2,
+        "{on_shards} of {} writes ran on the shards",
+        wrote.len()
+    );
+    let reads = |c: usize| -> VecDeque<Io> {
+        mine[c]
+            .iter()
+            .map(|&offset| Io {
+                write: false,
+                offset,
+                buf: AlignedBuf::new(4096),
+            })
+            .collect()
+    };
+    let reads_before = e.counts().on_shards.load(Ordering::Relaxed);
+    let read = run_scripts(&e, vec![reads(0), reads(1)], 16);
+    assert_eq!(read.len(), wrote.len());
+    for (shard, (_, offset, r)) in read {
+        let got = r.unwrap_or_else(|err| panic!("read at {offset}: {err}"));
+        // The client on shard i wrote with byte i + 1.
+        assert!(
+            got[..] == block(shard as u8 + 1, offset)[..],
+            "read at {offset} on shard {shard}: not what that client wrote"
+        );
+        let mut again = vec![0u8; 4096];
+        a.read(offset, &mut again).unwrap();
+        assert!(
+            again[..] == got[..],
+            "the blocking engine reads {offset} otherwise"
+        );
+    }
+    assert_eq!(
+        e.counts().on_shards.load(Ordering::Relaxed) - reads_before,
+        wrote.len() as u64,
+        "every read served by a shard"
+    );
+    assert_eq!(e.counts().inline.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn clients_on_each_shard_over_simulated_drives() {
+    for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6), (Level::Raid10, 4)] {
+        let members = (0..n)
+            .map(|i| {
+                Arc::new(support::array::sim_drive(
+                    format!("sim:c{level:?}{i}"),
+                    DATA,
+                )) as MemberRef
+            })
+            .collect();
+        write_then_read(level, members, &format!("clients-{level:?}"));
+    }
+}
+
+#[test]
+fn clients_on_each_shard_over_file_members() {
+    let dir = std::env::temp_dir().join(format!("raid-clients-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    write_then_read(
+        Level::Raid5,
+        support::array::files(&dir, 4, DATA),
+        "clients-files",
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+struct Panics(#[allow(dead_code)] mpsc::Sender<()>);
+impl Client for Panics {
+    fn poll(&mut self, _: &mut Local<'_>) -> bool {
+        panic!("a client's own bug");
+    }
+}
+
+#[test]
+fn a_client_that_panics_is_dropped_and_the_shard_goes_on() {
+    let members = (0..4)
+        .map(|i| Arc::new(support::array::sim_drive(format!("sim:p{i}"), DATA)) as MemberRef)
+        .collect();
+    let Some((_a, e)) = engine_over(Level::Raid5, members, "clients-panic") else {
+        return;
+    };
+    let (alive, gone) = mpsc::channel();
+    assert!(e.run_client(0, Box::new(Panics(alive.clone()))).is_ok());
+    assert!(
+        e.run_client(2, Box::new(Panics(alive))).is_err(),
+        "no shard 2: the client comes back"
+    );
+    assert_eq!(
+        gone.recv_timeout(Duration::from_secs(10)),
+        Err(mpsc::RecvTimeoutError::Disconnected),
+        "the client that panicked was dropped"
+    );
+    let todo = VecDeque::from([
+        Io {
+            write: true,
+            offset: 0,
+            buf: block(9, 0),
+        },
+        Io {
+            write: false,
+            offset: 0,
+            buf: AlignedBuf::new(4096),
+        },
+    ]);
+    // Depth 1: the read follows the write.
+    let out = run_scripts(&e, vec![todo], 1);
+    let (_, (_, _, r)) = out.into_iter().last().unwrap();
+    assert!(r.unwrap()[..] == block(9, 0)[..]);
+}
+
+/// Gives a read for each one that completes, for ever.
+struct Endless {
+    came: Arc<Mutex<usize>>,
+    started: bool,
+    _alive: mpsc::Sender<()>,
+}
+impl Client for Endless {
+    fn poll(&mut self, io: &mut Local<'_>) -> bool {
+        let n = match self.started {
+            false => 8,
+            true => std::mem::take(&mut *self.came.lock().unwrap()),
+        };
+        self.started = true;
+        for _ in 0..n {
+            let came = self.came.clone();
+            io.read(
+                0,
+                AlignedBuf::new(4096),
+                Box::new(move |_| *came.lock().unwrap() += 1),
+            );
+        }
+        true
+    }
+}
+
+/// A client that never finishes, over each kind of member the shards
+/// serve: simulated drives (completions through the inbox), files in
+/// memory (copied in place, ended at once) and files elsewhere (the ring,
+/// most reads completing in the submission): the engine stops anyway,
+/// and drops the client.
+#[test]
+fn an_engine_stops_under_a_client_that_never_finishes() {
+    let sims = || {
+        (0..4)
+            .map(|i| Arc::new(support::array::sim_drive(format!("sim:e{i}"), DATA)) as MemberRef)
+            .collect::<Vec<_>>()
+    };
+    let tmp = std::env::temp_dir().join(format!("raid-clients-stop-{}", std::process::id()));
+    let mut kinds: Vec<(&str, Vec<MemberRef>, Option<std::path::PathBuf>)> =
+        vec![("simulated drives", sims(), None)];
+    if let Some(shm) = support::array::memory_dir("raid-clients-stop") {
+        std::fs::create_dir_all(&shm).unwrap();
+        kinds.push((
+            "files in memory",
+            support::array::files(&shm, 4, DATA),
+            Some(shm),
+        ));
+    }
+    std::fs::create_dir_all(&tmp).unwrap();
+    kinds.push(("files", support::array::files(&tmp, 4, DATA), Some(tmp)));
+    for (kind, members, dir) in kinds {
+        let Some((_a, e)) = engine_over(Level::Raid5, members, "clients-stop") else {
+            return;
+        };
+        let (alive, gone) = mpsc::channel();
+        let c = Endless {
+            came: Arc::default(),
+            started: false,
+            _alive: alive,
+        };
+        assert!(e.run_client(1, Box::new(c)).is_ok());
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            gone.try_recv() == Err(mpsc::TryRecvError::Empty),
+            "{kind}: the client still runs"
+        );
+        let (stopped, when) = mpsc::channel();
+        std::thread::spawn(move || {
+            drop(e);
+            let _ = stopped.send(());
+        });
+        assert!(
+            when.recv_timeout(Duration::from_secs(20)).is_ok(),
+            "{kind}: the engine did not stop"
+        );
+        assert!(
+            gone.recv_timeout(Duration::from_secs(1)) == Err(mpsc::RecvTimeoutError::Disconnected),
+            "{kind}: the client was dropped"
+        );
+        if let Some(d) = dir {
+            std::fs::remove_dir_all(d).unwrap();
+        }
+    }
+}
+
+/// Writes to the same few stripes from clients on both shards: each goes
+/// to the shard that owns its stripe, where it waits behind the one that
+/// holds it, so none has to take the blocking path (two shards writing one
+/// stripe would each find it held by the other, and send the write there).
+#[test]
+fn writes_from_both_shards_meet_on_their_stripes_owner() {
+    let members = (0..5)
+        .map(|i| Arc::new(support::array::sim_drive(format!("sim:w{i}"), DATA)) as MemberRef)
+        .collect();
+    let Some((a, e)) = engine_over(Level::Raid5, members, "clients-owner") else {
+        return;
+    };
+    // Four stripes of four 64 KiB chunks.
+    let blocks = 4 * 4 * CHUNK / 4096;
+    let writes = |c: u8, seed: u64, n: usize| -> VecDeque<Io> {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        (0..n)
+            .map(|i| {
+                let offset = match seed {
+                    // Every block once, for the first write since clean and
+                    // the write-intent bits (the blocking path's).
+                    0 => i as u64 * 4096,
+                    _ => rng.gen_range(0..blocks) * 4096,
+                };
+                Io {
+                    write: true,
+                    offset,
+                    buf: block(c, offset),
+                }
+            })
+            .collect()
+    };
+    let warm = run_scripts(&e, vec![writes(1, 0, blocks as usize)], 16);
+    assert!(warm.iter().all(|(_, (_, _, r))| r.is_ok()));
+    let blocking = || e.counts().writes_blocking.load(Ordering::Relaxed);
+    let before = blocking();
+    let out = run_scripts(&e, vec![writes(1, 1, 800), writes(2, 2, 800)], 32);
+    for (_, (_, offset, r)) in &out {
+        r.as_ref()
+            .unwrap_or_else(|err| panic!("write at {offset}: {err}"));
+    }
+    assert_eq!(blocking() - before, 0, "writes sent to the blocking path");
+    // Each block holds one of the writes given to it.
+    for b in 0..blocks {
+        let mut got = vec![0u8; 4096];
+        a.read(b * 4096, &mut got).unwrap();
+        assert!(
+            [1u8, 2].iter().any(|&c| got[..] == block(c, b * 4096)[..]),
+            "block {b} holds neither client's write"
+        );
+    }
+}

@@ -17,9 +17,9 @@
 //! (`raid_core::shard::Engine`, one per core), queue depth being the I/Os
 //! kept in flight by one thread, against the bare drives driven the same
 //! way (each I/O started, its completion posted back by the drives' timer);
-//! then the same random I/O given by front ends on the shards' own threads
-//! (`shard::Client`, one per shard), beside the bare drives again;
-//! then 4 KiB sequential writes (what waits for a stripe merges), and for
+//! each row followed by the same I/O given by front ends on the shards'
+//! own threads (`shard::Client`, one per shard), against the same bare
+//! run; then 4 KiB sequential writes (what waits for a stripe merges), and for
 //! RAID5 and RAID6 reads and writes with one drive failed.
 
 mod common;
@@ -146,6 +146,9 @@ fn run_async(
 /// back, sends their latencies and the seconds it gave I/Os for.
 struct Load {
     write: bool,
+    /// One block after another from `next` (else at random).
+    seq: bool,
+    next: u64,
     depth: usize,
     blocks: u64,
     rng: SmallRng,
@@ -174,7 +177,15 @@ impl raid_core::shard::Client for Load {
             self.given_for = began.elapsed().as_secs_f64();
             while self.in_flight < self.depth {
                 self.in_flight += 1;
-                let off = self.rng.gen_range(0..self.blocks) * BS as u64;
+                let block = match self.seq {
+                    true => {
+                        let b = self.next;
+                        self.next = (b + 1) % self.blocks;
+                        b
+                    }
+                    false => self.rng.gen_range(0..self.blocks),
+                };
+                let off = block * BS as u64;
                 let mut b = self.spare.pop().unwrap_or_else(|| AlignedBuf::new(BS));
                 let came = self.came.clone();
                 let t0 = Instant::now();
@@ -197,15 +208,17 @@ impl raid_core::shard::Client for Load {
     }
 }
 
-/// `qd` random 4 KiB I/Os kept in flight for `dur` by front ends on the
+/// `qd` 4 KiB I/Os kept in flight for `dur` by front ends on the
 /// engine's shards (one per shard, the depth split between them), as
-/// `run_async` keeps them from a thread of its own.
+/// `run_async` keeps them from a thread of its own; sequential ones each
+/// from its own start, spread over the array.
 fn run_on_shards(
     e: &raid_core::shard::Engine,
     write: bool,
     blocks: u64,
     qd: usize,
     dur: Duration,
+    seq: bool,
 ) -> Sample {
     let shards = e.shard_count().clamp(1, qd);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -213,6 +226,8 @@ fn run_on_shards(
     for i in 0..shards {
         let load = Load {
             write,
+            seq,
+            next: blocks / shards as u64 * i as u64,
             depth: qd / shards + usize::from(i < qd % shards),
             blocks,
             rng: SmallRng::seed_from_u64((qd * 31 + i) as u64),
@@ -409,24 +424,19 @@ fn main() {
                 );
                 print_job(level, job, bound, qd, &r, &b);
                 ios += r.ios;
+                // The same I/O given by front ends on the shards' own
+                // threads (`shard::Client`), against the same bare run.
+                if e.shard_count() > 0 {
+                    let r = run_on_shards(&e, write, blocks, qd, dur, seq);
+                    let job = format!("{job}, front end on the shards");
+                    print_job(level, &job, bound, qd, &r, &b);
+                    ios += r.ios;
+                }
             }
             ios
         };
         for write in [false, true] {
             at_depths(write, false, rand_job(write), bound(level, write));
-            // The same I/O given by front ends on the shards' own threads
-            // (`shard::Client`), beside the bare drives again.
-            let job = format!("{}, front end on the shards", rand_job(write));
-            if e.shard_count() == 0 {
-                eprintln!("{level}: no shards (no io_uring): no '{job}' rows");
-                continue;
-            }
-            for &qd in &depths {
-                let bare_io = |off, done| bare_start(write, off, done);
-                let b = run_async(&bare_io, bare_blocks, qd, dur, false);
-                let r = run_on_shards(&e, write, blocks, qd, dur);
-                print_job(level, &job, bound(level, write), qd, &r, &b);
-            }
         }
         // Small sequential writes: what waits for a stripe merges into the
         // write ahead of it, a full stripe at best ((N - parity) / N of the

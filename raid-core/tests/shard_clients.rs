@@ -430,3 +430,51 @@ fn writes_from_both_shards_meet_on_their_stripes_owner() {
         );
     }
 }
+
+/// A client on a shard its caller turns (`shard::Stepped`, the
+/// deterministic simulation's): its writes and reads complete through the
+/// turns, the blocking path's too, and it reads back what it wrote.
+#[test]
+fn a_client_on_a_stepped_shard() {
+    let members = support::array::Members::ram(4, DATA, "clients-stepped");
+    let a = Arc::new(support::array::create(Level::Raid5, &members, CHUNK));
+    let mut s = match raid_core::shard::Stepped::new(a.clone()) {
+        Ok(s) => s,
+        Err(e) => return eprintln!("skipped: no io_uring here ({e})"),
+    };
+    let offsets: Vec<u64> = (0..64u64).map(|i| i * 52 * 4096).collect();
+    let mut todo: VecDeque<Io> = offsets
+        .iter()
+        .map(|&offset| Io {
+            write: true,
+            offset,
+            buf: block(5, offset),
+        })
+        .collect();
+    todo.extend(offsets.iter().map(|&offset| Io {
+        write: false,
+        offset,
+        buf: AlignedBuf::new(4096),
+    }));
+    let (tx, rx) = mpsc::channel();
+    // Depth 1: each read follows every write.
+    s.run_client(Script::new(todo, 1, tx));
+    let mut out = Vec::new();
+    for _ in 0..10_000 {
+        s.turn();
+        while s.run_blocking() {}
+        out.extend(rx.try_iter());
+        if out.len() == 2 * offsets.len() {
+            break;
+        }
+    }
+    assert_eq!(out.len(), 2 * offsets.len(), "requests left unanswered");
+    for (_, at_home, (write, offset, r)) in out {
+        assert!(at_home);
+        let got = r.unwrap_or_else(|err| panic!("at {offset}: {err}"));
+        if !write {
+            assert!(got[..] == block(5, offset)[..], "read at {offset}");
+        }
+    }
+    assert!(s.counts().on_shards.load(Ordering::Relaxed) > 0);
+}

@@ -506,32 +506,57 @@ fn run_shards(
     }
 }
 
+/// `qd` 4 KiB random reads or writes kept in flight for `dur` by a client
+/// on each shard (`shard::Client`): no thread crossed to give a request or
+/// to take its completion.
+fn run_clients(
+    e: &raid_core::shard::Engine,
+    write: bool,
+    blocks: u64,
+    qd: usize,
+    dur: Duration,
+) -> Sample {
+    let cpu0 = cpu_seconds();
+    let (lat, secs) = common::clients::on_shards(e, write, blocks, qd, dur, false);
+    let n = lat.len().max(1) as f64;
+    Sample {
+        iops: n / secs,
+        mbs: n / secs * 4096.0 / 1e6,
+        cpu_us: (cpu_seconds() - cpu0) / n * 1e6,
+    }
+}
+
 /// The engine's own cost per 4 KiB I/O, RAM members under it: `qd`
 /// threads through the blocking API against `qd` in flight from one
-/// thread through the shards (one per core), alternating, median of
-/// `rounds`.
+/// thread through the shards (one per core), and `qd` in flight from
+/// clients on the shards themselves, alternating, median of `rounds`.
 fn shards_table(qd: usize, dur: Duration, rounds: usize) {
-    println!("\n| level | workload | threads IOPS | threads CPU us/IO | shards IOPS | shards CPU us/IO | shards / threads |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("\n| level | workload | threads IOPS | threads CPU us/IO | shards IOPS | shards CPU us/IO | shards / threads | clients on the shards IOPS | their CPU us/IO | clients / threads |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for level in common::chosen(&Level::ALL) {
         let a = Arc::new(filled_array(level, &format!("{level}-shards-")));
         let e = raid_core::shard::Engine::start(a.clone(), rayon::current_num_threads()).unwrap();
         let blocks = a.capacity() / 4096;
         for w in [Work::RandRead4k, Work::RandWrite4k] {
-            let (mut tr, mut sr) = (Vec::new(), Vec::new());
+            let write = w == Work::RandWrite4k;
+            let (mut tr, mut sr, mut cr) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..rounds {
                 tr.push(run(a.as_ref(), w, 4096, qd, dur));
-                sr.push(run_shards(&e, w == Work::RandWrite4k, blocks, qd, dur));
+                sr.push(run_shards(&e, write, blocks, qd, dur));
+                cr.push(run_clients(&e, write, blocks, qd, dur));
             }
-            let (t, s) = (median(tr), median(sr));
+            let (t, s, c) = (median(tr), median(sr), median(cr));
             println!(
-                "| {level} | {} | {:.0} | {:.1} | {:.0} | {:.1} | {:.2}x |",
+                "| {level} | {} | {:.0} | {:.1} | {:.0} | {:.1} | {:.2}x | {:.0} | {:.1} | {:.2}x |",
                 w.name(),
                 t.iops,
                 t.cpu_us,
                 s.iops,
                 s.cpu_us,
-                s.iops / t.iops
+                s.iops / t.iops,
+                c.iops,
+                c.cpu_us,
+                c.iops / t.iops
             );
         }
     }

@@ -1,6 +1,9 @@
 //! What the array benches share: how the array under test is made, and
 //! which levels a run measures.
 
+#[allow(dead_code)] // Not every bench uses it.
+pub mod clients;
+
 use raid_core::array::{Array, CreateOptions};
 use raid_core::layout::Level;
 use raid_core::member::MemberRef;

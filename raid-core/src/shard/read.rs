@@ -106,8 +106,10 @@ impl Shard {
             }
             IoEnd::Done => {}
         }
-        let m = op.handles[p.slot].clone();
-        crate::member::count_took(m.as_ref(), true, p.len, op.started.took(), ok);
+        // Borrowed, not cloned: a member's count is shared by every shard,
+        // and so would its handle's.
+        let took = op.started.took();
+        crate::member::count_took(op.handles[p.slot].as_ref(), true, p.len, took, ok);
         op.left -= 1;
         if op.left > 0 {
             return;

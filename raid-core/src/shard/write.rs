@@ -189,8 +189,8 @@ impl Shard {
             )),
         };
         let io = op.w.ios()[i];
-        let m = op.w.handles()[io.slot].clone();
-        crate::member::count_took(m.as_ref(), !io.write, len, op.started.took(), r.is_ok());
+        let (m, took) = (&op.w.handles()[io.slot], op.started.took());
+        crate::member::count_took(m.as_ref(), !io.write, len, took, r.is_ok());
         op.results[i] = Some(r);
         op.left -= 1;
         if op.left == 0 {

@@ -121,6 +121,19 @@ struct Sample {
     cpu_us: f64,
 }
 
+impl Sample {
+    /// `n` 4 KiB I/Os done in `secs`, the process's CPU time at the start
+    /// `cpu0` (`cpu_seconds`).
+    fn of_4k(n: u64, secs: f64, cpu0: f64) -> Sample {
+        let n = n.max(1) as f64;
+        Sample {
+            iops: n / secs,
+            mbs: n / secs * 4096.0 / 1e6,
+            cpu_us: (cpu_seconds() - cpu0) / n * 1e6,
+        }
+    }
+}
+
 /// CPU time this process has used so far (user + system), in seconds.
 fn cpu_seconds() -> f64 {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
@@ -497,13 +510,7 @@ fn run_shards(
         in_flight -= 1;
         n += 1;
     }
-    let secs = started.elapsed().as_secs_f64();
-    let n = n.max(1) as f64;
-    Sample {
-        iops: n / secs,
-        mbs: n / secs * 4096.0 / 1e6,
-        cpu_us: (cpu_seconds() - cpu0) / n * 1e6,
-    }
+    Sample::of_4k(n, started.elapsed().as_secs_f64(), cpu0)
 }
 
 /// `qd` 4 KiB random reads or writes kept in flight for `dur` by a client
@@ -518,12 +525,7 @@ fn run_clients(
 ) -> Sample {
     let cpu0 = cpu_seconds();
     let (lat, secs) = common::clients::on_shards(e, write, blocks, qd, dur, false);
-    let n = lat.len().max(1) as f64;
-    Sample {
-        iops: n / secs,
-        mbs: n / secs * 4096.0 / 1e6,
-        cpu_us: (cpu_seconds() - cpu0) / n * 1e6,
-    }
+    Sample::of_4k(lat.len() as u64, secs, cpu0)
 }
 
 /// The engine's own cost per 4 KiB I/O, RAM members under it: `qd`

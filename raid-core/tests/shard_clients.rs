@@ -118,6 +118,13 @@ fn run_scripts(e: &Engine, lists: Vec<VecDeque<Io>>, depth: usize) -> Vec<(usize
     out
 }
 
+/// `n` simulated drives named from `tag`.
+fn sims(n: usize, tag: &str) -> Vec<MemberRef> {
+    (0..n)
+        .map(|i| Arc::new(support::array::sim_drive(format!("sim:{tag}{i}"), DATA)) as MemberRef)
+        .collect()
+}
+
 fn engine_over(level: Level, members: Vec<MemberRef>, tag: &str) -> Option<(Arc<Array>, Engine)> {
     if io_path() != IoPath::IoUring {
         eprintln!("skipped: no io_uring here, so no shards");
@@ -225,14 +232,7 @@ fn write_then_read(level: Level, members: Vec<MemberRef>, tag: &str) {
 #[test]
 fn clients_on_each_shard_over_simulated_drives() {
     for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6), (Level::Raid10, 4)] {
-        let members = (0..n)
-            .map(|i| {
-                Arc::new(support::array::sim_drive(
-                    format!("sim:c{level:?}{i}"),
-                    DATA,
-                )) as MemberRef
-            })
-            .collect();
+        let members = sims(n, &format!("c{level:?}"));
         write_then_read(level, members, &format!("clients-{level:?}"));
     }
 }
@@ -258,9 +258,7 @@ impl Client for Panics {
 
 #[test]
 fn a_client_that_panics_is_dropped_and_the_shard_goes_on() {
-    let members = (0..4)
-        .map(|i| Arc::new(support::array::sim_drive(format!("sim:p{i}"), DATA)) as MemberRef)
-        .collect();
+    let members = sims(4, "p");
     let Some((_a, e)) = engine_over(Level::Raid5, members, "clients-panic") else {
         return;
     };
@@ -325,14 +323,9 @@ impl Client for Endless {
 /// and drops the client.
 #[test]
 fn an_engine_stops_under_a_client_that_never_finishes() {
-    let sims = || {
-        (0..4)
-            .map(|i| Arc::new(support::array::sim_drive(format!("sim:e{i}"), DATA)) as MemberRef)
-            .collect::<Vec<_>>()
-    };
     let tmp = std::env::temp_dir().join(format!("raid-clients-stop-{}", std::process::id()));
     let mut kinds: Vec<(&str, Vec<MemberRef>, Option<std::path::PathBuf>)> =
-        vec![("simulated drives", sims(), None)];
+        vec![("simulated drives", sims(4, "e"), None)];
     if let Some(shm) = support::array::memory_dir("raid-clients-stop") {
         std::fs::create_dir_all(&shm).unwrap();
         kinds.push((
@@ -384,9 +377,7 @@ fn an_engine_stops_under_a_client_that_never_finishes() {
 /// stripe would each find it held by the other, and send the write there).
 #[test]
 fn writes_from_both_shards_meet_on_their_stripes_owner() {
-    let members = (0..5)
-        .map(|i| Arc::new(support::array::sim_drive(format!("sim:w{i}"), DATA)) as MemberRef)
-        .collect();
+    let members = sims(5, "w");
     let Some((a, e)) = engine_over(Level::Raid5, members, "clients-owner") else {
         return;
     };

@@ -469,3 +469,38 @@ fn a_client_on_a_stepped_shard() {
     }
     assert!(s.counts().on_shards.load(Ordering::Relaxed) > 0);
 }
+
+/// On a shard its caller turns, over files in memory (their I/O ends as
+/// it starts, with nothing reaching the inbox), a client that gives a
+/// read for each that completes does not hold a turn for ever.
+#[test]
+fn a_stepped_turn_ends_under_a_client_that_never_finishes() {
+    let Some(dir) = support::array::memory_dir("raid-clients-stepped") else {
+        return eprintln!("skipped: no /dev/shm");
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    let members = support::array::files(&dir, 4, DATA);
+    let a = support::array::create_shared(Level::Raid5, members, "clients-stepped-mem", CHUNK);
+    let (turned, when) = mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok(mut s) = raid_core::shard::Stepped::new(a) else {
+            return turned.send(None).unwrap();
+        };
+        let (alive, _gone) = mpsc::channel();
+        s.run_client(Box::new(Endless {
+            came: Arc::default(),
+            started: false,
+            _alive: alive,
+        }));
+        for _ in 0..100 {
+            s.turn();
+        }
+        let _ = turned.send(Some(s.counts().on_shards.load(Ordering::Relaxed)));
+    });
+    let served = when.recv_timeout(Duration::from_secs(20));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let Some(served) = served.expect("100 turns did not end") else {
+        return eprintln!("skipped: no io_uring here");
+    };
+    assert!(served >= 100, "{served} reads served in 100 turns");
+}

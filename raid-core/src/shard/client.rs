@@ -28,7 +28,8 @@ use std::sync::Arc;
 
 thread_local! {
     /// The inbox of the shard whose loop runs on this thread (null on
-    /// any other thread, and on a `Stepped` shard's caller).
+    /// any other thread, and on a `Stepped` shard's caller outside its
+    /// turns).
     static ON_SHARD: Cell<*const Inbox> = const { Cell::new(std::ptr::null()) };
 }
 
@@ -40,10 +41,16 @@ pub(super) fn running_shard(inbox: &Arc<Inbox>) {
 /// Runs `f` with this thread marked as running the shard with `inbox`
 /// (a `Stepped` shard's turn, on its caller's thread).
 pub(super) fn on_shard<R>(inbox: &Arc<Inbox>, f: impl FnOnce() -> R) -> R {
-    let before = ON_SHARD.with(|s| s.replace(Arc::as_ptr(inbox)));
-    let r = f();
-    ON_SHARD.with(|s| s.set(before));
-    r
+    /// Puts the mark back, a panic in the turn too (a stale mark would
+    /// name an inbox that may be freed and its address reused).
+    struct Restore(*const Inbox);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ON_SHARD.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(ON_SHARD.with(|s| s.replace(Arc::as_ptr(inbox))));
+    f()
 }
 
 /// Drops a client; a panic in its drop is logged, and must not unwind
@@ -73,8 +80,9 @@ fn at_home<T: Send + 'static>(
 /// A front end that runs on a shard's thread (`Engine::run_client`).
 ///
 /// Its completions (the `done` of each request it gives) run on the same
-/// thread, before its next poll: they should note what they need where the
-/// client sees it (a queue it shares with them) and return. A client that
+/// thread, between its polls (but see `poll` for the engine's stop): they
+/// should note what they need where the client sees it (a queue it shares
+/// with them) and return. A client that
 /// waits (for a lock another thread holds, a socket) holds up every
 /// request on its shard.
 ///
@@ -86,7 +94,8 @@ pub trait Client: Send {
     /// shard's loop, once the completions that pass reaped have run (a
     /// turn makes passes until nothing moves): the shard turns when a
     /// member I/O, a request or a completion arrives, and sleeps when none
-    /// did, so a client that has nothing in flight is not polled again.
+    /// did, so a client that has nothing in flight may not be polled again
+    /// until its shard turns for something else.
     /// Returns false when the client is finished: it is dropped, on the
     /// shard's thread. Requests it gave still complete; where the engine
     /// stops meanwhile, their completions may run on whichever thread
@@ -105,7 +114,7 @@ impl Local<'_> {
     /// Reads `buf.len()` bytes at `offset`, as `Engine::read` (but never
     /// copied in the caller's place: members in memory are copied by the
     /// shard, as its own turn), on this shard; `done` runs on this shard's
-    /// thread.
+    /// thread (as `Client` says).
     pub fn read(&mut self, offset: u64, buf: AlignedBuf, done: ReadDone) {
         self.given += 1;
         let done = at_home(&self.shard.inbox, done);
@@ -114,16 +123,30 @@ impl Local<'_> {
     }
 
     /// Writes `data` at `offset`, as `Engine::write`, on the shard that
-    /// owns its stripe; `done` runs on this shard's thread.
+    /// owns its stripe; `done` runs on this shard's thread (as `Client`
+    /// says).
     pub fn write(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
         self.given += 1;
         let done = at_home(&self.shard.inbox, done);
         let job = Request::Write(WriteJob { offset, data, done });
         let peers = &self.shard.peers;
-        match write_owner(&self.shard.array, offset, peers.len()) {
-            Some(i) if i != self.shard.index => peers[i].push(Job::Request(job)),
-            _ => self.shard.waiting.push_back(job),
-        }
+        let job = match write_owner(&self.shard.array, offset, peers.len()) {
+            Some(i) if i != self.shard.index => match peers[i].try_push(Job::Request(job)) {
+                Ok(asleep) => {
+                    if asleep {
+                        peers[i].ring_bell();
+                    }
+                    return;
+                }
+                // Its owner ended (the engine is stopping, and it holds no
+                // stripe): this shard runs it, so that no completion runs
+                // inside this poll.
+                Err(Job::Request(job)) => job,
+                Err(_) => unreachable!("given back as given"),
+            },
+            _ => job,
+        };
+        self.shard.waiting.push_back(job);
     }
 
     /// Which of the engine's shards this is (0 to `Engine::shard_count`).

@@ -110,8 +110,22 @@ pub(super) struct Shard {
     /// own at `index`), where its clients' writes go (`client.rs`).
     pub(super) index: usize,
     pub(super) peers: Peers,
-    /// Front ends run on this shard's thread, polled at each turn.
+    /// Front ends run on this shard's thread, polled after each pass.
     pub(super) clients: Vec<Box<dyn Client>>,
+    /// Run by its caller one turn at a time (`Stepped`), not by `run`.
+    pub(super) caller_turns: bool,
+}
+
+/// Closes a shard's inbox when dropped (`Inbox::close`), handling what
+/// it held as jobs given after (`Inbox::closed_job`).
+struct CloseOnExit(Arc<Inbox>);
+
+impl Drop for CloseOnExit {
+    fn drop(&mut self) {
+        for j in self.0.close() {
+            Inbox::closed_job(j);
+        }
+    }
 }
 
 impl Drop for Shard {
@@ -163,11 +177,15 @@ impl Shard {
             index,
             peers,
             clients: Vec::new(),
+            caller_turns: false,
         }
     }
 
     pub(super) fn run(mut self) {
         super::client::running_shard(&self.inbox);
+        // However the loop ends (a panic in the shard's own code too), what
+        // is given to this shard from then on is handled by its giver.
+        let _closes = CloseOnExit(self.inbox.clone());
         let mut stopping = false;
         loop {
             stopping |= self.turn();
@@ -175,9 +193,7 @@ impl Shard {
                 for c in self.clients.drain(..) {
                     super::client::drop_quietly(c);
                 }
-                for j in self.inbox.close() {
-                    Inbox::closed_job(j);
-                }
+                drop(_closes);
                 return self.disarm_wake();
             }
             if !self.inbox.jobs.lock().is_empty() || !self.ended.is_empty() {
@@ -218,7 +234,7 @@ impl Shard {
                 Job::Journaled(k, ok) => self.journaled(k, ok),
                 Job::Room(k) => self.run_step(k),
                 Job::Client(c) => self.clients.push(c),
-                Job::Call(f) => super::answer(Box::new(|()| f()), ()),
+                Job::Call(f) => super::call(f),
                 Job::Stop => stopping = true,
             }
         }
@@ -264,7 +280,10 @@ impl Shard {
             // loop going where members complete at once (in memory, in the
             // page cache): what waits in the inbox (a Stop, others'
             // requests, completions posted back) is taken at the next turn.
-            if given > 0 && !self.inbox.jobs.lock().is_empty() {
+            // On a shard its caller turns, nothing reaches the inbox
+            // meanwhile (members in memory end I/O in `ended`): there a
+            // pass in which clients gave ends the turn.
+            if given > 0 && (self.caller_turns || !self.inbox.jobs.lock().is_empty()) {
                 return stopping;
             }
         }

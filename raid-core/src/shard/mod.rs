@@ -269,20 +269,27 @@ impl Inbox {
 
     /// Queues `j`; true if the shard sleeps and must be woken (by the
     /// caller, which owes it that bell: no one else will ring it, and every
-    /// job given meanwhile, by anyone, waits for it).
+    /// job given meanwhile, by anyone, waits for it). A shard that ended
+    /// has `j` handled here (`closed_job`).
     fn push_quietly(&self, j: Job) -> bool {
+        self.try_push(j).unwrap_or_else(|j| {
+            Inbox::closed_job(j);
+            false
+        })
+    }
+
+    /// `push_quietly`, but a job for a shard that ended comes back.
+    fn try_push(&self, j: Job) -> std::result::Result<bool, Job> {
         let mut jobs = self.jobs.lock();
         if self.closed.load(Ordering::Relaxed) {
-            drop(jobs);
-            Inbox::closed_job(j);
-            return false;
+            return Err(j);
         }
         jobs.push(j);
         drop(jobs);
         // The shard sets `sleeping` before its last look at the inbox, so
         // either it sees this job or this sees it asleep (SeqCst on both
         // sides, and the inbox lock between them).
-        self.sleeping.swap(false, Ordering::SeqCst)
+        Ok(self.sleeping.swap(false, Ordering::SeqCst))
     }
 
     /// Closes the inbox as its shard ends (with nothing in flight); returns
@@ -303,7 +310,7 @@ impl Inbox {
     /// ended with no member I/O or journal record in flight).
     fn closed_job(j: Job) {
         match j {
-            Job::Call(f) => answer(Box::new(|()| f()), ()),
+            Job::Call(f) => call(f),
             Job::Request(Request::Read(job)) => answer(job.done, Err(stopping())),
             Job::Request(Request::Write(job)) => answer(job.done, Err(stopping())),
             Job::Client(c) => client::drop_quietly(c),
@@ -704,6 +711,14 @@ impl Drop for Engine {
 /// end a blocking thread.
 fn answer<T>(done: Box<dyn FnOnce(T) + Send>, r: T) {
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| done(r))).is_err() {
+        tracing::error!("shard: a request's completion callback panicked");
+    }
+}
+
+/// Runs a client's completion posted to its shard (`Job::Call`): as
+/// `answer`, a panic in it is logged, not unwound.
+fn call(f: Box<dyn FnOnce() + Send>) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
         tracing::error!("shard: a request's completion callback panicked");
     }
 }

@@ -47,8 +47,10 @@ impl Stepped {
             flusher,
             counts: Arc::new(Counts::default()),
         };
+        let mut shard = Shard::new(array.clone(), 0, Arc::new(vec![inbox]), ring, blocking);
+        shard.caller_turns = true;
         Ok(Stepped {
-            shard: Shard::new(array.clone(), 0, Arc::new(vec![inbox]), ring, blocking),
+            shard,
             array,
             fallback: frx,
             finisher: fin_rx,
@@ -75,9 +77,9 @@ impl Stepped {
     }
 
     /// Runs the shard's loop until nothing moves, without waiting: the
-    /// inbox's requests and completions, then what they start (with a
-    /// client that gives requests as fast as they complete, until the
-    /// inbox holds something: turn again). The caller's thread counts as
+    /// inbox's requests and completions, then what they start (where a
+    /// client gave requests, until that pass ends: turn again). The
+    /// caller's thread counts as
     /// the shard's meanwhile, so its clients' completions run in the turn;
     /// those of requests run by `run_blocking` wait for the next one.
     pub fn turn(&mut self) {

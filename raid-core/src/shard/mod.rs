@@ -57,6 +57,7 @@
 
 mod client;
 mod event_loop;
+mod inbox;
 mod inline;
 mod merge;
 mod ops;
@@ -75,10 +76,9 @@ use crate::buf::AlignedBuf;
 use crate::member::MemberRef;
 use crossbeam_channel as channel;
 use event_loop::Shard;
+use inbox::Inbox;
 use io_uring::IoUring;
-use parking_lot::Mutex;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// What a read hands back: its buffer, filled, or why it failed.
@@ -229,104 +229,6 @@ enum Job {
     /// another thread (`client.rs`).
     Call(Box<dyn FnOnce() + Send>),
     Stop,
-}
-
-/// A shard's inbox, shared with clients and whatever completes timed I/O
-/// (the simulated drives' timer thread, or the shard itself).
-struct Inbox {
-    jobs: Mutex<Vec<Job>>,
-    sleeping: AtomicBool,
-    wake: OwnedFd,
-    /// Set (under `jobs`' lock) as its shard ends: a job given later is
-    /// handled by whoever gives it (`Inbox::closed_job`).
-    closed: AtomicBool,
-}
-
-impl Inbox {
-    fn new() -> std::io::Result<Inbox> {
-        // SAFETY: eventfd returns a new descriptor or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Inbox {
-            jobs: Mutex::new(Vec::new()),
-            sleeping: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
-            // SAFETY: `fd` is a descriptor we just opened and own.
-            wake: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
-    }
-
-    /// Queues `j` and wakes the shard if it sleeps and no one owes it a
-    /// wake-up already. One that is owed (by an open `Batch` of another
-    /// caller) wakes when that batch ends: `j` waits as long.
-    fn push(&self, j: Job) {
-        if self.push_quietly(j) {
-            self.ring_bell();
-        }
-    }
-
-    /// Queues `j`; true if the shard sleeps and must be woken (by the
-    /// caller, which owes it that bell: no one else will ring it, and every
-    /// job given meanwhile, by anyone, waits for it). A shard that ended
-    /// has `j` handled here (`closed_job`).
-    fn push_quietly(&self, j: Job) -> bool {
-        self.try_push(j).unwrap_or_else(|j| {
-            Inbox::closed_job(j);
-            false
-        })
-    }
-
-    /// `push_quietly`, but a job for a shard that ended comes back.
-    fn try_push(&self, j: Job) -> std::result::Result<bool, Job> {
-        let mut jobs = self.jobs.lock();
-        if self.closed.load(Ordering::Relaxed) {
-            return Err(j);
-        }
-        jobs.push(j);
-        drop(jobs);
-        // The shard sets `sleeping` before its last look at the inbox, so
-        // either it sees this job or this sees it asleep (SeqCst on both
-        // sides, and the inbox lock between them).
-        Ok(self.sleeping.swap(false, Ordering::SeqCst))
-    }
-
-    /// Closes the inbox as its shard ends (with nothing in flight); returns
-    /// what it held, for the shard to hand to `closed_job`. Once shards
-    /// stop one after another, a shard still running may give a job to one
-    /// that ended: its client's write to a stripe the ended one owns, or
-    /// the completion of a request of a client of the ended one, which
-    /// another shard or a blocking thread ran.
-    fn close(&self) -> Vec<Job> {
-        let mut jobs = self.jobs.lock();
-        self.closed.store(true, Ordering::Relaxed);
-        std::mem::take(&mut *jobs)
-    }
-
-    /// A job for a shard that ended, handled where it was given: a
-    /// completion runs there, a request is answered that the engine is
-    /// stopping, a client is dropped. Nothing else can come (the shard
-    /// ended with no member I/O or journal record in flight).
-    fn closed_job(j: Job) {
-        match j {
-            Job::Call(f) => call(f),
-            Job::Request(Request::Read(job)) => answer(job.done, Err(stopping())),
-            Job::Request(Request::Write(job)) => answer(job.done, Err(stopping())),
-            Job::Client(c) => client::drop_quietly(c),
-            Job::Timed(..) | Job::Journaled(..) | Job::Room(_) => {
-                tracing::error!("shard: a completion for a shard that ended")
-            }
-            Job::Stop => {}
-        }
-    }
-
-    /// Completes the shard's armed eventfd read.
-    fn ring_bell(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
-    }
 }
 
 /// Where the blocking work goes: the fallback pool, the thread that ends

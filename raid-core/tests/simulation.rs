@@ -166,6 +166,9 @@ struct World {
     /// running array's shard (made at its first round).
     timeline: Option<Arc<Timeline>>,
     stepped: Option<Stepped>,
+    /// Where a front end on that shard takes the round's requests from,
+    /// in the lives that give them so (`shards::Front`).
+    front: Option<shards::Front>,
     /// Rows of each disk.
     rows: u64,
     /// Where the array's data starts on each disk (`data_offset_of`).
@@ -403,6 +406,7 @@ impl World {
         self.power.off.store(true, Ordering::SeqCst);
         // What is in flight on the shard never completes.
         self.stepped = None;
+        self.front = None;
         if let Some(t) = &self.timeline {
             t.drop_all();
         }
@@ -695,6 +699,7 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
         traced_events: 0,
         timeline,
         stepped: None,
+        front: None,
         rows,
         data_offset,
     };
@@ -857,8 +862,11 @@ const KEPT_SEEDS: [u64; 9] = [281, 150, 220, 62, 252, 2, 6023, 168655, 13023423]
 /// write-intent bit left it on one member only; the start took the union
 /// as durable everywhere without writing it, the member left, and a
 /// crash's torn mirror in that region was never resynced (assembly now
-/// writes the union to every member).
-const KEPT_SHARD_SEEDS: [u64; 1] = [13012577];
+/// writes the union to every member); 19675652, a full filesystem's
+/// episode ended in a power cut while a disk that went bad during it was
+/// unnoticed, the write hole's double fault every other cut is kept from
+/// (a test's fault, not the array's: the episode now flushes first).
+const KEPT_SHARD_SEEDS: [u64; 2] = [13012577, 19675652];
 
 #[test]
 fn seeds_that_found_bugs() {

@@ -28,6 +28,11 @@ use std::sync::Arc;
 /// where it was counted for one per chunk asked), may go past it: their
 /// entries wait in `overflow` for room in the submission queue.
 pub(super) const RING: u32 = 256;
+/// Passes in which clients gave requests after which a turn of a shard
+/// its caller turns (`Stepped`) ends, where something still moves: a
+/// client that gives a request per completion on members that complete at
+/// once would otherwise hold the turn for ever.
+const CALLER_PASSES: usize = 64;
 /// user_data of the eventfd read that wakes a sleeping shard.
 const WAKE: u64 = u64::MAX;
 /// Bits of user_data that hold the I/O's index within its request.
@@ -244,6 +249,7 @@ impl Shard {
                 super::client::drop_quietly(c);
             }
         }
+        let mut passes = 0;
         loop {
             let reaped = self.reap();
             // After the completions, which their next requests follow.
@@ -280,10 +286,14 @@ impl Shard {
             // loop going where members complete at once (in memory, in the
             // page cache): what waits in the inbox (a Stop, others'
             // requests, completions posted back) is taken at the next turn.
-            // On a shard its caller turns, nothing reaches the inbox
+            // On a shard its caller turns, nothing may reach the inbox
             // meanwhile (members in memory end I/O in `ended`): there a
-            // pass in which clients gave ends the turn.
-            if given > 0 && (self.caller_turns || !self.inbox.jobs.lock().is_empty()) {
+            // turn ends after `CALLER_PASSES` passes in which clients gave
+            // (not at the first: `ended` may hold what its caller waits
+            // for, such as a vanished disk's errors).
+            passes += 1;
+            let enough = self.caller_turns && passes >= CALLER_PASSES;
+            if given > 0 && (enough || !self.inbox.jobs.lock().is_empty()) {
                 return stopping;
             }
         }

@@ -45,8 +45,20 @@ impl World {
         if !self.cut_now() {
             self.fail_one_and_read_all();
         }
-        // Space freed, and the machine started again.
+        // Space freed, and the machine started again. A disk that went bad
+        // or vanished during the episode, unnoticed, makes a cut the write
+        // hole's double fault (`cut_allowed`), which the power cycle here
+        // must not play: everything is flushed first, so that the cut
+        // tears no stripe (the flush fails a vanished disk, on a noticed
+        // fault as any other).
         self.space.free.store(i64::MAX, Ordering::SeqCst);
+        if !self.cut_now() && !self.cut_allowed() {
+            trace!(
+                self,
+                "a disk went bad unnoticed: a flush before the power goes"
+            );
+            self.flush();
+        }
         self.power_cycle();
     }
 

@@ -11,6 +11,15 @@
 //! as no member I/O is in flight, since a write waiting on the shard for
 //! room in the journal may need its end.
 //!
+//! In half the lives (by the seed alone: no draw added), the round's
+//! requests are given by a front end run on the shard itself
+//! (`raid_core::shard::Client`), which takes them from a queue at each
+//! pass instead of the shard taking them from its inbox; their
+//! completions then run on the shard, those of the blocking path posted
+//! back and heard after the next turn. `SIM_NO_FRONT=1` gives them
+//! through the inbox in every life, to tell whether a failing seed's
+//! fault is the front end's.
+//!
 //! Invariants, on top of the life's: a read returns, block by block, the
 //! last acknowledged write or one in flight during the read; a write is
 //! refused only when the power went; no request is left unanswered once
@@ -22,9 +31,9 @@ use super::{World, BLOCK};
 use raid_core::array::ArrayError;
 use raid_core::buf::AlignedBuf;
 use raid_core::metadata::SlotState;
-use raid_core::shard::Stepped;
+use raid_core::shard::{Client, Local, Stepped, WriteDone};
 use rand::Rng;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -33,6 +42,32 @@ use std::sync::{Arc, Mutex};
 /// The last: the journal committer's steps that found work
 /// (`commit_journal_step`: groups to lead, a ring to free).
 pub(super) static SERVED: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+
+/// Requests for the front end on the shard to give: whether a write, the
+/// offset, the buffer, what to call with the answer.
+pub(super) type Front = Arc<Mutex<VecDeque<(bool, u64, AlignedBuf, WriteDone)>>>;
+
+/// The front end: gives, at each poll, what the round queued for it.
+struct FrontEnd(Front);
+
+impl Client for FrontEnd {
+    fn poll(&mut self, io: &mut Local<'_>) -> bool {
+        let queued: Vec<_> = self.0.lock().unwrap().drain(..).collect();
+        for (write, offset, buf, done) in queued {
+            match write {
+                true => io.write(offset, buf, done),
+                false => io.read(offset, buf, done),
+            }
+        }
+        true
+    }
+}
+
+/// Whether this life's requests are given by a front end on the shard
+/// (see the module's doc for `SIM_NO_FRONT`).
+fn by_front_end(seed: u64) -> bool {
+    (seed / 40) % 2 == 1 && std::env::var("SIM_NO_FRONT").is_err()
+}
 
 /// Answers the round's clients heard, by request, in the order answered.
 type Heard = Arc<Mutex<Vec<(usize, Result<AlignedBuf, ArrayError>)>>>;
@@ -53,6 +88,12 @@ impl World {
         if self.stepped.is_none() {
             let st = Stepped::new(array)
                 .unwrap_or_else(|e| panic!("seed {}: no shard (io_uring): {e}", self.seed));
+            if by_front_end(self.seed) {
+                trace!(self, "requests given by a front end on the shard");
+                let front = Front::default();
+                st.run_client(Box::new(FrontEnd(front.clone())));
+                self.front = Some(front);
+            }
             self.stepped = Some(st);
         }
         let served = |w: &World| {
@@ -226,7 +267,13 @@ impl World {
             }
             let mut buf = AlignedBuf::new(data.len());
             buf.copy_from_slice(&data);
-            st.write((b0 * BLOCK) as u64, buf, done);
+            match &self.front {
+                Some(f) => f
+                    .lock()
+                    .unwrap()
+                    .push_back((true, (b0 * BLOCK) as u64, buf, done)),
+                None => st.write((b0 * BLOCK) as u64, buf, done),
+            }
             asked.insert(id, Asked::Write { b0, data });
         } else {
             trace!(self, "  {id}: read blocks {b0}..{}", b0 + nb);
@@ -244,7 +291,14 @@ impl World {
                     m
                 })
                 .collect();
-            st.read((b0 * BLOCK) as u64, AlignedBuf::new(nb * BLOCK), done);
+            let buf = AlignedBuf::new(nb * BLOCK);
+            match &self.front {
+                Some(f) => f
+                    .lock()
+                    .unwrap()
+                    .push_back((false, (b0 * BLOCK) as u64, buf, done)),
+                None => st.read((b0 * BLOCK) as u64, buf, done),
+            }
             asked.insert(id, Asked::Read { b0, may });
         }
     }

@@ -157,13 +157,17 @@ fn write_then_read(level: Level, members: Vec<MemberRef>, tag: &str) {
         list.sort_unstable();
         list.dedup();
     }
-    let writes = |c: usize| -> VecDeque<Io> {
+    // Client `c`'s blocks: its writes (byte c + 1) or its reads.
+    let ios = |c: usize, write: bool| -> VecDeque<Io> {
         mine[c]
             .iter()
             .map(|&offset| Io {
-                write: true,
+                write,
                 offset,
-                buf: block(c as u8 + 1, offset),
+                buf: match write {
+                    true => block(c as u8 + 1, offset),
+                    false => AlignedBuf::new(4096),
+                },
             })
             .collect()
     };
@@ -178,7 +182,7 @@ fn write_then_read(level: Level, members: Vec<MemberRef>, tag: &str) {
         )
     };
     let before = writes_seen();
-    let wrote = run_scripts(&e, vec![writes(0), writes(1)], 16);
+    let wrote = run_scripts(&e, vec![ios(0, true), ios(1, true)], 16);
     assert_eq!(wrote.len(), mine[0].len() + mine[1].len());
     for (_, (_, offset, r)) in &wrote {
         r.as_ref()
@@ -194,18 +198,8 @@ fn write_then_read(level: Level, members: Vec<MemberRef>, tag: &str) {
         "{on_shards} of {} writes ran on the shards",
         wrote.len()
     );
-    let reads = |c: usize| -> VecDeque<Io> {
-        mine[c]
-            .iter()
-            .map(|&offset| Io {
-                write: false,
-                offset,
-                buf: AlignedBuf::new(4096),
-            })
-            .collect()
-    };
     let reads_before = e.counts().on_shards.load(Ordering::Relaxed);
-    let read = run_scripts(&e, vec![reads(0), reads(1)], 16);
+    let read = run_scripts(&e, vec![ios(0, false), ios(1, false)], 16);
     assert_eq!(read.len(), wrote.len());
     for (shard, (_, offset, r)) in read {
         let got = r.unwrap_or_else(|err| panic!("read at {offset}: {err}"));

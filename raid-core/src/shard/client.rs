@@ -131,13 +131,8 @@ impl Local<'_> {
         let job = Request::Write(WriteJob { offset, data, done });
         let peers = &self.shard.peers;
         let job = match write_owner(&self.shard.array, offset, peers.len()) {
-            Some(i) if i != self.shard.index => match peers[i].try_push(Job::Request(job)) {
-                Ok(asleep) => {
-                    if asleep {
-                        peers[i].ring_bell();
-                    }
-                    return;
-                }
+            Some(i) if i != self.shard.index => match peers[i].offer(Job::Request(job)) {
+                Ok(()) => return,
                 // Its owner ended (the engine is stopping, and it holds no
                 // stripe): this shard runs it, so that no completion runs
                 // inside this poll.
@@ -163,10 +158,18 @@ pub(super) fn write_owner(array: &Array, offset: u64, shards: usize) -> Option<u
     let key = array
         .write_lock_key(offset)
         .unwrap_or(offset / array.geometry().chunk);
-    (shards > 0).then(|| (key % shards as u64) as usize)
+    super::owner(key, shards)
 }
 
 impl Shard {
+    /// Drops every client (the engine stops); their requests in flight
+    /// still complete.
+    pub(super) fn drop_clients(&mut self) {
+        for c in self.clients.drain(..) {
+            drop_quietly(c);
+        }
+    }
+
     /// Polls every client once; returns how many requests they gave. A
     /// client that panics is dropped (the panic must not unwind through
     /// the shard, whose ring may hold I/Os into its requests' buffers).

@@ -195,9 +195,7 @@ impl Shard {
         loop {
             stopping |= self.turn();
             if stopping && !self.busy() {
-                for c in self.clients.drain(..) {
-                    super::client::drop_quietly(c);
-                }
+                self.drop_clients();
                 drop(_closes);
                 return self.disarm_wake();
             }
@@ -244,10 +242,7 @@ impl Shard {
             }
         }
         if stopping {
-            // Their requests in flight still complete.
-            for c in self.clients.drain(..) {
-                super::client::drop_quietly(c);
-            }
+            self.drop_clients();
         }
         let mut passes = 0;
         loop {

@@ -38,9 +38,18 @@ impl Inbox {
     /// wake-up already. One that is owed (by an open `Batch` of another
     /// caller) wakes when that batch ends: `j` waits as long.
     pub(super) fn push(&self, j: Job) {
-        if self.push_quietly(j) {
+        if let Err(j) = self.offer(j) {
+            Inbox::closed_job(j);
+        }
+    }
+
+    /// `push`, but a job for a shard that ended comes back, for the giver
+    /// to run another way.
+    pub(super) fn offer(&self, j: Job) -> std::result::Result<(), Job> {
+        if self.try_push(j)? {
             self.ring_bell();
         }
+        Ok(())
     }
 
     /// Queues `j`; true if the shard sleeps and must be woken (by the

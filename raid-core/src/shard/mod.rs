@@ -538,13 +538,18 @@ impl Engine {
 
     /// The shard that owns `key`; none where io_uring was refused.
     fn shard_of(&self, key: u64) -> Option<usize> {
-        let n = self.shards.len() as u64;
-        (n > 0).then(|| (key % n) as usize)
+        owner(key, self.shards.len())
     }
 
     fn blocking(&self, f: Fallback) {
         self.blocking.as_ref().expect("set until drop").send(f);
     }
+}
+
+/// The shard of `shards` that owns `key` (a chunk, or the stripe or chunk
+/// a write locks); none where there is no shard.
+fn owner(key: u64, shards: usize) -> Option<usize> {
+    (shards > 0).then(|| (key % shards as u64) as usize)
 }
 
 /// Requests given to the engine whose wake-ups wait for the batch's end

@@ -79,10 +79,10 @@ impl Stepped {
     /// Runs the shard's loop until nothing moves, without waiting: the
     /// inbox's requests and completions, then what they start (a client
     /// that gives requests in pass after pass, as fast as they complete,
-    /// ends it after 64 such passes: turn again). The caller's thread
-    /// counts as
-    /// the shard's meanwhile, so its clients' completions run in the turn;
-    /// those of requests run by `run_blocking` wait for the next one.
+    /// ends it after 64 such passes, `CALLER_PASSES`: turn again). The
+    /// caller's thread counts as the shard's meanwhile, so its clients'
+    /// completions run in the turn; those of requests run by
+    /// `run_blocking` wait for the next one.
     pub fn turn(&mut self) {
         let inbox = self.shard.inbox.clone();
         super::client::on_shard(&inbox, || self.shard.turn());

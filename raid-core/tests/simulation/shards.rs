@@ -242,7 +242,6 @@ impl World {
             Asked::Write { b0: x0, data } => overlaps(*x0, data.len() / BLOCK),
             Asked::Read { .. } => false,
         });
-        let st = self.stepped.as_ref().expect("made by the round");
         let h = heard.clone();
         let done = Box::new(move |r| h.lock().unwrap().push((id, r)));
         if self.rng.gen_bool(0.6) && !writing {
@@ -267,13 +266,7 @@ impl World {
             }
             let mut buf = AlignedBuf::new(data.len());
             buf.copy_from_slice(&data);
-            match &self.front {
-                Some(f) => f
-                    .lock()
-                    .unwrap()
-                    .push_back((true, (b0 * BLOCK) as u64, buf, done)),
-                None => st.write((b0 * BLOCK) as u64, buf, done),
-            }
+            self.send(true, b0, buf, done);
             asked.insert(id, Asked::Write { b0, data });
         } else {
             trace!(self, "  {id}: read blocks {b0}..{}", b0 + nb);
@@ -292,14 +285,20 @@ impl World {
                 })
                 .collect();
             let buf = AlignedBuf::new(nb * BLOCK);
-            match &self.front {
-                Some(f) => f
-                    .lock()
-                    .unwrap()
-                    .push_back((false, (b0 * BLOCK) as u64, buf, done)),
-                None => st.read((b0 * BLOCK) as u64, buf, done),
-            }
+            self.send(false, b0, buf, done);
             asked.insert(id, Asked::Read { b0, may });
+        }
+    }
+
+    /// Gives a read or write of the blocks from `b0` to the shard: through
+    /// the life's front end where it has one, else through the inbox.
+    fn send(&self, write: bool, b0: usize, buf: AlignedBuf, done: WriteDone) {
+        let offset = (b0 * BLOCK) as u64;
+        let st = self.stepped.as_ref().expect("made by the round");
+        match (&self.front, write) {
+            (Some(f), _) => f.lock().unwrap().push_back((write, offset, buf, done)),
+            (None, true) => st.write(offset, buf, done),
+            (None, false) => st.read(offset, buf, done),
         }
     }
 

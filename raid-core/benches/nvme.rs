@@ -15,8 +15,10 @@
 //!
 //! Second table: reads and writes through the shards
 //! (`raid_core::shard::Engine`, one per core), queue depth being the I/Os
-//! kept in flight by one thread, against the bare drives driven the same
-//! way (each I/O started, its completion posted back by the drives' timer);
+//! kept in flight by one thread, against the bare drives driven from a
+//! thread per core, the depth shared among them (each I/O started, its
+//! completion reaped by its thread once the drive's time for it comes, as
+//! the shards reap theirs);
 //! each row followed by the same I/O given by front ends on the shards'
 //! own threads (`shard::Client`, one per shard), against the same bare
 //! run; then 4 KiB sequential writes (what waits for a stripe merges), and for
@@ -140,6 +142,114 @@ fn run_async(
     s
 }
 
+/// The bare drives as an application drives NVMe from `threads` threads
+/// (one per core, as the engine has a shard per core), `qd` I/Os in
+/// flight among them: each I/O started on its drive (`Member::start_due`:
+/// the bytes move at once), its completion reaped by its thread once the
+/// drive's time for it has come, the thread sleeping in an io_uring wait
+/// until its soonest is due, as a shard reaps its drives'. Offsets as
+/// `run_async`'s (each thread its own stream).
+fn bare_polled(
+    bare: &Bare,
+    write: bool,
+    blocks: u64,
+    (qd, threads): (usize, usize),
+    dur: Duration,
+    seq: bool,
+) -> Sample {
+    let threads = threads.clamp(1, qd.max(1));
+    let began = Instant::now();
+    let runs: Vec<(Vec<u32>, f64)> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let depth = qd / threads + usize::from(t < qd % threads);
+                let first = blocks / threads as u64 * t as u64;
+                let seed = (qd * threads + t) as u64 + 11;
+                sc.spawn(move || {
+                    bare_thread(bare, write, blocks, depth, (began, dur), (seq, first, seed))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a bare thread"))
+            .collect()
+    });
+    let secs = runs.iter().map(|r| r.1).fold(0.0, f64::max);
+    let lat = runs.into_iter().flat_map(|r| r.0).collect();
+    let mut s = Sample::of(lat, secs);
+    s.ios += qd as u64;
+    s
+}
+
+/// One thread of `bare_polled`: its latencies, and the seconds from
+/// `began` to the first completion after `dur` (what followed drained).
+fn bare_thread(
+    bare: &Bare,
+    write: bool,
+    blocks: u64,
+    depth: usize,
+    (began, dur): (Instant, Duration),
+    (seq, first, seed): (bool, u64, u64),
+) -> (Vec<u32>, f64) {
+    use std::cmp::Reverse;
+    // Where the kernel cannot wait on a ring for a time, a plain sleep.
+    let ring = io_uring::IoUring::new(8)
+        .ok()
+        .filter(|r| r.params().is_feature_ext_arg());
+    let mut due = std::collections::BinaryHeap::new();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut next = first;
+    let mut scratch = [0u8; BS];
+    let mut issue = |due: &mut std::collections::BinaryHeap<_>| {
+        let block = match seq {
+            true => {
+                let b = next;
+                next = (next + 1) % blocks;
+                b
+            }
+            false => rng.gen_range(0..blocks),
+        };
+        let off = block * BS as u64;
+        let m = &bare.0[(off / MEMBER_DATA) as usize];
+        let op = match write {
+            true => IoOp::Write(&scratch),
+            false => IoOp::Read(&mut scratch),
+        };
+        let t0 = Instant::now();
+        let at = m.start_due(op, DATA_OFFSET + off % MEMBER_DATA);
+        due.push(Reverse((at.expect("a simulated drive").unwrap(), t0)));
+    };
+    for _ in 0..depth {
+        issue(&mut due);
+    }
+    let mut lat = Vec::with_capacity(1 << 20);
+    let mut secs = None;
+    while let Some(&Reverse((at, _))) = due.peek() {
+        let now = Instant::now();
+        if at > now {
+            match &ring {
+                Some(ring) => {
+                    let ts = io_uring::types::Timespec::from(at - now);
+                    let args = io_uring::types::SubmitArgs::new().timespec(&ts);
+                    // Nothing is on the ring: this waits for the time alone.
+                    let _ = ring.submitter().submit_with_args(1, &args);
+                }
+                None => std::thread::sleep(at - now),
+            }
+            continue;
+        }
+        let Reverse((_, t0)) = due.pop().expect("peeked");
+        if secs.is_none() && began.elapsed() < dur {
+            lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+            issue(&mut due);
+        } else {
+            secs.get_or_insert_with(|| began.elapsed().as_secs_f64());
+        }
+    }
+    (lat, secs.unwrap_or_else(|| began.elapsed().as_secs_f64()))
+}
+
 /// What the array can do at best, against the bare drives: every read is
 /// one drive read; a 4 KiB write costs 1 (RAID0), 4 (RAID5: read data and
 /// P, write both) or 6 (RAID6) drive I/Os.
@@ -237,19 +347,6 @@ fn main() {
     println!("\n| level | job | QD | array (shards) IOPS | bare IOPS | ratio | bound | of bound | array p50 / p99 us | bare p50 / p99 us |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let bare_blocks = bare.size() / BS as u64;
-    let bare_start = |write: bool, off: u64, done: Box<dyn FnOnce() + Send>| {
-        let m = &bare.0[(off / MEMBER_DATA) as usize];
-        let at = DATA_OFFSET + off % MEMBER_DATA;
-        // The bytes move at the start (RAM): one scratch buffer serves all.
-        let mut scratch = [0u8; BS];
-        let op = match write {
-            true => IoOp::Write(&scratch),
-            false => IoOp::Read(&mut scratch),
-        };
-        m.start_timed(op, at, Box::new(move |_| done()))
-            .expect("a simulated drive")
-            .unwrap();
-    };
     for level in common::chosen(&LEVELS) {
         let sims = sim_drives(&format!("{level}-async-"));
         let commands = || sims.iter().map(|d| d.commands()).sum::<u64>();
@@ -296,8 +393,7 @@ fn main() {
         let at_depths = |write: bool, seq: bool, job: &str, bound: f64| {
             let mut ios = 0;
             for &qd in &depths {
-                let bare_io = |off, done| bare_start(write, off, done);
-                let b = run_async(&bare_io, bare_blocks, qd, dur, seq);
+                let b = bare_polled(&bare, write, bare_blocks, (qd, cores), dur, seq);
                 let r = run_async(
                     &|off, done| array_start(write, off, done),
                     blocks,

@@ -1,7 +1,7 @@
 //! Reads through the shards (`raid_core::shard::Engine`): many in flight
 //! from one thread, on file members (the shard's io_uring), simulated
-//! drives (completions posted back by their timer) and RAM members (the
-//! blocking path), each checked against what was written; across chunks,
+//! drives (each I/O reaped by its shard when the drive's time for it
+//! comes) and RAM members (the blocking path), each checked against what was written; across chunks,
 //! degraded, with a member erring, and with the member table changing
 //! under them.
 
@@ -294,7 +294,7 @@ fn more_reads_than_the_ring_holds_all_complete() {
 }
 
 #[test]
-fn simulated_drives_complete_through_the_timer() {
+fn simulated_drives_complete_on_their_shards() {
     let members: Vec<MemberRef> = (0..5)
         .map(|i| Arc::new(drive(format!("sim:s{i}"))) as MemberRef)
         .collect();

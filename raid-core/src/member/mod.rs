@@ -216,6 +216,22 @@ pub trait Member: Send + Sync {
         let _ = (op, offset, done);
         None
     }
+    /// Starts a read or write, as `start_timed` does, on a member that
+    /// can tell as it starts when the I/O will complete (the simulated
+    /// drive): the bytes have moved when this returns `Some(Ok(at))`, and
+    /// the I/O completes at `at` (on the monotonic clock, which `Instant`
+    /// reads), which the caller waits for on its own ring (an io_uring
+    /// timeout, a kernel timer) as it would for a real device's
+    /// completion, with no thread of the member's woken per I/O. `None`:
+    /// not such a member (the caller tries `start_timed`). A wrapper that
+    /// does work of its own per I/O (faults) must not pass this through.
+    /// A member that serves this serves `start_timed` too, and says so
+    /// (`timed`): that is what tells a shard it may take its I/O at all,
+    /// and what it uses where its ring cannot wait for a time.
+    fn start_due(&self, op: IoOp<'_>, offset: u64) -> Option<io::Result<std::time::Instant>> {
+        let _ = (op, offset);
+        None
+    }
     /// The device stopped answering, as opposed to reporting errors: a
     /// network member whose export could not be reached within its
     /// timeout. It may come back by itself, and the daemon then re-adds

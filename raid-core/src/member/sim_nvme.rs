@@ -7,10 +7,12 @@
 //! machine, and the bare members measured under the same model in the same
 //! run give the bound.
 //!
-//! Completions are delivered by one timer thread for the whole process, not
-//! by a sleeping thread per I/O: an I/O's bytes move at submission (RAM),
-//! its completion time is computed from the queue model, and the caller
-//! waits until the timer thread says that time has come. `submit` starts
+//! An I/O's bytes move at submission (RAM) and its completion time is
+//! computed from the queue model. A shard asks for that time
+//! (`Member::start_due`) and reaps the I/O itself when it comes, as it
+//! would a real drive's completion from its ring: no other thread runs
+//! per I/O. Other callers wait until one timer thread for the whole
+//! process says the time has come, not a sleeping thread per I/O. `submit` starts
 //! every I/O of a batch before it waits for any (see `Member::begin`), so a
 //! request's member I/Os overlap on the devices as they would through a
 //! submission queue.
@@ -338,6 +340,12 @@ impl Member for SimNvme {
         let done = Box::new(move || done(Ok(())));
         Some(r.map(|()| self.io_then(matches!(op, IoOp::Write(_)), op.len(), done)))
     }
+    /// The completion time alone, for a caller that waits on its own ring:
+    /// the timer thread is not involved.
+    fn start_due(&self, mut op: IoOp<'_>, offset: u64) -> Option<io::Result<Instant>> {
+        let r = op.run_on(&self.ram, offset);
+        Some(r.map(|()| self.schedule(matches!(op, IoOp::Write(_)), op.len())))
+    }
     fn begin(&self, io: &mut MemberIo<'_>) -> Option<io::Result<Box<dyn Pending>>> {
         let r = io.op.run_on(&self.ram, io.offset);
         let (write, len) = (matches!(io.op, IoOp::Write(_)), io.len());
@@ -387,6 +395,44 @@ mod tests {
         m.write_at(&[7u8; 4096], 8192).unwrap();
         m.read_at(&mut b, 8192).unwrap();
         assert!(b.iter().all(|&x| x == 7));
+    }
+
+    /// A due I/O moves its bytes at once and says when it completes: its
+    /// service time on, the queue limit holding as for waited I/O (2
+    /// slots: the third read's time is a service later), with no
+    /// completion given to the timer thread.
+    #[test]
+    fn a_due_io_says_when_it_completes() {
+        let model = NvmeModel {
+            read: Duration::from_millis(20),
+            write: Duration::from_millis(5),
+            queue: 2,
+            read_bw: 0,
+            write_bw: 0,
+        };
+        let m = SimNvme::new("sim:due", 1 << 20, model);
+        let t = Instant::now();
+        let at = m
+            .start_due(IoOp::Write(&[9u8; 4096]), 4096)
+            .unwrap()
+            .unwrap();
+        assert!(at >= t + Duration::from_millis(5), "{:?}", at - t);
+        let mut b = vec![0u8; 4096];
+        let t = Instant::now();
+        let first = m.start_due(IoOp::Read(&mut b), 4096).unwrap().unwrap();
+        assert!(b.iter().all(|&x| x == 9), "the bytes moved at the start");
+        m.start_due(IoOp::Read(&mut b), 0).unwrap().unwrap();
+        let third = m.start_due(IoOp::Read(&mut b), 0).unwrap().unwrap();
+        assert!(first >= t + Duration::from_millis(20));
+        assert!(
+            third >= first + Duration::from_millis(20),
+            "{:?}",
+            third - first
+        );
+        assert_eq!(m.commands(), 4);
+        // Past the drive's end: refused, nothing scheduled.
+        assert!(m.start_due(IoOp::Read(&mut b), 1 << 20).unwrap().is_err());
+        assert_eq!(m.commands(), 4);
     }
 
     /// With a bandwidth, transfers queue on the drive's channel however

@@ -4,8 +4,8 @@
 //! caller on a thread of its own (`Engine::read`, `Engine::write`) hands
 //! each one across: into the shard's inbox, with a wake-up, and its
 //! completion back out to the caller's thread, with another. Given here,
-//! a read crosses no thread of the engine's own (only a member's, such as
-//! the simulated drives' timer), and its completion runs on the shard,
+//! a read crosses no thread of the engine's own (on the simulated drives,
+//! none at all: the shard reaps their I/O itself), and its completion runs on the shard,
 //! where the client's next poll sees it.
 //!
 //! Reads are served by the shard the client runs on: a read takes no

@@ -1,15 +1,16 @@
 //! A shard: one thread, its own io_uring, and the requests in flight on
 //! it. The loop, from its inbox (requests from clients, completions of
-//! timed I/O, the journal's word on a record) and its ring's completions,
-//! sleeps only in the ring, and otherwise waits only for locks held for
+//! timed I/O, the journal's word on a record), its ring's completions and
+//! its due I/Os whose time has come (`Member::start_due`), sleeps only in
+//! the ring (no later than the soonest due I/O), and otherwise waits only for locks held for
 //! short stretches (the stripe lock table's, the journal's state, whose
 //! holders give it up for their I/O): a sleeping shard is
 //! woken by an eventfd read it keeps armed on the ring, written only when
 //! it sleeps.
 //!
 //! Each request in flight has a key in the slab; a member I/O's ring
-//! user_data (or the value a timed I/O posts back) is the key and the
-//! I/O's index within its request (`ud`).
+//! user_data (or the value a timed I/O posts back, or a due I/O's place
+//! in `due`) is the key and the I/O's index within its request (`ud`).
 
 use super::client::{Client, Peers};
 use super::ops::Op;
@@ -17,10 +18,12 @@ use super::{Blocking, Inbox, Job, Request, WriteJob};
 use crate::array::Array;
 use crate::member::{on_ring, IoOp, Member, MemberRef};
 use io_uring::{opcode, squeue, types, IoUring};
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Ring entries per shard, and the member I/Os in flight on its ring at
 /// which it starts no new request (those wait in its inbox). A write's
@@ -99,10 +102,19 @@ pub(super) struct Shard {
     /// Entries that found the submission queue full, pushed at the next
     /// turn (their buffers are held by their requests in the slab).
     overflow: VecDeque<squeue::Entry>,
-    /// Member I/Os that ended as they started (a timed I/O's error, an
-    /// I/O done in place on a member in memory): handled at the next
+    /// Member I/Os that ended as they started (a timed or due I/O's
+    /// error, an I/O done in place on a member in memory): handled at the next
     /// reap, as completions are, with a ring's result (bytes or -errno).
     pub(super) ended: Vec<(u64, i32)>,
+    /// I/Os whose members said when they complete (`Member::start_due`),
+    /// soonest first: the shard reaps them as their times pass, as it reaps
+    /// its ring, and sleeps no later than the soonest, so a simulated
+    /// drive's completion wakes no thread but this one (a real drive's
+    /// comes to the ring the same way).
+    due: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// Whether the ring can wait for a time (`IORING_FEAT_EXT_ARG`, Linux
+    /// 5.11): without it, no I/O is taken as due.
+    waits_for_time: bool,
     pub(super) blocking: Blocking,
     /// Stripes whose lock a write of this shard holds, each with the
     /// writes that arrived for it meanwhile, in arrival order.
@@ -165,6 +177,7 @@ impl Shard {
         blocking: Blocking,
     ) -> Shard {
         let inbox = peers[index].clone();
+        let waits_for_time = ring.params().is_feature_ext_arg();
         Shard {
             array,
             inbox,
@@ -175,6 +188,8 @@ impl Shard {
             on_ring: 0,
             overflow: VecDeque::new(),
             ended: Vec::new(),
+            due: BinaryHeap::new(),
+            waits_for_time,
             blocking,
             held: HashMap::new(),
             wake_buf: Box::new(0),
@@ -202,15 +217,24 @@ impl Shard {
             if !self.inbox.jobs.lock().is_empty() || !self.ended.is_empty() {
                 continue;
             }
+            // Until the soonest due I/O's time, if one is due.
+            let until = match self.due.peek() {
+                None => None,
+                Some(&Reverse((at, _))) if at > Instant::now() => Some(at),
+                Some(_) => continue,
+            };
             // Nothing to do now (what waits, waits for the ring's room):
-            // sleep in the ring until a completion or a wake-up.
+            // sleep in the ring until a completion, a wake-up or that time.
             self.arm_wake();
             self.inbox.sleeping.store(true, Ordering::SeqCst);
             if !self.inbox.jobs.lock().is_empty() {
                 self.inbox.sleeping.store(false, Ordering::SeqCst);
                 continue;
             }
-            self.enter(1);
+            match until {
+                None => self.enter(1),
+                Some(at) => self.enter_until(at),
+            }
             self.inbox.sleeping.store(false, Ordering::SeqCst);
         }
     }
@@ -338,6 +362,27 @@ impl Shard {
         }
     }
 
+    /// As `enter(1)`, waiting no later than `at` (reckoned here, so the
+    /// time spent getting here is not waited again).
+    fn enter_until(&mut self, at: Instant) {
+        let ts = types::Timespec::from(at.saturating_duration_since(Instant::now()));
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => {}
+            // The time came (ETIME), a signal (EINTR), a full completion
+            // queue (EBUSY): the loop reaps and looks again.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME | libc::EINTR | libc::EBUSY)
+                ) => {}
+            Err(e) => {
+                tracing::error!("shard: io_uring_enter: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+
     fn submit(&mut self) {
         while let Some(e) = self.overflow.pop_front() {
             // SAFETY: as when it was first pushed (see `push`).
@@ -426,8 +471,10 @@ impl Shard {
 
     /// Starts a member I/O for the request whose I/O `ud` it is: on the
     /// ring when the member is on it, in place on a member in memory, as a
-    /// timed I/O otherwise (one done in place, or that fails as it
-    /// starts, is handled at the next reap, as completions are); on a
+    /// due I/O where the member says when it completes (and this shard's
+    /// ring can wait for a time), as a timed I/O otherwise (one done in
+    /// place, or that fails as it starts, is handled at the next reap, as
+    /// completions are); on a
     /// pair of devices, on each device's own way (`pair.rs`).
     ///
     /// # Safety
@@ -458,14 +505,30 @@ impl Shard {
             // SAFETY: the caller's promise.
             return unsafe { self.push(e.user_data(ud)) };
         }
-        // SAFETY (both): the caller's promise; an I/O in place or a timed
-        // one moves its bytes before it returns. A write's bytes are only
-        // read (other I/Os in flight may read the same ones).
-        let mut op = if write {
-            IoOp::Write(unsafe { std::slice::from_raw_parts(ptr, len) })
-        } else {
-            IoOp::Read(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+        // SAFETY (both): the caller's promise; an I/O in place, a due
+        // or a timed one moves its bytes before it returns. A write's
+        // bytes are only read (other I/Os in flight may read the same
+        // ones).
+        let io_op = || {
+            if write {
+                IoOp::Write(unsafe { std::slice::from_raw_parts(ptr, len) })
+            } else {
+                IoOp::Read(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+            }
         };
+        if let Some(r) = self
+            .waits_for_time
+            .then(|| m.start_due(io_op(), at))
+            .flatten()
+        {
+            return match r {
+                Ok(at) => self.due.push(Reverse((at, ud))),
+                Err(e) => self
+                    .ended
+                    .push((ud, -e.raw_os_error().unwrap_or(libc::EIO))),
+            };
+        }
+        let mut op = io_op();
         if m.in_memory() {
             let res = match op.run_on(m.as_ref(), at) {
                 // All of it moved (`read_at`/`write_at` move all or fail).
@@ -501,10 +564,21 @@ impl Shard {
     /// Reaps the ring's completions and the I/Os that ended as they
     /// started; returns how many there were.
     fn reap(&mut self) -> usize {
+        let mut n = 0;
+        if !self.due.is_empty() {
+            let now = Instant::now();
+            while let Some(&Reverse((at, ud))) = self.due.peek() {
+                if at > now {
+                    break;
+                }
+                self.due.pop();
+                n += 1;
+                self.complete(ud, None);
+            }
+        }
         let mut done: Vec<(u64, i32)> = std::mem::take(&mut self.ended);
         let n_ended = done.len();
         done.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
-        let mut n = 0;
         for (i, (ud, res)) in done.into_iter().enumerate() {
             if ud == WAKE {
                 self.armed = false;
@@ -520,7 +594,7 @@ impl Shard {
     }
 
     /// Member I/O `ud` completed: `res` as a ring's (bytes moved or
-    /// -errno), or None for a timed I/O that moved all its bytes.
+    /// -errno), or None for a timed or due I/O that moved all its bytes.
     pub(super) fn complete(&mut self, ud: u64, res: Option<i32>) {
         let k = (ud >> SUB_BITS) as usize;
         let sub = (ud & ((1 << SUB_BITS) - 1)) as usize;

@@ -1,6 +1,6 @@
 //! A shard's inbox: where clients, other shards, the blocking threads and
-//! whatever completes timed I/O (the simulated drives' timer) give it
-//! work, and how a sleeping shard is woken for it.
+//! whatever completes timed I/O (the drives' timer, for a wrapper over the
+//! simulated drive) give it work, and how a sleeping shard is woken for it.
 
 use super::{answer, call, client, stopping, Job, Request};
 use parking_lot::Mutex;
@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A shard's inbox, shared with clients and whatever completes timed I/O
-/// (the simulated drives' timer thread, or the shard itself).
+/// (the drives' timer thread, or the shard itself).
 pub(super) struct Inbox {
     pub(super) jobs: Mutex<Vec<Job>>,
     pub(super) sleeping: AtomicBool,

@@ -6,9 +6,12 @@
 //! A read whose chunks all have a readable copy is served by a shard
 //! without a thread waiting for it (`read.rs`): a member read per chunk,
 //! on a member with a file descriptor a read SQE on the shard's ring, on
-//! a member that completes I/O at a time of its own (`Member::start_timed`:
-//! the simulated drive, from its timer thread; RAM, as it starts) started
-//! and its completion posted back to the shard. A RAID5/6 read inside one
+//! a member that says when an I/O completes (`Member::start_due`: the
+//! simulated drive) started and reaped by the shard itself when that time
+//! comes, on one that completes I/O at a time of its own otherwise
+//! (`Member::start_timed`: RAM, as it starts; a wrapper over the simulated
+//! drive, from the drives' timer thread) started and its completion posted
+//! back to the shard. A RAID5/6 read inside one
 //! stripe with a chunk that has no readable member is served there too:
 //! the stripe's other chunks read under its lock, the missing one
 //! recovered on the shard's thread (`array::degraded_read`). So is a

@@ -7,7 +7,9 @@
 //!
 //! Its members should complete I/O through `Member::start_timed`, with
 //! completions the caller fires itself (each one queues the I/O's end in
-//! the shard's inbox; `turn` handles it). Work the shard hands to the
+//! the shard's inbox; `turn` handles it), and not serve
+//! `Member::start_due`: a due I/O completes by the wall clock, which no
+//! seed decides. Work the shard hands to the
 //! blocking path waits in this value until `run_blocking` runs it.
 
 use super::event_loop::{Shard, RING};

@@ -173,7 +173,7 @@ fn write_then_read(level: Level, members: Vec<MemberRef>, tag: &str) {
     };
     let c = e.counts();
     let writes_seen = || {
-        let n = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+        let n = |x: &raid_core::stats::StripedCounter| x.load(Ordering::Relaxed);
         // A run of writes merged into one counts once on the shards, the
         // others as merged.
         (

@@ -456,7 +456,7 @@ fn reads_from_members_in_memory_run_in_the_callers_thread() {
     let mut model = fill(&a, 40);
     let e = Engine::start(a.clone(), 2).unwrap();
     let counts = e.counts();
-    let count = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let count = |c: &raid_core::stats::StripedCounter| c.load(Ordering::Relaxed);
 
     let answered = Arc::new(std::sync::Mutex::new(None));
     let to = answered.clone();

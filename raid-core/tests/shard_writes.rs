@@ -580,7 +580,7 @@ fn a_hot_replace_pair_is_served_on_the_shards() {
         writes(&e, &mut model, 300, 64, 21, |_| true);
         a.hot_replace(1, Arc::new(drive(11))).unwrap();
         let c = e.counts();
-        let count = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+        let count = |x: &raid_core::stats::StripedCounter| x.load(Ordering::Relaxed);
         let before = [&c.writes_on_shards, &c.writes_blocking, &c.blocking].map(count);
         writes(&e, &mut model, 2000, 64, 22, |_| true);
         reads(&e, &model, 2000, 23);

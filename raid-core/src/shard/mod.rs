@@ -77,11 +77,12 @@ use crate::array::async_write::AsyncWrite;
 use crate::array::{Array, ArrayError};
 use crate::buf::AlignedBuf;
 use crate::member::MemberRef;
+use crate::stats::StripedCounter;
 use crossbeam_channel as channel;
 use event_loop::Shard;
 use inbox::Inbox;
 use io_uring::IoUring;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// What a read hands back: its buffer, filled, or why it failed.
@@ -135,32 +136,33 @@ pub fn threads_waiting_on_devices() -> usize {
 }
 
 /// How many requests the shards served themselves, and how many they sent
-/// to the blocking path.
+/// to the blocking path: counters striped per thread (`stats::StripedCounter`),
+/// as both shards count every request.
 #[derive(Default, Debug)]
 pub struct Counts {
-    pub on_shards: AtomicU64,
+    pub on_shards: StripedCounter,
     /// Reads served on the shards that recovered a chunk (counted in
     /// `on_shards` too).
-    pub degraded_on_shards: AtomicU64,
+    pub degraded_on_shards: StripedCounter,
     /// Reads copied from members in memory in the caller's thread
     /// (`inline.rs`), not counted in `on_shards`.
-    pub inline: AtomicU64,
+    pub inline: StripedCounter,
     /// Writes to members in memory run in the caller's thread
     /// (`inline.rs`), not counted in `writes_on_shards`.
-    pub writes_inline: AtomicU64,
-    pub blocking: AtomicU64,
-    pub writes_on_shards: AtomicU64,
-    pub writes_blocking: AtomicU64,
+    pub writes_inline: StripedCounter,
+    pub blocking: StripedCounter,
+    pub writes_on_shards: StripedCounter,
+    pub writes_blocking: StripedCounter,
     /// Writes that waited for their stripe and were merged into the
     /// write of another (`merge.rs`): each merged write counts once above.
-    pub writes_merged: AtomicU64,
+    pub writes_merged: StripedCounter,
     /// Shard (or inline) writes whose member writes erred, ended on a
     /// blocking thread (counted in `writes_on_shards` or `writes_inline`
     /// too).
-    pub write_errors: AtomicU64,
+    pub write_errors: StripedCounter,
     /// Times a degraded write waited on its shard for room in the
     /// journal's ring.
-    pub journal_waits: AtomicU64,
+    pub journal_waits: StripedCounter,
 }
 
 /// Shards serving one array's reads and writes.
@@ -262,7 +264,7 @@ fn stopping() -> ArrayError {
 impl Blocking {
     fn send(&self, f: Fallback) {
         let c = &self.counts;
-        let (to_pool, counters): (_, &[&AtomicU64]) = match &f {
+        let (to_pool, counters): (_, &[&StripedCounter]) = match &f {
             Fallback::Read { .. } => (true, &[&c.blocking]),
             Fallback::Write { .. } => (true, &[&c.writes_blocking]),
             Fallback::Zeroes { .. } => (true, &[]),

@@ -71,7 +71,9 @@ impl Shard {
     fn issue_read(&mut self, k: usize, i: usize) {
         let op = self.read_op(k);
         let p = op.pieces[i];
-        let m = op.handles[p.slot].clone();
+        // Pointed to, not cloned: the handle's count is shared by every
+        // shard (two atomic operations per I/O on one cache line).
+        let m: *const MemberRef = &op.handles[p.slot];
         let from = op.moved[i];
         let into = match &mut op.gathered {
             Some(g) => g.scratch(),
@@ -85,8 +87,11 @@ impl Shard {
         let len = p.len - from;
         // SAFETY: the buffer belongs to the read in slab entry `k` (heap
         // memory that does not move), which stays there until every
-        // piece's completion is reaped, and so do the member handles.
-        unsafe { self.start_io(ud(k, i), &m, false, ptr, len, p.at + from as u64) }
+        // piece's completion is reaped, and so do the member handles (in
+        // the entry's `Arc`'d vector, which does not move either): `m`
+        // outlives the call, in which no I/O completes (one that ends as
+        // it starts is handled at the next reap).
+        unsafe { self.start_io(ud(k, i), &*m, false, ptr, len, p.at + from as u64) }
     }
 
     /// Piece `i` of read `k` completed (`res` as in `Shard::complete`).

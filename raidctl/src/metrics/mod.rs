@@ -63,7 +63,7 @@ impl EngineSample {
     /// Adds what `e` served so far.
     pub fn add(&mut self, e: &raid_core::shard::Engine) {
         let c = e.counts();
-        let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let n = |a: &raid_core::stats::StripedCounter| a.load(std::sync::atomic::Ordering::Relaxed);
         self.shards += e.shard_count() as u64;
         self.blocking_threads += e.fallback_threads() as u64;
         self.reads_on_shards += n(&c.on_shards);

@@ -194,11 +194,21 @@ impl Default for StripedCounter {
 }
 
 impl StripedCounter {
-    /// Adds `n` on this thread's stripe.
+    /// Adds `n` on this thread's stripe: its own round-robin index, so
+    /// that the few threads that count here (the shards first) get
+    /// stripes of their own whatever other threads counted elsewhere.
     pub fn fetch_add(&self, n: u64, _: Ordering) {
-        self.stripes[shard_index() % STRIPES_PER_COUNTER]
-            .0
-            .fetch_add(n, Ordering::Relaxed);
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        thread_local! {
+            static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
+        }
+        let i = STRIPE.with(|s| {
+            if s.get() == usize::MAX {
+                s.set(NEXT.fetch_add(1, Ordering::Relaxed) as usize % STRIPES_PER_COUNTER);
+            }
+            s.get()
+        });
+        self.stripes[i].0.fetch_add(n, Ordering::Relaxed);
     }
 
     /// The sum of every stripe.

@@ -311,7 +311,7 @@ impl Client for Endless {
 }
 
 /// A client that never finishes, over each kind of member the shards
-/// serve: simulated drives (completions through the inbox), files in
+/// serve: simulated drives (each I/O reaped by its shard when due), files in
 /// memory (copied in place, ended at once) and files elsewhere (the ring,
 /// most reads completing in the submission): the engine stops anyway,
 /// and drops the client.

@@ -185,6 +185,39 @@ fn writes_on_file_members_and_simulated_drives() {
 /// from the other's half-written stripe. On files in memory the engine's
 /// writes run in the writer's own thread (inline), beside the blocking
 /// writers' threads.
+/// Bare RAM members, whose I/O a shard reaps at its next pass as due at
+/// once (`Member::start_due`), with no completion through its inbox:
+/// RAID5, RAID6 and RAID10 writes, then every block read back, through
+/// the shards and the blocking engine, and parity scrubbed clean.
+#[test]
+fn writes_on_bare_ram_members_reaped_as_due() {
+    for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 5), (Level::Raid10, 4)] {
+        let members: Vec<MemberRef> = (0..n)
+            .map(|i| {
+                Arc::new(raid_core::member::RamMember::new(
+                    format!("ram:due-{level}-{i}"),
+                    MIN_DATA_OFFSET + DATA,
+                )) as MemberRef
+            })
+            .collect();
+        let a = array(level, members, &format!("shard-w-ram-{level}"));
+        let mut model = start_model(&a);
+        let e = Engine::start(a.clone(), 2).unwrap();
+        if e.shard_count() == 0 {
+            return eprintln!("skipped: no io_uring here");
+        }
+        writes(&e, &mut model, 3000, 64, 41, |_| true);
+        assert!(
+            e.counts().writes_on_shards.load(Ordering::Relaxed) > 0,
+            "{level}: no write ran on the shards"
+        );
+        reads(&e, &model, 2000, 43);
+        drop(e);
+        matches(&a, &model);
+        scrub_clean(&a);
+    }
+}
+
 #[test]
 fn shard_and_blocking_writers_share_stripes() {
     let mem = support::array::memory_dir("raid-shard-shared");

@@ -306,7 +306,8 @@ impl Shard {
             // page cache): what waits in the inbox (a Stop, others'
             // requests, completions posted back) is taken at the next turn.
             // On a shard its caller turns, nothing may reach the inbox
-            // meanwhile (members in memory end I/O in `ended`): there a
+            // meanwhile (members in memory end I/O in `ended`, RAM's is
+            // due at once): there a
             // turn ends after `CALLER_PASSES` passes in which clients gave
             // (not at the first: `ended` may hold what its caller waits
             // for, such as a vanished disk's errors).

@@ -8,9 +8,10 @@
 //! Its members should complete I/O through `Member::start_timed`, with
 //! completions the caller fires itself (each one queues the I/O's end in
 //! the shard's inbox; `turn` handles it), or through `Member::start_due`
-//! with the I/O due as it starts (RAM: reaped at the turn's next pass);
-//! not with a later time (the simulated drive): that I/O would complete
-//! by the wall clock, which no seed decides. Work the shard hands to the
+//! with the I/O due as it starts (RAM: reaped at a later pass of the
+//! turn; where the kernel's ring cannot wait for a time, as timed I/O at
+//! the next turn); not with a later time (the simulated drive): that I/O
+//! would complete by the wall clock, which no seed decides. Work the shard hands to the
 //! blocking path waits in this value until `run_blocking` runs it.
 
 use super::event_loop::{Shard, RING};

@@ -97,6 +97,36 @@ fn run(t: &dyn Target, write: bool, qd: usize, dur: Duration) -> Sample {
     Sample::of(lat, secs)
 }
 
+/// The blocks a stream of I/O goes to: at random, or one after another
+/// (`seq`) from `first`.
+struct Blocks {
+    rng: SmallRng,
+    next: u64,
+    blocks: u64,
+    seq: bool,
+}
+
+impl Blocks {
+    fn new(seed: u64, first: u64, blocks: u64, seq: bool) -> Blocks {
+        let rng = SmallRng::seed_from_u64(seed);
+        Blocks {
+            rng,
+            next: first,
+            blocks,
+            seq,
+        }
+    }
+
+    fn next(&mut self) -> u64 {
+        if !self.seq {
+            return self.rng.gen_range(0..self.blocks);
+        }
+        let b = self.next;
+        self.next = (b + 1) % self.blocks;
+        b
+    }
+}
+
 /// Keeps `qd` I/Os in flight from this one thread for `dur`: `start(off,
 /// done)` starts one at `off` and `done` is called at its completion.
 /// Offsets at random, or one after another (`seq`) from block 0.
@@ -108,15 +138,11 @@ fn run_async(
     seq: bool,
 ) -> Sample {
     let (tx, rx) = std::sync::mpsc::channel::<u32>();
-    let mut rng = SmallRng::seed_from_u64(qd as u64 + 11);
-    let next = std::cell::Cell::new(0u64);
-    let issue = |rng: &mut SmallRng| {
+    let mut at = Blocks::new(qd as u64 + 11, 0, blocks, seq);
+    let issue = |at: &mut Blocks| {
         let tx = tx.clone();
         let t0 = Instant::now();
-        let block = match seq {
-            true => next.replace((next.get() + 1) % blocks),
-            false => rng.gen_range(0..blocks),
-        };
+        let block = at.next();
         start(
             block * BS as u64,
             Box::new(move || {
@@ -126,12 +152,12 @@ fn run_async(
     };
     let began = Instant::now();
     for _ in 0..qd {
-        issue(&mut rng);
+        issue(&mut at);
     }
     let mut lat = Vec::with_capacity(1 << 20);
     while began.elapsed() < dur {
         lat.push(rx.recv().expect("a completion"));
-        issue(&mut rng);
+        issue(&mut at);
     }
     let secs = began.elapsed().as_secs_f64();
     for _ in 0..qd {
@@ -198,19 +224,10 @@ fn bare_thread(
         .ok()
         .filter(|r| r.params().is_feature_ext_arg());
     let mut due = std::collections::BinaryHeap::new();
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let mut next = first;
+    let mut at = Blocks::new(seed, first, blocks, seq);
     let mut scratch = [0u8; BS];
     let mut issue = |due: &mut std::collections::BinaryHeap<_>| {
-        let block = match seq {
-            true => {
-                let b = next;
-                next = (next + 1) % blocks;
-                b
-            }
-            false => rng.gen_range(0..blocks),
-        };
-        let off = block * BS as u64;
+        let off = at.next() * BS as u64;
         let m = &bare.0[(off / MEMBER_DATA) as usize];
         let op = match write {
             true => IoOp::Write(&scratch),

@@ -26,7 +26,7 @@
 
 mod common;
 
-use common::Sample;
+use common::{Blocks, Sample};
 use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
@@ -97,36 +97,6 @@ fn run(t: &dyn Target, write: bool, qd: usize, dur: Duration) -> Sample {
     Sample::of(lat, secs)
 }
 
-/// The blocks a stream of I/O goes to: at random, or one after another
-/// (`seq`) from `first`.
-struct Blocks {
-    rng: SmallRng,
-    next: u64,
-    blocks: u64,
-    seq: bool,
-}
-
-impl Blocks {
-    fn new(seed: u64, first: u64, blocks: u64, seq: bool) -> Blocks {
-        let rng = SmallRng::seed_from_u64(seed);
-        Blocks {
-            rng,
-            next: first,
-            blocks,
-            seq,
-        }
-    }
-
-    fn next(&mut self) -> u64 {
-        if !self.seq {
-            return self.rng.gen_range(0..self.blocks);
-        }
-        let b = self.next;
-        self.next = (b + 1) % self.blocks;
-        b
-    }
-}
-
 /// Keeps `qd` I/Os in flight from this one thread for `dur`: `start(off,
 /// done)` starts one at `off` and `done` is called at its completion.
 /// Offsets at random, or one after another (`seq`) from block 0.
@@ -188,8 +158,7 @@ fn bare_polled(
     let runs: Vec<(Vec<u32>, f64)> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let depth = qd / threads + usize::from(t < qd % threads);
-                let first = blocks / threads as u64 * t as u64;
+                let (depth, first) = common::share(qd, blocks, threads, t);
                 let seed = (qd * threads + t) as u64 + 11;
                 sc.spawn(move || {
                     bare_thread(bare, write, blocks, depth, (began, dur), (seq, first, seed))

@@ -106,17 +106,21 @@ impl Default for OpStats {
 
 /// This thread's shard index, handed out round-robin at its first count.
 fn shard_index() -> usize {
-    use std::cell::Cell;
     static NEXT: AtomicU64 = AtomicU64::new(0);
     thread_local! {
         static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
     }
-    INDEX.with(|i| {
-        if i.get() == usize::MAX {
-            i.set(NEXT.fetch_add(1, Ordering::Relaxed) as usize % SHARDS);
-        }
-        i.get()
-    })
+    INDEX.with(|i| round_robin(&NEXT, i, SHARDS))
+}
+
+/// A thread's index (below `n`) kept in `mine`, handed out from `next`
+/// in turn at its first use: threads that count from the start (the
+/// shards) get indexes of their own.
+fn round_robin(next: &AtomicU64, mine: &Cell<usize>, n: usize) -> usize {
+    if mine.get() == usize::MAX {
+        mine.set(next.fetch_add(1, Ordering::Relaxed) as usize % n);
+    }
+    mine.get()
 }
 
 impl OpStats {
@@ -202,12 +206,7 @@ impl StripedCounter {
         thread_local! {
             static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
         }
-        let i = STRIPE.with(|s| {
-            if s.get() == usize::MAX {
-                s.set(NEXT.fetch_add(1, Ordering::Relaxed) as usize % STRIPES_PER_COUNTER);
-            }
-            s.get()
-        });
+        let i = STRIPE.with(|s| round_robin(&NEXT, s, STRIPES_PER_COUNTER));
         self.stripes[i].0.fetch_add(n, Ordering::Relaxed);
     }
 

@@ -15,18 +15,31 @@ use std::time::{Duration, Instant};
 
 mod support;
 
+/// The `/proc` directories of this process's threads whose name passes
+/// `named`.
+fn threads(named: impl Fn(&str) -> bool) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .map(|t| t.path())
+        .filter(|t| {
+            named(
+                std::fs::read_to_string(t.join("comm"))
+                    .unwrap_or_default()
+                    .trim_end(),
+            )
+        })
+        .collect()
+}
+
 /// CPU time used so far by this process's threads named `shard-*`, from
 /// their `/proc` stat (user and system ticks).
 fn shards_cpu() -> Duration {
     // SAFETY: sysconf only reads a configuration value.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     let mut ticks = 0;
-    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if !comm.starts_with("shard-") {
-            continue;
-        }
-        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+    for t in threads(|name| name.starts_with("shard-")) {
+        let stat = std::fs::read_to_string(t.join("stat")).unwrap_or_default();
         // Fields after the command's closing parenthesis: state is the
         // 3rd field of the line, utime the 14th, stime the 15th.
         let rest = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
@@ -41,19 +54,15 @@ fn shards_cpu() -> Duration {
 /// Times the drives' timer thread (`sim-nvme-timer`) has woken so far:
 /// its voluntary context switches (0 where it has not started).
 fn timer_wake_ups() -> u64 {
-    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if comm.trim_end() != "sim-nvme-timer" {
-            continue;
-        }
-        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
-        return status
-            .lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-    }
-    0
+    let Some(t) = threads(|name| name == "sim-nvme-timer").pop() else {
+        return 0;
+    };
+    let status = std::fs::read_to_string(t.join("status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// Over drives that take 200 ms a read, five reads one after another keep

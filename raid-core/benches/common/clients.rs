@@ -3,8 +3,6 @@
 //! their own: 4 KiB I/Os kept in flight, each timed.
 
 use raid_core::buf::AlignedBuf;
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,12 +14,8 @@ const BS: u64 = 4096;
 /// back, sends their latencies and the seconds it gave I/Os for.
 struct Load {
     write: bool,
-    /// One block after another from `next` (else at random).
-    seq: bool,
-    next: u64,
+    at: super::Blocks,
     depth: usize,
-    blocks: u64,
-    rng: SmallRng,
     until: Instant,
     began: Option<Instant>,
     given_for: f64,
@@ -47,29 +41,22 @@ impl raid_core::shard::Client for Load {
             self.given_for = began.elapsed().as_secs_f64();
             while self.in_flight < self.depth {
                 self.in_flight += 1;
-                let block = match self.seq {
-                    true => {
-                        let b = self.next;
-                        self.next = (b + 1) % self.blocks;
-                        b
-                    }
-                    false => self.rng.gen_range(0..self.blocks),
-                };
-                let off = block * BS;
+                let off = self.at.next() * BS;
                 let mut b = self
                     .spare
                     .pop()
                     .unwrap_or_else(|| AlignedBuf::new(BS as usize));
                 let came = self.came.clone();
                 let t0 = Instant::now();
-                let took = move || t0.elapsed().as_micros().min(u32::MAX as u128) as u32;
+                let done: raid_core::shard::ReadDone = Box::new(move |r| {
+                    let took = t0.elapsed().as_micros().min(u32::MAX as u128) as u32;
+                    came.lock().unwrap().push((took, r))
+                });
                 if self.write {
                     b[..8].copy_from_slice(&off.to_le_bytes());
-                    let done = move |r| came.lock().unwrap().push((took(), r));
-                    io.write(off, b, Box::new(done));
+                    io.write(off, b, done);
                 } else {
-                    let done = move |r| came.lock().unwrap().push((took(), r));
-                    io.read(off, b, Box::new(done));
+                    io.read(off, b, done);
                 }
             }
         } else if self.in_flight == 0 {
@@ -98,13 +85,11 @@ pub fn on_shards(
     let (tx, rx) = std::sync::mpsc::channel();
     let until = Instant::now() + dur;
     for i in 0..shards {
+        let (depth, first) = super::share(qd, blocks, shards, i);
         let load = Load {
             write,
-            seq,
-            next: blocks / shards as u64 * i as u64,
-            depth: qd / shards + usize::from(i < qd % shards),
-            blocks,
-            rng: SmallRng::seed_from_u64((qd * 31 + i) as u64),
+            at: super::Blocks::new((qd * 31 + i) as u64, first, blocks, seq),
+            depth,
             until,
             began: None,
             given_for: 0.0,

@@ -7,6 +7,8 @@ pub mod clients;
 use raid_core::array::{Array, CreateOptions};
 use raid_core::layout::Level;
 use raid_core::member::MemberRef;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 /// The array a bench measures: `level` over `members`, chunk `chunk`.
 #[allow(dead_code)] // Not every bench uses it.
@@ -128,4 +130,46 @@ pub fn chosen(levels: &[Level]) -> impl Iterator<Item = Level> + '_ {
         .iter()
         .copied()
         .filter(move |l| only.as_ref().is_none_or(|o| *o == l.to_string()))
+}
+
+#[allow(dead_code)] // Not every bench uses it.
+/// The blocks a stream of I/O goes to: at random, or one after another
+/// (`seq`) from `first`.
+pub struct Blocks {
+    rng: SmallRng,
+    next: u64,
+    blocks: u64,
+    seq: bool,
+}
+
+impl Blocks {
+    pub fn new(seed: u64, first: u64, blocks: u64, seq: bool) -> Blocks {
+        let rng = SmallRng::seed_from_u64(seed);
+        Blocks {
+            rng,
+            next: first,
+            blocks,
+            seq,
+        }
+    }
+
+    pub fn next(&mut self) -> u64 {
+        if !self.seq {
+            return self.rng.gen_range(0..self.blocks);
+        }
+        let b = self.next;
+        self.next = (b + 1) % self.blocks;
+        b
+    }
+}
+
+/// Stream `i` of `n` sharing `qd` I/Os in flight over `blocks`: its depth
+/// (the remainder to the first ones) and the block its sequential I/O
+/// starts at (the streams spread evenly over the blocks).
+#[allow(dead_code)] // Not every bench uses it.
+pub fn share(qd: usize, blocks: u64, n: usize, i: usize) -> (usize, u64) {
+    (
+        qd / n + usize::from(i < qd % n),
+        blocks / n as u64 * i as u64,
+    )
 }

@@ -273,16 +273,21 @@ impl SimNvme {
     }
 
     fn io(&self, write: bool, len: usize) -> Arc<Completion> {
+        self.completion_at(self.schedule(write, len))
+    }
+
+    /// A completion the timer thread fires at `at`.
+    fn completion_at(&self, at: Instant) -> Arc<Completion> {
         let c = Completion::new();
-        timer().add(self.schedule(write, len), c.clone());
+        timer().add(at, c.clone());
         c
     }
 
-    /// An I/O whose completion calls `then` (on the timer thread).
-    fn io_then(&self, write: bool, len: usize, then: Box<dyn FnOnce() + Send>) {
-        let c = Completion::new();
-        *c.then.lock() = Some(then);
-        timer().add(self.schedule(write, len), c);
+    /// Moves `op`'s bytes (RAM) and says when the drive completes it: how
+    /// every I/O a caller does not wait for in place starts.
+    fn start(&self, op: &mut IoOp<'_>, offset: u64) -> io::Result<Instant> {
+        op.run_on(&self.ram, offset)?;
+        Ok(self.schedule(matches!(op, IoOp::Write(_)), op.len()))
     }
 }
 
@@ -330,26 +335,27 @@ impl Member for SimNvme {
     fn timed(&self) -> bool {
         true
     }
+    /// Its completion calls `done` on the timer thread.
     fn start_timed(
         &self,
         mut op: IoOp<'_>,
         offset: u64,
         done: super::TimedDone,
     ) -> Option<io::Result<()>> {
-        let r = op.run_on(&self.ram, offset);
-        let done = Box::new(move || done(Ok(())));
-        Some(r.map(|()| self.io_then(matches!(op, IoOp::Write(_)), op.len(), done)))
+        Some(self.start(&mut op, offset).map(|at| {
+            let c = Completion::new();
+            *c.then.lock() = Some(Box::new(move || done(Ok(()))));
+            timer().add(at, c);
+        }))
     }
     /// The completion time alone, for a caller that waits on its own ring:
     /// the timer thread is not involved.
     fn start_due(&self, mut op: IoOp<'_>, offset: u64) -> Option<io::Result<Instant>> {
-        let r = op.run_on(&self.ram, offset);
-        Some(r.map(|()| self.schedule(matches!(op, IoOp::Write(_)), op.len())))
+        Some(self.start(&mut op, offset))
     }
     fn begin(&self, io: &mut MemberIo<'_>) -> Option<io::Result<Box<dyn Pending>>> {
-        let r = io.op.run_on(&self.ram, io.offset);
-        let (write, len) = (matches!(io.op, IoOp::Write(_)), io.len());
-        Some(r.map(|()| Box::new(self.io(write, len)) as Box<dyn Pending>))
+        let r = self.start(&mut io.op, io.offset);
+        Some(r.map(|at| Box::new(self.completion_at(at)) as Box<dyn Pending>))
     }
 }
 

@@ -231,10 +231,7 @@ impl Shard {
                 self.inbox.sleeping.store(false, Ordering::SeqCst);
                 continue;
             }
-            match until {
-                None => self.enter(1),
-                Some(at) => self.enter_until(at),
-            }
+            self.enter_until(1, until);
             self.inbox.sleeping.store(false, Ordering::SeqCst);
         }
     }
@@ -346,40 +343,33 @@ impl Shard {
 
     /// Submits what is queued on the ring, waiting for `want` completions.
     fn enter(&mut self, want: usize) {
+        self.enter_until(want, None)
+    }
+
+    /// As `enter`, waiting no later than `until` where it is given (the
+    /// wait reckoned here, so the time spent getting here is not waited
+    /// again).
+    fn enter_until(&mut self, want: usize, until: Option<Instant>) {
         loop {
-            match self.ring.submit_and_wait(want) {
+            let r = match until {
+                None => self.ring.submit_and_wait(want),
+                Some(at) => {
+                    let ts = types::Timespec::from(at.saturating_duration_since(Instant::now()));
+                    let args = types::SubmitArgs::new().timespec(&ts);
+                    self.ring.submitter().submit_with_args(want, &args)
+                }
+            };
+            match r {
                 Ok(_) => return,
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                    // The completion queue is full: the caller reaps.
-                    return;
-                }
+                // The time came (ETIME), or the completion queue is full
+                // (EBUSY): the caller reaps.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EBUSY)) => return,
                 Err(e) => {
                     tracing::error!("shard: io_uring_enter: {e}");
                     std::thread::sleep(std::time::Duration::from_millis(1));
                     return;
                 }
-            }
-        }
-    }
-
-    /// As `enter(1)`, waiting no later than `at` (reckoned here, so the
-    /// time spent getting here is not waited again).
-    fn enter_until(&mut self, at: Instant) {
-        let ts = types::Timespec::from(at.saturating_duration_since(Instant::now()));
-        let args = types::SubmitArgs::new().timespec(&ts);
-        match self.ring.submitter().submit_with_args(1, &args) {
-            Ok(_) => {}
-            // The time came (ETIME), a signal (EINTR), a full completion
-            // queue (EBUSY): the loop reaps and looks again.
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ETIME | libc::EINTR | libc::EBUSY)
-                ) => {}
-            Err(e) => {
-                tracing::error!("shard: io_uring_enter: {e}");
-                std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
     }

@@ -498,3 +498,75 @@ fn a_stepped_turn_ends_under_a_client_that_never_finishes() {
     };
     assert!(served >= 100, "{served} reads served in 100 turns");
 }
+
+/// Sends on each byte it reads from its socket, which it has its shard
+/// poll on the ring (`Local::watch`) whenever the socket runs dry; ends
+/// when the peer closes it.
+struct Echo {
+    sock: std::os::unix::net::UnixStream,
+    watching: bool,
+    got: mpsc::Sender<u8>,
+}
+
+impl Client for Echo {
+    fn poll(&mut self, io: &mut Local<'_>) -> bool {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        const TOKEN: u64 = 7;
+        if self.watching && io.fired(TOKEN) {
+            self.watching = false;
+        }
+        let mut b = [0u8; 16];
+        loop {
+            match (&self.sock).read(&mut b) {
+                Ok(0) => return false,
+                Ok(n) => b[..n].iter().for_each(|&x| {
+                    let _ = self.got.send(x);
+                }),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => return false,
+            }
+        }
+        if !self.watching {
+            self.watching = true;
+            io.watch(self.sock.as_raw_fd(), libc::POLLIN as u32, TOKEN);
+        }
+        true
+    }
+}
+
+/// A client waiting for its socket is polled when the peer writes, though
+/// nothing else turns its shard (no request in flight, the shard asleep in
+/// its ring), and again for the next write; it ends when the peer closes.
+#[test]
+fn a_client_is_polled_when_its_watched_socket_is_ready() {
+    use std::io::Write;
+    let Some((_a, e)) = engine_over(Level::Raid5, sims(4, "w"), "clients-watch") else {
+        return;
+    };
+    let (sock, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let (got, came) = mpsc::channel();
+    let echo = Echo {
+        sock,
+        watching: false,
+        got,
+    };
+    assert!(e.run_client(1, Box::new(echo)).is_ok());
+    for x in [b'a', b'b', b'c'] {
+        // Long enough for the shard to have gone to sleep.
+        std::thread::sleep(Duration::from_millis(100));
+        peer.write_all(&[x]).unwrap();
+        assert_eq!(
+            came.recv_timeout(Duration::from_secs(10)),
+            Ok(x),
+            "the client was not polled when its socket had a byte"
+        );
+    }
+    drop(peer);
+    assert_eq!(
+        came.recv_timeout(Duration::from_secs(10)),
+        Err(mpsc::RecvTimeoutError::Disconnected),
+        "the client saw its socket close and ended"
+    );
+}

@@ -20,10 +20,12 @@
 //! thread.
 
 use super::event_loop::Shard;
-use super::{Inbox, Job, ReadDone, ReadJob, Request, WriteDone, WriteJob};
+use super::{Done, Fallback, Inbox, Job, ReadDone, ReadJob, Request, WriteDone, WriteJob};
 use crate::array::Array;
 use crate::buf::AlignedBuf;
+use crossbeam_channel as channel;
 use std::cell::Cell;
+use std::os::fd::RawFd;
 use std::sync::Arc;
 
 thread_local! {
@@ -127,7 +129,18 @@ impl Local<'_> {
     /// says).
     pub fn write(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
         self.given += 1;
-        let done = at_home(&self.shard.inbox, done);
+        // A small write to members in memory runs here, as
+        // `Engine::write` runs it on its caller's thread (`inline.rs`),
+        // rather than crossing to its owner and back. Its completion is
+        // posted, to run after this poll, not inside it.
+        let home = self.shard.inbox.clone();
+        let done: WriteDone = Box::new(move |r| home.push(Job::Call(Box::new(move || done(r)))));
+        let shard = &*self.shard;
+        let (data, done) =
+            match super::inline::write_here(&shard.array, &shard.blocking, offset, data, done) {
+                Ok(()) => return,
+                Err(back) => back,
+            };
         let job = Request::Write(WriteJob { offset, data, done });
         let peers = &self.shard.peers;
         let job = match write_owner(&self.shard.array, offset, peers.len()) {
@@ -144,9 +157,77 @@ impl Local<'_> {
         self.shard.waiting.push_back(job);
     }
 
+    /// `Engine::flush`: `done` runs on this shard's thread (as `Client`
+    /// says).
+    pub fn flush(&mut self, done: Done) {
+        self.given += 1;
+        let done = at_home(&self.shard.inbox, done);
+        if let Err(channel::SendError(done)) = self.shard.blocking.flusher.send(done) {
+            super::answer(done, Err(super::stopping()));
+        }
+    }
+
+    /// `Engine::write_zeroes`: `done` runs on this shard's thread (as
+    /// `Client` says).
+    pub fn write_zeroes(&mut self, offset: u64, len: u64, done: Done) {
+        self.given += 1;
+        let done = at_home(&self.shard.inbox, done);
+        self.shard
+            .blocking
+            .send(Fallback::Zeroes { offset, len, done });
+    }
+
+    /// Polls `fd` once for `events` (`libc::POLLIN`, `POLLOUT`) on this
+    /// shard's ring: when it is ready (or shut, or in error), the shard
+    /// turns, and the client's next poll finds `fired(token)` true. For a
+    /// client that waits for a socket: without it, a client is polled only
+    /// when its shard turns for something else. `token` (below 2^62) names
+    /// the poll among this shard's clients' (a file descriptor, say); one
+    /// poll per token at a time, the client re-arming it once it fired.
+    pub fn watch(&mut self, fd: RawFd, events: u32, token: u64) {
+        self.shard.watch(fd, events, token)
+    }
+
+    /// Whether the poll named `token` fired since the last poll of the
+    /// clients (true once per firing).
+    pub fn fired(&mut self, token: u64) -> bool {
+        match self.shard.fired.iter().position(|&t| t == token) {
+            Some(i) => {
+                self.shard.fired.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A handle another thread runs closures on this shard with (a front
+    /// end's work that must wait, such as a lock held for a long time, run
+    /// elsewhere and its outcome brought back).
+    pub fn home(&self) -> Home {
+        Home(self.shard.inbox.clone())
+    }
+
     /// Which of the engine's shards this is (0 to `Engine::shard_count`).
     pub fn shard(&self) -> usize {
         self.shard.index
+    }
+}
+
+/// A shard, for another thread to run a closure on (`Local::home`).
+#[derive(Clone)]
+pub struct Home(Arc<Inbox>);
+
+impl Home {
+    /// Runs `f` on the shard's thread at its next turn (waking it), after
+    /// which its clients are polled; on this thread where the shard ended.
+    pub fn call(&self, f: impl FnOnce() + Send + 'static) {
+        self.0.push(Job::Call(Box::new(f)));
+    }
+
+    /// Whether this thread is the one running the shard (its loop, or its
+    /// turn on a `Stepped` shard's caller).
+    pub fn is_current(&self) -> bool {
+        ON_SHARD.with(|s| s.get()) == Arc::as_ptr(&self.0)
     }
 }
 

@@ -38,6 +38,10 @@ pub(super) const RING: u32 = 256;
 const CALLER_PASSES: usize = 64;
 /// user_data of the eventfd read that wakes a sleeping shard.
 const WAKE: u64 = u64::MAX;
+/// The bit of user_data that marks a client's poll of a file
+/// (`Local::watch`), its token in the bits below: a request's key never
+/// reaches it (a slab of 2^46 requests).
+const POLL: u64 = 1 << 62;
 /// Bits of user_data that hold the I/O's index within its request.
 const SUB_BITS: u32 = 16;
 /// Most member I/Os one request may have in flight (its index must fit
@@ -123,6 +127,9 @@ pub(super) struct Shard {
     /// kernel holds its address.
     wake_buf: Box<u64>,
     armed: bool,
+    /// Tokens of the clients' polls that completed since the clients were
+    /// last polled (`Local::fired`).
+    pub(super) fired: Vec<u64>,
     /// Which of the engine's shards this is, and every shard's inbox (its
     /// own at `index`), where its clients' writes go (`client.rs`).
     pub(super) index: usize,
@@ -194,6 +201,7 @@ impl Shard {
             held: HashMap::new(),
             wake_buf: Box::new(0),
             armed: false,
+            fired: Vec::new(),
             index,
             peers,
             clients: Vec::new(),
@@ -270,6 +278,9 @@ impl Shard {
             let reaped = self.reap();
             // After the completions, which their next requests follow.
             let given = self.poll_clients();
+            // Each client looked at its own (a poll of a client that ended
+            // meanwhile fires for no one).
+            self.fired.clear();
             let mut started = 0;
             while let Some(r) = self.waiting.front() {
                 // Ring entries it may take at once (a read: one per
@@ -411,6 +422,22 @@ impl Shard {
             self.inbox.ring_bell();
             self.enter(1);
             self.reap();
+        }
+    }
+
+    /// Puts a one-shot poll of `fd` for `events` on the ring for a client
+    /// (`Local::watch`): its completion turns the shard, and the token is
+    /// in `fired` for that pass's poll of the clients. It holds no buffer;
+    /// the kernel holds the file until it completes (a shutdown of a
+    /// socket completes it).
+    pub(super) fn watch(&mut self, fd: std::os::fd::RawFd, events: u32, token: u64) {
+        debug_assert!(token < POLL, "a token below the poll bit");
+        let e = opcode::PollAdd::new(types::Fd(fd), events)
+            .build()
+            .user_data(POLL | token);
+        // SAFETY: a poll points at no memory of ours.
+        if unsafe { self.ring.submission().push(&e) }.is_err() {
+            self.overflow.push_back(e);
         }
     }
 
@@ -573,6 +600,13 @@ impl Shard {
         for (i, (ud, res)) in done.into_iter().enumerate() {
             if ud == WAKE {
                 self.armed = false;
+                continue;
+            }
+            if ud & POLL != 0 {
+                // A client's file is ready: its next poll (this pass's)
+                // sees it.
+                self.fired.push(ud & !POLL);
+                n += 1;
                 continue;
             }
             if i >= n_ended {

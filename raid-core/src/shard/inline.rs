@@ -30,13 +30,15 @@
 //! ordered against writes in flight on any path (a read in flight with a
 //! write returns either), so serving one here breaks no promise.
 
-use super::{answer, Engine, Fallback, ReadDone, ReadJob, WriteDone, WriteJob};
+use super::{answer, Blocking, Engine, Fallback, ReadDone, ReadJob, WriteDone, WriteJob};
 use crate::array::async_write::{AsyncWrite, Next, Start};
 use crate::array::copies_read::CopiesRead;
+use crate::array::Array;
 use crate::buf::AlignedBuf;
 use crate::member::{read_counted, write_counted, Member};
 use crate::stats::Started;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Chunks a read may touch, and bytes it may copy, and still be copied
 /// here: a larger read is a long copy that holds up the caller (a front
@@ -127,79 +129,97 @@ impl Engine {
         data: AlignedBuf,
         done: WriteDone,
     ) -> Result<(), (AlignedBuf, WriteDone)> {
-        let geo = self.array.geometry();
-        let len = data.len() as u64;
-        // Inside one chunk, so `member_bytes` holds (one across chunks may
-        // rewrite whole columns).
-        let small = len > 0
-            && offset / geo.chunk == (offset + len - 1) / geo.chunk
-            && member_bytes(&geo, data.len()) <= MAX_WRITE_MEMBER_BYTES;
-        if self.shards.is_empty() || !small || !self.array.any_in_memory() {
+        if self.shards.is_empty() {
             return Err((data, done));
         }
-        let mut w = match AsyncWrite::start(&self.array, offset, data, in_memory) {
-            // A degraded stripe's write is journaled, and its record waits
-            // for a group: its shard runs it, reads and all.
-            Start::Go(w) if w.degraded() => return Err((w.give_up(), done)),
-            Start::Go(w) => w,
-            Start::Blocking(data) => return Err((data, done)),
-        };
-        let next = loop {
-            debug_assert!(
-                !w.journal_due(),
-                "only a degraded stripe's write is journaled, and it was handed back at its start"
-            );
-            let results = (0..w.ios().len())
-                .map(|i| {
-                    let io = w.ios()[i];
-                    let (ptr, len) = w.io_buf(i);
-                    let m = w.handles()[io.slot].as_ref();
-                    // SAFETY: `io_buf` is a buffer of `w` (its own, or its
-                    // request's data), alive and unmoved while `w` is, and
-                    // nothing else uses it during this call: this thread
-                    // owns `w`, and a step's reads go to buffers no other
-                    // I/O of the step uses (its writes only read theirs).
-                    unsafe {
-                        match io.write {
-                            true => {
-                                write_counted(m, std::slice::from_raw_parts(ptr, len), io.offset)
-                            }
-                            false => {
-                                read_counted(m, std::slice::from_raw_parts_mut(ptr, len), io.offset)
-                            }
+        let blocking = self.blocking.as_ref().expect("set until drop");
+        write_here(&self.array, blocking, offset, data, done)
+    }
+}
+
+/// `Engine::write_inline`'s work, on whichever thread calls it (a
+/// caller's, or a shard's for its clients: `Local::write`), given an
+/// engine with shards.
+pub(super) fn write_here(
+    array: &Arc<Array>,
+    blocking: &Blocking,
+    offset: u64,
+    data: AlignedBuf,
+    done: WriteDone,
+) -> Result<(), (AlignedBuf, WriteDone)> {
+    let geo = array.geometry();
+    let len = data.len() as u64;
+    // Inside one chunk, so `member_bytes` holds (one across chunks may
+    // rewrite whole columns).
+    let small = len > 0
+        && offset / geo.chunk == (offset + len - 1) / geo.chunk
+        && member_bytes(&geo, data.len()) <= MAX_WRITE_MEMBER_BYTES;
+    if !small || !array.any_in_memory() {
+        return Err((data, done));
+    }
+    let mut w = match AsyncWrite::start(array, offset, data, in_memory) {
+        // A degraded stripe's write is journaled, and its record waits
+        // for a group: its shard runs it, reads and all.
+        Start::Go(w) if w.degraded() => return Err((w.give_up(), done)),
+        Start::Go(w) => w,
+        Start::Blocking(data) => return Err((data, done)),
+    };
+    let next = loop {
+        debug_assert!(
+            !w.journal_due(),
+            "only a degraded stripe's write is journaled, and it was handed back at its start"
+        );
+        let results = (0..w.ios().len())
+            .map(|i| {
+                let io = w.ios()[i];
+                let (ptr, len) = w.io_buf(i);
+                let m = w.handles()[io.slot].as_ref();
+                // SAFETY: `io_buf` is a buffer of `w` (its own, or its
+                // request's data), alive and unmoved while `w` is, and
+                // nothing else uses it during this call: this thread
+                // owns `w`, and a step's reads go to buffers no other
+                // I/O of the step uses (its writes only read theirs).
+                unsafe {
+                    match io.write {
+                        true => write_counted(m, std::slice::from_raw_parts(ptr, len), io.offset),
+                        false => {
+                            read_counted(m, std::slice::from_raw_parts_mut(ptr, len), io.offset)
                         }
                     }
-                })
-                .collect();
-            match w.advance(results) {
-                Next::Io => continue,
-                next => break next,
-            }
-        };
-        if matches!(next, Next::Done(_) | Next::Finish(_)) {
-            self.counts.writes_inline.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+            .collect();
+        match w.advance(results) {
+            Next::Io => continue,
+            next => break next,
         }
-        match next {
-            Next::Io => unreachable!("looped on above"),
-            Next::Done(r) => {
-                // Its guards go before the client hears.
-                let data = w.give_up();
-                answer(done, r.map(|()| data));
-            }
-            Next::Blocking(failed) => {
-                let job = WriteJob {
-                    offset,
-                    data: w.give_up(),
-                    done,
-                };
-                self.blocking(Fallback::Write { job, failed });
-            }
-            // Failing a member waits for writers in flight: on the
-            // engine's finishing thread, as a shard's write.
-            Next::Finish(results) => self.blocking(Fallback::Finish { w, results, done }),
-        }
-        Ok(())
+    };
+    if matches!(next, Next::Done(_) | Next::Finish(_)) {
+        blocking
+            .counts
+            .writes_inline
+            .fetch_add(1, Ordering::Relaxed);
     }
+    match next {
+        Next::Io => unreachable!("looped on above"),
+        Next::Done(r) => {
+            // Its guards go before the client hears.
+            let data = w.give_up();
+            answer(done, r.map(|()| data));
+        }
+        Next::Blocking(failed) => {
+            let job = WriteJob {
+                offset,
+                data: w.give_up(),
+                done,
+            };
+            blocking.send(Fallback::Write { job, failed });
+        }
+        // Failing a member waits for writers in flight: on the
+        // engine's finishing thread, as a shard's write.
+        Next::Finish(results) => blocking.send(Fallback::Finish { w, results, done }),
+    }
+    Ok(())
 }
 
 /// Whether a member's I/O is a copy in memory (`write_inline`'s members).

@@ -70,7 +70,7 @@ mod read;
 mod stepped;
 mod write;
 
-pub use client::{Client, Local};
+pub use client::{Client, Home, Local};
 pub use stepped::Stepped;
 
 use crate::array::async_write::AsyncWrite;

@@ -173,7 +173,65 @@ fn silent_connections_do_not_lock_clients_out() {
 /// optimal, its parity consistent, and the server serving.
 #[test]
 fn many_requests_in_flight_on_one_connection() {
-    in_flight_on_one_connection(World::new("inflight"));
+    in_flight_on_one_connection(World::new("inflight"), ServedOn::Shards);
+}
+
+/// The same on the connection's own threads, where TLS connections are
+/// served and `RAIDCTL_NBD_ON_SHARDS=0` serves plain ones (to compare).
+#[test]
+fn many_requests_in_flight_on_one_connection_on_its_own_threads() {
+    in_flight_on_one_connection(World::new("inflight-thr"), ServedOn::Threads);
+}
+
+/// A burst of more requests than a connection may have in flight (256),
+/// each answered at once (an error: a flush with a range), sent before
+/// any reply is read: every one is answered, though the server takes the
+/// later ones only as the earlier replies go out and no more arrive from
+/// the socket.
+#[test]
+fn a_burst_past_the_in_flight_limit_answered_at_once_is_answered_whole() {
+    let w = World::new("burst");
+    let (_m, sock, _) = w.served_raid5("burst");
+    let (mut c, _) = nbd_connect(&sock, "burst");
+    c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    const N: u64 = 700;
+    // In one write, so that the server's one receive takes them all.
+    let mut burst = Vec::new();
+    for i in 0..N {
+        nbd_request(&mut burst, 3, 0, i, 4096, 4096); // a flush with a range: EINVAL
+    }
+    std::io::Write::write_all(&mut c, &burst).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    for k in 0..N {
+        let (err, cookie) = nbd_reply(&mut c)
+            .unwrap_or_else(|| panic!("no reply {k} of {N} (the connection stalled or ended)"));
+        assert_eq!(err, 22, "request {cookie}");
+        assert!(seen.insert(cookie), "cookie {cookie} answered twice");
+    }
+    drop(c);
+    w.ok(&["stop", "burst"]);
+}
+
+/// Where a plain connection is expected to be served.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum ServedOn {
+    /// On the engine's shards (the default): no thread of its own.
+    Shards,
+    /// On a reader thread and a writer thread (`nbd-replies`) of its own.
+    Threads,
+}
+
+/// The daemon's threads named `nbd-replies`: one per connection served
+/// on threads of its own.
+fn reply_threads(w: &World) -> usize {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", w.daemon_pid())).unwrap();
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "nbd-replies")
+        })
+        .count()
 }
 
 /// The same with members in memory: reads are answered in the
@@ -183,16 +241,35 @@ fn many_requests_in_flight_on_one_connection() {
 #[test]
 fn many_requests_in_flight_on_one_connection_members_in_memory() {
     match World::in_memory("inflight-mem") {
-        Some(w) => in_flight_on_one_connection(w),
+        Some(w) => in_flight_on_one_connection(w, ServedOn::Shards),
         None => eprintln!("no /dev/shm here: members in memory not tried"),
     }
 }
 
-fn in_flight_on_one_connection(w: World) {
+fn in_flight_on_one_connection(w: World, on: ServedOn) {
     use std::collections::HashMap;
     use std::io::{Read, Write};
     const N: u64 = 300;
-    let (_m, sock, _) = w.served_raid5("inflight");
+    let _m = w.raid5_of_four("inflight", 128 << 20);
+    let sock = w.dir.join("inflight.sock");
+    let env: &[(&str, &str)] = match on {
+        ServedOn::Shards => &[],
+        ServedOn::Threads => &[("RAIDCTL_NBD_ON_SHARDS", "0")],
+    };
+    let out = w.run_env(
+        &[
+            "start",
+            "inflight",
+            "--nbd",
+            &format!("unix:{}", sock.display()),
+        ],
+        env,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (mut c, size) = nbd_connect(&sock, "inflight");
     let block = |i: u64| -> Vec<u8> { (0..4096u64).map(|k| (i * 31 + k % 253) as u8).collect() };
     // Blocks spread over the array, one per request, 4 KiB each.
@@ -230,6 +307,13 @@ fn in_flight_on_one_connection(w: World) {
             "a write or the flush failed"
         );
     });
+    // Its replies came, and it is still open: a writer thread of its own
+    // would be there now.
+    let threads = reply_threads(&w);
+    match on {
+        ServedOn::Shards => assert_eq!(threads, 0, "a thread of its own for a plain connection"),
+        ServedOn::Threads => assert_eq!(threads, 1, "the connection's writer thread"),
+    }
     std::thread::scope(|sc| {
         let replies = sc.spawn(|| collect(N, &mut rc, true));
         for i in 0..N {

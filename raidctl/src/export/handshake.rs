@@ -3,7 +3,7 @@
 //! meta contexts), then the transmission phase with what was negotiated.
 
 use super::structured::{Negotiated, ALLOCATION_CONTEXT};
-use super::transmission;
+use super::{on_shard, transmission};
 use super::{protocol_error, Conn};
 use crate::nbd::{self, read_u32, read_u64};
 use crate::remote::tls::{Sock, TlsStream};
@@ -78,7 +78,7 @@ pub(super) fn serve(
     array: Arc<Array>,
     engine: &Engine,
     tls: Option<Arc<rustls::ServerConfig>>,
-    any: &crate::any_bytes::AnyBytes,
+    any: &Arc<crate::any_bytes::AnyBytes>,
     negotiating: &AtomicBool,
 ) -> io::Result<()> {
     // The socket itself, until TLS (when required) is started on it.
@@ -287,14 +287,20 @@ pub(super) fn serve(
         ));
     }
     let read_only = flags_sent & nbd::TFLAG_READ_ONLY != 0;
-    transmission::transmission(
-        c,
-        array,
-        engine,
-        (!asked_block_size, read_only),
-        negotiated,
-        any,
-    )
+    let rules = (!asked_block_size, read_only);
+    if on_shard::wanted(engine) {
+        // A plain socket is served on a shard; TLS stays on threads.
+        match c.into_sock() {
+            Ok(sock) => {
+                let any = any.clone();
+                return on_shard::transmission(sock, array, engine, rules, negotiated, any);
+            }
+            Err(tls) => {
+                return transmission::transmission(tls, array, engine, rules, negotiated, any)
+            }
+        }
+    }
+    transmission::transmission(c, array, engine, rules, negotiated, any)
 }
 
 /// NBD_OPT_LIST_META_CONTEXT and NBD_OPT_SET_META_CONTEXT: the one

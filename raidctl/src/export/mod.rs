@@ -6,6 +6,8 @@
 //! engine.
 
 mod handshake;
+mod on_shard;
+mod requests;
 mod structured;
 mod sub_block;
 mod transmission;
@@ -41,6 +43,8 @@ trait Conn: Read + Write + Send + Sync + 'static {
     fn sends_now(&self) -> bool {
         false
     }
+    /// The plain socket under it, if it is one (not TLS).
+    fn into_sock(self: Box<Self>) -> std::result::Result<Sock, Box<dyn Conn>>;
 }
 /// Both streams clone and shut down alike (`try_clone`, `shutdown`); the
 /// methods given in braces are the stream's own.
@@ -67,8 +71,15 @@ conn!(Sock {
     fn sends_now(&self) -> bool {
         true
     }
+    fn into_sock(self: Box<Self>) -> std::result::Result<Sock, Box<dyn Conn>> {
+        Ok(*self)
+    }
 });
-conn!(TlsStream {});
+conn!(TlsStream {
+    fn into_sock(self: Box<Self>) -> std::result::Result<Sock, Box<dyn Conn>> {
+        Err(self)
+    }
+});
 
 /// How a TCP export is secured.
 #[derive(Clone, Debug, Default)]

@@ -20,28 +20,21 @@
 //! which waits for them.
 
 use super::errno_of;
+use super::requests::{
+    submit, BufPool, Giver, Out, Outbox, Pending, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES,
+};
 use super::structured::{block_status, Negotiated};
 use super::sub_block;
 use super::wire::{send, with_slices, Carry, Form, Payload, Reply};
 use super::{protocol_error, Conn};
-use crate::any_bytes::{AnyBytes, Counted};
+use crate::any_bytes::AnyBytes;
 use crate::nbd::{self, Check, Request};
-use raid_core::array::{Array, ArrayError, BLOCK};
+use raid_core::array::{Array, BLOCK};
 use raid_core::buf::AlignedBuf;
-use raid_core::shard::{Batch, Engine};
-use std::collections::HashMap;
+use raid_core::shard::{Batch, Done, Engine, ReadDone, WriteDone};
 use std::io::{self, Read};
 use std::sync::{Arc, Condvar, Mutex};
 
-/// Requests in flight per connection before the reader waits for replies
-/// to go out (Linux's NBD client sends up to 128 per connection).
-const MAX_IN_FLIGHT: usize = 256;
-/// Payload bytes in flight per connection before the reader waits; a
-/// request alone is let through whatever its size (up to 32 MiB).
-const MAX_IN_FLIGHT_BYTES: usize = 64 << 20;
-/// Bytes of buffers a connection keeps for its next requests: one of
-/// 128 KiB or more is otherwise a fresh mapping of memory each time.
-const POOL_BYTES: usize = 16 << 20;
 /// Requests handed to the engine before the shards owed a wake-up are
 /// rung, though more are at hand.
 const BATCH: usize = 16;
@@ -69,55 +62,6 @@ enum Sender {
     Writer,
 }
 
-/// What the writer thread is given.
-enum Out {
-    Reply(Reply),
-    /// A write with the FUA flag that completed: flush, then reply.
-    FlushThenReply(Pending, Option<AlignedBuf>),
-}
-
-/// A request's claim to its one reply. A completion that is dropped
-/// without being called (a panic in the array's code on the engine's
-/// side) still answers, with EIO: the connection's count of requests in
-/// flight must drain, or the connection (and `Export::stop`) would wait
-/// for it for ever.
-struct Pending {
-    shared: Arc<Shared>,
-    cookie: u64,
-    bytes: usize,
-    form: Form,
-    answered: bool,
-}
-
-impl Pending {
-    fn reply(mut self, err: u32, payload: Payload) {
-        self.answered = true;
-        let form = std::mem::replace(&mut self.form, Form::Simple);
-        self.shared
-            .reply(self.cookie, form, err, payload, self.bytes);
-    }
-
-    /// Hands the claim to the writer, which flushes, then replies.
-    fn flush_then_reply(self, buf: Option<AlignedBuf>) {
-        let shared = self.shared.clone();
-        shared.push(Out::FlushThenReply(self, buf));
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if !self.answered {
-            tracing::error!(
-                "nbd: request {:#x} ended unanswered; answered EIO",
-                self.cookie
-            );
-            let form = std::mem::replace(&mut self.form, Form::Simple);
-            self.shared
-                .reply(self.cookie, form, nbd::EIO, Payload::None, self.bytes);
-        }
-    }
-}
-
 #[derive(Default)]
 struct State {
     out: Vec<Out>,
@@ -139,8 +83,7 @@ struct State {
     reader_asleep: bool,
     /// Bytes of read data in the replies in `out`.
     out_bytes: usize,
-    pool: HashMap<usize, Vec<AlignedBuf>>,
-    pool_bytes: usize,
+    pool: BufPool,
 }
 
 impl State {
@@ -153,32 +96,10 @@ impl State {
             self.in_flight -= 1;
             self.bytes -= r.bytes;
             if let Payload::Data(b) | Payload::Spare(b) = r.payload {
-                unkept.extend(self.keep_buf(b));
+                unkept.extend(self.pool.keep(b));
             }
         }
         unkept
-    }
-
-    fn take_buf(&mut self, len: usize) -> AlignedBuf {
-        match self.pool.get_mut(&len).and_then(|v| v.pop()) {
-            Some(b) => {
-                self.pool_bytes -= len;
-                b
-            }
-            None => AlignedBuf::new(len),
-        }
-    }
-
-    /// Keeps `b` for reuse if the pool has room; otherwise hands it back,
-    /// to be freed once the lock is let go (a large one is an munmap).
-    fn keep_buf(&mut self, b: AlignedBuf) -> Option<AlignedBuf> {
-        if !b.is_empty() && self.pool_bytes + b.len() <= POOL_BYTES {
-            self.pool_bytes += b.len();
-            self.pool.entry(b.len()).or_default().push(b);
-            None
-        } else {
-            Some(b)
-        }
     }
 }
 
@@ -193,7 +114,7 @@ struct Shared {
     room: Condvar,
 }
 
-impl Shared {
+impl Outbox for Shared {
     /// Called by completions: never blocks beyond the lock. One queued by
     /// the reader's own thread wakes no one until `DEFER_BYTES` are
     /// queued: the reader lets it go (`let_replies_go`).
@@ -213,7 +134,9 @@ impl Shared {
             self.ready.notify_one();
         }
     }
+}
 
+impl Shared {
     /// Called by the reader before it may wait for the client, and every
     /// `BATCH` requests: sends the replies queued so far itself where `c`
     /// takes them without waiting, no one else is sending and they carry
@@ -430,7 +353,7 @@ fn read_requests(
             }
             s.in_flight += 1;
             s.bytes += bytes;
-            s.take_buf(bytes)
+            s.pool.take(bytes)
         };
         // A write's payload is read even when the write is refused, so the
         // stream stays in step. The request counts as in flight already: an
@@ -498,7 +421,12 @@ fn read_requests(
                     }
                     _ => None,
                 };
-                submit(engine, &mut batch, shared, (req, form), buf, bytes, counted);
+                let mut to = FromThread {
+                    engine,
+                    batch: &mut batch,
+                };
+                let p = Pending::new(shared.clone(), &req, bytes, form);
+                submit(&mut to, p, req, buf, counted);
                 in_batch += 1;
             }
             Check::Error(errno) => {
@@ -515,71 +443,24 @@ fn ring<'e>(batch: Batch<'e>, engine: &'e Engine) -> Batch<'e> {
     engine.batch()
 }
 
-/// Hands one checked request to the engine (a read or write through
-/// `batch`); its completion queues the reply.
-fn submit(
-    engine: &Engine,
-    batch: &mut Batch<'_>,
-    shared: &Arc<Shared>,
-    (req, form): (Request, Form),
-    buf: AlignedBuf,
-    bytes: usize,
-    counted: Option<Counted>,
-) {
-    let fua = req.flags & nbd::CMD_FLAG_FUA != 0;
-    let p = Pending {
-        shared: shared.clone(),
-        cookie: req.cookie,
-        bytes,
-        form,
-        answered: false,
-    };
-    let fail = move |e: ArrayError| {
-        tracing::warn!(
-            "nbd command {} at {}+{}: {e}",
-            req.kind,
-            req.offset,
-            req.length
-        );
-        errno_of(&e)
-    };
-    match req.kind {
-        nbd::CMD_READ => batch.read(
-            req.offset,
-            buf,
-            Box::new(move |r| match r {
-                Ok(data) => p.reply(0, Payload::Data(data)),
-                Err(e) => p.reply(fail(e), Payload::None),
-            }),
-        ),
-        nbd::CMD_WRITE => batch.write(
-            req.offset,
-            buf,
-            Box::new(move |r| {
-                // Written (or failed): out of the gate.
-                drop(counted);
-                match r {
-                    Ok(b) if fua => p.flush_then_reply(Some(b)),
-                    Ok(b) => p.reply(0, Payload::Spare(b)),
-                    Err(e) => p.reply(fail(e), Payload::None),
-                }
-            }),
-        ),
-        nbd::CMD_FLUSH => engine.flush(Box::new(move |r| {
-            p.reply(r.map_or_else(fail, |()| 0), Payload::None)
-        })),
-        nbd::CMD_TRIM | nbd::CMD_WRITE_ZEROES => engine.write_zeroes(
-            req.offset,
-            req.length as u64,
-            Box::new(move |r| {
-                drop(counted);
-                match r {
-                    Ok(()) if fua => p.flush_then_reply(None),
-                    r => p.reply(r.map_or_else(fail, |()| 0), Payload::None),
-                }
-            }),
-        ),
-        _ => p.reply(nbd::ENOTSUP, Payload::None),
+/// The engine, given requests from the reader's thread.
+struct FromThread<'a, 'e> {
+    engine: &'e Engine,
+    batch: &'a mut Batch<'e>,
+}
+
+impl Giver for FromThread<'_, '_> {
+    fn read(&mut self, offset: u64, buf: AlignedBuf, done: ReadDone) {
+        self.batch.read(offset, buf, done)
+    }
+    fn write(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
+        self.batch.write(offset, data, done)
+    }
+    fn flush(&mut self, done: Done) {
+        self.engine.flush(done)
+    }
+    fn write_zeroes(&mut self, offset: u64, len: u64, done: Done) {
+        self.engine.write_zeroes(offset, len, done)
     }
 }
 
@@ -668,46 +549,6 @@ fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pending(shared: &Arc<Shared>, cookie: u64) -> Pending {
-        shared.state.lock().unwrap().in_flight += 1;
-        Pending {
-            shared: shared.clone(),
-            cookie,
-            bytes: 4096,
-            form: Form::Simple,
-            answered: false,
-        }
-    }
-
-    fn queued(shared: &Shared) -> Vec<(u64, u32)> {
-        let s = shared.state.lock().unwrap();
-        s.out
-            .iter()
-            .map(|o| match o {
-                Out::Reply(r) => (r.cookie, r.err),
-                Out::FlushThenReply(p, _) => (p.cookie, u32::MAX),
-            })
-            .collect()
-    }
-
-    /// A completion dropped without being called (what a panic in the
-    /// array's code does to it) still answers its request, with EIO; one
-    /// called answers once.
-    #[test]
-    fn every_claim_is_answered_once() {
-        let shared = Arc::new(Shared::default());
-        drop(pending(&shared, 1));
-        pending(&shared, 2).reply(0, Payload::None);
-        let p = pending(&shared, 3);
-        let done: Box<dyn FnOnce(u32) + Send> = Box::new(move |e| p.reply(e, Payload::None));
-        drop(done);
-        pending(&shared, 4).flush_then_reply(None);
-        assert_eq!(
-            queued(&shared),
-            vec![(1, nbd::EIO), (2, 0), (3, nbd::EIO), (4, u32::MAX)]
-        );
-    }
 
     /// The reader's own send on a socket with little room and a client not
     /// reading: what the socket did not take is left to the writer (the

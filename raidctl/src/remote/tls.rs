@@ -32,6 +32,15 @@ pub enum Sock {
     Unix(UnixStream),
 }
 
+impl std::os::fd::AsRawFd for Sock {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        match self {
+            Sock::Tcp(s) => s.as_raw_fd(),
+            Sock::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
 impl Sock {
     pub fn try_clone(&self) -> io::Result<Sock> {
         Ok(match self {
@@ -73,10 +82,7 @@ impl Sock {
     /// send buffer: the bytes sent, 0 where there was no room.
     pub fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         use std::os::fd::AsRawFd;
-        let fd = match self {
-            Sock::Tcp(s) => s.as_raw_fd(),
-            Sock::Unix(s) => s.as_raw_fd(),
-        };
+        let fd = self.as_raw_fd();
         // SAFETY: a zeroed msghdr is valid; it points at `bufs`, whose
         // IoSlices have iovec's layout (std guarantees it on Unix) and
         // outlive the call, which only reads them. The fd is the live

@@ -1,0 +1,595 @@
+//! An NBD connection's transmission phase served on one of the engine's
+//! shards (`raid_core::shard::Client`), as SPDK's NBD target runs on its
+//! reactors: the shard's loop receives the requests from the socket, gives
+//! them to itself (a write whose stripe another shard owns crosses to it),
+//! and sends the replies as their completions run, on the same thread. No
+//! request, completion or reply crosses between threads of the export; on
+//! drives that complete in tens of microseconds each crossing (a wake-up)
+//! costs as much as the drive, which `transmission.rs`'s reader and writer
+//! threads pay twice per request.
+//!
+//! The socket is never waited on: it is read and written without blocking
+//! (`MSG_DONTWAIT`), and where it has nothing to read (no room to write)
+//! the connection asks its shard to poll it on the ring (`Local::watch`),
+//! so that the shard, which sleeps in its ring, turns when the client
+//! sends (reads). Work that waits on other requests (a write of part of a
+//! block, which waits for every write in flight on the array; a write
+//! while such a one runs; a block status, a system call per run of data on
+//! each member) runs on a helper thread of the connection's, one request
+//! at a time, the connection reading nothing further meanwhile, as the
+//! threaded reader does. TLS connections stay on `transmission.rs`'s
+//! threads: their records are framed by one writer that may wait.
+//!
+//! The limits on what is in flight, the pool of buffers, the replies' wire
+//! form and every command's meaning are `transmission.rs`'s.
+
+use super::requests::{
+    submit, BufPool, Giver, Out, Outbox, Pending, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES,
+};
+use super::structured::{block_status, Negotiated};
+use super::sub_block;
+use super::wire::{with_slices, Form, Payload, Reply};
+use super::{errno_of, protocol_error};
+use crate::any_bytes::{AnyBytes, Counted};
+use crate::nbd::{self, Check, Request};
+use crate::remote::tls::Sock;
+use raid_core::array::{Array, BLOCK};
+use raid_core::buf::AlignedBuf;
+use raid_core::shard::{Client, Done, Engine, Home, Local, ReadDone, WriteDone};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+/// Bytes received from the socket at once (a write's payload larger than
+/// what is left of it is received straight into its buffer).
+const RECEIVE: usize = 256 << 10;
+
+/// Whether plain connections are served on the shards (the default);
+/// `RAIDCTL_NBD_ON_SHARDS=0` keeps them on threads of their own, as TLS
+/// connections are, to compare the two.
+pub(super) fn wanted(engine: &Engine) -> bool {
+    engine.shard_count() > 0 && std::env::var("RAIDCTL_NBD_ON_SHARDS").as_deref() != Ok("0")
+}
+
+/// Serves the transmission phase of `sock` on one of `engine`'s shards
+/// (which must have some: `wanted`) until the client disconnects or the
+/// connection fails; returns once every request read was answered (or,
+/// once writing to the client failed, completed and dropped).
+pub(super) fn transmission(
+    sock: Sock,
+    array: Arc<Array>,
+    engine: &Engine,
+    (lenient, read_only): (bool, bool),
+    negotiated: Negotiated,
+    any: Arc<AnyBytes>,
+) -> io::Result<()> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    static TOKENS: AtomicU64 = AtomicU64::new(0);
+    let (ended, outcome) = mpsc::channel();
+    let conn = Connection {
+        token: TOKENS.fetch_add(1, Ordering::Relaxed) % (1 << 60),
+        fd: sock.as_raw_fd(),
+        sock,
+        array: array.clone(),
+        any,
+        rules: (lenient, read_only, negotiated),
+        rx: vec![0; RECEIVE],
+        head: 0,
+        tail: 0,
+        payload: None,
+        outbox: Arc::new(Queue::default()),
+        outgoing: Vec::new(),
+        sent: 0,
+        in_flight: 0,
+        bytes: 0,
+        pool: BufPool::default(),
+        reading: true,
+        broken: false,
+        aside: None,
+        helper: None,
+        watching: [false; 2],
+        outcome: Ok(()),
+        ended,
+    };
+    let shard = NEXT.fetch_add(1, Ordering::Relaxed) % engine.shard_count().max(1);
+    if engine.run_client(shard, Box::new(conn)).is_err() {
+        return Err(io::Error::other("the array's I/O engine has no shards"));
+    }
+    // Sent as the connection is dropped, on its shard.
+    let r = outcome.recv().unwrap_or(Ok(()));
+    // A client that disconnects without FLUSH still gets its writes made
+    // durable, as a clean close would.
+    let _ = array.flush();
+    r
+}
+
+/// Replies queued by completions, for the connection's next poll.
+#[derive(Default)]
+struct Queue {
+    out: Mutex<Vec<Out>>,
+    /// The connection's shard, set at its first poll.
+    home: std::sync::OnceLock<Home>,
+}
+
+impl Outbox for Queue {
+    /// Completions run on the connection's shard, which polls it next. A
+    /// reply queued on another thread (a claim dropped unanswered there, by
+    /// a panic in the engine's blocking threads) turns the shard, or an idle
+    /// connection would not send it.
+    fn push(&self, o: Out) {
+        self.out.lock().unwrap().push(o);
+        match self.home.get() {
+            Some(h) if !h.is_current() => h.call(|| {}),
+            _ => {}
+        }
+    }
+}
+
+/// Why `receive` stopped taking requests.
+#[derive(PartialEq, Eq, Debug)]
+enum Stop {
+    /// The socket has nothing more now: worth a poll.
+    Empty,
+    /// The limits on what is in flight let no more in.
+    Full,
+    /// A request runs aside, or the stream ended, or the replies cannot go.
+    Held,
+}
+
+/// A write's header, read; its payload still coming.
+struct Incoming {
+    req: Request,
+    check: Check,
+    buf: AlignedBuf,
+    filled: usize,
+    bytes: usize,
+}
+
+/// What work done on the helper thread brings back.
+enum Aside {
+    /// It queued its reply itself.
+    Replied,
+    /// A write let through the gate, to be given now.
+    Admitted(Counted, Pending, Request, AlignedBuf),
+}
+
+type Slot = Arc<Mutex<Option<Aside>>>;
+
+struct Connection {
+    /// Names its polls on the shard's ring (twice it, and once more).
+    token: u64,
+    sock: Sock,
+    fd: RawFd,
+    array: Arc<Array>,
+    any: Arc<AnyBytes>,
+    rules: (bool, bool, Negotiated),
+    /// Bytes received and not yet taken: `rx[head..tail]`.
+    rx: Vec<u8>,
+    head: usize,
+    tail: usize,
+    payload: Option<Incoming>,
+    outbox: Arc<Queue>,
+    /// Replies being sent, the first `sent` bytes of their wire form out.
+    outgoing: Vec<Reply>,
+    sent: usize,
+    /// Requests read and not yet answered, and their payload bytes.
+    in_flight: usize,
+    bytes: usize,
+    pool: BufPool,
+    /// The client may send more (no EOF, no NBD_CMD_DISC, no error).
+    reading: bool,
+    /// Sending to the client failed: replies are dropped as they come.
+    broken: bool,
+    /// Work on the helper thread, the connection reading nothing meanwhile.
+    aside: Option<Slot>,
+    helper: Option<mpsc::Sender<Box<dyn FnOnce() + Send>>>,
+    /// Polls on the shard's ring: for reading, for writing.
+    watching: [bool; 2],
+    outcome: io::Result<()>,
+    ended: mpsc::Sender<io::Result<()>>,
+}
+
+impl Client for Connection {
+    fn poll(&mut self, io: &mut Local<'_>) -> bool {
+        if self.outbox.home.get().is_none() {
+            let _ = self.outbox.home.set(io.home());
+        }
+        for (i, w) in self.watching.iter_mut().enumerate() {
+            if *w && io.fired(self.token * 2 + i as u64) {
+                *w = false;
+            }
+        }
+        if let Some(back) = self.aside.as_ref().and_then(|s| s.lock().unwrap().take()) {
+            self.aside = None;
+            if let Aside::Admitted(counted, p, req, buf) = back {
+                submit(&mut OnShard(io), p, req, buf, Some(counted));
+            }
+        }
+        let stop = loop {
+            self.take_replies(io);
+            self.send();
+            let stop = self.receive(io).unwrap_or_else(|e| {
+                self.reading = false;
+                self.outcome = Err(e);
+                Stop::Held
+            });
+            // Replies the requests just read were answered with at once
+            // (errors, holes): sent, they may make room for the requests
+            // still in `rx`, which no poll of the socket would bring back.
+            let held = self.in_flight;
+            self.take_replies(io);
+            self.send();
+            if stop != Stop::Full || self.in_flight == held {
+                break stop;
+            }
+        };
+        if !self.reading || self.broken {
+            // A write whose payload will not come (the stream ended, or its
+            // replies cannot go): answered EIO, as the threaded reader does.
+            if let Some(inc) = self.payload.take() {
+                let p = Pending::new(self.outbox.clone(), &inc.req, inc.bytes, Form::Simple);
+                p.reply(nbd::EIO, Payload::Spare(inc.buf));
+                self.take_replies(io);
+                self.send();
+            }
+        }
+        if stop == Stop::Empty {
+            self.watch(io, 0, libc::POLLIN as u32);
+        }
+        if !self.outgoing.is_empty() && !self.broken {
+            self.watch(io, 1, libc::POLLOUT as u32);
+        }
+        let open = self.reading && !self.broken;
+        open || self.in_flight > 0 || self.aside.is_some()
+    }
+}
+
+/// The shard, as the connection gives it requests.
+struct OnShard<'l, 'a>(&'l mut Local<'a>);
+
+impl Giver for OnShard<'_, '_> {
+    fn read(&mut self, offset: u64, buf: AlignedBuf, done: ReadDone) {
+        self.0.read(offset, buf, done)
+    }
+    fn write(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
+        self.0.write(offset, data, done)
+    }
+    fn flush(&mut self, done: Done) {
+        self.0.flush(done)
+    }
+    fn write_zeroes(&mut self, offset: u64, len: u64, done: Done) {
+        self.0.write_zeroes(offset, len, done)
+    }
+}
+
+impl Connection {
+    fn watch(&mut self, io: &mut Local<'_>, i: usize, events: u32) {
+        if !self.watching[i] {
+            self.watching[i] = true;
+            io.watch(self.fd, events, self.token * 2 + i as u64);
+        }
+    }
+
+    /// Whether the limits let another request in (one alone always; its
+    /// bytes are weighed once its header is read).
+    fn has_room(&self) -> bool {
+        self.in_flight < MAX_IN_FLIGHT
+    }
+
+    /// Moves the replies completions queued to `outgoing`; FUA writes that
+    /// completed get one flush for all of them, then their replies.
+    fn take_replies(&mut self, io: &mut Local<'_>) {
+        let queued = std::mem::take(&mut *self.outbox.out.lock().unwrap());
+        let mut fua = Vec::new();
+        for o in queued {
+            match o {
+                Out::Reply(r) if self.broken => self.settle(r),
+                Out::Reply(r) => self.outgoing.push(r),
+                Out::FlushThenReply(p, buf) => fua.push((p, buf)),
+            }
+        }
+        if !fua.is_empty() {
+            io.flush(Box::new(move |r| {
+                let err = r.map_or_else(
+                    |e| {
+                        tracing::warn!("nbd: flush after FUA writes: {e}");
+                        errno_of(&e)
+                    },
+                    |()| 0,
+                );
+                for (p, buf) in fua {
+                    p.reply(err, buf.map_or(Payload::None, Payload::Spare));
+                }
+            }));
+        }
+    }
+
+    /// A reply is out (or dropped): its room and buffer come back.
+    fn settle(&mut self, r: Reply) {
+        self.in_flight -= 1;
+        self.bytes -= r.bytes;
+        if let Payload::Data(b) | Payload::Spare(b) = r.payload {
+            drop(self.pool.keep(b));
+        }
+    }
+
+    /// Sends what the socket takes now of `outgoing`; the replies sent
+    /// whole are settled.
+    fn send(&mut self) {
+        while !self.outgoing.is_empty() && !self.broken {
+            match with_slices(&self.outgoing, self.sent, |s| self.sock.send_now(s)) {
+                Ok(0) => return,
+                Ok(n) => {
+                    self.sent += n;
+                    let mut whole = 0;
+                    for r in &self.outgoing {
+                        if self.sent < r.wire_len() {
+                            break;
+                        }
+                        self.sent -= r.wire_len();
+                        whole += 1;
+                    }
+                    for r in self.outgoing.drain(..whole).collect::<Vec<_>>() {
+                        self.settle(r);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!("nbd: replies not sent: {e}");
+                    self.broken = true;
+                    self.sent = 0;
+                    for r in std::mem::take(&mut self.outgoing) {
+                        self.settle(r);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Receives into `into` without waiting: the bytes (0 at the end of
+    /// the stream), or None where there are none now.
+    fn recv(fd: RawFd, into: &mut [u8]) -> io::Result<Option<usize>> {
+        loop {
+            // SAFETY: `into` is a live, writable buffer of that length; the
+            // fd is the connection's socket, open while it lives.
+            let n =
+                unsafe { libc::recv(fd, into.as_mut_ptr().cast(), into.len(), libc::MSG_DONTWAIT) };
+            if n >= 0 {
+                return Ok(Some(n as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(None),
+                _ => return Err(e),
+            }
+        }
+    }
+
+    /// Takes the requests the socket holds, while the limits let them in
+    /// and nothing runs aside, giving each as it is read.
+    fn receive(&mut self, io: &mut Local<'_>) -> io::Result<Stop> {
+        while self.reading && !self.broken && self.aside.is_none() {
+            if let Some(mut inc) = self.payload.take() {
+                let have = (self.tail - self.head).min(inc.buf.len() - inc.filled);
+                inc.buf[inc.filled..inc.filled + have]
+                    .copy_from_slice(&self.rx[self.head..self.head + have]);
+                self.head += have;
+                inc.filled += have;
+                if inc.filled < inc.buf.len() {
+                    // What is left of the buffered bytes is none: receive
+                    // the rest straight into the payload.
+                    let got = match Self::recv(self.fd, &mut inc.buf[inc.filled..]) {
+                        Ok(g) => g,
+                        Err(e) => {
+                            self.payload = Some(inc);
+                            return Err(e);
+                        }
+                    };
+                    match got {
+                        Some(0) => {
+                            self.payload = Some(inc);
+                            return Err(io::ErrorKind::UnexpectedEof.into());
+                        }
+                        Some(n) => {
+                            inc.filled += n;
+                            self.payload = Some(inc);
+                            continue;
+                        }
+                        None => {
+                            self.payload = Some(inc);
+                            return Ok(Stop::Empty);
+                        }
+                    }
+                }
+                let Incoming {
+                    req,
+                    check,
+                    buf,
+                    bytes,
+                    ..
+                } = inc;
+                self.serve(io, req, check, buf, bytes);
+                continue;
+            }
+            if self.tail - self.head < Request::LEN {
+                if !self.has_room() {
+                    return Ok(Stop::Full);
+                }
+                self.rx.copy_within(self.head..self.tail, 0);
+                self.tail -= self.head;
+                self.head = 0;
+                match Self::recv(self.fd, &mut self.rx[self.tail..])? {
+                    // The end of the stream (mid-header too, as the
+                    // threaded reader takes it).
+                    Some(0) => {
+                        self.reading = false;
+                        return Ok(Stop::Held);
+                    }
+                    Some(n) => self.tail += n,
+                    None => return Ok(Stop::Empty),
+                }
+                continue;
+            }
+            if !self.has_room() {
+                return Ok(Stop::Full);
+            }
+            let head: &[u8; Request::LEN] = self.rx[self.head..self.head + Request::LEN]
+                .try_into()
+                .expect("LEN bytes");
+            let req = Request::decode(head).map_err(|e| protocol_error(format!("{e:?}")))?;
+            self.head += Request::LEN;
+            if req.kind == nbd::CMD_DISC {
+                self.reading = false;
+                return Ok(Stop::Held);
+            }
+            let (lenient, read_only, _) = self.rules;
+            // As `transmission.rs` checks it.
+            let block = if lenient || req.kind == nbd::CMD_TRIM {
+                1
+            } else {
+                BLOCK
+            };
+            let check = nbd::check(&req, self.array.capacity(), block, read_only);
+            if let Check::Disconnect(why) = check {
+                return Err(protocol_error(why));
+            }
+            let bytes = match (req.kind, &check) {
+                (nbd::CMD_WRITE, _) | (nbd::CMD_READ, Check::Ok) => req.length as usize,
+                _ => 0,
+            };
+            if self.in_flight > 0 && self.bytes + bytes > MAX_IN_FLIGHT_BYTES {
+                // Taken again once replies made room for it.
+                self.head -= Request::LEN;
+                return Ok(Stop::Full);
+            }
+            self.in_flight += 1;
+            self.bytes += bytes;
+            let buf = self.pool.take(bytes);
+            if req.kind == nbd::CMD_WRITE {
+                // Its payload is read even when the write is refused, so
+                // the stream stays in step.
+                self.payload = Some(Incoming {
+                    req,
+                    check,
+                    buf,
+                    filled: 0,
+                    bytes,
+                });
+                continue;
+            }
+            self.serve(io, req, check, buf, bytes);
+        }
+        Ok(Stop::Held)
+    }
+
+    /// Answers or gives one request read whole, as `transmission.rs`'s
+    /// reader does.
+    fn serve(
+        &mut self,
+        io: &mut Local<'_>,
+        req: Request,
+        check: Check,
+        buf: AlignedBuf,
+        bytes: usize,
+    ) {
+        let (_, _, negotiated) = self.rules;
+        let form = match check {
+            Check::Ok => negotiated.hole_read(&self.array, &req),
+            _ => None,
+        }
+        .unwrap_or_else(|| negotiated.form(&req));
+        // The request's claim to its reply: answered EIO if it is dropped
+        // unanswered (a panic aside).
+        let p = Pending::new(self.outbox.clone(), &req, bytes, form.clone());
+        match check {
+            Check::Ok if req.kind == nbd::CMD_BLOCK_STATUS => {
+                let array = self.array.clone();
+                self.aside(io, move || {
+                    let (err, form) = block_status(&array, &req, negotiated);
+                    p.reply_as(form, err, Payload::Spare(buf));
+                    Aside::Replied
+                });
+            }
+            Check::Ok if matches!(form, Form::Hole { .. }) => p.reply(0, Payload::Spare(buf)),
+            Check::Ok if sub_block::is_sub_block(&req) => {
+                let any = self.any.clone();
+                let mut buf = buf;
+                self.aside(io, move || {
+                    let err = sub_block::serve(&any, &req, &mut buf);
+                    let payload = match req.kind {
+                        nbd::CMD_READ if err == 0 => Payload::Data(buf),
+                        _ => Payload::Spare(buf),
+                    };
+                    p.reply(err, payload);
+                    Aside::Replied
+                });
+            }
+            Check::Ok => {
+                let writes = matches!(
+                    req.kind,
+                    nbd::CMD_WRITE | nbd::CMD_TRIM | nbd::CMD_WRITE_ZEROES
+                );
+                let counted = match writes {
+                    true => match self.any.gate.admit() {
+                        Some(c) => Some(c),
+                        None => {
+                            // A read-modify-write holds the gate: wait for it
+                            // aside, then give the write.
+                            let gate = self.any.gate.clone();
+                            return self.aside(io, move || {
+                                Aside::Admitted(gate.admit_waiting(), p, req, buf)
+                            });
+                        }
+                    },
+                    false => None,
+                };
+                submit(&mut OnShard(io), p, req, buf, counted);
+            }
+            Check::Error(errno) => p.reply(errno, Payload::Spare(buf)),
+            Check::Disconnect(_) => unreachable!("returned before"),
+        }
+    }
+
+    /// Runs `f` on the connection's helper thread (started at its first
+    /// use); the connection reads no further request until it is done, and
+    /// its shard turns when it is.
+    fn aside(&mut self, io: &mut Local<'_>, f: impl FnOnce() -> Aside + Send + 'static) {
+        let slot: Slot = Arc::new(Mutex::new(None));
+        let (back, home): (Slot, Home) = (slot.clone(), io.home());
+        let job: Box<dyn FnOnce() + Send> = Box::new(move || {
+            // A panic answers nothing here: the claim it held answers EIO
+            // as it is dropped.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            *back.lock().unwrap() = Some(r.unwrap_or(Aside::Replied));
+            home.call(|| {});
+        });
+        let helper = self.helper.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::channel::<Box<dyn FnOnce() + Send>>();
+            let spawned = std::thread::Builder::new()
+                .name("nbd-aside".into())
+                .spawn(move || rx.into_iter().for_each(|job| job()));
+            if let Err(e) = spawned {
+                tracing::error!("nbd: no thread for a connection's blocking requests: {e}");
+            }
+            tx
+        });
+        match helper.send(job) {
+            Ok(()) => self.aside = Some(slot),
+            // No helper thread. The work may wait for this shard's own
+            // requests, so it never runs here: dropped, its claim answers
+            // EIO (and the next such request tries for a thread again).
+            Err(mpsc::SendError(job)) => {
+                self.helper = None;
+                drop(job);
+            }
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        let outcome = std::mem::replace(&mut self.outcome, Ok(()));
+        let _ = self.ended.send(outcome);
+    }
+}

@@ -1,0 +1,258 @@
+//! What an NBD connection gives the array's engine, whichever thread
+//! serves it (`transmission.rs`'s reader, or its shard: `on_shard.rs`):
+//! each request's claim to its one reply (`Pending`), where the replies
+//! queue (`Outbox`), what takes the requests (`Giver`), how a checked
+//! request is handed on (`submit`), and the limits and buffers both share.
+
+use super::errno_of;
+use super::wire::{Form, Payload, Reply};
+use crate::any_bytes::Counted;
+use crate::nbd::{self, Request};
+use raid_core::array::ArrayError;
+use raid_core::buf::AlignedBuf;
+use raid_core::shard::{Done, ReadDone, WriteDone};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Requests in flight per connection before the reader waits for replies
+/// to go out (Linux's NBD client sends up to 128 per connection).
+pub(super) const MAX_IN_FLIGHT: usize = 256;
+/// Payload bytes in flight per connection before the reader waits; a
+/// request alone is let through whatever its size (up to 32 MiB).
+pub(super) const MAX_IN_FLIGHT_BYTES: usize = 64 << 20;
+/// Bytes of buffers a connection keeps for its next requests: one of
+/// 128 KiB or more is otherwise a fresh mapping of memory each time.
+const POOL_BYTES: usize = 16 << 20;
+/// What a connection's sender is given (the writer thread here, the
+/// connection's own poll on a shard: `on_shard.rs`).
+pub(super) enum Out {
+    Reply(Reply),
+    /// A write with the FUA flag that completed: flush, then reply.
+    FlushThenReply(Pending, Option<AlignedBuf>),
+}
+
+/// A request's claim to its one reply. A completion that is dropped
+/// without being called (a panic in the array's code on the engine's
+/// side) still answers, with EIO: the connection's count of requests in
+/// flight must drain, or the connection (and `Export::stop`) would wait
+/// for it for ever.
+pub(super) struct Pending {
+    outbox: Arc<dyn Outbox>,
+    cookie: u64,
+    bytes: usize,
+    form: Form,
+    answered: bool,
+}
+
+/// Where a connection's replies queue, from the completions of its
+/// requests, on whichever thread they run.
+pub(super) trait Outbox: Send + Sync {
+    fn push(&self, o: Out);
+}
+
+impl Pending {
+    pub(super) fn new(outbox: Arc<dyn Outbox>, req: &Request, bytes: usize, form: Form) -> Pending {
+        Pending {
+            outbox,
+            cookie: req.cookie,
+            bytes,
+            form,
+            answered: false,
+        }
+    }
+
+    pub(super) fn reply(mut self, err: u32, payload: Payload) {
+        self.answered = true;
+        self.send_reply(err, payload);
+    }
+
+    /// `reply`, in `form` (a block status's, known once it is worked out).
+    pub(super) fn reply_as(mut self, form: Form, err: u32, payload: Payload) {
+        self.form = form;
+        self.reply(err, payload)
+    }
+
+    fn send_reply(&mut self, err: u32, payload: Payload) {
+        let form = std::mem::replace(&mut self.form, Form::Simple);
+        self.outbox.push(Out::Reply(Reply {
+            cookie: self.cookie,
+            err,
+            payload,
+            bytes: self.bytes,
+            form,
+        }));
+    }
+
+    /// Hands the claim to the sender, which flushes, then replies.
+    fn flush_then_reply(self, buf: Option<AlignedBuf>) {
+        let outbox = self.outbox.clone();
+        outbox.push(Out::FlushThenReply(self, buf));
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.answered {
+            tracing::error!(
+                "nbd: request {:#x} ended unanswered; answered EIO",
+                self.cookie
+            );
+            self.send_reply(nbd::EIO, Payload::None);
+        }
+    }
+}
+
+/// Buffers a connection keeps for its next requests, up to `POOL_BYTES`.
+#[derive(Default)]
+pub(super) struct BufPool {
+    bufs: HashMap<usize, Vec<AlignedBuf>>,
+    bytes: usize,
+}
+
+impl BufPool {
+    pub(super) fn take(&mut self, len: usize) -> AlignedBuf {
+        match self.bufs.get_mut(&len).and_then(|v| v.pop()) {
+            Some(b) => {
+                self.bytes -= len;
+                b
+            }
+            None => AlignedBuf::new(len),
+        }
+    }
+
+    /// Keeps `b` for reuse if the pool has room; otherwise hands it back,
+    /// to be freed where it costs no one a wait (a large one is an munmap).
+    pub(super) fn keep(&mut self, b: AlignedBuf) -> Option<AlignedBuf> {
+        if !b.is_empty() && self.bytes + b.len() <= POOL_BYTES {
+            self.bytes += b.len();
+            self.bufs.entry(b.len()).or_default().push(b);
+            None
+        } else {
+            Some(b)
+        }
+    }
+}
+
+/// What a connection gives its requests to: the engine from a thread of
+/// its own (through a `Batch`), or the shard it runs on (`Local`).
+pub(super) trait Giver {
+    fn read(&mut self, offset: u64, buf: AlignedBuf, done: ReadDone);
+    fn write(&mut self, offset: u64, data: AlignedBuf, done: WriteDone);
+    fn flush(&mut self, done: Done);
+    fn write_zeroes(&mut self, offset: u64, len: u64, done: Done);
+}
+
+/// Hands one checked request to the engine (`to`); its completion answers
+/// its claim `p`.
+pub(super) fn submit(
+    to: &mut dyn Giver,
+    p: Pending,
+    req: Request,
+    buf: AlignedBuf,
+    counted: Option<Counted>,
+) {
+    let fua = req.flags & nbd::CMD_FLAG_FUA != 0;
+    let fail = move |e: ArrayError| {
+        tracing::warn!(
+            "nbd command {} at {}+{}: {e}",
+            req.kind,
+            req.offset,
+            req.length
+        );
+        errno_of(&e)
+    };
+    match req.kind {
+        nbd::CMD_READ => to.read(
+            req.offset,
+            buf,
+            Box::new(move |r| match r {
+                Ok(data) => p.reply(0, Payload::Data(data)),
+                Err(e) => p.reply(fail(e), Payload::None),
+            }),
+        ),
+        nbd::CMD_WRITE => to.write(
+            req.offset,
+            buf,
+            Box::new(move |r| {
+                // Written (or failed): out of the gate.
+                drop(counted);
+                match r {
+                    Ok(b) if fua => p.flush_then_reply(Some(b)),
+                    Ok(b) => p.reply(0, Payload::Spare(b)),
+                    Err(e) => p.reply(fail(e), Payload::None),
+                }
+            }),
+        ),
+        nbd::CMD_FLUSH => to.flush(Box::new(move |r| {
+            p.reply(r.map_or_else(fail, |()| 0), Payload::None)
+        })),
+        nbd::CMD_TRIM | nbd::CMD_WRITE_ZEROES => to.write_zeroes(
+            req.offset,
+            req.length as u64,
+            Box::new(move |r| {
+                drop(counted);
+                match r {
+                    Ok(()) if fua => p.flush_then_reply(None),
+                    r => p.reply(r.map_or_else(fail, |()| 0), Payload::None),
+                }
+            }),
+        ),
+        _ => p.reply(nbd::ENOTSUP, Payload::None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Keeps what it is given (a claim handed on for a flush stays a
+    /// claim, unanswered, as the sender holds it).
+    #[derive(Default)]
+    struct Queue(Mutex<Vec<Out>>);
+
+    impl Outbox for Queue {
+        fn push(&self, o: Out) {
+            self.0.lock().unwrap().push(o);
+        }
+    }
+
+    fn queued(q: &Queue) -> Vec<(u64, u32)> {
+        let out = q.0.lock().unwrap();
+        out.iter()
+            .map(|o| match o {
+                Out::Reply(r) => (r.cookie, r.err),
+                Out::FlushThenReply(p, _) => (p.cookie, u32::MAX),
+            })
+            .collect()
+    }
+
+    fn pending(q: &Arc<Queue>, cookie: u64) -> Pending {
+        let req = Request {
+            flags: 0,
+            kind: nbd::CMD_WRITE,
+            cookie,
+            offset: 0,
+            length: 4096,
+        };
+        Pending::new(q.clone(), &req, 4096, Form::Simple)
+    }
+
+    /// A completion dropped without being called (what a panic in the
+    /// array's code does to it) still answers its request, with EIO; one
+    /// called answers once.
+    #[test]
+    fn every_claim_is_answered_once() {
+        let q = Arc::new(Queue::default());
+        drop(pending(&q, 1));
+        pending(&q, 2).reply(0, Payload::None);
+        let p = pending(&q, 3);
+        let done: Box<dyn FnOnce(u32) + Send> = Box::new(move |e| p.reply(e, Payload::None));
+        drop(done);
+        pending(&q, 4).flush_then_reply(None);
+        assert_eq!(
+            queued(&q),
+            vec![(1, nbd::EIO), (2, 0), (3, nbd::EIO), (4, u32::MAX)]
+        );
+    }
+}

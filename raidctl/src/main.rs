@@ -325,6 +325,13 @@ pub enum Command {
         /// Seconds per queue depth of the latency sweep.
         #[arg(long, default_value_t = 1.0)]
         sweep_seconds: f64,
+        /// What the members (and the lone member) are: `files` in --dir,
+        /// or `simulated` NVMe drives in memory (80 µs per read, 20 µs per
+        /// write, 128 commands in service each), which show what the
+        /// array's engine and its export cost over fast drives on a
+        /// machine without them.
+        #[arg(long, default_value = "files", value_parser = ["files", "simulated"])]
+        drives: String,
         /// Write the report as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,

@@ -698,3 +698,43 @@ fn bench_plumbing_on_a_tiny_run() {
         assert!(left.is_empty(), "{bad:?} left {left:?}");
     }
 }
+
+/// `raidctl bench --drives simulated`: the members and the lone member
+/// are simulated NVMe drives in memory, so no member file is made; every
+/// target is measured and the report says what the drives were. Another
+/// kind of drive is a usage error.
+#[test]
+fn bench_on_simulated_drives() {
+    let w = World::new("bench-sim");
+    let json = w.dir.join("b.json");
+    let dir = w.dir.join("members");
+    w.ok(&[
+        "bench",
+        "--dir",
+        s(&dir),
+        "--drives",
+        "simulated",
+        "--member-size",
+        "16M",
+        "--seconds",
+        "0.05",
+        "--sweep-seconds",
+        "0.01",
+        "--json",
+        s(&json),
+    ]);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["drives"], "simulated NVMe");
+    let rows = r["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 4 * 2 * 4);
+    assert!(
+        rows.iter().all(|x| x["iops"].as_f64().unwrap() > 0.0),
+        "{rows:?}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert!(left.is_empty(), "{left:?}");
+    let (code, out, err) = w.code(&["bench", "--dir", s(&dir), "--drives", "ssd"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("simulated"), "{err}");
+}

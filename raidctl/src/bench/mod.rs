@@ -14,7 +14,7 @@ use crate::error::{CliError, Result};
 use jobs::{run, Target};
 use raid_core::array::{Array, CreateOptions};
 use raid_core::layout::Level;
-use raid_core::member::{FileMember, MemberRef};
+use raid_core::member::{FileMember, MemberRef, SimNvme};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -168,6 +168,9 @@ pub struct Report {
     pub members: usize,
     pub member_bytes: u64,
     pub seconds_per_run: f64,
+    /// "files", or "simulated NVMe" drives.
+    #[serde(default)]
+    pub drives: String,
     pub compression_ratio: Vec<(String, f64)>,
     pub capacity: Vec<CapacityRow>,
     pub results: Vec<Row>,
@@ -191,6 +194,8 @@ pub struct BenchArgs {
     pub member_bytes: u64,
     pub seconds: f64,
     pub sweep_seconds: f64,
+    /// Simulated NVMe drives in memory for members, not files.
+    pub simulated: bool,
     pub json: Option<PathBuf>,
     pub plot: Option<PathBuf>,
     pub throughput_plot: Option<PathBuf>,
@@ -327,6 +332,11 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
     // the lone drive's data at the smallest offset (`jobs::Target`).
     let data_offset = raid_core::metadata::data_offset_for(level, a.member_bytes);
     let file = |name: &str, data_offset: u64| -> Result<MemberRef> {
+        if a.simulated {
+            let model = raid_core::member::NvmeModel::datacenter();
+            let size = data_offset + a.member_bytes;
+            return Ok(Arc::new(SimNvme::new(format!("sim:{name}"), size, model)));
+        }
         let (p, f) = scratch.create(name)?;
         f.set_len(data_offset + a.member_bytes)
             .map_err(|e| CliError::failed(e.to_string()))?;
@@ -460,6 +470,10 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
         members: a.members,
         member_bytes: a.member_bytes,
         seconds_per_run: a.seconds,
+        drives: match a.simulated {
+            true => "simulated NVMe".into(),
+            false => "files".into(),
+        },
         capacity: capacity_rows(a.members, ratios.last().map(|r| r.1).unwrap_or(1.0)),
         compression_ratio: ratios,
         results,
@@ -477,9 +491,13 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
 
 pub fn print(r: &Report) {
     out!(
-        "{} of {} members, {} per run",
+        "{} of {} members ({}), {} per run",
         r.level,
         r.members,
+        match r.drives.as_str() {
+            "" => "files",
+            d => d,
+        },
         r.seconds_per_run
     );
     out!("| profile | data | target | IOPS | GB/s | p50 µs | p99 µs | p99.9 µs |");

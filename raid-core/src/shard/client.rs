@@ -132,15 +132,24 @@ impl Local<'_> {
         // A small write to members in memory runs here, as
         // `Engine::write` runs it on its caller's thread (`inline.rs`),
         // rather than crossing to its owner and back. Its completion is
-        // posted, to run after this poll, not inside it.
-        let home = self.shard.inbox.clone();
-        let done: WriteDone = Box::new(move |r| home.push(Job::Call(Box::new(move || done(r)))));
+        // then posted, to run after this poll, not inside it (and so is
+        // one that goes to a shard after all).
         let shard = &*self.shard;
-        let (data, done) =
-            match super::inline::write_here(&shard.array, &shard.blocking, offset, data, done) {
-                Ok(()) => return,
-                Err(back) => back,
-            };
+        if !shard.array.any_in_memory() {
+            let done = at_home(&shard.inbox, done);
+            return self.give_write(offset, data, done);
+        }
+        let home = shard.inbox.clone();
+        let posted: WriteDone = Box::new(move |r| home.push(Job::Call(Box::new(move || done(r)))));
+        if let Err((data, posted)) =
+            super::inline::write_here(&shard.array, &shard.blocking, offset, data, posted)
+        {
+            self.give_write(offset, data, posted)
+        }
+    }
+
+    /// Gives a write to the shard that owns its stripe.
+    fn give_write(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
         let job = Request::Write(WriteJob { offset, data, done });
         let peers = &self.shard.peers;
         let job = match write_owner(&self.shard.array, offset, peers.len()) {

@@ -41,6 +41,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
+/// Rounds of taking requests in one poll, where replies sent at once keep
+/// making room (errors, holes): past them the shard turns first.
+const ROUNDS: usize = 4;
 /// Bytes received from the socket at once (a write's payload larger than
 /// what is left of it is received straight into its buffer).
 const RECEIVE: usize = 256 << 10;
@@ -96,8 +99,13 @@ pub(super) fn transmission(
     if engine.run_client(shard, Box::new(conn)).is_err() {
         return Err(io::Error::other("the array's I/O engine has no shards"));
     }
-    // Sent as the connection is dropped, on its shard.
-    let r = outcome.recv().unwrap_or(Ok(()));
+    // Sent as the connection is dropped, on its shard. Work still on its
+    // helper thread (a connection dropped early: a panic in its poll)
+    // finishes before the flush.
+    let (r, helper) = outcome.recv().unwrap_or((Ok(()), None));
+    if let Some(h) = helper {
+        h.join();
+    }
     // A client that disconnects without FLUSH still gets its writes made
     // durable, as a clean close would.
     let _ = array.flush();
@@ -183,11 +191,27 @@ struct Connection {
     broken: bool,
     /// Work on the helper thread, the connection reading nothing meanwhile.
     aside: Option<Slot>,
-    helper: Option<mpsc::Sender<Box<dyn FnOnce() + Send>>>,
+    helper: Option<Helper>,
     /// Polls on the shard's ring: for reading, for writing.
     watching: [bool; 2],
     outcome: io::Result<()>,
-    ended: mpsc::Sender<io::Result<()>>,
+    ended: mpsc::Sender<(io::Result<()>, Option<Helper>)>,
+}
+
+/// The connection's helper thread, and how work reaches it.
+struct Helper {
+    jobs: mpsc::Sender<Box<dyn FnOnce() + Send>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Helper {
+    /// Ends the thread once it finished what it was given.
+    fn join(self) {
+        drop(self.jobs);
+        if let Some(t) = self.thread {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Client for Connection {
@@ -206,7 +230,9 @@ impl Client for Connection {
                 submit(&mut OnShard(io), p, req, buf, Some(counted));
             }
         }
+        let mut rounds = 0;
         let stop = loop {
+            rounds += 1;
             self.take_replies(io);
             self.send();
             let stop = self.receive(io).unwrap_or_else(|e| {
@@ -221,6 +247,13 @@ impl Client for Connection {
             self.take_replies(io);
             self.send();
             if stop != Stop::Full || self.in_flight == held {
+                break stop;
+            }
+            if rounds == ROUNDS {
+                // Requests answered at once, for as long as the client
+                // sends them: the shard's other work goes first, then this
+                // poll again.
+                io.home().call(|| {});
                 break stop;
             }
         };
@@ -565,16 +598,18 @@ impl Connection {
             home.call(|| {});
         });
         let helper = self.helper.get_or_insert_with(|| {
-            let (tx, rx) = mpsc::channel::<Box<dyn FnOnce() + Send>>();
+            let (jobs, rx) = mpsc::channel::<Box<dyn FnOnce() + Send>>();
             let spawned = std::thread::Builder::new()
                 .name("nbd-aside".into())
                 .spawn(move || rx.into_iter().for_each(|job| job()));
-            if let Err(e) = spawned {
-                tracing::error!("nbd: no thread for a connection's blocking requests: {e}");
-            }
-            tx
+            let thread = spawned
+                .map_err(|e| {
+                    tracing::error!("nbd: no thread for a connection's blocking requests: {e}")
+                })
+                .ok();
+            Helper { jobs, thread }
         });
-        match helper.send(job) {
+        match helper.jobs.send(job) {
             Ok(()) => self.aside = Some(slot),
             // No helper thread. The work may wait for this shard's own
             // requests, so it never runs here: dropped, its claim answers
@@ -589,7 +624,13 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        if self.in_flight > 0 {
+            tracing::warn!(
+                "nbd: a connection ended with {} requests unanswered (the engine stopped, or its poll panicked)",
+                self.in_flight
+            );
+        }
         let outcome = std::mem::replace(&mut self.outcome, Ok(()));
-        let _ = self.ended.send(outcome);
+        let _ = self.ended.send((outcome, self.helper.take()));
     }
 }

@@ -33,6 +33,37 @@ thread_local! {
     /// any other thread, and on a `Stepped` shard's caller outside its
     /// turns).
     static ON_SHARD: Cell<*const Inbox> = const { Cell::new(std::ptr::null()) };
+    /// Completions that ran to their end inside a client's poll (a write
+    /// copied in place), to be called once the poll is over
+    /// (`Shard::run_later`): on this thread, without the inbox's lock.
+    static LATER: std::cell::RefCell<Vec<Box<dyn FnOnce()>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `done`, run on the shard with inbox `home` after the poll it is called
+/// in where it is called there (`LATER`), posted to it otherwise.
+fn after_poll<T: Send + 'static>(
+    home: &Arc<Inbox>,
+    done: Box<dyn FnOnce(T) + Send>,
+) -> Box<dyn FnOnce(T) + Send> {
+    let home = home.clone();
+    Box::new(move |r| {
+        if ON_SHARD.with(|s| s.get()) == Arc::as_ptr(&home) {
+            return LATER.with(|l| l.borrow_mut().push(Box::new(move || done(r))));
+        }
+        home.push(Job::Call(Box::new(move || done(r))));
+    })
+}
+
+/// Calls the completions `after_poll` kept on this thread; how many.
+pub(super) fn run_later() -> usize {
+    let jobs = LATER.with(|l| std::mem::take(&mut *l.borrow_mut()));
+    let n = jobs.len();
+    for j in jobs {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(j)).is_err() {
+            tracing::error!("shard: a request's completion callback panicked");
+        }
+    }
+    n
 }
 
 /// Marks this thread as the one running the shard with `inbox`.
@@ -131,16 +162,14 @@ impl Local<'_> {
         self.given += 1;
         // A small write to members in memory runs here, as
         // `Engine::write` runs it on its caller's thread (`inline.rs`),
-        // rather than crossing to its owner and back. Its completion is
-        // then posted, to run after this poll, not inside it (and so is
-        // one that goes to a shard after all).
+        // rather than crossing to its owner and back. Its completion then
+        // runs after this poll, not inside it.
         let shard = &*self.shard;
         if !shard.array.any_in_memory() {
             let done = at_home(&shard.inbox, done);
             return self.give_write(offset, data, done);
         }
-        let home = shard.inbox.clone();
-        let posted: WriteDone = Box::new(move |r| home.push(Job::Call(Box::new(move || done(r)))));
+        let posted = after_poll(&shard.inbox, done);
         if let Err((data, posted)) =
             super::inline::write_here(&shard.array, &shard.blocking, offset, data, posted)
         {

@@ -281,6 +281,9 @@ impl Shard {
             // Each client looked at its own (a poll of a client that ended
             // meanwhile fires for no one).
             self.fired.clear();
+            // Completions that ran to their end inside the polls: the next
+            // pass polls their clients.
+            let reaped = reaped + super::client::run_later();
             let mut started = 0;
             while let Some(r) = self.waiting.front() {
                 // Ring entries it may take at once (a read: one per

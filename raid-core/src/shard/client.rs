@@ -45,13 +45,7 @@ fn after_poll<T: Send + 'static>(
     home: &Arc<Inbox>,
     done: Box<dyn FnOnce(T) + Send>,
 ) -> Box<dyn FnOnce(T) + Send> {
-    let home = home.clone();
-    Box::new(move |r| {
-        if ON_SHARD.with(|s| s.get()) == Arc::as_ptr(&home) {
-            return LATER.with(|l| l.borrow_mut().push(Box::new(move || done(r))));
-        }
-        home.push(Job::Call(Box::new(move || done(r))));
-    })
+    on_home(home, done, true)
 }
 
 /// Calls the completions `after_poll` kept on this thread; how many.
@@ -101,12 +95,25 @@ fn at_home<T: Send + 'static>(
     home: &Arc<Inbox>,
     done: Box<dyn FnOnce(T) + Send>,
 ) -> Box<dyn FnOnce(T) + Send> {
+    on_home(home, done, false)
+}
+
+/// `done`, run on the shard with inbox `home`: posted there from another
+/// thread; there, at once or (`after_poll`) once the poll is over.
+fn on_home<T: Send + 'static>(
+    home: &Arc<Inbox>,
+    done: Box<dyn FnOnce(T) + Send>,
+    after_poll: bool,
+) -> Box<dyn FnOnce(T) + Send> {
     let home = home.clone();
     Box::new(move |r| {
-        if ON_SHARD.with(|s| s.get()) == Arc::as_ptr(&home) {
-            return done(r);
+        if ON_SHARD.with(|s| s.get()) != Arc::as_ptr(&home) {
+            return home.push(Job::Call(Box::new(move || done(r))));
         }
-        home.push(Job::Call(Box::new(move || done(r))));
+        match after_poll {
+            true => LATER.with(|l| l.borrow_mut().push(Box::new(move || done(r)))),
+            false => done(r),
+        }
     })
 }
 

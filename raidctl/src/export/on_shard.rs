@@ -23,13 +23,14 @@
 //! The limits on what is in flight, the pool of buffers, the replies' wire
 //! form and every command's meaning are `transmission.rs`'s.
 
+use super::protocol_error;
 use super::requests::{
-    submit, BufPool, Giver, Out, Outbox, Pending, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES,
+    replies_after_flush, submit, BufPool, Giver, Out, Outbox, Pending, MAX_IN_FLIGHT,
+    MAX_IN_FLIGHT_BYTES,
 };
 use super::structured::{block_status, Negotiated};
 use super::sub_block;
 use super::wire::{with_slices, Form, Payload, Reply};
-use super::{errno_of, protocol_error};
 use crate::any_bytes::{AnyBytes, Counted};
 use crate::nbd::{self, Check, Request};
 use crate::remote::tls::Sock;
@@ -323,18 +324,7 @@ impl Connection {
             }
         }
         if !fua.is_empty() {
-            io.flush(Box::new(move |r| {
-                let err = r.map_or_else(
-                    |e| {
-                        tracing::warn!("nbd: flush after FUA writes: {e}");
-                        errno_of(&e)
-                    },
-                    |()| 0,
-                );
-                for (p, buf) in fua {
-                    p.reply(err, buf.map_or(Payload::None, Payload::Spare));
-                }
-            }));
+            io.flush(replies_after_flush(fua));
         }
     }
 

@@ -133,6 +133,24 @@ impl BufPool {
     }
 }
 
+/// The completion of the one flush that follows FUA writes that completed
+/// (all of them before it started): each gets its reply with the flush's
+/// outcome.
+pub(super) fn replies_after_flush(fua: Vec<(Pending, Option<AlignedBuf>)>) -> Done {
+    Box::new(move |r| {
+        let err = r.map_or_else(
+            |e| {
+                tracing::warn!("nbd: flush after FUA writes: {e}");
+                errno_of(&e)
+            },
+            |()| 0,
+        );
+        for (p, buf) in fua {
+            p.reply(err, buf.map_or(Payload::None, Payload::Spare));
+        }
+    })
+}
+
 /// What a connection gives its requests to: the engine from a thread of
 /// its own (through a `Batch`), or the shard it runs on (`Local`).
 pub(super) trait Giver {

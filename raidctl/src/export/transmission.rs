@@ -19,9 +19,9 @@
 //! once, as they must: the reader may be about to wait for the client,
 //! which waits for them.
 
-use super::errno_of;
 use super::requests::{
-    submit, BufPool, Giver, Out, Outbox, Pending, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES,
+    replies_after_flush, submit, BufPool, Giver, Out, Outbox, Pending, MAX_IN_FLIGHT,
+    MAX_IN_FLIGHT_BYTES,
 };
 use super::structured::{block_status, Negotiated};
 use super::sub_block;
@@ -508,18 +508,7 @@ fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
         }
         if !fua.is_empty() {
             // Their writes all completed before this flush starts.
-            engine.flush(Box::new(move |r| {
-                let err = r.map_or_else(
-                    |e| {
-                        tracing::warn!("nbd: flush after FUA writes: {e}");
-                        errno_of(&e)
-                    },
-                    |()| 0,
-                );
-                for (p, buf) in fua {
-                    p.reply(err, buf.map_or(Payload::None, Payload::Spare));
-                }
-            }));
+            engine.flush(replies_after_flush(fua));
         }
         if replies.is_empty() {
             shared.state.lock().unwrap().sending = None;

@@ -36,7 +36,7 @@ thread_local! {
     /// Completions that ran to their end inside a client's poll (a write
     /// copied in place), to be called once the poll is over
     /// (`Shard::run_later`): on this thread, without the inbox's lock.
-    static LATER: std::cell::RefCell<Vec<Box<dyn FnOnce()>>> = const { std::cell::RefCell::new(Vec::new()) };
+    static LATER: std::cell::RefCell<Vec<Box<dyn FnOnce() + Send>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// `done`, run on the shard with inbox `home` after the poll it is called
@@ -52,11 +52,7 @@ fn after_poll<T: Send + 'static>(
 pub(super) fn run_later() -> usize {
     let jobs = LATER.with(|l| std::mem::take(&mut *l.borrow_mut()));
     let n = jobs.len();
-    for j in jobs {
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(j)).is_err() {
-            tracing::error!("shard: a request's completion callback panicked");
-        }
-    }
+    jobs.into_iter().for_each(super::call);
     n
 }
 

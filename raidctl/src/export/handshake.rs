@@ -288,18 +288,17 @@ pub(super) fn serve(
     }
     let read_only = flags_sent & nbd::TFLAG_READ_ONLY != 0;
     let rules = (!asked_block_size, read_only);
-    if on_shard::wanted(engine) {
-        // A plain socket is served on a shard; TLS stays on threads.
-        match c.into_sock() {
+    // A plain socket is served on a shard; TLS stays on threads.
+    let c = match on_shard::wanted(engine) {
+        true => match c.into_sock() {
             Ok(sock) => {
                 let any = any.clone();
                 return on_shard::transmission(sock, array, engine, rules, negotiated, any);
             }
-            Err(tls) => {
-                return transmission::transmission(tls, array, engine, rules, negotiated, any)
-            }
-        }
-    }
+            Err(tls) => tls,
+        },
+        false => c,
+    };
     transmission::transmission(c, array, engine, rules, negotiated, any)
 }
 

@@ -20,13 +20,12 @@
 //! threaded reader does. TLS connections stay on `transmission.rs`'s
 //! threads: their records are framed by one writer that may wait.
 //!
-//! The limits on what is in flight, the pool of buffers, the replies' wire
-//! form and every command's meaning are `transmission.rs`'s.
+//! The limits on what is in flight, the pool of buffers, the checks and
+//! every command's meaning are the threaded reader's (`requests.rs`).
 
 use super::protocol_error;
 use super::requests::{
-    replies_after_flush, submit, BufPool, Giver, Out, Outbox, Pending, MAX_IN_FLIGHT,
-    MAX_IN_FLIGHT_BYTES,
+    checked, form_of, replies_after_flush, submit, writes, Giver, Out, Outbox, Pending, Room,
 };
 use super::structured::{block_status, Negotiated};
 use super::sub_block;
@@ -34,7 +33,7 @@ use super::wire::{with_slices, Form, Payload, Reply};
 use crate::any_bytes::{AnyBytes, Counted};
 use crate::nbd::{self, Check, Request};
 use crate::remote::tls::Sock;
-use raid_core::array::{Array, BLOCK};
+use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use raid_core::shard::{Client, Done, Engine, Home, Local, ReadDone, WriteDone};
 use std::io;
@@ -73,7 +72,6 @@ pub(super) fn transmission(
     let (ended, outcome) = mpsc::channel();
     let conn = Connection {
         token: TOKENS.fetch_add(1, Ordering::Relaxed) % (1 << 60),
-        fd: sock.as_raw_fd(),
         sock,
         array: array.clone(),
         any,
@@ -85,9 +83,7 @@ pub(super) fn transmission(
         outbox: Arc::new(Queue::default()),
         outgoing: Vec::new(),
         sent: 0,
-        in_flight: 0,
-        bytes: 0,
-        pool: BufPool::default(),
+        room: Room::default(),
         reading: true,
         broken: false,
         aside: None,
@@ -169,7 +165,6 @@ struct Connection {
     /// Names its polls on the shard's ring (twice it, and once more).
     token: u64,
     sock: Sock,
-    fd: RawFd,
     array: Arc<Array>,
     any: Arc<AnyBytes>,
     rules: (bool, bool, Negotiated),
@@ -182,10 +177,9 @@ struct Connection {
     /// Replies being sent, the first `sent` bytes of their wire form out.
     outgoing: Vec<Reply>,
     sent: usize,
-    /// Requests read and not yet answered, and their payload bytes.
-    in_flight: usize,
-    bytes: usize,
-    pool: BufPool,
+    /// Requests read and not yet answered, and the buffers kept for the
+    /// next.
+    room: Room,
     /// The client may send more (no EOF, no NBD_CMD_DISC, no error).
     reading: bool,
     /// Sending to the client failed: replies are dropped as they come.
@@ -244,10 +238,10 @@ impl Client for Connection {
             // Replies the requests just read were answered with at once
             // (errors, holes): sent, they may make room for the requests
             // still in `rx`, which no poll of the socket would bring back.
-            let held = self.in_flight;
+            let held = self.room.in_flight;
             self.take_replies(io);
             self.send();
-            if stop != Stop::Full || self.in_flight == held {
+            if stop != Stop::Full || self.room.in_flight == held {
                 break stop;
             }
             if rounds == ROUNDS {
@@ -275,7 +269,7 @@ impl Client for Connection {
             self.watch(io, 1, libc::POLLOUT as u32);
         }
         let open = self.reading && !self.broken;
-        open || self.in_flight > 0 || self.aside.is_some()
+        open || self.room.in_flight > 0 || self.aside.is_some()
     }
 }
 
@@ -301,14 +295,8 @@ impl Connection {
     fn watch(&mut self, io: &mut Local<'_>, i: usize, events: u32) {
         if !self.watching[i] {
             self.watching[i] = true;
-            io.watch(self.fd, events, self.token * 2 + i as u64);
+            io.watch(self.sock.as_raw_fd(), events, self.token * 2 + i as u64);
         }
-    }
-
-    /// Whether the limits let another request in (one alone always; its
-    /// bytes are weighed once its header is read).
-    fn has_room(&self) -> bool {
-        self.in_flight < MAX_IN_FLIGHT
     }
 
     /// Moves the replies completions queued to `outgoing`; FUA writes that
@@ -330,11 +318,7 @@ impl Connection {
 
     /// A reply is out (or dropped): its room and buffer come back.
     fn settle(&mut self, r: Reply) {
-        self.in_flight -= 1;
-        self.bytes -= r.bytes;
-        if let Payload::Data(b) | Payload::Spare(b) = r.payload {
-            drop(self.pool.keep(b));
-        }
+        drop(self.room.settle(r));
     }
 
     /// Sends what the socket takes now of `outgoing`; the replies sent
@@ -369,80 +353,42 @@ impl Connection {
         }
     }
 
-    /// Receives into `into` without waiting: the bytes (0 at the end of
-    /// the stream), or None where there are none now.
-    fn recv(fd: RawFd, into: &mut [u8]) -> io::Result<Option<usize>> {
-        loop {
-            // SAFETY: `into` is a live, writable buffer of that length; the
-            // fd is the connection's socket, open while it lives.
-            let n =
-                unsafe { libc::recv(fd, into.as_mut_ptr().cast(), into.len(), libc::MSG_DONTWAIT) };
-            if n >= 0 {
-                return Ok(Some(n as usize));
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Ok(None),
-                _ => return Err(e),
-            }
-        }
-    }
-
     /// Takes the requests the socket holds, while the limits let them in
     /// and nothing runs aside, giving each as it is read.
     fn receive(&mut self, io: &mut Local<'_>) -> io::Result<Stop> {
+        let fd = self.sock.as_raw_fd();
         while self.reading && !self.broken && self.aside.is_none() {
-            if let Some(mut inc) = self.payload.take() {
+            if let Some(inc) = &mut self.payload {
                 let have = (self.tail - self.head).min(inc.buf.len() - inc.filled);
                 inc.buf[inc.filled..inc.filled + have]
                     .copy_from_slice(&self.rx[self.head..self.head + have]);
                 self.head += have;
                 inc.filled += have;
                 if inc.filled < inc.buf.len() {
-                    // What is left of the buffered bytes is none: receive
-                    // the rest straight into the payload.
-                    let got = match Self::recv(self.fd, &mut inc.buf[inc.filled..]) {
-                        Ok(g) => g,
-                        Err(e) => {
-                            self.payload = Some(inc);
-                            return Err(e);
-                        }
-                    };
-                    match got {
-                        Some(0) => {
-                            self.payload = Some(inc);
-                            return Err(io::ErrorKind::UnexpectedEof.into());
-                        }
-                        Some(n) => {
-                            inc.filled += n;
-                            self.payload = Some(inc);
-                            continue;
-                        }
-                        None => {
-                            self.payload = Some(inc);
-                            return Ok(Stop::Empty);
-                        }
+                    // Nothing buffered is left: the rest straight into the
+                    // payload. A payload cut short stays for `poll` to
+                    // answer.
+                    match recv(fd, &mut inc.buf[inc.filled..])? {
+                        Some(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                        Some(n) => inc.filled += n,
+                        None => return Ok(Stop::Empty),
                     }
+                    continue;
                 }
-                let Incoming {
-                    req,
-                    check,
-                    buf,
-                    bytes,
-                    ..
-                } = inc;
-                self.serve(io, req, check, buf, bytes);
+                let inc = self.payload.take().expect("looked at");
+                self.serve(io, inc.req, inc.check, inc.buf, inc.bytes);
                 continue;
             }
+            // Another request may go in flight (its bytes are weighed once
+            // its header is read).
+            if !self.room.fits(0) {
+                return Ok(Stop::Full);
+            }
             if self.tail - self.head < Request::LEN {
-                if !self.has_room() {
-                    return Ok(Stop::Full);
-                }
                 self.rx.copy_within(self.head..self.tail, 0);
                 self.tail -= self.head;
                 self.head = 0;
-                match Self::recv(self.fd, &mut self.rx[self.tail..])? {
+                match recv(fd, &mut self.rx[self.tail..])? {
                     // The end of the stream (mid-header too, as the
                     // threaded reader takes it).
                     Some(0) => {
@@ -454,41 +400,22 @@ impl Connection {
                 }
                 continue;
             }
-            if !self.has_room() {
-                return Ok(Stop::Full);
-            }
             let head: &[u8; Request::LEN] = self.rx[self.head..self.head + Request::LEN]
                 .try_into()
                 .expect("LEN bytes");
             let req = Request::decode(head).map_err(|e| protocol_error(format!("{e:?}")))?;
-            self.head += Request::LEN;
             if req.kind == nbd::CMD_DISC {
                 self.reading = false;
                 return Ok(Stop::Held);
             }
             let (lenient, read_only, _) = self.rules;
-            // As `transmission.rs` checks it.
-            let block = if lenient || req.kind == nbd::CMD_TRIM {
-                1
-            } else {
-                BLOCK
-            };
-            let check = nbd::check(&req, self.array.capacity(), block, read_only);
-            if let Check::Disconnect(why) = check {
-                return Err(protocol_error(why));
-            }
-            let bytes = match (req.kind, &check) {
-                (nbd::CMD_WRITE, _) | (nbd::CMD_READ, Check::Ok) => req.length as usize,
-                _ => 0,
-            };
-            if self.in_flight > 0 && self.bytes + bytes > MAX_IN_FLIGHT_BYTES {
-                // Taken again once replies made room for it.
-                self.head -= Request::LEN;
+            let (check, bytes) = checked(&req, &self.array, lenient, read_only)?;
+            if !self.room.fits(bytes) {
+                // Its header is taken again once replies made room.
                 return Ok(Stop::Full);
             }
-            self.in_flight += 1;
-            self.bytes += bytes;
-            let buf = self.pool.take(bytes);
+            self.head += Request::LEN;
+            let buf = self.room.admit(bytes);
             if req.kind == nbd::CMD_WRITE {
                 // Its payload is read even when the write is refused, so
                 // the stream stays in step.
@@ -517,11 +444,7 @@ impl Connection {
         bytes: usize,
     ) {
         let (_, _, negotiated) = self.rules;
-        let form = match check {
-            Check::Ok => negotiated.hole_read(&self.array, &req),
-            _ => None,
-        }
-        .unwrap_or_else(|| negotiated.form(&req));
+        let form = form_of(negotiated, &self.array, &req, &check);
         // The request's claim to its reply: answered EIO if it is dropped
         // unanswered (a panic aside).
         let p = Pending::new(self.outbox.clone(), &req, bytes, form.clone());
@@ -549,11 +472,7 @@ impl Connection {
                 });
             }
             Check::Ok => {
-                let writes = matches!(
-                    req.kind,
-                    nbd::CMD_WRITE | nbd::CMD_TRIM | nbd::CMD_WRITE_ZEROES
-                );
-                let counted = match writes {
+                let counted = match writes(&req) {
                     true => match self.any.gate.admit() {
                         Some(c) => Some(c),
                         None => {
@@ -614,13 +533,32 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        if self.in_flight > 0 {
+        if self.room.in_flight > 0 {
             tracing::warn!(
                 "nbd: a connection ended with {} requests unanswered (the engine stopped, or its poll panicked)",
-                self.in_flight
+                self.room.in_flight
             );
         }
         let outcome = std::mem::replace(&mut self.outcome, Ok(()));
         let _ = self.ended.send((outcome, self.helper.take()));
+    }
+}
+
+/// Receives into `into` without waiting: the bytes (0 at the end of
+/// the stream), or None where there are none now.
+fn recv(fd: RawFd, into: &mut [u8]) -> io::Result<Option<usize>> {
+    loop {
+        // SAFETY: `into` is a live, writable buffer of that length; the
+        // fd is the connection's socket, open while it lives.
+        let n = unsafe { libc::recv(fd, into.as_mut_ptr().cast(), into.len(), libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            return Ok(Some(n as usize));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => return Ok(None),
+            _ => return Err(e),
+        }
     }
 }

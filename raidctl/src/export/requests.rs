@@ -4,14 +4,16 @@
 //! queue (`Outbox`), what takes the requests (`Giver`), how a checked
 //! request is handed on (`submit`), and the limits and buffers both share.
 
-use super::errno_of;
+use super::structured::Negotiated;
 use super::wire::{Form, Payload, Reply};
+use super::{errno_of, protocol_error};
 use crate::any_bytes::Counted;
-use crate::nbd::{self, Request};
-use raid_core::array::ArrayError;
+use crate::nbd::{self, Check, Request};
+use raid_core::array::{Array, ArrayError, BLOCK};
 use raid_core::buf::AlignedBuf;
 use raid_core::shard::{Done, ReadDone, WriteDone};
 use std::collections::HashMap;
+use std::io;
 use std::sync::Arc;
 
 /// Requests in flight per connection before the reader waits for replies
@@ -102,15 +104,102 @@ impl Drop for Pending {
     }
 }
 
+/// A request's header checked, as both readers check it: what to answer
+/// it (`Check`), and the payload bytes it counts in flight (a write's
+/// payload, refused or not; an accepted read's data: both bounded by the
+/// check, 32 MiB). An error where the client must be disconnected.
+/// `lenient`: the client did not ask for the block size, so requests not
+/// aligned to 4 KiB are served (`sub_block`).
+pub(super) fn checked(
+    req: &Request,
+    array: &Array,
+    lenient: bool,
+    read_only: bool,
+) -> io::Result<(Check, usize)> {
+    // A trim may be cut to the whole blocks inside it whoever sends it
+    // (qemu passes a guest's 512-byte discards on as they are).
+    let block = if lenient || req.kind == nbd::CMD_TRIM {
+        1
+    } else {
+        BLOCK
+    };
+    let check = nbd::check(req, array.capacity(), block, read_only);
+    if let Check::Disconnect(why) = check {
+        return Err(protocol_error(why));
+    }
+    let bytes = match (req.kind, &check) {
+        (nbd::CMD_WRITE, _) | (nbd::CMD_READ, Check::Ok) => req.length as usize,
+        _ => 0,
+    };
+    Ok((check, bytes))
+}
+
+/// How a checked request's reply goes on the wire: a read of holes alone
+/// (`hole_read`) as one hole chunk, nothing read; otherwise as negotiated.
+pub(super) fn form_of(n: Negotiated, array: &Array, req: &Request, check: &Check) -> Form {
+    match check {
+        Check::Ok => n.hole_read(array, req),
+        _ => None,
+    }
+    .unwrap_or_else(|| n.form(req))
+}
+
+/// Whether a request writes, and so counts itself in the array's gate
+/// while in flight.
+pub(super) fn writes(req: &Request) -> bool {
+    matches!(
+        req.kind,
+        nbd::CMD_WRITE | nbd::CMD_TRIM | nbd::CMD_WRITE_ZEROES
+    )
+}
+
+/// What a connection has in flight, against the limits, and the buffers
+/// it keeps for its next requests.
+#[derive(Default)]
+pub(super) struct Room {
+    /// Requests read and not yet answered (or dropped).
+    pub(super) in_flight: usize,
+    bytes: usize,
+    pool: BufPool,
+}
+
+impl Room {
+    /// Whether a request of `bytes` may go in flight now: under both
+    /// limits, or alone whatever its size.
+    pub(super) fn fits(&self, bytes: usize) -> bool {
+        self.in_flight == 0
+            || (self.in_flight < MAX_IN_FLIGHT && self.bytes + bytes <= MAX_IN_FLIGHT_BYTES)
+    }
+
+    /// Counts a request of `bytes` in flight; its buffer.
+    pub(super) fn admit(&mut self, bytes: usize) -> AlignedBuf {
+        self.in_flight += 1;
+        self.bytes += bytes;
+        self.pool.take(bytes)
+    }
+
+    /// A reply went out (or was dropped): its room and its buffer come
+    /// back. Returns a buffer the pool had no room for, for the caller to
+    /// free where that costs no one a wait (a large one is an munmap).
+    pub(super) fn settle(&mut self, r: Reply) -> Option<AlignedBuf> {
+        self.in_flight -= 1;
+        self.bytes -= r.bytes;
+        match r.payload {
+            Payload::Data(b) | Payload::Spare(b) => self.pool.keep(b),
+            Payload::None => None,
+        }
+    }
+}
+
 /// Buffers a connection keeps for its next requests, up to `POOL_BYTES`.
 #[derive(Default)]
-pub(super) struct BufPool {
+struct BufPool {
     bufs: HashMap<usize, Vec<AlignedBuf>>,
     bytes: usize,
 }
 
 impl BufPool {
-    pub(super) fn take(&mut self, len: usize) -> AlignedBuf {
+    fn take(&mut self, len: usize) -> AlignedBuf {
         match self.bufs.get_mut(&len).and_then(|v| v.pop()) {
             Some(b) => {
                 self.bytes -= len;
@@ -120,9 +209,8 @@ impl BufPool {
         }
     }
 
-    /// Keeps `b` for reuse if the pool has room; otherwise hands it back,
-    /// to be freed where it costs no one a wait (a large one is an munmap).
-    pub(super) fn keep(&mut self, b: AlignedBuf) -> Option<AlignedBuf> {
+    /// Keeps `b` for reuse if the pool has room; otherwise hands it back.
+    fn keep(&mut self, b: AlignedBuf) -> Option<AlignedBuf> {
         if !b.is_empty() && self.bytes + b.len() <= POOL_BYTES {
             self.bytes += b.len();
             self.bufs.entry(b.len()).or_default().push(b);

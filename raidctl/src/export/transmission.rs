@@ -20,8 +20,7 @@
 //! which waits for them.
 
 use super::requests::{
-    replies_after_flush, submit, BufPool, Giver, Out, Outbox, Pending, MAX_IN_FLIGHT,
-    MAX_IN_FLIGHT_BYTES,
+    checked, form_of, replies_after_flush, submit, writes, Giver, Out, Outbox, Pending, Room,
 };
 use super::structured::{block_status, Negotiated};
 use super::sub_block;
@@ -29,7 +28,7 @@ use super::wire::{send, with_slices, Carry, Form, Payload, Reply};
 use super::{protocol_error, Conn};
 use crate::any_bytes::AnyBytes;
 use crate::nbd::{self, Check, Request};
-use raid_core::array::{Array, BLOCK};
+use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use raid_core::shard::{Batch, Done, Engine, ReadDone, WriteDone};
 use std::io::{self, Read};
@@ -66,8 +65,7 @@ enum Sender {
 struct State {
     out: Vec<Out>,
     /// Requests read and not yet answered (or dropped, once `broken`).
-    in_flight: usize,
-    bytes: usize,
+    room: Room,
     /// The reader stopped: the writer ends once nothing is in flight.
     reading_done: bool,
     /// Writing to the client failed: replies are dropped, the reader stops.
@@ -83,7 +81,6 @@ struct State {
     reader_asleep: bool,
     /// Bytes of read data in the replies in `out`.
     out_bytes: usize,
-    pool: BufPool,
 }
 
 impl State {
@@ -91,15 +88,10 @@ impl State {
     /// buffers to the pool. Returns the buffers the pool had no room for,
     /// to be freed once the lock is let go.
     fn settle(&mut self, replies: Vec<Reply>) -> Vec<AlignedBuf> {
-        let mut unkept = Vec::new();
-        for r in replies {
-            self.in_flight -= 1;
-            self.bytes -= r.bytes;
-            if let Payload::Data(b) | Payload::Spare(b) = r.payload {
-                unkept.extend(self.pool.keep(b));
-            }
-        }
-        unkept
+        replies
+            .into_iter()
+            .filter_map(|r| self.room.settle(r))
+            .collect()
     }
 }
 
@@ -313,29 +305,10 @@ fn read_requests(
         if req.kind == nbd::CMD_DISC {
             return Ok(());
         }
-        // A trim may be cut to the whole blocks inside it whoever sends
-        // it (qemu passes a guest's 512-byte discards on as they are).
-        let block = if lenient || req.kind == nbd::CMD_TRIM {
-            1
-        } else {
-            BLOCK
-        };
-        let check = nbd::check(&req, array.capacity(), block, read_only);
-        if let Check::Disconnect(why) = check {
-            return Err(protocol_error(why));
-        }
-        // A write's payload (refused or not) and an accepted read's data:
-        // both bounded by `check` (32 MiB).
-        let bytes = match (req.kind, &check) {
-            (nbd::CMD_WRITE, _) | (nbd::CMD_READ, Check::Ok) => req.length as usize,
-            _ => 0,
-        };
+        let (check, bytes) = checked(&req, array, lenient, read_only)?;
         let buf = {
             let mut s = shared.state.lock().unwrap();
-            while !s.broken
-                && s.in_flight > 0
-                && (s.in_flight >= MAX_IN_FLIGHT || s.bytes + bytes > MAX_IN_FLIGHT_BYTES)
-            {
+            while !s.broken && !s.room.fits(bytes) {
                 if !batch.is_empty() {
                     // The room comes from these requests' completions.
                     drop(s);
@@ -351,9 +324,7 @@ fn read_requests(
             if s.broken {
                 return Ok(());
             }
-            s.in_flight += 1;
-            s.bytes += bytes;
-            s.pool.take(bytes)
+            s.room.admit(bytes)
         };
         // A write's payload is read even when the write is refused, so the
         // stream stays in step. The request counts as in flight already: an
@@ -370,13 +341,7 @@ fn read_requests(
                 return Err(e);
             }
         }
-        // A read of holes alone (`hole_read`) is answered with a hole
-        // chunk, nothing read.
-        let form = match check {
-            Check::Ok => negotiated.hole_read(array, &req),
-            _ => None,
-        }
-        .unwrap_or_else(|| negotiated.form(&req));
+        let form = form_of(negotiated, array, &req, &check);
         match check {
             Check::Ok if req.kind == nbd::CMD_BLOCK_STATUS => {
                 // Answered here, after the requests read before it are
@@ -405,8 +370,8 @@ fn read_requests(
                 shared.reply(req.cookie, form, err, payload, bytes);
             }
             Check::Ok => {
-                let counted = match req.kind {
-                    nbd::CMD_WRITE | nbd::CMD_TRIM | nbd::CMD_WRITE_ZEROES => {
+                let counted = match writes(&req) {
+                    true => {
                         Some(match gate.admit() {
                             Some(c) => c,
                             None => {
@@ -419,7 +384,7 @@ fn read_requests(
                             }
                         })
                     }
-                    _ => None,
+                    false => None,
                 };
                 let mut to = FromThread {
                     engine,
@@ -482,7 +447,7 @@ fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
             let mut s = shared.state.lock().unwrap();
             // The reader may be sending: its replies hold `in_flight` up.
             while (s.sending.is_some() || (s.out.is_empty() && s.carry.is_none()))
-                && !(s.reading_done && s.in_flight == 0)
+                && !(s.reading_done && s.room.in_flight == 0)
             {
                 s.writer_asleep = true;
                 s = shared.ready.wait(s).unwrap();
@@ -567,7 +532,7 @@ mod tests {
             d.iter_mut()
                 .enumerate()
                 .for_each(|(i, x)| *x = (i as u64 ^ cookie) as u8);
-            shared.state.lock().unwrap().in_flight += 1;
+            shared.state.lock().unwrap().room.in_flight += 1;
             shared.reply(cookie, Form::Simple, 0, Payload::Data(d), 0);
         }
         shared.let_replies_go(&conn);
@@ -575,7 +540,7 @@ mod tests {
             let mut s = shared.state.lock().unwrap();
             assert_eq!(s.sending, None);
             assert!(s.out.is_empty());
-            assert_eq!(s.in_flight, 6, "nothing settled before it is all sent");
+            assert_eq!(s.room.in_flight, 6, "nothing settled before it is all sent");
             s.carry.take().expect("the socket could not take it all")
         };
         let total: usize = carry.replies.iter().map(Reply::wire_len).sum();

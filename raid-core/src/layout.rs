@@ -14,6 +14,7 @@
 //!   2c+k of a row-major grid n members wide; odd member counts work (a chunk's
 //!   two copies then straddle two rows), as in md.
 
+use arrayvec::ArrayVec;
 use std::fmt;
 
 /// The RAID levels.
@@ -163,10 +164,12 @@ pub struct Place {
 }
 
 /// The members of one RAID5/6 stripe: the data chunks in order, then P, then
-/// Q: exactly the order the parity engine takes chunks in.
+/// Q: exactly the order the parity engine takes chunks in. Held inline
+/// (at most `MAX_MEMBERS`), not on the heap: every parity write and
+/// degraded read asks for its stripe's map, several times.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StripeMap {
-    pub members: Vec<usize>,
+    pub members: ArrayVec<usize, MAX_MEMBERS>,
 }
 
 impl Geometry {
@@ -245,7 +248,7 @@ impl Geometry {
         let n = self.members;
         let p = n - 1 - (s % n as u64) as usize;
         let first_data = (p + self.level.parity_chunks()) % n;
-        let mut members: Vec<usize> = (0..self.data_chunks())
+        let mut members: ArrayVec<usize, MAX_MEMBERS> = (0..self.data_chunks())
             .map(|i| (first_data + i) % n)
             .collect();
         members.push(p);
@@ -479,11 +482,11 @@ mod tests {
         // md, 4 disks, left-symmetric: stripe 0 = D0 D1 D2 P, stripe 1 = D4 D5 P D3,
         // stripe 2 = D8 P D6 D7, stripe 3 = P D9 D10 D11.
         let g = Geometry::new(Level::Raid5, 4, 4096, 4096 * 8).unwrap();
-        assert_eq!(g.stripe_map(0).members, vec![0, 1, 2, 3]);
-        assert_eq!(g.stripe_map(1).members, vec![3, 0, 1, 2]);
-        assert_eq!(g.stripe_map(2).members, vec![2, 3, 0, 1]);
-        assert_eq!(g.stripe_map(3).members, vec![1, 2, 3, 0]);
-        assert_eq!(g.stripe_map(4).members, vec![0, 1, 2, 3]);
+        assert_eq!(g.stripe_map(0).members[..], [0, 1, 2, 3]);
+        assert_eq!(g.stripe_map(1).members[..], [3, 0, 1, 2]);
+        assert_eq!(g.stripe_map(2).members[..], [2, 3, 0, 1]);
+        assert_eq!(g.stripe_map(3).members[..], [1, 2, 3, 0]);
+        assert_eq!(g.stripe_map(4).members[..], [0, 1, 2, 3]);
     }
 
     #[test]
@@ -491,9 +494,9 @@ mod tests {
         // md raid6 left-symmetric, 5 disks: pd_idx = 4 - (s mod 5), qd_idx =
         // pd_idx + 1 (wrapping), data from pd_idx + 2. Stripe 0: Q D0 D1 D2 P.
         let g = Geometry::new(Level::Raid6, 5, 4096, 4096 * 10).unwrap();
-        assert_eq!(g.stripe_map(0).members, vec![1, 2, 3, 4, 0]);
-        assert_eq!(g.stripe_map(1).members, vec![0, 1, 2, 3, 4]);
-        assert_eq!(g.stripe_map(2).members, vec![4, 0, 1, 2, 3]);
+        assert_eq!(g.stripe_map(0).members[..], [1, 2, 3, 4, 0]);
+        assert_eq!(g.stripe_map(1).members[..], [0, 1, 2, 3, 4]);
+        assert_eq!(g.stripe_map(2).members[..], [4, 0, 1, 2, 3]);
     }
 
     #[test]

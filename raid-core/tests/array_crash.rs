@@ -236,7 +236,7 @@ fn a_failure_waits_for_the_writes_planned_before_it() {
     }
     // Stripe 0: data chunks on members 0 and 1, P on member 2 (left-symmetric).
     let map = a.geometry().stripe_map(0);
-    assert_eq!(map.members, vec![0, 1, 2], "the test assumes this layout");
+    assert_eq!(map.members[..], [0, 1, 2], "the test assumes this layout");
     gate.armed.store(true, Ordering::SeqCst);
     let writer = {
         let a = a.clone();

@@ -32,7 +32,13 @@ use super::parity_io::{columns, full_piece, Piece};
 use super::write_guards::Guards;
 use super::*;
 use crate::buf::AlignedBuf;
-use crate::layout::Place;
+use crate::layout::{Place, MAX_MEMBERS};
+use arrayvec::ArrayVec;
+
+/// One value per member of a stripe, held inline: a write asks these of
+/// its stripe at each step, and a heap allocation each time cost more
+/// than the asking.
+type PerMember<T> = ArrayVec<T, MAX_MEMBERS>;
 use crate::stats::Started;
 
 /// Where a member I/O's bytes are: a buffer of the write's own, or a
@@ -106,7 +112,7 @@ enum Shape {
         lo: u64,
         hi: u64,
         rmw: bool,
-        degraded: Option<Vec<bool>>,
+        degraded: Option<PerMember<bool>>,
     },
 }
 
@@ -231,9 +237,9 @@ impl AsyncWrite {
                 Shape::Mirror { copies, within }
             }
         };
-        let slots: Vec<usize> = match &shape {
-            Shape::Chunk { slot, .. } => vec![*slot],
-            Shape::Stripe { s, .. } => a.geo.stripe_map(*s).members.clone(),
+        let slots: PerMember<usize> = match &shape {
+            Shape::Chunk { slot, .. } => [*slot].into_iter().collect(),
+            Shape::Stripe { s, .. } => a.geo.stripe_map(*s).members,
             Shape::Mirror { copies, .. } => copies.iter().map(|p| p.member).collect(),
         };
         let mut g = Guards {
@@ -271,7 +277,7 @@ impl AsyncWrite {
                 degraded,
                 ..
             } => {
-                let readable: Vec<bool> = slots.iter().map(|&m| a.readable(m, *s)).collect();
+                let readable: PerMember<bool> = slots.iter().map(|&m| a.readable(m, *s)).collect();
                 let kept = || slots.iter().all(|&m| a.readable_after_a_crash(m, *s));
                 match readable.iter().all(|&r| r) && kept() {
                     // A stripe with an unsettled journal record is written
@@ -400,7 +406,7 @@ impl AsyncWrite {
         };
         let nd = a.geo.data_chunks();
         let np = a.geo.level.parity_chunks();
-        let idxs: Vec<usize> = if rmw {
+        let idxs: PerMember<usize> = if rmw {
             ps.iter().map(|p| p.idx).chain(nd..nd + np).collect()
         } else {
             (0..nd)
@@ -409,20 +415,20 @@ impl AsyncWrite {
         };
         let map = a.geo.stripe_map(s);
         // Each filled by its read; a read step with one not filled goes
-        // no further (`advance`).
-        self.bufs = (0..idxs.len())
-            .map(|_| AlignedBuf::for_overwrite((hi - lo) as usize))
-            .collect();
-        self.ios = idxs
-            .iter()
-            .enumerate()
-            .map(|(k, &i)| MemberOp {
+        // no further (`advance`). Room for the writes' buffers and I/Os
+        // too (`plan_writes`), so that neither vector grows.
+        let writes = a.geo.members;
+        self.bufs = Vec::with_capacity(idxs.len() + writes);
+        self.bufs
+            .extend((0..idxs.len()).map(|_| AlignedBuf::for_overwrite((hi - lo) as usize)));
+        self.ios = Vec::with_capacity(idxs.len().max(writes));
+        self.ios
+            .extend(idxs.iter().enumerate().map(|(k, &i)| MemberOp {
                 slot: map.members[i],
                 offset: a.row_offset(s, lo),
                 buf: IoBuf::Own(k),
                 write: false,
-            })
-            .collect();
+            }));
         !self.ios.is_empty()
     }
 
@@ -461,11 +467,13 @@ impl AsyncWrite {
             }
             Shape::Stripe {
                 s, ps, lo, hi, rmw, ..
-            } => (*s, ps.clone(), *lo, *hi, *rmw),
+            } => (*s, ps, *lo, *hi, *rmw),
         };
         let nd = a.geo.data_chunks();
         let np = a.geo.level.parity_chunks();
-        let mut ios: Vec<MemberOp> = Vec::with_capacity(ps.len() + np);
+        // The read step's vector, its room kept (`plan_reads`).
+        let mut ios = std::mem::take(&mut self.ios);
+        ios.clear();
         let map = a.geo.stripe_map(s);
         let at = a.row_offset(s, lo);
         let op = |i: usize, buf: IoBuf| MemberOp {
@@ -475,13 +483,12 @@ impl AsyncWrite {
             write: true,
         };
         if rmw {
-            // bufs: old data (becoming deltas), old parity (becoming new).
-            let new = match a.rmw_apply(&ps, &self.data, lo, &mut self.bufs) {
-                Ok(n) => n,
-                Err(e) => return Some(Err(e)),
-            };
+            // bufs: old data (becoming deltas), old parity (becoming new),
+            // then the new data columns.
             let first_new = self.bufs.len();
-            self.bufs.extend(new);
+            if let Err(e) = a.rmw_apply(ps, &self.data, lo, &mut self.bufs) {
+                return Some(Err(e));
+            }
             ios.extend(
                 ps.iter()
                     .enumerate()
@@ -492,16 +499,16 @@ impl AsyncWrite {
             let mut read = std::mem::take(&mut self.bufs).into_iter();
             let mut cols: Vec<Option<AlignedBuf>> = (0..nd)
                 .map(|i| {
-                    full_piece(&ps, i, lo, hi)
+                    full_piece(ps, i, lo, hi)
                         .is_none()
                         .then(|| read.next().expect("read"))
                 })
                 .collect();
-            let parity = match a.rcw_apply(&ps, &self.data, lo, hi, &mut cols) {
+            let parity = match a.rcw_apply(ps, &self.data, lo, hi, &mut cols) {
                 Ok(p) => p,
                 Err(e) => return Some(Err(e)),
             };
-            for p in &ps {
+            for p in ps {
                 // A chunk read and merged is written from its column; one
                 // the request covers whole, from the request.
                 let buf = match &cols[p.idx] {
@@ -525,7 +532,7 @@ impl AsyncWrite {
         // a stripe with an unsettled journal record is written through the
         // journal, by the blocking path.
         self.g.in_flight = Some(a.unjournaled.enter_raw());
-        let readable: Vec<bool> = map.members.iter().map(|&m| a.readable(m, s)).collect();
+        let readable: PerMember<bool> = map.members.iter().map(|&m| a.readable(m, s)).collect();
         match &self.shape {
             Shape::Stripe {
                 degraded: Some(was),
@@ -643,9 +650,12 @@ impl AsyncWrite {
 
     /// The current step's I/Os completed with `results` (in `ios` order;
     /// the caller finished short transfers): what the write needs next.
-    pub(crate) fn advance(&mut self, results: Vec<io::Result<()>>) -> Next {
+    /// `results` is the caller's to fill again for the next step (emptied
+    /// here, or taken where the write ends on another thread).
+    pub(crate) fn advance(&mut self, results: &mut Vec<io::Result<()>>) -> Next {
         if !self.writing {
             if results.iter().all(|r| r.is_ok()) {
+                results.clear();
                 return match self.plan_writes() {
                     Some(Ok(())) => Next::Io,
                     Some(Err(e)) => Next::Done(self.counted(Err(e))),
@@ -658,7 +668,7 @@ impl AsyncWrite {
             let failed = self
                 .ios
                 .iter()
-                .zip(results)
+                .zip(results.drain(..))
                 .filter_map(|(op, r)| {
                     let e = r
                         .err()
@@ -672,8 +682,9 @@ impl AsyncWrite {
         // (failing a member waits for the writers counted in).
         self.g.leave_in_flight();
         if results.iter().any(|r| r.is_err()) {
-            return Next::Finish(results);
+            return Next::Finish(std::mem::take(results));
         }
+        results.clear();
         Next::Done(self.counted(self.outcome(&[], false)))
     }
 

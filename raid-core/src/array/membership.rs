@@ -117,7 +117,8 @@ impl Array {
     /// well as the slots down now (a stop's members whose files were
     /// deleted: `check_member_files`).
     pub fn serves_all_without(&self, slots: &[usize]) -> bool {
-        let down: Vec<bool> = self
+        // Inline, not on the heap: asked at every write's start.
+        let down: arrayvec::ArrayVec<bool, { crate::layout::MAX_MEMBERS }> = self
             .slots
             .iter()
             .enumerate()

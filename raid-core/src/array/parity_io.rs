@@ -11,8 +11,10 @@
 
 use super::*;
 use crate::buf::AlignedBuf;
+use crate::layout::MAX_MEMBERS;
 use crate::member::{submit, IoOp, MemberIo};
 use crate::parity::{GenJob, ParityKind};
+use arrayvec::ArrayVec;
 
 /// Most whole stripes one batched full-stripe write covers (and only for an
 /// engine whose `preferred_batch` asks for batches: a GPU's, not the CPU's):
@@ -444,11 +446,13 @@ impl Array {
         let mut idxs: Vec<usize> = ps.iter().map(|p| p.idx).collect();
         idxs.extend(nd..nd + np);
         let mut old = self.read_chunks(s, &idxs, lo, hi)?;
-        let new = self.rmw_apply(ps, data, lo, &mut old)?;
+        self.rmw_apply(ps, data, lo, &mut old)?;
+        // old: deltas, new parity, then the new data columns.
+        let (read, new) = old.split_at(idxs.len());
         let mut writes: Vec<(usize, &[u8])> =
-            ps.iter().zip(&new).map(|(p, b)| (p.idx, &b[..])).collect();
+            ps.iter().zip(new).map(|(p, b)| (p.idx, &b[..])).collect();
         writes.extend(
-            old[ps.len()..]
+            read[ps.len()..]
                 .iter()
                 .enumerate()
                 .map(|(k, b)| (nd + k, &b[..])),
@@ -458,36 +462,39 @@ impl Array {
 
     /// Read-modify-write's arithmetic. `old` holds the old columns [lo, ..)
     /// of each piece's chunk, in the pieces' order, then the old parity.
-    /// Returns the new data columns (the old with the request laid over
-    /// them); `old`'s parity becomes the new parity (old + the change: P ^=
-    /// delta, Q ^= g^i * delta, one pass per changed chunk), and its data
-    /// columns the deltas.
+    /// The new data columns (the old with the request laid over them) are
+    /// pushed after those, in the pieces' order; `old`'s parity becomes the
+    /// new parity (old + the change: P ^= delta, Q ^= g^i * delta, one pass
+    /// per changed chunk), and its data columns the deltas.
     pub(super) fn rmw_apply(
         &self,
         ps: &[Piece],
         data: &[u8],
         lo: u64,
-        old: &mut [AlignedBuf],
-    ) -> Result<Vec<AlignedBuf>> {
-        let (old_data, old_parity) = old.split_at_mut(ps.len());
-        let mut new: Vec<AlignedBuf> = old_data.to_vec();
+        old: &mut Vec<AlignedBuf>,
+    ) -> Result<()> {
+        let first_new = old.len();
+        old.extend_from_within(..ps.len());
+        let (read, new) = old.split_at_mut(first_new);
+        let (old_data, old_parity) = read.split_at_mut(ps.len());
         for (p, nb) in ps.iter().zip(new.iter_mut()) {
             let at = (p.within - lo) as usize;
             nb[at..at + p.len as usize].copy_from_slice(&data[p.pos..p.pos + p.len as usize]);
         }
-        for (o, n) in old_data.iter_mut().zip(&new) {
+        for (o, n) in old_data.iter_mut().zip(new.iter()) {
             xor_into(o, n);
         }
-        let deltas: Vec<(usize, &[u8])> = ps
+        // Inline, not on the heap: one stripe's chunks at most.
+        let deltas: ArrayVec<(usize, &[u8]), MAX_MEMBERS> = ps
             .iter()
             .zip(old_data.iter())
             .map(|(p, d)| (p.idx, &d[..]))
             .collect();
-        let mut parity: Vec<&mut [u8]> = old_parity.iter_mut().map(|b| &mut b[..]).collect();
+        let mut parity: ArrayVec<&mut [u8], MAX_MEMBERS> =
+            old_parity.iter_mut().map(|b| &mut b[..]).collect();
         self.engine
             .update_parity(self.kind(), &deltas, &mut parity)
-            .map_err(ArrayError::from)?;
-        Ok(new)
+            .map_err(ArrayError::from)
     }
 
     /// Reconstruct-write's arithmetic: `cols[i]` holds data chunk `i`'s old

@@ -342,7 +342,7 @@ impl Shard {
         if self.held.contains_key(&k) {
             return self.start_write(w);
         }
-        let mut jobs = VecDeque::from([w]);
+        let mut jobs = VecDeque::new();
         while let Some(Request::Write(next)) = self.waiting.front() {
             if self.array.write_lock_key(next.offset) != Some(k) {
                 break;
@@ -352,6 +352,11 @@ impl Shard {
                 _ => unreachable!("looked at"),
             }
         }
+        // Alone (the common case): nothing to merge it with.
+        if jobs.is_empty() {
+            return self.start_write(w);
+        }
+        jobs.push_front(w);
         self.start_together(k, jobs);
     }
 

@@ -164,32 +164,30 @@ pub(super) fn write_here(
         Start::Go(w) => w,
         Start::Blocking(data) => return Err((data, done)),
     };
+    // One vector for every step's results (`AsyncWrite::advance`).
+    let mut results = Vec::with_capacity(array.geometry().members);
     let next = loop {
         debug_assert!(
             !w.journal_due(),
             "only a degraded stripe's write is journaled, and it was handed back at its start"
         );
-        let results = (0..w.ios().len())
-            .map(|i| {
-                let io = w.ios()[i];
-                let (ptr, len) = w.io_buf(i);
-                let m = w.handles()[io.slot].as_ref();
-                // SAFETY: `io_buf` is a buffer of `w` (its own, or its
-                // request's data), alive and unmoved while `w` is, and
-                // nothing else uses it during this call: this thread
-                // owns `w`, and a step's reads go to buffers no other
-                // I/O of the step uses (its writes only read theirs).
-                unsafe {
-                    match io.write {
-                        true => write_counted(m, std::slice::from_raw_parts(ptr, len), io.offset),
-                        false => {
-                            read_counted(m, std::slice::from_raw_parts_mut(ptr, len), io.offset)
-                        }
-                    }
+        results.extend((0..w.ios().len()).map(|i| {
+            let io = w.ios()[i];
+            let (ptr, len) = w.io_buf(i);
+            let m = w.handles()[io.slot].as_ref();
+            // SAFETY: `io_buf` is a buffer of `w` (its own, or its
+            // request's data), alive and unmoved while `w` is, and
+            // nothing else uses it during this call: this thread
+            // owns `w`, and a step's reads go to buffers no other
+            // I/O of the step uses (its writes only read theirs).
+            unsafe {
+                match io.write {
+                    true => write_counted(m, std::slice::from_raw_parts(ptr, len), io.offset),
+                    false => read_counted(m, std::slice::from_raw_parts_mut(ptr, len), io.offset),
                 }
-            })
-            .collect();
-        match w.advance(results) {
+            }
+        }));
+        match w.advance(&mut results) {
             Next::Io => continue,
             next => break next,
         }

@@ -33,13 +33,16 @@ pub(super) fn runs(
     merged_into: &dyn Fn(Vec<WriteJob>) -> WriteJob,
 ) -> Vec<WriteJob> {
     let jobs: Vec<WriteJob> = jobs.into();
+    if jobs.len() < 2 {
+        return jobs;
+    }
     let end = |j: &WriteJob| j.offset + j.data.len() as u64;
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&i| (jobs[i].offset, end(&jobs[i])));
     let overlap = order
         .windows(2)
         .any(|w| end(&jobs[w[0]]) > jobs[w[1]].offset);
-    if jobs.len() < 2 || overlap {
+    if overlap {
         return jobs;
     }
     // Runs by offset, each as the arrival indices of its writes.

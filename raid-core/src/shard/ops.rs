@@ -67,9 +67,10 @@ pub(super) struct WriteOp {
     pub(super) w: Box<AsyncWrite>,
     pub(super) done: WriteDone,
     /// The current step's I/Os: bytes moved so far, and each one's result
-    /// once it has one.
+    /// (Ok until it has one: `left` says how many are still out). Both
+    /// kept from step to step.
     pub(super) moved: Vec<usize>,
-    pub(super) results: Vec<Option<io::Result<()>>>,
+    pub(super) results: Vec<io::Result<()>>,
     pub(super) left: usize,
     pub(super) started: Started,
 }

@@ -32,11 +32,12 @@ impl Shard {
                 if let Some(k) = w.lock_key() {
                     self.held.insert(k, Default::default());
                 }
+                let n = self.array.geometry().members;
                 let op = WriteOp {
                     w,
                     done,
-                    moved: Vec::new(),
-                    results: Vec::new(),
+                    moved: Vec::with_capacity(n),
+                    results: Vec::with_capacity(n),
                     left: 0,
                     started: Started::now(),
                 };
@@ -145,8 +146,10 @@ impl Shard {
     fn start_step(&mut self, k: usize) {
         let op = self.op(k);
         let n = op.w.ios().len();
-        op.moved = vec![0; n];
-        op.results = (0..n).map(|_| None).collect();
+        op.moved.clear();
+        op.moved.resize(n, 0);
+        op.results.clear();
+        op.results.resize_with(n, || Ok(()));
         op.left = n;
         op.started = Started::now();
         for i in 0..n {
@@ -196,7 +199,7 @@ impl Shard {
         let io = op.w.ios()[i];
         let (m, took) = (&op.w.handles()[io.slot], op.started.took());
         crate::member::count_took(m.as_ref(), !io.write, len, took, r.is_ok());
-        op.results[i] = Some(r);
+        op.results[i] = r;
         op.left -= 1;
         if op.left == 0 {
             self.advance(k);
@@ -206,8 +209,7 @@ impl Shard {
     /// Every I/O of write `k`'s step is in: the next step, or its end.
     fn advance(&mut self, k: usize) {
         let op = self.op(k);
-        let results = op.results.drain(..).map(|r| r.expect("every I/O is in"));
-        let next = op.w.advance(results.collect());
+        let next = op.w.advance(&mut op.results);
         match next {
             Next::Io => return self.run_step(k),
             Next::Blocking(failed) => return self.hand_to_blocking(k, failed),

@@ -28,7 +28,7 @@
 //! at `io_buf`) and hands back their results (`advance`).
 
 use super::journal::{JournalDone, NotQueued, RoomWake};
-use super::parity_io::{columns, full_piece, Piece};
+use super::parity_io::{columns, covers, full_piece, Piece};
 use super::write_guards::Guards;
 use super::*;
 use crate::buf::AlignedBuf;
@@ -484,16 +484,25 @@ impl AsyncWrite {
         };
         if rmw {
             // bufs: old data (becoming deltas), old parity (becoming new),
-            // then the new data columns.
-            let first_new = self.bufs.len();
-            if let Err(e) = a.rmw_apply(ps, &self.data, lo, &mut self.bufs) {
+            // then the merged data columns (`rmw_apply`); a piece that
+            // covers its columns is written from the request.
+            let mut merged = self.bufs.len();
+            if let Err(e) = a.rmw_apply(ps, &self.data, lo, hi, &mut self.bufs) {
                 return Some(Err(e));
             }
-            ios.extend(
-                ps.iter()
-                    .enumerate()
-                    .map(|(k, p)| op(p.idx, IoBuf::Own(first_new + k))),
-            );
+            ios.extend(ps.iter().map(|p| {
+                let buf = match covers(p, lo, hi) {
+                    true => IoBuf::Data {
+                        pos: p.pos,
+                        len: p.len as usize,
+                    },
+                    false => {
+                        merged += 1;
+                        IoBuf::Own(merged - 1)
+                    }
+                };
+                op(p.idx, buf)
+            }));
             ios.extend((0..np).map(|k| op(nd + k, IoBuf::Own(ps.len() + k))));
         } else {
             let mut read = std::mem::take(&mut self.bufs).into_iter();

@@ -58,8 +58,13 @@ pub(super) fn columns(ps: &[Piece]) -> (u64, u64) {
 /// The piece that covers data chunk `i`'s columns [lo, hi) entirely, if
 /// one does: reconstruct-write takes that chunk from the request itself.
 pub(super) fn full_piece(ps: &[Piece], i: usize, lo: u64, hi: u64) -> Option<&Piece> {
-    ps.iter()
-        .find(|p| p.idx == i && p.within == lo && p.within + p.len == hi)
+    ps.iter().find(|p| p.idx == i && covers(p, lo, hi))
+}
+
+/// Whether piece `p` covers its chunk's columns [lo, hi) entirely: its
+/// new column is then the request's own bytes, with nothing to merge.
+pub(super) fn covers(p: &Piece, lo: u64, hi: u64) -> bool {
+    p.within == lo && p.within + p.len == hi
 }
 
 /// Data chunk `i`'s new columns in a reconstruct-write: read and merged
@@ -446,11 +451,17 @@ impl Array {
         let mut idxs: Vec<usize> = ps.iter().map(|p| p.idx).collect();
         idxs.extend(nd..nd + np);
         let mut old = self.read_chunks(s, &idxs, lo, hi)?;
-        self.rmw_apply(ps, data, lo, &mut old)?;
-        // old: deltas, new parity, then the new data columns.
-        let (read, new) = old.split_at(idxs.len());
-        let mut writes: Vec<(usize, &[u8])> =
-            ps.iter().zip(new).map(|(p, b)| (p.idx, &b[..])).collect();
+        self.rmw_apply(ps, data, lo, hi, &mut old)?;
+        // old: deltas, new parity, then the merged data columns.
+        let (read, merged) = old.split_at(idxs.len());
+        let mut merged = merged.iter();
+        let mut writes: Vec<(usize, &[u8])> = ps
+            .iter()
+            .map(|p| match covers(p, lo, hi) {
+                true => (p.idx, &data[p.pos..p.pos + p.len as usize]),
+                false => (p.idx, &merged.next().expect("merged")[..]),
+            })
+            .collect();
         writes.extend(
             read[ps.len()..]
                 .iter()
@@ -460,29 +471,42 @@ impl Array {
         self.write_chunks(s, &writes, lo)
     }
 
-    /// Read-modify-write's arithmetic. `old` holds the old columns [lo, ..)
+    /// Read-modify-write's arithmetic. `old` holds the old columns [lo, hi)
     /// of each piece's chunk, in the pieces' order, then the old parity.
-    /// The new data columns (the old with the request laid over them) are
-    /// pushed after those, in the pieces' order; `old`'s parity becomes the
-    /// new parity (old + the change: P ^= delta, Q ^= g^i * delta, one pass
-    /// per changed chunk), and its data columns the deltas.
+    /// A piece that `covers` its columns is written from the request's own
+    /// bytes; for each other one, in the pieces' order, its new column (the
+    /// old with the request laid over it) is pushed after those. `old`'s
+    /// parity becomes the new parity (old + the change: P ^= delta, Q ^=
+    /// g^i * delta, one pass per changed chunk), and its data columns the
+    /// deltas.
     pub(super) fn rmw_apply(
         &self,
         ps: &[Piece],
         data: &[u8],
         lo: u64,
+        hi: u64,
         old: &mut Vec<AlignedBuf>,
     ) -> Result<()> {
         let first_new = old.len();
-        old.extend_from_within(..ps.len());
-        let (read, new) = old.split_at_mut(first_new);
-        let (old_data, old_parity) = read.split_at_mut(ps.len());
-        for (p, nb) in ps.iter().zip(new.iter_mut()) {
-            let at = (p.within - lo) as usize;
-            nb[at..at + p.len as usize].copy_from_slice(&data[p.pos..p.pos + p.len as usize]);
+        for (k, p) in ps.iter().enumerate() {
+            if !covers(p, lo, hi) {
+                let merged = old[k].clone();
+                old.push(merged);
+            }
         }
-        for (o, n) in old_data.iter_mut().zip(new.iter()) {
-            xor_into(o, n);
+        let (read, merged) = old.split_at_mut(first_new);
+        let (old_data, old_parity) = read.split_at_mut(ps.len());
+        let mut merged = merged.iter_mut();
+        for (p, o) in ps.iter().zip(old_data.iter_mut()) {
+            let bytes = &data[p.pos..p.pos + p.len as usize];
+            if covers(p, lo, hi) {
+                xor_into(o, bytes);
+                continue;
+            }
+            let nb = merged.next().expect("one per piece not covered");
+            let at = (p.within - lo) as usize;
+            nb[at..at + bytes.len()].copy_from_slice(bytes);
+            xor_into(o, nb);
         }
         // Inline, not on the heap: one stripe's chunks at most.
         let deltas: ArrayVec<(usize, &[u8]), MAX_MEMBERS> = ps

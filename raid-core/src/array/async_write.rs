@@ -33,13 +33,13 @@ use super::write_guards::Guards;
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::layout::{Place, MAX_MEMBERS};
+use crate::stats::Started;
 use arrayvec::ArrayVec;
 
 /// One value per member of a stripe, held inline: a write asks these of
 /// its stripe at each step, and a heap allocation each time cost more
 /// than the asking.
 type PerMember<T> = ArrayVec<T, MAX_MEMBERS>;
-use crate::stats::Started;
 
 /// Where a member I/O's bytes are: a buffer of the write's own, or a
 /// range of the request's data.
@@ -415,8 +415,9 @@ impl AsyncWrite {
         };
         let map = a.geo.stripe_map(s);
         // Each filled by its read; a read step with one not filled goes
-        // no further (`advance`). Room for the writes' buffers and I/Os
-        // too (`plan_writes`), so that neither vector grows.
+        // no further (`advance`). Room for the writes' I/Os too, and for
+        // a read-modify-write's buffers (`plan_writes`), so that neither
+        // vector grows.
         let writes = a.geo.members;
         self.bufs = Vec::with_capacity(idxs.len() + writes);
         self.bufs

@@ -25,10 +25,10 @@
 
 use super::protocol_error;
 use super::requests::{
-    checked, form_of, replies_after_flush, submit, writes, Giver, Out, Outbox, Pending, Room,
+    checked, form_of, replies_after_flush, route, submit, writes, Giver, Out, Outbox, Pending,
+    Room, Route,
 };
-use super::structured::{block_status, Negotiated};
-use super::sub_block;
+use super::structured::Negotiated;
 use super::wire::{with_slices, Form, Payload, Reply};
 use crate::any_bytes::{AnyBytes, Counted};
 use crate::nbd::{self, Check, Request};
@@ -447,31 +447,18 @@ impl Connection {
         let form = form_of(negotiated, &self.array, &req, &check);
         // The request's claim to its reply: answered EIO if it is dropped
         // unanswered (a panic aside).
-        let p = Pending::new(self.outbox.clone(), &req, bytes, form.clone());
-        match check {
-            Check::Ok if req.kind == nbd::CMD_BLOCK_STATUS => {
-                let array = self.array.clone();
+        let route = route(&req, &check, &form);
+        let p = Pending::new(self.outbox.clone(), &req, bytes, form);
+        match route {
+            Route::Now(err) => p.reply(err, Payload::Spare(buf)),
+            Route::Wait(w) => {
+                let (array, any) = (self.array.clone(), self.any.clone());
                 self.aside(io, move || {
-                    let (err, form) = block_status(&array, &req, negotiated);
-                    p.reply_as(form, err, Payload::Spare(buf));
+                    w.serve(p, &req, buf, (&array, &any, negotiated));
                     Aside::Replied
                 });
             }
-            Check::Ok if matches!(form, Form::Hole { .. }) => p.reply(0, Payload::Spare(buf)),
-            Check::Ok if sub_block::is_sub_block(&req) => {
-                let any = self.any.clone();
-                let mut buf = buf;
-                self.aside(io, move || {
-                    let err = sub_block::serve(&any, &req, &mut buf);
-                    let payload = match req.kind {
-                        nbd::CMD_READ if err == 0 => Payload::Data(buf),
-                        _ => Payload::Spare(buf),
-                    };
-                    p.reply(err, payload);
-                    Aside::Replied
-                });
-            }
-            Check::Ok => {
+            Route::Give => {
                 let counted = match writes(&req) {
                     true => match self.any.gate.admit() {
                         Some(c) => Some(c),
@@ -488,8 +475,6 @@ impl Connection {
                 };
                 submit(&mut OnShard(io), p, req, buf, counted);
             }
-            Check::Error(errno) => p.reply(errno, Payload::Spare(buf)),
-            Check::Disconnect(_) => unreachable!("returned before"),
         }
     }
 

@@ -4,10 +4,11 @@
 //! queue (`Outbox`), what takes the requests (`Giver`), how a checked
 //! request is handed on (`submit`), and the limits and buffers both share.
 
-use super::structured::Negotiated;
+use super::structured::{block_status, Negotiated};
+use super::sub_block;
 use super::wire::{Form, Payload, Reply};
 use super::{errno_of, protocol_error};
-use crate::any_bytes::Counted;
+use crate::any_bytes::{AnyBytes, Counted};
 use crate::nbd::{self, Check, Request};
 use raid_core::array::{Array, ArrayError, BLOCK};
 use raid_core::buf::AlignedBuf;
@@ -142,6 +143,69 @@ pub(super) fn form_of(n: Negotiated, array: &Array, req: &Request, check: &Check
         _ => None,
     }
     .unwrap_or_else(|| n.form(req))
+}
+
+/// Where a checked request goes, the same for both readers.
+pub(super) enum Route {
+    /// Answered at once with nothing done: an error (its errno), or a
+    /// read of holes alone (0; its form says so).
+    Now(u32),
+    /// Work that waits on more than its own I/O (`Waiting`), run where
+    /// the reader may wait.
+    Wait(Waiting),
+    /// Given to the engine (`submit`), a write counted in the gate first.
+    Give,
+}
+
+/// Work a reader runs apart from the engine, one request at a time,
+/// reading nothing further meanwhile.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Waiting {
+    /// A block status: a system call per run of data or hole on each
+    /// member.
+    BlockStatus,
+    /// A request not aligned to the block (`sub_block`): it waits for
+    /// every write in flight on the array.
+    SubBlock,
+}
+
+/// Where `req`, checked (`check`) and to be answered in `form`
+/// (`form_of`), goes.
+pub(super) fn route(req: &Request, check: &Check, form: &Form) -> Route {
+    match check {
+        Check::Ok if req.kind == nbd::CMD_BLOCK_STATUS => Route::Wait(Waiting::BlockStatus),
+        Check::Ok if matches!(form, Form::Hole { .. }) => Route::Now(0),
+        Check::Ok if sub_block::is_sub_block(req) => Route::Wait(Waiting::SubBlock),
+        Check::Ok => Route::Give,
+        Check::Error(errno) => Route::Now(*errno),
+        Check::Disconnect(_) => unreachable!("`checked` returns it as an error"),
+    }
+}
+
+impl Waiting {
+    /// Runs the work and answers `p`.
+    pub(super) fn serve(
+        self,
+        p: Pending,
+        req: &Request,
+        mut buf: AlignedBuf,
+        (array, any, n): (&Array, &AnyBytes, Negotiated),
+    ) {
+        match self {
+            Waiting::BlockStatus => {
+                let (err, form) = block_status(array, req, n);
+                p.reply_as(form, err, Payload::Spare(buf));
+            }
+            Waiting::SubBlock => {
+                let err = sub_block::serve(any, req, &mut buf);
+                let payload = match req.kind {
+                    nbd::CMD_READ if err == 0 => Payload::Data(buf),
+                    _ => Payload::Spare(buf),
+                };
+                p.reply(err, payload);
+            }
+        }
+    }
 }
 
 /// Whether a request writes, and so counts itself in the array's gate

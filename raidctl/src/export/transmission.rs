@@ -20,14 +20,14 @@
 //! which waits for them.
 
 use super::requests::{
-    checked, form_of, replies_after_flush, submit, writes, Giver, Out, Outbox, Pending, Room,
+    checked, form_of, replies_after_flush, route, submit, writes, Giver, Out, Outbox, Pending,
+    Room, Route, Waiting,
 };
-use super::structured::{block_status, Negotiated};
-use super::sub_block;
+use super::structured::Negotiated;
 use super::wire::{send, with_slices, Carry, Form, Payload, Reply};
 use super::{protocol_error, Conn};
 use crate::any_bytes::AnyBytes;
-use crate::nbd::{self, Check, Request};
+use crate::nbd::{self, Request};
 use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use raid_core::shard::{Batch, Done, Engine, ReadDone, WriteDone};
@@ -342,34 +342,23 @@ fn read_requests(
             }
         }
         let form = form_of(negotiated, array, &req, &check);
-        match check {
-            Check::Ok if req.kind == nbd::CMD_BLOCK_STATUS => {
-                // Answered here, after the requests read before it are
-                // on their way (this takes a system call per run of data
-                // or hole on each member).
+        let route = route(&req, &check, &form);
+        let p = Pending::new(shared.clone(), &req, bytes, form);
+        match route {
+            Route::Now(err) => p.reply(err, Payload::Spare(buf)),
+            Route::Wait(w) => {
+                // Served here, after the requests read before it are on
+                // their way; a request not aligned to the block, alone
+                // among the export's writes, after this connection's own
+                // replies too.
                 batch = ring(batch, engine);
                 in_batch = 0;
-                let (err, form) = block_status(array, &req, negotiated);
-                shared.reply(req.cookie, form, err, Payload::Spare(buf), bytes);
+                if w == Waiting::SubBlock {
+                    shared.let_replies_go(&**r.get_ref());
+                }
+                w.serve(p, &req, buf, (array, any, negotiated));
             }
-            Check::Ok if matches!(form, Form::Hole { .. }) => {
-                // Nothing to read: answered here.
-                shared.reply(req.cookie, form, 0, Payload::Spare(buf), bytes);
-            }
-            Check::Ok if sub_block::is_sub_block(&req) => {
-                // Served here, alone among the export's writes: this
-                // connection's own in flight go first.
-                batch = ring(batch, engine);
-                in_batch = 0;
-                shared.let_replies_go(&**r.get_ref());
-                let err = sub_block::serve(any, &req, &mut buf);
-                let payload = match req.kind {
-                    nbd::CMD_READ if err == 0 => Payload::Data(buf),
-                    _ => Payload::Spare(buf),
-                };
-                shared.reply(req.cookie, form, err, payload, bytes);
-            }
-            Check::Ok => {
+            Route::Give => {
                 let counted = match writes(&req) {
                     true => {
                         Some(match gate.admit() {
@@ -390,14 +379,9 @@ fn read_requests(
                     engine,
                     batch: &mut batch,
                 };
-                let p = Pending::new(shared.clone(), &req, bytes, form);
                 submit(&mut to, p, req, buf, counted);
                 in_batch += 1;
             }
-            Check::Error(errno) => {
-                shared.reply(req.cookie, form, errno, Payload::Spare(buf), bytes)
-            }
-            Check::Disconnect(_) => unreachable!("returned above"),
         }
     }
 }

@@ -362,3 +362,110 @@ fn a_network_export_needs_tls_or_insecure() {
     assert!(out.contains(&format!("tcp:0.0.0.0:{port}")), "{out}");
     w.ok(&["stop", "ins"]);
 }
+
+/// The most threads named `nbd-replies` (one per connection served on
+/// threads of its own) the daemon had while qemu-io held a TLS connection
+/// open for a second and a half.
+fn reply_threads_while_connected(w: &World, port: u16, p: &Pki) -> usize {
+    let pid = w.daemon_pid();
+    let count = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks
+                    .flatten()
+                    .filter(|t| {
+                        std::fs::read_to_string(t.path().join("comm"))
+                            .is_ok_and(|c| c.trim() == "nbd-replies")
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    std::thread::scope(|sc| {
+        let client = sc.spawn(|| qemu_io_tls(port, "tc", &p.client, &["read 0 4k", "sleep 1500"]));
+        let mut most = 0;
+        while !client.is_finished() {
+            most = most.max(count());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let (ok, out) = client.join().unwrap();
+        assert!(ok, "{out}");
+        most
+    })
+}
+
+/// A TLS connection with many requests in flight, served on a shard (the
+/// default: no thread of its own) and on threads of its own
+/// (`RAIDCTL_NBD_ON_SHARDS=0`): 24 MiB of random data copied in by
+/// nbdcopy (its requests of 256 KiB, past what rustls holds of a
+/// connection's records at once, four connections of 64 in flight) and
+/// copied back out, byte for byte the same.
+#[test]
+fn random_data_in_and_out_over_tls_on_a_shard_and_on_threads() {
+    need("nbdcopy");
+    let w = World::new("tlscopy");
+    let p = pki(&w.dir);
+    let src = w.dir.join("random.img");
+    let data: Vec<u8> = {
+        use std::io::Read;
+        let mut d = vec![0u8; 24 * MIB as usize];
+        std::fs::File::open("/dev/urandom")
+            .unwrap()
+            .read_exact(&mut d)
+            .unwrap();
+        d
+    };
+    std::fs::write(&src, &data).unwrap();
+    let _m = w.raid5_of_four("tc", 16 * MIB);
+    for (served, env) in [("a shard", "1"), ("threads", "0")] {
+        let port = free_port();
+        let out = w.run_env(
+            &[
+                "start",
+                "tc",
+                "--nbd",
+                &format!("tcp:127.0.0.1:{port}"),
+                "--tls",
+                p.server.to_str().unwrap(),
+            ],
+            &[("RAIDCTL_NBD_ON_SHARDS", env)],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let uri = format!(
+            "nbds://127.0.0.1:{port}/tc?tls-certificates={}",
+            p.client.display()
+        );
+        let copy = |from: &str, to: &str| {
+            let o = Command::new("nbdcopy")
+                .args(["--connections=4", "--requests=64", from, to])
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "nbdcopy {from} {to}, served on {served}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        };
+        copy(src.to_str().unwrap(), &uri);
+        let back = w.dir.join(format!("back-{env}.img"));
+        copy(&uri, back.to_str().unwrap());
+        let got = std::fs::read(&back).unwrap();
+        assert!(
+            got[..data.len()] == data[..],
+            "the data read back over TLS (served on {served}) differs at byte {}",
+            got.iter().zip(&data).position(|(a, b)| a != b).unwrap_or(0)
+        );
+        let threads = reply_threads_while_connected(&w, port, &p);
+        match env {
+            "1" => assert_eq!(threads, 0, "a TLS connection had threads of its own"),
+            _ => assert!(threads >= 1, "a TLS connection had no thread of its own"),
+        }
+        w.ok(&["stop", "tc"]);
+        // The next start's daemon reads the variable anew.
+        w.end_daemon();
+    }
+}

@@ -288,17 +288,11 @@ pub(super) fn serve(
     }
     let read_only = flags_sent & nbd::TFLAG_READ_ONLY != 0;
     let rules = (!asked_block_size, read_only);
-    // A plain socket is served on a shard; TLS stays on threads.
-    let c = match on_shard::wanted(engine) {
-        true => match c.into_sock() {
-            Ok(sock) => {
-                let any = any.clone();
-                return on_shard::transmission(sock, array, engine, rules, negotiated, any);
-            }
-            Err(tls) => tls,
-        },
-        false => c,
-    };
+    // Served on a shard, TLS or not, unless told otherwise.
+    if on_shard::wanted(engine) {
+        let any = any.clone();
+        return on_shard::transmission(c.into_stream(), array, engine, rules, negotiated, any);
+    }
     transmission::transmission(c, array, engine, rules, negotiated, any)
 }
 

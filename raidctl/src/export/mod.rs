@@ -43,8 +43,8 @@ trait Conn: Read + Write + Send + Sync + 'static {
     fn sends_now(&self) -> bool {
         false
     }
-    /// The plain socket under it, if it is one (not TLS).
-    fn into_sock(self: Box<Self>) -> std::result::Result<Sock, Box<dyn Conn>>;
+    /// The stream, to be read and written without waiting (`on_shard`).
+    fn into_stream(self: Box<Self>) -> on_shard::Stream;
 }
 /// Both streams clone and shut down alike (`try_clone`, `shutdown`); the
 /// methods given in braces are the stream's own.
@@ -71,13 +71,13 @@ conn!(Sock {
     fn sends_now(&self) -> bool {
         true
     }
-    fn into_sock(self: Box<Self>) -> std::result::Result<Sock, Box<dyn Conn>> {
-        Ok(*self)
+    fn into_stream(self: Box<Self>) -> on_shard::Stream {
+        on_shard::Stream::Plain(*self)
     }
 });
 conn!(TlsStream {
-    fn into_sock(self: Box<Self>) -> std::result::Result<Sock, Box<dyn Conn>> {
-        Err(self)
+    fn into_stream(self: Box<Self>) -> on_shard::Stream {
+        on_shard::Stream::Tls(*self)
     }
 });
 

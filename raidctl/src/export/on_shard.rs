@@ -17,8 +17,11 @@
 //! while such a one runs; a block status, a system call per run of data on
 //! each member) runs on a helper thread of the connection's, one request
 //! at a time, the connection reading nothing further meanwhile, as the
-//! threaded reader does. TLS connections stay on `transmission.rs`'s
-//! threads: their records are framed by one writer that may wait.
+//! threaded reader does. A TLS connection runs the same way, its records
+//! made and read by rustls on the shard (`TlsStream::recv_now`,
+//! `send_now`): a reply is taken once rustls has it in a record, and the
+//! records that wait for room in the socket have the shard poll it for
+//! room as replies do.
 //!
 //! The limits on what is in flight, the pool of buffers, the checks and
 //! every command's meaning are the threaded reader's (`requests.rs`).
@@ -32,12 +35,12 @@ use super::structured::Negotiated;
 use super::wire::{with_slices, Form, Payload, Reply};
 use crate::any_bytes::{AnyBytes, Counted};
 use crate::nbd::{self, Check, Request};
-use crate::remote::tls::Sock;
+use crate::remote::tls::{Sock, TlsStream};
 use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use raid_core::shard::{Client, Done, Engine, Home, Local, ReadDone, WriteDone};
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
@@ -48,11 +51,56 @@ const ROUNDS: usize = 4;
 /// what is left of it is received straight into its buffer).
 const RECEIVE: usize = 256 << 10;
 
-/// Whether plain connections are served on the shards (the default);
-/// `RAIDCTL_NBD_ON_SHARDS=0` keeps them on threads of their own, as TLS
-/// connections are, to compare the two.
+/// Whether connections are served on the shards (the default, TLS or
+/// not); `RAIDCTL_NBD_ON_SHARDS=0` keeps them on threads of their own
+/// (`transmission.rs`), to compare the two. So does an engine with no
+/// shards (no io_uring).
 pub(super) fn wanted(engine: &Engine) -> bool {
     engine.shard_count() > 0 && std::env::var("RAIDCTL_NBD_ON_SHARDS").as_deref() != Ok("0")
+}
+
+/// A connection's stream, read and written without waiting: the socket,
+/// or TLS on it (whose records wait in rustls for room in the socket).
+pub(super) enum Stream {
+    Plain(Sock),
+    Tls(TlsStream),
+}
+
+impl Stream {
+    fn fd(&self) -> std::os::fd::RawFd {
+        match self {
+            Stream::Plain(s) => s.as_raw_fd(),
+            Stream::Tls(t) => t.socket().as_raw_fd(),
+        }
+    }
+    /// The bytes received now (0 at the end of the stream), or None.
+    fn recv_now(&self, into: &mut [u8]) -> io::Result<Option<usize>> {
+        match self {
+            Stream::Plain(s) => s.recv_now(into),
+            Stream::Tls(t) => t.recv_now(into),
+        }
+    }
+    /// The bytes of `bufs` sent (TLS: taken) now, 0 where there is no room.
+    fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.send_now(bufs),
+            Stream::Tls(t) => t.send_now(bufs),
+        }
+    }
+    /// Sends what was taken and waits for room (TLS records).
+    fn flush_now(&self) -> io::Result<()> {
+        match self {
+            Stream::Plain(_) => Ok(()),
+            Stream::Tls(t) => t.flush_now(),
+        }
+    }
+    /// Whether bytes taken wait for room in the socket.
+    fn unsent(&self) -> bool {
+        match self {
+            Stream::Plain(_) => false,
+            Stream::Tls(t) => t.unsent(),
+        }
+    }
 }
 
 /// Serves the transmission phase of `sock` on one of `engine`'s shards
@@ -60,7 +108,7 @@ pub(super) fn wanted(engine: &Engine) -> bool {
 /// connection fails; returns once every request read was answered (or,
 /// once writing to the client failed, completed and dropped).
 pub(super) fn transmission(
-    sock: Sock,
+    sock: Stream,
     array: Arc<Array>,
     engine: &Engine,
     (lenient, read_only): (bool, bool),
@@ -164,7 +212,7 @@ type Slot = Arc<Mutex<Option<Aside>>>;
 struct Connection {
     /// Names its polls on the shard's ring (twice it, and once more).
     token: u64,
-    sock: Sock,
+    sock: Stream,
     array: Arc<Array>,
     any: Arc<AnyBytes>,
     rules: (bool, bool, Negotiated),
@@ -265,7 +313,7 @@ impl Client for Connection {
         if stop == Stop::Empty {
             self.watch(io, 0, libc::POLLIN as u32);
         }
-        if !self.outgoing.is_empty() && !self.broken {
+        if (!self.outgoing.is_empty() || self.sock.unsent()) && !self.broken {
             self.watch(io, 1, libc::POLLOUT as u32);
         }
         let open = self.reading && !self.broken;
@@ -295,7 +343,7 @@ impl Connection {
     fn watch(&mut self, io: &mut Local<'_>, i: usize, events: u32) {
         if !self.watching[i] {
             self.watching[i] = true;
-            io.watch(self.sock.as_raw_fd(), events, self.token * 2 + i as u64);
+            io.watch(self.sock.fd(), events, self.token * 2 + i as u64);
         }
     }
 
@@ -321,9 +369,15 @@ impl Connection {
         drop(self.room.settle(r));
     }
 
-    /// Sends what the socket takes now of `outgoing`; the replies sent
-    /// whole are settled.
+    /// Sends what the socket takes now of `outgoing` (TLS: the records
+    /// taken before first); the replies sent (taken) whole are settled.
     fn send(&mut self) {
+        if self.broken {
+            return;
+        }
+        if let Err(e) = self.sock.flush_now() {
+            return self.broke(e);
+        }
         while !self.outgoing.is_empty() && !self.broken {
             match with_slices(&self.outgoing, self.sent, |s| self.sock.send_now(s)) {
                 Ok(0) => return,
@@ -341,22 +395,25 @@ impl Connection {
                         self.settle(r);
                     }
                 }
-                Err(e) => {
-                    tracing::debug!("nbd: replies not sent: {e}");
-                    self.broken = true;
-                    self.sent = 0;
-                    for r in std::mem::take(&mut self.outgoing) {
-                        self.settle(r);
-                    }
-                }
+                Err(e) => self.broke(e),
             }
+        }
+    }
+
+    /// Replies cannot go: those queued are dropped (settled), and so are
+    /// those to come.
+    fn broke(&mut self, e: io::Error) {
+        tracing::debug!("nbd: replies not sent: {e}");
+        self.broken = true;
+        self.sent = 0;
+        for r in std::mem::take(&mut self.outgoing) {
+            self.settle(r);
         }
     }
 
     /// Takes the requests the socket holds, while the limits let them in
     /// and nothing runs aside, giving each as it is read.
     fn receive(&mut self, io: &mut Local<'_>) -> io::Result<Stop> {
-        let fd = self.sock.as_raw_fd();
         while self.reading && !self.broken && self.aside.is_none() {
             if let Some(inc) = &mut self.payload {
                 let have = (self.tail - self.head).min(inc.buf.len() - inc.filled);
@@ -368,7 +425,7 @@ impl Connection {
                     // Nothing buffered is left: the rest straight into the
                     // payload. A payload cut short stays for `poll` to
                     // answer.
-                    match recv(fd, &mut inc.buf[inc.filled..])? {
+                    match self.sock.recv_now(&mut inc.buf[inc.filled..])? {
                         Some(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                         Some(n) => inc.filled += n,
                         None => return Ok(Stop::Empty),
@@ -388,7 +445,7 @@ impl Connection {
                 self.rx.copy_within(self.head..self.tail, 0);
                 self.tail -= self.head;
                 self.head = 0;
-                match recv(fd, &mut self.rx[self.tail..])? {
+                match self.sock.recv_now(&mut self.rx[self.tail..])? {
                     // The end of the stream (mid-header too, as the
                     // threaded reader takes it).
                     Some(0) => {
@@ -526,24 +583,5 @@ impl Drop for Connection {
         }
         let outcome = std::mem::replace(&mut self.outcome, Ok(()));
         let _ = self.ended.send((outcome, self.helper.take()));
-    }
-}
-
-/// Receives into `into` without waiting: the bytes (0 at the end of
-/// the stream), or None where there are none now.
-fn recv(fd: RawFd, into: &mut [u8]) -> io::Result<Option<usize>> {
-    loop {
-        // SAFETY: `into` is a live, writable buffer of that length; the
-        // fd is the connection's socket, open while it lives.
-        let n = unsafe { libc::recv(fd, into.as_mut_ptr().cast(), into.len(), libc::MSG_DONTWAIT) };
-        if n >= 0 {
-            return Ok(Some(n as usize));
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::Interrupted => continue,
-            io::ErrorKind::WouldBlock => return Ok(None),
-            _ => return Err(e),
-        }
     }
 }

@@ -1,4 +1,6 @@
-//! An NBD connection's transmission phase. One thread reads requests and
+//! An NBD connection's transmission phase on threads of its own, where the
+//! engine has no shards or `RAIDCTL_NBD_ON_SHARDS=0` says so (otherwise a
+//! connection is served on a shard: `on_shard.rs`). One thread reads requests and
 //! hands each to the array's engine (`raid_core::shard::Engine`), which
 //! answers through a completion; the connection's writer thread sends the
 //! replies in the order they complete, every reply that is ready in one

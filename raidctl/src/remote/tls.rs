@@ -102,6 +102,32 @@ impl Sock {
             e => Err(e),
         }
     }
+    /// Receives into `into` without waiting: the bytes (0 at the end of
+    /// the stream), or None where there are none now.
+    pub fn recv_now(&self, into: &mut [u8]) -> io::Result<Option<usize>> {
+        use std::os::fd::AsRawFd;
+        loop {
+            // SAFETY: `into` is a live, writable buffer of that length; the
+            // fd is the live socket `self` owns.
+            let n = unsafe {
+                libc::recv(
+                    self.as_raw_fd(),
+                    into.as_mut_ptr().cast(),
+                    into.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n >= 0 {
+                return Ok(Some(n as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(None),
+                _ => return Err(e),
+            }
+        }
+    }
     pub fn set_read_timeout(&self, t: Option<std::time::Duration>) -> io::Result<()> {
         match self {
             Sock::Tcp(s) => s.set_read_timeout(t),
@@ -229,6 +255,103 @@ impl TlsStream {
 
     pub fn socket(&self) -> &Sock {
         &self.sock
+    }
+
+    /// `Sock::recv_now` for the plaintext: what rustls holds decrypted,
+    /// else what the socket holds now, decrypted (None where a record is
+    /// not whole yet, or nothing came).
+    pub fn recv_now(&self, out: &mut [u8]) -> io::Result<Option<usize>> {
+        if out.is_empty() {
+            return Ok(Some(0));
+        }
+        let mut rb = self.shared.rbuf.lock();
+        let (rbuf, rpos) = &mut *rb;
+        loop {
+            {
+                let mut c = self.shared.conn.lock();
+                match c.reader().read(out) {
+                    // 0: the peer's close_notify, the end of the stream.
+                    Ok(n) => return Ok(Some(n)),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+                if *rpos < rbuf.len() {
+                    let mut rest = &rbuf[*rpos..];
+                    let n = c.read_tls(&mut rest)?;
+                    *rpos += n;
+                    c.process_new_packets().map_err(tls_err)?;
+                    continue;
+                }
+            }
+            rbuf.resize(64 * 1024, 0);
+            let n = match self.sock.recv_now(rbuf) {
+                Ok(Some(n)) => n,
+                r => {
+                    rbuf.clear();
+                    return r;
+                }
+            };
+            rbuf.truncate(n);
+            *rpos = 0;
+            if n == 0 {
+                // Closed without close_notify: the end of the stream, as
+                // `read` takes it.
+                return Ok(Some(0));
+            }
+        }
+    }
+
+    /// `Sock::send_now` for plaintext: what rustls takes into its records
+    /// once the records before them went out whole (0 while they wait for
+    /// room in the socket: `unsent`), and as much of them as the socket
+    /// takes now. What it took is the connection's to send: `flush_now`
+    /// again when the socket has room.
+    pub fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let _order = self.shared.send.lock();
+        let mut c = self.shared.conn.lock();
+        self.flush_locked(&mut c)?;
+        if c.wants_write() {
+            return Ok(0);
+        }
+        let n = c.writer().write_vectored(bufs)?;
+        self.flush_locked(&mut c)?;
+        Ok(n)
+    }
+
+    /// Sends what the socket takes now of the records waiting (and what
+    /// rustls wants sent of its own, such as a key update's answer).
+    pub fn flush_now(&self) -> io::Result<()> {
+        let _order = self.shared.send.lock();
+        self.flush_locked(&mut self.shared.conn.lock())
+    }
+
+    /// Whether records wait for room in the socket.
+    pub fn unsent(&self) -> bool {
+        self.shared.conn.lock().wants_write()
+    }
+
+    fn flush_locked(&self, c: &mut rustls::Connection) -> io::Result<()> {
+        /// The socket as rustls writes to it: no room is WouldBlock.
+        struct Now<'a>(&'a Sock);
+        impl Write for Now<'_> {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                match self.0.send_now(&[io::IoSlice::new(b)])? {
+                    0 if !b.is_empty() => Err(io::ErrorKind::WouldBlock.into()),
+                    n => Ok(n),
+                }
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        while c.wants_write() {
+            match c.write_tls(&mut Now(&self.sock)) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 }
 

@@ -50,6 +50,8 @@ const ROUNDS: usize = 4;
 /// Bytes received from the socket at once (a write's payload larger than
 /// what is left of it is received straight into its buffer).
 const RECEIVE: usize = 256 << 10;
+/// Bytes of TLS records rustls may hold for the socket.
+const TLS_UNSENT: usize = 1 << 20;
 
 /// Whether connections are served on the shards (the default, TLS or
 /// not); `RAIDCTL_NBD_ON_SHARDS=0` keeps them on threads of their own
@@ -117,6 +119,10 @@ pub(super) fn transmission(
 ) -> io::Result<()> {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     static TOKENS: AtomicU64 = AtomicU64::new(0);
+    if let Stream::Tls(t) = &sock {
+        // Replies of 256 KiB and more each go to rustls in one call.
+        t.set_buffer_limit(TLS_UNSENT);
+    }
     let (ended, outcome) = mpsc::channel();
     let conn = Connection {
         token: TOKENS.fetch_add(1, Ordering::Relaxed) % (1 << 60),
@@ -317,7 +323,10 @@ impl Client for Connection {
             self.watch(io, 1, libc::POLLOUT as u32);
         }
         let open = self.reading && !self.broken;
-        open || self.room.in_flight > 0 || self.aside.is_some()
+        // TLS: replies rustls took are settled, but the connection lasts
+        // until their records are out (or cannot go).
+        let unsent = !self.broken && self.sock.unsent();
+        open || self.room.in_flight > 0 || self.aside.is_some() || unsent
     }
 }
 

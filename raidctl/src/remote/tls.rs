@@ -142,6 +142,16 @@ impl Sock {
     }
 }
 
+/// Reads through a shared handle, as `&TcpStream` and `&UnixStream` do.
+impl Read for &Sock {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match *self {
+            Sock::Tcp(s) => (&*s).read(b),
+            Sock::Unix(s) => (&*s).read(b),
+        }
+    }
+}
+
 impl Read for Sock {
     fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
         match self {
@@ -187,14 +197,26 @@ pub fn write_two<W: Write + ?Sized>(w: &mut W, head: &[u8], data: &[u8]) -> io::
 
 struct Shared {
     conn: Mutex<rustls::Connection>,
-    /// Ciphertext read from the socket and not yet taken by rustls, and
-    /// how much of it was taken: shared by the handles, since the one that
-    /// negotiated may have read ahead of the one that reads later. Held by
-    /// the one reader for its whole read.
-    rbuf: Mutex<(Vec<u8>, usize)>,
+    /// Ciphertext read from the socket and not yet taken by rustls: shared
+    /// by the handles, since the one that negotiated may have read ahead of
+    /// the one that reads later. Held by the one reader for its whole read.
+    rbuf: Mutex<Ciphertext>,
     /// Held while a writer encrypts and sends, so records leave in order.
     send: Mutex<()>,
 }
+
+/// Ciphertext read ahead of rustls: `buf[pos..end]` is still to be
+/// taken. The buffer is zeroed once, when first read into, not at every
+/// read (a shard polls an idle socket often).
+#[derive(Default)]
+struct Ciphertext {
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+}
+
+/// Bytes of ciphertext read from the socket at once.
+const CIPHERTEXT: usize = 64 * 1024;
 
 /// One handle on a TLS connection (see the module's doc).
 pub struct TlsStream {
@@ -230,7 +252,7 @@ impl TlsStream {
             sock,
             shared: Arc::new(Shared {
                 conn: Mutex::new(conn),
-                rbuf: Mutex::new((Vec::new(), 0)),
+                rbuf: Mutex::new(Ciphertext::default()),
                 send: Mutex::new(()),
             }),
         })
@@ -261,44 +283,60 @@ impl TlsStream {
     /// else what the socket holds now, decrypted (None where a record is
     /// not whole yet, or nothing came).
     pub fn recv_now(&self, out: &mut [u8]) -> io::Result<Option<usize>> {
+        self.read_plaintext(out, Sock::recv_now)
+    }
+
+    /// Plaintext into `out`: what rustls holds decrypted, else ciphertext
+    /// already read, else what `fill` reads from the socket (None: nothing
+    /// now, which is returned). 0 is the end of the stream: the peer's
+    /// close_notify, or the socket closed without one (NBD frames its own
+    /// messages).
+    fn read_plaintext(
+        &self,
+        out: &mut [u8],
+        mut fill: impl FnMut(&Sock, &mut [u8]) -> io::Result<Option<usize>>,
+    ) -> io::Result<Option<usize>> {
         if out.is_empty() {
             return Ok(Some(0));
         }
         let mut rb = self.shared.rbuf.lock();
-        let (rbuf, rpos) = &mut *rb;
+        let rb = &mut *rb;
         loop {
             {
                 let mut c = self.shared.conn.lock();
                 match c.reader().read(out) {
-                    // 0: the peer's close_notify, the end of the stream.
                     Ok(n) => return Ok(Some(n)),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(e),
                 }
-                if *rpos < rbuf.len() {
-                    let mut rest = &rbuf[*rpos..];
+                // Ciphertext already read: give rustls as much as it takes
+                // (it holds a bounded amount of undelivered plaintext).
+                if rb.pos < rb.end {
+                    let mut rest = &rb.buf[rb.pos..rb.end];
                     let n = c.read_tls(&mut rest)?;
-                    *rpos += n;
+                    rb.pos += n;
                     c.process_new_packets().map_err(tls_err)?;
                     continue;
                 }
             }
-            rbuf.resize(64 * 1024, 0);
-            let n = match self.sock.recv_now(rbuf) {
-                Ok(Some(n)) => n,
-                r => {
-                    rbuf.clear();
-                    return r;
-                }
-            };
-            rbuf.truncate(n);
-            *rpos = 0;
-            if n == 0 {
-                // Closed without close_notify: the end of the stream, as
-                // `read` takes it.
-                return Ok(Some(0));
+            // Nothing buffered: read more ciphertext, without the lock.
+            if rb.buf.is_empty() {
+                rb.buf = vec![0; CIPHERTEXT];
+            }
+            (rb.pos, rb.end) = (0, 0);
+            match fill(&self.sock, &mut rb.buf)? {
+                Some(0) => return Ok(Some(0)),
+                Some(n) => rb.end = n,
+                None => return Ok(None),
             }
         }
+    }
+
+    /// Lets rustls hold up to `bytes` of records not yet sent (64 KiB by
+    /// default): a connection that sends replies of 256 KiB then hands
+    /// each to rustls in one call, not four.
+    pub fn set_buffer_limit(&self, bytes: usize) {
+        self.shared.conn.lock().set_buffer_limit(Some(bytes));
     }
 
     /// `Sock::send_now` for plaintext: what rustls takes into its records
@@ -335,8 +373,14 @@ impl TlsStream {
         struct Now<'a>(&'a Sock);
         impl Write for Now<'_> {
             fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-                match self.0.send_now(&[io::IoSlice::new(b)])? {
-                    0 if !b.is_empty() => Err(io::ErrorKind::WouldBlock.into()),
+                self.write_vectored(&[io::IoSlice::new(b)])
+            }
+            /// Every record rustls has ready in one system call.
+            fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+                match self.0.send_now(bufs)? {
+                    0 if bufs.iter().any(|b| !b.is_empty()) => {
+                        Err(io::ErrorKind::WouldBlock.into())
+                    }
                     n => Ok(n),
                 }
             }
@@ -357,46 +401,8 @@ impl TlsStream {
 
 impl Read for TlsStream {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        if out.is_empty() {
-            return Ok(0);
-        }
-        let mut rb = self.shared.rbuf.lock();
-        let (rbuf, rpos) = &mut *rb;
-        loop {
-            {
-                let mut c = self.shared.conn.lock();
-                match c.reader().read(out) {
-                    Ok(n) => return Ok(n),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
-                }
-                // Ciphertext already read: give rustls as much as it takes
-                // (it holds a bounded amount of undelivered plaintext).
-                if *rpos < rbuf.len() {
-                    let mut rest = &rbuf[*rpos..];
-                    let n = c.read_tls(&mut rest)?;
-                    *rpos += n;
-                    c.process_new_packets().map_err(tls_err)?;
-                    continue;
-                }
-            }
-            // Nothing buffered: read more ciphertext, without the lock.
-            rbuf.resize(64 * 1024, 0);
-            let n = match self.sock.read(rbuf) {
-                Ok(n) => n,
-                Err(e) => {
-                    rbuf.clear();
-                    return Err(e);
-                }
-            };
-            rbuf.truncate(n);
-            *rpos = 0;
-            if n == 0 {
-                // The peer closed the socket without close_notify: the end
-                // of the stream for NBD, which frames its own messages.
-                return Ok(0);
-            }
-        }
+        let n = self.read_plaintext(out, |mut s, b| s.read(b).map(Some))?;
+        Ok(n.expect("a blocking read has an answer"))
     }
 }
 

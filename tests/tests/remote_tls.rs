@@ -469,3 +469,98 @@ fn random_data_in_and_out_over_tls_on_a_shard_and_on_threads() {
         w.end_daemon();
     }
 }
+
+/// A raw NBD client over TLS on `port`: fixed newstyle, STARTTLS, then
+/// EXPORT_NAME `name` over TLS, trusting the authority in `ca_dir`.
+fn tls_client(
+    port: u16,
+    name: &str,
+    ca_dir: &Path,
+) -> rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    use std::io::{Read, Write};
+    let mut t = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    t.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut hello = [0u8; 18];
+    t.read_exact(&mut hello).unwrap();
+    t.write_all(&3u32.to_be_bytes()).unwrap(); // fixed newstyle, no zeroes
+    let mut opt = b"IHAVEOPT".to_vec();
+    opt.extend_from_slice(&5u32.to_be_bytes()); // STARTTLS
+    opt.extend_from_slice(&0u32.to_be_bytes());
+    t.write_all(&opt).unwrap();
+    let mut reply = [0u8; 20];
+    t.read_exact(&mut reply).unwrap();
+    assert_eq!(
+        u32::from_be_bytes(reply[12..16].try_into().unwrap()),
+        1,
+        "STARTTLS refused"
+    );
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca_dir.join("ca-cert.pem")).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let host = ServerName::try_from("127.0.0.1").unwrap();
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(cfg), host).unwrap();
+    let mut s = rustls::StreamOwned::new(conn, t);
+    let mut opt = b"IHAVEOPT".to_vec();
+    opt.extend_from_slice(&1u32.to_be_bytes()); // EXPORT_NAME
+    opt.extend_from_slice(&(name.len() as u32).to_be_bytes());
+    opt.extend_from_slice(name.as_bytes());
+    s.write_all(&opt).unwrap();
+    let mut info = [0u8; 10];
+    s.read_exact(&mut info).unwrap();
+    s
+}
+
+/// A TLS client that sends 32 MiB of reads and its disconnect, then reads
+/// the replies only a second later (the socket full meanwhile, records
+/// waiting in rustls, replies waiting behind them), gets every one whole:
+/// the connection ends once all are out, not at the disconnect.
+#[test]
+fn tls_replies_go_out_whole_after_the_client_disconnects() {
+    use raid_e2e::nbd_client::{nbd_reply, nbd_request};
+    use std::io::{Read, Write};
+    let (n, sz) = (32u64, MIB);
+    let w = World::new("tlsdisc");
+    let p = pki(&w.dir);
+    let _m = w.raid5_of_four("td", 16 * MIB);
+    let port = free_port();
+    w.ok(&[
+        "start",
+        "td",
+        "--nbd",
+        &format!("tcp:127.0.0.1:{port}"),
+        "--tls",
+        p.server.to_str().unwrap(),
+    ]);
+    let mut s = tls_client(port, "td", &p.client);
+    let mut out = Vec::new();
+    for i in 0..n {
+        nbd_request(&mut out, 0, 0, i, i * sz, sz as u32); // READ
+    }
+    nbd_request(&mut out, 2, 0, n, 0, 0); // DISC
+    s.write_all(&out).unwrap();
+    s.flush().unwrap();
+    // Meanwhile the server fills the socket, and rustls's records behind it.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let mut seen = std::collections::HashSet::new();
+    let mut data = vec![0u8; sz as usize];
+    for k in 0..n {
+        let (err, cookie) = nbd_reply(&mut s)
+            .unwrap_or_else(|| panic!("reply {k} of {n} never came: the connection ended"));
+        assert_eq!(err, 0, "read {cookie}");
+        s.read_exact(&mut data)
+            .unwrap_or_else(|e| panic!("reply {k} of {n} cut short: {e}"));
+        assert!(seen.insert(cookie), "cookie {cookie} answered twice");
+    }
+    drop(s);
+    w.ok(&["stop", "td"]);
+}

@@ -143,6 +143,11 @@ pub enum GeometryError {
 /// Most members an array may have (also bounded by the metadata's member table).
 pub const MAX_MEMBERS: usize = 64;
 
+/// One value per member (of a stripe, or of the array), held inline: the
+/// data path asks these at every request, where a heap allocation each
+/// time cost more than the asking.
+pub type PerMember<T> = ArrayVec<T, MAX_MEMBERS>;
+
 /// The shape of an array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
@@ -169,7 +174,7 @@ pub struct Place {
 /// degraded read asks for its stripe's map, several times.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StripeMap {
-    pub members: ArrayVec<usize, MAX_MEMBERS>,
+    pub members: PerMember<usize>,
 }
 
 impl Geometry {
@@ -248,7 +253,7 @@ impl Geometry {
         let n = self.members;
         let p = n - 1 - (s % n as u64) as usize;
         let first_data = (p + self.level.parity_chunks()) % n;
-        let mut members: ArrayVec<usize, MAX_MEMBERS> = (0..self.data_chunks())
+        let mut members: PerMember<usize> = (0..self.data_chunks())
             .map(|i| (first_data + i) % n)
             .collect();
         members.push(p);

@@ -418,6 +418,22 @@ pub fn qemu_io(sock: &Path, export: &str, cmds: &[&str]) -> (bool, String) {
 }
 
 /// A TCP port free on loopback now (for a server the test starts).
+/// How many threads of process `pid` are named `name` (0 once it is
+/// gone): which of its paths served a request, where each has threads of
+/// its own names.
+pub fn threads_named(pid: i32, name: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name)
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -12,10 +12,23 @@ pub fn nbd_connect(sock: &Path, name: &str) -> (UnixStream, u64) {
     let mut c = UnixStream::connect(sock).unwrap();
     c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
+    nbd_hello(&mut c);
+    let size = nbd_export_name(&mut c, name);
+    (c, size)
+}
+
+/// The server's greeting read, and the client's flags sent: fixed
+/// newstyle, no zeroes. Options follow.
+pub fn nbd_hello(c: &mut (impl Read + Write)) {
     let mut hello = [0u8; 18];
     c.read_exact(&mut hello).unwrap();
     assert_eq!(&hello[..8], b"NBDMAGIC");
-    c.write_all(&3u32.to_be_bytes()).unwrap(); // fixed newstyle, no zeroes
+    c.write_all(&3u32.to_be_bytes()).unwrap();
+}
+
+/// NBD_OPT_EXPORT_NAME for `name`, which ends the options: the export's
+/// size.
+pub fn nbd_export_name(c: &mut (impl Read + Write), name: &str) -> u64 {
     let mut opt = b"IHAVEOPT".to_vec();
     opt.extend_from_slice(&1u32.to_be_bytes()); // EXPORT_NAME
     opt.extend_from_slice(&(name.len() as u32).to_be_bytes());
@@ -23,7 +36,7 @@ pub fn nbd_connect(sock: &Path, name: &str) -> (UnixStream, u64) {
     c.write_all(&opt).unwrap();
     let mut info = [0u8; 10];
     c.read_exact(&mut info).unwrap();
-    (c, u64::from_be_bytes(info[..8].try_into().unwrap()))
+    u64::from_be_bytes(info[..8].try_into().unwrap())
 }
 
 /// A raw NBD client negotiating with NBD_OPT_GO, asking for the block
@@ -80,7 +93,7 @@ pub fn nbd_go_with(
 }
 
 /// One option reply: its type and its data.
-fn option_reply(c: &mut UnixStream) -> (u32, Vec<u8>) {
+pub fn option_reply(c: &mut impl Read) -> (u32, Vec<u8>) {
     let mut h = [0u8; 20];
     c.read_exact(&mut h).unwrap();
     let kind = u32::from_be_bytes(h[12..16].try_into().unwrap());

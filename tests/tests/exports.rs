@@ -226,13 +226,7 @@ enum ServedOn {
 /// The daemon's threads named `nbd-replies`: one per connection served
 /// on threads of its own.
 fn reply_threads(w: &World) -> usize {
-    let tasks = std::fs::read_dir(format!("/proc/{}/task", w.daemon_pid())).unwrap();
-    tasks
-        .flatten()
-        .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "nbd-replies")
-        })
-        .count()
+    raid_e2e::threads_named(w.daemon_pid(), "nbd-replies")
 }
 
 /// The same with members in memory: reads are answered in the

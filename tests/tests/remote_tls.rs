@@ -368,19 +368,7 @@ fn a_network_export_needs_tls_or_insecure() {
 /// open for a second and a half.
 fn reply_threads_while_connected(w: &World, port: u16, p: &Pki) -> usize {
     let pid = w.daemon_pid();
-    let count = || {
-        std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|tasks| {
-                tasks
-                    .flatten()
-                    .filter(|t| {
-                        std::fs::read_to_string(t.path().join("comm"))
-                            .is_ok_and(|c| c.trim() == "nbd-replies")
-                    })
-                    .count()
-            })
-            .unwrap_or(0)
-    };
+    let count = || raid_e2e::threads_named(pid, "nbd-replies");
     std::thread::scope(|sc| {
         let client = sc.spawn(|| qemu_io_tls(port, "tc", &p.client, &["read 0 4k", "sleep 1500"]));
         let mut most = 0;
@@ -477,26 +465,19 @@ fn tls_client(
     name: &str,
     ca_dir: &Path,
 ) -> rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
+    use raid_e2e::nbd_client::{nbd_export_name, nbd_hello, option_reply};
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, ServerName};
-    use std::io::{Read, Write};
+    use std::io::Write;
     let mut t = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     t.set_read_timeout(Some(std::time::Duration::from_secs(20)))
         .unwrap();
-    let mut hello = [0u8; 18];
-    t.read_exact(&mut hello).unwrap();
-    t.write_all(&3u32.to_be_bytes()).unwrap(); // fixed newstyle, no zeroes
+    nbd_hello(&mut t);
     let mut opt = b"IHAVEOPT".to_vec();
     opt.extend_from_slice(&5u32.to_be_bytes()); // STARTTLS
     opt.extend_from_slice(&0u32.to_be_bytes());
     t.write_all(&opt).unwrap();
-    let mut reply = [0u8; 20];
-    t.read_exact(&mut reply).unwrap();
-    assert_eq!(
-        u32::from_be_bytes(reply[12..16].try_into().unwrap()),
-        1,
-        "STARTTLS refused"
-    );
+    assert_eq!(option_reply(&mut t).0, 1, "STARTTLS refused");
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(ca_dir.join("ca-cert.pem")).unwrap() {
         roots.add(c.unwrap()).unwrap();
@@ -510,13 +491,7 @@ fn tls_client(
     let host = ServerName::try_from("127.0.0.1").unwrap();
     let conn = rustls::ClientConnection::new(std::sync::Arc::new(cfg), host).unwrap();
     let mut s = rustls::StreamOwned::new(conn, t);
-    let mut opt = b"IHAVEOPT".to_vec();
-    opt.extend_from_slice(&1u32.to_be_bytes()); // EXPORT_NAME
-    opt.extend_from_slice(&(name.len() as u32).to_be_bytes());
-    opt.extend_from_slice(name.as_bytes());
-    s.write_all(&opt).unwrap();
-    let mut info = [0u8; 10];
-    s.read_exact(&mut info).unwrap();
+    nbd_export_name(&mut s, name);
     s
 }
 

@@ -32,14 +32,8 @@ use super::parity_io::{columns, covers, full_piece, Piece};
 use super::write_guards::Guards;
 use super::*;
 use crate::buf::AlignedBuf;
-use crate::layout::{Place, MAX_MEMBERS};
+use crate::layout::{PerMember, Place};
 use crate::stats::Started;
-use arrayvec::ArrayVec;
-
-/// One value per member of a stripe, held inline: a write asks these of
-/// its stripe at each step, and a heap allocation each time cost more
-/// than the asking.
-type PerMember<T> = ArrayVec<T, MAX_MEMBERS>;
 
 /// Where a member I/O's bytes are: a buffer of the write's own, or a
 /// range of the request's data.

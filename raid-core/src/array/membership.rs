@@ -118,7 +118,7 @@ impl Array {
     /// deleted: `check_member_files`).
     pub fn serves_all_without(&self, slots: &[usize]) -> bool {
         // Inline, not on the heap: asked at every write's start.
-        let down: arrayvec::ArrayVec<bool, { crate::layout::MAX_MEMBERS }> = self
+        let down: crate::layout::PerMember<bool> = self
             .slots
             .iter()
             .enumerate()

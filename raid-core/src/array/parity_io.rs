@@ -11,10 +11,9 @@
 
 use super::*;
 use crate::buf::AlignedBuf;
-use crate::layout::MAX_MEMBERS;
+use crate::layout::PerMember;
 use crate::member::{submit, IoOp, MemberIo};
 use crate::parity::{GenJob, ParityKind};
-use arrayvec::ArrayVec;
 
 /// Most whole stripes one batched full-stripe write covers (and only for an
 /// engine whose `preferred_batch` asks for batches: a GPU's, not the CPU's):
@@ -509,13 +508,12 @@ impl Array {
             xor_into(o, nb);
         }
         // Inline, not on the heap: one stripe's chunks at most.
-        let deltas: ArrayVec<(usize, &[u8]), MAX_MEMBERS> = ps
+        let deltas: PerMember<(usize, &[u8])> = ps
             .iter()
             .zip(old_data.iter())
             .map(|(p, d)| (p.idx, &d[..]))
             .collect();
-        let mut parity: ArrayVec<&mut [u8], MAX_MEMBERS> =
-            old_parity.iter_mut().map(|b| &mut b[..]).collect();
+        let mut parity: PerMember<&mut [u8]> = old_parity.iter_mut().map(|b| &mut b[..]).collect();
         self.engine
             .update_parity(self.kind(), &deltas, &mut parity)
             .map_err(ArrayError::from)

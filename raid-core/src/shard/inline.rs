@@ -165,7 +165,7 @@ pub(super) fn write_here(
         Start::Blocking(data) => return Err((data, done)),
     };
     // One vector for every step's results (`AsyncWrite::advance`).
-    let mut results = Vec::with_capacity(array.geometry().members);
+    let mut results = Vec::with_capacity(geo.members);
     let next = loop {
         debug_assert!(
             !w.journal_due(),

@@ -44,7 +44,7 @@ trait Conn: Read + Write + Send + Sync + 'static {
         false
     }
     /// The stream, to be read and written without waiting (`on_shard`).
-    fn into_stream(self: Box<Self>) -> on_shard::Stream;
+    fn into_stream(self: Box<Self>) -> tls::Stream;
 }
 /// Both streams clone and shut down alike (`try_clone`, `shutdown`); the
 /// methods given in braces are the stream's own.
@@ -71,13 +71,13 @@ conn!(Sock {
     fn sends_now(&self) -> bool {
         true
     }
-    fn into_stream(self: Box<Self>) -> on_shard::Stream {
-        on_shard::Stream::Plain(*self)
+    fn into_stream(self: Box<Self>) -> tls::Stream {
+        tls::Stream::Plain(*self)
     }
 });
 conn!(TlsStream {
-    fn into_stream(self: Box<Self>) -> on_shard::Stream {
-        on_shard::Stream::Tls(*self)
+    fn into_stream(self: Box<Self>) -> tls::Stream {
+        tls::Stream::Tls(*self)
     }
 });
 

@@ -35,7 +35,7 @@ use super::structured::Negotiated;
 use super::wire::{with_slices, Form, Payload, Reply};
 use crate::any_bytes::{AnyBytes, Counted};
 use crate::nbd::{self, Check, Request};
-use crate::remote::tls::{Sock, TlsStream};
+use crate::remote::tls::Stream;
 use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;
 use raid_core::shard::{Client, Done, Engine, Home, Local, ReadDone, WriteDone};
@@ -59,50 +59,6 @@ const TLS_UNSENT: usize = 1 << 20;
 /// shards (no io_uring).
 pub(super) fn wanted(engine: &Engine) -> bool {
     engine.shard_count() > 0 && std::env::var("RAIDCTL_NBD_ON_SHARDS").as_deref() != Ok("0")
-}
-
-/// A connection's stream, read and written without waiting: the socket,
-/// or TLS on it (whose records wait in rustls for room in the socket).
-pub(super) enum Stream {
-    Plain(Sock),
-    Tls(TlsStream),
-}
-
-impl Stream {
-    fn fd(&self) -> std::os::fd::RawFd {
-        match self {
-            Stream::Plain(s) => s.as_raw_fd(),
-            Stream::Tls(t) => t.socket().as_raw_fd(),
-        }
-    }
-    /// The bytes received now (0 at the end of the stream), or None.
-    fn recv_now(&self, into: &mut [u8]) -> io::Result<Option<usize>> {
-        match self {
-            Stream::Plain(s) => s.recv_now(into),
-            Stream::Tls(t) => t.recv_now(into),
-        }
-    }
-    /// The bytes of `bufs` sent (TLS: taken) now, 0 where there is no room.
-    fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.send_now(bufs),
-            Stream::Tls(t) => t.send_now(bufs),
-        }
-    }
-    /// Sends what was taken and waits for room (TLS records).
-    fn flush_now(&self) -> io::Result<()> {
-        match self {
-            Stream::Plain(_) => Ok(()),
-            Stream::Tls(t) => t.flush_now(),
-        }
-    }
-    /// Whether bytes taken wait for room in the socket.
-    fn unsent(&self) -> bool {
-        match self {
-            Stream::Plain(_) => false,
-            Stream::Tls(t) => t.unsent(),
-        }
-    }
 }
 
 /// Serves the transmission phase of `sock` on one of `engine`'s shards
@@ -319,13 +275,14 @@ impl Client for Connection {
         if stop == Stop::Empty {
             self.watch(io, 0, libc::POLLIN as u32);
         }
-        if (!self.outgoing.is_empty() || self.sock.unsent()) && !self.broken {
+        // TLS: replies rustls took are settled, but their records may
+        // still wait for room; the connection lasts until they are out
+        // (or cannot go).
+        let unsent = !self.broken && self.sock.unsent();
+        if unsent || (!self.outgoing.is_empty() && !self.broken) {
             self.watch(io, 1, libc::POLLOUT as u32);
         }
         let open = self.reading && !self.broken;
-        // TLS: replies rustls took are settled, but the connection lasts
-        // until their records are out (or cannot go).
-        let unsent = !self.broken && self.sock.unsent();
         open || self.room.in_flight > 0 || self.aside.is_some() || unsent
     }
 }
@@ -352,7 +309,11 @@ impl Connection {
     fn watch(&mut self, io: &mut Local<'_>, i: usize, events: u32) {
         if !self.watching[i] {
             self.watching[i] = true;
-            io.watch(self.sock.fd(), events, self.token * 2 + i as u64);
+            io.watch(
+                self.sock.socket().as_raw_fd(),
+                events,
+                self.token * 2 + i as u64,
+            );
         }
     }
 

@@ -4,7 +4,7 @@
 //! `client`'s doc).
 
 use super::structured::{Partial, NOT_KNOWN};
-use super::tls::{Sock, TlsStream};
+use super::tls::Stream;
 use crate::nbd;
 use parking_lot::{Condvar, Mutex};
 use std::collections::hash_map::{Entry, HashMap};
@@ -12,56 +12,6 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A stream, plain or TLS.
-pub(super) enum Stream {
-    Plain(Sock),
-    Tls(TlsStream),
-}
-
-impl Stream {
-    pub(super) fn try_clone(&self) -> io::Result<Stream> {
-        Ok(match self {
-            Stream::Plain(s) => Stream::Plain(s.try_clone()?),
-            Stream::Tls(s) => Stream::Tls(s.try_clone()?),
-        })
-    }
-    /// Ends the connection at once, queued requests dropped (see
-    /// `Sock::abort`).
-    pub(super) fn abort(&self) {
-        match self {
-            Stream::Plain(s) => s.abort(),
-            Stream::Tls(s) => s.abort(),
-        }
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.read(b),
-            Stream::Tls(s) => s.read(b),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.write(b),
-            Stream::Tls(s) => s.write(b),
-        }
-    }
-    fn write_vectored(&mut self, b: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.write_vectored(b),
-            Stream::Tls(s) => s.write_vectored(b),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
 
 #[derive(Clone, Copy)]
 pub(super) enum Kind {
@@ -376,10 +326,7 @@ impl Conn {
     pub(super) fn start(s: Stream, replies: Replies) -> io::Result<Arc<Conn>> {
         let (r, closer) = (s.try_clone()?, s.try_clone()?);
         // Negotiated: replies may be far apart now (the reader waits).
-        match &closer {
-            Stream::Plain(x) => x.set_read_timeout(None)?,
-            Stream::Tls(x) => x.socket().set_read_timeout(None)?,
-        }
+        closer.socket().set_read_timeout(None)?;
         let conn = Arc::new(Conn {
             writer: Mutex::new(s),
             closer,

@@ -2,9 +2,9 @@
 //! first when TLS is asked, then GO with block sizes), and the errors a
 //! server's refusals become.
 
-use super::conn::{Conn, Replies, Stream};
+use super::conn::{Conn, Replies};
 use super::timeout;
-use super::tls::{self, Sock, TlsStream};
+use super::tls::{self, Sock, Stream, TlsStream};
 use super::uri::{Addr, NbdUri};
 use crate::nbd;
 use std::io::{self, Read, Write};

@@ -270,11 +270,6 @@ impl TlsStream {
         self.sock.shutdown(how)
     }
 
-    /// See `Sock::abort`.
-    pub fn abort(&self) {
-        self.sock.abort()
-    }
-
     pub fn socket(&self) -> &Sock {
         &self.sock
     }
@@ -426,6 +421,90 @@ impl Write for TlsStream {
         };
         self.sock.write_all(&cipher)?;
         Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A stream, plain or TLS: a network member's connection (blocking
+/// `Read` and `Write`), or an export's connection on a shard (the `_now`
+/// calls, which never wait).
+pub enum Stream {
+    Plain(Sock),
+    Tls(TlsStream),
+}
+
+impl Stream {
+    pub fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Plain(s) => Stream::Plain(s.try_clone()?),
+            Stream::Tls(s) => Stream::Tls(s.try_clone()?),
+        })
+    }
+    /// Ends the connection at once, queued requests dropped (see
+    /// `Sock::abort`).
+    pub fn abort(&self) {
+        self.socket().abort()
+    }
+    /// The socket under it.
+    pub fn socket(&self) -> &Sock {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(t) => t.socket(),
+        }
+    }
+    /// The bytes received now (0 at the end of the stream), or None.
+    pub fn recv_now(&self, into: &mut [u8]) -> io::Result<Option<usize>> {
+        match self {
+            Stream::Plain(s) => s.recv_now(into),
+            Stream::Tls(t) => t.recv_now(into),
+        }
+    }
+    /// The bytes of `bufs` sent (TLS: taken) now, 0 where there is no room.
+    pub fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.send_now(bufs),
+            Stream::Tls(t) => t.send_now(bufs),
+        }
+    }
+    /// Sends what was taken and waits for room (TLS records).
+    pub fn flush_now(&self) -> io::Result<()> {
+        match self {
+            Stream::Plain(_) => Ok(()),
+            Stream::Tls(t) => t.flush_now(),
+        }
+    }
+    /// Whether bytes taken wait for room in the socket.
+    pub fn unsent(&self) -> bool {
+        match self {
+            Stream::Plain(_) => false,
+            Stream::Tls(t) => t.unsent(),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(b),
+            Stream::Tls(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(b),
+            Stream::Tls(s) => s.write(b),
+        }
+    }
+    fn write_vectored(&mut self, b: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write_vectored(b),
+            Stream::Tls(s) => s.write_vectored(b),
+        }
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())

@@ -168,8 +168,9 @@ pub struct Report {
     pub members: usize,
     pub member_bytes: u64,
     pub seconds_per_run: f64,
-    /// "files", or "simulated NVMe" drives.
-    #[serde(default)]
+    /// "files", or "simulated NVMe" drives (a report from before the
+    /// choice ran on files).
+    #[serde(default = "on_files")]
     pub drives: String,
     pub compression_ratio: Vec<(String, f64)>,
     pub capacity: Vec<CapacityRow>,
@@ -472,7 +473,7 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
         seconds_per_run: a.seconds,
         drives: match a.simulated {
             true => "simulated NVMe".into(),
-            false => "files".into(),
+            false => on_files(),
         },
         capacity: capacity_rows(a.members, ratios.last().map(|r| r.1).unwrap_or(1.0)),
         compression_ratio: ratios,
@@ -489,15 +490,16 @@ pub fn bench(a: &BenchArgs) -> Result<Report> {
     Ok(report)
 }
 
+fn on_files() -> String {
+    "files".into()
+}
+
 pub fn print(r: &Report) {
     out!(
         "{} of {} members ({}), {} per run",
         r.level,
         r.members,
-        match r.drives.as_str() {
-            "" => "files",
-            d => d,
-        },
+        r.drives,
         r.seconds_per_run
     );
     out!("| profile | data | target | IOPS | GB/s | p50 µs | p99 µs | p99.9 µs |");

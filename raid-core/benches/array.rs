@@ -242,6 +242,7 @@ fn block_size(work: Work, a: Option<&Array>) -> u64 {
 }
 
 fn main() {
+    common::small_pages();
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let qd: usize = args

@@ -296,6 +296,7 @@ fn sim_drives(tag: &str) -> Vec<Arc<SimNvme>> {
 }
 
 fn main() {
+    common::small_pages();
     let quick = std::env::args().any(|a| a == "--quick");
     let dur = Duration::from_millis(if quick { 400 } else { 1500 });
     let depths: Vec<usize> = match std::env::var("BENCH_DEPTHS") {

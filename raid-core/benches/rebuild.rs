@@ -365,6 +365,7 @@ fn client_reads(e: &Engine, capacity: u64, qd: usize, dur: Duration) -> Sample {
 }
 
 fn main() {
+    common::small_pages();
     let under_writes = std::env::var("BENCH_UNDER_WRITES").is_ok_and(|v| v == "1");
     let read = env_u64("BENCH_READ_MBS", 850);
     let write = env_u64("BENCH_WRITE_MBS", 660);

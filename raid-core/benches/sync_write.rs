@@ -126,6 +126,7 @@ fn sim_drives(tag: &str, n: usize) -> Vec<Arc<SimNvme>> {
 }
 
 fn main() {
+    common::small_pages();
     let quick = std::env::args().any(|a| a == "--quick");
     let dur = Duration::from_millis(if quick { 500 } else { 2000 });
     eprintln!(

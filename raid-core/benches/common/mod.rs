@@ -4,6 +4,20 @@
 #[allow(dead_code)] // Not every bench uses it.
 pub mod clients;
 
+/// The heap raidctl runs the engine with (`raidctl/src/main.rs`), so that
+/// a bench's CPU per I/O is the daemon's.
+#[global_allocator]
+static HEAP: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Small pages, as raidctl keeps (`raidctl/src/main.rs`): mimalloc would
+/// ask for huge ones, and RAM members and simulated drives on huge pages
+/// answer faster than the daemon's members would, the bare ones most.
+pub fn small_pages() {
+    // SAFETY: PR_SET_THP_DISABLE takes an integer flag and touches no
+    // memory of ours.
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+}
+
 use raid_core::array::{Array, CreateOptions};
 use raid_core::layout::Level;
 use raid_core::member::MemberRef;
@@ -37,7 +51,11 @@ fn create(members: Vec<MemberRef>, level: Level, chunk: u64, data_offset: Option
 }
 
 /// `n` simulated datacenter NVMe drives (`NvmeModel::datacenter`) of
-/// `size` bytes each, named `sim:{tag}{i}`.
+/// `size` bytes each, named `sim:{tag}{i}`, every page of their memory
+/// already written: otherwise the first run to write a page pays the
+/// kernel's fault for it (a page zeroed and mapped), which is the heap's
+/// and the kernel's cost, not the drive's, and lands on whichever side of
+/// a comparison writes there first.
 #[allow(dead_code)] // Not every bench uses it.
 pub fn sim_drives(
     tag: &str,
@@ -46,11 +64,13 @@ pub fn sim_drives(
 ) -> Vec<std::sync::Arc<raid_core::member::SimNvme>> {
     (0..n)
         .map(|i| {
-            std::sync::Arc::new(raid_core::member::SimNvme::new(
+            let d = raid_core::member::SimNvme::new(
                 format!("sim:{tag}{i}"),
                 size,
                 raid_core::member::NvmeModel::datacenter(),
-            ))
+            );
+            raid_core::member::Member::write_zeroes(&d, 0, size).expect("zeroing a drive in RAM");
+            std::sync::Arc::new(d)
         })
         .collect()
 }

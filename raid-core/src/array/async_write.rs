@@ -157,7 +157,7 @@ pub(crate) struct AsyncWrite {
     bufs: Vec<AlignedBuf>,
     ios: Vec<MemberOp>,
     /// The member table the current step's I/Os were planned on.
-    handles: Arc<Vec<MemberRef>>,
+    handles: Arc<MemberTable>,
     /// Whether the caller can run I/O on a member without blocking; asked
     /// again of the table the writes go to (a hot replace may have put a
     /// pair of devices in a slot meanwhile).
@@ -344,7 +344,7 @@ impl AsyncWrite {
 
     /// The member table the current step's I/Os were planned on: hold it
     /// until they complete (it keeps their devices open).
-    pub(crate) fn handles(&self) -> &Arc<Vec<MemberRef>> {
+    pub(crate) fn handles(&self) -> &Arc<MemberTable> {
         &self.handles
     }
 

@@ -8,7 +8,7 @@ use crate::stats::Started;
 
 /// A read the shards serve straight from members (`Array::direct_read`).
 pub(crate) struct DirectRead {
-    pub handles: Arc<Vec<MemberRef>>,
+    pub handles: Arc<MemberTable>,
     pub pieces: Vec<DirectPiece>,
 }
 
@@ -108,7 +108,7 @@ impl Array {
 
     /// The member table reads are planned on (`member_io::Handles::reads`:
     /// a hot replace's pair as the device its reads go to).
-    pub(super) fn read_handles(&self) -> arc_swap::Guard<Arc<Vec<MemberRef>>> {
+    pub(super) fn read_handles(&self) -> arc_swap::Guard<Arc<MemberTable>> {
         self.handles.reads.load()
     }
 

@@ -47,6 +47,7 @@ pub(crate) use block_io::{DirectPiece, DirectRead};
 pub use events::{ArrayEvent, Severity};
 pub use jobs::{CopyDone, CopyKind, CopyProgress, ResyncProgress, ScrubDone, ScrubProgress};
 pub(crate) use journal::{JournalDone, NotQueued, RoomWake};
+pub(crate) use member_io::MemberTable;
 pub use membership::Rule;
 pub use rebuild::{RebuildEnd, RebuildOptions};
 pub use resync::ResyncAt;
@@ -304,7 +305,7 @@ struct Parts {
 }
 
 /// The members' handles as loaded at one moment (`member_handles`).
-type HandlesNow = arc_swap::Guard<Arc<Vec<MemberRef>>>;
+type HandlesNow = arc_swap::Guard<Arc<member_io::MemberTable>>;
 
 impl Array {
     /// An array of `p`, not yet serving: the CPU parity engine, no I/O in

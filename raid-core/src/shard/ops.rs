@@ -7,7 +7,7 @@ use crate::array::async_write::AsyncWrite;
 use crate::array::copies_read::CopiesRead;
 use crate::array::degraded_read::DegradedRead;
 use crate::array::DirectPiece;
-use crate::member::MemberRef;
+use crate::array::MemberTable;
 use crate::stats::Started;
 use std::io;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ pub(super) struct ReadOp {
     /// request's bytes are made once all are in.
     pub(super) gathered: Option<Gathered>,
     /// The member table the read was planned on: keeps its devices open.
-    pub(super) handles: Arc<Vec<MemberRef>>,
+    pub(super) handles: Arc<MemberTable>,
     pub(super) pieces: Vec<DirectPiece>,
     /// Bytes each piece has moved.
     pub(super) moved: Vec<usize>,

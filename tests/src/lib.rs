@@ -417,7 +417,6 @@ pub fn qemu_io(sock: &Path, export: &str, cmds: &[&str]) -> (bool, String) {
     (ok, text)
 }
 
-/// A TCP port free on loopback now (for a server the test starts).
 /// How many threads of process `pid` are named `name` (0 once it is
 /// gone): which of its paths served a request, where each has threads of
 /// its own names.
@@ -434,6 +433,7 @@ pub fn threads_named(pid: i32, name: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// A TCP port free on loopback now (for a server the test starts).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

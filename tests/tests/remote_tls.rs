@@ -4,7 +4,7 @@
 //! without TLS only when told to.
 
 use raid_e2e::hosts::{wait_for, Server};
-use raid_e2e::{free_port, need, World};
+use raid_e2e::{free_port, need, run_ok, World};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -428,15 +428,7 @@ fn random_data_in_and_out_over_tls_on_a_shard_and_on_threads() {
             p.client.display()
         );
         let copy = |from: &str, to: &str| {
-            let o = Command::new("nbdcopy")
-                .args(["--connections=4", "--requests=64", from, to])
-                .output()
-                .unwrap();
-            assert!(
-                o.status.success(),
-                "nbdcopy {from} {to}, served on {served}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
+            run_ok(Command::new("nbdcopy").args(["--connections=4", "--requests=64", from, to]));
         };
         copy(src.to_str().unwrap(), &uri);
         let back = w.dir.join(format!("back-{env}.img"));

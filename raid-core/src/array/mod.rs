@@ -305,7 +305,7 @@ struct Parts {
 }
 
 /// The members' handles as loaded at one moment (`member_handles`).
-type HandlesNow = arc_swap::Guard<Arc<member_io::MemberTable>>;
+type HandlesNow = arc_swap::Guard<Arc<MemberTable>>;
 
 impl Array {
     /// An array of `p`, not yet serving: the CPU parity engine, no I/O in

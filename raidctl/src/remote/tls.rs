@@ -468,7 +468,8 @@ impl Stream {
             Stream::Tls(t) => t.send_now(bufs),
         }
     }
-    /// Sends what was taken and waits for room (TLS records).
+    /// Sends what the socket takes now of the records taken before
+    /// (TLS), never waiting; a plain stream holds nothing unsent.
     pub fn flush_now(&self) -> io::Result<()> {
         match self {
             Stream::Plain(_) => Ok(()),

@@ -9,7 +9,7 @@
 //! `cargo bench -p raid-core --bench array [-- --quick] [-- --qd N]`
 //! (BENCH_LEVEL=raid5 runs one level, BENCH_MEMBERS=N the members per
 //! array, BENCH_WORK=randwrite the workloads of that name, BENCH_SHARDS_ONLY=1
-//! the second table only.)
+//! the second table only, BENCH_SIDES=clients that table's clients only.)
 //!
 //! Queue depth is the number of threads submitting at once through the
 //! blocking API, or, in the second table, the requests kept in flight
@@ -111,7 +111,7 @@ impl Target for Bare {
 }
 
 /// What one run measured.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Sample {
     iops: f64,
     mbs: f64,
@@ -541,12 +541,31 @@ fn shards_table(qd: usize, dur: Duration, rounds: usize) {
         let e = raid_core::shard::Engine::start(a.clone(), rayon::current_num_threads()).unwrap();
         let blocks = a.capacity() / 4096;
         for w in [Work::RandRead4k, Work::RandWrite4k] {
+            if !chosen_work(w) {
+                continue;
+            }
             let write = w == Work::RandWrite4k;
             let (mut tr, mut sr, mut cr) = (Vec::new(), Vec::new(), Vec::new());
+            // BENCH_SIDES=clients (say) runs those columns only (zeros
+            // in the others): a shorter run, so more rounds fit.
+            let side = |name: &str| std::env::var("BENCH_SIDES").map_or(true, |v| v.contains(name));
             for _ in 0..rounds {
-                tr.push(run(a.as_ref(), w, 4096, qd, dur));
-                sr.push(run_shards(&e, write, blocks, qd, dur));
-                cr.push(run_clients(&e, write, blocks, qd, dur));
+                let skip = || Sample::default();
+                tr.push(if side("threads") {
+                    run(a.as_ref(), w, 4096, qd, dur)
+                } else {
+                    skip()
+                });
+                sr.push(if side("shards") {
+                    run_shards(&e, write, blocks, qd, dur)
+                } else {
+                    skip()
+                });
+                cr.push(if side("clients") {
+                    run_clients(&e, write, blocks, qd, dur)
+                } else {
+                    skip()
+                });
             }
             let (t, s, c) = (median(tr), median(sr), median(cr));
             println!(

@@ -183,7 +183,7 @@ impl AsyncWrite {
     /// `can` says a member can take them without blocking; its first I/Os
     /// are in `ios`.
     pub(crate) fn start(
-        array: &Arc<Array>,
+        array: &LocalArray,
         offset: u64,
         data: AlignedBuf,
         can: fn(&dyn Member) -> bool,
@@ -262,7 +262,7 @@ impl AsyncWrite {
         // through the journal, one whose chunks are all readable but not
         // all so after a crash (`Array::readable_after_a_crash`: rows a
         // rebuild has written, not yet saved as in sync).
-        let handles = Arc::clone(&a.member_handles());
+        let handles = array.member_handles();
         let rows_ok = match &mut shape {
             Shape::Stripe {
                 s,
@@ -566,7 +566,7 @@ impl AsyncWrite {
                 }
             }
         }
-        self.handles = Arc::clone(&a.member_handles());
+        self.handles = a.member_handles();
         if !ios
             .iter()
             .all(|op| (self.can)(self.handles[op.slot].as_ref()))
@@ -623,7 +623,7 @@ impl AsyncWrite {
                 (idx.expect("a member of the stripe"), bytes)
             })
             .collect();
-        self.queued = Some(a.journal_submit(s, lo, &chunks, done, room)?);
+        self.queued = Some(a.shared().journal_submit(s, lo, &chunks, done, room)?);
         self.g.queued = true;
         self.journal_due = false;
         Ok(())

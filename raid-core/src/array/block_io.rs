@@ -79,12 +79,19 @@ impl Array {
     /// length of a readable copy. The fast path's rule, handles first and
     /// readability after; None (a chunk with no readable copy: degraded;
     /// a mirror chunk an unclean stop may have torn, whose copies must be
-    /// compared: `copies_read.rs`) sends the read elsewhere.
-    pub(crate) fn direct_read(&self, offset: u64, len: u64) -> Option<DirectRead> {
+    /// compared: `copies_read.rs`) sends the read elsewhere. `handles`:
+    /// the table reads are planned on (`read_handles`, or a thread's copy
+    /// of it: `LocalArray::direct_read`), taken before this checks
+    /// readability.
+    pub(crate) fn direct_read(
+        &self,
+        handles: Arc<MemberTable>,
+        offset: u64,
+        len: u64,
+    ) -> Option<DirectRead> {
         if len == 0 || self.check_range(offset, len).is_err() {
             return None;
         }
-        let handles = self.read_handles();
         let chunk = self.geo.chunk;
         let mut pieces = Vec::new();
         let mut pos = 0;
@@ -100,10 +107,7 @@ impl Array {
             });
             pos += n;
         }
-        Some(DirectRead {
-            handles: Arc::clone(&handles),
-            pieces,
-        })
+        Some(DirectRead { handles, pieces })
     }
 
     /// The member table reads are planned on (`member_io::Handles::reads`:

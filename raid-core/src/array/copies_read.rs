@@ -55,10 +55,13 @@ impl CopiesRead {
     /// one copy (`direct_target`'s) of the others, into `scratch` (each
     /// piece's `pos` is its offset there, the pieces end to end). None: a
     /// chunk has no readable copy, the array is no mirror, or it would take
-    /// more than `max_reads` member reads: the blocking path's. The member
-    /// table first, readability after, as `direct_read` plans.
+    /// more than `max_reads` member reads: the blocking path's. `handles`:
+    /// the reads' table (`Array::read_handles`, or a shard's copy), taken
+    /// by the caller before this checks readability, as `direct_read`
+    /// plans.
     pub(crate) fn start(
         a: &Array,
+        handles: Arc<MemberTable>,
         offset: u64,
         len: u64,
         max_reads: usize,
@@ -66,7 +69,6 @@ impl CopiesRead {
         if len == 0 || a.check_range(offset, len).is_err() || a.geo.copies() < 2 {
             return None;
         }
-        let handles = Arc::clone(&a.read_handles());
         let chunk = a.geo.chunk;
         let (mut pieces, mut plan) = (Vec::new(), Vec::new());
         let (mut pos, mut at) = (0u64, 0usize);
@@ -159,7 +161,13 @@ impl Array {
             return false;
         }
         let len = buf.len() as u64;
-        let Some((plan, mut copies)) = CopiesRead::start(self, offset, len, usize::MAX) else {
+        let Some((plan, mut copies)) = CopiesRead::start(
+            self,
+            Arc::clone(&self.read_handles()),
+            offset,
+            len,
+            usize::MAX,
+        ) else {
             return false;
         };
         // Disjoint slices of the scratch buffer, in the plan's order (its

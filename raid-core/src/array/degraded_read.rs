@@ -44,7 +44,7 @@ impl DegradedRead {
     /// on. Whether the caller can run them without blocking is its own
     /// rule, as for any read it plans; dropping this gives the lock up.
     pub(crate) fn start(
-        array: &Arc<Array>,
+        array: &LocalArray,
         offset: u64,
         len: u64,
     ) -> Option<(DirectRead, DegradedRead)> {
@@ -55,7 +55,7 @@ impl DegradedRead {
         let kind = a.geo.level.parity_kind()?;
         let (s, ps) = a.stripe_pieces(offset, len)?;
         let lock = Guards::stripe_lock(array, a.write_lock_key(offset)?)?;
-        let handles = Arc::clone(&a.member_handles());
+        let handles = array.member_handles();
         let map = a.geo.stripe_map(s);
         let (present, missing): (Vec<usize>, Vec<usize>) =
             (0..map.members.len()).partition(|&i| a.readable(map.members[i], s));

@@ -4,6 +4,7 @@
 //! fails the member), the member table the data path reads, and the pacing
 //! of background work.
 
+use super::local::TableCopy;
 use super::*;
 use crate::stats::Started;
 
@@ -421,6 +422,7 @@ impl Array {
         Handles {
             all: arc_swap::ArcSwap::new(all),
             reads: arc_swap::ArcSwap::new(reads),
+            copies: Mutex::new(Vec::new()),
         }
     }
 }
@@ -434,11 +436,11 @@ fn read_side(m: &MemberRef) -> MemberRef {
 
 /// A member table: one member per slot, as the data path reads them.
 /// Aligned to lines of its own, apart from the count its `Arc` keeps: each
-/// request in flight on a shard holds a clone of the table's `Arc` (the
-/// devices it plans on stay open until it ends), so both shards change
-/// that count at every request, and the vector beside it, read at every
-/// member I/O, missed the cache each time (a profile of RAM members' reads
-/// and writes on the shards showed the misses there).
+/// request in flight holds a clone of its table's `Arc` (the devices it
+/// plans on stay open until it ends), and the vector beside that count is
+/// read at every member I/O. Shards plan on tables of their own
+/// (`LocalArray`); the shared tables' counts are still changed by every
+/// other thread's requests.
 #[repr(align(128))]
 pub(crate) struct MemberTable(pub(crate) Vec<MemberRef>);
 
@@ -462,16 +464,45 @@ pub(super) struct Handles {
     /// names the new device). The pair reads its old device until the
     /// switch, which puts the new device in the slot.
     pub(super) reads: arc_swap::ArcSwap<MemberTable>,
+    /// The copies threads keep of both tables (`local.rs`), replaced with
+    /// the tables; held weakly, so a copy goes with its last `LocalArray`.
+    copies: Mutex<Vec<std::sync::Weak<TableCopy>>>,
 }
 
 impl Handles {
-    /// Puts `m` in `slot` of both tables.
+    /// Puts `m` in `slot` of both tables, and of every thread's copy of
+    /// them before it returns. Under the copies' lock: a copy is made
+    /// before or after, never from a table half changed, and two changes
+    /// never start from the same table.
     pub(super) fn put(&self, slot: usize, m: MemberRef) {
-        let read = read_side(&m);
-        for (table, m) in [(&self.all, m), (&self.reads, read)] {
-            let mut v: Vec<MemberRef> = table.load().0.clone();
+        let mut copies = self.copies.lock();
+        let with = |t: &arc_swap::ArcSwap<MemberTable>, m: MemberRef| {
+            let mut v: Vec<MemberRef> = t.load().0.clone();
             v[slot] = m;
-            table.store(Arc::new(MemberTable(v)));
+            v
+        };
+        let (reads, all) = (with(&self.reads, read_side(&m)), with(&self.all, m));
+        copies.retain(|c| c.strong_count() > 0);
+        for c in copies.iter().filter_map(|c| c.upgrade()) {
+            c.all.store(Arc::new(MemberTable(all.clone())));
+            c.reads.store(Arc::new(MemberTable(reads.clone())));
         }
+        self.all.store(Arc::new(MemberTable(all)));
+        self.reads.store(Arc::new(MemberTable(reads)));
+    }
+
+    /// A copy of both tables for one thread, kept current by `put`.
+    pub(super) fn copy(&self) -> Arc<TableCopy> {
+        let mut copies = self.copies.lock();
+        let own = |t: &arc_swap::ArcSwap<MemberTable>| {
+            arc_swap::ArcSwap::new(Arc::new(MemberTable(t.load().0.clone())))
+        };
+        let c = Arc::new(TableCopy {
+            all: own(&self.all),
+            reads: own(&self.reads),
+        });
+        copies.retain(|c| c.strong_count() > 0);
+        copies.push(Arc::downgrade(&c));
+        c
     }
 }

@@ -11,7 +11,7 @@ use std::ops::RangeInclusive;
 /// degraded read on a shard holds only a stripe's lock
 /// (`Guards::stripe_lock`).
 pub(super) struct Guards {
-    pub(super) array: Arc<Array>,
+    pub(super) array: LocalArray,
     /// The durable journal record whose in-place write this write makes.
     pub(super) record: Option<u64>,
     /// A journal record queued for this write, its outcome not yet heard:
@@ -28,7 +28,7 @@ pub(super) struct Guards {
 
 impl Guards {
     /// Lock `key` (`Array::write_lock_key`), if no one holds it.
-    pub(super) fn stripe_lock(array: &Arc<Array>, key: u64) -> Option<Guards> {
+    pub(super) fn stripe_lock(array: &LocalArray, key: u64) -> Option<Guards> {
         array.locks.try_lock_raw(key).then(|| Guards {
             array: array.clone(),
             record: None,

@@ -33,12 +33,11 @@
 use super::{answer, Blocking, Engine, Fallback, ReadDone, ReadJob, WriteDone, WriteJob};
 use crate::array::async_write::{AsyncWrite, Next, Start};
 use crate::array::copies_read::CopiesRead;
-use crate::array::Array;
+use crate::array::LocalArray;
 use crate::buf::AlignedBuf;
 use crate::member::{read_counted, write_counted, Member};
 use crate::stats::Started;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 /// Chunks a read may touch, and bytes it may copy, and still be copied
 /// here: a larger read is a long copy that holds up the caller (a front
@@ -80,9 +79,15 @@ impl Engine {
         let len = buf.len() as u64;
         // Mirror chunks an unclean stop may have torn: every copy read
         // into a buffer of its own, and compared (`array::copies_read`).
-        let (plan, mut copies) = match self.array.direct_read(offset, len) {
+        let (plan, mut copies) = match self.local.direct_read(offset, len) {
             Some(plan) => (plan, None),
-            None => match CopiesRead::start(&self.array, offset, len, MAX_PIECES) {
+            None => match CopiesRead::start(
+                &self.local,
+                self.local.read_handles(),
+                offset,
+                len,
+                MAX_PIECES,
+            ) {
                 Some((plan, c)) => (plan, Some(c)),
                 None => return Err((buf, done)),
             },
@@ -133,7 +138,7 @@ impl Engine {
             return Err((data, done));
         }
         let blocking = self.blocking.as_ref().expect("set until drop");
-        write_here(&self.array, blocking, offset, data, done)
+        write_here(&self.local, blocking, offset, data, done)
     }
 }
 
@@ -141,7 +146,7 @@ impl Engine {
 /// caller's, or a shard's for its clients: `Local::write`), given an
 /// engine with shards.
 pub(super) fn write_here(
-    array: &Arc<Array>,
+    array: &LocalArray,
     blocking: &Blocking,
     offset: u64,
     data: AlignedBuf,

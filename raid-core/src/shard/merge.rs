@@ -18,11 +18,10 @@
 //! writes to one part of a stripe cannot keep another waiting for ever.
 
 use super::{answer, Counts, WriteDone, WriteJob};
-use crate::array::Array;
+use crate::array::LocalArray;
 use crate::buf::AlignedBuf;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 /// `jobs` (oldest first) as the writes to start, oldest first: each run of
 /// two or more that `fits` allows and that follow one another in the array
@@ -79,7 +78,7 @@ pub(super) fn runs(
 /// whose completion answers each of them: Ok with its own buffer, or the
 /// merged write's error. Counted as the writes they are in the array's
 /// client statistics (the merged write counts once where it runs).
-pub(super) fn merged(run: Vec<WriteJob>, array: &Arc<Array>, counts: &Counts) -> WriteJob {
+pub(super) fn merged(run: Vec<WriteJob>, array: &LocalArray, counts: &Counts) -> WriteJob {
     let n = run.len() as u64;
     counts.writes_merged.fetch_add(n - 1, Ordering::Relaxed);
     let offset = run[0].offset;

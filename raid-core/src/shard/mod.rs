@@ -74,7 +74,7 @@ pub use client::{Client, Home, Local};
 pub use stepped::Stepped;
 
 use crate::array::async_write::AsyncWrite;
-use crate::array::{Array, ArrayError};
+use crate::array::{Array, ArrayError, LocalArray};
 use crate::buf::AlignedBuf;
 use crate::member::MemberRef;
 use crate::stats::StripedCounter;
@@ -168,6 +168,10 @@ pub struct Counts {
 /// Shards serving one array's reads and writes.
 pub struct Engine {
     array: Arc<Array>,
+    /// The array for the requests callers' threads copy in place
+    /// (`inline.rs`), one handle all those threads share; each shard
+    /// keeps its own.
+    local: LocalArray,
     counts: Arc<Counts>,
     shards: Vec<Arc<Inbox>>,
     /// The finishing thread and the flushing thread, then the shards'.
@@ -350,6 +354,7 @@ impl Engine {
         // its drop ends every thread that started.
         let mut engine = Engine {
             array: array.clone(),
+            local: LocalArray::new(&array),
             counts: counts.clone(),
             shards: Vec::new(),
             threads: Vec::new(),

@@ -17,7 +17,7 @@ use super::ops::{Gathered, Op, ReadOp};
 use super::{answer, Fallback, ReadJob};
 use crate::array::copies_read::CopiesRead;
 use crate::array::degraded_read::DegradedRead;
-use crate::array::{Array, DirectRead};
+use crate::array::{DirectRead, LocalArray};
 use crate::member::MemberRef;
 use crate::stats::Started;
 use std::sync::atomic::Ordering;
@@ -168,9 +168,10 @@ impl Shard {
 /// shard can still serve it: degraded inside one RAID5/6 stripe, or
 /// touching mirror chunks an unclean stop may have torn. None: the
 /// blocking path's.
-fn gather(array: &std::sync::Arc<Array>, offset: u64, len: u64) -> Option<(DirectRead, Gathered)> {
+fn gather(array: &LocalArray, offset: u64, len: u64) -> Option<(DirectRead, Gathered)> {
     if let Some((p, d)) = DegradedRead::start(array, offset, len) {
         return Some((p, Gathered::Degraded(d)));
     }
-    CopiesRead::start(array, offset, len, MAX_IOS).map(|(p, c)| (p, Gathered::Copies(c)))
+    CopiesRead::start(array, array.read_handles(), offset, len, MAX_IOS)
+        .map(|(p, c)| (p, Gathered::Copies(c)))
 }

@@ -671,7 +671,14 @@ fn a_shard_write_leaves_for_the_blocking_path_only_where_its_stripe_has_a_record
     a.slots[1].set_state(SlotState::Active);
     assert!(a.journal_pending(0));
     let sdb = a.geo.stripe_data_bytes();
-    let start = |offset| AsyncWrite::start(&a, offset, AlignedBuf::new(4096), |_| true);
+    let start = |offset| {
+        AsyncWrite::start(
+            &crate::array::LocalArray::new(&a),
+            offset,
+            AlignedBuf::new(4096),
+            |_| true,
+        )
+    };
     assert!(
         matches!(start(5 * sdb), Start::Go(_)),
         "stripe 5: no record"

@@ -362,12 +362,17 @@ fn rows_a_rebuild_passed_are_journaled_until_its_position_is_saved() {
         // A shard journals the rows past the saved one too.
         let on_shard: Vec<(u64, Option<bool>)> = [1u64, 4]
             .iter()
-            .map(
-                |&s| match AsyncWrite::start(&a, s * sdb, AlignedBuf::new(4096), |_| true) {
+            .map(|&s| {
+                match AsyncWrite::start(
+                    &crate::array::LocalArray::new(&a),
+                    s * sdb,
+                    AlignedBuf::new(4096),
+                    |_| true,
+                ) {
                     Start::Go(w) => (s, Some(w.degraded())),
                     _ => (s, None),
-                },
-            )
+                }
+            })
             .collect();
         let journaled: Vec<(u64, bool)> = [1u64, 4]
             .iter()

@@ -490,7 +490,8 @@ fn tls_client(
 /// A TLS client that sends 32 MiB of reads and its disconnect, then reads
 /// the replies only a second later (the socket full meanwhile, records
 /// waiting in rustls, replies waiting behind them), gets every one whole:
-/// the connection ends once all are out, not at the disconnect.
+/// the connection ends once all are out, not at the disconnect, and with
+/// the server's close_notify (on a shard and on threads).
 #[test]
 fn tls_replies_go_out_whole_after_the_client_disconnects() {
     use raid_e2e::nbd_client::{nbd_reply, nbd_request};
@@ -499,35 +500,60 @@ fn tls_replies_go_out_whole_after_the_client_disconnects() {
     let w = World::new("tlsdisc");
     let p = pki(&w.dir);
     let _m = w.raid5_of_four("td", 16 * MIB);
-    let port = free_port();
-    w.ok(&[
-        "start",
-        "td",
-        "--nbd",
-        &format!("tcp:127.0.0.1:{port}"),
-        "--tls",
-        p.server.to_str().unwrap(),
-    ]);
-    let mut s = tls_client(port, "td", &p.client);
-    let mut out = Vec::new();
-    for i in 0..n {
-        nbd_request(&mut out, 0, 0, i, i * sz, sz as u32); // READ
+    for (served, env) in [("a shard", "1"), ("threads", "0")] {
+        let port = free_port();
+        let out = w.run_env(
+            &[
+                "start",
+                "td",
+                "--nbd",
+                &format!("tcp:127.0.0.1:{port}"),
+                "--tls",
+                p.server.to_str().unwrap(),
+            ],
+            &[("RAIDCTL_NBD_ON_SHARDS", env)],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut s = tls_client(port, "td", &p.client);
+        let mut out = Vec::new();
+        for i in 0..n {
+            nbd_request(&mut out, 0, 0, i, i * sz, sz as u32); // READ
+        }
+        nbd_request(&mut out, 2, 0, n, 0, 0); // DISC
+        s.write_all(&out).unwrap();
+        s.flush().unwrap();
+        // Meanwhile the server fills the socket, and rustls's records
+        // behind it.
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let mut seen = std::collections::HashSet::new();
+        let mut data = vec![0u8; sz as usize];
+        for k in 0..n {
+            let (err, cookie) = nbd_reply(&mut s).unwrap_or_else(|| {
+                panic!("{served}: reply {k} of {n} never came: the connection ended")
+            });
+            assert_eq!(err, 0, "{served}: read {cookie}");
+            s.read_exact(&mut data)
+                .unwrap_or_else(|e| panic!("{served}: reply {k} of {n} cut short: {e}"));
+            assert!(
+                seen.insert(cookie),
+                "{served}: cookie {cookie} answered twice"
+            );
+        }
+        // Then the server ends TLS as TLS ends: its close_notify, so that
+        // the client can tell the end of the stream from a connection cut
+        // short.
+        let mut rest = [0u8; 1];
+        match s.read(&mut rest) {
+            Ok(0) => {}
+            other => panic!("{served}: the stream did not end with close_notify: {other:?}"),
+        }
+        drop(s);
+        w.ok(&["stop", "td"]);
+        // The next start's daemon reads the variable anew.
+        w.end_daemon();
     }
-    nbd_request(&mut out, 2, 0, n, 0, 0); // DISC
-    s.write_all(&out).unwrap();
-    s.flush().unwrap();
-    // Meanwhile the server fills the socket, and rustls's records behind it.
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    let mut seen = std::collections::HashSet::new();
-    let mut data = vec![0u8; sz as usize];
-    for k in 0..n {
-        let (err, cookie) = nbd_reply(&mut s)
-            .unwrap_or_else(|| panic!("reply {k} of {n} never came: the connection ended"));
-        assert_eq!(err, 0, "read {cookie}");
-        s.read_exact(&mut data)
-            .unwrap_or_else(|e| panic!("reply {k} of {n} cut short: {e}"));
-        assert!(seen.insert(cookie), "cookie {cookie} answered twice");
-    }
-    drop(s);
-    w.ok(&["stop", "td"]);
 }

@@ -45,6 +45,12 @@ trait Conn: Read + Write + Send + Sync + 'static {
     }
     /// The stream, to be read and written without waiting (`on_shard`).
     fn into_stream(self: Box<Self>) -> tls::Stream;
+    /// Ends what the server sends, once every reply is out: TLS's
+    /// close_notify (`TlsStream::close_notify`); a plain socket's end is
+    /// its close.
+    fn close_notify(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 /// Both streams clone and shut down alike (`try_clone`, `shutdown`); the
 /// methods given in braces are the stream's own.
@@ -78,6 +84,9 @@ conn!(Sock {
 conn!(TlsStream {
     fn into_stream(self: Box<Self>) -> tls::Stream {
         tls::Stream::Tls(*self)
+    }
+    fn close_notify(&mut self) -> io::Result<()> {
+        TlsStream::close_notify(self)
     }
 });
 

@@ -96,6 +96,7 @@ pub(super) fn transmission(
         room: Room::default(),
         reading: true,
         broken: false,
+        closed: false,
         aside: None,
         helper: None,
         watching: [false; 2],
@@ -194,6 +195,8 @@ struct Connection {
     reading: bool,
     /// Sending to the client failed: replies are dropped as they come.
     broken: bool,
+    /// The end of the stream was marked (`Stream::close_notify_now`).
+    closed: bool,
     /// Work on the helper thread, the connection reading nothing meanwhile.
     aside: Option<Slot>,
     helper: Option<Helper>,
@@ -275,14 +278,23 @@ impl Client for Connection {
         if stop == Stop::Empty {
             self.watch(io, 0, libc::POLLIN as u32);
         }
-        // TLS: replies rustls took are settled, but their records may
-        // still wait for room; the connection lasts until they are out
-        // (or cannot go).
+        // Every reply out and nothing more to read: TLS ends as TLS ends,
+        // with close_notify after the last reply (once).
+        let open = self.reading && !self.broken;
+        let answered = self.room.in_flight == 0 && self.aside.is_none() && self.outgoing.is_empty();
+        if !open && answered && !self.broken && !self.closed {
+            self.closed = true;
+            if let Err(e) = self.sock.close_notify_now() {
+                self.broke(e);
+            }
+        }
+        // TLS: replies rustls took are settled, but their records (and the
+        // close_notify) may still wait for room; the connection lasts until
+        // they are out (or cannot go).
         let unsent = !self.broken && self.sock.unsent();
         if unsent || (!self.outgoing.is_empty() && !self.broken) {
             self.watch(io, 1, libc::POLLOUT as u32);
         }
-        let open = self.reading && !self.broken;
         open || self.room.in_flight > 0 || self.aside.is_some() || unsent
     }
 }

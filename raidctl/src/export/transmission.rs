@@ -439,6 +439,13 @@ fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
                 s = shared.ready.wait(s).unwrap();
             }
             if s.out.is_empty() && s.carry.is_none() {
+                // Every reply is out: TLS ends as TLS ends.
+                if !s.broken {
+                    drop(s);
+                    if let Err(e) = c.close_notify() {
+                        tracing::debug!("nbd: close_notify not sent: {e}");
+                    }
+                }
                 return;
             }
             s.out_bytes = 0;

@@ -400,11 +400,16 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         if let Some(c) = self.conn.lock().take() {
-            // A polite goodbye, then the socket closed (the reader ends).
+            // A polite goodbye (TLS: and its close_notify), then the
+            // socket closed (the reader ends).
             let mut h = [0u8; nbd::Request::LEN];
             h[0..4].copy_from_slice(&nbd::REQUEST_MAGIC.to_be_bytes());
             h[6..8].copy_from_slice(&nbd::CMD_DISC.to_be_bytes());
-            let _ = c.writer.lock().write_all(&h);
+            let mut w = c.writer.lock();
+            if w.write_all(&h).is_ok() {
+                let _ = w.close_notify();
+            }
+            drop(w);
             c.kill();
         }
     }

@@ -363,6 +363,32 @@ impl TlsStream {
         self.shared.conn.lock().wants_write()
     }
 
+    /// Ends what this side sends as TLS ends it, with the close_notify
+    /// alert (a peer that reads on can tell the end of the stream from a
+    /// connection cut short), sending what the socket takes now: the
+    /// rest is `unsent`, for `flush_now`.
+    pub fn close_notify_now(&self) -> io::Result<()> {
+        let _order = self.shared.send.lock();
+        let mut c = self.shared.conn.lock();
+        c.send_close_notify();
+        self.flush_locked(&mut c)
+    }
+
+    /// `close_notify_now` for a blocking writer: returns once the alert
+    /// and every record before it are in the socket.
+    pub fn close_notify(&mut self) -> io::Result<()> {
+        let _order = self.shared.send.lock();
+        let mut cipher = Vec::new();
+        {
+            let mut c = self.shared.conn.lock();
+            c.send_close_notify();
+            while c.wants_write() {
+                c.write_tls(&mut cipher)?;
+            }
+        }
+        self.sock.write_all(&cipher)
+    }
+
     fn flush_locked(&self, c: &mut rustls::Connection) -> io::Result<()> {
         /// The socket as rustls writes to it: no room is WouldBlock.
         struct Now<'a>(&'a Sock);
@@ -481,6 +507,22 @@ impl Stream {
         match self {
             Stream::Plain(_) => false,
             Stream::Tls(t) => t.unsent(),
+        }
+    }
+    /// The end of what this side sends, where the stream marks one (TLS:
+    /// `TlsStream::close_notify_now`); nothing for a plain stream, whose
+    /// end is the socket's.
+    pub fn close_notify_now(&self) -> io::Result<()> {
+        match self {
+            Stream::Plain(_) => Ok(()),
+            Stream::Tls(t) => t.close_notify_now(),
+        }
+    }
+    /// `close_notify_now` for a blocking writer (`TlsStream::close_notify`).
+    pub fn close_notify(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(_) => Ok(()),
+            Stream::Tls(t) => t.close_notify(),
         }
     }
 }

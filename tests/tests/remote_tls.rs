@@ -363,6 +363,30 @@ fn a_network_export_needs_tls_or_insecure() {
     w.ok(&["stop", "ins"]);
 }
 
+/// Starts `name` with a TLS export on a free port, its connections served
+/// on the shards (`on_shards` "1") or on threads of their own ("0"):
+/// the port.
+fn start_tls_export(w: &World, name: &str, p: &Pki, on_shards: &str) -> u16 {
+    let port = free_port();
+    let out = w.run_env(
+        &[
+            "start",
+            name,
+            "--nbd",
+            &format!("tcp:127.0.0.1:{port}"),
+            "--tls",
+            p.server.to_str().unwrap(),
+        ],
+        &[("RAIDCTL_NBD_ON_SHARDS", on_shards)],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    port
+}
+
 /// The most threads named `nbd-replies` (one per connection served on
 /// threads of its own) the daemon had while qemu-io held a TLS connection
 /// open for a second and a half.
@@ -406,23 +430,7 @@ fn random_data_in_and_out_over_tls_on_a_shard_and_on_threads() {
     std::fs::write(&src, &data).unwrap();
     let _m = w.raid5_of_four("tc", 16 * MIB);
     for (served, env) in [("a shard", "1"), ("threads", "0")] {
-        let port = free_port();
-        let out = w.run_env(
-            &[
-                "start",
-                "tc",
-                "--nbd",
-                &format!("tcp:127.0.0.1:{port}"),
-                "--tls",
-                p.server.to_str().unwrap(),
-            ],
-            &[("RAIDCTL_NBD_ON_SHARDS", env)],
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let port = start_tls_export(&w, "tc", &p, env);
         let uri = format!(
             "nbds://127.0.0.1:{port}/tc?tls-certificates={}",
             p.client.display()
@@ -501,23 +509,7 @@ fn tls_replies_go_out_whole_after_the_client_disconnects() {
     let p = pki(&w.dir);
     let _m = w.raid5_of_four("td", 16 * MIB);
     for (served, env) in [("a shard", "1"), ("threads", "0")] {
-        let port = free_port();
-        let out = w.run_env(
-            &[
-                "start",
-                "td",
-                "--nbd",
-                &format!("tcp:127.0.0.1:{port}"),
-                "--tls",
-                p.server.to_str().unwrap(),
-            ],
-            &[("RAIDCTL_NBD_ON_SHARDS", env)],
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let port = start_tls_export(&w, "td", &p, env);
         let mut s = tls_client(port, "td", &p.client);
         let mut out = Vec::new();
         for i in 0..n {

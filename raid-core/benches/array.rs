@@ -548,24 +548,15 @@ fn shards_table(qd: usize, dur: Duration, rounds: usize) {
             let (mut tr, mut sr, mut cr) = (Vec::new(), Vec::new(), Vec::new());
             // BENCH_SIDES=clients (say) runs those columns only (zeros
             // in the others): a shorter run, so more rounds fit.
-            let side = |name: &str| std::env::var("BENCH_SIDES").map_or(true, |v| v.contains(name));
+            let sides = std::env::var("BENCH_SIDES").ok();
+            let side = |name: &str, f: &dyn Fn() -> Sample| match &sides {
+                Some(only) if !only.contains(name) => Sample::default(),
+                _ => f(),
+            };
             for _ in 0..rounds {
-                let skip = || Sample::default();
-                tr.push(if side("threads") {
-                    run(a.as_ref(), w, 4096, qd, dur)
-                } else {
-                    skip()
-                });
-                sr.push(if side("shards") {
-                    run_shards(&e, write, blocks, qd, dur)
-                } else {
-                    skip()
-                });
-                cr.push(if side("clients") {
-                    run_clients(&e, write, blocks, qd, dur)
-                } else {
-                    skip()
-                });
+                tr.push(side("threads", &|| run(a.as_ref(), w, 4096, qd, dur)));
+                sr.push(side("shards", &|| run_shards(&e, write, blocks, qd, dur)));
+                cr.push(side("clients", &|| run_clients(&e, write, blocks, qd, dur)));
             }
             let (t, s, c) = (median(tr), median(sr), median(cr));
             println!(

@@ -282,7 +282,7 @@ impl Client for Connection {
         // with close_notify after the last reply (once).
         let open = self.reading && !self.broken;
         let answered = self.room.in_flight == 0 && self.aside.is_none() && self.outgoing.is_empty();
-        if !open && answered && !self.broken && !self.closed {
+        if !self.reading && !self.broken && answered && !self.closed {
             self.closed = true;
             if let Err(e) = self.sock.close_notify_now() {
                 self.broke(e);

@@ -377,16 +377,33 @@ impl TlsStream {
     /// `close_notify_now` for a blocking writer: returns once the alert
     /// and every record before it are in the socket.
     pub fn close_notify(&mut self) -> io::Result<()> {
-        let _order = self.shared.send.lock();
-        let mut cipher = Vec::new();
-        {
-            let mut c = self.shared.conn.lock();
+        self.seal_and_send(0, |c| {
             c.send_close_notify();
+            Ok(())
+        })
+    }
+
+    /// For a blocking writer: `make` has rustls make records (under the
+    /// lock that keeps records in order), and every record ready is then
+    /// sent in one write, waiting for room (`room`: the bytes `make` puts
+    /// in, to size the ciphertext).
+    fn seal_and_send<T>(
+        &mut self,
+        room: usize,
+        make: impl FnOnce(&mut rustls::Connection) -> io::Result<T>,
+    ) -> io::Result<T> {
+        let _order = self.shared.send.lock();
+        let mut cipher = Vec::with_capacity(room + 64);
+        let made = {
+            let mut c = self.shared.conn.lock();
+            let made = make(&mut c)?;
             while c.wants_write() {
                 c.write_tls(&mut cipher)?;
             }
-        }
-        self.sock.write_all(&cipher)
+            made
+        };
+        self.sock.write_all(&cipher)?;
+        Ok(made)
     }
 
     fn flush_locked(&self, c: &mut rustls::Connection) -> io::Result<()> {
@@ -434,19 +451,8 @@ impl Write for TlsStream {
     /// Every slice into the TLS records, then the ciphertext in one write:
     /// a reply's header and data do not each become a record of their own.
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        let _order = self.shared.send.lock();
         let len: usize = bufs.iter().map(|b| b.len()).sum();
-        let mut cipher = Vec::with_capacity(len + 64);
-        let n = {
-            let mut c = self.shared.conn.lock();
-            let n = c.writer().write_vectored(bufs)?;
-            while c.wants_write() {
-                c.write_tls(&mut cipher)?;
-            }
-            n
-        };
-        self.sock.write_all(&cipher)?;
-        Ok(n)
+        self.seal_and_send(len, |c| c.writer().write_vectored(bufs))
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())

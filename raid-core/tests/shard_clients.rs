@@ -1,8 +1,10 @@
 //! Front ends run on the shards' own threads (`shard::Client`): their
 //! writes reach the shard that owns each stripe, whichever shard they run
 //! on, their reads are served by their own shard, and what they read back
-//! is what they wrote; a client that panics is dropped and the shard goes
-//! on; an engine stopped under a client that never finishes stops.
+//! is what they wrote; a lone client's RAID5 writes to members in memory
+//! use the shard it leaves idle; a client that panics is dropped and the
+//! shard goes on; an engine stopped under a client that never finishes
+//! stops.
 
 use raid_core::array::{Array, ArrayError};
 use raid_core::buf::AlignedBuf;
@@ -568,5 +570,158 @@ fn a_client_is_polled_when_its_watched_socket_is_ready() {
         came.recv_timeout(Duration::from_secs(10)),
         Err(mpsc::RecvTimeoutError::Disconnected),
         "the client saw its socket close and ended"
+    );
+}
+
+/// A member in memory that notes which threads wrote to it.
+struct Noted {
+    inner: raid_core::member::RamMember,
+    writers: Arc<Mutex<Names>>,
+}
+
+/// Thread names.
+type Names = std::collections::BTreeSet<String>;
+
+impl raid_core::member::Member for Noted {
+    fn identity(&self) -> &str {
+        self.inner.identity()
+    }
+    fn device_key(&self) -> raid_core::member::DeviceKey {
+        self.inner.device_key()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        let me = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_owned();
+        self.writers.lock().unwrap().insert(me);
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.write_zeroes(offset, len)
+    }
+    fn in_memory(&self) -> bool {
+        true
+    }
+}
+
+/// Gives nothing; says when it is first polled (its shard has counted it
+/// by then), and is dropped with the engine.
+struct Idle {
+    polled: Option<mpsc::Sender<()>>,
+    _alive: mpsc::Sender<()>,
+}
+impl Client for Idle {
+    fn poll(&mut self, _: &mut Local<'_>) -> bool {
+        if let Some(p) = self.polled.take() {
+            let _ = p.send(());
+        }
+        true
+    }
+}
+
+/// A RAID5 over members in memory: a client's small writes are copied on
+/// its own shard, except those whose stripe another shard owns that runs
+/// no front end of its own, which go to that shard (its core otherwise
+/// idle). Writes here all land on stripes shard 1 owns, from a client on
+/// shard 0: alone, shard 1 copies them; with a front end on shard 1 too,
+/// shard 0 does.
+#[test]
+fn a_lone_clients_parity_writes_use_the_idle_shard() {
+    if io_path() != IoPath::IoUring {
+        return eprintln!("skipped: no io_uring here, so no shards");
+    }
+    let writers = Arc::new(Mutex::new(Names::new()));
+    let members: Vec<MemberRef> = (0..4)
+        .map(|i| {
+            let inner = raid_core::member::RamMember::new(
+                format!("ram:noted{i}"),
+                raid_core::metadata::MIN_DATA_OFFSET + DATA,
+            );
+            let writers = writers.clone();
+            Arc::new(Noted { inner, writers }) as MemberRef
+        })
+        .collect();
+    let a = support::array::create_shared(Level::Raid5, members, "clients-idle", CHUNK);
+    let e = Engine::start(a.clone(), 2).unwrap();
+    if e.shard_count() != 2 {
+        return eprintln!("skipped: the engine got fewer than two shards");
+    }
+    // Stripes 1, 3, 5, 7 (three 64 KiB chunks of data each): shard 1's.
+    let stripe = 3 * CHUNK;
+    let odd = |c: u8, seed: u64| -> VecDeque<Io> {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        (0..200)
+            .map(|_| {
+                let s = 2 * rng.gen_range(0..4u64) + 1;
+                let offset = s * stripe + rng.gen_range(0..stripe / 4096) * 4096;
+                let buf = block(c, offset);
+                Io {
+                    write: true,
+                    offset,
+                    buf,
+                }
+            })
+            .collect()
+    };
+    // Every block of those stripes once first: the first write since
+    // clean and the write-intent bits go to the blocking path.
+    let warm = (0..8 * stripe / 4096).map(|b| Io {
+        write: true,
+        offset: b * 4096,
+        buf: block(0, b * 4096),
+    });
+    let out = run_scripts(&e, vec![warm.collect()], 16);
+    assert!(out.iter().all(|(_, (_, _, r))| r.is_ok()));
+    let mut model = std::collections::HashMap::new();
+    let mut run = |c: u8, writers: &Mutex<Names>| {
+        writers.lock().unwrap().clear();
+        let todo = odd(c, c as u64);
+        for io in &todo {
+            model.insert(io.offset, c);
+        }
+        for (_, (_, offset, r)) in run_scripts(&e, vec![todo], 1) {
+            r.unwrap_or_else(|err| panic!("write at {offset}: {err}"));
+        }
+        std::mem::take(&mut *writers.lock().unwrap())
+    };
+    let alone = run(1, &writers);
+    assert!(alone.contains("shard-1"), "shard 1 copied none: {alone:?}");
+    assert!(!alone.contains("shard-0"), "shard 0 copied some: {alone:?}");
+    let (keep, gone) = mpsc::channel();
+    let (polled, first_poll) = mpsc::channel();
+    let idle = Idle {
+        polled: Some(polled),
+        _alive: keep,
+    };
+    assert!(e.run_client(1, Box::new(idle)).is_ok());
+    first_poll.recv_timeout(Duration::from_secs(10)).unwrap();
+    let shared = run(2, &writers);
+    assert!(
+        shared.contains("shard-0"),
+        "shard 0 copied none: {shared:?}"
+    );
+    assert!(
+        !shared.contains("shard-1"),
+        "shard 1 copied some: {shared:?}"
+    );
+    for (offset, c) in model {
+        let mut got = vec![0u8; 4096];
+        a.read(offset, &mut got).unwrap();
+        assert!(got[..] == block(c, offset)[..], "block at {offset}");
+    }
+    drop(e);
+    assert_eq!(
+        gone.recv_timeout(Duration::from_secs(10)),
+        Err(mpsc::RecvTimeoutError::Disconnected)
     );
 }

@@ -280,6 +280,7 @@ impl Shard {
         if stopping {
             self.drop_clients();
         }
+        self.inbox.set_fronts(self.clients.len());
         let mut passes = 0;
         loop {
             let reaped = self.reap();

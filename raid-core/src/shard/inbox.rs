@@ -5,7 +5,7 @@
 use super::{answer, call, client, stopping, Job, Request};
 use parking_lot::Mutex;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// A shard's inbox, shared with clients and whatever completes timed I/O
 /// (the drives' timer thread, or the shard itself).
@@ -16,7 +16,18 @@ pub(super) struct Inbox {
     /// Set (under `jobs`' lock) as its shard ends: a job given later is
     /// handled by whoever gives it (`Inbox::closed_job`).
     closed: AtomicBool,
+    /// How many front ends its shard runs (`client.rs`), read by the
+    /// other shards' clients at each RAID5/6 write to members in memory
+    /// whose stripe this shard owns (`Local::owner_idle`).
+    fronts: Fronts,
 }
+
+/// A count on a cache line of its own: read that often, it must not
+/// share a line with `jobs`' lock and `sleeping`, which the shard writes
+/// at every turn and givers at every job.
+#[repr(align(128))]
+#[derive(Default)]
+struct Fronts(AtomicUsize);
 
 impl Inbox {
     pub(super) fn new() -> std::io::Result<Inbox> {
@@ -29,6 +40,7 @@ impl Inbox {
             jobs: Mutex::new(Vec::new()),
             sleeping: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            fronts: Fronts::default(),
             // SAFETY: `fd` is a descriptor we just opened and own.
             wake: unsafe { OwnedFd::from_raw_fd(fd) },
         })
@@ -103,6 +115,18 @@ impl Inbox {
                 tracing::error!("shard: a completion for a shard that ended")
             }
             Job::Stop => {}
+        }
+    }
+
+    /// Whether its shard runs a front end (`Client`) of its own.
+    pub(super) fn has_fronts(&self) -> bool {
+        self.fronts.0.load(Ordering::Relaxed) > 0
+    }
+
+    /// Its shard now runs `n` front ends (called by that shard only).
+    pub(super) fn set_fronts(&self, n: usize) {
+        if self.fronts.0.load(Ordering::Relaxed) != n {
+            self.fronts.0.store(n, Ordering::Relaxed);
         }
     }
 

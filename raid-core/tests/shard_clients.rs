@@ -1,8 +1,8 @@
 //! Front ends run on the shards' own threads (`shard::Client`): their
 //! writes reach the shard that owns each stripe, whichever shard they run
 //! on, their reads are served by their own shard, and what they read back
-//! is what they wrote; a lone client's RAID5 writes to members in memory
-//! use the shard it leaves idle; a client that panics is dropped and the
+//! is what they wrote; a lone client's RAID5 writes and long reads to
+//! members in memory use the shard it leaves idle; a client that panics is dropped and the
 //! shard goes on; an engine stopped under a client that never finishes
 //! stops.
 
@@ -573,14 +573,25 @@ fn a_client_is_polled_when_its_watched_socket_is_ready() {
     );
 }
 
-/// A member in memory that notes which threads wrote to it.
+/// A member in memory that notes which threads read and wrote it.
 struct Noted {
     inner: raid_core::member::RamMember,
-    writers: Arc<Mutex<Names>>,
+    by: Arc<Mutex<Names>>,
 }
 
-/// Thread names.
+/// "read shard-1", "write shard-0": what a member did, and on which
+/// thread.
 type Names = std::collections::BTreeSet<String>;
+
+impl Noted {
+    fn note(&self, what: &str) {
+        let me = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_owned();
+        self.by.lock().unwrap().insert(format!("{what} {me}"));
+    }
+}
 
 impl raid_core::member::Member for Noted {
     fn identity(&self) -> &str {
@@ -593,14 +604,11 @@ impl raid_core::member::Member for Noted {
         self.inner.size()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.note("read");
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        let me = std::thread::current()
-            .name()
-            .unwrap_or("unnamed")
-            .to_owned();
-        self.writers.lock().unwrap().insert(me);
+        self.note("write");
         self.inner.write_at(buf, offset)
     }
     fn flush(&self) -> std::io::Result<()> {
@@ -629,26 +637,27 @@ impl Client for Idle {
     }
 }
 
-/// A RAID5 over members in memory: a client's small writes are copied on
-/// its own shard, except those whose stripe another shard owns that runs
-/// no front end of its own, which go to that shard (its core otherwise
-/// idle). Writes here all land on stripes shard 1 owns, from a client on
-/// shard 0: alone, shard 1 copies them; with a front end on shard 1 too,
-/// shard 0 does.
+/// A RAID5 over members in memory: a client's small writes and reads are
+/// copied on its own shard, except its writes whose stripe, and its reads
+/// of 128 KiB or more whose first chunk, another shard owns that runs no
+/// front end of its own: those that shard copies (its core otherwise
+/// idle). Here they all land on stripes and chunks shard 1 owns, from a
+/// client on shard 0: alone, shard 1 copies them; with a front end on
+/// shard 1 too, shard 0 does.
 #[test]
-fn a_lone_clients_parity_writes_use_the_idle_shard() {
+fn a_lone_clients_copies_use_the_idle_shard() {
     if io_path() != IoPath::IoUring {
         return eprintln!("skipped: no io_uring here, so no shards");
     }
-    let writers = Arc::new(Mutex::new(Names::new()));
+    let by = Arc::new(Mutex::new(Names::new()));
     let members: Vec<MemberRef> = (0..4)
         .map(|i| {
             let inner = raid_core::member::RamMember::new(
                 format!("ram:noted{i}"),
                 raid_core::metadata::MIN_DATA_OFFSET + DATA,
             );
-            let writers = writers.clone();
-            Arc::new(Noted { inner, writers }) as MemberRef
+            let by = by.clone();
+            Arc::new(Noted { inner, by }) as MemberRef
         })
         .collect();
     let a = support::array::create_shared(Level::Raid5, members, "clients-idle", CHUNK);
@@ -656,23 +665,10 @@ fn a_lone_clients_parity_writes_use_the_idle_shard() {
     if e.shard_count() != 2 {
         return eprintln!("skipped: the engine got fewer than two shards");
     }
-    // Stripes 1, 3, 5, 7 (three 64 KiB chunks of data each): shard 1's.
+    // Stripes 1, 3, 5, 7 of the first 8 (three 64 KiB chunks of data
+    // each) and the odd chunks: shard 1's.
     let stripe = 3 * CHUNK;
-    let odd = |c: u8, seed: u64| -> VecDeque<Io> {
-        let mut rng = SmallRng::seed_from_u64(seed);
-        (0..200)
-            .map(|_| {
-                let s = 2 * rng.gen_range(0..4u64) + 1;
-                let offset = s * stripe + rng.gen_range(0..stripe / 4096) * 4096;
-                let buf = block(c, offset);
-                Io {
-                    write: true,
-                    offset,
-                    buf,
-                }
-            })
-            .collect()
-    };
+    let chunks = 8 * stripe / CHUNK;
     // Every block of those stripes once first: the first write since
     // clean and the write-intent bits go to the blocking path.
     let warm = (0..8 * stripe / 4096).map(|b| Io {
@@ -683,20 +679,48 @@ fn a_lone_clients_parity_writes_use_the_idle_shard() {
     let out = run_scripts(&e, vec![warm.collect()], 16);
     assert!(out.iter().all(|(_, (_, _, r))| r.is_ok()));
     let mut model = std::collections::HashMap::new();
-    let mut run = |c: u8, writers: &Mutex<Names>| {
-        writers.lock().unwrap().clear();
-        let todo = odd(c, c as u64);
-        for io in &todo {
-            model.insert(io.offset, c);
+    // 200 writes to odd stripes, then 128 KiB reads from odd chunks, one
+    // at a time; returns what the members did and where.
+    let mut run = |c: u8| {
+        by.lock().unwrap().clear();
+        let mut rng = SmallRng::seed_from_u64(c as u64);
+        let mut todo = VecDeque::new();
+        for _ in 0..200 {
+            let s = 2 * rng.gen_range(0..4u64) + 1;
+            let offset = s * stripe + rng.gen_range(0..stripe / 4096) * 4096;
+            model.insert(offset, c);
+            let buf = block(c, offset);
+            todo.push_back(Io {
+                write: true,
+                offset,
+                buf,
+            });
         }
-        for (_, (_, offset, r)) in run_scripts(&e, vec![todo], 1) {
-            r.unwrap_or_else(|err| panic!("write at {offset}: {err}"));
+        for k in (1..chunks - 1).step_by(2) {
+            let buf = AlignedBuf::new(2 * CHUNK as usize);
+            todo.push_back(Io {
+                write: false,
+                offset: k * CHUNK,
+                buf,
+            });
         }
-        std::mem::take(&mut *writers.lock().unwrap())
+        for (_, (write, offset, r)) in run_scripts(&e, vec![todo], 1) {
+            let got = r.unwrap_or_else(|err| panic!("at {offset} (write: {write}): {err}"));
+            for (i, b) in got.chunks(4096).enumerate().filter(|_| !write) {
+                let at = offset + 4096 * i as u64;
+                let c = model.get(&at).copied().unwrap_or(0);
+                assert!(b == &block(c, at)[..], "block at {at} read back");
+            }
+        }
+        std::mem::take(&mut *by.lock().unwrap())
     };
-    let alone = run(1, &writers);
-    assert!(alone.contains("shard-1"), "shard 1 copied none: {alone:?}");
-    assert!(!alone.contains("shard-0"), "shard 0 copied some: {alone:?}");
+    let on =
+        |names: &Names, what: &str, shard: usize| names.contains(&format!("{what} shard-{shard}"));
+    let alone = run(1);
+    for what in ["read", "write"] {
+        assert!(on(&alone, what, 1), "shard 1 did no {what}: {alone:?}");
+        assert!(!on(&alone, what, 0), "shard 0 did a {what}: {alone:?}");
+    }
     let (keep, gone) = mpsc::channel();
     let (polled, first_poll) = mpsc::channel();
     let idle = Idle {
@@ -705,19 +729,10 @@ fn a_lone_clients_parity_writes_use_the_idle_shard() {
     };
     assert!(e.run_client(1, Box::new(idle)).is_ok());
     first_poll.recv_timeout(Duration::from_secs(10)).unwrap();
-    let shared = run(2, &writers);
-    assert!(
-        shared.contains("shard-0"),
-        "shard 0 copied none: {shared:?}"
-    );
-    assert!(
-        !shared.contains("shard-1"),
-        "shard 1 copied some: {shared:?}"
-    );
-    for (offset, c) in model {
-        let mut got = vec![0u8; 4096];
-        a.read(offset, &mut got).unwrap();
-        assert!(got[..] == block(c, offset)[..], "block at {offset}");
+    let shared = run(2);
+    for what in ["read", "write"] {
+        assert!(on(&shared, what, 0), "shard 0 did no {what}: {shared:?}");
+        assert!(!on(&shared, what, 1), "shard 1 did a {what}: {shared:?}");
     }
     drop(e);
     assert_eq!(

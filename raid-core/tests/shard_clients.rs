@@ -594,15 +594,7 @@ impl Noted {
 }
 
 impl raid_core::member::Member for Noted {
-    fn identity(&self) -> &str {
-        self.inner.identity()
-    }
-    fn device_key(&self) -> raid_core::member::DeviceKey {
-        self.inner.device_key()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
+    support::pass_through_to_inner!(@common);
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         self.note("read");
         self.inner.read_at(buf, offset)
@@ -610,12 +602,6 @@ impl raid_core::member::Member for Noted {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         self.note("write");
         self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.write_zeroes(offset, len)
     }
     fn in_memory(&self) -> bool {
         true

@@ -17,8 +17,9 @@
 //! `Engine::write` does, so that a stripe's writes still meet on one shard.
 //! Except on members in memory: there a small write is copied on the
 //! client's own shard under its stripe's lock (`inline.rs`), as the
-//! crossing would cost more than the copies, unless it is a RAID5/6 write
-//! whose owner runs no front end of its own (`Local::owner_idle`).
+//! crossing would cost more than the copies, unless it moves four member
+//! copies or more (RAID5/6, a RAID1 of four) and its owner runs no front
+//! end of its own (`Local::owner_idle`).
 //! A request that completes on another thread than its client's shard
 //! (that other shard, or the blocking path's) has its completion posted
 //! back to the client's shard and run there: the client, which is polled
@@ -188,7 +189,7 @@ impl Local<'_> {
         // is another shard with no front end of its own, whose core this
         // one's clients leave idle (`owner_idle`).
         let shard = &*self.shard;
-        if !shard.array.any_in_memory() || self.owner_idle(offset) {
+        if !shard.array.any_in_memory() || self.owner_idle(offset, data.len()) {
             let done = at_home(&shard.inbox, done);
             return self.give_write(offset, data, done);
         }
@@ -200,19 +201,20 @@ impl Local<'_> {
         }
     }
 
-    /// Whether the RAID5/6 write at `offset` belongs to another shard that
-    /// runs no front end of its own: there its read-modify-write (four or
-    /// six member copies, in two steps) uses a core this shard's clients
-    /// leave idle. Through NBD on tmpfs members, one connection on two
-    /// shards, 4 KiB random writes: RAID5 1.11-1.30x, RAID6 1.13x. Where
-    /// every shard runs front ends each is busy with its own, and copying
-    /// here saves the crossing to the owner and back (four connections on
-    /// two shards: 0.74x when they crossed); a RAID0 or mirror write's
-    /// copies cost less than the crossing (RAID0: 0.93-0.96x).
-    fn owner_idle(&self, offset: u64) -> bool {
+    /// Whether the write of `len` bytes at `offset` moves four member
+    /// copies or more (a RAID5/6 read-modify-write, a RAID1 of four) and
+    /// belongs to another shard that runs no front end of its own: there
+    /// its copies use a core this shard's clients leave idle. Through NBD
+    /// on tmpfs members, one connection on two shards, 4 KiB random
+    /// writes: RAID5 1.11-1.30x, RAID6 1.07-1.13x, RAID1 of four 1.12x.
+    /// Fewer copies cost less than the crossing to the owner and back
+    /// (RAID0: 0.93-0.96x; RAID10, two: 1.01x). Where every shard runs
+    /// front ends each is busy with its own, and copying here saves the
+    /// crossing (four connections on two shards: 0.74x when they crossed).
+    fn owner_idle(&self, offset: u64, len: usize) -> bool {
         let array = &self.shard.array;
-        let parity = array.geometry().level.parity_chunks() > 0;
-        let key = array.write_lock_key(offset).filter(|_| parity);
+        let many = super::inline::member_bytes(&array.geometry(), len) >= 4 * len;
+        let key = array.write_lock_key(offset).filter(|_| many);
         self.idle_owner(key).is_some()
     }
 

@@ -54,7 +54,7 @@ const MAX_WRITE_MEMBER_BYTES: usize = 64 << 10;
 
 /// Member bytes a small write of `len` bytes moves: each copy written;
 /// for RAID5/6, the old data and parity read and the new written.
-fn member_bytes(geo: &crate::layout::Geometry, len: usize) -> usize {
+pub(super) fn member_bytes(geo: &crate::layout::Geometry, len: usize) -> usize {
     match geo.level.parity_chunks() {
         0 => len * geo.copies(),
         p => 2 * (1 + p) * len,

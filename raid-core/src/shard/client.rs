@@ -206,7 +206,7 @@ impl Local<'_> {
     /// belongs to another shard that runs no front end of its own: there
     /// its copies use a core this shard's clients leave idle. Through NBD
     /// on tmpfs members, one connection on two shards, 4 KiB random
-    /// writes: RAID5 1.11-1.30x, RAID6 1.07-1.13x, RAID1 of four 1.12x.
+    /// writes: RAID5 1.11-1.30x, RAID6 1.07-1.13x, RAID1 of four 1.12-1.16x.
     /// Fewer copies cost less than the crossing to the owner and back
     /// (RAID0: 0.93-0.96x; RAID10, two: 1.01x). Where every shard runs
     /// front ends each is busy with its own, and copying here saves the

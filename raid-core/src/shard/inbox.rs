@@ -17,8 +17,9 @@ pub(super) struct Inbox {
     /// handled by whoever gives it (`Inbox::closed_job`).
     closed: AtomicBool,
     /// How many front ends its shard runs (`client.rs`), read by the
-    /// other shards' clients at each RAID5/6 write to members in memory
-    /// whose stripe this shard owns (`Local::owner_idle`).
+    /// other shards' clients at each small write to members in memory
+    /// that moves four member copies or more, and each long read, that
+    /// this shard owns (`Local::idle_owner`).
     fronts: Fronts,
 }
 

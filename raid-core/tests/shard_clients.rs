@@ -609,9 +609,11 @@ impl raid_core::member::Member for Noted {
 }
 
 /// Gives nothing; says when it is first polled (its shard has counted it
-/// by then), and is dropped with the engine.
+/// by then), and finishes when told to (at its next poll).
 struct Idle {
     polled: Option<mpsc::Sender<()>>,
+    /// Finished at its next poll once set.
+    finish: Arc<std::sync::atomic::AtomicBool>,
     _alive: mpsc::Sender<()>,
 }
 impl Client for Idle {
@@ -619,7 +621,7 @@ impl Client for Idle {
         if let Some(p) = self.polled.take() {
             let _ = p.send(());
         }
-        true
+        !self.finish.load(Ordering::Relaxed)
     }
 }
 
@@ -629,7 +631,7 @@ impl Client for Idle {
 /// front end of its own: those that shard copies (its core otherwise
 /// idle). Here they all land on stripes and chunks shard 1 owns, from a
 /// client on shard 0: alone, shard 1 copies them; with a front end on
-/// shard 1 too, shard 0 does.
+/// shard 1 too, shard 0 does; once that one finished, shard 1 again.
 #[test]
 fn a_lone_clients_copies_use_the_idle_shard() {
     if io_path() != IoPath::IoUring {
@@ -667,11 +669,11 @@ fn a_lone_clients_copies_use_the_idle_shard() {
     let mut model = std::collections::HashMap::new();
     // 200 writes to odd stripes, then 128 KiB reads from odd chunks, one
     // at a time; returns what the members did and where.
-    let mut run = |c: u8| {
+    let mut run = |c: u8, writes: usize| {
         by.lock().unwrap().clear();
         let mut rng = SmallRng::seed_from_u64(c as u64);
         let mut todo = VecDeque::new();
-        for _ in 0..200 {
+        for _ in 0..writes {
             let s = 2 * rng.gen_range(0..4u64) + 1;
             let offset = s * stripe + rng.gen_range(0..stripe / 4096) * 4096;
             model.insert(offset, c);
@@ -702,27 +704,53 @@ fn a_lone_clients_copies_use_the_idle_shard() {
     };
     let on =
         |names: &Names, what: &str, shard: usize| names.contains(&format!("{what} shard-{shard}"));
-    let alone = run(1);
+    let alone = run(1, 200);
     for what in ["read", "write"] {
         assert!(on(&alone, what, 1), "shard 1 did no {what}: {alone:?}");
         assert!(!on(&alone, what, 0), "shard 0 did a {what}: {alone:?}");
     }
     let (keep, gone) = mpsc::channel();
     let (polled, first_poll) = mpsc::channel();
+    let finish = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let idle = Idle {
         polled: Some(polled),
+        finish: finish.clone(),
         _alive: keep,
     };
     assert!(e.run_client(1, Box::new(idle)).is_ok());
     first_poll.recv_timeout(Duration::from_secs(10)).unwrap();
-    let shared = run(2);
+    let shared = run(2, 200);
     for what in ["read", "write"] {
         assert!(on(&shared, what, 0), "shard 0 did no {what}: {shared:?}");
         assert!(!on(&shared, what, 1), "shard 1 did a {what}: {shared:?}");
     }
-    drop(e);
-    assert_eq!(
-        gone.recv_timeout(Duration::from_secs(10)),
-        Err(mpsc::RecvTimeoutError::Disconnected)
-    );
+    // The front end on shard 1 finishes (at the poll a second one, which
+    // finishes at once, brings about): shard 1 counts none again, and
+    // copies for the client on shard 0 as before. The count drops at the
+    // end of that poll, after the drops this sees: one write at a time
+    // until one lands there.
+    finish.store(true, Ordering::Relaxed);
+    let (keep, gone_too) = mpsc::channel();
+    let done_at_once = Idle {
+        polled: None,
+        finish,
+        _alive: keep,
+    };
+    assert!(e.run_client(1, Box::new(done_at_once)).is_ok());
+    for g in [gone, gone_too] {
+        let end = g.recv_timeout(Duration::from_secs(10));
+        assert_eq!(end, Err(mpsc::RecvTimeoutError::Disconnected));
+    }
+    let t = std::time::Instant::now();
+    while !on(&run(3, 1), "write", 1) {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "shard 1 still counts a front end 30 s after its last one finished"
+        );
+    }
+    let again = run(4, 200);
+    for what in ["read", "write"] {
+        assert!(on(&again, what, 1), "shard 1 did no {what}: {again:?}");
+        assert!(!on(&again, what, 0), "shard 0 did a {what}: {again:?}");
+    }
 }

@@ -19,7 +19,7 @@
 //! client's own shard under its stripe's lock (`inline.rs`), as the
 //! crossing would cost more than the copies, unless it moves four member
 //! copies or more (RAID5/6, a RAID1 of four) and its owner runs no front
-//! end of its own (`Local::owner_idle`).
+//! end of its own (`Local::idle_owner_of_write`).
 //! A request that completes on another thread than its client's shard
 //! (that other shard, or the blocking path's) has its completion posted
 //! back to the client's shard and run there: the client, which is polled
@@ -163,18 +163,11 @@ impl Local<'_> {
     pub fn read(&mut self, offset: u64, buf: AlignedBuf, done: ReadDone) {
         self.given += 1;
         let done = at_home(&self.shard.inbox, done);
-        let long = buf.len() >= SPREAD_READ && self.shard.array.any_in_memory();
-        let chunk = offset / self.shard.array.geometry().chunk;
-        let mut job = Request::Read(ReadJob { offset, buf, done });
-        if let Some(i) = self.idle_owner(long.then_some(chunk)) {
-            job = match self.shard.peers[i].offer(Job::Request(job)) {
-                Ok(()) => return,
-                // Its owner ended (the engine is stopping): read here.
-                Err(Job::Request(job)) => job,
-                Err(_) => unreachable!("given back as given"),
-            };
-        }
-        self.shard.waiting.push_back(job);
+        let array = &self.shard.array;
+        let to = (buf.len() >= SPREAD_READ && array.any_in_memory())
+            .then(|| offset / array.geometry().chunk)
+            .and_then(|chunk| self.idle_owner(chunk));
+        self.give(to, Request::Read(ReadJob { offset, buf, done }));
     }
 
     /// Writes `data` at `offset`, as `Engine::write`, on the shard that
@@ -187,58 +180,71 @@ impl Local<'_> {
         // `Engine::write` runs it on its caller's thread (`inline.rs`),
         // rather than crossing to its owner and back, unless its owner
         // is another shard with no front end of its own, whose core this
-        // one's clients leave idle (`owner_idle`).
+        // one's clients leave idle (`idle_owner_of_write`).
         let shard = &*self.shard;
-        if !shard.array.any_in_memory() || self.owner_idle(offset, data.len()) {
+        // Some(to): given to shard `to` (this shard's own queue where that
+        // is this one, or none); None: copied here.
+        let away = match shard.array.any_in_memory() {
+            false => Some(write_owner(&shard.array, offset, shard.peers.len())),
+            true => self.idle_owner_of_write(offset, data.len()).map(Some),
+        };
+        if let Some(to) = away {
             let done = at_home(&shard.inbox, done);
-            return self.give_write(offset, data, done);
+            return self.give(to, Request::Write(WriteJob { offset, data, done }));
         }
         let posted = after_poll(&shard.inbox, done);
         if let Err((data, posted)) =
             super::inline::write_here(&shard.array, &shard.blocking, offset, data, posted)
         {
-            self.give_write(offset, data, posted)
+            let to = write_owner(&self.shard.array, offset, self.shard.peers.len());
+            self.give(
+                to,
+                Request::Write(WriteJob {
+                    offset,
+                    data,
+                    done: posted,
+                }),
+            )
         }
     }
 
-    /// Whether the write of `len` bytes at `offset` moves four member
-    /// copies or more (a RAID5/6 read-modify-write, a RAID1 of four) and
-    /// belongs to another shard that runs no front end of its own: there
-    /// its copies use a core this shard's clients leave idle. Through NBD
-    /// on tmpfs members, one connection on two shards, 4 KiB random
-    /// writes: RAID5 1.11-1.30x, RAID6 1.07-1.13x, RAID1 of four 1.12-1.16x.
-    /// Fewer copies cost less than the crossing to the owner and back
-    /// (RAID0: 0.93-0.96x; RAID10, two: 1.01x). Where every shard runs
-    /// front ends each is busy with its own, and copying here saves the
-    /// crossing (four connections on two shards: 0.74x when they crossed).
-    fn owner_idle(&self, offset: u64, len: usize) -> bool {
+    /// The shard that owns the write of `len` bytes at `offset`, where it
+    /// moves four member copies or more (a RAID5/6 read-modify-write, a
+    /// RAID1 of four) and that shard is another that runs no front end of
+    /// its own: there its copies use a core this shard's clients leave
+    /// idle. Through NBD on tmpfs members, one connection on two shards, 4
+    /// KiB random writes: RAID5 1.11-1.30x, RAID6 1.07-1.13x, RAID1 of
+    /// four 1.12-1.16x. Fewer copies cost less than the crossing to the
+    /// owner and back (RAID0: 0.93-0.96x; RAID10, two: 1.01x). Where every
+    /// shard runs front ends each is busy with its own, and copying here
+    /// saves the crossing (four connections on two shards: 0.74x when
+    /// they crossed).
+    fn idle_owner_of_write(&self, offset: u64, len: usize) -> Option<usize> {
         let array = &self.shard.array;
         let many = super::inline::member_bytes(&array.geometry(), len) >= 4 * len;
-        let key = array.write_lock_key(offset).filter(|_| many);
-        self.idle_owner(key).is_some()
+        let key = array.write_lock_key(offset).filter(|_| many)?;
+        self.idle_owner(key)
     }
 
     /// The shard that owns `key` (a chunk, or a write's stripe), where it
     /// is another than this one and runs no front end of its own.
-    fn idle_owner(&self, key: Option<u64>) -> Option<usize> {
+    fn idle_owner(&self, key: u64) -> Option<usize> {
         let peers = &self.shard.peers;
-        super::owner(key?, peers.len()).filter(|&i| i != self.shard.index && !peers[i].has_fronts())
+        super::owner(key, peers.len()).filter(|&i| i != self.shard.index && !peers[i].has_fronts())
     }
 
-    /// Gives a write to the shard that owns its stripe.
-    fn give_write(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
-        let job = Request::Write(WriteJob { offset, data, done });
-        let peers = &self.shard.peers;
-        let job = match write_owner(&self.shard.array, offset, peers.len()) {
-            Some(i) if i != self.shard.index => match peers[i].offer(Job::Request(job)) {
+    /// Gives `job` to shard `to`, or runs it on this shard where `to` is
+    /// this one or none, or where that shard ended (the engine is
+    /// stopping, and it holds no stripe): then it starts after this poll,
+    /// so that no completion runs inside it.
+    fn give(&mut self, to: Option<usize>, job: Request) {
+        let job = match to.filter(|&i| i != self.shard.index) {
+            Some(i) => match self.shard.peers[i].offer(Job::Request(job)) {
                 Ok(()) => return,
-                // Its owner ended (the engine is stopping, and it holds no
-                // stripe): this shard runs it, so that no completion runs
-                // inside this poll.
                 Err(Job::Request(job)) => job,
                 Err(_) => unreachable!("given back as given"),
             },
-            _ => job,
+            None => job,
         };
         self.shard.waiting.push_back(job);
     }

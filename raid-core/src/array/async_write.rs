@@ -1,7 +1,7 @@
 //! Writes a shard runs without a thread waiting on them (`crate::shard`):
 //! a RAID5/6 write inside one stripe, by read-modify-write or reconstruct
-//! write, a RAID1/10 write inside one chunk (to every copy) and a RAID0
-//! write inside one chunk, while every member they touch is readable and
+//! write, and a RAID0/1/10 write of one chunk or several (each to every
+//! copy; at most `MAX_COPY_WRITES` member writes), while every member they touch is readable and
 //! nothing they need would block: a write-intent bit not yet durable, a
 //! stripe or chunk lock another thread holds, any unsettled journal record
 //! (for a stripe with every member there), the first write since the array
@@ -14,7 +14,7 @@
 //! every rule of the write path beyond these cases stays in one place.
 //!
 //! The same rules as the blocking path, in the same order: counted into the
-//! write-intent bitmap; the stripe's lock (RAID1/10: the chunk's; RAID0
+//! write-intent bitmap; the stripe's lock (RAID1/10: each chunk's; RAID0
 //! takes none) from the first read to the last write; for RAID5/6, counted
 //! in `unjournaled` before the check that every member is readable, and
 //! out of it before member errors fail members (a journaled write, as soon
@@ -28,12 +28,19 @@
 //! at `io_buf`) and hands back their results (`advance`).
 
 use super::journal::{JournalDone, NotQueued, RoomWake};
+use super::mirror_io::Piece as ChunkPiece;
 use super::parity_io::{columns, covers, full_piece, Piece};
 use super::write_guards::Guards;
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::layout::{PerMember, Place};
 use crate::stats::Started;
+use std::ops::RangeInclusive;
+
+/// Member writes a RAID0/1/10 write may make on a shard, as many as a
+/// shard's read may make: a larger one goes to the blocking path, whose
+/// threads write it in batches.
+const MAX_COPY_WRITES: usize = 256;
 
 /// Where a member I/O's bytes are: a buffer of the write's own, or a
 /// range of the request's data.
@@ -65,6 +72,14 @@ impl Array {
         }
     }
 
+    /// The keys of the locks a write of `len` bytes at `offset` takes
+    /// (`write_lock_key`): every stripe (chunk) it touches.
+    pub(crate) fn write_lock_keys(&self, offset: u64, len: u64) -> Option<RangeInclusive<u64>> {
+        let first = self.write_lock_key(offset)?;
+        let last = self.write_lock_key(offset + len.max(1) - 1)?;
+        Some(first..=last)
+    }
+
     /// Whether a write of `len` bytes at `offset` is well formed (whole
     /// blocks, inside the array, not empty) and lies inside lock `key`'s
     /// stripe (chunk): the writes a shard may merge (`shard/merge.rs`).
@@ -93,10 +108,13 @@ pub(crate) enum Next {
 }
 
 enum Shape {
-    /// RAID0: one chunk, one member.
-    Chunk { slot: usize, at: u64 },
-    /// RAID1/10: one chunk, every copy of it.
-    Mirror { copies: Vec<Place>, within: u64 },
+    /// RAID0/1/10: the chunks the write covers, in order, and every copy
+    /// of each (RAID0: its one member), `Geometry::copies` per chunk in
+    /// the chunks' order: one member write each.
+    Chunks {
+        pieces: Vec<ChunkPiece>,
+        copies: Vec<Place>,
+    },
     /// RAID5/6: the pieces of one stripe, by read-modify-write or not.
     /// `degraded`: which of the stripe's chunks were readable when the
     /// write was planned, where one was not (the write is journaled).
@@ -110,24 +128,22 @@ enum Shape {
     },
 }
 
-/// Whether every member write of `shape` (`len` bytes asked; a stripe's
-/// members are `slots`) has its space (`Member::reserved`): where a sparse
+/// Whether every member write of `shape` (a stripe's members are
+/// `slots`) has its space (`Member::reserved`): where a sparse
 /// file's rows are not yet reserved, the blocking path reserves them
 /// first (that may block). Not asked of RAID0, which has no stripe to
 /// tear (and whose blocking path writes a chunk as it comes).
-fn space_reserved(
-    a: &Array,
-    shape: &Shape,
-    slots: &[usize],
-    handles: &[MemberRef],
-    len: u64,
-) -> bool {
+fn space_reserved(a: &Array, shape: &Shape, slots: &[usize], handles: &[MemberRef]) -> bool {
     let has = |slot: usize, at: u64, n: u64| handles[slot].reserved(at, n);
     match shape {
-        Shape::Chunk { .. } => true,
-        Shape::Mirror { copies, within } => copies
-            .iter()
-            .all(|p| has(p.member, a.data_offset + p.offset + within, len)),
+        Shape::Chunks { .. } if a.geo.level == Level::Raid0 => true,
+        Shape::Chunks { pieces, copies } => {
+            let n = a.geo.copies();
+            pieces.iter().zip(copies.chunks(n)).all(|(p, cs)| {
+                cs.iter()
+                    .all(|c| has(c.member, a.data_offset + c.offset + p.within, p.len))
+            })
+        }
         Shape::Stripe {
             s,
             ps,
@@ -202,10 +218,6 @@ impl AsyncWrite {
             return Start::Blocking(data);
         }
         let mut shape = match a.geo.level {
-            Level::Raid0 => match a.direct_target(offset, len) {
-                Some((slot, at)) => Shape::Chunk { slot, at },
-                None => return Start::Blocking(data),
-            },
             Level::Raid5 | Level::Raid6 => {
                 let Some((s, ps)) = a.stripe_pieces(offset, len) else {
                     return Start::Blocking(data);
@@ -221,26 +233,30 @@ impl AsyncWrite {
                     degraded: None,
                 }
             }
-            Level::Raid1 | Level::Raid10 => {
-                let c = offset / a.geo.chunk;
-                if (offset + len - 1) / a.geo.chunk != c {
+            Level::Raid0 | Level::Raid1 | Level::Raid10 => {
+                let chunks = (offset + len - 1) / a.geo.chunk - offset / a.geo.chunk + 1;
+                if chunks as usize * a.geo.copies() > MAX_COPY_WRITES {
                     return Start::Blocking(data);
                 }
-                let copies = a.geo.chunk_copies(c);
-                let within = offset % a.geo.chunk;
-                Shape::Mirror { copies, within }
+                let pieces = a.chunk_pieces(offset, len);
+                let copies = pieces
+                    .iter()
+                    .flat_map(|p| a.geo.chunk_copies(p.chunk))
+                    .collect();
+                Shape::Chunks { pieces, copies }
             }
         };
+        // A stripe's members, by their place in it (none for chunks: each
+        // copy names its own).
         let slots: PerMember<usize> = match &shape {
-            Shape::Chunk { slot, .. } => [*slot].into_iter().collect(),
             Shape::Stripe { s, .. } => a.geo.stripe_map(*s).members,
-            Shape::Mirror { copies, .. } => copies.iter().map(|p| p.member).collect(),
+            Shape::Chunks { .. } => PerMember::new(),
         };
         let mut g = Guards {
             array: array.clone(),
             record: None,
             queued: false,
-            lock: None,
+            locks: None,
             intent: None,
             in_flight: None,
         };
@@ -248,11 +264,11 @@ impl AsyncWrite {
             Some(intent) => g.intent = intent,
             None => return Start::Blocking(data),
         }
-        if let Some(k) = a.write_lock_key(offset) {
-            if !a.locks.try_lock_raw(k) {
+        if let Some(keys) = a.write_lock_keys(offset, len) {
+            if !a.locks.try_lock_range_raw(keys.clone()) {
                 return Start::Blocking(data);
             }
-            g.lock = Some(k);
+            g.locks = Some(keys);
         }
         // Under the lock, the member table then the readability (the
         // blocking path's order: a rebuild cannot pass this stripe between
@@ -294,8 +310,7 @@ impl AsyncWrite {
             }
             // Every copy in sync: a write that would skip one (degraded, or
             // being rebuilt past here) is the blocking path's.
-            Shape::Mirror { copies, .. } => copies.iter().all(|p| a.copy_readable(p)),
-            Shape::Chunk { .. } => true,
+            Shape::Chunks { copies, .. } => copies.iter().all(|p| a.copy_readable(p)),
         };
         // The members written or read (a degraded stripe's missing ones
         // are neither).
@@ -306,12 +321,13 @@ impl AsyncWrite {
             _ => true,
         };
         let runs = |(i, &m): (usize, &usize)| !used(i) || can(handles[m].as_ref());
+        let every_member_runs = match &shape {
+            Shape::Stripe { .. } => slots.iter().enumerate().all(runs),
+            Shape::Chunks { copies, .. } => copies.iter().all(|p| can(handles[p.member].as_ref())),
+        };
         // A write into a sparse file's rows not yet reserved: the blocking
         // path reserves them first (`Member::reserve` may block).
-        if !rows_ok
-            || !slots.iter().enumerate().all(runs)
-            || !space_reserved(a, &shape, &slots, &handles, len)
-        {
+        if !rows_ok || !every_member_runs || !space_reserved(a, &shape, &slots, &handles) {
             return Start::Blocking(data);
         }
         let mut w = AsyncWrite {
@@ -364,9 +380,9 @@ impl AsyncWrite {
         }
     }
 
-    /// The key of the lock the write holds (`Array::write_lock_key`).
-    pub(crate) fn lock_key(&self) -> Option<u64> {
-        self.g.lock
+    /// The keys of the locks the write holds (`Array::write_lock_keys`).
+    pub(crate) fn lock_keys(&self) -> Option<RangeInclusive<u64>> {
+        self.g.locks.clone()
     }
 
     /// The offset the client asked to write at.
@@ -435,27 +451,22 @@ impl AsyncWrite {
         let a = self.g.array.clone();
         self.writing = true;
         let (s, ps, lo, hi, rmw) = match &self.shape {
-            Shape::Chunk { slot, at } => {
-                self.ios = vec![MemberOp {
-                    slot: *slot,
-                    offset: *at,
-                    buf: IoBuf::Data {
-                        pos: 0,
-                        len: self.data.len(),
-                    },
-                    write: true,
-                }];
-                return Some(Ok(()));
-            }
-            Shape::Mirror { copies, within, .. } => {
-                let len = self.data.len();
-                self.ios = copies
+            Shape::Chunks { pieces, copies } => {
+                // Each chunk's part of the request, to every copy of it.
+                let n = a.geo.copies();
+                self.ios = pieces
                     .iter()
-                    .map(|p| MemberOp {
-                        slot: p.member,
-                        offset: a.data_offset + p.offset + within,
-                        buf: IoBuf::Data { pos: 0, len },
-                        write: true,
+                    .zip(copies.chunks(n))
+                    .flat_map(|(p, cs)| {
+                        cs.iter().map(|c| MemberOp {
+                            slot: c.member,
+                            offset: a.data_offset + c.offset + p.within,
+                            buf: IoBuf::Data {
+                                pos: p.pos,
+                                len: p.len as usize,
+                            },
+                            write: true,
+                        })
                     })
                     .collect();
                 return Some(Ok(()));
@@ -698,26 +709,20 @@ impl AsyncWrite {
     fn outcome(&self, errors: &[(usize, io::Error)], full: bool) -> Result<()> {
         let a = &self.g.array;
         match &self.shape {
-            Shape::Chunk { .. } if !errors.is_empty() => Err(if full {
-                a.no_space_error().expect("just recorded")
-            } else {
-                a.failed_error()
-            }),
-            Shape::Chunk { .. } => Ok(()),
-            // Written where any copy took it, as the blocking path says.
-            // (and is still in sync: one failed meanwhile holds nothing).
-            Shape::Mirror { copies, .. } => {
-                let held = self
-                    .ios
-                    .iter()
-                    .zip(copies)
-                    .filter(|(op, p)| {
-                        !errors.iter().any(|(slot, _)| *slot == op.slot) && a.copy_readable(p)
-                    })
-                    .count();
+            // Written where every chunk has a copy that took it, as the
+            // blocking path says (and is still in sync: one failed
+            // meanwhile holds nothing). RAID0's one copy: written where
+            // no member erred.
+            Shape::Chunks { copies, .. } => {
+                let took = |(op, p): (&MemberOp, &Place)| {
+                    !errors.iter().any(|(slot, _)| *slot == op.slot) && a.copy_readable(p)
+                };
+                let n = a.geo.copies();
+                let each_held = (self.ios.chunks(n).zip(copies.chunks(n)))
+                    .all(|(ops, cs)| ops.iter().zip(cs).any(took));
                 match a.no_space_error().filter(|_| full) {
                     Some(e) => Err(e),
-                    None if held == 0 => Err(a.failed_error()),
+                    None if !each_held => Err(a.failed_error()),
                     None => Ok(()),
                 }
             }

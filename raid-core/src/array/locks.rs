@@ -17,6 +17,7 @@
 //! unlock's `lock cmpxchg`).
 
 use parking_lot::{Mutex, MutexGuard};
+use std::ops::RangeInclusive;
 
 const SLOTS: usize = 4096;
 /// Locks on one 128-byte line (a parking_lot mutex is a byte), and lines.
@@ -79,6 +80,40 @@ impl StripeLocks {
     pub unsafe fn unlock_raw(&self, key: u64) {
         // SAFETY: the caller holds the lock, its guard forgotten.
         unsafe { self.at(Self::index(key)).force_unlock() }
+    }
+
+    /// `try_lock_raw` for every key of `keys`, all or none: true when all
+    /// were taken, and then the caller must `unlock_range_raw(keys)` once.
+    /// Nothing waits, so the order the keys are taken in cannot make a
+    /// cycle with lockers that wait (`lock`). A run of keys shorter than
+    /// the table lies on distinct slots; a longer one takes nothing.
+    pub fn try_lock_range_raw(&self, keys: RangeInclusive<u64>) -> bool {
+        if keys.end() - keys.start() >= SLOTS as u64 {
+            return false;
+        }
+        for k in keys.clone() {
+            if !self.try_lock_raw(k) {
+                for taken in *keys.start()..k {
+                    // SAFETY: taken by `try_lock_raw` just above, once.
+                    unsafe { self.unlock_raw(taken) };
+                }
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Releases the locks `try_lock_range_raw(keys)` took.
+    ///
+    /// # Safety
+    /// The caller took them with `try_lock_range_raw(keys)` (true) and has
+    /// not released them since.
+    pub unsafe fn unlock_range_raw(&self, keys: RangeInclusive<u64>) {
+        for k in keys {
+            // SAFETY: each held since `try_lock_range_raw`, as the caller
+            // promises.
+            unsafe { self.unlock_raw(k) };
+        }
     }
 
     fn index(key: u64) -> usize {
@@ -163,5 +198,32 @@ mod tests {
         assert!(l.try_lock_raw(SLOTS as u64));
         // SAFETY: taken by the try_lock_raw just above.
         unsafe { l.unlock_raw(SLOTS as u64) };
+    }
+
+    #[test]
+    fn a_run_of_keys_is_taken_whole_or_not_at_all() {
+        let l = StripeLocks::new();
+        assert!(l.try_lock_raw(12));
+        // 12 is held: nothing of 10..=14 is taken.
+        assert!(!l.try_lock_range_raw(10..=14));
+        for k in [10, 11, 13, 14] {
+            assert!(l.try_lock_raw(k), "key {k} was left locked");
+            // SAFETY: taken by the try_lock_raw just above.
+            unsafe { l.unlock_raw(k) };
+        }
+        // SAFETY: taken at the start.
+        unsafe { l.unlock_raw(12) };
+        assert!(l.try_lock_range_raw(10..=14));
+        assert!(!l.try_lock_raw(14));
+        // SAFETY: taken whole just above.
+        unsafe { l.unlock_range_raw(10..=14) };
+        assert!(l.try_lock_range_raw(10..=14));
+        // SAFETY: taken whole just above.
+        unsafe { l.unlock_range_raw(10..=14) };
+        // A run as long as the table would take a slot twice: refused.
+        assert!(!l.try_lock_range_raw(0..=SLOTS as u64));
+        assert!(l.try_lock_raw(0));
+        // SAFETY: taken by the try_lock_raw just above.
+        unsafe { l.unlock_raw(0) };
     }
 }

@@ -7,16 +7,20 @@ use super::*;
 use crate::layout::Place;
 use crate::member::{submit, IoOp, MemberIo};
 
-#[derive(Clone, Copy)]
-struct Piece {
-    chunk: u64,
-    within: u64,
-    len: u64,
-    pos: usize,
+/// One chunk's part of a request.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Piece {
+    pub(super) chunk: u64,
+    /// Offset in the chunk.
+    pub(super) within: u64,
+    pub(super) len: u64,
+    /// Offset in the request.
+    pub(super) pos: usize,
 }
 
 impl Array {
-    fn chunk_pieces(&self, offset: u64, len: u64) -> Vec<Piece> {
+    /// The chunks `len` bytes at `offset` cover, in order.
+    pub(super) fn chunk_pieces(&self, offset: u64, len: u64) -> Vec<Piece> {
         let chunk = self.geo.chunk;
         let mut out = Vec::new();
         let mut pos = 0;

@@ -20,8 +20,9 @@ pub(super) struct Guards {
     /// durable, and then a later writer of the stripe must not chain its
     /// own record after it unsettled.
     pub(super) queued: bool,
-    /// The lock's key (`Array::write_lock_key`).
-    pub(super) lock: Option<u64>,
+    /// The keys of the locks held (`Array::write_lock_keys`): a stripe's,
+    /// or a run of chunks'.
+    pub(super) locks: Option<RangeInclusive<u64>>,
     pub(super) intent: Option<RangeInclusive<usize>>,
     pub(super) in_flight: Option<usize>,
 }
@@ -33,7 +34,7 @@ impl Guards {
             array: array.clone(),
             record: None,
             queued: false,
-            lock: Some(key),
+            locks: Some(key..=key),
             intent: None,
             in_flight: None,
         })
@@ -49,19 +50,20 @@ impl Guards {
 impl Drop for Guards {
     fn drop(&mut self) {
         if self.queued {
-            tracing::error!(array = %self.array.name, stripe = ?self.lock,
+            tracing::error!(array = %self.array.name, stripe = ?self.locks,
                 "a write with its journal record queued was dropped; its stripe stays locked");
-            self.lock = None;
+            self.locks = None;
             self.intent = None;
         }
         if let Some(seq) = self.record.take() {
             self.array.journal_write_done(seq);
         }
         self.leave_in_flight();
-        if let Some(s) = self.lock.take() {
-            // SAFETY: taken with `try_lock_raw` (`AsyncWrite::start`,
-            // `Guards::stripe_lock`), and `take` makes this the one release.
-            unsafe { self.array.locks.unlock_raw(s) };
+        if let Some(keys) = self.locks.take() {
+            // SAFETY: taken with `try_lock_range_raw` (`AsyncWrite::start`)
+            // or `try_lock_raw` (`Guards::stripe_lock`, one key), and
+            // `take` makes this the one release.
+            unsafe { self.array.locks.unlock_range_raw(keys) };
         }
         if let Some(r) = self.intent.take() {
             if let Some(bm) = &self.array.bitmap {

@@ -40,7 +40,9 @@
 //! members are in memory, or whose record the journal refuses for other
 //! than room: a settle due, too large for the ring; degraded reads
 //! across stripes,
-//! writes across stripes or chunks, reads of more than 256 member reads, on a member that can do neither, one whose
+//! RAID5/6 writes across stripes, a RAID0/1/10 write across chunks that
+//! meets one of them held, writes of more than 256 member writes, reads
+//! of more than 256 member reads, on a member that can do neither, one whose
 //! member erred, one that would have to wait for a lock, a bitmap write,
 //! a journal record or the first write since clean) goes to a small pool of
 //! threads running the blocking `Array::read` / `Array::write`, so each

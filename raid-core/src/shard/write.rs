@@ -12,6 +12,7 @@ use crate::member::MemberRef;
 use crate::stats::Started;
 use std::collections::VecDeque;
 use std::io;
+use std::ops::RangeInclusive;
 use std::sync::atomic::Ordering;
 
 impl Shard {
@@ -22,14 +23,29 @@ impl Shard {
         // waiting). They start in arrival order, but one that then takes
         // the blocking path may land after those behind it: writes in
         // flight together have no order among them.
-        let key = self.array.write_lock_key(job.offset);
-        if let Some(q) = key.and_then(|k| self.held.get_mut(&k)) {
-            return q.push_back(job);
+        //
+        // A write across chunks that meets one of them held goes to the
+        // blocking path instead, whose thread takes its locks in order and
+        // waits holding those it has: waiting here, holding none, it could
+        // be overtaken again and again by writes to its other chunks, with
+        // no bound on its wait. (Either way measured the same on the
+        // large-I/O bench; the bound is the reason.)
+        let keys = self
+            .array
+            .write_lock_keys(job.offset, job.data.len() as u64);
+        if let Some(keys) = keys {
+            if let Some(k) = keys.clone().find(|k| self.held.contains_key(k)) {
+                if keys.start() != keys.end() {
+                    let failed = Vec::new();
+                    return self.blocking.send(Fallback::Write { job, failed });
+                }
+                return self.held.get_mut(&k).expect("found").push_back(job);
+            }
         }
         let WriteJob { offset, data, done } = job;
         match AsyncWrite::start(&self.array, offset, data, non_blocking) {
             Start::Go(w) => {
-                if let Some(k) = w.lock_key() {
+                for k in w.lock_keys().into_iter().flatten() {
                     self.held.insert(k, Default::default());
                 }
                 let n = self.array.geometry().members;
@@ -54,13 +70,15 @@ impl Shard {
         }
     }
 
-    /// A write of this shard's gave up lock `key` (or handed it to the
-    /// thread that ends it): the writes waiting for it start again, those
-    /// that meet merged (`merge.rs`); the first that takes the lock has
-    /// the others wait behind it.
-    fn release(&mut self, key: Option<u64>) {
-        if let Some((k, waiting)) = key.and_then(|k| self.held.remove(&k).map(|w| (k, w))) {
-            self.start_together(k, waiting);
+    /// A write of this shard's gave up the locks `keys` (or handed them
+    /// to the thread that ends it): the writes waiting for each start
+    /// again, those that meet merged (`merge.rs`); the first that takes a
+    /// lock has the others wait behind it.
+    fn release(&mut self, keys: Option<RangeInclusive<u64>>) {
+        for k in keys.into_iter().flatten() {
+            if let Some(waiting) = self.held.remove(&k) {
+                self.start_together(k, waiting);
+            }
         }
     }
 
@@ -119,10 +137,10 @@ impl Shard {
         let Op::Write(op) = self.remove(k) else {
             unreachable!("a write")
         };
-        let key = op.w.lock_key();
+        let keys = op.w.lock_keys();
         let (e, _) = op.w.journal_failed();
         answer(op.done, Err(e));
-        self.release(key);
+        self.release(keys);
     }
 
     /// Ends write `k` with nothing written and hands it to the blocking
@@ -131,7 +149,7 @@ impl Shard {
         let Op::Write(op) = self.remove(k) else {
             unreachable!("a write")
         };
-        let (offset, key) = (op.w.offset(), op.w.lock_key());
+        let (offset, keys) = (op.w.offset(), op.w.lock_keys());
         let data = op.w.give_up();
         let job = WriteJob {
             offset,
@@ -139,7 +157,7 @@ impl Shard {
             done: op.done,
         };
         self.blocking.send(Fallback::Write { job, failed });
-        self.release(key);
+        self.release(keys);
     }
 
     /// Starts every I/O of write `k`'s current step.
@@ -218,7 +236,7 @@ impl Shard {
         let Op::Write(op) = self.remove(k) else {
             unreachable!("a write")
         };
-        let key = op.w.lock_key();
+        let keys = op.w.lock_keys();
         // Done or Finish (the others are handled above): served here.
         let counts = &self.blocking.counts;
         counts.writes_on_shards.fetch_add(1, Ordering::Relaxed);
@@ -238,6 +256,6 @@ impl Shard {
                 done: op.done,
             }),
         }
-        self.release(key);
+        self.release(keys);
     }
 }

@@ -221,7 +221,8 @@ impl World {
     fn give(&mut self, id: usize, heard: &Heard, asked: &mut BTreeMap<usize, Asked>) {
         let blocks = self.blocks();
         // Most of them one block: inside one chunk, which the shard serves
-        // on every level (more cross a chunk, and may cross a stripe, which
+        // on every level (more cross a chunk, which it serves on RAID1/10
+        // under every chunk's lock, and may cross a RAID5/6 stripe, which
         // the blocking path serves).
         let nb = match self.rng.gen_bool(0.75) {
             true => 1,

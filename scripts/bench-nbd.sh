@@ -22,7 +22,9 @@
 # BENCH_DEGRADED=1 fails one member of each RAID5/6 after the fill, so the
 # jobs run degraded (writes then go through the degraded-write journal).
 # BENCH_FIO_ARGS adds fio options to every job: "--fsync=1" makes each
-# write wait for a flush, as a database's log does.
+# write wait for a flush, as a database's log does. BENCH_CHUNK (default
+# 128K) is the arrays' chunk: at raidctl's default, 64K, a 128 KiB request
+# covers two chunks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -51,7 +53,7 @@ serve() { # binary state-dir tag level
   local bin=$1 state=$2 tag=$3 l=$4
   for i in 0 1 2 3; do truncate -s "$size" "$work/$tag$l-m$i.img"; done
   # Sparse like the qemu-nbd and nbdkit images it is compared with.
-  RAIDCTL_STATE_DIR=$state "$bin" create "bench$l" --level "$l" --chunk 128K --sparse \
+  RAIDCTL_STATE_DIR=$state "$bin" create "bench$l" --level "$l" --chunk "${BENCH_CHUNK:-128K}" --sparse \
     "$work"/$tag$l-m{0,1,2,3}.img >/dev/null
   RAIDCTL_STATE_DIR=$state "$bin" start "bench$l" --nbd "unix:$work/$tag$l.sock" >/dev/null
 }

@@ -1,8 +1,8 @@
 //! Writes a shard runs without a thread waiting on them (`crate::shard`):
 //! a RAID5/6 write inside one stripe, by read-modify-write or reconstruct
 //! write, and a RAID0/1/10 write of one chunk or several (each to every
-//! copy; at most `MAX_COPY_WRITES` member writes), while every member they touch is readable and
-//! nothing they need would block: a write-intent bit not yet durable, a
+//! copy; at most `MAX_COPY_WRITES` member writes), while every member they
+//! touch is readable and nothing they need would block: a write-intent bit not yet durable, a
 //! stripe or chunk lock another thread holds, any unsettled journal record
 //! (for a stripe with every member there), the first write since the array
 //! was clean. A RAID5/6 stripe with a chunk missing is written here too
@@ -73,11 +73,11 @@ impl Array {
     }
 
     /// The keys of the locks a write of `len` bytes at `offset` takes
-    /// (`write_lock_key`): every stripe (chunk) it touches.
+    /// (`write_lock_key`): every stripe (chunk) it touches. None also
+    /// where its end is past any offset (a bad request, answered later).
     pub(crate) fn write_lock_keys(&self, offset: u64, len: u64) -> Option<RangeInclusive<u64>> {
-        let first = self.write_lock_key(offset)?;
-        let last = self.write_lock_key(offset + len.max(1) - 1)?;
-        Some(first..=last)
+        let last = offset.checked_add(len.max(1) - 1)?;
+        Some(self.write_lock_key(offset)?..=self.write_lock_key(last)?)
     }
 
     /// Whether a write of `len` bytes at `offset` is well formed (whole
@@ -131,12 +131,13 @@ enum Shape {
 /// Whether every member write of `shape` (a stripe's members are
 /// `slots`) has its space (`Member::reserved`): where a sparse
 /// file's rows are not yet reserved, the blocking path reserves them
-/// first (that may block). Not asked of RAID0, which has no stripe to
-/// tear (and whose blocking path writes a chunk as it comes).
+/// first (that may block). Not asked of a RAID0 write of one chunk, which
+/// has nothing to tear (the blocking path writes it as it comes); one
+/// across chunks is reserved whole first there, so it is asked here too.
 fn space_reserved(a: &Array, shape: &Shape, slots: &[usize], handles: &[MemberRef]) -> bool {
     let has = |slot: usize, at: u64, n: u64| handles[slot].reserved(at, n);
     match shape {
-        Shape::Chunks { .. } if a.geo.level == Level::Raid0 => true,
+        Shape::Chunks { pieces, .. } if a.geo.level == Level::Raid0 && pieces.len() == 1 => true,
         Shape::Chunks { pieces, copies } => {
             let n = a.geo.copies();
             pieces.iter().zip(copies.chunks(n)).all(|(p, cs)| {

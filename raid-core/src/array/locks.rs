@@ -220,7 +220,17 @@ mod tests {
         assert!(l.try_lock_range_raw(10..=14));
         // SAFETY: taken whole just above.
         unsafe { l.unlock_range_raw(10..=14) };
-        // A run as long as the table would take a slot twice: refused.
+        // A run across the table's end lies on distinct slots: taken.
+        let end = SLOTS as u64 - 1;
+        assert!(l.try_lock_range_raw(end..=end + 1));
+        assert!(!l.try_lock_raw(0));
+        // SAFETY: taken whole just above.
+        unsafe { l.unlock_range_raw(end..=end + 1) };
+        // As many keys as slots: each once, taken; one more would take a
+        // slot twice: refused.
+        assert!(l.try_lock_range_raw(0..=end));
+        // SAFETY: taken whole just above.
+        unsafe { l.unlock_range_raw(0..=end) };
         assert!(!l.try_lock_range_raw(0..=SLOTS as u64));
         assert!(l.try_lock_raw(0));
         // SAFETY: taken by the try_lock_raw just above.

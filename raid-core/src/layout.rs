@@ -276,6 +276,25 @@ impl Geometry {
         }
     }
 
+    /// The copy of chunk `c` a read goes to first (RAID1, RAID10; 0 for
+    /// the others): every member the first copy of as many chunks as any
+    /// other, so that reads at random keep every member busy. RAID1 takes
+    /// turns by chunk. RAID10's two copies of chunk `c` lie on places
+    /// `2c` and `2c + 1` of the member rows: with an even member count,
+    /// chunk `c` sits on the same two members as chunk `c + n/2`, and
+    /// taking turns by chunk (`c % 2`) left half the members of 4, 8 or
+    /// 12 with no reads at all; turns by row do it there (and by row and
+    /// chunk with an odd count, where a pair's members change row by row).
+    #[inline]
+    pub fn read_copy(&self, c: u64) -> usize {
+        let n = self.members as u64;
+        match self.level {
+            Level::Raid1 => (c % n) as usize,
+            Level::Raid10 => ((2 * c / n + (n % 2) * c) % 2) as usize,
+            _ => 0,
+        }
+    }
+
     /// Copy `k` of logical chunk `c` for RAID0 (k = 0), RAID1 and RAID10:
     /// `chunk_copies(c)[k]` without the vector.
     #[inline]
@@ -399,6 +418,28 @@ mod tests {
     use std::collections::HashMap;
 
     const LEVELS: [Level; 5] = Level::ALL;
+
+    /// For RAID1 and RAID10 of 2 to 16 members: over a whole number of
+    /// turns, each member is the first copy reads go to of as many chunks
+    /// as any other.
+    #[test]
+    fn reads_go_first_to_every_member_alike() {
+        for level in [Level::Raid1, Level::Raid10] {
+            for n in level.min_members().max(2)..=16 {
+                let g = Geometry::new(level, n, 4096, 4096 * 4 * n as u64).unwrap();
+                let mut first = vec![0u64; n];
+                let chunks = 4 * n as u64;
+                for c in 0..chunks {
+                    first[g.copy_place(c, g.read_copy(c)).member] += 1;
+                }
+                let each = chunks / n as u64;
+                assert!(
+                    first.iter().all(|&f| f == each),
+                    "{level} of {n}: first reads per member {first:?}"
+                );
+            }
+        }
+    }
 
     /// For every level and member count 1..=12: every member row holds
     /// exactly one thing, every logical chunk has the level's number of

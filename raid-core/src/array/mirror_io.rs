@@ -38,8 +38,8 @@ impl Array {
         out
     }
 
-    /// The copy of chunk `c` a read tries first: one that rotates with
-    /// the chunk, so that reads spread over the mirrors; the first copy
+    /// The copy of chunk `c` a read tries first: one that spreads reads
+    /// over every member (`Geometry::read_copy`); the first copy
     /// while a resync is owed, since where a crash left the copies
     /// different the resync writes the first readable one over the others,
     /// and a read of a copy it then overwrites would have returned data
@@ -48,7 +48,7 @@ impl Array {
     pub(super) fn first_copy_first(&self, c: u64) -> usize {
         match self.resync.pending() {
             true => 0,
-            false => c as usize % self.geo.copies(),
+            false => self.geo.read_copy(c),
         }
     }
 

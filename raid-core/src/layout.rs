@@ -282,9 +282,10 @@ impl Geometry {
     /// turns by chunk. RAID10's two copies of chunk `c` lie on places
     /// `2c` and `2c + 1` of the member rows: with an even member count,
     /// chunk `c` sits on the same two members as chunk `c + n/2`, and
-    /// taking turns by chunk (`c % 2`) left half the members of 4, 8 or
-    /// 12 with no reads at all; turns by row do it there (and by row and
-    /// chunk with an odd count, where a pair's members change row by row).
+    /// where `n/2` is even too (4, 8, 12 members) taking turns by chunk
+    /// (`c % 2`) left half the members with no reads at all. Turns by row
+    /// spread them for every even count (and by row and chunk with an odd
+    /// count, where a pair's members change row by row).
     #[inline]
     pub fn read_copy(&self, c: u64) -> usize {
         let n = self.members as u64;

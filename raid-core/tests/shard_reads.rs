@@ -684,8 +684,8 @@ fn the_fallback_pool_grows_when_a_member_turns_blocking() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A RAID10 of 4 or 8 drives, all in sync: random 4 KiB reads, through
-/// the shards and through `Array::read`, reach every drive, none taking
+/// A RAID10 of 4 or 8 drives, all in sync: random reads (4 to 64 KiB
+/// through the shards, 4 KiB through `Array::read`) reach every drive, none taking
 /// more than twice another's share. (Each chunk's first copy read used to
 /// take turns by chunk, which on 4 and 8 members sent every read to half
 /// of them.)

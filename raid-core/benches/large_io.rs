@@ -27,7 +27,7 @@ mod common;
 use common::Sample;
 use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
-use raid_core::member::{Member, MemberRef, NvmeModel, SimNvme};
+use raid_core::member::{Member, MemberRef, SimNvme};
 use raid_core::metadata::LARGE_RING_DATA_OFFSET;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -50,30 +50,15 @@ fn env_list(name: &str, default: &[u64]) -> Vec<u64> {
     }
 }
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn model() -> NvmeModel {
-    let read = env_u64("BENCH_READ_MBS", 850);
-    let write = env_u64("BENCH_WRITE_MBS", 660);
-    NvmeModel::datacenter().with_bandwidth(read * 1_000_000, write * 1_000_000)
-}
-
 /// 8 drives of the model, every byte written once (no first-touch cost
 /// on either side of a comparison).
 fn drives(tag: &str) -> Vec<Arc<SimNvme>> {
-    (0..MEMBERS)
-        .map(|i| {
-            let d = SimNvme::new(format!("sim:{tag}{i}"), DATA_OFFSET + MEMBER_DATA, model());
-            d.write_zeroes(0, DATA_OFFSET + MEMBER_DATA)
-                .expect("zeroing a drive in RAM");
-            Arc::new(d)
-        })
-        .collect()
+    common::sim_drives_of(
+        common::bandwidth_model(),
+        tag,
+        MEMBERS,
+        DATA_OFFSET + MEMBER_DATA,
+    )
 }
 
 /// The bare drives' rate in MB/s for `bs`-byte I/Os at random, from
@@ -152,13 +137,10 @@ fn main() {
     let depths = env_list("BENCH_DEPTHS", &[32, 128]);
     let sizes = env_list("BENCH_SIZES_KIB", &[128, 1024]);
     let reads = std::env::var("BENCH_READS").is_ok();
-    let m = model();
+    let m = common::bandwidth_model();
     eprintln!(
-        "large I/O bench: {MEMBERS} simulated drives ({} us read, {} us write, {} MB/s read, {} MB/s write), chunk {} KiB, {} cores",
-        m.read.as_micros(),
-        m.write.as_micros(),
-        m.read_bw / 1_000_000,
-        m.write_bw / 1_000_000,
+        "large I/O bench: {MEMBERS} simulated drives ({}), chunk {} KiB, {} cores",
+        common::model_in_words(&m),
         CHUNK >> 10,
         rayon::current_num_threads()
     );

@@ -34,7 +34,7 @@
 
 mod common;
 
-use common::Sample;
+use common::{env_u64, Sample};
 use raid_core::array::{RebuildOptions, ScrubOptions};
 use raid_core::layout::Level;
 use raid_core::member::{submit, IoOp, MemberIo, MemberRef, NvmeModel, SimNvme};
@@ -49,13 +49,6 @@ const MEMBER_DATA: u64 = 256 << 20;
 const CHUNK: u64 = 64 * 1024;
 /// After the journal ring of large drives, as in `benches/nvme.rs`.
 const DATA_OFFSET: u64 = LARGE_RING_DATA_OFFSET;
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn drive(name: String, model: NvmeModel) -> MemberRef {
     Arc::new(SimNvme::new(name, DATA_OFFSET + MEMBER_DATA, model))
@@ -367,9 +360,7 @@ fn client_reads(e: &Engine, capacity: u64, qd: usize, dur: Duration) -> Sample {
 fn main() {
     common::small_pages();
     let under_writes = std::env::var("BENCH_UNDER_WRITES").is_ok_and(|v| v == "1");
-    let read = env_u64("BENCH_READ_MBS", 850);
-    let write = env_u64("BENCH_WRITE_MBS", 660);
-    let model = NvmeModel::datacenter().with_bandwidth(read * 1_000_000, write * 1_000_000);
+    let model = common::bandwidth_model();
     if std::env::var("BENCH_RESYNC").is_ok_and(|v| v == "1") {
         let sparse = std::env::var("BENCH_RESYNC_DIR").ok();
         for level in common::chosen(&[Level::Raid5, Level::Raid6, Level::Raid10]) {
@@ -385,10 +376,9 @@ fn main() {
         .map(|v| v.split(',').filter_map(|p| p.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1, RebuildOptions::default().parallel, 4]);
     eprintln!(
-        "rebuild bench: {MEMBERS} simulated drives of {} MiB ({} us read, {} us write, {read} MB/s read, {write} MB/s write), chunk {} KiB, {} cores",
+        "rebuild bench: {MEMBERS} simulated drives of {} MiB ({}), chunk {} KiB, {} cores",
         MEMBER_DATA >> 20,
-        model.read.as_micros(),
-        model.write.as_micros(),
+        common::model_in_words(&model),
         CHUNK >> 10,
         rayon::current_num_threads()
     );

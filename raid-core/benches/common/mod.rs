@@ -62,13 +62,20 @@ pub fn sim_drives(
     n: usize,
     size: u64,
 ) -> Vec<std::sync::Arc<raid_core::member::SimNvme>> {
+    sim_drives_of(raid_core::member::NvmeModel::datacenter(), tag, n, size)
+}
+
+/// `sim_drives` of another model.
+#[allow(dead_code)] // Not every bench uses it.
+pub fn sim_drives_of(
+    model: raid_core::member::NvmeModel,
+    tag: &str,
+    n: usize,
+    size: u64,
+) -> Vec<std::sync::Arc<raid_core::member::SimNvme>> {
     (0..n)
         .map(|i| {
-            let d = raid_core::member::SimNvme::new(
-                format!("sim:{tag}{i}"),
-                size,
-                raid_core::member::NvmeModel::datacenter(),
-            );
+            let d = raid_core::member::SimNvme::new(format!("sim:{tag}{i}"), size, model);
             raid_core::member::Member::write_zeroes(&d, 0, size).expect("zeroing a drive in RAM");
             std::sync::Arc::new(d)
         })
@@ -191,5 +198,37 @@ pub fn share(qd: usize, blocks: u64, n: usize, i: usize) -> (usize, u64) {
     (
         qd / n + usize::from(i < qd % n),
         blocks / n as u64 * i as u64,
+    )
+}
+
+/// The environment variable `name` as a number, or `default`.
+#[allow(dead_code)] // Not every bench uses it.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A datacenter drive (`NvmeModel::datacenter`) with its bandwidth: 6.8
+/// GB/s read and 5.3 GB/s write scaled down 8 times, so that this
+/// machine's cores, which move every byte in memory, are not the bound
+/// (BENCH_READ_MBS and BENCH_WRITE_MBS set it in MB/s).
+#[allow(dead_code)] // Not every bench uses it.
+pub fn bandwidth_model() -> raid_core::member::NvmeModel {
+    let read = env_u64("BENCH_READ_MBS", 850);
+    let write = env_u64("BENCH_WRITE_MBS", 660);
+    raid_core::member::NvmeModel::datacenter().with_bandwidth(read * 1_000_000, write * 1_000_000)
+}
+
+/// A drive model in words, for a bench's first line.
+#[allow(dead_code)] // Not every bench uses it.
+pub fn model_in_words(m: &raid_core::member::NvmeModel) -> String {
+    format!(
+        "{} us read, {} us write, {} MB/s read, {} MB/s write",
+        m.read.as_micros(),
+        m.write.as_micros(),
+        m.read_bw / 1_000_000,
+        m.write_bw / 1_000_000
     )
 }

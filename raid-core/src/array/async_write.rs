@@ -128,6 +128,15 @@ enum Shape {
     },
 }
 
+/// A `Shape::Chunks`' chunks, each with its copies.
+fn by_chunk<'a>(
+    a: &Array,
+    pieces: &'a [ChunkPiece],
+    copies: &'a [Place],
+) -> impl Iterator<Item = (&'a ChunkPiece, &'a [Place])> {
+    pieces.iter().zip(copies.chunks(a.geo.copies()))
+}
+
 /// Whether every member write of `shape` (a stripe's members are
 /// `slots`) has its space (`Member::reserved`): where a sparse
 /// file's rows are not yet reserved, the blocking path reserves them
@@ -138,13 +147,10 @@ fn space_reserved(a: &Array, shape: &Shape, slots: &[usize], handles: &[MemberRe
     let has = |slot: usize, at: u64, n: u64| handles[slot].reserved(at, n);
     match shape {
         Shape::Chunks { pieces, .. } if a.geo.level == Level::Raid0 && pieces.len() == 1 => true,
-        Shape::Chunks { pieces, copies } => {
-            let n = a.geo.copies();
-            pieces.iter().zip(copies.chunks(n)).all(|(p, cs)| {
-                cs.iter()
-                    .all(|c| has(c.member, a.data_offset + c.offset + p.within, p.len))
-            })
-        }
+        Shape::Chunks { pieces, copies } => by_chunk(a, pieces, copies).all(|(p, cs)| {
+            cs.iter()
+                .all(|c| has(c.member, a.data_offset + c.offset + p.within, p.len))
+        }),
         Shape::Stripe {
             s,
             ps,
@@ -240,10 +246,12 @@ impl AsyncWrite {
                     return Start::Blocking(data);
                 }
                 let pieces = a.chunk_pieces(offset, len);
-                let copies = pieces
-                    .iter()
-                    .flat_map(|p| a.geo.chunk_copies(p.chunk))
-                    .collect();
+                // By `copy_place`: no vector per chunk on the way.
+                let n = a.geo.copies();
+                let mut copies = Vec::with_capacity(pieces.len() * n);
+                for p in &pieces {
+                    copies.extend((0..n).map(|k| a.geo.copy_place(p.chunk, k)));
+                }
                 Shape::Chunks { pieces, copies }
             }
         };
@@ -454,10 +462,7 @@ impl AsyncWrite {
         let (s, ps, lo, hi, rmw) = match &self.shape {
             Shape::Chunks { pieces, copies } => {
                 // Each chunk's part of the request, to every copy of it.
-                let n = a.geo.copies();
-                self.ios = pieces
-                    .iter()
-                    .zip(copies.chunks(n))
+                self.ios = by_chunk(&a, pieces, copies)
                     .flat_map(|(p, cs)| {
                         cs.iter().map(|c| MemberOp {
                             slot: c.member,

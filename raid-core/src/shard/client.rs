@@ -182,30 +182,27 @@ impl Local<'_> {
         // is another shard with no front end of its own, whose core this
         // one's clients leave idle (`idle_owner_of_write`).
         let shard = &*self.shard;
-        // Some(to): given to shard `to` (this shard's own queue where that
-        // is this one, or none); None: copied here.
-        let away = match shard.array.any_in_memory() {
-            false => Some(write_owner(&shard.array, offset, shard.peers.len())),
-            true => self.idle_owner_of_write(offset, data.len()).map(Some),
-        };
-        if let Some(to) = away {
+        let in_memory = shard.array.any_in_memory();
+        let idle = in_memory
+            .then(|| self.idle_owner_of_write(offset, data.len()))
+            .flatten();
+        if !in_memory || idle.is_some() {
+            let to = idle.or_else(|| self.owner_of_write(offset));
             let done = at_home(&shard.inbox, done);
             return self.give(to, Request::Write(WriteJob { offset, data, done }));
         }
         let posted = after_poll(&shard.inbox, done);
-        if let Err((data, posted)) =
+        if let Err((data, done)) =
             super::inline::write_here(&shard.array, &shard.blocking, offset, data, posted)
         {
-            let to = write_owner(&self.shard.array, offset, self.shard.peers.len());
-            self.give(
-                to,
-                Request::Write(WriteJob {
-                    offset,
-                    data,
-                    done: posted,
-                }),
-            )
+            let to = self.owner_of_write(offset);
+            self.give(to, Request::Write(WriteJob { offset, data, done }))
         }
+    }
+
+    /// The shard that owns the write at `offset` (`write_owner`).
+    fn owner_of_write(&self, offset: u64) -> Option<usize> {
+        write_owner(&self.shard.array, offset, self.shard.peers.len())
     }
 
     /// The shard that owns the write of `len` bytes at `offset`, where it

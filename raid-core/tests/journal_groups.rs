@@ -170,7 +170,8 @@ fn seeds() -> u64 {
 /// Writers journal degraded stripe writes in groups; the power goes at a
 /// random moment (every member at one instant, each losing what it had
 /// not flushed). Half the seeds keep the journal in a small ring, so that
-/// the cut may land during a checkpoint. The next start replays what the journal holds: every
+/// the cut may land during a checkpoint; a third spread each group's
+/// records over the members, one to a write. The next start replays what the journal holds: every
 /// block reads back as its value at the last flush or one written since
 /// (a stripe torn with no record to repair it reads back, on the failed
 /// member's chunks, data nobody wrote), and rebuild and scrub agree.
@@ -185,6 +186,12 @@ fn a_power_cut_during_grouped_journal_writes_is_recovered() {
             // A small ring: it wraps every few records, and the cut may
             // land while a checkpoint frees its front and groups go on.
             a.limit_journal_ring(64 << 10);
+        }
+        if seed % 3 == 1 {
+            // Each record a write of its own, on members of its own: a
+            // group's records lie on several members, and the cut may
+            // keep some of them and drop others.
+            a.limit_journal_runs(BLOCK as u64);
         }
         let model = Mutex::new(CutModel::new(initial, BLOCK));
         let stop = AtomicBool::new(false);

@@ -452,6 +452,7 @@ impl World {
         let asm = Array::assemble_with(refs, opts)
             .unwrap_or_else(|e| panic!("seed {}: no start after a power cut: {e}", self.seed));
         small_journal(self.seed, &asm.array);
+        spread_records(self.seed, &asm.array);
         resync_holes(self.seed, &asm.array);
         stepped_groups(self.seed, self.timeline.is_some(), &asm.array);
         lingering_bits(self.seed, &asm.array);
@@ -683,6 +684,7 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
     )
     .unwrap();
     small_journal(seed, &array);
+    spread_records(seed, &array);
     stepped_groups(seed, on_shard, &array);
     lingering_bits(seed, &array);
     let blocks = (array.capacity() as usize) / BLOCK;
@@ -771,6 +773,17 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
 fn small_journal(seed: u64, a: &Array) {
     if seed % 5 == 4 {
         a.limit_journal_ring(48 * 1024);
+    }
+}
+
+/// One life in three writes each journal record of a group on members of
+/// its own (as a group of large records goes), where a group of small
+/// ones is one write: a power cut then keeps some of a group's records
+/// and drops others. By the seed alone; none of the seeds kept for the
+/// bugs they found is among them.
+fn spread_records(seed: u64, a: &Array) {
+    if seed % 3 == 1 && !KEPT_SEEDS.contains(&seed) {
+        a.limit_journal_runs(0);
     }
 }
 

@@ -157,16 +157,30 @@ impl Array {
         to: &[usize],
         blocks: &[(u64, &[u8])],
     ) -> (HandlesNow, Vec<(usize, io::Error)>) {
+        let placed: Vec<(usize, u64, &[u8])> = to
+            .iter()
+            .flat_map(|&m| blocks.iter().map(move |&(at, b)| (m, at, b)))
+            .collect();
+        self.write_placed_durably(&placed)
+    }
+
+    /// Writes each of `placed` (slot, member offset, bytes) in one
+    /// submission, then flushes every member written whose writes all
+    /// succeeded, together: `write_durably` where each block has members
+    /// of its own (the journal's records, spread over the members).
+    /// Returns as `write_durably` does.
+    pub(super) fn write_placed_durably(
+        &self,
+        placed: &[(usize, u64, &[u8])],
+    ) -> (HandlesNow, Vec<(usize, io::Error)>) {
         use crate::member::{submit_uncounted, IoOp, MemberIo};
         let handles = self.member_handles();
-        let mut ios: Vec<MemberIo> = to
+        let mut ios: Vec<MemberIo> = placed
             .iter()
-            .flat_map(|&m| {
-                blocks.iter().map(move |&(at, b)| MemberIo {
-                    member: m,
-                    offset: at,
-                    op: IoOp::Write(b),
-                })
+            .map(|&(m, at, b)| MemberIo {
+                member: m,
+                offset: at,
+                op: IoOp::Write(b),
             })
             .collect();
         let results = submit_uncounted(&handles, &mut ios);
@@ -178,11 +192,10 @@ impl Array {
                 }
             }
         }
-        let written: Vec<usize> = to
-            .iter()
-            .copied()
-            .filter(|m| !failed.iter().any(|(f, _)| f == m))
-            .collect();
+        let mut written: Vec<usize> = placed.iter().map(|&(m, ..)| m).collect();
+        written.sort_unstable();
+        written.dedup();
+        written.retain(|m| !failed.iter().any(|(f, _)| f == m));
         failed.extend(flush_each(&handles, &written, false));
         (handles, failed)
     }

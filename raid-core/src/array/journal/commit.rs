@@ -1,25 +1,26 @@
 //! Group commit: degraded writes that reach the journal while a group of
 //! records is being written and flushed wait together and become the next
-//! group, written by one of them (its leader) in one submission to every
-//! present member and made durable by one flush per member. A lone writer
-//! is a group of one: it writes and flushes its own record at once. Where
-//! no member's flush waits (members in memory), each record is written
-//! alone under the journal's lock instead: there a group's wake-ups would
-//! cost more than its copies.
+//! group, written by one of them (its leader) in one submission (each run
+//! of records to the members that keep it, `write_group`) and made durable
+//! by one flush of each member written. A lone writer is a group of one:
+//! it writes and flushes its own record at once. Where no member's flush
+//! waits (members in memory), each record is written alone under the
+//! journal's lock instead: there a group's wake-ups would cost more than
+//! its copies.
 //!
 //! Records take their places in the ring under the journal's lock, in
 //! sequence order, and a group takes every record queued so far: so each
 //! group is the ring's next stretch (wrapping at its end, `ring.rs`), and
-//! its records are all durable before any of them is written in place. A group's writes reach a member
-//! in any order, so a crash may leave one of its records durable past a
-//! missing one: replay stops at the gap (none of the group's in-place
-//! writes had begun), and recovery moves the next sequence past every
-//! record it finds, so nothing written later chains on to it (`mod.rs`).
-//! A group given up (its leader panicked, or the array went past its
-//! redundancy) takes every record queued behind it down with it, since
-//! replay would stop at the gap it leaves; the journal then settles before
-//! the next record takes a place (`JState::settle_first`), so no record
-//! chains on after them.
+//! its records are all durable before any of them is written in place. A
+//! group's writes reach its members in any order, so a crash may leave
+//! one of its records durable past a missing one: replay stops at the gap
+//! (none of the group's in-place writes had begun), and recovery moves the
+//! next sequence past every record it finds, so nothing written later
+//! chains on to it (`mod.rs`). A group given up (its leader panicked, or
+//! the array went past its redundancy) takes every record queued behind
+//! it down with it, since replay would stop at the gap it leaves; the
+//! journal then settles before the next record takes a place
+//! (`JState::settle_first`), so no record chains on after them.
 //!
 //! A writer that must not wait (a shard's, `journal_submit`) queues its
 //! record with a callback instead. Its groups are led by whichever writer
@@ -368,38 +369,51 @@ impl Array {
             .all(|i| self.slots[i].state() == SlotState::Failed || !handles[i].flush_waits())
     }
 
-    /// Writes a group's records to the members that keep them
-    /// (`write_records`), counted as one commit if the array is within its
-    /// redundancy after. Records that lie one after another in the ring go
-    /// as one write per member (`runs`).
-    fn write_group(&self, records: &[(u64, AlignedBuf)]) -> bool {
-        let spans = runs(records, MAX_RUN);
+    /// Writes a group's records to the members that keep them, counted as
+    /// one commit if the array is within its redundancy after. Records
+    /// that lie one after another in the ring go as one write per member
+    /// (`runs`), and each run to members of its own (`journal_copies`,
+    /// the next turn each): a group's bytes spread over the members in
+    /// sync, where all of them went to the same ones. A group of large
+    /// records (a 128 KiB write's is 260 KiB) was bound by the write rate
+    /// of the one drive that took it all while the others idled; a group
+    /// of small ones is one run, on the same members as before. All runs
+    /// go in one submission and are flushed together: none of the group's
+    /// records counts durable before every member written is flushed.
+    pub(super) fn write_group(&self, records: &[(u64, AlignedBuf)]) -> bool {
+        let j = self.journal.as_ref().expect("journaled");
+        let spans = runs(records, j.run_bytes.load(Ordering::Acquire));
         let joined: Vec<Option<AlignedBuf>> = spans
             .iter()
             .map(|r| (r.len() > 1).then(|| join(&records[r.clone()])))
             .collect();
-        let blocks: Vec<(u64, &[u8])> = spans
-            .iter()
-            .zip(&joined)
-            .map(|(r, j)| {
-                let (at, first) = &records[r.start];
-                (*at, j.as_deref().unwrap_or(&first[..]))
-            })
-            .collect();
-        let ok = self.write_records(&blocks);
+        let first_turn = self.take_turns(spans.len() as u64);
+        let mut placed: Vec<(usize, u64, &[u8])> = Vec::new();
+        for (k, (r, j)) in spans.iter().zip(&joined).enumerate() {
+            let (at, first) = &records[r.start];
+            let bytes = j.as_deref().unwrap_or(&first[..]);
+            for m in self.journal_copies(first_turn + k as u64) {
+                placed.push((m, *at, bytes));
+            }
+        }
+        let (handles, failed) = self.write_placed_durably(&placed);
+        let ok = self.fail_erred(&handles, failed, "journal write");
         self.activity.journal_commits.add(ok as u64);
         ok
+    }
+
+    /// The next `n` turns of `journal_copies`: the first of them.
+    fn take_turns(&self, n: u64) -> u64 {
+        self.journal
+            .as_ref()
+            .map_or(0, |j| j.turns.fetch_add(n, Ordering::Relaxed))
     }
 
     /// Writes records (`blocks`: ring offset, bytes) to the members that
     /// keep copies of them (`journal_copies`, the next turn), then flushes
     /// those. Returns whether the array is within its redundancy after.
     pub(super) fn write_records(&self, blocks: &[(u64, &[u8])]) -> bool {
-        let turn = self
-            .journal
-            .as_ref()
-            .map_or(0, |j| j.turns.fetch_add(1, Ordering::Relaxed));
-        self.write_to(&self.journal_copies(turn), blocks)
+        self.write_to(&self.journal_copies(self.take_turns(1)), blocks)
     }
 
     /// The members a record goes to. A record is needed only while the
@@ -458,7 +472,7 @@ impl Array {
 /// by the transfer anyway, so the records of large writes (a 128 KiB
 /// write's is 260 KiB) go as they are, and small ones (12 KiB for a 4 KiB
 /// write) about twenty to a write.
-const MAX_RUN: u64 = 256 << 10;
+pub(super) const MAX_RUN: u64 = 256 << 10;
 
 /// A group's records (ring offset, bytes; in ring order) cut into runs
 /// that each lie in one stretch of the ring, at most `max` bytes (a lone

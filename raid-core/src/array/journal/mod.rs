@@ -91,6 +91,9 @@ pub(super) struct Journal {
     /// Counts the records' writes: whose turn it is to keep a copy
     /// (`journal_copies`).
     turns: std::sync::atomic::AtomicU64,
+    /// The most bytes of records one write of a group carries
+    /// (`commit::MAX_RUN`, `limit_journal_runs` aside).
+    run_bytes: std::sync::atomic::AtomicU64,
 }
 
 struct JState {
@@ -177,6 +180,7 @@ impl Journal {
             any_unsettled: AtomicBool::new(false),
             committer: Default::default(),
             turns: Default::default(),
+            run_bytes: commit::MAX_RUN.into(),
         }
     }
 }
@@ -433,6 +437,18 @@ impl Array {
             // (`journal_slice` slices no finer).
             let least = BLOCK * (1 + self.slots.len() as u64);
             st.end = RECORDS + bytes.clamp(least, j.area_end - RECORDS);
+        }
+    }
+
+    /// Cuts each group of the journal's records into writes of at most
+    /// `bytes` (a lone record may be larger), each to members of its own:
+    /// for the tests and the simulation, whose records are small, so that
+    /// a group's records lie on several members and a power cut can keep
+    /// some of them and drop others, as it can a group of large records.
+    #[doc(hidden)]
+    pub fn limit_journal_runs(&self, bytes: u64) {
+        if let Some(j) = &self.journal {
+            j.run_bytes.store(bytes, Ordering::Release);
         }
     }
 

@@ -690,3 +690,72 @@ fn a_shard_write_leaves_for_the_blocking_path_only_where_its_stripe_has_a_record
     assert!(matches!(start(5 * sdb), Start::Blocking(_)));
     drop(st);
 }
+
+/// A group's runs go to members of their own, each the next turn: three
+/// records of a group cut one to a run land on three members, one each
+/// (where as one run they land together on one), and replay follows
+/// their chain from member to member.
+#[test]
+fn a_groups_runs_spread_over_the_members_and_replay_follows_them() {
+    let (a, m) = array("jspread");
+    let end = a.data_offset;
+    a.fail_slot(3, "test");
+    // Stripes whose first chunk is on a member present, so that replay
+    // puts it in place.
+    let stripes: Vec<u64> = (0..)
+        .filter(|&s| a.geo.stripe_map(s).members[0] != 3)
+        .take(3)
+        .collect();
+    let group = |first_seq: u64, byte: u8| -> Vec<(u64, AlignedBuf)> {
+        let mut at = RECORDS;
+        (0..3)
+            .map(|k| {
+                let r = block_record(&a, first_seq + k, stripes[k as usize], byte + k as u8);
+                let b = encode_record(&r, &a.uuid);
+                let place = at;
+                at += b.len() as u64;
+                (place, b)
+            })
+            .collect()
+    };
+    // One run: every record on the one member whose turn it is.
+    assert!(a.write_group(&group(1, 0x10)));
+    let held = rings(&m, &a.uuid, end);
+    let holders: Vec<usize> = (0..4).filter(|&i| !held[i].is_empty()).collect();
+    assert_eq!(
+        holders.len(),
+        1,
+        "one run went to several members: {held:?}"
+    );
+    assert_eq!(held[holders[0]], [1, 2, 3]);
+    for member in &m[..3] {
+        member
+            .write_at(
+                &AlignedBuf::new((end - JOURNAL_OFFSET) as usize),
+                JOURNAL_OFFSET,
+            )
+            .unwrap();
+    }
+    // A run per record: one member each, in turn, the failed one none.
+    a.limit_journal_runs(BLOCK);
+    let tail = a.journal.as_ref().unwrap().state.lock().tail_seq;
+    for member in &m[..3] {
+        member
+            .write_at(&encode_head(tail, RECORDS, &a.uuid), JOURNAL_OFFSET)
+            .unwrap();
+    }
+    assert!(a.write_group(&group(tail + 1, 0x20)));
+    let held = rings(&m, &a.uuid, end);
+    assert!(held[3].is_empty(), "the failed member was written");
+    let mut each: Vec<usize> = held[..3].iter().map(Vec::len).collect();
+    each.sort_unstable();
+    assert_eq!(each, [1, 1, 1], "the runs did not spread: {held:?}");
+    // None was put in place: replay puts all three, read from three
+    // members, and the data reads back.
+    assert_eq!(a.journal_recover().unwrap(), 3);
+    for (k, s) in stripes.into_iter().enumerate() {
+        let mut got = vec![0u8; 4096];
+        a.read(s * a.geo.stripe_data_bytes(), &mut got).unwrap();
+        assert!(got.iter().all(|&b| b == 0x20 + k as u8), "stripe {s}");
+    }
+}

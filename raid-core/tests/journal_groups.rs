@@ -556,3 +556,132 @@ fn a_record_whose_commit_panicked_is_never_replayed() {
         );
     }
 }
+
+/// Holds the first journal write made once armed until released, then
+/// lets it through or panics (a group's leader that never finishes its
+/// writes), and counts the journal writes that reach the members.
+#[derive(Default)]
+struct Hold {
+    armed: AtomicBool,
+    /// None: not reached yet; Some(false): held; Some(true): released.
+    held: Mutex<Option<bool>>,
+    changed: std::sync::Condvar,
+    panics: bool,
+    journal_writes: AtomicUsize,
+}
+
+struct HeldInJournal {
+    inner: MemberRef,
+    hold: Arc<Hold>,
+}
+
+impl Member for HeldInJournal {
+    support::pass_through_to_inner!();
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        let h = &self.hold;
+        if (JOURNAL_OFFSET..MIN_DATA_OFFSET).contains(&offset) {
+            h.journal_writes.fetch_add(1, Ordering::AcqRel);
+            if h.armed.swap(false, Ordering::AcqRel) {
+                let mut held = h.held.lock().unwrap();
+                *held = Some(false);
+                h.changed.notify_all();
+                while *held != Some(true) {
+                    held = h.changed.wait(held).unwrap();
+                }
+                drop(held);
+                if h.panics {
+                    panic!("injected: a journal write panicked");
+                }
+            }
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush_waits(&self) -> bool {
+        true
+    }
+}
+
+/// Two groups of records are written at once, and the second ends after
+/// the first, durable only if the first is: a degraded RAID5 whose first
+/// group's journal write is held. A second writer's group is written
+/// meanwhile (its journal write reaches a member), but that writer is not
+/// answered while the first group is held (its in-place write would begin
+/// while the record before it in the ring might still be missing after a
+/// crash); once the first group is let through both are acknowledged,
+/// and where the first group's write panics instead, the second writer's
+/// write fails too, though its own record was written.
+#[test]
+fn a_group_written_beside_the_one_before_it_ends_after_it() {
+    for panics in [false, true] {
+        let tag = format!("jpipe{panics}-");
+        let m = Members::ram(4, ROWS * CHUNK, &tag);
+        let hold = Arc::new(Hold {
+            panics,
+            ..Default::default()
+        });
+        let members: Vec<MemberRef> = m
+            .refs()
+            .into_iter()
+            .map(|inner| {
+                Arc::new(HeldInJournal {
+                    inner,
+                    hold: hold.clone(),
+                }) as MemberRef
+            })
+            .collect();
+        let a = support::array::create_shared(Level::Raid5, members, &tag, CHUNK);
+        a.fail_slot(1, "test");
+        // Every bitmap region dirty already: later writes write only
+        // journal records outside the data.
+        a.write(0, &vec![0u8; a.capacity() as usize]).unwrap();
+        hold.armed.store(true, Ordering::Release);
+        let write = |k: u64| {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    a.write(k * 3 * CHUNK, &[k as u8 + 1; BLOCK]).is_ok()
+                }))
+            })
+        };
+        let first = write(0);
+        {
+            let mut held = hold.held.lock().unwrap();
+            while held.is_none() {
+                held = hold.changed.wait(held).unwrap();
+            }
+        }
+        let before = hold.journal_writes.load(Ordering::Acquire);
+        let second = write(1);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while hold.journal_writes.load(Ordering::Acquire) == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the second group was not written while the first was held"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !second.is_finished(),
+            "the second writer was answered while the group before its own was held"
+        );
+        *hold.held.lock().unwrap() = Some(true);
+        hold.changed.notify_all();
+        let (first, second) = (first.join().unwrap(), second.join().unwrap());
+        if panics {
+            assert!(first.is_err(), "the first group's write did not panic");
+            assert!(
+                !matches!(second, Ok(true)),
+                "a write whose group ended after a given-up group was acknowledged"
+            );
+            a.flush().unwrap();
+        } else {
+            assert!(matches!(first, Ok(true)) && matches!(second, Ok(true)));
+            for k in 0..2u64 {
+                let mut got = vec![0u8; BLOCK];
+                a.read(k * 3 * CHUNK, &mut got).unwrap();
+                assert!(got.iter().all(|&b| b == k as u8 + 1), "write {k}");
+            }
+        }
+    }
+}

@@ -22,12 +22,22 @@
 //! journal then settles before the next record takes a place
 //! (`JState::settle_first`), so no record chains on after them.
 //!
+//! Up to `GROUPS_IN_FLIGHT` groups are written at once: the next group's
+//! writes go out while the one before it is still being written and
+//! flushed (one group at a time, large degraded writes waited a whole
+//! group's round trip on drives busy with the in-place writes before it).
+//! A group still ends in ring order: its outcome is set only once the
+//! group before it has ended, and it is durable only if that one is, so
+//! no record's in-place write begins while a record before it in the ring
+//! may be missing after a crash (replay would stop at that gap, leaving
+//! the later stripe torn with no record to repair it).
+//!
 //! A writer that must not wait (a shard's, `journal_submit`) queues its
 //! record with a callback instead. Its groups are led by whichever writer
-//! waiting for one gets there first, or by the journal's committer: a
-//! thread of its own, woken whenever such a record is queued and no group
-//! is being written, so that a group of shards' records never waits for a
-//! thread that will not come.
+//! waiting for one gets there first, or by the journal's committers:
+//! threads of their own, one woken whenever such a record is queued and
+//! another group may be written, so that a group of shards' records never
+//! waits for a thread that will not come.
 
 use super::{JState, Journal};
 use crate::array::{Array, SlotState};
@@ -45,7 +55,7 @@ use std::time::Duration;
 /// thread that led the group: it should hand the outcome on and return.
 pub(crate) type JournalDone = Box<dyn FnOnce(bool) + Send>;
 
-/// The records waiting for a group, and whether one is being written.
+/// The records waiting for a group, and the groups being written.
 #[derive(Default)]
 pub(super) struct Groups {
     /// Records with a place in the ring (its offset, the bytes), waiting
@@ -56,8 +66,23 @@ pub(super) struct Groups {
     calls: Vec<(JournalDone, u64, u64)>,
     /// The group `queued` will be written as.
     forming: Arc<Group>,
-    /// A leader is writing a group, outside the journal's lock.
-    writing: bool,
+    /// Groups taken by a leader whose outcome is not set yet (being
+    /// written outside the journal's lock, or written and waiting for the
+    /// group before them to end): at most `GROUPS_IN_FLIGHT`.
+    writing: usize,
+    /// The last group taken by a leader: the next one ends after it.
+    last_taken: Option<Arc<Group>>,
+}
+
+/// How many groups may be written at once (`Groups::writing`): two keep
+/// the drives busy with the next group's records while one is flushed.
+const GROUPS_IN_FLIGHT: usize = 2;
+
+impl Groups {
+    /// Whether another group may be taken now.
+    fn room(&self) -> bool {
+        self.writing < GROUPS_IN_FLIGHT
+    }
 }
 
 /// One group, as its writers wait for it.
@@ -72,8 +97,9 @@ struct Group {
     wake: Condvar,
 }
 
-/// The journal's committer thread: started by the first record queued
-/// with a callback, woken through `due`.
+/// The journal's committer threads (`GROUPS_IN_FLIGHT` of them, so that
+/// one leads a group while another's is written): started by the first
+/// record queued with a callback, woken through `due`.
 #[derive(Default)]
 pub(super) struct Committer {
     started: AtomicBool,
@@ -111,8 +137,8 @@ impl Committer {
     }
 }
 
-/// The committer thread: leads groups while records with callbacks wait
-/// and no one else is writing one, then reclaims the ring's front if it
+/// A committer thread: leads groups while records with callbacks wait and
+/// another group may be written, then reclaims the ring's front if it
 /// is half full (`Array::checkpoint`). It holds the array only while it
 /// works, and ends once the array is gone.
 fn committer(array: Weak<Array>, c: Arc<Committer>) {
@@ -140,7 +166,7 @@ impl Array {
         let worked = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let j = self.journal.as_ref().expect("started by the journal");
             let mut st = j.state.lock();
-            while !st.group.writing && !st.group.calls.is_empty() {
+            while st.group.room() && !st.group.calls.is_empty() {
                 if self.lead_group(j, &mut st).is_err() {
                     tracing::error!(array = %self.name, "degraded-write journal: writing a group panicked; its records were given up");
                 }
@@ -222,7 +248,7 @@ impl Array {
         let len = block.len() as u64;
         st.group.queued.push((at, block));
         st.group.calls.push((done, seq, len));
-        if !st.group.writing {
+        if st.group.room() {
             j.committer.call();
         }
     }
@@ -242,25 +268,35 @@ impl Array {
             j.committer.started.store(true, Ordering::Release);
             return true;
         }
-        let (a, c) = (Arc::downgrade(self), j.committer.clone());
-        let spawned = std::thread::Builder::new()
-            .name("journal-commit".into())
-            .spawn(move || committer(a, c));
-        if let Err(e) = &spawned {
-            tracing::warn!(array = %self.name, "degraded-write journal: no committer thread ({e}); degraded writes take the blocking path");
+        // One is enough to lead every group (one at a time); the others
+        // let groups overlap.
+        let mut spawned = 0;
+        for _ in 0..GROUPS_IN_FLIGHT {
+            let (a, c) = (Arc::downgrade(self), j.committer.clone());
+            match std::thread::Builder::new()
+                .name("journal-commit".into())
+                .spawn(move || committer(a, c))
+            {
+                Ok(_) => spawned += 1,
+                Err(e) => {
+                    tracing::warn!(array = %self.name, "degraded-write journal: a committer thread could not be started ({e})")
+                }
+            }
         }
-        j.committer
-            .started
-            .store(spawned.is_ok(), Ordering::Release);
-        spawned.is_ok()
+        if spawned == 0 {
+            tracing::warn!(array = %self.name, "degraded-write journal: no committer thread; degraded writes take the blocking path");
+        }
+        j.committer.started.store(spawned > 0, Ordering::Release);
+        spawned > 0
     }
 
     /// Queues a record (`block`, at ring offset `at`) and waits until its
-    /// group is written and flushed, leading the group itself when no other
-    /// is being written. Called, and returns, with the journal's lock held;
+    /// group is written and flushed, leading the group itself when another
+    /// group may be written. Called, and returns, with the journal's lock held;
     /// gives it up while it waits or writes. Returns whether the array was
-    /// within its redundancy after the group's writes (false: the record's
-    /// stripe must not be written in place), or the panic that ended the
+    /// within its redundancy after the group's writes and the group before
+    /// it is durable (false: the record's stripe must not be written in
+    /// place), or the panic that ended the
     /// leading of its group (the group's other writers get false, so no
     /// one waits for ever on a group nobody will finish).
     pub(super) fn commit_record(
@@ -269,7 +305,7 @@ impl Array {
         at: u64,
         block: AlignedBuf,
     ) -> std::thread::Result<bool> {
-        if !st.group.writing
+        if st.group.writing == 0
             && st.group.queued.is_empty()
             && st.queued_live == 0
             && self.flushes_wait_for_nothing()
@@ -291,38 +327,65 @@ impl Array {
             if let Some(&ok) = mine.outcome.get() {
                 return Ok(ok);
             }
-            if st.group.writing {
+            // Taken by a leader (its outcome comes), or no room for
+            // another group: wait.
+            if !Arc::ptr_eq(&mine, &st.group.forming) || !st.group.room() {
                 mine.wake.wait(st);
                 continue;
             }
-            // Lead: every record queued so far (this one among them: a
-            // leader that took it would have set its outcome before
-            // giving up `writing`).
+            // Lead: every record queued so far, this one among them.
             self.lead_group(self.journal.as_ref().expect("journaled"), st)?;
         }
     }
 
     /// Writes every record queued so far as one group, outside the lock,
-    /// then tells their writers how it went: those waiting through their
-    /// group, those with callbacks by calling them (a record given up is
-    /// accounted for here first, as `journal_stripe` does for its own).
-    /// Returns whether the array was within its redundancy after the
-    /// group's writes, or the panic that ended them.
+    /// waits for the group taken before it to end, then tells their
+    /// writers how it went: those waiting through their group, those with
+    /// callbacks by calling them (a record given up is accounted for here
+    /// first, as `journal_stripe` does for its own). The group is durable
+    /// only if its writes left the array within its redundancy and the
+    /// group before it is durable. Returns whether it is, or the panic
+    /// that ended its writes.
     fn lead_group(
         &self,
         j: &Journal,
         st: &mut MutexGuard<'_, JState>,
     ) -> std::thread::Result<bool> {
-        st.group.writing = true;
+        debug_assert!(st.group.room() && !st.group.queued.is_empty());
+        st.group.writing += 1;
         let records = std::mem::take(&mut st.group.queued);
         let group = std::mem::take(&mut st.group.forming);
+        let before = st.group.last_taken.replace(group.clone());
         let mut calls = std::mem::take(&mut st.group.calls);
+        // Another group may start while this one is written.
+        if st.group.room() && !st.group.calls.is_empty() {
+            j.committer.call();
+        }
         let written = MutexGuard::unlocked(st, || {
             std::panic::catch_unwind(AssertUnwindSafe(|| self.write_group(&records)))
         });
-        let ok = *written.as_ref().unwrap_or(&false);
+        // Ends in ring order: after the group before it, and durable only
+        // if that one is.
+        let before_ok = match before {
+            Some(b) => loop {
+                match b.outcome.get() {
+                    Some(&ok) => break ok,
+                    None => b.wake.wait(st),
+                }
+            },
+            None => true,
+        };
+        let ok = *written.as_ref().unwrap_or(&false) && before_ok;
         group.outcome.set(ok).expect("a group is written once");
-        st.group.writing = false;
+        st.group.writing -= 1;
+        if st
+            .group
+            .last_taken
+            .as_ref()
+            .is_some_and(|l| Arc::ptr_eq(l, &group))
+        {
+            st.group.last_taken = None;
+        }
         group.wake.notify_all();
         if !ok {
             // Given up, and with it every record queued behind it: none
@@ -358,7 +421,7 @@ impl Array {
                 }
             });
         }
-        written
+        written.map(|_| ok)
     }
 
     /// Whether no present member's flush waits for anything

@@ -344,9 +344,9 @@ pub struct ArrayIoSnapshot {
     /// Degraded-write journal records made durable, and their bytes.
     pub journal_records: u64,
     pub journal_bytes: u64,
-    /// The groups they were made durable in (a write and a flush of
-    /// every member each): records / commits is how many writes shared
-    /// each flush.
+    /// The groups they were made durable in (their records' writes, and a
+    /// flush of each member written): records / commits is how many
+    /// writes shared each flush.
     #[serde(default)]
     pub journal_commits: u64,
     /// Times the journal's header moved past records already in place,

@@ -34,7 +34,7 @@
 //! it needs no chunk recovered: between its parity and its writes, its
 //! journal record is queued for the journal's next group, and the shard
 //! goes on serving others until the group's leader (the journal's
-//! committer thread, or a blocking writer) posts back that it is durable.
+//! committer threads, or a blocking writer) posts back that it is durable.
 //!
 //! Every other request (degraded writes that would recover a chunk, whose
 //! members are in memory, or whose record the journal refuses for other

@@ -1,8 +1,9 @@
-//! Group commit: degraded writes that reach the journal while a group of
-//! records is being written and flushed wait together and become the next
-//! group, written by one of them (its leader) in one submission (each run
-//! of records to the members that keep it, `write_group`) and made durable
-//! by one flush of each member written. A lone writer is a group of one:
+//! Group commit: degraded writes that reach the journal while groups of
+//! records are being written and flushed (as many as may be at once) wait
+//! together and become the next group, written by one of them (its
+//! leader) in one submission (each run of records to the members that keep
+//! it, `write_group`) and made durable by one flush of each member
+//! written. A lone writer is a group of one:
 //! it writes and flushes its own record at once. Where no member's flush
 //! waits (members in memory), each record is written alone under the
 //! journal's lock instead: there a group's wake-ups would cost more than
@@ -92,8 +93,9 @@ struct Group {
     /// its redundancy.
     outcome: OnceLock<bool>,
     /// Its writers wait here (with the journal's lock), so that a group's
-    /// end wakes its own writers, and one writer of the next group to lead
-    /// it, not every writer waiting on the journal.
+    /// end wakes its own writers, one writer of the forming group to lead
+    /// it, and the leader of the group taken after it, not every writer
+    /// waiting on the journal.
     wake: Condvar,
 }
 
@@ -120,7 +122,7 @@ impl Journal {
 }
 
 impl Committer {
-    /// Wakes the committer thread (started by now: it is asked for only
+    /// Wakes a committer thread (started by now: one is asked for only
     /// once a record with a callback was queued).
     fn call(&self) {
         *self.due.lock() = true;
@@ -235,7 +237,8 @@ impl Array {
 impl Array {
     /// Queues a record (`block`, at ring offset `at`) whose writer does
     /// not wait: `done` is called when its group ends. Called with the
-    /// journal's lock held.
+    /// journal's lock held. A committer is woken where another group may
+    /// be written now, so that it is written beside one being flushed.
     pub(super) fn queue_record(
         self: &Arc<Self>,
         j: &Journal,
@@ -253,8 +256,8 @@ impl Array {
         }
     }
 
-    /// Starts the journal's committer thread, if not yet: false if it
-    /// could not be (the caller queues nothing then).
+    /// Starts the journal's committer threads, if not yet: false if none
+    /// could be (the caller queues nothing then).
     pub(super) fn start_committer(self: &Arc<Self>, j: &Journal) -> bool {
         if j.committer.started.load(Ordering::Acquire) {
             return true;
@@ -357,10 +360,6 @@ impl Array {
         let group = std::mem::take(&mut st.group.forming);
         let before = st.group.last_taken.replace(group.clone());
         let mut calls = std::mem::take(&mut st.group.calls);
-        // Another group may start while this one is written.
-        if st.group.room() && !st.group.calls.is_empty() {
-            j.committer.call();
-        }
         let written = MutexGuard::unlocked(st, || {
             std::panic::catch_unwind(AssertUnwindSafe(|| self.write_group(&records)))
         });
@@ -376,6 +375,7 @@ impl Array {
             None => true,
         };
         let ok = *written.as_ref().unwrap_or(&false) && before_ok;
+        self.activity.journal_commits.add(ok as u64);
         group.outcome.set(ok).expect("a group is written once");
         st.group.writing -= 1;
         if st
@@ -432,8 +432,8 @@ impl Array {
             .all(|i| self.slots[i].state() == SlotState::Failed || !handles[i].flush_waits())
     }
 
-    /// Writes a group's records to the members that keep them, counted as
-    /// one commit if the array is within its redundancy after. Records
+    /// Writes a group's records to the members that keep them; returns
+    /// whether the array is within its redundancy after. Records
     /// that lie one after another in the ring go as one write per member
     /// (`runs`), and each run to members of its own (`journal_copies`,
     /// the next turn each): a group's bytes spread over the members in
@@ -460,9 +460,7 @@ impl Array {
             }
         }
         let (handles, failed) = self.write_placed_durably(&placed);
-        let ok = self.fail_erred(&handles, failed, "journal write");
-        self.activity.journal_commits.add(ok as u64);
-        ok
+        self.fail_erred(&handles, failed, "journal write")
     }
 
     /// The next `n` turns of `journal_copies`: the first of them.
@@ -540,7 +538,7 @@ pub(super) const MAX_RUN: u64 = 256 << 10;
 /// A group's records (ring offset, bytes; in ring order) cut into runs
 /// that each lie in one stretch of the ring, at most `max` bytes (a lone
 /// record may be larger), as ranges of `records`: each run is one write
-/// per member. A group is the ring's next stretch, so it is one run unless
+/// to each member that keeps it. A group is the ring's next stretch, so it is one run unless
 /// it wraps at the ring's end or passes `max`: a drive takes one command
 /// for some twenty records of small writes, not one each. A crash tears a
 /// run no worse than it could separate writes of its records, whose

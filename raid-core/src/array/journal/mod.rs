@@ -8,10 +8,10 @@
 //! degraded stripe write first writes its new chunks, as a checksummed
 //! record, to the journal area of members and flushes them; only then does
 //! it write them in place. A record goes to as many members in sync as the
-//! array can still lose, plus one, and to every member being brought in
-//! sync (`journal_copies`): a RAID5 missing a member writes it once, where
-//! a copy on every member cost a member write and a flush each. After a crash the next start
-//! replays every record not yet known to be in place, in sequence order,
+//! array can still lose, plus one, taking turns, and to none being brought
+//! in sync (`journal_copies`): a RAID5 missing a member writes it once,
+//! where a copy on every member cost a member write and a flush each.
+//! After a crash the next start replays every record not yet known to be in place, in sequence order,
 //! which completes the torn writes.
 //!
 //! Layout (from JOURNAL_OFFSET on each member): one 4 KiB header block
@@ -29,9 +29,11 @@
 //! fresh header.
 //!
 //! Records are made durable in groups (`commit.rs`): the writers that
-//! arrive while one group is being written and flushed form the next, so
-//! concurrent degraded writes share one write per member (split where the
-//! ring wraps, and every 256 KiB) and one flush.
+//! arrive while a group is being written and flushed form the next, so
+//! concurrent degraded writes share their writes (one per run of records
+//! one after another in the ring, at most 256 KiB, to the members whose
+//! turn it is) and one flush of each member written; two groups may be
+//! written at once, each ending after the one before it.
 //!
 //! Replay trusts a record only if all of these hold, since the ring also
 //! holds older records (and, past the newest, the bytes of records from
@@ -85,11 +87,11 @@ pub(super) struct Journal {
     /// Signalled when `in_flight` reaches zero, the ring's first record not
     /// done is done, or a settle or a checkpoint ends.
     changed: parking_lot::Condvar,
-    /// The thread that leads groups of records whose writers do not wait
+    /// The threads that lead groups of records whose writers do not wait
     /// (`commit.rs`).
     committer: Arc<commit::Committer>,
-    /// Counts the records' writes: whose turn it is to keep a copy
-    /// (`journal_copies`).
+    /// Counts the runs of records written: whose turn it is to keep a
+    /// copy (`journal_copies`).
     turns: std::sync::atomic::AtomicU64,
     /// The most bytes of records one write of a group carries
     /// (`commit::MAX_RUN`, `limit_journal_runs` aside).

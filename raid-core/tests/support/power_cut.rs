@@ -58,6 +58,7 @@ pub fn rebuild_and_scrub(a: &Array, got: &[u8], new: impl Fn(usize) -> MemberRef
     }
 }
 
+#[derive(Clone)]
 pub struct CutModel {
     block: usize,
     /// The image as of the last completed flush.

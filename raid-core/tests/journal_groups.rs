@@ -570,6 +570,7 @@ struct Hold {
     journal_writes: AtomicUsize,
 }
 
+/// A member behind a `Hold`.
 struct HeldInJournal {
     inner: MemberRef,
     hold: Arc<Hold>,

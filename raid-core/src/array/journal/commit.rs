@@ -3,11 +3,10 @@
 //! together and become the next group, written by one of them (its
 //! leader) in one submission (each run of records to the members that keep
 //! it, `write_group`) and made durable by one flush of each member
-//! written. A lone writer is a group of one:
-//! it writes and flushes its own record at once. Where no member's flush
-//! waits (members in memory), each record is written alone under the
-//! journal's lock instead: there a group's wake-ups would cost more than
-//! its copies.
+//! written. A lone writer is a group of one: it writes and flushes its own
+//! record at once. Where no member's flush waits (members in memory), each
+//! record is written alone under the journal's lock instead: there a
+//! group's wake-ups would cost more than its copies.
 //!
 //! Records take their places in the ring under the journal's lock, in
 //! sequence order, and a group takes every record queued so far: so each
@@ -295,13 +294,13 @@ impl Array {
 
     /// Queues a record (`block`, at ring offset `at`) and waits until its
     /// group is written and flushed, leading the group itself when another
-    /// group may be written. Called, and returns, with the journal's lock held;
-    /// gives it up while it waits or writes. Returns whether the array was
-    /// within its redundancy after the group's writes and the group before
-    /// it is durable (false: the record's stripe must not be written in
-    /// place), or the panic that ended the
-    /// leading of its group (the group's other writers get false, so no
-    /// one waits for ever on a group nobody will finish).
+    /// group may be written. Called, and returns, with the journal's lock
+    /// held; gives it up while it waits or writes. Returns whether the
+    /// array was within its redundancy after the group's writes and the
+    /// group before it is durable (false: the record's stripe must not be
+    /// written in place), or the panic that ended the leading of its group
+    /// (the group's other writers get false, so no one waits for ever on a
+    /// group nobody will finish).
     pub(super) fn commit_record(
         &self,
         st: &mut MutexGuard<'_, JState>,

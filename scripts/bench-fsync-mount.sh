@@ -10,13 +10,14 @@
 # through the degraded-write journal. BENCH_BEFORE=PATH runs the same
 # with another raidctl binary (a build from before a change), the two
 # builds in turn; BENCH_ROUNDS (default 2) rounds; BENCH_SECONDS (default
-# 8) per job. Needs root, fio, mkfs.ext4 and losetup
+# 8) per job; BENCH_BS (default 4k) the size of each write. Needs root, fio, mkfs.ext4 and losetup
 # (scripts/install-test-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 cargo build --release -p raidctl >/dev/null
 secs=${BENCH_SECONDS:-8}
+bs=${BENCH_BS:-4k}
 rounds=${BENCH_ROUNDS:-2}
 size=${BENCH_SIZE:-1G}
 work=$(mktemp -d "${BENCH_DIR:-/var/tmp}/raid-fsync-bench.XXXXXX")
@@ -49,7 +50,7 @@ run() {
   [ "${BENCH_DEGRADED:-0}" != 1 ] || "$bin" fail fsb "$work/m1.img" >/dev/null
   for job in "randwrite 1" "write 1" "randwrite 8"; do
     set -- $job
-    fio --name=j --directory="$work/mnt" --rw="$1" --bs=4k --size=256M --ioengine=psync \
+    fio --name=j --directory="$work/mnt" --rw="$1" --bs="$bs" --size=256M --ioengine=psync \
         --numjobs="$2" --fsync=1 --time_based --runtime="$secs" --ramp_time=1 \
         --group_reporting --output-format=json 2>/dev/null |
       python3 -c '
@@ -72,7 +73,7 @@ for _ in $(seq "$rounds"); do
   done
 done
 
-echo "ext4 on the mounted RAID5 of 4 (${BENCH_DEGRADED:+degraded, }members in ${BENCH_DIR:-/var/tmp}), 4 KiB writes each followed by fsync, IOPS per round:"
+echo "ext4 on the mounted RAID5 of 4 (${BENCH_DEGRADED:+degraded, }members in ${BENCH_DIR:-/var/tmp}), $bs writes each followed by fsync, IOPS per round:"
 echo
 python3 - "$results" <<'PY'
 import sys

@@ -605,17 +605,20 @@ impl Member for HeldInJournal {
 
 /// Two groups of records are written at once, and the second ends after
 /// the first, durable only if the first is: a degraded RAID5 whose first
-/// group's journal write is held. A second writer's group is written
+/// group's journal write is held. Where the second writer's record fills
+/// a run (each record a run of its own here), its group is written
 /// meanwhile (its journal write reaches a member), but that writer is not
 /// answered while the first group is held (its in-place write would begin
 /// while the record before it in the ring might still be missing after a
 /// crash); once the first group is let through both are acknowledged,
 /// and where the first group's write panics instead, the second writer's
-/// write fails too, though its own record was written.
+/// write fails too, though its own record was written. Where it does not
+/// fill a run (runs of 256 KiB), it waits to join a group after the first
+/// rather than pay a group's flushes for itself alone.
 #[test]
 fn a_group_written_beside_the_one_before_it_ends_after_it() {
-    for panics in [false, true] {
-        let tag = format!("jpipe{panics}-");
+    for (panics, beside) in [(false, true), (true, true), (false, false)] {
+        let tag = format!("jpipe{panics}{beside}-");
         let m = Members::ram(4, ROWS * CHUNK, &tag);
         let hold = Arc::new(Hold {
             panics,
@@ -636,6 +639,9 @@ fn a_group_written_beside_the_one_before_it_ends_after_it() {
         // Every bitmap region dirty already: later writes write only
         // journal records outside the data.
         a.write(0, &vec![0u8; a.capacity() as usize]).unwrap();
+        if beside {
+            a.limit_journal_runs(BLOCK as u64);
+        }
         hold.armed.store(true, Ordering::Release);
         // Each writer's outcome (acknowledged, failed, or panicked) comes
         // back through a channel, so that one waiting for ever fails the
@@ -662,7 +668,7 @@ fn a_group_written_beside_the_one_before_it_ends_after_it() {
         let before = hold.journal_writes.load(Ordering::Acquire);
         let second = write(1);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while hold.journal_writes.load(Ordering::Acquire) == before {
+        while beside && hold.journal_writes.load(Ordering::Acquire) == before {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the second group was not written while the first was held"
@@ -673,6 +679,13 @@ fn a_group_written_beside_the_one_before_it_ends_after_it() {
             second.recv_timeout(Duration::from_millis(50)).is_err(),
             "the second writer was answered while the group before its own was held"
         );
+        if !beside {
+            assert_eq!(
+                hold.journal_writes.load(Ordering::Acquire),
+                before,
+                "a group of less than a run was written beside the one before it"
+            );
+        }
         *hold.held.lock().unwrap() = Some(true);
         hold.changed.notify_all();
         let (first, second) = (outcome(first), outcome(second));

@@ -668,6 +668,16 @@ fn a_group_written_beside_the_one_before_it_ends_after_it() {
         let before = hold.journal_writes.load(Ordering::Acquire);
         let second = write(1);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        // The second record has its place (taken under the same hold of
+        // the journal's lock as its writer's choice to lead or wait), so
+        // the window below follows that choice.
+        while a.journal_records_in_flight() < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the second record never took its place"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         while beside && hold.journal_writes.load(Ordering::Acquire) == before {
             assert!(
                 std::time::Instant::now() < deadline,

@@ -22,10 +22,12 @@
 //! journal then settles before the next record takes a place
 //! (`JState::settle_first`), so no record chains on after them.
 //!
-//! Up to `GROUPS_IN_FLIGHT` groups are written at once: the next group's
-//! writes go out while the one before it is still being written and
-//! flushed (one group at a time, large degraded writes waited a whole
-//! group's round trip on drives busy with the in-place writes before it).
+//! Up to `GROUPS_IN_FLIGHT` groups are written at once: once its records
+//! fill a run (`Groups::room`), the next group's writes go out while the
+//! one before it is still being written and flushed (one group at a time,
+//! large degraded writes waited a whole group's round trip on drives busy
+//! with the in-place writes before it); a group of less waits for the one
+//! before it to end, and gathers more.
 //! A group still ends in ring order: its outcome is set only once the
 //! group before it has ended, and it is durable only if that one is, so
 //! no record's in-place write begins while a record before it in the ring
@@ -77,7 +79,8 @@ pub(super) struct Groups {
 }
 
 /// How many groups may be written at once (`Groups::writing`): two keep
-/// the drives busy with the next group's records while one is flushed.
+/// the drives busy with the next group's records while one is flushed,
+/// where the next one's records fill a run (`Groups::room`).
 const GROUPS_IN_FLIGHT: usize = 2;
 
 impl Groups {

@@ -93,8 +93,9 @@ pub(super) struct Journal {
     /// Counts the runs of records written: whose turn it is to keep a
     /// copy (`journal_copies`).
     turns: std::sync::atomic::AtomicU64,
-    /// The most bytes of records one write of a group carries
-    /// (`commit::MAX_RUN`, `limit_journal_runs` aside).
+    /// The most bytes of records one write of a group carries, and what
+    /// the records of a group must fill to be written beside the group
+    /// before it (`commit::MAX_RUN`, `limit_journal_runs` aside).
     run_bytes: std::sync::atomic::AtomicU64,
 }
 
@@ -447,6 +448,8 @@ impl Array {
     /// for the tests and the simulation, whose records are small, so that
     /// a group's records lie on several members and a power cut can keep
     /// some of them and drop others, as it can a group of large records.
+    /// A group then fills a run with less, so that one record is enough
+    /// for it to be written beside the group before it (`Groups::room`).
     #[doc(hidden)]
     pub fn limit_journal_runs(&self, bytes: u64) {
         if let Some(j) = &self.journal {

@@ -349,7 +349,7 @@ impl Array {
             // arriving meanwhile wait on the lock itself), and no group
             // is in flight to keep ahead of it.
             return std::panic::catch_unwind(AssertUnwindSafe(|| {
-                let ok = self.write_records(&[(at, &block[..])]);
+                let ok = self.write_group(&[(at, block)]);
                 self.activity.journal_commits.add(ok as u64);
                 ok
             }));
@@ -377,14 +377,10 @@ impl Array {
     /// writers how it went: those waiting through their group, those with
     /// callbacks by calling them (a record given up is accounted for here
     /// first, as `journal_stripe` does for its own). The group is durable
-    /// only if its writes left the array within its redundancy and the
-    /// group before it is durable. Returns whether it is, or the panic
-    /// that ended its writes.
-    fn lead_group(
-        &self,
-        j: &Journal,
-        st: &mut MutexGuard<'_, JState>,
-    ) -> std::thread::Result<bool> {
+    /// (its outcome, `Group::outcome`) only if its writes left the array
+    /// within its redundancy and the group before it is durable. Returns
+    /// the panic that ended its writes, if one did.
+    fn lead_group(&self, j: &Journal, st: &mut MutexGuard<'_, JState>) -> std::thread::Result<()> {
         debug_assert!(st.group.room(j.run()) && !st.group.queued.is_empty());
         st.group.writing += 1;
         let records = st.group.take_queued();
@@ -452,7 +448,7 @@ impl Array {
                 }
             });
         }
-        written.map(|_| ok)
+        written.map(|_| ())
     }
 
     /// Whether no present member's flush waits for anything
@@ -463,49 +459,35 @@ impl Array {
             .all(|i| self.slots[i].state() == SlotState::Failed || !handles[i].flush_waits())
     }
 
-    /// Writes a group's records to the members that keep them; returns
-    /// whether the array is within its redundancy after. Records
-    /// that lie one after another in the ring go as one write per member
-    /// (`runs`), and each run to members of its own (`journal_copies`,
-    /// the next turn each): a group's bytes spread over the members in
-    /// sync, where all of them went to the same ones. A group of large
-    /// records (a 128 KiB write's is 260 KiB) was bound by the write rate
-    /// of the one drive that took it all while the others idled; a group
-    /// of small ones is one run, on the same members as before. All runs
-    /// go in one submission and are flushed together: none of the group's
-    /// records counts durable before every member written is flushed.
+    /// Writes a group's records (or one written alone, `commit_record`) to
+    /// the members that keep them; returns whether the array is within
+    /// its redundancy after. Records that lie one after another in the
+    /// ring go as one write (`runs`), each run to members of its own
+    /// (`journal_copies`, the next turn each), so that a group's bytes
+    /// spread over the members in sync: a group of large records (a 128
+    /// KiB write's is 260 KiB at a 128 KiB chunk) on one drive would run
+    /// at that drive's write rate while the others idle. A group of small
+    /// ones is one run. All runs go in one submission and are flushed
+    /// together: none of the group's records counts durable before every
+    /// member written is flushed.
     pub(super) fn write_group(&self, records: &[(u64, AlignedBuf)]) -> bool {
         let j = self.journal.as_ref().expect("journaled");
-        let spans = runs(records, j.run_bytes.load(Ordering::Acquire));
+        let spans = runs(records, j.run());
         let joined: Vec<Option<AlignedBuf>> = spans
             .iter()
             .map(|r| (r.len() > 1).then(|| join(&records[r.clone()])))
             .collect();
-        let first_turn = self.take_turns(spans.len() as u64);
+        let first_turn = j.turns.fetch_add(spans.len() as u64, Ordering::Relaxed);
         let mut placed: Vec<(usize, u64, &[u8])> = Vec::new();
-        for (k, (r, j)) in spans.iter().zip(&joined).enumerate() {
+        for (k, (r, whole)) in spans.iter().zip(&joined).enumerate() {
             let (at, first) = &records[r.start];
-            let bytes = j.as_deref().unwrap_or(&first[..]);
+            let bytes = whole.as_deref().unwrap_or(&first[..]);
             for m in self.journal_copies(first_turn + k as u64) {
                 placed.push((m, *at, bytes));
             }
         }
         let (handles, failed) = self.write_placed_durably(&placed);
         self.fail_erred(&handles, failed, "journal write")
-    }
-
-    /// The next `n` turns of `journal_copies`: the first of them.
-    fn take_turns(&self, n: u64) -> u64 {
-        self.journal
-            .as_ref()
-            .map_or(0, |j| j.turns.fetch_add(n, Ordering::Relaxed))
-    }
-
-    /// Writes records (`blocks`: ring offset, bytes) to the members that
-    /// keep copies of them (`journal_copies`, the next turn), then flushes
-    /// those. Returns whether the array is within its redundancy after.
-    pub(super) fn write_records(&self, blocks: &[(u64, &[u8])]) -> bool {
-        self.write_to(&self.journal_copies(self.take_turns(1)), blocks)
     }
 
     /// The members a record goes to. A record is needed only while the
@@ -546,15 +528,7 @@ impl Array {
     /// either is failed. Returns whether the array is within its
     /// redundancy after.
     pub(super) fn write_everywhere(&self, blocks: &[(u64, &[u8])]) -> bool {
-        self.write_to(&self.present_slots(), blocks)
-    }
-
-    /// Writes `blocks` to the members of slots `to` in one submission,
-    /// then flushes them together (`flush_each`); a member that fails
-    /// either is failed. Returns whether the array is within its
-    /// redundancy after.
-    fn write_to(&self, to: &[usize], blocks: &[(u64, &[u8])]) -> bool {
-        let (handles, failed) = self.write_durably(to, blocks);
+        let (handles, failed) = self.write_durably(&self.present_slots(), blocks);
         self.fail_erred(&handles, failed, "journal write")
     }
 }

@@ -492,6 +492,118 @@ fn writes_across_chunks_run_on_the_shards() {
     }
 }
 
+/// RAID5 and RAID6 writes across two stripes, covering neither whole,
+/// run on the shards: each is cut into a write per stripe, given to that
+/// stripe's shard, and answered once, when both parts are in; healthy and
+/// with a member missing (each part journaled). The array's statistics
+/// count each as one write of its bytes, wherever its parts ran. A write
+/// that covers a stripe whole stays the blocking path's. Where the array
+/// has failed, the write's parts fail and it is answered once, with an
+/// error, counted once.
+#[test]
+fn writes_across_two_stripes_run_on_the_shards() {
+    for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 5)] {
+        let a = array(level, drives(n), "across-stripes");
+        let mut model = start_model(&a);
+        let Some(e) = shards(&a, 2) else { return };
+        let sdb = a.geometry().stripe_data_bytes();
+        let mut rng = SmallRng::seed_from_u64(21);
+        // Every region's bit durable first (see writes_across_chunks_...).
+        let mut b = AlignedBuf::new(1 << 20);
+        for (i, m) in model.chunks_mut(1 << 20).enumerate() {
+            rng.fill(&mut b[..m.len()]);
+            a.write(i as u64 * (1 << 20), &b[..m.len()]).unwrap();
+            m.copy_from_slice(&b[..m.len()]);
+        }
+        let stripes = a.capacity() / sdb;
+        // (offset, len) of the i-th write: from inside stripe s to inside
+        // stripe s + 1, at most a stripe long.
+        let across = |i: u64| {
+            let s = (i * 7919) % (stripes - 1);
+            let before = 4096 * (1 + i % (sdb / 4096 - 1));
+            let after = 4096 * (1 + (i * 13) % (sdb / 4096 - 1));
+            ((s + 1) * sdb - before, before + after)
+        };
+        let one = |e: &Engine, model: &mut [u8], rng: &mut SmallRng, (off, len): (u64, u64)| {
+            let mut b = AlignedBuf::new(len as usize);
+            rng.fill(&mut b[..]);
+            let (tx, rx) = mpsc::channel();
+            e.write(off, b.clone(), Box::new(move |r| tx.send(r).unwrap()));
+            let r = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            let back = r.unwrap_or_else(|err| panic!("{level:?}: write at {off}: {err}"));
+            assert!(back[..] == b[..], "the client's buffer handed back");
+            assert!(
+                rx.recv_timeout(Duration::from_millis(50)).is_err(),
+                "answered twice"
+            );
+            model[off as usize..(off + len) as usize].copy_from_slice(&b);
+        };
+        let c = e.counts();
+        let count = |n: &raid_core::stats::StripedCounter| n.load(Ordering::Relaxed);
+        for degraded in [false, true] {
+            if degraded {
+                a.fail_slot(1, "test");
+            }
+            let (on0, off0) = (count(&c.writes_on_shards), count(&c.writes_blocking));
+            let before = a.io_stats().client.write;
+            for i in 0..150 {
+                one(&e, &mut model, &mut rng, across(i));
+            }
+            let after = a.io_stats().client.write;
+            let bytes: u64 = (0..150).map(|i| across(i).1).sum();
+            assert_eq!(
+                after.ops - before.ops,
+                150,
+                "{level:?}: client writes counted"
+            );
+            assert_eq!(after.bytes - before.bytes, bytes, "{level:?}: their bytes");
+            let (on, off) = (count(&c.writes_on_shards), count(&c.writes_blocking));
+            // Two parts each. A part that would recover the missing
+            // chunk is the blocking path's (as a write inside one stripe).
+            let (on, off) = (on - on0, off - off0);
+            assert_eq!(on + off, 300, "{level:?}, degraded {degraded}: parts");
+            match degraded {
+                false => assert_eq!(off, 0, "{level:?}: parts on the blocking path"),
+                true => assert!(on > 150, "{level:?}, degraded: {on} parts on the shards"),
+            }
+            let off = count(&c.writes_blocking);
+            // A stripe whole and a block on either side: the blocking path's.
+            one(&e, &mut model, &mut rng, (3 * sdb - 4096, sdb + 8192));
+            assert_eq!(
+                count(&c.writes_blocking) - off,
+                1,
+                "{level:?}: a whole stripe's write"
+            );
+            // Many at once, some across stripes.
+            writes(&e, &mut model, 1500, 32, 22, |_| true);
+        }
+        // Failed: a write across stripes is answered once, with an error.
+        for m in 2..n - 1 {
+            a.fail_slot(m, "test");
+        }
+        assert_eq!(a.state(), ArrayState::Failed);
+        let (off, len) = across(5);
+        let before = a.io_stats().client.write;
+        let (tx, rx) = mpsc::channel();
+        e.write(
+            off,
+            AlignedBuf::new(len as usize),
+            Box::new(move |r| tx.send(r).unwrap()),
+        );
+        let r = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(r.is_err(), "{level:?}: a write to a failed array succeeded");
+        assert!(
+            rx.recv_timeout(Duration::from_millis(50)).is_err(),
+            "answered twice"
+        );
+        let after = a.io_stats().client.write;
+        assert_eq!(
+            (after.ops, after.errors),
+            (before.ops + 1, before.errors + 1)
+        );
+    }
+}
+
 /// On one shard, a RAID10 write across chunks k and k+1 in flight, then,
 /// given with it, a write inside chunk k+1 and one across k+1 and k+2
 /// (no block of the three overlapping another): the second waits on the

@@ -938,12 +938,18 @@ fn lives(on_shard: bool) {
     // A run of many lives that served none of these on the shard tested
     // nothing of it (a few lives may well not).
     if on_shard && failed.is_empty() && seeds().end - seeds().start >= 1000 {
-        let [reads, writes, reads_b, writes_b, degraded, merged, erred, steps] =
+        let [reads, writes, reads_b, writes_b, degraded, merged, erred, steps, split] =
             shards::SERVED.each_ref().map(|n| n.load(Ordering::Relaxed));
-        eprintln!("served on the shard: {reads} reads ({degraded} degraded), {writes} writes ({merged} more merged into them, {erred} ended by a member's error); on the blocking path: {reads_b} reads, {writes_b} writes; journal committer steps with work: {steps}");
+        eprintln!("served on the shard: {reads} reads ({degraded} degraded), {writes} writes ({merged} more merged into them, {erred} ended by a member's error, {split} more parts of writes across stripes); on the blocking path: {reads_b} reads, {writes_b} writes; journal committer steps with work: {steps}");
         assert!(
-            reads > 0 && writes > 0 && degraded > 0 && merged > 0 && erred > 0 && steps > 0,
-            "the shard served no read, no degraded read, no write, no merged write or no write a member failed, or the journal's committer step never had work"
+            reads > 0
+                && writes > 0
+                && degraded > 0
+                && merged > 0
+                && erred > 0
+                && steps > 0
+                && split > 0,
+            "the shard served no read, no degraded read, no write, no merged write, no write a member failed or no write across stripes, or the journal's committer step never had work"
         );
     }
     if let Some((seed, msg)) = failed.first() {

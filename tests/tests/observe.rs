@@ -275,8 +275,9 @@ fn metrics_pass_promtool_and_a_prometheus_server_reads_them() {
         )
     };
     let merged = get("raidctl_engine_writes_merged_total", &[("array", "mx")]);
+    let split = get("raidctl_engine_writes_split_total", &[("array", "mx")]);
     let writes = engine("write", "shard") + engine("write", "inline") + engine("write", "blocking");
-    assert_eq!(writes + merged, 128.0);
+    assert_eq!(writes + merged - split, 128.0);
     let reads = engine("read", "shard") + engine("read", "inline") + engine("read", "blocking");
     assert!(reads >= 1.0);
     let shards = get("raidctl_engine_shards", &[("array", "mx")]);

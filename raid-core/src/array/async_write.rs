@@ -89,6 +89,27 @@ impl Array {
             && self.write_lock_key(offset) == Some(key)
             && self.write_lock_key(offset + len - 1) == Some(key)
     }
+
+    /// Whether a write of `len` bytes at `offset` is a well formed
+    /// RAID5/6 write that touches two stripes or more and covers none of
+    /// them whole, on an array with no member in memory: one a shard cuts
+    /// into a write per stripe (`shard/split.rs`). A write that covers a
+    /// stripe whole stays the blocking path's, which writes such stripes
+    /// together, their parity in one call: cut on the shards, 1 MiB random
+    /// writes at depth 128 ran 0.90-0.94x its rate with a p99 four times
+    /// its own (the large I/O bench). So does every such write to members
+    /// in memory, where the copies are the cost and the blocking path's
+    /// threads take them on whichever core is free: cut on the shards,
+    /// sequential 128 KiB writes through NBD on tmpfs ran 0.74-0.75x.
+    pub(crate) fn split_on_shards(&self, offset: u64, len: u64) -> bool {
+        let sdb = self.geo.stripe_data_bytes();
+        matches!(self.geo.level, Level::Raid5 | Level::Raid6)
+            && len > 0
+            && self.check_range(offset, len).is_ok()
+            && offset / sdb != (offset + len - 1) / sdb
+            && offset.div_ceil(sdb) * sdb + sdb > offset + len
+            && !self.any_in_memory()
+    }
 }
 
 /// What a write needs next.
@@ -192,6 +213,9 @@ pub(crate) struct AsyncWrite {
     /// The journal record queued for the next group (its sequence).
     queued: Option<u64>,
     started: Started,
+    /// Whether its end is counted as a client's write in the array's
+    /// statistics: not a part of one the shards cut (`uncounted`).
+    counted: bool,
 }
 
 /// Whether `start` took the write.
@@ -352,6 +376,7 @@ impl AsyncWrite {
             journal_due: false,
             queued: None,
             started: Started::now(),
+            counted: true,
         };
         match w.plan_reads() {
             true => Start::Go(Box::new(w)),
@@ -392,6 +417,17 @@ impl AsyncWrite {
     /// The keys of the locks the write holds (`Array::write_lock_keys`).
     pub(crate) fn lock_keys(&self) -> Option<RangeInclusive<u64>> {
         self.g.locks.clone()
+    }
+
+    /// Not counted in the array's client statistics when it ends: a part
+    /// of a client's write that the shards cut, which count that write.
+    pub(crate) fn uncounted(&mut self) {
+        self.counted = false;
+    }
+
+    /// Whether its end is counted (`uncounted`).
+    pub(crate) fn is_counted(&self) -> bool {
+        self.counted
     }
 
     /// The offset the client asked to write at.
@@ -661,11 +697,7 @@ impl AsyncWrite {
     pub(crate) fn journal_failed(mut self) -> (ArrayError, AlignedBuf) {
         self.g.queued = false;
         let e = self.g.array.journal_unwritten_error();
-        self.g
-            .array
-            .client_io
-            .write
-            .record(self.data.len() as u64, self.started.took(), false);
+        self.count(false);
         (e, self.give_up())
     }
 
@@ -747,12 +779,16 @@ impl AsyncWrite {
     /// The write ends with `r`: counted as the client's write (its guards
     /// go when the caller gives it up).
     fn counted(&self, r: Result<()>) -> Result<()> {
-        self.g
-            .array
-            .client_io
-            .write
-            .record(self.data.len() as u64, self.started.took(), r.is_ok());
+        self.count(r.is_ok());
         r
+    }
+
+    /// Counts the write's end, `ok` or not, unless it is `uncounted`.
+    fn count(&self, ok: bool) {
+        if self.counted {
+            let (len, took) = (self.data.len() as u64, self.started.took());
+            self.g.array.client_io.write.record(len, took, ok);
+        }
     }
 
     /// Ends a write whose member writes erred (`Next::Finish`), on a thread

@@ -228,6 +228,24 @@ impl Array {
         r
     }
 
+    /// `write`, not counted in the array's client statistics: a part of a
+    /// client's write cut by the shards, which count the client's write.
+    pub(crate) fn write_part(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_checked(offset, data)
+    }
+
+    /// Counts a client's write that the shards cut into parts (each run
+    /// by `write_part` or uncounted on a shard): `bytes`, `took`, `ok` as
+    /// `stats::OpStats::record`.
+    pub(crate) fn count_split_write(
+        &self,
+        bytes: u64,
+        took: Option<std::time::Duration>,
+        ok: bool,
+    ) {
+        self.client_io.write.record(bytes, took, ok);
+    }
+
     /// Whether a write (or zeroing) of `len` bytes at `offset` may go
     /// ahead: in range, the array within its redundancy and not out of
     /// space; then marked dirty, with the write-intent bits it needs held

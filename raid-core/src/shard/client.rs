@@ -189,14 +189,14 @@ impl Local<'_> {
         if !in_memory || idle.is_some() {
             let to = idle.or_else(|| self.owner_of_write(offset));
             let done = at_home(&shard.inbox, done);
-            return self.give(to, Request::Write(WriteJob { offset, data, done }));
+            return self.give(to, Request::Write(WriteJob::new(offset, data, done)));
         }
         let posted = after_poll(&shard.inbox, done);
         if let Err((data, done)) =
             super::inline::write_here(&shard.array, &shard.blocking, offset, data, posted)
         {
             let to = self.owner_of_write(offset);
-            self.give(to, Request::Write(WriteJob { offset, data, done }))
+            self.give(to, Request::Write(WriteJob::new(offset, data, done)))
         }
     }
 

@@ -76,11 +76,14 @@ pub(super) fn runs(
 
 /// One write of `run` (two or more, each starting where the last ended),
 /// whose completion answers each of them: Ok with its own buffer, or the
-/// merged write's error. Counted as the writes they are in the array's
-/// client statistics (the merged write counts once where it runs).
+/// merged write's error. Counted as the client writes they are in the
+/// array's client statistics (the merged write counts once where it runs,
+/// unless every write of `run` is a part of one cut by `split.rs`, which
+/// counts its own).
 pub(super) fn merged(run: Vec<WriteJob>, array: &LocalArray, counts: &Counts) -> WriteJob {
     let n = run.len() as u64;
     counts.writes_merged.fetch_add(n - 1, Ordering::Relaxed);
+    let clients = run.iter().filter(|j| !j.part).count() as u64;
     let offset = run[0].offset;
     let len = run.iter().map(|j| j.data.len()).sum();
     let mut data = AlignedBuf::new(len);
@@ -93,7 +96,7 @@ pub(super) fn merged(run: Vec<WriteJob>, array: &LocalArray, counts: &Counts) ->
     }
     let array = array.clone();
     let done: WriteDone = Box::new(move |r| {
-        array.count_merged_writes(n - 1, r.is_ok());
+        array.count_merged_writes(clients.saturating_sub(1), r.is_ok());
         match r {
             Ok(_) => {
                 for (d, b) in parts {
@@ -108,7 +111,12 @@ pub(super) fn merged(run: Vec<WriteJob>, array: &LocalArray, counts: &Counts) ->
             }
         }
     });
-    WriteJob { offset, data, done }
+    WriteJob {
+        offset,
+        data,
+        done,
+        part: clients == 0,
+    }
 }
 
 #[cfg(test)]
@@ -117,20 +125,15 @@ mod tests {
 
     /// A write of `blocks` 4 KiB blocks at block `at`, answering nothing.
     fn job(at: u64, blocks: usize) -> WriteJob {
-        WriteJob {
-            offset: at * 4096,
-            data: AlignedBuf::new(blocks * 4096),
-            done: Box::new(|_| {}),
-        }
+        WriteJob::new(at * 4096, AlignedBuf::new(blocks * 4096), Box::new(|_| {}))
     }
 
     /// The writes to start, as (first block, blocks), with a stand-in for
     /// the merge that only joins the ranges.
     fn plan(jobs: Vec<WriteJob>, fits: impl Fn(&WriteJob) -> bool) -> Vec<(u64, usize)> {
-        let join = |run: Vec<WriteJob>| WriteJob {
-            offset: run[0].offset,
-            data: AlignedBuf::new(run.iter().map(|j| j.data.len()).sum()),
-            done: Box::new(|_| {}),
+        let join = |run: Vec<WriteJob>| {
+            let len = run.iter().map(|j| j.data.len()).sum();
+            WriteJob::new(run[0].offset, AlignedBuf::new(len), Box::new(|_| {}))
         };
         runs(jobs.into(), fits, &join)
             .into_iter()

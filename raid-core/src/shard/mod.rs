@@ -69,6 +69,7 @@ mod ops;
 mod pair;
 mod pool;
 mod read;
+mod split;
 mod stepped;
 mod write;
 
@@ -158,6 +159,11 @@ pub struct Counts {
     /// Writes that waited for their stripe and were merged into the
     /// write of another (`merge.rs`): each merged write counts once above.
     pub writes_merged: StripedCounter,
+    /// The parts beyond the first of RAID5/6 writes across stripes cut
+    /// into a write per stripe (`split.rs`): each part counts once above,
+    /// as a write on the shards, on the blocking path or merged; client
+    /// writes are those plus `writes_merged` minus these.
+    pub writes_split: StripedCounter,
     /// Shard (or inline) writes whose member writes erred, ended on a
     /// blocking thread (counted in `writes_on_shards` or `writes_inline`
     /// too).
@@ -195,6 +201,22 @@ struct WriteJob {
     offset: u64,
     data: AlignedBuf,
     done: WriteDone,
+    /// One stripe's part of a client's write cut by `split.rs`, which
+    /// counts the client's write once in the array's statistics: the part
+    /// is not counted where it runs.
+    part: bool,
+}
+
+impl WriteJob {
+    /// A client's write (not a part).
+    fn new(offset: u64, data: AlignedBuf, done: WriteDone) -> WriteJob {
+        WriteJob {
+            offset,
+            data,
+            done,
+            part: false,
+        }
+    }
 }
 
 enum Request {
@@ -492,11 +514,9 @@ impl Engine {
         };
         // A RAID5/6 stripe's writes go to one shard, which holds its lock
         // for each in turn and queues the others behind it; other levels
-        // spread by chunk. (Cutting a write across stripes into one per
-        // stripe on the shards was tried: 0.9x the blocking path's rate on
-        // 128 KiB writes, 0.5-0.6x on 1 MiB, which writes whole stripes
-        // from eight threads, their parity in one call.)
-        let job = WriteJob { offset, data, done };
+        // spread by chunk. A RAID5/6 write across stripes goes to its
+        // first stripe's shard, which cuts it (`split.rs`).
+        let job = WriteJob::new(offset, data, done);
         match client::write_owner(&self.array, offset, self.shards.len()) {
             Some(i) => self.push(owed, i, Request::Write(job)),
             None => self.blocking(Fallback::Write {
@@ -694,7 +714,11 @@ fn blocking_work(array: &Array, f: Fallback) {
             for (slot, m, e) in &failed {
                 array.direct_read_failed(*slot, m, e);
             }
-            let r = array.write(job.offset, &job.data).map(|()| job.data);
+            let r = match job.part {
+                true => array.write_part(job.offset, &job.data),
+                false => array.write(job.offset, &job.data),
+            };
+            let r = r.map(|()| job.data);
             answer(job.done, r);
         }
         Fallback::Zeroes { offset, len, done } => answer(done, array.write_zeroes(offset, len)),

@@ -70,7 +70,7 @@ impl Stepped {
 
     /// Queues a write, as `Engine::write` (it starts at the next `turn`).
     pub fn write(&self, offset: u64, data: AlignedBuf, done: WriteDone) {
-        let job = WriteJob { offset, data, done };
+        let job = WriteJob::new(offset, data, done);
         self.shard.inbox.push(Job::Request(Request::Write(job)));
     }
 

@@ -18,6 +18,9 @@ use std::sync::atomic::Ordering;
 impl Shard {
     /// Starts a write on this shard, or hands it to the blocking path.
     pub(super) fn start_write(&mut self, job: WriteJob) {
+        if self.splits(&job) {
+            return self.split(job);
+        }
         // Behind a write of this shard's that holds the stripe, started
         // when it ends (what the stripe lock would do, with no thread
         // waiting). They start in arrival order, but one that then takes
@@ -42,9 +45,17 @@ impl Shard {
                 return self.held.get_mut(&k).expect("found").push_back(job);
             }
         }
-        let WriteJob { offset, data, done } = job;
+        let WriteJob {
+            offset,
+            data,
+            done,
+            part,
+        } = job;
         match AsyncWrite::start(&self.array, offset, data, non_blocking) {
-            Start::Go(w) => {
+            Start::Go(mut w) => {
+                if part {
+                    w.uncounted();
+                }
                 for k in w.lock_keys().into_iter().flatten() {
                     self.held.insert(k, Default::default());
                 }
@@ -61,7 +72,12 @@ impl Shard {
                 self.run_step(k);
             }
             Start::Blocking(data) => {
-                let job = WriteJob { offset, data, done };
+                let job = WriteJob {
+                    offset,
+                    data,
+                    done,
+                    part,
+                };
                 self.blocking.send(Fallback::Write {
                     job,
                     failed: Vec::new(),
@@ -149,12 +165,13 @@ impl Shard {
         let Op::Write(op) = self.remove(k) else {
             unreachable!("a write")
         };
-        let (offset, keys) = (op.w.offset(), op.w.lock_keys());
+        let (offset, keys, part) = (op.w.offset(), op.w.lock_keys(), !op.w.is_counted());
         let data = op.w.give_up();
         let job = WriteJob {
             offset,
             data,
             done: op.done,
+            part,
         };
         self.blocking.send(Fallback::Write { job, failed });
         self.release(keys);

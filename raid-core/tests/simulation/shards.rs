@@ -39,9 +39,10 @@ use std::sync::{Arc, Mutex};
 
 /// Reads and writes the shards served themselves, over every life of
 /// the run: a run in which they served none tested nothing of them.
-/// The last: the journal committer's steps that found work
-/// (`commit_journal_step`: groups to lead, a ring to free).
-pub(super) static SERVED: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+/// Then the journal committer's steps that found work
+/// (`commit_journal_step`: groups to lead, a ring to free), and the parts
+/// beyond the first of RAID5/6 writes across stripes cut on the shard.
+pub(super) static SERVED: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
 
 /// Requests for the front end on the shard to give: whether a write, the
 /// offset, the buffer, what to call with the answer.
@@ -109,11 +110,16 @@ impl World {
             ]
             .map(|n| n.load(Ordering::Relaxed))
         };
-        let before = served(self);
+        let split = |w: &World| {
+            let c = w.stepped.as_ref().expect("made above").counts();
+            c.writes_split.load(Ordering::Relaxed)
+        };
+        let (before, split_before) = (served(self), split(self));
         self.play_round();
         for (i, n) in served(self).into_iter().enumerate() {
             SERVED[i].fetch_add(n - before[i], Ordering::Relaxed);
         }
+        SERVED[8].fetch_add(split(self) - split_before, Ordering::Relaxed);
     }
 
     fn play_round(&mut self) {
@@ -223,7 +229,7 @@ impl World {
         // Most of them one block: inside one chunk, which the shard serves
         // on every level (more cross a chunk, which it serves on RAID1/10
         // under every chunk's lock, and may cross a RAID5/6 stripe, which
-        // the blocking path serves).
+        // it cuts into a write per stripe).
         let nb = match self.rng.gen_bool(0.75) {
             true => 1,
             false => self.rng.gen_range(2..=4).min(blocks),

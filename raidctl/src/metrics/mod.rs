@@ -55,6 +55,10 @@ pub struct EngineSample {
     /// above, as the one request it was served as; client writes are the
     /// writes above plus these.
     pub writes_merged: u64,
+    /// Parts beyond the first of RAID5/6 writes across stripes cut into a
+    /// write per stripe, each part counted once above: client writes are
+    /// the writes above plus `writes_merged` minus these.
+    pub writes_split: u64,
     /// Times a degraded write waited on its shard for room in the journal.
     pub journal_waits: u64,
 }
@@ -73,6 +77,7 @@ impl EngineSample {
         self.writes_inline += n(&c.writes_inline);
         self.writes_blocking += n(&c.writes_blocking);
         self.writes_merged += n(&c.writes_merged);
+        self.writes_split += n(&c.writes_split);
         self.journal_waits += n(&c.journal_waits);
     }
 }
@@ -637,6 +642,14 @@ fn engine_families(e: &mut Exposition, s: &Sample) {
         Kind::Counter,
         "Writes that waited for their stripe and were merged into the write of another.",
         |a| a.engine.as_ref().map(|g| g.writes_merged as f64),
+    );
+    per_array(
+        e,
+        s,
+        "raidctl_engine_writes_split_total",
+        Kind::Counter,
+        "Parts beyond the first of RAID5/6 writes across stripes, cut into a write per stripe.",
+        |a| a.engine.as_ref().map(|g| g.writes_split as f64),
     );
     per_array(
         e,

@@ -1,6 +1,7 @@
 //! Power cuts with writes in flight on the shards (fixed seeds): rounds of
-//! writes through `shard::Engine` (many at once, some across stripes and
-//! so on the blocking path), flushes and drives draining their caches on
+//! writes through `shard::Engine` (many at once, some across stripes: cut
+//! into a write per stripe on the shards, or on the blocking path where
+//! they cover a stripe whole), flushes and drives draining their caches on
 //! their own, then every member loses its unflushed writes while a last
 //! round is in flight (and the drives drain their caches meanwhile). The next start must recover on its own: every
 //! block acknowledged before the last flush reads back intact, every other
@@ -286,8 +287,9 @@ fn power_cuts_under_shard_writes_raid6() {
 
 /// A member out (`before`: failed, or being rebuilt): the rounds' writes
 /// inside one stripe are the shards', journaled there where the stripe
-/// is degraded (a write across stripes, or the first since the array was
-/// clean, is the blocking path's).
+/// is degraded (the parts of a write across two stripes too; one that
+/// covers a stripe whole, or the first since the array was clean, is the
+/// blocking path's).
 fn run_with_a_member_out(level: Level, n: usize, first: u64, before: Before) {
     let runs: Vec<Run> = seeds(first)
         .map(|seed| run(level, n, seed, before))

@@ -49,8 +49,9 @@ fn start_model(a: &Array) -> Vec<u8> {
 }
 
 /// `n` random writes through the shards, `depth` in flight from this one
-/// thread: mostly 4 KiB, some up to a stripe and across stripes (the
-/// blocking path's). Blocks are drawn from those `mine` accepts, so other
+/// thread: mostly 4 KiB, some up to a stripe and across stripes (RAID5/6:
+/// cut into a write per stripe on the shards where they cover neither
+/// whole and no member is in memory, else the blocking path's). Blocks are drawn from those `mine` accepts, so other
 /// writers may own the rest. The model follows.
 fn writes(
     e: &Engine,
@@ -168,7 +169,8 @@ fn writes_on_file_members_and_simulated_drives() {
             // Writes inside a stripe (RAID0: chunk) run on the shards (on
             // members in memory, most in the caller's thread), those that
             // find their stripe held by another of the shard's writes wait
-            // behind it; only writes across stripes or chunks take the
+            // behind it; only writes across stripes or chunks (not cut:
+            // `writes_across_two_stripes_run_on_the_shards`) take the
             // blocking path.
             let inline = e.counts().writes_inline.load(Ordering::Relaxed);
             let runs_inline = all_in_memory && e.shard_count() > 0;
@@ -396,8 +398,8 @@ fn degraded_shard_writes_wait_for_room_in_the_journal() {
         "no write waited for room"
     );
     assert!(a.io_stats().journal_checkpoints > 0);
-    // The writes across stripes (one in five draws) are the blocking
-    // path's; those inside one are the shards'.
+    // Those inside one stripe are the shards', and the parts of those
+    // across two (one in five draws); the rest is the blocking path's.
     assert!(
         on_shards > 2 * blocking,
         "{on_shards} on the shards, {blocking} not"
@@ -496,10 +498,10 @@ fn writes_across_chunks_run_on_the_shards() {
 /// run on the shards: each is cut into a write per stripe, given to that
 /// stripe's shard, and answered once, when both parts are in; healthy and
 /// with a member missing (each part journaled). The array's statistics
-/// count each as one write of its bytes, wherever its parts ran. A write
-/// that covers a stripe whole stays the blocking path's. Where the array
-/// has failed, the write's parts fail and it is answered once, with an
-/// error, counted once.
+/// count each as one write of its bytes, wherever its parts ran. A write that covers a stripe whole stays the
+/// blocking path's. Every block reads back as written, and parity scrubs
+/// clean. Where the array has failed, the write's parts fail and it is
+/// answered once, with an error, counted once.
 #[test]
 fn writes_across_two_stripes_run_on_the_shards() {
     for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 5)] {
@@ -517,7 +519,7 @@ fn writes_across_two_stripes_run_on_the_shards() {
         }
         let stripes = a.capacity() / sdb;
         // (offset, len) of the i-th write: from inside stripe s to inside
-        // stripe s + 1, at most a stripe long.
+        // stripe s + 1, shorter than two stripes.
         let across = |i: u64| {
             let s = (i * 7919) % (stripes - 1);
             let before = 4096 * (1 + i % (sdb / 4096 - 1));
@@ -576,6 +578,10 @@ fn writes_across_two_stripes_run_on_the_shards() {
             );
             // Many at once, some across stripes.
             writes(&e, &mut model, 1500, 32, 22, |_| true);
+            matches(&a, &model);
+            if !degraded {
+                scrub_clean(&a);
+            }
         }
         // Failed: a write across stripes is answered once, with an error.
         for m in 2..n - 1 {
@@ -602,6 +608,68 @@ fn writes_across_two_stripes_run_on_the_shards() {
             (before.ops + 1, before.errors + 1)
         );
     }
+}
+
+/// On one shard, a write holding stripe t, then a write across stripes
+/// t - 1 and t and a write inside t right after it, given together: the
+/// second is cut, its part in t waits behind the first with the third,
+/// and the two start merged when the first ends. The array's statistics
+/// count three client writes of their bytes (the merged write is counted
+/// as the third, the part by the write it was cut from), and every block
+/// reads back as written.
+#[test]
+fn a_part_merged_with_a_client_write_counts_once() {
+    let a = array(Level::Raid5, drives(4), "part-merged");
+    let mut model = start_model(&a);
+    let Some(e) = shards(&a, 1) else { return };
+    // Every region's bit durable first (see writes_across_chunks_...).
+    let mut b = AlignedBuf::new(1 << 20);
+    for i in 0..a.capacity() >> 20 {
+        a.write(i << 20, &b).unwrap();
+    }
+    let t = 20 * a.geometry().stripe_data_bytes();
+    let writes = [(t + 40960, 4096), (t - 8192, 16384), (t + 8192, 8192)];
+    let mut rng = SmallRng::seed_from_u64(23);
+    let before = a.io_stats().client.write;
+    let merged = e.counts().writes_merged.load(Ordering::Relaxed);
+    let (tx, rx) = mpsc::channel();
+    {
+        let mut batch = e.batch();
+        for (i, &(off, len)) in writes.iter().enumerate() {
+            b = AlignedBuf::new(len as usize);
+            rng.fill(&mut b[..]);
+            model[off as usize..(off + len) as usize].copy_from_slice(&b);
+            let tx = tx.clone();
+            batch.write(
+                off,
+                b,
+                Box::new(move |r| tx.send((i, r.map(|_| ()))).unwrap()),
+            );
+        }
+    }
+    for _ in 0..writes.len() {
+        let (i, r) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("every write answered");
+        r.unwrap_or_else(|err| panic!("write {i}: {err}"));
+    }
+    assert!(
+        rx.recv_timeout(Duration::from_millis(50)).is_err(),
+        "answered twice"
+    );
+    let after = a.io_stats().client.write;
+    let c = e.counts();
+    assert_eq!(
+        c.writes_merged.load(Ordering::Relaxed) - merged,
+        1,
+        "the part and the third merged"
+    );
+    assert_eq!(after.ops - before.ops, 3, "client writes counted");
+    let bytes: u64 = writes.iter().map(|w| w.1).sum();
+    assert_eq!(after.bytes - before.bytes, bytes, "their bytes");
+    drop(e);
+    matches(&a, &model);
+    scrub_clean(&a);
 }
 
 /// On one shard, a RAID10 write across chunks k and k+1 in flight, then,
@@ -875,8 +943,8 @@ fn reads(e: &Engine, model: &[u8], n: usize, seed: u64) {
 
 /// While a slot holds a hot replace's pair of devices, the shards serve
 /// its reads (from the old device) and its writes (to both at once): only
-/// writes across stripes (chunks) take the blocking path, as without a
-/// pair. Writes go on while the copy runs, and at the end the new device
+/// writes across stripes (chunks) that the shards do not cut take the
+/// blocking path, as without a pair. Writes go on while the copy runs, and at the end the new device
 /// is the member with every block and every stripe's parity right, so
 /// the writes the shards sent to rows already copied reached it.
 #[test]

@@ -234,10 +234,11 @@ impl Array {
         self.write_checked(offset, data)
     }
 
-    /// Counts a client's write that the shards cut into parts (each run
-    /// by `write_part` or uncounted on a shard): `bytes`, `took`, `ok` as
-    /// `stats::OpStats::record`.
-    pub(crate) fn count_split_write(
+    /// Counts a client's write that the shards ran as parts not counted
+    /// where they ran (`write_part`, `AsyncWrite::uncounted`): one cut at
+    /// a stripe's end, or merged with such a part. `bytes`, `took`, `ok`
+    /// as `stats::OpStats::record`.
+    pub(crate) fn count_client_write(
         &self,
         bytes: u64,
         took: Option<std::time::Duration>,

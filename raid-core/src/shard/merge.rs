@@ -20,6 +20,7 @@
 use super::{answer, Counts, WriteDone, WriteJob};
 use crate::array::LocalArray;
 use crate::buf::AlignedBuf;
+use crate::stats::Started;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
@@ -77,13 +78,22 @@ pub(super) fn runs(
 /// One write of `run` (two or more, each starting where the last ended),
 /// whose completion answers each of them: Ok with its own buffer, or the
 /// merged write's error. Counted as the client writes they are in the
-/// array's client statistics (the merged write counts once where it runs,
-/// unless every write of `run` is a part of one cut by `split.rs`, which
-/// counts its own).
+/// array's client statistics: the merged write counts once where it runs,
+/// with its bytes and time, and the others as operations. Where some of
+/// `run` are parts of writes cut by `split.rs` (which count their own),
+/// the merged write is a part too, and its completion counts the client
+/// writes of `run` with their own bytes, timed from the merge.
 pub(super) fn merged(run: Vec<WriteJob>, array: &LocalArray, counts: &Counts) -> WriteJob {
     let n = run.len() as u64;
     counts.writes_merged.fetch_add(n - 1, Ordering::Relaxed);
     let clients = run.iter().filter(|j| !j.part).count() as u64;
+    let client_bytes: u64 = run
+        .iter()
+        .filter(|j| !j.part)
+        .map(|j| j.data.len() as u64)
+        .sum();
+    let has_parts = clients < n;
+    let started = Started::now();
     let offset = run[0].offset;
     let len = run.iter().map(|j| j.data.len()).sum();
     let mut data = AlignedBuf::new(len);
@@ -96,7 +106,14 @@ pub(super) fn merged(run: Vec<WriteJob>, array: &LocalArray, counts: &Counts) ->
     }
     let array = array.clone();
     let done: WriteDone = Box::new(move |r| {
-        array.count_merged_writes(clients.saturating_sub(1), r.is_ok());
+        match has_parts {
+            false => array.count_merged_writes(n - 1, r.is_ok()),
+            true if clients > 0 => {
+                array.count_client_write(client_bytes, started.took(), r.is_ok());
+                array.count_merged_writes(clients - 1, r.is_ok());
+            }
+            true => {}
+        }
         match r {
             Ok(_) => {
                 for (d, b) in parts {
@@ -115,7 +132,7 @@ pub(super) fn merged(run: Vec<WriteJob>, array: &LocalArray, counts: &Counts) ->
         offset,
         data,
         done,
-        part: clients == 0,
+        part: has_parts,
     }
 }
 

@@ -49,8 +49,12 @@ impl Shard {
             offset,
             data,
             done,
-            part: _,
+            part,
         } = job;
+        debug_assert!(!part, "a part is inside one stripe: never cut again");
+        // Timed from here, before the parts wait in their shards' inboxes
+        // and behind writes holding their stripes (a write inside one
+        // stripe is timed from its start on the shard).
         let started = Started::now();
         let sdb = self.array.geometry().stripe_data_bytes();
         let len = data.len() as u64;
@@ -85,7 +89,7 @@ impl Shard {
                     None => Ok(data),
                 };
                 drop(g);
-                array.count_split_write(len, started.took(), r.is_ok());
+                array.count_client_write(len, started.took(), r.is_ok());
                 answer(done, r);
             });
             let part = WriteJob {

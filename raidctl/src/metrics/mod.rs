@@ -53,7 +53,7 @@ pub struct EngineSample {
     pub writes_blocking: u64,
     /// Writes merged into the write of another: a merged write counts once
     /// above, as the one request it was served as; client writes are the
-    /// writes above plus these.
+    /// writes above plus these, minus `writes_split`.
     pub writes_merged: u64,
     /// Parts beyond the first of RAID5/6 writes across stripes cut into a
     /// write per stripe, each part counted once above: client writes are

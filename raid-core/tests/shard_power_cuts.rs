@@ -287,9 +287,8 @@ fn power_cuts_under_shard_writes_raid6() {
 
 /// A member out (`before`: failed, or being rebuilt): the rounds' writes
 /// inside one stripe are the shards', journaled there where the stripe
-/// is degraded (the parts of a write across two stripes too; one that
-/// covers a stripe whole, or the first since the array was clean, is the
-/// blocking path's).
+/// is degraded (a write across stripes, or the first since the array was
+/// clean, is the blocking path's).
 fn run_with_a_member_out(level: Level, n: usize, first: u64, before: Before) {
     let runs: Vec<Run> = seeds(first)
         .map(|seed| run(level, n, seed, before))

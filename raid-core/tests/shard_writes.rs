@@ -496,8 +496,9 @@ fn writes_across_chunks_run_on_the_shards() {
 
 /// RAID5 and RAID6 writes across two stripes, covering neither whole,
 /// run on the shards: each is cut into a write per stripe, given to that
-/// stripe's shard, and answered once, when both parts are in; healthy and
-/// with a member missing (each part journaled). The array's statistics
+/// stripe's shard, and answered once, when both parts are in. With a
+/// member missing they are not cut (each part's journal record would
+/// crowd the ring) and go to the blocking path. The array's statistics
 /// count each as one write of its bytes, wherever its parts ran. A write that covers a stripe whole stays the
 /// blocking path's. Every block reads back as written, and parity scrubs
 /// clean. Where the array has failed, the write's parts fail and it is
@@ -547,6 +548,7 @@ fn writes_across_two_stripes_run_on_the_shards() {
                 a.fail_slot(1, "test");
             }
             let (on0, off0) = (count(&c.writes_on_shards), count(&c.writes_blocking));
+            let split0 = count(&c.writes_split);
             let before = a.io_stats().client.write;
             for i in 0..150 {
                 one(&e, &mut model, &mut rng, across(i));
@@ -560,13 +562,16 @@ fn writes_across_two_stripes_run_on_the_shards() {
             );
             assert_eq!(after.bytes - before.bytes, bytes, "{level:?}: their bytes");
             let (on, off) = (count(&c.writes_on_shards), count(&c.writes_blocking));
-            // Two parts each. A part that would recover the missing
-            // chunk is the blocking path's (as a write inside one stripe).
-            let (on, off) = (on - on0, off - off0);
-            assert_eq!(on + off, 300, "{level:?}, degraded {degraded}: parts");
+            // Healthy, two parts each on the shards; degraded, whole on
+            // the blocking path.
+            let (on, off, split) = (on - on0, off - off0, count(&c.writes_split) - split0);
             match degraded {
-                false => assert_eq!(off, 0, "{level:?}: parts on the blocking path"),
-                true => assert!(on > 150, "{level:?}, degraded: {on} parts on the shards"),
+                false => assert_eq!((on, off, split), (300, 0, 150), "{level:?}: cut"),
+                true => assert_eq!(
+                    (on, off, split),
+                    (0, 150, 0),
+                    "{level:?}, degraded: not cut"
+                ),
             }
             let off = count(&c.writes_blocking);
             // A stripe whole and a block on either side: the blocking path's.

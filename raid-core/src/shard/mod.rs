@@ -36,14 +36,15 @@
 //! goes on serving others until the group's leader (the journal's
 //! committer threads, or a blocking writer) posts back that it is durable.
 //!
-//! A RAID5/6 write across two stripes that covers neither whole is cut
-//! into a write per stripe, each run by its stripe's shard (`split.rs`).
+//! A RAID5/6 write across two stripes that covers neither whole, on an
+//! array with every member in sync, is cut into a write per stripe, each
+//! run by its stripe's shard (`split.rs`).
 //!
 //! Every other request (degraded writes that would recover a chunk, whose
 //! members are in memory, or whose record the journal refuses for other
 //! than room: a settle due, too large for the ring; degraded reads
-//! across stripes, RAID5/6 writes across stripes that cover one whole or
-//! whose members are in memory, a RAID0/1/10 write across chunks that
+//! across stripes, RAID5/6 writes across stripes that cover one whole,
+//! with a member out or whose members are in memory, a RAID0/1/10 write across chunks that
 //! meets one of them held, writes of more than 256 member writes, reads
 //! of more than 256 member reads, on a member that can do neither, one whose
 //! member erred, one that would have to wait for a lock, a bitmap write,

@@ -1,7 +1,7 @@
-//! A RAID5/6 write across two stripes that covers neither whole
-//! (`Array::split_on_shards` says which), cut into a write per stripe,
-//! each given to the shard that owns its stripe and run there as any
-//! write inside one stripe. The client's write completes when its last
+//! A RAID5/6 write across two stripes that covers neither whole, on an
+//! array with every member in sync (`Array::split_on_shards` says which),
+//! cut into a write per stripe, each given to the shard that owns its
+//! stripe and run there as any write inside one stripe. The client's write completes when its last
 //! part does, with the first error any part met (a failed write may have
 //! written one stripe and not the other, as on the blocking path, which
 //! writes them one after the other), and counts once in the array's
@@ -10,10 +10,10 @@
 //! Such writes went to the engine's eight blocking threads: at depth 128
 //! of 128 KiB random writes (one in seven across stripes), those waited
 //! behind each other while the rest overtook them, and made the tail
-//! (p99 57 ms, against a median of 2.4 ms). On the shards every write
-//! waits its turn at the drives alike: p99 18-22 ms, the median at the
+//! (p99 56-57 ms, against a median of 2.6-2.8 ms). On the shards every
+//! write waits its turn at the drives alike: p99 21 ms, the median at the
 //! mean's 9 ms (Little's law: the same 128 in flight at the same rate),
-//! and 6-8% more written (the large I/O bench; `docs/benchmarks.md`).
+//! and 4-7% more written (the large I/O bench; `docs/benchmarks.md`).
 //! Each part is a copy of its bytes, the cost of one memory copy of the
 //! client's write, so that the parts live and end apart.
 

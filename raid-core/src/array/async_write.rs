@@ -90,23 +90,21 @@ impl Array {
             && self.write_lock_key(offset + len - 1) == Some(key)
     }
 
-    /// Whether a write of `len` bytes at `offset` is a well formed
-    /// RAID5/6 write that touches two stripes or more and covers none of
-    /// them whole, on an array with every member in sync and none in
-    /// memory: one a shard cuts into a write per stripe
-    /// (`shard/split.rs`). A write that covers a
-    /// stripe whole stays the blocking path's, which writes such stripes
-    /// together, their parity in one call: cut on the shards, 1 MiB random
-    /// writes at depth 128 ran 0.90-0.94x its rate with a p99 four times
-    /// its own (the large I/O bench). So does every such write to members
-    /// in memory, where the copies are the cost and the blocking path's
-    /// threads take them on whichever core is free: cut on the shards,
-    /// sequential 128 KiB writes through NBD on tmpfs ran 0.74-0.75x. And
-    /// so does every such write while a member is out, each part of which
-    /// would put a journal record in the ring: cut, with every write on the
-    /// shards, the records in flight outgrew the 16 MiB ring (at depth 128
-    /// of 128 KiB writes, 16,000 waits for room a run against 70), and
-    /// the writes ran 0.90-0.94x.
+    /// Whether a write of `len` bytes at `offset` is a well formed RAID5/6
+    /// write that touches two stripes or more and covers none of them whole, on
+    /// an array with no member failed, missing or being rebuilt and none in
+    /// memory: one a shard cuts into a write per stripe (`shard/split.rs`). A
+    /// write that covers a stripe whole stays the blocking path's, which writes
+    /// such stripes together, their parity in one call: cut on the shards, 1
+    /// MiB random writes at depth 128 ran 0.90-0.94x its rate with a p99 four
+    /// times its own (the large I/O bench). So does every such write to members
+    /// in memory, where the copies are the cost and the blocking path's threads
+    /// take them on whichever core is free: cut on the shards, sequential 128
+    /// KiB writes through NBD on tmpfs ran 0.74-0.75x. And so does every such
+    /// write while a member is out, each part of which would put a journal
+    /// record in the ring: cut, with every write on the shards, the records in
+    /// flight outgrew the 16 MiB ring (at depth 128 of 128 KiB writes, 16,000
+    /// waits for room a run against 70), and the writes ran 0.90-0.94x.
     pub(crate) fn split_on_shards(&self, offset: u64, len: u64) -> bool {
         let sdb = self.geo.stripe_data_bytes();
         matches!(self.geo.level, Level::Raid5 | Level::Raid6)
@@ -427,7 +425,8 @@ impl AsyncWrite {
     }
 
     /// Not counted in the array's client statistics when it ends: a part
-    /// of a client's write that the shards cut, which count that write.
+    /// of a client's write that the shards cut (or a merged write holding
+    /// one), whose client writes the shards count.
     pub(crate) fn uncounted(&mut self) {
         self.counted = false;
     }

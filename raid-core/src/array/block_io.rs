@@ -229,7 +229,8 @@ impl Array {
     }
 
     /// `write`, not counted in the array's client statistics: a part of a
-    /// client's write cut by the shards, which count the client's write.
+    /// client's write cut by the shards (or a merged write holding one),
+    /// whose client writes the shards count.
     pub(crate) fn write_part(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.write_checked(offset, data)
     }

@@ -93,7 +93,8 @@ pub(super) fn merged(run: Vec<WriteJob>, array: &LocalArray, counts: &Counts) ->
         .map(|j| j.data.len() as u64)
         .sum();
     let has_parts = clients < n;
-    let started = Started::now();
+    // Timed only where the completion counts (a run holding a part).
+    let started = has_parts.then(Started::now);
     let offset = run[0].offset;
     let len = run.iter().map(|j| j.data.len()).sum();
     let mut data = AlignedBuf::new(len);
@@ -109,7 +110,8 @@ pub(super) fn merged(run: Vec<WriteJob>, array: &LocalArray, counts: &Counts) ->
         match has_parts {
             false => array.count_merged_writes(n - 1, r.is_ok()),
             true if clients > 0 => {
-                array.count_client_write(client_bytes, started.took(), r.is_ok());
+                let took = started.and_then(|s| s.took());
+                array.count_client_write(client_bytes, took, r.is_ok());
                 array.count_merged_writes(clients - 1, r.is_ok());
             }
             true => {}

@@ -36,9 +36,9 @@
 //! goes on serving others until the group's leader (the journal's
 //! committer threads, or a blocking writer) posts back that it is durable.
 //!
-//! A RAID5/6 write across two stripes that covers neither whole, on an
-//! array with every member in sync, is cut into a write per stripe, each
-//! run by its stripe's shard (`split.rs`).
+//! A RAID5/6 write across two stripes that covers neither whole, on an array
+//! with no member failed, missing or being rebuilt, is cut into a write per
+//! stripe, each run by its stripe's shard (`split.rs`).
 //!
 //! Every other request (degraded writes that would recover a chunk, whose
 //! members are in memory, or whose record the journal refuses for other
@@ -205,9 +205,10 @@ struct WriteJob {
     offset: u64,
     data: AlignedBuf,
     done: WriteDone,
-    /// One stripe's part of a client's write cut by `split.rs`, which
-    /// counts the client's write once in the array's statistics: the part
-    /// is not counted where it runs.
+    /// Not counted in the array's client statistics where it runs: one
+    /// stripe's part of a client's write cut by `split.rs`, which counts
+    /// that write once, or a merged write holding such a part, whose
+    /// completion counts the client writes merged (`merge.rs`).
     part: bool,
 }
 
@@ -519,7 +520,9 @@ impl Engine {
         // A RAID5/6 stripe's writes go to one shard, which holds its lock
         // for each in turn and queues the others behind it; other levels
         // spread by chunk. A RAID5/6 write across stripes goes to its
-        // first stripe's shard, which cuts it (`split.rs`).
+        // first stripe's shard, which cuts it where
+        // `Array::split_on_shards` allows (`split.rs`), else hands it to
+        // the blocking path.
         let job = WriteJob::new(offset, data, done);
         match client::write_owner(&self.array, offset, self.shards.len()) {
             Some(i) => self.push(owed, i, Request::Write(job)),

@@ -1,11 +1,11 @@
-//! A RAID5/6 write across two stripes that covers neither whole, on an
-//! array with every member in sync (`Array::split_on_shards` says which),
-//! cut into a write per stripe, each given to the shard that owns its
-//! stripe and run there as any write inside one stripe. The client's write completes when its last
-//! part does, with the first error any part met (a failed write may have
-//! written one stripe and not the other, as on the blocking path, which
-//! writes them one after the other), and counts once in the array's
-//! statistics, with its own time.
+//! A RAID5/6 write across two stripes that covers neither whole, on an array
+//! with no member failed, missing or being rebuilt (`Array::split_on_shards`
+//! says which), cut into a write per stripe, each given to the shard that owns
+//! its stripe and run there as any write inside one stripe. The client's write
+//! completes when its last part does, with the first error any part met (a
+//! failed write may have written one stripe and not the other, as on the
+//! blocking path, which writes them one after the other), and counts once in
+//! the array's statistics, with its own time.
 //!
 //! Such writes went to the engine's eight blocking threads: at depth 128
 //! of 128 KiB random writes (one in seven across stripes), those waited

@@ -106,6 +106,40 @@ fn matches(a: &Array, model: &[u8]) {
     }
 }
 
+/// Gives `writes` (offset, length) of random data together, in one batch
+/// (the model follows), and waits until each is answered, Ok. Returns the
+/// channel of answers, to see that none comes twice.
+fn given_together(
+    e: &Engine,
+    model: &mut [u8],
+    writes: &[(u64, u64)],
+    seed: u64,
+) -> mpsc::Receiver<(usize, Result<(), raid_core::array::ArrayError>)> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let (tx, rx) = mpsc::channel();
+    {
+        let mut batch = e.batch();
+        for (i, &(off, len)) in writes.iter().enumerate() {
+            let mut b = AlignedBuf::new(len as usize);
+            rng.fill(&mut b[..]);
+            model[off as usize..(off + len) as usize].copy_from_slice(&b);
+            let tx = tx.clone();
+            batch.write(
+                off,
+                b,
+                Box::new(move |r| tx.send((i, r.map(|_| ()))).unwrap()),
+            );
+        }
+    }
+    for _ in 0..writes.len() {
+        let (i, r) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("every write answered");
+        r.unwrap_or_else(|err| panic!("write {i}: {err}"));
+    }
+    rx
+}
+
 /// An engine of `n` shards over `a`; None, said, where it gets none (no
 /// io_uring here): the blocking path then serves every write, and a test
 /// of the shards' writes has nothing to test.
@@ -667,36 +701,15 @@ fn a_part_merged_with_a_client_write_counts_once() {
     let mut model = start_model(&a);
     let Some(e) = shards(&a, 1) else { return };
     // Every region's bit durable first (see writes_across_chunks_...).
-    let mut b = AlignedBuf::new(1 << 20);
+    let b = AlignedBuf::new(1 << 20);
     for i in 0..a.capacity() >> 20 {
         a.write(i << 20, &b).unwrap();
     }
     let t = 20 * a.geometry().stripe_data_bytes();
     let writes = [(t + 40960, 4096), (t - 8192, 16384), (t + 8192, 8192)];
-    let mut rng = SmallRng::seed_from_u64(23);
     let before = a.io_stats().client.write;
     let merged = e.counts().writes_merged.load(Ordering::Relaxed);
-    let (tx, rx) = mpsc::channel();
-    {
-        let mut batch = e.batch();
-        for (i, &(off, len)) in writes.iter().enumerate() {
-            b = AlignedBuf::new(len as usize);
-            rng.fill(&mut b[..]);
-            model[off as usize..(off + len) as usize].copy_from_slice(&b);
-            let tx = tx.clone();
-            batch.write(
-                off,
-                b,
-                Box::new(move |r| tx.send((i, r.map(|_| ()))).unwrap()),
-            );
-        }
-    }
-    for _ in 0..writes.len() {
-        let (i, r) = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("every write answered");
-        r.unwrap_or_else(|err| panic!("write {i}: {err}"));
-    }
+    let rx = given_together(&e, &mut model, &writes, 23);
     assert!(
         rx.recv_timeout(Duration::from_millis(50)).is_err(),
         "answered twice"
@@ -728,7 +741,7 @@ fn writes_across_chunks_meeting_a_held_chunk() {
     let mut model = start_model(&a);
     let Some(e) = shards(&a, 1) else { return };
     // Every region's bit durable first (see writes_across_chunks_...).
-    let mut b = AlignedBuf::new(1 << 20);
+    let b = AlignedBuf::new(1 << 20);
     for i in 0..a.capacity() >> 20 {
         a.write(i << 20, &b).unwrap();
     }
@@ -741,28 +754,7 @@ fn writes_across_chunks_meeting_a_held_chunk() {
         (k + c + 4096, 4096),
         (k + c + 8192, c - 8192 + 4096),
     ];
-    let mut rng = SmallRng::seed_from_u64(14);
-    let (tx, rx) = mpsc::channel();
-    {
-        let mut batch = e.batch();
-        for (i, &(off, len)) in writes.iter().enumerate() {
-            b = AlignedBuf::new(len as usize);
-            rng.fill(&mut b[..]);
-            model[off as usize..(off + len) as usize].copy_from_slice(&b);
-            let tx = tx.clone();
-            batch.write(
-                off,
-                b,
-                Box::new(move |r| tx.send((i, r.map(|_| ()))).unwrap()),
-            );
-        }
-    }
-    for _ in 0..writes.len() {
-        let (i, r) = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("every write answered");
-        r.unwrap_or_else(|err| panic!("write {i}: {err}"));
-    }
+    given_together(&e, &mut model, &writes, 14);
     let off = e.counts().writes_blocking.load(Ordering::Relaxed);
     assert!(off >= 1, "the write meeting a held chunk ran on the shard");
     let on = e.counts().writes_on_shards.load(Ordering::Relaxed);

@@ -283,10 +283,10 @@ fn metrics_pass_promtool_and_a_prometheus_server_reads_them() {
     let shards = get("raidctl_engine_shards", &[("array", "mx")]);
     assert!(shards >= 1.0 || engine("read", "shard") + engine("write", "shard") == 0.0);
     // Local members: the blocking threads stay at what they started with
-    // (8 beside shards, 64 or more without).
+    // (16 beside shards, 64 or more without).
     let blocking = get("raidctl_engine_blocking_threads", &[("array", "mx")]);
     assert!(
-        blocking == 8.0 || blocking >= 64.0,
+        blocking == 16.0 || blocking >= 64.0,
         "{blocking} blocking threads"
     );
     assert!(http_get(port, "/nothing").unwrap().0 == 404);

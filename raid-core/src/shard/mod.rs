@@ -112,8 +112,15 @@ pub type Done = Box<dyn FnOnce(std::result::Result<(), ArrayError>) + Send>;
 
 /// Threads running requests the shards do not serve themselves, where
 /// the shards serve every member: what is left (a member that erred, a
-/// stripe another thread holds) is the exception.
-const FALLBACK_THREADS: usize = 8;
+/// stripe another thread holds) is the exception, except RAID5/6 writes
+/// that cover a whole stripe and writes across stripes while a member is
+/// out, which this pool's threads carry one each. Sixteen rather than
+/// eight (the large I/O bench, 8 simulated drives, two rounds): 1 MiB
+/// random writes 1.07-1.13x on RAID5 and 1.03-1.10x on RAID6, with a
+/// drive missing 1.15-1.19x and 1.20-1.27x; RAID5 128 KiB writes with a
+/// drive missing 0.91-0.98x at depth 32 and 0.84-0.93x at 128 (their p99
+/// 118-123 to 66-80 ms), RAID6's 1.03-1.08x (`docs/benchmarks.md`).
+const FALLBACK_THREADS: usize = 16;
 
 /// The fallback pool's threads for `shards` shards over `array`: where
 /// every request runs there (no io_uring), or every request to a member

@@ -7,7 +7,7 @@
 //! blocking path, which writes them one after the other), and counts once in
 //! the array's statistics, with its own time.
 //!
-//! Such writes went to the engine's eight blocking threads: at depth 128
+//! Such writes went to the engine's blocking threads, eight then: at depth 128
 //! of 128 KiB random writes (one in seven across stripes), those waited
 //! behind each other while the rest overtook them, and made the tail
 //! (p99 56-57 ms, against a median of 2.6-2.8 ms). On the shards every

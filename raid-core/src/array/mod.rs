@@ -39,6 +39,7 @@ mod step_io;
 mod sync;
 mod unjournaled;
 mod write_guards;
+mod write_keys;
 mod write_plan;
 mod zero_extents;
 

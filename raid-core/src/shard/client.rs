@@ -235,15 +235,9 @@ impl Local<'_> {
     /// stopping, and it holds no stripe): then it starts after this poll,
     /// so that no completion runs inside it.
     fn give(&mut self, to: Option<usize>, job: Request) {
-        let job = match to.filter(|&i| i != self.shard.index) {
-            Some(i) => match self.shard.peers[i].offer(Job::Request(job)) {
-                Ok(()) => return,
-                Err(Job::Request(job)) => job,
-                Err(_) => unreachable!("given back as given"),
-            },
-            None => job,
-        };
-        self.shard.waiting.push_back(job);
+        if let Some(job) = self.shard.give_to_peer(to, job) {
+            self.shard.waiting.push_back(job);
+        }
     }
 
     /// `Engine::flush`: `done` runs on this shard's thread (as `Client`
@@ -332,6 +326,20 @@ pub(super) fn write_owner(array: &Array, offset: u64, shards: usize) -> Option<u
 }
 
 impl Shard {
+    /// Gives `job` to shard `to` where that is another shard, and it takes
+    /// it; else hands it back to be run on this one (`to` is this shard or
+    /// none, or that shard ended: the engine is stopping).
+    pub(super) fn give_to_peer(&self, to: Option<usize>, job: Request) -> Option<Request> {
+        match to.filter(|&i| i != self.index) {
+            Some(i) => match self.peers[i].offer(Job::Request(job)) {
+                Ok(()) => None,
+                Err(Job::Request(job)) => Some(job),
+                Err(_) => unreachable!("given back as given"),
+            },
+            None => Some(job),
+        }
+    }
+
     /// Drops every client (the engine stops); their requests in flight
     /// still complete.
     pub(super) fn drop_clients(&mut self) {

@@ -18,12 +18,12 @@
 //! client's write, so that the parts live and end apart.
 
 use super::event_loop::Shard;
-use super::{answer, Job, Request, WriteDone, WriteJob};
+use super::{answer, Request, WriteDone, WriteJob};
 use crate::array::ArrayError;
 use crate::buf::AlignedBuf;
 use crate::stats::Started;
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// The client's write while its parts are in flight.
 struct Whole {
@@ -59,20 +59,27 @@ impl Shard {
         let sdb = self.array.geometry().stripe_data_bytes();
         let len = data.len() as u64;
         let end = offset + len;
-        let first = offset / sdb;
-        let last = (end - 1) / sdb;
-        let whole = std::sync::Arc::new(Mutex::new(Whole {
-            left: (last - first + 1) as usize,
+        // Each stripe's bytes, copied: the parts live and end apart.
+        let pieces: Vec<(u64, u64, AlignedBuf)> = (offset / sdb..=(end - 1) / sdb)
+            .map(|s| {
+                let (lo, hi) = (offset.max(s * sdb), end.min((s + 1) * sdb));
+                let (pos, n) = ((lo - offset) as usize, (hi - lo) as usize);
+                let mut buf = AlignedBuf::for_overwrite(n);
+                buf.copy_from_slice(&data[pos..pos + n]);
+                (s, lo, buf)
+            })
+            .collect();
+        let whole = Arc::new(Mutex::new(Whole {
+            left: pieces.len(),
             error: None,
-            client: None,
+            client: Some((data, done)),
         }));
-        let mut parts = Vec::with_capacity((last - first + 1) as usize);
-        for s in first..=last {
-            let lo = offset.max(s * sdb);
-            let hi = end.min((s + 1) * sdb);
-            let pos = (lo - offset) as usize;
-            let mut buf = AlignedBuf::for_overwrite((hi - lo) as usize);
-            buf.copy_from_slice(&data[pos..pos + (hi - lo) as usize]);
+        let counts = &self.blocking.counts;
+        counts
+            .writes_split
+            .fetch_add(pieces.len() as u64 - 1, Ordering::Relaxed);
+        let n = self.peers.len();
+        for (s, lo, buf) in pieces {
             let (w, array) = (whole.clone(), self.array.clone());
             let part_done: WriteDone = Box::new(move |r| {
                 let mut g = w.lock().unwrap_or_else(|e| e.into_inner());
@@ -83,7 +90,7 @@ impl Shard {
                 if g.left > 0 {
                     return;
                 }
-                let (data, done) = g.client.take().expect("set before any part runs");
+                let (data, done) = g.client.take().expect("answered once");
                 let r = match g.error.take() {
                     Some(e) => Err(e),
                     None => Ok(data),
@@ -98,25 +105,12 @@ impl Shard {
                 done: part_done,
                 part: true,
             };
-            parts.push((s, part));
-        }
-        whole.lock().unwrap_or_else(|e| e.into_inner()).client = Some((data, done));
-        let counts = &self.blocking.counts;
-        counts
-            .writes_split
-            .fetch_add(last - first, Ordering::Relaxed);
-        let n = self.peers.len();
-        for (s, part) in parts {
-            let to = super::owner(s, n).filter(|&i| i != self.index);
-            let part = match to {
-                Some(i) => match self.peers[i].offer(Job::Request(Request::Write(part))) {
-                    Ok(()) => continue,
-                    Err(Job::Request(Request::Write(part))) => part,
-                    Err(_) => unreachable!("the job offered"),
-                },
-                None => part,
-            };
-            self.start_write(part);
+            let to = super::owner(s, n);
+            match self.give_to_peer(to, Request::Write(part)) {
+                Some(Request::Write(part)) => self.start_write(part),
+                Some(Request::Read(_)) => unreachable!("given back as given"),
+                None => {}
+            }
         }
     }
 }

@@ -106,6 +106,17 @@ fn matches(a: &Array, model: &[u8]) {
     }
 }
 
+/// Every region written once (zeros) through the blocking engine: its
+/// write-intent bit is then durable (no flush clears it here), and a first
+/// write into a region, which must wait for its bit, is the blocking
+/// path's on any level.
+fn every_region_written(a: &Array) {
+    let b = AlignedBuf::new(1 << 20);
+    for i in 0..a.capacity() >> 20 {
+        a.write(i << 20, &b).unwrap();
+    }
+}
+
 /// Gives `writes` (offset, length) of random data together, in one batch
 /// (the model follows), and waits until each is answered, Ok. Returns the
 /// channel of answers, to see that none comes twice.
@@ -648,11 +659,7 @@ fn a_cut_write_whose_members_fail_is_answered_once() {
     let a = array(Level::Raid5, members, "cut-werr");
     start_model(&a);
     let Some(e) = shards(&a, 2) else { return };
-    // Every region's bit durable first (see writes_across_chunks_...).
-    let b = AlignedBuf::new(1 << 20);
-    for i in 0..a.capacity() >> 20 {
-        a.write(i << 20, &b).unwrap();
-    }
+    every_region_written(&a);
     for f in &faulty {
         f.fail_all();
     }
@@ -700,11 +707,7 @@ fn a_part_merged_with_a_client_write_counts_once() {
     let a = array(Level::Raid5, drives(4), "part-merged");
     let mut model = start_model(&a);
     let Some(e) = shards(&a, 1) else { return };
-    // Every region's bit durable first (see writes_across_chunks_...).
-    let b = AlignedBuf::new(1 << 20);
-    for i in 0..a.capacity() >> 20 {
-        a.write(i << 20, &b).unwrap();
-    }
+    every_region_written(&a);
     let t = 20 * a.geometry().stripe_data_bytes();
     let writes = [(t + 40960, 4096), (t - 8192, 16384), (t + 8192, 8192)];
     let before = a.io_stats().client.write;
@@ -740,11 +743,7 @@ fn writes_across_chunks_meeting_a_held_chunk() {
     let a = array(Level::Raid10, drives(4), "across-held");
     let mut model = start_model(&a);
     let Some(e) = shards(&a, 1) else { return };
-    // Every region's bit durable first (see writes_across_chunks_...).
-    let b = AlignedBuf::new(1 << 20);
-    for i in 0..a.capacity() >> 20 {
-        a.write(i << 20, &b).unwrap();
-    }
+    every_region_written(&a);
     let c = CHUNK;
     let k = 5 * c;
     // The last block of chunk k and the first of k+1; the second block of

@@ -41,20 +41,19 @@
 //! stripe, each run by its stripe's shard (`split.rs`).
 //!
 //! Every other request (degraded writes that would recover a chunk, whose
-//! members are in memory, or whose record the journal refuses for other
-//! than room: a settle due, too large for the ring; degraded reads
-//! across stripes, RAID5/6 writes across stripes that cover one whole,
-//! with a member out or whose members are in memory, a RAID0/1/10 write across chunks that
-//! meets one of them held, writes of more than 256 member writes, reads
-//! of more than 256 member reads, on a member that can do neither, one whose
-//! member erred, one that would have to wait for a lock, a bitmap write,
-//! a journal record or the first write since clean) goes to a small pool of
-//! threads running the blocking `Array::read` / `Array::write`, so each
-//! rule of those paths (reconstruction, the journal, failing a member,
-//! membership changes) stays in one place. A shard's write whose member
-//! writes erred is ended by the engine's finishing thread (failing a
-//! member may wait for writers in flight, which the shards must go on
-//! serving).
+//! members are in memory, or whose record the journal refuses for other than
+//! room: a settle due, too large for the ring; degraded reads across stripes,
+//! RAID5/6 writes across stripes that cover one whole (any, with a member out
+//! or on members in memory), a RAID0/1/10 write across chunks that meets one
+//! of them held, writes of more than 256 member writes, reads of more than
+//! 256 member reads, on a member that can do neither, one whose member erred,
+//! one that would have to wait for a lock, a bitmap write, a journal record
+//! or the first write since clean) goes to a small pool of threads running
+//! the blocking `Array::read` / `Array::write`, so each rule of those paths
+//! (reconstruction, the journal, failing a member, membership changes) stays
+//! in one place. A shard's write whose member writes erred is ended by the
+//! engine's finishing thread (failing a member may wait for writers in
+//! flight, which the shards must go on serving).
 //!
 //! A slot being hot-replaced holds a pair of devices: the shards run its
 //! reads on the old device and its writes on both at once (`pair.rs`).

@@ -540,16 +540,16 @@ impl Array {
 /// write) about twenty to a write.
 pub(super) const MAX_RUN: u64 = 256 << 10;
 
-/// A group's records (ring offset, bytes; in ring order) cut into runs
-/// that each lie in one stretch of the ring, at most `max` bytes (a lone
-/// record may be larger), as ranges of `records`: each run is one write
-/// to each member that keeps it. A group is the ring's next stretch, so it is one run unless
-/// it wraps at the ring's end or passes `max`: a drive takes one command
-/// for some twenty records of small writes, not one each. A crash tears a
-/// run no worse than it could separate writes of its records, whose
-/// sectors a drive's cache may keep in any order too: each record has its
-/// own checksum, replay stops at the first that does not check out, and
-/// none of the group's in-place writes has begun before its flush.
+/// A group's records (ring offset, bytes; in ring order) cut into runs that
+/// each lie in one stretch of the ring, at most `max` bytes (a lone record
+/// may be larger), as ranges of `records`: each run is one write to each
+/// member that keeps it. A group is the ring's next stretch, so it is one run
+/// unless it wraps at the ring's end or passes `max`: a drive takes one
+/// command for some twenty records of small writes, not one each. A crash
+/// tears a run no worse than it could separate writes of its records, whose
+/// sectors a drive's cache may keep in any order too: each record has its own
+/// checksum, replay stops at the first that does not check out, and none of
+/// the group's in-place writes has begun before its flush.
 fn runs(records: &[(u64, AlignedBuf)], max: u64) -> Vec<std::ops::Range<usize>> {
     let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
     let mut end = 0;

@@ -6,13 +6,13 @@
 //! missing that is impossible: its chunk exists only as parity, and a stripe
 //! whose data and parity were half updated would reconstruct it wrong. So a
 //! degraded stripe write first writes its new chunks, as a checksummed
-//! record, to the journal area of members and flushes them; only then does
-//! it write them in place. A record goes to as many members in sync as the
-//! array can still lose, plus one, taking turns, and to none being brought
-//! in sync (`journal_copies`): a RAID5 missing a member writes it once,
-//! where a copy on every member cost a member write and a flush each.
-//! After a crash the next start replays every record not yet known to be in place, in sequence order,
-//! which completes the torn writes.
+//! record, to the journal area of members and flushes them; only then does it
+//! write them in place. A record goes to as many members in sync as the array
+//! can still lose, plus one, taking turns, and to none being brought in sync
+//! (`journal_copies`): a RAID5 missing a member writes it once, where a copy
+//! on every member cost a member write and a flush each. After a crash the
+//! next start replays every record not yet known to be in place, in sequence
+//! order, which completes the torn writes.
 //!
 //! Layout (from JOURNAL_OFFSET on each member): one 4 KiB header block
 //! (magic, the sequence number up to which every record is known to be in

@@ -416,10 +416,13 @@ fn a_panic_while_writing_a_group_wedges_nothing() {
     gate.armed.store(true, Ordering::Release);
     // Each writer's outcome: acknowledged, failed, or panicked.
     let (tx, rx) = std::sync::mpsc::channel();
-    for k in 0..4u64 {
+    for (k, s) in support::array::journaled_rows(&a, 1, 4)
+        .into_iter()
+        .enumerate()
+    {
         let (a, tx) = (a.clone(), tx.clone());
         std::thread::spawn(move || {
-            let w = || a.write(k * 3 * CHUNK, &[k as u8 + 1; BLOCK]).is_ok();
+            let w = || a.write(s * 3 * CHUNK, &[k as u8 + 1; BLOCK]).is_ok();
             let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(w)));
         });
     }
@@ -462,11 +465,12 @@ fn a_panic_while_writing_a_group_wedges_nothing() {
 fn records_queued_behind_a_given_up_group_are_given_up_too() {
     let (a, gate) = gated_array("jbehind", true);
     gate.armed.store(true, Ordering::Release);
+    let rows = support::array::journaled_rows(&a, 1, 4);
     let write = |k: u64| {
-        let a = a.clone();
+        let (a, s) = (a.clone(), rows[k as usize]);
         std::thread::spawn(move || {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                a.write(k * 3 * CHUNK, &[k as u8 + 1; BLOCK]).is_ok()
+                a.write(s * 3 * CHUNK, &[k as u8 + 1; BLOCK]).is_ok()
             }))
         })
     };

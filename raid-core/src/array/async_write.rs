@@ -9,14 +9,17 @@
 //! where its reads need only chunks present (`Array::degraded_plan`):
 //! through the journal, its record queued for the next group
 //! (`Array::journal_submit`) and its writes started once the record is
-//! durable. Every other write, and each of these that meets such a case,
+//! durable; where none of its parity chunks is left, its data alone, with
+//! no reads and no record (`Array::data_alone`). Every other write, and
+//! each of these that meets such a case,
 //! goes to the blocking path (`Array::write`) with nothing written, so
 //! every rule of the write path beyond these cases stays in one place.
 //!
 //! The same rules as the blocking path, in the same order: counted into the
 //! write-intent bitmap; the stripe's lock (RAID1/10: each chunk's; RAID0
 //! takes none) from the first read to the last write; for RAID5/6, counted
-//! in `unjournaled` before the check that every member is readable, and
+//! in `unjournaled` (a write of its data alone is not: it has no parity
+//! to tear) before the check that every member is readable, and
 //! out of it before member errors fail members (a journaled write, as soon
 //! as it is known to be one), which happens before the lock is given up;
 //! a journal record's in-place write reported done (`journal_write_done`)
@@ -86,7 +89,9 @@ enum Shape {
     },
     /// RAID5/6: the pieces of one stripe, by read-modify-write or not.
     /// `degraded`: which of the stripe's chunks were readable when the
-    /// write was planned, where one was not (the write is journaled).
+    /// write was planned, where one was not (the write is journaled,
+    /// unless `alone`: no parity chunk was readable, and the pieces are
+    /// written alone, `Array::data_alone`).
     Stripe {
         s: u64,
         ps: Vec<Piece>,
@@ -94,6 +99,7 @@ enum Shape {
         hi: u64,
         rmw: bool,
         degraded: Option<PerMember<bool>>,
+        alone: bool,
     },
 }
 
@@ -210,6 +216,7 @@ impl AsyncWrite {
                     hi,
                     rmw,
                     degraded: None,
+                    alone: false,
                 }
             }
             Level::Raid0 | Level::Raid1 | Level::Raid10 => {
@@ -255,7 +262,9 @@ impl AsyncWrite {
         // blocking path's order: a rebuild cannot pass this stripe between
         // them). A stripe with a chunk missing is written here where its
         // reads need no recovery (`Array::degraded_plan`), through the
-        // journal; other degraded writes go to the blocking path. So is,
+        // journal, or where no parity chunk is left, its pieces alone
+        // (`Array::data_alone`); other degraded writes go to the blocking
+        // path. So is,
         // through the journal, one whose chunks are all readable but not
         // all so after a crash (`Array::readable_after_a_crash`: rows a
         // rebuild has written, not yet saved as in sync).
@@ -266,10 +275,12 @@ impl AsyncWrite {
                 ps,
                 rmw,
                 degraded,
+                alone,
                 ..
             } => {
                 let readable: PerMember<bool> = slots.iter().map(|&m| a.readable(m, *s)).collect();
-                let kept = || slots.iter().all(|&m| a.readable_after_a_crash(m, *s));
+                let kept_one = |i: usize| a.readable_after_a_crash(slots[i], *s);
+                let kept = || (0..slots.len()).all(kept_one);
                 match readable.iter().all(|&r| r) && kept() {
                     // A stripe with an unsettled journal record is written
                     // through the journal, by the blocking path. Asked
@@ -279,6 +290,13 @@ impl AsyncWrite {
                     // `unjournaled` (a member failure may hold the
                     // journal's lock while it waits for those counted in).
                     true => a.journal_pending_now(*s) == Some(false),
+                    // No record of it pending either (the same question):
+                    // its replay would write older columns over these.
+                    false if a.data_alone(|i| readable[i], kept_one) => {
+                        *alone = true;
+                        *degraded = Some(readable);
+                        a.journal_pending_now(*s) == Some(false)
+                    }
                     false => match a.degraded_plan(*s, ps, |i| readable[i]) {
                         Some(by_rmw) => {
                             *rmw = by_rmw;
@@ -403,6 +421,7 @@ impl AsyncWrite {
             lo,
             hi,
             rmw,
+            alone: false,
             ..
         } = self.shape
         else {
@@ -460,6 +479,14 @@ impl AsyncWrite {
                         })
                     })
                     .collect();
+                return Some(Ok(()));
+            }
+            Shape::Stripe {
+                s, ps, alone: true, ..
+            } => {
+                // Planned by `start` under the stripe's lock a moment ago,
+                // on the member table it checked.
+                self.ios = a.alone_writes(*s, ps);
                 return Some(Ok(()));
             }
             Shape::Stripe {
@@ -585,13 +612,14 @@ impl AsyncWrite {
         self.journal_due
     }
 
-    /// Whether the write was planned on a stripe with a chunk missing (it
-    /// will be journaled).
+    /// Whether the write was planned on a stripe with a chunk missing and
+    /// will be journaled (not one written `alone`).
     pub(crate) fn degraded(&self) -> bool {
         matches!(
             self.shape,
             Shape::Stripe {
                 degraded: Some(_),
+                alone: false,
                 ..
             }
         )

@@ -294,7 +294,13 @@ impl Array {
                 return Err(self.failed_error());
             }
             let readable = |i: usize| self.readable(map.members[i], s);
-            let step = if self.rmw_reads_fewer(s, ps, readable) {
+            let kept = |i: usize| self.readable_after_a_crash(map.members[i], s);
+            // (The journal's lock is taken before any writer's count, as
+            // in `write_chunks`; under the stripe's lock no record of it
+            // appears meanwhile.)
+            let step = if self.data_alone(readable, kept) && !self.journal_pending(s) {
+                self.write_data_alone(s, ps, data)
+            } else if self.rmw_reads_fewer(s, ps, readable) {
                 self.read_modify_write(s, ps, data, lo, hi)
             } else {
                 self.reconstruct_write(s, ps, data, lo, hi)
@@ -305,6 +311,33 @@ impl Array {
                 Err(StepErr::Fatal(e)) => return Err(e),
             }
         }
+    }
+
+    /// Writes the pieces of stripe `s` alone, one member write each, with
+    /// nothing read and no parity (`data_alone`). Not counted among the
+    /// writes without a journal record (`unjournaled.rs`): a failure
+    /// waits for those because a torn stripe it makes degraded could not
+    /// be repaired, and this stripe has no parity to tear; a data member
+    /// failing takes it past its redundancy.
+    fn write_data_alone(
+        &self,
+        s: u64,
+        ps: &[Piece],
+        data: &[u8],
+    ) -> std::result::Result<(), StepErr> {
+        let map = self.geo.stripe_map(s);
+        let pieces: Vec<(usize, u64, &[u8])> = ps
+            .iter()
+            .map(|p| (p.idx, p.within, &data[p.pos..p.pos + p.len as usize]))
+            .collect();
+        // The space of every write first: a full filesystem refuses the
+        // write with nothing of it written.
+        let writes = pieces
+            .iter()
+            .map(|&(i, within, b)| (map.members[i], self.row_offset(s, within), b.len() as u64));
+        self.reserve_writes(&self.member_handles(), writes)
+            .map_err(StepErr::Fatal)?;
+        self.write_in_place(s, &pieces, None)
     }
 
     /// Reads the chunks at `idxs` of stripe `s`, columns [lo, hi). A read
@@ -379,35 +412,38 @@ impl Array {
                     .map(|&(i, b)| (i, &b[at as usize..end as usize]))
                     .collect();
                 let seq = self.journal_stripe(s, lo + at, &slice)?;
-                let written = self.write_in_place(s, &slice, lo + at, None);
+                let cols: Vec<(usize, u64, &[u8])> =
+                    slice.iter().map(|&(i, b)| (i, lo + at, b)).collect();
+                let written = self.write_in_place(s, &cols, None);
                 self.journal_write_done(seq);
                 written?;
                 at = end;
             }
             return Ok(());
         }
-        self.write_in_place(s, &present, lo, Some(in_flight))
+        let cols: Vec<(usize, u64, &[u8])> = present.iter().map(|&(i, b)| (i, lo, b)).collect();
+        self.write_in_place(s, &cols, Some(in_flight))
     }
 
-    /// Writes chunk columns to their members; failures fail the member. Ok
+    /// Writes to stripe `s`'s members each chunk index's bytes at its
+    /// column, `(index, column, bytes)`; failures fail the member. Ok
     /// while the stripe stays within its redundancy.
     /// `in_flight`: the writer's count (see unjournaled.rs), given up once
     /// the writes are done and before their errors fail members.
     fn write_in_place(
         &self,
         s: u64,
-        chunks: &[(usize, &[u8])],
-        lo: u64,
+        chunks: &[(usize, u64, &[u8])],
         in_flight: Option<super::unjournaled::InFlight<'_>>,
     ) -> std::result::Result<(), StepErr> {
         let map = self.geo.stripe_map(s);
         let handles = self.member_handles();
         let mut ios: Vec<MemberIo> = chunks
             .iter()
-            .filter(|(i, _)| self.readable(map.members[*i], s))
-            .map(|&(i, b)| MemberIo {
+            .filter(|(i, _, _)| self.readable(map.members[*i], s))
+            .map(|&(i, within, b)| MemberIo {
                 member: map.members[i],
-                offset: self.row_offset(s, lo),
+                offset: self.row_offset(s, within),
                 op: IoOp::Write(b),
             })
             .collect();

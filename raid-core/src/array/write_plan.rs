@@ -1,8 +1,10 @@
 //! Which way a RAID5/6 stripe write runs: read-modify-write or
 //! reconstruct-write, by the member reads each needs, for an optimal
-//! stripe and for one with chunks missing. One rule for the blocking path
+//! stripe and for one with chunks missing, or its data alone where no
+//! parity chunk is left. One rule for the blocking path
 //! (`parity_io.rs`) and the shards (`async_write.rs`).
 
+use super::async_write::{IoBuf, MemberOp};
 use super::parity_io::{columns, full_piece, Piece};
 use super::*;
 
@@ -48,6 +50,49 @@ impl Array {
             (0..nd + np).filter(|&i| readable(i)).count()
         };
         ps.len() + np < rcw_reads
+    }
+
+    /// Whether a write to a stripe whose chunk `i` is `readable(i)` now,
+    /// and `kept(i)` after a crash too, is its data chunks' writes alone:
+    /// none of its parity chunks is readable (their members failed,
+    /// missing, or being rebuilt past it) and every data chunk is, and
+    /// stays so after a crash. Nothing of the stripe then exists only as
+    /// parity, and no parity is left to disagree with the data, so the
+    /// write hole has nothing to tear: the pieces go to their members in
+    /// place, with no reads, no parity and no journal record, and a crash
+    /// leaves each block old or new, as on a lone drive (md writes such a
+    /// stripe the same way). The rebuild computes the parity from the
+    /// data. A RAID5 missing a member writes one stripe in N so; a RAID6
+    /// only where both its parity chunks are missing (with one left, a
+    /// torn write would leave it disagreeing, which the journal covers).
+    /// The caller also asks that the stripe has no unsettled journal
+    /// record, whose replay would write older columns over these.
+    pub(super) fn data_alone(
+        &self,
+        readable: impl Fn(usize) -> bool,
+        kept: impl Fn(usize) -> bool,
+    ) -> bool {
+        let nd = self.geo.data_chunks();
+        let np = self.geo.level.parity_chunks();
+        np > 0 && (nd..nd + np).all(|i| !readable(i)) && (0..nd).all(kept)
+    }
+
+    /// The member writes of a shard's write of stripe `s` `data_alone`:
+    /// each piece to its member, from the request (no reads, no parity,
+    /// no record).
+    pub(super) fn alone_writes(&self, s: u64, ps: &[Piece]) -> Vec<MemberOp> {
+        let map = self.geo.stripe_map(s);
+        ps.iter()
+            .map(|p| MemberOp {
+                slot: map.members[p.idx],
+                offset: self.row_offset(s, p.within),
+                buf: IoBuf::Data {
+                    pos: p.pos,
+                    len: p.len as usize,
+                },
+                write: true,
+            })
+            .collect()
     }
 
     /// How a shard writes the pieces `ps` of a stripe with a chunk

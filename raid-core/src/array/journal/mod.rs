@@ -7,7 +7,9 @@
 //! whose data and parity were half updated would reconstruct it wrong. So a
 //! degraded stripe write first writes its new chunks, as a checksummed
 //! record, to the journal area of members and flushes them; only then does it
-//! write them in place. A record goes to as many members in sync as the array
+//! write them in place (where every parity chunk of the stripe is missing,
+//! nothing exists only as parity and nothing is journaled:
+//! `Array::data_alone`). A record goes to as many members in sync as the array
 //! can still lose, plus one, taking turns, and to none being brought in sync
 //! (`journal_copies`): a RAID5 missing a member writes it once, where a copy
 //! on every member cost a member write and a flush each. After a crash the

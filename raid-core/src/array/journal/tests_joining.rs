@@ -5,7 +5,7 @@
 //! batch of a rebuild, a hot replace or a scrub, which each locks a step
 //! of rows at a time.
 
-use super::tests::rings;
+use super::tests::{journaled_rows, rings};
 use super::*;
 use crate::array::async_write::{AsyncWrite, Start};
 use crate::array::RebuildOptions;
@@ -427,7 +427,10 @@ fn records_placed_while_a_hot_replacements_ring_is_zeroed_are_settled_by_the_swi
         let (tx, rx) = std::sync::mpsc::channel();
         let a = &a;
         sc.spawn(move || {
-            let written = (0..3).all(|s| a.write(s * sdb, &[0x66u8; 4096]).is_ok());
+            let rows = journaled_rows(a, 1, 3);
+            let written = rows
+                .iter()
+                .all(|&s| a.write(s * sdb, &[0x66u8; 4096]).is_ok());
             tx.send(written).unwrap();
         });
         let written = rx.recv_timeout(std::time::Duration::from_secs(5));

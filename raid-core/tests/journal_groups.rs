@@ -650,10 +650,12 @@ fn a_group_written_beside_the_one_before_it_ends_after_it() {
         // Each writer's outcome (acknowledged, failed, or panicked) comes
         // back through a channel, so that one waiting for ever fails the
         // test instead of hanging it.
+        let rows = support::array::journaled_rows(&a, 1, 2);
         let write = |k: u64| {
             let (a, (tx, rx)) = (a.clone(), std::sync::mpsc::channel());
+            let s = rows[k as usize];
             std::thread::spawn(move || {
-                let w = || a.write(k * 3 * CHUNK, &[k as u8 + 1; BLOCK]).is_ok();
+                let w = || a.write(s * 3 * CHUNK, &[k as u8 + 1; BLOCK]).is_ok();
                 let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(w)));
             });
             rx

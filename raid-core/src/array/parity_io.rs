@@ -458,7 +458,8 @@ impl Array {
         if let Some(e) = self.no_space_error().filter(|_| full) {
             // Not every chunk of this stripe was written: its bitmap region
             // stays dirty (no clearing while out of space), and the next
-            // start resyncs it; a degraded stripe has its journal record.
+            // start resyncs it; a degraded stripe has its journal record,
+            // or no parity to disagree (`data_alone`).
             return Err(StepErr::Fatal(e));
         }
         let missing = map

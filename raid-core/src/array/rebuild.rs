@@ -529,13 +529,7 @@ impl Array {
                 i += 1;
                 continue;
             }
-            if let Err(e) = t.member.flush() {
-                self.fail_slot_if(t.ticket.slot, &t.member, &format!("flush failed: {e}"));
-                return Err(ArrayError::Member {
-                    member: t.member.identity().into(),
-                    source: e,
-                });
-            }
+            self.flush_before_saving(std::slice::from_ref(t))?;
             // Every row saved as in sync before the member is: from the
             // moment it is, writes take no journal record, and until the
             // metadata on disk says so a crash would take it back to the
@@ -645,13 +639,33 @@ impl Array {
         }
     }
 
-    /// Flushes each member, then saves where each is in sync (once, for
-    /// all): metadata never says a row is in sync before the member's
-    /// flush made it durable. A member whose flush fails is failed.
+    /// Flushes (`flush_before_saving`), then saves where each member is in
+    /// sync (once, for all).
     fn save_positions(&self, targets: &[Target]) -> Result<()> {
-        let mut flushed = Vec::with_capacity(targets.len());
+        let prefixes: Vec<u64> = targets
+            .iter()
+            .map(|t| t.slot(self).prefix_in_sync())
+            .collect();
+        self.flush_before_saving(targets)?;
+        let flushed: Vec<_> = targets.iter().map(|t| t.ticket).zip(prefixes).collect();
+        self.checkpoint_rebuilds(&flushed);
+        Ok(())
+    }
+
+    /// Makes durable what the metadata is about to call in sync: the rows
+    /// the `targets` were written (a member whose flush fails is failed),
+    /// and what they were computed from, on every other member present. A
+    /// write to a stripe whose parity is all missing takes no journal
+    /// record (`Array::data_alone`) and may still be in its drive's cache
+    /// when a rebuild reads it; were the metadata saved, on some members,
+    /// before that drive flushed, a power cut would take the write back
+    /// while the parity computed from it stayed, called in sync, and a
+    /// member lost later would be rebuilt from it wrong (with a RAID6 still
+    /// missing its other parity member, the resync that would repair it
+    /// waits for that member's rebuild). One flush per member per save:
+    /// every `checkpoint_bytes` or `checkpoint_every`.
+    fn flush_before_saving(&self, targets: &[Target]) -> Result<()> {
         for t in targets {
-            let prefix = t.slot(self).prefix_in_sync();
             t.member.flush().map_err(|e| {
                 self.fail_slot_if(t.ticket.slot, &t.member, &format!("flush failed: {e}"));
                 ArrayError::Member {
@@ -659,10 +673,8 @@ impl Array {
                     source: e,
                 }
             })?;
-            flushed.push((t.ticket, prefix));
         }
-        self.checkpoint_rebuilds(&flushed);
-        Ok(())
+        self.flush_present(false)
     }
 }
 

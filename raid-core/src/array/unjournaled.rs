@@ -8,7 +8,9 @@
 //! and cannot repair it. So a failure, before it is written, waits for every
 //! such write planned before it (`drain`), then flushes the survivors (see
 //! `membership::persist_failure`); writes planned after it see the member
-//! failed and go through the journal.
+//! failed and go through the journal (or, where the failure leaves a
+//! stripe no parity at all, write its data alone: `Array::data_alone`,
+//! which has nothing to tear).
 //!
 //! Two counters and a phase bit, like a grace period: a writer counts itself
 //! in the current phase; `drain` flips the phase and waits for the old one's

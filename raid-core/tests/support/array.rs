@@ -75,7 +75,6 @@ pub fn fill_whole(a: &Array) -> Vec<u8> {
     image
 }
 
-/// An array named `tag` over `members`, shared (as the shards take it).
 /// The first `n` stripes where slot `missing` holds a data chunk: a write
 /// there while it is missing is journaled. (Where it holds the parity, the
 /// write is its data alone: nothing of the stripe exists only as parity.)
@@ -87,6 +86,7 @@ pub fn journaled_rows(a: &Array, missing: usize, n: usize) -> Vec<u64> {
         .collect()
 }
 
+/// An array named `tag` over `members`, shared (as the shards take it).
 pub fn create_shared(level: Level, members: Vec<MemberRef>, tag: &str, chunk: u64) -> Arc<Array> {
     Arc::new(
         Array::create(

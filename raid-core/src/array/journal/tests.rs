@@ -703,6 +703,54 @@ fn a_shard_write_leaves_for_the_blocking_path_only_where_its_stripe_has_a_record
     drop(st);
 }
 
+/// A stripe whose parity is all missing is written as its data alone
+/// (`Array::data_alone`), but not while it has an unsettled record: a
+/// replay after a crash would write that record's older columns over the
+/// new ones. Such a write goes to the blocking path, not a shard, and is
+/// journaled after the record, so a replay leaves the newer data.
+#[test]
+fn a_stripe_with_a_record_is_journaled_though_its_parity_is_all_missing() {
+    use crate::array::async_write::{AsyncWrite, Start};
+    let (a, _m) = array("jalone");
+    let a = Arc::new(a);
+    let j = a.journal.as_ref().unwrap();
+    let live = || {
+        let st = j.state.lock();
+        st.next_seq - 1 - st.tail_seq
+    };
+    // The first write marks the array dirty (a shard leaves that to the
+    // blocking path).
+    a.write(0, &[1u8; 4096]).unwrap();
+    let (s, sdb) = (2u64, a.geo.stripe_data_bytes());
+    let map = a.geo.stripe_map(s);
+    // An older record of the stripe's first chunk, in place, unsettled.
+    let seq = a.journal_stripe(s, 0, &[(0, &[7u8; 4096][..])]).unwrap();
+    a.journal_write_done(seq);
+    a.fail_slot(map.members[a.geo.data_chunks()], "test");
+    assert!(a.journal_pending(s));
+    let on_shard = AsyncWrite::start(
+        &crate::array::LocalArray::new(&a),
+        s * sdb,
+        AlignedBuf::new(4096),
+        |_| true,
+    );
+    assert!(
+        matches!(on_shard, Start::Blocking(_)),
+        "a shard wrote a stripe with a record alone"
+    );
+    let before = live();
+    a.write(s * sdb, &[0x55; 4096]).unwrap();
+    assert_eq!(live(), before + 1, "the write was not journaled");
+    // What a crash now would replay: both records, in order.
+    a.journal_recover().unwrap();
+    let mut got = vec![0u8; 4096];
+    a.read(s * sdb, &mut got).unwrap();
+    assert!(
+        got.iter().all(|&b| b == 0x55),
+        "the older record's columns replayed over the newer write"
+    );
+}
+
 /// A group's runs go to members of their own, each the next turn: three
 /// records of a group cut one to a run land on three members, one each
 /// (where as one run they land together on one), and replay follows

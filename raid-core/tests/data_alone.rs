@@ -239,8 +239,8 @@ impl Member for CutAtItsSuperblock {
 /// durable first. A write to a stripe whose parity is all missing takes
 /// no journal record, so it may still sit in its drive's cache when the
 /// rebuild reads it. Here a RAID6 missing both parity members of a stripe
-/// has one of them replaced, and while its rebuild has not reached the
-/// stripe, the stripe takes such a write; the power goes while the
+/// has one of them replaced, and before its rebuild reaches the stripe,
+/// the stripe takes such a write; the power goes while the
 /// rebuild's end is saved, after some members saved it and before the
 /// written member did (it loses its unflushed write, unless the rebuild
 /// flushed it). Started again, still missing the other parity member, the
@@ -292,20 +292,24 @@ fn a_rebuild_saves_no_parity_computed_from_data_a_cut_can_take_back() {
         f.track_power_cut();
     }
     let sdb = a.geometry().stripe_data_bytes();
-    std::thread::scope(|sc| {
-        // About a row each 60 ms, no position saved before the end.
-        let rebuild = sc.spawn(|| {
-            let opts = support::power_cut::paced_rebuild(CHUNK * 16, u64::MAX);
-            a.rebuild(p, &opts, &AtomicBool::new(false))
-        });
-        std::thread::sleep(Duration::from_millis(150));
-        // The stripe's parity is all missing still: its data alone, in
-        // the drive's cache.
-        a.write(row * sdb + at as u64 * CHUNK, &[0xEE; 4096])
-            .unwrap();
-        cutter.armed.store(true, Ordering::SeqCst);
-        let _ = rebuild.join().unwrap();
-    });
+    // The stripe's parity is all missing (one member failed, the other
+    // replaced and not yet rebuilt): its data alone, with no record, in
+    // the drive's cache. Nothing flushes that drive before the rebuild's
+    // end is saved (no position saved before the end).
+    let records = a.io_stats().journal_records;
+    a.write(row * sdb + at as u64 * CHUNK, &[0xEE; 4096])
+        .unwrap();
+    assert_eq!(
+        a.io_stats().journal_records,
+        records,
+        "the write was journaled"
+    );
+    cutter.armed.store(true, Ordering::SeqCst);
+    let opts = raid_core::array::RebuildOptions {
+        checkpoint_every: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let _ = a.rebuild(p, &opts, &AtomicBool::new(false));
     assert!(
         !cutter.armed.load(Ordering::SeqCst),
         "the rebuild saved nothing: no cut"

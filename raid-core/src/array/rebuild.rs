@@ -8,7 +8,9 @@
 //! (and skips the member: the rebuild will compute it) or rebuilt (and
 //! writes the member). The position is saved in the metadata every
 //! `checkpoint_bytes` or `checkpoint_every`, whichever comes first, after
-//! a flush of the new member, so a stop or crash resumes from there. A
+//! a flush of the new member and of every other member present (what its
+//! rows were computed from: `flush_before_saving`), so a stop or crash
+//! resumes from there. A
 //! RAID5/6 write to rows rebuilt but not yet saved goes through the
 //! journal, as a degraded one (`Array::readable_after_a_crash`): a crash
 //! takes the member back to the saved row and rebuilds what follows from

@@ -157,6 +157,13 @@ impl Array {
         }
         match self.resync_regions(stop, true, steps)? {
             ResyncEnd::Done(n) => {
+                // Its repairs durable before it is no longer owed: from
+                // then on a flush may clear the regions' bits, and one
+                // whose members' flush came before the last repairs would
+                // otherwise clear them with those repairs still in the
+                // drives' caches (a cut would then keep the clear bit and
+                // lose the repair: a stripe torn and never resynced).
+                self.flush_present(false)?;
                 self.resync.pending.store(false, Ordering::Release);
                 tracing::warn!(array = %self.name, regions = n, "resynced the regions an unclean stop left");
                 self.record_event(ArrayEvent::ResyncFinished { regions: n as u64 });

@@ -55,9 +55,9 @@ impl Array {
     /// Whether a write to a stripe whose chunk `i` is `readable(i)` now,
     /// and `kept(i)` after a crash too, is its data chunks' writes alone:
     /// none of its parity chunks is readable (their members failed,
-    /// missing, or being rebuilt past it) and every data chunk is, and
-    /// stays so after a crash. Nothing of the stripe then exists only as
-    /// parity, and no parity is left to disagree with the data, so the
+    /// missing, or being rebuilt and not yet there) and every data chunk
+    /// is, and stays so after a crash. Nothing of the stripe then exists
+    /// only as parity, and no parity is left to disagree with the data, so the
     /// write hole has nothing to tear: the pieces go to their members in
     /// place, with no reads, no parity and no journal record, and a crash
     /// leaves each sector old or new, as on a lone drive (md writes such a

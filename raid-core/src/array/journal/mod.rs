@@ -468,7 +468,8 @@ impl Array {
     ///
     /// While a slot is missing (or being rebuilt, on the rows the rebuild
     /// has not reached) every write to a stripe it serves is journaled
-    /// anyway (but where the stripe has no parity left: `data_alone`), and a flush leaves the records to the ring's checkpoints
+    /// anyway (but where the stripe has no parity left: `data_alone`),
+    /// and a flush leaves the records to the ring's checkpoints
     /// (`ring.rs`), which free its front once it is half full: a settle
     /// costs a second flush of every member and a header written and
     /// flushed on each, which at every flush made a degraded write

@@ -691,3 +691,5 @@ impl Array {
 mod tests;
 #[cfg(test)]
 mod tests_joining;
+#[cfg(test)]
+mod tests_settle;

@@ -5,7 +5,8 @@
 //! batch of a rebuild, a hot replace or a scrub, which each locks a step
 //! of rows at a time.
 
-use super::tests::{journaled_rows, rings};
+use super::tests::rings;
+use super::tests_settle::journaled_rows;
 use super::*;
 use crate::array::async_write::{AsyncWrite, Start};
 use crate::array::RebuildOptions;

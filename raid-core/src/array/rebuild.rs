@@ -665,7 +665,9 @@ impl Array {
     /// member lost later would be rebuilt from it wrong (with a RAID6 still
     /// missing its other parity member, the resync that would repair it
     /// waits for that member's rebuild). One flush per member per save:
-    /// every `checkpoint_bytes` or `checkpoint_every`.
+    /// every `checkpoint_bytes` or `checkpoint_every`. Those others are
+    /// flushed as a client's flush does (`flush_present`): one that errs
+    /// is failed, and past its redundancy the array's error is returned.
     fn flush_before_saving(&self, targets: &[Target]) -> Result<()> {
         for t in targets {
             t.member.flush().map_err(|e| {
@@ -676,7 +678,15 @@ impl Array {
                 }
             })?;
         }
-        self.flush_present(false)
+        let handles = self.member_handles();
+        let others: Vec<usize> = (self.present_slots().into_iter())
+            .filter(|&i| targets.iter().all(|t| t.ticket.slot != i))
+            .collect();
+        let erred = super::member_io::flush_each(&handles, &others, false);
+        match self.fail_erred(&handles, erred, "flush") {
+            true => Ok(()),
+            false => Err(self.failed_error()),
+        }
     }
 }
 

@@ -57,11 +57,11 @@ impl Array {
     /// none of its parity chunks is readable (their members failed,
     /// missing, or being rebuilt and not yet there) and every data chunk
     /// is, and stays so after a crash. Nothing of the stripe then exists
-    /// only as parity, and no parity is left to disagree with the data, so the
-    /// write hole has nothing to tear: the pieces go to their members in
-    /// place, with no reads, no parity and no journal record, and a crash
-    /// leaves each sector old or new, as on a lone drive (md writes such a
-    /// stripe the same way). The rebuild computes the parity from the
+    /// only as parity, and no parity is left to disagree with the data, so
+    /// the write hole has nothing to tear: the pieces go to their members
+    /// in place, with no reads, no parity and no journal record, and a
+    /// crash leaves each sector old or new, as on a lone drive (md writes
+    /// such a stripe the same way). The rebuild computes the parity from the
     /// data. A RAID5 missing a member writes one stripe in N so; a RAID6
     /// only where both its parity chunks are missing (with one left, a
     /// torn write would leave it disagreeing, which the journal covers).

@@ -45,13 +45,10 @@ impl Shard {
     /// Cuts `job` into one write per stripe (`splits`), each given to its
     /// stripe's owner (this shard's started here).
     pub(super) fn split(&mut self, job: WriteJob) {
+        debug_assert!(!job.part, "a part is inside one stripe: never cut again");
         let WriteJob {
-            offset,
-            data,
-            done,
-            part,
+            offset, data, done, ..
         } = job;
-        debug_assert!(!part, "a part is inside one stripe: never cut again");
         // Timed from here, before the parts wait in their shards' inboxes
         // and behind writes holding their stripes (a write inside one
         // stripe is timed from its start on the shard).

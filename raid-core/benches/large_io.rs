@@ -207,9 +207,11 @@ fn main() {
         let io = a.io_stats();
         if io.journal_records > 0 {
             eprintln!(
-                "{level}: {} journal records made durable in {} groups; writes on the shards waited for room in the journal {} times",
+                "{level}: {} journal records made durable in {} groups ({} of the missing chunks alone, {} flushes before a record of every column after one); writes on the shards waited for room in the journal {} times",
                 io.journal_records,
                 io.journal_commits,
+                io.journal_parity_records,
+                io.journal_parity_barriers,
                 e.counts().journal_waits.load(Ordering::Relaxed)
             );
         }

@@ -439,8 +439,11 @@ fn main() {
         let io = a.io_stats();
         if io.journal_records > 0 {
             eprintln!(
-                "{level}: {} journal records made durable in {} groups",
-                io.journal_records, io.journal_commits
+                "{level}: {} journal records made durable in {} groups ({} of the missing chunks alone, {} flushes before a record of every column after one)",
+                io.journal_records,
+                io.journal_commits,
+                io.journal_parity_records,
+                io.journal_parity_barriers
             );
         }
         let c = e.counts();

@@ -353,6 +353,14 @@ pub struct ArrayIoSnapshot {
     /// freeing their space in its ring while degraded writes went on.
     #[serde(default)]
     pub journal_checkpoints: u64,
+    /// Of the records, those that carry only the chunks that exist only
+    /// as parity (their parity recomputed from the data at replay).
+    #[serde(default)]
+    pub journal_parity_records: u64,
+    /// Flushes of every member a write waited for because its stripe's
+    /// parity-only record was not yet durable in place.
+    #[serde(default)]
+    pub journal_parity_barriers: u64,
     /// Write-intent bitmap writes (each to every member in sync).
     pub bitmap_writes: u64,
 }
@@ -364,6 +372,8 @@ pub struct Activity {
     pub journal_bytes: Counter,
     pub journal_commits: Counter,
     pub journal_checkpoints: Counter,
+    pub journal_parity_records: Counter,
+    pub journal_parity_barriers: Counter,
     pub bitmap_writes: Counter,
 }
 

@@ -297,11 +297,15 @@ impl AsyncWrite {
                         *degraded = Some(readable);
                         a.journal_pending_now(*s) == Some(false)
                     }
+                    // Its record is of every column: where the stripe
+                    // has a parity-only record not yet durable in place,
+                    // the blocking path flushes first
+                    // (`Array::journal_parity_barrier`).
                     false => match a.degraded_plan(*s, ps, |i| readable[i]) {
                         Some(by_rmw) => {
                             *rmw = by_rmw;
                             *degraded = Some(readable);
-                            true
+                            !a.journal_parity_unflushed(*s)
                         }
                         None => false,
                     },

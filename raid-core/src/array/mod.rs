@@ -570,6 +570,8 @@ impl Array {
             journal_bytes: self.activity.journal_bytes.get(),
             journal_commits: self.activity.journal_commits.get(),
             journal_checkpoints: self.activity.journal_checkpoints.get(),
+            journal_parity_records: self.activity.journal_parity_records.get(),
+            journal_parity_barriers: self.activity.journal_parity_barriers.get(),
             bitmap_writes: self.activity.bitmap_writes.get(),
         }
     }

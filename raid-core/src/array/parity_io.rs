@@ -9,6 +9,7 @@
 //! write stands as long as the stripe is within its redundancy (the lost
 //! chunk is implied by the parity that was written with it).
 
+use super::journal::Kind;
 use super::*;
 use crate::buf::AlignedBuf;
 use crate::layout::PerMember;
@@ -364,10 +365,10 @@ impl Array {
     /// Writes chunk buffers (by stripe index) to the members that are
     /// readable; failures fail the member. Ok while the stripe stays within
     /// its redundancy.
-    fn write_chunks(
+    fn write_chunks<'a>(
         &self,
         s: u64,
-        chunks: &[(usize, &[u8])],
+        chunks: &[(usize, &'a [u8])],
         lo: u64,
     ) -> std::result::Result<(), StepErr> {
         let map = self.geo.stripe_map(s);
@@ -397,21 +398,38 @@ impl Array {
             .iter()
             .any(|&m| !self.readable_after_a_crash(m, s));
         if (degraded || pending) && self.has_journal() && !present.is_empty() {
+            // Only where it is the smaller record (a block of the missing
+            // chunk alone is one column either way, and a parity-only
+            // record makes the stripe's next record of every column wait
+            // for a flush).
+            let parity_only = self
+                .parity_record(s, chunks)
+                .filter(|lost| lost.len() < present.len());
             // Journaled: nothing to wait for (and its member errors are
             // handled inside).
             drop(in_flight);
             // The write hole: journal each column slice before writing it in
-            // place (see journal.rs).
+            // place (see journal.rs): the columns of the chunks that exist
+            // only as parity where that is enough, else every column.
+            let (kind, recorded) = match parity_only.filter(|_| self.journal_parity_allowed(s)) {
+                Some(lost) => (Kind::Parity, lost),
+                None => {
+                    self.journal_parity_barrier(s)?;
+                    (Kind::Columns, present.clone())
+                }
+            };
             let width = present[0].1.len() as u64;
-            let step = self.journal_slice(present.len()).min(width);
+            let step = self.journal_slice(recorded.len()).min(width);
             let mut at = 0;
             while at < width {
                 let end = (at + step).min(width);
-                let slice: Vec<(usize, &[u8])> = present
-                    .iter()
-                    .map(|&(i, b)| (i, &b[at as usize..end as usize]))
-                    .collect();
-                let seq = self.journal_stripe(s, lo + at, &slice)?;
+                let slice_of = |cols: &[(usize, &'a [u8])]| -> Vec<(usize, &'a [u8])> {
+                    cols.iter()
+                        .map(|&(i, b)| (i, &b[at as usize..end as usize]))
+                        .collect()
+                };
+                let slice = slice_of(&present);
+                let seq = self.journal_record(kind, s, lo + at, &slice_of(&recorded))?;
                 let cols: Vec<(usize, u64, &[u8])> =
                     slice.iter().map(|&(i, b)| (i, lo + at, b)).collect();
                 let written = self.write_in_place(s, &cols, None);

@@ -77,6 +77,41 @@ impl Array {
         np > 0 && (nd..nd + np).all(|i| !readable(i)) && (0..nd).all(kept)
     }
 
+    /// The columns a `Kind::Parity` journal record of a degraded write of
+    /// stripe `s` carries, where one may stand for the record of every
+    /// column it writes (`chunks`: stripe index, new columns, parity
+    /// among them): the new columns of the data chunks that would exist
+    /// only as parity after a crash (`readable_after_a_crash`: members
+    /// missing, or rebuilt there but not yet saved so). None unless the
+    /// write has each of those and the stripe can lose no more chunks (a
+    /// RAID5 missing one, a RAID6 missing two). A whole-stripe write to a
+    /// RAID5 of 8 missing a data member then records one chunk, not seven.
+    ///
+    /// Replay reads the stripe's other data chunks from their members to
+    /// compute the parity; with a chunk of margin left (a RAID6 missing
+    /// one), a member lost at the same crash would leave it without them,
+    /// where a record of every column needs no read: such stripes keep
+    /// that record. Callers also ask `journal_parity_allowed`.
+    pub(super) fn parity_record<'b>(
+        &self,
+        s: u64,
+        chunks: &[(usize, &'b [u8])],
+    ) -> Option<Vec<(usize, &'b [u8])>> {
+        let nd = self.geo.data_chunks();
+        let np = self.geo.level.parity_chunks();
+        let map = self.geo.stripe_map(s);
+        let lost: crate::layout::PerMember<usize> = (0..nd + np)
+            .filter(|&i| !self.readable_after_a_crash(map.members[i], s))
+            .collect();
+        if np == 0 || lost.len() != np || lost.iter().all(|&i| i >= nd) {
+            return None;
+        }
+        lost.iter()
+            .filter(|&&i| i < nd)
+            .map(|&i| chunks.iter().find(|c| c.0 == i).copied())
+            .collect()
+    }
+
     /// The member writes of a shard's write of stripe `s` `data_alone`:
     /// each piece to its member, from the request (no reads, no parity,
     /// no record).

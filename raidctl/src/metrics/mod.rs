@@ -313,6 +313,14 @@ pub fn render(s: &Sample) -> String {
     per_array(
         &mut e,
         s,
+        "raidctl_array_journal_parity_records_total",
+        Kind::Counter,
+        "Degraded-write journal records that carry only the chunks that exist only as parity (the parity is recomputed from the data at replay).",
+        |a| Some(a.io.journal_parity_records as f64),
+    );
+    per_array(
+        &mut e,
+        s,
         "raidctl_array_bitmap_writes_total",
         Kind::Counter,
         "Write-intent bitmap writes (each to every member in sync).",

@@ -21,6 +21,10 @@ const HEAD_SECTOR: usize = 512;
 /// Where the first sector's copy of the UUID sits.
 const HEAD_UUID_AT: usize = 24;
 pub(super) const REC_MAGIC: &[u8; 8] = b"NVRAIDJR";
+/// A record of the other kind (`Kind::Parity`). A magic of its own, not
+/// a flag: a version that does not know the kind stops its chain there,
+/// rather than write the columns as if they went in place as they are.
+pub(super) const PARITY_REC_MAGIC: &[u8; 8] = b"NVRAIDJP";
 pub(super) const BLOCK: u64 = 4096;
 pub(super) const RECORDS: u64 = JOURNAL_OFFSET + BLOCK;
 /// Most chunk entries one record header can list.
@@ -29,9 +33,41 @@ pub(super) const MAX_ENTRIES: usize = 400;
 /// entry table's last byte, 48 + 8 * MAX_ENTRIES, before the CRC).
 pub(super) const UUID_AT: usize = 4060;
 
-/// One record: which stripe and columns, and per chunk (index in the
-/// stripe, slot) its new columns.
+/// What a record's columns are, and so how replay puts it in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Every column the write puts in place, data and parity, each
+    /// written as it is.
+    Columns,
+    /// Only the new columns of the data chunks that exist only as parity
+    /// (their members missing, or not to be trusted after a crash).
+    /// Replay reads the other data chunks' columns from their members,
+    /// computes the parity from them and these, and writes it (and these
+    /// columns, where their members are present). A whole-stripe write
+    /// to a RAID5 missing a data member records one chunk, not all
+    /// seven of eight (`Array::parity_record`).
+    Parity,
+}
+
+impl Kind {
+    fn magic(self) -> &'static [u8; 8] {
+        match self {
+            Kind::Columns => REC_MAGIC,
+            Kind::Parity => PARITY_REC_MAGIC,
+        }
+    }
+
+    fn of_magic(m: &[u8]) -> Option<Kind> {
+        [Kind::Columns, Kind::Parity]
+            .into_iter()
+            .find(|k| k.magic() == m)
+    }
+}
+
+/// One record: which stripe and columns, its kind, and per chunk (index
+/// in the stripe, slot) its new columns.
 pub(super) struct Record {
+    pub(super) kind: Kind,
     pub(super) seq: u64,
     pub(super) stripe: u64,
     pub(super) lo: u64,
@@ -100,9 +136,10 @@ pub(super) struct Unsealed {
 }
 
 impl Unsealed {
-    /// A record of `entries` (chunk index, slot, new columns [lo, hi)) of
-    /// stripe `stripe`.
+    /// A record of `kind` of `entries` (chunk index, slot, new columns
+    /// [lo, hi)) of stripe `stripe`.
     pub(super) fn new(
+        kind: Kind,
         stripe: u64,
         lo: u64,
         hi: u64,
@@ -111,7 +148,7 @@ impl Unsealed {
     ) -> Self {
         let width = (hi - lo) as usize;
         let mut b = AlignedBuf::new(BLOCK as usize + entries.len() * width);
-        b[..8].copy_from_slice(REC_MAGIC);
+        b[..8].copy_from_slice(kind.magic());
         b[UUID_AT..UUID_AT + 16].copy_from_slice(&uuid.0);
         let mut put = |o: usize, v: u64| b[o..o + 8].copy_from_slice(&v.to_le_bytes());
         put(16, stripe);
@@ -173,7 +210,10 @@ pub(super) fn sealed_records<'r>(
 /// Whether `b` starts with a whole record of this array (magic, UUID,
 /// fields that make sense, checksum): its sequence and length.
 fn sealed_record(b: &[u8], uuid: &Uuid) -> Option<(u64, usize)> {
-    if b.len() < BLOCK as usize || &b[..8] != REC_MAGIC || b[UUID_AT..UUID_AT + 16] != uuid.0 {
+    if b.len() < BLOCK as usize
+        || Kind::of_magic(&b[..8]).is_none()
+        || b[UUID_AT..UUID_AT + 16] != uuid.0
+    {
         return None;
     }
     let get = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
@@ -197,6 +237,7 @@ fn sealed_record(b: &[u8], uuid: &Uuid) -> Option<(u64, usize)> {
 /// records (no magic, torn, or a checksum that does not match).
 pub(super) fn decode_record(b: &[u8], uuid: &Uuid) -> Option<(Record, usize)> {
     let (seq, len) = sealed_record(b, uuid)?;
+    let kind = Kind::of_magic(&b[..8])?;
     let get = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
     let (stripe, lo, hi, count) = (get(16), get(24), get(32), get(40) as usize);
     let width = (hi - lo) as usize;
@@ -211,6 +252,7 @@ pub(super) fn decode_record(b: &[u8], uuid: &Uuid) -> Option<(Record, usize)> {
         .collect();
     Some((
         Record {
+            kind,
             seq,
             stripe,
             lo,

@@ -9,7 +9,7 @@
 //! the chain it holds.
 
 use super::format::{decode_head, decode_record, legacy_records_owed, sealed_records};
-use super::format::{encode_head, Record, BLOCK, RECORDS};
+use super::format::{encode_head, Kind, Record, BLOCK, RECORDS};
 use super::{JState, Journal};
 use crate::array::{Array, ArrayError, MemberRef, Result, SlotState};
 use crate::buf::AlignedBuf;
@@ -56,13 +56,16 @@ impl Array {
         let chain = chain_of(&places, after, at);
         let records = self.read_chain(&handles, &places, chain, after, &mut area);
         for r in &records {
-            for (_, slot, data) in &r.entries {
-                if *slot < handles.len() && self.readable(*slot, r.stripe) {
-                    let off = self.data_offset + r.stripe * self.geo.chunk + r.lo;
-                    if let Err(e) = handles[*slot].write_at(data, off) {
-                        self.fail_slot(*slot, &format!("journal replay failed: {e}"));
-                    }
+            match r.kind {
+                Kind::Columns => {
+                    let cols: Vec<(usize, &[u8])> = r
+                        .entries
+                        .iter()
+                        .map(|(_, slot, d)| (*slot, &d[..]))
+                        .collect();
+                    self.replay_write(&handles, r, &cols);
                 }
+                Kind::Parity => self.replay_parity(&handles, r),
             }
         }
         if !records.is_empty() {
@@ -71,8 +74,84 @@ impl Array {
         let last = records.last().map_or(after, |r| r.seq).max(after).max(seen);
         j.any_unsettled.store(false, Ordering::Release);
         *j.state.lock() = JState::fresh(last, j.area_end);
+        j.parity_unflushed.lock().clear();
         self.write_journal_block(&encode_head(last, RECORDS, &self.uuid), JOURNAL_OFFSET)?;
         Ok(records.len())
+    }
+
+    /// Writes `cols` (slot, columns [lo, hi) of record `r`'s stripe) to
+    /// the slots that are readable there; a write that fails fails its
+    /// member.
+    fn replay_write(&self, handles: &[MemberRef], r: &Record, cols: &[(usize, &[u8])]) {
+        let off = self.data_offset + r.stripe * self.geo.chunk + r.lo;
+        for &(slot, data) in cols {
+            if slot < handles.len() && self.readable(slot, r.stripe) {
+                if let Err(e) = handles[slot].write_at(data, off) {
+                    self.fail_slot(slot, &format!("journal replay failed: {e}"));
+                }
+            }
+        }
+    }
+
+    /// Puts a `Kind::Parity` record in place: the stripe's other data
+    /// columns read from their members as they lie (each old or new where
+    /// the write tore), the parity computed from them and the record's
+    /// columns, and both written. The stripe then agrees with itself, and
+    /// its chunks that exist only as parity read back as the record says.
+    /// Such a record is made only where the array can lose no more
+    /// (`Array::parity_record`): a data member missing here too leaves
+    /// the array past its redundancy, and the record is not put in place.
+    fn replay_parity(&self, handles: &[MemberRef], r: &Record) {
+        let nd = self.geo.data_chunks();
+        let np = self.geo.level.parity_chunks();
+        let map = self.geo.stripe_map(r.stripe);
+        let off = self.data_offset + r.stripe * self.geo.chunk + r.lo;
+        let width = (r.hi - r.lo) as usize;
+        let recorded = |i: usize| r.entries.iter().find(|e| e.0 == i).map(|e| &e.2[..]);
+        let mut read: Vec<Option<AlignedBuf>> = (0..nd).map(|_| None).collect();
+        for (i, col) in read.iter_mut().enumerate() {
+            if recorded(i).is_some() {
+                continue;
+            }
+            let slot = map.members[i];
+            if !self.readable(slot, r.stripe) {
+                tracing::warn!(array = %self.name, seq = r.seq, stripe = r.stripe,
+                    "a journal record could not be put in place: another data chunk of its stripe is missing too");
+                return;
+            }
+            let mut b = AlignedBuf::new(width);
+            if let Err(e) = handles[slot].read_at(&mut b, off) {
+                self.fail_slot(slot, &format!("journal replay could not read it: {e}"));
+                return;
+            }
+            *col = Some(b);
+        }
+        let srcs: Vec<&[u8]> = (0..nd)
+            .map(|i| recorded(i).unwrap_or_else(|| &read[i].as_ref().expect("read")[..]))
+            .collect();
+        let mut parity: Vec<AlignedBuf> = (0..np).map(|_| AlignedBuf::new(width)).collect();
+        let made = match &mut parity[..] {
+            [p] => self.engine.gen_p(&srcs, p),
+            [p, q] => self.engine.gen_pq(&srcs, p, q),
+            _ => unreachable!("RAID5 or RAID6"),
+        };
+        if let Err(e) = made {
+            tracing::error!(array = %self.name, seq = r.seq, stripe = r.stripe,
+                "a journal record could not be put in place: its parity could not be computed: {e}");
+            return;
+        }
+        let cols: Vec<(usize, &[u8])> = r
+            .entries
+            .iter()
+            .map(|(_, slot, d)| (*slot, &d[..]))
+            .chain(
+                parity
+                    .iter()
+                    .enumerate()
+                    .map(|(k, b)| (map.members[nd + k], &b[..])),
+            )
+            .collect();
+        self.replay_write(handles, r, &cols);
     }
 
     /// The first pass: each present member's ring read whole, into `area`

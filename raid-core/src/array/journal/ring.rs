@@ -14,13 +14,32 @@
 //! rebuild, a flush with every slot in sync) waits for every record, and
 //! empties the ring.
 
-use super::{encode_head, JState, Journal, JOURNAL_OFFSET, RECORDS};
+use super::{encode_head, JState, Journal, Kind, JOURNAL_OFFSET, RECORDS};
 use crate::array::{Array, Result};
 use parking_lot::MutexGuard;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 
 /// A record past the header's sequence.
+/// A stripe's records past the header's tail (`JState::unsettled`).
+#[derive(Default)]
+pub(super) struct Unsettled {
+    /// The last one's sequence.
+    pub(super) last: u64,
+    /// The last `Kind::Columns` one's, if any is past the tail: such a
+    /// stripe takes no `Kind::Parity` record (`Array::parity_record`).
+    pub(super) columns: Option<u64>,
+}
+
+impl Unsettled {
+    /// Forgets what a header now at `tail` has passed; whether any of the
+    /// stripe's records is still past it.
+    pub(super) fn keep_past(&mut self, tail: u64) -> bool {
+        self.columns = self.columns.filter(|&c| c > tail);
+        self.last > tail
+    }
+}
+
 pub(super) struct Live {
     seq: u64,
     /// Where it lies, and its length.
@@ -58,7 +77,7 @@ impl JState {
     /// Takes the ring's place `at` (from `room`) and the next sequence for
     /// a record of `len` bytes of stripe `s` (`queued`: its writer does not
     /// wait): its sequence.
-    pub(super) fn place(&mut self, at: u64, len: u64, s: u64, queued: bool) -> u64 {
+    pub(super) fn place(&mut self, at: u64, len: u64, (s, kind): (u64, Kind), queued: bool) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.head = at + len;
@@ -71,7 +90,11 @@ impl JState {
         });
         self.queued_live += queued as usize;
         self.live_bytes += len;
-        self.unsettled.insert(s, seq);
+        let u = self.unsettled.entry(s).or_default();
+        u.last = seq;
+        if kind == Kind::Columns {
+            u.columns = Some(seq);
+        }
         self.in_flight += 1;
         seq
     }
@@ -179,7 +202,8 @@ impl Array {
         st.tail_at = tail_at;
         let freed: u64 = st.live.drain(..n).map(|r| r.len).sum();
         st.live_bytes -= freed;
-        st.unsettled.retain(|_, last| *last > tail);
+        st.unsettled.retain(|_, u| u.keep_past(tail));
+        j.parity_unflushed.lock().retain(|_, last| *last > tail);
         j.any_unsettled
             .store(!st.unsettled.is_empty(), Ordering::Release);
         self.activity.journal_checkpoints.add(1);

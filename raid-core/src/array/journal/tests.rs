@@ -1,7 +1,8 @@
 //! The journal's decoder fuzzed, and its replay rules one by one.
 
-use super::format::{decode_head, decode_record, sealed_records, REC_MAGIC, UUID_AT};
+use super::format::{decode_head, decode_record, sealed_records, UUID_AT};
 use super::format::{encode_head_spread, BLOCK};
+use super::format::{PARITY_REC_MAGIC, REC_MAGIC};
 use super::*;
 use crate::member::RamMember;
 
@@ -9,7 +10,7 @@ use crate::member::RamMember;
 fn encode_record(r: &Record, uuid: &Uuid) -> AlignedBuf {
     let entries: Vec<(usize, usize, &[u8])> =
         r.entries.iter().map(|(i, s, d)| (*i, *s, &d[..])).collect();
-    let mut u = Unsealed::new(r.stripe, r.lo, r.hi, &entries, uuid);
+    let mut u = Unsealed::new(r.kind, r.stripe, r.lo, r.hi, &entries, uuid);
     u.seal(r.seq);
     u.b
 }
@@ -23,11 +24,11 @@ fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
     }
 }
 
-/// Seals a record block as `encode_record` would: magic, UUID and CRC
-/// over whatever the fields say, so the decoder's own checks are what
-/// is tested, not the checksum.
-fn seal(b: &mut [u8], uuid: &Uuid, payload_len: usize) {
-    b[..8].copy_from_slice(REC_MAGIC);
+/// Seals a record block as `encode_record` would: magic (of either
+/// kind), UUID and CRC over whatever the fields say, so the decoder's own
+/// checks are what is tested, not the checksum.
+fn seal(b: &mut [u8], magic: &[u8; 8], uuid: &Uuid, payload_len: usize) {
+    b[..8].copy_from_slice(magic);
     b[UUID_AT..UUID_AT + 16].copy_from_slice(&uuid.0);
     let end = (BLOCK as usize + payload_len).min(b.len());
     let mut crc = crc32c::crc32c(&b[..4092]);
@@ -75,7 +76,8 @@ fn random_records_never_panic_and_accepted_ones_are_in_bounds() {
                 .and_then(|w| w.checked_mul(count))
                 .unwrap_or(0)
                 .min(2 * BLOCK) as usize;
-            seal(&mut buf, &uuid, payload);
+            let magic = [REC_MAGIC, PARITY_REC_MAGIC][(i % 8 == 1) as usize];
+            seal(&mut buf, magic, &uuid, payload);
         }
         if let Some((r, n)) = decode_record(&buf[..len], &uuid) {
             accepted += 1;
@@ -98,6 +100,7 @@ fn random_records_never_panic_and_accepted_ones_are_in_bounds() {
 /// slot the layout puts it.
 fn block_record(a: &Array, seq: u64, stripe: u64, byte: u8) -> Record {
     Record {
+        kind: Kind::Columns,
         seq,
         stripe,
         lo: 0,
@@ -134,23 +137,34 @@ fn array_at(tag: &str, data_offset: Option<u64>) -> (Array, Vec<MemberRef>) {
 /// Records with this array's UUID and a valid checksum, in the chain,
 /// whose fields do not fit the layout (a stripe past the end, columns
 /// past the chunk, a slot the layout does not put that chunk on, a
-/// chunk twice) are not replayed, nor anything after them.
+/// chunk twice, a parity chunk in a record of the data that exists only
+/// as parity) are not replayed, nor anything after them.
 #[test]
 fn records_that_do_not_fit_the_layout_are_not_replayed() {
     let (a, m) = array("jfit");
     let rows = a.geo.rows();
     let map = a.geo.stripe_map(0);
+    let (c, p) = (Kind::Columns, Kind::Parity);
     let bad = [
-        (rows, 0, 4096, vec![(0, map.members[0])]),
-        (u64::MAX / 4096, 0, 4096, vec![(0, map.members[0])]),
-        (0, 0, a.geo.chunk + 4096, vec![(0, map.members[0])]),
-        (0, 0, 4096, vec![(0, map.members[1])]),
-        (0, 0, 4096, vec![(0, map.members[0]), (0, map.members[0])]),
-        (0, 0, 4096, vec![(9, 0)]),
+        (c, rows, 0, 4096, vec![(0, map.members[0])]),
+        (c, u64::MAX / 4096, 0, 4096, vec![(0, map.members[0])]),
+        (c, 0, 0, a.geo.chunk + 4096, vec![(0, map.members[0])]),
+        (c, 0, 0, 4096, vec![(0, map.members[1])]),
+        (
+            c,
+            0,
+            0,
+            4096,
+            vec![(0, map.members[0]), (0, map.members[0])],
+        ),
+        (c, 0, 0, 4096, vec![(9, 0)]),
+        (p, 0, 0, 4096, vec![(3, map.members[3])]),
+        (p, rows, 0, 4096, vec![(0, map.members[0])]),
     ];
-    for (stripe, lo, hi, entries) in bad {
+    for (kind, stripe, lo, hi, entries) in bad {
         let width = (hi - lo) as usize;
         let rec = Record {
+            kind,
             seq: 1,
             stripe,
             lo,
@@ -663,4 +677,55 @@ fn a_groups_runs_spread_over_the_members_and_replay_follows_them() {
         a.read(s * a.geo.stripe_data_bytes(), &mut got).unwrap();
         assert!(got.iter().all(|&b| b == 0x20 + k as u8), "stripe {s}");
     }
+}
+
+/// A record of the data that exists only as parity (`Kind::Parity`) is
+/// put in place from the data as the members hold it: whatever a torn
+/// write left there (here one chunk new, one old, the parity neither),
+/// replay leaves the stripe agreeing with itself and the missing chunk
+/// reading back as the record says.
+#[test]
+fn a_parity_record_is_replayed_from_the_data_as_it_lies() {
+    let (a, m) = array("jparity");
+    let map = a.geo.stripe_map(0);
+    let chunk = a.geo.chunk;
+    a.write(0, &vec![0x11; a.geo.stripe_data_bytes() as usize])
+        .unwrap();
+    a.fail_slot(map.members[1], "test");
+    let at = a.data_offset;
+    m[map.members[0]].write_at(&[0x22; 4096], at).unwrap();
+    m[map.members[3]].write_at(&[0x77; 4096], at).unwrap();
+    let tail = a.journal.as_ref().unwrap().state.lock().tail_seq;
+    let rec = Record {
+        kind: Kind::Parity,
+        seq: tail + 1,
+        stripe: 0,
+        lo: 0,
+        hi: 4096,
+        entries: vec![(1, map.members[1], vec![0x33; 4096])],
+    };
+    let b = encode_record(&rec, &a.uuid);
+    for (i, member) in m.iter().enumerate() {
+        if i != map.members[1] {
+            member.write_at(&b, RECORDS).unwrap();
+        }
+    }
+    assert_eq!(a.journal_recover().unwrap(), 1);
+    let read = |off: u64| {
+        let mut got = vec![0u8; 4096];
+        a.read(off, &mut got).unwrap();
+        got
+    };
+    assert!(read(0).iter().all(|&x| x == 0x22), "chunk 0 as it lay");
+    assert!(read(chunk).iter().all(|&x| x == 0x33), "the record's chunk");
+    assert!(
+        read(2 * chunk).iter().all(|&x| x == 0x11),
+        "chunk 2 as it lay"
+    );
+    let mut parity = vec![0u8; 4096];
+    m[map.members[3]].read_at(&mut parity, at).unwrap();
+    assert!(
+        parity.iter().all(|&x| x == 0x22 ^ 0x33 ^ 0x11),
+        "parity recomputed"
+    );
 }

@@ -165,43 +165,67 @@ fn after_a_cut(m: &support::array::Members, out: &[usize]) -> Array {
     Array::assemble(live).unwrap().array
 }
 
-/// A whole-stripe write torn by a power cut: the parity's drive flushed
-/// it, the data drives did not. Its missing chunk, recovered from that
-/// parity and the old data, would read back as neither its old bytes nor
-/// its new; replay of its record makes the parity agree with the data as
-/// it lies, and the missing chunk reads back new.
+/// A whole-stripe write torn by a power cut: one parity drive flushed
+/// it, the data drives did not. The missing chunks, recovered from that
+/// parity and the old data, would read back as neither their old bytes
+/// nor their new; replay of the write's record makes the parity agree
+/// with the data as it lies, and the missing chunks read back new. On a
+/// RAID5 missing a member, a RAID6 missing two (P and Q recomputed), and
+/// a RAID5 whose ring is small enough that the record is cut in three.
 #[test]
-fn a_torn_whole_stripe_write_reads_back_its_missing_chunk_whole() {
+fn a_torn_whole_stripe_write_reads_back_its_missing_chunks_whole() {
     let row = 2;
-    let (m, a, image) = degraded(Level::Raid5, 4, row, &[1], "ptorn-");
-    let map = a.geometry().stripe_map(row);
-    let sdb = a.geometry().stripe_data_bytes();
-    for f in &m.faulty {
-        f.track_power_cut();
-    }
-    let mut model = image.clone();
-    let cost = write(&a, &mut model, row * sdb, sdb, 7);
-    assert_eq!(cost.2, 1, "a parity-only record");
-    use raid_core::member::Member;
-    m.faulty[map.members[3]].flush().unwrap();
-    drop(a);
-    let a = after_a_cut(&m, &[map.members[1]]);
-    let mut got = vec![0u8; a.capacity() as usize];
-    a.read(0, &mut got).unwrap();
-    let missing = (row * sdb + CHUNK) as usize..(row * sdb + 2 * CHUNK) as usize;
-    assert!(
-        got[missing.clone()] == model[missing.clone()],
-        "the missing chunk reads back other than written"
-    );
-    for b in (0..got.len()).step_by(BLOCK as usize) {
-        let r = b..b + BLOCK as usize;
-        assert!(
-            got[r.clone()] == image[r.clone()] || got[r.clone()] == model[r.clone()],
-            "block at {b} reads back as neither old nor new"
+    let cases: [(Level, usize, &[usize], Option<u64>, u64); 3] = [
+        (Level::Raid5, 4, &[1], None, 1),
+        (Level::Raid6, 5, &[0, 2], None, 1),
+        (Level::Raid5, 4, &[1], Some(32 << 10), 3),
+    ];
+    for (k, (level, n, lost, ring, records)) in cases.into_iter().enumerate() {
+        let what = format!("{level:?} missing {lost:?}, ring {ring:?}");
+        let (m, a, image) = degraded(level, n, row, lost, &format!("ptorn{k}-"));
+        if let Some(bytes) = ring {
+            a.limit_journal_ring(bytes);
+        }
+        let map = a.geometry().stripe_map(row);
+        let nd = a.geometry().data_chunks();
+        let sdb = a.geometry().stripe_data_bytes();
+        for f in &m.faulty {
+            f.track_power_cut();
+        }
+        let mut model = image.clone();
+        let cost = write(&a, &mut model, row * sdb, sdb, 7);
+        assert_eq!(cost.2, records, "{what}: parity-only records");
+        use raid_core::member::Member;
+        m.faulty[map.members[n - 1]].flush().unwrap();
+        drop(a);
+        let out: Vec<usize> = lost.iter().map(|&i| map.members[i]).collect();
+        let a = after_a_cut(&m, &out);
+        let mut got = vec![0u8; a.capacity() as usize];
+        a.read(0, &mut got).unwrap();
+        for &i in lost {
+            let at = (row * sdb + i as u64 * CHUNK) as usize;
+            let chunk = at..at + CHUNK as usize;
+            assert!(
+                got[chunk.clone()] == model[chunk],
+                "{what}: missing chunk {i} reads back other than written"
+            );
+        }
+        for b in (0..got.len()).step_by(BLOCK as usize) {
+            let r = b..b + BLOCK as usize;
+            assert!(
+                got[r.clone()] == image[r.clone()] || got[r.clone()] == model[r.clone()],
+                "{what}: block at {b} reads back as neither old nor new"
+            );
+        }
+        assert!(nd > lost.len());
+        let new = support::array::Members::ram(lost.len(), ROWS * CHUNK, &format!("ptorn{k}-new"));
+        support::power_cut::rebuild_and_scrub(
+            &a,
+            &got,
+            |s| new.faulty[out.iter().position(|&x| x == s).unwrap()].clone(),
+            &what,
         );
     }
-    let new = support::array::Members::ram(1, ROWS * CHUNK, "ptorn-new");
-    support::power_cut::rebuild_and_scrub(&a, &got, |_| new.faulty[0].clone(), "torn");
 }
 
 /// A write to a stripe whose parity-only record's in-place writes may

@@ -91,7 +91,12 @@ impl Array {
     /// compute the parity; with a chunk of margin left (a RAID6 missing
     /// one), a member lost at the same crash would leave it without them,
     /// where a record of every column needs no read: such stripes keep
-    /// that record. Callers also ask `journal_parity_allowed`.
+    /// that record. The chunks recorded are those not readable after a
+    /// crash, not those not readable now: a rebuild's saved position only
+    /// moves on, so every chunk left out is readable at replay unless a
+    /// member fails meanwhile, which takes the stripe past its redundancy
+    /// (a slot being rebuilt counts as down until its rebuild ends).
+    /// Callers also ask `journal_parity_allowed`.
     pub(super) fn parity_record<'b>(
         &self,
         s: u64,

@@ -376,7 +376,7 @@ impl Array {
     /// waits for the group taken before it to end, then tells their
     /// writers how it went: those waiting through their group, those with
     /// callbacks by calling them (a record given up is accounted for here
-    /// first, as `journal_stripe` does for its own). The group is durable
+    /// first, as `journal_record` does for its own). The group is durable
     /// (its outcome, `Group::outcome`) only if its writes left the array
     /// within its redundancy and the group before it is durable. Returns
     /// the panic that ended its writes, if one did.

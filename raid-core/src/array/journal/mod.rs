@@ -285,7 +285,7 @@ impl Array {
         Err(self.journal_unwritten_error())
     }
 
-    /// `journal_stripe` for a writer that must not wait (a shard's): the
+    /// `journal_record` for a writer that must not wait (a shard's): the
     /// record queued for the next group and its sequence returned, `done`
     /// called when that group ends (`commit.rs`). The caller writes the
     /// chunks in place only if `done` says the record is durable, then
@@ -294,7 +294,7 @@ impl Array {
     /// Where the ring has no room (or a settle is emptying it), nothing is
     /// queued and `room` is called once there may be: `NotQueued::Later`
     /// (the committer frees the ring's front meanwhile). The blocking path
-    /// (`journal_stripe`) takes the writes whose record would wait for
+    /// (`journal_record`) takes the writes whose record would wait for
     /// something else (a settle due after a record was given up, the
     /// journal's lock held for long), that do not fit the ring, that the array
     /// cannot take (past its redundancy), or whose members' flushes wait
@@ -411,7 +411,7 @@ impl Array {
         self.failed_error()
     }
 
-    /// The in-place write of record `seq` (from `journal_stripe` or
+    /// The in-place write of record `seq` (from `journal_record` or
     /// `journal_submit`) has finished, or failed: a settle may pass it
     /// now, and a checkpoint once those ahead of it are done too.
     pub(super) fn journal_write_done(&self, seq: u64) {

@@ -115,8 +115,11 @@ impl Array {
             }
             let slot = map.members[i];
             if !self.readable(slot, r.stripe) {
-                tracing::warn!(array = %self.name, seq = r.seq, stripe = r.stripe,
-                    "a journal record could not be put in place: another data chunk of its stripe is missing too");
+                // Only where the array is past its redundancy (a forced
+                // start): the stripe's chunks that exist only as parity
+                // may read back wrong.
+                tracing::error!(array = %self.name, seq = r.seq, stripe = r.stripe,
+                    "a degraded write's journal record could not be put in place: another data chunk of its stripe is missing too, so the stripe may read back wrong; scrub it once the array is whole");
                 return;
             }
             let mut b = AlignedBuf::new(width);

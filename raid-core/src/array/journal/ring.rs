@@ -20,14 +20,13 @@ use parking_lot::MutexGuard;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 
-/// A record past the header's sequence.
 /// A stripe's records past the header's tail (`JState::unsettled`).
 #[derive(Default)]
 pub(super) struct Unsettled {
     /// The last one's sequence.
     pub(super) last: u64,
     /// The last `Kind::Columns` one's, if any is past the tail: such a
-    /// stripe takes no `Kind::Parity` record (`Array::parity_record`).
+    /// stripe takes no `Kind::Parity` record (`journal_parity_allowed`).
     pub(super) columns: Option<u64>,
 }
 
@@ -40,6 +39,7 @@ impl Unsettled {
     }
 }
 
+/// A record past the header's sequence.
 pub(super) struct Live {
     seq: u64,
     /// Where it lies, and its length.

@@ -1,6 +1,7 @@
 //! Which stripe writes go through the journal, and when their records
 //! settle: a flush while a member is missing and with every member in
-//! sync, a shard's write to a stripe with a record, and a stripe whose
+//! sync, a shard's write to a stripe with a record (or with a
+//! parity-only record not yet durable in place), and a stripe whose
 //! parity is all missing (written alone unless it has a record).
 
 use super::format::{decode_head, BLOCK};
@@ -159,5 +160,52 @@ fn a_stripe_with_a_record_is_journaled_though_its_parity_is_all_missing() {
     assert!(
         got.iter().all(|&b| b == 0x55),
         "the older record's columns replayed over the newer write"
+    );
+}
+
+/// A stripe whose parity-only record (`Kind::Parity`) may not be durable
+/// in place yet: a shard's degraded write there goes to the blocking
+/// path, which flushes every member before its record of every column
+/// (`journal_parity_barrier`); one to another degraded stripe stays on
+/// the shard. Once the blocking path has flushed, the stripe's writes
+/// stay on the shard again.
+#[test]
+fn a_shard_write_leaves_for_the_blocking_path_where_a_parity_only_record_is_unflushed() {
+    use crate::array::async_write::{AsyncWrite, Start};
+    let (a, _m) = array("jpshard");
+    let a = Arc::new(a);
+    let nd = a.geo.data_chunks();
+    let sdb = a.geo.stripe_data_bytes();
+    a.fail_slot(1, "test");
+    let rows = journaled_rows(&a, 1, 2);
+    // A block of a chunk present in stripe `s`.
+    let present = |s: u64| {
+        let map = a.geo.stripe_map(s);
+        let i = (0..nd).find(|&i| map.members[i] != 1).unwrap();
+        s * sdb + i as u64 * a.geo.chunk
+    };
+    let start = |offset| {
+        AsyncWrite::start(
+            &crate::array::LocalArray::new(&a),
+            offset,
+            AlignedBuf::new(4096),
+            |_| true,
+        )
+    };
+    a.write(rows[0] * sdb, &vec![5u8; sdb as usize]).unwrap();
+    assert_eq!(a.activity.journal_parity_records.get(), 1);
+    assert!(
+        matches!(start(present(rows[1])), Start::Go(_)),
+        "another stripe"
+    );
+    assert!(
+        matches!(start(present(rows[0])), Start::Blocking(_)),
+        "the stripe of the parity-only record"
+    );
+    a.write(present(rows[0]), &[6u8; 4096]).unwrap();
+    assert_eq!(a.activity.journal_parity_barriers.get(), 1);
+    assert!(
+        matches!(start(present(rows[0])), Start::Go(_)),
+        "flushed since"
     );
 }

@@ -165,6 +165,10 @@ fn after_a_cut(m: &support::array::Members, out: &[usize]) -> Array {
     Array::assemble(live).unwrap().array
 }
 
+/// A level, its members, the data chunks of the stripe missing, the
+/// journal's ring if limited, and the records a whole stripe takes.
+type Case = (Level, usize, &'static [usize], Option<u64>, u64);
+
 /// A whole-stripe write torn by a power cut: one parity drive flushed
 /// it, the data drives did not. The missing chunks, recovered from that
 /// parity and the old data, would read back as neither their old bytes
@@ -175,7 +179,7 @@ fn after_a_cut(m: &support::array::Members, out: &[usize]) -> Array {
 #[test]
 fn a_torn_whole_stripe_write_reads_back_its_missing_chunks_whole() {
     let row = 2;
-    let cases: [(Level, usize, &[usize], Option<u64>, u64); 3] = [
+    let cases: [Case; 3] = [
         (Level::Raid5, 4, &[1], None, 1),
         (Level::Raid6, 5, &[0, 2], None, 1),
         (Level::Raid5, 4, &[1], Some(32 << 10), 3),

@@ -299,8 +299,9 @@ impl AsyncWrite {
                     }
                     // Its record is of every column: where the stripe
                     // has a parity-only record not yet durable in place,
-                    // the blocking path flushes first
-                    // (`Array::journal_parity_barrier`).
+                    // the blocking path's (which takes a parity-only
+                    // record too, or flushes first:
+                    // `Array::journal_parity_barrier`).
                     false => match a.degraded_plan(*s, ps, |i| readable[i]) {
                         Some(by_rmw) => {
                             *rmw = by_rmw;

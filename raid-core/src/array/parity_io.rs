@@ -301,6 +301,14 @@ impl Array {
             // appears meanwhile.)
             let step = if self.data_alone(readable, kept) && !self.journal_pending(s) {
                 self.write_data_alone(s, ps, data)
+            } else if self.journal_parity_unflushed(s) {
+                // A parity-only record of the stripe may not be durable in
+                // place yet: the chunks that exist only as parity are
+                // recovered, and this write's record is parity-only too,
+                // rather than one of every column, which would wait for a
+                // flush of every member (`journal_parity_barrier`): on a
+                // sequential stream, a flush per stripe.
+                self.reconstruct_write(s, ps, data, lo, hi)
             } else if self.rmw_reads_fewer(s, ps, readable) {
                 self.read_modify_write(s, ps, data, lo, hi)
             } else {
@@ -401,10 +409,11 @@ impl Array {
             // Only where it is the smaller record (a block of the missing
             // chunk alone is one column either way, and a parity-only
             // record makes the stripe's next record of every column wait
-            // for a flush).
+            // for a flush), or the stripe has a parity-only record already
+            // not durable in place (which such a record would wait for).
             let parity_only = self
                 .parity_record(s, chunks)
-                .filter(|lost| lost.len() < present.len());
+                .filter(|lost| lost.len() < present.len() || self.journal_parity_unflushed(s));
             // Journaled: nothing to wait for (and its member errors are
             // handled inside).
             drop(in_flight);
@@ -648,6 +657,19 @@ impl Array {
             .iter()
             .map(|p| (p.idx, new_column(ps, data, lo, hi, &cols, p.idx)))
             .collect();
+        // The chunks that would exist only as parity after a crash, as
+        // they stand, where the request does not cover them: what a
+        // parity-only journal record holds (`Array::parity_record`). Not
+        // written in place where their members are missing
+        // (`write_in_place` skips those); rewritten as they are where not.
+        writes.extend(
+            (0..nd)
+                .filter(|&i| {
+                    !ps.iter().any(|p| p.idx == i)
+                        && !self.readable_after_a_crash(map.members[i], s)
+                })
+                .filter_map(|i| cols[i].as_deref().map(|b| (i, b))),
+        );
         writes.extend(parity.iter().enumerate().map(|(k, b)| (nd + k, &b[..])));
         self.write_chunks(s, &writes, lo)
     }

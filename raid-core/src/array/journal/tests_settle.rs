@@ -165,10 +165,11 @@ fn a_stripe_with_a_record_is_journaled_though_its_parity_is_all_missing() {
 
 /// A stripe whose parity-only record (`Kind::Parity`) may not be durable
 /// in place yet: a shard's degraded write there goes to the blocking
-/// path, which flushes every member before its record of every column
-/// (`journal_parity_barrier`); one to another degraded stripe stays on
-/// the shard. Once the blocking path has flushed, the stripe's writes
-/// stay on the shard again.
+/// path, which recovers the missing chunk and takes a parity-only record
+/// too (a record of every column would wait for a flush of every member,
+/// `journal_parity_barrier`); one to another degraded stripe stays on
+/// the shard. Once the records are in place and flushed, the stripe's
+/// writes stay on the shard again.
 #[test]
 fn a_shard_write_leaves_for_the_blocking_path_where_a_parity_only_record_is_unflushed() {
     use crate::array::async_write::{AsyncWrite, Start};
@@ -202,10 +203,46 @@ fn a_shard_write_leaves_for_the_blocking_path_where_a_parity_only_record_is_unfl
         matches!(start(present(rows[0])), Start::Blocking(_)),
         "the stripe of the parity-only record"
     );
+    // There, the blocking path takes a parity-only record too.
     a.write(present(rows[0]), &[6u8; 4096]).unwrap();
-    assert_eq!(a.activity.journal_parity_barriers.get(), 1);
+    assert_eq!(a.activity.journal_parity_records.get(), 2);
+    assert_eq!(a.activity.journal_parity_barriers.get(), 0);
+    assert!(matches!(start(present(rows[0])), Start::Blocking(_)));
+    // In place and flushed (settled here): the shard's again.
+    a.journal_settle().unwrap();
     assert!(
         matches!(start(present(rows[0])), Start::Go(_)),
-        "flushed since"
+        "settled since"
     );
+}
+
+/// Where a write to a stripe with a parity-only record not yet durable
+/// in place cannot take a parity-only record itself (here the array is
+/// whole again, as a rebuild that wrote through its records leaves it,
+/// so nothing exists only as parity), its record of every column waits
+/// for a flush of every member: its parity is computed from that
+/// record's in-place writes (`journal_parity_barrier`). Once.
+#[test]
+fn a_record_of_every_column_after_a_parity_only_one_flushes_first() {
+    let (a, m) = array("jpbarrier");
+    let sdb = a.geo.stripe_data_bytes();
+    a.fail_slot(1, "test");
+    let rows = journaled_rows(&a, 1, 1);
+    a.write(rows[0] * sdb, &vec![5u8; sdb as usize]).unwrap();
+    assert_eq!(a.activity.journal_parity_records.get(), 1);
+    a.slots[1].set_state(SlotState::Active);
+    let map = a.geo.stripe_map(rows[0]);
+    let i = (0..a.geo.data_chunks())
+        .find(|&i| map.members[i] == 1)
+        .unwrap() as u64;
+    // Its chunk as the rebuild would have left it.
+    let chunk = vec![5u8; a.geo.chunk as usize];
+    m[1].write_at(&chunk, a.data_offset + rows[0] * a.geo.chunk)
+        .unwrap();
+    for k in 0..2u8 {
+        a.write(rows[0] * sdb + i * a.geo.chunk, &[6 + k; 4096])
+            .unwrap();
+    }
+    assert_eq!(a.activity.journal_parity_records.get(), 1);
+    assert_eq!(a.activity.journal_parity_barriers.get(), 1);
 }

@@ -19,6 +19,17 @@ pub(super) fn journaled_rows(a: &Array, failed: usize, n: usize) -> Vec<u64> {
         .collect()
 }
 
+/// How a shard starts a 4 KiB write at `offset` (every member taking
+/// the shards' I/O): on the shard, or sent to the blocking path.
+fn shard_start(a: &Arc<Array>, offset: u64) -> crate::array::async_write::Start {
+    crate::array::async_write::AsyncWrite::start(
+        &crate::array::LocalArray::new(a),
+        offset,
+        AlignedBuf::new(4096),
+        |_| true,
+    )
+}
+
 /// The header on the first member still readable: its sequence.
 fn header_seq(a: &Array, m: &[MemberRef]) -> u64 {
     let mut area = AlignedBuf::new(BLOCK as usize);
@@ -87,7 +98,7 @@ fn a_flush_settles_the_journal_only_with_every_slot_in_sync_or_at_a_stop() {
 /// a record goes to the blocking path, which journals it.
 #[test]
 fn a_shard_write_leaves_for_the_blocking_path_only_where_its_stripe_has_a_record() {
-    use crate::array::async_write::{AsyncWrite, Start};
+    use crate::array::async_write::Start;
     let (a, _m) = array("jshard");
     let a = Arc::new(a);
     a.fail_slot(1, "test");
@@ -95,14 +106,7 @@ fn a_shard_write_leaves_for_the_blocking_path_only_where_its_stripe_has_a_record
     a.slots[1].set_state(SlotState::Active);
     assert!(a.journal_pending(0));
     let sdb = a.geo.stripe_data_bytes();
-    let start = |offset| {
-        AsyncWrite::start(
-            &crate::array::LocalArray::new(&a),
-            offset,
-            AlignedBuf::new(4096),
-            |_| true,
-        )
-    };
+    let start = |offset| shard_start(&a, offset);
     assert!(
         matches!(start(5 * sdb), Start::Go(_)),
         "stripe 5: no record"
@@ -172,7 +176,7 @@ fn a_stripe_with_a_record_is_journaled_though_its_parity_is_all_missing() {
 /// writes stay on the shard again.
 #[test]
 fn a_shard_write_leaves_for_the_blocking_path_where_a_parity_only_record_is_unflushed() {
-    use crate::array::async_write::{AsyncWrite, Start};
+    use crate::array::async_write::Start;
     let (a, _m) = array("jpshard");
     let a = Arc::new(a);
     let nd = a.geo.data_chunks();
@@ -185,14 +189,7 @@ fn a_shard_write_leaves_for_the_blocking_path_where_a_parity_only_record_is_unfl
         let i = (0..nd).find(|&i| map.members[i] != 1).unwrap();
         s * sdb + i as u64 * a.geo.chunk
     };
-    let start = |offset| {
-        AsyncWrite::start(
-            &crate::array::LocalArray::new(&a),
-            offset,
-            AlignedBuf::new(4096),
-            |_| true,
-        )
-    };
+    let start = |offset| shard_start(&a, offset);
     a.write(rows[0] * sdb, &vec![5u8; sdb as usize]).unwrap();
     assert_eq!(a.activity.journal_parity_records.get(), 1);
     assert!(

@@ -2,8 +2,8 @@
 //! only as parity (a whole stripe, or a reconstruct-write over the missing
 //! chunk) on an array that can lose no more: their journal record carries
 //! those chunks alone, and replay recomputes the parity from the data as
-//! it lies. What each write records, what a power cut leaves, and the
-//! flush a later record of every column waits for.
+//! it lies. What each write records, what a power cut leaves, and what a
+//! later write to such a stripe records.
 
 use raid_core::array::Array;
 use raid_core::buf::AlignedBuf;

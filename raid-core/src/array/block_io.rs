@@ -318,7 +318,9 @@ impl Array {
     /// every settled region's bit, lingering or not.
     pub(super) fn flush_checked(&self, stopping: bool) -> Result<()> {
         let generation = self.bitmap_generation();
+        let parity_written = self.journal_parity_written();
         self.flush_present(true)?;
+        self.journal_parity_flushed(&parity_written);
         // A member failure a write acted on (skipping the member) must be
         // on disk before that write is called durable.
         self.membership_settled();

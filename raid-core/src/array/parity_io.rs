@@ -372,11 +372,14 @@ impl Array {
 
     /// Writes chunk buffers (by stripe index) to the members that are
     /// readable; failures fail the member. Ok while the stripe stays within
-    /// its redundancy.
+    /// its redundancy. `carried`: columns of chunks the write leaves as
+    /// they are but knows, which a parity-only journal record may hold
+    /// (`Array::parity_record`); not written.
     fn write_chunks<'a>(
         &self,
         s: u64,
         chunks: &[(usize, &'a [u8])],
+        carried: &[(usize, &'a [u8])],
         lo: u64,
     ) -> std::result::Result<(), StepErr> {
         let map = self.geo.stripe_map(s);
@@ -407,12 +410,14 @@ impl Array {
             .any(|&m| !self.readable_after_a_crash(m, s));
         if (degraded || pending) && self.has_journal() && !present.is_empty() {
             // Only where it is the smaller record (a block of the missing
-            // chunk alone is one column either way, and a parity-only
-            // record makes the stripe's next record of every column wait
-            // for a flush), or the stripe has a parity-only record already
-            // not durable in place (which such a record would wait for).
+            // chunk alone is one column either way, and a stripe with a
+            // parity-only record not yet durable in place sends its writes
+            // to the blocking path), or the stripe has such a record
+            // already (where a record of every column would wait for a
+            // flush: `journal_parity_barrier`).
+            let known: Vec<(usize, &[u8])> = chunks.iter().chain(carried).copied().collect();
             let parity_only = self
-                .parity_record(s, chunks)
+                .parity_record(s, &known)
                 .filter(|lost| lost.len() < present.len() || self.journal_parity_unflushed(s));
             // Journaled: nothing to wait for (and its member errors are
             // handled inside).
@@ -531,7 +536,7 @@ impl Array {
                 .enumerate()
                 .map(|(k, b)| (nd + k, &b[..])),
         );
-        self.write_chunks(s, &writes, lo)
+        self.write_chunks(s, &writes, &[], lo)
     }
 
     /// Read-modify-write's arithmetic. `old` holds the old columns [lo, hi)
@@ -657,21 +662,18 @@ impl Array {
             .iter()
             .map(|p| (p.idx, new_column(ps, data, lo, hi, &cols, p.idx)))
             .collect();
-        // The chunks that would exist only as parity after a crash, as
-        // they stand, where the request does not cover them: what a
-        // parity-only journal record holds (`Array::parity_record`). Not
-        // written in place where their members are missing
-        // (`write_in_place` skips those); rewritten as they are where not.
-        writes.extend(
-            (0..nd)
-                .filter(|&i| {
-                    !ps.iter().any(|p| p.idx == i)
-                        && !self.readable_after_a_crash(map.members[i], s)
-                })
-                .filter_map(|i| cols[i].as_deref().map(|b| (i, b))),
-        );
         writes.extend(parity.iter().enumerate().map(|(k, b)| (nd + k, &b[..])));
-        self.write_chunks(s, &writes, lo)
+        // The chunks that would exist only as parity after a crash, as
+        // they stand, where the request does not cover them: not written,
+        // but what a parity-only journal record holds
+        // (`Array::parity_record`).
+        let carried: Vec<(usize, &[u8])> = (0..nd)
+            .filter(|&i| {
+                !ps.iter().any(|p| p.idx == i) && !self.readable_after_a_crash(map.members[i], s)
+            })
+            .filter_map(|i| cols[i].as_deref().map(|b| (i, b)))
+            .collect();
+        self.write_chunks(s, &writes, &carried, lo)
     }
 
     pub(super) fn parity_zero(&self, offset: u64, len: u64) -> Result<()> {

@@ -79,11 +79,12 @@ impl Array {
 
     /// The columns a `Kind::Parity` journal record of a degraded write of
     /// stripe `s` carries, where one may stand for the record of every
-    /// column it writes (`chunks`: stripe index, new columns, parity
-    /// among them): the new columns of the data chunks that would exist
-    /// only as parity after a crash (`readable_after_a_crash`: members
-    /// missing, or rebuilt there but not yet saved so). None unless the
-    /// write has each of those and the stripe can lose no more chunks (a
+    /// column it writes (`chunks`: stripe index and columns, new or, for
+    /// chunks the write leaves as they are, as they stand; parity among
+    /// them): those of the data chunks that would exist only as parity
+    /// after a crash (`readable_after_a_crash`: members missing, or
+    /// rebuilt there but not yet saved so). None unless the write has
+    /// each of those and the stripe can lose no more chunks (a
     /// RAID5 missing one, a RAID6 missing two). A whole-stripe write to a
     /// RAID5 of 8 missing a data member then records one chunk, not seven.
     ///

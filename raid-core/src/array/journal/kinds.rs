@@ -48,9 +48,49 @@ impl Array {
         if !self.journal_parity_unflushed(s) {
             return Ok(());
         }
+        let written = self.journal_parity_written();
         self.flush_present(false)?;
+        self.journal_parity_flushed(&written);
         j.parity_unflushed.lock().remove(&s);
         self.activity.journal_parity_barriers.add(1);
         Ok(())
+    }
+
+    /// The stripes whose last parity-only record's in-place writes have
+    /// ended, with that record's sequence: what a flush of every member
+    /// begun after this makes durable (`journal_parity_flushed`).
+    pub(in crate::array) fn journal_parity_written(&self) -> Vec<(u64, u64)> {
+        let Some(j) = &self.journal else {
+            return Vec::new();
+        };
+        if !j.any_unsettled.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let st = j.state.lock();
+        let unflushed = j.parity_unflushed.lock();
+        unflushed
+            .iter()
+            .filter(|&(_, &seq)| st.is_done(seq))
+            .map(|(&s, &seq)| (s, seq))
+            .collect()
+    }
+
+    /// After a flush of every member that began after `written` was
+    /// taken (`journal_parity_written`): those stripes' parity-only
+    /// records are durable in place, unless a newer one has come since.
+    /// A client's flush calls this, so that a stripe's writes go back to
+    /// the shards, by read-modify-write, at the next flush rather than
+    /// the next checkpoint.
+    pub(in crate::array) fn journal_parity_flushed(&self, written: &[(u64, u64)]) {
+        let Some(j) = &self.journal else { return };
+        if written.is_empty() {
+            return;
+        }
+        let mut unflushed = j.parity_unflushed.lock();
+        for (s, seq) in written {
+            if unflushed.get(s) == Some(seq) {
+                unflushed.remove(s);
+            }
+        }
     }
 }

@@ -99,6 +99,18 @@ impl JState {
         seq
     }
 
+    /// Whether record `seq`'s in-place write is done (or none follows),
+    /// or the header is past it.
+    pub(super) fn is_done(&self, seq: u64) -> bool {
+        let Some(first) = self.live.front().map(|r| r.seq) else {
+            return seq < self.next_seq;
+        };
+        match seq.checked_sub(first) {
+            None => true,
+            Some(i) => self.live.get(i as usize).is_none_or(|r| r.done),
+        }
+    }
+
     /// Record `seq`'s in-place write is done (or none follows). Returns
     /// whether it was the ring's first not done: the front may be
     /// reclaimed further now.

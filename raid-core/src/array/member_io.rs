@@ -215,12 +215,17 @@ impl Array {
         self.within_redundancy()
     }
 
-    /// Flushes every member not failed (`flush_each`: counted or not) and
+    /// Flushes every member not failed (`flush_slots`).
+    pub(super) fn flush_present(&self, counted: bool) -> Result<()> {
+        self.flush_slots(&self.present_slots(), counted)
+    }
+
+    /// Flushes the members of `slots` (`flush_each`: counted or not) and
     /// fails those that err: Err when the array is then beyond its
     /// redundancy.
-    pub(super) fn flush_present(&self, counted: bool) -> Result<()> {
+    pub(super) fn flush_slots(&self, slots: &[usize], counted: bool) -> Result<()> {
         let handles = self.member_handles();
-        let erred = flush_each(&handles, &self.present_slots(), counted);
+        let erred = flush_each(&handles, slots, counted);
         if !self.fail_erred(&handles, erred, "flush") {
             return Err(self.failed_error());
         }

@@ -415,9 +415,9 @@ impl Array {
             // to the blocking path), or the stripe has such a record
             // already (where a record of every column would wait for a
             // flush: `journal_parity_barrier`).
-            let known: Vec<(usize, &[u8])> = chunks.iter().chain(carried).copied().collect();
+            let known = |i: usize| chunks.iter().chain(carried).find(|c| c.0 == i).map(|c| c.1);
             let parity_only = self
-                .parity_record(s, &known)
+                .parity_record(s, known)
                 .filter(|lost| lost.len() < present.len() || self.journal_parity_unflushed(s));
             // Journaled: nothing to wait for (and its member errors are
             // handled inside).
@@ -425,11 +425,12 @@ impl Array {
             // The write hole: journal each column slice before writing it in
             // place (see journal.rs): the columns of the chunks that exist
             // only as parity where that is enough, else every column.
-            let (kind, recorded) = match parity_only.filter(|_| self.journal_parity_allowed(s)) {
-                Some(lost) => (Kind::Parity, lost),
+            let lost = parity_only.filter(|_| self.journal_parity_allowed(s));
+            let (kind, recorded) = match &lost {
+                Some(lost) => (Kind::Parity, &lost[..]),
                 None => {
                     self.journal_parity_barrier(s)?;
-                    (Kind::Columns, present.clone())
+                    (Kind::Columns, &present[..])
                 }
             };
             let width = present[0].1.len() as u64;
@@ -443,7 +444,7 @@ impl Array {
                         .collect()
                 };
                 let slice = slice_of(&present);
-                let seq = self.journal_record(kind, s, lo + at, &slice_of(&recorded))?;
+                let seq = self.journal_record(kind, s, lo + at, &slice_of(recorded))?;
                 let cols: Vec<(usize, u64, &[u8])> =
                     slice.iter().map(|&(i, b)| (i, lo + at, b)).collect();
                 let written = self.write_in_place(s, &cols, None);
@@ -600,7 +601,6 @@ impl Array {
         hi: u64,
         cols: &mut [Option<AlignedBuf>],
     ) -> Result<Vec<AlignedBuf>> {
-        let np = self.geo.level.parity_chunks();
         for p in ps {
             if let Some(b) = cols[p.idx].as_mut() {
                 let at = (p.within - lo) as usize;
@@ -610,14 +610,21 @@ impl Array {
         let srcs: Vec<&[u8]> = (0..cols.len())
             .map(|i| new_column(ps, data, lo, hi, cols, i))
             .collect();
+        self.parity_of(&srcs)
+    }
+
+    /// The parity chunks (P, or P and Q) of the data columns `srcs`, all
+    /// of one width.
+    pub(super) fn parity_of(&self, srcs: &[&[u8]]) -> Result<Vec<AlignedBuf>> {
+        let width = srcs.first().map_or(0, |c| c.len());
         // Written whole by the engine before any is read.
-        let mut parity: Vec<AlignedBuf> = (0..np)
-            .map(|_| AlignedBuf::for_overwrite((hi - lo) as usize))
+        let mut parity: Vec<AlignedBuf> = (0..self.geo.level.parity_chunks())
+            .map(|_| AlignedBuf::for_overwrite(width))
             .collect();
         match &mut parity[..] {
-            [p] => self.engine.gen_p(&srcs, p),
-            [p, q] => self.engine.gen_pq(&srcs, p, q),
-            _ => unreachable!(),
+            [p] => self.engine.gen_p(srcs, p),
+            [p, q] => self.engine.gen_pq(srcs, p, q),
+            _ => unreachable!("RAID5 or RAID6"),
         }
         .map_err(ArrayError::from)?;
         Ok(parity)

@@ -678,15 +678,10 @@ impl Array {
                 }
             })?;
         }
-        let handles = self.member_handles();
         let others: Vec<usize> = (self.present_slots().into_iter())
             .filter(|&i| targets.iter().all(|t| t.ticket.slot != i))
             .collect();
-        let erred = super::member_io::flush_each(&handles, &others, false);
-        match self.fail_erred(&handles, erred, "flush") {
-            true => Ok(()),
-            false => Err(self.failed_error()),
-        }
+        self.flush_slots(&others, false)
     }
 }
 

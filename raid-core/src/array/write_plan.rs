@@ -79,9 +79,9 @@ impl Array {
 
     /// The columns a `Kind::Parity` journal record of a degraded write of
     /// stripe `s` carries, where one may stand for the record of every
-    /// column it writes (`chunks`: stripe index and columns, new or, for
-    /// chunks the write leaves as they are, as they stand; parity among
-    /// them): those of the data chunks that would exist only as parity
+    /// column it writes (`known(i)`: chunk `i`'s columns, new or, for
+    /// chunks the write leaves as they are, as they stand, where the write
+    /// has them): those of the data chunks that would exist only as parity
     /// after a crash (`readable_after_a_crash`: members missing, or
     /// rebuilt there but not yet saved so). None unless the write has
     /// each of those and the stripe can lose no more chunks (a
@@ -101,7 +101,7 @@ impl Array {
     pub(super) fn parity_record<'b>(
         &self,
         s: u64,
-        chunks: &[(usize, &'b [u8])],
+        known: impl Fn(usize) -> Option<&'b [u8]>,
     ) -> Option<Vec<(usize, &'b [u8])>> {
         let nd = self.geo.data_chunks();
         let np = self.geo.level.parity_chunks();
@@ -114,7 +114,7 @@ impl Array {
         }
         lost.iter()
             .filter(|&&i| i < nd)
-            .map(|&i| chunks.iter().find(|c| c.0 == i).copied())
+            .map(|&i| known(i).map(|b| (i, b)))
             .collect()
     }
 

@@ -42,16 +42,14 @@ impl Array {
     /// Callers hold the stripe's lock, and the parity record's in-place
     /// writes ended under it, before this flush.
     pub(in crate::array) fn journal_parity_barrier(&self, s: u64) -> Result<()> {
-        let Some(j) = &self.journal else {
-            return Ok(());
-        };
         if !self.journal_parity_unflushed(s) {
             return Ok(());
         }
         let written = self.journal_parity_written();
         self.flush_present(false)?;
+        // Takes `s` out too: its record's in-place writes ended under the
+        // stripe's lock, which the caller holds.
         self.journal_parity_flushed(&written);
-        j.parity_unflushed.lock().remove(&s);
         self.activity.journal_parity_barriers.add(1);
         Ok(())
     }

@@ -102,8 +102,11 @@ pub(super) struct Journal {
     committer: Arc<commit::Committer>,
     /// Of the stripes with a record unsettled, those with a `Kind::Parity`
     /// record whose in-place writes may still be in the drives' caches,
-    /// and its last sequence: a `Kind::Columns` record of such a stripe
-    /// waits for a flush (`Array::journal_parity_barrier`). A lock of its
+    /// and its last sequence: a write to such a stripe takes a
+    /// `Kind::Parity` record too, or waits for a flush before a
+    /// `Kind::Columns` one (`journal/kinds.rs`); a flush of every member
+    /// takes out the stripes whose records had ended (`flush_checked`,
+    /// `journal_parity_barrier`), a checkpoint those it passes. A lock of its
     /// own, never held across anything but the map's own work: a shard
     /// asks it for each degraded write, and `state`'s lock is held
     /// across a group's placing (asked under a `try_lock` of that, a

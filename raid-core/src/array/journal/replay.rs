@@ -83,7 +83,7 @@ impl Array {
     /// the slots that are readable there; a write that fails fails its
     /// member.
     fn replay_write(&self, handles: &[MemberRef], r: &Record, cols: &[(usize, &[u8])]) {
-        let off = self.data_offset + r.stripe * self.geo.chunk + r.lo;
+        let off = self.row_offset(r.stripe, r.lo);
         for &(slot, data) in cols {
             if slot < handles.len() && self.readable(slot, r.stripe) {
                 if let Err(e) = handles[slot].write_at(data, off) {
@@ -103,46 +103,43 @@ impl Array {
     /// the array past its redundancy, and the record is not put in place.
     fn replay_parity(&self, handles: &[MemberRef], r: &Record) {
         let nd = self.geo.data_chunks();
-        let np = self.geo.level.parity_chunks();
         let map = self.geo.stripe_map(r.stripe);
-        let off = self.data_offset + r.stripe * self.geo.chunk + r.lo;
-        let width = (r.hi - r.lo) as usize;
         let recorded = |i: usize| r.entries.iter().find(|e| e.0 == i).map(|e| &e.2[..]);
-        let mut read: Vec<Option<AlignedBuf>> = (0..nd).map(|_| None).collect();
-        for (i, col) in read.iter_mut().enumerate() {
-            if recorded(i).is_some() {
-                continue;
-            }
-            let slot = map.members[i];
-            if !self.readable(slot, r.stripe) {
-                // Only where the array is past its redundancy (a forced
-                // start): the stripe's chunks that exist only as parity
-                // may read back wrong.
-                tracing::error!(array = %self.name, seq = r.seq, stripe = r.stripe,
-                    "a degraded write's journal record could not be put in place: another data chunk of its stripe is missing too, so the stripe may read back wrong; scrub it once the array is whole");
-                return;
-            }
-            let mut b = AlignedBuf::new(width);
-            if let Err(e) = handles[slot].read_at(&mut b, off) {
-                self.fail_slot(slot, &format!("journal replay could not read it: {e}"));
-                return;
-            }
-            *col = Some(b);
-        }
-        let srcs: Vec<&[u8]> = (0..nd)
-            .map(|i| recorded(i).unwrap_or_else(|| &read[i].as_ref().expect("read")[..]))
-            .collect();
-        let mut parity: Vec<AlignedBuf> = (0..np).map(|_| AlignedBuf::new(width)).collect();
-        let made = match &mut parity[..] {
-            [p] => self.engine.gen_p(&srcs, p),
-            [p, q] => self.engine.gen_pq(&srcs, p, q),
-            _ => unreachable!("RAID5 or RAID6"),
-        };
-        if let Err(e) = made {
+        let others: Vec<usize> = (0..nd).filter(|&i| recorded(i).is_none()).collect();
+        if others
+            .iter()
+            .any(|&i| !self.readable(map.members[i], r.stripe))
+        {
+            // Only where the array is past its redundancy (a forced
+            // start): the stripe's chunks that exist only as parity may
+            // read back wrong.
             tracing::error!(array = %self.name, seq = r.seq, stripe = r.stripe,
-                "a journal record could not be put in place: its parity could not be computed: {e}");
+                "a degraded write's journal record could not be put in place: another data chunk of its stripe is missing too, so the stripe may read back wrong; scrub it once the array is whole");
             return;
         }
+        let places: Vec<(usize, u64)> = others
+            .iter()
+            .map(|&i| (map.members[i], self.row_offset(r.stripe, r.lo)))
+            .collect();
+        let read = match self.read_places(&places, (r.hi - r.lo) as usize) {
+            Ok(read) => read,
+            Err(failed) => {
+                self.fail_slots(failed, "journal replay could not read it");
+                return;
+            }
+        };
+        let mut read = read.iter();
+        let srcs: Vec<&[u8]> = (0..nd)
+            .map(|i| recorded(i).unwrap_or_else(|| &read.next().expect("one per other")[..]))
+            .collect();
+        let parity = match self.parity_of(&srcs) {
+            Ok(parity) => parity,
+            Err(e) => {
+                tracing::error!(array = %self.name, seq = r.seq, stripe = r.stripe,
+                    "a journal record could not be put in place: its parity could not be computed: {e}");
+                return;
+            }
+        };
         let cols: Vec<(usize, &[u8])> = r
             .entries
             .iter()

@@ -119,19 +119,20 @@ fn array_at(tag: &str, data_offset: Option<u64>) -> (Array, Vec<MemberRef>) {
     let m: Vec<MemberRef> = (0..4)
         .map(|i| Arc::new(RamMember::new(format!("ram:{tag}{i}"), start + (1 << 20))) as MemberRef)
         .collect();
-    let a = Array::create(
-        m.clone(),
-        vec![],
-        CreateOptions {
-            name: tag.into(),
-            level: Level::Raid5,
-            chunk: 64 * 1024,
-            data_offset,
-        },
-    )
-    .unwrap();
+    let a = array_over(tag, m.clone(), data_offset);
     assert_eq!(a.data_offset, start);
     (a, m)
+}
+
+/// A RAID5 named `tag` over `members`, at chunk 64 KiB.
+pub(super) fn array_over(tag: &str, members: Vec<MemberRef>, data_offset: Option<u64>) -> Array {
+    let opts = CreateOptions {
+        name: tag.into(),
+        level: Level::Raid5,
+        chunk: 64 * 1024,
+        data_offset,
+    };
+    Array::create(members, vec![], opts).unwrap()
 }
 
 /// Records with this array's UUID and a valid checksum, in the chain,

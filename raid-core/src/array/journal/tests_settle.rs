@@ -5,7 +5,7 @@
 //! parity is all missing (written alone unless it has a record).
 
 use super::format::{decode_head, BLOCK};
-use super::tests::array;
+use super::tests::{array, array_over};
 use super::*;
 
 /// The first `n` stripes where slot `failed` holds a data chunk: a write
@@ -241,17 +241,8 @@ fn a_record_of_every_column_after_a_parity_only_one_flushes_first() {
                 Arc::new(FaultyMember::new(ram))
             })
             .collect();
-        let a = Array::create(
-            f.iter().map(|m| m.clone() as MemberRef).collect(),
-            vec![],
-            CreateOptions {
-                name: format!("jpbar{row}"),
-                level: Level::Raid5,
-                chunk: 64 * 1024,
-                data_offset: None,
-            },
-        )
-        .unwrap();
+        let refs = f.iter().map(|m| m.clone() as MemberRef).collect();
+        let a = array_over(&format!("jpbar{row}"), refs, None);
         let (sdb, chunk) = (a.geo.stripe_data_bytes(), a.geo.chunk);
         let map = a.geo.stripe_map(row);
         let Some(i) = (0..a.geo.data_chunks()).find(|&i| map.members[i] == 1) else {

@@ -6,7 +6,8 @@
 //!
 //! `cargo bench -p raid-core --bench nvme [-- --quick]`
 //! (BENCH_LEVEL=raid5 runs one level, BENCH_DEPTHS=1,128 those depths,
-//! BENCH_ASYNC_ONLY=1 the second table only, BENCH_SHARDS=N its shards.)
+//! BENCH_ASYNC_ONLY=1 the second table only, BENCH_SHARDS=N its shards,
+//! BENCH_DEGRADED_ONLY=1 in it the jobs with a drive failed only.)
 //!
 //! First table: queue depth is the number of threads submitting at once,
 //! through the synchronous API. On a machine with few cores, hundreds of
@@ -313,7 +314,8 @@ fn main() {
         rayon::current_num_threads()
     );
     let bare = Bare(drives("bare"));
-    let only_async = std::env::var("BENCH_ASYNC_ONLY").is_ok();
+    let degraded_only = std::env::var("BENCH_DEGRADED_ONLY").is_ok();
+    let only_async = degraded_only || std::env::var("BENCH_ASYNC_ONLY").is_ok();
     println!("\n| level | job | QD | array IOPS | bare IOPS | ratio | bound | of bound | array p50 / p99 us | bare p50 / p99 us |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for level in common::chosen(&LEVELS) {
@@ -402,14 +404,16 @@ fn main() {
             }
             ios
         };
-        for write in [false, true] {
-            at_depths(write, false, rand_job(write), bound(level, write));
+        if !degraded_only {
+            for write in [false, true] {
+                at_depths(write, false, rand_job(write), bound(level, write));
+            }
+            // Small sequential writes: what waits for a stripe merges into
+            // the write ahead of it, a full stripe at best ((N - parity) /
+            // N of the bare drives' rate).
+            let full = (MEMBERS - level.parity_chunks()) as f64 / MEMBERS as f64;
+            at_depths(true, true, "4k seqwrite", full);
         }
-        // Small sequential writes: what waits for a stripe merges into the
-        // write ahead of it, a full stripe at best ((N - parity) / N of the
-        // bare drives' rate).
-        let full = (MEMBERS - level.parity_chunks()) as f64 / MEMBERS as f64;
-        at_depths(true, true, "4k seqwrite", full);
         // Degraded: one drive failed. A read of its chunks reads the
         // stripe's other 7 instead, so a read costs 2 x 7/8 member reads on
         // average: the bound is 8/14 of the bare drives.

@@ -354,6 +354,16 @@ pub(crate) mod generic {
         let s = src.as_ptr();
         // SAFETY (whole body): offsets stay below the common length.
         unsafe {
+            if c == 1 {
+                // A plain XOR (RAID5's parity update, a P recovery): the
+                // multiply's table lookups cost as much as the XOR again.
+                blocks(dst.len(), V::BYTES, |off| {
+                    V::load(s.add(off))
+                        .xor(V::load(d.add(off)))
+                        .store(d.add(off));
+                });
+                return;
+            }
             let m = V::mul_prep(c);
             blocks(dst.len(), V::BYTES, |off| {
                 V::load(s.add(off))

@@ -473,15 +473,15 @@ impl Array {
     pub(super) fn write_group(&self, records: &[(u64, AlignedBuf)]) -> bool {
         let j = self.journal.as_ref().expect("journaled");
         let spans = runs(records, j.run());
-        let joined: Vec<Option<AlignedBuf>> = spans
+        let joined: Vec<Option<(AlignedBuf, usize)>> = spans
             .iter()
-            .map(|r| (r.len() > 1).then(|| join(&records[r.clone()])))
+            .map(|r| (r.len() > 1).then(|| join(&records[r.clone()], j.run())))
             .collect();
         let first_turn = j.turns.fetch_add(spans.len() as u64, Ordering::Relaxed);
         let mut placed: Vec<(usize, u64, &[u8])> = Vec::new();
         for (k, (r, whole)) in spans.iter().zip(&joined).enumerate() {
             let (at, first) = &records[r.start];
-            let bytes = whole.as_deref().unwrap_or(&first[..]);
+            let bytes = whole.as_ref().map_or(&first[..], |(b, len)| &b[..*len]);
             for m in self.journal_copies(first_turn + k as u64) {
                 placed.push((m, *at, bytes));
             }
@@ -571,10 +571,21 @@ fn runs(records: &[(u64, AlignedBuf)], max: u64) -> Vec<std::ops::Range<usize>> 
     runs
 }
 
-/// The records of one run, one after another in one buffer.
-fn join(records: &[(u64, AlignedBuf)]) -> AlignedBuf {
-    let parts: Vec<&[u8]> = records.iter().map(|(_, r)| &r[..]).collect();
-    AlignedBuf::concat(&parts)
+/// The records of one run, one after another at the start of a buffer of
+/// `max` bytes (the most a run of several records carries), and the
+/// run's length: only those bytes are written. Every group's buffer has
+/// that one length, so the leader's thread takes back the one its last
+/// group gave up (`AlignedBuf` keeps spares by length); a buffer of each
+/// run's own length came fresh from the heap nearly every time, its pages
+/// zeroed by the kernel as the copy first touched them.
+fn join(records: &[(u64, AlignedBuf)], max: u64) -> (AlignedBuf, usize) {
+    let mut b = AlignedBuf::for_overwrite(max as usize);
+    let mut at = 0;
+    for (_, r) in records {
+        b[at..at + r.len()].copy_from_slice(r);
+        at += r.len();
+    }
+    (b, at)
 }
 
 /// A record took its place and sequence, and its group did not make it
@@ -617,11 +628,18 @@ mod tests {
         assert_eq!(runs(&g, 6 * K), vec![0..2, 2..3, 3..5]);
         assert_eq!(runs(&g, 2 * K), vec![0..1, 1..2, 2..3, 3..4, 4..5]);
         assert!(runs(&[], MAX_RUN).is_empty());
-        // A run's buffer holds its records in order, byte for byte.
-        let j = join(&g[0..3]);
-        assert_eq!(j.len(), 8 * 4096);
-        assert!(j[..3 * 4096].iter().all(|&b| b == 1));
-        assert!(j[3 * 4096..6 * 4096].iter().all(|&b| b == 2));
-        assert!(j[6 * 4096..].iter().all(|&b| b == 3));
+        // A run's buffer holds its records in order, byte for byte, at its
+        // start; a second run's takes the first's buffer back.
+        let (b, len) = join(&g[0..3], MAX_RUN);
+        assert_eq!((b.len(), len), (MAX_RUN as usize, 8 * 4096));
+        assert!(b[..3 * 4096].iter().all(|&b| b == 1));
+        assert!(b[3 * 4096..6 * 4096].iter().all(|&b| b == 2));
+        assert!(b[6 * 4096..len].iter().all(|&b| b == 3));
+        let first = b.as_ptr();
+        drop(b);
+        let (b, len) = join(&g[3..5], MAX_RUN);
+        assert_eq!((b.as_ptr(), len), (first, 4 * 4096));
+        assert!(b[..3 * 4096].iter().all(|&b| b == 4));
+        assert!(b[3 * 4096..len].iter().all(|&b| b == 5));
     }
 }

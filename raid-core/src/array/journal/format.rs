@@ -147,7 +147,10 @@ impl Unsealed {
         uuid: &Uuid,
     ) -> Self {
         let width = (hi - lo) as usize;
-        let mut b = AlignedBuf::new(BLOCK as usize + entries.len() * width);
+        // Every byte is written below: the header block zeroed, then each
+        // column copied whole (`entries.len()` columns of `width`).
+        let mut b = AlignedBuf::for_overwrite(BLOCK as usize + entries.len() * width);
+        b[..BLOCK as usize].fill(0);
         b[..8].copy_from_slice(kind.magic());
         b[UUID_AT..UUID_AT + 16].copy_from_slice(&uuid.0);
         let mut put = |o: usize, v: u64| b[o..o + 8].copy_from_slice(&v.to_le_bytes());

@@ -112,34 +112,48 @@ impl JState {
     }
 
     /// Record `seq`'s in-place write is done (or none follows). Returns
-    /// whether it was the ring's first not done: the front may be
+    /// whether every record before it is done too: the front may be
     /// reclaimed further now.
     pub(super) fn record_done(&mut self, seq: u64) -> bool {
         self.in_flight -= 1;
         let Some(first) = self.live.front().map(|r| r.seq) else {
             return false;
         };
-        if let Some(r) = seq
-            .checked_sub(first)
-            .and_then(|i| self.live.get_mut(i as usize))
-        {
+        let Some(i) = seq.checked_sub(first) else {
+            // The header is past it already.
+            return true;
+        };
+        let i = i as usize;
+        if let Some(r) = self.live.get_mut(i) {
             r.done = true;
             if std::mem::take(&mut r.queued) {
                 self.queued_live -= 1;
             }
         }
-        self.live
-            .iter()
-            .find(|r| !r.done)
-            .is_none_or(|r| r.seq > seq)
+        // The front grows by the run of records done from its end on.
+        let (mut n, mut bytes) = self.done_front;
+        while let Some(r) = self.live.get(n).filter(|r| r.done) {
+            n += 1;
+            bytes += r.len;
+        }
+        self.done_front = (n, bytes);
+        i < n || n == self.live.len()
     }
 
     /// How many records at the ring's front are done, and their bytes.
     fn done_front(&self) -> (usize, u64) {
-        self.live
-            .iter()
-            .take_while(|r| r.done)
-            .fold((0, 0), |(n, b), r| (n + 1, b + r.len))
+        self.done_front
+    }
+
+    /// Takes the first `n` records off the ring's front (done, and the
+    /// header moved past them): returns their bytes.
+    fn free_front(&mut self, n: usize) -> u64 {
+        let freed: u64 = self.live.drain(..n).map(|r| r.len).sum();
+        self.live_bytes -= freed;
+        let (done, done_bytes) = self.done_front;
+        assert!(n <= done, "only records done are freed");
+        self.done_front = (done - n, done_bytes - freed);
+        freed
     }
 
     /// Whether a checkpoint would free enough to pay for its two flushes
@@ -169,6 +183,7 @@ impl JState {
         self.head = RECORDS;
         self.live.clear();
         self.live_bytes = 0;
+        self.done_front = (0, 0);
         self.queued_live = 0;
         self.unsettled.clear();
     }
@@ -212,8 +227,7 @@ impl Array {
         // Only now, with the header durable, is their space free.
         st.tail_seq = tail;
         st.tail_at = tail_at;
-        let freed: u64 = st.live.drain(..n).map(|r| r.len).sum();
-        st.live_bytes -= freed;
+        st.free_front(n);
         st.unsettled.retain(|_, u| u.keep_past(tail));
         j.parity_unflushed.lock().retain(|_, last| *last > tail);
         j.any_unsettled
@@ -230,5 +244,59 @@ pub(super) fn wake_room_waiters(st: &mut MutexGuard<'_, JState>) {
     let waiters = std::mem::take(&mut st.room_waiters);
     if !waiters.is_empty() {
         MutexGuard::unlocked(st, || waiters.into_iter().for_each(|w| w()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    /// What `done_front` keeps, walked out over the ring instead.
+    fn walked(st: &JState) -> (usize, u64) {
+        st.live
+            .iter()
+            .take_while(|r| r.done)
+            .fold((0, 0), |(n, b), r| (n + 1, b + r.len))
+    }
+
+    /// Records placed, ended in any order (some twice over the header's
+    /// move, none twice), and freed from the front: the front kept as
+    /// records end is the one a walk finds, and `record_done` says the
+    /// front may move exactly where no record before it is still out.
+    #[test]
+    fn the_front_kept_as_records_end_is_the_walked_one() {
+        for seed in 0..200 {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut st = JState::fresh(7, 1 << 30);
+            let mut out: Vec<u64> = Vec::new();
+            for _ in 0..300 {
+                match rng.gen_range(0..10) {
+                    0..4 => {
+                        let len = rng.gen_range(1..4) * 4096;
+                        let at = st.head;
+                        let s = rng.gen_range(0..16);
+                        out.push(st.place(at, len, (s, Kind::Columns), rng.gen()));
+                    }
+                    4..8 if !out.is_empty() => {
+                        let seq = out.swap_remove(rng.gen_range(0..out.len()));
+                        let first_out = st.live.iter().find(|r| !r.done).map(|r| r.seq);
+                        let moved = st.record_done(seq);
+                        assert_eq!(moved, first_out.is_none_or(|f| f >= seq), "seed {seed}");
+                    }
+                    _ => {
+                        let (n, _) = st.done_front();
+                        if n > 0 {
+                            let n = rng.gen_range(1..=n);
+                            let bytes: u64 = st.live.iter().take(n).map(|r| r.len).sum();
+                            assert_eq!(st.free_front(n), bytes);
+                        }
+                    }
+                }
+                assert_eq!(st.done_front(), walked(&st), "seed {seed}");
+                assert_eq!(st.live_bytes, st.live.iter().map(|r| r.len).sum::<u64>());
+            }
+        }
     }
 }

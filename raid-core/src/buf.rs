@@ -40,8 +40,11 @@ impl AlignedBuf {
     /// `len` bytes whose values are unspecified: an earlier buffer's of
     /// this thread, or zeros. Only for a caller that writes every byte
     /// before it reads any, and never hands the buffer on before: a member
-    /// read that fills it or fails, a parity computation's output.
-    /// Otherwise one request's bytes could reach another's reply.
+    /// read that fills it or fails, a parity computation's output; or one
+    /// that writes a prefix and never reads or hands on past it (a
+    /// journal group's records joined in a buffer of the most a run
+    /// carries). Otherwise one request's bytes could reach another's
+    /// reply.
     pub fn for_overwrite(len: usize) -> AlignedBuf {
         spare::take(len).unwrap_or_else(|| Self::allocate(len, true))
     }
@@ -112,7 +115,8 @@ mod spare {
 
     /// Bytes of spares one thread keeps.
     pub(super) const KEEP_BYTES: usize = 512 << 10;
-    /// The largest buffer kept (a chunk's column, a parity chunk).
+    /// The largest buffer kept (a chunk's column, a parity chunk, a
+    /// journal group's joined records: `commit::MAX_RUN`).
     pub(super) const KEEP_LARGEST: usize = 256 << 10;
 
     struct Spares {

@@ -472,10 +472,12 @@ impl Array {
     /// member written is flushed.
     pub(super) fn write_group(&self, records: &[(u64, AlignedBuf)]) -> bool {
         let j = self.journal.as_ref().expect("journaled");
-        let spans = runs(records, j.run());
+        // Read once: the runs must fit the buffers they are joined in.
+        let max = j.run();
+        let spans = runs(records, max);
         let joined: Vec<Option<(AlignedBuf, usize)>> = spans
             .iter()
-            .map(|r| (r.len() > 1).then(|| join(&records[r.clone()], j.run())))
+            .map(|r| (r.len() > 1).then(|| join(&records[r.clone()], max)))
             .collect();
         let first_turn = j.turns.fetch_add(spans.len() as u64, Ordering::Relaxed);
         let mut placed: Vec<(usize, u64, &[u8])> = Vec::new();

@@ -148,10 +148,10 @@ impl JState {
     /// Takes the first `n` records off the ring's front (done, and the
     /// header moved past them): returns their bytes.
     fn free_front(&mut self, n: usize) -> u64 {
-        let freed: u64 = self.live.drain(..n).map(|r| r.len).sum();
-        self.live_bytes -= freed;
         let (done, done_bytes) = self.done_front;
         assert!(n <= done, "only records done are freed");
+        let freed: u64 = self.live.drain(..n).map(|r| r.len).sum();
+        self.live_bytes -= freed;
         self.done_front = (done - n, done_bytes - freed);
         freed
     }
@@ -261,8 +261,8 @@ mod tests {
             .fold((0, 0), |(n, b), r| (n + 1, b + r.len))
     }
 
-    /// Records placed, ended in any order (some twice over the header's
-    /// move, none twice), and freed from the front: the front kept as
+    /// Records placed, ended in any order (each once), and freed from the
+    /// front as checkpoints free it: the front kept as
     /// records end is the one a walk finds, and `record_done` says the
     /// front may move exactly where no record before it is still out.
     #[test]

@@ -116,6 +116,7 @@ impl Parity {
 pub enum Command {
     /// Create an array: write metadata on the members and record it.
     Create {
+        /// The new array's name (what every other command calls it).
         name: String,
         /// RAID level: 0, 1, 5, 6 or 10 (raid5 and the like are read too).
         #[arg(long, value_parser = parse_level)]
@@ -149,6 +150,8 @@ pub enum Command {
     },
     /// Assemble an array and serve it (in a background daemon unless --foreground).
     Start {
+        /// The array's name: one recorded here (`raidctl list`), or, with
+        /// --members or --scan, that of an array brought from elsewhere.
         name: String,
         /// Assemble from these members instead of the recorded ones (an
         /// array moved from another host); records them.
@@ -193,6 +196,7 @@ pub enum Command {
     /// member files were deleted while it ran (they live on only while it
     /// runs) and the others cannot serve every byte without them.
     Stop {
+        /// The array's name, as `raidctl list` shows it.
         name: String,
         /// Stop even then, losing those members' data.
         #[arg(long)]
@@ -202,6 +206,7 @@ pub enum Command {
     /// keep its metadata, so `start NAME --members ...` brings it back.
     /// With --wipe --force, also erase its metadata from its members.
     Delete {
+        /// The array's name, as `raidctl list` shows it.
         name: String,
         /// Also erase the array's metadata (superblocks, bitmap, journal)
         /// from every member and spare that carries it, so the devices are
@@ -217,12 +222,21 @@ pub enum Command {
     List,
     /// State of one array or all. Exit status: 0 optimal, 1 degraded or
     /// rebuilding, 2 failed (the worst of all arrays without a name).
-    Status { name: Option<String> },
+    Status {
+        /// One array [default: every array known here].
+        name: Option<String>,
+    },
     /// Everything about one array.
-    Detail { name: String },
+    Detail {
+        /// The array's name, as `raidctl list` shows it.
+        name: String,
+    },
     /// Mark a member failed. Refused when the array would lose its data.
     Fail {
+        /// The array's name, as `raidctl list` shows it.
         name: String,
+        /// The member to mark failed: its path as `raidctl status NAME`
+        /// lists it, or another path to the same device.
         member: PathBuf,
         /// Fail it even if the array then has more members down than its
         /// level tolerates (it stops serving I/O).
@@ -233,6 +247,7 @@ pub enum Command {
     /// unclean stop and scrubs, also of those running now (0: no limit),
     /// kept across restarts; with no option, show them.
     Rate {
+        /// The array's name, as `raidctl list` shows it.
         name: String,
         /// Bytes per second written by a rebuild or hot replace, or read
         /// from each member by a resync (e.g. 200M).
@@ -245,26 +260,49 @@ pub enum Command {
     /// What a device holds: array, slot, state, event counter (from its
     /// own metadata, read-only; safe on a device in use).
     Examine {
+        /// Devices or files to look at.
         #[arg(required = true, value_name = "DEV")]
         devices: Vec<PathBuf>,
     },
     /// Take a failed member or a spare out of the array.
-    Remove { name: String, member: PathBuf },
+    Remove {
+        /// The array's name, as `raidctl list` shows it.
+        name: String,
+        /// The failed member or the spare to take out, by its path as
+        /// `raidctl status NAME` lists it.
+        member: PathBuf,
+    },
     /// Add a hot spare.
-    Add { name: String, member: PathBuf },
+    Add {
+        /// The array's name, as `raidctl list` shows it.
+        name: String,
+        /// The device or file to keep as a hot spare (overwritten once it
+        /// takes a slot).
+        member: PathBuf,
+    },
     /// Take back a member that left its slot briefly (failed by mistake, a
     /// loose cable): only the regions written since it left are resynced.
     #[command(name = "re-add")]
-    ReAdd { name: String, member: PathBuf },
+    ReAdd {
+        /// The array's name, as `raidctl list` shows it.
+        name: String,
+        /// The member that left its slot, by its path.
+        member: PathBuf,
+    },
     /// Put NEW in place of failed OLD and rebuild onto it.
     Replace {
+        /// The array's name, as `raidctl list` shows it.
         name: String,
+        /// The failed or missing member, by its path as `raidctl status
+        /// NAME` lists it.
         old: PathBuf,
+        /// The device or file to rebuild onto (overwritten).
         new: PathBuf,
     },
     /// Expose a running array as one file in a FUSE mount; with --loop, also
     /// as a loop block device (printed on the first line).
     Mount {
+        /// The array's name, as `raidctl list` shows it.
         name: String,
         /// Attach a loop device (direct I/O) to the file.
         #[arg(long = "loop")]
@@ -276,6 +314,7 @@ pub enum Command {
     /// Check every stripe's redundancy against its data, online; with
     /// --repair, fix what disagrees (docs/reliability.md gives the rules).
     Scrub {
+        /// The array's name, as `raidctl list` shows it.
         name: String,
         #[arg(long)]
         repair: bool,
@@ -287,11 +326,15 @@ pub enum Command {
         cancel: bool,
     },
     /// Undo `mount`: detach the loop device and unmount.
-    Unmount { name: String },
+    Unmount {
+        /// The array's name, as `raidctl list` shows it.
+        name: String,
+    },
     /// Wait until no rebuild is pending or running. Exits 0 when the array
     /// ends optimal, 1 when it ends degraded, failed, or its rebuild cannot
     /// run.
     Wait {
+        /// The array's name, as `raidctl list` shows it.
         name: String,
         /// Seconds to wait at most.
         #[arg(long, default_value_t = 3600)]
@@ -311,7 +354,10 @@ pub enum Command {
         count: Option<u64>,
     },
     /// The array's event log (failures, rebuilds, ...), oldest first.
-    Events { name: String },
+    Events {
+        /// The array's name, as `raidctl list` shows it.
+        name: String,
+    },
     /// Email alerts.
     Alert {
         #[command(subcommand)]
@@ -337,8 +383,10 @@ pub enum Command {
         /// Folder for the member files [default: a temporary folder].
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Members of the array measured.
         #[arg(long, default_value_t = 4)]
         members: usize,
+        /// Its RAID level.
         #[arg(long, default_value_t = 5)]
         level: u32,
         /// Size of each member's data area.
@@ -374,6 +422,7 @@ pub enum Command {
     /// reads it for members: model, serial, firmware, figures, warnings.
     /// Exit status 1 when a device raises a warning.
     Health {
+        /// Devices to read the health of.
         #[arg(required = true, value_name = "DEV")]
         devices: Vec<PathBuf>,
     },

@@ -135,7 +135,7 @@ pub fn render(s: &ArrayStatus, detail: bool) -> String {
     let mut out = String::new();
     let state = state_line(s);
     out.push_str(&format!(
-        "{}: {} {} chunk {} capacity {} engine {}\n",
+        "{}: {} {}; chunk {}, capacity {}, engine {}\n",
         s.name,
         s.level,
         state,

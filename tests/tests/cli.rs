@@ -379,6 +379,13 @@ fn wrong_invocations_exit_with_their_code_and_change_nothing() {
             says: "does not exist, and no member of array 'live' is named so",
         },
         Wrong {
+            // A slot number where a member's path goes: refused (a fail
+            // must not guess), naming the path that slot's member has.
+            args: a(&["fail", "live", "1"]),
+            code: 3,
+            says: "members are named by path: slot 1 is",
+        },
+        Wrong {
             // An active member as the new device: it is already in the
             // array (replace of an active OLD is a hot replace, but never
             // onto a member).

@@ -11,6 +11,31 @@ use raid_core::member::{DeviceKey, MemberRef};
 use std::path::Path;
 use std::sync::Arc;
 
+/// Where the operator named a member by its slot number (`fail NAME 1`,
+/// read as a file named "1"): members are named by path, so the error
+/// names the path that slot's member has. Not taken as the slot itself:
+/// a command that fails or replaces a member must not guess which.
+fn slot_hint(s: &Served, path: &Path) -> String {
+    let slot = path
+        .file_name()
+        .and_then(|f| f.to_str())
+        .and_then(|f| f.parse::<usize>().ok());
+    let named = slot.and_then(|i| {
+        let member = s.array.member_of(i).map(|m| m.identity().to_string());
+        member.or_else(|| {
+            s.record
+                .lock()
+                .members
+                .get(i)
+                .map(|p| p.display().to_string())
+        })
+    });
+    match (slot, named) {
+        (Some(i), Some(m)) => format!("; members are named by path: slot {i} is {m}"),
+        _ => String::new(),
+    }
+}
+
 impl Daemon {
     /// The slot the operator means by `path`: the slot whose member is that
     /// device (by identity, whatever path names it), else the slot whose
@@ -36,7 +61,8 @@ impl Daemon {
         let p = path.display().to_string();
         if !p.contains("://") && !path.exists() {
             return Err(CliError::not_found(format!(
-                "{p} does not exist, and no member of array '{name}' is named so (raidctl status {name} lists them)"
+                "{p} does not exist, and no member of array '{name}' is named so{} (raidctl status {name} lists them)",
+                slot_hint(s, path)
             )));
         }
         Err(CliError::refused(format!(

@@ -444,7 +444,14 @@ impl Array {
                         .collect()
                 };
                 let slice = slice_of(&present);
-                let seq = self.journal_record(kind, s, lo + at, &slice_of(recorded))?;
+                // A record of every column holds the slice written.
+                let parity_cols = (kind == Kind::Parity).then(|| slice_of(recorded));
+                let seq = self.journal_record(
+                    kind,
+                    s,
+                    lo + at,
+                    parity_cols.as_deref().unwrap_or(&slice),
+                )?;
                 let cols: Vec<(usize, u64, &[u8])> =
                     slice.iter().map(|&(i, b)| (i, lo + at, b)).collect();
                 let written = self.write_in_place(s, &cols, None);

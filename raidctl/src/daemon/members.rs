@@ -20,20 +20,16 @@ fn slot_hint(s: &Served, path: &Path) -> String {
         .file_name()
         .and_then(|f| f.to_str())
         .and_then(|f| f.parse::<usize>().ok());
-    let named = slot.and_then(|i| {
+    slot.and_then(|i| {
         let member = s.array.member_of(i).map(|m| m.identity().to_string());
-        member.or_else(|| {
-            s.record
-                .lock()
-                .members
-                .get(i)
-                .map(|p| p.display().to_string())
-        })
-    });
-    match (slot, named) {
-        (Some(i), Some(m)) => format!("; members are named by path: slot {i} is {m}"),
-        _ => String::new(),
-    }
+        member
+            .or_else(|| {
+                let recorded = s.record.lock().members.get(i).cloned();
+                recorded.map(|p| p.display().to_string())
+            })
+            .map(|m| format!("; members are named by path: slot {i} is {m}"))
+    })
+    .unwrap_or_default()
 }
 
 impl Daemon {

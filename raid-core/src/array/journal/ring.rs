@@ -140,11 +140,6 @@ impl JState {
         i < n || n == self.live.len()
     }
 
-    /// How many records at the ring's front are done, and their bytes.
-    fn done_front(&self) -> (usize, u64) {
-        self.done_front
-    }
-
     /// Takes the first `n` records off the ring's front (done, and the
     /// header moved past them): returns their bytes.
     fn free_front(&mut self, n: usize) -> u64 {
@@ -161,7 +156,7 @@ impl JState {
     /// (none left in flight to wait for). One per record done would cost
     /// more than the records.
     pub(super) fn worth_checkpoint(&self) -> bool {
-        let (n, bytes) = self.done_front();
+        let (n, bytes) = self.done_front;
         n > 0 && (bytes >= (self.end - RECORDS) / 4 || n == self.live.len())
     }
 
@@ -200,7 +195,7 @@ impl Array {
         if !st.worth_checkpoint() || st.checkpointing || st.settling {
             return Ok(false);
         }
-        let (n, _) = st.done_front();
+        let (n, _) = st.done_front;
         let tail = st.live[n - 1].seq;
         // Where the record after it lies, or the next will: a reader that
         // does not find it there looks at the area's start (`room`).
@@ -286,7 +281,7 @@ mod tests {
                         assert_eq!(moved, first_out.is_none_or(|f| f >= seq), "seed {seed}");
                     }
                     _ => {
-                        let (n, _) = st.done_front();
+                        let (n, _) = st.done_front;
                         if n > 0 {
                             let n = rng.gen_range(1..=n);
                             let bytes: u64 = st.live.iter().take(n).map(|r| r.len).sum();
@@ -294,7 +289,7 @@ mod tests {
                         }
                     }
                 }
-                assert_eq!(st.done_front(), walked(&st), "seed {seed}");
+                assert_eq!(st.done_front, walked(&st), "seed {seed}");
                 assert_eq!(st.live_bytes, st.live.iter().map(|r| r.len).sum::<u64>());
             }
         }

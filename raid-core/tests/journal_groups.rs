@@ -50,6 +50,17 @@ fn slow_and_watched(f: &FaultyMember, latency: Duration) {
     f.track_power_cut();
 }
 
+/// In seeds 4-7 of every 8, every other member takes writes with FUA
+/// (`Member::fua`): a group's records go with FUA there and are flushed
+/// on the rest, and a cut must keep those written with FUA.
+fn fua_in_half(m: &Members, seed: u64) {
+    if (seed / 4) % 2 == 1 {
+        for f in m.faulty.iter().step_by(2) {
+            f.take_fua(true);
+        }
+    }
+}
+
 /// The level a power-cut test's seed runs: RAID5 and RAID6 in turn.
 fn level_of(seed: u64) -> Level {
     match seed % 2 {
@@ -131,6 +142,64 @@ fn concurrent_degraded_writes_share_journal_flushes() {
     }
 }
 
+/// A degraded array's journal records go with FUA to the members that
+/// take it, which then get no flush for them, and are written then
+/// flushed on the others; the writes read back, and survive a rebuild.
+#[test]
+fn journal_records_go_with_fua_where_a_member_takes_it() {
+    for level in [Level::Raid5, Level::Raid6] {
+        let tag = format!("jfua-{level}-");
+        let (a, m, initial) = degraded(level, 5, &tag, Duration::from_micros(50));
+        for f in m.faulty.iter().step_by(2) {
+            f.take_fua(true);
+        }
+        let before: Vec<(u64, u64)> = m
+            .faulty
+            .iter()
+            .map(|f| f.flushes_and_fua_writes())
+            .collect();
+        let records = a.io_stats().journal_records;
+        // One writer, one block at a time: each record a group of its own,
+        // placed on the members in sync in turn.
+        let mut image = initial;
+        let mut rng = StdRng::seed_from_u64(7);
+        for _ in 0..40 {
+            let b = rng.gen_range(0..image.len() / BLOCK);
+            let data: Vec<u8> = (0..BLOCK).map(|_| rng.gen()).collect();
+            a.write((b * BLOCK) as u64, &data).unwrap();
+            image[b * BLOCK..(b + 1) * BLOCK].copy_from_slice(&data);
+        }
+        assert!(
+            a.io_stats().journal_records >= records + 20,
+            "{level}: the degraded writes were journaled"
+        );
+        for (i, f) in m.faulty.iter().enumerate() {
+            let (flushes, fua) = f.flushes_and_fua_writes();
+            let (flushes, fua) = (flushes - before[i].0, fua - before[i].1);
+            if i == 1 {
+                continue; // failed
+            }
+            match i % 2 {
+                0 => assert!(
+                    fua > 0 && flushes == 0,
+                    "{level}: member {i} takes FUA: {fua} FUA writes, {flushes} flushes"
+                ),
+                _ => assert!(
+                    fua == 0 && flushes > 0,
+                    "{level}: member {i} does not: {fua} FUA writes, {flushes} flushes"
+                ),
+            }
+        }
+        let mut got = vec![0u8; a.capacity() as usize];
+        a.read(0, &mut got).unwrap();
+        assert!(got == image, "{level}: the writes read back");
+        for f in &m.faulty {
+            f.heal();
+        }
+        rebuild_and_scrub(&a, &got, |_| replacement(&tag), &format!("{level}"));
+    }
+}
+
 /// The drives draining their caches on their own until `stop`, each at
 /// its own moments: what is durable at a cut is not all or nothing.
 fn drain_caches(m: &Members, seed: u64, stop: &AtomicBool) {
@@ -182,6 +251,7 @@ fn a_power_cut_during_grouped_journal_writes_is_recovered() {
         let level = level_of(seed);
         let tag = format!("jcut{seed}-");
         let (a, m, initial) = degraded(level, 5, &tag, Duration::from_micros(200));
+        fua_in_half(&m, seed);
         if seed % 4 >= 2 {
             // A small ring: it wraps every few records, and the cut may
             // land while a checkpoint frees its front and groups go on.
@@ -232,6 +302,7 @@ fn a_power_cut_after_flushes_of_a_degraded_array_is_recovered() {
         let level = level_of(seed);
         let tag = format!("jflushcut{seed}-");
         let (a, m, initial) = degraded(level, 5, &tag, Duration::from_micros(100));
+        fua_in_half(&m, seed);
         a.limit_journal_ring(48 << 10);
         let model = Mutex::new(CutModel::new(initial, BLOCK));
         let stop = AtomicBool::new(false);

@@ -208,6 +208,7 @@ impl World {
             self.timeline.as_ref(),
             self.rows,
             self.data_offset,
+            fua_of(self.seed, self.disks.len()),
         )
     }
 
@@ -642,6 +643,14 @@ fn data_offset_of(seed: u64) -> u64 {
     }
 }
 
+/// Whether disk `i` of seed `seed`'s life takes writes with FUA
+/// (`Member::fua`): in one life in two, every other disk, so that a
+/// journal group's writes go with FUA to some members and are flushed on
+/// the others (from the seed, not its stream, as `data_offset_of`).
+fn fua_of(seed: u64, i: usize) -> bool {
+    (seed / 3) % 2 == 1 && i.is_multiple_of(2)
+}
+
 /// The life of seed `seed`; `on_shard`: with rounds of requests in flight
 /// on a shard (another life than the same seed's without).
 fn life(seed: u64, trace: bool, on_shard: bool) {
@@ -669,6 +678,7 @@ fn life(seed: u64, trace: bool, on_shard: bool) {
                 timeline.as_ref(),
                 rows,
                 data_offset,
+                fua_of(seed, i),
             )
         })
         .collect();

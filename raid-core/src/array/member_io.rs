@@ -147,11 +147,13 @@ impl Member for Absent {
 
 impl Array {
     /// Writes `blocks` (member offset, bytes) to the members of slots `to`
-    /// in one submission, then flushes those whose writes succeeded, all
-    /// together (`flush_each`): the journal's and the bitmap's writes,
-    /// which must be durable before the writes they guard. Returns the
-    /// handles written through and each member that erred in either step
-    /// (once), for the caller to fail as its rule says.
+    /// durably, in one submission: the journal's and the bitmap's writes,
+    /// which must be durable before the writes they guard. A member that
+    /// takes FUA (`Member::fua`) gets each write with it and no flush;
+    /// the others are flushed, those whose writes succeeded, all together
+    /// (`flush_each`). Returns the handles written through and each
+    /// member that erred in either step (once), for the caller to fail as
+    /// its rule says.
     pub(super) fn write_durably(
         &self,
         to: &[usize],
@@ -164,11 +166,11 @@ impl Array {
         self.write_placed_durably(&placed)
     }
 
-    /// Writes each of `placed` (slot, member offset, bytes) in one
-    /// submission, then flushes every member written whose writes all
-    /// succeeded, together: `write_durably` where each block has members
-    /// of its own (the journal's records, spread over the members).
-    /// Returns as `write_durably` does.
+    /// Writes each of `placed` (slot, member offset, bytes) durably in one
+    /// submission, as `write_durably` does: with FUA, or followed by a
+    /// flush of every member written whose writes all succeeded. For
+    /// blocks with members of their own (the journal's records, spread
+    /// over the members). Returns as `write_durably` does.
     pub(super) fn write_placed_durably(
         &self,
         placed: &[(usize, u64, &[u8])],
@@ -180,7 +182,10 @@ impl Array {
             .map(|&(m, at, b)| MemberIo {
                 member: m,
                 offset: at,
-                op: IoOp::Write(b),
+                op: match handles[m].fua() {
+                    true => IoOp::WriteFua(b),
+                    false => IoOp::Write(b),
+                },
             })
             .collect();
         let results = submit_uncounted(&handles, &mut ios);
@@ -192,7 +197,12 @@ impl Array {
                 }
             }
         }
-        let mut written: Vec<usize> = placed.iter().map(|&(m, ..)| m).collect();
+        // Written without FUA: to flush.
+        let mut written: Vec<usize> = ios
+            .iter()
+            .filter(|io| matches!(io.op, IoOp::Write(_)))
+            .map(|io| io.member)
+            .collect();
         written.sort_unstable();
         written.dedup();
         written.retain(|m| !failed.iter().any(|(f, _)| f == m));

@@ -33,6 +33,11 @@ struct State {
     unflushed: Vec<(u64, Vec<u8>)>,
     track_power: bool,
     powered_off: bool,
+    /// Takes writes with FUA (`take_fua`).
+    fua: bool,
+    /// Flushes and FUA writes that reached the member underneath.
+    flushes: u64,
+    fua_writes: u64,
 }
 
 pub struct FaultyMember {
@@ -44,6 +49,22 @@ pub struct FaultyMember {
 /// ([start, end) each).
 fn touches(ranges: &[(u64, u64)], offset: u64, len: u64) -> bool {
     ranges.iter().any(|&(a, b)| offset < b && offset + len > a)
+}
+
+/// A power-cut undo log (offset, the bytes each write since the last
+/// flush replaced, oldest first) after `bytes` were written durably at
+/// `offset` (FUA): where an entry overlaps them, it now undoes to them,
+/// so that unwinding the log never takes the durable write back. The
+/// write itself adds no entry.
+pub fn undo_to_durable(log: &mut [(u64, Vec<u8>)], offset: u64, bytes: &[u8]) {
+    let end = offset + bytes.len() as u64;
+    for (at, old) in log {
+        let (lo, hi) = ((*at).max(offset), (*at + old.len() as u64).min(end));
+        if lo < hi {
+            old[(lo - *at) as usize..(hi - *at) as usize]
+                .copy_from_slice(&bytes[(lo - offset) as usize..(hi - offset) as usize]);
+        }
+    }
 }
 
 fn injected(what: &str, name: &str) -> io::Error {
@@ -59,6 +80,9 @@ impl FaultyMember {
                 unflushed: Vec::new(),
                 track_power: false,
                 powered_off: false,
+                fua: false,
+                flushes: 0,
+                fua_writes: 0,
             }),
         }
     }
@@ -111,6 +135,19 @@ impl FaultyMember {
 
     pub fn power_on(&self) {
         self.state.lock().powered_off = false;
+    }
+
+    /// Whether it takes writes with FUA (`Member::fua`): each durable as
+    /// it completes, which a power cut then keeps. A capability, not a
+    /// fault: `heal` leaves it.
+    pub fn take_fua(&self, on: bool) {
+        self.state.lock().fua = on;
+    }
+
+    /// The flushes and the FUA writes that reached the member underneath.
+    pub fn flushes_and_fua_writes(&self) -> (u64, u64) {
+        let s = self.state.lock();
+        (s.flushes, s.fua_writes)
     }
 
     /// Counts an I/O against the faults; Err if it must fail.
@@ -199,6 +236,26 @@ impl Member for FaultyMember {
         self.gate(&mut s, 0, 0)?;
         self.inner.flush()?;
         s.unflushed.clear();
+        s.flushes += 1;
+        Ok(())
+    }
+    fn fua(&self) -> bool {
+        self.state.lock().fua
+    }
+    /// Gated as any write, then durable at once: the power-cut log keeps
+    /// no undo of it, and the older writes it overwrote now undo to its
+    /// bytes (`undo_to_durable`). Without FUA: the write, then a flush.
+    fn write_fua_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if !self.fua() {
+            self.write_at(buf, offset)?;
+            return self.flush();
+        }
+        self.delay();
+        let mut s = self.state.lock();
+        self.gate_op(&mut s, offset, buf.len() as u64, true)?;
+        self.inner.write_fua_at(buf, offset)?;
+        undo_to_durable(&mut s.unflushed, offset, buf);
+        s.fua_writes += 1;
         Ok(())
     }
     /// A slow drive's (`Faults::latency`) flush waits as well.
@@ -224,7 +281,7 @@ impl Member for FaultyMember {
         done: super::TimedDone,
     ) -> Option<io::Result<()>> {
         let mut s = self.state.lock();
-        let write = matches!(op, super::IoOp::Write(_));
+        let write = op.is_write();
         if let Err(e) = self.gate_op(&mut s, offset, op.len() as u64, write) {
             return Some(Err(e));
         }
@@ -272,5 +329,21 @@ impl FaultyMember {
             true => self.inner.write_zeroes_allocated(offset, len),
             false => self.inner.write_zeroes(offset, len),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::undo_to_durable;
+
+    /// Entries a durable write overlaps undo to its bytes where they
+    /// overlap, and keep their own elsewhere; others are left alone.
+    #[test]
+    fn a_durable_write_is_what_older_writes_undo_to() {
+        let mut log = vec![(0u64, vec![1u8; 8]), (6, vec![2u8; 4]), (20, vec![3u8; 4])];
+        undo_to_durable(&mut log, 4, &[9, 8, 7, 6, 5, 4]);
+        assert_eq!(log[0].1, vec![1, 1, 1, 1, 9, 8, 7, 6]);
+        assert_eq!(log[1].1, vec![7, 6, 5, 4]);
+        assert_eq!(log[2].1, vec![3u8; 4]);
     }
 }

@@ -96,6 +96,46 @@ fn fully_allocated(m: &std::fs::Metadata) -> bool {
 }
 
 impl FileMember {
+    /// `write_all_at` with `RWF_DSYNC` (`pwritev2`): durable when it
+    /// returns. A kernel or file that refuses the flag gets the write,
+    /// then a flush.
+    fn write_dsync(&self, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            let iov = libc::iovec {
+                iov_base: buf.as_ptr() as *mut libc::c_void,
+                iov_len: buf.len(),
+            };
+            // SAFETY: `iov` points at `buf`, which is borrowed, alive and
+            // unchanged for the whole call; the kernel only reads it.
+            let n = unsafe {
+                libc::pwritev2(
+                    self.file.as_raw_fd(),
+                    &iov,
+                    1,
+                    offset as libc::off_t,
+                    libc::RWF_DSYNC,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EOPNOTSUPP | libc::ENOSYS) => {
+                        self.write_at(buf, offset)?;
+                        return self.flush();
+                    }
+                    _ => return Err(e),
+                }
+            }
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            buf = &buf[n as usize..];
+            offset += n as u64;
+        }
+        Ok(())
+    }
+
     /// Opens an existing file or block device read-write, exclusively. A
     /// device another array (or any exclusive user) holds is refused with
     /// `ErrorKind::ResourceBusy`.
@@ -592,6 +632,21 @@ impl Member for FileMember {
     }
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+    /// `RWF_DSYNC`: on a block device, or a file's blocks already
+    /// allocated under O_DIRECT, the kernel sends the write with FUA where
+    /// the device takes it, and writes then flushes the device where it
+    /// does not; a file's write also syncs what it needs to read back.
+    fn fua(&self) -> bool {
+        true
+    }
+    fn write_fua_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if self.direct && !is_aligned(buf) {
+            let mut b = AlignedBuf::new(buf.len().next_multiple_of(crate::buf::ALIGN));
+            b[..buf.len()].copy_from_slice(buf);
+            return self.write_dsync(&b[..buf.len()], offset);
+        }
+        self.write_dsync(buf, offset)
     }
     /// An allocated file keeps its blocks; any other has a hole punched,
     /// and the regions it touches are no longer reserved.

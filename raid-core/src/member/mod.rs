@@ -9,7 +9,7 @@ mod reserved;
 mod sim_nvme;
 mod uring;
 
-pub use faulty::{Faults, FaultyMember};
+pub use faulty::{undo_to_durable, Faults, FaultyMember};
 pub use file::{holes_trusted_at, loop_backing, FileMember, LoopBacking};
 pub use ram::RamMember;
 pub use sim_nvme::{Completion, NvmeModel, SimNvme};
@@ -133,6 +133,22 @@ pub trait Member: Send + Sync {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
+    /// Whether this member makes one write durable by itself, in the one
+    /// command (Force Unit Access: `write_fua_at`, `IoOp::WriteFua`). A
+    /// write that must be durable before others may start (a journal
+    /// record, a write-intent bit) then costs one round trip instead of
+    /// a write and a flush, and on a drive with a volatile cache it makes
+    /// its own bytes durable, not all the cache holds. False: such writes
+    /// are written, then the member flushed (`Array::write_durably`).
+    fn fua(&self) -> bool {
+        false
+    }
+    /// `write_at`, durable when it returns. What `fua` says it costs; by
+    /// default a write, then a flush of the member.
+    fn write_fua_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_at(buf, offset)?;
+        self.flush()
+    }
     /// Whether `flush` waits for something (a device's cache, a remote
     /// server): flushes of several members that wait run together, each on
     /// a thread (`Array::flush`, the journal's group commit). False where
@@ -351,13 +367,29 @@ pub struct MemberIo<'a> {
 pub enum IoOp<'a> {
     Read(&'a mut [u8]),
     Write(&'a [u8]),
+    /// A write durable when it completes (`Member::write_fua_at`): sent
+    /// only where the member's `fua` is true, by `Array::write_durably`.
+    WriteFua(&'a [u8]),
 }
 
 impl IoOp<'_> {
     pub fn len(&self) -> usize {
         match self {
             IoOp::Read(b) => b.len(),
-            IoOp::Write(b) => b.len(),
+            IoOp::Write(b) | IoOp::WriteFua(b) => b.len(),
+        }
+    }
+
+    /// A write of either kind.
+    pub fn is_write(&self) -> bool {
+        !matches!(self, IoOp::Read(_))
+    }
+
+    /// The bytes a write carries (None: a read).
+    pub fn written(&self) -> Option<&[u8]> {
+        match self {
+            IoOp::Read(_) => None,
+            IoOp::Write(b) | IoOp::WriteFua(b) => Some(b),
         }
     }
 
@@ -368,9 +400,17 @@ impl IoOp<'_> {
     /// Moves the bytes between the buffer and `m` at `offset` (its own
     /// `read_at`/`write_at`, uncounted).
     pub fn run_on(&mut self, m: &dyn Member, offset: u64) -> io::Result<()> {
+        self.run_from(m, offset, 0)
+    }
+
+    /// `run_on` for the part of the buffer from byte `done` on, at
+    /// `offset + done`: the rest of an I/O that came back short.
+    pub fn run_from(&mut self, m: &dyn Member, offset: u64, done: usize) -> io::Result<()> {
+        let at = offset + done as u64;
         match self {
-            IoOp::Read(b) => m.read_at(b, offset),
-            IoOp::Write(b) => m.write_at(b, offset),
+            IoOp::Read(b) => m.read_at(&mut b[done..], at),
+            IoOp::Write(b) => m.write_at(&b[done..], at),
+            IoOp::WriteFua(b) => m.write_fua_at(&b[done..], at),
         }
     }
 }
@@ -389,8 +429,13 @@ impl MemberIo<'_> {
         match (&mut self.op, counted) {
             (IoOp::Read(b), true) => read_counted(m, b, self.offset),
             (IoOp::Write(b), true) => write_counted(m, b, self.offset),
-            (IoOp::Read(b), false) => m.read_at(b, self.offset),
-            (IoOp::Write(b), false) => m.write_at(b, self.offset),
+            (IoOp::WriteFua(b), true) => {
+                let t = Started::now();
+                let r = m.write_fua_at(b, self.offset);
+                count_took(m, false, b.len(), t.took(), r.is_ok());
+                r
+            }
+            (op, false) => op.run_on(m, self.offset),
         }
     }
 
@@ -447,7 +492,7 @@ fn submit_as(
         let buf_ok = !m.is_direct()
             || match &io.op {
                 IoOp::Read(b) => crate::buf::is_aligned(b),
-                IoOp::Write(b) => crate::buf::is_aligned(b),
+                IoOp::Write(b) | IoOp::WriteFua(b) => crate::buf::is_aligned(b),
             };
         if on_ring(m) && buf_ok {
             ring_ios.push(i);

@@ -287,7 +287,7 @@ impl SimNvme {
     /// every I/O a caller does not wait for in place starts.
     fn start(&self, op: &mut IoOp<'_>, offset: u64) -> io::Result<Instant> {
         op.run_on(&self.ram, offset)?;
-        Ok(self.schedule(matches!(op, IoOp::Write(_)), op.len()))
+        Ok(self.schedule(op.is_write(), op.len()))
     }
 }
 
@@ -319,6 +319,13 @@ impl Member for SimNvme {
     fn flush(&self) -> io::Result<()> {
         self.io(true, 0).wait();
         Ok(())
+    }
+    /// Power-protected, a write with FUA costs what any write does.
+    fn fua(&self) -> bool {
+        true
+    }
+    fn write_fua_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_at(buf, offset)
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         self.ram.write_zeroes(offset, len)?;

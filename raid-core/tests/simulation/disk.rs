@@ -4,7 +4,7 @@
 //! a shard, member I/O completed when the simulation says so.
 
 use super::{CHUNK, SECTOR};
-use raid_core::member::{DeviceKey, IoOp, Member, TimedDone};
+use raid_core::member::{undo_to_durable, DeviceKey, IoOp, Member, TimedDone};
 use rand::rngs::StdRng;
 use rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
@@ -134,6 +134,8 @@ pub struct SimDisk {
     timeline: Option<Arc<Timeline>>,
     /// Itself, for a write that lands later (`Timeline::complete`).
     me: std::sync::Weak<SimDisk>,
+    /// Takes writes with FUA (`Member::fua`): durable as they complete.
+    fua: bool,
 }
 
 pub fn disk(
@@ -142,6 +144,7 @@ pub fn disk(
     timeline: Option<&Arc<Timeline>>,
     rows: u64,
     data_offset: u64,
+    fua: bool,
 ) -> Arc<SimDisk> {
     static NEXT: AtomicU64 = AtomicU64::new(1 << 40);
     Arc::new_cyclic(|me| SimDisk {
@@ -154,6 +157,7 @@ pub fn disk(
         st: Mutex::new(DiskState::default()),
         timeline: timeline.cloned(),
         me: me.clone(),
+        fua,
     })
 }
 
@@ -330,6 +334,28 @@ impl Member for SimDisk {
         st.unflushed.clear();
         Ok(())
     }
+    fn fua(&self) -> bool {
+        self.fua
+    }
+    /// The write lands in the cache, then is made durable: two steps of
+    /// the power's budget, so that a cut can fall between them, leaving
+    /// the write unacknowledged and in the cache, whose sectors the cut
+    /// keeps or loses as any other's.
+    fn write_fua_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if !self.fua {
+            self.write_at(buf, offset)?;
+            return self.flush();
+        }
+        let mut st = self.st.lock().unwrap();
+        self.gate(&st, offset, buf.len() as u64)?;
+        self.claim(&mut st, offset, buf.len() as u64)?;
+        st.take(offset, buf);
+        self.gate(&st, offset, buf.len() as u64)?;
+        // Under the same hold: the last write landed is this one.
+        st.unflushed.pop();
+        undo_to_durable(&mut st.unflushed, offset, buf);
+        Ok(())
+    }
     /// Flushed on the array's own thread, member after member: a thread
     /// each would only make the order of the flushes (and so what a cut
     /// planned inside them leaves) differ from run to run.
@@ -375,6 +401,10 @@ impl Member for SimDisk {
     /// fails the I/O as it starts.
     fn start_timed(&self, op: IoOp<'_>, offset: u64, then: TimedDone) -> Option<io::Result<()>> {
         let tl = self.timeline.as_ref()?;
+        if let IoOp::WriteFua(_) = op {
+            // The shards send none: a durable write goes the blocking way.
+            return None;
+        }
         let mut st = self.st.lock().unwrap();
         let len = op.len() as u64;
         if let Err(e) = self.gate(&st, offset, len) {
@@ -395,6 +425,7 @@ impl Member for SimDisk {
                 None
             }
             IoOp::Write(buf) => Some(buf.to_vec()),
+            IoOp::WriteFua(_) => unreachable!("sent the blocking way, above"),
         };
         drop(st);
         let disk = self.me.upgrade().expect("alive: it is serving this I/O");

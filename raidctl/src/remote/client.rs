@@ -186,6 +186,22 @@ impl Inner {
     /// `same_disk`: as it is sent (`acked` false), and once the server
     /// acknowledged it, when it also becomes the member identity expected
     /// there (a replace or spare activation writes a new one).
+    /// A write in pieces the server takes (`pieces`), each with FUA or
+    /// none.
+    fn write_pieces(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        for (s, n) in self.pieces(buf.len()) {
+            self.run(
+                Kind::Write { fua },
+                offset + s as u64,
+                n,
+                &buf[s..s + n],
+                None,
+                Instant::now(),
+            )?;
+        }
+        Ok(())
+    }
+
     fn note_write(&self, offset: u64, payload: &[u8], acked: bool) {
         use raid_core::metadata::{Superblock, SB_OFFSETS, SB_SIZE};
         if offset != SB_OFFSETS[0] || payload.len() < SB_SIZE {
@@ -430,7 +446,7 @@ impl Pending for InFlight {
             Ok(data) => {
                 match &mut io.op {
                     IoOp::Read(b) => b.copy_from_slice(&data),
-                    IoOp::Write(b) => self.inner.note_write(io.offset, b, true),
+                    IoOp::Write(b) | IoOp::WriteFua(b) => self.inner.note_write(io.offset, b, true),
                 }
                 Ok(())
             }
@@ -445,6 +461,14 @@ impl Pending for InFlight {
                     }
                     IoOp::Write(b) => i.run(
                         Kind::Write { fua: false },
+                        io.offset,
+                        b.len(),
+                        b,
+                        None,
+                        self.began,
+                    ),
+                    IoOp::WriteFua(b) => i.run(
+                        Kind::Write { fua: true },
                         io.offset,
                         b.len(),
                         b,
@@ -522,17 +546,18 @@ impl Member for NbdMember {
         Ok(())
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        for (s, n) in self.0.pieces(buf.len()) {
-            self.0.run(
-                Kind::Write { fua: false },
-                offset + s as u64,
-                n,
-                &buf[s..s + n],
-                None,
-                Instant::now(),
-            )?;
+        self.0.write_pieces(buf, offset, false)
+    }
+    /// Where the server takes the FUA flag (`NBD_FLAG_SEND_FUA`).
+    fn fua(&self) -> bool {
+        self.0.export.flags & nbd::TFLAG_SEND_FUA != 0
+    }
+    fn write_fua_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if !self.fua() {
+            self.write_at(buf, offset)?;
+            return self.flush();
         }
-        Ok(())
+        self.0.write_pieces(buf, offset, true)
     }
     fn flush(&self) -> io::Result<()> {
         if self.0.export.flags & nbd::TFLAG_SEND_FLUSH == 0 {
@@ -591,6 +616,12 @@ impl Member for NbdMember {
             IoOp::Write(b) => {
                 i.note_write(io.offset, b, false);
                 conn.send(Kind::Write { fua: false }, io.offset, b.len(), b)
+            }
+            // Sent with the flag only where the server takes it.
+            IoOp::WriteFua(_) if !self.fua() => return None,
+            IoOp::WriteFua(b) => {
+                i.note_write(io.offset, b, false);
+                conn.send(Kind::Write { fua: true }, io.offset, b.len(), b)
             }
         };
         // Not sent: the synchronous path reconnects and sends it.

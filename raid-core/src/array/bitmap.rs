@@ -551,8 +551,8 @@ impl Array {
             .unwrap_or(0)
     }
 
-    /// Writes the bitmap block to every member not failed, and flushes it
-    /// there, stamped (`Bitmap::seq`; `clearing`: it clears a bit). A
+    /// Writes the bitmap block durably to every member not failed
+    /// (`write_durably`: with FUA, or then a flush), stamped (`Bitmap::seq`; `clearing`: it clears a bit). A
     /// member that cannot take it is failed. Callers hold `io`.
     fn write_bitmap(&self, bits: &[u8], clearing: bool) {
         self.activity.bitmap_writes.add(1);
@@ -571,9 +571,10 @@ impl Array {
             block[BITMAP_BYTES - STAMP_BYTES..].copy_from_slice(&stamp_bytes(seq, cleared));
             stamp_seq = seq;
         }
-        // Every member's write in one submission, then every flush at once:
-        // two device round trips, where a write and a flush per member one
-        // after another were two per member.
+        // Every member's write in one submission, then every flush at once
+        // (none where a member takes FUA): two device round trips at most,
+        // where a write and a flush per member one after another were two
+        // per member.
         let (handles, erred) =
             self.write_durably(&self.present_slots(), &[(BITMAP_OFFSET, &block)]);
         for (i, e) in erred {

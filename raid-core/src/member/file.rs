@@ -32,6 +32,8 @@ pub struct FileMember {
     /// On a filesystem whose holes are trusted (`Member::data_from`).
     holes_known: bool,
     block_device: bool,
+    /// The device under it takes FUA (`device_takes_fua`).
+    fua: bool,
     key: DeviceKey,
     /// A regular file with every block allocated: zeroing keeps the blocks
     /// (FALLOC_FL_ZERO_RANGE) instead of punching holes, so it stays safe
@@ -45,6 +47,20 @@ pub struct FileMember {
     /// A loop device's backing file (flocked) or device (O_EXCL), held
     /// while this member is (`hold_loop_backing`).
     _backing: Option<File>,
+}
+
+/// Whether block device `dev` (a device number) takes writes with FUA,
+/// as its queue says in sysfs (`<sys>/MAJ:MIN/queue/fua`, a partition's
+/// on its disk's queue). Where it does not (this VM's virtio disk, a file
+/// on tmpfs, a device sysfs does not know), the kernel would write then
+/// flush for each `RWF_DSYNC` write: a flush per write, where the
+/// journal's group flushes each member once, all members at once.
+fn device_takes_fua(sys: &Path, dev: u64) -> bool {
+    let node = sys.join(format!("{}:{}", libc::major(dev), libc::minor(dev)));
+    [node.join("queue/fua"), node.join("../queue/fua")]
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .is_some_and(|v| v.trim() == "1")
 }
 
 const TMPFS_MAGIC: u32 = 0x0102_1994;
@@ -96,6 +112,17 @@ fn fully_allocated(m: &std::fs::Metadata) -> bool {
 }
 
 impl FileMember {
+    /// A write's bytes in an aligned buffer, where O_DIRECT needs one and
+    /// `buf` is not (its length is kept: the write is of `buf.len()`
+    /// bytes from its start). None: `buf` goes as it is.
+    fn bounced(&self, buf: &[u8]) -> Option<AlignedBuf> {
+        (self.direct && !is_aligned(buf)).then(|| {
+            let mut b = AlignedBuf::new(buf.len().next_multiple_of(crate::buf::ALIGN));
+            b[..buf.len()].copy_from_slice(buf);
+            b
+        })
+    }
+
     /// `write_all_at` with `RWF_DSYNC` (`pwritev2`): durable when it
     /// returns. A kernel or file that refuses the flag gets the write,
     /// then a flush.
@@ -204,7 +231,16 @@ impl FileMember {
         let magic = fs_magic(&file);
         let in_memory = !block_device && in_memory_fs(magic);
         let holes_known = !block_device && holes_known(magic);
-        tracing::debug!(path = %path.display(), direct, in_memory, size, "member opened");
+        let fua = !in_memory && {
+            use std::os::unix::fs::MetadataExt;
+            let dev = if block_device {
+                opened.rdev()
+            } else {
+                opened.dev()
+            };
+            device_takes_fua(Path::new("/sys/dev/block"), dev)
+        };
+        tracing::debug!(path = %path.display(), direct, in_memory, fua, size, "member opened");
         Ok(FileMember {
             stats: Default::default(),
             path: path.to_owned(),
@@ -213,6 +249,7 @@ impl FileMember {
             size,
             direct,
             in_memory,
+            fua,
             holes_known,
             block_device,
             key,
@@ -243,6 +280,7 @@ impl FileMember {
             size,
             direct: false,
             in_memory: false,
+            fua: false,
             holes_known: false,
             block_device,
             allocated: std::sync::atomic::AtomicBool::new(false),
@@ -623,30 +661,27 @@ impl Member for FileMember {
             .map_err(|e| self.short_read(e, offset))
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        if self.direct && !is_aligned(buf) {
-            let mut b = AlignedBuf::new(buf.len().next_multiple_of(crate::buf::ALIGN));
-            b[..buf.len()].copy_from_slice(buf);
-            return self.file.write_all_at(&b[..buf.len()], offset);
+        match self.bounced(buf) {
+            Some(b) => self.file.write_all_at(&b[..buf.len()], offset),
+            None => self.file.write_all_at(buf, offset),
         }
-        self.file.write_all_at(buf, offset)
     }
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
     }
-    /// `RWF_DSYNC`: on a block device, or a file's blocks already
-    /// allocated under O_DIRECT, the kernel sends the write with FUA where
-    /// the device takes it, and writes then flushes the device where it
-    /// does not; a file's write also syncs what it needs to read back.
+    /// Where the device under it takes FUA (`device_takes_fua`).
     fn fua(&self) -> bool {
-        true
+        self.fua
     }
+    /// `RWF_DSYNC`: the kernel sends the write with FUA where the device
+    /// takes it (a block device; a file's blocks already allocated, under
+    /// O_DIRECT), and writes then flushes where it does not; a file's
+    /// write also syncs what it needs to read back.
     fn write_fua_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        if self.direct && !is_aligned(buf) {
-            let mut b = AlignedBuf::new(buf.len().next_multiple_of(crate::buf::ALIGN));
-            b[..buf.len()].copy_from_slice(buf);
-            return self.write_dsync(&b[..buf.len()], offset);
+        match self.bounced(buf) {
+            Some(b) => self.write_dsync(&b[..buf.len()], offset),
+            None => self.write_dsync(buf, offset),
         }
-        self.write_dsync(buf, offset)
     }
     /// An allocated file keeps its blocks; any other has a hole punched,
     /// and the regions it touches are no longer reserved.
@@ -681,5 +716,40 @@ impl Member for FileMember {
     }
     fn is_direct(&self) -> bool {
         self.direct
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::device_takes_fua;
+
+    /// A disk's queue says whether it takes FUA; a partition asks its
+    /// disk's; a device sysfs does not know takes none.
+    #[test]
+    fn fua_is_what_the_device_queue_says() {
+        let sys = std::env::temp_dir().join(format!("fua-sys-{}", std::process::id()));
+        let queue = |node: &str, v: &str| {
+            let q = sys.join(node).join("queue");
+            std::fs::create_dir_all(&q).unwrap();
+            std::fs::write(q.join("fua"), v).unwrap();
+        };
+        queue("block/nvme0n1", "1\n");
+        queue("block/vda", "0\n");
+        std::fs::create_dir_all(sys.join("block/nvme0n1/nvme0n1p1")).unwrap();
+        let link = |name: &str, to: &str| {
+            std::os::unix::fs::symlink(sys.join(to), sys.join(name)).unwrap();
+        };
+        link("259:0", "block/nvme0n1");
+        link("259:1", "block/nvme0n1/nvme0n1p1");
+        link("253:0", "block/vda");
+        let dev = |maj, min| libc::makedev(maj, min);
+        assert!(device_takes_fua(&sys, dev(259, 0)));
+        assert!(
+            device_takes_fua(&sys, dev(259, 1)),
+            "a partition: its disk's"
+        );
+        assert!(!device_takes_fua(&sys, dev(253, 0)));
+        assert!(!device_takes_fua(&sys, dev(0, 45)), "unknown to sysfs");
+        std::fs::remove_dir_all(&sys).unwrap();
     }
 }

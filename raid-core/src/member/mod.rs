@@ -133,18 +133,19 @@ pub trait Member: Send + Sync {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
-    /// Whether this member makes one write durable by itself, in the one
+    /// Whether the device makes one write durable by itself, in the one
     /// command (Force Unit Access: `write_fua_at`, `IoOp::WriteFua`). A
     /// write that must be durable before others may start (a journal
     /// record, a write-intent bit) then costs one round trip instead of
     /// a write and a flush, and on a drive with a volatile cache it makes
     /// its own bytes durable, not all the cache holds. False: such writes
-    /// are written, then the member flushed (`Array::write_durably`).
+    /// are written, then the member flushed once (`Array::write_durably`),
+    /// which is cheaper where FUA would be a flush per write.
     fn fua(&self) -> bool {
         false
     }
-    /// `write_at`, durable when it returns. What `fua` says it costs; by
-    /// default a write, then a flush of the member.
+    /// `write_at`, durable when it returns: one command where `fua` is
+    /// true; by default a write, then a flush of the member.
     fn write_fua_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.write_at(buf, offset)?;
         self.flush()
@@ -221,7 +222,8 @@ pub trait Member: Send + Sync {
     fn timed(&self) -> bool {
         false
     }
-    /// Starts a read or write for a caller that must not block (a shard's
+    /// Starts a read or a plain write (never `IoOp::WriteFua`: durable
+    /// writes go through `submit`) for a caller that must not block (a shard's
     /// event loop), on a member that completes I/O at a time of its own
     /// without a thread waiting (the simulated drive, RAM): the bytes have
     /// moved when this returns `Some(Ok)`, and `done` is called when the
@@ -311,8 +313,22 @@ pub fn read_counted(m: &dyn Member, buf: &mut [u8], offset: u64) -> io::Result<(
 
 /// `write_at`, counted in the member's `io_stats`.
 pub fn write_counted(m: &dyn Member, buf: &[u8], offset: u64) -> io::Result<()> {
+    counted_write(m, buf, || m.write_at(buf, offset))
+}
+
+/// `write_fua_at`, counted as a write in the member's `io_stats`.
+pub fn write_fua_counted(m: &dyn Member, buf: &[u8], offset: u64) -> io::Result<()> {
+    counted_write(m, buf, || m.write_fua_at(buf, offset))
+}
+
+/// `write`, a write of `buf` to `m`, timed and counted.
+fn counted_write(
+    m: &dyn Member,
+    buf: &[u8],
+    write: impl FnOnce() -> io::Result<()>,
+) -> io::Result<()> {
     let t = Started::now();
-    let r = m.write_at(buf, offset);
+    let r = write();
     count_took(m, false, buf.len(), t.took(), r.is_ok());
     r
 }
@@ -385,20 +401,12 @@ impl IoOp<'_> {
         !matches!(self, IoOp::Read(_))
     }
 
-    /// The bytes a write carries (None: a read).
-    pub fn written(&self) -> Option<&[u8]> {
-        match self {
-            IoOp::Read(_) => None,
-            IoOp::Write(b) | IoOp::WriteFua(b) => Some(b),
-        }
-    }
-
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Moves the bytes between the buffer and `m` at `offset` (its own
-    /// `read_at`/`write_at`, uncounted).
+    /// `read_at`, `write_at` or `write_fua_at`, uncounted).
     pub fn run_on(&mut self, m: &dyn Member, offset: u64) -> io::Result<()> {
         self.run_from(m, offset, 0)
     }
@@ -429,12 +437,7 @@ impl MemberIo<'_> {
         match (&mut self.op, counted) {
             (IoOp::Read(b), true) => read_counted(m, b, self.offset),
             (IoOp::Write(b), true) => write_counted(m, b, self.offset),
-            (IoOp::WriteFua(b), true) => {
-                let t = Started::now();
-                let r = m.write_fua_at(b, self.offset);
-                count_took(m, false, b.len(), t.took(), r.is_ok());
-                r
-            }
+            (IoOp::WriteFua(b), true) => write_fua_counted(m, b, self.offset),
             (op, false) => op.run_on(m, self.offset),
         }
     }

@@ -402,7 +402,8 @@ impl Member for SimDisk {
     fn start_timed(&self, op: IoOp<'_>, offset: u64, then: TimedDone) -> Option<io::Result<()>> {
         let tl = self.timeline.as_ref()?;
         if let IoOp::WriteFua(_) = op {
-            // The shards send none: a durable write goes the blocking way.
+            // Never sent timed (`Member::start_timed`): a durable write
+            // goes the blocking way.
             return None;
         }
         let mut st = self.st.lock().unwrap();

@@ -182,10 +182,6 @@ impl Inner {
         self.gone()
     }
 
-    /// Notes array metadata written over the first metadata copy, for
-    /// `same_disk`: as it is sent (`acked` false), and once the server
-    /// acknowledged it, when it also becomes the member identity expected
-    /// there (a replace or spare activation writes a new one).
     /// A write in pieces the server takes (`pieces`), each with FUA or
     /// none.
     fn write_pieces(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
@@ -202,6 +198,10 @@ impl Inner {
         Ok(())
     }
 
+    /// Notes array metadata written over the first metadata copy, for
+    /// `same_disk`: as it is sent (`acked` false), and once the server
+    /// acknowledged it, when it also becomes the member identity expected
+    /// there (a replace or spare activation writes a new one).
     fn note_write(&self, offset: u64, payload: &[u8], acked: bool) {
         use raid_core::metadata::{Superblock, SB_OFFSETS, SB_SIZE};
         if offset != SB_OFFSETS[0] || payload.len() < SB_SIZE {

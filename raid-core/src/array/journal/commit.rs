@@ -2,9 +2,9 @@
 //! records are being written and flushed (as many as may be at once) wait
 //! together and become the next group, written by one of them (its
 //! leader) in one submission (each run of records to the members that keep
-//! it, `write_group`) and made durable by one flush of each member
-//! written. A lone writer is a group of one: it writes and flushes its own
-//! record at once. Where no member's flush waits (members in memory), each
+//! it, `write_group`) and made durable: with FUA on members that take it,
+//! by one flush of each other member written (`Array::write_durably`). A
+//! lone writer is a group of one: it writes its own record at once. Where no member's flush waits (members in memory), each
 //! record is written alone under the journal's lock instead: there a
 //! group's wake-ups would cost more than its copies.
 //!
@@ -525,9 +525,9 @@ impl Array {
         to
     }
 
-    /// Writes `blocks` (member offset, bytes) to every member not failed in
-    /// one submission, then flushes them together; a member that fails
-    /// either is failed. Returns whether the array is within its
+    /// Writes `blocks` (member offset, bytes) durably to every member not
+    /// failed in one submission (`write_durably`); a member that fails its
+    /// write or its flush is failed. Returns whether the array is within its
     /// redundancy after.
     pub(super) fn write_everywhere(&self, blocks: &[(u64, &[u8])]) -> bool {
         let (handles, failed) = self.write_durably(&self.present_slots(), blocks);
@@ -551,7 +551,7 @@ pub(super) const MAX_RUN: u64 = 256 << 10;
 /// tears a run no worse than it could separate writes of its records, whose
 /// sectors a drive's cache may keep in any order too: each record has its own
 /// checksum, replay stops at the first that does not check out, and none of
-/// the group's in-place writes has begun before its flush.
+/// the group's in-place writes has begun before it is durable.
 fn runs(records: &[(u64, AlignedBuf)], max: u64) -> Vec<std::ops::Range<usize>> {
     let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
     let mut end = 0;

@@ -6,7 +6,8 @@
 //! missing that is impossible: its chunk exists only as parity, and a stripe
 //! whose data and parity were half updated would reconstruct it wrong. So a
 //! degraded stripe write first writes its new chunks, as a checksummed
-//! record, to the journal area of members and flushes them; only then does it
+//! record, to the journal area of members, durably (with FUA, or then a
+//! flush: `Array::write_durably`); only then does it
 //! write them in place (where every parity chunk of the stripe is missing,
 //! nothing exists only as parity and nothing is journaled:
 //! `Array::data_alone`). A record goes to as many members in sync as the array
@@ -39,7 +40,8 @@
 //! arrive while a group is being written and flushed form the next, so
 //! concurrent degraded writes share their writes (one per run of records
 //! one after another in the ring, at most 256 KiB, to the members whose
-//! turn it is) and one flush of each member written; two groups may be
+//! turn it is) and one flush of each member written (none where a
+//! member takes the writes with FUA); two groups may be
 //! written at once, each ending after the one before it.
 //!
 //! Replay trusts a record only if all of these hold, since the ring also
@@ -614,7 +616,7 @@ impl Array {
         r
     }
 
-    /// Writes (and flushes) a journal block on every member not failed.
+    /// Writes a journal block durably on every member not failed.
     pub(super) fn write_journal_block(&self, b: &[u8], at: u64) -> Result<()> {
         if !self.write_everywhere(&[(at, b)]) {
             return Err(self.failed_error());

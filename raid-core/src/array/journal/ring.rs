@@ -151,8 +151,8 @@ impl JState {
         freed
     }
 
-    /// Whether a checkpoint would free enough to pay for its two flushes
-    /// of every member: a quarter of the ring, or every record in it
+    /// Whether a checkpoint would free enough to pay for its flush of
+    /// every member and its header's durable write there: a quarter of the ring, or every record in it
     /// (none left in flight to wait for). One per record done would cost
     /// more than the records.
     pub(super) fn worth_checkpoint(&self) -> bool {

@@ -455,26 +455,14 @@ impl Pending for InFlight {
             // (a write never is: `after_loss` gives the member up).
             Err(Failure::Lost) => {
                 let i = &self.inner;
+                let fua = matches!(io.op, IoOp::WriteFua(_));
                 match &mut io.op {
                     IoOp::Read(b) => {
                         i.run(Kind::Read, io.offset, b.len(), &[], Some(b), self.began)
                     }
-                    IoOp::Write(b) => i.run(
-                        Kind::Write { fua: false },
-                        io.offset,
-                        b.len(),
-                        b,
-                        None,
-                        self.began,
-                    ),
-                    IoOp::WriteFua(b) => i.run(
-                        Kind::Write { fua: true },
-                        io.offset,
-                        b.len(),
-                        b,
-                        None,
-                        self.began,
-                    ),
+                    IoOp::Write(b) | IoOp::WriteFua(b) => {
+                        i.run(Kind::Write { fua }, io.offset, b.len(), b, None, self.began)
+                    }
                 }
             }
         }

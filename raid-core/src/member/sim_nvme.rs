@@ -16,6 +16,10 @@
 //! every I/O of a batch before it waits for any (see `Member::begin`), so a
 //! request's member I/Os overlap on the devices as they would through a
 //! submission queue.
+//!
+//! Its cache is power-protected, as a datacenter drive's is: a flush costs
+//! a command's round trip (one write's service time), and a write with FUA
+//! what any write does.
 
 use super::{DeviceKey, IoOp, Member, MemberIo, Pending, RamMember};
 use parking_lot::{Condvar, Mutex};

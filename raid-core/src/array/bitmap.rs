@@ -552,8 +552,9 @@ impl Array {
     }
 
     /// Writes the bitmap block durably to every member not failed
-    /// (`write_durably`: with FUA, or then a flush), stamped (`Bitmap::seq`; `clearing`: it clears a bit). A
-    /// member that cannot take it is failed. Callers hold `io`.
+    /// (`write_durably`: with FUA, or then a flush), stamped
+    /// (`Bitmap::seq`; `clearing`: it clears a bit). A member that cannot
+    /// take it is failed. Callers hold `io`.
     fn write_bitmap(&self, bits: &[u8], clearing: bool) {
         self.activity.bitmap_writes.add(1);
         let mut block = AlignedBuf::new(BITMAP_BYTES);

@@ -223,8 +223,8 @@ pub trait Member: Send + Sync {
         false
     }
     /// Starts a read or a plain write (never `IoOp::WriteFua`: durable
-    /// writes go through `submit`) for a caller that must not block (a shard's
-    /// event loop), on a member that completes I/O at a time of its own
+    /// writes go through `submit`) for a caller that must not block (a
+    /// shard's event loop), on a member that completes I/O at a time of its own
     /// without a thread waiting (the simulated drive, RAM): the bytes have
     /// moved when this returns `Some(Ok)`, and `done` is called when the
     /// I/O completes (from another thread, or before this returns), with

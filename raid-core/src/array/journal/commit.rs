@@ -4,9 +4,10 @@
 //! leader) in one submission (each run of records to the members that keep
 //! it, `write_group`) and made durable: with FUA on members that take it,
 //! by one flush of each other member written (`Array::write_durably`). A
-//! lone writer is a group of one: it writes its own record at once. Where no member's flush waits (members in memory), each
-//! record is written alone under the journal's lock instead: there a
-//! group's wake-ups would cost more than its copies.
+//! lone writer is a group of one: it writes its own record at once. Where
+//! no member's flush waits (members in memory), each record is written
+//! alone under the journal's lock instead: there a group's wake-ups would
+//! cost more than its copies.
 //!
 //! Records take their places in the ring under the journal's lock, in
 //! sequence order, and a group takes every record queued so far: so each

@@ -152,9 +152,9 @@ impl JState {
     }
 
     /// Whether a checkpoint would free enough to pay for its flush of
-    /// every member and its header's durable write there: a quarter of the ring, or every record in it
-    /// (none left in flight to wait for). One per record done would cost
-    /// more than the records.
+    /// every member and its header's durable write there: a quarter of the
+    /// ring, or every record in it (none left in flight to wait for). One
+    /// per record done would cost more than the records.
     pub(super) fn worth_checkpoint(&self) -> bool {
         let (n, bytes) = self.done_front;
         n > 0 && (bytes >= (self.end - RECORDS) / 4 || n == self.live.len())

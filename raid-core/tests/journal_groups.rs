@@ -153,6 +153,12 @@ fn journal_records_go_with_fua_where_a_member_takes_it() {
         for f in m.faulty.iter().step_by(2) {
             f.take_fua(true);
         }
+        let fua: Vec<bool> = a.slots().iter().map(|s| s.fua).collect();
+        assert_eq!(
+            fua,
+            [true, false, true, false, true],
+            "{level}: as status says"
+        );
         let before: Vec<(u64, u64)> = m
             .faulty
             .iter()

@@ -170,6 +170,22 @@ fn of_two_stops_at_once_one_stops_the_array() {
 /// A hot replace cut short says so: by `stop` (which stops its copy), and
 /// at the start after a daemon killed while it copied (nothing of it is on
 /// disk, the old member stays; the event log used to end at "started").
+/// Whether the block device under the file `p` takes writes with FUA,
+/// as its queue (or, for a partition, its disk's) says in sysfs.
+fn device_takes_fua(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(p).unwrap().dev();
+    let node = PathBuf::from(format!(
+        "/sys/dev/block/{}:{}",
+        libc::major(dev),
+        libc::minor(dev)
+    ));
+    ["queue/fua", "../queue/fua"]
+        .iter()
+        .find_map(|q| std::fs::read_to_string(node.join(q)).ok())
+        .is_some_and(|v| v.trim() == "1")
+}
+
 #[test]
 fn a_hot_replace_cut_short_says_so() {
     let w = World::new("hot-cut");
@@ -192,6 +208,11 @@ fn a_hot_replace_cut_short_says_so() {
     let st = w.status_json("hc");
     assert_eq!(st["state"], "optimal", "{st}");
     assert_eq!(st["members"][1]["path"], s(&m[1]), "{st}");
+    // Each member says whether its device takes writes with FUA, as the
+    // device's queue in sysfs does.
+    for (k, p) in m.iter().enumerate() {
+        assert_eq!(st["members"][k]["fua"], device_takes_fua(p), "{st}");
+    }
     let events = w.ok(&["events", "hc"]);
     let last = events
         .lines()

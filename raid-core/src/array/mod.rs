@@ -401,6 +401,10 @@ pub struct SlotStatus {
     /// A failed slot whose device was taken out (`remove_member`) since
     /// the start.
     pub removed: bool,
+    /// Its device takes writes with FUA (`Member::fua`): the journal's and
+    /// the bitmap's writes go so there, with no flush after. False
+    /// without a device.
+    pub fua: bool,
 }
 
 /// One assembled, running array.
@@ -542,6 +546,7 @@ impl Array {
                 },
                 missing_at_start: s.vacant(VACANT_MISSING_AT_START),
                 removed: s.vacant(VACANT_REMOVED),
+                fua: s.member.read().as_ref().is_some_and(|m| m.fua()),
             })
             .collect()
     }

@@ -32,6 +32,11 @@ pub struct MemberStatus {
     /// deleted (or replaced at its path) while the array uses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+    /// Whether its device takes writes with FUA, so that the journal's
+    /// and the bitmap's writes need no flush after them there (a member
+    /// of a running array only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fua: Option<bool>,
 }
 
 /// A member drive's last health reading.
@@ -227,6 +232,7 @@ pub fn of_running(
             } else {
                 s.state.name().into()
             },
+            fua: s.member.is_some().then_some(s.fua),
             path: s.member,
             uuid: s.uuid.to_string(),
             health: None,
@@ -400,6 +406,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
                     state: "missing".into(),
                     health: None,
                     warning: None,
+                    fua: None,
                 })
                 .collect(),
             spares: vec![],
@@ -479,6 +486,7 @@ pub fn of_stopped(r: &ArrayRecord) -> ArrayStatus {
                 state: state.into(),
                 health: None,
                 warning,
+                fua: None,
             }
         })
         .collect();

@@ -167,9 +167,6 @@ fn of_two_stops_at_once_one_stops_the_array() {
     }
 }
 
-/// A hot replace cut short says so: by `stop` (which stops its copy), and
-/// at the start after a daemon killed while it copied (nothing of it is on
-/// disk, the old member stays; the event log used to end at "started").
 /// Whether the block device under the file `p` takes writes with FUA,
 /// as its queue (or, for a partition, its disk's) says in sysfs.
 fn device_takes_fua(p: &Path) -> bool {
@@ -186,6 +183,9 @@ fn device_takes_fua(p: &Path) -> bool {
         .is_some_and(|v| v.trim() == "1")
 }
 
+/// A hot replace cut short says so: by `stop` (which stops its copy), and
+/// at the start after a daemon killed while it copied (nothing of it is on
+/// disk, the old member stays; the event log used to end at "started").
 #[test]
 fn a_hot_replace_cut_short_says_so() {
     let w = World::new("hot-cut");

@@ -529,24 +529,31 @@ impl Array {
         self.slots
             .iter()
             .enumerate()
-            .map(|(i, s)| SlotStatus {
-                slot: i,
-                member: s.member.read().as_ref().map(|m| m.identity().to_string()),
-                uuid: *s.uuid.read(),
-                state: s.state(),
-                rebuild_row: if s.state() == SlotState::Rebuilding {
-                    s.saved_row()
-                } else {
-                    0
-                },
-                left_events: if s.state() == SlotState::Failed {
-                    s.left_events.load(Ordering::Acquire)
-                } else {
-                    0
-                },
-                missing_at_start: s.vacant(VACANT_MISSING_AT_START),
-                removed: s.vacant(VACANT_REMOVED),
-                fua: s.member.read().as_ref().is_some_and(|m| m.fua()),
+            .map(|(i, s)| {
+                // One read of the slot's device, its lock given up at once.
+                let (member, fua) = match s.member.read().as_ref() {
+                    Some(m) => (Some(m.identity().to_string()), m.fua()),
+                    None => (None, false),
+                };
+                SlotStatus {
+                    slot: i,
+                    member,
+                    fua,
+                    uuid: *s.uuid.read(),
+                    state: s.state(),
+                    rebuild_row: if s.state() == SlotState::Rebuilding {
+                        s.saved_row()
+                    } else {
+                        0
+                    },
+                    left_events: if s.state() == SlotState::Failed {
+                        s.left_events.load(Ordering::Acquire)
+                    } else {
+                        0
+                    },
+                    missing_at_start: s.vacant(VACANT_MISSING_AT_START),
+                    removed: s.vacant(VACANT_REMOVED),
+                }
             })
             .collect()
     }

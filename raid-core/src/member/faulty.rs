@@ -247,8 +247,7 @@ impl Member for FaultyMember {
     /// bytes (`undo_to_durable`). Without FUA: the write, then a flush.
     fn write_fua_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         if !self.fua() {
-            self.write_at(buf, offset)?;
-            return self.flush();
+            return super::write_then_flush(self, buf, offset);
         }
         self.delay();
         let mut s = self.state.lock();

@@ -148,8 +148,7 @@ impl FileMember {
                 match e.raw_os_error() {
                     Some(libc::EINTR) => continue,
                     Some(libc::EOPNOTSUPP | libc::ENOSYS) => {
-                        self.write_at(buf, offset)?;
-                        return self.flush();
+                        return super::write_then_flush(self, buf, offset);
                     }
                     _ => return Err(e),
                 }

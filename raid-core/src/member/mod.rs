@@ -145,10 +145,9 @@ pub trait Member: Send + Sync {
         false
     }
     /// `write_at`, durable when it returns: one command where `fua` is
-    /// true; by default a write, then a flush of the member.
+    /// true; by default `write_then_flush`.
     fn write_fua_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.write_at(buf, offset)?;
-        self.flush()
+        write_then_flush(self, buf, offset)
     }
     /// Whether `flush` waits for something (a device's cache, a remote
     /// server): flushes of several members that wait run together, each on
@@ -224,8 +223,8 @@ pub trait Member: Send + Sync {
     }
     /// Starts a read or a plain write (never `IoOp::WriteFua`: durable
     /// writes go through `submit`) for a caller that must not block (a
-    /// shard's event loop), on a member that completes I/O at a time of its own
-    /// without a thread waiting (the simulated drive, RAM): the bytes have
+    /// shard's event loop), on a member that completes I/O at a time of
+    /// its own without a thread waiting (the simulated drive, RAM): the bytes have
     /// moved when this returns `Some(Ok)`, and `done` is called when the
     /// I/O completes (from another thread, or before this returns), with
     /// its outcome: a device may fail an I/O it had taken. `None`: not
@@ -309,6 +308,14 @@ pub fn read_counted(m: &dyn Member, buf: &mut [u8], offset: u64) -> io::Result<(
     let r = m.read_at(buf, offset);
     count_took(m, true, buf.len(), t.took(), r.is_ok());
     r
+}
+
+/// A write made durable the way any member can: written, then the member
+/// flushed. What `Member::write_fua_at` does by default, and where a
+/// member that takes FUA falls back (its FUA off, or refused).
+pub fn write_then_flush<M: Member + ?Sized>(m: &M, buf: &[u8], offset: u64) -> io::Result<()> {
+    m.write_at(buf, offset)?;
+    m.flush()
 }
 
 /// `write_at`, counted in the member's `io_stats`.

@@ -88,19 +88,19 @@ pub(super) fn run_batch(
                         .uring_fd()
                         .expect("selected for the ring"),
                 );
+                let fua = matches!(io.op, IoOp::WriteFua(_));
                 let entry = match &mut io.op {
                     IoOp::Read(b) => opcode::Read::new(fd, b.as_mut_ptr(), b.len() as u32)
                         .offset(io.offset)
                         .build(),
-                    IoOp::Write(b) => opcode::Write::new(fd, b.as_ptr(), b.len() as u32)
-                        .offset(io.offset)
-                        .build(),
-                    // The kernel sends it with FUA where the device takes
-                    // it, and writes then flushes where it does not.
-                    IoOp::WriteFua(b) => opcode::Write::new(fd, b.as_ptr(), b.len() as u32)
-                        .offset(io.offset)
-                        .rw_flags(libc::RWF_DSYNC)
-                        .build(),
+                    // RWF_DSYNC: the kernel sends it with FUA where the
+                    // device takes it, and writes then flushes where not.
+                    IoOp::Write(b) | IoOp::WriteFua(b) => {
+                        opcode::Write::new(fd, b.as_ptr(), b.len() as u32)
+                            .offset(io.offset)
+                            .rw_flags(if fua { libc::RWF_DSYNC } else { 0 })
+                            .build()
+                    }
                 };
                 // SAFETY: the buffer lives in `ios`, borrowed for this whole
                 // call. `run_window` returns only once the kernel holds none

@@ -4,7 +4,7 @@
 //! a shard, member I/O completed when the simulation says so.
 
 use super::{CHUNK, SECTOR};
-use raid_core::member::{undo_to_durable, DeviceKey, IoOp, Member, TimedDone};
+use raid_core::member::{undo_to_durable, write_then_flush, DeviceKey, IoOp, Member, TimedDone};
 use rand::rngs::StdRng;
 use rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
@@ -343,8 +343,7 @@ impl Member for SimDisk {
     /// keeps or loses as any other's.
     fn write_fua_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         if !self.fua {
-            self.write_at(buf, offset)?;
-            return self.flush();
+            return write_then_flush(self, buf, offset);
         }
         let mut st = self.st.lock().unwrap();
         self.gate(&st, offset, buf.len() as u64)?;

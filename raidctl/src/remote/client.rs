@@ -542,8 +542,7 @@ impl Member for NbdMember {
     }
     fn write_fua_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         if !self.fua() {
-            self.write_at(buf, offset)?;
-            return self.flush();
+            return raid_core::member::write_then_flush(self, buf, offset);
         }
         self.0.write_pieces(buf, offset, true)
     }

@@ -136,6 +136,15 @@ impl Model {
         self.since[b].push(v.to_vec());
         self.open[b].push(v.to_vec());
     }
+    /// Block `b`'s write of `v`, just answered, was with FUA: it is `v`
+    /// after any cut from now on, or a value written over it later.
+    fn durable(&mut self, b: usize, v: &[u8]) {
+        debug_assert!(self.now[b] == v, "answered as written first");
+        self.flushed[b] = v.to_vec();
+        self.since[b].clear();
+        self.open[b].clear();
+        self.unsettled[b].clear();
+    }
     fn flushed(&mut self) {
         self.flushed = self.now.clone();
         self.unsettled = self.open.clone();
@@ -644,11 +653,18 @@ fn data_offset_of(seed: u64) -> u64 {
 }
 
 /// Whether disk `i` of seed `seed`'s life takes writes with FUA
-/// (`Member::fua`): in one life in two, every other disk, so that a
-/// journal group's writes go with FUA to some members and are flushed on
-/// the others (from the seed, not its stream, as `data_offset_of`).
+/// (`Member::fua`), from the seed, not its stream, as `data_offset_of`:
+/// in one life in four every other disk, so that a journal group's writes
+/// go with FUA to some members and are flushed on the others; in one in
+/// four every disk, so that a shard writes a client's write asked for
+/// with FUA on every member it meets (with FUA on none, or only some, it
+/// goes the blocking way, then the array is flushed).
 fn fua_of(seed: u64, i: usize) -> bool {
-    (seed / 3) % 2 == 1 && i.is_multiple_of(2)
+    match (seed / 3) % 4 {
+        1 => i.is_multiple_of(2),
+        3 => true,
+        _ => false,
+    }
 }
 
 /// The life of seed `seed`; `on_shard`: with rounds of requests in flight
@@ -948,9 +964,9 @@ fn lives(on_shard: bool) {
     // A run of many lives that served none of these on the shard tested
     // nothing of it (a few lives may well not).
     if on_shard && failed.is_empty() && seeds().end - seeds().start >= 1000 {
-        let [reads, writes, reads_b, writes_b, degraded, merged, erred, steps, split] =
+        let [reads, writes, reads_b, writes_b, degraded, merged, erred, steps, split, fua] =
             shards::SERVED.each_ref().map(|n| n.load(Ordering::Relaxed));
-        eprintln!("served on the shard: {reads} reads ({degraded} degraded), {writes} writes ({merged} more merged into them, {erred} ended by a member's error, {split} more parts of writes across stripes); on the blocking path: {reads_b} reads, {writes_b} writes; journal committer steps with work: {steps}");
+        eprintln!("served on the shard: {reads} reads ({degraded} degraded), {writes} writes ({merged} more merged into them, {erred} ended by a member's error, {split} more parts of writes across stripes, {fua} with FUA); on the blocking path: {reads_b} reads, {writes_b} writes; journal committer steps with work: {steps}");
         assert!(
             reads > 0
                 && writes > 0
@@ -958,8 +974,9 @@ fn lives(on_shard: bool) {
                 && merged > 0
                 && erred > 0
                 && steps > 0
-                && split > 0,
-            "the shard served no read, no degraded read, no write, no merged write, no write a member failed or no write across stripes, or the journal's committer step never had work"
+                && split > 0
+                && fua > 0,
+            "the shard served no read, no degraded read, no write, no merged write, no write a member failed, no write across stripes or no write with FUA, or the journal's committer step never had work"
         );
     }
     if let Some((seed, msg)) = failed.first() {

@@ -617,6 +617,19 @@ impl AsyncWrite {
         self.journal_due
     }
 
+    /// Whether the write was planned on a stripe with a chunk missing
+    /// (journaled, or written `alone`): it does not write every member
+    /// its stripe has.
+    pub(crate) fn skips_a_member(&self) -> bool {
+        matches!(
+            self.shape,
+            Shape::Stripe {
+                degraded: Some(_),
+                ..
+            }
+        )
+    }
+
     /// Whether the write was planned on a stripe with a chunk missing and
     /// will be journaled (not one written `alone`).
     pub(crate) fn degraded(&self) -> bool {

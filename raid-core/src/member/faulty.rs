@@ -273,16 +273,19 @@ impl Member for FaultyMember {
     fn timed(&self) -> bool {
         self.inner.timed()
     }
+    /// Its timed FUA writes keep their durability in its own power-cut
+    /// log (`start_timed_fua`), whatever the device underneath.
+    fn fua_timed(&self) -> bool {
+        self.inner.timed()
+    }
     fn start_timed(
         &self,
         op: super::IoOp<'_>,
         offset: u64,
         done: super::TimedDone,
     ) -> Option<io::Result<()>> {
-        if let super::IoOp::WriteFua(_) = op {
-            // Never sent timed (`Member::start_timed`); its power-cut log
-            // would keep it as a cached write.
-            return None;
+        if let super::IoOp::WriteFua(buf) = op {
+            return self.start_timed_fua(buf, offset, done);
         }
         let mut s = self.state.lock();
         let write = op.is_write();
@@ -320,6 +323,39 @@ impl Member for FaultyMember {
 }
 
 impl FaultyMember {
+    /// A timed write with FUA: gated as any write, sent underneath as a
+    /// plain timed write, and durable in the power-cut log as it starts
+    /// (a write in flight may be kept by a cut): with FUA, as
+    /// `write_fua_at` keeps it; without, as a write then a flush, every
+    /// write before it with it.
+    fn start_timed_fua(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        done: super::TimedDone,
+    ) -> Option<io::Result<()>> {
+        let mut s = self.state.lock();
+        if let Err(e) = self.gate_op(&mut s, offset, buf.len() as u64, true) {
+            return Some(Err(e));
+        }
+        let started = self
+            .inner
+            .start_timed(super::IoOp::Write(buf), offset, done)?;
+        if started.is_ok() {
+            match s.fua {
+                true => {
+                    undo_to_durable(&mut s.unflushed, offset, buf);
+                    s.fua_writes += 1;
+                }
+                false => {
+                    s.unflushed.clear();
+                    s.flushes += 1;
+                }
+            }
+        }
+        Some(started)
+    }
+
     /// Either kind of zeroing, gated and tracked as a write.
     fn zeroes(&self, offset: u64, len: u64, allocated: bool) -> io::Result<()> {
         let mut s = self.state.lock();

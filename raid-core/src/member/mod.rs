@@ -221,8 +221,15 @@ pub trait Member: Send + Sync {
     fn timed(&self) -> bool {
         false
     }
-    /// Starts a read or a plain write (never `IoOp::WriteFua`: durable
-    /// writes go through `submit`) for a caller that must not block (a
+    /// Whether `start_timed` (and `start_due`, where it serves that) takes
+    /// `IoOp::WriteFua` too, durable when it completes: a shard's write
+    /// asked for with FUA (`shard::Engine::write_fua`) runs on the shard
+    /// only on members that take it there (or on its ring, or in memory).
+    fn fua_timed(&self) -> bool {
+        false
+    }
+    /// Starts a read or a plain write (`IoOp::WriteFua` only where
+    /// `fua_timed` says so) for a caller that must not block (a
     /// shard's event loop), on a member that completes I/O at a time of
     /// its own without a thread waiting (the simulated drive, RAM): the bytes have
     /// moved when this returns `Some(Ok)`, and `done` is called when the

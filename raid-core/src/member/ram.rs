@@ -102,6 +102,10 @@ impl Member for RamMember {
     fn timed(&self) -> bool {
         true
     }
+    /// A FUA write is a write here (`write_fua_at`: nothing to flush).
+    fn fua_timed(&self) -> bool {
+        true
+    }
     fn start_timed(
         &self,
         mut op: super::IoOp<'_>,

@@ -346,6 +346,10 @@ impl Member for SimNvme {
     fn timed(&self) -> bool {
         true
     }
+    /// A FUA write costs what any write does (above), timed or due alike.
+    fn fua_timed(&self) -> bool {
+        true
+    }
     /// Its completion calls `done` on the timer thread.
     fn start_timed(
         &self,

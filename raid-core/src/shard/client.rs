@@ -175,6 +175,15 @@ impl Local<'_> {
     /// `done` runs on this shard's thread (as `Client` says), never inside
     /// this poll.
     pub fn write(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
+        self.write_as(offset, data, false, done)
+    }
+
+    /// `write`, with FUA (`Engine::write_fua`): on its shard, never here.
+    pub fn write_fua(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
+        self.write_as(offset, data, true, done)
+    }
+
+    fn write_as(&mut self, offset: u64, data: AlignedBuf, fua: bool, done: WriteDone) {
         self.given += 1;
         // A small write to members in memory runs here, as
         // `Engine::write` runs it on its caller's thread (`inline.rs`),
@@ -186,17 +195,17 @@ impl Local<'_> {
         let idle = in_memory
             .then(|| self.idle_owner_of_write(offset, data.len()))
             .flatten();
-        if !in_memory || idle.is_some() {
+        if !in_memory || idle.is_some() || fua {
             let to = idle.or_else(|| self.owner_of_write(offset));
             let done = at_home(&shard.inbox, done);
-            return self.give(to, Request::Write(WriteJob::new(offset, data, done)));
+            return self.give(to, Request::Write(WriteJob::new(offset, data, fua, done)));
         }
         let posted = after_poll(&shard.inbox, done);
         if let Err((data, done)) =
             super::inline::write_here(&shard.array, &shard.blocking, offset, data, posted)
         {
             let to = self.owner_of_write(offset);
-            self.give(to, Request::Write(WriteJob::new(offset, data, done)))
+            self.give(to, Request::Write(WriteJob::new(offset, data, false, done)))
         }
     }
 

@@ -92,6 +92,25 @@ pub(super) fn non_blocking(m: &dyn Member) -> bool {
     }
 }
 
+/// `non_blocking`, for the writes of a write asked for with FUA
+/// (`Io::WriteFua`): on its ring (`RWF_DSYNC`), in memory
+/// (`Member::write_fua_at`), or timed where the member takes FUA writes
+/// so (`Member::fua_timed`). Not a pair of devices: a hot replace's
+/// writes go the blocking way, then the array is flushed.
+pub(super) fn non_blocking_fua(m: &dyn Member) -> bool {
+    m.pair().is_none() && (on_ring(m) || m.in_memory() || (m.timed() && m.fua_timed()))
+}
+
+/// What one member I/O of a shard's request does.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Io {
+    Read,
+    Write,
+    /// A write durable when it completes: only on a member
+    /// `non_blocking_fua` takes.
+    WriteFua,
+}
+
 pub(super) struct Shard {
     /// The array, with a count and member tables of this shard's own
     /// (`LocalArray`): each request holds a clone.
@@ -520,21 +539,29 @@ impl Shard {
         &mut self,
         ud: u64,
         m: &MemberRef,
-        write: bool,
+        kind: Io,
         ptr: *mut u8,
         len: usize,
         at: u64,
     ) {
         if m.pair().is_some() {
             // SAFETY: the caller's promise.
-            return unsafe { self.start_pair_io(ud, m, write, ptr, len, at) };
+            return unsafe { self.start_pair_io(ud, m, kind, ptr, len, at) };
         }
         if on_ring(m.as_ref()) {
             let fd = types::Fd(m.uring_fd().expect("checked"));
-            let e = if write {
-                opcode::Write::new(fd, ptr, len as u32).offset(at).build()
-            } else {
-                opcode::Read::new(fd, ptr, len as u32).offset(at).build()
+            let e = match kind {
+                Io::Read => opcode::Read::new(fd, ptr, len as u32).offset(at).build(),
+                // RWF_DSYNC: the kernel sends it with FUA where the device
+                // takes it, and writes then flushes where not.
+                Io::Write | Io::WriteFua => opcode::Write::new(fd, ptr, len as u32)
+                    .offset(at)
+                    .rw_flags(if kind == Io::WriteFua {
+                        libc::RWF_DSYNC
+                    } else {
+                        0
+                    })
+                    .build(),
             };
             // SAFETY: the caller's promise.
             return unsafe { self.push(e.user_data(ud)) };
@@ -543,12 +570,10 @@ impl Shard {
         // or a timed one moves its bytes before it returns. A write's
         // bytes are only read (other I/Os in flight may read the same
         // ones).
-        let io_op = || {
-            if write {
-                IoOp::Write(unsafe { std::slice::from_raw_parts(ptr, len) })
-            } else {
-                IoOp::Read(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
-            }
+        let io_op = || match kind {
+            Io::Read => IoOp::Read(unsafe { std::slice::from_raw_parts_mut(ptr, len) }),
+            Io::Write => IoOp::Write(unsafe { std::slice::from_raw_parts(ptr, len) }),
+            Io::WriteFua => IoOp::WriteFua(unsafe { std::slice::from_raw_parts(ptr, len) }),
         };
         if let Some(r) = self
             .waits_for_time

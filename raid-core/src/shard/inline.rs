@@ -211,7 +211,7 @@ pub(super) fn write_here(
             answer(done, r.map(|()| data));
         }
         Next::Blocking(failed) => {
-            let job = WriteJob::new(offset, w.give_up(), done);
+            let job = WriteJob::new(offset, w.give_up(), false, done);
             blocking.send(Fallback::Write { job, failed });
         }
         // Failing a member waits for writers in flight: on the

@@ -93,6 +93,8 @@ pub(super) fn merged(run: Vec<WriteJob>, array: &LocalArray, counts: &Counts) ->
         .map(|j| j.data.len() as u64)
         .sum();
     let has_parts = clients < n;
+    // One with FUA makes the merged write one: durable for all of them.
+    let fua = run.iter().any(|j| j.fua);
     // Timed only where the completion counts (a run holding a part).
     let started = has_parts.then(Started::now);
     let offset = run[0].offset;
@@ -135,6 +137,7 @@ pub(super) fn merged(run: Vec<WriteJob>, array: &LocalArray, counts: &Counts) ->
         data,
         done,
         part: has_parts,
+        fua,
     }
 }
 
@@ -144,7 +147,12 @@ mod tests {
 
     /// A write of `blocks` 4 KiB blocks at block `at`, answering nothing.
     fn job(at: u64, blocks: usize) -> WriteJob {
-        WriteJob::new(at * 4096, AlignedBuf::new(blocks * 4096), Box::new(|_| {}))
+        WriteJob::new(
+            at * 4096,
+            AlignedBuf::new(blocks * 4096),
+            false,
+            Box::new(|_| {}),
+        )
     }
 
     /// The writes to start, as (first block, blocks), with a stand-in for
@@ -152,7 +160,7 @@ mod tests {
     fn plan(jobs: Vec<WriteJob>, fits: impl Fn(&WriteJob) -> bool) -> Vec<(u64, usize)> {
         let join = |run: Vec<WriteJob>| {
             let len = run.iter().map(|j| j.data.len()).sum();
-            WriteJob::new(run[0].offset, AlignedBuf::new(len), Box::new(|_| {}))
+            WriteJob::new(run[0].offset, AlignedBuf::new(len), false, Box::new(|_| {}))
         };
         runs(jobs.into(), fits, &join)
             .into_iter()

@@ -181,6 +181,10 @@ pub struct Counts {
     /// Times a degraded write waited on its shard for room in the
     /// journal's ring.
     pub journal_waits: StripedCounter,
+    /// Writes asked for with FUA that ended on the shards, written there
+    /// with FUA (counted in `writes_on_shards` too); the others ran on the
+    /// blocking path, then a flush of the array.
+    pub fua_on_shards: StripedCounter,
 }
 
 /// Shards serving one array's reads and writes.
@@ -216,16 +220,19 @@ struct WriteJob {
     /// that write once, or a merged write holding such a part, whose
     /// completion counts the client writes merged (`merge.rs`).
     part: bool,
+    /// Durable when `done` is told it succeeded (`Engine::write_fua`).
+    fua: bool,
 }
 
 impl WriteJob {
-    /// A client's write (not a part).
-    fn new(offset: u64, data: AlignedBuf, done: WriteDone) -> WriteJob {
+    /// A client's write (not a part), with FUA or not.
+    fn new(offset: u64, data: AlignedBuf, fua: bool, done: WriteDone) -> WriteJob {
         WriteJob {
             offset,
             data,
             done,
             part: false,
+            fua,
         }
     }
 }
@@ -301,7 +308,36 @@ fn stopping() -> ArrayError {
 }
 
 impl Blocking {
+    /// `done` for a write asked for with FUA that does not run on a shard
+    /// with FUA writes (or whose member writes erred there): told it
+    /// succeeded only once the array is flushed after it, by the flushing
+    /// thread, one flush for every flush and such write queued meanwhile.
+    /// A flush of the array covers every write completed before it, and a
+    /// write that skipped a missing member, or failed one, is durable only
+    /// once that failure is, which `Array::flush` waits for.
+    fn flushed_after(&self, done: WriteDone) -> WriteDone {
+        let flusher = self.flusher.clone();
+        Box::new(move |r| match r {
+            Ok(data) => {
+                let then: Done = Box::new(move |f| answer(done, f.map(|()| data)));
+                if let Err(channel::SendError(then)) = flusher.send(then) {
+                    answer(then, Err(stopping()));
+                }
+            }
+            Err(e) => answer(done, Err(e)),
+        })
+    }
+
     fn send(&self, f: Fallback) {
+        let f = match f {
+            Fallback::Write { mut job, failed } if job.fua => {
+                job.fua = false;
+                let done = std::mem::replace(&mut job.done, Box::new(|_| {}));
+                job.done = self.flushed_after(done);
+                Fallback::Write { job, failed }
+            }
+            f => f,
+        };
         let c = &self.counts;
         let (to_pool, counters): (_, &[&StripedCounter]) = match &f {
             Fallback::Read { .. } => (true, &[&c.blocking]),
@@ -487,6 +523,16 @@ impl Engine {
         self.batch().write(offset, data, done)
     }
 
+    /// `write`, durable when `done` hears it succeeded (an NBD client's
+    /// FUA write): a write inside one stripe (or chunk) that finds every
+    /// member it writes in sync is written with FUA on those members
+    /// alone (`RWF_DSYNC`, or the member's own FUA write), with no flush
+    /// of the array; any other runs on the blocking path, then the array
+    /// is flushed, as `write` then `flush` would.
+    pub fn write_fua(&self, offset: u64, data: AlignedBuf, done: WriteDone) {
+        self.batch().write_fua(offset, data, done)
+    }
+
     /// Requests given through the batch wake a sleeping shard once, when
     /// the batch is dropped, not once each: for a front end with several
     /// requests at hand (what one read of its socket brought). Drop it
@@ -514,14 +560,25 @@ impl Engine {
         }
     }
 
-    fn write_in(&self, owed: &mut Vec<usize>, offset: u64, data: AlignedBuf, done: WriteDone) {
+    fn write_in(
+        &self,
+        owed: &mut Vec<usize>,
+        offset: u64,
+        data: AlignedBuf,
+        fua: bool,
+        done: WriteDone,
+    ) {
         // A small write to members in memory runs here, under its
         // stripe's lock (one that finds it held goes to the shard, and a
         // shard's write that finds it held by this thread goes to the
-        // blocking path, which waits for it).
-        let (data, done) = match self.write_inline(offset, data, done) {
-            Ok(()) => return,
-            Err(back) => back,
+        // blocking path, which waits for it). Not one with FUA: the
+        // shard writes that.
+        let (data, done) = match fua {
+            true => (data, done),
+            false => match self.write_inline(offset, data, done) {
+                Ok(()) => return,
+                Err(back) => back,
+            },
         };
         // A RAID5/6 stripe's writes go to one shard, which holds its lock
         // for each in turn and queues the others behind it; other levels
@@ -529,7 +586,7 @@ impl Engine {
         // first stripe's shard, which cuts it where
         // `Array::split_on_shards` allows (`split.rs`), else hands it to
         // the blocking path.
-        let job = WriteJob::new(offset, data, done);
+        let job = WriteJob::new(offset, data, fua, done);
         match client::write_owner(&self.array, offset, self.shards.len()) {
             Some(i) => self.push(owed, i, Request::Write(job)),
             None => self.blocking(Fallback::Write {
@@ -619,7 +676,14 @@ impl Batch<'_> {
 
     /// `Engine::write`, its wake-up put off to the batch's end.
     pub fn write(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
-        self.engine.write_in(&mut self.owed, offset, data, done)
+        self.engine
+            .write_in(&mut self.owed, offset, data, false, done)
+    }
+
+    /// `Engine::write_fua`, its wake-up put off to the batch's end.
+    pub fn write_fua(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
+        self.engine
+            .write_in(&mut self.owed, offset, data, true, done)
     }
 }
 
@@ -697,20 +761,25 @@ fn run_blocking(array: &Array, f: Fallback) {
 /// others gets a flush (and an error) of its own.
 fn flusher_loop(array: &Array, rx: &channel::Receiver<Done>) {
     while let Ok(first) = rx.recv() {
-        let dones: Vec<Done> = rx.try_iter().collect();
-        let run = std::panic::AssertUnwindSafe(|| match array.flush() {
-            Ok(()) => {
-                answer(first, Ok(()));
-                dones.into_iter().for_each(|d| answer(d, Ok(())));
-            }
-            Err(e) => {
-                answer(first, Err(e));
-                dones.into_iter().for_each(|d| answer(d, array.flush()));
-            }
-        });
-        if std::panic::catch_unwind(run).is_err() {
-            tracing::error!("shard: a flush panicked");
+        flush_for(array, first, rx);
+    }
+}
+
+/// One flush for `first` and every request queued behind it in `rx`.
+fn flush_for(array: &Array, first: Done, rx: &channel::Receiver<Done>) {
+    let dones: Vec<Done> = rx.try_iter().collect();
+    let run = std::panic::AssertUnwindSafe(|| match array.flush() {
+        Ok(()) => {
+            answer(first, Ok(()));
+            dones.into_iter().for_each(|d| answer(d, Ok(())));
         }
+        Err(e) => {
+            answer(first, Err(e));
+            dones.into_iter().for_each(|d| answer(d, array.flush()));
+        }
+    });
+    if std::panic::catch_unwind(run).is_err() {
+        tracing::error!("shard: a flush panicked");
     }
 }
 
@@ -731,6 +800,7 @@ fn blocking_work(array: &Array, f: Fallback) {
                 true => array.write_part(job.offset, &job.data),
                 false => array.write(job.offset, &job.data),
             };
+            debug_assert!(!job.fua, "made a flush after it (`Blocking::send`)");
             let r = r.map(|()| job.data);
             answer(job.done, r);
         }

@@ -7,7 +7,7 @@
 //! (`joined`). Without this, every request touching the slot of a long
 //! hot replace waited for a thread of the small fallback pool.
 
-use super::event_loop::{non_blocking, ud, Shard, NOT_SERVED};
+use super::event_loop::{non_blocking, ud, Io, Shard, NOT_SERVED};
 use super::ops::Op;
 use crate::member::{MemberRef, Pair};
 use std::io;
@@ -43,21 +43,21 @@ impl Shard {
         &mut self,
         ud_: u64,
         m: &MemberRef,
-        write: bool,
+        kind: Io,
         ptr: *mut u8,
         len: usize,
         at: u64,
     ) {
         let p = m.pair().expect("a pair member");
-        if !write {
+        if kind == Io::Read {
             // SAFETY: the caller's promise; the device is held by the
             // pair, which the request holds.
-            return unsafe { self.start_io(ud_, p.read_from(), false, ptr, len, at) };
+            return unsafe { self.start_io(ud_, p.read_from(), kind, ptr, len, at) };
         }
         let (first, second) = p.write_to(at);
         let Some(second) = second else {
             // SAFETY: as above.
-            return unsafe { self.start_io(ud_, first, true, ptr, len, at) };
+            return unsafe { self.start_io(ud_, first, kind, ptr, len, at) };
         };
         let op = PairOp {
             parent: ud_,
@@ -71,8 +71,8 @@ impl Shard {
         // the pair's entry in the slab holds until both have completed,
         // and the request's I/O completes (its buffer may go) only then.
         unsafe {
-            self.start_io(ud(k, 0), first, true, ptr, len, at);
-            self.start_io(ud(k, 1), second, true, ptr, len, at);
+            self.start_io(ud(k, 0), first, kind, ptr, len, at);
+            self.start_io(ud(k, 1), second, kind, ptr, len, at);
         }
     }
 

@@ -47,7 +47,11 @@ impl Shard {
     pub(super) fn split(&mut self, job: WriteJob) {
         debug_assert!(!job.part, "a part is inside one stripe: never cut again");
         let WriteJob {
-            offset, data, done, ..
+            offset,
+            data,
+            done,
+            fua,
+            ..
         } = job;
         // Timed from here, before the parts wait in their shards' inboxes
         // and behind writes holding their stripes (a write inside one
@@ -101,6 +105,7 @@ impl Shard {
                 data: buf,
                 done: part_done,
                 part: true,
+                fua,
             };
             let to = super::owner(s, n);
             match self.give_to_peer(to, Request::Write(part)) {

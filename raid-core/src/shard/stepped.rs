@@ -29,9 +29,10 @@ pub struct Stepped {
     array: Arc<Array>,
     fallback: channel::Receiver<Fallback>,
     finisher: channel::Receiver<Fallback>,
-    /// Unused (flushes are the caller's): kept so the shard's sender
-    /// stays connected.
-    _flusher: channel::Receiver<Done>,
+    /// The flushes after writes with FUA that ran on the blocking path
+    /// (`Blocking::flushed_after`); the caller's own flushes it runs
+    /// itself.
+    flusher: channel::Receiver<Done>,
 }
 
 impl Stepped {
@@ -58,7 +59,7 @@ impl Stepped {
             array,
             fallback: frx,
             finisher: fin_rx,
-            _flusher: flush_rx,
+            flusher: flush_rx,
         })
     }
 
@@ -70,7 +71,13 @@ impl Stepped {
 
     /// Queues a write, as `Engine::write` (it starts at the next `turn`).
     pub fn write(&self, offset: u64, data: AlignedBuf, done: WriteDone) {
-        let job = WriteJob::new(offset, data, done);
+        let job = WriteJob::new(offset, data, false, done);
+        self.shard.inbox.push(Job::Request(Request::Write(job)));
+    }
+
+    /// Queues a write with FUA, as `Engine::write_fua`.
+    pub fn write_fua(&self, offset: u64, data: AlignedBuf, done: WriteDone) {
+        let job = WriteJob::new(offset, data, true, done);
         self.shard.inbox.push(Job::Request(Request::Write(job)));
     }
 
@@ -105,7 +112,7 @@ impl Stepped {
 
     /// Requests handed to the blocking path and not yet run.
     pub fn blocking_queued(&self) -> usize {
-        self.fallback.len() + self.finisher.len()
+        self.fallback.len() + self.finisher.len() + self.flusher.len()
     }
 
     /// Writes whose member writes erred, handed to the blocking path to
@@ -136,7 +143,17 @@ impl Stepped {
             .finisher
             .try_recv()
             .or_else(|_| self.fallback.try_recv());
-        self.run(f.ok())
+        if let Ok(f) = f {
+            return self.run(Some(f));
+        }
+        // Then a flush after writes with FUA, as the flushing thread's.
+        match self.flusher.try_recv() {
+            Ok(first) => {
+                super::flush_for(&self.array, first, &self.flusher);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Runs `f` on this thread, as the engine's blocking threads would;

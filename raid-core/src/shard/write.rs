@@ -3,7 +3,7 @@
 //! write advanced when the last one is in. A short transfer goes on from
 //! where it stopped, as the blocking path's ring does.
 
-use super::event_loop::{io_end, non_blocking, ud, IoEnd, Shard};
+use super::event_loop::{io_end, non_blocking, non_blocking_fua, ud, Io, IoEnd, Shard};
 use super::ops::{Op, WriteOp};
 use super::{answer, Fallback, Job, WriteJob};
 use crate::array::async_write::{AsyncWrite, Next, Start};
@@ -50,8 +50,24 @@ impl Shard {
             data,
             done,
             part,
+            fua,
         } = job;
-        match AsyncWrite::start(&self.array, offset, data, non_blocking) {
+        let can = if fua { non_blocking_fua } else { non_blocking };
+        match AsyncWrite::start(&self.array, offset, data, can) {
+            // With FUA, a write that skips a missing member is durable
+            // only once that member's failure is (`durable_if`): the
+            // blocking path's, whose flush waits for it.
+            Start::Go(w) if fua && w.skips_a_member() => {
+                let job = WriteJob {
+                    offset,
+                    data: w.give_up(),
+                    done,
+                    part,
+                    fua,
+                };
+                let failed = Vec::new();
+                self.blocking.send(Fallback::Write { job, failed });
+            }
             Start::Go(mut w) => {
                 if part {
                     w.uncounted();
@@ -67,6 +83,7 @@ impl Shard {
                     results: Vec::with_capacity(n),
                     left: 0,
                     started: Started::now(),
+                    fua,
                 };
                 let k = self.key(Op::Write(Box::new(op)));
                 self.run_step(k);
@@ -77,6 +94,7 @@ impl Shard {
                     data,
                     done,
                     part,
+                    fua,
                 };
                 self.blocking.send(Fallback::Write {
                     job,
@@ -172,6 +190,7 @@ impl Shard {
             data,
             done: op.done,
             part,
+            fua: op.fua,
         };
         self.blocking.send(Fallback::Write { job, failed });
         self.release(keys);
@@ -196,6 +215,11 @@ impl Shard {
     fn issue(&mut self, k: usize, i: usize) {
         let op = self.op(k);
         let io = op.w.ios()[i];
+        let kind = match (io.write, op.fua) {
+            (false, _) => Io::Read,
+            (true, false) => Io::Write,
+            (true, true) => Io::WriteFua,
+        };
         // Pointed to, not cloned: the handle's count is shared by every
         // shard (two atomic operations per I/O on one cache line).
         let m: *const MemberRef = &op.w.handles()[io.slot];
@@ -210,7 +234,7 @@ impl Shard {
         // into (an `Arc`'d vector, which does not move either): `m`
         // outlives the call, in which no I/O completes (one that ends as
         // it starts is handled at the next reap).
-        unsafe { self.start_io(ud(k, i), &*m, io.write, ptr, len, at) }
+        unsafe { self.start_io(ud(k, i), &*m, kind, ptr, len, at) }
     }
 
     /// I/O `i` of write `k` completed (`res` as in `Shard::complete`).
@@ -260,6 +284,9 @@ impl Shard {
         match next {
             Next::Io | Next::Blocking(_) => unreachable!("handled above"),
             Next::Done(r) => {
+                if op.fua {
+                    counts.fua_on_shards.fetch_add(1, Ordering::Relaxed);
+                }
                 // Its guards go before the client hears.
                 let data = op.w.give_up();
                 answer(op.done, r.map(|()| data));
@@ -267,11 +294,14 @@ impl Shard {
             // The lock goes with it to the finishing thread: the writes
             // waiting for it try again, and take the blocking path while
             // that thread holds it.
-            Next::Finish(results) => self.blocking.send(Fallback::Finish {
-                w: op.w,
-                results,
-                done: op.done,
-            }),
+            Next::Finish(results) => {
+                let done = match op.fua {
+                    true => self.blocking.flushed_after(op.done),
+                    false => op.done,
+                };
+                let (w, f) = (op.w, &self.blocking);
+                f.send(Fallback::Finish { w, results, done })
+            }
         }
         self.release(keys);
     }

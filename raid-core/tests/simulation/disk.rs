@@ -169,6 +169,8 @@ struct InFlight {
     len: u64,
     /// A write that lands when it completes: what.
     lands: Option<Vec<u8>>,
+    /// A write with FUA: its bytes, durable as it completes.
+    durable: Option<Vec<u8>>,
     /// Tells the shard it completed, and how.
     then: TimedDone,
 }
@@ -211,6 +213,11 @@ impl Timeline {
             } else {
                 if let Some(data) = &io.lands {
                     st.take(io.at, data);
+                }
+                if let Some(data) = &io.durable {
+                    // Its own entry in the log undoes to itself now, and
+                    // every other entry over its bytes too.
+                    undo_to_durable(&mut st.unflushed, io.at, data);
                 }
                 Ok(())
             }
@@ -394,15 +401,20 @@ impl Member for SimDisk {
     fn timed(&self) -> bool {
         self.timeline.is_some()
     }
+    /// A disk that takes FUA takes it timed too: durable as it completes.
+    fn fua_timed(&self) -> bool {
+        self.fua && self.timeline.is_some()
+    }
     /// A read's bytes move as it starts; a write's as it starts or as it
     /// completes (the timeline's coin); either completes when the
-    /// simulation says. A fault (the power, a vanished disk, a bad range)
-    /// fails the I/O as it starts.
+    /// simulation says. A write with FUA is durable as it completes (not
+    /// before: a cut while it is in flight may keep or lose it, as any
+    /// write in the cache). A fault (the power, a vanished disk, a bad
+    /// range) fails the I/O as it starts.
     fn start_timed(&self, op: IoOp<'_>, offset: u64, then: TimedDone) -> Option<io::Result<()>> {
         let tl = self.timeline.as_ref()?;
-        if let IoOp::WriteFua(_) = op {
-            // Never sent timed (`Member::start_timed`): a durable write
-            // goes the blocking way.
+        if matches!(op, IoOp::WriteFua(_)) && !self.fua {
+            // Never sent timed (`Member::fua_timed`).
             return None;
         }
         let mut st = self.st.lock().unwrap();
@@ -410,22 +422,25 @@ impl Member for SimDisk {
         if let Err(e) = self.gate(&st, offset, len) {
             return Some(Err(e));
         }
-        if let IoOp::Write(_) = op {
+        if op.is_write() {
             if let Err(e) = self.claim(&mut st, offset, len) {
                 return Some(Err(e));
             }
         }
+        let durable = match &op {
+            IoOp::WriteFua(buf) => Some(buf.to_vec()),
+            _ => None,
+        };
         let lands = match op {
             IoOp::Read(buf) => {
                 st.copy_out(offset, buf);
                 None
             }
-            IoOp::Write(buf) if tl.coin.lock().unwrap().gen_bool(0.5) => {
+            IoOp::Write(buf) | IoOp::WriteFua(buf) if tl.coin.lock().unwrap().gen_bool(0.5) => {
                 st.take(offset, buf);
                 None
             }
-            IoOp::Write(buf) => Some(buf.to_vec()),
-            IoOp::WriteFua(_) => unreachable!("sent the blocking way, above"),
+            IoOp::Write(buf) | IoOp::WriteFua(buf) => Some(buf.to_vec()),
         };
         drop(st);
         let disk = self.me.upgrade().expect("alive: it is serving this I/O");
@@ -434,6 +449,7 @@ impl Member for SimDisk {
             at: offset,
             len,
             lands,
+            durable,
             then,
         });
         Some(Ok(()))

@@ -41,12 +41,22 @@ use std::sync::{Arc, Mutex};
 /// the run: a run in which they served none tested nothing of them.
 /// Then the journal committer's steps that found work
 /// (`commit_journal_step`: groups to lead, a ring to free), and the parts
-/// beyond the first of RAID5/6 writes across stripes cut on the shard.
-pub(super) static SERVED: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
+/// beyond the first of RAID5/6 writes across stripes cut on the shard,
+/// and the writes with FUA written so on the shard.
+pub(super) static SERVED: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
 
-/// Requests for the front end on the shard to give: whether a write, the
+/// What a request of the round asks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ask {
+    Read,
+    Write,
+    /// A write durable once answered (`Stepped::write_fua`).
+    WriteFua,
+}
+
+/// Requests for the front end on the shard to give: what it asks, the
 /// offset, the buffer, what to call with the answer.
-pub(super) type Front = Arc<Mutex<VecDeque<(bool, u64, AlignedBuf, WriteDone)>>>;
+pub(super) type Front = Arc<Mutex<VecDeque<(Ask, u64, AlignedBuf, WriteDone)>>>;
 
 /// The front end: gives, at each poll, what the round queued for it.
 struct FrontEnd(Front);
@@ -54,10 +64,11 @@ struct FrontEnd(Front);
 impl Client for FrontEnd {
     fn poll(&mut self, io: &mut Local<'_>) -> bool {
         let queued: Vec<_> = self.0.lock().unwrap().drain(..).collect();
-        for (write, offset, buf, done) in queued {
-            match write {
-                true => io.write(offset, buf, done),
-                false => io.read(offset, buf, done),
+        for (ask, offset, buf, done) in queued {
+            match ask {
+                Ask::Write => io.write(offset, buf, done),
+                Ask::WriteFua => io.write_fua(offset, buf, done),
+                Ask::Read => io.read(offset, buf, done),
             }
         }
         true
@@ -75,8 +86,9 @@ type Heard = Arc<Mutex<Vec<(usize, Result<AlignedBuf, ArrayError>)>>>;
 
 /// A request of the round, given and not yet answered.
 enum Asked {
-    /// The blocks from `b0`, and what they are to hold.
-    Write { b0: usize, data: Vec<u8> },
+    /// The blocks from `b0`, and what they are to hold; with FUA (durable
+    /// once answered) or not.
+    Write { b0: usize, data: Vec<u8>, fua: bool },
     /// The blocks from `b0`, each with the values it may return.
     Read { b0: usize, may: Vec<Vec<Vec<u8>>> },
 }
@@ -112,14 +124,16 @@ impl World {
         };
         let split = |w: &World| {
             let c = w.stepped.as_ref().expect("made above").counts();
-            c.writes_split.load(Ordering::Relaxed)
+            [&c.writes_split, &c.fua_on_shards].map(|n| n.load(Ordering::Relaxed))
         };
         let (before, split_before) = (served(self), split(self));
         self.play_round();
         for (i, n) in served(self).into_iter().enumerate() {
             SERVED[i].fetch_add(n - before[i], Ordering::Relaxed);
         }
-        SERVED[8].fetch_add(split(self) - split_before, Ordering::Relaxed);
+        for (i, n) in split(self).into_iter().enumerate() {
+            SERVED[8 + i].fetch_add(n - split_before[i], Ordering::Relaxed);
+        }
     }
 
     fn play_round(&mut self) {
@@ -141,7 +155,7 @@ impl World {
                     asked.len()
                 );
                 for a in asked.into_values() {
-                    if let Asked::Write { b0, data } = a {
+                    if let Asked::Write { b0, data, .. } = a {
                         for (k, v) in data.chunks(BLOCK).enumerate() {
                             self.model.maybe_wrote(b0 + k, v);
                         }
@@ -237,7 +251,7 @@ impl World {
         // Some follow the request before (a stream: writes of one stripe
         // waiting together, which the shard merges).
         let next = asked.values().last().map(|a| match a {
-            Asked::Write { b0, data } => b0 + data.len() / BLOCK,
+            Asked::Write { b0, data, .. } => b0 + data.len() / BLOCK,
             Asked::Read { b0, may } => b0 + may.len(),
         });
         let b0 = match next {
@@ -246,7 +260,7 @@ impl World {
         };
         let overlaps = |x0: usize, xn: usize| x0 < b0 + nb && b0 < x0 + xn;
         let writing = asked.values().any(|a| match a {
-            Asked::Write { b0: x0, data } => overlaps(*x0, data.len() / BLOCK),
+            Asked::Write { b0: x0, data, .. } => overlaps(*x0, data.len() / BLOCK),
             Asked::Read { .. } => false,
         });
         let h = heard.clone();
@@ -273,8 +287,14 @@ impl World {
             }
             let mut buf = AlignedBuf::new(data.len());
             buf.copy_from_slice(&data);
-            self.send(true, b0, buf, done);
-            asked.insert(id, Asked::Write { b0, data });
+            // One in four with FUA: durable once answered, with no flush.
+            let fua = self.rng.gen_bool(0.25);
+            let ask = if fua { Ask::WriteFua } else { Ask::Write };
+            if fua {
+                trace!(self, "  {id}: with FUA");
+            }
+            self.send(ask, b0, buf, done);
+            asked.insert(id, Asked::Write { b0, data, fua });
         } else {
             trace!(self, "  {id}: read blocks {b0}..{}", b0 + nb);
             let may = (b0..b0 + nb)
@@ -282,7 +302,7 @@ impl World {
                     let mut m = vec![self.model.now[b].clone()];
                     m.extend(self.model.open[b].iter().cloned());
                     for a in asked.values() {
-                        if let Asked::Write { b0: w0, data } = a {
+                        if let Asked::Write { b0: w0, data, .. } = a {
                             if (*w0..*w0 + data.len() / BLOCK).contains(&b) {
                                 m.push(data[(b - w0) * BLOCK..(b - w0 + 1) * BLOCK].to_vec());
                             }
@@ -292,20 +312,21 @@ impl World {
                 })
                 .collect();
             let buf = AlignedBuf::new(nb * BLOCK);
-            self.send(false, b0, buf, done);
+            self.send(Ask::Read, b0, buf, done);
             asked.insert(id, Asked::Read { b0, may });
         }
     }
 
     /// Gives a read or write of the blocks from `b0` to the shard: through
     /// the life's front end where it has one, else through the inbox.
-    fn send(&self, write: bool, b0: usize, buf: AlignedBuf, done: WriteDone) {
+    fn send(&self, ask: Ask, b0: usize, buf: AlignedBuf, done: WriteDone) {
         let offset = (b0 * BLOCK) as u64;
         let st = self.stepped.as_ref().expect("made by the round");
-        match (&self.front, write) {
-            (Some(f), _) => f.lock().unwrap().push_back((write, offset, buf, done)),
-            (None, true) => st.write(offset, buf, done),
-            (None, false) => st.read(offset, buf, done),
+        match (&self.front, ask) {
+            (Some(f), _) => f.lock().unwrap().push_back((ask, offset, buf, done)),
+            (None, Ask::Write) => st.write(offset, buf, done),
+            (None, Ask::WriteFua) => st.write_fua(offset, buf, done),
+            (None, Ask::Read) => st.read(offset, buf, done),
         }
     }
 
@@ -323,7 +344,7 @@ impl World {
                 if ok { "ok" } else { "an error" }
             );
             match (a, r) {
-                (Asked::Write { b0, data }, r) => {
+                (Asked::Write { b0, data, fua }, r) => {
                     if let Ok(buf) = &r {
                         assert!(
                             buf[..] == data[..],
@@ -332,7 +353,15 @@ impl World {
                         );
                     }
                     let what = format!("write {id} on the shard");
+                    let ok = r.is_ok();
                     self.answered_write(b0, &data, r.err(), &what);
+                    if fua && ok {
+                        // Durable now: a cut from here on keeps it (or
+                        // what is written over it later).
+                        for (k, v) in data.chunks(BLOCK).enumerate() {
+                            self.model.durable(b0 + k, v);
+                        }
+                    }
                 }
                 (Asked::Read { b0, may }, Ok(buf)) => {
                     for (k, m) in may.iter().enumerate() {

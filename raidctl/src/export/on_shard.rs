@@ -309,6 +309,9 @@ impl Giver for OnShard<'_, '_> {
     fn write(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
         self.0.write(offset, data, done)
     }
+    fn write_fua(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
+        self.0.write_fua(offset, data, done)
+    }
     fn flush(&mut self, done: Done) {
         self.0.flush(done)
     }

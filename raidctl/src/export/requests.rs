@@ -308,6 +308,9 @@ pub(super) fn replies_after_flush(fua: Vec<(Pending, Option<AlignedBuf>)>) -> Do
 pub(super) trait Giver {
     fn read(&mut self, offset: u64, buf: AlignedBuf, done: ReadDone);
     fn write(&mut self, offset: u64, data: AlignedBuf, done: WriteDone);
+    /// A write durable when `done` hears it succeeded
+    /// (`Engine::write_fua`).
+    fn write_fua(&mut self, offset: u64, data: AlignedBuf, done: WriteDone);
     fn flush(&mut self, done: Done);
     fn write_zeroes(&mut self, offset: u64, len: u64, done: Done);
 }
@@ -340,19 +343,23 @@ pub(super) fn submit(
                 Err(e) => p.reply(fail(e), Payload::None),
             }),
         ),
-        nbd::CMD_WRITE => to.write(
-            req.offset,
-            buf,
-            Box::new(move |r| {
+        nbd::CMD_WRITE => {
+            let done: WriteDone = Box::new(move |r| {
                 // Written (or failed): out of the gate.
                 drop(counted);
                 match r {
-                    Ok(b) if fua => p.flush_then_reply(Some(b)),
                     Ok(b) => p.reply(0, Payload::Spare(b)),
                     Err(e) => p.reply(fail(e), Payload::None),
                 }
-            }),
-        ),
+            });
+            // With FUA the engine answers once the write is durable: on
+            // the members it wrote, with FUA, where it can, else after a
+            // flush of the array.
+            match fua {
+                true => to.write_fua(req.offset, buf, done),
+                false => to.write(req.offset, buf, done),
+            }
+        }
         nbd::CMD_FLUSH => to.flush(Box::new(move |r| {
             p.reply(r.map_or_else(fail, |()| 0), Payload::None)
         })),

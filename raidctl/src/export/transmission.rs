@@ -407,6 +407,9 @@ impl Giver for FromThread<'_, '_> {
     fn write(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
         self.batch.write(offset, data, done)
     }
+    fn write_fua(&mut self, offset: u64, data: AlignedBuf, done: WriteDone) {
+        self.batch.write_fua(offset, data, done)
+    }
     fn flush(&mut self, done: Done) {
         self.engine.flush(done)
     }

@@ -21,6 +21,12 @@
 //! what each costs the drives: their commands (reads, writes, flushes, of
 //! all eight) and the write-intent bitmap writes among them (each a write
 //! and a flush of every drive).
+//!
+//! A second table runs the same jobs through the shards
+//! (`shard::Engine`), each write made durable before the next either as
+//! an NBD client's FUA write used to be answered (the write, then a flush
+//! of the array, concurrent flushes joined into one) or with FUA
+//! (`Engine::write_fua`: on the members the write meets, no flush).
 
 mod common;
 
@@ -30,9 +36,10 @@ use raid_core::buf::AlignedBuf;
 use raid_core::layout::Level;
 use raid_core::member::{Member, MemberRef, SimNvme};
 use raid_core::metadata::LARGE_RING_DATA_OFFSET;
+use raid_core::shard::Engine;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 const MEMBERS: usize = 8;
@@ -91,6 +98,36 @@ impl Target for Bare {
     }
 }
 
+/// The array through its shards: each write then a flush of the array
+/// (`fua` false), or each a write with FUA.
+struct Shards<'a> {
+    e: &'a Engine,
+    size: u64,
+    fua: bool,
+}
+
+impl Target for Shards<'_> {
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn sync_write(&self, off: u64, buf: &[u8]) {
+        let mut data = AlignedBuf::for_overwrite(buf.len());
+        data.copy_from_slice(buf);
+        let (tx, rx) = mpsc::channel();
+        let done = Box::new(move |r: raid_core::shard::WriteResult| tx.send(r.is_ok()).unwrap());
+        match self.fua {
+            true => self.e.write_fua(off, data, done),
+            false => self.e.write(off, data, done),
+        }
+        assert!(rx.recv().unwrap(), "write failed");
+        if !self.fua {
+            let (tx, rx) = mpsc::channel();
+            self.e.flush(Box::new(move |r| tx.send(r.is_ok()).unwrap()));
+            assert!(rx.recv().unwrap(), "flush failed");
+        }
+    }
+}
+
 fn run(t: &dyn Target, job: Job, dur: Duration) -> Sample {
     let blocks = t.size() / BS as u64;
     let area = blocks / job.threads() as u64;
@@ -139,10 +176,16 @@ fn main() {
         "\n| level | job | threads | array writes/s | p50 / p99 us | one drive writes/s | p50 / p99 us | drive commands per write | bitmap writes per write |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
+    let mut through_shards = Vec::new();
     for level in common::chosen(&[Level::Raid1, Level::Raid5, Level::Raid6]) {
         let drives = sim_drives(&level.to_string(), MEMBERS);
         let members: Vec<MemberRef> = drives.iter().map(|d| d.clone() as MemberRef).collect();
-        let a = common::array_at(members, level, CHUNK, LARGE_RING_DATA_OFFSET);
+        let a = Arc::new(common::array_at(
+            members,
+            level,
+            CHUNK,
+            LARGE_RING_DATA_OFFSET,
+        ));
         if let Some(ms) = std::env::var("BENCH_LINGER_MS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -156,7 +199,7 @@ fn main() {
             let b = run(&bare, job, dur);
             let commands = || drives.iter().map(|d| d.commands()).sum::<u64>();
             let (c0, bm0) = (commands(), a.io_stats().bitmap_writes);
-            let r = run(&a, job, dur);
+            let r = run(&*a, job, dur);
             let (c1, bm1) = (commands(), a.io_stats().bitmap_writes);
             println!(
                 "| {level} | {} | {} | {:.0} | {:.0} / {:.0} | {:.0} | {:.0} / {:.0} | {:.1} | {:.2} |",
@@ -172,6 +215,39 @@ fn main() {
                 (bm1 - bm0) as f64 / r.ios as f64,
             );
         }
-        a.close().unwrap();
+        let e = Engine::start(a.clone(), 2).expect("the engine");
+        for job in [Job::Log, Job::Logs4, Job::Random] {
+            let commands = || drives.iter().map(|d| d.commands()).sum::<u64>();
+            let mut row = format!("| {level} | {} | {} |", job.name(), job.threads());
+            for fua in [false, true] {
+                let t = Shards {
+                    e: &e,
+                    size: a.capacity(),
+                    fua,
+                };
+                let c0 = commands();
+                let r = run(&t, job, dur);
+                let per = (commands() - c0) as f64 / r.ios as f64;
+                let cols = format!(
+                    " {:.0} | {:.0} / {:.0} | {per:.1} |",
+                    r.iops, r.p50_us, r.p99_us
+                );
+                row.push_str(&cols);
+            }
+            through_shards.push(row);
+        }
+        drop(e);
+        match Arc::try_unwrap(a) {
+            Ok(a) => a.close().unwrap(),
+            Err(_) => unreachable!("the engine let it go"),
+        }
+    }
+    println!(
+        "\nThrough the shards: each write then a flush of the array, against each a write with FUA\n"
+    );
+    println!("| level | job | threads | write + flush writes/s | p50 / p99 us | commands per write | FUA writes/s | p50 / p99 us | commands per write |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for row in through_shards {
+        println!("{row}");
     }
 }

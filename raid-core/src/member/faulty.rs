@@ -5,6 +5,7 @@
 use super::{Member, MemberRef};
 use parking_lot::Mutex;
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The faults currently armed.
@@ -35,14 +36,17 @@ struct State {
     powered_off: bool,
     /// Takes writes with FUA (`take_fua`).
     fua: bool,
-    /// Flushes and FUA writes that reached the member underneath.
+    /// Flushes and FUA writes that reached the member underneath (a timed
+    /// FUA write counts as one or the other as it completes).
     flushes: u64,
     fua_writes: u64,
 }
 
 pub struct FaultyMember {
     inner: MemberRef,
-    state: Mutex<State>,
+    /// Shared with the completions of its timed FUA writes, which keep
+    /// their durability in it as they complete.
+    state: Arc<Mutex<State>>,
 }
 
 /// Whether I/O of `len` bytes at `offset` touches any of `ranges`
@@ -75,7 +79,7 @@ impl FaultyMember {
     pub fn new(inner: MemberRef) -> FaultyMember {
         FaultyMember {
             inner,
-            state: Mutex::new(State {
+            state: Arc::new(Mutex::new(State {
                 faults: Faults::default(),
                 unflushed: Vec::new(),
                 track_power: false,
@@ -83,7 +87,7 @@ impl FaultyMember {
                 fua: false,
                 flushes: 0,
                 fua_writes: 0,
-            }),
+            })),
         }
     }
 
@@ -324,10 +328,10 @@ impl Member for FaultyMember {
 
 impl FaultyMember {
     /// A timed write with FUA: gated as any write, sent underneath as a
-    /// plain timed write, and durable in the power-cut log as it starts
-    /// (a write in flight may be kept by a cut): with FUA, as
-    /// `write_fua_at` keeps it; without, as a write then a flush, every
-    /// write before it with it.
+    /// plain timed write, and durable in the power-cut log once it
+    /// completes (a cut before may keep or lose it, as any write in
+    /// flight): with FUA, as `write_fua_at` keeps it; without, as a write
+    /// then a flush, every write before it with it.
     fn start_timed_fua(
         &self,
         buf: &[u8],
@@ -338,22 +342,28 @@ impl FaultyMember {
         if let Err(e) = self.gate_op(&mut s, offset, buf.len() as u64, true) {
             return Some(Err(e));
         }
-        let started = self
-            .inner
-            .start_timed(super::IoOp::Write(buf), offset, done)?;
-        if started.is_ok() {
-            match s.fua {
-                true => {
-                    undo_to_durable(&mut s.unflushed, offset, buf);
-                    s.fua_writes += 1;
-                }
-                false => {
-                    s.unflushed.clear();
-                    s.flushes += 1;
+        // The device underneath may complete it before its start returns
+        // (RAM): the lock is not held then.
+        drop(s);
+        let (state, bytes) = (self.state.clone(), buf.to_vec());
+        let then: super::TimedDone = Box::new(move |r: io::Result<()>| {
+            if r.is_ok() {
+                let mut s = state.lock();
+                match s.fua {
+                    true => {
+                        undo_to_durable(&mut s.unflushed, offset, &bytes);
+                        s.fua_writes += 1;
+                    }
+                    false => {
+                        s.unflushed.clear();
+                        s.flushes += 1;
+                    }
                 }
             }
-        }
-        Some(started)
+            done(r)
+        });
+        self.inner
+            .start_timed(super::IoOp::Write(buf), offset, then)
     }
 
     /// Either kind of zeroing, gated and tracked as a write.

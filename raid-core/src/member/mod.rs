@@ -398,7 +398,9 @@ pub enum IoOp<'a> {
     Read(&'a mut [u8]),
     Write(&'a [u8]),
     /// A write durable when it completes (`Member::write_fua_at`): sent
-    /// only where the member's `fua` is true, by `Array::write_durably`.
+    /// where the member's `fua` is true by `Array::write_durably`, and by
+    /// a shard for a client's write asked for with FUA
+    /// (`shard::Engine::write_fua`; timed only where `fua_timed`).
     WriteFua(&'a [u8]),
 }
 

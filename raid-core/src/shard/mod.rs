@@ -524,11 +524,15 @@ impl Engine {
     }
 
     /// `write`, durable when `done` hears it succeeded (an NBD client's
-    /// FUA write): a write inside one stripe (or chunk) that finds every
-    /// member it writes in sync is written with FUA on those members
-    /// alone (`RWF_DSYNC`, or the member's own FUA write), with no flush
-    /// of the array; any other runs on the blocking path, then the array
-    /// is flushed, as `write` then `flush` would.
+    /// FUA write). A write the shards run (inside one RAID5/6 stripe, or
+    /// cut into one per stripe; RAID0/1/10 chunks) that finds every member
+    /// of its stripe in sync is written with FUA on the members it writes
+    /// (`RWF_DSYNC`, or the member's own FUA write), with no flush of the
+    /// array; one that skips a missing member runs as `write` does, then
+    /// the array is flushed (which waits for that member's failure to be
+    /// durable); any other runs on the blocking path, then the array is
+    /// flushed. Flushes after writes are joined with the flushes asked for
+    /// meanwhile, one flush for them all.
     pub fn write_fua(&self, offset: u64, data: AlignedBuf, done: WriteDone) {
         self.batch().write_fua(offset, data, done)
     }
@@ -713,7 +717,10 @@ impl Drop for Engine {
         for t in shard_threads {
             let _ = t.join();
         }
-        // The shards held the other senders.
+        // The shards held the other senders, but for the flushing
+        // thread's held by writes with FUA that the blocking threads
+        // still run (`Blocking::flushed_after`): its join waits until
+        // those are sent (the blocking threads go on meanwhile).
         drop(self.blocking.take());
         for t in self.threads.drain(..) {
             let _ = t.join();

@@ -48,27 +48,21 @@ impl Shard {
         let WriteJob {
             offset,
             data,
-            done,
+            mut done,
             part,
-            fua,
+            mut fua,
         } = job;
         let can = if fua { non_blocking_fua } else { non_blocking };
         match AsyncWrite::start(&self.array, offset, data, can) {
-            // With FUA, a write that skips a missing member is durable
-            // only once that member's failure is (`durable_if`): the
-            // blocking path's, whose flush waits for it.
-            Start::Go(w) if fua && w.skips_a_member() => {
-                let job = WriteJob {
-                    offset,
-                    data: w.give_up(),
-                    done,
-                    part,
-                    fua,
-                };
-                let failed = Vec::new();
-                self.blocking.send(Fallback::Write { job, failed });
-            }
             Start::Go(mut w) => {
+                if fua && w.skips_a_member() {
+                    // With FUA, a write that skips a missing member is
+                    // durable only once that member's failure is, which
+                    // a flush of the array waits for: written here as any
+                    // (through the journal), then the array flushed.
+                    done = self.blocking.flushed_after(done);
+                    fua = false;
+                }
                 if part {
                     w.uncounted();
                 }
@@ -284,7 +278,7 @@ impl Shard {
         match next {
             Next::Io | Next::Blocking(_) => unreachable!("handled above"),
             Next::Done(r) => {
-                if op.fua {
+                if op.fua && r.is_ok() {
                     counts.fua_on_shards.fetch_add(1, Ordering::Relaxed);
                 }
                 // Its guards go before the client hears.

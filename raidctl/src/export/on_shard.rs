@@ -332,8 +332,9 @@ impl Connection {
         }
     }
 
-    /// Moves the replies completions queued to `outgoing`; FUA writes that
-    /// completed get one flush for all of them, then their replies.
+    /// Moves the replies completions queued to `outgoing`; FUA zeroings
+    /// and trims that completed get one flush for all of them, then their
+    /// replies.
     fn take_replies(&mut self, io: &mut Local<'_>) {
         let queued = std::mem::take(&mut *self.outbox.out.lock().unwrap());
         let mut fua = Vec::new();

@@ -30,7 +30,9 @@ const POOL_BYTES: usize = 16 << 20;
 /// connection's own poll on a shard: `on_shard.rs`).
 pub(super) enum Out {
     Reply(Reply),
-    /// A write with the FUA flag that completed: flush, then reply.
+    /// A zeroing or trim with the FUA flag that completed: flush, then
+    /// reply (a write with it is made durable by the engine:
+    /// `Engine::write_fua`).
     FlushThenReply(Pending, Option<AlignedBuf>),
 }
 

@@ -420,9 +420,10 @@ impl Giver for FromThread<'_, '_> {
 
 /// The writer: takes every reply ready, sends them in one vectored write
 /// (a simple reply's header, then a read's data), and gives their room
-/// back to the reader. The flush of FUA writes is started here, one for
-/// all that completed before it, not in their completions, so that no
-/// engine thread ever starts work on the engine.
+/// back to the reader. The flush after FUA zeroings and trims is started
+/// here, one for all that completed before it, not in their completions,
+/// so that no engine thread starts a flush for each (a FUA write is made
+/// durable by the engine itself: `Engine::write_fua`).
 fn write_replies(mut c: Box<dyn Conn>, shared: &Arc<Shared>, engine: &Engine) {
     // However this ends (a panic included), the reader stops taking
     // requests that no one would answer.

@@ -5,7 +5,6 @@
 use super::{Member, MemberRef};
 use parking_lot::Mutex;
 use std::io;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The faults currently armed.
@@ -37,16 +36,14 @@ struct State {
     /// Takes writes with FUA (`take_fua`).
     fua: bool,
     /// Flushes and FUA writes that reached the member underneath (a timed
-    /// FUA write counts as one or the other as it completes).
+    /// FUA write counts as one or the other as it starts).
     flushes: u64,
     fua_writes: u64,
 }
 
 pub struct FaultyMember {
     inner: MemberRef,
-    /// Shared with the completions of its timed FUA writes, which keep
-    /// their durability in it as they complete.
-    state: Arc<Mutex<State>>,
+    state: Mutex<State>,
 }
 
 /// Whether I/O of `len` bytes at `offset` touches any of `ranges`
@@ -79,7 +76,7 @@ impl FaultyMember {
     pub fn new(inner: MemberRef) -> FaultyMember {
         FaultyMember {
             inner,
-            state: Arc::new(Mutex::new(State {
+            state: Mutex::new(State {
                 faults: Faults::default(),
                 unflushed: Vec::new(),
                 track_power: false,
@@ -87,7 +84,7 @@ impl FaultyMember {
                 fua: false,
                 flushes: 0,
                 fua_writes: 0,
-            })),
+            }),
         }
     }
 
@@ -328,10 +325,17 @@ impl Member for FaultyMember {
 
 impl FaultyMember {
     /// A timed write with FUA: gated as any write, sent underneath as a
-    /// plain timed write, and durable in the power-cut log once it
-    /// completes (a cut before may keep or lose it, as any write in
-    /// flight): with FUA, as `write_fua_at` keeps it; without, as a write
-    /// then a flush, every write before it with it.
+    /// plain timed write, and durable in the power-cut log as it starts
+    /// (with FUA, as `write_fua_at` keeps it; without, as a write then a
+    /// flush, every write before it with it). Kept as it starts, not as it
+    /// completes: the completion runs on the device's own thread (the
+    /// simulated drive's timer), which may hold its lock then, while a
+    /// writer here holds this member's state and waits for that lock to
+    /// start its write (and a power cut holds this member's state while
+    /// it writes its undo log back through the device, waiting for that
+    /// thread). So a cut while it is in flight keeps it, which a drive may
+    /// do; an acknowledged one is kept either way. The simulation's disks
+    /// make such a write durable only as it completes.
     fn start_timed_fua(
         &self,
         buf: &[u8],
@@ -342,28 +346,22 @@ impl FaultyMember {
         if let Err(e) = self.gate_op(&mut s, offset, buf.len() as u64, true) {
             return Some(Err(e));
         }
-        // The device underneath may complete it before its start returns
-        // (RAM): the lock is not held then.
-        drop(s);
-        let (state, bytes) = (self.state.clone(), buf.to_vec());
-        let then: super::TimedDone = Box::new(move |r: io::Result<()>| {
-            if r.is_ok() {
-                let mut s = state.lock();
-                match s.fua {
-                    true => {
-                        undo_to_durable(&mut s.unflushed, offset, &bytes);
-                        s.fua_writes += 1;
-                    }
-                    false => {
-                        s.unflushed.clear();
-                        s.flushes += 1;
-                    }
+        let started = self
+            .inner
+            .start_timed(super::IoOp::Write(buf), offset, done)?;
+        if started.is_ok() {
+            match s.fua {
+                true => {
+                    undo_to_durable(&mut s.unflushed, offset, buf);
+                    s.fua_writes += 1;
+                }
+                false => {
+                    s.unflushed.clear();
+                    s.flushes += 1;
                 }
             }
-            done(r)
-        });
-        self.inner
-            .start_timed(super::IoOp::Write(buf), offset, then)
+        }
+        Some(started)
     }
 
     /// Either kind of zeroing, gated and tracked as a write.

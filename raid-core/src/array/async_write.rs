@@ -617,17 +617,9 @@ impl AsyncWrite {
         self.journal_due
     }
 
-    /// Whether the write was planned on a stripe with a chunk missing
-    /// (journaled, or written `alone`): it does not write every member
-    /// its stripe has.
+    /// Whether it skips a missing member (journaled, or written `alone`).
     pub(crate) fn skips_a_member(&self) -> bool {
-        matches!(
-            self.shape,
-            Shape::Stripe {
-                degraded: Some(_),
-                ..
-            }
-        )
+        matches!(&self.shape, Shape::Stripe { degraded, .. } if degraded.is_some())
     }
 
     /// Whether the write was planned on a stripe with a chunk missing and

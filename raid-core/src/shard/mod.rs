@@ -63,6 +63,7 @@
 //! lock only if its slot in the table is free; held by another thread,
 //! the write goes to the blocking path, which waits for it).
 
+mod blocking_work;
 mod client;
 mod event_loop;
 mod inbox;
@@ -76,6 +77,7 @@ mod split;
 mod stepped;
 mod write;
 
+use blocking_work::{blocking_work, fallback_loop, flush_for, flusher_loop, run_blocking};
 pub use client::{Client, Home, Local};
 pub use stepped::Stepped;
 
@@ -743,78 +745,5 @@ fn answer<T>(done: Box<dyn FnOnce(T) + Send>, r: T) {
 fn call(f: Box<dyn FnOnce() + Send>) {
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
         tracing::error!("shard: a request's completion callback panicked");
-    }
-}
-
-fn fallback_loop(array: &Array, rx: &channel::Receiver<Fallback>) {
-    while let Ok(f) = rx.recv() {
-        run_blocking(array, f);
-    }
-}
-
-/// Runs one request on a blocking thread. A panic in the array's code is
-/// a bug; the thread stays to serve what follows (the request that met it
-/// is not answered).
-fn run_blocking(array: &Array, f: Fallback) {
-    let run = std::panic::AssertUnwindSafe(|| blocking_work(array, f));
-    if std::panic::catch_unwind(run).is_err() {
-        tracing::error!("shard: a request on the blocking path panicked");
-    }
-}
-
-/// Flushes for every request queued when it starts: each was asked for
-/// after the writes it must cover completed, so one flush started after
-/// all of them were queued covers them all. On an error, each of the
-/// others gets a flush (and an error) of its own.
-fn flusher_loop(array: &Array, rx: &channel::Receiver<Done>) {
-    while let Ok(first) = rx.recv() {
-        flush_for(array, first, rx);
-    }
-}
-
-/// One flush for `first` and every request queued behind it in `rx`.
-fn flush_for(array: &Array, first: Done, rx: &channel::Receiver<Done>) {
-    let dones: Vec<Done> = rx.try_iter().collect();
-    let run = std::panic::AssertUnwindSafe(|| match array.flush() {
-        Ok(()) => {
-            answer(first, Ok(()));
-            dones.into_iter().for_each(|d| answer(d, Ok(())));
-        }
-        Err(e) => {
-            answer(first, Err(e));
-            dones.into_iter().for_each(|d| answer(d, array.flush()));
-        }
-    });
-    if std::panic::catch_unwind(run).is_err() {
-        tracing::error!("shard: a flush panicked");
-    }
-}
-
-fn blocking_work(array: &Array, f: Fallback) {
-    match f {
-        Fallback::Read { mut job, failed } => {
-            if let Some((slot, m, e)) = &failed {
-                array.direct_read_failed(*slot, m, e);
-            }
-            let r = array.read(job.offset, &mut job.buf).map(|()| job.buf);
-            answer(job.done, r);
-        }
-        Fallback::Write { job, failed } => {
-            for (slot, m, e) in &failed {
-                array.direct_read_failed(*slot, m, e);
-            }
-            let r = match job.part {
-                true => array.write_part(job.offset, &job.data),
-                false => array.write(job.offset, &job.data),
-            };
-            debug_assert!(!job.fua, "made a flush after it (`Blocking::send`)");
-            let r = r.map(|()| job.data);
-            answer(job.done, r);
-        }
-        Fallback::Zeroes { offset, len, done } => answer(done, array.write_zeroes(offset, len)),
-        Fallback::Finish { w, results, done } => {
-            let (r, data) = w.finish(results);
-            answer(done, r.map(|()| data));
-        }
     }
 }

@@ -9,39 +9,28 @@
 # is not counted. Prints writes per second by build and round.
 #   OLD=/path/to/old/raidctl bash scripts/bench-fua.sh
 set -euo pipefail
-OLD=${OLD:?set OLD to the raidctl binary to compare against (e.g. one built from an earlier commit)}
-NEW=${NEW:-$(cd "$(dirname "$0")/.." && pwd)/target/release/raidctl}
 D=${AB_DIR:-/var/tmp/raid-fua}
+ARRAY=fua
 N=${N:-2000}
 ROUNDS=${ROUNDS:-4}
-export RAIDCTL_LOG=warn
-. "$(dirname "$0")/env.sh"
-command -v qemu-io >/dev/null || { echo "bench-fua.sh: needs qemu-io (qemu-utils)" >&2; exit 1; }
-cleanup() {
-  for b in "$OLD" "$NEW"; do "$b" --state-dir $D/st stop fua >/dev/null 2>&1 || true; done
-  rm -rf $D
-}
-trap cleanup EXIT
+. "$(dirname "$0")/two-builds.sh"
 rm -rf $D; mkdir -p $D
 M="$D/m0 $D/m1 $D/m2 $D/m3"
 for i in 0 1 2 3; do truncate -s 256M $D/m$i; done
-$NEW --state-dir $D/st create fua --level 5 --parity cpu $M >/dev/null
+$NEW --state-dir $D/st create $ARRAY --level 5 --parity cpu $M >/dev/null
 # One command file of N FUA writes at random 4 KiB blocks of the first
 # 512 MiB (the array holds 768 MiB), the same for every round.
 awk -v n=$N 'BEGIN { srand(7); for (i = 0; i < n; i++) printf "write -f -q -P %d %d 4k\n", i % 250, int(rand() * 131072) * 4096 }' > $D/cmds
-# A stopped array's daemon lingers a few seconds: wait for it to be gone,
-# so that the next start runs the binary it names.
-gone() { [ ! -e $D/st/daemon.lock ] || flock -w 60 $D/st/daemon.lock true; }
 now() { date +%s.%N; }
 for round in $(seq 0 $ROUNDS); do
   for b in old new; do
     bin=$OLD; [ $b = new ] && bin=$NEW
-    gone
-    $bin --state-dir $D/st start fua --nbd unix:$D/fua.sock >/dev/null
+    daemon_gone
+    $bin --state-dir $D/st start $ARRAY --nbd unix:$D/fua.sock >/dev/null
     t0=$(now)
-    qemu-io --image-opts "driver=raw,file.driver=nbd,file.server.type=unix,file.server.path=$D/fua.sock,file.export=fua" < $D/cmds >/dev/null
+    qemu-io --image-opts "driver=raw,file.driver=nbd,file.server.type=unix,file.server.path=$D/fua.sock,file.export=$ARRAY" < $D/cmds >/dev/null
     t1=$(now)
-    $bin --state-dir $D/st stop fua >/dev/null
+    $bin --state-dir $D/st stop $ARRAY >/dev/null
     [ $round = 0 ] && continue
     awk -v b=$b -v r=$round -v n=$N -v t0=$t0 -v t1=$t1 'BEGIN { printf "%s round %s: %d FUA writes in %.2f s, %.0f a second\n", b, r, n, t1 - t0, n / (t1 - t0) }'
   done

@@ -1,5 +1,6 @@
 # Sourced by the benchmarks that time two raidctl builds, alternating, on
-# one array in one state folder (bench-jobs.sh, bench-rebuild-two.sh),
+# one array in one state folder (bench-jobs.sh, bench-rebuild-two.sh,
+# bench-fua.sh),
 # after they set D (their folder) and ARRAY (the array's name): OLD
 # (required) and NEW (default: this tree's release build), quiet daemons,
 # env.sh, qemu-io checked for, the array stopped and D removed on exit, and

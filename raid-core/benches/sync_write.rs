@@ -195,9 +195,9 @@ fn main() {
         if std::env::var("BENCH_DEGRADED").is_ok_and(|v| v == "1") {
             a.fail_member(1, false).unwrap();
         }
+        let commands = || drives.iter().map(|d| d.commands()).sum::<u64>();
         for job in [Job::Log, Job::Logs4, Job::Random] {
             let b = run(&bare, job, dur);
-            let commands = || drives.iter().map(|d| d.commands()).sum::<u64>();
             let (c0, bm0) = (commands(), a.io_stats().bitmap_writes);
             let r = run(&*a, job, dur);
             let (c1, bm1) = (commands(), a.io_stats().bitmap_writes);
@@ -217,7 +217,6 @@ fn main() {
         }
         let e = Engine::start(a.clone(), 2).expect("the engine");
         for job in [Job::Log, Job::Logs4, Job::Random] {
-            let commands = || drives.iter().map(|d| d.commands()).sum::<u64>();
             let mut row = format!("| {level} | {} | {} |", job.name(), job.threads());
             for fua in [false, true] {
                 let t = Shards {

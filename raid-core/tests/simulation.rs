@@ -964,7 +964,7 @@ fn lives(on_shard: bool) {
     // A run of many lives that served none of these on the shard tested
     // nothing of it (a few lives may well not).
     if on_shard && failed.is_empty() && seeds().end - seeds().start >= 1000 {
-        let [reads, writes, reads_b, writes_b, degraded, merged, erred, steps, split, fua] =
+        let [reads, writes, reads_b, writes_b, degraded, merged, erred, split, fua, steps] =
             shards::SERVED.each_ref().map(|n| n.load(Ordering::Relaxed));
         eprintln!("served on the shard: {reads} reads ({degraded} degraded), {writes} writes ({merged} more merged into them, {erred} ended by a member's error, {split} more parts of writes across stripes, {fua} with FUA); on the blocking path: {reads_b} reads, {writes_b} writes; journal committer steps with work: {steps}");
         assert!(

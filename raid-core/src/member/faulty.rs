@@ -41,6 +41,21 @@ struct State {
     fua_writes: u64,
 }
 
+impl State {
+    /// Every write so far is durable: a flush reached the member.
+    fn flushed(&mut self) {
+        self.unflushed.clear();
+        self.flushes += 1;
+    }
+
+    /// `bytes` at `offset` were written durably (FUA): the power-cut log
+    /// never takes them back (`undo_to_durable`).
+    fn fua_written(&mut self, offset: u64, bytes: &[u8]) {
+        undo_to_durable(&mut self.unflushed, offset, bytes);
+        self.fua_writes += 1;
+    }
+}
+
 pub struct FaultyMember {
     inner: MemberRef,
     state: Mutex<State>,
@@ -236,8 +251,7 @@ impl Member for FaultyMember {
         let mut s = self.state.lock();
         self.gate(&mut s, 0, 0)?;
         self.inner.flush()?;
-        s.unflushed.clear();
-        s.flushes += 1;
+        s.flushed();
         Ok(())
     }
     fn fua(&self) -> bool {
@@ -254,8 +268,7 @@ impl Member for FaultyMember {
         let mut s = self.state.lock();
         self.gate_op(&mut s, offset, buf.len() as u64, true)?;
         self.inner.write_fua_at(buf, offset)?;
-        undo_to_durable(&mut s.unflushed, offset, buf);
-        s.fua_writes += 1;
+        s.fua_written(offset, buf);
         Ok(())
     }
     /// A slow drive's (`Faults::latency`) flush waits as well.
@@ -351,14 +364,8 @@ impl FaultyMember {
             .start_timed(super::IoOp::Write(buf), offset, done)?;
         if started.is_ok() {
             match s.fua {
-                true => {
-                    undo_to_durable(&mut s.unflushed, offset, buf);
-                    s.fua_writes += 1;
-                }
-                false => {
-                    s.unflushed.clear();
-                    s.flushes += 1;
-                }
+                true => s.fua_written(offset, buf),
+                false => s.flushed(),
             }
         }
         Some(started)

@@ -13,6 +13,7 @@ pub use faulty::{undo_to_durable, Faults, FaultyMember};
 pub use file::{holes_trusted_at, loop_backing, FileMember, LoopBacking};
 pub use ram::RamMember;
 pub use sim_nvme::{Completion, NvmeModel, SimNvme};
+pub(crate) use uring::rw_entry;
 pub use uring::{io_path, IoPath};
 
 use std::io;
@@ -404,7 +405,34 @@ pub enum IoOp<'a> {
     WriteFua(&'a [u8]),
 }
 
+/// What one member I/O does, without its buffer: the ring entry's
+/// (`uring::rw_entry`) and a shard's request's (`shard`) word for it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum IoKind {
+    Read,
+    Write,
+    /// A write durable when it completes (`IoOp::WriteFua`).
+    WriteFua,
+}
+
 impl IoOp<'_> {
+    /// What it does.
+    pub(crate) fn kind(&self) -> IoKind {
+        match self {
+            IoOp::Read(_) => IoKind::Read,
+            IoOp::Write(_) => IoKind::Write,
+            IoOp::WriteFua(_) => IoKind::WriteFua,
+        }
+    }
+
+    /// Where its bytes are, for a ring entry (a write's are only read).
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+        match self {
+            IoOp::Read(b) => b.as_mut_ptr(),
+            IoOp::Write(b) | IoOp::WriteFua(b) => b.as_ptr().cast_mut(),
+        }
+    }
+
     pub fn len(&self) -> usize {
         match self {
             IoOp::Read(b) => b.len(),

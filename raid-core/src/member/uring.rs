@@ -2,8 +2,8 @@
 //! pushed in one submission. Falls back to pread/pwrite when the kernel (or a
 //! seccomp policy) refuses io_uring, or when RAID_NO_URING=1 is set.
 
-use super::{IoOp, Member, MemberIo, MemberRef};
-use io_uring::{opcode, types, IoUring};
+use super::{IoKind, Member, MemberIo, MemberRef};
+use io_uring::{opcode, squeue, types, IoUring};
 use std::cell::RefCell;
 use std::io;
 use std::sync::OnceLock;
@@ -25,6 +25,29 @@ impl std::fmt::Display for IoPath {
 }
 
 const RING_ENTRIES: u32 = 256;
+
+/// The ring entry that reads or writes `len` bytes at `ptr` from or to
+/// `fd` at byte `at`, for a batch (`run_batch`) or a shard. A write with
+/// FUA carries `RWF_DSYNC`: the kernel sends it with FUA where the device
+/// takes it, and writes then flushes that device where it does not.
+/// Building it touches no memory; pushing it is the caller's promise that
+/// the buffer outlives the I/O.
+pub(crate) fn rw_entry(
+    fd: types::Fd,
+    kind: IoKind,
+    ptr: *mut u8,
+    len: u32,
+    at: u64,
+) -> squeue::Entry {
+    match kind {
+        IoKind::Read => opcode::Read::new(fd, ptr, len).offset(at).build(),
+        IoKind::Write => opcode::Write::new(fd, ptr, len).offset(at).build(),
+        IoKind::WriteFua => opcode::Write::new(fd, ptr, len)
+            .offset(at)
+            .rw_flags(libc::RWF_DSYNC)
+            .build(),
+    }
+}
 
 /// Decided once per process, and logged.
 pub fn io_path() -> IoPath {
@@ -88,20 +111,8 @@ pub(super) fn run_batch(
                         .uring_fd()
                         .expect("selected for the ring"),
                 );
-                let fua = matches!(io.op, IoOp::WriteFua(_));
-                let entry = match &mut io.op {
-                    IoOp::Read(b) => opcode::Read::new(fd, b.as_mut_ptr(), b.len() as u32)
-                        .offset(io.offset)
-                        .build(),
-                    // RWF_DSYNC: the kernel sends it with FUA where the
-                    // device takes it, and writes then flushes where not.
-                    IoOp::Write(b) | IoOp::WriteFua(b) => {
-                        opcode::Write::new(fd, b.as_ptr(), b.len() as u32)
-                            .offset(io.offset)
-                            .rw_flags(if fua { libc::RWF_DSYNC } else { 0 })
-                            .build()
-                    }
-                };
+                let (kind, ptr, len) = (io.op.kind(), io.op.as_mut_ptr(), io.len());
+                let entry = rw_entry(fd, kind, ptr, len as u32, io.offset);
                 // SAFETY: the buffer lives in `ios`, borrowed for this whole
                 // call. `run_window` returns only once the kernel holds none
                 // of these entries: every one it took has completed, and a

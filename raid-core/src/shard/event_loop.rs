@@ -16,7 +16,7 @@ use super::client::{Client, Peers};
 use super::ops::Op;
 use super::{Blocking, Inbox, Job, Request, WriteJob};
 use crate::array::{Array, LocalArray};
-use crate::member::{on_ring, IoOp, Member, MemberRef};
+use crate::member::{on_ring, rw_entry, IoKind, IoOp, Member, MemberRef};
 use io_uring::{opcode, squeue, types, IoUring};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -93,22 +93,12 @@ pub(super) fn non_blocking(m: &dyn Member) -> bool {
 }
 
 /// `non_blocking`, for the writes of a write asked for with FUA
-/// (`Io::WriteFua`): on its ring (`RWF_DSYNC`), in memory
+/// (`IoKind::WriteFua`): on its ring (`RWF_DSYNC`), in memory
 /// (`Member::write_fua_at`), or timed where the member takes FUA writes
 /// so (`Member::fua_timed`). Not a pair of devices: a hot replace's
 /// writes go the blocking way, then the array is flushed.
 pub(super) fn non_blocking_fua(m: &dyn Member) -> bool {
     m.pair().is_none() && (on_ring(m) || m.in_memory() || (m.timed() && m.fua_timed()))
-}
-
-/// What one member I/O of a shard's request does.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Io {
-    Read,
-    Write,
-    /// A write durable when it completes: only on a member
-    /// `non_blocking_fua` takes.
-    WriteFua,
 }
 
 pub(super) struct Shard {
@@ -539,7 +529,7 @@ impl Shard {
         &mut self,
         ud: u64,
         m: &MemberRef,
-        kind: Io,
+        kind: IoKind,
         ptr: *mut u8,
         len: usize,
         at: u64,
@@ -550,19 +540,7 @@ impl Shard {
         }
         if on_ring(m.as_ref()) {
             let fd = types::Fd(m.uring_fd().expect("checked"));
-            let e = match kind {
-                Io::Read => opcode::Read::new(fd, ptr, len as u32).offset(at).build(),
-                // RWF_DSYNC: the kernel sends it with FUA where the device
-                // takes it, and writes then flushes where not.
-                Io::Write | Io::WriteFua => opcode::Write::new(fd, ptr, len as u32)
-                    .offset(at)
-                    .rw_flags(if kind == Io::WriteFua {
-                        libc::RWF_DSYNC
-                    } else {
-                        0
-                    })
-                    .build(),
-            };
+            let e = rw_entry(fd, kind, ptr, len as u32, at);
             // SAFETY: the caller's promise.
             return unsafe { self.push(e.user_data(ud)) };
         }
@@ -571,9 +549,9 @@ impl Shard {
         // bytes are only read (other I/Os in flight may read the same
         // ones).
         let io_op = || match kind {
-            Io::Read => IoOp::Read(unsafe { std::slice::from_raw_parts_mut(ptr, len) }),
-            Io::Write => IoOp::Write(unsafe { std::slice::from_raw_parts(ptr, len) }),
-            Io::WriteFua => IoOp::WriteFua(unsafe { std::slice::from_raw_parts(ptr, len) }),
+            IoKind::Read => IoOp::Read(unsafe { std::slice::from_raw_parts_mut(ptr, len) }),
+            IoKind::Write => IoOp::Write(unsafe { std::slice::from_raw_parts(ptr, len) }),
+            IoKind::WriteFua => IoOp::WriteFua(unsafe { std::slice::from_raw_parts(ptr, len) }),
         };
         if let Some(r) = self
             .waits_for_time

@@ -73,6 +73,6 @@ pub(super) struct WriteOp {
     pub(super) results: Vec<io::Result<()>>,
     pub(super) left: usize,
     pub(super) started: Started,
-    /// Asked for with FUA: its member writes go as `Io::WriteFua`.
+    /// Asked for with FUA: its member writes go as `IoKind::WriteFua`.
     pub(super) fua: bool,
 }

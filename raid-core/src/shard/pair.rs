@@ -7,9 +7,9 @@
 //! (`joined`). Without this, every request touching the slot of a long
 //! hot replace waited for a thread of the small fallback pool.
 
-use super::event_loop::{non_blocking, ud, Io, Shard, NOT_SERVED};
+use super::event_loop::{non_blocking, ud, Shard, NOT_SERVED};
 use super::ops::Op;
-use crate::member::{MemberRef, Pair};
+use crate::member::{IoKind, MemberRef, Pair};
 use std::io;
 
 /// A write in flight to both devices of a pair.
@@ -43,13 +43,13 @@ impl Shard {
         &mut self,
         ud_: u64,
         m: &MemberRef,
-        kind: Io,
+        kind: IoKind,
         ptr: *mut u8,
         len: usize,
         at: u64,
     ) {
         let p = m.pair().expect("a pair member");
-        if kind == Io::Read {
+        if kind == IoKind::Read {
             // SAFETY: the caller's promise; the device is held by the
             // pair, which the request holds.
             return unsafe { self.start_io(ud_, p.read_from(), kind, ptr, len, at) };

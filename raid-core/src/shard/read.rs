@@ -12,13 +12,13 @@
 //! blocking path (which reconstructs, and fails the member that erred);
 //! nothing is answered until every piece is in.
 
-use super::event_loop::{io_end, non_blocking, ud, Io, IoEnd, Shard, MAX_IOS};
+use super::event_loop::{io_end, non_blocking, ud, IoEnd, Shard, MAX_IOS};
 use super::ops::{Gathered, Op, ReadOp};
 use super::{answer, Fallback, ReadJob};
 use crate::array::copies_read::CopiesRead;
 use crate::array::degraded_read::DegradedRead;
 use crate::array::{DirectRead, LocalArray};
-use crate::member::MemberRef;
+use crate::member::{IoKind, MemberRef};
 use crate::stats::Started;
 use std::sync::atomic::Ordering;
 
@@ -91,7 +91,7 @@ impl Shard {
         // the entry's `Arc`'d vector, which does not move either): `m`
         // outlives the call, in which no I/O completes (one that ends as
         // it starts is handled at the next reap).
-        unsafe { self.start_io(ud(k, i), &*m, Io::Read, ptr, len, p.at + from as u64) }
+        unsafe { self.start_io(ud(k, i), &*m, IoKind::Read, ptr, len, p.at + from as u64) }
     }
 
     /// Piece `i` of read `k` completed (`res` as in `Shard::complete`).

@@ -3,12 +3,12 @@
 //! write advanced when the last one is in. A short transfer goes on from
 //! where it stopped, as the blocking path's ring does.
 
-use super::event_loop::{io_end, non_blocking, non_blocking_fua, ud, Io, IoEnd, Shard};
+use super::event_loop::{io_end, non_blocking, non_blocking_fua, ud, IoEnd, Shard};
 use super::ops::{Op, WriteOp};
 use super::{answer, Fallback, Job, WriteJob};
 use crate::array::async_write::{AsyncWrite, Next, Start};
 use crate::array::{JournalDone, NotQueued, RoomWake};
-use crate::member::MemberRef;
+use crate::member::{IoKind, MemberRef};
 use crate::stats::Started;
 use std::collections::VecDeque;
 use std::io;
@@ -210,9 +210,9 @@ impl Shard {
         let op = self.op(k);
         let io = op.w.ios()[i];
         let kind = match (io.write, op.fua) {
-            (false, _) => Io::Read,
-            (true, false) => Io::Write,
-            (true, true) => Io::WriteFua,
+            (false, _) => IoKind::Read,
+            (true, false) => IoKind::Write,
+            (true, true) => IoKind::WriteFua,
         };
         // Pointed to, not cloned: the handle's count is shared by every
         // shard (two atomic operations per I/O on one cache line).

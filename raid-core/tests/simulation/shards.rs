@@ -38,12 +38,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Reads and writes the shards served themselves, over every life of
-/// the run: a run in which they served none tested nothing of them.
-/// Then the journal committer's steps that found work
-/// (`commit_journal_step`: groups to lead, a ring to free), and the parts
-/// beyond the first of RAID5/6 writes across stripes cut on the shard,
-/// and the writes with FUA written so on the shard.
+/// the run (a run in which they served none tested nothing of them): the
+/// engine's counts (`shard_round`), then at `STEPS` the journal
+/// committer's steps that found work (`commit_journal_step`: groups to
+/// lead, a ring to free).
 pub(super) static SERVED: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
+/// Where `SERVED` counts the committer's steps.
+const STEPS: usize = 9;
 
 /// What a request of the round asks.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -109,6 +110,7 @@ impl World {
             }
             self.stepped = Some(st);
         }
+        // The engine's counts, in `SERVED`'s order (all but the last).
         let served = |w: &World| {
             let c = w.stepped.as_ref().expect("made above").counts();
             [
@@ -119,20 +121,15 @@ impl World {
                 &c.degraded_on_shards,
                 &c.writes_merged,
                 &c.write_errors,
+                &c.writes_split,
+                &c.fua_on_shards,
             ]
             .map(|n| n.load(Ordering::Relaxed))
         };
-        let split = |w: &World| {
-            let c = w.stepped.as_ref().expect("made above").counts();
-            [&c.writes_split, &c.fua_on_shards].map(|n| n.load(Ordering::Relaxed))
-        };
-        let (before, split_before) = (served(self), split(self));
+        let before = served(self);
         self.play_round();
         for (i, n) in served(self).into_iter().enumerate() {
             SERVED[i].fetch_add(n - before[i], Ordering::Relaxed);
-        }
-        for (i, n) in split(self).into_iter().enumerate() {
-            SERVED[8 + i].fetch_add(n - split_before[i], Ordering::Relaxed);
         }
     }
 
@@ -178,7 +175,7 @@ impl World {
                     "  the journal's committer: leads a group, frees the ring"
                 );
                 if self.a().commit_journal_step() {
-                    SERVED[7].fetch_add(1, Ordering::Relaxed);
+                    SERVED[STEPS].fetch_add(1, Ordering::Relaxed);
                 }
             } else if (50..56).contains(&r) && self.resync_step_now(pending, queued, finishing) {
                 // As the engine's resync thread would, between requests:

@@ -636,3 +636,40 @@ fn held_exclusively(p: &std::path::Path) -> bool {
     let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
     rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raid_core::array::CreateOptions;
+    use raid_core::layout::Level;
+    use raid_core::member::{FaultyMember, MemberRef, RamMember};
+    use raid_core::metadata::MIN_DATA_OFFSET;
+    use std::sync::Arc;
+
+    /// Each member of a running array says whether its device takes
+    /// writes with FUA (the machines the tests run on have no such disk,
+    /// so the members here say it themselves).
+    #[test]
+    fn a_running_member_says_whether_it_takes_fua() {
+        let members: Vec<Arc<FaultyMember>> = (0..3)
+            .map(|i| {
+                let ram = RamMember::new(format!("ram:st-fua{i}"), MIN_DATA_OFFSET + (1 << 20));
+                Arc::new(FaultyMember::new(Arc::new(ram)))
+            })
+            .collect();
+        members[1].take_fua(true);
+        let refs: Vec<MemberRef> = members.iter().map(|m| m.clone() as MemberRef).collect();
+        let opts = CreateOptions {
+            name: "st-fua".into(),
+            level: Level::Raid5,
+            chunk: 64 << 10,
+            data_offset: None,
+        };
+        let a = Array::create(refs, vec![], opts).unwrap();
+        let st = of_running(&a, None, vec![], None);
+        let fua: Vec<Option<bool>> = st.members.iter().map(|m| m.fua).collect();
+        assert_eq!(fua, [Some(false), Some(true), Some(false)]);
+        let json = serde_json::to_value(&st).unwrap();
+        assert_eq!(json["members"][1]["fua"], true, "{json}");
+    }
+}
